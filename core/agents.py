@@ -1,0 +1,252 @@
+"""The retail agents: tools, prompt and middleware, built with LangChain's `create_agent`.
+
+The namespace a tool writes to always comes from the runtime context (who the
+conversation is about), never from the model's arguments. Every tool returns an
+empty string instead of raising when the agent runs without a store.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, dynamic_prompt
+from langchain.tools import ToolRuntime, tool
+from langchain_core.language_models import BaseChatModel
+from langgraph.config import get_config
+from langgraph.store.base import BaseStore
+from langgraph.store.postgres import PostgresStore
+from psycopg_pool import ConnectionPool
+
+from core import clock
+from core.memory import (
+    TipoPreferencia,
+    get_memory,
+    put_memory,
+    search_memory,
+    validate_label,
+)
+
+AVISO_MIN_SCORE = 0.4  # semantic matches at or below this are noise
+
+TemaAviso = Literal["retraso", "rotura_stock", "cambio_precio", "promocion"]
+AjusteEmpleado = Literal["idioma", "tienda_base", "turno", "notificaciones"]
+
+
+@dataclass(frozen=True)
+class ContextoCliente:
+    cliente_id: str
+    agente: str = "atencion-cliente"
+    root = "clientes"
+
+    @property
+    def subject_id(self) -> str:
+        return self.cliente_id
+
+
+@dataclass(frozen=True)
+class ContextoProveedor:
+    proveedor_id: str
+    agente: str = "compras"
+    root = "proveedores"
+
+    @property
+    def subject_id(self) -> str:
+        return self.proveedor_id
+
+
+@dataclass(frozen=True)
+class ContextoEmpleado:
+    empleado_id: str
+    agente: str = "ajustes-personal"
+    root = "empleados"
+
+    @property
+    def subject_id(self) -> str:
+        return self.empleado_id
+
+
+Contexto = ContextoCliente | ContextoProveedor | ContextoEmpleado
+
+
+def namespace_of(context: Contexto) -> tuple[str, str]:
+    return (context.root, validate_label(context.subject_id, f"{context.root} id"))
+
+
+def _thread_id(runtime: ToolRuntime) -> str | None:
+    return (runtime.config or {}).get("configurable", {}).get("thread_id")
+
+
+# --- customer agent -----------------------------------------------------------------------
+
+
+@tool
+def recordar_preferencia(tipo: TipoPreferencia, valor: str, runtime: ToolRuntime[ContextoCliente]) -> str:
+    """Guarda una preferencia que el cliente ha declarado (tienda de recogida, canal de contacto,
+    franja de entrega o talla). Sustituye la anterior del mismo tipo."""
+    if runtime.store is None:
+        return ""
+    ns = namespace_of(runtime.context)
+    value = {"tipo": tipo, "valor": valor, "texto": f"{tipo.replace('_', ' ')}: {valor}"}
+    put_memory(runtime.store, ns, f"pref-{tipo}", value, thread_id=_thread_id(runtime), agent=runtime.context.agente)
+    return f"Preferencia guardada ({tipo})."
+
+
+def _preferences_text(store: BaseStore | None, context: ContextoCliente) -> str:
+    if store is None:
+        return ""
+    items = search_memory(store, namespace_of(context), limit=20)
+    return "\n".join(f"- {i.value.get('tipo', i.key)}: {i.value.get('valor', '')}" for i in items)
+
+
+@tool
+def preferencias(runtime: ToolRuntime[ContextoCliente]) -> str:
+    """Devuelve las preferencias guardadas del cliente de esta conversación."""
+    return _preferences_text(runtime.store, runtime.context)
+
+
+@tool
+def avisos_proveedor(consulta: str, runtime: ToolRuntime[ContextoCliente]) -> str:
+    """Busca avisos de proveedores (retrasos, roturas de stock, precios, promociones) relacionados con la consulta."""
+    if runtime.store is None:
+        return ""
+    hits = search_memory(runtime.store, ("proveedores",), query=consulta, limit=5)
+    return "\n".join(f"- {h.value.get('texto', '')}" for h in hits if (h.score or 0) > AVISO_MIN_SCORE)
+
+
+@dynamic_prompt
+def prompt_con_preferencias(request: ModelRequest) -> str:
+    base = "Eres el asistente de atención al cliente de una cadena de tiendas."
+    context = request.runtime.context
+    if not isinstance(context, ContextoCliente):
+        return base
+    prefs = _preferences_text(request.runtime.store, context)
+    if not prefs:
+        return base
+    return (
+        f"{base}\nPreferencias declaradas por el cliente (aplícalas en tus propuestas sin citarlas ni "
+        f"mencionar que las recuerdas):\n{prefs}"
+    )
+
+
+# --- purchasing and staff agents ----------------------------------------------------------
+
+
+@tool
+def publicar_aviso(
+    tema: TemaAviso, texto: str, runtime: ToolRuntime[ContextoProveedor], vigencia_minutos: float | None = None
+) -> str:
+    """Publica un aviso del proveedor para los agentes de tienda. Sustituye el anterior del mismo tema.
+    `vigencia_minutos` acorta la caducidad cuando el aviso deja de valer antes que la política general."""
+    if runtime.store is None:
+        return ""
+    ns = namespace_of(runtime.context)
+    put_memory(
+        runtime.store,
+        ns,
+        f"aviso-{tema}",
+        {"tema": tema, "texto": texto},
+        thread_id=_thread_id(runtime),
+        agent=runtime.context.agente,
+        valid_for_minutes=vigencia_minutos,
+    )
+    return f"Aviso publicado ({tema})."
+
+
+@tool
+def guardar_ajuste(ajuste: AjusteEmpleado, valor: str, runtime: ToolRuntime[ContextoEmpleado]) -> str:
+    """Guarda un ajuste del empleado (idioma, tienda base, turno, notificaciones)."""
+    if runtime.store is None:
+        return ""
+    ns = namespace_of(runtime.context)
+    put_memory(
+        runtime.store,
+        ns,
+        f"ajuste-{ajuste}",
+        {"ajuste": ajuste, "valor": valor, "texto": f"{ajuste}: {valor}"},
+        thread_id=_thread_id(runtime),
+        agent=runtime.context.agente,
+    )
+    return f"Ajuste guardado ({ajuste})."
+
+
+@tool
+def ajuste(ajuste: AjusteEmpleado, runtime: ToolRuntime[ContextoEmpleado]) -> str:
+    """Lee un ajuste guardado del empleado."""
+    if runtime.store is None:
+        return ""
+    item = get_memory(runtime.store, namespace_of(runtime.context), f"ajuste-{ajuste}")
+    return "" if item is None else str(item.value.get("valor", ""))
+
+
+# --- conversation log -----------------------------------------------------------------------
+
+UPSERT_CONVERSATION = """
+INSERT INTO core_conversations (thread_id, agent, subject_root, subject_id, started_at, last_turn_at, turns)
+VALUES (%(thread_id)s, %(agent)s, %(root)s, %(subject)s, %(now)s, %(now)s, 1)
+ON CONFLICT (thread_id) DO UPDATE
+SET last_turn_at = GREATEST(core_conversations.last_turn_at, EXCLUDED.last_turn_at),
+    turns = core_conversations.turns + 1"""
+
+
+class RegistroConversacion(AgentMiddleware):
+    """Records each turn of a conversation in `core_conversations` (thread, agent, subject)."""
+
+    def before_agent(self, state: Any, runtime: Any) -> None:
+        store = runtime.store
+        if not isinstance(store, PostgresStore):
+            return None
+        context = runtime.context
+        params = {
+            "thread_id": get_config().get("configurable", {}).get("thread_id"),
+            "agent": context.agente,
+            "root": context.root,
+            "subject": context.subject_id,
+            "now": clock.now(),
+        }
+        if isinstance(store.conn, ConnectionPool):
+            with store.conn.connection() as conn:
+                conn.execute(UPSERT_CONVERSATION, params)
+        else:
+            store.conn.execute(UPSERT_CONVERSATION, params)
+        return None
+
+
+# --- building and running -------------------------------------------------------------------
+
+AGENTS: dict[str, tuple[type, list, str]] = {
+    "atencion-cliente": (ContextoCliente, [recordar_preferencia, preferencias, avisos_proveedor], ""),
+    "compras": (ContextoProveedor, [publicar_aviso], "Eres el agente de compras: registra los avisos de proveedores."),
+    "ajustes-personal": (ContextoEmpleado, [guardar_ajuste, ajuste], "Eres el asistente del personal de tienda."),
+}
+
+
+def build_agent(kind: str, model: BaseChatModel, *, store: BaseStore | None, checkpointer: Any = None):
+    """A compiled agent of `kind` (a key of AGENTS) on the given store and checkpointer."""
+    context_schema, tools, system_prompt = AGENTS[kind]
+    middleware: list[AgentMiddleware] = [RegistroConversacion()]
+    if context_schema is ContextoCliente:
+        middleware.append(prompt_con_preferencias)
+    return create_agent(
+        model,
+        tools=tools,
+        system_prompt=system_prompt or None,
+        middleware=middleware,
+        context_schema=context_schema,
+        checkpointer=checkpointer,
+        store=store,
+        name=kind,
+    )
+
+
+METADATA_KEY = {"clientes": "cliente_id", "proveedores": "proveedor_id", "empleados": "empleado_id"}
+
+
+def run_turn(agent: Any, context: Contexto, thread_id: str, text: str) -> dict:
+    """One user turn. The subject's id goes into checkpoint metadata (erasure finds threads by it)."""
+    validate_label(thread_id, "thread id")
+    config = {
+        "configurable": {"thread_id": thread_id},
+        "metadata": {METADATA_KEY[context.root]: context.subject_id, "agente": context.agente},
+    }
+    return agent.invoke({"messages": [{"role": "user", "content": text}]}, config=config, context=context)

@@ -1,0 +1,98 @@
+"""Configuration: environment first, Streamlit secrets second, defaults last.
+
+core/ never imports streamlit, so secrets are read from `.streamlit/secrets.toml`
+with tomllib (the same file Streamlit reads), or passed in by the dashboard.
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRETS_FILE = ROOT / ".streamlit" / "secrets.toml"
+
+# Offline embedding dimension for the embedded demo (see core.embeddings).
+DEFAULT_DIMS = 64
+
+
+def _read_secrets_file(path: Path = SECRETS_FILE) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    with path.open("rb") as fh:
+        return tomllib.load(fh)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the dashboard, the agents and the jobs need to know.
+
+    `dsn is None` means: run the embedded PostgreSQL in `data_dir`.
+    """
+
+    dsn: str | None = None
+    replica_dsn: str | None = None
+    data_dir: Path = ROOT / ".data"
+    embeddings_base_url: str | None = None
+    embeddings_model: str = "text-embedding-3-small"
+    embeddings_api_key: str | None = None
+    embeddings_dims: int = DEFAULT_DIMS
+    auto_migrate: bool = True
+    seed_demo: bool = True
+    role_map: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Roles of the local user when no identity provider is configured (default: all).
+    local_roles: str = "manager,sre,dpo"
+
+    @property
+    def embedded(self) -> bool:
+        return self.dsn is None
+
+    @property
+    def offline_embeddings(self) -> bool:
+        return not self.embeddings_base_url
+
+
+def _pick(name: str, secrets: Mapping[str, Any], default: Any = None) -> Any:
+    value = os.environ.get(name)
+    if value not in (None, ""):
+        return value
+    value = secrets.get(name)
+    return default if value in (None, "") else value
+
+
+def _flag(value: Any) -> bool:
+    return str(value).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
+    """Read settings. `secrets` defaults to `.streamlit/secrets.toml`.
+
+    Raises ValueError on a malformed value (e.g. a non-integer dims).
+    """
+    secrets = _read_secrets_file() if secrets is None else secrets
+    dsn = _pick("PG_AGENTES", secrets)
+    dims_raw = _pick("EMBEDDINGS_DIMS", secrets, DEFAULT_DIMS)
+    try:
+        dims = int(dims_raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"EMBEDDINGS_DIMS must be an integer, got {dims_raw!r}") from None
+    if dims <= 0:
+        raise ValueError(f"EMBEDDINGS_DIMS must be positive, got {dims}")
+    roles = secrets.get("roles", {}) or {}
+    role_map = {str(k).lower(): tuple(v) for k, v in dict(roles).items()}
+    return Settings(
+        dsn=dsn,
+        replica_dsn=_pick("PG_AGENTES_REPLICA", secrets),
+        data_dir=Path(_pick("AGENT_MEMORY_DATA", secrets, ROOT / ".data")),
+        embeddings_base_url=_pick("EMBEDDINGS_BASE_URL", secrets),
+        embeddings_model=_pick("EMBEDDINGS_MODEL", secrets, "text-embedding-3-small"),
+        embeddings_api_key=_pick("EMBEDDINGS_API_KEY", secrets),
+        embeddings_dims=dims,
+        # Production runs migrations in a Job; the embedded default migrates itself.
+        auto_migrate=_flag(_pick("AUTO_MIGRATE", secrets, "1" if dsn is None else "0")),
+        seed_demo=_flag(_pick("SEED_DEMO", secrets, "1" if dsn is None else "0")),
+        role_map=role_map,
+        local_roles=str(_pick("LOCAL_ROLES", secrets, "manager,sre,dpo")),
+    )

@@ -1,0 +1,178 @@
+"""Demo data produced by the real code paths: the retail agents (a scripted model, the real
+tools, store and checkpointer) replaying a month of conversations.
+
+`python -m core.demo` seeds the configured database if it is empty. Deterministic for a
+given seed (ids, texts, days); the database's own timestamps are real time.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from core import clock
+from core.agents import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+from core.config import Settings, load_settings
+from core.db import Database
+from core.embeddings import make_embeddings
+from core.memory import build_store, put_memory
+from core.scripted_model import ScriptedChatModel
+
+log = logging.getLogger(__name__)
+
+SEED_LOCK_ID = 0x636F7265_64656D6F  # "coredemo": one seeding process at a time
+IS_EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM store) AND NOT EXISTS (SELECT 1 FROM core_conversations) AS empty"
+
+TIENDAS = ["Gran Vía", "Diagonal", "Sierpes", "Calle Larios", "Colón", "Uría", "Independencia", "Ensanche"]
+CANALES = ["WhatsApp", "correo electrónico", "SMS", "teléfono"]
+FRANJAS = ["de mañana", "de tarde", "de 8 a 10", "de 18 a 21", "del sábado"]
+TALLAS = ["S", "M", "L", "XL", "38", "40", "42"]
+PREFERENCE_TEMPLATES = [
+    lambda r: f"Prefiero recoger mis pedidos en la tienda {r.choice(TIENDAS)}.",
+    lambda r: f"Por favor, contactadme siempre por {r.choice(CANALES)}.",
+    lambda r: f"Las entregas mejor en la franja {r.choice(FRANJAS)}.",
+    lambda r: f"Mi talla es la {r.choice(TALLAS)}.",
+]
+PRODUCTOS = ["zapatillas deportivas", "abrigos de invierno", "vaqueros", "camisetas básicas", "mochilas", "chaquetas"]
+OTHER_TURNS = [
+    lambda r: f"¿Hay avisos sobre {r.choice(PRODUCTOS)}?",
+    lambda r: "¿Qué preferencias tengo guardadas?",
+    lambda r: "Hola, quería saber el estado de mi pedido.",
+    lambda r: "¿Puedo cambiar una prenda sin ticket?",
+    lambda r: "Gracias, eso es todo.",
+]
+AVISOS = [
+    ("retraso", "Los pedidos de {p} llegan con retraso de una semana"),
+    ("rotura_stock", "Rotura de stock de {p} hasta nuevo aviso"),
+    ("cambio_precio", "Sube el precio de {p} un 5% desde el lunes"),
+    ("promocion", "Promoción de {p}: segunda unidad a mitad de precio"),
+]
+AJUSTES = {"idioma": ["es", "ca", "eu", "gl", "en"], "tienda_base": TIENDAS, "turno": ["mañana", "tarde", "partido"],
+           "notificaciones": ["sí", "no"]}
+# Keys a pre-schema agent version wrote before `tipo` became a closed Literal.
+LEGACY_KEYS = ["pref-color", "pref-marca", "pref-estilo", "nota-libre"]
+
+
+@dataclass
+class DemoSummary:
+    customers: int = 0
+    suppliers: int = 0
+    employees: int = 0
+    conversations: int = 0
+    turns: int = 0
+    legacy_customers: list[str] = field(default_factory=list)
+    expiring_notices: int = 0
+    seconds: float = 0.0
+
+
+def _agents(db: Database, settings: Settings):
+    store = build_store(db.pool, make_embeddings(settings), settings.embeddings_dims)
+    saver = PostgresSaver(db.pool)
+    model = ScriptedChatModel()
+    return store, {k: build_agent(k, model, store=store, checkpointer=saver)
+                   for k in ("atencion-cliente", "compras", "ajustes-personal")}
+
+
+def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 30, seed: int = 7,
+         workers: int = 4, now: datetime | None = None) -> DemoSummary:
+    """Replay `days` days of agent conversations into `db` (which must be migrated)."""
+    started = time.monotonic()
+    rng = random.Random(seed)
+    now = now or datetime.now(timezone.utc)
+    store, agents = _agents(db, settings)
+    summary = DemoSummary(customers=customers)
+
+    # Purchasing: supplier notices; a few flash notices valid for ~1 s become expired rows to sweep.
+    suppliers = [f"P{n:03d}" for n in range(1, 13)]
+    for i, pid in enumerate(suppliers):
+        for tema, texto in rng.sample(AVISOS, rng.randint(1, 3)):
+            flash = i % 4 == 0
+            msg = f"aviso {tema}{' (0.02 min)' if flash else ''}: {texto.format(p=rng.choice(PRODUCTOS))}"
+            with clock.simulated(now - timedelta(days=rng.randint(0, days - 1))):
+                run_turn(agents["compras"], ContextoProveedor(pid), f"compras-{pid}-{tema}", msg)
+            summary.expiring_notices += flash
+            summary.turns += 1
+    summary.suppliers = len(suppliers)
+
+    # Staff settings.
+    employees = [f"E{n:03d}" for n in range(1, 21)]
+    for eid in employees:
+        for ajuste in rng.sample(sorted(AJUSTES), rng.randint(1, 3)):
+            with clock.simulated(now - timedelta(days=rng.randint(0, days - 1))):
+                run_turn(agents["ajustes-personal"], ContextoEmpleado(eid), f"personal-{eid}",
+                         f"ajuste {ajuste} = {rng.choice(AJUSTES[ajuste])}")
+            summary.turns += 1
+    summary.employees = len(employees)
+
+    # Customers: conversations spread over the month; about one in five declares a preference.
+    plan: list[tuple[str, str, datetime, list[str]]] = []
+    for n in range(1, customers + 1):
+        cid = f"C{n}"
+        for c in range(rng.choice([1, 1, 2, 2, 3])):
+            when = now - timedelta(days=rng.randint(0, days - 1), minutes=rng.randint(0, 600))
+            turns = [rng.choice(OTHER_TURNS)(rng) for _ in range(rng.randint(1, 3))]
+            if rng.random() < 0.22:
+                turns.insert(rng.randint(0, len(turns)), rng.choice(PREFERENCE_TEMPLATES)(rng))
+            plan.append((cid, f"cliente-{cid}-{c + 1}", when, turns))
+    plan.sort(key=lambda p: p[2])
+
+    def converse(item: tuple[str, str, datetime, list[str]]) -> int:
+        cid, thread_id, when, turns = item
+        for k, text in enumerate(turns):
+            with clock.simulated(when + timedelta(minutes=k)):
+                run_turn(agents["atencion-cliente"], ContextoCliente(cid), thread_id, text)
+        return len(turns)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        summary.turns += sum(pool.map(converse, plan))
+    summary.conversations = len(plan) + len(suppliers) + len(employees)
+
+    # A pre-schema agent version wrote free keys for a few customers: the >4 documents alarm.
+    legacy = [f"C{n}" for n in rng.sample(range(1, customers + 1), 3)]
+    for cid in legacy:
+        for key in [f"pref-{t}" for t in ("tienda_recogida", "canal_contacto")] + LEGACY_KEYS:
+            put_memory(store, ("clientes", cid), key, {"texto": f"{key}: valor heredado", "valor": "heredado"},
+                       thread_id=None, agent="atencion-cliente-v0")
+    summary.legacy_customers = legacy
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def ensure_demo(db: Database, settings: Settings, **kwargs) -> DemoSummary | None:
+    """Seed once: only when the database is empty, under an advisory lock. Returns None if skipped."""
+    with db.connection() as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (SEED_LOCK_ID,))
+        try:
+            if not conn.execute(IS_EMPTY).fetchone()["empty"]:
+                return None
+            summary = seed(db, settings, **kwargs)
+            log.info("demo data seeded: %s", summary)
+            return summary
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (SEED_LOCK_ID,))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Seed demo data through the real agents (only into an empty database).")
+    parser.add_argument("--customers", type=int, default=240)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    from core.migrate import migrate
+
+    settings = load_settings()
+    db = Database.from_settings(settings)
+    migrate(db.dsn, settings.embeddings_dims)
+    summary = ensure_demo(db, settings, customers=args.customers, seed=args.seed)
+    print("database not empty: nothing seeded" if summary is None else f"seeded: {summary}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

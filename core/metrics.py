@@ -1,0 +1,157 @@
+"""Read side of the store managers' pages: plain SQL, returned as DataFrames.
+
+The dashboard reads `store` with SQL rather than `store.search`, on purpose: a search
+refreshes TTLs (`refresh_on_read`), and looking at memory must never extend its retention.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+import pandas as pd
+
+from core.db import Database
+from core.memory import MAX_DOCS_PER_CUSTOMER, ROOTS, InvalidIdentifier
+
+MAX_SEARCH_LENGTH = 400
+
+SELECT_TOTALS = """
+SELECT (SELECT count(*) FROM store)                                                  AS documents,
+       (SELECT count(*) FROM store WHERE expires_at IS NOT NULL AND expires_at < now()) AS expired,
+       (SELECT count(*) FROM store_vectors)                                           AS vectors,
+       (SELECT count(DISTINCT prefix) FROM store)                                     AS namespaces"""
+
+SELECT_BY_ROOT = """
+SELECT split_part(prefix, '.', 1)                                        AS root,
+       count(*)                                                          AS documents,
+       count(DISTINCT prefix)                                            AS namespaces,
+       count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at < now()) AS expired
+FROM store GROUP BY 1 ORDER BY documents DESC"""
+
+SELECT_TOP_PREFIXES = """
+SELECT prefix, split_part(prefix, '.', 1) AS root, count(*) AS documents,
+       count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at < now()) AS expired,
+       max(updated_at) AS last_write
+FROM store GROUP BY prefix ORDER BY documents DESC, prefix LIMIT %s"""
+
+SELECT_OVERSIZED = """
+SELECT split_part(prefix, '.', 2) AS cliente_id, prefix, count(*) AS documents,
+       string_agg(key, ', ' ORDER BY key) AS keys, max(updated_at) AS last_write
+FROM store WHERE prefix LIKE 'clientes.%%'
+GROUP BY prefix HAVING count(*) > %s ORDER BY documents DESC, prefix LIMIT %s"""
+
+# Exact matches only: `=` never interprets `%` or `_`.
+SELECT_NAMESPACE_EXACT = """
+SELECT prefix, count(*) AS documents FROM store
+WHERE prefix = ANY(%s) GROUP BY prefix ORDER BY prefix"""
+
+SELECT_NAMESPACE_ITEMS = """
+SELECT s.key, s.value, s.created_at, s.updated_at, s.expires_at, s.ttl_minutes,
+       (s.expires_at IS NOT NULL AND s.expires_at < now()) AS expired,
+       EXISTS (SELECT 1 FROM store_vectors v WHERE v.prefix = s.prefix AND v.key = s.key) AS vector
+FROM store s WHERE s.prefix = %s ORDER BY s.key LIMIT %s OFFSET %s"""
+
+SELECT_PREF_DAILY = """
+WITH days AS (
+    SELECT generate_series(%(since)s::date, %(until)s::date, interval '1 day')::date AS day
+), conv AS (
+    SELECT started_at::date AS day, count(*) AS conversations
+    FROM core_conversations
+    WHERE subject_root = 'clientes' AND started_at >= %(since)s AND started_at < %(until)s::date + 1
+    GROUP BY 1
+), writes AS (
+    SELECT written_at::date AS day, count(*) AS writes
+    FROM core_memory_writes
+    WHERE root = 'clientes' AND key LIKE 'pref-%%' AND thread_id IS NOT NULL
+      AND written_at >= %(since)s AND written_at < %(until)s::date + 1
+    GROUP BY 1
+)
+SELECT d.day, coalesce(c.conversations, 0) AS conversations, coalesce(w.writes, 0) AS writes
+FROM days d LEFT JOIN conv c USING (day) LEFT JOIN writes w USING (day) ORDER BY d.day"""
+
+SELECT_PREF_BY_TIPO = """
+SELECT substr(key, 6) AS tipo, count(*) AS writes, count(DISTINCT prefix) AS customers
+FROM core_memory_writes
+WHERE root = 'clientes' AND key LIKE 'pref-%%' AND thread_id IS NOT NULL
+  AND written_at >= %(since)s AND written_at < %(until)s::date + 1
+GROUP BY 1 ORDER BY writes DESC"""
+
+SELECT_WRITING_CONVERSATIONS = """
+SELECT w.thread_id, split_part(w.prefix, '.', 2) AS cliente_id, min(w.written_at) AS first_write,
+       count(*) AS writes, string_agg(DISTINCT substr(w.key, 6), ', ') AS tipos, min(w.agent) AS agent
+FROM core_memory_writes w
+WHERE w.root = 'clientes' AND w.key LIKE 'pref-%%' AND w.thread_id IS NOT NULL
+  AND w.written_at >= %(since)s AND w.written_at < %(until)s::date + 1
+GROUP BY w.thread_id, w.prefix ORDER BY first_write DESC LIMIT %(limit)s OFFSET %(offset)s"""
+
+
+@dataclass(frozen=True)
+class MemoryTotals:
+    documents: int
+    expired: int
+    vectors: int
+    namespaces: int
+
+
+def memory_totals(db: Database) -> MemoryTotals:
+    return MemoryTotals(**db.fetch_one(SELECT_TOTALS))
+
+
+def documents_by_root(db: Database) -> pd.DataFrame:
+    return pd.DataFrame(db.fetch(SELECT_BY_ROOT), columns=["root", "documents", "namespaces", "expired"])
+
+
+def top_prefixes(db: Database, limit: int = 20) -> pd.DataFrame:
+    rows = db.fetch(SELECT_TOP_PREFIXES, (limit,))
+    return pd.DataFrame(rows, columns=["prefix", "root", "documents", "expired", "last_write"])
+
+
+def oversized_customers(db: Database, limit: int = 200) -> pd.DataFrame:
+    """Customers whose namespace holds more documents than the closed schema allows."""
+    rows = db.fetch(SELECT_OVERSIZED, (MAX_DOCS_PER_CUSTOMER, limit))
+    return pd.DataFrame(rows, columns=["cliente_id", "prefix", "documents", "keys", "last_write"])
+
+
+def find_namespaces(db: Database, text: str) -> pd.DataFrame:
+    """Namespaces matching `text` exactly: a full prefix (`clientes.C9`) or an id under any root (`C9`).
+
+    Raises InvalidIdentifier for empty, NUL-bearing or oversized input. `%`, `_` and quotes
+    are literal characters here.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidIdentifier("type a namespace (e.g. clientes.C9) or an id (e.g. C9)")
+    if "\x00" in text:
+        raise InvalidIdentifier("the search contains a NUL character")
+    if len(text) > MAX_SEARCH_LENGTH:
+        raise InvalidIdentifier(f"the search is {len(text)} characters long (at most {MAX_SEARCH_LENGTH})")
+    text = text.strip()
+    candidates = [text] if "." in text else [f"{root}.{text}" for root in ROOTS]
+    return pd.DataFrame(db.fetch(SELECT_NAMESPACE_EXACT, (candidates,)), columns=["prefix", "documents"])
+
+
+def namespace_items(db: Database, prefix: str, limit: int = 100, offset: int = 0) -> pd.DataFrame:
+    """The items of one namespace (exact prefix), without refreshing their TTL."""
+    rows = db.fetch(SELECT_NAMESPACE_ITEMS, (prefix, limit, offset))
+    return pd.DataFrame(
+        rows, columns=["key", "value", "created_at", "updated_at", "expires_at", "ttl_minutes", "expired", "vector"]
+    )
+
+
+def preference_daily(db: Database, since: date, until: date) -> pd.DataFrame:
+    """Per day: customer conversations started, preference writes made in conversations, and their ratio."""
+    df = pd.DataFrame(db.fetch(SELECT_PREF_DAILY, {"since": since, "until": until}),
+                      columns=["day", "conversations", "writes"])
+    df["ratio"] = (df["writes"] / df["conversations"].where(df["conversations"] > 0)).astype(float)
+    return df
+
+
+def preference_by_tipo(db: Database, since: date, until: date) -> pd.DataFrame:
+    return pd.DataFrame(db.fetch(SELECT_PREF_BY_TIPO, {"since": since, "until": until}),
+                        columns=["tipo", "writes", "customers"])
+
+
+def writing_conversations(db: Database, since: date, until: date, limit: int = 50, offset: int = 0) -> pd.DataFrame:
+    """Conversations that wrote preferences (including writes later overwritten), newest first."""
+    params = {"since": since, "until": until, "limit": limit, "offset": offset}
+    return pd.DataFrame(db.fetch(SELECT_WRITING_CONVERSATIONS, params),
+                        columns=["thread_id", "cliente_id", "first_write", "writes", "tipos", "agent"])

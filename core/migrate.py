@@ -1,0 +1,121 @@
+"""Schema migrations: the store's and the checkpointer's own `setup()`, then ours.
+
+Ours are `core/sql/NNN_name.sql`, applied in order, each in a transaction with its
+row in `core_schema_migrations`. Everything runs under a PostgreSQL advisory lock,
+so two dashboard processes (or a Job and a dashboard) starting at once are safe.
+Run on its own for a migrations Job: `python -m core.migrate`.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+
+import psycopg
+from psycopg.rows import dict_row
+
+from core.config import load_settings
+from core.db import CONNECT_TIMEOUT_S, resolve_dsn
+
+log = logging.getLogger(__name__)
+
+SQL_DIR = Path(__file__).parent / "sql"
+# Arbitrary constant shared by every migrating process ("core.migrate").
+MIGRATION_LOCK_ID = 0x636F7265_6D696772 & 0x7FFFFFFFFFFFFFFF
+
+CREATE_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS core_schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+SELECT_APPLIED = "SELECT version FROM core_schema_migrations"
+INSERT_APPLIED = "INSERT INTO core_schema_migrations (version, name) VALUES (%s, %s)"
+SELECT_VECTOR_TYPE = """
+SELECT format_type(a.atttypid, a.atttypmod) AS type
+FROM pg_attribute a
+WHERE a.attrelid = to_regclass('store_vectors') AND a.attname = 'embedding' AND NOT a.attisdropped"""
+
+
+class EmbeddingDimsMismatch(RuntimeError):
+    """The configured embedding dims differ from the existing `store_vectors` column."""
+
+
+def migration_files() -> list[tuple[int, str, Path]]:
+    """Our migrations in order; raises if two files share a version."""
+    found: dict[int, tuple[int, str, Path]] = {}
+    for path in sorted(SQL_DIR.glob("*.sql")):
+        m = re.match(r"(\d+)_(.+)\.sql$", path.name)
+        if not m:
+            continue
+        version = int(m.group(1))
+        if version in found:
+            raise RuntimeError(f"two migrations with version {version}: {found[version][2].name}, {path.name}")
+        found[version] = (version, m.group(2), path)
+    return [found[v] for v in sorted(found)]
+
+
+def stored_dims(conn: psycopg.Connection) -> int | None:
+    row = conn.execute(SELECT_VECTOR_TYPE).fetchone()
+    if row is None:
+        return None
+    type_name = row["type"] if isinstance(row, dict) else row[0]
+    m = re.search(r"\((\d+)\)", type_name)
+    return int(m.group(1)) if m else None
+
+
+def check_dims(conn: psycopg.Connection, dims: int) -> None:
+    """Raise EmbeddingDimsMismatch if `store_vectors.embedding` exists with other dims."""
+    existing = stored_dims(conn)
+    if existing is not None and existing != dims:
+        raise EmbeddingDimsMismatch(
+            f"EMBEDDINGS_DIMS={dims} but store_vectors.embedding is vector({existing}): "
+            f"configure the embedding model that wrote this store (dims {existing}) or re-embed it"
+        )
+
+
+def migrate(dsn: str, dims: int) -> list[str]:
+    """Apply everything not yet applied; return the names applied now. Idempotent."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    from core.embeddings import OfflineHashEmbeddings
+    from core.memory import build_store
+
+    applied_now: list[str] = []
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))
+        try:
+            check_dims(conn, dims)
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            # setup() only needs the dims; the embedding function is never called here.
+            build_store(conn, embeddings=OfflineHashEmbeddings(dims), dims=dims).setup()
+            PostgresSaver(conn).setup()
+            conn.execute(CREATE_VERSION_TABLE)
+            done = {r["version"] for r in conn.execute(SELECT_APPLIED).fetchall()}
+            for version, name, path in migration_files():
+                if version in done:
+                    continue
+                with conn.transaction():
+                    conn.execute(path.read_text())
+                    conn.execute(INSERT_APPLIED, (version, name))
+                applied_now.append(f"{version:03d}_{name}")
+                log.info("applied migration %03d_%s", version, name)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
+    return applied_now
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Apply the store, checkpointer and dashboard migrations.")
+    parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    settings = load_settings()
+    applied = migrate(resolve_dsn(settings), settings.embeddings_dims)
+    print(f"migrations applied: {len(applied)}" + (f" ({', '.join(applied)})" if applied else " (up to date)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""A deterministic chat model for the demo and the tests (no network, no weights).
+
+It reads the last message and answers the way a real model would in these retail
+conversations: a declared preference becomes a `recordar_preferencia` call, a question
+about a supplier becomes `avisos_proveedor`, a purchasing note becomes `publicar_aviso`,
+and after a tool result it closes the turn with a short reply.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any, Callable
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+# (pattern on the user's text, tool name, how to build its args from the match)
+RULES: list[tuple[re.Pattern[str], str, Callable[[re.Match[str]], dict[str, Any]]]] = [
+    (re.compile(r"recoger .* en la tienda (?P<v>.+?)\.?$", re.I), "recordar_preferencia",
+     lambda m: {"tipo": "tienda_recogida", "valor": m["v"]}),
+    (re.compile(r"contactadme .* por (?P<v>.+?)\.?$", re.I), "recordar_preferencia",
+     lambda m: {"tipo": "canal_contacto", "valor": m["v"]}),
+    (re.compile(r"entregas .* franja (?P<v>.+?)\.?$", re.I), "recordar_preferencia",
+     lambda m: {"tipo": "franja_entrega", "valor": m["v"]}),
+    (re.compile(r"mi talla es la (?P<v>.+?)\.?$", re.I), "recordar_preferencia",
+     lambda m: {"tipo": "talla", "valor": m["v"]}),
+    (re.compile(r"avisos .*sobre (?P<v>.+?)\??$", re.I), "avisos_proveedor", lambda m: {"consulta": m["v"]}),
+    (re.compile(r"qué preferencias tengo", re.I), "preferencias", lambda m: {}),
+    (re.compile(r"^aviso (?P<t>retraso|rotura_stock|cambio_precio|promocion)(?: \((?P<min>[\d.]+) min\))?: (?P<v>.+)$", re.I),
+     "publicar_aviso",
+     lambda m: {"tema": m["t"].lower(), "texto": m["v"], **({"vigencia_minutos": float(m["min"])} if m["min"] else {})}),
+    (re.compile(r"^ajuste (?P<a>idioma|tienda_base|turno|notificaciones) = (?P<v>.+)$", re.I), "guardar_ajuste",
+     lambda m: {"ajuste": m["a"].lower(), "valor": m["v"]}),
+]
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Rule-based stand-in for a chat model; `bind_tools` is accepted and ignored."""
+
+    _ids: Any = itertools.count()
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted-retail"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> "ScriptedChatModel":
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self.respond(messages))])
+
+    def respond(self, messages: list[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            return AIMessage(content=f"Hecho. {last.content}".strip())
+        if isinstance(last, HumanMessage):
+            text = str(last.content).strip()
+            for pattern, tool_name, build in RULES:
+                m = pattern.search(text)
+                if m:
+                    call = {"name": tool_name, "args": build(m), "id": f"call_{next(self._ids)}", "type": "tool_call"}
+                    return AIMessage(content="", tool_calls=[call])
+            system = next((m for m in messages if isinstance(m, SystemMessage)), None)
+            hint = " (con tus preferencias en cuenta)" if system and "Preferencias declaradas" in str(system.content) else ""
+            return AIMessage(content=f"Claro, te ayudo con eso{hint}.")
+        return AIMessage(content="¿En qué puedo ayudarte?")

@@ -1,0 +1,83 @@
+"""Entrypoint: `streamlit run dashboard.py`.
+
+Opens the agents' database (the embedded one with demo data when nothing is configured),
+signs the user in, and builds the navigation from the user's roles.
+"""
+from __future__ import annotations
+
+import time
+
+import psycopg
+import streamlit as st
+from psycopg_pool import PoolTimeout
+
+from core import access
+from core.db import DatabaseUnavailable, describe_dsn
+from core.migrate import EmbeddingDimsMismatch
+from ui.common import auth_configured, bootstrap, current_user, settings
+from ui.i18n import LANGUAGES, t
+
+st.set_page_config(page_title="Agent memory", page_icon=":material/memory:", layout="wide")
+
+if "lang" not in st.session_state:
+    st.session_state.lang = st.query_params.get("lang", "es") if st.query_params.get("lang") in LANGUAGES else "es"
+st.sidebar.selectbox(t("language"), list(LANGUAGES), format_func=LANGUAGES.get, key="lang")
+st.query_params["lang"] = st.session_state.lang
+
+try:
+    db = bootstrap()
+except (DatabaseUnavailable, psycopg.Error, PoolTimeout, EmbeddingDimsMismatch) as exc:
+    cfg = settings()
+    st.title(t("startup_failed"))
+    st.error(str(exc).strip() or type(exc).__name__)
+    st.markdown(t("startup_hint", target=describe_dsn(cfg.dsn) if cfg.dsn else t("embedded")))
+    if st.button(t("retry"), key="startup.retry"):
+        st.rerun()
+    st.stop()
+
+user = current_user()
+if user is None:
+    st.title(t("app_title"))
+    st.info(t("sign_in_prompt"))
+    if st.button(t("sign_in"), key="auth.login", type="primary"):
+        st.login()
+    st.stop()
+if not user.roles:
+    st.error(t("no_roles", user=user.email or user.name))
+    st.button(t("sign_out"), key="auth.logout", on_click=st.logout)
+    st.stop()
+
+PAGES = {
+    "section_store": [
+        (access.MANAGER, "pages/memory.py", "page_memory", ":material/database:", "memory"),
+        (access.MANAGER, "pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
+    ],
+}
+sections: dict[str, list] = {}
+for section, entries in PAGES.items():
+    pages = [st.Page(path, title=t(title), icon=icon, url_path=url) for role, path, title, icon, url in entries
+             if role in user.roles]
+    if pages:
+        sections[t(section)] = pages
+nav = st.navigation(sections)
+
+with st.sidebar:
+    if user.local:
+        st.warning(t("local_mode"), icon=":material/lock_open:")
+    else:
+        st.caption(t("signed_in_as", user=user.email or user.name, roles=", ".join(user.roles)))
+        st.button(t("sign_out"), key="auth.logout", on_click=st.logout)
+
+    @st.fragment(run_every=15)
+    def database_status() -> None:
+        probe = db.probe()
+        st.caption(f"**{t('db')}:** {t('embedded') if db.embedded else probe.target}")
+        if probe.ok:
+            st.caption(":green[●] " + t("db_ok", ms=probe.latency_ms, version=probe.server_version))
+        else:
+            st.caption(":red[●] " + t("db_down", error=probe.error))
+        st.caption(t("db_checked", at=time.strftime("%H:%M:%S", time.localtime(probe.checked_at))))
+
+    database_status()
+
+nav.run()

@@ -1,0 +1,99 @@
+"""Memory (store managers): documents per prefix, the >4 documents alarm, one namespace in detail."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from core import access, metrics
+from core.embeddings import embeddings_label
+from core.memory import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
+from ui.common import read, require_role, settings
+from ui.i18n import t
+
+TOP_N = 20
+PAGE_SIZE = 50
+NS_KEY = "memory.ns"
+
+require_role(access.MANAGER)
+if NS_KEY not in st.session_state:
+    st.session_state[NS_KEY] = st.query_params.get("ns", "")
+
+st.title(t("memory_title"))
+st.caption(t("memory_caption", emb=embeddings_label(settings())))
+
+totals = read(metrics.memory_totals)
+c1, c2, c3, c4 = st.columns(4)
+c1.metric(t("documents"), f"{totals.documents:,}")
+c2.metric(t("namespaces"), f"{totals.namespaces:,}")
+c3.metric(t("vectors"), f"{totals.vectors:,}")
+c4.metric(t("expired"), f"{totals.expired:,}")
+
+left, right = st.columns(2)
+with left:
+    st.subheader(t("by_root"))
+    by_root = read(metrics.documents_by_root)
+    fig = px.bar(by_root, x="root", y="documents", color="root", text="documents",
+                 labels={"root": "", "documents": t("documents")})
+    fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10))
+    st.plotly_chart(fig, key="memory.by_root_chart")
+    st.dataframe(by_root, hide_index=True, key="memory.by_root")
+with right:
+    st.subheader(t("top_prefixes", n=TOP_N))
+    top = read(metrics.top_prefixes, TOP_N)
+    fig = px.bar(top.iloc[::-1], x="documents", y="prefix", color="root", orientation="h",
+                 labels={"prefix": "", "documents": t("documents")})
+    fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10))
+    st.plotly_chart(fig, key="memory.top_chart")
+
+with st.expander(t("policy")):
+    st.dataframe(
+        pd.DataFrame([{"root": p.root, "ttl_days": p.ttl_days, "refresh_on_read": p.refresh_on_read,
+                       "omit_expired": True, "in_process_sweeper": False} for p in POLICIES.values()]),
+        hide_index=True, key="memory.policy",
+    )
+
+st.subheader(t("alarm_title", n=MAX_DOCS_PER_CUSTOMER))
+st.caption(t("alarm_caption", n=MAX_DOCS_PER_CUSTOMER))
+oversized = read(metrics.oversized_customers)
+
+
+def _open_selected() -> None:
+    rows = st.session_state["memory.alarm"].selection.rows
+    if rows:
+        st.session_state[NS_KEY] = oversized.iloc[rows[0]]["prefix"]
+
+
+if oversized.empty:
+    st.success(t("alarm_none", n=MAX_DOCS_PER_CUSTOMER))
+else:
+    st.dataframe(oversized, hide_index=True, key="memory.alarm", on_select=_open_selected,
+                 selection_mode="single-row")
+
+st.subheader(t("drill_title"))
+query = st.text_input(t("drill_input"), key=NS_KEY, max_chars=metrics.MAX_SEARCH_LENGTH)
+if query:
+    st.query_params["ns"] = query
+    try:
+        found = read(metrics.find_namespaces, query)
+    except InvalidIdentifier as exc:
+        st.error(str(exc))
+        found = None
+    if found is not None and found.empty:
+        st.info(t("drill_none", q=query))
+    elif found is not None:
+        prefix = found["prefix"].iloc[0]
+        if len(found) > 1:
+            prefix = st.radio(t("drill_pick"), found["prefix"].tolist(), key="memory.pick", horizontal=True)
+        count = int(found.set_index("prefix").loc[prefix, "documents"])
+        pages = max(1, -(-count // PAGE_SIZE))
+        page = st.number_input(t("page"), 1, pages, 1, key="memory.page") if pages > 1 else 1
+        items = read(metrics.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+        items["value"] = items["value"].map(lambda v: json.dumps(v, ensure_ascii=False))
+        st.markdown(t("drill_items", prefix=f"`{prefix}`", n=count))
+        st.dataframe(items, hide_index=True, key="memory.items",
+                     column_config={"value": st.column_config.TextColumn(width="large")})
+elif "ns" in st.query_params:
+    del st.query_params["ns"]

@@ -1,0 +1,60 @@
+"""Preferences (store managers): preference writes per customer conversation, daily, by tipo."""
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from core import access, metrics
+from ui.common import read, require_role
+from ui.i18n import t
+
+TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversations
+PAGE_SIZE = 50
+
+require_role(access.MANAGER)
+st.title(t("prefs_title"))
+st.caption(t("prefs_caption", target=TARGET_RATIO))
+
+today = date.today()
+period = st.date_input(t("period"), (today - timedelta(days=29), today), max_value=today, key="preferences.period")
+if not isinstance(period, tuple) or len(period) != 2:
+    st.stop()  # the user is still picking the end date
+since, until = period
+
+daily = read(metrics.preference_daily, since, until)
+conversations, writes = int(daily["conversations"].sum()), int(daily["writes"].sum())
+ratio = writes / conversations if conversations else None
+c1, c2, c3 = st.columns(3)
+c1.metric(t("conversations"), f"{conversations:,}")
+c2.metric(t("pref_writes"), f"{writes:,}")
+c3.metric(t("ratio"), "–" if ratio is None else f"{ratio:.3f}",
+          None if ratio is None else f"{ratio - TARGET_RATIO:+.3f} vs {t('target')} {TARGET_RATIO}")
+
+if conversations == 0:
+    st.info(t("no_data"))
+    st.stop()
+
+fig = go.Figure()
+fig.add_bar(x=daily["day"], y=daily["conversations"], name=t("conversations"), yaxis="y2", opacity=0.25)
+fig.add_scatter(x=daily["day"], y=daily["ratio"], name=t("ratio"), mode="lines+markers")
+fig.add_hline(y=TARGET_RATIO, line_dash="dash", line_color="red", annotation_text=f"{t('target')} {TARGET_RATIO}")
+fig.update_layout(height=360, margin=dict(t=10, b=10), legend=dict(orientation="h"),
+                  yaxis=dict(title=t("ratio"), rangemode="tozero"),
+                  yaxis2=dict(title=t("conversations"), overlaying="y", side="right", showgrid=False))
+st.plotly_chart(fig, key="preferences.daily_chart")
+
+left, right = st.columns([1, 2])
+with left:
+    st.subheader(t("by_tipo"))
+    by_tipo = read(metrics.preference_by_tipo, since, until)
+    fig = px.bar(by_tipo, x="tipo", y="writes", text="writes", labels={"tipo": "", "writes": t("pref_writes")})
+    fig.update_layout(height=300, margin=dict(t=10, b=10))
+    st.plotly_chart(fig, key="preferences.tipo_chart")
+with right:
+    st.subheader(t("writers"))
+    page = st.number_input(t("page"), 1, 10_000, 1, key="preferences.page")
+    writers = read(metrics.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+    st.dataframe(writers, hide_index=True, key="preferences.writers")

@@ -1,0 +1,103 @@
+"""What every page shares: the database handle, cached reads, the signed-in user, role checks."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import streamlit as st
+from streamlit.errors import StreamlitSecretNotFoundError
+
+from core import access
+from core.config import Settings, load_settings
+from core.db import Database, DatabaseUnavailable
+from ui.i18n import t
+
+log = logging.getLogger(__name__)
+
+CACHE_TTL = 30  # seconds a read is reused; the pages are for humans, not alarms
+
+
+def secrets() -> dict:
+    try:
+        return st.secrets.to_dict()
+    except (StreamlitSecretNotFoundError, FileNotFoundError):
+        return {}
+
+
+@st.cache_resource(show_spinner=False)
+def settings() -> Settings:
+    return load_settings(secrets())
+
+
+@st.cache_resource(show_spinner="Preparando la base de datos… / Preparing the database…")
+def bootstrap() -> Database:
+    """Open the agents' database once per process: embedded server, migrations and demo data when
+    configured. Raises on failure (nothing is cached then, so the next run retries)."""
+    from core.demo import ensure_demo
+    from core.migrate import check_dims, migrate
+
+    cfg = settings()
+    db = Database.from_settings(cfg)
+    if cfg.auto_migrate:
+        migrate(db.dsn, cfg.embeddings_dims)
+    else:
+        with db.connection() as conn:
+            check_dims(conn, cfg.embeddings_dims)
+    if cfg.seed_demo:
+        ensure_demo(db, cfg)
+    return db
+
+
+def get_db() -> Database:
+    return bootstrap()
+
+
+@st.cache_data(ttl=CACHE_TTL, show_spinner=False)
+def _cached(fn_name: str, module: str, dsn: str, args: tuple, kwargs: tuple) -> Any:
+    import importlib
+
+    fn = getattr(importlib.import_module(module), fn_name)
+    return fn(get_db(), *args, **dict(kwargs))
+
+
+def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a core read function `fn(db, ...)` through the cache; a dead database stops the page
+    with a clear error instead of a traceback."""
+    try:
+        return _cached(fn.__name__, fn.__module__, get_db().dsn, args, tuple(sorted(kwargs.items())))
+    except DatabaseUnavailable as exc:
+        st.error(t("read_failed", error=exc))
+        st.stop()
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    email: str | None
+    roles: tuple[str, ...]
+    local: bool
+
+
+def auth_configured() -> bool:
+    return bool(secrets().get("auth"))
+
+
+def current_user() -> User | None:
+    """The signed-in user (None if signed out). Without an identity provider: the local user."""
+    cfg = settings()
+    if not auth_configured():
+        return User("local", None, access.parse_roles(cfg.local_roles), local=True)
+    if not st.user.is_logged_in:
+        return None
+    email = st.user.get("email")
+    return User(st.user.get("name") or email or "?", email, access.roles_for(email, cfg.role_map), local=False)
+
+
+def require_role(role: str) -> User:
+    """Stop the page unless the current user has `role` (checked on every run, server-side)."""
+    user = current_user()
+    if user is None or role not in user.roles:
+        st.error(t("forbidden", role=role))
+        st.stop()
+    return user
