@@ -52,6 +52,10 @@ PAGES = {
         (access.MANAGER, "pages/memory.py", "page_memory", ":material/database:", "memory"),
         (access.MANAGER, "pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
     ],
+    "section_ops": [
+    ],
+    "section_dp": [
+    ],
 }
 sections: dict[str, list] = {}
 for section, entries in PAGES.items():

@@ -140,6 +140,9 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
             put_memory(store, ("clientes", cid), key, {"texto": f"{key}: valor heredado", "valor": "heredado"},
                        thread_id=None, agent="atencion-cliente-v0")
     summary.legacy_customers = legacy
+
+    # --- demo steps from other modules (one line each: a real sweep, outage, erasure...) ---
+
     summary.seconds = time.monotonic() - started
     return summary
 

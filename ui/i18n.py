@@ -75,6 +75,14 @@ STRINGS: dict[str, dict[str, str]] = {
 }
 
 
+def add_strings(strings: dict[str, dict[str, str]]) -> None:
+    """Let a page module register its own strings (keys must not clash)."""
+    clash = set(strings) & set(STRINGS)
+    if clash and any(STRINGS[k] != strings[k] for k in clash):
+        raise KeyError(f"UI string keys defined twice: {sorted(clash)}")
+    STRINGS.update(strings)
+
+
 def lang() -> str:
     return st.session_state.get("lang", "es")
 

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what the tests need, then runs pytest
+# against a real embedded PostgreSQL and a real Debian chromium. Extra args go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+if ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
+# pytest exits 5 when no test ran: that is a failure here, like any other non-zero code.
+exec python -m pytest "$@"
