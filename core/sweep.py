@@ -1,0 +1,485 @@
+"""The sweep job: the store's TTL sweep and checkpoint retention, one run at a time.
+
+`python -m core.sweep` is the CronJob entry (see README, "Sweeps and retention"). A run:
+
+1. takes a PostgreSQL advisory lock (`pg_try_advisory_lock`) on its own connection; if another
+   run holds it, it logs a 'locked' row, reports "already running" and exits 0;
+2. TTL sweep: in one REPEATABLE READ transaction, locks the expired `store` rows, counts them per
+   namespace root with their `store_vectors` rows, then calls the store's own `sweep_ttl()`
+   (same snapshot, same `now()`: the counts are exact, and a mismatch rolls everything back);
+3. checkpoint retention: threads whose newest checkpoint (`checkpoint->>'ts'`) is older than
+   `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run only lists them);
+4. calls the erasure register's re-check when `core.erasure.recheck_all(db)` exists;
+5. completes its row in `core_sweep_log`.
+
+Why `checkpoint->>'ts'` and not `core_conversations.last_turn_at` for a thread's age: the checkpoint
+is what retention deletes and the checkpointer writes its time on every step of every graph,
+whereas `core_conversations` is only kept by our agents' middleware (a thread written by another
+agent, or resynced after a degraded period, may have no row there) and records the demo's
+simulated time rather than when the data was written.
+
+The read side of the Sweeps page (DataFrames) is at the end of this module.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable
+
+import pandas as pd
+import psycopg
+from psycopg.rows import dict_row
+
+from core.config import DEFAULT_DIMS, load_settings
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
+from core.memory import POLICIES, ROOTS, TTL_CONFIG, build_store
+
+log = logging.getLogger(__name__)
+
+# Arbitrary constant shared by every sweeping process ("coreswep").
+SWEEP_LOCK_ID = 0x636F7265_73776570
+TRIGGERS = ("scheduled", "manual", "demo")
+DEFAULT_RETENTION_DAYS = 90
+RETENTION_ENV = "SWEEP_RETENTION_DAYS"
+RETENTION_BATCH = 500  # threads re-checked and deleted per batch
+THREADS_SAMPLE = 1000  # thread ids kept in the log row
+SERIALIZATION_RETRIES = 3
+
+# --- job SQL ----------------------------------------------------------------------------------
+
+TRY_LOCK = "SELECT pg_try_advisory_lock(%s) AS locked"
+UNLOCK = "SELECT pg_advisory_unlock(%s)"
+
+INSERT_RUN = """
+INSERT INTO core_sweep_log (trigger, operator, host, status, dry_run, retention_days)
+VALUES (%s, %s, %s, %s, %s, %s) RETURNING id, started_at"""
+
+INSERT_LOCKED_RUN = """
+INSERT INTO core_sweep_log (trigger, operator, host, status, dry_run, retention_days, finished_at, error)
+VALUES (%s, %s, %s, 'locked', %s, %s, now(), 'another sweep holds the advisory lock (already running)')
+RETURNING id, started_at"""
+
+FINISH_RUN = """
+UPDATE core_sweep_log
+SET finished_at = now(), status = %(status)s, documents_deleted = %(documents)s, vectors_deleted = %(vectors)s,
+    deleted_by_root = %(by_root)s, threads_found = %(threads_found)s, threads_deleted = %(threads_deleted)s,
+    threads_sample = %(threads_sample)s, erasure_recheck = %(erasure)s, error = %(error)s
+WHERE id = %(id)s RETURNING finished_at"""
+
+# Locks the expired rows so nothing refreshes or rewrites them before sweep_ttl() deletes them;
+# under REPEATABLE READ the DELETE then sees exactly these rows.
+COUNT_EXPIRED_LOCKED = """
+WITH expired AS MATERIALIZED (
+    SELECT prefix, key FROM store
+    WHERE expires_at IS NOT NULL AND expires_at < now()
+    FOR UPDATE
+)
+SELECT split_part(e.prefix, '.', 1) AS root, count(*) AS documents, coalesce(sum(v.n), 0) AS vectors
+FROM expired e
+CROSS JOIN LATERAL (SELECT count(*) AS n FROM store_vectors sv WHERE sv.prefix = e.prefix AND sv.key = e.key) v
+GROUP BY 1 ORDER BY 1"""
+
+COUNT_EXPIRED = """
+SELECT split_part(s.prefix, '.', 1) AS root, count(*) AS documents, coalesce(sum(v.n), 0) AS vectors
+FROM store s
+CROSS JOIN LATERAL (SELECT count(*) AS n FROM store_vectors sv WHERE sv.prefix = s.prefix AND sv.key = s.key) v
+WHERE s.expires_at IS NOT NULL AND s.expires_at < now()
+GROUP BY 1 ORDER BY 1"""
+
+# A thread's age is the `ts` of its newest checkpoint (any checkpoint_ns), written by the checkpointer.
+SELECT_OLD_THREADS = """
+SELECT thread_id, max((checkpoint->>'ts')::timestamptz) AS last_checkpoint_at
+FROM checkpoints
+GROUP BY thread_id
+HAVING max((checkpoint->>'ts')::timestamptz) < now() - make_interval(days => %s)
+ORDER BY last_checkpoint_at, thread_id"""
+
+# Re-checked just before deleting a batch: a thread that resumed since the listing is kept.
+RECHECK_OLD_THREADS = """
+SELECT thread_id FROM checkpoints
+WHERE thread_id = ANY(%s)
+GROUP BY thread_id
+HAVING max((checkpoint->>'ts')::timestamptz) < now() - make_interval(days => %s)"""
+
+
+class SweepInputError(ValueError):
+    """A sweep was asked with an invalid argument; nothing was changed or logged."""
+
+
+StepCallback = Callable[[str, float, str], None]
+
+
+@dataclass
+class SweepResult:
+    """What one run did. In a dry run the counts are what a real run would delete now."""
+
+    run_id: int | None
+    status: str  # ok / dry_run / locked / error
+    trigger: str
+    dry_run: bool
+    retention_days: int
+    host: str
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    documents_deleted: int = 0
+    vectors_deleted: int = 0
+    deleted_by_root: dict[str, int] = field(default_factory=dict)
+    threads: list[str] = field(default_factory=list)  # old threads found (deleted unless dry run)
+    threads_deleted: int = 0
+    erasure_recheck: str | None = None
+    error: str | None = None
+
+    @property
+    def locked(self) -> bool:
+        return self.status == "locked"
+
+    def summary(self) -> str:
+        if self.locked:
+            return f"sweep already running elsewhere (run {self.run_id} logged as 'locked'); nothing done"
+        verb = "would delete" if self.dry_run else "deleted"
+        roots = ", ".join(f"{r} {n}" for r, n in sorted(self.deleted_by_root.items())) or "none"
+        text = (f"sweep run {self.run_id} [{self.status}] {verb} {self.documents_deleted} documents "
+                f"({roots}) and {self.vectors_deleted} vectors; retention ({self.retention_days} days) "
+                f"{verb} {len(self.threads) if self.dry_run else self.threads_deleted} threads")
+        return text + (f"; error: {self.error}" if self.error else "")
+
+
+def validate_retention_days(value: Any) -> int:
+    """`value` as a whole number of days >= 1; raises SweepInputError otherwise."""
+    if isinstance(value, bool):
+        raise SweepInputError(f"retention days must be a whole number >= 1, got {value!r}")
+    try:
+        days = int(str(value).strip()) if not isinstance(value, int) else value
+    except ValueError:
+        raise SweepInputError(f"retention days must be a whole number >= 1, got {value!r}") from None
+    if days < 1:
+        raise SweepInputError(f"retention days must be >= 1 (threads older than that many days are deleted), got {days}")
+    return days
+
+
+def default_retention_days() -> int:
+    """`SWEEP_RETENTION_DAYS` from the environment, else DEFAULT_RETENTION_DAYS."""
+    raw = os.environ.get(RETENTION_ENV)
+    return DEFAULT_RETENTION_DAYS if raw in (None, "") else validate_retention_days(raw)
+
+
+def _connect(dsn: str) -> psycopg.Connection:
+    try:
+        return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"sweep cannot reach PostgreSQL: {exc}") from exc
+
+
+def _sweep_ttl(conn: psycopg.Connection, dry_run: bool) -> tuple[int, int, dict[str, int]]:
+    """TTL sweep on `conn`; returns (documents, vectors, documents per root)."""
+    if dry_run:
+        rows = conn.execute(COUNT_EXPIRED).fetchall()
+        return (sum(r["documents"] for r in rows), sum(int(r["vectors"]) for r in rows),
+                {r["root"]: r["documents"] for r in rows})
+    from core.migrate import stored_dims
+    from core.embeddings import OfflineHashEmbeddings
+
+    dims = stored_dims(conn) or DEFAULT_DIMS
+    # sweep_ttl() never embeds: the offline embedder only satisfies the index configuration.
+    store = build_store(conn, embeddings=OfflineHashEmbeddings(dims), dims=dims)
+    for attempt in range(1, SERIALIZATION_RETRIES + 1):
+        try:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                rows = conn.execute(COUNT_EXPIRED_LOCKED).fetchall()
+                by_root = {r["root"]: r["documents"] for r in rows}
+                documents = sum(by_root.values())
+                vectors = sum(int(r["vectors"]) for r in rows)
+                deleted = store.sweep_ttl()
+                if deleted != documents:  # cannot happen under this lock; never commit wrong counts
+                    raise RuntimeError(f"sweep_ttl() deleted {deleted} rows but {documents} were counted; rolled back")
+            return documents, vectors, by_root
+        except psycopg.errors.SerializationFailure:
+            if attempt == SERIALIZATION_RETRIES:
+                raise
+            log.info("sweep: expired rows changed under the sweep, retrying (%d)", attempt)
+    raise AssertionError("unreachable")
+
+
+def find_old_threads(db: Database, retention_days: int) -> pd.DataFrame:
+    """Threads whose newest checkpoint is older than `retention_days` (thread_id, last_checkpoint_at)."""
+    days = validate_retention_days(retention_days)
+    rows = db.fetch(SELECT_OLD_THREADS, (days,), read_only=False)
+    return pd.DataFrame(rows, columns=["thread_id", "last_checkpoint_at"])
+
+
+def _retention(db: Database, conn: psycopg.Connection, days: int, dry_run: bool,
+               step: StepCallback) -> tuple[list[str], int]:
+    """Checkpoint retention; returns (old threads found, threads deleted)."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    threads = [r["thread_id"] for r in conn.execute(SELECT_OLD_THREADS, (days,)).fetchall()]
+    if dry_run or not threads:
+        return threads, 0
+    saver = PostgresSaver(db.pool)
+    deleted = 0
+    for start in range(0, len(threads), RETENTION_BATCH):
+        batch = threads[start:start + RETENTION_BATCH]
+        still_old = [r["thread_id"] for r in conn.execute(RECHECK_OLD_THREADS, (batch, days)).fetchall()]
+        for thread_id in still_old:
+            saver.delete_thread(thread_id)
+        deleted += len(still_old)
+        step("retention", 0.5 + 0.4 * (start + len(batch)) / len(threads), f"{deleted}/{len(threads)}")
+    return threads, deleted
+
+
+def recheck_erasures(db: Database) -> str | None:
+    """Hook for the erasure register's re-check: calls `core.erasure.recheck_all(db)` when that
+    module and function exist (built separately); returns its result as text, None if absent."""
+    try:
+        from core import erasure
+    except ModuleNotFoundError as exc:
+        if exc.name == "core.erasure":
+            return None
+        raise
+    recheck_all = getattr(erasure, "recheck_all", None)
+    if recheck_all is None:
+        return None
+    result = recheck_all(db)
+    return None if result is None else str(result)
+
+
+def _no_step(stage: str, fraction: float, detail: str) -> None:
+    pass
+
+
+def run_sweep(
+    db: Database,
+    *,
+    trigger: str = "scheduled",
+    retention_days: int | None = None,
+    dry_run: bool = False,
+    operator: str | None = None,
+    on_step: StepCallback | None = None,
+) -> SweepResult:
+    """One sweep run (TTL sweep, checkpoint retention, erasure re-check), logged in `core_sweep_log`.
+
+    Returns the result; status 'locked' when another run holds the lock (nothing done), 'error'
+    when a step failed (the error is in the result and the log; a failed TTL sweep deletes nothing).
+    Raises SweepInputError for a bad trigger or retention days (nothing changed, nothing logged),
+    DatabaseUnavailable if PostgreSQL cannot be reached. `on_step(stage, fraction 0..1, detail)` is
+    called as the run progresses (stages: locked, ttl, retention, erasure, done).
+    """
+    if trigger not in TRIGGERS:
+        raise SweepInputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
+    days = default_retention_days() if retention_days is None else validate_retention_days(retention_days)
+    step = on_step or _no_step
+    host = socket.gethostname()
+    result = SweepResult(None, "running", trigger, dry_run, days, host)
+    with _connect(db.dsn) as conn:
+        if not conn.execute(TRY_LOCK, (SWEEP_LOCK_ID,)).fetchone()["locked"]:
+            row = conn.execute(INSERT_LOCKED_RUN, (trigger, operator, host, dry_run, days)).fetchone()
+            result.run_id, result.started_at, result.status = row["id"], row["started_at"], "locked"
+            result.finished_at, result.error = row["started_at"], "already running"
+            log.warning("sweep: another run holds the advisory lock: already running, nothing done")
+            step("done", 1.0, "locked")
+            return result
+        try:
+            row = conn.execute(INSERT_RUN, (trigger, operator, host, "running", dry_run, days)).fetchone()
+            result.run_id, result.started_at = row["id"], row["started_at"]
+            step("locked", 0.05, f"run {result.run_id}")
+            errors: list[str] = []
+            try:
+                step("ttl", 0.1, "")
+                result.documents_deleted, result.vectors_deleted, result.deleted_by_root = _sweep_ttl(conn, dry_run)
+                step("ttl", 0.5, f"{result.documents_deleted}")
+            except Exception as exc:  # logged in the run's row; retention still runs
+                log.exception("sweep: TTL sweep failed")
+                errors.append(f"ttl sweep: {exc}")
+            try:
+                result.threads, result.threads_deleted = _retention(db, conn, days, dry_run, step)
+                step("retention", 0.9, f"{result.threads_deleted}")
+            except Exception as exc:
+                log.exception("sweep: checkpoint retention failed")
+                errors.append(f"retention: {exc}")
+            try:
+                result.erasure_recheck = recheck_erasures(db)
+                step("erasure", 0.95, result.erasure_recheck or "")
+            except Exception as exc:
+                log.exception("sweep: erasure re-check failed")
+                errors.append(f"erasure re-check: {exc}")
+            result.error = "; ".join(errors) or None
+            result.status = "error" if errors else ("dry_run" if dry_run else "ok")
+            result.finished_at = conn.execute(FINISH_RUN, {
+                "id": result.run_id, "status": result.status, "documents": result.documents_deleted,
+                "vectors": result.vectors_deleted, "by_root": json.dumps(result.deleted_by_root),
+                "threads_found": len(result.threads), "threads_deleted": result.threads_deleted,
+                "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
+                "erasure": result.erasure_recheck, "error": result.error,
+            }).fetchone()["finished_at"]
+        finally:
+            conn.execute(UNLOCK, (SWEEP_LOCK_ID,))
+    log.info("sweep: %s", result.summary())
+    step("done", 1.0, result.status)
+    return result
+
+
+def demo_sweep(db: Database) -> SweepResult:
+    """The demo's sweep step: a real run (trigger 'demo') that deletes the expired flash notices,
+    then two more flash notices published through the real purchasing agent, left expired and not
+    yet swept so the pages have something to show. Called from core.demo.seed."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    from core.agents import ContextoProveedor, build_agent, run_turn
+    from core.embeddings import OfflineHashEmbeddings
+    from core.migrate import stored_dims
+    from core.scripted_model import ScriptedChatModel
+
+    result = run_sweep(db, trigger="demo")
+    if result.status != "ok":
+        log.warning("demo sweep did not complete: %s", result.summary())
+    with db.connection() as conn:
+        dims = stored_dims(conn) or DEFAULT_DIMS
+    store = build_store(db.pool, OfflineHashEmbeddings(dims), dims)
+    agent = build_agent("compras", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(db.pool))
+    for pid, tema in (("P002", "promocion"), ("P007", "rotura_stock")):
+        run_turn(agent, ContextoProveedor(pid), f"compras-{pid}-{tema}-flash",
+                 f"aviso {tema} (0.005 min): aviso relámpago de {pid}, válido unos segundos")
+    time.sleep(0.5)  # 0.005 min = 0.3 s: both are expired when seeding returns
+    return result
+
+
+# --- CLI (the CronJob entry) ------------------------------------------------------------------
+
+
+def _days_arg(value: str) -> int:
+    try:
+        return validate_retention_days(value)
+    except SweepInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 when the run finished (or another run already holds the lock), 1 on error, 2 on bad input."""
+    parser = argparse.ArgumentParser(
+        prog="python -m core.sweep",
+        description="Sweep expired store rows and old checkpoint threads (one run at a time, logged).")
+    parser.add_argument("--trigger", choices=TRIGGERS, default="scheduled")
+    parser.add_argument("--retention-days", type=_days_arg, default=None,
+                        help=f"delete threads whose newest checkpoint is older than this "
+                             f"(default ${RETENTION_ENV} or {DEFAULT_RETENTION_DAYS})")
+    parser.add_argument("--dry-run", action="store_true", help="count and list, delete nothing")
+    parser.add_argument("--operator", default=None, help="who asked for the run (logged)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        days = default_retention_days() if args.retention_days is None else args.retention_days
+    except SweepInputError as exc:
+        parser.error(f"{RETENTION_ENV}: {exc}")
+    settings = load_settings()
+    db = Database.from_settings(settings)
+    result = run_sweep(db, trigger=args.trigger, retention_days=days, dry_run=args.dry_run, operator=args.operator)
+    if result.locked:
+        print("already running: another sweep holds the advisory lock; nothing done")
+        return 0
+    print(result.summary())
+    if args.dry_run:
+        for thread_id in result.threads:
+            print(f"  old thread: {thread_id}")
+    return 1 if result.status == "error" else 0
+
+
+# --- read side of the Sweeps page -------------------------------------------------------------
+
+SELECT_RUNS = """
+SELECT id, started_at, finished_at, extract(epoch FROM finished_at - started_at) AS seconds, trigger, operator,
+       host, status, dry_run, documents_deleted, vectors_deleted, deleted_by_root, retention_days,
+       threads_found, threads_deleted, erasure_recheck, error
+FROM core_sweep_log ORDER BY started_at DESC, id DESC LIMIT %s"""
+
+# Runs that deleted something for real, one row per (run, root); runs without per-root detail
+# count under the root 'unknown'.
+SELECT_DELETED_BY_ROOT = """
+SELECT l.id AS run_id, l.started_at, l.trigger, coalesce(r.key, 'unknown') AS root,
+       coalesce(r.value::bigint, l.documents_deleted) AS documents
+FROM (SELECT * FROM core_sweep_log WHERE status IN ('ok', 'error') AND NOT dry_run
+      ORDER BY started_at DESC, id DESC LIMIT %s) l
+LEFT JOIN LATERAL jsonb_each_text(l.deleted_by_root) r ON true
+ORDER BY l.started_at, l.id, root"""
+
+SELECT_EXPIRED_BY_ROOT = """
+SELECT split_part(prefix, '.', 1) AS root, count(*) AS expired
+FROM store WHERE expires_at IS NOT NULL AND expires_at < now() GROUP BY 1"""
+
+# Weeks start on Monday; the last bucket ends a few days past the 12 months so that rows written
+# a year ago today (clientes) are not cut off by the horizon.
+SELECT_FORECAST = """
+WITH weeks AS (
+    SELECT generate_series(date_trunc('week', now()), now() + make_interval(months => %(months)s),
+                           interval '1 week') AS week
+), expiring AS (
+    SELECT date_trunc('week', expires_at) AS week, split_part(prefix, '.', 1) AS root, count(*) AS documents
+    FROM store
+    WHERE expires_at >= now() AND expires_at < date_trunc('week', now() + make_interval(months => %(months)s))
+                                                + interval '1 week'
+    GROUP BY 1, 2
+)
+SELECT w.week, r.root, coalesce(e.documents, 0) AS documents
+FROM weeks w CROSS JOIN unnest(%(roots)s::text[]) AS r(root)
+LEFT JOIN expiring e ON e.week = w.week AND e.root = r.root
+UNION ALL
+SELECT e.week, e.root, e.documents FROM expiring e WHERE e.root <> ALL(%(roots)s::text[])
+ORDER BY 1, 2"""
+
+RUN_COLUMNS = ["id", "started_at", "finished_at", "seconds", "trigger", "operator", "host", "status", "dry_run",
+               "documents_deleted", "vectors_deleted", "deleted_by_root", "retention_days", "threads_found",
+               "threads_deleted", "erasure_recheck", "error"]
+
+
+def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
+    """The newest `limit` runs of the sweep log, newest first (deleted_by_root as a dict)."""
+    df = pd.DataFrame(db.fetch(SELECT_RUNS, (limit,)), columns=RUN_COLUMNS)
+    df["seconds"] = df["seconds"].astype(float)
+    return df
+
+
+def deleted_per_run(db: Database, limit: int = 200) -> pd.DataFrame:
+    """Documents deleted per real run and namespace root (run_id, started_at, trigger, root, documents)."""
+    df = pd.DataFrame(db.fetch(SELECT_DELETED_BY_ROOT, (limit,)),
+                      columns=["run_id", "started_at", "trigger", "root", "documents"])
+    df["documents"] = df["documents"].astype(int)
+    return df
+
+
+def expired_by_root(db: Database) -> pd.DataFrame:
+    """Documents expired now and not yet swept, per namespace root (every known root, zeros included)."""
+    found = {r["root"]: r["expired"] for r in db.fetch(SELECT_EXPIRED_BY_ROOT)}
+    roots = list(ROOTS) + sorted(set(found) - set(ROOTS))
+    return pd.DataFrame({"root": roots, "expired": [int(found.get(r, 0)) for r in roots]})
+
+
+def expiration_forecast(db: Database, months: int = 12) -> pd.DataFrame:
+    """Documents that will expire per week and namespace root over the next `months` months,
+    from `expires_at` as it is now (a read refreshing clientes/empleados moves them later)."""
+    rows = db.fetch(SELECT_FORECAST, {"months": months, "roots": list(ROOTS)})
+    df = pd.DataFrame(rows, columns=["week", "root", "documents"])
+    df["documents"] = df["documents"].astype(int)
+    return df
+
+
+def ttl_configuration() -> pd.DataFrame:
+    """The TTL configuration in force: one row per namespace root, with the store-wide settings."""
+    sweeper = TTL_CONFIG.get("sweep_interval_minutes")
+    return pd.DataFrame([
+        {"root": p.root, "ttl_days": p.ttl_days, "ttl_minutes": p.ttl_minutes,
+         "refresh_on_read": p.refresh_on_read, "omit_expired": bool(TTL_CONFIG.get("omit_expired")),
+         "default_ttl_minutes": TTL_CONFIG.get("default_ttl"),
+         "in_process_sweeper": "off" if sweeper is None else f"every {sweeper} min"}
+        for p in POLICIES.values()
+    ])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

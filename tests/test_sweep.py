@@ -1,0 +1,304 @@
+"""The sweep job on the real embedded PostgreSQL: exact TTL sweeps, refresh on read, the advisory
+lock, checkpoint retention, the sweep log and bad input. Rows are written through the real put
+path and threads by the real agents; nothing is mocked."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from core import sweep
+from core.agents import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+from core.db import Database
+from core.embeddings import OfflineHashEmbeddings
+from core.memory import POLICIES, build_store, get_memory, put_memory
+from core.scripted_model import ScriptedChatModel
+
+DIMS = 64
+FLASH = 0.005  # minutes (0.3 s): the shortest validity a document can be given through the API
+
+
+@pytest.fixture
+def store(db):
+    return build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
+
+
+def rows(db: Database) -> set[tuple[str, str]]:
+    return {(r["prefix"], r["key"]) for r in db.fetch("SELECT prefix, key FROM store")}
+
+
+def vectors(db: Database) -> set[tuple[str, str, str]]:
+    return {(r["prefix"], r["key"], r["field_name"]) for r in db.fetch("SELECT prefix, key, field_name FROM store_vectors")}
+
+
+def log_rows(db: Database) -> list[dict]:
+    return db.fetch("SELECT * FROM core_sweep_log ORDER BY id")
+
+
+def thread_rows(db: Database) -> dict[str, dict[str, int]]:
+    """Rows per table per thread in the three checkpoint tables."""
+    out: dict[str, dict[str, int]] = {}
+    for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+        for r in db.fetch(f"SELECT thread_id, count(*) AS n FROM {table} GROUP BY 1"):
+            out.setdefault(r["thread_id"], {})[table] = r["n"]
+    return out
+
+
+def test_sweep_deletes_exactly_the_expired_rows_and_their_vectors(db, store):
+    # Expired: two flash supplier notices, one customer document given a short validity, and one
+    # supplier document without the indexed field `texto` (so it has no vector).
+    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"tema": "retraso", "texto": "retraso de abrigos"},
+               valid_for_minutes=FLASH)
+    put_memory(store, ("proveedores", "P2"), "aviso-promocion", {"tema": "promocion", "texto": "promo vaqueros"},
+               valid_for_minutes=FLASH)
+    put_memory(store, ("proveedores", "P2"), "aviso-sin-texto", {"tema": "retraso"}, valid_for_minutes=FLASH)
+    put_memory(store, ("clientes", "C1"), "pref-talla", {"tipo": "talla", "valor": "M", "texto": "talla: M"},
+               valid_for_minutes=FLASH)
+    # Live: same namespaces and other roots, with their policy TTL.
+    put_memory(store, ("proveedores", "P1"), "aviso-promocion", {"tema": "promocion", "texto": "promo mochilas"})
+    put_memory(store, ("clientes", "C1"), "pref-canal_contacto", {"tipo": "canal_contacto", "texto": "canal: SMS"})
+    put_memory(store, ("clientes", "C2"), "pref-talla", {"tipo": "talla", "texto": "talla: L"})
+    put_memory(store, ("empleados", "E1"), "ajuste-turno", {"ajuste": "turno", "texto": "turno: tarde"})
+    time.sleep(0.5)
+
+    expired = {("proveedores.P1", "aviso-retraso"), ("proveedores.P2", "aviso-promocion"),
+               ("proveedores.P2", "aviso-sin-texto"), ("clientes.C1", "pref-talla")}
+    before_rows, before_vectors = rows(db), vectors(db)
+    assert expired < before_rows
+    expired_vectors = {v for v in before_vectors if v[:2] in expired}
+    assert len(expired_vectors) == 3
+
+    result = sweep.run_sweep(db, trigger="manual", retention_days=30, operator="sre@example.com")
+
+    assert result.status == "ok", result.error
+    assert rows(db) == before_rows - expired
+    assert vectors(db) == before_vectors - expired_vectors
+    assert result.documents_deleted == 4 and result.vectors_deleted == 3
+    assert result.deleted_by_root == {"proveedores": 3, "clientes": 1}
+    (logged,) = log_rows(db)
+    assert logged["id"] == result.run_id and logged["status"] == "ok" and logged["trigger"] == "manual"
+    assert logged["operator"] == "sre@example.com" and logged["host"]
+    assert (logged["documents_deleted"], logged["vectors_deleted"]) == (4, 3)
+    assert logged["deleted_by_root"] == {"proveedores": 3, "clientes": 1}
+    assert logged["started_at"] <= logged["finished_at"]
+
+    # Nothing left to sweep: a second run deletes nothing and is logged too.
+    again = sweep.run_sweep(db, trigger="scheduled")
+    assert (again.status, again.documents_deleted, again.vectors_deleted, again.deleted_by_root) == ("ok", 0, 0, {})
+    assert rows(db) == before_rows - expired
+    assert [r["trigger"] for r in log_rows(db)] == ["manual", "scheduled"]
+
+
+def test_dry_run_counts_the_expired_rows_and_deletes_nothing(db, store):
+    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
+    put_memory(store, ("empleados", "E1"), "ajuste-idioma", {"texto": "idioma: es"})
+    time.sleep(0.5)
+    before_rows, before_vectors = rows(db), vectors(db)
+    result = sweep.run_sweep(db, trigger="manual", dry_run=True)
+    assert result.status == "dry_run"
+    assert (result.documents_deleted, result.vectors_deleted, result.deleted_by_root) == (1, 1, {"proveedores": 1})
+    assert rows(db) == before_rows and vectors(db) == before_vectors
+    assert log_rows(db)[-1]["status"] == "dry_run" and log_rows(db)[-1]["dry_run"] is True
+
+
+def test_rows_refreshed_on_read_survive_the_sweep(db, store):
+    put_memory(store, ("clientes", "C1"), "pref-talla", {"tipo": "talla", "texto": "talla: M"})
+    put_memory(store, ("clientes", "C2"), "pref-talla", {"tipo": "talla", "texto": "talla: S"})
+    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"tema": "retraso", "texto": "retraso de mochilas"})
+    put_memory(store, ("empleados", "E1"), "ajuste-turno", {"ajuste": "turno", "texto": "turno: tarde"})
+    # Simulate the end of their TTL (a year for clientes, 90 days for proveedores...) without waiting
+    # for it: the rows were written by the real put path with their policy TTL (`ttl_minutes`), only
+    # their due time is moved to one second from now. A TTL short enough to wait for cannot be used:
+    # `ttl_minutes` is an INT column, so a refresh of a sub-minute TTL would expire the row at once.
+    db.execute("UPDATE store SET expires_at = now() + interval '1 second'")
+    # Read before they expire: clientes and empleados refresh on read, proveedores do not.
+    assert get_memory(store, ("clientes", "C1"), "pref-talla") is not None
+    assert get_memory(store, ("proveedores", "P1"), "aviso-retraso") is not None
+    assert get_memory(store, ("empleados", "E1"), "ajuste-turno") is not None
+    time.sleep(1.2)
+
+    result = sweep.run_sweep(db, trigger="manual")
+
+    assert result.status == "ok", result.error
+    assert rows(db) == {("clientes.C1", "pref-talla"), ("empleados.E1", "ajuste-turno")}
+    assert result.deleted_by_root == {"clientes": 1, "proveedores": 1}
+    assert POLICIES["clientes"].refresh_on_read and not POLICIES["proveedores"].refresh_on_read
+    left = db.fetch_one("SELECT (expires_at - now()) > interval '364 days' AS renewed FROM store "
+                        "WHERE prefix = 'clientes.C1'")
+    assert left["renewed"]
+
+
+def test_two_sweeps_started_together_exactly_one_works(db, store):
+    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
+    time.sleep(0.5)
+    barrier = threading.Barrier(2)
+    first_finished = threading.Event()
+    results: list[sweep.SweepResult] = []
+
+    def hold(stage: str, fraction: float, detail: str) -> None:
+        # The run holding the lock waits until the other one has returned, so they truly overlap.
+        if stage == "locked":
+            assert first_finished.wait(10)
+
+    def worker() -> None:
+        barrier.wait()
+        results.append(sweep.run_sweep(Database(db.dsn), trigger="scheduled", on_step=hold))
+        first_finished.set()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(20)
+
+    assert sorted(r.status for r in results) == ["locked", "ok"]
+    worked = next(r for r in results if r.status == "ok")
+    refused = next(r for r in results if r.locked)
+    assert worked.documents_deleted == 1 and refused.documents_deleted == 0
+    assert "already running" in refused.summary() and refused.error == "already running"
+    logged = {r["id"]: r for r in log_rows(db)}
+    assert logged[refused.run_id]["status"] == "locked" and "already running" in logged[refused.run_id]["error"]
+    assert logged[worked.run_id]["status"] == "ok"
+    assert rows(db) == set()
+
+
+def test_cli_reports_already_running_and_exits_0_while_another_holds_the_lock(db, monkeypatch, capsys):
+    monkeypatch.setenv("PG_AGENTES", db.dsn)
+    monkeypatch.setenv("EMBEDDINGS_DIMS", str(DIMS))
+    with db.connection() as holder:
+        assert holder.execute("SELECT pg_try_advisory_lock(%s) AS ok", (sweep.SWEEP_LOCK_ID,)).fetchone()["ok"]
+        try:
+            assert sweep.main(["--trigger", "scheduled"]) == 0
+        finally:
+            holder.execute("SELECT pg_advisory_unlock(%s)", (sweep.SWEEP_LOCK_ID,))
+    assert "already running" in capsys.readouterr().out
+    assert [r["status"] for r in log_rows(db)] == ["locked"]
+    # Lock released: the next scheduled run works.
+    assert sweep.main([]) == 0
+    assert "sweep run" in capsys.readouterr().out
+    assert [r["status"] for r in log_rows(db)] == ["locked", "ok"]
+
+
+def _converse(db: Database, store) -> None:
+    saver = PostgresSaver(db.pool)
+    model = ScriptedChatModel()
+    cliente = build_agent("atencion-cliente", model, store=store, checkpointer=saver)
+    compras = build_agent("compras", model, store=store, checkpointer=saver)
+    personal = build_agent("ajustes-personal", model, store=store, checkpointer=saver)
+    run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Mi talla es la M.")
+    run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Gracias, eso es todo.")
+    run_turn(cliente, ContextoCliente("C2"), "cliente-C2-1", "¿Puedo cambiar una prenda sin ticket?")
+    run_turn(cliente, ContextoCliente("C3"), "cliente-C3-1", "Hola, quería saber el estado de mi pedido.")
+    run_turn(cliente, ContextoCliente("C3"), "cliente-C3-1", "Gracias, eso es todo.")
+    run_turn(compras, ContextoProveedor("P1"), "compras-P1-retraso", "aviso retraso: Los vaqueros llegan tarde")
+    run_turn(personal, ContextoEmpleado("E1"), "personal-E1", "ajuste turno = tarde")
+
+
+def _age(db: Database, thread_id: str, days: int, *, only_older_than_newest: bool = False) -> None:
+    """Move a thread's checkpoint times `days` into the past.
+
+    The checkpointer stamps `ts` with the real time when it writes; waiting months is not an option,
+    so a test rewrites that one JSON field (nothing else) of checkpoints written by the real agents.
+    With `only_older_than_newest`, the newest checkpoint keeps its real time (a thread that resumed).
+    """
+    newest = "AND checkpoint_id < (SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = %(t)s)" \
+        if only_older_than_newest else ""
+    n = db.execute(
+        "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, '{ts}', "
+        "to_jsonb(((checkpoint->>'ts')::timestamptz - make_interval(days => %(d)s))::text)) "
+        f"WHERE thread_id = %(t)s {newest}", {"t": thread_id, "d": days})
+    assert n > 0
+
+
+def test_retention_dry_run_lists_exactly_the_old_threads_and_the_run_deletes_only_them(db, store):
+    _converse(db, store)
+    _age(db, "cliente-C1-1", 120)
+    _age(db, "compras-P1-retraso", 45)
+    _age(db, "cliente-C2-1", 20)  # younger than the retention
+    _age(db, "cliente-C3-1", 200, only_older_than_newest=True)  # old history, but it resumed today
+    before = thread_rows(db)
+    assert set(before) == {"cliente-C1-1", "cliente-C2-1", "cliente-C3-1", "compras-P1-retraso", "personal-E1"}
+    assert all(before[t].get("checkpoint_writes", 0) > 0 for t in before)
+
+    listed = sweep.find_old_threads(db, 30)
+    assert list(listed["thread_id"]) == ["cliente-C1-1", "compras-P1-retraso"]  # oldest first
+
+    dry = sweep.run_sweep(db, trigger="manual", retention_days=30, dry_run=True)
+    assert dry.status == "dry_run" and dry.threads == ["cliente-C1-1", "compras-P1-retraso"]
+    assert dry.threads_deleted == 0 and thread_rows(db) == before
+
+    real = sweep.run_sweep(db, trigger="scheduled", retention_days=30)
+    assert real.status == "ok", real.error
+    assert real.threads == ["cliente-C1-1", "compras-P1-retraso"] and real.threads_deleted == 2
+    after = thread_rows(db)
+    assert after == {t: n for t, n in before.items() if t not in {"cliente-C1-1", "compras-P1-retraso"}}
+
+    logged = log_rows(db)
+    assert [(r["status"], r["threads_found"], r["threads_deleted"], r["retention_days"]) for r in logged] == [
+        ("dry_run", 2, 0, 30), ("ok", 2, 2, 30)]
+    assert logged[0]["threads_sample"] == ["cliente-C1-1", "compras-P1-retraso"]
+    # The memory the conversations wrote is not retention's business.
+    assert ("clientes.C1", "pref-talla") in rows(db)
+
+
+@pytest.mark.parametrize("days", [-1, 0, "-5", "abc", 2.5, True])
+def test_bad_retention_days_is_a_clear_error_and_changes_nothing(db, store, days):
+    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
+    time.sleep(0.4)
+    before = rows(db)
+    with pytest.raises(sweep.SweepInputError, match="retention days"):
+        sweep.run_sweep(db, trigger="manual", retention_days=days)
+    assert rows(db) == before and log_rows(db) == []
+
+
+def test_bad_input_on_the_command_line_exits_2_and_changes_nothing(db, store, monkeypatch, capsys):
+    monkeypatch.setenv("PG_AGENTES", db.dsn)
+    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
+    time.sleep(0.4)
+    before = rows(db)
+    for argv in (["--retention-days", "-3"], ["--trigger", "nightly"]):
+        with pytest.raises(SystemExit) as exc:
+            sweep.main(argv)
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "retention days must be >= 1" in err and "invalid choice: 'nightly'" in err
+    monkeypatch.setenv(sweep.RETENTION_ENV, "-7")
+    with pytest.raises(SystemExit):
+        sweep.main([])
+    assert "SWEEP_RETENTION_DAYS" in capsys.readouterr().err
+    with pytest.raises(sweep.SweepInputError, match="trigger"):
+        sweep.run_sweep(db, trigger="nightly")
+    assert rows(db) == before and log_rows(db) == []
+
+
+def test_page_reads_match_sql(db, store):
+    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
+    put_memory(store, ("clientes", "C1"), "pref-talla", {"texto": "talla: M"})
+    put_memory(store, ("empleados", "E1"), "ajuste-turno", {"texto": "turno: tarde"})
+    put_memory(store, ("proveedores", "P2"), "aviso-promocion", {"texto": "promo"})
+    time.sleep(0.4)
+    assert sweep.expired_by_root(db).set_index("root")["expired"].to_dict() == {
+        "clientes": 0, "proveedores": 1, "empleados": 0}
+
+    forecast = sweep.expiration_forecast(db)
+    weeks = forecast["week"].drop_duplicates()
+    assert 53 <= len(weeks) <= 54 and set(forecast["root"]) == {"clientes", "proveedores", "empleados"}
+    totals = forecast.groupby("root")["documents"].sum().to_dict()
+    assert totals == {"clientes": 1, "empleados": 1, "proveedores": 1}  # the expired one is not forecast
+    by_root_week = forecast[forecast["documents"] > 0].set_index("root")["week"]
+    start = weeks.min()
+    # Written now: clientes expire in a year, empleados in 180 days, proveedores in 90 days.
+    assert (by_root_week["clientes"] - start).days // 7 in (51, 52)
+    assert (by_root_week["empleados"] - start).days // 7 in (25, 26)
+    assert (by_root_week["proveedores"] - start).days // 7 in (12, 13)
+
+    sweep.run_sweep(db, trigger="manual")
+    runs = sweep.sweep_runs(db)
+    assert len(runs) == 1 and runs.iloc[0]["documents_deleted"] == 1
+    per_run = sweep.deleted_per_run(db)
+    assert per_run[["root", "documents"]].to_dict("records") == [{"root": "proveedores", "documents": 1}]
+    config = sweep.ttl_configuration().set_index("root")
+    assert config.loc["clientes", "ttl_days"] == 365 and config.loc["proveedores", "refresh_on_read"] == False  # noqa: E712
+    assert (config["in_process_sweeper"] == "off").all() and config["omit_expired"].all()
