@@ -19,6 +19,7 @@ from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
 from core import clock
+from core.guard import FailClosedGuard, Risk, declare_risk
 from core.memory import (
     TipoPreferencia,
     get_memory,
@@ -212,6 +213,17 @@ class RegistroConversacion(AgentMiddleware):
         return None
 
 
+# --- risk of each tool, for the fail-closed guard (an undeclared tool counts as HIGH) ------
+# LOW: one reversible write about the conversation's own subject. HIGH: a write every store's
+# agents act on (a supplier notice reaches every customer conversation).
+declare_risk(recordar_preferencia, Risk.LOW)
+declare_risk(preferencias, Risk.READ_ONLY)
+declare_risk(avisos_proveedor, Risk.READ_ONLY)
+declare_risk(publicar_aviso, Risk.HIGH)
+declare_risk(guardar_ajuste, Risk.LOW)
+declare_risk(ajuste, Risk.READ_ONLY)
+
+
 # --- building and running -------------------------------------------------------------------
 
 AGENTS: dict[str, tuple[type, list, str]] = {
@@ -221,12 +233,21 @@ AGENTS: dict[str, tuple[type, list, str]] = {
 }
 
 
-def build_agent(kind: str, model: BaseChatModel, *, store: BaseStore | None, checkpointer: Any = None):
-    """A compiled agent of `kind` (a key of AGENTS) on the given store and checkpointer."""
+def build_agent(kind: str, model: BaseChatModel, *, store: BaseStore | None, checkpointer: Any = None,
+                guard: FailClosedGuard | None = None):
+    """A compiled agent of `kind` (a key of AGENTS) on the given store and checkpointer.
+
+    With a dual checkpoint saver (anything exposing a live `degraded` state) the fail-closed
+    guard is added on it unless `guard` is given.
+    """
     context_schema, tools, system_prompt = AGENTS[kind]
     middleware: list[AgentMiddleware] = [RegistroConversacion()]
     if context_schema is ContextoCliente:
         middleware.append(prompt_con_preferencias)
+    if guard is None and hasattr(checkpointer, "degraded") and hasattr(checkpointer, "record_denial"):
+        guard = FailClosedGuard(checkpointer)
+    if guard is not None:
+        middleware.append(guard)
     return create_agent(
         model,
         tools=tools,
