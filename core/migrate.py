@@ -11,6 +11,7 @@ import argparse
 import logging
 import re
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -76,6 +77,20 @@ def check_dims(conn: psycopg.Connection, dims: int) -> None:
         )
 
 
+LOCK_WAIT_S = 120
+
+
+def _wait_for_lock(conn: psycopg.Connection) -> None:
+    """Take the migration lock, polling. A blocking pg_advisory_lock would sit in an open
+    transaction, and the checkpointer's CREATE INDEX CONCURRENTLY (run by the lock holder)
+    waits for every open transaction: a deadlock."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while not conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (MIGRATION_LOCK_ID,)).fetchone()["ok"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"another process has held the migration lock for over {LOCK_WAIT_S} s")
+        time.sleep(0.1)
+
+
 def migrate(dsn: str, dims: int) -> list[str]:
     """Apply everything not yet applied; return the names applied now. Idempotent."""
     from langgraph.checkpoint.postgres import PostgresSaver
@@ -85,7 +100,7 @@ def migrate(dsn: str, dims: int) -> list[str]:
 
     applied_now: list[str] = []
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))
+        _wait_for_lock(conn)
         try:
             check_dims(conn, dims)
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")

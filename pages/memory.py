@@ -14,6 +14,7 @@ from ui.common import read, require_role, settings
 from ui.i18n import t
 
 TOP_N = 20
+ROOT_COLORS = {"clientes": "#1f77b4", "proveedores": "#ff7f0e", "empleados": "#2ca02c"}
 PAGE_SIZE = 50
 NS_KEY = "memory.ns"
 
@@ -35,7 +36,7 @@ left, right = st.columns(2)
 with left:
     st.subheader(t("by_root"))
     by_root = read(metrics.documents_by_root)
-    fig = px.bar(by_root, x="root", y="documents", color="root", text="documents",
+    fig = px.bar(by_root, x="root", y="documents", color="root", text="documents", color_discrete_map=ROOT_COLORS,
                  labels={"root": "", "documents": t("documents")})
     fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10))
     st.plotly_chart(fig, key="memory.by_root_chart")
@@ -43,7 +44,7 @@ with left:
 with right:
     st.subheader(t("top_prefixes", n=TOP_N))
     top = read(metrics.top_prefixes, TOP_N)
-    fig = px.bar(top.iloc[::-1], x="documents", y="prefix", color="root", orientation="h",
+    fig = px.bar(top.iloc[::-1], x="documents", y="prefix", color="root", orientation="h", color_discrete_map=ROOT_COLORS,
                  labels={"prefix": "", "documents": t("documents")})
     fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10))
     st.plotly_chart(fig, key="memory.top_chart")
@@ -73,7 +74,7 @@ else:
                  selection_mode="single-row")
 
 st.subheader(t("drill_title"))
-query = st.text_input(t("drill_input"), key=NS_KEY, max_chars=metrics.MAX_SEARCH_LENGTH)
+query = st.text_input(t("drill_input"), key=NS_KEY)
 if query:
     st.query_params["ns"] = query
     try:

@@ -1,0 +1,134 @@
+"""AppTest of the store managers' pages on the demo database: no exception, and every
+figure equal to a SQL count on the same database."""
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.memory import MAX_DOCS_PER_CUSTOMER
+
+APP = "../dashboard.py"
+
+
+def metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def frame(at, *columns: str):
+    """The first dataframe on the page having these columns (plain dataframes carry no key)."""
+    for df in at.dataframe:
+        if set(columns) <= set(df.value.columns):
+            return df.value
+    raise KeyError(columns)
+
+
+def as_int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+@pytest.fixture
+def at(demo_db, app_env):
+    app_env(demo_db.dsn)
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.run()
+    assert not app.exception
+    return app
+
+
+def test_memory_page_figures_equal_sql(at, demo_db):
+    q = demo_db.fetch_one
+    assert as_int(metric(at, "Documentos")) == q("SELECT count(*) AS n FROM store")["n"]
+    assert as_int(metric(at, "Vectores")) == q("SELECT count(*) AS n FROM store_vectors")["n"]
+    assert as_int(metric(at, "Namespaces")) == q("SELECT count(DISTINCT prefix) AS n FROM store")["n"]
+    expired = q("SELECT count(*) AS n FROM store WHERE expires_at < now()")["n"]
+    assert expired > 0 and as_int(metric(at, "Caducados sin barrer")) == expired
+    by_root = frame(at, "root", "documents", "namespaces").set_index("root")["documents"].to_dict()
+    sql = {r["root"]: r["n"] for r in demo_db.fetch("SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store GROUP BY 1")}
+    assert by_root == sql
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2
+
+
+def test_alarm_lists_exactly_the_oversized_customers(at, demo_db):
+    alarm = at.dataframe(key="memory.alarm").value
+    sql = demo_db.fetch("SELECT split_part(prefix,'.',2) AS c FROM store WHERE prefix LIKE 'clientes.%%' "
+                        "GROUP BY prefix HAVING count(*) > %s", (MAX_DOCS_PER_CUSTOMER,))
+    assert sorted(alarm["cliente_id"]) == sorted(r["c"] for r in sql) == sorted(demo_db.summary.legacy_customers)
+
+
+def test_drill_down_into_one_namespace(at, demo_db):
+    cid = demo_db.summary.legacy_customers[0]
+    at.text_input(key="memory.ns").input(cid).run()
+    assert not at.exception
+    items = frame(at, "key", "value", "ttl_minutes")
+    keys = [r["key"] for r in demo_db.fetch("SELECT key FROM store WHERE prefix=%s ORDER BY key", (f"clientes.{cid}",))]
+    assert list(items["key"]) == keys and len(keys) > MAX_DOCS_PER_CUSTOMER
+    assert {"value", "created_at", "updated_at", "expires_at", "ttl_minutes"} <= set(items.columns)
+    assert (items["ttl_minutes"] == 365 * 1440).all()
+    assert at.query_params["ns"] == cid
+
+
+def test_drill_down_by_full_prefix(at, demo_db):
+    prefix = demo_db.fetch_one("SELECT prefix FROM store WHERE prefix LIKE 'proveedores.%%' LIMIT 1")["prefix"]
+    at.text_input(key="memory.ns").input(prefix).run()
+    n = demo_db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix=%s", (prefix,))["n"]
+    assert len(frame(at, "key", "value", "ttl_minutes")) == n
+
+
+@pytest.mark.parametrize("text", ["C%", "C_", "%", "_", "clientes.%", "clientes.C_1", "C1'; DROP TABLE store; --", '"C1"', "clientes.", "."])
+def test_namespace_search_metacharacters_find_nothing(at, demo_db, text):
+    before = demo_db.fetch_one("SELECT count(*) AS n FROM store")["n"]
+    at.text_input(key="memory.ns").input(text).run()
+    assert not at.exception
+    assert any("Ningún namespace" in i.value for i in at.info)
+    with pytest.raises(KeyError):
+        frame(at, "key", "value", "ttl_minutes")
+    assert demo_db.fetch_one("SELECT count(*) AS n FROM store")["n"] == before
+
+
+@pytest.mark.parametrize("text", ["x" * 10_000, "C1\x00"], ids=["10k-chars", "nul"])
+def test_namespace_search_bad_input_is_a_clear_message(at, text):
+    at.text_input(key="memory.ns").input(text).run()
+    assert not at.exception
+    assert at.error and ("characters" in at.error[0].value or "NUL" in at.error[0].value)
+
+
+def test_preferences_page_figures_equal_sql(at, demo_db):
+    at.switch_page("pages/preferences.py").run()
+    assert not at.exception
+    since, until = date.today() - timedelta(days=29), date.today()
+    conv = demo_db.fetch_one("SELECT count(*) AS n FROM core_conversations WHERE subject_root='clientes' "
+                             "AND started_at::date BETWEEN %s AND %s", (since, until))["n"]
+    writes = demo_db.fetch_one("SELECT count(*) AS n FROM core_memory_writes WHERE root='clientes' AND key LIKE 'pref-%%' "
+                               "AND thread_id IS NOT NULL AND written_at::date BETWEEN %s AND %s", (since, until))["n"]
+    assert conv > 0 and writes > 0
+    assert as_int(metric(at, "Conversaciones")) == conv
+    assert as_int(metric(at, "Escrituras de preferencias")) == writes
+    assert metric(at, "Escrituras por conversación") == f"{writes / conv:.3f}"
+    writers = frame(at, "thread_id", "tipos")
+    threads = demo_db.fetch_one("SELECT count(DISTINCT thread_id) AS n FROM core_memory_writes WHERE root='clientes' "
+                                "AND key LIKE 'pref-%%' AND thread_id IS NOT NULL")["n"]
+    assert len(writers) == min(50, threads) and writers["thread_id"].str.startswith("cliente-").all()
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_english_on_request(demo_db, app_env):
+    app_env(demo_db.dsn)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["lang"] = "en"
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == "Cross-thread memory"
+    assert {m.label for m in at.metric} >= {"Documents", "Vectors"}
+
+
+def test_database_down_at_startup_is_a_clear_page(app_env):
+    app_env("postgresql://postgres@127.0.0.1:1/agentes?connect_timeout=2")
+    at = AppTest.from_file(APP, default_timeout=30)
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == "No se puede abrir la base de datos de los agentes"
+    assert "127.0.0.1:1/agentes" in at.markdown[0].value
+    assert at.error and "127.0.0.1" in at.error[0].value
