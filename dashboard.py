@@ -53,6 +53,7 @@ PAGES = {
         (access.MANAGER, "pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
     ],
     "section_ops": [
+        (access.SRE, "pages/sweeps.py", __import__("ui.sweeps_i18n").sweeps_i18n.PAGE_TITLE, ":material/cleaning_services:", "sweeps"),
     ],
     "section_dp": [
     ],

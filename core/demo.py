@@ -142,6 +142,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     summary.legacy_customers = legacy
 
     # --- demo steps from other modules (one line each: a real sweep, outage, erasure...) ---
+    __import__("core.sweep", fromlist=["demo_sweep"]).demo_sweep(db)  # real sweep (trigger demo), then 2 fresh expired notices
 
     summary.seconds = time.monotonic() - started
     return summary

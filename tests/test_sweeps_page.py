@@ -1,0 +1,156 @@
+"""AppTest of the Sweeps page: no exception, figures equal to SQL counts, a manual sweep by an SRE
+from the dialog, and a manager refused. Real embedded PostgreSQL, real demo data."""
+from __future__ import annotations
+
+import base64
+import time
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.embeddings import OfflineHashEmbeddings
+from core.memory import build_store, put_memory
+
+APP = "../dashboard.py"
+PAGE = "pages/sweeps.py"
+DIMS = 64
+
+
+def metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def frame(at, *columns: str):
+    """The first dataframe on the page having these columns (plain dataframes carry no key)."""
+    for df in at.dataframe:
+        if set(columns) <= set(df.value.columns):
+            return df.value
+    raise KeyError(columns)
+
+
+def as_int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def decode(values):
+    """Plotly 7 encodes arrays as {"dtype", "bdata"} (base64)."""
+    if isinstance(values, dict) and "bdata" in values:
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
+
+
+def figure(at, key: str) -> dict:
+    import json
+
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        if chart.proto.id and key in chart.proto.id:
+            return spec
+    raise KeyError(key)
+
+
+def totals_by_trace(spec: dict) -> dict[str, int]:
+    return {trace["name"]: int(sum(decode(trace["y"]))) for trace in spec["data"]}
+
+
+def open_page(dsn: str, app_env, **env: str) -> AppTest:
+    app_env(dsn, **env)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    at.switch_page(PAGE).run()
+    return at
+
+
+def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
+    at = open_page(demo_db.dsn, app_env)
+    assert not at.exception
+    q = demo_db.fetch
+    expired = {r["root"]: r["n"] for r in q("SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store "
+                                            "WHERE expires_at < now() GROUP BY 1")}
+    # The demo ran a real sweep and left fresh flash notices expired, not yet swept.
+    assert expired.get("proveedores", 0) >= 2
+    for root in ("clientes", "proveedores", "empleados"):
+        assert as_int(metric(at, f"{root}: caducados")) == expired.get(root, 0)
+    assert totals_by_trace(figure(at, "sweeps.expired_chart")) == {
+        r: expired.get(r, 0) for r in ("clientes", "proveedores", "empleados")}
+
+    log = frame(at, "id", "trigger", "status", "host")
+    sql_log = q("SELECT id, trigger, status, documents_deleted FROM core_sweep_log ORDER BY id DESC")
+    assert list(log["id"]) == [r["id"] for r in sql_log]
+    demo_runs = [r for r in sql_log if r["trigger"] == "demo"]
+    assert demo_runs and demo_runs[-1]["status"] == "ok" and demo_runs[-1]["documents_deleted"] > 0
+
+    deleted = totals_by_trace(figure(at, "sweeps.runs_chart"))
+    sql_deleted = {r["root"]: r["n"] for r in q(
+        "SELECT r.key AS root, sum(r.value::bigint) AS n FROM core_sweep_log l, jsonb_each_text(l.deleted_by_root) r "
+        "WHERE l.status IN ('ok', 'error') AND NOT l.dry_run GROUP BY 1")}
+    assert deleted == sql_deleted and sql_deleted.get("proveedores", 0) > 0
+
+    forecast = totals_by_trace(figure(at, "sweeps.forecast_chart"))
+    sql_forecast = {r["root"]: r["n"] for r in q(
+        "SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store WHERE expires_at >= now() "
+        "AND expires_at < date_trunc('week', now() + interval '12 months') + interval '1 week' GROUP BY 1")}
+    assert forecast == sql_forecast
+    # Everything the demo wrote expires within the year: clientes at month 12, not before.
+    assert sum(forecast.values()) == q("SELECT count(*) AS n FROM store WHERE expires_at >= now()")[0]["n"]
+    spec = figure(at, "sweeps.forecast_chart")
+    clientes = next(t for t in spec["data"] if t["name"] == "clientes")
+    weeks_with_clientes = [x for x, y in zip(clientes["x"], decode(clientes["y"])) if y > 0]
+    assert weeks_with_clientes and min(weeks_with_clientes) >= clientes["x"][48]
+
+    config = frame(at, "root", "ttl_days", "in_process_sweeper").set_index("root")
+    assert config.loc["clientes", "ttl_days"] == 365 and (config["in_process_sweeper"] == "off").all()
+
+
+def test_sre_runs_a_manual_sweep_from_the_dialog(create_database, app_env):
+    from core.db import Database
+
+    db = Database(create_database())
+    store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
+    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=0.005)
+    put_memory(store, ("clientes", "C1"), "pref-talla", {"texto": "talla: M"}, valid_for_minutes=0.005)
+    put_memory(store, ("clientes", "C2"), "pref-talla", {"texto": "talla: L"})
+    time.sleep(0.4)
+
+    at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
+    assert not at.exception
+    assert as_int(metric(at, "clientes: caducados")) == 1 and as_int(metric(at, "proveedores: caducados")) == 1
+
+    at.button(key="sweeps.now").click().run()
+    assert not at.exception
+    run = at.button(key="sweeps.run")
+    assert run.disabled  # confirmation required
+    at.checkbox(key="sweeps.confirm").check().run()
+    at.button(key="sweeps.run").click().run()
+    assert not at.exception
+
+    (logged,) = db.fetch("SELECT * FROM core_sweep_log")
+    assert (logged["trigger"], logged["status"], logged["operator"]) == ("manual", "ok", "local")
+    assert logged["documents_deleted"] == 2 and logged["deleted_by_root"] == {"clientes": 1, "proveedores": 1}
+    assert db.fetch_one("SELECT count(*) AS n FROM store")["n"] == 1
+    # After the rerun: caches cleared, figures show the sweep, the toast reports it.
+    assert as_int(metric(at, "clientes: caducados")) == 0 and as_int(metric(at, "proveedores: caducados")) == 0
+    assert list(frame(at, "id", "trigger", "status", "host")["id"]) == [logged["id"]]
+    assert any("2 documentos" in t.value for t in at.toast)
+    with pytest.raises(KeyError):
+        at.button(key="sweeps.run")  # the dialog closed
+
+
+def test_manager_is_refused(demo_db, app_env):
+    app_env(demo_db.dsn, LOCAL_ROLES="manager")
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    # Not in a manager's navigation...
+    with pytest.raises(ValueError, match="Could not find a navigation page"):
+        at.switch_page(PAGE)
+    # ...and the page refuses by itself when run directly (its own server-side check).
+    page = AppTest.from_file("../" + PAGE, default_timeout=60)
+    page.run()
+    assert not page.exception
+    assert any("requiere el rol «sre»" in e.value for e in page.error)
+    assert not page.get("plotly_chart") and not page.metric
+    with pytest.raises(KeyError):
+        page.button(key="sweeps.now")
