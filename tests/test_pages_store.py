@@ -132,3 +132,12 @@ def test_database_down_at_startup_is_a_clear_page(app_env):
     assert at.title[0].value == "No se puede abrir la base de datos de los agentes"
     assert "127.0.0.1:1/agentes" in at.markdown[0].value
     assert at.error and "127.0.0.1" in at.error[0].value
+
+
+def test_embedding_dims_mismatch_is_a_clear_page(db, app_env):
+    app_env(db.dsn, EMBEDDINGS_DIMS="1536")
+    at = AppTest.from_file(APP, default_timeout=30)
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == "No se puede abrir la base de datos de los agentes"
+    assert "EMBEDDINGS_DIMS=1536" in at.error[0].value and "vector(64)" in at.error[0].value
