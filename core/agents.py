@@ -7,7 +7,8 @@ empty string instead of raising when the agent runs without a store.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from operator import attrgetter
+from typing import Any, ClassVar, Literal
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, dynamic_prompt
@@ -34,37 +35,29 @@ TemaAviso = Literal["retraso", "rotura_stock", "cambio_precio", "promocion"]
 AjusteEmpleado = Literal["idioma", "tienda_base", "turno", "notificaciones"]
 
 
+# Who a conversation is about. `root` + `subject_id` give the namespace every tool writes to.
 @dataclass(frozen=True)
 class ContextoCliente:
     cliente_id: str
     agente: str = "atencion-cliente"
-    root = "clientes"
-
-    @property
-    def subject_id(self) -> str:
-        return self.cliente_id
+    root: ClassVar[str] = "clientes"
+    subject_id = property(attrgetter("cliente_id"))
 
 
 @dataclass(frozen=True)
 class ContextoProveedor:
     proveedor_id: str
     agente: str = "compras"
-    root = "proveedores"
-
-    @property
-    def subject_id(self) -> str:
-        return self.proveedor_id
+    root: ClassVar[str] = "proveedores"
+    subject_id = property(attrgetter("proveedor_id"))
 
 
 @dataclass(frozen=True)
 class ContextoEmpleado:
     empleado_id: str
     agente: str = "ajustes-personal"
-    root = "empleados"
-
-    @property
-    def subject_id(self) -> str:
-        return self.empleado_id
+    root: ClassVar[str] = "empleados"
+    subject_id = property(attrgetter("empleado_id"))
 
 
 Contexto = ContextoCliente | ContextoProveedor | ContextoEmpleado
