@@ -394,9 +394,9 @@ def main(argv: list[str] | None = None) -> int:
 # --- read side of the Sweeps page -------------------------------------------------------------
 
 SELECT_RUNS = """
-SELECT id, started_at, finished_at, extract(epoch FROM finished_at - started_at) AS seconds, trigger, operator,
-       host, status, dry_run, documents_deleted, vectors_deleted, deleted_by_root, retention_days,
-       threads_found, threads_deleted, erasure_recheck, error
+SELECT id, started_at, trigger, status, documents_deleted, vectors_deleted, deleted_by_root, retention_days,
+       threads_found, threads_deleted, extract(epoch FROM finished_at - started_at) AS seconds, host, operator,
+       dry_run, finished_at, erasure_recheck, error
 FROM core_sweep_log ORDER BY started_at DESC, id DESC LIMIT %s"""
 
 # Runs that deleted something for real, one row per (run, root); runs without per-root detail
@@ -433,9 +433,9 @@ UNION ALL
 SELECT e.week, e.root, e.documents FROM expiring e WHERE e.root <> ALL(%(roots)s::text[])
 ORDER BY 1, 2"""
 
-RUN_COLUMNS = ["id", "started_at", "finished_at", "seconds", "trigger", "operator", "host", "status", "dry_run",
-               "documents_deleted", "vectors_deleted", "deleted_by_root", "retention_days", "threads_found",
-               "threads_deleted", "erasure_recheck", "error"]
+RUN_COLUMNS = ["id", "started_at", "trigger", "status", "documents_deleted", "vectors_deleted", "deleted_by_root",
+               "retention_days", "threads_found", "threads_deleted", "seconds", "host", "operator", "dry_run",
+               "finished_at", "erasure_recheck", "error"]
 
 
 def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
@@ -446,10 +446,12 @@ def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
 
 
 def deleted_per_run(db: Database, limit: int = 200) -> pd.DataFrame:
-    """Documents deleted per real run and namespace root (run_id, started_at, trigger, root, documents)."""
+    """Documents deleted per real run and namespace root (run_id, started_at, trigger, root, documents, run label)."""
     df = pd.DataFrame(db.fetch(SELECT_DELETED_BY_ROOT, (limit,)),
                       columns=["run_id", "started_at", "trigger", "root", "documents"])
     df["documents"] = df["documents"].astype(int)
+    # A categorical label per run: runs are seconds or days apart, a time axis would crush them.
+    df["run"] = [f"#{i} {t:%m-%d %H:%M}" for i, t in zip(df["run_id"], df["started_at"])]
     return df
 
 

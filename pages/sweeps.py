@@ -16,6 +16,8 @@ RUNS_LIMIT = 200
 DIALOG_KEY = "sweeps.dialog"
 FLASH_KEY = "sweeps.flash"
 MEMORY_TOP_N = 20  # the Memory page's top prefixes, refreshed after a sweep
+# One colour per namespace root on every chart of the page.
+ROOT_COLORS = {"clientes": "#1f77b4", "proveedores": "#d62728", "empleados": "#2ca02c", "unknown": "#7f7f7f"}
 
 user = require_role(access.SRE)
 
@@ -34,8 +36,9 @@ cols = st.columns(len(expired) + 1)
 for col, row in zip(cols, expired.itertuples()):
     col.metric(t("sweeps_expired_metric", root=row.root), f"{row.expired:,}")
 last = runs.iloc[0] if not runs.empty else None
-cols[-1].metric(t("sweeps_last_run"), t("sweeps_never") if last is None else f"{last.started_at:%Y-%m-%d %H:%M}",
-                None if last is None else f"{last.status} · {last.trigger}", delta_color="off")
+cols[-1].metric(t("sweeps_last_run"), t("sweeps_never") if last is None else f"{last.started_at:%d/%m %H:%M}",
+                None if last is None else f"{last.status} · {last.trigger}", delta_color="off",
+                delta_arrow="off")
 
 
 def _forget_affected() -> None:
@@ -100,13 +103,15 @@ with left:
     if per_run.empty:
         st.info(t("sweeps_no_runs"))
     else:
-        fig = px.bar(per_run, x="started_at", y="documents", color="root", hover_data=["run_id", "trigger"],
-                     labels={"started_at": t("sweeps_run_start"), "documents": t("sweeps_documents"), "root": ""})
+        fig = px.bar(per_run, x="run", y="documents", color="root", hover_data=["started_at", "trigger"],
+                     color_discrete_map=ROOT_COLORS,
+                     labels={"run": t("sweeps_run_start"), "documents": t("sweeps_documents"), "root": ""})
+        fig.update_xaxes(type="category")
         fig.update_layout(height=340, margin=dict(t=10, b=10), barmode="stack")
         st.plotly_chart(fig, key="sweeps.runs_chart")
 with right:
     st.subheader(t("sweeps_expired_now"))
-    fig = px.bar(expired, x="root", y="expired", color="root", text="expired",
+    fig = px.bar(expired, x="root", y="expired", color="root", text="expired", color_discrete_map=ROOT_COLORS,
                  labels={"root": "", "expired": t("sweeps_documents")})
     fig.update_layout(height=340, margin=dict(t=10, b=10), showlegend=False)
     st.plotly_chart(fig, key="sweeps.expired_chart")
@@ -114,7 +119,7 @@ with right:
 st.subheader(t("sweeps_forecast"))
 st.caption(t("sweeps_forecast_caption"))
 forecast = read(sweep.expiration_forecast)
-fig = px.bar(forecast, x="week", y="documents", color="root",
+fig = px.bar(forecast, x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
              labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
 fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
 st.plotly_chart(fig, key="sweeps.forecast_chart")
@@ -123,5 +128,4 @@ with st.expander(t("sweeps_config"), expanded=True):
     st.dataframe(sweep.ttl_configuration(), hide_index=True, key="sweeps.config")
 
 st.subheader(t("sweeps_log"))
-st.dataframe(runs.drop(columns=["deleted_by_root"]).assign(deleted_by_root=runs["deleted_by_root"].map(str)),
-             hide_index=True, key="sweeps.log")
+st.dataframe(runs.assign(deleted_by_root=runs["deleted_by_root"].map(str)), hide_index=True, key="sweeps.log")

@@ -32,7 +32,7 @@ add_strings({
     },
     "sweeps_week": {"es": "Semana", "en": "Week"},
     "sweeps_documents": {"es": "Documentos", "en": "Documents"},
-    "sweeps_run_start": {"es": "Inicio del barrido", "en": "Sweep start"},
+    "sweeps_run_start": {"es": "Barrido (n.º, inicio)", "en": "Sweep (no., start)"},
     "sweeps_config": {"es": "Configuración de TTL en vigor", "en": "TTL configuration in force"},
     "sweeps_log": {"es": "Registro de barridos", "en": "Sweep log"},
     "sweeps_now": {"es": "Barrer ahora", "en": "Sweep now"},
