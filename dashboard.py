@@ -42,6 +42,9 @@ if user is None:
     if st.button(t("sign_in"), key="auth.login", type="primary"):
         st.login()
     st.stop()
+if not user.roles and user.local:
+    st.error(t("local_mode_unsafe", address=st.get_option("server.address") or "0.0.0.0"))
+    st.stop()
 if not user.roles:
     st.error(t("no_roles", user=user.email or user.name))
     st.button(t("sign_out"), key="auth.logout", on_click=st.logout)
@@ -56,6 +59,8 @@ PAGES = {
         (access.SRE, "pages/sweeps.py", __import__("ui.sweeps_i18n").sweeps_i18n.PAGE_TITLE, ":material/cleaning_services:", "sweeps"),
     ],
     "section_dp": [
+        (access.DPO, "pages/erasure.py", __import__("ui.erasure_i18n").erasure_i18n.PAGE_TITLE, ":material/delete_forever:", "erasure"),
+        (access.DPO, "pages/erasure_register.py", __import__("ui.erasure_i18n").erasure_i18n.REGISTER_PAGE_TITLE, ":material/fact_check:", "erasure-register"),
     ],
 }
 sections: dict[str, list] = {}
@@ -69,6 +74,7 @@ nav = st.navigation(sections)
 with st.sidebar:
     if user.local:
         st.warning(t("local_mode"), icon=":material/lock_open:")
+        st.caption(t("signed_in_as", user="local", roles=", ".join(user.roles)))
     else:
         st.caption(t("signed_in_as", user=user.email or user.name, roles=", ".join(user.roles)))
         st.button(t("sign_out"), key="auth.logout", on_click=st.logout)

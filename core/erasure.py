@@ -85,8 +85,18 @@ FROM information_schema.columns c
 JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
 WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
   AND c.table_name LIKE 'core\_%'
-  AND c.column_name IN ('prefix', 'thread_id', 'subject_root', 'subject_id', 'cliente_id')
+  AND c.column_name IN ('prefix', 'thread_id', 'subject_root', 'subject_id', 'cliente_id', 'customer_id')
 GROUP BY c.table_name ORDER BY c.table_name"""
+# JSON arrays in our tables whose elements can name a customer: (table, column, element condition
+# on `elem`). Matching elements are removed, the row (an operations record) stays.
+JSON_ARRAY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("core_degradation_episodes", "denials",  # [{tool, risk, thread_id, customer_id, denied_at}]
+     "elem->>'customer_id' = %(cliente_id)s OR elem->>'thread_id' = ANY(%(threads)s)"),
+    ("core_sweep_log", "threads_sample", "elem #>> '{}' = ANY(%(threads)s)"),  # ["thread id", ...]
+)
+SELECT_JSONB_COLUMN = """
+SELECT 1 FROM information_schema.columns
+WHERE table_schema = current_schema() AND table_name = %s AND column_name = %s AND data_type = 'jsonb'"""
 # Tables named in the design whose absence is normal (created by other modules' migrations).
 OPTIONAL_TABLES = ("core_guard_denials",)
 SELECT_REGCLASS = "SELECT to_regclass(%s) IS NOT NULL AS present"
@@ -230,11 +240,42 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def log_tables(conn: psycopg.Connection) -> dict[str, str]:
-    """{table: WHERE condition} for every `core_*` table that can name a customer (not the register)."""
-    found: dict[str, str] = {}
-    rows = conn.execute(SELECT_LOG_TABLES).fetchall()
-    for row in rows:
+@dataclass(frozen=True)
+class OwnTarget:
+    """Rows (or JSON array elements) of one of our tables that name the customer."""
+
+    name: str  # table, or table.column for JSON array elements
+    count_sql: str
+    erase_sql: str
+
+
+def _row_target(table: str, condition: str) -> OwnTarget:
+    ident, cond = sql.Identifier(table), sql.SQL(condition)
+    return OwnTarget(
+        table,
+        sql.SQL("SELECT count(*) AS n FROM {} WHERE {}").format(ident, cond).as_string(),
+        sql.SQL("DELETE FROM {} WHERE {}").format(ident, cond).as_string(),
+    )
+
+
+def _json_array_target(table: str, column: str, condition: str) -> OwnTarget:
+    fmt = {"t": sql.Identifier(table), "c": sql.Identifier(column), "cond": sql.SQL(condition)}
+    elements = "jsonb_array_elements(CASE WHEN jsonb_typeof({c}) = 'array' THEN {c} ELSE '[]'::jsonb END)"
+    count = sql.SQL("SELECT count(*) AS n FROM {t}, " + elements + " AS x(elem) WHERE COALESCE({cond}, false)")
+    erase = sql.SQL(
+        "UPDATE {t} SET {c} = COALESCE((SELECT jsonb_agg(x.elem ORDER BY x.ord) FROM jsonb_array_elements({c}) "
+        "WITH ORDINALITY AS x(elem, ord) WHERE NOT COALESCE({cond}, false)), '[]'::jsonb) "
+        "WHERE jsonb_typeof({c}) = 'array' AND EXISTS (SELECT 1 FROM jsonb_array_elements({c}) AS x(elem) "
+        "WHERE COALESCE({cond}, false))"
+    )
+    return OwnTarget(f"{table}.{column}", count.format(**fmt).as_string(), erase.format(**fmt).as_string())
+
+
+def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
+    """Every place in our `core_*` tables that can name a customer (never the register itself):
+    rows found by their columns, and elements of the known JSON arrays."""
+    targets: list[OwnTarget] = []
+    for row in conn.execute(SELECT_LOG_TABLES).fetchall():
         table, columns = row["table_name"], set(row["columns"])
         if table in PROTECTED_TABLES:
             continue
@@ -245,29 +286,26 @@ def log_tables(conn: psycopg.Connection) -> dict[str, str]:
             parts.append("thread_id::text = ANY(%(threads)s)")
         if {"subject_root", "subject_id"} <= columns:
             parts.append("(subject_root::text = %(root)s AND subject_id::text = %(cliente_id)s)")
-        if "cliente_id" in columns:
-            parts.append("cliente_id::text = %(cliente_id)s")
+        for column in ("cliente_id", "customer_id"):
+            if column in columns:
+                parts.append(f"{column}::text = %(cliente_id)s")
         if parts:
-            found[table] = " OR ".join(parts)
+            targets.append(_row_target(table, " OR ".join(parts)))
+    for table, column, condition in JSON_ARRAY_COLUMNS:
+        if conn.execute(SELECT_JSONB_COLUMN, (table, column)).fetchone() is not None:
+            targets.append(_json_array_target(table, column, condition))
+    names = {t.name for t in targets}
     for optional in OPTIONAL_TABLES:  # present but not understood must be said, not skipped silently
-        if optional not in found and conn.execute(SELECT_REGCLASS, (optional,)).fetchone()["present"]:
-            log.warning("%s exists but has no column erasure knows (prefix, thread_id, subject_id, cliente_id)",
+        if optional not in names and conn.execute(SELECT_REGCLASS, (optional,)).fetchone()["present"]:
+            log.warning("%s exists but has no column erasure knows (prefix, thread_id, subject_id, customer_id)",
                         optional)
-    return found
-
-
-def _count_sql(table: str, condition: str) -> str:
-    return sql.SQL("SELECT count(*) AS n FROM {} WHERE {}").format(sql.Identifier(table), sql.SQL(condition)).as_string()
-
-
-def _delete_sql(table: str, condition: str) -> str:
-    return sql.SQL("DELETE FROM {} WHERE {}").format(sql.Identifier(table), sql.SQL(condition)).as_string()
+    return targets
 
 
 def _evidence_queries(conn: psycopg.Connection) -> dict[str, str]:
     queries = dict(FIXED_QUERIES)
-    for table, condition in log_tables(conn).items():
-        queries[table] = _count_sql(table, condition)
+    for target in own_targets(conn):
+        queries[target.name] = target.count_sql
     return queries
 
 
@@ -323,12 +361,17 @@ def _erase_threads(saver: PostgresSaver, thread_ids: Iterable[str]) -> int:
     return n
 
 
-def _erase_logs(db: Database, customer_id: str, thread_ids: Iterable[str]) -> dict[str, int]:
+def _erase_own(db: Database, customer_id: str, thread_ids: Iterable[str]) -> dict[str, int]:
+    """Delete (or scrub from JSON arrays) what our tables hold about the customer; counts per target."""
     params = _params(customer_id, thread_ids)
     deleted: dict[str, int] = {}
     with db.connection() as conn:
-        for table, condition in log_tables(conn).items():
-            deleted[table] = conn.execute(_delete_sql(table, condition), params).rowcount
+        for target in own_targets(conn):
+            with conn.transaction():  # the count is exactly what this statement removes
+                n = conn.execute(target.count_sql, params).fetchone()["n"]
+                if n:
+                    conn.execute(target.erase_sql, params)
+            deleted[target.name] = int(n)
     return deleted
 
 
@@ -384,7 +427,7 @@ def erase(
                     threads |= set(find_threads(db, customer_id))
                     _erase_threads(saver, sorted(threads))
                     notify(Progress("threads", passes, sum(deleted.values()), {"threads": len(threads)}))
-                    _add(deleted, _erase_logs(db, customer_id, threads))
+                    _add(deleted, _erase_own(db, customer_id, threads))
                     notify(Progress("logs", passes, sum(deleted.values()), dict(deleted)))
                     evidence = run_evidence(db, customer_id, threads)
                     notify(Progress("evidence", passes, sum(deleted.values()), {e.table: e.result for e in evidence}))
@@ -448,17 +491,30 @@ def recheck(db: Database, request_id: int, *, trigger: str = "manual", operator:
     return RecheckResult(request_id, customer_id, clean, counts, evidence, rec["checked_at"], trigger)
 
 
-def recheck_all(db: Database, *, trigger: str = "sweep", operator: str | None = None) -> list[RecheckResult]:
+class RecheckSummary(list):
+    """The re-check results (a list); its text names request numbers only, never a customer, because
+    the sweep job stores it in its log, which erasure does not scrub of customer ids."""
+
+    def __str__(self) -> str:
+        dirty = [r.request_id for r in self if not r.clean]
+        text = f"re-checked {len(self)} erasure request(s): {len(self) - len(dirty)} clean"
+        if dirty:
+            text += f", {len(dirty)} with data back (request " + ", ".join(f"#{i}" for i in dirty) + ")"
+        return text
+
+
+def recheck_all(db: Database, *, trigger: str = "sweep", operator: str | None = None) -> RecheckSummary:
     """Re-check the latest finished request of every erased customer (the sweep job calls this)."""
     ids = [r["id"] for r in db.fetch(SELECT_RECHECKABLE, read_only=False)]
-    return [recheck(db, request_id, trigger=trigger, operator=operator) for request_id in ids]
+    return RecheckSummary(recheck(db, request_id, trigger=trigger, operator=operator) for request_id in ids)
 
 
 # --- reading the register -------------------------------------------------------------------------
 
 
 def register(db: Database, limit: int = 500) -> pd.DataFrame:
-    """The latest `limit` requests, newest first, with time to zero and whether it was the same day (UTC)."""
+    """The latest `limit` requests, newest first, with time to zero, whether it reached zero the same day
+    (UTC), and `came_back` (the last re-check found data again). Counts are totals over the tables."""
     rows = db.fetch(SELECT_REGISTER, (limit,), read_only=False)
     frame = pd.DataFrame(rows, columns=[
         "id", "customer_id", "operator", "status", "requested_at", "finished_at", "seconds_to_zero", "passes",
@@ -470,6 +526,7 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
              == r.astimezone(timezone.utc).date())
         for r, f, s in zip(frame["requested_at"], frame["finished_at"], frame["status"])
     ]
+    frame["came_back"] = [v is not None and not pd.isna(v) and not bool(v) for v in frame["last_recheck_clean"]]
     for col in ("counts_before", "deleted", "counts_after"):
         frame[col] = frame[col].map(lambda d: sum(d.values()) if isinstance(d, dict) else None)
     return frame
@@ -528,6 +585,7 @@ def erase_demo_customer(db: Database, *, exclude: Iterable[str] = (), operator: 
 
 __all__ = [
     "ErasureError", "ErasureResult", "EvidenceQuery", "InvalidIdentifier", "Preview", "Progress", "RecheckResult",
+    "RecheckSummary",
     "erase", "erase_demo_customer", "evidence_document", "evidence_json", "find_threads", "preview", "recheck",
     "recheck_all", "register", "rechecks", "run_evidence",
 ]

@@ -9,13 +9,24 @@ import time
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import PutOp
+from psycopg.types.json import Jsonb
 
 from core import erasure
 from core.agents import ContextoCliente, build_agent, run_turn
+from core.db import Database, reset_pool
 from core.embeddings import OfflineHashEmbeddings
 from core.memory import InvalidIdentifier, build_store, put_memory, ttl_for
 from core.scripted_model import ScriptedChatModel
 from tests.conftest import DIMS
+
+@pytest.fixture
+def db(create_database):
+    """A migrated, empty database whose pool is closed afterwards (the session's server has a
+    connection limit, and every test here opens a pool on its own database)."""
+    database = Database(create_database())
+    yield database
+    reset_pool(database.dsn)
+
 
 BIG = "C9"
 LOOK_ALIKES = ["C_9", "C19", "CA9", "C%", "C9x"]
@@ -318,8 +329,10 @@ def test_recheck_reports_data_that_came_back(db):
     assert list(checks["clean"]) == [False, True]
     assert checks["counts"].iloc[0]["checkpoints"] == late.counts["checkpoints"]
 
-    swept = erasure.recheck_all(db)  # what the sweep job calls
+    swept = erasure.recheck_all(db)  # what the sweep job calls (and logs as text)
     assert [(r.customer_id, r.clean, r.trigger) for r in swept] == [("C3", False, "sweep")]
+    assert str(swept) == f"re-checked 1 erasure request(s): 0 clean, 1 with data back (request #{result.request_id})"
+    assert "C3" not in str(swept)
     doc = erasure.evidence_document(db, result.request_id)
     assert doc["request"]["customer_id"] == "C3" and len(doc["rechecks"]) == 3
     assert "SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C3'" in erasure.evidence_json(db, result.request_id)
@@ -334,23 +347,58 @@ def test_recheck_reports_data_that_came_back(db):
         erasure.recheck(db, 999_999)
 
 
-def test_a_later_table_naming_the_customer_is_erased_too(db):
-    """Tables added by later migrations (e.g. guard denials) are found by their columns."""
-    db.execute("CREATE TABLE core_guard_denials (id bigserial PRIMARY KEY, thread_id text, tool text)")
-    db.execute("CREATE TABLE core_customer_notes (cliente_id text, note text)")
+# The columns other modules' migrations give these tables (created here only if absent, so the
+# test holds with and without those migrations applied).
+GUARD_DENIALS = """CREATE TABLE IF NOT EXISTS core_guard_denials (id bigserial PRIMARY KEY, replica_id text NOT NULL,
+    tool text NOT NULL, risk text NOT NULL, thread_id text, subject_root text, subject_id text, customer_id text,
+    reason text, denied_at timestamptz NOT NULL)"""
+EPISODES = """CREATE TABLE IF NOT EXISTS core_degradation_episodes (id bigserial PRIMARY KEY, replica_id text NOT NULL,
+    host text NOT NULL, pid integer NOT NULL, degraded_from timestamptz NOT NULL, degraded_to timestamptz NOT NULL,
+    checkpoints_buffered integer NOT NULL, writes_buffered integer NOT NULL, ops_resynced integer NOT NULL,
+    denials jsonb NOT NULL DEFAULT '[]')"""
+
+
+def test_our_other_tables_naming_the_customer_are_erased_too(db):
+    """Guard denials, denials inside degradation episodes, retention samples in the sweep log, and a
+    table added later (found by its columns) lose what names the customer, and only that."""
+    db.execute(GUARD_DENIALS)
+    db.execute(EPISODES)
+    db.execute("CREATE TABLE core_customer_notes (customer_id text, note text)")
     store = make_store(db)
-    (thread,) = converse(agents_for(db, store), "C2")
-    converse(agents_for(db, store), "C20")
-    db.execute("INSERT INTO core_guard_denials (thread_id, tool) VALUES (%s, 'recordar_preferencia'), "
-               "('cliente-C20-1', 'recordar_preferencia')", (thread,))
+    agent = agents_for(db, store)
+    (thread,) = converse(agent, "C2")
+    converse(agent, "C20")
+    db.execute("""INSERT INTO core_guard_denials (replica_id, tool, risk, thread_id, subject_root, subject_id,
+                  customer_id, denied_at) VALUES
+                  ('r1', 'recordar_preferencia', 'HIGH', %s, 'clientes', 'C2', 'C2', now()),
+                  ('r1', 'recordar_preferencia', 'HIGH', 'cliente-C20-1', 'clientes', 'C20', 'C20', now()),
+                  ('r1', 'publicar_aviso', 'HIGH', 'compras-P001-retraso', 'proveedores', 'C2', NULL, now())""",
+               (thread,))
+    denials = [{"tool": "recordar_preferencia", "thread_id": thread, "customer_id": "C2"},
+               {"tool": "recordar_preferencia", "thread_id": "cliente-C20-1", "customer_id": "C20"},
+               {"tool": "publicar_aviso", "thread_id": "compras-P001-retraso", "customer_id": None}]
+    db.execute("""INSERT INTO core_degradation_episodes (replica_id, host, pid, degraded_from, degraded_to,
+                  checkpoints_buffered, writes_buffered, ops_resynced, denials)
+                  VALUES ('r1', 'h', 1, now(), now(), 0, 0, 0, %s)""", (Jsonb(denials),))
+    db.execute("""INSERT INTO core_sweep_log (trigger, host, status, threads_sample)
+                  VALUES ('scheduled', 'h', 'ok', %s)""", (Jsonb(["cliente-C20-1", thread, "personal-E001"]),))
     db.execute("INSERT INTO core_customer_notes VALUES ('C2', 'x'), ('C20', 'y')")
+
     dry = erasure.preview(db, "C2")
     assert dry.counts["core_guard_denials"] == 1 and dry.counts["core_customer_notes"] == 1
+    assert dry.counts["core_degradation_episodes.denials"] == 1 and dry.counts["core_sweep_log.threads_sample"] == 1
     result = erasure.erase(db, "C2", operator="dpo@example.com")
-    assert result.deleted["core_guard_denials"] == 1 and result.deleted["core_customer_notes"] == 1
-    assert result.counts_after["core_guard_denials"] == 0
-    assert db.fetch_one("SELECT count(*) AS n FROM core_guard_denials")["n"] == 1
-    assert db.fetch_one("SELECT cliente_id FROM core_customer_notes")["cliente_id"] == "C20"
+    assert result.status == "complete", result.report
+    for name in ("core_guard_denials", "core_customer_notes", "core_degradation_episodes.denials",
+                 "core_sweep_log.threads_sample"):
+        assert result.deleted[name] == 1 and result.counts_after[name] == 0, name
+    # the supplier's denial that happens to carry subject_id C2 is not the customer's
+    assert [r["customer_id"] for r in db.fetch("SELECT customer_id FROM core_guard_denials ORDER BY id")] == [
+        "C20", None]
+    assert db.fetch_one("SELECT denials FROM core_degradation_episodes")["denials"] == denials[1:]
+    assert db.fetch_one("SELECT threads_sample FROM core_sweep_log")["threads_sample"] == [
+        "cliente-C20-1", "personal-E001"]
+    assert db.fetch_one("SELECT customer_id FROM core_customer_notes")["customer_id"] == "C20"
 
 
 def test_demo_step_erases_one_customer_for_real(db):

@@ -11,7 +11,7 @@ from streamlit.errors import StreamlitSecretNotFoundError
 from core import access
 from core.config import Settings, load_settings
 from core.db import Database, DatabaseUnavailable
-from ui.i18n import t
+from ui.i18n import add_strings, t
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +83,37 @@ def auth_configured() -> bool:
     return bool(secrets().get("auth"))
 
 
+LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "localhost", "::1"})
+add_strings({
+    "local_mode_unsafe": {
+        "es": "Modo local sin proveedor de identidad, pero el servidor no escucha solo en 127.0.0.1 "
+              "(server.address = {address}): no se concede ningún rol. Arranque desde la carpeta del repositorio "
+              "(usa .streamlit/config.toml) o con --server.address 127.0.0.1, o configure [auth].",
+        "en": "Local mode without an identity provider, but the server does not listen on 127.0.0.1 only "
+              "(server.address = {address}): no role is granted. Start from the repository folder (it uses "
+              ".streamlit/config.toml) or with --server.address 127.0.0.1, or configure [auth].",
+    },
+})
+
+
+def local_mode_safe() -> bool:
+    """Local mode (no sign-in) only on loopback; an unset server.address means every interface."""
+    return (st.get_option("server.address") or "") in LOOPBACK_ADDRESSES
+
+
 def current_user() -> User | None:
-    """The signed-in user (None if signed out). Without an identity provider: the local user."""
+    """The signed-in user (None if signed out). Without an identity provider: the local user, with
+    LOCAL_ROLES only while the server listens on loopback (else no role at all)."""
     cfg = settings()
     if not auth_configured():
-        return User("local", None, access.parse_roles(cfg.local_roles), local=True)
+        roles = access.parse_roles(cfg.local_roles) if local_mode_safe() else ()
+        return User("local", None, roles, local=True)
     if not st.user.is_logged_in:
         return None
     email = st.user.get("email")
-    return User(st.user.get("name") or email or "?", email, access.roles_for(email, cfg.role_map), local=False)
+    # an e-mail the identity provider says it has not verified must not pick up someone's roles
+    roles = () if st.user.get("email_verified") is False else access.roles_for(email, cfg.role_map)
+    return User(st.user.get("name") or email or "?", email, roles, local=False)
 
 
 def require_role(role: str) -> User:

@@ -1,0 +1,168 @@
+"""Erasure (DPO): customer id -> dry-run preview -> confirm by typing the id -> progress -> evidence."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import pandas as pd
+import streamlit as st
+
+from core import access, erasure
+from core.db import DatabaseUnavailable
+from core.memory import InvalidIdentifier
+from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
+from ui.common import _cached, get_db, require_role
+from ui.i18n import t
+
+ID_KEY = "erasure.customer"
+PREVIEW_KEY = "erasure.preview_result"
+DIALOG_KEY = "erasure.dialog_open"
+PENDING_KEY = "erasure.pending"
+RESULT_KEY = "erasure.result"
+FAILED_KEY = "erasure.failed"
+
+user = require_role(access.DPO)
+operator = user.email or "local"
+if ID_KEY not in st.session_state:
+    st.session_state[ID_KEY] = st.query_params.get("cliente", "")
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A core function on the primary, uncached (the DPO must see the database as it is now)."""
+    try:
+        return fn(get_db(), *args, **kwargs)
+    except DatabaseUnavailable as exc:
+        st.error(t("read_failed", error=exc))
+        st.stop()
+
+
+def _close_dialog() -> None:
+    st.session_state[DIALOG_KEY] = False
+
+
+@st.dialog(t("erasure_confirm_title"), on_dismiss=_close_dialog)
+def confirm(preview: erasure.Preview) -> None:
+    st.markdown(t("erasure_confirm_body", total=f"{preview.total:,}", id=preview.customer_id))
+    typed = st.text_input(t("erasure_confirm_input"), key="erasure.confirm_id")
+    if st.button(t("erasure_confirm_button"), key="erasure.confirm", type="primary", icon=":material/delete_forever:"):
+        if typed != preview.customer_id:
+            st.error(t("erasure_confirm_mismatch"))
+            return
+        st.session_state[PENDING_KEY] = preview.customer_id
+        st.session_state[DIALOG_KEY] = False
+        st.session_state.pop(PREVIEW_KEY, None)
+        st.rerun()
+
+
+def run_erasure(customer_id: str) -> None:
+    step_text = {
+        "counting": lambda p: t("erasure_step_counting"),
+        "store": lambda p: t("erasure_step_store", p=p.pass_no, n=f"{p.deleted:,}"),
+        "threads": lambda p: t("erasure_step_threads", p=p.pass_no, n=p.detail.get("threads", 0)),
+        "logs": lambda p: t("erasure_step_logs", p=p.pass_no, n=f"{p.deleted:,}"),
+        "evidence": lambda p: t("erasure_step_evidence", p=p.pass_no, n=sum(p.detail.values())),
+        "done": lambda p: t("erasure_step_done"),
+    }
+    with st.status(t("erasure_running", id=customer_id), expanded=True) as status:
+        try:
+            result = call(erasure.erase, customer_id, operator=operator,
+                          progress=lambda p: status.write(step_text[p.step](p)))
+        except Exception as exc:  # recorded as failed by core; shown, never hidden
+            status.update(label=t("erasure_failed", error=exc), state="error")
+            st.session_state[FAILED_KEY] = f"{type(exc).__name__}: {exc}"
+            return
+        status.update(label=t("erasure_done_label", id=customer_id),
+                      state="complete" if result.complete else "error", expanded=False)
+    _cached.clear()  # every store figure on the other pages may have changed
+    st.session_state[RESULT_KEY] = result
+    st.toast(t("erasure_toast", id=customer_id, rid=result.request_id), icon=":material/task_alt:")
+
+
+def show_result(result: erasure.ErasureResult) -> None:
+    if result.complete:
+        st.success(t("erasure_complete", id=result.customer_id), icon=":material/verified:")
+    else:
+        st.error(t("erasure_incomplete", id=result.customer_id, report=result.report))
+    seconds = (result.finished_at - result.requested_at).total_seconds() if result.finished_at else float("nan")
+    st.caption(t("erasure_request", rid=result.request_id, operator=result.operator, passes=result.passes,
+                 seconds=seconds))
+
+    st.subheader(t("erasure_evidence_title"))
+    st.caption(t("erasure_evidence_caption"))
+    for ev in result.store_evidence:
+        st.code(ev.sql, language="sql", wrap_lines=True)
+        st.markdown(t("erasure_result_line", n=ev.result, at=ev.at))
+    with st.expander(t("erasure_other_evidence")):
+        for ev in result.evidence:
+            if ev.table not in erasure.STORE_TABLES:
+                st.code(ev.sql, language="sql", wrap_lines=True)
+                st.markdown(t("erasure_result_line", n=ev.result, at=ev.at))
+
+    tables = list(result.counts_before) + [k for k in result.counts_after if k not in result.counts_before]
+    st.subheader(t("erasure_counts"))
+    st.dataframe(pd.DataFrame({
+        t("erasure_table"): tables,
+        t("erasure_before"): [result.counts_before.get(k, 0) for k in tables],
+        t("erasure_deleted"): [result.deleted.get(k, 0) for k in tables],
+        t("erasure_after"): [result.counts_after.get(k, 0) for k in tables],
+    }), hide_index=True, key="erasure.counts")
+    st.download_button(
+        t("erasure_download"), data=call(erasure.evidence_json, result.request_id),
+        file_name=f"erasure-{result.request_id}-{time.strftime('%Y%m%d')}.json", mime="application/json",
+        key="erasure.download", icon=":material/download:",
+    )
+    st.page_link("pages/erasure_register.py", label=t("erasure_to_register"), icon=":material/fact_check:")
+
+
+st.title(t("erasure_title"))
+st.caption(t("erasure_caption"))
+
+pending = st.session_state.pop(PENDING_KEY, None)
+if pending:  # confirmed in the dialog: run once, on this run only
+    st.session_state.pop(RESULT_KEY, None)
+    st.session_state.pop(FAILED_KEY, None)
+    run_erasure(pending)
+
+customer_id = st.text_input(t("erasure_customer"), key=ID_KEY)
+if customer_id:
+    st.query_params["cliente"] = customer_id
+elif "cliente" in st.query_params:
+    del st.query_params["cliente"]
+
+if st.button(t("erasure_preview"), key="erasure.preview", icon=":material/preview:", disabled=not customer_id):
+    st.session_state.pop(RESULT_KEY, None)
+    st.session_state.pop(FAILED_KEY, None)
+    try:
+        st.session_state[PREVIEW_KEY] = (call(erasure.preview, customer_id), time.strftime("%H:%M:%S"))
+    except InvalidIdentifier as exc:
+        st.session_state.pop(PREVIEW_KEY, None)
+        st.error(str(exc))
+
+stored = st.session_state.get(PREVIEW_KEY)
+preview, read_at = stored if stored else (None, None)
+if preview is not None and preview.customer_id == customer_id:
+    st.subheader(t("erasure_preview_title", prefix=preview.namespace_prefix))
+    st.caption(t("erasure_preview_at", at=read_at))
+    left, right = st.columns(2)
+    with left:
+        st.dataframe(pd.DataFrame({t("erasure_table"): list(preview.counts),
+                                   t("erasure_rows"): list(preview.counts.values())}),
+                     hide_index=True, key="erasure.preview_counts")
+    with right:
+        if preview.namespaces:
+            st.dataframe(pd.DataFrame(preview.namespaces, columns=[t("erasure_namespace"), t("erasure_documents")]),
+                         hide_index=True, key="erasure.preview_namespaces")
+        with st.expander(t("erasure_threads", n=len(preview.thread_ids))):
+            st.write(", ".join(f"`{x}`" for x in preview.thread_ids) or "—")
+    if preview.total == 0:
+        st.info(t("erasure_nothing", id=preview.customer_id))
+    if st.button(t("erasure_start"), key="erasure.start", type="primary", icon=":material/delete_forever:"):
+        st.session_state[DIALOG_KEY] = True
+    if st.session_state.get(DIALOG_KEY):
+        confirm(preview)
+
+if FAILED_KEY in st.session_state:
+    st.error(t("erasure_failed", error=st.session_state[FAILED_KEY]))
+result = st.session_state.get(RESULT_KEY)
+if result is not None:
+    show_result(result)

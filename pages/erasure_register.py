@@ -1,0 +1,112 @@
+"""Erasure register (DPO): every request, its status, time to zero, re-checks, and a manual re-check."""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import pandas as pd
+import streamlit as st
+
+from core import access, erasure
+from core.db import DatabaseUnavailable
+from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
+from ui.common import require_role, get_db
+from ui.i18n import t
+
+PICK_KEY = "erasure_register.request"
+NOTICE_KEY = "erasure_register.notice"
+
+user = require_role(access.DPO)
+operator = user.email or "local"
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A core function on the primary, uncached: the register must show what was just recorded."""
+    try:
+        return fn(get_db(), *args, **kwargs)
+    except DatabaseUnavailable as exc:
+        st.error(t("read_failed", error=exc))
+        st.stop()
+
+
+def _dirty_text(result: erasure.RecheckResult) -> str:
+    return ", ".join(f"{table}={n}" for table, n in result.counts.items() if n)
+
+
+st.title(t("erasure_register_title"))
+st.caption(t("erasure_register_caption"))
+
+notice = st.session_state.pop(NOTICE_KEY, None)  # the outcome of a re-check, shown after its rerun
+if notice:
+    kind, text = notice
+    (st.success if kind == "ok" else st.error)(text)
+
+if st.button(t("erasure_recheck_all"), key="erasure_register.recheck_all", icon=":material/published_with_changes:"):
+    results = call(erasure.recheck_all, trigger="manual", operator=operator)
+    dirty = [r for r in results if not r.clean]
+    st.session_state[NOTICE_KEY] = ("ok" if not dirty else "error",
+                                    t("erasure_rechecked_all", n=len(results), dirty=len(dirty)))
+    st.rerun()
+
+requests = call(erasure.register)
+if requests.empty:
+    st.info(t("erasure_register_empty"))
+    st.stop()
+
+c1, c2, c3, c4 = st.columns(4)
+c1.metric(t("erasure_requests"), len(requests))
+c2.metric(t("erasure_completed"), int((requests["status"] == "complete").sum()))
+c3.metric(t("erasure_same_day"), f"{int(requests['same_day'].sum())} / {len(requests)}")
+c4.metric(t("erasure_came_back"), int(requests["came_back"].sum()))
+
+st.dataframe(
+    requests.drop(columns=["report"]),
+    hide_index=True, key="erasure_register.table",
+    column_config={
+        "id": st.column_config.NumberColumn("#", format="%d"),
+        "seconds_to_zero": st.column_config.NumberColumn(format="%.2f s"),
+        "same_day": st.column_config.CheckboxColumn(t("erasure_same_day")),
+        "last_recheck_clean": st.column_config.CheckboxColumn(),
+        "came_back": st.column_config.CheckboxColumn(t("erasure_came_back")),
+    },
+)
+
+labels = {int(r.id): t("erasure_pick_label", rid=int(r.id), id=r.customer_id, at=f"{r.requested_at:%Y-%m-%d %H:%M:%S}")
+          for r in requests.itertuples()}
+if st.session_state.get(PICK_KEY) not in labels:
+    st.session_state[PICK_KEY] = next(iter(labels))
+request_id = st.selectbox(t("erasure_pick"), list(labels), format_func=labels.get, key=PICK_KEY)
+row = requests.set_index("id").loc[request_id]
+if row["report"]:
+    st.warning(row["report"])
+
+left, right = st.columns([1, 1])
+with left:
+    if st.button(t("erasure_recheck_button"), key="erasure_register.recheck", type="primary",
+                 icon=":material/fact_check:"):
+        result = call(erasure.recheck, request_id, trigger="manual", operator=operator)
+        if result.clean:
+            st.session_state[NOTICE_KEY] = ("ok", t("erasure_recheck_clean", at=f"{result.checked_at:%Y-%m-%d %H:%M:%S %Z}"))
+        else:
+            st.session_state[NOTICE_KEY] = ("error", t("erasure_recheck_dirty", id=result.customer_id,
+                                                       counts=_dirty_text(result)))
+        st.rerun()
+with right:
+    st.download_button(
+        t("erasure_download"), data=call(erasure.evidence_json, request_id),
+        file_name=f"erasure-{request_id}.json", mime="application/json", key="erasure_register.download",
+        icon=":material/download:",
+    )
+if row["came_back"] or row["status"] != "complete":
+    st.page_link("pages/erasure.py", label=t("erasure_page"), icon=":material/delete_forever:",
+                 query_params={"cliente": row["customer_id"]})
+
+st.subheader(t("erasure_rechecks_title"))
+checks = call(erasure.rechecks, request_id)
+if checks.empty:
+    st.caption(t("erasure_no_rechecks"))
+else:
+    checks["found"] = checks["counts"].map(lambda c: sum(c.values()))
+    checks["counts"] = checks["counts"].map(lambda c: json.dumps({k: v for k, v in c.items() if v}) or "{}")
+    st.dataframe(checks[["id", "checked_at", "trigger", "operator", "clean", "found", "counts"]],
+                 hide_index=True, key="erasure_register.rechecks")

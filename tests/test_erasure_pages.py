@@ -1,0 +1,182 @@
+"""AppTest of the Erasure and Erasure register pages on the real embedded PostgreSQL: the DPO flow
+end to end (preview, confirm by typing the id, progress, evidence, download, register, re-check) and
+refusals (a manager, an id that does not match, local mode off loopback)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from streamlit import config as st_config
+from streamlit.testing.v1 import AppTest
+
+from core import erasure
+from core.agents import ContextoCliente, run_turn
+from core.db import Database, reset_pool
+from tests.test_erasure import agents_for, converse, footprint, make_store, write_docs
+
+@pytest.fixture
+def db(create_database):
+    """A migrated, empty database whose pool is closed afterwards (the session's server has a
+    connection limit, and every test here opens a pool on its own database)."""
+    database = Database(create_database())
+    yield database
+    reset_pool(database.dsn)
+
+
+TIMEOUT = 60
+
+
+@pytest.fixture
+def shop(db):
+    """C9 (nested namespace, vectors, two agent threads) and C90, which must survive."""
+    store = make_store(db)
+    write_docs(store, "C9", 40, nested=10)
+    agent = agents_for(db, store)
+    converse(agent, "C9", n_threads=2)
+    write_docs(store, "C90", 5)
+    converse(agent, "C90")
+    db.agent = agent
+    return db
+
+
+def dashboard(page: str | None = None) -> AppTest:
+    at = AppTest.from_file("../dashboard.py", default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    if page:
+        at.switch_page(page).run()
+        assert not at.exception, at.exception
+    return at
+
+
+def frame(at: AppTest, *columns: str):
+    """The first dataframe with these columns (plain dataframes carry no key in AppTest)."""
+    for df in at.dataframe:
+        if set(columns) <= set(df.value.columns):
+            return df.value
+    raise AssertionError(f"no dataframe with columns {columns}")
+
+
+def texts(at: AppTest) -> str:
+    return "\n".join([m.value for m in at.markdown] + [e.value for e in at.error] + [s.value for s in at.success]
+                     + [c.value for c in at.caption])
+
+
+def test_dpo_erases_a_customer_end_to_end(shop, app_env):
+    app_env(shop.dsn)
+    c90_before = footprint(shop, "C90")
+    at = dashboard("pages/erasure.py")
+    at.text_input(key="erasure.customer").input("C9").run()
+    at.button(key="erasure.preview").click().run()
+    assert not at.exception, at.exception
+    counts = frame(at, "Tabla", "Filas")
+    by_table = dict(zip(counts.iloc[:, 0], counts.iloc[:, 1]))
+    assert by_table["store"] == 40 + 2 and by_table["store_vectors"] == 42 and by_table["checkpoints"] > 0
+    namespaces = frame(at, "Namespace", "Documentos")
+    assert sorted(namespaces.iloc[:, 0]) == ["clientes.C9", "clientes.C9.pedidos"]
+    assert footprint(shop, "C9")["store"] == 42  # preview deletes nothing
+
+    # the dialog refuses an id that does not match, and nothing is deleted
+    at.button(key="erasure.start").click().run()
+    at.text_input(key="erasure.confirm_id").input("C90").run()
+    at.button(key="erasure.confirm").click().run()
+    assert "no coincide" in texts(at)
+    assert footprint(shop, "C9")["store"] == 42
+    assert shop.fetch_one("SELECT count(*) AS n FROM core_erasure_register")["n"] == 0
+
+    at.text_input(key="erasure.confirm_id").input("C9").run()
+    at.button(key="erasure.confirm").click().run()
+    assert not at.exception, at.exception
+
+    # progress, then both zero-count queries verbatim with result 0 and a timestamp
+    status_text = "\n".join(m.value for m in at.get("status")[0].children.values() if hasattr(m, "value")) \
+        if at.get("status") else ""
+    assert "Pasada 1" in texts(at) + status_text
+    code = [c.value for c in at.code]
+    assert ("SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C9' "
+            "OR prefix LIKE 'clientes.C9.%' ESCAPE '\\'") in code
+    assert ("SELECT count(*) AS n FROM store_vectors WHERE prefix = 'clientes.C9' "
+            "OR prefix LIKE 'clientes.C9.%' ESCAPE '\\'") in code
+    results = [m.value for m in at.markdown if m.value.startswith("Resultado:")]
+    assert len(results) >= 2 and all(r.startswith("Resultado: **0** · ejecutada el 20") for r in results)
+    assert "Borrado completo" in texts(at)
+    for sql in code:  # every query shown still returns 0 when run exactly as shown
+        assert shop.fetch_one(sql)["n"] == 0, sql
+
+    after = frame(at, "Tabla", "Antes", "Después")
+    assert set(after["Después"]) == {0} and after.set_index("Tabla").loc["store", "Antes"] == 42
+    download = at.get("download_button")[0]
+    assert download.proto.label == "Descargar la evidencia (JSON)"
+
+    assert footprint(shop, "C9") == dict.fromkeys(footprint(shop, "C9"), 0)
+    assert footprint(shop, "C90") == c90_before
+    (row,) = shop.fetch("SELECT * FROM core_erasure_register")
+    assert row["customer_id"] == "C9" and row["operator"] == "local" and row["status"] == "complete"
+    doc = erasure.evidence_document(shop, row["id"])
+    assert json.loads(json.dumps(doc))["request"]["counts_before"]["store"] == 42
+
+    # the register shows it; a late write comes back and the manual re-check reports it
+    at.switch_page("pages/erasure_register.py").run()
+    assert not at.exception, at.exception
+    table = frame(at, "customer_id", "same_day")
+    assert list(table["customer_id"]) == ["C9"] and bool(table["same_day"].iloc[0])
+    assert table["status"].iloc[0] == "complete" and table["seconds_to_zero"].iloc[0] >= 0
+    run_turn(shop.agent, ContextoCliente("C9"), "cliente-C9-1", "Mi talla es la XL.")
+    at.button(key="erasure_register.recheck").click().run()
+    assert not at.exception, at.exception
+    assert "Han vuelto datos de **C9**" in texts(at) and "checkpoints=" in texts(at)
+    checks = frame(at, "checked_at", "trigger", "clean")
+    assert list(checks["clean"]) == [False] and list(checks["trigger"]) == ["manual"]
+    assert bool(frame(at, "customer_id", "same_day")["came_back"].iloc[0])
+
+
+def test_invalid_id_in_the_page_gets_a_clear_error(shop, app_env):
+    app_env(shop.dsn)
+    at = dashboard("pages/erasure.py")
+    at.text_input(key="erasure.customer").input("C.9").run()
+    at.button(key="erasure.preview").click().run()
+    assert not at.exception, at.exception
+    assert "customer id contains '.'" in texts(at)
+    assert not [b for b in at.button if b.key == "erasure.start"]
+    assert footprint(shop, "C9")["store"] == 42
+
+
+def test_manager_is_refused(shop, app_env):
+    app_env(shop.dsn, LOCAL_ROLES="manager")
+    at = dashboard()
+    # not in the manager's navigation at all ...
+    with pytest.raises(ValueError, match="Could not find a navigation page"):
+        at.switch_page("pages/erasure.py")
+    # ... and the pages refuse on their own when reached directly (server-side check on every run)
+    for page in ("../pages/erasure.py", "../pages/erasure_register.py"):
+        direct = AppTest.from_file(page, default_timeout=TIMEOUT).run()
+        assert not direct.exception, direct.exception
+        assert [e.value for e in direct.error] == ["Esta página requiere el rol «dpo»."]
+        assert not direct.text_input and not direct.button
+    assert footprint(shop, "C9")["store"] == 42
+
+
+def test_register_page_empty_and_recheck_all(shop, app_env):
+    app_env(shop.dsn, LOCAL_ROLES="dpo")
+    at = dashboard("pages/erasure_register.py")
+    assert "Aún no hay solicitudes de borrado." in [i.value for i in at.info]
+    erasure.erase(shop, "C90", operator="dpo@example.com")
+    at.button(key="erasure_register.recheck_all").click().run()
+    assert not at.exception, at.exception
+    assert "1 solicitudes re-comprobadas, 0 con datos reaparecidos." in texts(at)
+    assert shop.fetch_one("SELECT trigger, clean FROM core_erasure_rechecks") == {"trigger": "manual", "clean": True}
+
+
+def test_local_mode_refuses_every_role_off_loopback(shop, app_env):
+    """Local mode has no sign-in: it is only safe on 127.0.0.1. Listening elsewhere gives no role."""
+    app_env(shop.dsn)
+    previous = st_config.get_option("server.address")
+    st_config.set_option("server.address", "0.0.0.0")
+    try:
+        at = AppTest.from_file("../dashboard.py", default_timeout=TIMEOUT).run()
+        direct = AppTest.from_file("../pages/erasure.py", default_timeout=TIMEOUT).run()
+    finally:
+        st_config.set_option("server.address", previous)
+    assert not at.exception and not direct.exception
+    assert any("server.address = 0.0.0.0" in e.value for e in at.error), [e.value for e in at.error]
+    assert not at.text_input and not at.button  # nothing but the message: no navigation, no page
+    assert [e.value for e in direct.error] == ["Esta página requiere el rol «dpo»."] and not direct.text_input

@@ -1,0 +1,122 @@
+"""UI strings of the Erasure and Erasure register pages (Spanish default, English), registered on import.
+
+dashboard.py imports this module from the pages' navigation entries, because the page titles are
+needed before the pages themselves run.
+"""
+from __future__ import annotations
+
+from ui.i18n import add_strings
+
+PAGE_TITLE = "erasure_page"
+REGISTER_PAGE_TITLE = "erasure_register_page"
+
+add_strings({
+    "erasure_page": {"es": "Borrado", "en": "Erasure"},
+    "erasure_register_page": {"es": "Registro de borrados", "en": "Erasure register"},
+    # Erasure page
+    "erasure_title": {"es": "Borrar todo lo que los agentes recuerdan de un cliente",
+                      "en": "Erase everything the agents remember about a customer"},
+    "erasure_caption": {
+        "es": "Documentos de `store` bajo `clientes.<id>` (namespaces anidados, vectores y caducados incluidos), los hilos "
+              "de checkpoints del cliente y nuestros registros que lo nombran. Se repite hasta que todas las consultas de "
+              "recuento dan 0 y la solicitud queda en el registro con su evidencia. Obligación: el mismo día.",
+        "en": "`store` documents under `clientes.<id>` (nested namespaces, vectors and expired rows included), the "
+              "customer's checkpoint threads and our logs that name them. It repeats until every zero-count query is 0, "
+              "and the request is kept in the register with its evidence. Obligation: the same day.",
+    },
+    "erasure_customer": {"es": "Id del cliente (p. ej. C9)", "en": "Customer id (e.g. C9)"},
+    "erasure_preview": {"es": "Vista previa (no borra nada)", "en": "Preview (deletes nothing)"},
+    "erasure_preview_title": {"es": "Qué se borraría de `{prefix}`", "en": "What would be deleted for `{prefix}`"},
+    "erasure_preview_at": {"es": "Leído a las {at}", "en": "Read at {at}"},
+    "erasure_table": {"es": "Tabla", "en": "Table"},
+    "erasure_rows": {"es": "Filas", "en": "Rows"},
+    "erasure_namespace": {"es": "Namespace", "en": "Namespace"},
+    "erasure_documents": {"es": "Documentos", "en": "Documents"},
+    "erasure_threads": {"es": "Hilos de checkpoints ({n})", "en": "Checkpoint threads ({n})"},
+    "erasure_nothing": {
+        "es": "No hay nada de «{id}». Borrar solo dejará constancia en el registro.",
+        "en": "There is nothing about '{id}'. Erasing will only leave a record in the register.",
+    },
+    "erasure_start": {"es": "Borrar…", "en": "Erase…"},
+    "erasure_confirm_title": {"es": "Confirmar el borrado", "en": "Confirm the erasure"},
+    "erasure_confirm_body": {
+        "es": "Se borrarán de forma irreversible **{total}** filas que nombran a **{id}**. Escriba el id del cliente "
+              "para confirmar.",
+        "en": "**{total}** rows naming **{id}** will be deleted irreversibly. Type the customer id to confirm.",
+    },
+    "erasure_confirm_input": {"es": "Repita el id del cliente", "en": "Type the customer id again"},
+    "erasure_confirm_button": {"es": "Borrar definitivamente", "en": "Erase for good"},
+    "erasure_confirm_mismatch": {"es": "El id no coincide: no se ha borrado nada.",
+                                 "en": "The id does not match: nothing was deleted."},
+    "erasure_running": {"es": "Borrando {id}…", "en": "Erasing {id}…"},
+    "erasure_step_counting": {"es": "Contando lo que hay antes de borrar…", "en": "Counting what is there before deleting…"},
+    "erasure_step_store": {"es": "Pasada {p}: `store` vaciado ({n} filas borradas hasta ahora)",
+                           "en": "Pass {p}: `store` emptied ({n} rows deleted so far)"},
+    "erasure_step_threads": {"es": "Pasada {p}: {n} hilos de checkpoints borrados con `delete_thread`",
+                             "en": "Pass {p}: {n} checkpoint threads deleted with `delete_thread`"},
+    "erasure_step_logs": {"es": "Pasada {p}: registros propios borrados ({n} filas hasta ahora)",
+                          "en": "Pass {p}: our logs deleted ({n} rows so far)"},
+    "erasure_step_evidence": {"es": "Pasada {p}: consultas de recuento: {n} filas quedan",
+                              "en": "Pass {p}: zero-count queries: {n} rows remain"},
+    "erasure_step_done": {"es": "Terminado", "en": "Finished"},
+    "erasure_done_label": {"es": "Borrado de {id} terminado", "en": "Erasure of {id} finished"},
+    "erasure_complete": {
+        "es": "Borrado completo de **{id}**: todas las consultas de recuento dan 0.",
+        "en": "Erasure of **{id}** complete: every zero-count query returns 0.",
+    },
+    "erasure_incomplete": {"es": "Borrado INCOMPLETO de **{id}**: {report}", "en": "Erasure of **{id}** INCOMPLETE: {report}"},
+    "erasure_failed": {"es": "El borrado ha fallado (queda registrado): {error}",
+                       "en": "The erasure failed (it is recorded): {error}"},
+    "erasure_request": {
+        "es": "Solicitud n.º {rid} · operador {operator} · {passes} pasada(s) · {seconds:.2f} s hasta cero",
+        "en": "Request #{rid} · operator {operator} · {passes} pass(es) · {seconds:.2f} s to zero",
+    },
+    "erasure_evidence_title": {"es": "Evidencia: las dos consultas de recuento cero",
+                               "en": "Evidence: both zero-count queries"},
+    "erasure_evidence_caption": {
+        "es": "Las consultas del procedimiento sobre `store` y `store_vectors`, corregidas para ver también los "
+              "namespaces anidados (prefijo exacto o `LIKE` escapado), tal como se ejecutaron.",
+        "en": "The procedure's queries on `store` and `store_vectors`, corrected to also see nested namespaces "
+              "(exact prefix or escaped `LIKE`), exactly as they ran.",
+    },
+    "erasure_result_line": {"es": "Resultado: **{n}** · ejecutada el {at}", "en": "Result: **{n}** · run at {at}"},
+    "erasure_other_evidence": {"es": "Tablas de checkpoints y registros propios (consultas y resultados)",
+                               "en": "Checkpoint tables and our logs (queries and results)"},
+    "erasure_counts": {"es": "Filas por tabla", "en": "Rows per table"},
+    "erasure_before": {"es": "Antes", "en": "Before"},
+    "erasure_deleted": {"es": "Borradas", "en": "Deleted"},
+    "erasure_after": {"es": "Después", "en": "After"},
+    "erasure_download": {"es": "Descargar la evidencia (JSON)", "en": "Download the evidence (JSON)"},
+    "erasure_toast": {"es": "Borrado de {id} registrado (solicitud n.º {rid}).",
+                      "en": "Erasure of {id} recorded (request #{rid})."},
+    "erasure_to_register": {"es": "Ver el registro de borrados", "en": "Open the erasure register"},
+    # Register page
+    "erasure_register_title": {"es": "Registro de borrados", "en": "Erasure register"},
+    "erasure_register_caption": {
+        "es": "Cada solicitud: quién la hizo, cuándo, el tiempo hasta cero (obligación: el mismo día, UTC) y las "
+              "re-comprobaciones (en cada barrido programado y con el botón), que detectan datos que han vuelto "
+              "(p. ej. una escritura tardía de checkpoint que recrea un hilo borrado).",
+        "en": "Each request: who made it, when, the time to zero (obligation: the same day, UTC) and the re-checks "
+              "(at every scheduled sweep and with the button), which catch data that came back (e.g. a late "
+              "checkpoint write recreating a deleted thread).",
+    },
+    "erasure_register_empty": {"es": "Aún no hay solicitudes de borrado.", "en": "No erasure request yet."},
+    "erasure_requests": {"es": "Solicitudes", "en": "Requests"},
+    "erasure_completed": {"es": "Completas", "en": "Complete"},
+    "erasure_same_day": {"es": "El mismo día", "en": "Same day"},
+    "erasure_came_back": {"es": "Con datos reaparecidos", "en": "With data back"},
+    "erasure_pick": {"es": "Solicitud", "en": "Request"},
+    "erasure_pick_label": {"es": "n.º {rid} · {id} · {at}", "en": "#{rid} · {id} · {at}"},
+    "erasure_rechecks_title": {"es": "Re-comprobaciones", "en": "Re-checks"},
+    "erasure_no_rechecks": {"es": "Sin re-comprobaciones todavía.", "en": "No re-check yet."},
+    "erasure_recheck_button": {"es": "Re-comprobar ahora", "en": "Re-check now"},
+    "erasure_recheck_all": {"es": "Re-comprobar todas", "en": "Re-check all"},
+    "erasure_recheck_clean": {"es": "Limpio: todas las consultas dan 0 ({at}).",
+                              "en": "Clean: every query returns 0 ({at})."},
+    "erasure_recheck_dirty": {
+        "es": "Han vuelto datos de **{id}**: {counts}. Bórrelo de nuevo en la página Borrado.",
+        "en": "Data about **{id}** came back: {counts}. Erase it again on the Erasure page.",
+    },
+    "erasure_rechecked_all": {"es": "{n} solicitudes re-comprobadas, {dirty} con datos reaparecidos.",
+                              "en": "{n} requests re-checked, {dirty} with data back."},
+})
