@@ -1,0 +1,1044 @@
+"""Dual checkpoint saver: PostgreSQL first, an in-memory buffer while PostgreSQL is unreachable.
+
+`DualCheckpointSaver` writes through langgraph's `PostgresSaver` (sync) and `AsyncPostgresSaver`
+(async, on an `AsyncConnectionPool` of each event loop). Only connection failures degrade it
+(operational errors of the connection classes, pool timeouts, closed connections, a call past
+its deadline); data errors and serializer refusals still raise. Every PostgreSQL call has a
+deadline, because a call on a pooled connection to a *hung* server blocks until the server
+resumes whatever the pool timeout or keepalives say: sync calls run on a worker thread and are
+abandoned at the deadline, async calls are awaited with `asyncio.wait_for` on a shielded task
+(cancelling psycopg's call on a hung server would itself wait ~10 s).
+
+Degraded, it keeps serving: writes go to an `InMemorySaver` and to an ordered log of operations;
+reads see what was buffered plus what this process last knew PostgreSQL had (the latest
+checkpoint of each recent thread, kept while healthy). A background monitor probes with a
+direct connection (short connect timeout) and, once PostgreSQL answers, opens a fresh pool
+(the pool's own reconnect backoff takes tens of seconds), replays the log in order in one
+transaction (PostgresSaver's upserts make the replay idempotent), and only after the commit
+clears the buffer and returns to normal. A failed resync keeps everything; nothing is dropped.
+
+The monitor also publishes this replica's heartbeat every few seconds and, on recovery, the
+degradation episode with the fail-closed guard's denials and the serializer's refusals
+(`core.replica_health`). `StateGraph.compile` may clone the saver with `with_allowlist`: the
+clone shares the state and buffer, and the wrapped savers get the clone's serializer.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import json
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.postgres.base import BasePostgresSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
+
+from core import replica_health
+from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, make_pool
+from core.serde import AllowlistSerializer, RefusalLog, SerializationRefused
+
+log = logging.getLogger(__name__)
+
+CALL_TIMEOUT_S = 2.0  # a PostgreSQL call taking longer counts as an outage (hung server)
+HEARTBEAT_INTERVAL_S = 2.0
+PROBE_INTERVAL_S = 0.2  # while degraded
+PROBE_CONNECT_TIMEOUT_S = 1
+RESYNC_TIMEOUT_S = 15.0
+THREAD_CACHE_SIZE = 2_000  # threads whose latest checkpoint is kept for degraded reads
+POOL_SIZE = 8
+WORKERS = 64
+
+# SQLSTATE classes that mean "the server is unreachable or going away", not a bad statement:
+# 08 connection exception, 57P admin/crash shutdown or cannot connect now, 53 out of resources.
+CONNECTION_SQLSTATE_PREFIXES = ("08", "57P", "53")
+
+
+class DeadlineExceeded(TimeoutError):
+    """A PostgreSQL call did not finish within the saver's deadline (hung server)."""
+
+
+class CheckpointUnavailable(RuntimeError):
+    """The operation needs PostgreSQL, which is unreachable; nothing was changed or dropped."""
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """True for errors that mean PostgreSQL cannot be reached (degrade), False for data errors."""
+    if isinstance(exc, (DeadlineExceeded, PoolTimeout, PoolClosed)):
+        return True
+    if isinstance(exc, psycopg.OperationalError):
+        sqlstate = getattr(exc, "sqlstate", None)
+        return sqlstate is None or sqlstate.startswith(CONNECTION_SQLSTATE_PREFIXES)
+    if isinstance(exc, psycopg.InterfaceError):
+        return "closed" in str(exc).lower() or "lost" in str(exc).lower()
+    return False
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+class _Workers:
+    """Daemon threads running PostgreSQL calls so the caller can give up at a deadline.
+
+    Daemon, so a call stuck on a hung server never keeps the process from exiting.
+    """
+
+    def __init__(self, size: int, name: str):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._size, self._name = size, name
+        self._threads = 0
+        self._idle = 0
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._idle == 0 and self._threads < self._size:
+                self._threads += 1
+                threading.Thread(target=self._loop, name=f"{self._name}-{self._threads}", daemon=True).start()
+        self._queue.put((fn, future))
+        return future
+
+    def run(self, fn: Callable[[], Any], timeout: float) -> Any:
+        future = self.submit(fn)
+        try:
+            return future.result(timeout=timeout)
+        except FutureTimeout:
+            future.cancel()  # if it never started, it never will
+            raise DeadlineExceeded(f"PostgreSQL call exceeded its {timeout:.1f} s deadline") from None
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            fn, future = self._queue.get()
+            with self._lock:
+                self._idle -= 1
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the caller, who decides
+                future.set_exception(exc)
+
+
+class _Shared:
+    """State shared by a saver and its `with_allowlist` clones (one per replica process)."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, dsn: str, *, replica_id: str | None, call_timeout: float, heartbeat_interval: float,
+                 probe_interval: float, pool_size: int, thread_cache_size: int, publish_health: bool):
+        self.dsn = dsn
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.replica_id = replica_id or f"{self.host}:{self.pid}:{next(self._ids)}"
+        self.call_timeout = call_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.probe_interval = probe_interval
+        self.pool_size = pool_size
+        self.thread_cache_size = thread_cache_size
+        self.publish_health = publish_health
+        self.started_at = _now()
+
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)  # notified on every state change
+        self.workers = _Workers(WORKERS, "dual-saver-pg")
+        self.pool: ConnectionPool = make_pool(dsn, max_size=pool_size, name=f"dual-saver-{self.replica_id}")
+        self.generation = 0  # bumped when a fresh pool replaces a dead one
+        self.async_pools: dict[int, tuple[asyncio.AbstractEventLoop, int, AsyncConnectionPool]] = {}
+
+        self.degraded = False
+        self.degraded_since: datetime | None = None
+        self.reason: str | None = None
+        self.memory = InMemorySaver()
+        self.ops: list[tuple[str, Any]] = []  # the resync log, in order: rows as PostgresSaver writes them
+        self.seeded: set[str] = set()  # threads copied from the read cache into memory this episode
+        self.episode_checkpoints = 0
+        self.episode_writes = 0
+        self.resynced_ops = 0
+        self.episode_denials: list[dict[str, Any]] = []
+        self.transitions: list[tuple[float, str]] = [(time.monotonic(), "healthy")]
+        self.last_success: datetime | None = None
+        self.last_resync_ms: float | None = None
+        self.last_resync_error: str | None = None
+
+        self.cache_lock = threading.Lock()
+        self.cache: OrderedDict[tuple[str, str], CheckpointTuple] = OrderedDict()
+
+        # Kept in memory until written to the health tables.
+        self.pending_episodes: list[replica_health.Episode] = []
+        self.pending_denials: list[dict[str, Any]] = []
+        self.refusal_logs: dict[int, RefusalLog] = {}
+        self.episodes_total = 0
+        self.denials_total = 0
+        self.refusals_total = 0
+
+        self.stop = threading.Event()
+        self.wake = threading.Event()
+        self.monitor: threading.Thread | None = None
+
+
+def _thread_of(config: RunnableConfig) -> tuple[str, str, str | None]:
+    conf = config["configurable"]
+    return str(conf["thread_id"]), conf.get("checkpoint_ns", ""), get_checkpoint_id(config)
+
+
+def _minimal(config: RunnableConfig) -> RunnableConfig:
+    conf = config["configurable"]
+    out = {"thread_id": conf["thread_id"], "checkpoint_ns": conf.get("checkpoint_ns", "")}
+    if conf.get("checkpoint_id"):
+        out["checkpoint_id"] = conf["checkpoint_id"]
+    return {"configurable": out}
+
+
+class DualCheckpointSaver(BaseCheckpointSaver[str]):
+    """PostgreSQL checkpoints with an in-memory fallback, resync and replica health.
+
+    `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The
+    monitor thread starts with the saver; `close()` (or the context manager) stops it.
+    """
+
+    def __init__(self, dsn: str, *, serde: SerializerProtocol | None = None, replica_id: str | None = None,
+                 call_timeout: float = CALL_TIMEOUT_S, heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+                 probe_interval: float = PROBE_INTERVAL_S, pool_size: int = POOL_SIZE,
+                 thread_cache_size: int = THREAD_CACHE_SIZE, publish_health: bool = True, start: bool = True):
+        # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the inner savers.
+        self._shared = _Shared(dsn, replica_id=replica_id, call_timeout=call_timeout,
+                               heartbeat_interval=heartbeat_interval, probe_interval=probe_interval,
+                               pool_size=pool_size, thread_cache_size=thread_cache_size,
+                               publish_health=publish_health)
+        self.serde = serde if serde is not None else AllowlistSerializer(refusals=RefusalLog())
+        self._orphans: set[asyncio.Task] = set()
+        if start:
+            self.start()
+
+    # --- serializer: the wrapped savers always use ours ----------------------------------
+
+    @property
+    def serde(self) -> SerializerProtocol:  # type: ignore[override]
+        return self._serde
+
+    @serde.setter
+    def serde(self, value: SerializerProtocol) -> None:
+        # Called on a `copy.copy` clone by `with_allowlist`: give the clone its own inner savers.
+        self._serde = maybe_add_typed_methods(value)
+        self._pg_entry: tuple[int, PostgresSaver] | None = None
+        self._apg_entries: dict[int, tuple[int, AsyncPostgresSaver]] = {}
+        memory = copy.copy(self._shared.memory)  # shares the buffer's dicts
+        memory.serde = self._serde
+        self._memory = memory
+        refusals = getattr(value, "refusals", None)
+        if isinstance(refusals, RefusalLog):
+            with self._shared.lock:
+                self._shared.refusal_logs[id(refusals)] = refusals
+
+    # --- live state (the guard reads it at every tool call) -----------------------------------
+
+    @property
+    def degraded(self) -> bool:
+        return self._shared.degraded
+
+    @property
+    def replica_id(self) -> str:
+        return self._shared.replica_id
+
+    def status(self) -> dict[str, Any]:
+        sh = self._shared
+        with sh.lock:
+            return {
+                "replica_id": sh.replica_id, "state": "degraded" if sh.degraded else "healthy",
+                "degraded_since": sh.degraded_since, "reason": sh.reason,
+                "buffered_ops": len(sh.ops), "buffered_checkpoints": sh.episode_checkpoints,
+                "buffered_writes": sh.episode_writes, "last_success": sh.last_success,
+                "last_resync_ms": sh.last_resync_ms, "last_resync_error": sh.last_resync_error,
+                "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
+                "refusals_total": sh.refusals_total, "generation": sh.generation,
+            }
+
+    def transitions(self) -> list[tuple[float, str]]:
+        """(time.monotonic(), "healthy"|"degraded") for every state change, oldest first."""
+        with self._shared.lock:
+            return list(self._shared.transitions)
+
+    def wait_for(self, state: str, timeout: float) -> bool:
+        """Block until the saver is "healthy" (buffer resynced) or "degraded"; False on timeout."""
+        want = state == "degraded"
+        sh = self._shared
+        with sh.changed:
+            return sh.changed.wait_for(lambda: sh.degraded == want and (want or not sh.ops), timeout)
+
+    def record_denial(self, denial: Any) -> None:
+        """Keep a guard denial for the health tables (flushed on recovery)."""
+        row = denial.as_row() if hasattr(denial, "as_row") else dict(denial)
+        sh = self._shared
+        with sh.lock:
+            sh.denials_total += 1
+            if sh.degraded:
+                sh.episode_denials.append(row)
+            else:
+                sh.pending_denials.append(row)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        sh = self._shared
+        if sh.monitor is None or not sh.monitor.is_alive():
+            sh.stop.clear()
+            sh.monitor = threading.Thread(target=self._monitor, name=f"dual-saver-monitor-{sh.replica_id}",
+                                          daemon=True)
+            sh.monitor.start()
+
+    def close(self) -> None:
+        """Stop the monitor, publish a last heartbeat ("stopped") if reachable, close the pools."""
+        sh = self._shared
+        sh.stop.set()
+        sh.wake.set()
+        if sh.monitor is not None:
+            sh.monitor.join(timeout=sh.call_timeout + 2)
+        if not sh.degraded and sh.publish_health:
+            try:
+                self._flush_health(state="stopped")
+            except Exception as exc:  # closing must not fail because PostgreSQL is gone
+                log.info("last heartbeat not written: %s", _describe(exc))
+        sh.pool.close(timeout=1)
+        with sh.lock:
+            pools = list(sh.async_pools.values())
+            sh.async_pools.clear()
+        for loop, _, pool in pools:
+            if not loop.is_closed() and loop.is_running():
+                asyncio.run_coroutine_threadsafe(pool.close(timeout=0), loop)
+
+    async def aclose(self) -> None:
+        """`close()` plus closing this event loop's async pool on the loop itself."""
+        sh = self._shared
+        loop = asyncio.get_running_loop()
+        with sh.lock:
+            entry = sh.async_pools.pop(id(loop), None)
+        if entry is not None:
+            await entry[2].close(timeout=1)
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> "DualCheckpointSaver":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def setup(self) -> None:
+        """Create or migrate langgraph's checkpoint tables (core.migrate does this for the app)."""
+        PostgresSaver(self._shared.pool).setup()
+
+    # --- the wrapped savers -----------------------------------------------------------------
+
+    def _pg(self) -> PostgresSaver:
+        sh = self._shared
+        entry = self._pg_entry
+        if entry is None or entry[0] != sh.generation:
+            entry = self._pg_entry = (sh.generation, PostgresSaver(sh.pool, serde=self._serde))
+        return entry[1]
+
+    async def _apg(self) -> AsyncPostgresSaver:
+        sh = self._shared
+        loop = asyncio.get_running_loop()
+        key = id(loop)
+        entry = self._apg_entries.get(key)
+        if entry is not None and entry[0] == sh.generation:
+            return entry[1]
+        with sh.lock:
+            generation = sh.generation
+            pool_entry = sh.async_pools.get(key)
+            stale = pool_entry if pool_entry is not None and (pool_entry[1] != generation or pool_entry[0] is not loop) else None
+            if pool_entry is None or stale is not None:
+                pool = AsyncConnectionPool(
+                    conninfo=sh.dsn, min_size=1, max_size=sh.pool_size, timeout=POOL_TIMEOUT_S,
+                    name=f"dual-saver-async-{sh.replica_id}", open=False,
+                    kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                            "connect_timeout": CONNECT_TIMEOUT_S},
+                )
+                sh.async_pools[key] = pool_entry = (loop, generation, pool)
+                opening = True
+            else:
+                opening = False
+        if stale is not None and stale[0] is loop:
+            self._spawn(stale[2].close(timeout=0))
+        if opening:
+            await pool_entry[2].open(wait=False)
+        saver = AsyncPostgresSaver(pool_entry[2], serde=self._serde)
+        self._apg_entries[key] = (generation, saver)
+        return saver
+
+    def _spawn(self, coro: Any) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._orphans.add(task)
+        task.add_done_callback(self._forget)
+        return task
+
+    def _forget(self, task: asyncio.Task) -> None:
+        self._orphans.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("abandoned PostgreSQL call ended with %s", _describe(task.exception()))
+
+    def _pg_call(self, fn: Callable[[PostgresSaver], Any]) -> Any:
+        pg = self._pg()
+        result = self._shared.workers.run(lambda: fn(pg), self._shared.call_timeout)
+        self._shared.last_success = _now()
+        return result
+
+    async def _apg_call(self, make: Callable[[AsyncPostgresSaver], Any]) -> Any:
+        apg = await self._apg()
+        task = asyncio.ensure_future(make(apg))
+        try:
+            result = await asyncio.wait_for(asyncio.shield(task), self._shared.call_timeout)
+        except asyncio.TimeoutError:
+            # Leave the call to finish (or fail) on its own: cancelling psycopg on a hung server waits.
+            self._orphans.add(task)
+            task.add_done_callback(self._forget)
+            raise DeadlineExceeded(f"PostgreSQL call exceeded its {self._shared.call_timeout:.1f} s deadline") from None
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        self._shared.last_success = _now()
+        return result
+
+    # --- failures ---------------------------------------------------------------------------
+
+    def _handle(self, exc: BaseException, config: RunnableConfig | None) -> None:
+        """Degrade on a connection failure; re-raise anything else."""
+        if isinstance(exc, SerializationRefused):
+            if config is not None:
+                thread_id, _, checkpoint_id = _thread_of(config)
+                exc.refusal.thread_id = exc.refusal.thread_id or thread_id
+                exc.refusal.checkpoint_id = exc.refusal.checkpoint_id or checkpoint_id
+            raise exc
+        if not is_connection_failure(exc):
+            raise exc
+        self._degrade(_describe(exc))
+
+    def _degrade(self, reason: str) -> None:
+        sh = self._shared
+        with sh.changed:
+            if sh.degraded:
+                return
+            sh.degraded = True
+            sh.degraded_since = _now()
+            sh.reason = reason
+            sh.episode_checkpoints = sh.episode_writes = sh.resynced_ops = 0
+            sh.episode_denials = []
+            sh.seeded = set()
+            sh.transitions.append((time.monotonic(), "degraded"))
+            sh.changed.notify_all()
+        sh.wake.set()
+        log.warning("checkpoint persistence DEGRADED (replica %s): %s", sh.replica_id, reason)
+
+    # --- read cache (what PostgreSQL had, for degraded reads) ------------------------------
+
+    def _remember(self, tup: CheckpointTuple | None) -> None:
+        if tup is None:
+            return
+        sh = self._shared
+        thread_id, ns, _ = _thread_of(tup.config)
+        key = (thread_id, ns)
+        tup = tup._replace(pending_writes=list(tup.pending_writes or []))
+        with sh.cache_lock:
+            current = sh.cache.get(key)
+            if current is not None and current.config["configurable"]["checkpoint_id"] > tup.config["configurable"]["checkpoint_id"]:
+                return
+            sh.cache[key] = tup
+            sh.cache.move_to_end(key)
+            while len(sh.cache) > sh.thread_cache_size:
+                sh.cache.popitem(last=False)
+
+    def _remember_put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                      next_config: RunnableConfig) -> None:
+        thread_id, ns, parent_id = _thread_of(config)
+        parent = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}} if parent_id else None
+        snapshot = {**checkpoint, "channel_values": dict(checkpoint["channel_values"]),
+                    "channel_versions": dict(checkpoint["channel_versions"])}
+        self._remember(CheckpointTuple(next_config, snapshot, get_serializable_checkpoint_metadata(config, metadata),
+                                       parent, []))
+
+    def _remember_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
+        sh = self._shared
+        thread_id, ns, checkpoint_id = _thread_of(config)
+        with sh.cache_lock:
+            current = sh.cache.get((thread_id, ns))
+            if current is not None and current.config["configurable"]["checkpoint_id"] == checkpoint_id:
+                current.pending_writes.extend((task_id, channel, value) for channel, value in writes)
+
+    def _seed(self, thread_id: str | None) -> None:
+        """Copy what PostgreSQL had for a thread (or every cached thread) into the memory buffer.
+
+        Called under the shared lock, only while degraded. Not logged for resync: it is in PostgreSQL.
+        """
+        sh = self._shared
+        with sh.cache_lock:
+            tuples = [t for (tid, _), t in sh.cache.items() if (thread_id is None or tid == thread_id)
+                      and tid not in sh.seeded]
+        for tup in tuples:
+            tid, ns, checkpoint_id = _thread_of(tup.config)
+            if sh.memory.storage.get(tid, {}).get(ns, {}).get(checkpoint_id) is None:
+                parent = tup.parent_config or {"configurable": {"thread_id": tid, "checkpoint_ns": ns}}
+                self._memory.put(parent, tup.checkpoint, tup.metadata, tup.checkpoint["channel_versions"])
+                by_task: dict[str, list[tuple[str, Any]]] = {}
+                for task_id, channel, value in tup.pending_writes or []:
+                    by_task.setdefault(task_id, []).append((channel, value))
+                for task_id, writes in by_task.items():
+                    self._memory.put_writes(tup.config, writes, task_id)
+        if thread_id is None:
+            sh.seeded.update(tid for (tid, _) in list(sh.cache))
+        else:
+            sh.seeded.add(thread_id)
+
+    # --- degraded paths (memory buffer + resync log) ----------------------------------------
+
+    def _degraded_get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        sh = self._shared
+        thread_id, _, checkpoint_id = _thread_of(config)
+        with sh.lock:
+            if not sh.degraded:
+                return None  # recovered meanwhile: caller retries PostgreSQL
+            self._seed(thread_id)
+            found = self._memory.get_tuple(config)
+        if found is None and checkpoint_id:
+            raise CheckpointUnavailable(
+                f"checkpoint {checkpoint_id} of thread {thread_id} is not in this replica's buffer and "
+                f"PostgreSQL is unreachable")
+        return found
+
+    def _degraded_list(self, config: RunnableConfig | None, **kwargs: Any) -> list[CheckpointTuple] | None:
+        sh = self._shared
+        with sh.lock:
+            if not sh.degraded:
+                return None
+            self._seed(str(config["configurable"]["thread_id"]) if config and config["configurable"].get("thread_id") is not None else None)
+            return list(self._memory.list(config, **kwargs))
+
+    def _buffer(self, kind: str, config: RunnableConfig | None, apply: Callable[[], Any], rows: Any) -> tuple[bool, Any]:
+        """Apply to memory and append to the resync log, atomically; (False, None) if no longer degraded."""
+        sh = self._shared
+        with sh.lock:
+            if not sh.degraded:
+                return False, None
+            if config is not None:
+                self._seed(_thread_of(config)[0])
+            result = apply()
+            sh.ops.append((kind, rows))
+            if kind == "put":
+                sh.episode_checkpoints += 1
+            elif kind == "put_writes":
+                sh.episode_writes += 1
+            return True, result
+
+    def _put_rows(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                  new_versions: ChannelVersions) -> tuple[list[tuple], tuple]:
+        """The blob rows and the checkpoint row `PostgresSaver.put` would write, serialized now.
+
+        Same split as PostgresSaver.put: primitives stay inline in the checkpoint JSON, the rest
+        (and delta snapshots) go to checkpoint_blobs. The JSON is copied now, since the run goes on
+        mutating its dicts after the call.
+        """
+        pg = self._pg()
+        conf = config["configurable"]
+        thread_id, ns, parent_id = conf["thread_id"], conf["checkpoint_ns"], conf.get("checkpoint_id")
+        inline = {**checkpoint, "channel_values": dict(checkpoint["channel_values"])}
+        blob_values: dict[str, Any] = {}
+        for k, v in checkpoint["channel_values"].items():
+            if isinstance(v, _DeltaSnapshot):
+                blob_values[k] = inline["channel_values"].pop(k)
+                inline["channel_values"][k] = True
+            elif v is None or isinstance(v, (str, int, float, bool)):
+                pass
+            else:
+                blob_values[k] = inline["channel_values"].pop(k)
+        blob_versions = {k: v for k, v in new_versions.items() if k in blob_values}
+        blobs = pg._dump_blobs(thread_id, ns, blob_values, blob_versions) if blob_versions else []
+        row = (thread_id, ns, checkpoint["id"], parent_id, json.loads(json.dumps(inline)),
+               json.loads(json.dumps(get_serializable_checkpoint_metadata(config, metadata))))
+        return blobs, row
+
+    def _buffer_put(self, config, checkpoint, metadata, new_versions) -> tuple[bool, Any]:
+        rows = self._put_rows(config, checkpoint, metadata, new_versions)
+        conf = config["configurable"]
+        next_config = {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": conf["checkpoint_ns"],
+                                        "checkpoint_id": checkpoint["id"]}}
+
+        def apply() -> RunnableConfig:
+            self._memory.put(config, checkpoint, metadata, new_versions)
+            return next_config
+
+        return self._buffer("put", config, apply, rows)
+
+    def _buffer_writes(self, config, writes, task_id, task_path) -> tuple[bool, Any]:
+        conf = config["configurable"]
+        upsert = all(w[0] in WRITES_IDX_MAP for w in writes)
+        rows = (upsert, self._pg()._dump_writes(conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"],
+                                                task_id, task_path, writes))
+        return self._buffer("put_writes", config,
+                            lambda: self._memory.put_writes(config, writes, task_id, task_path), rows)
+
+    def _buffer_delete(self, thread_id: str) -> tuple[bool, Any]:
+        sh = self._shared
+
+        def apply() -> None:
+            self._memory.delete_thread(thread_id)
+            with sh.cache_lock:
+                for key in [k for k in sh.cache if k[0] == str(thread_id)]:
+                    del sh.cache[key]
+            sh.seeded.add(str(thread_id))
+
+        return self._buffer("delete_thread", None, apply, str(thread_id))
+
+    # --- sync API ---------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        for _ in range(3):
+            if not self._shared.degraded:
+                try:
+                    found = self._pg_call(lambda pg: pg.get_tuple(config))
+                except Exception as exc:
+                    self._handle(exc, config)
+                else:
+                    if not get_checkpoint_id(config):
+                        self._remember(found)
+                    return found
+            if self._shared.degraded:
+                found = self._degraded_get_tuple(config)
+                if self._shared.degraded or found is not None:
+                    return found
+        raise CheckpointUnavailable("checkpoint persistence flapping: read not served")
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        kwargs = {"filter": filter, "before": before, "limit": limit}
+        for _ in range(3):
+            if not self._shared.degraded:
+                try:
+                    found = self._pg_call(lambda pg: list(pg.list(config, **kwargs)))
+                except Exception as exc:
+                    self._handle(exc, config)
+                else:
+                    yield from found
+                    return
+            buffered = self._degraded_list(config, **kwargs)
+            if buffered is not None:
+                yield from buffered
+                return
+        raise CheckpointUnavailable("checkpoint persistence flapping: list not served")
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        for _ in range(3):
+            if not self._shared.degraded:
+                try:
+                    next_config = self._pg_call(lambda pg: pg.put(config, checkpoint, metadata, new_versions))
+                except Exception as exc:
+                    self._handle(exc, config)
+                else:
+                    self._remember_put(config, checkpoint, metadata, next_config)
+                    return next_config
+            done, next_config = self._buffer_put(config, checkpoint, metadata, new_versions)
+            if done:
+                return next_config
+        raise CheckpointUnavailable("checkpoint persistence flapping: put not stored")
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        for _ in range(3):
+            if not self._shared.degraded:
+                try:
+                    self._pg_call(lambda pg: pg.put_writes(config, writes, task_id, task_path))
+                except Exception as exc:
+                    self._handle(exc, config)
+                else:
+                    self._remember_writes(config, writes, task_id)
+                    return
+            done, _ = self._buffer_writes(config, writes, task_id, task_path)
+            if done:
+                return
+        raise CheckpointUnavailable("checkpoint persistence flapping: writes not stored")
+
+    def delete_thread(self, thread_id: str) -> None:
+        for _ in range(3):
+            if not self._shared.degraded:
+                try:
+                    self._pg_call(lambda pg: pg.delete_thread(thread_id))
+                except Exception as exc:
+                    self._handle(exc, None)
+                else:
+                    self._forget_thread(thread_id)
+                    return
+            done, _ = self._buffer_delete(thread_id)
+            if done:
+                return
+        raise CheckpointUnavailable("checkpoint persistence flapping: delete not applied")
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune in PostgreSQL. Refused (CheckpointUnavailable) while degraded: nothing is deleted."""
+        if self._shared.degraded:
+            raise CheckpointUnavailable("prune needs PostgreSQL, which is unreachable; retry when healthy")
+        try:
+            self._pg_call(lambda pg: pg.prune(thread_ids, strategy=strategy))
+        except Exception as exc:
+            self._handle(exc, None)
+            raise CheckpointUnavailable("prune needs PostgreSQL, which became unreachable; retry when healthy") from exc
+        for thread_id in thread_ids:
+            self._forget_thread(thread_id)
+
+    def _forget_thread(self, thread_id: str) -> None:
+        sh = self._shared
+        with sh.cache_lock:
+            for key in [k for k in sh.cache if k[0] == str(thread_id)]:
+                del sh.cache[key]
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        return BasePostgresSaver.get_next_version(self, current, channel)  # type: ignore[arg-type]
+
+    # --- async API (native: AsyncPostgresSaver on this loop's async pool) -----------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        for _ in range(3):
+            if not self._shared.degraded:
+                try:
+                    found = await self._apg_call(lambda apg: apg.aget_tuple(config))
+                except Exception as exc:
+                    self._handle(exc, config)
+                else:
+                    if not get_checkpoint_id(config):
+                        self._remember(found)
+                    return found
+            if self._shared.degraded:
+                found = self._degraded_get_tuple(config)
+                if self._shared.degraded or found is not None:
+                    return found
+        raise CheckpointUnavailable("checkpoint persistence flapping: read not served")
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        kwargs = {"filter": filter, "before": before, "limit": limit}
+
+        async def collect(apg: AsyncPostgresSaver) -> list[CheckpointTuple]:
+            return [t async for t in apg.alist(config, **kwargs)]
+
+        for _ in range(3):
+            if not self._shared.degraded:
+                try:
+                    found = await self._apg_call(collect)
+                except Exception as exc:
+                    self._handle(exc, config)
+                else:
+                    for tup in found:
+                        yield tup
+                    return
+            buffered = self._degraded_list(config, **kwargs)
+            if buffered is not None:
+                for tup in buffered:
+                    yield tup
+                return
+        raise CheckpointUnavailable("checkpoint persistence flapping: list not served")
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        for _ in range(3):
+            if not self._shared.degraded:
+                try:
+                    next_config = await self._apg_call(lambda apg: apg.aput(config, checkpoint, metadata, new_versions))
+                except Exception as exc:
+                    self._handle(exc, config)
+                else:
+                    self._remember_put(config, checkpoint, metadata, next_config)
+                    return next_config
+            done, next_config = self._buffer_put(config, checkpoint, metadata, new_versions)
+            if done:
+                return next_config
+        raise CheckpointUnavailable("checkpoint persistence flapping: put not stored")
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        for _ in range(3):
+            if not self._shared.degraded:
+                try:
+                    await self._apg_call(lambda apg: apg.aput_writes(config, writes, task_id, task_path))
+                except Exception as exc:
+                    self._handle(exc, config)
+                else:
+                    self._remember_writes(config, writes, task_id)
+                    return
+            done, _ = self._buffer_writes(config, writes, task_id, task_path)
+            if done:
+                return
+        raise CheckpointUnavailable("checkpoint persistence flapping: writes not stored")
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        for _ in range(3):
+            if not self._shared.degraded:
+                try:
+                    await self._apg_call(lambda apg: apg.adelete_thread(thread_id))
+                except Exception as exc:
+                    self._handle(exc, None)
+                else:
+                    self._forget_thread(thread_id)
+                    return
+            done, _ = self._buffer_delete(thread_id)
+            if done:
+                return
+        raise CheckpointUnavailable("checkpoint persistence flapping: delete not applied")
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune in PostgreSQL. Refused (CheckpointUnavailable) while degraded: nothing is deleted."""
+        if self._shared.degraded:
+            raise CheckpointUnavailable("prune needs PostgreSQL, which is unreachable; retry when healthy")
+        try:
+            await self._apg_call(lambda apg: apg.aprune(thread_ids, strategy=strategy))
+        except Exception as exc:
+            self._handle(exc, None)
+            raise CheckpointUnavailable("prune needs PostgreSQL, which became unreachable; retry when healthy") from exc
+        for thread_id in thread_ids:
+            self._forget_thread(thread_id)
+
+    # --- monitor: heartbeat while healthy, probe + resync while degraded ---------------------
+
+    def _monitor(self) -> None:
+        sh = self._shared
+        while not sh.stop.is_set():
+            try:
+                if sh.degraded:
+                    if not self._try_recover():
+                        sh.stop.wait(sh.probe_interval)
+                    continue
+                if sh.publish_health:
+                    self._flush_health()
+            except Exception as exc:
+                if is_connection_failure(exc):
+                    self._degrade(_describe(exc))
+                    continue
+                log.exception("dual saver monitor error")
+            sh.wake.wait(sh.heartbeat_interval)
+            sh.wake.clear()
+
+    def _try_recover(self) -> bool:
+        sh = self._shared
+        def probe() -> None:
+            with psycopg.connect(sh.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S, autocommit=True) as conn:
+                conn.execute("SELECT 1")
+
+        try:
+            sh.workers.run(probe, PROBE_CONNECT_TIMEOUT_S + sh.call_timeout)
+        except (psycopg.Error, DeadlineExceeded):
+            return False
+        started = time.monotonic()
+        with sh.lock:
+            degraded_since = sh.degraded_since
+        if sh.publish_health:
+            try:  # tell the SRE page we are back and resyncing, with what we hold
+                self._publish_heartbeat(state="degraded")
+            except Exception as exc:
+                log.info("heartbeat before resync not written: %s", _describe(exc))
+        # Replay without the lock while agents keep buffering; committed ops leave the log.
+        for _ in range(3):
+            with sh.lock:
+                batch = list(sh.ops)
+            if len(batch) <= 50:
+                break
+            try:
+                self._replay(batch)
+            except Exception as exc:
+                sh.last_resync_error = _describe(exc)
+                log.warning("resync of %d buffered operations failed (kept): %s", len(batch), sh.last_resync_error)
+                return False
+            with sh.lock:
+                del sh.ops[:len(batch)]
+                sh.resynced_ops += len(batch)
+        fresh = make_pool(sh.dsn, max_size=sh.pool_size, name=f"dual-saver-{sh.replica_id}")
+        with sh.changed:
+            try:  # the tail, under the lock so that nothing slips in between the replay and the switch
+                self._replay(sh.ops)
+            except Exception as exc:
+                sh.last_resync_error = _describe(exc)
+                log.warning("resync of %d buffered operations failed (kept): %s", len(sh.ops), sh.last_resync_error)
+                fresh.close(timeout=0)
+                return False
+            sh.resynced_ops += len(sh.ops)
+            old = sh.pool
+            sh.pool = fresh
+            sh.generation += 1
+            resynced, sh.resynced_ops = sh.resynced_ops, 0
+            sh.ops.clear()
+            sh.memory.storage.clear()
+            sh.memory.writes.clear()
+            sh.memory.blobs.clear()
+            sh.seeded = set()
+            sh.degraded = False
+            sh.last_success = _now()
+            sh.last_resync_ms = (time.monotonic() - started) * 1000
+            sh.last_resync_error = None
+            sh.episodes_total += 1
+            sh.pending_episodes.append(replica_health.Episode(
+                replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=degraded_since or _now(),
+                degraded_to=_now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
+                writes_buffered=sh.episode_writes, ops_resynced=resynced, resync_ms=sh.last_resync_ms,
+                denials=list(sh.episode_denials),
+            ))
+            sh.episode_denials = []
+            sh.degraded_since = None
+            sh.transitions.append((time.monotonic(), "healthy"))
+            sh.changed.notify_all()
+        threading.Thread(target=old.close, kwargs={"timeout": 2}, daemon=True).start()
+        log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
+                    sh.replica_id, resynced, sh.last_resync_ms)
+        if sh.publish_health:
+            try:
+                self._flush_health()
+            except Exception as exc:
+                log.info("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
+        return True
+
+    def _replay(self, ops: list[tuple[str, Any]]) -> None:
+        """Write buffered operations in one transaction with PostgresSaver's own upsert statements.
+
+        Consecutive puts/writes are sent as batches; a thread deletion flushes what came before it,
+        so the result is that of the operations applied one by one, in order. Re-running it
+        (after a failed commit, or over rows an abandoned call wrote meanwhile) changes nothing.
+        """
+        if not ops:
+            return
+        sh = self._shared
+        sql = BasePostgresSaver
+
+        def run() -> None:
+            with psycopg.connect(sh.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
+                                 connect_timeout=CONNECT_TIMEOUT_S) as conn, conn.transaction():
+                with conn.cursor() as cur:
+                    blobs: list[tuple] = []
+                    checkpoints: list[tuple] = []
+                    upserts: list[tuple] = []
+                    inserts: list[tuple] = []
+
+                    def flush() -> None:
+                        for statement, rows in ((sql.UPSERT_CHECKPOINT_BLOBS_SQL, blobs),
+                                                (sql.UPSERT_CHECKPOINTS_SQL, checkpoints),
+                                                (sql.UPSERT_CHECKPOINT_WRITES_SQL, upserts),
+                                                (sql.INSERT_CHECKPOINT_WRITES_SQL, inserts)):
+                            if rows:
+                                cur.executemany(statement, rows)
+                                rows.clear()
+
+                    for kind, payload in ops:
+                        if kind == "put":
+                            blob_rows, (thread_id, ns, checkpoint_id, parent_id, inline, metadata) = payload
+                            blobs.extend(blob_rows)
+                            checkpoints.append((thread_id, ns, checkpoint_id, parent_id, Jsonb(inline), Jsonb(metadata)))
+                        elif kind == "put_writes":
+                            upsert, rows = payload
+                            (upserts if upsert else inserts).extend(rows)
+                        elif kind == "delete_thread":
+                            flush()
+                            for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+                                cur.execute(f"DELETE FROM {table} WHERE thread_id = %s", (payload,))
+                        else:  # pragma: no cover - the log only holds the kinds above
+                            raise ValueError(f"unknown buffered operation {kind!r}")
+                    flush()
+
+        sh.workers.run(run, max(RESYNC_TIMEOUT_S, sh.call_timeout))
+
+    # --- health publishing --------------------------------------------------------------------
+
+    def _heartbeat_row(self, state: str) -> dict[str, Any]:
+        sh = self._shared
+        with sh.lock:
+            return {
+                "replica_id": sh.replica_id, "host": sh.host, "pid": sh.pid, "state": state,
+                "degraded_since": sh.degraded_since, "buffered_checkpoints": sh.episode_checkpoints if sh.degraded else 0,
+                "buffered_writes": sh.episode_writes if sh.degraded else 0, "last_success": sh.last_success,
+                "started_at": sh.started_at, "heartbeat_interval_s": sh.heartbeat_interval,
+                "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
+                "refusals_total": sh.refusals_total,
+            }
+
+    def _with_health_conn(self, fn: Callable[[psycopg.Connection], Any]) -> Any:
+        sh = self._shared
+
+        def run() -> Any:
+            with sh.pool.connection() as conn:
+                return fn(conn)
+
+        result = sh.workers.run(run, sh.call_timeout)
+        sh.last_success = _now()
+        return result
+
+    def _publish_heartbeat(self, state: str) -> None:
+        sh = self._shared
+        row = self._heartbeat_row(state)
+
+        def run() -> None:
+            with psycopg.connect(sh.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+                replica_health.publish_heartbeat(conn, row)
+
+        sh.workers.run(run, sh.call_timeout)
+
+    def _flush_health(self, state: str | None = None) -> None:
+        """Write pending episodes, denials and refusals, then the heartbeat. Keeps what fails."""
+        sh = self._shared
+        with sh.lock:
+            episodes, sh.pending_episodes = sh.pending_episodes, []
+            denials, sh.pending_denials = sh.pending_denials, []
+            logs = list(sh.refusal_logs.values())
+        refusals = [(refusal_log, refusal_log.drain()) for refusal_log in logs]
+        try:
+            while episodes:
+                self._with_health_conn(lambda conn: replica_health.write_episode(conn, episodes[0]))
+                episodes.pop(0)
+            if denials:
+                self._with_health_conn(lambda conn: replica_health.write_denials(conn, sh.replica_id, denials))
+                denials = []
+            while refusals:
+                refusal_log, items = refusals[0]
+                if items:
+                    self._with_health_conn(lambda conn: replica_health.write_refusals(conn, sh.replica_id, items))
+                    with sh.lock:
+                        sh.refusals_total += len(items)
+                refusals.pop(0)
+        finally:
+            if episodes or denials or refusals:  # not written: back in memory for the next flush
+                with sh.lock:
+                    sh.pending_episodes[:0] = episodes
+                    sh.pending_denials[:0] = denials
+                for refusal_log, items in refusals:
+                    refusal_log.restore(items)
+        row = self._heartbeat_row(state or ("degraded" if sh.degraded else "healthy"))
+        self._with_health_conn(lambda conn: replica_health.publish_heartbeat(conn, row))

