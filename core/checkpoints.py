@@ -1,0 +1,224 @@
+"""Read side of the Checkpoints page: threads, their timeline, each step's writes, a diff between two
+checkpoints and what the checkpoint tables weigh. Plain SQL over the canonical views of
+core/sql/005_msgpack_decoder.sql (payloads decoded in SQL, nothing executed), returned as DataFrames.
+
+Ids are matched with `=` only, never LIKE: `%`, `_` and quotes are ordinary characters, and any
+text finds exactly that thread (or customer) or nothing.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from core.db import Database
+
+RECENT_WINDOW = 5000  # newest checkpoints scanned (by the ts index) to list recently active threads
+
+THREAD_COLUMNS = ["thread_id", "cliente_id", "agente", "checkpoints", "first_ts", "last_ts", "last_step"]
+
+# One summary row per thread of `%(threads)s` (an array), newest activity first.
+SELECT_THREAD_SUMMARY = """
+SELECT thread_id, max(cliente_id) AS cliente_id, max(agente) AS agente, count(*) AS checkpoints,
+       min(ts) AS first_ts, max(ts) AS last_ts, max(step) AS last_step
+FROM core_checkpoints_view
+WHERE thread_id = ANY(%(threads)s)
+GROUP BY thread_id
+ORDER BY last_ts DESC NULLS LAST, thread_id
+LIMIT %(limit)s"""
+
+SELECT_THREADS_OF_CUSTOMER = """
+SELECT DISTINCT thread_id FROM checkpoints WHERE metadata ->> 'cliente_id' = %(cliente_id)s"""
+
+SELECT_RECENT_THREADS = """
+SELECT thread_id FROM (
+    SELECT thread_id, checkpoint ->> 'ts' AS ts FROM checkpoints
+    ORDER BY checkpoint ->> 'ts' DESC LIMIT %(window)s
+) recent
+GROUP BY thread_id ORDER BY max(ts) DESC LIMIT %(limit)s"""
+
+SELECT_TIMELINE = """
+SELECT v.checkpoint_ns, v.checkpoint_id, v.parent_checkpoint_id, v.ts, v.step, v.source, v.cliente_id, v.agente,
+       v.updated_channels, v.pending_writes, v.pending_write_bytes, v.checkpoint_bytes,
+       (SELECT string_agg(DISTINCT w.tool_name, ',') FROM core_checkpoint_writes_view w
+        WHERE w.thread_id = v.thread_id AND w.checkpoint_ns = v.checkpoint_ns
+          AND w.checkpoint_id = v.checkpoint_id AND w.tool_name IS NOT NULL) AS tools,
+       (SELECT count(*) FROM core_checkpoint_writes_view w
+        WHERE w.thread_id = v.thread_id AND w.checkpoint_ns = v.checkpoint_ns
+          AND w.checkpoint_id = v.checkpoint_id AND w.undecodable IS NOT NULL) AS undecodable_writes
+FROM core_checkpoints_view v
+WHERE v.thread_id = %(thread_id)s
+ORDER BY v.ts NULLS LAST, v.checkpoint_id"""
+TIMELINE_COLUMNS = ["checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "ts", "step", "source", "cliente_id",
+                    "agente", "updated_channels", "pending_writes", "pending_write_bytes", "checkpoint_bytes", "tools",
+                    "undecodable_writes"]
+
+SELECT_WRITES = """
+SELECT w.checkpoint_ns, w.checkpoint_id, w.step, w.ts, w.task_path, w.task_id, w.idx, w.channel, w.blob_type,
+       w.size_bytes, w.message_kind, w.tool_name, w.tool_calls,
+       (SELECT string_agg(CASE jsonb_typeof(m -> 'content') WHEN 'string' THEN m ->> 'content'
+                                                            ELSE (m -> 'content')::text END, ' | ')
+        FROM jsonb_array_elements(w.messages) m) AS content,
+       w.payload, w.undecodable
+FROM core_checkpoint_writes_view w
+WHERE w.thread_id = %(thread_id)s AND (%(checkpoint_id)s::text IS NULL OR w.checkpoint_id = %(checkpoint_id)s)
+ORDER BY w.ts NULLS LAST, w.checkpoint_id, w.task_path, w.task_id, w.idx"""
+WRITES_COLUMNS = ["checkpoint_ns", "checkpoint_id", "step", "ts", "task_path", "task_id", "idx", "channel", "blob_type",
+                  "size_bytes", "message_kind", "tool_name", "tool_calls", "content", "payload", "undecodable"]
+
+# Channels of two checkpoints of one thread side by side. `change`: added, removed, changed (value),
+# version (same value, new version) or unchanged.
+SELECT_DIFF = """
+WITH a AS (
+    SELECT channel_versions, channel_values FROM core_checkpoints_view
+    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(ns)s AND checkpoint_id = %(old)s
+), b AS (
+    SELECT channel_versions, channel_values FROM core_checkpoints_view
+    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(ns)s AND checkpoint_id = %(new)s
+), channels AS (
+    SELECT jsonb_object_keys(coalesce(channel_versions, '{}') || channel_values) AS channel FROM a
+    UNION
+    SELECT jsonb_object_keys(coalesce(channel_versions, '{}') || channel_values) FROM b
+)
+SELECT ch.channel,
+       CASE WHEN NOT (a.channel_versions ? ch.channel OR a.channel_values ? ch.channel) THEN 'added'
+            WHEN NOT (b.channel_versions ? ch.channel OR b.channel_values ? ch.channel) THEN 'removed'
+            WHEN a.channel_values -> ch.channel IS DISTINCT FROM b.channel_values -> ch.channel THEN 'changed'
+            WHEN a.channel_versions ->> ch.channel IS DISTINCT FROM b.channel_versions ->> ch.channel THEN 'version'
+            ELSE 'unchanged' END                         AS change,
+       a.channel_versions ->> ch.channel                 AS old_version,
+       b.channel_versions ->> ch.channel                 AS new_version,
+       a.channel_values -> ch.channel                    AS old_value,
+       b.channel_values -> ch.channel                    AS new_value
+FROM channels ch CROSS JOIN a CROSS JOIN b
+ORDER BY (CASE WHEN a.channel_values -> ch.channel IS DISTINCT FROM b.channel_values -> ch.channel THEN 0 ELSE 1 END),
+         ch.channel"""
+DIFF_COLUMNS = ["channel", "change", "old_version", "new_version", "old_value", "new_value"]
+
+SELECT_THREAD_STORAGE = """
+SELECT (SELECT count(*) FROM checkpoints WHERE thread_id = %(thread_id)s) AS checkpoints,
+       (SELECT coalesce(sum(pg_column_size(checkpoint) + pg_column_size(metadata)), 0)
+        FROM checkpoints WHERE thread_id = %(thread_id)s)                                   AS checkpoint_bytes,
+       (SELECT count(*) FROM checkpoint_blobs WHERE thread_id = %(thread_id)s)              AS blobs,
+       (SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_blobs WHERE thread_id = %(thread_id)s) AS blob_bytes,
+       (SELECT count(*) FROM checkpoint_writes WHERE thread_id = %(thread_id)s)             AS writes,
+       (SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_writes WHERE thread_id = %(thread_id)s) AS write_bytes"""
+STORAGE_COLUMNS = ["checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes", "write_bytes"]
+
+SELECT_LARGEST_THREADS = """
+WITH c AS (
+    SELECT thread_id, count(*) AS checkpoints, sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS checkpoint_bytes,
+           max(metadata ->> 'cliente_id') AS cliente_id, max(checkpoint ->> 'ts') AS last_ts
+    FROM checkpoints GROUP BY thread_id
+), b AS (
+    SELECT thread_id, count(*) AS blobs, sum(coalesce(octet_length(blob), 0)) AS blob_bytes
+    FROM checkpoint_blobs GROUP BY thread_id
+), w AS (
+    SELECT thread_id, count(*) AS writes, sum(octet_length(blob)) AS write_bytes
+    FROM checkpoint_writes GROUP BY thread_id
+)
+SELECT coalesce(c.thread_id, b.thread_id, w.thread_id) AS thread_id, c.cliente_id,
+       coalesce(c.checkpoints, 0) AS checkpoints, coalesce(c.checkpoint_bytes, 0) AS checkpoint_bytes,
+       coalesce(b.blobs, 0) AS blobs, coalesce(b.blob_bytes, 0) AS blob_bytes,
+       coalesce(w.writes, 0) AS writes, coalesce(w.write_bytes, 0) AS write_bytes,
+       coalesce(c.checkpoint_bytes, 0) + coalesce(b.blob_bytes, 0) + coalesce(w.write_bytes, 0) AS total_bytes,
+       core_try_timestamptz(c.last_ts) AS last_ts
+FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
+ORDER BY total_bytes DESC, thread_id
+LIMIT %(limit)s"""
+LARGEST_COLUMNS = ["thread_id", "cliente_id", "checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes",
+                   "write_bytes", "total_bytes", "last_ts"]
+
+SELECT_TABLE_TOTALS = """
+SELECT t.name AS table_name, t.rows, pg_total_relation_size(t.name::regclass) AS total_bytes
+FROM (VALUES ('checkpoints', (SELECT count(*) FROM checkpoints)),
+             ('checkpoint_blobs', (SELECT count(*) FROM checkpoint_blobs)),
+             ('checkpoint_writes', (SELECT count(*) FROM checkpoint_writes))) AS t(name, rows)"""
+
+
+def _usable(text: Any) -> bool:
+    """False for input that can match no id (empty, not text, NUL which PostgreSQL text cannot hold)."""
+    return isinstance(text, str) and text != "" and "\x00" not in text
+
+
+def _summary(db: Database, threads: list[str], limit: int) -> pd.DataFrame:
+    if not threads:
+        return pd.DataFrame(columns=THREAD_COLUMNS)
+    rows = db.fetch(SELECT_THREAD_SUMMARY, {"threads": threads, "limit": limit})
+    return pd.DataFrame(rows, columns=THREAD_COLUMNS)
+
+
+def find_thread(db: Database, thread_id: str) -> pd.DataFrame:
+    """The thread whose id is exactly `thread_id` (0 or 1 row of THREAD_COLUMNS)."""
+    return _summary(db, [thread_id] if _usable(thread_id) else [], 1)
+
+
+def threads_of_customer(db: Database, cliente_id: str, limit: int = 200) -> pd.DataFrame:
+    """Threads whose checkpoint metadata carries exactly this `cliente_id`, newest activity first."""
+    if not _usable(cliente_id):
+        return pd.DataFrame(columns=THREAD_COLUMNS)
+    threads = [r["thread_id"] for r in db.fetch(SELECT_THREADS_OF_CUSTOMER, {"cliente_id": cliente_id})]
+    return _summary(db, threads, limit)
+
+
+def recent_threads(db: Database, limit: int = 50) -> pd.DataFrame:
+    """Threads with the newest checkpoints (among the newest RECENT_WINDOW checkpoints)."""
+    threads = [r["thread_id"] for r in db.fetch(SELECT_RECENT_THREADS, {"window": RECENT_WINDOW, "limit": limit})]
+    return _summary(db, threads, limit)
+
+
+def thread_timeline(db: Database, thread_id: str) -> pd.DataFrame:
+    """Every checkpoint of a thread in time order: step, source, channels it updated, the writes
+    pending on it (count, bytes, tools named) and how many of them cannot be decoded."""
+    if not _usable(thread_id):
+        return pd.DataFrame(columns=TIMELINE_COLUMNS)
+    df = pd.DataFrame(db.fetch(SELECT_TIMELINE, {"thread_id": thread_id}), columns=TIMELINE_COLUMNS)
+    df["updated_channels"] = df["updated_channels"].map(lambda v: ", ".join(v) if isinstance(v, list) else "")
+    return df
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def step_writes(db: Database, thread_id: str, checkpoint_id: str | None = None) -> pd.DataFrame:
+    """A thread's pending writes (all, or those made from one checkpoint), decoded: message kind,
+    tool name, tool calls and content for chat messages; `payload` and `tool_calls` as JSON text;
+    `undecodable` holds the reason when a blob cannot be decoded (the other rows are unaffected)."""
+    if not _usable(thread_id):
+        return pd.DataFrame(columns=WRITES_COLUMNS)
+    rows = db.fetch(SELECT_WRITES, {"thread_id": thread_id, "checkpoint_id": checkpoint_id})
+    df = pd.DataFrame(rows, columns=WRITES_COLUMNS)
+    for column in ("tool_calls", "payload"):
+        df[column] = df[column].map(_json_text)
+    return df
+
+
+def checkpoint_diff(db: Database, thread_id: str, old_checkpoint_id: str, new_checkpoint_id: str,
+                    checkpoint_ns: str = "") -> pd.DataFrame:
+    """Channel by channel, the values of two checkpoints of one thread (changed ones first).
+    Values are JSON text; empty when either checkpoint does not exist in that thread."""
+    if not all(_usable(x) for x in (thread_id, old_checkpoint_id, new_checkpoint_id)):
+        return pd.DataFrame(columns=DIFF_COLUMNS)
+    params = {"thread_id": thread_id, "ns": checkpoint_ns, "old": old_checkpoint_id, "new": new_checkpoint_id}
+    df = pd.DataFrame(db.fetch(SELECT_DIFF, params), columns=DIFF_COLUMNS)
+    for column in ("old_value", "new_value"):
+        df[column] = df[column].map(_json_text)
+    return df
+
+
+def thread_storage(db: Database, thread_id: str) -> dict[str, int]:
+    """Rows and bytes of one thread in each checkpoint table (bytes: stored payload sizes)."""
+    row = db.fetch_one(SELECT_THREAD_STORAGE, {"thread_id": thread_id if _usable(thread_id) else ""})
+    return {k: int(row[k]) for k in STORAGE_COLUMNS}
+
+
+def largest_threads(db: Database, limit: int = 20) -> pd.DataFrame:
+    """The threads that weigh most across checkpoints, blobs and writes (scans the three tables)."""
+    return pd.DataFrame(db.fetch(SELECT_LARGEST_THREADS, {"limit": limit}), columns=LARGEST_COLUMNS)
+
+
+def table_totals(db: Database) -> pd.DataFrame:
+    """Rows and on-disk size (with indexes and TOAST) of each checkpoint table."""
+    return pd.DataFrame(db.fetch(SELECT_TABLE_TOTALS), columns=["table_name", "rows", "total_bytes"])
