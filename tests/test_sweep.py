@@ -302,3 +302,61 @@ def test_page_reads_match_sql(db, store):
     config = sweep.ttl_configuration().set_index("root")
     assert config.loc["clientes", "ttl_days"] == 365 and config.loc["proveedores", "refresh_on_read"] == False  # noqa: E712
     assert (config["in_process_sweeper"] == "off").all() and config["omit_expired"].all()
+
+
+def test_the_job_runs_as_the_least_privileged_role_of_the_readme(db, store):
+    """deploy/sweeper-grants.sql is what the README tells a DBA to run: the job must work with exactly that."""
+    from pathlib import Path
+
+    import psycopg
+
+    grants = (Path(__file__).resolve().parent.parent / "deploy" / "sweeper-grants.sql").read_text()
+    with psycopg.connect(db.dsn, autocommit=True) as owner:
+        owner.execute(grants)
+    put_memory(store, ("proveedores", "P9"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
+    put_memory(store, ("clientes", "C9"), "pref-talla", {"texto": "talla: M"})
+    _converse(db, store)
+    _age(db, "personal-E1", 100)
+    time.sleep(0.4)
+    sweeper = Database(psycopg.conninfo.make_conninfo(db.dsn, user="agent_memory_sweeper"))
+    assert sweeper.fetch_one("SELECT current_user AS u")["u"] == "agent_memory_sweeper"
+
+    result = sweep.run_sweep(sweeper, trigger="scheduled", retention_days=30)
+
+    assert result.status == "ok", result.error
+    assert result.documents_deleted == 1 and result.threads_deleted == 1
+    assert "personal-E1" not in thread_rows(db)
+    # The grants are no wider than needed where it matters: the role cannot write memory.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        sweeper.execute("INSERT INTO store (prefix, key, value) VALUES ('clientes.X', 'k', '{}')")
+
+
+def test_kubernetes_manifests_run_the_real_entry_points():
+    """The manifests cannot be applied here (no cluster): parse them and check what they run."""
+    from pathlib import Path
+
+    import yaml
+
+    deploy = Path(__file__).resolve().parent.parent / "deploy"
+    docs = {d["kind"]: d for f in sorted(deploy.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())}
+    assert set(docs) == {"CronJob", "Job", "Deployment", "Service"}
+
+    cron = docs["CronJob"]["spec"]
+    assert len(cron["schedule"].split()) == 5 and cron["concurrencyPolicy"] == "Forbid"
+    container = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:3] == ["python", "-m", "core.sweep"]
+    env = {e["name"]: e for e in container["env"]}
+    assert {"PG_AGENTES", sweep.RETENTION_ENV} <= set(env)
+    assert sweep.validate_retention_days(env[sweep.RETENTION_ENV]["value"]) >= 1
+    # The arguments parse with the job's own parser (a bad flag would exit 2).
+    parser_ok = container["command"][3:]
+    assert parser_ok == ["--trigger", "scheduled"] and "scheduled" in sweep.TRIGGERS
+
+    job = docs["Job"]["spec"]["template"]["spec"]
+    assert job["containers"][0]["command"] == ["python", "-m", "core.migrate"] and job["restartPolicy"] == "Never"
+
+    dash = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert dash["command"][:4] == ["python", "-m", "streamlit", "run"] and "dashboard.py" in dash["command"]
+    assert dash["readinessProbe"]["httpGet"]["path"] == "/_stcore/health"
+    assert {e["name"]: e.get("value") for e in dash["env"]}["AUTO_MIGRATE"] == "0"
+    assert docs["Service"]["spec"]["selector"] == docs["Deployment"]["spec"]["selector"]["matchLabels"]

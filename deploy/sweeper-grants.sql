@@ -1,0 +1,40 @@
+-- Least privilege for the sweep CronJob's database role (`python -m core.sweep`).
+-- Run once as the owner of the agents' tables, after `python -m core.migrate`. Replace the role
+-- name and password source as your cluster does (e.g. a CloudNativePG managed role).
+--
+--   store            SELECT (count), UPDATE (SELECT ... FOR UPDATE locks the expired rows), DELETE (sweep_ttl)
+--   store_vectors    SELECT (count the vectors removed; the ON DELETE CASCADE itself runs as the table owner)
+--   checkpoint_*     SELECT (thread age, re-check), DELETE (PostgresSaver.delete_thread)
+--   core_sweep_log   INSERT + UPDATE (its own row), SELECT (RETURNING)
+--   advisory locks   pg_try_advisory_lock / pg_advisory_unlock need no grant
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agent_memory_sweeper') THEN
+        CREATE ROLE agent_memory_sweeper LOGIN;
+    END IF;
+END
+$$;
+GRANT USAGE ON SCHEMA public TO agent_memory_sweeper;
+GRANT SELECT, UPDATE, DELETE ON store TO agent_memory_sweeper;
+GRANT SELECT ON store_vectors TO agent_memory_sweeper;
+GRANT SELECT, DELETE ON checkpoints, checkpoint_blobs, checkpoint_writes TO agent_memory_sweeper;
+GRANT SELECT, INSERT, UPDATE ON core_sweep_log TO agent_memory_sweeper;
+-- Triggers on `store` run with the privileges of the role that deletes: core_prefix_counts
+-- (migration 007, documents per prefix kept by statement triggers) is updated by every sweep.
+DO $$
+BEGIN
+    IF to_regclass('core_prefix_counts') IS NOT NULL THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON core_prefix_counts TO agent_memory_sweeper;
+    END IF;
+END
+$$;
+GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;
+
+-- The erasure register's re-check, which the job runs after the sweep (core.erasure.recheck_all):
+-- it counts a customer's rows again in every table that can name one (store, checkpoints and our
+-- core_* logs, found by column), and records the result. Read access to the schema, plus its own rows.
+-- Re-run this file after a migration adds tables (GRANT ... ON ALL TABLES covers existing ones only).
+GRANT SELECT ON ALL TABLES IN SCHEMA public TO agent_memory_sweeper;
+GRANT SELECT, UPDATE ON core_erasure_register TO agent_memory_sweeper;
+GRANT SELECT, INSERT ON core_erasure_rechecks TO agent_memory_sweeper;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO agent_memory_sweeper;
