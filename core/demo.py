@@ -143,6 +143,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
 
     # --- demo steps from other modules (one line each: a real sweep, outage, erasure...) ---
     __import__("core.sweep", fromlist=["demo_sweep"]).demo_sweep(db)  # real sweep (trigger demo), then 2 fresh expired notices
+    __import__("core.erasure", fromlist=["erase_demo_customer"]).erase_demo_customer(db, exclude=legacy)  # real erasure of one customer (in the register)
 
     summary.seconds = time.monotonic() - started
     return summary
