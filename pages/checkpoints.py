@@ -1,0 +1,199 @@
+"""Checkpoints (SRE): find a thread, read its history step by step with decoded messages and tool
+calls, diff two checkpoints, and see what the checkpoint tables weigh. Layout only: every figure
+comes from core.checkpoints (SQL over the canonical views)."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from core import access, checkpoints
+from ui.common import read, require_role
+from ui.i18n import t
+from ui.checkpoints_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
+
+THREAD_KEY = "checkpoints.thread"
+VIEW_KEY = "checkpoints.view"
+LARGEST_N = 20
+MESSAGES_SHOWN = 60
+SOURCE_COLORS = {"input": "#1f77b4", "loop": "#2ca02c", "update": "#ff7f0e", "fork": "#9467bd"}
+KIND_AVATAR = {"human": "user", "ai": "assistant", "tool": ":material/build:", "system": ":material/settings:"}
+
+require_role(access.SRE)
+if THREAD_KEY not in st.session_state:
+    st.session_state[THREAD_KEY] = st.query_params.get("thread", "")
+if VIEW_KEY not in st.session_state:
+    st.session_state[VIEW_KEY] = "thread"
+
+
+def _open_thread(table_key: str, frame: pd.DataFrame) -> None:
+    rows = st.session_state[table_key].selection.rows
+    if rows:
+        st.session_state[THREAD_KEY] = frame.iloc[rows[0]]["thread_id"]
+        st.session_state[VIEW_KEY] = "thread"
+
+
+st.title(t("ckpt_title"))
+st.caption(t("ckpt_caption"))
+view = st.radio(t("ckpt_view"), ["thread", "storage"], key=VIEW_KEY, horizontal=True,
+                format_func=lambda v: t(f"ckpt_view_{v}"))
+
+
+def storage_view() -> None:
+    st.subheader(t("ckpt_storage_title"))
+    st.caption(t("ckpt_storage_caption"))
+    totals = read(checkpoints.table_totals)
+    for col, row in zip(st.columns(len(totals)), totals.itertuples()):
+        col.metric(t("ckpt_table_rows", table=row.table_name), f"{row.rows:,}", f"{row.total_bytes / 1e6:,.1f} MB",
+                   delta_color="off")
+    st.subheader(t("ckpt_largest", n=LARGEST_N))
+    largest = read(checkpoints.largest_threads, LARGEST_N)
+    if largest.empty:
+        st.info(t("ckpt_no_recent"))
+        return
+    parts = largest.iloc[::-1].melt(id_vars="thread_id", value_vars=["checkpoint_bytes", "blob_bytes", "write_bytes"],
+                                    var_name="table", value_name="bytes")
+    fig = px.bar(parts, x="bytes", y="thread_id", color="table", orientation="h",
+                 labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
+    fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10))
+    st.plotly_chart(fig, key="checkpoints.largest_chart")
+    st.caption(t("ckpt_open_hint"))
+    st.dataframe(largest, hide_index=True, key="checkpoints.largest", selection_mode="single-row",
+                 on_select=lambda: _open_thread("checkpoints.largest", largest))
+
+
+def search() -> None:
+    with st.expander(t("ckpt_find"), expanded=not st.session_state[THREAD_KEY]):
+        mode = st.radio(t("ckpt_find_by"), ["customer", "recent"], key="checkpoints.find_by", horizontal=True,
+                        format_func=lambda m: t(f"ckpt_by_{m}"))
+        if mode == "customer":
+            customer = st.text_input(t("ckpt_customer_id"), key="checkpoints.customer")
+            if not customer:
+                return
+            found = read(checkpoints.threads_of_customer, customer)
+            if found.empty:
+                st.info(t("ckpt_no_customer", q=customer))
+                return
+        else:
+            found = read(checkpoints.recent_threads)
+            if found.empty:
+                st.info(t("ckpt_no_recent"))
+                return
+        st.caption(t("ckpt_pick_hint"))
+        st.dataframe(found, hide_index=True, key="checkpoints.found", selection_mode="single-row",
+                     on_select=lambda: _open_thread("checkpoints.found", found))
+
+
+def timeline_chart(timeline: pd.DataFrame) -> None:
+    st.subheader(t("ckpt_timeline"))
+    fig = go.Figure(go.Scatter(x=timeline["ts"], y=timeline["step"], mode="lines",
+                               line=dict(color="#bbbbbb"), showlegend=False, hoverinfo="skip"))
+    dots = px.scatter(timeline, x="ts", y="step", color="source", color_discrete_map=SOURCE_COLORS,
+                      hover_data=["checkpoint_id", "updated_channels", "tools", "pending_writes"])
+    dots.update_traces(marker=dict(size=11))
+    for trace in dots.data:
+        fig.add_trace(trace)
+    fig.update_layout(height=320, margin=dict(t=10, b=10), xaxis_title=t("ckpt_time"), yaxis_title=t("ckpt_step"),
+                      legend_title_text="source")
+    st.plotly_chart(fig, key="checkpoints.timeline_chart")
+
+
+def _label(row) -> str:
+    ts = "" if pd.isna(row.ts) else f"{row.ts:%H:%M:%S.%f}"[:-3]
+    return t("ckpt_step_label", step=row.step, ts=ts, id=row.checkpoint_id[-12:])
+
+
+def messages(writes: pd.DataFrame) -> None:
+    shown = writes[writes["message_kind"].notna()].head(MESSAGES_SHOWN)
+    if shown.empty:
+        return
+    with st.expander(t("ckpt_conversation"), expanded=True):
+        for row in shown.itertuples():
+            kind = row.message_kind.split(",")[0]
+            with st.chat_message(kind, avatar=KIND_AVATAR.get(kind)):
+                head = f"**{row.message_kind}** · {t('ckpt_step')} {row.step}"
+                if row.tool_name:
+                    head += f" · `{row.tool_name}`"
+                st.markdown(head)
+                if row.content:
+                    st.text(row.content)
+                if row.tool_calls:
+                    st.code(row.tool_calls, language="json")
+
+
+def step_writes(thread_id: str, timeline: pd.DataFrame) -> None:
+    st.subheader(t("ckpt_step_writes"))
+    st.caption(t("ckpt_step_writes_caption"))
+    labels = {row.checkpoint_id: _label(row) for row in timeline.itertuples()}
+    choice = st.selectbox(t("ckpt_checkpoint"), ["", *labels], key="checkpoints.step",
+                          format_func=lambda c: labels.get(c, t("ckpt_all_steps")))
+    writes = read(checkpoints.step_writes, thread_id, choice or None)
+    if writes.empty:
+        st.info(t("ckpt_no_writes"))
+        return
+    messages(writes)
+    st.dataframe(
+        writes[["step", "channel", "message_kind", "tool_name", "content", "tool_calls", "size_bytes", "blob_type",
+                "task_path", "idx", "payload", "undecodable", "checkpoint_id", "task_id"]],
+        hide_index=True, key="checkpoints.writes",
+        column_config={"payload": st.column_config.TextColumn(width="large"),
+                       "content": st.column_config.TextColumn(width="medium")},
+    )
+
+
+def diff(thread_id: str, timeline: pd.DataFrame) -> None:
+    st.subheader(t("ckpt_diff"))
+    if len(timeline) < 2:
+        st.info(t("ckpt_diff_need_two"))
+        return
+    labels = {row.checkpoint_id: _label(row) for row in timeline.itertuples()}
+    ids = list(labels)
+    left, right, flag = st.columns([2, 2, 1])
+    old = left.selectbox(t("ckpt_diff_old"), ids, index=len(ids) - 2, key="checkpoints.diff_old", format_func=labels.get)
+    new = right.selectbox(t("ckpt_diff_new"), ids, index=len(ids) - 1, key="checkpoints.diff_new", format_func=labels.get)
+    only_changes = flag.toggle(t("ckpt_diff_only_changes"), value=True, key="checkpoints.diff_changes")
+    ns = timeline.loc[timeline["checkpoint_id"] == new, "checkpoint_ns"].iloc[0]
+    changes = read(checkpoints.checkpoint_diff, thread_id, old, new, ns)
+    changed = changes[changes["change"].isin(["added", "removed", "changed"])]
+    st.caption(t("ckpt_diff_summary", n=len(changed), total=len(changes)))
+    st.dataframe(changed if only_changes else changes, hide_index=True, key="checkpoints.diff",
+                 column_config={"old_value": st.column_config.TextColumn(width="large"),
+                                "new_value": st.column_config.TextColumn(width="large")})
+
+
+def thread_view() -> None:
+    search()
+    thread_id = st.text_input(t("ckpt_thread_id"), key=THREAD_KEY)
+    if not thread_id:
+        st.query_params.pop("thread", None)
+        st.info(t("ckpt_type_thread"))
+        return
+    st.query_params["thread"] = thread_id
+    found = read(checkpoints.find_thread, thread_id)
+    if found.empty:
+        st.info(t("ckpt_no_thread", q=thread_id))
+        return
+    summary = found.iloc[0]
+    storage = read(checkpoints.thread_storage, thread_id)
+    c = st.columns(6)
+    c[0].metric(t("ckpt_customer"), summary["cliente_id"] or "—")
+    c[1].metric(t("ckpt_checkpoints"), f"{storage['checkpoints']:,}")
+    c[2].metric(t("ckpt_steps"), f"{summary['last_step']}")
+    c[3].metric(t("ckpt_writes"), f"{storage['writes']:,}")
+    c[4].metric(t("ckpt_blob_bytes"), f"{storage['blob_bytes']:,}")
+    c[5].metric(t("ckpt_write_bytes"), f"{storage['write_bytes']:,}")
+    timeline = read(checkpoints.thread_timeline, thread_id)
+    bad = int(timeline["undecodable_writes"].sum())
+    if bad:
+        st.warning(t("ckpt_undecodable", n=bad), icon=":material/warning:")
+    timeline_chart(timeline)
+    st.dataframe(timeline, hide_index=True, key="checkpoints.timeline")
+    step_writes(thread_id, timeline)
+    diff(thread_id, timeline)
+
+
+if view == "storage":
+    storage_view()
+else:
+    thread_view()

@@ -1,0 +1,248 @@
+"""AppTest of the Checkpoints page (SRE) and its read functions: no exception, every figure equal to
+SQL on the same database, the thread id in the URL, bad input finding exactly nothing or exactly
+that thread. Real embedded PostgreSQL, checkpoints written by the real agents."""
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pandas as pd
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+from streamlit.testing.v1 import AppTest
+
+from conftest import DIMS
+from core import checkpoints
+from core.agents import ContextoCliente, build_agent, run_turn
+from core.db import Database
+from core.embeddings import OfflineHashEmbeddings
+from core.memory import build_store
+from core.scripted_model import ScriptedChatModel
+
+APP = "../dashboard.py"
+PAGE = "pages/checkpoints.py"
+WEIRD_CUSTOMER = "C_%'\"1"
+WEIRD_THREAD = "cliente-C_%'\"1-1"
+PLAIN_THREAD = "cliente-C101-1"
+BAD_INPUT = ["%", "_", "cliente-%", "cliente-C_%", "cliente_C101_1", "' OR '1'='1", "\"", "C%", "C_", "x" * 10_000,
+             WEIRD_THREAD[:-1] + "_", PLAIN_THREAD.upper(), " " + PLAIN_THREAD, "a\x00b"]
+
+
+def metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def frame(at, *columns: str):
+    for df in at.dataframe:
+        if set(columns) <= set(df.value.columns):
+            return df.value
+    raise KeyError(columns)
+
+
+def as_int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def decode(values):
+    """Plotly 7 encodes arrays as {"dtype", "bdata"} (base64)."""
+    if isinstance(values, dict) and "bdata" in values:
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
+
+
+@pytest.fixture(scope="module")
+def agents_db(create_database) -> Database:
+    """Two customers' threads (one with %, _ and quotes in its ids) written by the real agents."""
+    db = Database(create_database(prefix="ckpage"))
+    store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
+    agent = build_agent("atencion-cliente", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(db.pool))
+    for text in ["Prefiero recoger mis pedidos en la tienda Sierpes.", "¿Qué preferencias tengo guardadas?"]:
+        run_turn(agent, ContextoCliente("C101"), PLAIN_THREAD, text)
+    run_turn(agent, ContextoCliente("C101"), "cliente-C101-2", "Hola, quería saber el estado de mi pedido.")
+    run_turn(agent, ContextoCliente(WEIRD_CUSTOMER), WEIRD_THREAD, "Mi talla es la M.")
+    return db
+
+
+def open_page(dsn: str, app_env, query: dict | None = None, **env) -> AppTest:
+    app_env(dsn, **env)
+    at = AppTest.from_file(APP, default_timeout=60)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    return at
+
+
+# --- read functions ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", BAD_INPUT)
+def test_bad_input_finds_nothing(agents_db, text):
+    assert checkpoints.find_thread(agents_db, text).empty
+    assert checkpoints.threads_of_customer(agents_db, text).empty
+    assert checkpoints.thread_timeline(agents_db, text).empty
+    assert checkpoints.step_writes(agents_db, text).empty
+    assert checkpoints.thread_storage(agents_db, text)["checkpoints"] == 0
+
+
+def test_ids_with_wildcards_and_quotes_find_exactly_that_thread(agents_db):
+    assert checkpoints.find_thread(agents_db, WEIRD_THREAD)["thread_id"].tolist() == [WEIRD_THREAD]
+    assert checkpoints.threads_of_customer(agents_db, WEIRD_CUSTOMER)["thread_id"].tolist() == [WEIRD_THREAD]
+    assert sorted(checkpoints.threads_of_customer(agents_db, "C101")["thread_id"]) == [PLAIN_THREAD, "cliente-C101-2"]
+    n = agents_db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (WEIRD_THREAD,))["n"]
+    assert len(checkpoints.thread_timeline(agents_db, WEIRD_THREAD)) == n > 0
+
+
+def test_read_functions_equal_sql(agents_db):
+    q = agents_db.fetch_one
+    timeline = checkpoints.thread_timeline(agents_db, PLAIN_THREAD)
+    sql = agents_db.fetch("SELECT checkpoint_id, (metadata->>'step')::int AS step FROM checkpoints "
+                          "WHERE thread_id = %s ORDER BY checkpoint->>'ts'", (PLAIN_THREAD,))
+    assert timeline["checkpoint_id"].tolist() == [r["checkpoint_id"] for r in sql]
+    assert timeline["step"].tolist() == [r["step"] for r in sql]
+    writes = checkpoints.step_writes(agents_db, PLAIN_THREAD)
+    assert len(writes) == q("SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    assert timeline["pending_writes"].sum() == len(writes)
+    assert {"recordar_preferencia", "preferencias"} <= set(writes["tool_name"].dropna())
+    assert {"human", "ai", "tool"} <= set(writes["message_kind"].dropna())
+    storage = checkpoints.thread_storage(agents_db, PLAIN_THREAD)
+    assert storage["write_bytes"] == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_writes "
+                                       "WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    assert storage["blob_bytes"] == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_blobs "
+                                      "WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    largest = checkpoints.largest_threads(agents_db, 10)
+    assert set(largest["thread_id"]) == {r["thread_id"] for r in agents_db.fetch("SELECT DISTINCT thread_id FROM checkpoints")}
+    assert largest["total_bytes"].is_monotonic_decreasing
+
+
+def test_diff_between_first_and_last_checkpoint(agents_db):
+    timeline = checkpoints.thread_timeline(agents_db, PLAIN_THREAD)
+    first, last = timeline["checkpoint_id"].iloc[0], timeline["checkpoint_id"].iloc[-1]
+    diff = checkpoints.checkpoint_diff(agents_db, PLAIN_THREAD, first, last).set_index("channel")
+    assert diff.loc["messages", "change"] == "added"
+    assert "Sierpes" in diff.loc["messages", "new_value"] and pd.isna(diff.loc["messages", "old_value"])
+    same = checkpoints.checkpoint_diff(agents_db, PLAIN_THREAD, last, last)
+    assert set(same["change"]) == {"unchanged"}
+    other = checkpoints.thread_timeline(agents_db, "cliente-C101-2")["checkpoint_id"].iloc[-1]
+    assert checkpoints.checkpoint_diff(agents_db, PLAIN_THREAD, first, other).empty  # not of this thread
+
+
+# --- the page ------------------------------------------------------------------------------
+
+def test_thread_from_the_url_figures_equal_sql(agents_db, app_env):
+    at = open_page(agents_db.dsn, app_env, {"thread": PLAIN_THREAD})
+    q = agents_db.fetch_one
+    n_ckpt = q("SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    n_writes = q("SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    assert as_int(metric(at, "Checkpoints")) == n_ckpt
+    assert as_int(metric(at, "Escrituras")) == n_writes
+    assert metric(at, "Cliente") == "C101"
+    assert metric(at, "Último paso") == str(q("SELECT max((metadata->>'step')::int) AS n FROM checkpoints "
+                                             "WHERE thread_id = %s", (PLAIN_THREAD,))["n"])
+    assert as_int(metric(at, "Bytes de escrituras")) == q(
+        "SELECT sum(octet_length(blob)) AS n FROM checkpoint_writes WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    timeline = frame(at, "checkpoint_id", "step", "source", "updated_channels")
+    assert len(timeline) == n_ckpt
+    # the plotly timeline: one point per checkpoint, at its step
+    spec = at.get("plotly_chart")[0].proto.spec
+    import json
+
+    fig = json.loads(spec)
+    points = [y for trace in fig["data"] if trace.get("mode") == "markers" for y in decode(trace["y"])]
+    steps = [r["s"] for r in agents_db.fetch("SELECT (metadata->>'step')::int AS s FROM checkpoints WHERE thread_id = %s",
+                                             (PLAIN_THREAD,))]
+    assert sorted(points) == sorted(steps)
+    writes = frame(at, "channel", "message_kind", "tool_name", "payload")
+    assert len(writes) == n_writes
+    assert "recordar_preferencia" in set(writes["tool_name"].dropna())
+    assert any("Sierpes" in (c or "") for c in writes["content"])
+    assert any(cm for cm in at.get("chat_message"))
+    diff = frame(at, "change", "old_value", "new_value")
+    assert "messages" in set(diff["channel"]) and set(diff["change"]) <= {"added", "removed", "changed"}
+    assert at.query_params["thread"] == PLAIN_THREAD
+
+
+def test_one_step_writes_and_diff_toggle(agents_db, app_env):
+    at = open_page(agents_db.dsn, app_env, {"thread": PLAIN_THREAD})
+    step = agents_db.fetch_one(
+        "SELECT checkpoint_id, count(*) AS n FROM checkpoint_writes WHERE thread_id = %s AND channel = 'messages' "
+        "GROUP BY checkpoint_id ORDER BY checkpoint_id LIMIT 1", (PLAIN_THREAD,))
+    at.selectbox(key="checkpoints.step").set_value(step["checkpoint_id"]).run()
+    assert not at.exception
+    writes = frame(at, "channel", "message_kind", "payload")
+    assert set(writes["checkpoint_id"]) == {step["checkpoint_id"]}
+    assert len(writes) == agents_db.fetch_one("SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = %s AND "
+                                              "checkpoint_id = %s", (PLAIN_THREAD, step["checkpoint_id"]))["n"]
+    at.toggle(key="checkpoints.diff_changes").set_value(False).run()
+    diff = frame(at, "change", "old_value", "new_value")
+    assert "unchanged" in set(diff["change"]) or "version" in set(diff["change"])
+
+
+def test_find_by_customer_opens_the_thread(agents_db, app_env):
+    at = open_page(agents_db.dsn, app_env)
+    assert any("Escriba un id de hilo" in i.value for i in at.info)
+    at.text_input(key="checkpoints.customer").input(WEIRD_CUSTOMER).run()
+    assert not at.exception
+    found = frame(at, "thread_id", "cliente_id", "checkpoints")
+    assert found["thread_id"].tolist() == [WEIRD_THREAD]
+    at.text_input(key="checkpoints.thread").input(WEIRD_THREAD).run()
+    assert not at.exception
+    assert metric(at, "Cliente") == WEIRD_CUSTOMER
+    assert at.query_params["thread"] == WEIRD_THREAD
+
+
+def test_recent_activity_lists_threads_newest_first(agents_db, app_env):
+    at = open_page(agents_db.dsn, app_env)
+    at.radio(key="checkpoints.find_by").set_value("recent").run()
+    found = frame(at, "thread_id", "last_ts")
+    sql = agents_db.fetch("SELECT thread_id FROM checkpoints GROUP BY thread_id ORDER BY max(checkpoint->>'ts') DESC")
+    assert found["thread_id"].tolist() == [r["thread_id"] for r in sql]
+
+
+@pytest.mark.parametrize("text", BAD_INPUT[:-1])  # NUL cannot be typed into a URL or a text box
+def test_page_bad_input_shows_nothing(agents_db, app_env, text):
+    at = open_page(agents_db.dsn, app_env)
+    at.text_input(key="checkpoints.thread").input(text).run()
+    assert not at.exception
+    assert any("Ningún hilo se llama exactamente" in i.value for i in at.info)
+    assert not at.metric and not at.get("plotly_chart")
+    at.text_input(key="checkpoints.customer").input(text).run()
+    assert not at.exception
+    assert any("Ningún checkpoint tiene cliente_id" in i.value for i in at.info)
+
+
+def test_storage_view_equals_sql(agents_db, app_env):
+    at = open_page(agents_db.dsn, app_env)
+    at.radio(key="checkpoints.view").set_value("storage").run()
+    assert not at.exception
+    for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+        assert as_int(metric(at, f"{table}: filas")) == agents_db.fetch_one(f"SELECT count(*) AS n FROM {table}")["n"]
+    largest = frame(at, "thread_id", "total_bytes", "write_bytes")
+    top = agents_db.fetch_one("SELECT thread_id, sum(octet_length(blob)) AS b FROM checkpoint_writes "
+                              "GROUP BY thread_id ORDER BY b DESC LIMIT 1")
+    assert largest.set_index("thread_id").loc[top["thread_id"], "write_bytes"] == top["b"]
+    assert len(at.get("plotly_chart")) == 1
+
+
+def test_demo_data_in_english(demo_db, app_env):
+    thread = demo_db.fetch_one("SELECT thread_id FROM checkpoints WHERE metadata->>'cliente_id' IS NOT NULL "
+                               "ORDER BY thread_id LIMIT 1")["thread_id"]
+    at = open_page(demo_db.dsn, app_env, {"thread": thread, "lang": "en"})
+    assert any(t.value == "A thread's checkpoint history" for t in at.title)
+    assert as_int(metric(at, "Checkpoints")) == demo_db.fetch_one(
+        "SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (thread,))["n"]
+
+
+def test_manager_is_refused(agents_db, app_env):
+    app_env(agents_db.dsn, LOCAL_ROLES="manager")
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    with pytest.raises(ValueError, match="Could not find a navigation page"):
+        at.switch_page(PAGE)
+    page = AppTest.from_file("../" + PAGE, default_timeout=60)
+    page.run()
+    assert not page.exception
+    assert any("requiere el rol «sre»" in e.value for e in page.error)
+    assert not page.metric and not page.dataframe
