@@ -15,30 +15,37 @@ from core.memory import MAX_DOCS_PER_CUSTOMER, ROOTS, InvalidIdentifier
 
 MAX_SEARCH_LENGTH = 400
 
-SELECT_TOTALS = """
-SELECT (SELECT count(*) FROM store)                                                  AS documents,
-       (SELECT count(*) FROM store WHERE expires_at IS NOT NULL AND expires_at < now()) AS expired,
-       (SELECT count(*) FROM store_vectors)                                           AS vectors,
-       (SELECT count(DISTINCT prefix) FROM store)                                     AS namespaces"""
+# Document counts come from `core_prefix_counts`, kept exact by triggers on `store`
+# (core/sql/007_prefix_counts.sql); expired rows are counted live through the expires_at index.
+EXPIRED = "expires_at IS NOT NULL AND expires_at < now()"
 
-SELECT_BY_ROOT = """
-SELECT split_part(prefix, '.', 1)                                        AS root,
-       count(*)                                                          AS documents,
-       count(DISTINCT prefix)                                            AS namespaces,
-       count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at < now()) AS expired
-FROM store GROUP BY 1 ORDER BY documents DESC"""
+SELECT_TOTALS = f"""
+SELECT (SELECT coalesce(sum(documents), 0)::bigint FROM core_prefix_counts) AS documents,
+       (SELECT count(*) FROM store WHERE {EXPIRED})                         AS expired,
+       (SELECT count(*) FROM store_vectors)                                  AS vectors,
+       (SELECT count(*) FROM core_prefix_counts)                             AS namespaces"""
+
+SELECT_BY_ROOT = f"""
+WITH docs AS (
+    SELECT root, sum(documents)::bigint AS documents, count(*) AS namespaces FROM core_prefix_counts GROUP BY root
+), expired AS (
+    SELECT split_part(prefix, '.', 1) AS root, count(*) AS expired FROM store WHERE {EXPIRED} GROUP BY 1
+)
+SELECT d.root, d.documents, d.namespaces, coalesce(e.expired, 0) AS expired
+FROM docs d LEFT JOIN expired e USING (root) ORDER BY d.documents DESC, d.root"""
 
 SELECT_TOP_PREFIXES = """
-SELECT prefix, split_part(prefix, '.', 1) AS root, count(*) AS documents,
-       count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at < now()) AS expired,
-       max(updated_at) AS last_write
-FROM store GROUP BY prefix ORDER BY documents DESC, prefix LIMIT %s"""
+SELECT c.prefix, c.root, c.documents,
+       (SELECT count(*) FROM store s WHERE s.prefix = c.prefix AND s.expires_at < now()) AS expired,
+       c.last_write
+FROM core_prefix_counts c ORDER BY c.documents DESC, c.prefix LIMIT %s"""
 
 SELECT_OVERSIZED = """
-SELECT split_part(prefix, '.', 2) AS cliente_id, prefix, count(*) AS documents,
-       string_agg(key, ', ' ORDER BY key) AS keys, max(updated_at) AS last_write
-FROM store WHERE prefix LIKE 'clientes.%%'
-GROUP BY prefix HAVING count(*) > %s ORDER BY documents DESC, prefix LIMIT %s"""
+SELECT split_part(c.prefix, '.', 2) AS cliente_id, c.prefix, c.documents,
+       (SELECT string_agg(s.key, ', ' ORDER BY s.key) FROM store s WHERE s.prefix = c.prefix) AS keys,
+       c.last_write
+FROM core_prefix_counts c
+WHERE c.root = 'clientes' AND c.documents > %s ORDER BY c.documents DESC, c.prefix LIMIT %s"""
 
 # Exact matches only: `=` never interprets `%` or `_`.
 SELECT_NAMESPACE_EXACT = """
