@@ -104,6 +104,10 @@ def _label(row) -> str:
     return t("ckpt_step_label", step=row.step, ts=ts, id=row.checkpoint_id[-12:])
 
 
+def _present(value) -> bool:
+    return isinstance(value, str) and value != ""
+
+
 def messages(writes: pd.DataFrame) -> None:
     shown = writes[writes["message_kind"].notna()].head(MESSAGES_SHOWN)
     if shown.empty:
@@ -113,12 +117,12 @@ def messages(writes: pd.DataFrame) -> None:
             kind = row.message_kind.split(",")[0]
             with st.chat_message(kind, avatar=KIND_AVATAR.get(kind)):
                 head = f"**{row.message_kind}** · {t('ckpt_step')} {row.step}"
-                if row.tool_name:
+                if _present(row.tool_name):
                     head += f" · `{row.tool_name}`"
                 st.markdown(head)
-                if row.content:
+                if _present(row.content):
                     st.text(row.content)
-                if row.tool_calls:
+                if _present(row.tool_calls):
                     st.code(row.tool_calls, language="json")
 
 
@@ -158,6 +162,7 @@ def diff(thread_id: str, timeline: pd.DataFrame) -> None:
     changed = changes[changes["change"].isin(["added", "removed", "changed"])]
     st.caption(t("ckpt_diff_summary", n=len(changed), total=len(changes)))
     st.dataframe(changed if only_changes else changes, hide_index=True, key="checkpoints.diff",
+                 column_order=["channel", "change", "old_value", "new_value", "old_version", "new_version"],
                  column_config={"old_value": st.column_config.TextColumn(width="large"),
                                 "new_value": st.column_config.TextColumn(width="large")})
 
@@ -188,7 +193,10 @@ def thread_view() -> None:
     if bad:
         st.warning(t("ckpt_undecodable", n=bad), icon=":material/warning:")
     timeline_chart(timeline)
-    st.dataframe(timeline, hide_index=True, key="checkpoints.timeline")
+    st.dataframe(timeline, hide_index=True, key="checkpoints.timeline",
+                 column_order=["step", "ts", "source", "updated_channels", "tools", "pending_writes",
+                               "pending_write_bytes", "undecodable_writes", "checkpoint_bytes", "checkpoint_id",
+                               "parent_checkpoint_id", "checkpoint_ns"])
     step_writes(thread_id, timeline)
     diff(thread_id, timeline)
 
