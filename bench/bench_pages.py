@@ -1,0 +1,125 @@
+"""Page queries and full page renders at production size, against their naive baselines.
+
+    python -m bench.bench_pages --sizes 100000 1000000
+
+For each size: a fresh database on an embedded PostgreSQL (folder --data, default .data/bench),
+migrations, bulk data from bench/generate_store.py, then for each store page's core function the
+median of 5 warm runs next to the naive query it replaced (live GROUP BY over `store`), and each
+page's full AppTest render with an empty data cache. Prints a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+import psycopg
+
+from bench.generate_store import generate
+from core import metrics
+from core.db import Database, embedded_dsn
+from core.migrate import migrate
+
+DIMS = 64
+NAIVE = {
+    "memory_totals": """SELECT (SELECT count(*) FROM store), (SELECT count(*) FROM store WHERE expires_at < now()),
+                               (SELECT count(*) FROM store_vectors), (SELECT count(DISTINCT prefix) FROM store)""",
+    "documents_by_root": """SELECT split_part(prefix, '.', 1), count(*), count(DISTINCT prefix),
+                                   count(*) FILTER (WHERE expires_at < now()) FROM store GROUP BY 1""",
+    "top_prefixes": "SELECT prefix, count(*) FROM store GROUP BY prefix ORDER BY 2 DESC, prefix LIMIT 20",
+    "oversized_customers": """SELECT prefix, count(*), string_agg(key, ', ') FROM store WHERE prefix LIKE 'clientes.%'
+                                     GROUP BY prefix HAVING count(*) > 4 ORDER BY 2 DESC LIMIT 200""",
+}
+
+
+def median_ms(fn, runs: int = 5) -> float:
+    fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def database(base_dsn: str, size: int) -> tuple[str, bool]:
+    name = f"bench_store_{size}"
+    with psycopg.connect(base_dsn, autocommit=True) as conn:
+        fresh = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None
+        if fresh:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    return psycopg.conninfo.make_conninfo(base_dsn, dbname=name), fresh
+
+
+def page_render_ms(dsn: str, page: str | None) -> float:
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    os.environ.update({"PG_AGENTES": dsn, "EMBEDDINGS_DIMS": str(DIMS), "AUTO_MIGRATE": "0", "SEED_DEMO": "0"})
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "dashboard.py"), default_timeout=120)
+    at.run()  # warm: imports, pool, bootstrap
+    if page:
+        at.switch_page(page).run()
+    times = []
+    for _ in range(3):
+        st.cache_data.clear()
+        t = time.perf_counter()
+        at.run()
+        times.append((time.perf_counter() - t) * 1000)
+        assert not at.exception, at.exception
+    return statistics.median(times)
+
+
+def run(sizes: list[int], data: Path) -> list[tuple]:
+    base = embedded_dsn(data)
+    today = date.today()
+    month = (today - timedelta(days=29), today)
+    rows = []
+    for size in sizes:
+        dsn, fresh = database(base, size)
+        migrate(dsn, DIMS)
+        if fresh:
+            print(f"generating {size:,} documents ...", flush=True)
+            print(generate(dsn, size, size // 4), flush=True)
+        db = Database(dsn)
+        calls = {
+            "memory_totals": lambda: metrics.memory_totals(db),
+            "documents_by_root": lambda: metrics.documents_by_root(db),
+            "top_prefixes": lambda: metrics.top_prefixes(db, 20),
+            "oversized_customers": lambda: metrics.oversized_customers(db),
+            "find_namespaces": lambda: metrics.find_namespaces(db, "C9"),
+            "namespace_items": lambda: metrics.namespace_items(db, "clientes.C9", 50, 0),
+            "preference_daily": lambda: metrics.preference_daily(db, *month),
+            "preference_by_tipo": lambda: metrics.preference_by_tipo(db, *month),
+            "writing_conversations": lambda: metrics.writing_conversations(db, *month, 50, 0),
+        }
+        for name, call in calls.items():
+            ms = median_ms(call)
+            naive = NAIVE.get(name)
+            base_ms = median_ms(lambda: db.fetch(naive.replace("%", "%%"))) if naive else None
+            rows.append((size, f"query {name}", ms, "naive live GROUP BY" if naive else "-", base_ms))
+        for label, page in (("page Memoria (render)", None), ("page Preferencias (render)", "pages/preferences.py")):
+            rows.append((size, label, page_render_ms(dsn, page), "-", None))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--data", type=Path, default=Path(".data/bench"))
+    args = parser.parse_args()
+    args.data.mkdir(parents=True, exist_ok=True)
+    rows = run(args.sizes, args.data)
+    print("\n| documents | figure | ms (median) | baseline | baseline ms | speed-up |")
+    print("|---:|---|---:|---|---:|---:|")
+    for size, label, ms, base_label, base_ms in rows:
+        ratio = f"{base_ms / ms:.1f}x" if base_ms else "-"
+        print(f"| {size:,} | {label} | {ms:.1f} | {base_label} | {'-' if base_ms is None else f'{base_ms:.1f}'} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
