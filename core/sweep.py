@@ -148,6 +148,8 @@ class SweepResult:
         text = (f"sweep run {self.run_id} [{self.status}] {verb} {self.documents_deleted} documents "
                 f"({roots}) and {self.vectors_deleted} vectors; retention ({self.retention_days} days) "
                 f"{verb} {len(self.threads) if self.dry_run else self.threads_deleted} threads")
+        if self.erasure_recheck:
+            text += f"; erasure register: {self.erasure_recheck}"
         return text + (f"; error: {self.error}" if self.error else "")
 
 

@@ -46,7 +46,7 @@ def _forget_affected() -> None:
     dsn = get_db().dsn
     for fn, args in [(sweep.expired_by_root, ()), (sweep.sweep_runs, (RUNS_LIMIT,)),
                      (sweep.deleted_per_run, (RUNS_LIMIT,)), (sweep.expiration_forecast, ()),
-                     (metrics.memory_totals, ()), (metrics.documents_by_root, ()),
+                     (metrics.memory_totals, ()), (metrics.documents_by_root, ()), (metrics.oversized_customers, ()),
                      (metrics.top_prefixes, (MEMORY_TOP_N,))]:
         common._cached.clear(fn.__name__, fn.__module__, dsn, args, ())
 
@@ -58,8 +58,13 @@ def _close_dialog() -> None:
 @st.dialog(t("sweeps_dialog_title"), on_dismiss=_close_dialog)
 def sweep_dialog() -> None:
     st.write(t("sweeps_dialog_text", n=int(expired["expired"].sum())))
+    try:
+        default_days = sweep.default_retention_days()
+    except sweep.SweepInputError as exc:  # a bad SWEEP_RETENTION_DAYS: say so, offer the built-in default
+        st.warning(str(exc))
+        default_days = sweep.DEFAULT_RETENTION_DAYS
     days = st.number_input(t("sweeps_retention_days"), min_value=1, max_value=3650,
-                           value=sweep.default_retention_days(), step=1, key="sweeps.days")
+                           value=default_days, step=1, key="sweeps.days")
     dry_run = st.checkbox(t("sweeps_dry_run"), key="sweeps.dry_run")
     confirmed = st.checkbox(t("sweeps_confirm"), key="sweeps.confirm")
     if not st.button(t("sweeps_run"), key="sweeps.run", type="primary", disabled=not (confirmed or dry_run)):
