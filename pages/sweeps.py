@@ -31,7 +31,7 @@ st.caption(t("sweeps_caption"))
 expired = read(sweep.expired_by_root)
 runs = read(sweep.sweep_runs, RUNS_LIMIT)
 
-st.subheader(t("sweeps_expired_now"))
+st.subheader(t("sweeps_state_now"))
 cols = st.columns(len(expired) + 1)
 for col, row in zip(cols, expired.itertuples()):
     col.metric(t("sweeps_expired_metric", root=row.root), f"{row.expired:,}")

@@ -19,6 +19,7 @@ add_strings({
               "the expired `store` documents (and their vectors) and the threads whose newest checkpoint exceeds the retention.",
     },
     "sweeps_expired_now": {"es": "Caducados sin barrer ahora, por raíz", "en": "Expired, not yet swept now, by root"},
+    "sweeps_state_now": {"es": "Ahora", "en": "Now"},
     "sweeps_expired_metric": {"es": "{root}: caducados", "en": "{root}: expired"},
     "sweeps_last_run": {"es": "Último barrido", "en": "Last sweep"},
     "sweeps_never": {"es": "nunca", "en": "never"},
