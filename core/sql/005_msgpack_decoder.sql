@@ -370,46 +370,72 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION core_checkpoint_messages(payload jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 -- The chat messages in a decoded payload (one message or a list of them), each reduced to
 -- {kind, id, content, tool_calls, tool_name, tool_call_id, status}; [] when there are none.
 -- kind: human / ai / tool / system / remove. Recognised: langchain message objects (msgpack ext),
 -- plain {"role", "content"} dicts (what a caller passes as input) and old lc:1 JSON constructors.
-SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
-           'kind', k.kind,
-           'id', v.v ->> 'id',
-           'content', v.v -> 'content',
-           'tool_calls', CASE WHEN jsonb_typeof(v.v -> 'tool_calls') = 'array'
-                               AND jsonb_array_length(v.v -> 'tool_calls') > 0 THEN v.v -> 'tool_calls' END,
-           'tool_name', CASE k.kind
-                            WHEN 'tool' THEN v.v ->> 'name'
-                            WHEN 'ai' THEN (SELECT string_agg(tc ->> 'name', ',')
-                                            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(v.v -> 'tool_calls') = 'array'
-                                                                           THEN v.v -> 'tool_calls' ELSE '[]' END) tc)
-                        END,
-           'tool_call_id', v.v ->> 'tool_call_id',
-           'status', v.v ->> 'status')) ORDER BY e.ord), '[]'::jsonb)
-FROM jsonb_array_elements(CASE jsonb_typeof(payload) WHEN 'array' THEN payload
-                                                     WHEN 'object' THEN jsonb_build_array(payload)
-                                                     ELSE '[]'::jsonb END) WITH ORDINALITY AS e(x, ord)
-CROSS JOIN LATERAL (
-    SELECT CASE
-        WHEN jsonb_typeof(e.x) <> 'object' THEN NULL
-        WHEN e.x ->> 'type' LIKE 'langchain\_core.messages.%' AND jsonb_typeof(e.x -> 'value') = 'object' THEN e.x -> 'value'
-        WHEN e.x ->> 'lc' = '1' AND e.x ->> 'type' = 'constructor' AND e.x -> 'id' ->> -1 LIKE '%Message%' THEN e.x -> 'kwargs'
-        WHEN e.x ? 'role' AND e.x ? 'content' THEN e.x
-    END AS v
-) v
-CROSS JOIN LATERAL (
-    SELECT CASE
-        WHEN v.v ? 'role' AND NOT v.v ? 'type' THEN
-            CASE v.v ->> 'role' WHEN 'user' THEN 'human' WHEN 'assistant' THEN 'ai' ELSE v.v ->> 'role' END
-        WHEN v.v ->> 'type' LIKE '%Chunk' THEN lower(replace(replace(v.v ->> 'type', 'MessageChunk', ''), 'AI', 'ai'))
-        WHEN v.v ? 'type' THEN v.v ->> 'type'
-        WHEN e.x ->> 'lc' = '1' THEN lower(replace(e.x -> 'id' ->> -1, 'Message', ''))
-    END AS kind
-) k
-WHERE v.v IS NOT NULL AND k.kind IS NOT NULL
+-- Plain PL/pgSQL expressions only (no queries): it runs once per write in the views.
+DECLARE
+    items  jsonb;
+    x      jsonb;
+    v      jsonb;
+    kind   text;
+    calls  jsonb;
+    names  text;
+    result jsonb[] := '{}';
+    i      integer;
+    j      integer;
+BEGIN
+    IF jsonb_typeof(payload) = 'array' THEN
+        items := payload;
+    ELSIF jsonb_typeof(payload) = 'object' THEN
+        items := jsonb_build_array(payload);
+    ELSE
+        RETURN '[]'::jsonb;
+    END IF;
+    -- most writes hold no message at all: one C-level test before looking at each element
+    IF NOT items @? 'lax $ ? (@.type starts with "langchain_core.messages." || exists(@.role) || @.lc == 1)' THEN
+        RETURN '[]'::jsonb;
+    END IF;
+    FOR i IN 0 .. jsonb_array_length(items) - 1 LOOP
+        x := items -> i;
+        v := NULL;
+        kind := NULL;
+        IF jsonb_typeof(x) <> 'object' THEN
+            CONTINUE;
+        ELSIF x ->> 'type' LIKE 'langchain\_core.messages.%' AND jsonb_typeof(x -> 'value') = 'object' THEN
+            v := x -> 'value';
+            kind := v ->> 'type';
+            IF kind LIKE '%Chunk' THEN
+                kind := lower(replace(replace(kind, 'MessageChunk', ''), 'AI', 'ai'));
+            END IF;
+        ELSIF x ->> 'lc' = '1' AND x ->> 'type' = 'constructor' AND x -> 'id' ->> -1 LIKE '%Message%' THEN
+            v := x -> 'kwargs';
+            kind := coalesce(v ->> 'type', lower(replace(x -> 'id' ->> -1, 'Message', '')));
+        ELSIF x ? 'role' AND x ? 'content' THEN
+            v := x;
+            kind := CASE x ->> 'role' WHEN 'user' THEN 'human' WHEN 'assistant' THEN 'ai' ELSE x ->> 'role' END;
+        END IF;
+        IF v IS NULL OR kind IS NULL OR jsonb_typeof(v) <> 'object' THEN
+            CONTINUE;
+        END IF;
+        calls := CASE WHEN jsonb_typeof(v -> 'tool_calls') = 'array' AND jsonb_array_length(v -> 'tool_calls') > 0
+                      THEN v -> 'tool_calls' END;
+        names := NULL;
+        IF kind = 'tool' THEN
+            names := v ->> 'name';
+        ELSIF calls IS NOT NULL THEN
+            FOR j IN 0 .. jsonb_array_length(calls) - 1 LOOP
+                names := concat_ws(',', names, calls -> j ->> 'name');
+            END LOOP;
+        END IF;
+        result := array_append(result, jsonb_strip_nulls(jsonb_build_object(
+            'kind', kind, 'id', v ->> 'id', 'content', v -> 'content', 'tool_calls', calls, 'tool_name', names,
+            'tool_call_id', v ->> 'tool_call_id', 'status', v ->> 'status')));
+    END LOOP;
+    RETURN to_jsonb(result);
+END
 $$;
 
 -- ---------------------------------------------------------------------------------------------
