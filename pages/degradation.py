@@ -26,9 +26,10 @@ REFRESH_S = 5
 READ_DEADLINE_S = 4  # a hung server blocks a query forever: the page stops waiting after this
 LIMIT = 200
 STATE_LABEL = {
-    "es": {"ok": "🟢 ok", "degraded": "🟠 degradada", "silent": "🔴 silenciosa", "stopped": "⚪ parada"},
-    "en": {"ok": "🟢 ok", "degraded": "🟠 degraded", "silent": "🔴 silent", "stopped": "⚪ stopped"},
+    "es": {"ok": "ok", "degraded": "degradada", "silent": "silenciosa", "stopped": "parada"},
+    "en": {"ok": "ok", "degraded": "degraded", "silent": "silent", "stopped": "stopped"},
 }
+STATE_CELL = {"ok": "#d4edda", "degraded": "#ffe0b2", "silent": "#f8d7da", "stopped": "#e2e3e5"}
 STATE_COLORS = {"resynced": "#2ca02c", "ongoing": "#ff7f0e"}
 
 require_role(access.SRE)
@@ -76,15 +77,16 @@ def _clock(ts: float) -> str:
 
 def tiles(reading: Reading, probe) -> None:
     s = reading.summary
-    c = st.columns(7)
+    c = st.columns(4)
     c[0].metric(t("degr_replicas"), s.get("replicas", 0))
     c[1].metric(t("degr_degraded"), s.get("degraded", 0))
     c[2].metric(t("degr_silent"), s.get("silent", 0))
-    c[3].metric(t("degr_episodes"), s.get("episodes", 0))
-    c[4].metric(t("degr_denials"), s.get("denials", 0))
-    c[5].metric(t("degr_refusals"), s.get("refusals", 0))
-    c[6].metric(t("degr_probe"), t("degr_probe_ok", ms=probe.latency_ms) if probe.ok else t("degr_probe_down"),
-                probe.server_version if probe.ok else probe.target, delta_color="off")
+    c[3].metric(t("degr_probe"), t("degr_probe_ok", ms=probe.latency_ms) if probe.ok else t("degr_probe_down"),
+                help=f"PostgreSQL {probe.server_version}" if probe.ok else probe.error)
+    c = st.columns(4)
+    c[0].metric(t("degr_episodes"), s.get("episodes", 0))
+    c[1].metric(t("degr_denials"), s.get("denials", 0))
+    c[2].metric(t("degr_refusals"), s.get("refusals", 0))
 
 
 def replicas_table(reading: Reading) -> None:
@@ -101,10 +103,12 @@ def replicas_table(reading: Reading) -> None:
     df["resynced_last_episode"] = df["replica_id"].map(last["ops_resynced"]) if last is not None else None
     now = datetime.now(timezone.utc)
     df["heartbeat_age_s"] = [round((now - ts).total_seconds(), 1) for ts in df["last_heartbeat"]]
+    colours = {STATE_LABEL.get(lang(), STATE_LABEL["es"]).get(k, k): v for k, v in STATE_CELL.items()}
     df["state"] = df["state"].map(lambda s: STATE_LABEL.get(lang(), STATE_LABEL["es"]).get(s, s))
-    st.dataframe(df[["replica_id", "state", "degraded_since", "buffered_checkpoints", "buffered_writes",
-                     "resynced_last_episode", "heartbeat_age_s", "last_heartbeat", "last_success", "host", "pid",
-                     "episodes_total", "denials_total", "refusals_total"]],
+    shown = df[["replica_id", "state", "degraded_since", "buffered_checkpoints", "buffered_writes",
+                "resynced_last_episode", "heartbeat_age_s", "last_heartbeat", "last_success", "host", "pid",
+                "episodes_total", "denials_total", "refusals_total"]]
+    st.dataframe(shown.style.map(lambda v: f"background-color: {colours.get(v, '')}", subset=["state"]),
                  hide_index=True, key="degradation.replicas")
 
 
@@ -131,7 +135,8 @@ def episodes_timeline(reading: Reading) -> None:
                       color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"],
                                           t("degr_ongoing"): STATE_COLORS["ongoing"]},
                       hover_data=["reason", "checkpoints_buffered", "writes_buffered", "ops_resynced", "denials_count"])
-    fig.update_traces(marker_line_width=6, marker_line_color=None)  # seconds-long episodes stay visible
+    # an outline in the bar's own colour keeps seconds-long episodes visible on a long axis
+    fig.for_each_trace(lambda tr: tr.update(marker_line_width=6, marker_line_color=tr.marker.color))
     fig.update_layout(height=160 + 40 * frame["replica_id"].nunique(), margin=dict(t=10, b=10),
                       xaxis_title=t("degr_time"), yaxis_title="", legend_title_text="")
     st.plotly_chart(fig, key="degradation.timeline")

