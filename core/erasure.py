@@ -46,6 +46,9 @@ ERASURE_LOCK_NS = 0x6572  # advisory lock (ns, hashtext(customer)): one erasure 
 
 # Tables erasure must never touch: the proof itself and the migrations bookkeeping.
 PROTECTED_TABLES = frozenset({"core_erasure_register", "core_erasure_rechecks", "core_schema_migrations"})
+# Tables kept by triggers on `store` (documents per prefix): counted in the evidence (they name the
+# prefix, so they must reach 0 too) but never deleted from directly, which would break their counts.
+DERIVED_TABLES = frozenset({"core_prefix_counts"})
 
 # --- evidence queries (the seed's two, corrected for nested namespaces, plus the checkpoint tables)
 
@@ -79,14 +82,8 @@ SELECT thread_id FROM core_conversations WHERE subject_root = %(root)s AND subje
 UNION
 SELECT unnest(thread_ids) FROM core_erasure_register WHERE customer_id = %(cliente_id)s"""
 # Our tables that may name a customer, found by their columns (so a table added later is covered).
-SELECT_LOG_TABLES = r"""
-SELECT c.table_name, array_agg(c.column_name::text ORDER BY c.column_name) AS columns
-FROM information_schema.columns c
-JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
-WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
-  AND c.table_name LIKE 'core\_%'
-  AND c.column_name IN ('prefix', 'thread_id', 'subject_root', 'subject_id', 'cliente_id', 'customer_id')
-GROUP BY c.table_name ORDER BY c.table_name"""
+# pg_catalog rather than information_schema: this runs at every erasure and every re-check.
+CUSTOMER_COLUMNS = ("prefix", "thread_id", "subject_root", "subject_id", "cliente_id", "customer_id")
 # JSON arrays in our tables whose elements can name a customer: (table, column, element condition
 # on `elem`). Matching elements are removed, the row (an operations record) stays.
 JSON_ARRAY_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -94,9 +91,13 @@ JSON_ARRAY_COLUMNS: tuple[tuple[str, str, str], ...] = (
      "elem->>'customer_id' = %(cliente_id)s OR elem->>'thread_id' = ANY(%(threads)s)"),
     ("core_sweep_log", "threads_sample", "elem #>> '{}' = ANY(%(threads)s)"),  # ["thread id", ...]
 )
-SELECT_JSONB_COLUMN = """
-SELECT 1 FROM information_schema.columns
-WHERE table_schema = current_schema() AND table_name = %s AND column_name = %s AND data_type = 'jsonb'"""
+SELECT_OWN_COLUMNS = r"""
+SELECT c.relname::text AS table_name, a.attname::text AS column_name, format_type(a.atttypid, a.atttypmod) AS type
+FROM pg_class c
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+  AND c.relname LIKE 'core\_%%' AND (a.attname = ANY(%(columns)s) OR c.relname || '.' || a.attname = ANY(%(json)s))
+ORDER BY 1, 2"""
 # Tables named in the design whose absence is normal (created by other modules' migrations).
 OPTIONAL_TABLES = ("core_guard_denials",)
 SELECT_REGCLASS = "SELECT to_regclass(%s) IS NOT NULL AS present"
@@ -246,7 +247,7 @@ class OwnTarget:
 
     name: str  # table, or table.column for JSON array elements
     count_sql: str
-    erase_sql: str
+    erase_sql: str | None  # None: derived from `store`, emptied by its triggers
 
 
 def _row_target(table: str, condition: str) -> OwnTarget:
@@ -274,9 +275,18 @@ def _json_array_target(table: str, column: str, condition: str) -> OwnTarget:
 def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
     """Every place in our `core_*` tables that can name a customer (never the register itself):
     rows found by their columns, and elements of the known JSON arrays."""
+    json_names = {f"{t}.{c}": (t, c, cond) for t, c, cond in JSON_ARRAY_COLUMNS}
+    columns_of: dict[str, set[str]] = {}
+    json_found: list[tuple[str, str, str]] = []
+    rows = conn.execute(SELECT_OWN_COLUMNS, {"columns": list(CUSTOMER_COLUMNS), "json": list(json_names)}).fetchall()
+    for row in rows:
+        table, column = row["table_name"], row["column_name"]
+        if f"{table}.{column}" in json_names and row["type"] == "jsonb":
+            json_found.append(json_names[f"{table}.{column}"])
+        if column in CUSTOMER_COLUMNS:
+            columns_of.setdefault(table, set()).add(column)
     targets: list[OwnTarget] = []
-    for row in conn.execute(SELECT_LOG_TABLES).fetchall():
-        table, columns = row["table_name"], set(row["columns"])
+    for table, columns in columns_of.items():
         if table in PROTECTED_TABLES:
             continue
         parts = []
@@ -290,10 +300,9 @@ def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
             if column in columns:
                 parts.append(f"{column}::text = %(cliente_id)s")
         if parts:
-            targets.append(_row_target(table, " OR ".join(parts)))
-    for table, column, condition in JSON_ARRAY_COLUMNS:
-        if conn.execute(SELECT_JSONB_COLUMN, (table, column)).fetchone() is not None:
-            targets.append(_json_array_target(table, column, condition))
+            target = _row_target(table, " OR ".join(parts))
+            targets.append(OwnTarget(table, target.count_sql, None) if table in DERIVED_TABLES else target)
+    targets += [_json_array_target(*found) for found in json_found]
     names = {t.name for t in targets}
     for optional in OPTIONAL_TABLES:  # present but not understood must be said, not skipped silently
         if optional not in names and conn.execute(SELECT_REGCLASS, (optional,)).fetchone()["present"]:
@@ -302,39 +311,48 @@ def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
     return targets
 
 
-def _evidence_queries(conn: psycopg.Connection) -> dict[str, str]:
-    queries = dict(FIXED_QUERIES)
-    for target in own_targets(conn):
-        queries[target.name] = target.count_sql
-    return queries
+def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str,
+                  thread_ids: Iterable[str]) -> list[EvidenceQuery]:
+    """Every zero-count query, made literal (parameters bound by psycopg's client-side quoting) and
+    sent in one pipeline: what is recorded is exactly the text that ran."""
+    params = _params(customer_id, thread_ids)
+    queries = dict(FIXED_QUERIES) | {t.name: t.count_sql for t in targets}
+    binder = psycopg.ClientCursor(conn)
+    literal = {table: binder.mogrify(query, params).strip() for table, query in queries.items()}
+    cursors = {}
+    with conn.pipeline():
+        for table, text in literal.items():
+            cursors[table] = conn.cursor()
+            cursors[table].execute(text)
+    at = _now_iso()
+    return [EvidenceQuery(table, literal[table], int(cur.fetchone()["n"]), at) for table, cur in cursors.items()]
+
+
+def _find_threads(conn: psycopg.Connection, customer_id: str) -> list[str]:
+    rows = conn.execute(SELECT_THREADS, _params(customer_id, ())).fetchall()
+    return sorted(r["thread_id"] for r in rows if r["thread_id"] is not None)
 
 
 def run_evidence(db: Database, customer_id: str, thread_ids: Iterable[str]) -> list[EvidenceQuery]:
     """Run every zero-count query as literal SQL on the primary; return text, result and time."""
-    params = _params(customer_id, thread_ids)
-    out: list[EvidenceQuery] = []
     with db.connection() as conn:
-        cursor = psycopg.ClientCursor(conn)
-        for table, query in _evidence_queries(conn).items():
-            literal = cursor.mogrify(query, params).strip()
-            n = conn.execute(literal).fetchone()["n"]
-            out.append(EvidenceQuery(table, literal, int(n), _now_iso()))
-    return out
+        return _run_evidence(conn, own_targets(conn), customer_id, thread_ids)
 
 
 def find_threads(db: Database, customer_id: str) -> list[str]:
     """The customer's checkpoint threads: by checkpoint metadata, conversations and earlier requests."""
-    rows = db.fetch(SELECT_THREADS, _params(customer_id, ()), read_only=False)
-    return sorted(r["thread_id"] for r in rows if r["thread_id"] is not None)
+    with db.connection() as conn:
+        return _find_threads(conn, customer_id)
 
 
 def preview(db: Database, customer_id: str) -> Preview:
     """Dry run: rows per table an erasure of `customer_id` would delete now. Raises InvalidIdentifier."""
     customer_id = validate_customer_id(customer_id)
-    threads = find_threads(db, customer_id)
-    counts = {e.table: e.result for e in run_evidence(db, customer_id, threads)}
-    namespaces = [(r["prefix"], int(r["documents"]))
-                  for r in db.fetch(SELECT_NAMESPACES, _params(customer_id, ()), read_only=False)]
+    with db.connection() as conn:
+        threads = _find_threads(conn, customer_id)
+        counts = {e.table: e.result for e in _run_evidence(conn, own_targets(conn), customer_id, threads)}
+        namespaces = [(r["prefix"], int(r["documents"]))
+                      for r in conn.execute(SELECT_NAMESPACES, _params(customer_id, ())).fetchall()]
     return Preview(customer_id, f"{ROOT}.{customer_id}", counts, namespaces, threads)
 
 
@@ -361,17 +379,22 @@ def _erase_threads(saver: PostgresSaver, thread_ids: Iterable[str]) -> int:
     return n
 
 
-def _erase_own(db: Database, customer_id: str, thread_ids: Iterable[str]) -> dict[str, int]:
+def _erase_own(conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str,
+               thread_ids: Iterable[str]) -> dict[str, int]:
     """Delete (or scrub from JSON arrays) what our tables hold about the customer; counts per target."""
     params = _params(customer_id, thread_ids)
     deleted: dict[str, int] = {}
-    with db.connection() as conn:
-        for target in own_targets(conn):
-            with conn.transaction():  # the count is exactly what this statement removes
-                n = conn.execute(target.count_sql, params).fetchone()["n"]
-                if n:
-                    conn.execute(target.erase_sql, params)
-            deleted[target.name] = int(n)
+    for target in targets:
+        if target.erase_sql is None:
+            continue
+        if target.erase_sql.startswith("DELETE"):
+            deleted[target.name] = conn.execute(target.erase_sql, params).rowcount
+            continue
+        with conn.transaction():  # an UPDATE's rowcount counts rows, not the elements it removes
+            n = conn.execute(target.count_sql, params).fetchone()["n"]
+            if n:
+                conn.execute(target.erase_sql, params)
+        deleted[target.name] = int(n)
     return deleted
 
 
@@ -407,36 +430,42 @@ def erase(
     store = PostgresStore(db.pool)  # no TTL config: expired rows are listed (and erased) too
     saver = PostgresSaver(db.pool)
 
-    with db.connection() as lock_conn:
+    # One connection holds the lock and runs our own statements; the store and the checkpointer
+    # use the pool, exactly as the agents do.
+    with db.connection() as conn:
         # two DPOs erasing the same customer take turns; the second one then finds zero
-        lock_conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (ERASURE_LOCK_NS, customer_id))
+        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (ERASURE_LOCK_NS, customer_id))
         try:
             notify(Progress("counting", 0))
-            threads = set(find_threads(db, customer_id))
-            before = {e.table: e.result for e in run_evidence(db, customer_id, threads)}
-            row = db.fetch_one(INSERT_REQUEST, (customer_id, prefix, operator.strip(), Jsonb(before)), read_only=False)
+            targets = own_targets(conn)
+            threads = set(_find_threads(conn, customer_id))
+            before = {e.table: e.result for e in _run_evidence(conn, targets, customer_id, threads)}
+            row = conn.execute(INSERT_REQUEST, (customer_id, prefix, operator.strip(), Jsonb(before))).fetchone()
             request_id, requested_at = row["id"], row["requested_at"]
             deleted: dict[str, int] = {}
             evidence: list[EvidenceQuery] = []
+            found = before  # what the latest count saw: our tables at 0 need no statement
             passes = 0
             try:
                 for passes in range(1, max_passes + 1):
                     n = _erase_store(store, ns, page_size)
                     _add(deleted, {"store": n})
                     notify(Progress("store", passes, sum(deleted.values()), dict(deleted)))
-                    threads |= set(find_threads(db, customer_id))
+                    threads |= set(_find_threads(conn, customer_id))
                     _erase_threads(saver, sorted(threads))
                     notify(Progress("threads", passes, sum(deleted.values()), {"threads": len(threads)}))
-                    _add(deleted, _erase_own(db, customer_id, threads))
+                    _add(deleted, _erase_own(conn, [t for t in targets if found.get(t.name)], customer_id, threads))
                     notify(Progress("logs", passes, sum(deleted.values()), dict(deleted)))
-                    evidence = run_evidence(db, customer_id, threads)
+                    evidence = _run_evidence(conn, targets, customer_id, threads)
+                    found = {e.table: e.result for e in evidence}
                     notify(Progress("evidence", passes, sum(deleted.values()), {e.table: e.result for e in evidence}))
                     if all(e.result == 0 for e in evidence):
                         break
                 after = {e.table: e.result for e in evidence}
-                # checkpoint rows are deleted by delete_thread, which returns no count: before - after
-                for table in ("store_vectors", "checkpoints", "checkpoint_blobs", "checkpoint_writes"):
-                    deleted[table] = max(0, before.get(table, 0) - after.get(table, 0))
+                # rows removed by cascades, delete_thread and triggers, which report no count: before - after
+                for table in ("store_vectors", "checkpoints", "checkpoint_blobs", "checkpoint_writes", *DERIVED_TABLES):
+                    if table in before:
+                        deleted[table] = max(0, before[table] - after.get(table, 0))
                 remaining = {t: n for t, n in after.items() if n}
                 status = "complete" if not remaining else "incomplete"
                 report = None if not remaining else (
@@ -445,18 +474,18 @@ def erase(
                     + "; erase again once the agents serving this customer are stopped"
                 )
             except Exception as exc:
-                db.fetch_one(FINISH_REQUEST, {
+                conn.execute(FINISH_REQUEST, {
                     "id": request_id, "status": "failed", "passes": passes, "threads": sorted(threads),
                     "deleted": Jsonb(deleted), "after": None, "evidence": Jsonb([asdict(e) for e in evidence]),
-                    "report": f"{type(exc).__name__}: {exc}"}, read_only=False)
+                    "report": f"{type(exc).__name__}: {exc}"})
                 raise
-            finished = db.fetch_one(FINISH_REQUEST, {
+            finished = conn.execute(FINISH_REQUEST, {
                 "id": request_id, "status": status, "passes": passes, "threads": sorted(threads),
                 "deleted": Jsonb(deleted), "after": Jsonb(after), "evidence": Jsonb([asdict(e) for e in evidence]),
-                "report": report}, read_only=False)
+                "report": report}).fetchone()
             notify(Progress("done", passes, sum(deleted.values()), after))
         finally:
-            lock_conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (ERASURE_LOCK_NS, customer_id))
+            conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (ERASURE_LOCK_NS, customer_id))
     if report:
         log.warning("erasure %s of %s incomplete: %s", request_id, customer_id, report)
     return ErasureResult(
@@ -478,8 +507,9 @@ def recheck(db: Database, request_id: int, *, trigger: str = "manual", operator:
     if row is None:
         raise ErasureError(f"no erasure request {request_id}")
     customer_id = row["customer_id"]
-    threads = set(row["thread_ids"] or ()) | set(find_threads(db, customer_id))
-    evidence = run_evidence(db, customer_id, threads)
+    with db.connection() as conn:
+        threads = set(row["thread_ids"] or ()) | set(_find_threads(conn, customer_id))
+        evidence = _run_evidence(conn, own_targets(conn), customer_id, threads)
     counts = {e.table: e.result for e in evidence}
     clean = all(n == 0 for n in counts.values())
     rec = db.fetch_one(INSERT_RECHECK, (request_id, trigger, operator, clean, Jsonb(counts),
