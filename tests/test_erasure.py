@@ -248,8 +248,10 @@ class LiveWriter(threading.Thread):
             self.error = exc
 
     def wait_for_write_after(self, mark: int, timeout: float = 10.0) -> None:
+        """Wait until a write that *started* after `mark` writes had completed is complete: the one in
+        flight at `mark` may have landed its document before the caller's moment, so wait for two."""
         deadline = time.monotonic() + timeout
-        while self.written <= mark:
+        while self.written < mark + 2:
             assert time.monotonic() < deadline, "live writer stalled"
             assert self.error is None, self.error
             time.sleep(0.005)
