@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from core import checkpoints
 from core.checkpoint_json import payload_json
