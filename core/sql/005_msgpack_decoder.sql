@@ -61,12 +61,16 @@ DECLARE
     pos    integer := 0;          -- 0-based position of the next byte to read
     b      integer;
     len    bigint;                -- length of a str/bin/ext payload, or a container's item count
-    out    text := '';            -- JSON being written; flushed into parts every ~8 kB
+    out    text := '';            -- JSON being written; flushed into parts every ~1 kB
     parts  text[] := '{}';
     piece  text;
-    is_key boolean;
-    -- the stack of open containers: kind 1 array, 2 map, 3 langgraph constructor ext, 4 other ext
+    -- the stack of open containers: kind 1 array, 2 map, 3 langgraph constructor ext, 4 other ext;
+    -- the innermost one lives in the t_* scalars (read at every item), the ones around it in s_*[]
     depth  integer := 0;
+    t_kind integer := 0;          -- 0: no container open (the top-level value)
+    t_left bigint := 0;
+    t_end  integer := 0;
+    t_code integer := 0;
     s_kind integer[] := '{}';
     s_left bigint[] := '{}';      -- items still to read (a map counts keys and values)
     s_end  integer[] := '{}';     -- ext: position where its payload ends
@@ -87,14 +91,9 @@ BEGIN
         IF pos >= n THEN
             RAISE EXCEPTION 'truncated: expected a value at byte %', pos;
         END IF;
-        is_key := depth > 0 AND s_kind[depth] = 2 AND s_left[depth] % 2 = 0;
         b := get_byte(buf, pos);
-        piece := NULL;            -- a complete scalar, or NULL when a container/ext was opened
-        IF b < 128 THEN                                   -- positive fixint
-            piece := b::text; pos := pos + 1;
-        ELSIF b >= 224 THEN                               -- negative fixint
-            piece := (b - 256)::text; pos := pos + 1;
-        ELSIF b BETWEEN 160 AND 191 OR b BETWEEN 217 AND 219 THEN   -- str (inline: the commonest item)
+        -- every branch sets piece: a complete scalar, or NULL when it opened a container or an ext
+        IF b BETWEEN 160 AND 191 OR b BETWEEN 217 AND 219 THEN   -- str (inline and first: the commonest item)
             IF b < 192 THEN len := b - 160; pos := pos + 1;
             ELSE
                 cnt := 1 << (b - 217);
@@ -109,10 +108,15 @@ BEGIN
             IF pos + len > n THEN RAISE EXCEPTION 'truncated: str of % bytes at byte %', len, pos; END IF;
             piece := to_json(convert_from(substring(buf FROM pos + 1 FOR len::integer), 'UTF8'))::text;
             pos := pos + len::integer;
+        ELSIF b < 128 THEN                                -- positive fixint
+            piece := b::text; pos := pos + 1;
+        ELSIF b >= 224 THEN                               -- negative fixint
+            piece := (b - 256)::text; pos := pos + 1;
         ELSIF b BETWEEN 128 AND 159 OR b BETWEEN 220 AND 223 THEN   -- map / array
-            IF is_key THEN
+            IF t_kind = 2 AND t_left % 2 = 0 THEN
                 RAISE EXCEPTION 'a container used as a map key at byte %', pos;
             END IF;
+            piece := NULL;
             IF b < 144 THEN len := b - 128; pos := pos + 1;              -- fixmap
             ELSIF b < 160 THEN len := b - 144; pos := pos + 1;           -- fixarray
             ELSIF b IN (220, 222) THEN                                   -- array 16 / map 16
@@ -128,18 +132,17 @@ BEGIN
                 IF len = 0 THEN piece := '{}';
                 ELSE
                     out := out || '{';
-                    depth := depth + 1;
-                    s_kind[depth] := 2; s_left[depth] := 2 * len;
+                    depth := depth + 1; s_kind[depth] := t_kind; s_left[depth] := t_left; s_end[depth] := t_end; s_code[depth] := t_code;
+                    t_kind := 2; t_left := 2 * len;
                 END IF;
             ELSE
                 IF len = 0 THEN piece := '[]';
                 ELSE
                     out := out || '[';
-                    depth := depth + 1;
-                    s_kind[depth] := 1; s_left[depth] := len;
+                    depth := depth + 1; s_kind[depth] := t_kind; s_left[depth] := t_left; s_end[depth] := t_end; s_code[depth] := t_code;
+                    t_kind := 1; t_left := len;
                 END IF;
             END IF;
-            is_key := false;
         ELSIF b = 192 THEN piece := 'null'; pos := pos + 1;
         ELSIF b = 194 THEN piece := 'false'; pos := pos + 1;
         ELSIF b = 195 THEN piece := 'true'; pos := pos + 1;
@@ -172,6 +175,7 @@ BEGIN
             END IF;
             pos := pos + 1 + cnt;
         ELSIF b = 202 OR b = 203 THEN                     -- float 32 / float 64
+            piece := NULL;                                -- set below only for NaN / infinities
             IF pos + (CASE b WHEN 202 THEN 5 ELSE 9 END) > n THEN
                 RAISE EXCEPTION 'truncated: float at byte %', pos;
             END IF;
@@ -203,7 +207,7 @@ BEGIN
                 piece := f::text;
             END IF;
         ELSIF b BETWEEN 196 AND 198 THEN                  -- bin 8 / 16 / 32
-            IF is_key THEN RAISE EXCEPTION 'bytes used as a map key at byte %', pos; END IF;
+            IF t_kind = 2 AND t_left % 2 = 0 THEN RAISE EXCEPTION 'bytes used as a map key at byte %', pos; END IF;
             cnt := 1 << (b - 196);
             IF pos + 1 + cnt > n THEN RAISE EXCEPTION 'truncated: bin header at byte %', pos; END IF;
             IF cnt = 1 THEN len := get_byte(buf, pos + 1);
@@ -217,7 +221,8 @@ BEGIN
                   || translate(encode(substring(buf FROM pos + 1 FOR len::integer), 'base64'), E'\n', '') || '"}';
             pos := pos + len::integer;
         ELSIF b BETWEEN 199 AND 201 OR b BETWEEN 212 AND 216 THEN   -- ext 8/16/32, fixext 1..16
-            IF is_key THEN RAISE EXCEPTION 'an ext value used as a map key at byte %', pos; END IF;
+            IF t_kind = 2 AND t_left % 2 = 0 THEN RAISE EXCEPTION 'an ext value used as a map key at byte %', pos; END IF;
+            piece := NULL;
             IF b >= 212 THEN
                 len := 1 << (b - 212); pos := pos + 1;
             ELSE
@@ -247,18 +252,14 @@ BEGIN
                 IF cnt NOT IN (3, 4) THEN
                     RAISE EXCEPTION 'ext % at byte % holds % elements, expected 3 or 4', ext, pos, cnt;
                 END IF;
-                depth := depth + 1;
-                s_kind[depth] := 3; s_left[depth] := 1;
-                s_end[depth] := stop;
-                s_code[depth] := ext * 16 + cnt;
+                depth := depth + 1; s_kind[depth] := t_kind; s_left[depth] := t_left; s_end[depth] := t_end; s_code[depth] := t_code;
+                t_kind := 3; t_left := 1; t_end := stop; t_code := ext * 16 + cnt;
                 str := core_msgpack_str_at(buf, pos); modname := str.value; pos := str.next_pos;
                 str := core_msgpack_str_at(buf, pos); clsname := str.value; pos := str.next_pos;
                 out := out || '{"type":' || to_json(modname || '.' || clsname)::text || ',"value":';
             ELSIF ext IN (6, 7) THEN                      -- numpy array / delta snapshot: payload as is
-                depth := depth + 1;
-                s_kind[depth] := 4; s_left[depth] := 1;
-                s_end[depth] := stop;
-                s_code[depth] := ext * 16;
+                depth := depth + 1; s_kind[depth] := t_kind; s_left[depth] := t_left; s_end[depth] := t_end; s_code[depth] := t_code;
+                t_kind := 4; t_left := 1; t_end := stop; t_code := ext * 16;
                 out := out || CASE ext WHEN 6 THEN '{"type":"numpy.ndarray","value":'
                                        ELSE '{"type":"langgraph.checkpoint.serde.types._DeltaSnapshot","value":' END;
             ELSE                                          -- an ext langgraph never writes: keep its bytes
@@ -271,43 +272,43 @@ BEGIN
         END IF;
 
         IF piece IS NOT NULL THEN
-            IF is_key AND left(piece, 1) <> '"' THEN
+            IF t_kind = 2 AND t_left % 2 = 0 AND left(piece, 1) <> '"' THEN
                 piece := to_json(piece)::text;            -- 1 -> "1", true -> "true", null -> "null"
             END IF;
-            out := out || piece;
-            -- the value is complete: close every container it completes
+            -- the value is complete: close every container it completes (closers gather in piece,
+            -- so `out`, which every append copies, grows once per item)
             LOOP
-                IF depth = 0 THEN
+                IF t_kind = 0 THEN
                     IF pos <> n THEN
                         RAISE EXCEPTION 'trailing bytes: the value ends at byte % of %', pos, n;
                     END IF;
-                    RETURN array_to_string(parts, '') || out;
+                    RETURN array_to_string(parts, '') || out || piece;
                 END IF;
-                s_left[depth] := s_left[depth] - 1;
-                IF s_left[depth] > 0 THEN
-                    out := out || CASE WHEN s_kind[depth] = 2 AND s_left[depth] % 2 = 1 THEN ':' ELSE ',' END;
+                t_left := t_left - 1;
+                IF t_left > 0 THEN
+                    out := out || piece || CASE WHEN t_kind = 2 AND t_left % 2 = 1 THEN ':' ELSE ',' END;
                     EXIT;
                 END IF;
-                IF s_kind[depth] = 1 THEN
-                    out := out || ']';
-                ELSIF s_kind[depth] = 2 THEN
-                    out := out || '}';
+                IF t_kind = 1 THEN
+                    piece := piece || ']';
+                ELSIF t_kind = 2 THEN
+                    piece := piece || '}';
                 ELSE
-                    IF s_kind[depth] = 3 AND s_code[depth] % 16 = 4 THEN
+                    IF t_kind = 3 AND t_code % 16 = 4 THEN
                         str := core_msgpack_str_at(buf, pos); modname := str.value; pos := str.next_pos;
-                        IF s_code[depth] / 16 = 3 THEN
-                            out := out || ',"method":' || to_json(modname)::text;
+                        IF t_code / 16 = 3 THEN
+                            piece := piece || ',"method":' || to_json(modname)::text;
                         END IF;
                     END IF;
-                    IF pos <> s_end[depth] THEN
-                        RAISE EXCEPTION 'ext % payload ends at byte %, its value at byte %',
-                            s_code[depth] / 16, s_end[depth], pos;
+                    IF pos <> t_end THEN
+                        RAISE EXCEPTION 'ext % payload ends at byte %, its value at byte %', t_code / 16, t_end, pos;
                     END IF;
-                    out := out || '}';
+                    piece := piece || '}';
                 END IF;
+                t_kind := s_kind[depth]; t_left := s_left[depth]; t_end := s_end[depth]; t_code := s_code[depth];
                 depth := depth - 1;
             END LOOP;
-            IF octet_length(out) > 8192 THEN              -- keeps appends O(1) on large payloads
+            IF octet_length(out) > 1024 THEN              -- keeps appends O(1) on large payloads
                 parts := array_append(parts, out);
                 out := '';
             END IF;
