@@ -403,6 +403,22 @@ def test_our_other_tables_naming_the_customer_are_erased_too(db):
     assert db.fetch_one("SELECT customer_id FROM core_customer_notes")["customer_id"] == "C20"
 
 
+def test_a_failure_midway_is_recorded_as_failed_and_raised(db):
+    """A real database error during the erasure (a trigger refusing the delete) is not swallowed."""
+    store = make_store(db)
+    write_docs(store, "C8", 10)
+    converse(agents_for(db, store), "C8")
+    db.execute("""CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+                  BEGIN RAISE EXCEPTION 'conversations are on legal hold'; END $$""")
+    db.execute("CREATE TRIGGER hold BEFORE DELETE ON core_conversations FOR EACH ROW EXECUTE FUNCTION refuse()")
+    with pytest.raises(Exception, match="legal hold"):
+        erasure.erase(db, "C8", operator="dpo@example.com")
+    (row,) = register_rows(db, "C8")
+    assert row["status"] == "failed" and "legal hold" in row["report"] and row["finished_at"] is not None
+    assert row["deleted"]["store"] == 12  # what was done before the failure is on record
+    assert erasure.recheck_all(db) == []  # a failed request is not what a re-check holds true
+
+
 def test_demo_step_erases_one_customer_for_real(db):
     store = make_store(db)
     agent = agents_for(db, store)

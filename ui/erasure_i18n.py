@@ -65,8 +65,8 @@ add_strings({
         "en": "Erasure of **{id}** complete: every zero-count query returns 0.",
     },
     "erasure_incomplete": {"es": "Borrado INCOMPLETO de **{id}**: {report}", "en": "Erasure of **{id}** INCOMPLETE: {report}"},
-    "erasure_failed": {"es": "El borrado ha fallado (queda registrado): {error}",
-                       "en": "The erasure failed (it is recorded): {error}"},
+    "erasure_failed": {"es": "El borrado ha fallado: {error}. Si llegó a empezar, consta en el registro como «failed».",
+                       "en": "The erasure failed: {error}. If it had started, the register has it as 'failed'."},
     "erasure_request": {
         "es": "Solicitud n.º {rid} · operador {operator} · {passes} pasada(s) · {seconds:.2f} s hasta cero",
         "en": "Request #{rid} · operator {operator} · {passes} pass(es) · {seconds:.2f} s to zero",
