@@ -108,6 +108,17 @@ def avisos_proveedor(consulta: str, runtime: ToolRuntime[ContextoCliente]) -> st
     return "\n".join(f"- {h.value.get('texto', '')}" for h in hits if (h.score or 0) > AVISO_MIN_SCORE)
 
 
+DEFAULT_PROPOSAL = {"tienda": "Gran Vía", "canal": "correo electrónico", "franja": "de mañana"}
+# Which preference each proposal field should follow.
+PROPOSAL_FIELDS = {"tienda": "tienda_recogida", "canal": "canal_contacto", "franja": "franja_entrega"}
+
+
+@tool
+def proponer_entrega(tienda: str, canal: str, franja: str, runtime: ToolRuntime[ContextoCliente]) -> str:
+    """Propone al cliente cómo recibir su pedido: tienda de recogida, canal de aviso y franja horaria."""
+    return f"Propuesta enviada: recogida en {tienda}, aviso por {canal}, franja {franja}."
+
+
 @dynamic_prompt
 def prompt_con_preferencias(request: ModelRequest) -> str:
     base = "Eres el asistente de atención al cliente de una cadena de tiendas."
@@ -212,6 +223,7 @@ class RegistroConversacion(AgentMiddleware):
 declare_risk(recordar_preferencia, Risk.LOW)
 declare_risk(preferencias, Risk.READ_ONLY)
 declare_risk(avisos_proveedor, Risk.READ_ONLY)
+declare_risk(proponer_entrega, Risk.LOW)
 declare_risk(publicar_aviso, Risk.HIGH)
 declare_risk(guardar_ajuste, Risk.LOW)
 declare_risk(ajuste, Risk.READ_ONLY)
@@ -220,7 +232,7 @@ declare_risk(ajuste, Risk.READ_ONLY)
 # --- building and running -------------------------------------------------------------------
 
 AGENTS: dict[str, tuple[type, list, str]] = {
-    "atencion-cliente": (ContextoCliente, [recordar_preferencia, preferencias, avisos_proveedor], ""),
+    "atencion-cliente": (ContextoCliente, [recordar_preferencia, preferencias, avisos_proveedor, proponer_entrega], ""),
     "compras": (ContextoProveedor, [publicar_aviso], "Eres el agente de compras: registra los avisos de proveedores."),
     "ajustes-personal": (ContextoEmpleado, [guardar_ajuste, ajuste], "Eres el asistente del personal de tienda."),
 }

@@ -46,6 +46,9 @@ OTHER_TURNS = [
     lambda r: "Hola, quería saber el estado de mi pedido.",
     lambda r: "¿Puedo cambiar una prenda sin ticket?",
     lambda r: "Gracias, eso es todo.",
+    lambda r: "Quiero recoger un pedido, ¿qué me propones?",
+    lambda r: "Tengo un pedido listo, ¿qué me propones?",
+    lambda r: f"Solo esta vez, que lo recoja en la tienda {r.choice(TIENDAS)}.",
 ]
 AVISOS = [
     ("retraso", "Los pedidos de {p} llegan con retraso de una semana"),

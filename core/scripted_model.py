@@ -15,6 +15,25 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
+PREF_LINE = re.compile(r"^- (?P<tipo>\w+): (?P<valor>.+)$", re.M)
+
+
+def _proposal(messages: list[BaseMessage], **override: str) -> dict[str, Any]:
+    """What a model that applies the preferences in its prompt proposes (defaults where none)."""
+    from core.agents import DEFAULT_PROPOSAL, PROPOSAL_FIELDS
+
+    system = next((str(m.content) for m in messages if isinstance(m, SystemMessage)), "")
+    prefs = {m["tipo"]: m["valor"].strip() for m in PREF_LINE.finditer(system)}
+    args = {field: prefs.get(tipo, DEFAULT_PROPOSAL[field]) for field, tipo in PROPOSAL_FIELDS.items()}
+    return {**args, **override}
+
+
+# Proposals: the customer asks how to get the order; "solo esta vez" overrides the preference.
+PROPOSAL_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], dict[str, str]]]] = [
+    (re.compile(r"solo esta vez.* tienda (?P<v>.+?)\.?$", re.I), lambda m: {"tienda": m["v"]}),
+    (re.compile(r"qué me propones", re.I), lambda m: {}),
+]
+
 # (pattern on the user's text, tool name, how to build its args from the match)
 RULES: list[tuple[re.Pattern[str], str, Callable[[re.Match[str]], dict[str, Any]]]] = [
     (re.compile(r"recoger .* en la tienda (?P<v>.+?)\.?$", re.I), "recordar_preferencia",
@@ -39,6 +58,8 @@ class ScriptedChatModel(BaseChatModel):
     """Rule-based stand-in for a chat model; `bind_tools` is accepted and ignored."""
 
     _ids: Any = itertools.count()
+    # False: a model that ignores the preferences in its prompt (memory that changes nothing).
+    apply_preferences: bool = True
 
     @property
     def _llm_type(self) -> str:
@@ -56,6 +77,13 @@ class ScriptedChatModel(BaseChatModel):
             return AIMessage(content=f"Hecho. {last.content}".strip())
         if isinstance(last, HumanMessage):
             text = str(last.content).strip()
+            for pattern, override in PROPOSAL_RULES:
+                m = pattern.search(text)
+                if m:
+                    context = messages if self.apply_preferences else []
+                    call = {"name": "proponer_entrega", "args": _proposal(context, **override(m)),
+                            "id": f"call_{next(self._ids)}", "type": "tool_call"}
+                    return AIMessage(content="", tool_calls=[call])
             for pattern, tool_name, build in RULES:
                 m = pattern.search(text)
                 if m:

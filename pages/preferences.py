@@ -13,6 +13,7 @@ from ui.i18n import t
 
 TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversations
 PAGE_SIZE = 50
+APPLIED_THREADS = 500  # recent conversations decoded for "preferences applied"
 
 require_role(access.MANAGER)
 st.title(t("prefs_title"))
@@ -58,3 +59,18 @@ with right:
     page = st.number_input(t("page"), 1, 10_000, 1, key="preferences.page")
     writers = read(metrics.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE)
     st.dataframe(writers, hide_index=True, key="preferences.writers")
+
+st.subheader(t("applied_title"))
+st.caption(t("applied_caption", n=APPLIED_THREADS))
+applied = read(metrics.preferences_applied, APPLIED_THREADS)
+c1, c2, c3 = st.columns(3)
+c1.metric(t("applied_rate"), "–" if applied.rate is None else f"{applied.rate:.0%}")
+c2.metric(t("applied_with_pref"), f"{applied.with_preference:,}")
+c3.metric(t("applied_changed"), f"{applied.changed_by_memory:,}")
+if applied.with_preference == 0:
+    st.info(t("applied_none"))
+elif applied.changed_by_memory == 0:
+    st.error(t("applied_useless"))
+else:
+    shown = applied.proposals[applied.proposals["followed"].notna()].sort_values(["followed", "ts"], ascending=[True, False])
+    st.dataframe(shown, hide_index=True, key="preferences.applied")

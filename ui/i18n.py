@@ -72,6 +72,19 @@ STRINGS: dict[str, dict[str, str]] = {
     "by_tipo": {"es": "Por tipo", "en": "By tipo"},
     "writers": {"es": "Conversaciones que escribieron", "en": "Conversations that wrote"},
     "no_data": {"es": "Sin datos en este periodo.", "en": "No data in this period."},
+    "applied_title": {"es": "Preferencias aplicadas", "en": "Preferences applied"},
+    "applied_caption": {
+        "es": "Propuestas `proponer_entrega` de las {n} conversaciones de clientes más recientes, comparadas con la última `recordar_preferencia` del cliente anterior a la propuesta (vistas canónicas de checkpoints).",
+        "en": "`proponer_entrega` proposals of the {n} most recent customer conversations, against the customer's latest `recordar_preferencia` before the proposal (canonical checkpoint views).",
+    },
+    "applied_rate": {"es": "Siguieron la preferencia", "en": "Followed the preference"},
+    "applied_with_pref": {"es": "Propuestas con preferencia vigente", "en": "Proposals with a preference in force"},
+    "applied_changed": {"es": "Cambiadas por la memoria", "en": "Changed by the memory"},
+    "applied_useless": {
+        "es": "Ninguna propuesta cambió por una preferencia: la memoria no sirve para nada ahora mismo.",
+        "en": "No proposal changed because of a preference: the memory is useless right now.",
+    },
+    "applied_none": {"es": "Aún no hay propuestas con una preferencia vigente.", "en": "No proposal with a preference in force yet."},
 }
 
 
