@@ -179,3 +179,9 @@ class Database:
 
     def probe(self) -> Probe:
         return probe(self.dsn)
+
+    def close(self) -> None:
+        """Close this database's pools (the process-wide ones for its DSNs)."""
+        reset_pool(self.dsn)
+        if self.read_dsn != self.dsn:
+            reset_pool(self.read_dsn)

@@ -11,7 +11,7 @@ from core import access, erasure
 from core.db import DatabaseUnavailable
 from core.memory import InvalidIdentifier
 from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
-from ui.common import _cached, get_db, require_role
+from ui.common import forget_all, get_db, require_role
 from ui.i18n import t
 
 ID_KEY = "erasure.customer"
@@ -73,7 +73,7 @@ def run_erasure(customer_id: str) -> None:
             return
         status.update(label=t("erasure_done_label", id=customer_id),
                       state="complete" if result.complete else "error", expanded=False)
-    _cached.clear()  # every store figure on the other pages may have changed
+    forget_all()  # every store figure on the other pages may have changed
     st.session_state[RESULT_KEY] = result
     st.toast(t("erasure_toast", id=customer_id, rid=result.request_id), icon=":material/task_alt:")
 

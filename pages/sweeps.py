@@ -43,12 +43,11 @@ cols[-1].metric(t("sweeps_last_run"), t("sweeps_never") if last is None else f"{
 
 def _forget_affected() -> None:
     """Drop the cached reads a sweep changes: this page's and the Memory page's store figures."""
-    dsn = get_db().dsn
     for fn, args in [(sweep.expired_by_root, ()), (sweep.sweep_runs, (RUNS_LIMIT,)),
                      (sweep.deleted_per_run, (RUNS_LIMIT,)), (sweep.expiration_forecast, ()),
                      (metrics.memory_totals, ()), (metrics.documents_by_root, ()), (metrics.oversized_customers, ()),
                      (metrics.top_prefixes, (MEMORY_TOP_N,))]:
-        common._cached.clear(fn.__name__, fn.__module__, dsn, args, ())
+        common.forget(fn, *args)
 
 
 def _close_dialog() -> None:

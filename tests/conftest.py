@@ -65,9 +65,12 @@ def settings_for(dsn: str, **overrides) -> Settings:
 
 
 @pytest.fixture
-def db(create_database) -> Database:
-    """A migrated, empty database for one test."""
-    return Database(create_database())
+def db(create_database):
+    """A migrated, empty database for one test (its pool closed afterwards: the server has
+    100 connection slots for the whole session)."""
+    database = Database(create_database())
+    yield database
+    database.close()
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +103,12 @@ def app_env(monkeypatch):
     yield _use
     st.cache_resource.clear()
     st.cache_data.clear()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Browser tests last: pytest-playwright's sync API leaves an event loop running in the main
+    thread, after which `asyncio.run` (the async checkpointer tests) refuses to start."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 
 
 def free_port() -> int:

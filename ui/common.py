@@ -61,14 +61,28 @@ def _cached(fn_name: str, module: str, dsn: str, args: tuple, kwargs: tuple) -> 
     return fn(get_db(), *args, **dict(kwargs))
 
 
+def _key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple:
+    return (fn.__name__, fn.__module__, get_db().dsn, args, tuple(sorted(kwargs.items())))
+
+
 def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a core read function `fn(db, ...)` through the cache; a dead database stops the page
     with a clear error instead of a traceback."""
     try:
-        return _cached(fn.__name__, fn.__module__, get_db().dsn, args, tuple(sorted(kwargs.items())))
+        return _cached(*_key(fn, args, kwargs))
     except DatabaseUnavailable as exc:
         st.error(t("read_failed", error=exc))
         st.stop()
+
+
+def forget(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Drop one cached read (same arguments as `read`), after a write that changed it."""
+    _cached.clear(*_key(fn, args, kwargs))
+
+
+def forget_all() -> None:
+    """Drop every cached read (after a write that may change any page, e.g. an erasure)."""
+    _cached.clear()
 
 
 @dataclass(frozen=True)
