@@ -163,7 +163,8 @@ class _Shared:
     _ids = itertools.count(1)
 
     def __init__(self, dsn: str, *, replica_id: str | None, call_timeout: float, heartbeat_interval: float,
-                 probe_interval: float, pool_size: int, thread_cache_size: int, publish_health: bool):
+                 probe_interval: float, pool_size: int, thread_cache_size: int, resync_timeout: float,
+                 publish_health: bool):
         self.dsn = dsn
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -173,6 +174,7 @@ class _Shared:
         self.probe_interval = probe_interval
         self.pool_size = pool_size
         self.thread_cache_size = thread_cache_size
+        self.resync_timeout = resync_timeout
         self.publish_health = publish_health
         self.started_at = _now()
 
@@ -237,12 +239,13 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
     def __init__(self, dsn: str, *, serde: SerializerProtocol | None = None, replica_id: str | None = None,
                  call_timeout: float = CALL_TIMEOUT_S, heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
                  probe_interval: float = PROBE_INTERVAL_S, pool_size: int = POOL_SIZE,
-                 thread_cache_size: int = THREAD_CACHE_SIZE, publish_health: bool = True, start: bool = True):
+                 thread_cache_size: int = THREAD_CACHE_SIZE, resync_timeout: float = RESYNC_TIMEOUT_S,
+                 publish_health: bool = True, start: bool = True):
         # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the inner savers.
         self._shared = _Shared(dsn, replica_id=replica_id, call_timeout=call_timeout,
                                heartbeat_interval=heartbeat_interval, probe_interval=probe_interval,
                                pool_size=pool_size, thread_cache_size=thread_cache_size,
-                               publish_health=publish_health)
+                               resync_timeout=resync_timeout, publish_health=publish_health)
         self.serde = serde if serde is not None else AllowlistSerializer(refusals=RefusalLog())
         self._orphans: set[asyncio.Task] = set()
         if start:
@@ -344,14 +347,21 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             if not loop.is_closed() and loop.is_running():
                 asyncio.run_coroutine_threadsafe(pool.close(timeout=0), loop)
 
-    async def aclose(self) -> None:
-        """`close()` plus closing this event loop's async pool on the loop itself."""
+    async def aclose_loop(self) -> None:
+        """Close this event loop's async pool (call before the loop ends, e.g. in `asyncio.run`).
+
+        The pool's tasks live on the loop; a loop shutting down with an open pool waits for them.
+        """
         sh = self._shared
         loop = asyncio.get_running_loop()
         with sh.lock:
             entry = sh.async_pools.pop(id(loop), None)
         if entry is not None:
             await entry[2].close(timeout=1)
+
+    async def aclose(self) -> None:
+        """`close()` plus closing this event loop's async pool on the loop itself."""
+        await self.aclose_loop()
         await asyncio.to_thread(self.close)
 
     def __enter__(self) -> "DualCheckpointSaver":
@@ -974,7 +984,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                             raise ValueError(f"unknown buffered operation {kind!r}")
                     flush()
 
-        sh.workers.run(run, max(RESYNC_TIMEOUT_S, sh.call_timeout))
+        sh.workers.run(run, sh.resync_timeout)
 
     # --- health publishing --------------------------------------------------------------------
 

