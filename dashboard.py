@@ -15,6 +15,7 @@ from core import access
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import EmbeddingDimsMismatch
 from ui.common import auth_configured, bootstrap, current_user, settings
+from ui import checkpoints_i18n, degradation_i18n, erasure_i18n, sweeps_i18n  # register their pages' strings
 from ui.i18n import LANGUAGES, t
 
 st.set_page_config(page_title="Agent memory", page_icon=":material/memory:", layout="wide")
@@ -52,17 +53,17 @@ if not user.roles:
 
 PAGES = {
     "section_store": [
-        (access.MANAGER, "pages/memory.py", "page_memory", ":material/database:", "memory"),
-        (access.MANAGER, "pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
+        (access.MANAGER, "app_pages/memory.py", "page_memory", ":material/database:", "memory"),
+        (access.MANAGER, "app_pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
     ],
     "section_ops": [
-        (access.SRE, "pages/sweeps.py", __import__("ui.sweeps_i18n").sweeps_i18n.PAGE_TITLE, ":material/cleaning_services:", "sweeps"),
-        (access.SRE, "pages/checkpoints.py", __import__("ui.checkpoints_i18n").checkpoints_i18n.PAGE_TITLE, ":material/timeline:", "checkpoints"),
-        (access.SRE, "pages/degradation.py", __import__("ui.degradation_i18n").degradation_i18n.PAGE_TITLE, ":material/monitor_heart:", "degradation"),
+        (access.SRE, "app_pages/sweeps.py", sweeps_i18n.PAGE_TITLE, ":material/cleaning_services:", "sweeps"),
+        (access.SRE, "app_pages/checkpoints.py", checkpoints_i18n.PAGE_TITLE, ":material/timeline:", "checkpoints"),
+        (access.SRE, "app_pages/degradation.py", degradation_i18n.PAGE_TITLE, ":material/monitor_heart:", "degradation"),
     ],
     "section_dp": [
-        (access.DPO, "pages/erasure.py", __import__("ui.erasure_i18n").erasure_i18n.PAGE_TITLE, ":material/delete_forever:", "erasure"),
-        (access.DPO, "pages/erasure_register.py", __import__("ui.erasure_i18n").erasure_i18n.REGISTER_PAGE_TITLE, ":material/fact_check:", "erasure-register"),
+        (access.DPO, "app_pages/erasure.py", erasure_i18n.PAGE_TITLE, ":material/delete_forever:", "erasure"),
+        (access.DPO, "app_pages/erasure_register.py", erasure_i18n.REGISTER_PAGE_TITLE, ":material/fact_check:", "erasure-register"),
     ],
 }
 sections: dict[str, list] = {}

@@ -180,7 +180,7 @@ def page_render_s(dsn: str, thread_id: str) -> float:
     at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "dashboard.py"), default_timeout=120)
     at.query_params["thread"] = thread_id
     at.run()
-    at.switch_page("pages/checkpoints.py").run()
+    at.switch_page("app_pages/checkpoints.py").run()
     assert not at.exception, at.exception
     times = []
     for _ in range(3):

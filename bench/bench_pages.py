@@ -102,7 +102,7 @@ def run(sizes: list[int], data: Path) -> list[tuple]:
             naive = NAIVE.get(name)
             base_ms = median_ms(lambda: db.fetch(naive.replace("%", "%%"))) if naive else None
             rows.append((size, f"query {name}", ms, "naive live GROUP BY" if naive else "-", base_ms))
-        for label, page in (("page Memoria (render)", None), ("page Preferencias (render)", "pages/preferences.py")):
+        for label, page in (("page Memoria (render)", None), ("page Preferencias (render)", "app_pages/preferences.py")):
             rows.append((size, label, page_render_ms(dsn, page), "-", None))
     return rows
 

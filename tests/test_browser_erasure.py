@@ -95,8 +95,8 @@ def test_dpo_erases_a_demo_customer_in_the_browser(page, server, erasure_demo, s
 
 
 def test_a_manager_opening_the_erasure_url_is_refused(page, erasure_demo, screenshot):
-    """The URL works without the navigation (Streamlit can serve a file under pages/ directly), so
-    the page's own role check is what refuses the manager, server-side."""
+    """A manager's navigation has no erasure page, so its URL falls back to the default page; the
+    page's own role check (tested directly in test_erasure_pages) refuses it server-side too."""
     requests = erasure_demo.fetch_one("SELECT count(*) AS n FROM core_erasure_register")["n"]
     proc, url = start_streamlit({"PG_AGENTES": erasure_demo.dsn, "LOCAL_ROLES": "manager"})
     try:

@@ -11,8 +11,7 @@ pytestmark = pytest.mark.browser
 
 
 def test_sweeps_page_renders_its_charts_and_the_dialog(page, dashboard_url, demo_db, screenshot):
-    # Through the dashboard's navigation (a deep link to /sweeps is served by Streamlit's pages/
-    # folder fallback, without the dashboard's shell; see the report).
+    # Through the dashboard's navigation, as an SRE would arrive.
     page.goto(dashboard_url)
     expect(page.get_by_test_id("stSidebarNav")).to_contain_text("Barridos", timeout=30_000)
     page.get_by_test_id("stSidebarNav").get_by_role("link", name="Barridos").click()

@@ -20,7 +20,7 @@ from core.memory import build_store
 from core.scripted_model import ScriptedChatModel
 
 APP = "../dashboard.py"
-PAGE = "pages/checkpoints.py"
+PAGE = "app_pages/checkpoints.py"
 WEIRD_CUSTOMER = "C_%'\"1"
 WEIRD_THREAD = "cliente-C_%'\"1-1"
 PLAIN_THREAD = "cliente-C101-1"

@@ -21,7 +21,7 @@ from core.outage import EmbeddedServerControl
 from core.scripted_model import ScriptedChatModel
 
 APP = "../dashboard.py"
-PAGE = "pages/degradation.py"
+PAGE = "app_pages/degradation.py"
 
 
 def metric(at, label: str) -> str:

@@ -64,7 +64,7 @@ def texts(at: AppTest) -> str:
 def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     app_env(shop.dsn)
     c90_before = footprint(shop, "C90")
-    at = dashboard("pages/erasure.py")
+    at = dashboard("app_pages/erasure.py")
     at.text_input(key="erasure.customer").input("C9").run()
     at.button(key="erasure.preview").click().run()
     assert not at.exception, at.exception
@@ -115,7 +115,7 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     assert json.loads(json.dumps(doc))["request"]["counts_before"]["store"] == 42
 
     # the register shows it; a late write comes back and the manual re-check reports it
-    at.switch_page("pages/erasure_register.py").run()
+    at.switch_page("app_pages/erasure_register.py").run()
     assert not at.exception, at.exception
     table = frame(at, "customer_id", "same_day")
     assert list(table["customer_id"]) == ["C9"] and bool(table["same_day"].iloc[0])
@@ -131,7 +131,7 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
 
 def test_invalid_id_in_the_page_gets_a_clear_error(shop, app_env):
     app_env(shop.dsn)
-    at = dashboard("pages/erasure.py")
+    at = dashboard("app_pages/erasure.py")
     at.text_input(key="erasure.customer").input("C.9").run()
     at.button(key="erasure.preview").click().run()
     assert not at.exception, at.exception
@@ -145,9 +145,9 @@ def test_manager_is_refused(shop, app_env):
     at = dashboard()
     # not in the manager's navigation at all ...
     with pytest.raises(ValueError, match="Could not find a navigation page"):
-        at.switch_page("pages/erasure.py")
+        at.switch_page("app_pages/erasure.py")
     # ... and the pages refuse on their own when reached directly (server-side check on every run)
-    for page in ("../pages/erasure.py", "../pages/erasure_register.py"):
+    for page in ("../app_pages/erasure.py", "../app_pages/erasure_register.py"):
         direct = AppTest.from_file(page, default_timeout=TIMEOUT).run()
         assert not direct.exception, direct.exception
         assert [e.value for e in direct.error] == ["Esta página requiere el rol «dpo»."]
@@ -157,7 +157,7 @@ def test_manager_is_refused(shop, app_env):
 
 def test_register_page_empty_and_recheck_all(shop, app_env):
     app_env(shop.dsn, LOCAL_ROLES="dpo")
-    at = dashboard("pages/erasure_register.py")
+    at = dashboard("app_pages/erasure_register.py")
     assert "Aún no hay solicitudes de borrado." in [i.value for i in at.info]
     erasure.erase(shop, "C90", operator="dpo@example.com")
     at.button(key="erasure_register.recheck_all").click().run()
@@ -173,7 +173,7 @@ def test_local_mode_refuses_every_role_off_loopback(shop, app_env):
     st_config.set_option("server.address", "0.0.0.0")
     try:
         at = AppTest.from_file("../dashboard.py", default_timeout=TIMEOUT).run()
-        direct = AppTest.from_file("../pages/erasure.py", default_timeout=TIMEOUT).run()
+        direct = AppTest.from_file("../app_pages/erasure.py", default_timeout=TIMEOUT).run()
     finally:
         st_config.set_option("server.address", previous)
     assert not at.exception and not direct.exception

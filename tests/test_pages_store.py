@@ -96,7 +96,7 @@ def test_namespace_search_bad_input_is_a_clear_message(at, text):
 
 
 def test_preferences_page_figures_equal_sql(at, demo_db):
-    at.switch_page("pages/preferences.py").run()
+    at.switch_page("app_pages/preferences.py").run()
     assert not at.exception
     since, until = date.today() - timedelta(days=29), date.today()
     conv = demo_db.fetch_one("SELECT count(*) AS n FROM core_conversations WHERE subject_root='clientes' "

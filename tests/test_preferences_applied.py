@@ -49,7 +49,7 @@ def test_memory_that_changes_nothing_is_called_useless(db, app_env):
     app_env(db.dsn)
     at = AppTest.from_file("../dashboard.py", default_timeout=60)
     at.run()
-    at.switch_page("pages/preferences.py").run()
+    at.switch_page("app_pages/preferences.py").run()
     assert not at.exception
     assert any("la memoria no sirve para nada" in e.value for e in at.error)
     assert next(m.value for m in at.metric if m.label == "Siguieron la preferencia") == "0%"

@@ -13,7 +13,7 @@ from core.embeddings import OfflineHashEmbeddings
 from core.memory import build_store, put_memory
 
 APP = "../dashboard.py"
-PAGE = "pages/sweeps.py"
+PAGE = "app_pages/sweeps.py"
 DIMS = 64
 
 

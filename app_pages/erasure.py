@@ -111,7 +111,7 @@ def show_result(result: erasure.ErasureResult) -> None:
         file_name=f"erasure-{result.request_id}-{time.strftime('%Y%m%d')}.json", mime="application/json",
         key="erasure.download", icon=":material/download:",
     )
-    st.page_link("pages/erasure_register.py", label=t("erasure_to_register"), icon=":material/fact_check:")
+    st.page_link("app_pages/erasure_register.py", label=t("erasure_to_register"), icon=":material/fact_check:")
 
 
 st.title(t("erasure_title"))

@@ -111,7 +111,7 @@ with right:
         icon=":material/download:",
     )
 if row["came_back"] or row["status"] != "complete":
-    st.page_link("pages/erasure.py", label=t("erasure_page"), icon=":material/delete_forever:",
+    st.page_link("app_pages/erasure.py", label=t("erasure_page"), icon=":material/delete_forever:",
                  query_params={"cliente": row["customer_id"]})
 
 st.subheader(t("erasure_rechecks_title"))
