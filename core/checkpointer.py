@@ -34,6 +34,7 @@ import queue
 import socket
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -309,6 +310,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
     def record_denial(self, denial: Any) -> None:
         """Keep a guard denial for the health tables (flushed on recovery)."""
         row = denial.as_row() if hasattr(denial, "as_row") else dict(denial)
+        row.setdefault("key", str(uuid.uuid4()))
         sh = self._shared
         with sh.lock:
             sh.denials_total += 1

