@@ -63,8 +63,9 @@ def database(base_dsn: str, writes: int) -> tuple[str, bool]:
     return psycopg.conninfo.make_conninfo(base_dsn, dbname=name), fresh
 
 
-def write_templates(db: Database) -> None:
-    """Conversations by the real agents; their checkpoint rows are the templates."""
+def write_templates(db: Database, turns: dict[str, tuple[str, list[str]]] | None = None) -> None:
+    """Conversations by the real agents; their checkpoint rows are the templates.
+    `turns`: customer templates {thread: (customer, [texts])}, default TEMPLATE_TURNS."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
     from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
@@ -76,8 +77,8 @@ def write_templates(db: Database) -> None:
     saver = PostgresSaver(db.pool)
     model = ScriptedChatModel()
     cliente = build_agent("atencion-cliente", model, store=store, checkpointer=saver)
-    for thread, (customer, turns) in TEMPLATE_TURNS.items():
-        for text in turns:
+    for thread, (customer, texts) in (turns or TEMPLATE_TURNS).items():
+        for text in texts:
             run_turn(cliente, ContextoCliente(customer), thread, text)
     compras = build_agent("compras", model, store=store, checkpointer=saver)
     run_turn(compras, ContextoProveedor("P001"), "tpl-d", "aviso retraso: Los vaqueros llegan con retraso")
@@ -98,8 +99,14 @@ def _copy(conn: psycopg.Connection, table: str, cols: list[str], rows) -> None:
             copy.write_row(row)
 
 
-def replicate(dsn: str, target_writes: int) -> dict:
-    """COPY the template threads to new thread ids until checkpoint_writes holds `target_writes` rows."""
+def replicate(dsn: str, target_writes: int, *, threads: int | None = None, thread_id=None, customer=None,
+              age=None) -> dict:
+    """COPY the template threads to new thread ids until checkpoint_writes holds `target_writes` rows.
+
+    Optional (defaults give the decoder benchmark's data): `threads`, total threads to make (else as
+    many rounds of the templates as `target_writes` needs); `thread_id(k, template)`, the id of round
+    k's copy of a template; `customer(k, template)`, the `cliente_id` put in its metadata;
+    `age(k, template)`, how far back its `ts` is moved (a timedelta)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.row_factory = psycopg.rows.dict_row
         tpl = {t: {"c": conn.execute(f"SELECT {', '.join(CHECKPOINT_COLS)} FROM checkpoints WHERE thread_id = %s", (t,)).fetchall(),
@@ -107,37 +114,40 @@ def replicate(dsn: str, target_writes: int) -> dict:
                    "w": conn.execute(f"SELECT {', '.join(WRITE_COLS)} FROM checkpoint_writes WHERE thread_id = %s", (t,)).fetchall()}
                for t in ["tpl-a", "tpl-b", "tpl-c", "tpl-d"]}
         per_round = sum(len(v["w"]) for v in tpl.values())
-        rounds = -(-target_writes // per_round)
+        rounds = -(-target_writes // per_round) if threads is None else -(-threads // len(tpl))
+        thread_id = thread_id or (lambda k, name: f"{name}-{k:07d}")
+        customer = customer or (lambda k, name: f"C{k % 1000}")
+        age = age or (lambda k, name: timedelta(seconds=k * 7))
         now = datetime.now().astimezone()
 
-        def threads():
+        def copies():
             for k in range(rounds):
                 for name, rows in tpl.items():
                     yield k, name, rows
 
         def checkpoint_rows():
-            for k, name, rows in threads():
-                tid, shift = f"{name}-{k:07d}", timedelta(seconds=k * 7)
-                customer = f"C{k % 1000}"
+            for k, name, rows in copies():
+                tid, shift = thread_id(k, name), age(k, name)
+                cliente = customer(k, name)
                 for r in rows["c"]:
                     ckpt = dict(r["checkpoint"])
                     ckpt["ts"] = (datetime.fromisoformat(ckpt["ts"]) - shift).isoformat()
                     meta = dict(r["metadata"])
                     if "cliente_id" in meta:
-                        meta["cliente_id"] = customer
+                        meta["cliente_id"] = cliente
                     yield (tid, r["checkpoint_ns"], r["checkpoint_id"], r["parent_checkpoint_id"], r["type"],
                            json.dumps(ckpt), json.dumps(meta))
 
         def blob_rows():
-            for k, name, rows in threads():
-                tid = f"{name}-{k:07d}"
+            for k, name, rows in copies():
+                tid = thread_id(k, name)
                 for r in rows["b"]:
                     yield (tid, *[r[c] for c in BLOB_COLS[1:-1]], _unique(r["blob"], k))
 
         def write_rows():
             n = 0
-            for k, name, rows in threads():
-                tid = f"{name}-{k:07d}"
+            for k, name, rows in copies():
+                tid = thread_id(k, name)
                 for r in rows["w"]:
                     if n >= target_writes:
                         return

@@ -57,11 +57,11 @@ def dsn_for(base: str, name: str) -> str:
     return psycopg.conninfo.make_conninfo(base, dbname=name)
 
 
-def populate(db: Database, docs: int, others: int) -> None:
+def populate(db: Database, docs: int, others: int, customer: str = CUSTOMER) -> None:
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
     ops = []
     for i in range(docs):
-        ns = ("clientes", CUSTOMER, "pedidos") if i % 5 == 0 else ("clientes", CUSTOMER)
+        ns = ("clientes", customer, "pedidos") if i % 5 == 0 else ("clientes", customer)
         ops.append(PutOp(ns, f"doc-{i}", {"texto": f"pedido {i} recogida en la tienda Gran Vía"},
                          index=["texto"], ttl=ttl_for(ns)))
     for n in range(others):
@@ -73,26 +73,26 @@ def populate(db: Database, docs: int, others: int) -> None:
         store.batch(ops[start:start + 1000])
     agent = build_agent("atencion-cliente", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(db.pool))
     for k in range(1, 4):
-        run_turn(agent, ContextoCliente(CUSTOMER), f"cliente-{CUSTOMER}-{k}", "Mi talla es la M.")
-        run_turn(agent, ContextoCliente(CUSTOMER), f"cliente-{CUSTOMER}-{k}", "Hola, ¿y mi pedido?")
+        run_turn(agent, ContextoCliente(customer), f"cliente-{customer}-{k}", "Mi talla es la M.")
+        run_turn(agent, ContextoCliente(customer), f"cliente-{customer}-{k}", "Hola, ¿y mi pedido?")
     run_turn(agent, ContextoCliente("C19"), "cliente-C19-1", "Mi talla es la L.")
 
 
-def seed_loop(db: Database) -> int:
+def seed_loop(db: Database, customer: str = CUSTOMER) -> int:
     """The seed article's erasure, as written: one search, one delete per item."""
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
     n = 0
-    for item in store.search(("clientes", CUSTOMER), limit=1000):
+    for item in store.search(("clientes", customer), limit=1000):
         store.delete(item.namespace, item.key)
         n += 1
     return n
 
 
-def seed_loop_until_empty(db: Database) -> int:
+def seed_loop_until_empty(db: Database, customer: str = CUSTOMER) -> int:
     """The seed's loop repeated until its search comes back empty: the same store documents deleted
     as the complete erasure (still nothing for threads and logs)."""
     total = 0
-    while n := seed_loop(db):
+    while n := seed_loop(db, customer):
         total += n
     return total
 

@@ -54,21 +54,29 @@ def database(base_dsn: str, size: int) -> tuple[str, bool]:
     return psycopg.conninfo.make_conninfo(base_dsn, dbname=name), fresh
 
 
-def page_render_ms(dsn: str, page: str | None) -> float:
+def page_render_ms(dsn: str, page: str | None, query_params: dict[str, str] | None = None,
+                   click: str | None = None, runs: int = 3) -> float:
+    """Median ms of `runs` full AppTest runs of `page` with an empty data cache; `query_params` are set
+    before the first run, `click` is the key of a button clicked in each timed run (else a plain rerun)."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
     os.environ.update({"PG_AGENTES": dsn, "EMBEDDINGS_DIMS": str(DIMS), "AUTO_MIGRATE": "0", "SEED_DEMO": "0"})
     st.cache_resource.clear()
     at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "dashboard.py"), default_timeout=120)
+    for key, value in (query_params or {}).items():
+        at.query_params[key] = value
     at.run()  # warm: imports, pool, bootstrap
     if page:
         at.switch_page(page).run()
     times = []
-    for _ in range(3):
+    for _ in range(runs):
         st.cache_data.clear()
         t = time.perf_counter()
-        at.run()
+        if click:
+            at.button(key=click).click().run()
+        else:
+            at.run()
         times.append((time.perf_counter() - t) * 1000)
         assert not at.exception, at.exception
     return statistics.median(times)

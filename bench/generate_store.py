@@ -31,7 +31,9 @@ def _copy(conn: psycopg.Connection, sql: str, rows) -> int:
     return n
 
 
-def generate(dsn: str, docs: int, customers: int, vector_share: float = 0.1, dims: int = 64, seed: int = 11) -> dict:
+def generate(dsn: str, docs: int, customers: int, vector_share: float = 0.1, dims: int = 64, seed: int = 11,
+             threads: int | None = None) -> dict:
+    """`threads`: rows of core_conversations (default docs // 10)."""
     rng = random.Random(seed)
     now = datetime.now(timezone.utc)
     started = time.monotonic()
@@ -75,7 +77,7 @@ def generate(dsn: str, docs: int, customers: int, vector_share: float = 0.1, dim
             "SELECT prefix, key, 'texto', %s::vector, created_at, updated_at FROM store WHERE random() < %s",
             (vec, vector_share),
         )
-        threads = max(1, docs // 10)
+        threads = threads or max(1, docs // 10)
 
         def conv_rows():
             for t in range(threads):

@@ -1,0 +1,522 @@
+"""Every page of the dashboard on ONE production-sized database, in one run, against its baselines.
+
+    python -m bench.bench_production                    # 1M documents, 100k threads, 1M checkpoint writes
+    python -m bench.bench_production --docs 100000 --customers 25000 --threads 10000 --writes 100000
+    python -m bench.bench_production --smoke            # tiny sizes, seconds (what tests/test_bench_smoke.py runs)
+
+Database (embedded PostgreSQL in --data, default .data/bench_production), built once per size and
+kept as a template; every run measures a fresh copy of it (`CREATE DATABASE ... TEMPLATE`), because
+the erasure and the sweep delete data:
+- store: bench/generate_store.py (COPY): --docs documents, 80% over --customers customer namespaces
+  (0.5% of them above the 4-document schema), 10% suppliers, 10% staff, ~8% expired, vectors for 10%;
+  --threads rows of core_conversations and the memory-write log;
+- checkpoints: the real retail agents (scripted model, real tools, `PostgresSaver` with langgraph's
+  serializer) hold template conversations (preferences, delivery proposals, a supplier notice); their
+  rows are COPYed by bench/bench_decoder.py's `replicate` to --threads threads (`cliente-bench-N` for
+  customer N of core_conversations, so the Preferences page's "preferences applied" decodes real
+  threads; `compras-bench-N` for suppliers) until --writes `checkpoint_writes`; 3% of the threads
+  are older than the 90-day retention;
+- two large customers (`C9` and `C8`, --erasure-docs documents each, 20% in a nested namespace,
+  every one with its vector, written with the store's own batch, plus 3 conversations each by the
+  real customer agent) on top of their generated documents and threads (bench/bench_erasure.py);
+- the Degradation page's tables: 3 replicas, 200 episodes with a denial each, 100 refusals, written
+  with core.replica_health's own writers.
+
+Measured, in this order, each with its baseline when there is one (same database, same run):
+every page's core reads (median of --runs warm calls) and its full AppTest render with an empty data
+cache (median of --renders); the SQL decoder over one thread's history vs two Python decoders; the
+Erasure page's preview; the erasure of the large customer `C9` vs the seed's loop on `C8`; the
+Erasure register; a sweep (`core.sweep.run_sweep`) vs the bare `sweep_ttl()` plus a set-based
+retention delete (both run first in a transaction that is rolled back), then the Sweeps page again.
+Prints a markdown table (figure, value, baseline, ratio, target).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import psycopg
+from psycopg.rows import dict_row
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
+from core import checkpoints, erasure, metrics, replica_health, sweep  # noqa: E402
+from core.checkpoint_json import payload_json  # noqa: E402
+from core.db import Database, embedded_dsn, reset_pool  # noqa: E402
+from core.migrate import migrate  # noqa: E402
+
+DIMS = 64
+QUERY_TARGET_MS = 300.0
+RENDER_TARGET_MS = 1500.0
+RETENTION_DAYS = 90
+ERASED, SEED_LOOP_CUSTOMER = "C9", "C8"  # two large customers of the same shape
+OLD_EVERY = 33  # one round of template threads in 33 is older than the retention (~3%)
+# Customer conversations the real agent holds once; their rows are the templates (tpl-d, a supplier
+# notice, is added by bench_decoder.write_templates): a preference then a proposal that applies it, a
+# proposal that overrides the default, a preference. 40 writes per round of 4 threads: 10 per thread.
+TEMPLATE_TURNS = {
+    "tpl-a": ("C1", ["Prefiero recoger mis pedidos en la tienda Sol.", "¿Qué me propones para recibir el pedido?"]),
+    "tpl-b": ("C2", ["Solo esta vez, recógelo en la tienda Goya."]),
+    "tpl-c": ("C3", ["Mi talla es la M."]),
+}
+CUSTOMER_TEMPLATES = {"tpl-a": 0, "tpl-b": 1, "tpl-c": 2}
+SMOKE = {"docs": 2000, "customers": 500, "threads": 200, "writes": 2000, "erasure_docs": 60, "runs": 1, "renders": 1}
+
+PAGES = {  # label -> (page file, query params, button clicked in the timed runs)
+    "Memoria": (None, {"ns": f"clientes.{SEED_LOOP_CUSTOMER}"}, None),
+    "Preferencias": ("app_pages/preferences.py", {}, None),
+    "Barridos": ("app_pages/sweeps.py", {}, None),
+    "Checkpoints": ("app_pages/checkpoints.py", {}, None),  # thread added at run time
+    "Degradación": ("app_pages/degradation.py", {}, None),
+    "Borrado": ("app_pages/erasure.py", {"cliente": ERASED}, "erasure.preview"),
+    "Registro de borrados": ("app_pages/erasure_register.py", {}, None),
+}
+
+
+@dataclass
+class Figure:
+    page: str                 # the page (or job) it belongs to
+    name: str                 # what was measured
+    ms: float
+    baseline: str = "-"
+    baseline_ms: float | None = None
+    target_ms: float | None = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        return self.baseline_ms / self.ms if self.baseline_ms and self.ms else None
+
+    @property
+    def meets_target(self) -> bool | None:
+        return None if self.target_ms is None else self.ms < self.target_ms
+
+
+def median_ms(fn: Callable[[], Any], runs: int) -> float:
+    """Median ms of `runs` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def timed_ms(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t = time.perf_counter()
+    result = fn()
+    return (time.perf_counter() - t) * 1000, result
+
+
+def dsn_for(base: str, name: str) -> str:
+    return psycopg.conninfo.make_conninfo(base, dbname=name)
+
+
+def _exists(base: str, name: str) -> bool:
+    with psycopg.connect(base, autocommit=True) as conn:
+        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
+
+
+def _sql(base: str, statement: str) -> None:
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+# --- the production-sized database ---------------------------------------------------------------
+
+def _thread_id(k: int, template: str) -> str:
+    j = CUSTOMER_TEMPLATES.get(template)
+    return f"compras-bench-{k}" if j is None else f"cliente-bench-{3 * k + j}"
+
+
+def _age(k: int, template: str) -> timedelta:
+    if k % OLD_EVERY == 0:
+        return timedelta(days=RETENTION_DAYS + 10 + k % 200)
+    return timedelta(seconds=k * 7)
+
+
+def seed_health(dsn: str, episodes: int = 200, refusals: int = 100) -> None:
+    """The Degradation page's tables, through core.replica_health's writers (what the dual saver calls)."""
+    now = datetime.now(timezone.utc)
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        for r in range(3):
+            replica_health.publish_heartbeat(conn, {
+                "replica_id": f"replica-{r}", "host": f"agents-{r}", "pid": 100 + r,
+                # all healthy: a replica degraded now next to recorded episodes crashes the page's
+                # timeline (tz-aware datetimes of two kinds in one column; reported, not ours to fix)
+                "state": "healthy", "degraded_since": None, "buffered_checkpoints": 0, "buffered_writes": 0,
+                "last_success": now, "started_at": now - timedelta(days=2), "heartbeat_interval_s": 5,
+                "episodes_total": episodes, "denials_total": episodes, "refusals_total": refusals})
+        for e in range(episodes):
+            start = now - timedelta(hours=3 * e + 1)
+            denial = {"tool": "publicar_aviso", "risk": "HIGH", "thread_id": f"cliente-bench-{e}",
+                      "subject_root": "clientes", "subject_id": f"C{e + 1}", "customer_id": f"C{e + 1}",
+                      "reason": "checkpoint store degraded", "denied_at": start + timedelta(seconds=5)}
+            replica_health.write_episode(conn, replica_health.Episode(
+                replica_id=f"replica-{e % 3}", host=f"agents-{e % 3}", pid=100 + e % 3, degraded_from=start,
+                degraded_to=start + timedelta(seconds=20 + e % 40), reason="connection refused",
+                checkpoints_buffered=e % 9, writes_buffered=3 * (e % 9), ops_resynced=4 * (e % 9), resync_ms=12.5,
+                denials=[denial]))
+        replica_health.write_refusals(conn, "replica-0", [SimpleNamespace(
+            key=f"00000000-0000-4000-8000-{i:012d}", qualified_name="os.system", kind="msgpack_blocked",
+            thread_id=f"cliente-bench-{i}", checkpoint_id=None, refused_at=now - timedelta(hours=i))
+            for i in range(refusals)])
+
+
+def build(dsn: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
+          log: Callable[[str], None]) -> dict:
+    """Fill the (migrated, empty) database at `dsn`; returns what was loaded and how long it took."""
+    info: dict[str, Any] = {}
+    t = time.perf_counter()
+    info["store"] = generate_store.generate(dsn, docs, customers, threads=threads)
+    log(f"store: {info['store']}")
+    db = Database(dsn)
+    bench_decoder.write_templates(db, TEMPLATE_TURNS)
+    info["checkpoints"] = bench_decoder.replicate(
+        dsn, writes, threads=threads, thread_id=_thread_id, age=_age,
+        customer=lambda k, template: f"C{int(_thread_id(k, template).rsplit('-', 1)[1]) % customers + 1}")
+    log(f"checkpoints: {info['checkpoints']}")
+    for customer in (ERASED, SEED_LOOP_CUSTOMER):
+        bench_erasure.populate(db, erasure_docs, 0, customer=customer)
+    seed_health(dsn)
+    reset_pool(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+    info["build_s"] = round(time.perf_counter() - t, 1)
+    return info
+
+
+def database(base: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
+             log: Callable[[str], None], rebuild: bool = False) -> tuple[str, dict]:
+    """A fresh copy of the production-sized database (built first if its template does not exist,
+    or if `rebuild`)."""
+    template = f"bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}"
+    building = f"{template}_building"
+    info: dict[str, Any] = {"template": template}
+    if rebuild:
+        _sql(base, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+    if not _exists(base, template):
+        log(f"building {template} ...")
+        _sql(base, f'DROP DATABASE IF EXISTS "{building}" WITH (FORCE)')
+        _sql(base, f'CREATE DATABASE "{building}"')
+        migrate(dsn_for(base, building), DIMS)
+        info.update(build(dsn_for(base, building), docs, customers, threads, writes, erasure_docs, log))
+        reset_pool(dsn_for(base, building))
+        _sql(base, f'ALTER DATABASE "{building}" RENAME TO "{template}"')
+    work = f"{template}_run"
+    _sql(base, f'DROP DATABASE IF EXISTS "{work}" WITH (FORCE)')
+    t = time.perf_counter()
+    _sql(base, f'CREATE DATABASE "{work}" TEMPLATE "{template}" STRATEGY FILE_COPY')
+    info["copy_s"] = round(time.perf_counter() - t, 1)
+    dsn = dsn_for(base, work)
+    migrate(dsn, DIMS)  # migrations added since the template was built (no-op otherwise)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")  # statistics and visibility map of the copy
+    return dsn, info
+
+
+def counts(db: Database) -> dict[str, int]:
+    row = db.fetch_one("""
+        SELECT (SELECT count(*) FROM store) AS store, (SELECT count(*) FROM store_vectors) AS store_vectors,
+               (SELECT count(DISTINCT prefix) FROM store WHERE prefix LIKE 'clientes.%%') AS customer_namespaces,
+               (SELECT count(*) FROM store WHERE expires_at < now()) AS expired,
+               (SELECT count(DISTINCT thread_id) FROM checkpoints) AS threads,
+               (SELECT count(*) FROM checkpoints) AS checkpoints,
+               (SELECT count(*) FROM checkpoint_blobs) AS checkpoint_blobs,
+               (SELECT count(*) FROM checkpoint_writes) AS checkpoint_writes,
+               (SELECT count(*) FROM core_conversations) AS conversations,
+               (SELECT count(*) FROM core_memory_writes) AS memory_writes""")
+    return {k: int(v) for k, v in row.items()}
+
+
+# --- measurements ------------------------------------------------------------------------------
+
+def python_decode_ms(db: Database, sql: str, params: dict, decode: Callable[[str, bytes], Any], runs: int) -> float:
+    """Fetch rows (type, blob) and decode each in Python: the baseline of a decoder in SQL."""
+    def go() -> None:
+        for r in db.fetch(sql, params):
+            decode(r["type"], r["blob"])
+    return median_ms(go, runs)
+
+
+def run(base: str, *, docs: int, customers: int, threads: int, writes: int, erasure_docs: int = 2500,
+        runs: int = 5, renders: int = 3, rebuild: bool = False,
+        log: Callable[[str], None] = print) -> tuple[list[Figure], dict]:
+    """Build (or reuse) the database, measure everything on a fresh copy; returns (figures, info)."""
+    dsn, info = database(base, docs, customers, threads, writes, erasure_docs, log, rebuild)
+    db = Database(dsn)
+    info["rows"] = counts(db)
+    log(f"rows: {info['rows']}")
+    figures: list[Figure] = []
+    today = date.today()
+    month = (today - timedelta(days=29), today)
+
+    def query(page: str, name: str, fn: Callable[[], Any], baseline: str = "-",
+              baseline_fn: Callable[[], Any] | None = None, target: float | None = QUERY_TARGET_MS) -> Figure:
+        fig = Figure(page, name, median_ms(fn, runs), baseline,
+                     median_ms(baseline_fn, runs) if baseline_fn else None, target)
+        figures.append(fig)
+        log(f"  {page}: {name} {fig.ms:.1f} ms" + (f" (baseline {fig.baseline_ms:.1f} ms)" if fig.baseline_ms else ""))
+        return fig
+
+    def render(page: str, thread: str | None = None) -> Figure:
+        path, params, click = PAGES[page]
+        params = dict(params, **({"thread": thread} if thread else {}))
+        fig = Figure(page, "page render (AppTest, empty data cache)",
+                     bench_pages.page_render_ms(dsn, path, params, click, runs=renders), target_ms=RENDER_TARGET_MS)
+        figures.append(fig)
+        log(f"  {page}: render {fig.ms:.1f} ms")
+        return fig
+
+    def naive(name: str) -> Callable[[], Any]:
+        return lambda: db.fetch(bench_pages.NAIVE[name].replace("%", "%%"))
+
+    # Memoria
+    log("Memoria")
+    query("Memoria", "memory_totals", lambda: metrics.memory_totals(db), "naive live count", naive("memory_totals"))
+    query("Memoria", "documents_by_root", lambda: metrics.documents_by_root(db), "naive live GROUP BY",
+          naive("documents_by_root"))
+    query("Memoria", "top_prefixes(20)", lambda: metrics.top_prefixes(db, 20), "naive live GROUP BY",
+          naive("top_prefixes"))
+    query("Memoria", "oversized_customers", lambda: metrics.oversized_customers(db), "naive live GROUP BY",
+          naive("oversized_customers"))
+    query("Memoria", f"find_namespaces('{SEED_LOOP_CUSTOMER}')", lambda: metrics.find_namespaces(db, SEED_LOOP_CUSTOMER))
+    query("Memoria", f"namespace_items(clientes.{SEED_LOOP_CUSTOMER}, 50)",
+          lambda: metrics.namespace_items(db, f"clientes.{SEED_LOOP_CUSTOMER}", 50, 0))
+    render("Memoria")
+
+    # Preferencias
+    log("Preferencias")
+    query("Preferencias", "preference_daily(30 days)", lambda: metrics.preference_daily(db, *month))
+    query("Preferencias", "preference_by_tipo(30 days)", lambda: metrics.preference_by_tipo(db, *month))
+    query("Preferencias", "writing_conversations(30 days, 50)",
+          lambda: metrics.writing_conversations(db, *month, 50, 0))
+    recent = metrics.SELECT_PROPOSALS_AND_PREFERENCES.split("SELECT m.thread_id")[0] + "SELECT thread_id FROM threads"
+    recent_threads = [r["thread_id"] for r in db.fetch(recent, {"threads": 500})]
+    applied = metrics.preferences_applied(db, 500)
+    info["preferences_applied"] = {"threads": len(recent_threads), "proposals": len(applied.proposals),
+                                   "with_preference": applied.with_preference, "followed": applied.followed}
+    query("Preferencias", "preferences_applied(500 recent threads, decoded in SQL)",
+          lambda: metrics.preferences_applied(db, 500),
+          "fetch + Python decode (core.checkpoint_json) of the same threads' writes",
+          lambda: [payload_json(r["type"], r["blob"]) for r in db.fetch(
+              "SELECT type, blob FROM checkpoint_writes WHERE thread_id = ANY(%s)", (recent_threads,))])
+    render("Preferencias")
+
+    # Barridos (before the sweep: expired documents waiting, empty log)
+    log("Barridos")
+    sweeps_calls = {
+        "expired_by_root": lambda: sweep.expired_by_root(db),
+        "sweep_runs(200)": lambda: sweep.sweep_runs(db, 200),
+        "deleted_per_run(200)": lambda: sweep.deleted_per_run(db, 200),
+        "expiration_forecast(12 months)": lambda: sweep.expiration_forecast(db),
+    }
+    for name, fn in sweeps_calls.items():
+        query("Barridos", name, fn)
+    render("Barridos")
+
+    # Checkpoints: one thread (the newest copy of the proposal template)
+    log("Checkpoints")
+    thread = db.fetch_one("SELECT thread_id FROM checkpoints WHERE thread_id LIKE 'cliente-bench-%%' "
+                          "ORDER BY checkpoint ->> 'ts' DESC LIMIT 1")["thread_id"]
+    timeline = checkpoints.thread_timeline(db, thread)
+    old_id, new_id = timeline["checkpoint_id"].iloc[-2:].tolist()
+    customer = timeline["cliente_id"].dropna().iloc[0]
+    info["checkpoints_thread"] = {"thread": thread, "checkpoints": len(timeline),
+                                  "writes": int(checkpoints.thread_storage(db, thread)["writes"])}
+    query("Checkpoints", "find_thread", lambda: checkpoints.find_thread(db, thread))
+    query("Checkpoints", "thread_storage", lambda: checkpoints.thread_storage(db, thread))
+    query("Checkpoints", "thread_timeline", lambda: checkpoints.thread_timeline(db, thread))
+    query("Checkpoints", "step_writes (all steps, decoded in SQL)", lambda: checkpoints.step_writes(db, thread),
+          "fetch + Python decode (core.checkpoint_json)",
+          lambda: [payload_json(r["type"], r["blob"]) for r in db.fetch(
+              "SELECT type, blob FROM checkpoint_writes WHERE thread_id = %s", (thread,))])
+    query("Checkpoints", "checkpoint_diff (last two)", lambda: checkpoints.checkpoint_diff(db, thread, old_id, new_id))
+    query("Checkpoints", "threads_of_customer (search)", lambda: checkpoints.threads_of_customer(db, customer))
+    query("Checkpoints", "recent_threads (search)", lambda: checkpoints.recent_threads(db))
+    query("Checkpoints", "table_totals (Storage view)", lambda: checkpoints.table_totals(db))
+    query("Checkpoints", "largest_threads(20) (Storage view, scans the three tables)",
+          lambda: checkpoints.largest_threads(db, 20))
+    render("Checkpoints", thread)
+
+    # The SQL decoder over that thread's history (every write and blob), vs Python
+    log("Decoder")
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    serde = JsonPlusSerializer()
+    history = {"thread": thread}
+    writes_sql = "SELECT type, blob FROM checkpoint_writes WHERE thread_id = %(thread)s"
+    blobs_sql = "SELECT type, blob FROM checkpoint_blobs WHERE thread_id = %(thread)s"
+    sql_ms = median_ms(lambda: (
+        db.fetch("SELECT core_checkpoint_payload(type, blob) FROM checkpoint_writes WHERE thread_id = %(thread)s", history),
+        db.fetch("SELECT core_checkpoint_payload(type, blob) FROM checkpoint_blobs WHERE thread_id = %(thread)s", history)),
+        runs)
+    ref_ms = (python_decode_ms(db, writes_sql, history, payload_json, runs)
+              + python_decode_ms(db, blobs_sql, history, payload_json, runs))
+    lg_ms = (python_decode_ms(db, writes_sql, history, lambda t, b: serde.loads_typed((t, b)), runs)
+             + python_decode_ms(db, blobs_sql, history, lambda t, b: serde.loads_typed((t, b)), runs))
+    n = db.fetch_one("SELECT (SELECT count(*) FROM checkpoint_writes WHERE thread_id = %(thread)s) + "
+                     "(SELECT count(*) FROM checkpoint_blobs WHERE thread_id = %(thread)s) AS n", history)["n"]
+    name = f"SQL core_checkpoint_payload over one thread's history ({n} writes + blobs)"
+    figures.append(Figure("Decoder", name, sql_ms, "fetch + Python core.checkpoint_json", ref_ms, QUERY_TARGET_MS))
+    figures.append(Figure("Decoder", name, sql_ms, "fetch + langgraph JsonPlusSerializer.loads_typed", lg_ms,
+                          QUERY_TARGET_MS))
+    log(f"  decoder {sql_ms:.1f} ms vs {ref_ms:.1f} / {lg_ms:.1f} ms")
+    figures.append(Figure("Decoder", "one thread's writes from core_checkpoint_writes_view",
+                          median_ms(lambda: db.fetch("SELECT * FROM core_checkpoint_writes_view "
+                                                     "WHERE thread_id = %(thread)s", history), runs),
+                          target_ms=QUERY_TARGET_MS))
+
+    # Degradación
+    log("Degradación")
+    query("Degradación", "summary", lambda: replica_health.summary(db))
+    query("Degradación", "replicas", lambda: replica_health.replicas(db))
+    query("Degradación", "episodes(200)", lambda: replica_health.episodes(db, limit=200))
+    query("Degradación", "denials(200)", lambda: replica_health.denials(db, limit=200))
+    query("Degradación", "refusals(200)", lambda: replica_health.refusals(db, limit=200))
+    render("Degradación")
+
+    # Borrado: the preview of the large customer (uncached on the page), then the erasure itself
+    log("Borrado")
+    query("Borrado", f"preview('{ERASED}')", lambda: erasure.preview(db, ERASED))
+    render("Borrado")
+    before = erasure.preview(db, ERASED)
+    info["erased_customer"] = {"customer": ERASED, "rows": {k: v for k, v in before.counts.items() if v},
+                               "threads": len(before.thread_ids)}
+    seed_once_ms, seed_once_n = timed_ms(lambda: bench_erasure.seed_loop(db, SEED_LOOP_CUSTOMER))
+    seed_rest_ms, seed_rest_n = timed_ms(lambda: bench_erasure.seed_loop_until_empty(db, SEED_LOOP_CUSTOMER))
+    erase_ms, result = timed_ms(lambda: erasure.erase(db, ERASED, operator="bench"))
+    left = {e.table: e.result for e in erasure.run_evidence(db, ERASED, erasure.find_threads(db, ERASED)) if e.result}
+    assert result.status == "complete" and not left, (result.report, left)
+    seed_left = {e.table: e.result for e in erasure.run_evidence(
+        db, SEED_LOOP_CUSTOMER, erasure.find_threads(db, SEED_LOOP_CUSTOMER)) if e.result}
+    info["erasure"] = {"deleted": {k: v for k, v in result.deleted.items() if v}, "passes": result.passes,
+                       "seed_loop_deleted": seed_once_n + seed_rest_n, "seed_loop_left_behind": seed_left}
+    figures.append(Figure("Erasure job", f"erase('{ERASED}') complete ({result.deleted.get('store', 0):,} documents, "
+                          f"{len(result.thread_ids)} threads, every evidence query 0)", erase_ms,
+                          f"seed's loop on '{SEED_LOOP_CUSTOMER}', once ({seed_once_n:,} documents, nothing else)",
+                          seed_once_ms))
+    figures.append(Figure("Erasure job", f"erase('{ERASED}') complete", erase_ms,
+                          f"seed's loop on '{SEED_LOOP_CUSTOMER}' until its search is empty "
+                          f"({seed_once_n + seed_rest_n:,} documents; threads and logs left)", seed_once_ms + seed_rest_ms))
+    log(f"  erase {erase_ms:.0f} ms vs seed loop {seed_once_ms:.0f} / {seed_once_ms + seed_rest_ms:.0f} ms")
+
+    # Registro de borrados (one request now, plus its re-check)
+    log("Registro de borrados")
+    query("Registro de borrados", "register(500)", lambda: erasure.register(db))
+    query("Registro de borrados", "rechecks(request)", lambda: erasure.rechecks(db, result.request_id))
+    query("Registro de borrados", "evidence_json(request)", lambda: erasure.evidence_json(db, result.request_id))
+    render("Registro de borrados")
+
+    # A sweep: the job vs the bare store sweep + a set-based retention delete, each rolled back
+    log("Sweep")
+    expired_before = int(sweep.expired_by_root(db)["expired"].sum())
+
+    def rolled_back(fn: Callable[[psycopg.Connection], Any]) -> tuple[float, Any]:
+        with psycopg.connect(dsn, row_factory=dict_row) as conn:
+            t = time.perf_counter()
+            result = fn(conn)
+            elapsed = (time.perf_counter() - t) * 1000
+            conn.rollback()
+        return elapsed, result
+
+    def bare_sweep(conn: psycopg.Connection) -> int:
+        from core.embeddings import OfflineHashEmbeddings
+        from core.memory import build_store
+
+        return build_store(conn, OfflineHashEmbeddings(DIMS), DIMS).sweep_ttl()
+
+    def set_based_retention(conn: psycopg.Connection) -> int:
+        old = [r["thread_id"] for r in conn.execute(sweep.SELECT_OLD_THREADS, (RETENTION_DAYS,)).fetchall()]
+        for start in range(0, len(old), bench_sweep.BATCH):
+            batch = old[start:start + bench_sweep.BATCH]
+            for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+                conn.execute(f"DELETE FROM {table} WHERE thread_id = ANY(%s)", (batch,))
+        return len(old)
+
+    ttl_ms, ttl_n = rolled_back(bare_sweep)
+    ret_ms, ret_n = rolled_back(set_based_retention)
+    job_ms, job = timed_ms(lambda: sweep.run_sweep(db, trigger="manual", retention_days=RETENTION_DAYS))
+    assert job.status == "ok", job.error
+    assert job.documents_deleted == ttl_n == expired_before, (job.documents_deleted, ttl_n, expired_before)
+    assert job.threads_deleted == ret_n, (job.threads_deleted, ret_n)
+    info["sweep"] = {"documents": job.documents_deleted, "vectors": job.vectors_deleted,
+                     "threads_deleted": job.threads_deleted}
+    figures.append(Figure("Sweep job", f"run_sweep: {job.documents_deleted:,} expired documents + "
+                          f"{job.threads_deleted:,} threads older than {RETENTION_DAYS} days, logged", job_ms,
+                          "bare sweep_ttl() + list + set-based DELETE of the same threads", ttl_ms + ret_ms))
+    log(f"  sweep job {job_ms:.0f} ms vs {ttl_ms:.0f} + {ret_ms:.0f} ms")
+
+    log("Barridos after the sweep")
+    for name, fn in sweeps_calls.items():
+        query("Barridos (after a sweep)", name, fn)
+    figures.append(Figure("Barridos (after a sweep)", "page render (AppTest, empty data cache)",
+                          bench_pages.page_render_ms(dsn, PAGES["Barridos"][0], runs=renders),
+                          target_ms=RENDER_TARGET_MS))
+    db.close()
+    return figures, info
+
+
+# --- output --------------------------------------------------------------------------------------
+
+def table(figures: list[Figure], size: str, command: str) -> str:
+    lines = ["| size | page / job | figure | ms (median) | baseline | baseline ms | ratio | target |",
+             "|---|---|---|---:|---|---:|---:|---|"]
+    for f in figures:
+        ratio = f"{f.ratio:.1f}x" if f.ratio else "-"
+        target = "-" if f.target_ms is None else (f"< {f.target_ms:.0f} ms " + ("ok" if f.meets_target else "**missed**"))
+        base = "-" if f.baseline_ms is None else f"{f.baseline_ms:.1f}"
+        lines.append(f"| {size} | {f.page} | {f.name} | {f.ms:.1f} | {f.baseline} | {base} | {ratio} | {target} |")
+    lines.append(f"\nCommand: `{command}`")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--docs", type=int, default=1_000_000)
+    parser.add_argument("--customers", type=int, default=250_000)
+    parser.add_argument("--threads", type=int, default=100_000)
+    parser.add_argument("--writes", type=int, default=1_000_000)
+    parser.add_argument("--erasure-docs", type=int, default=2_500, help="documents of each large customer")
+    parser.add_argument("--runs", type=int, default=5, help="warm calls per query (median)")
+    parser.add_argument("--renders", type=int, default=3, help="AppTest runs per page (median)")
+    parser.add_argument("--data", type=Path, default=Path(".data/bench_production"))
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run each: seconds")
+    parser.add_argument("--rebuild", action="store_true", help="build the database again even if it exists")
+    parser.add_argument("--json", type=Path, help="also write the figures and row counts here")
+    args = parser.parse_args(argv)
+    sizes = dict(SMOKE) if args.smoke else {
+        "docs": args.docs, "customers": args.customers, "threads": args.threads, "writes": args.writes,
+        "erasure_docs": args.erasure_docs, "runs": args.runs, "renders": args.renders}
+    args.data.mkdir(parents=True, exist_ok=True)
+    base = embedded_dsn(args.data)
+    print(f"embedded PostgreSQL in {args.data}; python {sys.version.split()[0]}; load {os.getloadavg()}", flush=True)
+    started = time.perf_counter()
+    figures, info = run(base, log=lambda s: print(s, flush=True), rebuild=args.rebuild or args.smoke, **sizes)
+    info["total_s"] = round(time.perf_counter() - started, 1)
+    info["load_after"] = os.getloadavg()
+    command = "python -m bench.bench_production " + " ".join(argv if argv is not None else sys.argv[1:])
+    size = f"{info['rows']['store']:,} docs / {info['rows']['threads']:,} threads / {info['rows']['checkpoint_writes']:,} writes"
+    print("\n" + json.dumps(info, default=str))
+    print("\n" + table(figures, size, command.strip()))
+    missed = [f for f in figures if f.meets_target is False]
+    print(f"\n{len(figures)} figures; over target: " + (", ".join(f"{f.page}: {f.name}" for f in missed) or "none"))
+    if args.json:
+        args.json.write_text(json.dumps({"info": info, "figures": [f.__dict__ for f in figures]}, default=str, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""Smoke run of the production-scale benchmark (bench/bench_production.py) at tiny sizes, on the
+session's embedded PostgreSQL: it builds its database (real agents, real serializer, COPY), then
+produces every figure of every page, the decoder, the erasure and the sweep without an exception.
+Timings are measured by the benchmark, never asserted here."""
+from __future__ import annotations
+
+import math
+
+from bench import bench_production as bp
+
+PAGES = ["Memoria", "Preferencias", "Barridos", "Checkpoints", "Degradación", "Borrado", "Registro de borrados"]
+RENDER = "page render (AppTest, empty data cache)"
+
+
+def test_production_benchmark_smoke(pg_dsn, monkeypatch):
+    import streamlit as st
+
+    for key in ("PG_AGENTES", "EMBEDDINGS_DIMS", "AUTO_MIGRATE", "SEED_DEMO"):  # the renders set them
+        monkeypatch.delenv(key, raising=False)
+    lines: list[str] = []
+    try:
+        figures, info = bp.run(pg_dsn, rebuild=True, log=lines.append, **bp.SMOKE)
+    finally:
+        st.cache_resource.clear()
+        st.cache_data.clear()
+
+    assert sorted(bp.PAGES) == sorted(PAGES)
+    by_page: dict[str, list[bp.Figure]] = {}
+    for f in figures:
+        by_page.setdefault(f.page, []).append(f)
+        assert isinstance(f.ms, float) and math.isfinite(f.ms) and f.ms >= 0, f
+        if f.baseline != "-":
+            assert f.baseline_ms is not None and math.isfinite(f.baseline_ms) and f.ratio is not None, f
+    for page in PAGES + ["Barridos (after a sweep)"]:
+        names = [f.name for f in by_page.get(page, [])]
+        assert RENDER in names, (page, names)
+        assert len(names) >= 2, (page, names)  # its core reads and its render
+    # the figures compared against a baseline: naive queries, Python decoding, the seed's loop, the bare sweep
+    assert {f.name for f in by_page["Memoria"] if f.baseline_ms} == {
+        "memory_totals", "documents_by_root", "top_prefixes(20)", "oversized_customers"}
+    assert any(f.baseline_ms for f in by_page["Preferencias"] if f.name.startswith("preferences_applied"))
+    assert len([f for f in by_page["Decoder"] if f.baseline_ms]) == 2
+    assert len([f for f in by_page["Erasure job"] if f.baseline_ms]) == 2
+    assert len([f for f in by_page["Sweep job"] if f.baseline_ms]) == 1
+
+    # the data the figures were measured on, and what the jobs did to it
+    rows = info["rows"]
+    assert rows["store"] > bp.SMOKE["docs"] and rows["store_vectors"] > 0 and rows["expired"] > 0
+    assert rows["threads"] >= bp.SMOKE["threads"] and rows["checkpoint_writes"] >= bp.SMOKE["writes"]
+    assert info["preferences_applied"]["proposals"] > 0 and info["preferences_applied"]["with_preference"] > 0
+    assert info["erasure"]["deleted"]["store"] > bp.SMOKE["erasure_docs"] and info["erasure"]["seed_loop_left_behind"]
+    assert info["sweep"]["documents"] == rows["expired"] and info["sweep"]["threads_deleted"] > 0
+
+    printed = bp.table(figures, "smoke", "python -m bench.bench_production --smoke")
+    assert printed.count("\n| smoke |") == len(figures)
