@@ -42,6 +42,8 @@ class Settings:
     auto_migrate: bool = True
     seed_demo: bool = True
     role_map: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Live demo agent replicas the dashboard runs in the background (embedded default: 1).
+    demo_replicas: int = 0
     # Roles of the local user when no identity provider is configured (default: all).
     local_roles: str = "manager,sre,dpo"
 
@@ -66,6 +68,16 @@ def _flag(value: Any) -> bool:
     return str(value).strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _int(name: str, raw: Any, minimum: int) -> int:
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
 def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
     """Read settings. `secrets` defaults to `.streamlit/secrets.toml`.
 
@@ -73,13 +85,7 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
     """
     secrets = _read_secrets_file() if secrets is None else secrets
     dsn = _pick("PG_AGENTES", secrets)
-    dims_raw = _pick("EMBEDDINGS_DIMS", secrets, DEFAULT_DIMS)
-    try:
-        dims = int(dims_raw)
-    except (TypeError, ValueError):
-        raise ValueError(f"EMBEDDINGS_DIMS must be an integer, got {dims_raw!r}") from None
-    if dims <= 0:
-        raise ValueError(f"EMBEDDINGS_DIMS must be positive, got {dims}")
+    dims = _int("EMBEDDINGS_DIMS", _pick("EMBEDDINGS_DIMS", secrets, DEFAULT_DIMS), minimum=1)
     roles = secrets.get("roles", {}) or {}
     role_map = {str(k).lower(): tuple(v) for k, v in dict(roles).items()}
     return Settings(
@@ -95,4 +101,5 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         seed_demo=_flag(_pick("SEED_DEMO", secrets, "1" if dsn is None else "0")),
         role_map=role_map,
         local_roles=str(_pick("LOCAL_ROLES", secrets, "manager,sre,dpo")),
+        demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
     )

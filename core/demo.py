@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import random
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -73,11 +74,11 @@ class DemoSummary:
     seconds: float = 0.0
 
 
-def _agents(db: Database, settings: Settings):
+def _agents(db: Database, settings: Settings, replica_id: str = "demo-seed"):
     store = build_store(db.pool, make_embeddings(settings), settings.embeddings_dims)
     # Checkpoints through the dual saver (PostgreSQL, in-memory buffer while it is unreachable); the
     # demo's last step (core.outage.demo_outage) closes it.
-    saver = DualCheckpointSaver(db.dsn, replica_id="demo-seed")
+    saver = DualCheckpointSaver(db.dsn, replica_id=replica_id)
     model = ScriptedChatModel()
     return store, {k: build_agent(k, model, store=store, checkpointer=saver)
                    for k in ("atencion-cliente", "compras", "ajustes-personal")}
@@ -154,6 +155,41 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     return summary
 
 
+def run_replica(db: Database, settings: Settings, replica_id: str, stop: threading.Event, *,
+                every_s: float = 4.0, customers: int = 240, seed: int | None = None) -> int:
+    """A live demo agent replica: real agents on their own dual saver (which publishes the replica's
+    heartbeat), one customer turn every `every_s` seconds until `stop` is set. Returns the turns run.
+
+    A turn that fails (e.g. the store is unreachable during an outage) is logged and the replica
+    goes on, as a real agent service would; the dual saver itself never loses a checkpoint."""
+    rng = random.Random(seed)
+    store, agents = _agents(db, settings, replica_id=replica_id)
+    saver = agents["atencion-cliente"].checkpointer
+    turns = 0
+    try:
+        while not stop.wait(every_s):
+            cid = f"C{rng.randint(1, customers)}"
+            text = rng.choice(OTHER_TURNS + PREFERENCE_TEMPLATES)(rng)
+            thread_id = f"cliente-{cid}-live-{replica_id}-{turns // 3}"
+            try:
+                run_turn(agents["atencion-cliente"], ContextoCliente(cid), thread_id, text)
+                turns += 1
+            except Exception:  # noqa: BLE001 - reported, and the replica keeps serving
+                log.warning("replica %s: turn on %s failed", replica_id, thread_id, exc_info=True)
+    finally:
+        saver.close()
+    return turns
+
+
+def start_replicas(db: Database, settings: Settings, count: int, *, every_s: float = 4.0) -> threading.Event:
+    """Start `count` live replicas in daemon threads; set the returned event to stop them."""
+    stop = threading.Event()
+    for i in range(1, count + 1):
+        threading.Thread(target=run_replica, args=(db, settings, f"demo-replica-{i}", stop),
+                         kwargs={"every_s": every_s, "seed": i}, name=f"demo-replica-{i}", daemon=True).start()
+    return stop
+
+
 def ensure_demo(db: Database, settings: Settings, **kwargs) -> DemoSummary | None:
     """Seed once: only when the database is empty, under an advisory lock. Returns None if skipped."""
     with db.connection() as conn:
@@ -172,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Seed demo data through the real agents (only into an empty database).")
     parser.add_argument("--customers", type=int, default=240)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--replicas", type=int, default=0,
+                        help="then run N live agent replicas (a turn every --every seconds) until interrupted")
+    parser.add_argument("--every", type=float, default=4.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     from core.migrate import migrate
@@ -181,6 +220,15 @@ def main(argv: list[str] | None = None) -> int:
     migrate(db.dsn, settings.embeddings_dims)
     summary = ensure_demo(db, settings, customers=args.customers, seed=args.seed)
     print("database not empty: nothing seeded" if summary is None else f"seeded: {summary}")
+    if args.replicas > 0:
+        stop = start_replicas(db, settings, args.replicas, every_s=args.every)
+        print(f"{args.replicas} live replica(s) running against {db.target}; Ctrl-C stops them")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            stop.set()
+            time.sleep(min(args.every, 5))  # let each replica close its saver (final heartbeat: stopped)
     return 0
 
 

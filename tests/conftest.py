@@ -95,6 +95,7 @@ def app_env(monkeypatch):
         monkeypatch.setenv("EMBEDDINGS_DIMS", str(DIMS))
         monkeypatch.setenv("AUTO_MIGRATE", "0")
         monkeypatch.setenv("SEED_DEMO", "0")
+        monkeypatch.setenv("DEMO_REPLICAS", "0")
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         st.cache_resource.clear()
@@ -119,7 +120,8 @@ def free_port() -> int:
 
 def start_streamlit(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "EMBEDDINGS_DIMS": str(DIMS), "AUTO_MIGRATE": "0", "SEED_DEMO": "0", **env_extra}
+    env = {**os.environ, "EMBEDDINGS_DIMS": str(DIMS), "AUTO_MIGRATE": "0", "SEED_DEMO": "0",
+           "DEMO_REPLICAS": "0", **env_extra}
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "dashboard.py", "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",

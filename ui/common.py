@@ -34,7 +34,7 @@ def settings() -> Settings:
 def bootstrap() -> Database:
     """Open the agents' database once per process: embedded server, migrations and demo data when
     configured. Raises on failure (nothing is cached then, so the next run retries)."""
-    from core.demo import ensure_demo
+    from core.demo import ensure_demo, start_replicas
     from core.migrate import check_dims, migrate
 
     cfg = settings()
@@ -46,6 +46,8 @@ def bootstrap() -> Database:
             check_dims(conn, cfg.embeddings_dims)
     if cfg.seed_demo:
         ensure_demo(db, cfg)
+    if cfg.demo_replicas:
+        start_replicas(db, cfg, cfg.demo_replicas)  # live heartbeats for the operations pages
     return db
 
 

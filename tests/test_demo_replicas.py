@@ -1,0 +1,57 @@
+"""Live demo replicas: real agents on their own dual saver, heartbeats the operations pages read."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from conftest import settings_for
+from core.config import load_settings
+from core.demo import run_replica
+
+
+def wait_until(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_live_replica_converses_and_publishes_its_heartbeat(db):
+    stop = threading.Event()
+    result: list[int] = []
+    worker = threading.Thread(target=lambda: result.append(
+        run_replica(db, settings_for(db.dsn), "demo-replica-t", stop, every_s=0.1, customers=5, seed=1)))
+    worker.start()
+    try:
+        assert wait_until(lambda: db.fetch_one(
+            "SELECT count(*) AS n FROM core_conversations WHERE thread_id LIKE 'cliente-%%-live-demo-replica-t-%%'")["n"] >= 2, 20)
+        assert wait_until(lambda: (db.fetch_one(
+            "SELECT state FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'") or {}).get("state") == "healthy", 10)
+        beat = db.fetch_one("SELECT now() - updated_at AS age FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'")
+        assert beat["age"].total_seconds() < 10
+    finally:
+        stop.set()
+        worker.join(30)
+    assert not worker.is_alive() and result and result[0] >= 2
+    assert db.fetch_one("SELECT state FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'")["state"] == "stopped"
+    threads = db.fetch_one("SELECT count(DISTINCT thread_id) AS n FROM checkpoints WHERE thread_id LIKE '%%-live-demo-replica-t-%%'")["n"]
+    assert threads >= 1
+
+
+@pytest.mark.parametrize("value", ["-1", "many"])
+def test_bad_replica_count_is_a_clear_error(monkeypatch, value):
+    monkeypatch.setenv("DEMO_REPLICAS", value)
+    with pytest.raises(ValueError, match="DEMO_REPLICAS"):
+        load_settings({})
+
+
+def test_replicas_default_on_embedded_off_with_a_dsn(monkeypatch):
+    monkeypatch.delenv("DEMO_REPLICAS", raising=False)
+    monkeypatch.delenv("PG_AGENTES", raising=False)
+    assert load_settings({}).demo_replicas == 1
+    monkeypatch.setenv("PG_AGENTES", "postgresql://x@127.0.0.1/agentes")
+    assert load_settings({}).demo_replicas == 0
