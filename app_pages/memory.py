@@ -10,11 +10,10 @@ import streamlit as st
 from core import access, metrics
 from core.embeddings import embeddings_label
 from core.memory import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
-from ui.common import read, require_role, settings
+from ui.common import ROOT_COLORS, read, require_role, settings
 from ui.i18n import t
 
 TOP_N = 20
-ROOT_COLORS = {"clientes": "#1f77b4", "proveedores": "#ff7f0e", "empleados": "#2ca02c"}
 PAGE_SIZE = 50
 NS_KEY = "memory.ns"
 

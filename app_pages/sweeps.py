@@ -7,7 +7,7 @@ import streamlit as st
 
 from core import access, metrics, sweep
 from ui import common
-from ui.common import get_db, read, require_role
+from ui.common import ROOT_COLORS, get_db, read, require_role
 from ui.i18n import t
 from ui.sweeps_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
 
@@ -17,7 +17,6 @@ DIALOG_KEY = "sweeps.dialog"
 FLASH_KEY = "sweeps.flash"
 MEMORY_TOP_N = 20  # the Memory page's top prefixes, refreshed after a sweep
 # One colour per namespace root on every chart of the page.
-ROOT_COLORS = {"clientes": "#1f77b4", "proveedores": "#d62728", "empleados": "#2ca02c", "unknown": "#7f7f7f"}
 
 user = require_role(access.SRE)
 

@@ -16,6 +16,8 @@ from ui.i18n import add_strings, t
 log = logging.getLogger(__name__)
 
 CACHE_TTL = 30  # seconds a read is reused; the pages are for humans, not alarms
+# One colour per namespace root on every chart.
+ROOT_COLORS = {"clientes": "#1f77b4", "proveedores": "#ff7f0e", "empleados": "#2ca02c", "unknown": "#7f7f7f"}
 
 
 def secrets() -> dict:
