@@ -5,9 +5,12 @@
 (operational errors of the connection classes, pool timeouts, closed connections, a call past
 its deadline); data errors and serializer refusals still raise. Every PostgreSQL call has a
 deadline, because a call on a pooled connection to a *hung* server blocks until the server
-resumes whatever the pool timeout or keepalives say: sync calls run on a worker thread and are
-abandoned at the deadline, async calls are awaited with `asyncio.wait_for` on a shielded task
-(cancelling psycopg's call on a hung server would itself wait ~10 s).
+resumes whatever the pool timeout or keepalives say. Sync calls run in the caller's thread: the
+saver's lock and the pool wait at most until the deadline, and a watchdog thread shuts down the
+socket of a call still blocked at its deadline, so psycopg raises at once (handing every call to
+a worker thread and abandoning it instead cost 10-30 % of a `get_tuple` here, see BENCHMARKS.md).
+Async calls are awaited with `asyncio.wait_for` on a shielded task (cancelling psycopg's call on a
+hung server would itself wait ~10 s); the abandoned task finishes on its own.
 
 Degraded, it keeps serving: writes go to an `InMemorySaver` and to an ordered log of operations;
 reads see what was buffered plus what this process last knew PostgreSQL had (the latest
@@ -25,20 +28,19 @@ clone shares the state and buffer, and the wrapped savers get the clone's serial
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import copy
 import itertools
 import json
 import logging
 import os
-import queue
 import socket
 import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timezone
 from typing import Any
 
@@ -77,7 +79,6 @@ PROBE_CONNECT_TIMEOUT_S = 1
 RESYNC_TIMEOUT_S = 15.0
 THREAD_CACHE_SIZE = 2_000  # threads whose latest checkpoint is kept for degraded reads
 POOL_SIZE = 8
-WORKERS = 64
 
 # SQLSTATE classes that mean "the server is unreachable or going away", not a bad statement:
 # 08 connection exception, 57P admin/crash shutdown or cannot connect now, 53 out of resources.
@@ -94,7 +95,7 @@ class CheckpointUnavailable(RuntimeError):
 
 def is_connection_failure(exc: BaseException) -> bool:
     """True for errors that mean PostgreSQL cannot be reached (degrade), False for data errors."""
-    if isinstance(exc, (DeadlineExceeded, PoolTimeout, PoolClosed)):
+    if isinstance(exc, (DeadlineExceeded, PoolTimeout, PoolClosed, CheckpointUnavailable)):
         return True
     if isinstance(exc, psycopg.OperationalError):
         sqlstate = getattr(exc, "sqlstate", None)
@@ -108,54 +109,172 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _ts(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
-class _Workers:
-    """Daemon threads running PostgreSQL calls so the caller can give up at a deadline.
+class _Call:
+    """One PostgreSQL call under a deadline; `conn` is the connection it is using right now."""
 
-    Daemon, so a call stuck on a hung server never keeps the process from exiting.
+    __slots__ = ("deadline", "conn", "expired")
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.conn: Any = None
+        self.expired = False
+
+
+# The deadline-bound call running in this thread or task (None outside one).
+_current_call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("dual_saver_call", default=None)
+
+
+class _Watchdog:
+    """Gives PostgreSQL calls a deadline by cutting the socket of a call that overstays it.
+
+    The call runs in the caller's own thread or task (no hand-off, so no cost on the hot path);
+    the watchdog thread `shutdown()`s the socket of the connection an overdue call is blocked
+    on, which makes psycopg raise at once, whether the server is hung or just slow. The
+    connection is then broken and the pool discards it. A daemon thread, checking every 50 ms.
     """
 
-    def __init__(self, size: int, name: str):
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+    TICK_S = 0.05
+
+    def __init__(self, name: str):
         self._lock = threading.Lock()
-        self._size, self._name = size, name
-        self._threads = 0
-        self._idle = 0
+        self._calls: set[_Call] = set()
+        self._name = name
+        self._thread: threading.Thread | None = None
 
-    def submit(self, fn: Callable[[], Any]) -> Future:
-        future: Future = Future()
-        with self._lock:
-            if self._idle == 0 and self._threads < self._size:
-                self._threads += 1
-                threading.Thread(target=self._loop, name=f"{self._name}-{self._threads}", daemon=True).start()
-        self._queue.put((fn, future))
-        return future
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
 
-    def run(self, fn: Callable[[], Any], timeout: float) -> Any:
-        future = self.submit(fn)
+    def deadline(self, seconds: float) -> "_Deadline":
+        """`with watchdog.deadline(s):` runs the block under a deadline; overdue, it raises DeadlineExceeded."""
+        return _Deadline(self, seconds)
+
+    @contextlib.contextmanager
+    def watching(self, conn: Any) -> Iterator[Any]:
+        """Attach `conn` to the current call for the block; detached before it is closed or pooled."""
+        self.attach(conn)
         try:
-            return future.result(timeout=timeout)
-        except FutureTimeout:
-            future.cancel()  # if it never started, it never will
-            raise DeadlineExceeded(f"PostgreSQL call exceeded its {timeout:.1f} s deadline") from None
+            yield conn
+        finally:
+            self.detach()
+
+    def attach(self, conn: Any) -> None:
+        """The current call now uses `conn`; raises if the call is already overdue."""
+        call = _current_call.get()
+        if call is None:
+            return
+        with self._lock:
+            if call.expired:
+                raise DeadlineExceeded("PostgreSQL call exceeded its deadline before it got a connection")
+            call.conn = conn
+
+    def detach(self) -> None:
+        call = _current_call.get()
+        if call is not None:
+            with self._lock:
+                call.conn = None
 
     def _loop(self) -> None:
         while True:
+            time.sleep(self.TICK_S)
+            now = time.monotonic()
             with self._lock:
-                self._idle += 1
-            fn, future = self._queue.get()
-            with self._lock:
-                self._idle -= 1
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # handed to the caller, who decides
-                future.set_exception(exc)
+                for call in self._calls:
+                    if not call.expired and now >= call.deadline:
+                        call.expired = True
+                        if call.conn is not None:
+                            _cut(call.conn)
+
+
+class _Deadline:
+    """The context manager behind `_Watchdog.deadline` (a class: this is on every call's path)."""
+
+    __slots__ = ("watchdog", "seconds", "call", "token")
+
+    def __init__(self, watchdog: _Watchdog, seconds: float):
+        self.watchdog, self.seconds = watchdog, seconds
+
+    def __enter__(self) -> _Call:
+        wd = self.watchdog
+        call = self.call = _Call(time.monotonic() + self.seconds)
+        with wd._lock:
+            wd._calls.add(call)
+            if wd._thread is None:
+                wd._ensure_thread()
+        self.token = _current_call.set(call)
+        return call
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        call = self.call
+        _current_call.reset(self.token)
+        with self.watchdog._lock:
+            self.watchdog._calls.discard(call)
+            call.conn = None
+        if exc is not None and call.expired and isinstance(exc, Exception) and not isinstance(exc, DeadlineExceeded):
+            raise DeadlineExceeded(f"PostgreSQL call exceeded its {self.seconds:.1f} s deadline") from exc
+        return False
+
+
+def _cut(conn: Any) -> None:
+    """Shut the connection's socket down (both ways) so a blocked read or write returns now."""
+    try:
+        fd = conn.pgconn.socket
+        sock = socket.socket(fileno=os.dup(fd))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
+    except (OSError, psycopg.Error) as exc:  # already closed: nothing is blocked on it
+        log.debug("could not cut an overdue connection: %s", exc)
+
+
+class _DeadlinePostgresSaver(PostgresSaver):
+    """PostgresSaver on a pool whose every wait is bounded by the current call's deadline.
+
+    Same statements and transactions as `PostgresSaver._cursor` (pool, no shared pipeline); the
+    saver's lock and the pool's `getconn` wait at most until the deadline, and the connection is
+    watched so the watchdog can cut it if the server stops answering mid-call.
+    """
+
+    watchdog: _Watchdog
+    shared: Any
+
+    @contextlib.contextmanager
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
+        call = _current_call.get()
+        remaining = (lambda: max(0.01, call.deadline - time.monotonic())) if call is not None else (lambda: None)
+        if not self.lock.acquire(timeout=remaining() or -1):
+            raise DeadlineExceeded("PostgreSQL call exceeded its deadline waiting for the saver's lock")
+        try:
+            if call is not None and self.shared.degraded:
+                # Waited behind a call that found PostgreSQL gone: do not queue on it again.
+                raise CheckpointUnavailable("PostgreSQL became unreachable while this call waited")
+            with self.conn.connection(timeout=remaining()) as conn:
+                self.watchdog.attach(conn)
+                try:
+                    if pipeline and self.supports_pipeline:
+                        with conn.pipeline(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                            yield cur
+                    elif pipeline:
+                        with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                            yield cur
+                    else:
+                        with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                            yield cur
+                finally:
+                    self.watchdog.detach()  # before the connection goes back to the pool
+        finally:
+            self.lock.release()
 
 
 class _Shared:
@@ -181,7 +300,7 @@ class _Shared:
 
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified on every state change
-        self.workers = _Workers(WORKERS, "dual-saver-pg")
+        self.watchdog = _Watchdog(f"dual-saver-watchdog-{self.replica_id}")
         self.pool: ConnectionPool = make_pool(dsn, max_size=pool_size, name=f"dual-saver-{self.replica_id}")
         self.generation = 0  # bumped when a fresh pool replaces a dead one
         self.async_pools: dict[int, tuple[asyncio.AbstractEventLoop, int, AsyncConnectionPool]] = {}
@@ -197,7 +316,7 @@ class _Shared:
         self.resynced_ops = 0
         self.episode_denials: list[dict[str, Any]] = []
         self.transitions: list[tuple[float, str]] = [(time.monotonic(), "healthy")]
-        self.last_success: datetime | None = None
+        self.last_success_ts: float | None = None  # time.time() of the last call that reached PostgreSQL
         self.last_resync_ms: float | None = None
         self.last_resync_error: str | None = None
 
@@ -289,7 +408,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                 "replica_id": sh.replica_id, "state": "degraded" if sh.degraded else "healthy",
                 "degraded_since": sh.degraded_since, "reason": sh.reason,
                 "buffered_ops": len(sh.ops), "buffered_checkpoints": sh.episode_checkpoints,
-                "buffered_writes": sh.episode_writes, "last_success": sh.last_success,
+                "buffered_writes": sh.episode_writes, "last_success": _ts(sh.last_success_ts),
                 "last_resync_ms": sh.last_resync_ms, "last_resync_error": sh.last_resync_error,
                 "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
                 "refusals_total": sh.refusals_total, "generation": sh.generation,
@@ -382,7 +501,9 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         sh = self._shared
         entry = self._pg_entry
         if entry is None or entry[0] != sh.generation:
-            entry = self._pg_entry = (sh.generation, PostgresSaver(sh.pool, serde=self._serde))
+            saver = _DeadlinePostgresSaver(sh.pool, serde=self._serde)
+            saver.watchdog, saver.shared = sh.watchdog, sh
+            entry = self._pg_entry = (sh.generation, saver)
         return entry[1]
 
     async def _apg(self) -> AsyncPostgresSaver:
@@ -427,9 +548,11 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             log.debug("abandoned PostgreSQL call ended with %s", _describe(task.exception()))
 
     def _pg_call(self, fn: Callable[[PostgresSaver], Any]) -> Any:
+        sh = self._shared
         pg = self._pg()
-        result = self._shared.workers.run(lambda: fn(pg), self._shared.call_timeout)
-        self._shared.last_success = _now()
+        with sh.watchdog.deadline(sh.call_timeout):
+            result = fn(pg)
+        sh.last_success_ts = time.time()
         return result
 
     async def _apg_call(self, make: Callable[[AsyncPostgresSaver], Any]) -> Any:
@@ -438,14 +561,15 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         try:
             result = await asyncio.wait_for(asyncio.shield(task), self._shared.call_timeout)
         except asyncio.TimeoutError:
-            # Leave the call to finish (or fail) on its own: cancelling psycopg on a hung server waits.
+            # Leave the call to finish (or fail) on its own: cancelling psycopg on a hung server waits
+            # ~10 s for its cancel request. Its write, if it lands later, is the same upsert as the resync's.
             self._orphans.add(task)
             task.add_done_callback(self._forget)
             raise DeadlineExceeded(f"PostgreSQL call exceeded its {self._shared.call_timeout:.1f} s deadline") from None
         except asyncio.CancelledError:
             task.cancel()
             raise
-        self._shared.last_success = _now()
+        self._shared.last_success_ts = time.time()
         return result
 
     # --- failures ---------------------------------------------------------------------------
@@ -484,9 +608,11 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         if tup is None:
             return
         sh = self._shared
-        thread_id, ns, _ = _thread_of(tup.config)
-        key = (thread_id, ns)
-        tup = tup._replace(pending_writes=list(tup.pending_writes or []))
+        conf = tup.config["configurable"]
+        key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""))
+        current = sh.cache.get(key)
+        if current is not None and current.config["configurable"]["checkpoint_id"] == conf["checkpoint_id"]:
+            return  # already known (a plain dict read: no lock needed on this hot path)
         with sh.cache_lock:
             current = sh.cache.get(key)
             if current is not None and current.config["configurable"]["checkpoint_id"] > tup.config["configurable"]["checkpoint_id"]:
@@ -511,7 +637,9 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         with sh.cache_lock:
             current = sh.cache.get((thread_id, ns))
             if current is not None and current.config["configurable"]["checkpoint_id"] == checkpoint_id:
-                current.pending_writes.extend((task_id, channel, value) for channel, value in writes)
+                # A new list: the cached tuple may be the very object a caller got from get_tuple.
+                sh.cache[(thread_id, ns)] = current._replace(pending_writes=[
+                    *(current.pending_writes or []), *((task_id, channel, value) for channel, value in writes)])
 
     def _seed(self, thread_id: str | None) -> None:
         """Copy what PostgreSQL had for a thread (or every cached thread) into the memory buffer.
@@ -639,6 +767,15 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
     # --- sync API ---------------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if not self._shared.degraded:  # the common case, kept short
+            try:
+                found = self._pg_call(lambda pg: pg.get_tuple(config))
+            except Exception as exc:
+                self._handle(exc, config)
+            else:
+                if found is not None and not config["configurable"].get("checkpoint_id"):
+                    self._remember(found)
+                return found
         for _ in range(3):
             if not self._shared.degraded:
                 try:
@@ -865,12 +1002,11 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _try_recover(self) -> bool:
         sh = self._shared
-        def probe() -> None:
-            with psycopg.connect(sh.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S, autocommit=True) as conn:
-                conn.execute("SELECT 1")
-
         try:
-            sh.workers.run(probe, PROBE_CONNECT_TIMEOUT_S + sh.call_timeout)
+            with sh.watchdog.deadline(PROBE_CONNECT_TIMEOUT_S + sh.call_timeout), \
+                    psycopg.connect(sh.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S, autocommit=True) as conn, \
+                    sh.watchdog.watching(conn):
+                conn.execute("SELECT 1")
         except (psycopg.Error, DeadlineExceeded):
             return False
         started = time.monotonic()
@@ -916,7 +1052,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             sh.memory.blobs.clear()
             sh.seeded = set()
             sh.degraded = False
-            sh.last_success = _now()
+            sh.last_success_ts = time.time()
             sh.last_resync_ms = (time.monotonic() - started) * 1000
             sh.last_resync_error = None
             sh.episodes_total += 1
@@ -954,7 +1090,8 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
 
         def run() -> None:
             with psycopg.connect(sh.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
-                                 connect_timeout=CONNECT_TIMEOUT_S) as conn, conn.transaction():
+                                 connect_timeout=CONNECT_TIMEOUT_S) as conn, sh.watchdog.watching(conn), \
+                    conn.transaction():
                 with conn.cursor() as cur:
                     blobs: list[tuple] = []
                     checkpoints: list[tuple] = []
@@ -986,7 +1123,8 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                             raise ValueError(f"unknown buffered operation {kind!r}")
                     flush()
 
-        sh.workers.run(run, sh.resync_timeout)
+        with sh.watchdog.deadline(sh.resync_timeout):
+            run()
 
     # --- health publishing --------------------------------------------------------------------
 
@@ -996,7 +1134,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             return {
                 "replica_id": sh.replica_id, "host": sh.host, "pid": sh.pid, "state": state,
                 "degraded_since": sh.degraded_since, "buffered_checkpoints": sh.episode_checkpoints if sh.degraded else 0,
-                "buffered_writes": sh.episode_writes if sh.degraded else 0, "last_success": sh.last_success,
+                "buffered_writes": sh.episode_writes if sh.degraded else 0, "last_success": _ts(sh.last_success_ts),
                 "started_at": sh.started_at, "heartbeat_interval_s": sh.heartbeat_interval,
                 "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
                 "refusals_total": sh.refusals_total,
@@ -1005,23 +1143,20 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
     def _with_health_conn(self, fn: Callable[[psycopg.Connection], Any]) -> Any:
         sh = self._shared
 
-        def run() -> Any:
-            with sh.pool.connection() as conn:
-                return fn(conn)
-
-        result = sh.workers.run(run, sh.call_timeout)
-        sh.last_success = _now()
+        with sh.watchdog.deadline(sh.call_timeout), sh.pool.connection(timeout=sh.call_timeout) as conn, \
+                sh.watchdog.watching(conn):
+            result = fn(conn)
+        sh.last_success_ts = time.time()
         return result
 
     def _publish_heartbeat(self, state: str) -> None:
         sh = self._shared
         row = self._heartbeat_row(state)
 
-        def run() -> None:
-            with psycopg.connect(sh.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
-                replica_health.publish_heartbeat(conn, row)
-
-        sh.workers.run(run, sh.call_timeout)
+        with sh.watchdog.deadline(sh.call_timeout), \
+                psycopg.connect(sh.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn, \
+                sh.watchdog.watching(conn):
+            replica_health.publish_heartbeat(conn, row)
 
     def _flush_health(self, state: str | None = None) -> None:
         """Write pending episodes, denials and refusals, then the heartbeat. Keeps what fails."""

