@@ -31,7 +31,7 @@ def test_production_benchmark_smoke(pg_dsn, monkeypatch):
         assert isinstance(f.ms, float) and math.isfinite(f.ms) and f.ms >= 0, f
         if f.baseline != "-":
             assert f.baseline_ms is not None and math.isfinite(f.baseline_ms) and f.ratio is not None, f
-    for page in PAGES + ["Barridos (after a sweep)"]:
+    for page in PAGES + ["Barridos (right after the sweep)", "Barridos (after the sweep + VACUUM)"]:
         names = [f.name for f in by_page.get(page, [])]
         assert RENDER in names, (page, names)
         assert len(names) >= 2, (page, names)  # its core reads and its render
