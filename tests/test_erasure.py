@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timezone
 
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import PutOp
 from psycopg.types.json import Jsonb
 
-from core import erasure
+from core import erasure, replica_health
 from core.agents import ContextoCliente, build_agent, run_turn
 from core.db import Database, reset_pool
 from core.embeddings import OfflineHashEmbeddings
@@ -349,39 +350,28 @@ def test_recheck_reports_data_that_came_back(db):
         erasure.recheck(db, 999_999)
 
 
-# The columns other modules' migrations give these tables (created here only if absent, so the
-# test holds with and without those migrations applied).
-GUARD_DENIALS = """CREATE TABLE IF NOT EXISTS core_guard_denials (id bigserial PRIMARY KEY, replica_id text NOT NULL,
-    tool text NOT NULL, risk text NOT NULL, thread_id text, subject_root text, subject_id text, customer_id text,
-    reason text, denied_at timestamptz NOT NULL)"""
-EPISODES = """CREATE TABLE IF NOT EXISTS core_degradation_episodes (id bigserial PRIMARY KEY, replica_id text NOT NULL,
-    host text NOT NULL, pid integer NOT NULL, degraded_from timestamptz NOT NULL, degraded_to timestamptz NOT NULL,
-    checkpoints_buffered integer NOT NULL, writes_buffered integer NOT NULL, ops_resynced integer NOT NULL,
-    denials jsonb NOT NULL DEFAULT '[]')"""
-
-
 def test_our_other_tables_naming_the_customer_are_erased_too(db):
     """Guard denials, denials inside degradation episodes, retention samples in the sweep log, and a
     table added later (found by its columns) lose what names the customer, and only that."""
-    db.execute(GUARD_DENIALS)
-    db.execute(EPISODES)
     db.execute("CREATE TABLE core_customer_notes (customer_id text, note text)")
     store = make_store(db)
     agent = agents_for(db, store)
     (thread,) = converse(agent, "C2")
     converse(agent, "C20")
-    db.execute("""INSERT INTO core_guard_denials (replica_id, tool, risk, thread_id, subject_root, subject_id,
-                  customer_id, denied_at) VALUES
-                  ('r1', 'recordar_preferencia', 'HIGH', %s, 'clientes', 'C2', 'C2', now()),
-                  ('r1', 'recordar_preferencia', 'HIGH', 'cliente-C20-1', 'clientes', 'C20', 'C20', now()),
-                  ('r1', 'publicar_aviso', 'HIGH', 'compras-P001-retraso', 'proveedores', 'C2', NULL, now())""",
-               (thread,))
-    denials = [{"tool": "recordar_preferencia", "thread_id": thread, "customer_id": "C2"},
-               {"tool": "recordar_preferencia", "thread_id": "cliente-C20-1", "customer_id": "C20"},
-               {"tool": "publicar_aviso", "thread_id": "compras-P001-retraso", "customer_id": None}]
-    db.execute("""INSERT INTO core_degradation_episodes (replica_id, host, pid, degraded_from, degraded_to,
-                  checkpoints_buffered, writes_buffered, ops_resynced, denials)
-                  VALUES ('r1', 'h', 1, now(), now(), 0, 0, 0, %s)""", (Jsonb(denials),))
+    # Written as the dual saver writes them on recovery: one episode with its denials.
+    now = datetime.now(timezone.utc)
+    rows = [{"tool": "recordar_preferencia", "risk": "HIGH", "thread_id": thread, "subject_root": "clientes",
+             "subject_id": "C2", "customer_id": "C2", "reason": "degraded", "denied_at": now},
+            {"tool": "recordar_preferencia", "risk": "HIGH", "thread_id": "cliente-C20-1", "subject_root": "clientes",
+             "subject_id": "C20", "customer_id": "C20", "reason": "degraded", "denied_at": now},
+            {"tool": "publicar_aviso", "risk": "HIGH", "thread_id": "compras-P001-retraso", "subject_root": "proveedores",
+             "subject_id": "C2", "customer_id": None, "reason": "degraded", "denied_at": now}]
+    with db.connection() as conn:
+        replica_health.write_episode(conn, replica_health.Episode(
+            replica_id="r1", host="h", pid=1, degraded_from=now, degraded_to=now, reason="test",
+            checkpoints_buffered=0, writes_buffered=0, ops_resynced=0, resync_ms=1.0, denials=rows))
+    denials = [{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in r.items() if k != "reason"}
+               for r in rows]
     db.execute("""INSERT INTO core_sweep_log (trigger, host, status, threads_sample)
                   VALUES ('scheduled', 'h', 'ok', %s)""", (Jsonb(["cliente-C20-1", thread, "personal-E001"]),))
     db.execute("INSERT INTO core_customer_notes VALUES ('C2', 'x'), ('C20', 'y')")
