@@ -15,8 +15,9 @@ RENDER = "page render (AppTest, empty data cache)"
 def test_production_benchmark_smoke(pg_dsn, monkeypatch):
     import streamlit as st
 
-    for key in ("PG_AGENTES", "EMBEDDINGS_DIMS", "AUTO_MIGRATE", "SEED_DEMO"):  # the renders set them
-        monkeypatch.delenv(key, raising=False)
+    # the renders set these in os.environ; recording them here restores (or removes) them afterwards
+    for key in ("PG_AGENTES", "EMBEDDINGS_DIMS", "AUTO_MIGRATE", "SEED_DEMO"):
+        monkeypatch.setenv(key, "")
     lines: list[str] = []
     try:
         figures, info = bp.run(pg_dsn, rebuild=True, log=lines.append, **bp.SMOKE)
