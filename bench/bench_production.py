@@ -27,8 +27,9 @@ every page's core reads (median of --runs warm calls) and its full AppTest rende
 cache (median of --renders); the SQL decoder over one thread's history vs two Python decoders; the
 Erasure page's preview; the erasure of the large customer `C9` vs the seed's loop on `C8`; the
 Erasure register; a sweep (`core.sweep.run_sweep`) vs the bare `sweep_ttl()` plus a set-based
-retention delete (both run first in a transaction that is rolled back), then the Sweeps page again.
-Prints a markdown table (figure, value, baseline, ratio, target).
+retention delete (both run first in a transaction that is rolled back), then the Sweeps page again, right
+after the sweep and after `VACUUM ANALYZE store`. Prints a markdown table (figure, value, baseline, ratio =
+baseline / value, target); results and findings in BENCHMARKS.md, "Production-scale run (all pages)".
 """
 from __future__ import annotations
 
