@@ -9,8 +9,9 @@ resumes whatever the pool timeout or keepalives say. Sync calls run in the calle
 saver's lock and the pool wait at most until the deadline, and a watchdog thread shuts down the
 socket of a call still blocked at its deadline, so psycopg raises at once (handing every call to
 a worker thread and abandoning it instead cost 10-30 % of a `get_tuple` here, see BENCHMARKS.md).
-Async calls are awaited with `asyncio.wait_for` on a shielded task (cancelling psycopg's call on a
-hung server would itself wait ~10 s); the abandoned task finishes on its own.
+Async calls work the same way inside their task (the saver's asyncio lock is awaited with
+`asyncio.wait_for` only when contended; cancelling psycopg's call on a hung server would itself
+wait ~10 s for its cancel request, cutting the socket does not).
 
 Degraded, it keeps serving: writes go to an `InMemorySaver` and to an ordered log of operations;
 reads see what was buffered plus what this process last knew PostgreSQL had (the latest
@@ -277,6 +278,48 @@ class _DeadlinePostgresSaver(PostgresSaver):
             self.lock.release()
 
 
+class _DeadlineAsyncPostgresSaver(AsyncPostgresSaver):
+    """AsyncPostgresSaver whose lock and pool waits are bounded by the current call's deadline and
+    whose connection the watchdog can cut (same statements as `AsyncPostgresSaver._cursor`)."""
+
+    watchdog: _Watchdog
+    shared: Any
+
+    @contextlib.asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[Any]:
+        call = _current_call.get()
+
+        def remaining() -> float | None:
+            return max(0.01, call.deadline - time.monotonic()) if call is not None else None
+
+        if self.lock.locked() and call is not None:
+            try:
+                await asyncio.wait_for(self.lock.acquire(), remaining())
+            except asyncio.TimeoutError:
+                raise DeadlineExceeded("PostgreSQL call exceeded its deadline waiting for the saver's lock") from None
+        else:
+            await self.lock.acquire()
+        try:
+            if call is not None and self.shared.degraded:
+                raise CheckpointUnavailable("PostgreSQL became unreachable while this call waited")
+            async with self.conn.connection(timeout=remaining()) as conn:
+                self.watchdog.attach(conn)
+                try:
+                    if pipeline and self.supports_pipeline:
+                        async with conn.pipeline(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                            yield cur
+                    elif pipeline:
+                        async with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                            yield cur
+                    else:
+                        async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                            yield cur
+                finally:
+                    self.watchdog.detach()
+        finally:
+            self.lock.release()
+
+
 class _Shared:
     """State shared by a saver and its `with_allowlist` clones (one per replica process)."""
 
@@ -532,7 +575,8 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             self._spawn(stale[2].close(timeout=0))
         if opening:
             await pool_entry[2].open(wait=False)
-        saver = AsyncPostgresSaver(pool_entry[2], serde=self._serde)
+        saver = _DeadlineAsyncPostgresSaver(pool_entry[2], serde=self._serde)
+        saver.watchdog, saver.shared = sh.watchdog, sh
         self._apg_entries[key] = (generation, saver)
         return saver
 
@@ -556,20 +600,11 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         return result
 
     async def _apg_call(self, make: Callable[[AsyncPostgresSaver], Any]) -> Any:
+        sh = self._shared
         apg = await self._apg()
-        task = asyncio.ensure_future(make(apg))
-        try:
-            result = await asyncio.wait_for(asyncio.shield(task), self._shared.call_timeout)
-        except asyncio.TimeoutError:
-            # Leave the call to finish (or fail) on its own: cancelling psycopg on a hung server waits
-            # ~10 s for its cancel request. Its write, if it lands later, is the same upsert as the resync's.
-            self._orphans.add(task)
-            task.add_done_callback(self._forget)
-            raise DeadlineExceeded(f"PostgreSQL call exceeded its {self._shared.call_timeout:.1f} s deadline") from None
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        self._shared.last_success_ts = time.time()
+        with sh.watchdog.deadline(sh.call_timeout):
+            result = await make(apg)
+        sh.last_success_ts = time.time()
         return result
 
     # --- failures ---------------------------------------------------------------------------

