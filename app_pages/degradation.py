@@ -131,6 +131,9 @@ def episodes_timeline(reading: Reading) -> None:
         st.info(t("degr_no_episodes"))
         return
     frame = pd.concat(bars, ignore_index=True)
+    # the database's timestamps and the ongoing bar's "now" must be one dtype for plotly
+    for column in ("degraded_from", "degraded_to"):
+        frame[column] = pd.to_datetime(frame[column], utc=True)
     fig = px.timeline(frame, x_start="degraded_from", x_end="degraded_to", y="replica_id", color="status",
                       color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"],
                                           t("degr_ongoing"): STATE_COLORS["ongoing"]},

@@ -52,11 +52,13 @@ SELECT_NAMESPACE_EXACT = """
 SELECT prefix, count(*) AS documents FROM store
 WHERE prefix = ANY(%s) GROUP BY prefix ORDER BY prefix"""
 
+# The page first (LIMIT/OFFSET on the primary key), then one vector lookup per row shown.
 SELECT_NAMESPACE_ITEMS = """
 SELECT s.key, s.value, s.created_at, s.updated_at, s.expires_at, s.ttl_minutes,
        (s.expires_at IS NOT NULL AND s.expires_at < now()) AS expired,
        EXISTS (SELECT 1 FROM store_vectors v WHERE v.prefix = s.prefix AND v.key = s.key) AS vector
-FROM store s WHERE s.prefix = %s ORDER BY s.key LIMIT %s OFFSET %s"""
+FROM (SELECT * FROM store WHERE prefix = %s ORDER BY key LIMIT %s OFFSET %s) s
+ORDER BY s.key"""
 
 SELECT_PREF_DAILY = """
 WITH days AS (

@@ -138,3 +138,29 @@ def test_replica_through_a_real_outage(outage_server, app_env):
         assert len(at.get("plotly_chart")) == 1
     finally:
         saver.close()
+
+
+def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
+    """An ongoing degradation (heartbeat 'degraded') and a resynced episode on one timeline: the
+    ongoing bar's end ("now") and the database's timestamps must plot together."""
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc)
+    with db.connection() as conn:
+        replica_health.write_episode(conn, replica_health.Episode(
+            replica_id="r-old", host="h", pid=1, degraded_from=now - timedelta(minutes=9),
+            degraded_to=now - timedelta(minutes=8), reason="test", checkpoints_buffered=3, writes_buffered=5,
+            ops_resynced=8, resync_ms=4.0))
+        replica_health.publish_heartbeat(conn, {
+            "replica_id": "r-now", "host": "h", "pid": 2, "state": "degraded", "degraded_since": now - timedelta(seconds=30),
+            "buffered_checkpoints": 4, "buffered_writes": 6, "last_success": now - timedelta(seconds=31),
+            "started_at": now - timedelta(hours=1), "heartbeat_interval_s": 2.0, "episodes_total": 0,
+            "denials_total": 0, "refusals_total": 0})
+    app_env(db.dsn)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    assert metric(at, "Degradadas") == "1"
+    spec = at.get("plotly_chart")[0].proto.spec
+    assert "r-now" in spec and "r-old" in spec
