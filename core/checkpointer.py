@@ -345,6 +345,9 @@ class _Shared:
         self.changed = threading.Condition(self.lock)  # notified on every state change
         self.watchdog = _Watchdog(f"dual-saver-watchdog-{self.replica_id}")
         self.pool: ConnectionPool = make_pool(dsn, max_size=pool_size, name=f"dual-saver-{self.replica_id}")
+        # Heartbeats and health rows on a connection of their own: they never queue behind (or grow
+        # the pool of) the agents' checkpoint calls.
+        self.health_pool: ConnectionPool = make_pool(dsn, max_size=1, name=f"dual-saver-health-{self.replica_id}")
         self.generation = 0  # bumped when a fresh pool replaces a dead one
         self.async_pools: dict[int, tuple[asyncio.AbstractEventLoop, int, AsyncConnectionPool]] = {}
 
@@ -504,6 +507,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             except Exception as exc:  # closing must not fail because PostgreSQL is gone
                 log.info("last heartbeat not written: %s", _describe(exc))
         sh.pool.close(timeout=1)
+        sh.health_pool.close(timeout=1)
         with sh.lock:
             pools = list(sh.async_pools.values())
             sh.async_pools.clear()
@@ -522,6 +526,9 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             entry = sh.async_pools.pop(id(loop), None)
         if entry is not None:
             await entry[2].close(timeout=1)
+        pending = [t for t in self._orphans if t.get_loop() is loop and not t.done()]
+        if pending:  # e.g. closing the pool a recovery replaced
+            await asyncio.wait(pending, timeout=2)
 
     async def aclose(self) -> None:
         """`close()` plus closing this event loop's async pool on the loop itself."""
@@ -1077,8 +1084,9 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                 fresh.close(timeout=0)
                 return False
             sh.resynced_ops += len(sh.ops)
-            old = sh.pool
+            old, old_health = sh.pool, sh.health_pool
             sh.pool = fresh
+            sh.health_pool = make_pool(sh.dsn, max_size=1, name=f"dual-saver-health-{sh.replica_id}")
             sh.generation += 1
             resynced, sh.resynced_ops = sh.resynced_ops, 0
             sh.ops.clear()
@@ -1101,7 +1109,8 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             sh.degraded_since = None
             sh.transitions.append((time.monotonic(), "healthy"))
             sh.changed.notify_all()
-        threading.Thread(target=old.close, kwargs={"timeout": 2}, daemon=True).start()
+        for stale in (old, old_health):
+            threading.Thread(target=stale.close, kwargs={"timeout": 2}, daemon=True).start()
         log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
                     sh.replica_id, resynced, sh.last_resync_ms)
         if sh.publish_health:
@@ -1178,7 +1187,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
     def _with_health_conn(self, fn: Callable[[psycopg.Connection], Any]) -> Any:
         sh = self._shared
 
-        with sh.watchdog.deadline(sh.call_timeout), sh.pool.connection(timeout=sh.call_timeout) as conn, \
+        with sh.watchdog.deadline(sh.call_timeout), sh.health_pool.connection(timeout=sh.call_timeout) as conn, \
                 sh.watchdog.watching(conn):
             result = fn(conn)
         sh.last_success_ts = time.time()
