@@ -581,7 +581,9 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         if stale is not None and stale[0] is loop:
             self._spawn(stale[2].close(timeout=0))
         if opening:
-            await pool_entry[2].open(wait=False)
+            # Wait for the first connection (bounded): a call queued on a pool still connecting makes
+            # it grow, and calls then alternate between backends. A timeout here is a PoolTimeout.
+            await pool_entry[2].open(wait=True, timeout=sh.call_timeout)
         saver = _DeadlineAsyncPostgresSaver(pool_entry[2], serde=self._serde)
         saver.watchdog, saver.shared = sh.watchdog, sh
         self._apg_entries[key] = (generation, saver)
