@@ -14,7 +14,7 @@ from psycopg_pool import PoolTimeout
 from core import access
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import EmbeddingDimsMismatch
-from ui.common import auth_configured, bootstrap, current_user, settings
+from ui.common import bootstrap, current_user, settings
 from ui import checkpoints_i18n, degradation_i18n, erasure_i18n, sweeps_i18n  # register their pages' strings
 from ui.i18n import LANGUAGES, t
 

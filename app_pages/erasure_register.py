@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-import pandas as pd
 import streamlit as st
 
 from core import access, erasure

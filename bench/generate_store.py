@@ -9,7 +9,6 @@ tools write. This is bulk data (COPY), not the agents' code path: the tests and 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import random
 import time

@@ -3,9 +3,7 @@ every tool call (a run that starts healthy and degrades before its tool call is 
 from __future__ import annotations
 
 import asyncio
-import time
 
-import pytest
 from langchain.agents.middleware import AgentMiddleware
 from langchain.tools import ToolRuntime, tool
 from langgraph.checkpoint.memory import InMemorySaver

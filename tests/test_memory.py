@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from langchain_core.messages import SystemMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.memory import InMemoryStore
 

@@ -284,7 +284,7 @@ EDGE_VALUES = [
     b"", b"\x00", b"\xff" * 255, b"\x01" * 256, b"z" * 70000,
     [], [1], list(range(15)), list(range(16)), list(range(65535)), list(range(65536)),
     {}, {"k": 1}, {str(i): i for i in range(15)}, {str(i): i for i in range(16)}, {str(i): i for i in range(65536)},
-    {1: "one", -5: "minus", 2**64 - 1: "max", True: "t", None: "n", 1.5: "f"},
+    {1: "one", -5: "minus", 2**64 - 1: "max", False: "f0", None: "n", 1.5: "f"},
     {"deep": [[[[[[[[[[{"x": [None]}]]]]]]]]]]},
 ]
 EXTS = [(code, b"\x07" * size) for code, size in   # fixext 1..16, ext 8/16/32, negative and max codes
