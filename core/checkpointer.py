@@ -1040,7 +1040,11 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                 if is_connection_failure(exc):
                     self._degrade(_describe(exc))
                     continue
-                log.exception("dual saver monitor error")
+                # E.g. the health tables are missing (migration 003 not applied): say it once, not every beat.
+                message = _describe(exc)
+                if message != getattr(self, "_last_monitor_error", None):
+                    self._last_monitor_error = message
+                    log.exception("dual saver monitor error (repeats are not logged)")
             sh.wake.wait(sh.heartbeat_interval)
             sh.wake.clear()
 
