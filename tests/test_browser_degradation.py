@@ -6,7 +6,6 @@ database): it says so and keeps the last good reading. After the restart the rep
 the page shows the episode (buffered, resynced, the guard's denial) and the replica back to ok."""
 from __future__ import annotations
 
-import time
 
 import psycopg
 import pytest
@@ -16,10 +15,11 @@ from conftest import DIMS, dsn_for, start_streamlit
 from core import replica_health
 from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.checkpointer import DualCheckpointSaver
-from core.db import Database, DatabaseUnavailable, embedded_dsn
+from core.db import Database, embedded_dsn
 from core.migrate import migrate
 from core.outage import EmbeddedServerControl
 from core.scripted_model import ScriptedChatModel
+from apptools import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -44,18 +44,6 @@ def outage_dashboard(tmp_path_factory):
         pass
 
 
-def wait_until(check, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except DatabaseUnavailable:
-            pass
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def test_degradation_page_through_a_real_outage(page, outage_dashboard, screenshot):
     dsn, control, url = outage_dashboard
     db = Database(dsn)
@@ -64,7 +52,7 @@ def test_degradation_page_through_a_real_outage(page, outage_dashboard, screensh
         cliente = build_agent("atencion-cliente", ScriptedChatModel(), store=None, checkpointer=saver)
         compras = build_agent("compras", ScriptedChatModel(), store=None, checkpointer=saver)
         run_turn(cliente, ContextoCliente("C7"), "cliente-C7-1", "Hola, quería saber el estado de mi pedido.")
-        wait_until(lambda: not replica_health.replicas(db).empty)
+        wait_until(lambda: not replica_health.replicas(db).empty, timeout=20)
 
         page.goto(f"{url}/degradation")
         expect(page.get_by_role("heading", name="Persistencia degradada de las réplicas")).to_be_visible(timeout=30_000)
@@ -87,7 +75,7 @@ def test_degradation_page_through_a_real_outage(page, outage_dashboard, screensh
         finally:
             control.start()
         assert saver.wait_for("healthy", 15)
-        wait_until(lambda: not replica_health.episodes(db).empty and not replica_health.denials(db).empty)
+        wait_until(lambda: not replica_health.episodes(db).empty and not replica_health.denials(db).empty, timeout=20)
         episode = replica_health.episodes(db).iloc[0]
         assert episode["ops_resynced"] > 0
 

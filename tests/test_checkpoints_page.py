@@ -3,9 +3,7 @@ SQL on the same database, the thread id in the URL, bad input finding exactly no
 that thread. Real embedded PostgreSQL, checkpoints written by the real agents."""
 from __future__ import annotations
 
-import base64
 
-import numpy as np
 import pandas as pd
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -18,6 +16,7 @@ from core.db import Database
 from core.embeddings import OfflineHashEmbeddings
 from core.memory import build_store
 from core.scripted_model import ScriptedChatModel
+from apptools import as_int, decode, frame, metric
 
 APP = "../dashboard.py"
 PAGE = "app_pages/checkpoints.py"
@@ -26,28 +25,6 @@ WEIRD_THREAD = "cliente-C_%'\"1-1"
 PLAIN_THREAD = "cliente-C101-1"
 BAD_INPUT = ["%", "_", "cliente-%", "cliente-C_%", "cliente_C101_1", "' OR '1'='1", "\"", "C%", "C_", "x" * 10_000,
              WEIRD_THREAD[:-1] + "_", PLAIN_THREAD.upper(), " " + PLAIN_THREAD, "a\x00b"]
-
-
-def metric(at, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
-
-
-def frame(at, *columns: str):
-    for df in at.dataframe:
-        if set(columns) <= set(df.value.columns):
-            return df.value
-    raise KeyError(columns)
-
-
-def as_int(text: str) -> int:
-    return int(text.replace(",", ""))
-
-
-def decode(values):
-    """Plotly 7 encodes arrays as {"dtype", "bdata"} (base64)."""
-    if isinstance(values, dict) and "bdata" in values:
-        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
-    return list(values)
 
 
 @pytest.fixture(scope="module")

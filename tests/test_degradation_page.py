@@ -5,7 +5,6 @@ denies a HIGH tool), the server comes back, the replica resyncs and the page sho
 An embedded server of its own, so the outage never touches the session's server."""
 from __future__ import annotations
 
-import time
 
 import psycopg
 import pytest
@@ -15,37 +14,14 @@ from conftest import DIMS, dsn_for
 from core import replica_health
 from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.checkpointer import DualCheckpointSaver
-from core.db import Database, DatabaseUnavailable, embedded_dsn
+from core.db import Database, embedded_dsn
 from core.migrate import migrate
 from core.outage import EmbeddedServerControl
 from core.scripted_model import ScriptedChatModel
+from apptools import frame, metric, wait_until
 
 APP = "../dashboard.py"
 PAGE = "app_pages/degradation.py"
-
-
-def metric(at, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
-
-
-def frame(at, *columns: str):
-    for df in at.dataframe:
-        if set(columns) <= set(df.value.columns):
-            return df.value
-    raise KeyError(columns)
-
-
-def wait_until(check, timeout: float = 15.0) -> None:
-    """Poll `check`; right after a restart the first pooled call may fail (the pool is then rebuilt)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except DatabaseUnavailable:
-            pass
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

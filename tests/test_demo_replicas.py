@@ -2,22 +2,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from conftest import settings_for
 from core.config import load_settings
 from core.demo import run_replica
-
-
-def wait_until(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
+from apptools import wait_until
 
 
 def test_a_live_replica_converses_and_publishes_its_heartbeat(db):
@@ -27,9 +18,9 @@ def test_a_live_replica_converses_and_publishes_its_heartbeat(db):
         run_replica(db, settings_for(db.dsn), "demo-replica-t", stop, every_s=0.1, customers=5, seed=1)))
     worker.start()
     try:
-        assert wait_until(lambda: db.fetch_one(
+        wait_until(lambda: db.fetch_one(
             "SELECT count(*) AS n FROM core_conversations WHERE thread_id LIKE 'cliente-%%-live-demo-replica-t-%%'")["n"] >= 2, 20)
-        assert wait_until(lambda: (db.fetch_one(
+        wait_until(lambda: (db.fetch_one(
             "SELECT state FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'") or {}).get("state") == "healthy", 10)
         beat = db.fetch_one("SELECT now() - updated_at AS age FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'")
         assert beat["age"].total_seconds() < 10

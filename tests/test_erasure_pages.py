@@ -13,6 +13,7 @@ from core import erasure
 from core.agents import ContextoCliente, run_turn
 from core.db import Database, reset_pool
 from tests.test_erasure import agents_for, converse, footprint, make_store, write_docs
+from apptools import frame
 
 @pytest.fixture
 def db(create_database):
@@ -46,14 +47,6 @@ def dashboard(page: str | None = None) -> AppTest:
         at.switch_page(page).run()
         assert not at.exception, at.exception
     return at
-
-
-def frame(at: AppTest, *columns: str):
-    """The first dataframe with these columns (plain dataframes carry no key in AppTest)."""
-    for df in at.dataframe:
-        if set(columns) <= set(df.value.columns):
-            return df.value
-    raise AssertionError(f"no dataframe with columns {columns}")
 
 
 def texts(at: AppTest) -> str:

@@ -8,24 +8,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.memory import MAX_DOCS_PER_CUSTOMER
+from apptools import as_int, frame, metric
 
 APP = "../dashboard.py"
-
-
-def metric(at, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
-
-
-def frame(at, *columns: str):
-    """The first dataframe on the page having these columns (plain dataframes carry no key)."""
-    for df in at.dataframe:
-        if set(columns) <= set(df.value.columns):
-            return df.value
-    raise KeyError(columns)
-
-
-def as_int(text: str) -> int:
-    return int(text.replace(",", ""))
 
 
 @pytest.fixture

@@ -2,42 +2,18 @@
 from the dialog, and a manager refused. Real embedded PostgreSQL, real demo data."""
 from __future__ import annotations
 
-import base64
 import time
 
-import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.embeddings import OfflineHashEmbeddings
 from core.memory import build_store, put_memory
+from apptools import as_int, decode, frame, metric
 
 APP = "../dashboard.py"
 PAGE = "app_pages/sweeps.py"
 DIMS = 64
-
-
-def metric(at, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
-
-
-def frame(at, *columns: str):
-    """The first dataframe on the page having these columns (plain dataframes carry no key)."""
-    for df in at.dataframe:
-        if set(columns) <= set(df.value.columns):
-            return df.value
-    raise KeyError(columns)
-
-
-def as_int(text: str) -> int:
-    return int(text.replace(",", ""))
-
-
-def decode(values):
-    """Plotly 7 encodes arrays as {"dtype", "bdata"} (base64)."""
-    if isinstance(values, dict) and "bdata" in values:
-        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
-    return list(values)
 
 
 def figure(at, key: str) -> dict:

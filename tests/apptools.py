@@ -1,0 +1,47 @@
+"""Helpers shared by the page tests: reading AppTest elements and waiting on the database."""
+from __future__ import annotations
+
+import base64
+import time
+
+import numpy as np
+
+from core.db import DatabaseUnavailable
+
+
+def metric(at, label: str) -> str:
+    """The value of the metric with this label (raises StopIteration if absent)."""
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def frame(at, *columns: str):
+    """The first dataframe on the page having these columns (plain dataframes carry no key)."""
+    for df in at.dataframe:
+        if set(columns) <= set(df.value.columns):
+            return df.value
+    raise KeyError(columns)
+
+
+def as_int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def decode(values):
+    """Plotly 7 encodes arrays as {"dtype", "bdata"} (base64)."""
+    if isinstance(values, dict) and "bdata" in values:
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
+
+
+def wait_until(check, timeout: float = 15.0) -> None:
+    """Poll `check` until true; fail after `timeout`. Right after a server restart the first pooled
+    call may fail (the pool is then rebuilt), so DatabaseUnavailable counts as "not yet"."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except DatabaseUnavailable:
+            pass
+        assert time.monotonic() < deadline, f"timed out after {timeout} s"
+        time.sleep(0.1)
