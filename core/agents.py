@@ -6,6 +6,8 @@ empty string instead of raising when the agent runs without a store.
 """
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, ClassVar, Literal
@@ -14,12 +16,14 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, dynamic_prompt
 from langchain.tools import ToolRuntime, tool
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import ToolMessage
 from langgraph.config import get_config
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
 from core import clock
+from core.db import CONNECTION_ERRORS
 from core.guard import FailClosedGuard, Risk, declare_risk
 from core.memory import (
     TipoPreferencia,
@@ -28,6 +32,8 @@ from core.memory import (
     search_memory,
     validate_label,
 )
+
+log = logging.getLogger(__name__)
 
 AVISO_MIN_SCORE = 0.4  # semantic matches at or below this are noise
 
@@ -125,7 +131,11 @@ def prompt_con_preferencias(request: ModelRequest) -> str:
     context = request.runtime.context
     if not isinstance(context, ContextoCliente):
         return base
-    prefs = _preferences_text(request.runtime.store, context)
+    try:
+        prefs = _preferences_text(request.runtime.store, context)
+    except CONNECTION_ERRORS as exc:  # the conversation goes on without its memory
+        log.warning("memory unavailable, prompt without preferences: %s", exc)
+        prefs = ""
     if not prefs:
         return base
     return (
@@ -209,12 +219,40 @@ class RegistroConversacion(AgentMiddleware):
             "subject": context.subject_id,
             "now": clock.now(),
         }
-        if isinstance(store.conn, ConnectionPool):
-            with store.conn.connection() as conn:
-                conn.execute(UPSERT_CONVERSATION, params)
-        else:
-            store.conn.execute(UPSERT_CONVERSATION, params)
+        try:
+            if isinstance(store.conn, ConnectionPool):
+                with store.conn.connection() as conn:
+                    conn.execute(UPSERT_CONVERSATION, params)
+            else:
+                store.conn.execute(UPSERT_CONVERSATION, params)
+        except CONNECTION_ERRORS as exc:  # a lost log row must not end the conversation
+            log.warning("conversation %s not logged, database unavailable: %s", params["thread_id"], exc)
         return None
+
+
+MEMORY_DOWN = "La memoria no está disponible ahora mismo: no se ha leído ni guardado nada."
+
+
+class MemoriaNoDisponible(AgentMiddleware):
+    """A store outage must not end the conversation: the tool call answers that memory is
+    unavailable (status error, so the model knows nothing was saved) and the agent goes on."""
+
+    def _unavailable(self, request: Any, exc: BaseException) -> ToolMessage:
+        log.warning("tool %s: memory unavailable: %s", request.tool_call["name"], exc)
+        return ToolMessage(content=MEMORY_DOWN, tool_call_id=request.tool_call["id"],
+                           name=request.tool_call["name"], status="error")
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        try:
+            return handler(request)
+        except CONNECTION_ERRORS as exc:
+            return self._unavailable(request, exc)
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        try:
+            return await handler(request)
+        except CONNECTION_ERRORS as exc:
+            return self._unavailable(request, exc)
 
 
 # --- risk of each tool, for the fail-closed guard (an undeclared tool counts as HIGH) ------
@@ -246,7 +284,7 @@ def build_agent(kind: str, model: BaseChatModel, *, store: BaseStore | None, che
     guard is added on it unless `guard` is given.
     """
     context_schema, tools, system_prompt = AGENTS[kind]
-    middleware: list[AgentMiddleware] = [RegistroConversacion()]
+    middleware: list[AgentMiddleware] = [RegistroConversacion(), MemoriaNoDisponible()]
     if context_schema is ContextoCliente:
         middleware.append(prompt_con_preferencias)
     if guard is None and hasattr(checkpointer, "degraded") and hasattr(checkpointer, "record_denial"):

@@ -72,13 +72,14 @@ def describe_dsn(dsn: str) -> str:
     return f"{host}:{port}{url.path or '/'}"
 
 
-def make_pool(dsn: str, *, max_size: int = 8, name: str = "core", min_size: int = 1) -> ConnectionPool:
+def make_pool(dsn: str, *, max_size: int = 8, name: str = "core", min_size: int = 1,
+              timeout: float = POOL_TIMEOUT_S) -> ConnectionPool:
     """A new, opened pool. Opening does not wait: a dead server shows up at first use."""
     pool = ConnectionPool(
         conninfo=dsn,
         min_size=min_size,
         max_size=max_size,
-        timeout=POOL_TIMEOUT_S,
+        timeout=timeout,
         name=name,
         kwargs={
             "autocommit": True,

@@ -196,3 +196,24 @@ def test_migrations_run_twice_and_concurrently(create_database):
 def test_dims_mismatch_is_a_clear_startup_error(db):
     with pytest.raises(EmbeddingDimsMismatch, match=r"vector\(64\)"):
         migrate(db.dsn, 1536)
+
+
+def test_agents_keep_answering_when_the_store_is_down():
+    """The store's database unreachable (a refused port): the prompt goes without preferences, the
+    conversation log row is skipped, a memory tool answers that memory is unavailable, and the
+    turn still ends with the model's reply, checkpointed by a healthy saver."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from core.agents import MEMORY_DOWN
+    from core.db import make_pool
+
+    dead = make_pool("postgresql://postgres@127.0.0.1:1/agentes?connect_timeout=1", name="dead-store", timeout=0.5)
+    try:
+        agent = build_agent("atencion-cliente", ScriptedChatModel(),
+                            store=build_store(dead, OfflineHashEmbeddings(DIMS), DIMS), checkpointer=InMemorySaver())
+        result = run_turn(agent, ContextoCliente("C9"), "t-down", "Mi talla es la M.")
+        tool_msgs = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+        assert [(m.content, m.status) for m in tool_msgs] == [(MEMORY_DOWN, "error")]
+        assert result["messages"][-1].content.startswith("Hecho.")
+    finally:
+        dead.close()
