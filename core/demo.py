@@ -21,6 +21,9 @@ from core.checkpointer import DualCheckpointSaver
 from core.config import Settings, load_settings
 from core.db import Database
 from core.embeddings import make_embeddings
+from core.erasure import erase_demo_customer
+from core.outage import demo_outage
+from core.sweep import demo_sweep
 from core.memory import build_store, put_memory
 from core.scripted_model import ScriptedChatModel
 
