@@ -108,7 +108,8 @@ def replicas_table(reading: Reading) -> None:
     shown = df[["replica_id", "state", "degraded_since", "buffered_checkpoints", "buffered_writes",
                 "resynced_last_episode", "heartbeat_age_s", "last_heartbeat", "last_success", "host", "pid",
                 "episodes_total", "denials_total", "refusals_total"]]
-    st.dataframe(shown.style.map(lambda v: f"background-color: {colours.get(v, '')}", subset=["state"]),
+    st.dataframe(shown.style.map(lambda v: f"background-color: {colours.get(v, '')}", subset=["state"])
+                 .format({"heartbeat_age_s": "{:.1f}"}),
                  hide_index=True, key="degradation.replicas")
 
 
@@ -137,7 +138,9 @@ def episodes_timeline(reading: Reading) -> None:
     fig = px.timeline(frame, x_start="degraded_from", x_end="degraded_to", y="replica_id", color="status",
                       color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"],
                                           t("degr_ongoing"): STATE_COLORS["ongoing"]},
-                      hover_data=["reason", "checkpoints_buffered", "writes_buffered", "ops_resynced", "denials_count"])
+                      # an ongoing episode alone has no reason, resync or denials yet
+                      hover_data=[c for c in ("reason", "checkpoints_buffered", "writes_buffered", "ops_resynced",
+                                              "denials_count") if c in frame.columns])
     # an outline in the bar's own colour keeps seconds-long episodes visible on a long axis
     fig.for_each_trace(lambda tr: tr.update(marker_line_width=6, marker_line_color=tr.marker.color))
     fig.update_layout(height=160 + 40 * frame["replica_id"].nunique(), margin=dict(t=10, b=10),
