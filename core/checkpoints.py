@@ -106,7 +106,8 @@ SELECT (SELECT count(*) FROM checkpoints WHERE thread_id = %(thread_id)s) AS che
        (SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_writes WHERE thread_id = %(thread_id)s) AS write_bytes"""
 STORAGE_COLUMNS = ["checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes", "write_bytes"]
 
-SELECT_LARGEST_THREADS = """
+# The live aggregate (three full scans): only the refresh runs it, from the sweep job.
+LIVE_THREAD_STORAGE = """
 WITH c AS (
     SELECT thread_id, count(*) AS checkpoints, sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS checkpoint_bytes,
            max(metadata ->> 'cliente_id') AS cliente_id, max(checkpoint ->> 'ts') AS last_ts
@@ -124,11 +125,21 @@ SELECT coalesce(c.thread_id, b.thread_id, w.thread_id) AS thread_id, c.cliente_i
        coalesce(w.writes, 0) AS writes, coalesce(w.write_bytes, 0) AS write_bytes,
        coalesce(c.checkpoint_bytes, 0) + coalesce(b.blob_bytes, 0) + coalesce(w.write_bytes, 0) AS total_bytes,
        core_try_timestamptz(c.last_ts) AS last_ts
-FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
-ORDER BY total_bytes DESC, thread_id
-LIMIT %(limit)s"""
+FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)"""
+
+REFRESH_THREAD_STORAGE = [
+    "LOCK TABLE core_thread_storage IN EXCLUSIVE MODE",  # one refresh at a time; readers go on
+    "DELETE FROM core_thread_storage",
+    "INSERT INTO core_thread_storage (thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, "
+    "writes, write_bytes, total_bytes, last_ts) " + LIVE_THREAD_STORAGE,
+]
+
+SELECT_LARGEST_THREADS = """
+SELECT thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, writes, write_bytes, total_bytes,
+       last_ts, computed_at
+FROM core_thread_storage ORDER BY total_bytes DESC, thread_id LIMIT %(limit)s"""
 LARGEST_COLUMNS = ["thread_id", "cliente_id", "checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes",
-                   "write_bytes", "total_bytes", "last_ts"]
+                   "write_bytes", "total_bytes", "last_ts", "computed_at"]
 
 SELECT_TABLE_TOTALS = """
 SELECT t.name AS table_name, t.rows, pg_total_relation_size(t.name::regclass) AS total_bytes
@@ -215,8 +226,18 @@ def thread_storage(db: Database, thread_id: str) -> dict[str, int]:
 
 
 def largest_threads(db: Database, limit: int = 20) -> pd.DataFrame:
-    """The threads that weigh most across checkpoints, blobs and writes (scans the three tables)."""
+    """The threads that weigh most across checkpoints, blobs and writes, as of the last refresh
+    (`computed_at`; the sweep job refreshes it)."""
     return pd.DataFrame(db.fetch(SELECT_LARGEST_THREADS, {"limit": limit}), columns=LARGEST_COLUMNS)
+
+
+def refresh_thread_storage(db: Database) -> int:
+    """Recompute `core_thread_storage` from the three checkpoint tables in one transaction (readers
+    see the old rows until it commits); returns the number of threads."""
+    with db.connection() as conn, conn.transaction():
+        for sql in REFRESH_THREAD_STORAGE:
+            cur = conn.execute(sql)
+        return cur.rowcount
 
 
 def table_totals(db: Database) -> pd.DataFrame:

@@ -39,6 +39,7 @@ from psycopg.rows import dict_row
 
 from core.config import DEFAULT_DIMS, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
+from core.checkpoints import refresh_thread_storage
 from core.memory import POLICIES, ROOTS, TTL_CONFIG, build_store
 
 log = logging.getLogger(__name__)
@@ -282,7 +283,7 @@ def run_sweep(
     when a step failed (the error is in the result and the log; a failed TTL sweep deletes nothing).
     Raises SweepInputError for a bad trigger or retention days (nothing changed, nothing logged),
     DatabaseUnavailable if PostgreSQL cannot be reached. `on_step(stage, fraction 0..1, detail)` is
-    called as the run progresses (stages: locked, ttl, retention, erasure, done).
+    called as the run progresses (stages: locked, ttl, retention, storage, erasure, done).
     """
     if trigger not in TRIGGERS:
         raise SweepInputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
@@ -316,6 +317,13 @@ def run_sweep(
             except Exception as exc:
                 log.exception("sweep: checkpoint retention failed")
                 errors.append(f"retention: {exc}")
+            if not dry_run:
+                try:  # the Checkpoints page's storage view reads this summary, not the three tables
+                    threads = refresh_thread_storage(db)
+                    step("storage", 0.92, f"{threads}")
+                except Exception as exc:
+                    log.exception("sweep: thread storage refresh failed")
+                    errors.append(f"thread storage: {exc}")
             try:
                 result.erasure_recheck = recheck_erasures(db)
                 step("erasure", 0.95, result.erasure_recheck or "")

@@ -6,6 +6,7 @@
 --   store_vectors    SELECT (count the vectors removed; the ON DELETE CASCADE itself runs as the table owner)
 --   checkpoint_*     SELECT (thread age, re-check), DELETE (PostgresSaver.delete_thread)
 --   core_sweep_log   INSERT + UPDATE (its own row), SELECT (RETURNING)
+--   core_thread_storage  SELECT, INSERT, DELETE (storage per thread, recomputed every run)
 --   advisory locks   pg_try_advisory_lock / pg_advisory_unlock need no grant
 DO $$
 BEGIN
@@ -29,6 +30,9 @@ BEGIN
 END
 $$;
 GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;
+-- The Checkpoints page's storage summary, recomputed by every sweep (migration 009; DELETE also
+-- allows the LOCK TABLE ... IN EXCLUSIVE MODE that keeps two refreshes apart).
+GRANT SELECT, INSERT, DELETE ON core_thread_storage TO agent_memory_sweeper;
 
 -- The erasure register's re-check, which the job runs after the sweep (core.erasure.recheck_all):
 -- it counts a customer's rows again in every table that can name one (store, checkpoints and our

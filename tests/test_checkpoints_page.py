@@ -88,7 +88,10 @@ def test_read_functions_equal_sql(agents_db):
                                        "WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
     assert storage["blob_bytes"] == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_blobs "
                                       "WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    n = checkpoints.refresh_thread_storage(agents_db)
+    assert n == agents_db.fetch_one("SELECT count(DISTINCT thread_id) AS n FROM checkpoints")["n"]
     largest = checkpoints.largest_threads(agents_db, 10)
+    assert (largest["total_bytes"] == largest["checkpoint_bytes"] + largest["blob_bytes"] + largest["write_bytes"]).all()
     assert set(largest["thread_id"]) == {r["thread_id"] for r in agents_db.fetch("SELECT DISTINCT thread_id FROM checkpoints")}
     assert largest["total_bytes"].is_monotonic_decreasing
 

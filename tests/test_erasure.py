@@ -418,3 +418,17 @@ def test_demo_step_erases_one_customer_for_real(db):
     assert result is not None and result.customer_id == "C2" and result.status == "complete"
     assert result.operator == "demo" and footprint(db, "C2")["store"] == 0
     assert footprint(db, "C1")["store"] > 0 and footprint(db, "C3")["store"] > 0
+
+
+def test_the_storage_summary_loses_the_customers_threads(db):
+    """core_thread_storage (sweep-refreshed sizes per thread, with the customer id) is erased too."""
+    from core.checkpoints import refresh_thread_storage
+
+    agent = agents_for(db, make_store(db))
+    mine, other = converse(agent, "C9", 2), converse(agent, "C19")
+    assert refresh_thread_storage(db) == 3
+    result = erasure.erase(db, "C9", operator="dpo@example.com")
+    assert result.status == "complete", result.report
+    assert result.deleted["core_thread_storage"] == 2 and result.counts_after["core_thread_storage"] == 0
+    left = [r["thread_id"] for r in db.fetch("SELECT thread_id FROM core_thread_storage ORDER BY thread_id")]
+    assert left == other and not set(mine) & set(left)

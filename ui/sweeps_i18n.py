@@ -52,6 +52,8 @@ add_strings({
     "sweeps_step_locked": {"es": "Cerrojo obtenido ({detail})", "en": "Lock taken ({detail})"},
     "sweeps_step_ttl": {"es": "Barrido de TTL {detail}", "en": "TTL sweep {detail}"},
     "sweeps_step_retention": {"es": "Retención de checkpoints {detail}", "en": "Checkpoint retention {detail}"},
+    "sweeps_step_storage": {"es": "Tamaño por hilo recalculado: {detail} hilos",
+                            "en": "Storage per thread recomputed: {detail} threads"},
     "sweeps_step_erasure": {"es": "Revisión del registro de supresiones {detail}", "en": "Erasure register re-check {detail}"},
     "sweeps_step_done": {"es": "Terminado: {detail}", "en": "Finished: {detail}"},
     "sweeps_done": {"es": "Barrido {id}: {docs} documentos y {vectors} vectores borrados, {threads} hilos borrados.",
