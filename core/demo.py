@@ -149,10 +149,12 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
                        thread_id=None, agent="atencion-cliente-v0")
     summary.legacy_customers = legacy
 
-    # --- demo steps from other modules (one line each: a real sweep, outage, erasure...) ---
-    __import__("core.sweep", fromlist=["demo_sweep"]).demo_sweep(db)  # real sweep (trigger demo), then 2 fresh expired notices
-    __import__("core.erasure", fromlist=["erase_demo_customer"]).erase_demo_customer(db, exclude=legacy)  # real erasure of one customer (in the register)
-    __import__("core.outage", fromlist=["demo_outage"]).demo_outage(db, settings, agents)  # real outage (embedded only), degraded turns, denied HIGH tool, resync; closes the saver
+    # The operations' own code paths: a real sweep (trigger demo, then 2 fresh expired notices), a
+    # real erasure of one customer (in the register), and a real outage (embedded server only:
+    # degraded turns, a denied HIGH tool, resync), which also closes the seed's saver.
+    demo_sweep(db)
+    erase_demo_customer(db, exclude=legacy)
+    demo_outage(db, settings, agents)
 
     summary.seconds = time.monotonic() - started
     return summary
