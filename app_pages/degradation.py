@@ -109,7 +109,7 @@ def replicas_table(reading: Reading) -> None:
                 "resynced_last_episode", "heartbeat_age_s", "last_heartbeat", "last_success", "host", "pid",
                 "episodes_total", "denials_total", "refusals_total"]]
     st.dataframe(shown.style.map(lambda v: f"background-color: {colours.get(v, '')}", subset=["state"])
-                 .format({"heartbeat_age_s": "{:.1f}"}),
+                 .format({"heartbeat_age_s": "{:.1f}", "resynced_last_episode": "{:.0f}"}, na_rep="–"),
                  hide_index=True, key="degradation.replicas")
 
 
