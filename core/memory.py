@@ -8,7 +8,7 @@ net), reads refresh it only where the policy says so, expired rows are hidden
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, get_args
+from typing import Any, Literal, get_args
 
 import psycopg
 from langgraph.store.base import BaseStore, Item, SearchItem, TTLConfig
@@ -166,14 +166,3 @@ def search_memory(
     offset: int = 0,
 ) -> list[SearchItem]:
     return store.search(ns_prefix, query=query, limit=limit, offset=offset, refresh_ttl=policy_for(ns_prefix).refresh_on_read)
-
-
-def iter_namespace(store: BaseStore, ns_prefix: tuple[str, ...], page_size: int = 500) -> Iterable[SearchItem]:
-    """Every live item under `ns_prefix`, page by page (a single `limit` call can leave items behind)."""
-    offset = 0
-    while True:
-        page = store.search(ns_prefix, limit=page_size, offset=offset, refresh_ttl=False)
-        yield from page
-        if len(page) < page_size:
-            return
-        offset += page_size
