@@ -2,16 +2,14 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
 
 import pandas as pd
 import streamlit as st
 
 from core import access, erasure
-from core.db import DatabaseUnavailable
 from core.memory import InvalidIdentifier
 from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
-from ui.common import forget_all, get_db, require_role
+from ui.common import call_now, forget_all, require_role
 from ui.i18n import t
 
 ID_KEY = "erasure.customer"
@@ -26,14 +24,6 @@ operator = user.email or "local"
 if ID_KEY not in st.session_state:
     st.session_state[ID_KEY] = st.query_params.get("cliente", "")
 
-
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """A core function on the primary, uncached (the DPO must see the database as it is now)."""
-    try:
-        return fn(get_db(), *args, **kwargs)
-    except DatabaseUnavailable as exc:
-        st.error(t("read_failed", error=exc))
-        st.stop()
 
 
 def _close_dialog() -> None:
@@ -65,7 +55,7 @@ def run_erasure(customer_id: str) -> None:
     }
     with st.status(t("erasure_running", id=customer_id), expanded=True) as status:
         try:
-            result = call(erasure.erase, customer_id, operator=operator,
+            result = call_now(erasure.erase, customer_id, operator=operator,
                           progress=lambda p: status.write(step_text[p.step](p)))
         except Exception as exc:  # recorded as failed by core; shown, never hidden
             status.update(label=t("erasure_failed", error=exc), state="error")
@@ -107,7 +97,7 @@ def show_result(result: erasure.ErasureResult) -> None:
         t("erasure_after"): [result.counts_after.get(k, 0) for k in tables],
     }), hide_index=True, key="erasure.counts")
     st.download_button(
-        t("erasure_download"), data=call(erasure.evidence_json, result.request_id),
+        t("erasure_download"), data=call_now(erasure.evidence_json, result.request_id),
         file_name=f"erasure-{result.request_id}-{time.strftime('%Y%m%d')}.json", mime="application/json",
         key="erasure.download", icon=":material/download:",
     )
@@ -133,7 +123,7 @@ if st.button(t("erasure_preview"), key="erasure.preview", icon=":material/previe
     st.session_state.pop(RESULT_KEY, None)
     st.session_state.pop(FAILED_KEY, None)
     try:
-        st.session_state[PREVIEW_KEY] = (call(erasure.preview, customer_id), time.strftime("%H:%M:%S"))
+        st.session_state[PREVIEW_KEY] = (call_now(erasure.preview, customer_id), time.strftime("%H:%M:%S"))
     except InvalidIdentifier as exc:
         st.session_state.pop(PREVIEW_KEY, None)
         st.error(str(exc))

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
 
 import streamlit as st
 
 from core import access, erasure
-from core.db import DatabaseUnavailable
 from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
-from ui.common import require_role, get_db
+from ui.common import call_now, require_role
 from ui.i18n import t
 
 PICK_KEY = "erasure_register.request"
@@ -18,14 +16,6 @@ NOTICE_KEY = "erasure_register.notice"
 user = require_role(access.DPO)
 operator = user.email or "local"
 
-
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """A core function on the primary, uncached: the register must show what was just recorded."""
-    try:
-        return fn(get_db(), *args, **kwargs)
-    except DatabaseUnavailable as exc:
-        st.error(t("read_failed", error=exc))
-        st.stop()
 
 
 def _dirty_text(result: erasure.RecheckResult) -> str:
@@ -41,13 +31,13 @@ if notice:
     (st.success if kind == "ok" else st.error)(text)
 
 if st.button(t("erasure_recheck_all"), key="erasure_register.recheck_all", icon=":material/published_with_changes:"):
-    results = call(erasure.recheck_all, trigger="manual", operator=operator)
+    results = call_now(erasure.recheck_all, trigger="manual", operator=operator)
     dirty = [r for r in results if not r.clean]
     st.session_state[NOTICE_KEY] = ("ok" if not dirty else "error",
                                     t("erasure_rechecked_all", n=len(results), dirty=len(dirty)))
     st.rerun()
 
-requests = call(erasure.register)
+requests = call_now(erasure.register)
 if requests.empty:
     st.info(t("erasure_register_empty"))
     st.stop()
@@ -96,7 +86,7 @@ left, right = st.columns([1, 1])
 with left:
     if st.button(t("erasure_recheck_button"), key="erasure_register.recheck", type="primary",
                  icon=":material/fact_check:"):
-        result = call(erasure.recheck, request_id, trigger="manual", operator=operator)
+        result = call_now(erasure.recheck, request_id, trigger="manual", operator=operator)
         if result.clean:
             st.session_state[NOTICE_KEY] = ("ok", t("erasure_recheck_clean", at=f"{result.checked_at:%Y-%m-%d %H:%M:%S %Z}"))
         else:
@@ -105,7 +95,7 @@ with left:
         st.rerun()
 with right:
     st.download_button(
-        t("erasure_download"), data=call(erasure.evidence_json, request_id),
+        t("erasure_download"), data=call_now(erasure.evidence_json, request_id),
         file_name=f"erasure-{request_id}.json", mime="application/json", key="erasure_register.download",
         icon=":material/download:",
     )
@@ -114,7 +104,7 @@ if row["came_back"] or row["status"] != "complete":
                  query_params={"cliente": row["customer_id"]})
 
 st.subheader(t("erasure_rechecks_title"))
-checks = call(erasure.rechecks, request_id)
+checks = call_now(erasure.rechecks, request_id)
 if checks.empty:
     st.caption(t("erasure_no_rechecks"))
 else:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -103,16 +102,6 @@ class Figure:
     def meets_target(self) -> bool | None:
         return None if self.target_ms is None else self.ms < self.target_ms
 
-
-def median_ms(fn: Callable[[], Any], runs: int) -> float:
-    """Median ms of `runs` calls after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
 
 
 def timed_ms(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -250,7 +239,7 @@ def python_decode_ms(db: Database, sql: str, params: dict, decode: Callable[[str
     def go() -> None:
         for r in db.fetch(sql, params):
             decode(r["type"], r["blob"])
-    return median_ms(go, runs)
+    return bench_pages.median_ms(go, runs)
 
 
 def run(base: str, *, docs: int, customers: int, threads: int, writes: int, erasure_docs: int = 2500,
@@ -267,8 +256,8 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
 
     def query(page: str, name: str, fn: Callable[[], Any], baseline: str = "-",
               baseline_fn: Callable[[], Any] | None = None, target: float | None = QUERY_TARGET_MS) -> Figure:
-        fig = Figure(page, name, median_ms(fn, runs), baseline,
-                     median_ms(baseline_fn, runs) if baseline_fn else None, target)
+        fig = Figure(page, name, bench_pages.median_ms(fn, runs), baseline,
+                     bench_pages.median_ms(baseline_fn, runs) if baseline_fn else None, target)
         figures.append(fig)
         log(f"  {page}: {name} {fig.ms:.1f} ms" + (f" (baseline {fig.baseline_ms:.1f} ms)" if fig.baseline_ms else ""))
         return fig
@@ -367,7 +356,7 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     history = {"thread": thread}
     writes_sql = "SELECT type, blob FROM checkpoint_writes WHERE thread_id = %(thread)s"
     blobs_sql = "SELECT type, blob FROM checkpoint_blobs WHERE thread_id = %(thread)s"
-    sql_ms = median_ms(lambda: (
+    sql_ms = bench_pages.median_ms(lambda: (
         db.fetch("SELECT core_checkpoint_payload(type, blob) FROM checkpoint_writes WHERE thread_id = %(thread)s", history),
         db.fetch("SELECT core_checkpoint_payload(type, blob) FROM checkpoint_blobs WHERE thread_id = %(thread)s", history)),
         runs)
@@ -383,7 +372,7 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
                           QUERY_TARGET_MS))
     log(f"  decoder {sql_ms:.1f} ms vs {ref_ms:.1f} / {lg_ms:.1f} ms")
     figures.append(Figure("Decoder", "one thread's writes from core_checkpoint_writes_view",
-                          median_ms(lambda: db.fetch("SELECT * FROM core_checkpoint_writes_view "
+                          bench_pages.median_ms(lambda: db.fetch("SELECT * FROM core_checkpoint_writes_view "
                                                      "WHERE thread_id = %(thread)s", history), runs),
                           target_ms=QUERY_TARGET_MS))
 

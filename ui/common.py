@@ -69,14 +69,24 @@ def _key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple:
     return (fn.__name__, fn.__module__, get_db().dsn, args, tuple(sorted(kwargs.items())))
 
 
-def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a core read function `fn(db, ...)` through the cache; a dead database stops the page
-    with a clear error instead of a traceback."""
+def _or_stop(call: Callable[[], Any]) -> Any:
+    """A dead database stops the page with a clear error instead of a traceback."""
     try:
-        return _cached(*_key(fn, args, kwargs))
+        return call()
     except DatabaseUnavailable as exc:
         st.error(t("read_failed", error=exc))
         st.stop()
+
+
+def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a core read function `fn(db, ...)` through the cache."""
+    return _or_stop(lambda: _cached(*_key(fn, args, kwargs)))
+
+
+def call_now(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a core function `fn(db, ...)` on the primary, uncached (e.g. the DPO must see the
+    database as it is now, and the register what was just recorded)."""
+    return _or_stop(lambda: fn(get_db(), *args, **kwargs))
 
 
 def forget(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
