@@ -94,6 +94,14 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     rng = random.Random(seed)
     now = now or datetime.now(timezone.utc)
     store, agents = _agents(db, settings)
+
+    # Our logs' replayed times are whole days before `now`'s UTC day, in office hours (08:00-18:03), so
+    # every date lands in a page's "last `days` days" window [today - days + 1, today] and never in the
+    # future, whatever hour the seed runs at (a CI run at 00:30 UTC as at 23:30).
+    midnight = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def past_day(minutes: int = 0) -> datetime:
+        return midnight - timedelta(days=rng.randint(1, days - 1)) + timedelta(hours=8, minutes=minutes)
     summary = DemoSummary(customers=customers)
 
     # Purchasing: supplier notices; a few flash notices valid for ~1 s become expired rows to sweep.
@@ -102,7 +110,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
         for tema, texto in rng.sample(AVISOS, rng.randint(1, 3)):
             flash = i % 4 == 0
             msg = f"aviso {tema}{' (0.02 min)' if flash else ''}: {texto.format(p=rng.choice(PRODUCTOS))}"
-            with clock.simulated(now - timedelta(days=rng.randint(0, days - 1))):
+            with clock.simulated(past_day()):
                 run_turn(agents["compras"], ContextoProveedor(pid), f"compras-{pid}-{tema}", msg)
             summary.expiring_notices += flash
             summary.turns += 1
@@ -112,7 +120,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     employees = [f"E{n:03d}" for n in range(1, 21)]
     for eid in employees:
         for ajuste in rng.sample(sorted(AJUSTES), rng.randint(1, 3)):
-            with clock.simulated(now - timedelta(days=rng.randint(0, days - 1))):
+            with clock.simulated(past_day()):
                 run_turn(agents["ajustes-personal"], ContextoEmpleado(eid), f"personal-{eid}",
                          f"ajuste {ajuste} = {rng.choice(AJUSTES[ajuste])}")
             summary.turns += 1
@@ -123,7 +131,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     for n in range(1, customers + 1):
         cid = f"C{n}"
         for c in range(rng.choice([1, 1, 2, 2, 3])):
-            when = now - timedelta(days=rng.randint(0, days - 1), minutes=rng.randint(0, 600))
+            when = past_day(rng.randint(0, 600))
             turns = [rng.choice(OTHER_TURNS)(rng) for _ in range(rng.randint(1, 3))]
             if rng.random() < 0.22:
                 turns.insert(rng.randint(0, len(turns)), rng.choice(PREFERENCE_TEMPLATES)(rng))
