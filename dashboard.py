@@ -11,7 +11,7 @@ import psycopg
 import streamlit as st
 from psycopg_pool import PoolTimeout
 
-from core import access
+from core import roles
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import EmbeddingDimsMismatch
 from ui.common import bootstrap, current_user, settings
@@ -53,17 +53,17 @@ if not user.roles:
 
 PAGES = {
     "section_store": [
-        (access.MANAGER, "app_pages/memory.py", "page_memory", ":material/database:", "memory"),
-        (access.MANAGER, "app_pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
+        (roles.MANAGER, "app_pages/memory.py", "page_memory", ":material/database:", "memory"),
+        (roles.MANAGER, "app_pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
     ],
     "section_ops": [
-        (access.SRE, "app_pages/sweeps.py", sweeps_i18n.PAGE_TITLE, ":material/cleaning_services:", "sweeps"),
-        (access.SRE, "app_pages/checkpoints.py", checkpoints_i18n.PAGE_TITLE, ":material/timeline:", "checkpoints"),
-        (access.SRE, "app_pages/degradation.py", degradation_i18n.PAGE_TITLE, ":material/monitor_heart:", "degradation"),
+        (roles.SRE, "app_pages/sweeps.py", sweeps_i18n.PAGE_TITLE, ":material/cleaning_services:", "sweeps"),
+        (roles.SRE, "app_pages/checkpoints.py", checkpoints_i18n.PAGE_TITLE, ":material/timeline:", "checkpoints"),
+        (roles.SRE, "app_pages/degradation.py", degradation_i18n.PAGE_TITLE, ":material/monitor_heart:", "degradation"),
     ],
     "section_dp": [
-        (access.DPO, "app_pages/erasure.py", erasure_i18n.PAGE_TITLE, ":material/delete_forever:", "erasure"),
-        (access.DPO, "app_pages/erasure_register.py", erasure_i18n.REGISTER_PAGE_TITLE, ":material/fact_check:", "erasure-register"),
+        (roles.DPO, "app_pages/erasure.py", erasure_i18n.PAGE_TITLE, ":material/delete_forever:", "erasure"),
+        (roles.DPO, "app_pages/erasure_register.py", erasure_i18n.REGISTER_PAGE_TITLE, ":material/fact_check:", "erasure-register"),
     ],
 }
 sections: dict[str, list] = {}

@@ -8,7 +8,8 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from core import access, checkpoints
+from core import roles
+from core.checkpoints import views
 from ui.common import read, require_role
 from ui.i18n import t
 from ui.checkpoints_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
@@ -20,7 +21,7 @@ MESSAGES_SHOWN = 60
 SOURCE_COLORS = {"input": "#1f77b4", "loop": "#2ca02c", "update": "#ff7f0e", "fork": "#9467bd"}
 KIND_AVATAR = {"human": "user", "ai": "assistant", "tool": ":material/build:", "system": ":material/settings:"}
 
-require_role(access.SRE)
+require_role(roles.SRE)
 if THREAD_KEY not in st.session_state:
     st.session_state[THREAD_KEY] = st.query_params.get("thread", "")
 if VIEW_KEY not in st.session_state:
@@ -43,12 +44,12 @@ view = st.radio(t("ckpt_view"), ["thread", "storage"], key=VIEW_KEY, horizontal=
 def storage_view() -> None:
     st.subheader(t("ckpt_storage_title"))
     st.caption(t("ckpt_storage_caption"))
-    totals = read(checkpoints.table_totals)
+    totals = read(views.table_totals)
     for col, row in zip(st.columns(len(totals)), totals.itertuples()):
         col.metric(t("ckpt_table_rows", table=row.table_name), f"{row.rows:,}", f"{row.total_bytes / 1e6:,.1f} MB",
                    delta_color="off")
     st.subheader(t("ckpt_largest", n=LARGEST_N))
-    largest = read(checkpoints.largest_threads, LARGEST_N)
+    largest = read(views.largest_threads, LARGEST_N)
     if largest.empty:
         st.info(t("ckpt_no_recent"))
         return
@@ -71,12 +72,12 @@ def search() -> None:
             customer = st.text_input(t("ckpt_customer_id"), key="checkpoints.customer")
             if not customer:
                 return
-            found = read(checkpoints.threads_of_customer, customer)
+            found = read(views.threads_of_customer, customer)
             if found.empty:
                 st.info(t("ckpt_no_customer", q=customer))
                 return
         else:
-            found = read(checkpoints.recent_threads)
+            found = read(views.recent_threads)
             if found.empty:
                 st.info(t("ckpt_no_recent"))
                 return
@@ -132,7 +133,7 @@ def step_writes(thread_id: str, timeline: pd.DataFrame) -> None:
     labels = {row.checkpoint_id: _label(row) for row in timeline.itertuples()}
     choice = st.selectbox(t("ckpt_checkpoint"), ["", *labels], key="checkpoints.step",
                           format_func=lambda c: labels.get(c, t("ckpt_all_steps")))
-    writes = read(checkpoints.step_writes, thread_id, choice or None)
+    writes = read(views.step_writes, thread_id, choice or None)
     if writes.empty:
         st.info(t("ckpt_no_writes"))
         return
@@ -158,7 +159,7 @@ def diff(thread_id: str, timeline: pd.DataFrame) -> None:
     new = right.selectbox(t("ckpt_diff_new"), ids, index=len(ids) - 1, key="checkpoints.diff_new", format_func=labels.get)
     only_changes = flag.toggle(t("ckpt_diff_only_changes"), value=True, key="checkpoints.diff_changes")
     ns = timeline.loc[timeline["checkpoint_id"] == new, "checkpoint_ns"].iloc[0]
-    changes = read(checkpoints.checkpoint_diff, thread_id, old, new, ns)
+    changes = read(views.checkpoint_diff, thread_id, old, new, ns)
     changed = changes[changes["change"].isin(["added", "removed", "changed"])]
     st.caption(t("ckpt_diff_summary", n=len(changed), total=len(changes)))
     st.dataframe(changed if only_changes else changes, hide_index=True, key="checkpoints.diff",
@@ -175,12 +176,12 @@ def thread_view() -> None:
         st.info(t("ckpt_type_thread"))
         return
     st.query_params["thread"] = thread_id
-    found = read(checkpoints.find_thread, thread_id)
+    found = read(views.find_thread, thread_id)
     if found.empty:
         st.info(t("ckpt_no_thread", q=thread_id))
         return
     summary = found.iloc[0]
-    storage = read(checkpoints.thread_storage, thread_id)
+    storage = read(views.thread_storage, thread_id)
     c = st.columns(6)
     c[0].metric(t("ckpt_customer"), summary["cliente_id"] or "—")
     c[1].metric(t("ckpt_checkpoints"), f"{storage['checkpoints']:,}")
@@ -188,7 +189,7 @@ def thread_view() -> None:
     c[3].metric(t("ckpt_writes"), f"{storage['writes']:,}")
     c[4].metric(t("ckpt_blob_bytes"), f"{storage['blob_bytes']:,}")
     c[5].metric(t("ckpt_write_bytes"), f"{storage['write_bytes']:,}")
-    timeline = read(checkpoints.thread_timeline, thread_id)
+    timeline = read(views.thread_timeline, thread_id)
     bad = int(timeline["undecodable_writes"].sum())
     if bad:
         st.warning(t("ckpt_undecodable", n=bad), icon=":material/warning:")

@@ -16,7 +16,8 @@ import psycopg
 import streamlit as st
 from psycopg_pool import PoolTimeout
 
-from core import access, replica_health
+from core import roles
+from core.checkpoints import replica_health
 from core.db import Database, DatabaseUnavailable
 from ui.common import get_db, require_role
 from ui.degradation_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
@@ -32,7 +33,7 @@ STATE_LABEL = {
 STATE_CELL = {"ok": "#d4edda", "degraded": "#ffe0b2", "silent": "#f8d7da", "stopped": "#e2e3e5"}
 STATE_COLORS = {"resynced": "#2ca02c", "ongoing": "#ff7f0e"}
 
-require_role(access.SRE)
+require_role(roles.SRE)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ import time
 import pandas as pd
 import streamlit as st
 
-from core import access, erasure
-from core.memory import InvalidIdentifier
+from core import roles
+from core.privacy import erasure
+from core.memory.store import InvalidIdentifier
 from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
 from ui.common import call_now, forget_all, require_role
 from ui.i18n import t
@@ -19,7 +20,7 @@ PENDING_KEY = "erasure.pending"
 RESULT_KEY = "erasure.result"
 FAILED_KEY = "erasure.failed"
 
-user = require_role(access.DPO)
+user = require_role(roles.DPO)
 operator = user.email or "local"
 if ID_KEY not in st.session_state:
     st.session_state[ID_KEY] = st.query_params.get("cliente", "")

@@ -5,7 +5,8 @@ import json
 
 import streamlit as st
 
-from core import access, erasure
+from core import roles
+from core.privacy import erasure
 from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
 from ui.common import call_now, require_role
 from ui.i18n import t
@@ -13,7 +14,7 @@ from ui.i18n import t
 PICK_KEY = "erasure_register.request"
 NOTICE_KEY = "erasure_register.notice"
 
-user = require_role(access.DPO)
+user = require_role(roles.DPO)
 operator = user.email or "local"
 
 

@@ -7,9 +7,10 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from core import access, metrics
-from core.embeddings import embeddings_label
-from core.memory import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
+from core import roles
+from core.memory import reads
+from core.memory.embeddings import embeddings_label
+from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from ui.common import ROOT_COLORS, read, require_role, settings
 from ui.i18n import t
 
@@ -17,14 +18,14 @@ TOP_N = 20
 PAGE_SIZE = 50
 NS_KEY = "memory.ns"
 
-require_role(access.MANAGER)
+require_role(roles.MANAGER)
 if NS_KEY not in st.session_state:
     st.session_state[NS_KEY] = st.query_params.get("ns", "")
 
 st.title(t("memory_title"))
 st.caption(t("memory_caption", emb=embeddings_label(settings())))
 
-totals = read(metrics.memory_totals)
+totals = read(reads.memory_totals)
 c1, c2, c3, c4 = st.columns(4)
 c1.metric(t("documents"), f"{totals.documents:,}")
 c2.metric(t("namespaces"), f"{totals.namespaces:,}")
@@ -34,7 +35,7 @@ c4.metric(t("expired"), f"{totals.expired:,}")
 left, right = st.columns(2)
 with left:
     st.subheader(t("by_root"))
-    by_root = read(metrics.documents_by_root)
+    by_root = read(reads.documents_by_root)
     fig = px.bar(by_root, x="root", y="documents", color="root", text="documents", color_discrete_map=ROOT_COLORS,
                  labels={"root": "", "documents": t("documents")})
     fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10))
@@ -42,7 +43,7 @@ with left:
     st.dataframe(by_root, hide_index=True, key="memory.by_root")
 with right:
     st.subheader(t("top_prefixes", n=TOP_N))
-    top = read(metrics.top_prefixes, TOP_N)
+    top = read(reads.top_prefixes, TOP_N)
     fig = px.bar(top.iloc[::-1], x="documents", y="prefix", color="root", orientation="h", color_discrete_map=ROOT_COLORS,
                  labels={"prefix": "", "documents": t("documents")})
     fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10))
@@ -57,7 +58,7 @@ with st.expander(t("policy")):
 
 st.subheader(t("alarm_title", n=MAX_DOCS_PER_CUSTOMER))
 st.caption(t("alarm_caption", n=MAX_DOCS_PER_CUSTOMER))
-oversized = read(metrics.oversized_customers)
+oversized = read(reads.oversized_customers)
 
 
 def _open_selected() -> None:
@@ -77,7 +78,7 @@ query = st.text_input(t("drill_input"), key=NS_KEY)
 if query:
     st.query_params["ns"] = query
     try:
-        found = read(metrics.find_namespaces, query)
+        found = read(reads.find_namespaces, query)
     except InvalidIdentifier as exc:
         st.error(str(exc))
         found = None
@@ -90,7 +91,7 @@ if query:
         count = int(found.set_index("prefix").loc[prefix, "documents"])
         pages = max(1, -(-count // PAGE_SIZE))
         page = st.number_input(t("page"), 1, pages, 1, key="memory.page") if pages > 1 else 1
-        items = read(metrics.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+        items = read(reads.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE)
         items["value"] = items["value"].map(lambda v: json.dumps(v, ensure_ascii=False))
         st.markdown(t("drill_items", prefix=f"`{prefix}`", n=count))
         st.dataframe(items, hide_index=True, key="memory.items",

@@ -7,7 +7,8 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from core import access, metrics
+from core import roles
+from core.memory import preferences
 from ui.common import read, require_role
 from ui.i18n import t
 
@@ -15,7 +16,7 @@ TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversa
 PAGE_SIZE = 50
 APPLIED_THREADS = 500  # recent conversations decoded for "preferences applied"
 
-require_role(access.MANAGER)
+require_role(roles.MANAGER)
 st.title(t("prefs_title"))
 st.caption(t("prefs_caption", target=TARGET_RATIO))
 
@@ -25,7 +26,7 @@ if not isinstance(period, tuple) or len(period) != 2:
     st.stop()  # the user is still picking the end date
 since, until = period
 
-daily = read(metrics.preference_daily, since, until)
+daily = read(preferences.preference_daily, since, until)
 conversations, writes = int(daily["conversations"].sum()), int(daily["writes"].sum())
 ratio = writes / conversations if conversations else None
 c1, c2, c3 = st.columns(3)
@@ -50,19 +51,19 @@ st.plotly_chart(fig, key="preferences.daily_chart")
 left, right = st.columns([1, 2])
 with left:
     st.subheader(t("by_tipo"))
-    by_tipo = read(metrics.preference_by_tipo, since, until)
+    by_tipo = read(preferences.preference_by_tipo, since, until)
     fig = px.bar(by_tipo, x="tipo", y="writes", text="writes", labels={"tipo": "", "writes": t("pref_writes")})
     fig.update_layout(height=300, margin=dict(t=10, b=10))
     st.plotly_chart(fig, key="preferences.tipo_chart")
 with right:
     st.subheader(t("writers"))
     page = st.number_input(t("page"), 1, 10_000, 1, key="preferences.page")
-    writers = read(metrics.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+    writers = read(preferences.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE)
     st.dataframe(writers, hide_index=True, key="preferences.writers")
 
 st.subheader(t("applied_title"))
 st.caption(t("applied_caption", n=APPLIED_THREADS))
-applied = read(metrics.preferences_applied, APPLIED_THREADS)
+applied = read(preferences.preferences_applied, APPLIED_THREADS)
 c1, c2, c3 = st.columns(3)
 c1.metric(t("applied_rate"), "–" if applied.rate is None else f"{applied.rate:.0%}")
 c2.metric(t("applied_with_pref"), f"{applied.with_preference:,}")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import plotly.express as px
 import streamlit as st
 
-from core import access, metrics, sweep
+from core import roles
+from core.memory import reads
+from core.operations import sweep, sweep_reads
 from ui import common
 from ui.common import ROOT_COLORS, get_db, read, require_role
 from ui.i18n import t
@@ -18,7 +20,7 @@ FLASH_KEY = "sweeps.flash"
 MEMORY_TOP_N = 20  # the Memory page's top prefixes, refreshed after a sweep
 # One colour per namespace root on every chart of the page.
 
-user = require_role(access.SRE)
+user = require_role(roles.SRE)
 
 if FLASH_KEY in st.session_state:
     icon, message = st.session_state.pop(FLASH_KEY)
@@ -27,8 +29,8 @@ if FLASH_KEY in st.session_state:
 st.title(t("sweeps_title"))
 st.caption(t("sweeps_caption"))
 
-expired = read(sweep.expired_by_root)
-runs = read(sweep.sweep_runs, RUNS_LIMIT)
+expired = read(sweep_reads.expired_by_root)
+runs = read(sweep_reads.sweep_runs, RUNS_LIMIT)
 
 st.subheader(t("sweeps_state_now"))
 cols = st.columns(len(expired) + 1)
@@ -42,10 +44,10 @@ cols[-1].metric(t("sweeps_last_run"), t("sweeps_never") if last is None else f"{
 
 def _forget_affected() -> None:
     """Drop the cached reads a sweep changes: this page's and the Memory page's store figures."""
-    for fn, args in [(sweep.expired_by_root, ()), (sweep.sweep_runs, (RUNS_LIMIT,)),
-                     (sweep.deleted_per_run, (RUNS_LIMIT,)), (sweep.expiration_forecast, ()),
-                     (metrics.memory_totals, ()), (metrics.documents_by_root, ()), (metrics.oversized_customers, ()),
-                     (metrics.top_prefixes, (MEMORY_TOP_N,))]:
+    for fn, args in [(sweep_reads.expired_by_root, ()), (sweep_reads.sweep_runs, (RUNS_LIMIT,)),
+                     (sweep_reads.deleted_per_run, (RUNS_LIMIT,)), (sweep_reads.expiration_forecast, ()),
+                     (reads.memory_totals, ()), (reads.documents_by_root, ()), (reads.oversized_customers, ()),
+                     (reads.top_prefixes, (MEMORY_TOP_N,))]:
         common.forget(fn, *args)
 
 
@@ -102,7 +104,7 @@ if st.session_state.get(DIALOG_KEY):
 left, right = st.columns(2)
 with left:
     st.subheader(t("sweeps_runs_chart"))
-    per_run = read(sweep.deleted_per_run, RUNS_LIMIT)
+    per_run = read(sweep_reads.deleted_per_run, RUNS_LIMIT)
     if per_run.empty:
         st.info(t("sweeps_no_runs"))
     else:
@@ -121,14 +123,14 @@ with right:
 
 st.subheader(t("sweeps_forecast"))
 st.caption(t("sweeps_forecast_caption"))
-forecast = read(sweep.expiration_forecast)
+forecast = read(sweep_reads.expiration_forecast)
 fig = px.bar(forecast, x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
              labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
 fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
 st.plotly_chart(fig, key="sweeps.forecast_chart")
 
 with st.expander(t("sweeps_config"), expanded=True):
-    st.dataframe(sweep.ttl_configuration(), hide_index=True, key="sweeps.config")
+    st.dataframe(sweep_reads.ttl_configuration(), hide_index=True, key="sweeps.config")
 
 st.subheader(t("sweeps_log"))
 st.dataframe(runs.assign(deleted_by_root=runs["deleted_by_root"].map(str)), hide_index=True, key="sweeps.log")

@@ -35,13 +35,13 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from core.agents import ContextoCliente, build_agent, run_turn
-from core.checkpointer import DualCheckpointSaver
+from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, embedded_dsn, make_pool
 from core.migrate import migrate
-from core.outage import EmbeddedServerControl
-from core.scripted_model import ScriptedChatModel
-from core.serde import make_serializer
+from core.operations.outage import EmbeddedServerControl
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints.serde import make_serializer
 
 DIMS = 64
 TURNS = ["Hola, quería saber el estado de mi pedido.", "Mi talla es la M.", "¿Qué preferencias tengo guardadas?",

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import psycopg
 
-from core import checkpoints
-from core.checkpoint_json import payload_json
+from core.checkpoints import views
+from core.checkpoints.payload_json import payload_json
 from core.db import Database, embedded_dsn
 from core.migrate import migrate
 
@@ -68,10 +68,10 @@ def write_templates(db: Database, turns: dict[str, tuple[str, list[str]]] | None
     `turns`: customer templates {thread: (customer, [texts])}, default TEMPLATE_TURNS."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
-    from core.embeddings import OfflineHashEmbeddings
-    from core.memory import build_store
-    from core.scripted_model import ScriptedChatModel
+    from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+    from core.memory.embeddings import OfflineHashEmbeddings
+    from core.memory.store import build_store
+    from core.agents.scripted_model import ScriptedChatModel
 
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
     saver = PostgresSaver(db.pool)
@@ -247,7 +247,7 @@ def run(writes: int, data: Path) -> None:
 
     thread = db.fetch_one("SELECT thread_id FROM checkpoints WHERE thread_id LIKE 'tpl-a-%' ORDER BY thread_id DESC LIMIT 1")["thread_id"]
     customer = db.fetch_one("SELECT metadata->>'cliente_id' AS c FROM checkpoints WHERE thread_id = %s LIMIT 1", (thread,))["c"]
-    views = {
+    view_queries = {
         "`count(*)` over `core_checkpoint_writes_view` (no decoded column)": "SELECT count(*) FROM core_checkpoint_writes_view",
         "`count(payload)` over `core_checkpoint_writes_view` (decodes every write)": "SELECT count(payload) FROM core_checkpoint_writes_view",
         "`message_kind, count(*) ... GROUP BY` over `core_checkpoint_writes_view`": "SELECT message_kind, count(*) FROM core_checkpoint_writes_view GROUP BY 1",
@@ -257,21 +257,21 @@ def run(writes: int, data: Path) -> None:
         "threads of one customer from `core_checkpoints_view` (index)": f"SELECT thread_id, count(*) FROM core_checkpoints_view WHERE cliente_id = '{customer}' GROUP BY 1",
     }
     print("\n| view query | seconds |\n|---|---:|")
-    for label, sql in views.items():
+    for label, sql in view_queries.items():
         runs = 3 if "thread" in label or "customer" in label else 1
         print(f"| {label} | {median_s(lambda: db.fetch(sql), runs):.3f} |", flush=True)
 
     calls = {
-        "find_thread": lambda: checkpoints.find_thread(db, thread),
-        "threads_of_customer": lambda: checkpoints.threads_of_customer(db, customer),
-        "recent_threads": lambda: checkpoints.recent_threads(db),
-        "thread_timeline": lambda: checkpoints.thread_timeline(db, thread),
-        "step_writes (all steps)": lambda: checkpoints.step_writes(db, thread),
-        "checkpoint_diff (last two)": lambda: checkpoints.checkpoint_diff(
-            db, thread, *checkpoints.thread_timeline(db, thread)["checkpoint_id"].iloc[-2:].tolist()),
-        "thread_storage": lambda: checkpoints.thread_storage(db, thread),
-        "largest_threads (Storage view; scans the three tables)": lambda: checkpoints.largest_threads(db, 20),
-        "table_totals (Storage view)": lambda: checkpoints.table_totals(db),
+        "find_thread": lambda: views.find_thread(db, thread),
+        "threads_of_customer": lambda: views.threads_of_customer(db, customer),
+        "recent_threads": lambda: views.recent_threads(db),
+        "thread_timeline": lambda: views.thread_timeline(db, thread),
+        "step_writes (all steps)": lambda: views.step_writes(db, thread),
+        "checkpoint_diff (last two)": lambda: views.checkpoint_diff(
+            db, thread, *views.thread_timeline(db, thread)["checkpoint_id"].iloc[-2:].tolist()),
+        "thread_storage": lambda: views.thread_storage(db, thread),
+        "largest_threads (Storage view; scans the three tables)": lambda: views.largest_threads(db, 20),
+        "table_totals (Storage view)": lambda: views.table_totals(db),
     }
     print(f"\n| Checkpoints page read function (thread `{thread}`) | seconds (median of 3) |\n|---|---:|")
     for label, call in calls.items():

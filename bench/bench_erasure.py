@@ -40,13 +40,13 @@ sys.path.insert(0, str(ROOT))
 from langgraph.checkpoint.postgres import PostgresSaver  # noqa: E402
 from langgraph.store.base import PutOp  # noqa: E402
 
-from core import erasure  # noqa: E402
-from core.agents import ContextoCliente, build_agent, run_turn  # noqa: E402
+from core.privacy import erasure  # noqa: E402
+from core.agents.retail import ContextoCliente, build_agent, run_turn  # noqa: E402
 from core.db import Database, embedded_dsn, reset_pool  # noqa: E402
-from core.embeddings import OfflineHashEmbeddings  # noqa: E402
-from core.memory import build_store, ttl_for  # noqa: E402
+from core.memory.embeddings import OfflineHashEmbeddings  # noqa: E402
+from core.memory.store import build_store, ttl_for  # noqa: E402
 from core.migrate import migrate  # noqa: E402
-from core.scripted_model import ScriptedChatModel  # noqa: E402
+from core.agents.scripted_model import ScriptedChatModel  # noqa: E402
 
 DIMS = 64
 CUSTOMER = "C9"

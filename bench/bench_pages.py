@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 
 from bench.generate_store import generate
-from core import metrics
+from core.memory import reads, preferences
 from core.db import Database, embedded_dsn
 from core.migrate import migrate
 
@@ -95,15 +95,15 @@ def run(sizes: list[int], data: Path) -> list[tuple]:
             print(generate(dsn, size, size // 4), flush=True)
         db = Database(dsn)
         calls = {
-            "memory_totals": lambda: metrics.memory_totals(db),
-            "documents_by_root": lambda: metrics.documents_by_root(db),
-            "top_prefixes": lambda: metrics.top_prefixes(db, 20),
-            "oversized_customers": lambda: metrics.oversized_customers(db),
-            "find_namespaces": lambda: metrics.find_namespaces(db, "C9"),
-            "namespace_items": lambda: metrics.namespace_items(db, "clientes.C9", 50, 0),
-            "preference_daily": lambda: metrics.preference_daily(db, *month),
-            "preference_by_tipo": lambda: metrics.preference_by_tipo(db, *month),
-            "writing_conversations": lambda: metrics.writing_conversations(db, *month, 50, 0),
+            "memory_totals": lambda: reads.memory_totals(db),
+            "documents_by_root": lambda: reads.documents_by_root(db),
+            "top_prefixes": lambda: reads.top_prefixes(db, 20),
+            "oversized_customers": lambda: reads.oversized_customers(db),
+            "find_namespaces": lambda: reads.find_namespaces(db, "C9"),
+            "namespace_items": lambda: reads.namespace_items(db, "clientes.C9", 50, 0),
+            "preference_daily": lambda: preferences.preference_daily(db, *month),
+            "preference_by_tipo": lambda: preferences.preference_by_tipo(db, *month),
+            "writing_conversations": lambda: preferences.writing_conversations(db, *month, 50, 0),
         }
         for name, call in calls.items():
             ms = median_ms(call)

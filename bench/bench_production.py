@@ -51,8 +51,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
-from core import checkpoints, erasure, metrics, replica_health, sweep  # noqa: E402
-from core.checkpoint_json import payload_json  # noqa: E402
+from core.checkpoints import views  # noqa: E402
+from core.privacy import erasure
+from core.memory import reads, preferences
+from core.checkpoints import replica_health
+from core.operations import sweep, sweep_reads
+from core.checkpoints.payload_json import payload_json  # noqa: E402
 from core.db import Database, embedded_dsn, reset_pool  # noqa: E402
 from core.migrate import migrate  # noqa: E402
 
@@ -276,31 +280,31 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
 
     # Memoria
     log("Memoria")
-    query("Memoria", "memory_totals", lambda: metrics.memory_totals(db), "naive live count", naive("memory_totals"))
-    query("Memoria", "documents_by_root", lambda: metrics.documents_by_root(db), "naive live GROUP BY",
+    query("Memoria", "memory_totals", lambda: reads.memory_totals(db), "naive live count", naive("memory_totals"))
+    query("Memoria", "documents_by_root", lambda: reads.documents_by_root(db), "naive live GROUP BY",
           naive("documents_by_root"))
-    query("Memoria", "top_prefixes(20)", lambda: metrics.top_prefixes(db, 20), "naive live GROUP BY",
+    query("Memoria", "top_prefixes(20)", lambda: reads.top_prefixes(db, 20), "naive live GROUP BY",
           naive("top_prefixes"))
-    query("Memoria", "oversized_customers", lambda: metrics.oversized_customers(db), "naive live GROUP BY",
+    query("Memoria", "oversized_customers", lambda: reads.oversized_customers(db), "naive live GROUP BY",
           naive("oversized_customers"))
-    query("Memoria", f"find_namespaces('{SEED_LOOP_CUSTOMER}')", lambda: metrics.find_namespaces(db, SEED_LOOP_CUSTOMER))
+    query("Memoria", f"find_namespaces('{SEED_LOOP_CUSTOMER}')", lambda: reads.find_namespaces(db, SEED_LOOP_CUSTOMER))
     query("Memoria", f"namespace_items(clientes.{SEED_LOOP_CUSTOMER}, 50)",
-          lambda: metrics.namespace_items(db, f"clientes.{SEED_LOOP_CUSTOMER}", 50, 0))
+          lambda: reads.namespace_items(db, f"clientes.{SEED_LOOP_CUSTOMER}", 50, 0))
     render("Memoria")
 
     # Preferencias
     log("Preferencias")
-    query("Preferencias", "preference_daily(30 days)", lambda: metrics.preference_daily(db, *month))
-    query("Preferencias", "preference_by_tipo(30 days)", lambda: metrics.preference_by_tipo(db, *month))
+    query("Preferencias", "preference_daily(30 days)", lambda: preferences.preference_daily(db, *month))
+    query("Preferencias", "preference_by_tipo(30 days)", lambda: preferences.preference_by_tipo(db, *month))
     query("Preferencias", "writing_conversations(30 days, 50)",
-          lambda: metrics.writing_conversations(db, *month, 50, 0))
-    recent = metrics.SELECT_PROPOSALS_AND_PREFERENCES.split("SELECT m.thread_id")[0] + "SELECT thread_id FROM threads"
+          lambda: preferences.writing_conversations(db, *month, 50, 0))
+    recent = preferences.SELECT_PROPOSALS_AND_PREFERENCES.split("SELECT m.thread_id")[0] + "SELECT thread_id FROM threads"
     recent_threads = [r["thread_id"] for r in db.fetch(recent, {"threads": 500})]
-    applied = metrics.preferences_applied(db, 500)
+    applied = preferences.preferences_applied(db, 500)
     info["preferences_applied"] = {"threads": len(recent_threads), "proposals": len(applied.proposals),
                                    "with_preference": applied.with_preference, "followed": applied.followed}
     query("Preferencias", "preferences_applied(500 recent threads, decoded in SQL)",
-          lambda: metrics.preferences_applied(db, 500),
+          lambda: preferences.preferences_applied(db, 500),
           "fetch + Python decode (core.checkpoint_json) of the same threads' writes",
           lambda: [payload_json(r["type"], r["blob"]) for r in db.fetch(
               "SELECT type, blob FROM checkpoint_writes WHERE thread_id = ANY(%s)", (recent_threads,))])
@@ -309,10 +313,10 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     # Barridos (before the sweep: expired documents waiting, empty log)
     log("Barridos")
     sweeps_calls = {
-        "expired_by_root": lambda: sweep.expired_by_root(db),
-        "sweep_runs(200)": lambda: sweep.sweep_runs(db, 200),
-        "deleted_per_run(200)": lambda: sweep.deleted_per_run(db, 200),
-        "expiration_forecast(12 months)": lambda: sweep.expiration_forecast(db),
+        "expired_by_root": lambda: sweep_reads.expired_by_root(db),
+        "sweep_runs(200)": lambda: sweep_reads.sweep_runs(db, 200),
+        "deleted_per_run(200)": lambda: sweep_reads.deleted_per_run(db, 200),
+        "expiration_forecast(12 months)": lambda: sweep_reads.expiration_forecast(db),
     }
     for name, fn in sweeps_calls.items():
         query("Barridos", name, fn)
@@ -321,31 +325,31 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     # Checkpoints: one thread (the newest copy of the preference + proposal template; copy 0 is old)
     log("Checkpoints")
     thread = _thread_id(1, "tpl-a")
-    timeline = checkpoints.thread_timeline(db, thread)
+    timeline = views.thread_timeline(db, thread)
     old_id, new_id = timeline["checkpoint_id"].iloc[-2:].tolist()
     customer = timeline["cliente_id"].dropna().iloc[0]
     info["checkpoints_thread"] = {"thread": thread, "checkpoints": len(timeline),
-                                  "writes": int(checkpoints.thread_storage(db, thread)["writes"])}
-    query("Checkpoints", "find_thread", lambda: checkpoints.find_thread(db, thread))
-    query("Checkpoints", "thread_storage", lambda: checkpoints.thread_storage(db, thread))
-    query("Checkpoints", "thread_timeline", lambda: checkpoints.thread_timeline(db, thread))
-    query("Checkpoints", "step_writes (all steps, decoded in SQL)", lambda: checkpoints.step_writes(db, thread),
+                                  "writes": int(views.thread_storage(db, thread)["writes"])}
+    query("Checkpoints", "find_thread", lambda: views.find_thread(db, thread))
+    query("Checkpoints", "thread_storage", lambda: views.thread_storage(db, thread))
+    query("Checkpoints", "thread_timeline", lambda: views.thread_timeline(db, thread))
+    query("Checkpoints", "step_writes (all steps, decoded in SQL)", lambda: views.step_writes(db, thread),
           "fetch + Python decode (core.checkpoint_json)",
           lambda: [payload_json(r["type"], r["blob"]) for r in db.fetch(
               "SELECT type, blob FROM checkpoint_writes WHERE thread_id = %s", (thread,))])
-    query("Checkpoints", "checkpoint_diff (last two)", lambda: checkpoints.checkpoint_diff(db, thread, old_id, new_id))
-    query("Checkpoints", "threads_of_customer (search)", lambda: checkpoints.threads_of_customer(db, customer))
-    query("Checkpoints", "recent_threads (search)", lambda: checkpoints.recent_threads(db))
-    query("Checkpoints", "table_totals (Storage view)", lambda: checkpoints.table_totals(db))
+    query("Checkpoints", "checkpoint_diff (last two)", lambda: views.checkpoint_diff(db, thread, old_id, new_id))
+    query("Checkpoints", "threads_of_customer (search)", lambda: views.threads_of_customer(db, customer))
+    query("Checkpoints", "recent_threads (search)", lambda: views.recent_threads(db))
+    query("Checkpoints", "table_totals (Storage view)", lambda: views.table_totals(db))
     # The Storage view reads core_thread_storage, which the sweep job recomputes; the refresh itself
     # (three full scans) is a job cost, measured here once with no page target.
     started = time.perf_counter()
-    refreshed = checkpoints.refresh_thread_storage(db)
+    refreshed = views.refresh_thread_storage(db)
     figures.append(Figure("Checkpoints", f"refresh_thread_storage ({refreshed:,} threads; sweep job, not a page read)",
                           (time.perf_counter() - started) * 1000, target_ms=None))
     query("Checkpoints", "largest_threads(20) (Storage view, from core_thread_storage)",
-          lambda: checkpoints.largest_threads(db, 20), "live aggregate over the three tables",
-          lambda: db.fetch(checkpoints.LIVE_THREAD_STORAGE + " ORDER BY total_bytes DESC, thread_id LIMIT 20"))
+          lambda: views.largest_threads(db, 20), "live aggregate over the three tables",
+          lambda: db.fetch(views.LIVE_THREAD_STORAGE + " ORDER BY total_bytes DESC, thread_id LIMIT 20"))
     render("Checkpoints", thread)
 
     # The SQL decoder over that thread's history (every write and blob), vs Python
@@ -419,7 +423,7 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
 
     # A sweep: the job vs the bare store sweep + a set-based retention delete, each rolled back
     log("Sweep")
-    expired_before = int(sweep.expired_by_root(db)["expired"].sum())
+    expired_before = int(sweep_reads.expired_by_root(db)["expired"].sum())
 
     def rolled_back(fn: Callable[[psycopg.Connection], Any]) -> tuple[float, Any]:
         with psycopg.connect(dsn, row_factory=dict_row) as conn:
@@ -430,8 +434,8 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
         return elapsed, result
 
     def bare_sweep(conn: psycopg.Connection) -> int:
-        from core.embeddings import OfflineHashEmbeddings
-        from core.memory import build_store
+        from core.memory.embeddings import OfflineHashEmbeddings
+        from core.memory.store import build_store
 
         return build_store(conn, OfflineHashEmbeddings(DIMS), DIMS).sweep_ttl()
 

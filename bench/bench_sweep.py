@@ -42,14 +42,14 @@ sys.path.insert(0, str(ROOT))
 
 import langgraph.checkpoint.postgres  # noqa: E402,F401  (imported before any timing)
 
-from core import sweep  # noqa: E402
-from core import embeddings, migrate as _migrate_module  # noqa: E402,F401
+from core.operations import sweep  # noqa: E402
+from core.memory import embeddings  # noqa: E402,F401
 try:  # the job's erasure re-check hook imports it; import it before any timing too
-    import core.erasure  # noqa: E402,F401
+    import core.privacy.erasure  # noqa: E402,F401
 except ModuleNotFoundError:
     pass
 from core.db import Database, embedded_dsn, reset_pool  # noqa: E402
-from core.memory import POLICIES, TIPOS  # noqa: E402
+from core.memory.store import POLICIES, TIPOS  # noqa: E402
 from core.migrate import migrate  # noqa: E402
 
 DIMS = 64
@@ -139,10 +139,10 @@ def seed_threads(dsn: str) -> dict[str, dict[str, list[dict]]]:
     """Four real threads written by the real agents; returns their rows per table."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    from core.agents import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
-    from core.embeddings import OfflineHashEmbeddings
-    from core.memory import build_store
-    from core.scripted_model import ScriptedChatModel
+    from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+    from core.memory.embeddings import OfflineHashEmbeddings
+    from core.memory.store import build_store
+    from core.agents.scripted_model import ScriptedChatModel
 
     db = Database(dsn)
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
@@ -219,8 +219,8 @@ def timed(fn):
 
 
 def bare_sweep_ttl(dsn: str) -> int:
-    from core.embeddings import OfflineHashEmbeddings
-    from core.memory import build_store
+    from core.memory.embeddings import OfflineHashEmbeddings
+    from core.memory.store import build_store
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         return build_store(conn, OfflineHashEmbeddings(DIMS), DIMS).sweep_ttl()

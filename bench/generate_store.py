@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 
-from core.memory import POLICIES, TIPOS
+from core.memory.store import POLICIES, TIPOS
 
 TTL = {root: p.ttl_minutes for root, p in POLICIES.items()}
 

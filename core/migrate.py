@@ -95,8 +95,8 @@ def migrate(dsn: str, dims: int) -> list[str]:
     """Apply everything not yet applied; return the names applied now. Idempotent."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    from core.embeddings import OfflineHashEmbeddings
-    from core.memory import build_store
+    from core.memory.embeddings import OfflineHashEmbeddings
+    from core.memory.store import build_store
 
     applied_now: list[str] = []
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:

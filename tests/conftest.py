@@ -77,7 +77,7 @@ def db(create_database):
 @pytest.fixture(scope="session")
 def demo_db(create_database) -> Database:
     """A migrated database with demo data seeded by the real agents (shared, read-only by convention)."""
-    from core.demo import ensure_demo
+    from core.demo.seed import ensure_demo
 
     database = Database(create_database(prefix="demo"))
     summary = ensure_demo(database, settings_for(database.dsn), customers=60)
@@ -111,7 +111,7 @@ def own_embedded_server(tmp_path_factory, name: str):
     """Body of a module fixture: an embedded server of the module's own, so stopping or hanging it
     (core.outage.EmbeddedServerControl) never touches the session's server. Yields (base dsn, control)."""
     from core.db import embedded_dsn
-    from core.outage import EmbeddedServerControl
+    from core.operations.outage import EmbeddedServerControl
 
     data_dir = tmp_path_factory.mktemp(name)
     base = embedded_dsn(data_dir)

@@ -12,13 +12,13 @@ import pytest
 from playwright.sync_api import expect
 
 from conftest import DIMS, dsn_for, start_streamlit
-from core import replica_health
-from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
-from core.checkpointer import DualCheckpointSaver
+from core.checkpoints import replica_health
+from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database, embedded_dsn
 from core.migrate import migrate
-from core.outage import EmbeddedServerControl
-from core.scripted_model import ScriptedChatModel
+from core.operations.outage import EmbeddedServerControl
+from core.agents.scripted_model import ScriptedChatModel
 from apptools import wait_until
 
 pytestmark = pytest.mark.browser

@@ -17,13 +17,13 @@ import pytest
 from playwright.sync_api import expect
 
 from conftest import DIMS, start_streamlit
-from core import replica_health
-from core.agents import ContextoCliente, build_agent, run_turn
-from core.checkpointer import DualCheckpointSaver
+from core.checkpoints import replica_health
+from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database
-from core.embeddings import OfflineHashEmbeddings
-from core.memory import build_store
-from core.scripted_model import ScriptedChatModel
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import build_store
+from core.agents.scripted_model import ScriptedChatModel
 from apptools import wait_until
 
 pytestmark = pytest.mark.browser

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def erasure_demo(create_database):
-    from core.demo import ensure_demo
+    from core.demo.seed import ensure_demo
 
     database = Database(create_database(prefix="erasure"))
     summary = ensure_demo(database, settings_for(database.dsn), customers=16)

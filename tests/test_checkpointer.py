@@ -19,16 +19,16 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
-from core.checkpointer import CheckpointUnavailable, DualCheckpointSaver, is_connection_failure
+from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.checkpoints.dual_saver import CheckpointUnavailable, DualCheckpointSaver, is_connection_failure
 from core.db import Database, make_pool
-from core.embeddings import OfflineHashEmbeddings
-from core.memory import build_store
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import build_store
 from core.migrate import migrate
-from core.outage import EmbeddedServerControl
-from core.replica_health import denials, episodes, refusals, replicas
-from core.scripted_model import ScriptedChatModel
-from core.serde import SerializationRefused, make_serializer
+from core.operations.outage import EmbeddedServerControl
+from core.checkpoints.replica_health import denials, episodes, refusals, replicas
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints.serde import SerializationRefused, make_serializer
 from conftest import own_embedded_server
 
 DIMS = 64
@@ -421,7 +421,7 @@ def test_heartbeat_published_while_healthy(db):
 def test_demo_seed_includes_a_real_outage_episode(tmp_path):
     """The embedded default: the demo seed hangs its own server briefly and resyncs (a few seconds)."""
     from core.config import Settings
-    from core.demo import ensure_demo
+    from core.demo.seed import ensure_demo
 
     settings = Settings(dsn=None, data_dir=tmp_path, embeddings_dims=DIMS, auto_migrate=True, seed_demo=True)
     db = Database.from_settings(settings)

@@ -10,12 +10,12 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from streamlit.testing.v1 import AppTest
 
 from conftest import DIMS
-from core import checkpoints
-from core.agents import ContextoCliente, build_agent, run_turn
+from core.checkpoints import views
+from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.db import Database
-from core.embeddings import OfflineHashEmbeddings
-from core.memory import build_store
-from core.scripted_model import ScriptedChatModel
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import build_store
+from core.agents.scripted_model import ScriptedChatModel
 from apptools import as_int, decode, frame, metric
 
 APP = "../dashboard.py"
@@ -56,56 +56,56 @@ def open_page(dsn: str, app_env, query: dict | None = None, **env) -> AppTest:
 
 @pytest.mark.parametrize("text", BAD_INPUT)
 def test_bad_input_finds_nothing(agents_db, text):
-    assert checkpoints.find_thread(agents_db, text).empty
-    assert checkpoints.threads_of_customer(agents_db, text).empty
-    assert checkpoints.thread_timeline(agents_db, text).empty
-    assert checkpoints.step_writes(agents_db, text).empty
-    assert checkpoints.thread_storage(agents_db, text)["checkpoints"] == 0
+    assert views.find_thread(agents_db, text).empty
+    assert views.threads_of_customer(agents_db, text).empty
+    assert views.thread_timeline(agents_db, text).empty
+    assert views.step_writes(agents_db, text).empty
+    assert views.thread_storage(agents_db, text)["checkpoints"] == 0
 
 
 def test_ids_with_wildcards_and_quotes_find_exactly_that_thread(agents_db):
-    assert checkpoints.find_thread(agents_db, WEIRD_THREAD)["thread_id"].tolist() == [WEIRD_THREAD]
-    assert checkpoints.threads_of_customer(agents_db, WEIRD_CUSTOMER)["thread_id"].tolist() == [WEIRD_THREAD]
-    assert sorted(checkpoints.threads_of_customer(agents_db, "C101")["thread_id"]) == [PLAIN_THREAD, "cliente-C101-2"]
+    assert views.find_thread(agents_db, WEIRD_THREAD)["thread_id"].tolist() == [WEIRD_THREAD]
+    assert views.threads_of_customer(agents_db, WEIRD_CUSTOMER)["thread_id"].tolist() == [WEIRD_THREAD]
+    assert sorted(views.threads_of_customer(agents_db, "C101")["thread_id"]) == [PLAIN_THREAD, "cliente-C101-2"]
     n = agents_db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (WEIRD_THREAD,))["n"]
-    assert len(checkpoints.thread_timeline(agents_db, WEIRD_THREAD)) == n > 0
+    assert len(views.thread_timeline(agents_db, WEIRD_THREAD)) == n > 0
 
 
 def test_read_functions_equal_sql(agents_db):
     q = agents_db.fetch_one
-    timeline = checkpoints.thread_timeline(agents_db, PLAIN_THREAD)
+    timeline = views.thread_timeline(agents_db, PLAIN_THREAD)
     sql = agents_db.fetch("SELECT checkpoint_id, (metadata->>'step')::int AS step FROM checkpoints "
                           "WHERE thread_id = %s ORDER BY checkpoint->>'ts'", (PLAIN_THREAD,))
     assert timeline["checkpoint_id"].tolist() == [r["checkpoint_id"] for r in sql]
     assert timeline["step"].tolist() == [r["step"] for r in sql]
-    writes = checkpoints.step_writes(agents_db, PLAIN_THREAD)
+    writes = views.step_writes(agents_db, PLAIN_THREAD)
     assert len(writes) == q("SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
     assert timeline["pending_writes"].sum() == len(writes)
     assert {"recordar_preferencia", "preferencias"} <= set(writes["tool_name"].dropna())
     assert {"human", "ai", "tool"} <= set(writes["message_kind"].dropna())
-    storage = checkpoints.thread_storage(agents_db, PLAIN_THREAD)
+    storage = views.thread_storage(agents_db, PLAIN_THREAD)
     assert storage["write_bytes"] == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_writes "
                                        "WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
     assert storage["blob_bytes"] == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_blobs "
                                       "WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
-    n = checkpoints.refresh_thread_storage(agents_db)
+    n = views.refresh_thread_storage(agents_db)
     assert n == agents_db.fetch_one("SELECT count(DISTINCT thread_id) AS n FROM checkpoints")["n"]
-    largest = checkpoints.largest_threads(agents_db, 10)
+    largest = views.largest_threads(agents_db, 10)
     assert (largest["total_bytes"] == largest["checkpoint_bytes"] + largest["blob_bytes"] + largest["write_bytes"]).all()
     assert set(largest["thread_id"]) == {r["thread_id"] for r in agents_db.fetch("SELECT DISTINCT thread_id FROM checkpoints")}
     assert largest["total_bytes"].is_monotonic_decreasing
 
 
 def test_diff_between_first_and_last_checkpoint(agents_db):
-    timeline = checkpoints.thread_timeline(agents_db, PLAIN_THREAD)
+    timeline = views.thread_timeline(agents_db, PLAIN_THREAD)
     first, last = timeline["checkpoint_id"].iloc[0], timeline["checkpoint_id"].iloc[-1]
-    diff = checkpoints.checkpoint_diff(agents_db, PLAIN_THREAD, first, last).set_index("channel")
+    diff = views.checkpoint_diff(agents_db, PLAIN_THREAD, first, last).set_index("channel")
     assert diff.loc["messages", "change"] == "added"
     assert "Sierpes" in diff.loc["messages", "new_value"] and pd.isna(diff.loc["messages", "old_value"])
-    same = checkpoints.checkpoint_diff(agents_db, PLAIN_THREAD, last, last)
+    same = views.checkpoint_diff(agents_db, PLAIN_THREAD, last, last)
     assert set(same["change"]) == {"unchanged"}
-    other = checkpoints.thread_timeline(agents_db, "cliente-C101-2")["checkpoint_id"].iloc[-1]
-    assert checkpoints.checkpoint_diff(agents_db, PLAIN_THREAD, first, other).empty  # not of this thread
+    other = views.thread_timeline(agents_db, "cliente-C101-2")["checkpoint_id"].iloc[-1]
+    assert views.checkpoint_diff(agents_db, PLAIN_THREAD, first, other).empty  # not of this thread
 
 
 # --- the page ------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 
-from core.checkpointer import DualCheckpointSaver
+from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.migrate import migrate
 from conftest import own_embedded_server
 

@@ -11,12 +11,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import DIMS, dsn_for
-from core import replica_health
-from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
-from core.checkpointer import DualCheckpointSaver
+from core.checkpoints import replica_health
+from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database
 from core.migrate import migrate
-from core.scripted_model import ScriptedChatModel
+from core.agents.scripted_model import ScriptedChatModel
 from apptools import frame, metric, wait_until
 from conftest import own_embedded_server
 

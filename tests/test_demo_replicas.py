@@ -7,7 +7,7 @@ import pytest
 
 from conftest import settings_for
 from core.config import load_settings
-from core.demo import run_replica
+from core.demo.seed import run_replica
 from apptools import wait_until
 
 

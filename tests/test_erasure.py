@@ -12,12 +12,13 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import PutOp
 from psycopg.types.json import Jsonb
 
-from core import erasure, replica_health
-from core.agents import ContextoCliente, build_agent, run_turn
+from core.privacy import erasure
+from core.checkpoints import replica_health
+from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.db import Database, reset_pool
-from core.embeddings import OfflineHashEmbeddings
-from core.memory import InvalidIdentifier, build_store, put_memory, ttl_for
-from core.scripted_model import ScriptedChatModel
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import InvalidIdentifier, build_store, put_memory, ttl_for
+from core.agents.scripted_model import ScriptedChatModel
 from tests.conftest import DIMS
 
 @pytest.fixture
@@ -422,7 +423,7 @@ def test_demo_step_erases_one_customer_for_real(db):
 
 def test_the_storage_summary_loses_the_customers_threads(db):
     """core_thread_storage (sweep-refreshed sizes per thread, with the customer id) is erased too."""
-    from core.checkpoints import refresh_thread_storage
+    from core.checkpoints.views import refresh_thread_storage
 
     agent = agents_for(db, make_store(db))
     mine, other = converse(agent, "C9", 2), converse(agent, "C19")

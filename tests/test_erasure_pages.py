@@ -9,8 +9,8 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from core import erasure
-from core.agents import ContextoCliente, run_turn
+from core.privacy import erasure
+from core.agents.retail import ContextoCliente, run_turn
 from core.db import Database, reset_pool
 from tests.test_erasure import agents_for, converse, footprint, make_store, write_docs
 from apptools import frame

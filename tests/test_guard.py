@@ -9,12 +9,12 @@ from langchain.tools import ToolRuntime, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from core.agents import AGENTS, ContextoCliente, ContextoProveedor, build_agent, run_turn
-from core.checkpointer import DualCheckpointSaver
-from core.guard import TOOL_RISKS, FailClosedGuard, GuardDenial, Risk, declare_risk, risk_of
-from core.replica_health import denials, episodes
-from core.scripted_model import ScriptedChatModel
-from core.serde import make_serializer
+from core.agents.retail import AGENTS, ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.checkpoints.dual_saver import DualCheckpointSaver
+from core.checkpoints.guard import TOOL_RISKS, FailClosedGuard, GuardDenial, Risk, declare_risk, risk_of
+from core.checkpoints.replica_health import denials, episodes
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints.serde import make_serializer
 
 EXPECTED = {
     "recordar_preferencia": Risk.LOW,
@@ -64,7 +64,7 @@ def test_undeclared_or_garbage_risk_counts_as_high():
 
 
 def test_guard_denies_high_and_critical_only_while_degraded():
-    from core.agents import preferencias, publicar_aviso, recordar_preferencia
+    from core.agents.retail import preferencias, publicar_aviso, recordar_preferencia
 
     state = {"degraded": True}
     guard = FailClosedGuard(lambda: state["degraded"])
@@ -114,7 +114,7 @@ def test_guard_reads_live_state_at_the_tool_call(db):
     """
     from langchain.agents import create_agent
 
-    from core.agents import publicar_aviso
+    from core.agents.retail import publicar_aviso
 
     saver = DualCheckpointSaver(db.dsn, heartbeat_interval=0.3, replica_id="guard-live", start=False)
     try:

@@ -13,7 +13,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.memory import InMemoryStore
 
 from conftest import DIMS
-from core.agents import (
+from core.agents.retail import (
     ContextoCliente,
     ContextoProveedor,
     avisos_proveedor,
@@ -22,8 +22,8 @@ from core.agents import (
     recordar_preferencia,
     run_turn,
 )
-from core.embeddings import OfflineHashEmbeddings
-from core.memory import (
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import (
     POLICIES,
     InvalidIdentifier,
     UnknownNamespace,
@@ -34,7 +34,7 @@ from core.memory import (
     validate_label,
 )
 from core.migrate import EmbeddingDimsMismatch, migrate
-from core.scripted_model import ScriptedChatModel
+from core.agents.scripted_model import ScriptedChatModel
 
 
 @pytest.fixture
@@ -204,7 +204,7 @@ def test_agents_keep_answering_when_the_store_is_down():
     turn still ends with the model's reply, checkpointed by a healthy saver."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from core.agents import MEMORY_DOWN
+    from core.agents.retail import MEMORY_DOWN
     from core.db import make_pool
 
     dead = make_pool("postgresql://postgres@127.0.0.1:1/agentes?connect_timeout=1", name="dead-store", timeout=0.5)

@@ -7,7 +7,7 @@ from datetime import date, timedelta
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.memory import MAX_DOCS_PER_CUSTOMER
+from core.memory.store import MAX_DOCS_PER_CUSTOMER
 from apptools import as_int, frame, metric
 
 APP = "../dashboard.py"

@@ -6,11 +6,11 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from streamlit.testing.v1 import AppTest
 
 from conftest import DIMS
-from core import metrics
-from core.agents import ContextoCliente, build_agent, run_turn
-from core.embeddings import OfflineHashEmbeddings
-from core.memory import build_store
-from core.scripted_model import ScriptedChatModel
+from core.memory import preferences
+from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import build_store
+from core.agents.scripted_model import ScriptedChatModel
 
 
 def converse(db, model, script):
@@ -32,7 +32,7 @@ SCRIPT = [
 
 def test_rate_follows_the_preference_in_force(db):
     converse(db, ScriptedChatModel(), SCRIPT)
-    result = metrics.preferences_applied(db)
+    result = preferences.preferences_applied(db)
     assert (result.with_preference, result.followed, result.changed_by_memory) == (3, 2, 2)
     assert result.rate == 2 / 3
     by_thread = result.proposals.set_index("thread_id")
@@ -44,7 +44,7 @@ def test_rate_follows_the_preference_in_force(db):
 
 def test_memory_that_changes_nothing_is_called_useless(db, app_env):
     converse(db, ScriptedChatModel(apply_preferences=False), SCRIPT)
-    result = metrics.preferences_applied(db)
+    result = preferences.preferences_applied(db)
     assert (result.with_preference, result.followed, result.changed_by_memory) == (3, 0, 0)
     app_env(db.dsn)
     at = AppTest.from_file("../dashboard.py", default_timeout=60)

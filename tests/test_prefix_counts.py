@@ -7,8 +7,8 @@ import time
 from langgraph.store.base import PutOp
 
 from conftest import DIMS
-from core.embeddings import OfflineHashEmbeddings
-from core.memory import build_store, get_memory, put_memory
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import build_store, get_memory, put_memory
 from core.migrate import migrate
 
 LIVE = "SELECT prefix, count(*) AS documents FROM store GROUP BY prefix ORDER BY prefix"

@@ -14,13 +14,13 @@ from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from core.agents import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.db import make_pool
-from core.embeddings import OfflineHashEmbeddings
-from core.guard import FailClosedGuard
-from core.memory import build_store
-from core.scripted_model import ScriptedChatModel
-from core.serde import ALLOWED_MSGPACK_MODULES, REFUSALS, SerializationRefused, make_serializer
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.checkpoints.guard import FailClosedGuard
+from core.memory.store import build_store
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints.serde import ALLOWED_MSGPACK_MODULES, REFUSALS, SerializationRefused, make_serializer
 
 DIMS = 64
 CUSTOMER_TURNS = [
@@ -81,12 +81,25 @@ def test_real_agent_checkpoints_need_only_allowlisted_types(db, pool):
         unregister()
     assert len(rows) > 20
     assert needed <= set(ALLOWED_MSGPACK_MODULES), needed - set(ALLOWED_MSGPACK_MODULES)
-    assert ("core.guard", "Risk") in needed
+    assert ("core.checkpoints.guard", "Risk") in needed
     # And with our serializer every checkpoint of every thread loads without a refusal.
     for thread in ("serde-c1", "serde-p1", "serde-e1", "serde-p2"):
         history = list(saver.list({"configurable": {"thread_id": thread}}))
         assert history and all(t.checkpoint["channel_values"] is not None for t in history)
     assert REFUSALS.total == refusals_before
+
+
+def test_payload_naming_the_guards_old_path_still_loads():
+    # Checkpoints written before core/ was split name the enum `core.guard.Risk`: still allowed,
+    # and it is the same enum (no second class to compare against).
+    import ormsgpack
+    from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_SINGLE_ARG
+
+    from core.checkpoints.guard import Risk
+
+    old = ormsgpack.packb(ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG,
+                                        ormsgpack.packb(("core.guard", "Risk", Risk.HIGH.value))))
+    assert make_serializer().loads_typed(("msgpack", old)) is Risk.HIGH
 
 
 def test_allowlist_entries_are_data_constructors_only():

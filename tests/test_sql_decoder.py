@@ -28,13 +28,13 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
 from conftest import DIMS
-from core import checkpoints
-from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
-from core.checkpoint_json import Undecodable, payload_json
+from core.checkpoints import views
+from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.checkpoints.payload_json import Undecodable, payload_json
 from core.db import Database
-from core.embeddings import OfflineHashEmbeddings
-from core.memory import build_store
-from core.scripted_model import ScriptedChatModel
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import build_store
+from core.agents.scripted_model import ScriptedChatModel
 
 CANARY_MODULE = "core_canary_never_imported"
 
@@ -394,7 +394,7 @@ def test_corrupted_blob_shows_marker_and_the_rest_of_the_history(ckpt_db, create
     db.execute("UPDATE checkpoint_blobs SET blob = '\\xc1'::bytea WHERE thread_id = 'cliente-C1-1' "
                "AND channel = %(channel)s AND version = %(version)s", blob_target)
 
-    writes = checkpoints.step_writes(db, "cliente-C1-1")
+    writes = views.step_writes(db, "cliente-C1-1")
     expected = ckpt_db.fetch_one("SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = 'cliente-C1-1'")["n"]
     assert len(writes) == expected
     bad = writes[writes["undecodable"].notna()]
@@ -403,7 +403,7 @@ def test_corrupted_blob_shows_marker_and_the_rest_of_the_history(ckpt_db, create
     good = writes[writes["undecodable"].isna()]
     assert (good["message_kind"].dropna() != "").all() and {"human", "ai", "tool"} <= set(good["message_kind"].dropna())
 
-    timeline = checkpoints.thread_timeline(db, "cliente-C1-1")
+    timeline = views.thread_timeline(db, "cliente-C1-1")
     assert len(timeline) == ckpt_db.fetch_one(
         "SELECT count(*) AS n FROM checkpoints WHERE thread_id = 'cliente-C1-1'")["n"]
     assert timeline["undecodable_writes"].sum() == 1

@@ -9,12 +9,12 @@ import time
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from core import sweep
-from core.agents import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+from core.operations import sweep, sweep_reads
+from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.db import Database
-from core.embeddings import OfflineHashEmbeddings
-from core.memory import POLICIES, build_store, get_memory, put_memory
-from core.scripted_model import ScriptedChatModel
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import POLICIES, build_store, get_memory, put_memory
+from core.agents.scripted_model import ScriptedChatModel
 
 DIMS = 64
 FLASH = 0.005  # minutes (0.3 s): the shortest validity a document can be given through the API
@@ -279,10 +279,10 @@ def test_page_reads_match_sql(db, store):
     put_memory(store, ("empleados", "E1"), "ajuste-turno", {"texto": "turno: tarde"})
     put_memory(store, ("proveedores", "P2"), "aviso-promocion", {"texto": "promo"})
     time.sleep(0.4)
-    assert sweep.expired_by_root(db).set_index("root")["expired"].to_dict() == {
+    assert sweep_reads.expired_by_root(db).set_index("root")["expired"].to_dict() == {
         "clientes": 0, "proveedores": 1, "empleados": 0}
 
-    forecast = sweep.expiration_forecast(db)
+    forecast = sweep_reads.expiration_forecast(db)
     weeks = forecast["week"].drop_duplicates()
     assert 53 <= len(weeks) <= 54 and set(forecast["root"]) == {"clientes", "proveedores", "empleados"}
     totals = forecast.groupby("root")["documents"].sum().to_dict()
@@ -295,11 +295,11 @@ def test_page_reads_match_sql(db, store):
     assert (by_root_week["proveedores"] - start).days // 7 in (12, 13)
 
     sweep.run_sweep(db, trigger="manual")
-    runs = sweep.sweep_runs(db)
+    runs = sweep_reads.sweep_runs(db)
     assert len(runs) == 1 and runs.iloc[0]["documents_deleted"] == 1
-    per_run = sweep.deleted_per_run(db)
+    per_run = sweep_reads.deleted_per_run(db)
     assert per_run[["root", "documents"]].to_dict("records") == [{"root": "proveedores", "documents": 1}]
-    config = sweep.ttl_configuration().set_index("root")
+    config = sweep_reads.ttl_configuration().set_index("root")
     assert config.loc["clientes", "ttl_days"] == 365 and config.loc["proveedores", "refresh_on_read"] == False  # noqa: E712
     assert (config["in_process_sweeper"] == "off").all() and config["omit_expired"].all()
 
@@ -344,7 +344,7 @@ def test_kubernetes_manifests_run_the_real_entry_points():
     cron = docs["CronJob"]["spec"]
     assert len(cron["schedule"].split()) == 5 and cron["concurrencyPolicy"] == "Forbid"
     container = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"][:3] == ["python", "-m", "core.sweep"]
+    assert container["command"][:3] == ["python", "-m", "core.operations.sweep"]
     env = {e["name"]: e for e in container["env"]}
     assert {"PG_AGENTES", sweep.RETENTION_ENV} <= set(env)
     assert sweep.validate_retention_days(env[sweep.RETENTION_ENV]["value"]) >= 1

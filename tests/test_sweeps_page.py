@@ -7,8 +7,8 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.embeddings import OfflineHashEmbeddings
-from core.memory import build_store, put_memory
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import build_store, put_memory
 from apptools import as_int, decode, frame, metric
 
 APP = "../dashboard.py"

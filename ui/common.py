@@ -8,7 +8,7 @@ from typing import Any, Callable
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
-from core import access
+from core import roles
 from core.config import Settings, load_settings
 from core.db import Database, DatabaseUnavailable
 from ui.i18n import add_strings, t
@@ -36,7 +36,7 @@ def settings() -> Settings:
 def bootstrap() -> Database:
     """Open the agents' database once per process: embedded server, migrations and demo data when
     configured. Raises on failure (nothing is cached then, so the next run retries)."""
-    from core.demo import ensure_demo, start_replicas
+    from core.demo.seed import ensure_demo, start_replicas
     from core.migrate import check_dims, migrate
 
     cfg = settings()
@@ -134,14 +134,14 @@ def current_user() -> User | None:
     LOCAL_ROLES only while the server listens on loopback (else no role at all)."""
     cfg = settings()
     if not auth_configured():
-        roles = access.parse_roles(cfg.local_roles) if local_mode_safe() else ()
-        return User("local", None, roles, local=True)
+        granted = roles.parse_roles(cfg.local_roles) if local_mode_safe() else ()
+        return User("local", None, granted, local=True)
     if not st.user.is_logged_in:
         return None
     email = st.user.get("email")
     # an e-mail the identity provider says it has not verified must not pick up someone's roles
-    roles = () if st.user.get("email_verified") is False else access.roles_for(email, cfg.role_map)
-    return User(st.user.get("name") or email or "?", email, roles, local=False)
+    granted = () if st.user.get("email_verified") is False else roles.roles_for(email, cfg.role_map)
+    return User(st.user.get("name") or email or "?", email, granted, local=False)
 
 
 def require_role(role: str) -> User:

@@ -67,9 +67,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
-from core import replica_health
+from core.checkpoints import replica_health
 from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, make_pool
-from core.serde import AllowlistSerializer, RefusalLog, SerializationRefused
+from core.checkpoints.serde import AllowlistSerializer, RefusalLog, SerializationRefused
 
 log = logging.getLogger(__name__)
 

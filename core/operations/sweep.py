@@ -39,8 +39,8 @@ from psycopg.rows import dict_row
 
 from core.config import DEFAULT_DIMS, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
-from core.checkpoints import refresh_thread_storage
-from core.memory import POLICIES, ROOTS, TTL_CONFIG, build_store
+from core.checkpoints.views import refresh_thread_storage
+from core.memory.store import build_store
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ def _sweep_ttl(conn: psycopg.Connection, dry_run: bool) -> tuple[int, int, dict[
         return (sum(r["documents"] for r in rows), sum(int(r["vectors"]) for r in rows),
                 {r["root"]: r["documents"] for r in rows})
     from core.migrate import stored_dims
-    from core.embeddings import OfflineHashEmbeddings
+    from core.memory.embeddings import OfflineHashEmbeddings
 
     dims = stored_dims(conn) or DEFAULT_DIMS
     # sweep_ttl() never embeds: the offline embedder only satisfies the index configuration.
@@ -252,7 +252,7 @@ def recheck_erasures(db: Database) -> str | None:
     """Hook for the erasure register's re-check: calls `core.erasure.recheck_all(db)` when that
     module and function exist (built separately); returns its result as text, None if absent."""
     try:
-        from core import erasure
+        from core.privacy import erasure
     except ModuleNotFoundError as exc:
         if exc.name == "core.erasure":
             return None
@@ -352,10 +352,10 @@ def demo_sweep(db: Database) -> SweepResult:
     yet swept so the pages have something to show. Called from core.demo.seed."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    from core.agents import ContextoProveedor, build_agent, run_turn
-    from core.embeddings import OfflineHashEmbeddings
+    from core.agents.retail import ContextoProveedor, build_agent, run_turn
+    from core.memory.embeddings import OfflineHashEmbeddings
     from core.migrate import stored_dims
-    from core.scripted_model import ScriptedChatModel
+    from core.agents.scripted_model import ScriptedChatModel
 
     result = run_sweep(db, trigger="demo")
     if result.status != "ok":
@@ -409,98 +409,6 @@ def main(argv: list[str] | None = None) -> int:
         for thread_id in result.threads:
             print(f"  old thread: {thread_id}")
     return 1 if result.status == "error" else 0
-
-
-# --- read side of the Sweeps page -------------------------------------------------------------
-
-SELECT_RUNS = """
-SELECT id, started_at, trigger, status, documents_deleted, vectors_deleted, deleted_by_root, retention_days,
-       threads_found, threads_deleted, extract(epoch FROM finished_at - started_at) AS seconds, host, operator,
-       dry_run, finished_at, erasure_recheck, error
-FROM core_sweep_log ORDER BY started_at DESC, id DESC LIMIT %s"""
-
-# Runs that deleted something for real, one row per (run, root); runs without per-root detail
-# count under the root 'unknown'.
-SELECT_DELETED_BY_ROOT = """
-SELECT l.id AS run_id, l.started_at, l.trigger, coalesce(r.key, 'unknown') AS root,
-       coalesce(r.value::bigint, l.documents_deleted) AS documents
-FROM (SELECT * FROM core_sweep_log WHERE status IN ('ok', 'error') AND NOT dry_run
-      ORDER BY started_at DESC, id DESC LIMIT %s) l
-LEFT JOIN LATERAL jsonb_each_text(l.deleted_by_root) r ON true
-ORDER BY l.started_at, l.id, root"""
-
-SELECT_EXPIRED_BY_ROOT = """
-SELECT split_part(prefix, '.', 1) AS root, count(*) AS expired
-FROM store WHERE expires_at IS NOT NULL AND expires_at < now() GROUP BY 1"""
-
-# Weeks start on Monday; the last bucket ends a few days past the 12 months so that rows written
-# a year ago today (clientes) are not cut off by the horizon.
-SELECT_FORECAST = """
-WITH weeks AS (
-    SELECT generate_series(date_trunc('week', now()), now() + make_interval(months => %(months)s),
-                           interval '1 week') AS week
-), expiring AS (
-    SELECT date_trunc('week', expires_at) AS week, split_part(prefix, '.', 1) AS root, count(*) AS documents
-    FROM store
-    WHERE expires_at >= now() AND expires_at < date_trunc('week', now() + make_interval(months => %(months)s))
-                                                + interval '1 week'
-    GROUP BY 1, 2
-)
-SELECT w.week, r.root, coalesce(e.documents, 0) AS documents
-FROM weeks w CROSS JOIN unnest(%(roots)s::text[]) AS r(root)
-LEFT JOIN expiring e ON e.week = w.week AND e.root = r.root
-UNION ALL
-SELECT e.week, e.root, e.documents FROM expiring e WHERE e.root <> ALL(%(roots)s::text[])
-ORDER BY 1, 2"""
-
-RUN_COLUMNS = ["id", "started_at", "trigger", "status", "documents_deleted", "vectors_deleted", "deleted_by_root",
-               "retention_days", "threads_found", "threads_deleted", "seconds", "host", "operator", "dry_run",
-               "finished_at", "erasure_recheck", "error"]
-
-
-def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
-    """The newest `limit` runs of the sweep log, newest first (deleted_by_root as a dict)."""
-    df = pd.DataFrame(db.fetch(SELECT_RUNS, (limit,)), columns=RUN_COLUMNS)
-    df["seconds"] = df["seconds"].astype(float)
-    return df
-
-
-def deleted_per_run(db: Database, limit: int = 200) -> pd.DataFrame:
-    """Documents deleted per real run and namespace root (run_id, started_at, trigger, root, documents, run label)."""
-    df = pd.DataFrame(db.fetch(SELECT_DELETED_BY_ROOT, (limit,)),
-                      columns=["run_id", "started_at", "trigger", "root", "documents"])
-    df["documents"] = df["documents"].astype(int)
-    # A categorical label per run: runs are seconds or days apart, a time axis would crush them.
-    df["run"] = [f"#{i} {t:%m-%d %H:%M}" for i, t in zip(df["run_id"], df["started_at"])]
-    return df
-
-
-def expired_by_root(db: Database) -> pd.DataFrame:
-    """Documents expired now and not yet swept, per namespace root (every known root, zeros included)."""
-    found = {r["root"]: r["expired"] for r in db.fetch(SELECT_EXPIRED_BY_ROOT)}
-    roots = list(ROOTS) + sorted(set(found) - set(ROOTS))
-    return pd.DataFrame({"root": roots, "expired": [int(found.get(r, 0)) for r in roots]})
-
-
-def expiration_forecast(db: Database, months: int = 12) -> pd.DataFrame:
-    """Documents that will expire per week and namespace root over the next `months` months,
-    from `expires_at` as it is now (a read refreshing clientes/empleados moves them later)."""
-    rows = db.fetch(SELECT_FORECAST, {"months": months, "roots": list(ROOTS)})
-    df = pd.DataFrame(rows, columns=["week", "root", "documents"])
-    df["documents"] = df["documents"].astype(int)
-    return df
-
-
-def ttl_configuration() -> pd.DataFrame:
-    """The TTL configuration in force: one row per namespace root, with the store-wide settings."""
-    sweeper = TTL_CONFIG.get("sweep_interval_minutes")
-    return pd.DataFrame([
-        {"root": p.root, "ttl_days": p.ttl_days, "ttl_minutes": p.ttl_minutes,
-         "refresh_on_read": p.refresh_on_read, "omit_expired": bool(TTL_CONFIG.get("omit_expired")),
-         "default_ttl_minutes": TTL_CONFIG.get("default_ttl"),
-         "in_process_sweeper": "off" if sweeper is None else f"every {sweeper} min"}
-        for p in POLICIES.values()
-    ])
 
 
 if __name__ == "__main__":

@@ -16,16 +16,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from core import clock
-from core.agents import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
-from core.checkpointer import DualCheckpointSaver
+from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.config import Settings, load_settings
 from core.db import Database
-from core.embeddings import make_embeddings
-from core.erasure import erase_demo_customer
-from core.outage import demo_outage
-from core.sweep import demo_sweep
-from core.memory import build_store, put_memory
-from core.scripted_model import ScriptedChatModel
+from core.memory.embeddings import make_embeddings
+from core.privacy.erasure import erase_demo_customer
+from core.operations.outage import demo_outage
+from core.operations.sweep import demo_sweep
+from core.memory.store import build_store, put_memory
+from core.agents.scripted_model import ScriptedChatModel
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,3 @@ def main(argv: list[str] | None = None) -> int:
             stop.set()
             time.sleep(min(args.every, 5))  # let each replica close its saver (final heartbeat: stopped)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

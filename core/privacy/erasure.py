@@ -32,9 +32,9 @@ from langgraph.store.postgres import PostgresStore
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from core.agents import METADATA_KEY
+from core.agents.retail import METADATA_KEY
 from core.db import Database
-from core.memory import InvalidIdentifier, validate_label
+from core.memory.store import InvalidIdentifier, validate_label
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ PREF_LINE = re.compile(r"^- (?P<tipo>\w+): (?P<valor>.+)$", re.M)
 
 def _proposal(messages: list[BaseMessage], **override: str) -> dict[str, Any]:
     """What a model that applies the preferences in its prompt proposes (defaults where none)."""
-    from core.agents import DEFAULT_PROPOSAL, PROPOSAL_FIELDS
+    from core.agents.retail import DEFAULT_PROPOSAL, PROPOSAL_FIELDS
 
     system = next((str(m.content) for m in messages if isinstance(m, SystemMessage)), "")
     prefs = {m["tipo"]: m["valor"].strip() for m in PREF_LINE.finditer(system)}

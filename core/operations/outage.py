@@ -118,8 +118,8 @@ def demo_outage(db: Any, settings: Any, agents: dict[str, Any], *, kind: str = "
     checkpointer are what this shows). "hang" is the default because `pg_ctl stop` would also
     end the seeding session that holds the demo's advisory lock, and its unlock would fail.
     """
-    from core.agents import ContextoCliente, ContextoProveedor, build_agent, run_turn
-    from core.scripted_model import ScriptedChatModel
+    from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+    from core.agents.scripted_model import ScriptedChatModel
 
     saver = getattr(agents.get("atencion-cliente"), "checkpointer", None)
     if saver is None or not hasattr(saver, "wait_for"):

@@ -41,7 +41,8 @@ ALLOWED_MSGPACK_MODULES: tuple[tuple[str, str], ...] = (
     ("langchain_core.messages.system", "SystemMessage"),
     ("langchain_core.messages.modifier", "RemoveMessage"),
     ("langgraph.types", "Send"),
-    ("core.guard", "Risk"),
+    ("core.checkpoints.guard", "Risk"),
+    ("core.guard", "Risk"),  # the same enum, as payloads written before core/ was split name it
 )
 
 MAX_PENDING_REFUSALS = 10_000  # kept for the health tables until flushed; oldest dropped beyond

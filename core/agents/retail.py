@@ -24,8 +24,8 @@ from psycopg_pool import ConnectionPool
 
 from core import clock
 from core.db import CONNECTION_ERRORS
-from core.guard import FailClosedGuard, Risk, declare_risk
-from core.memory import (
+from core.checkpoints.guard import FailClosedGuard, Risk, declare_risk
+from core.memory.store import (
     TipoPreferencia,
     get_memory,
     put_memory,

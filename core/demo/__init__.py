@@ -1,0 +1,1 @@
+"""Demo data made by the real code paths (`python -m core.demo`)."""

@@ -1,0 +1,1 @@
+"""Operations: the sweep job and its reads, the outage drill."""

@@ -1,0 +1,1 @@
+"""Data protection: erasure, its register and evidence."""
