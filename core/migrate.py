@@ -123,7 +123,7 @@ def migrate(dsn: str, dims: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Apply the store, checkpointer and dashboard migrations.")
+    parser = argparse.ArgumentParser(prog="python -m core.migrate", description="Apply the store, checkpointer and dashboard migrations.")
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     settings = load_settings()

@@ -218,7 +218,7 @@ def ensure_demo(db: Database, settings: Settings, **kwargs) -> DemoSummary | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Seed demo data through the real agents (only into an empty database).")
+    parser = argparse.ArgumentParser(prog="python -m core.demo", description="Seed demo data through the real agents (only into an empty database).")
     parser.add_argument("--customers", type=int, default=240)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--replicas", type=int, default=0,

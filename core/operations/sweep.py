@@ -384,7 +384,7 @@ def _days_arg(value: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 when the run finished (or another run already holds the lock), 1 on error, 2 on bad input."""
     parser = argparse.ArgumentParser(
-        prog="python -m core.sweep",
+        prog="python -m core.operations.sweep",
         description="Sweep expired store rows and old checkpoint threads (one run at a time, logged).")
     parser.add_argument("--trigger", choices=TRIGGERS, default="scheduled")
     parser.add_argument("--retention-days", type=_days_arg, default=None,
