@@ -10,6 +10,7 @@ from core.privacy import erasure
 from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
 from ui.common import call_now, require_role
 from ui.i18n import t
+from ui.registers import verify_button
 
 PICK_KEY = "erasure_register.request"
 NOTICE_KEY = "erasure_register.notice"
@@ -25,6 +26,7 @@ def _dirty_text(result: erasure.RecheckResult) -> str:
 
 st.title(t("erasure_register_title"))
 st.caption(t("erasure_register_caption"))
+verify_button("erasure", key="erasure_register.verify")
 
 notice = st.session_state.pop(NOTICE_KEY, None)  # the outcome of a re-check, shown after its rerun
 if notice:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
+import pandas as pd
 import psycopg
 from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from psycopg.types.json import Jsonb
@@ -102,7 +103,10 @@ INSERT INTO core_access_register (customer_id, operator, format, lang, sha256, s
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id, exported_at"""
 SELECT_REGISTER = """
 SELECT id, customer_id, operator, exported_at, format, lang, sha256, size_bytes, counts, sources
-FROM core_access_register ORDER BY exported_at DESC, id DESC LIMIT %s"""
+FROM core_access_register WHERE %(customer_id)s::text IS NULL OR customer_id = %(customer_id)s
+ORDER BY exported_at DESC, id DESC LIMIT %(limit)s"""
+REGISTER_COLUMNS = ["id", "customer_id", "operator", "exported_at", "format", "lang", "sha256", "size_bytes", "counts",
+                    "sources"]
 
 # What the resolver searched until the subject resolver (core/privacy/subjects.py) lands.
 THREAD_SOURCES = ("checkpoint metadata cliente_id", "core_conversations", "core_erasure_register thread ids")
@@ -485,9 +489,13 @@ def export(db: Database, customer_id: str, *, fmt: str, lang: str, operator: str
                   "application/json" if fmt == "json" else "text/html")
 
 
-def register(db: Database, limit: int = 500) -> list[dict]:
-    """The latest `limit` exports, newest first."""
-    return db.fetch(SELECT_REGISTER, (limit,), read_only=False)
+def register(db: Database, limit: int = 500, customer_id: str | None = None) -> pd.DataFrame:
+    """The latest `limit` exports (of one customer, or of all), newest first; `items` is the total exported."""
+    rows = db.fetch(SELECT_REGISTER, {"customer_id": customer_id, "limit": limit}, read_only=False)
+    frame = pd.DataFrame(rows, columns=REGISTER_COLUMNS)
+    frame["items"] = frame["counts"].map(lambda c: sum(v for k, v in c.items() if k != "expired_documents")
+                                         if isinstance(c, dict) else None)
+    return frame
 
 
 __all__ = ["AccessReport", "Attribution", "Export", "FORMATS", "LANGS", "export", "export_document", "export_html",

@@ -1,0 +1,119 @@
+"""Access (DPO, GDPR art. 15): customer id -> counts per source -> export (JSON or readable HTML, es/en).
+
+The export is generated only when the DPO clicks the download button (a callable passed to
+st.download_button), registered with its sha256 and never cached server-side: no st.cache_data, and
+only the counts (no personal data) stay in the session.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from core import roles
+from core.memory.store import InvalidIdentifier
+from core.privacy import access
+from ui import access_i18n  # noqa: F401  (registers the access_* strings)
+from ui.common import call_now, get_db, require_role
+from ui.i18n import LANGUAGES, lang, t
+
+ID_KEY = "access.customer"
+SUMMARY_KEY = "access.summary"
+FORMAT_KEY = "access.format"
+LANG_KEY = "access.lang"
+
+user = require_role(roles.DPO)
+operator = user.email or "local"
+if ID_KEY not in st.session_state:
+    st.session_state[ID_KEY] = st.query_params.get("cliente", "")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the page keeps between runs: counts only, never the customer's data."""
+
+    customer_id: str
+    prefix: str
+    counts: dict[str, int]
+    empty: bool
+    unattributed: int
+    sources: dict[str, list[str]]
+    read_at: str
+
+
+def read_summary(customer_id: str) -> Summary | None:
+    try:
+        report = call_now(access.gather, customer_id)
+    except InvalidIdentifier as exc:
+        st.error(str(exc))
+        return None
+    return Summary(report.customer_id, report.namespace_prefix, report.counts, report.empty,
+                   report.unattributed_threads, report.sources, time.strftime("%H:%M:%S"))
+
+
+st.title(t("access_title"))
+st.caption(t("access_caption"))
+
+customer_id = st.text_input(t("access_customer"), key=ID_KEY)
+if customer_id:
+    st.query_params["cliente"] = customer_id
+elif "cliente" in st.query_params:
+    del st.query_params["cliente"]
+
+summary: Summary | None = st.session_state.get(SUMMARY_KEY)
+refresh = st.button(t("access_preview"), key="access.preview", icon=":material/preview:", disabled=not customer_id)
+if customer_id and (refresh or summary is None or summary.customer_id != customer_id):
+    summary = read_summary(customer_id)
+    st.session_state[SUMMARY_KEY] = summary
+if not customer_id or summary is None or summary.customer_id != customer_id:
+    st.stop()
+
+st.subheader(t("access_counts_title", prefix=summary.prefix))
+st.caption(t("access_read_at", at=summary.read_at))
+left, right = st.columns([1, 1])
+with left:
+    st.dataframe(pd.DataFrame({t("access_source"): list(summary.counts), t("access_items"): list(summary.counts.values())}),
+                 hide_index=True, key="access.counts")
+with right:
+    st.markdown(f"**{t('access_sources')}**")
+    for kind, names in summary.sources.items():
+        st.caption(f"{kind}: " + ", ".join(f"`{n}`" for n in names))
+if summary.empty:
+    st.info(t("access_nothing", id=summary.customer_id))
+st.warning(t("access_caveat", n=summary.unattributed), icon=":material/visibility_off:")
+
+if FORMAT_KEY not in st.session_state:
+    st.session_state[FORMAT_KEY] = "json"
+if st.session_state.get(LANG_KEY) not in LANGUAGES:
+    st.session_state[LANG_KEY] = lang()
+c1, c2 = st.columns([2, 1])
+fmt = c1.radio(t("access_format"), list(access.FORMATS), key=FORMAT_KEY, horizontal=True,
+               format_func=lambda f: t(f"access_format_{f}"))
+doc_lang = c2.selectbox(t("access_lang"), list(LANGUAGES), format_func=LANGUAGES.get, key=LANG_KEY)
+
+
+def make_export(cid: str = summary.customer_id, fmt: str = fmt, doc_lang: str = doc_lang) -> bytes:
+    # runs when the button is clicked, outside the page script: no Streamlit calls, nothing cached
+    return access.export(get_db(), cid, fmt=fmt, lang=doc_lang, operator=operator).data
+
+
+safe_id = re.sub(r"[^A-Za-z0-9_-]", "_", summary.customer_id)
+st.download_button(
+    t("access_download"), data=make_export, file_name=f"acceso-{safe_id}-{time.strftime('%Y%m%d')}.{fmt}",
+    mime="application/json" if fmt == "json" else "text/html", key="access.download", type="primary",
+    icon=":material/download:", help=t("access_download_help"),
+)
+
+exports = call_now(access.register, 20, summary.customer_id)
+if not exports.empty:
+    st.subheader(t("access_exports_of", id=summary.customer_id))
+    st.dataframe(exports[["id", "exported_at", "operator", "format", "lang", "size_bytes", "sha256"]], hide_index=True,
+                 key="access.exports", column_config={
+                     "id": st.column_config.NumberColumn("#", format="%d"),
+                     "exported_at": st.column_config.DatetimeColumn(t("access_col_at"), format="YYYY-MM-DD HH:mm:ss z"),
+                     "operator": t("access_col_operator"), "format": t("access_col_format"),
+                     "lang": t("access_col_lang"), "size_bytes": t("access_col_size"), "sha256": "sha256"})
+st.page_link("app_pages/access_register.py", label=t("access_to_register"), icon=":material/receipt_long:")
