@@ -12,4 +12,5 @@ target = first_page(user.roles if user else ())
 if target is None:  # dashboard.py stops users without roles before this; said, not assumed
     st.error(t("no_roles", user=(user.email or user.name) if user else "?"))
     st.stop()
-st.switch_page(target.path)
+# query parameters go along: `/?lang=en` or an old shared `/?cliente=C9` keeps them on the landing page
+st.switch_page(target.path, query_params=st.query_params.to_dict())

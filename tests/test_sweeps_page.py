@@ -119,9 +119,11 @@ def test_manager_is_refused(demo_db, app_env):
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     assert not at.exception
-    # Not in a manager's navigation...
-    with pytest.raises(ValueError, match="Could not find a navigation page"):
-        at.switch_page(PAGE)
+    # registered but hidden from a manager's menu: its URL opens it, and it refuses naming the role
+    at.switch_page(PAGE).run()
+    assert not at.exception, at.exception
+    assert [e.value for e in at.error] == ["Esta página requiere el rol «sre»."]
+    assert not at.text_input and not at.metric and not at.dataframe
     # ...and the page refuses by itself when run directly (its own server-side check).
     page = AppTest.from_file("../" + PAGE, default_timeout=60)
     page.run()
