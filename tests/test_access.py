@@ -106,6 +106,13 @@ def test_export_holds_every_document_and_message_and_nothing_of_look_alikes(popu
     doc = json.loads(text)
     assert {d["prefix"] for d in doc["store_documents"]} == {"clientes.C9", "clientes.C9.pedidos"}
     assert doc["cover"]["counts"] == counts and doc["cover"]["nothing_found"] is False
+    # the readable document holds the same: every document (expired one marked) and every message
+    html = access.export_html(report, requested_by="dpo@example.com", lang="es").decode()
+    assert all(f"{d['prefix']} / {d['key']}" in html for d in report.documents)
+    assert html.count("caducado (pendiente de barrido)") == 1
+    assert html.count("<div class='msg ") == sum(len(t["messages"]) for t in report.threads)
+    for other in LOOK_ALIKES:
+        assert f"clientes.{other}" not in html and f"cliente-{other}-" not in html, other
 
 
 @pytest.mark.parametrize("other", LOOK_ALIKES)
