@@ -6,9 +6,11 @@
 --                    incomplete, failed; a running request still changes), and core_erasure_rechecks
 --                    rows, sealed on insert.
 -- Sealing is done by triggers, so the code that writes the registers needs no change.
--- The canonical content is the row as jsonb text, rendered in UTC, without the columns a later
--- re-check legitimately updates (last_recheck_at / last_recheck_clean: the re-checks are sealed
--- themselves). The verifier hashes the same text in Python and recomputes every link.
+-- The canonical content is the row as jsonb text, rendered in UTC, without the columns that legitimately
+-- change after the row is final (last_recheck_at / last_recheck_clean, set by re-checks, which are sealed
+-- themselves; resumed_by, the forward link a resumed request gets), and without null values, so that a
+-- nullable column added by a later migration does not change the content of rows sealed before it.
+-- The verifier hashes the same text in Python and recomputes every link.
 CREATE TABLE IF NOT EXISTS core_register_chain (
     chain          text        NOT NULL,
     position       bigint      NOT NULL,              -- 1, 2, 3 ... per chain: a gap is a removed link
@@ -31,12 +33,12 @@ DECLARE
     doc jsonb;
 BEGIN
     IF tbl = 'core_access_register' THEN
-        SELECT to_jsonb(r) INTO doc FROM core_access_register r WHERE r.id = rid;
+        SELECT jsonb_strip_nulls(to_jsonb(r)) INTO doc FROM core_access_register r WHERE r.id = rid;
     ELSIF tbl = 'core_erasure_register' THEN
-        SELECT to_jsonb(r) - 'last_recheck_at' - 'last_recheck_clean' INTO doc
+        SELECT jsonb_strip_nulls(to_jsonb(r) - 'last_recheck_at' - 'last_recheck_clean' - 'resumed_by') INTO doc
         FROM core_erasure_register r WHERE r.id = rid;
     ELSIF tbl = 'core_erasure_rechecks' THEN
-        SELECT to_jsonb(r) INTO doc FROM core_erasure_rechecks r WHERE r.id = rid;
+        SELECT jsonb_strip_nulls(to_jsonb(r)) INTO doc FROM core_erasure_rechecks r WHERE r.id = rid;
     ELSE
         RAISE EXCEPTION 'not a sealed register table: %', tbl;
     END IF;
