@@ -12,6 +12,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from core.checkpoints import replica_health
+from core.checkpoints.thread_fates import ThreadFates
 from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, DeadlineExceeded, _describe, _now, is_connection_failure
 from core.db import CONNECT_TIMEOUT_S, make_pool
 
@@ -97,6 +98,7 @@ class Recovery:
             sh.memory.writes.clear()
             sh.memory.blobs.clear()
             sh.seeded = set()
+            sh.fates = {}
             sh.degraded = False
             sh.last_success_ts = time.time()
             sh.last_resync_ms = (time.monotonic() - started) * 1000
@@ -129,11 +131,17 @@ class Recovery:
         Consecutive puts/writes are sent as batches; a thread deletion flushes what came before it,
         so the result is that of the operations applied one by one, in order. Re-running it
         (after a failed commit, or over rows an abandoned call wrote meanwhile) changes nothing.
+
+        Before the first buffered checkpoint of a thread (this episode) it checks the thread in
+        PostgreSQL (`threads.ThreadFates`): an erased thread (tombstone) is dropped; a thread whose
+        head is not the checkpoint the buffered turns were based on (another replica wrote it, or
+        this replica never knew it) is written to a conflict thread instead of on top of the head.
         """
         if not ops:
             return
         sh = self._shared
         sql = BasePostgresSaver
+        fates = ThreadFates(sh, ops)
 
         def run() -> None:
             with psycopg.connect(sh.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
@@ -157,19 +165,28 @@ class Recovery:
                     for kind, payload in ops:
                         if kind == "put":
                             blob_rows, (thread_id, ns, checkpoint_id, parent_id, inline, metadata) = payload
-                            blobs.extend(blob_rows)
-                            checkpoints.append((thread_id, ns, checkpoint_id, parent_id, Jsonb(inline), Jsonb(metadata)))
+                            target = fates.target(cur, thread_id, ns, parent_id)
+                            if target is None:
+                                continue
+                            blobs.extend((target, *row[1:]) for row in blob_rows)
+                            checkpoints.append((target, ns, checkpoint_id, parent_id, Jsonb(inline), Jsonb(metadata)))
                         elif kind == "put_writes":
                             upsert, rows = payload
-                            (upserts if upsert else inserts).extend(rows)
+                            if not rows:
+                                continue
+                            target = fates.target(cur, rows[0][0], rows[0][1], None, writes=True)
+                            if target is None:
+                                continue
+                            (upserts if upsert else inserts).extend((target, *row[1:]) for row in rows)
                         elif kind == "delete_thread":
                             flush()
                             for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
                                 cur.execute(f"DELETE FROM {table} WHERE thread_id = %s", (payload,))
+                            fates.deleted(payload)
                         else:  # pragma: no cover - the log only holds the kinds above
                             raise ValueError(f"unknown buffered operation {kind!r}")
                     flush()
 
         with sh.watchdog.deadline(sh.resync_timeout):
             run()
-
+        fates.commit()

@@ -102,6 +102,8 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "last_resync_ms": sh.last_resync_ms, "last_resync_error": sh.last_resync_error,
                 "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
                 "refusals_total": sh.refusals_total, "generation": sh.generation,
+                "conflicts_total": sh.conflicts_total, "tombstoned_threads_total": sh.tombstoned_threads_total,
+                "tombstoned_ops_dropped_total": sh.tombstoned_ops_dropped_total,
             }
 
     def transitions(self) -> list[tuple[float, str]]:
@@ -285,6 +287,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             sh.episode_checkpoints = sh.episode_writes = sh.resynced_ops = 0
             sh.episode_denials = []
             sh.seeded = set()
+            sh.fates = {}
             sh.transitions.append((time.monotonic(), "degraded"))
             sh.changed.notify_all()
         sh.wake.set()

@@ -59,6 +59,12 @@ class _Shared:
         self.memory = InMemorySaver()
         self.ops: list[tuple[str, Any]] = []  # the resync log, in order: rows as PostgresSaver writes them
         self.seeded: set[str] = set()  # threads copied from the read cache into memory this episode
+        # Per (thread, ns) this episode: the thread its buffered operations replay to, None if erased.
+        self.fates: dict[tuple[str, str], str | None] = {}
+        self.tombstoned: set[str] = set()  # erased threads seen (tombstones): never seeded or replayed
+        self.conflicts_total = 0
+        self.tombstoned_threads_total = 0
+        self.tombstoned_ops_dropped_total = 0
         self.episode_checkpoints = 0
         self.episode_writes = 0
         self.resynced_ops = 0

@@ -1,0 +1,142 @@
+"""Issue 16's findings on the dual saver, each reproduced on a real embedded server of its own.
+
+A plain `StateGraph` with an `operator.add` list channel, as a new user would write it: every turn
+appends its input and the node's mark, so the head checkpoint of a thread lists every turn in order
+and a lost turn shows at once.
+"""
+from __future__ import annotations
+
+import operator
+import uuid
+from typing import Annotated, TypedDict
+
+import psycopg
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.graph import END, START, StateGraph
+
+from conftest import own_embedded_server
+from core.checkpoints.dual_saver import DualCheckpointSaver
+from core.checkpoints.serde import make_serializer
+from core.db import make_pool
+from core.migrate import migrate
+
+DIMS = 64
+
+
+class Turns(TypedDict):
+    log: Annotated[list, operator.add]
+
+
+def graph(saver):
+    builder = StateGraph(Turns)
+    builder.add_node("node", lambda state: {"log": ["node"]})
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    return builder.compile(checkpointer=saver)
+
+
+def turn(app, thread: str, text: str) -> list:
+    return app.invoke({"log": [text]}, {"configurable": {"thread_id": thread}})["log"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from own_embedded_server(tmp_path_factory, "saver-findings")
+
+
+@pytest.fixture
+def dsn(server):
+    base, control = server
+    control.resume()
+    name = f"sf_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    out = psycopg.conninfo.make_conninfo(base, dbname=name)
+    migrate(out, DIMS)
+    return out
+
+
+@pytest.fixture
+def control(server):
+    return server[1]
+
+
+def head(dsn: str, thread: str) -> list | None:
+    """The thread's head as PostgreSQL (stock saver) serves it."""
+    pool = make_pool(dsn, name="inspect")
+    try:
+        tup = PostgresSaver(pool, serde=make_serializer()).get_tuple({"configurable": {"thread_id": thread}})
+    finally:
+        pool.close()
+    return None if tup is None else tup.checkpoint["channel_values"]["log"]
+
+
+def threads_like(dsn: str, prefix: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        return [r[0] for r in conn.execute(
+            "SELECT DISTINCT thread_id FROM checkpoints WHERE starts_with(thread_id, %s) ORDER BY 1", (prefix,))]
+
+
+def outage(saver, control, *actions):
+    """Stop the server, run `actions` (degraded), start it and wait for the resync."""
+    control.stop()
+    try:
+        for action in actions:
+            action()
+        assert saver.degraded
+    finally:
+        control.start()
+    assert saver.wait_for("healthy", 30)
+
+
+# --- finding 1: stale reads after a second outage ---------------------------------------------
+
+def test_idle_thread_between_two_outages_keeps_every_turn(dsn, control):
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f1-idle") as saver:
+        app = graph(saver)
+        assert turn(app, "f1", "t1") == ["t1", "node"]
+        outage(saver, control, lambda: turn(app, "f1", "t2"))
+        assert head(dsn, "f1") == ["t1", "node", "t2", "node"]
+        # Idle in between: nothing reads f1 until the second outage.
+        outage(saver, control, lambda: turn(app, "f1", "t3"))
+    assert head(dsn, "f1") == ["t1", "node", "t2", "node", "t3", "node"]
+
+
+def test_thread_never_read_before_the_outage_is_not_overwritten(dsn, control):
+    """This replica never saw the thread: its degraded turn cannot be chained on PostgreSQL's head.
+
+    PostgreSQL keeps the thread's own history as its head, and the turn made while degraded is
+    kept too (in a conflict thread named after it), never silently dropped or put on top.
+    """
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f1-other") as other:
+        assert turn(graph(other), "f1-unread", "t1") == ["t1", "node"]
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f1-fresh") as saver:
+        app = graph(saver)
+        outage(saver, control, lambda: turn(app, "f1-unread", "t2"))
+        status = saver.status()
+    assert head(dsn, "f1-unread") == ["t1", "node"]
+    assert status.get("conflicts_total") == 1
+    kept = [t for t in threads_like(dsn, "f1-unread") if t != "f1-unread"]
+    assert len(kept) == 1 and kept[0].startswith("f1-unread~conflict~f1-fresh~")
+    assert head(dsn, kept[0]) == ["t2", "node"]
+
+
+def test_two_replicas_a_stale_cache_does_not_drop_the_other_replicas_turn(dsn, control):
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f1-a") as a, \
+            DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f1-b") as b:
+        app_a, app_b = graph(a), graph(b)
+        assert turn(app_a, "f1-two", "t1") == ["t1", "node"]  # A caches the thread here
+        assert turn(app_b, "f1-two", "t2") == ["t1", "node", "t2", "node"]
+        control.stop()
+        try:
+            turn(app_a, "f1-two", "t3")  # A only knows t1
+            assert a.degraded
+        finally:
+            control.start()
+        assert a.wait_for("healthy", 30)
+        status = a.status()
+    assert head(dsn, "f1-two") == ["t1", "node", "t2", "node"]
+    assert status.get("conflicts_total") == 1
+    kept = [t for t in threads_like(dsn, "f1-two") if t != "f1-two"]
+    assert len(kept) == 1 and head(dsn, kept[0]) == ["t1", "node", "t3", "node"]
