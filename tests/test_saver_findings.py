@@ -140,3 +140,70 @@ def test_two_replicas_a_stale_cache_does_not_drop_the_other_replicas_turn(dsn, c
     assert status.get("conflicts_total") == 1
     kept = [t for t in threads_like(dsn, "f1-two") if t != "f1-two"]
     assert len(kept) == 1 and head(dsn, kept[0]) == ["t1", "node", "t3", "node"]
+
+
+# --- finding 2: close() while degraded ------------------------------------------------------------
+
+def episodes_of(dsn: str, replica_id: str) -> list[dict]:
+    with psycopg.connect(dsn, row_factory=psycopg.rows.dict_row) as conn:
+        return conn.execute("SELECT * FROM core_degradation_episodes WHERE replica_id = %s", (replica_id,)).fetchall()
+
+
+def denial(thread: str) -> dict:
+    from datetime import datetime, timezone
+
+    return {"tool": "publicar_aviso", "risk": "HIGH", "thread_id": thread, "subject_root": None, "subject_id": None,
+            "customer_id": None, "reason": "degraded", "denied_at": datetime.now(timezone.utc)}
+
+
+def test_closed_mid_outage_then_restarted_keeps_every_turn(dsn, control, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("DUAL_SAVER_JOURNAL_DIR", str(tmp_path / "journal"))
+    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f2-rolling")
+    app = graph(saver)
+    assert turn(app, "f2", "t1") == ["t1", "node"]
+    control.stop()
+    try:
+        assert turn(app, "f2", "t2") == ["t1", "node", "t2", "node"]
+        assert turn(app, "f2-new", "n1") == ["n1", "node"]
+        assert saver.degraded
+        saver.record_denial(denial("f2"))
+        with caplog.at_level("ERROR", logger="core.checkpoints.dual_saver"):
+            saver.close()  # a rolling restart during the outage
+    finally:
+        control.start()
+    assert any(r.levelname == "ERROR" and "f2-rolling" in r.getMessage() and "journal" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    # The next start with the same replica id replays what the closed one held.
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f2-rolling") as again:
+        assert head(dsn, "f2") == ["t1", "node", "t2", "node"]
+        assert head(dsn, "f2-new") == ["n1", "node"]
+        assert turn(graph(again), "f2", "t3") == ["t1", "node", "t2", "node", "t3", "node"]
+        wait = __import__("time").monotonic() + 30
+        while not episodes_of(dsn, "f2-rolling") and __import__("time").monotonic() < wait:
+            __import__("time").sleep(0.1)
+    eps = episodes_of(dsn, "f2-rolling")
+    assert len(eps) == 1 and eps[0]["checkpoints_buffered"] >= 2
+    assert [d["tool"] for d in eps[0]["denials"]] == ["publicar_aviso"]
+    assert not list((tmp_path / "journal").glob("*.journal"))
+    # Idempotent: a third start finds nothing to replay and changes nothing.
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f2-rolling"):
+        pass
+    assert head(dsn, "f2") == ["t1", "node", "t2", "node", "t3", "node"]
+    assert len(episodes_of(dsn, "f2-rolling")) == 1
+
+
+def test_close_tries_a_final_resync_when_postgres_is_back(dsn, control, tmp_path, monkeypatch):
+    monkeypatch.setenv("DUAL_SAVER_JOURNAL_DIR", str(tmp_path / "journal"))
+    # A long probe interval: the monitor does not resync on its own before close().
+    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.3, probe_interval=600, replica_id="f2-final")
+    app = graph(saver)
+    turn(app, "f2-final", "t1")
+    control.stop()
+    try:
+        turn(app, "f2-final", "t2")
+        assert saver.degraded
+    finally:
+        control.start()
+    saver.close()
+    assert head(dsn, "f2-final") == ["t1", "node", "t2", "node"]
+    assert not list((tmp_path / "journal").glob("*.journal"))

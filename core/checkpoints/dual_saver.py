@@ -42,6 +42,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
 
+from core.checkpoints.closing import Closing
 from core.checkpoints.degraded_buffer import DegradedBuffer
 from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported from here by callers
     CALL_TIMEOUT_S,
@@ -61,7 +62,7 @@ from core.checkpoints.recovery import Recovery
 from core.checkpoints.saver_core import SaverCore
 
 
-class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
+class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, SaverCore):
     """PostgreSQL checkpoints with an in-memory fallback, resync and replica health.
 
     `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The

@@ -32,6 +32,8 @@ class Recovery:
                     if not self._try_recover():
                         sh.stop.wait(sh.probe_interval)
                     continue
+                if sh.journal_pending:
+                    self._replay_journal()
                 if sh.publish_health:
                     self._flush_health()
             except Exception as exc:
@@ -54,6 +56,8 @@ class Recovery:
                     sh.watchdog.watching(conn):
                 conn.execute("SELECT 1")
         except (psycopg.Error, DeadlineExceeded):
+            return False
+        if sh.journal_pending and not self._replay_journal():  # older than this episode: first
             return False
         started = time.monotonic()
         with sh.lock:
@@ -125,12 +129,13 @@ class Recovery:
                 log.info("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
         return True
 
-    def _replay(self, ops: list[tuple[str, Any]]) -> None:
+    def _replay(self, ops: list[tuple[str, Any]], *, since: Any = None, episode: bool = True) -> None:
         """Write buffered operations in one transaction with PostgresSaver's own upsert statements.
 
         Consecutive puts/writes are sent as batches; a thread deletion flushes what came before it,
         so the result is that of the operations applied one by one, in order. Re-running it
         (after a failed commit, or over rows an abandoned call wrote meanwhile) changes nothing.
+        `episode=False` (a journal from an earlier run, degraded since `since`) keeps its thread fates apart.
 
         Before the first buffered checkpoint of a thread (this episode) it checks the thread in
         PostgreSQL (`threads.ThreadFates`): an erased thread (tombstone) is dropped; a thread whose
@@ -141,7 +146,7 @@ class Recovery:
             return
         sh = self._shared
         sql = BasePostgresSaver
-        fates = ThreadFates(sh, ops)
+        fates = ThreadFates(sh, ops, since=since, episode=episode)
 
         def run() -> None:
             with psycopg.connect(sh.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,

@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -22,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 from core.checkpoints.deadlines import _DeadlineAsyncPostgresSaver, _DeadlinePostgresSaver
 from core.checkpoints.failures import (
     CALL_TIMEOUT_S,
+    CLOSE_RESYNC_TIMEOUT_S,
     HEARTBEAT_INTERVAL_S,
     POOL_SIZE,
     PROBE_INTERVAL_S,
@@ -50,12 +52,14 @@ class SaverCore(BaseCheckpointSaver[str]):
                  call_timeout: float = CALL_TIMEOUT_S, heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
                  probe_interval: float = PROBE_INTERVAL_S, pool_size: int = POOL_SIZE,
                  thread_cache_size: int = THREAD_CACHE_SIZE, resync_timeout: float = RESYNC_TIMEOUT_S,
-                 publish_health: bool = True, start: bool = True):
+                 publish_health: bool = True, start: bool = True,
+                 close_resync_timeout: float = CLOSE_RESYNC_TIMEOUT_S, journal_dir: str | Path | None = None):
         # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the inner savers.
         self._shared = _Shared(dsn, replica_id=replica_id, call_timeout=call_timeout,
                                heartbeat_interval=heartbeat_interval, probe_interval=probe_interval,
                                pool_size=pool_size, thread_cache_size=thread_cache_size,
-                               resync_timeout=resync_timeout, publish_health=publish_health)
+                               resync_timeout=resync_timeout, publish_health=publish_health,
+                               close_resync_timeout=close_resync_timeout, journal_dir=journal_dir)
         self.serde = serde if serde is not None else AllowlistSerializer(refusals=RefusalLog())
         self._orphans: set[asyncio.Task] = set()
         if start:
@@ -133,7 +137,10 @@ class SaverCore(BaseCheckpointSaver[str]):
     # --- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Replay the journal a previous close() of this replica id left (if PostgreSQL answers), start the monitor."""
         sh = self._shared
+        if sh.journal_pending:
+            self._replay_journal()  # not replayed: the monitor retries
         if sh.monitor is None or not sh.monitor.is_alive():
             sh.stop.clear()
             sh.monitor = threading.Thread(target=self._monitor, name=f"dual-saver-monitor-{sh.replica_id}",
@@ -141,17 +148,25 @@ class SaverCore(BaseCheckpointSaver[str]):
             sh.monitor.start()
 
     def close(self) -> None:
-        """Stop the monitor, publish a last heartbeat ("stopped") if reachable, close the pools."""
+        """Stop the monitor, resync or journal the buffer, publish a last heartbeat, close the pools.
+
+        Degraded, it tries a final resync for up to `close_resync_timeout` seconds; if PostgreSQL is
+        still unreachable, the buffer goes to the local journal (`core.checkpoints.journal`, logged
+        at ERROR), which the next start with the same replica id replays. Nothing is dropped.
+        """
         sh = self._shared
         sh.stop.set()
         sh.wake.set()
         if sh.monitor is not None:
             sh.monitor.join(timeout=sh.call_timeout + 2)
+        if sh.degraded:
+            self._final_resync()
         if not sh.degraded and sh.publish_health:
             try:
                 self._flush_health(state="stopped")
             except Exception as exc:  # closing must not fail because PostgreSQL is gone
-                log.info("last heartbeat not written: %s", _describe(exc))
+                log.warning("last heartbeat not written: %s", _describe(exc))
+        self._journal_buffer()  # whatever PostgreSQL still lacks (nothing, normally)
         sh.pool.close(timeout=1)
         sh.health_pool.close(timeout=1)
         with sh.lock:

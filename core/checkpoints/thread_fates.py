@@ -47,11 +47,12 @@ def conflict_thread_id(thread_id: str, replica_id: str, since: Any) -> str:
 class ThreadFates:
     """The fates of one replay (one transaction); `commit()` keeps them once it has committed."""
 
-    def __init__(self, shared: Any, ops: list[tuple[str, Any]]):
+    def __init__(self, shared: Any, ops: list[tuple[str, Any]], *, since: Any = None, episode: bool = True):
         self.sh = shared
+        self.episode = episode
         with shared.lock:
-            self.decided: dict[tuple[str, str], str | None] = dict(shared.fates)
-            self.since = shared.degraded_since
+            self.decided: dict[tuple[str, str], str | None] = dict(shared.fates) if episode else {}
+            self.since = shared.degraded_since if episode else since
         self.own_ids: dict[tuple[str, str], set[str]] = {}
         for kind, payload in ops:
             if kind == "put":
@@ -101,7 +102,8 @@ class ThreadFates:
     def commit(self) -> None:
         sh = self.sh
         with sh.lock:
-            sh.fates = self.decided
+            if self.episode:
+                sh.fates = self.decided
             sh.conflicts_total += len(self.conflicts)
             sh.tombstoned_threads_total += len(self.erased)
             sh.tombstoned_ops_dropped_total += self.dropped
