@@ -207,3 +207,60 @@ def test_close_tries_a_final_resync_when_postgres_is_back(dsn, control, tmp_path
     saver.close()
     assert head(dsn, "f2-final") == ["t1", "node", "t2", "node"]
     assert not list((tmp_path / "journal").glob("*.journal"))
+
+
+# --- finding 3: event loops' entries ---------------------------------------------------------------
+
+def test_closed_event_loops_are_released_and_a_new_loop_gets_a_working_pool(dsn):
+    """`asyncio.run` after `asyncio.run`, with and without `aclose_loop`.
+
+    Found: the id-keyed entries pin every loop they saw (the wrapped AsyncPostgresSaver holds its
+    loop), so an id is not reused while its entry lives, but no entry is ever removed: closed loops,
+    their savers and pools pile up. A new loop must get a working pool and closed loops must go.
+    """
+    import asyncio
+    import gc
+    import weakref
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f3-loops") as saver:
+        loops = []
+
+        async def one_turn(n: int, close: bool) -> None:
+            loops.append(weakref.ref(asyncio.get_running_loop()))
+            config = {"configurable": {"thread_id": f"f3-{n}", "checkpoint_ns": ""}}
+            await saver.aput(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+            assert (await saver.aget_tuple(config)) is not None
+            if close:
+                await saver.aclose_loop()
+
+        for n in range(6):
+            asyncio.run(one_turn(n, close=n % 2 == 0))
+            assert not saver.degraded, (n, saver.status()["reason"])
+        gc.collect()
+        assert [n for n, ref in enumerate(loops[:-1]) if ref() is not None] == []
+        assert len(saver._apg_entries) <= 1 and len(saver._shared.async_pools) <= 1
+        assert saver.status()["episodes_total"] == 0
+
+
+def test_a_clone_does_not_keep_the_pool_aclose_loop_closed(dsn):
+    """`StateGraph.compile` works on a `with_allowlist` clone; closing the loop's pool through the
+    original must not leave the clone a closed pool (PoolClosed: a false degradation)."""
+    import asyncio
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f3-clone") as saver:
+        clone = saver.with_allowlist([])
+
+        async def scenario() -> None:
+            for n in range(2):
+                config = {"configurable": {"thread_id": f"f3-clone-{n}", "checkpoint_ns": ""}}
+                await clone.aput(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+                await saver.aclose_loop()
+            await clone.aclose_loop()
+
+        asyncio.run(scenario())
+        assert not saver.degraded, saver.status()["reason"]
+        assert saver.status()["episodes_total"] == 0

@@ -185,6 +185,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         loop = asyncio.get_running_loop()
         with sh.lock:
             entry = sh.async_pools.pop(id(loop), None)
+            self._apg_entries.pop(id(loop), None)
         if entry is not None:
             await entry[2].close(timeout=1)
         pending = [t for t in self._orphans if t.get_loop() is loop and not t.done()]
@@ -222,9 +223,19 @@ class SaverCore(BaseCheckpointSaver[str]):
         loop = asyncio.get_running_loop()
         key = id(loop)
         entry = self._apg_entries.get(key)
-        if entry is not None and entry[0] == sh.generation:
+        pool_entry = sh.async_pools.get(key)  # a plain dict read: no lock on this hot path
+        # The saver is valid only on the pool this loop has now (not one aclose_loop or a recovery
+        # closed, nor a dead loop's that had the same id).
+        if entry is not None and entry[0] == sh.generation and pool_entry is not None \
+                and pool_entry[0] is loop and entry[1].conn is pool_entry[2]:
             return entry[1]
         with sh.lock:
+            # Entries of closed loops go (their pools cannot be closed any more: nothing runs them).
+            for k in [k for k, (lp, _, _) in sh.async_pools.items() if lp.is_closed()]:
+                del sh.async_pools[k]
+            current = {k: v[2] for k, v in sh.async_pools.items()}
+            for k in [k for k, (_, saver) in self._apg_entries.items() if current.get(k) is not saver.conn]:
+                del self._apg_entries[k]
             generation = sh.generation
             pool_entry = sh.async_pools.get(key)
             stale = pool_entry if pool_entry is not None and (pool_entry[1] != generation or pool_entry[0] is not loop) else None
