@@ -264,3 +264,47 @@ def test_a_clone_does_not_keep_the_pool_aclose_loop_closed(dsn):
         asyncio.run(scenario())
         assert not saver.degraded, saver.status()["reason"]
         assert saver.status()["episodes_total"] == 0
+
+
+# --- finding 6: the watchdog thread, and the sync API on the event loop ------------------------------
+
+def saver_threads(replica_id: str) -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.is_alive() and t.name.endswith(replica_id)]
+
+
+def test_close_stops_every_thread_of_the_saver(dsn):
+    import time
+
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f6-threads") as saver:
+        turn(graph(saver), "f6", "t1")
+        assert any("watchdog" in name for name in saver_threads("f6-threads"))
+    deadline = time.monotonic() + 30
+    while saver_threads("f6-threads") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert saver_threads("f6-threads") == []
+
+
+def test_sync_calls_on_the_event_loop_thread_are_refused(dsn):
+    """As langgraph's own savers do: a sync call there would block every task of the loop."""
+    import asyncio
+
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f6-loop") as saver:
+        app = graph(saver)
+
+        async def on_the_loop() -> None:
+            with pytest.raises(asyncio.InvalidStateError):
+                turn(app, "f6-loop", "t1")
+            with pytest.raises(asyncio.InvalidStateError):
+                saver.get_tuple({"configurable": {"thread_id": "f6-loop"}})
+            with pytest.raises(asyncio.InvalidStateError):
+                list(saver.list({"configurable": {"thread_id": "f6-loop"}}))
+            # From another thread it is fine, and the async API is fine on the loop.
+            assert await asyncio.to_thread(turn, app, "f6-loop", "t1") == ["t1", "node"]
+            assert (await app.ainvoke({"log": ["t2"]}, {"configurable": {"thread_id": "f6-loop"}}))["log"] == \
+                ["t1", "node", "t2", "node"]
+            await saver.aclose_loop()
+
+        asyncio.run(on_the_loop())
+        assert head(dsn, "f6-loop") == ["t1", "node", "t2", "node"]

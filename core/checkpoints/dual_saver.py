@@ -59,7 +59,7 @@ from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported fr
 )
 from core.checkpoints.health_publisher import HealthPublisher
 from core.checkpoints.recovery import Recovery
-from core.checkpoints.saver_core import SaverCore
+from core.checkpoints.saver_core import SaverCore, refuse_on_event_loop
 
 
 class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, SaverCore):
@@ -75,6 +75,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, Sa
     # --- sync API ---------------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        refuse_on_event_loop()
         if not self._shared.degraded:  # the common case, kept short
             try:
                 found = self._pg_call(lambda pg: pg.get_tuple(config))
@@ -102,6 +103,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, Sa
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        refuse_on_event_loop()
         kwargs = {"filter": filter, "before": before, "limit": limit}
         for _ in range(3):
             if not self._shared.degraded:
@@ -120,6 +122,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, Sa
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
+        refuse_on_event_loop()
         for _ in range(3):
             if not self._shared.degraded:
                 try:
@@ -136,6 +139,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, Sa
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
+        refuse_on_event_loop()
         for _ in range(3):
             if not self._shared.degraded:
                 try:
@@ -151,6 +155,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, Sa
         raise CheckpointUnavailable("checkpoint persistence flapping: writes not stored")
 
     def delete_thread(self, thread_id: str) -> None:
+        refuse_on_event_loop()
         for _ in range(3):
             if not self._shared.degraded:
                 try:
@@ -167,6 +172,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, Sa
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune in PostgreSQL. Refused (CheckpointUnavailable) while degraded: nothing is deleted."""
+        refuse_on_event_loop()
         if self._shared.degraded:
             raise CheckpointUnavailable("prune needs PostgreSQL, which is unreachable; retry when healthy")
         try:

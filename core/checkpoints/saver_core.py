@@ -41,6 +41,17 @@ from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S
 log = logging.getLogger("core.checkpoints.dual_saver")
 
 
+def refuse_on_event_loop() -> None:
+    """The sync API blocks: on an event loop's thread it would stall every task (langgraph's rule)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise asyncio.InvalidStateError(
+        "Synchronous calls to DualCheckpointSaver are only allowed from a thread without a running event "
+        "loop; use the async API (ainvoke, aget_tuple, ...) or asyncio.to_thread.")
+
+
 class SaverCore(BaseCheckpointSaver[str]):
     """The part of `DualCheckpointSaver` that the buffer, recovery and health mixins build on.
 
@@ -175,6 +186,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         for loop, _, pool in pools:
             if not loop.is_closed() and loop.is_running():
                 asyncio.run_coroutine_threadsafe(pool.close(timeout=0), loop)
+        sh.watchdog.stop()
 
     async def aclose_loop(self) -> None:
         """Close this event loop's async pool (call before the loop ends, e.g. in `asyncio.run`).
