@@ -308,3 +308,56 @@ def test_sync_calls_on_the_event_loop_thread_are_refused(dsn):
 
         asyncio.run(on_the_loop())
         assert head(dsn, "f6-loop") == ["t1", "node", "t2", "node"]
+
+
+# --- finding 7: errors kept out of sight ------------------------------------------------------------
+
+def wait_until(predicate, timeout: float = 30.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_a_monitor_error_that_clears_and_comes_back_is_logged_again(dsn, caplog):
+    def errors() -> int:
+        return sum(1 for r in caplog.records if r.name == "core.checkpoints.dual_saver" and r.levelname == "ERROR"
+                   and "monitor" in r.getMessage())
+
+    def beats(after) -> int:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT count(*) FROM core_replica_heartbeat WHERE replica_id = 'f7-monitor' "
+                               "AND updated_at > %s", (after,)).fetchone()
+        return row[0]
+
+    with caplog.at_level("WARNING", logger="core.checkpoints.dual_saver"), \
+            DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f7-monitor"), \
+            psycopg.connect(dsn, autocommit=True) as admin:
+        started = admin.execute("SELECT now()").fetchone()[0]
+        assert wait_until(lambda: beats(started) == 1)
+        admin.execute("ALTER TABLE core_replica_heartbeat RENAME TO core_replica_heartbeat_away")
+        assert wait_until(lambda: errors() == 1)
+        admin.execute("ALTER TABLE core_replica_heartbeat_away RENAME TO core_replica_heartbeat")
+        back = admin.execute("SELECT now()").fetchone()[0]
+        assert wait_until(lambda: beats(back) == 1)  # cleared: a heartbeat written after it came back
+        admin.execute("ALTER TABLE core_replica_heartbeat RENAME TO core_replica_heartbeat_away")
+        assert wait_until(lambda: errors() == 2), "the error came back and was not logged"
+        admin.execute("ALTER TABLE core_replica_heartbeat_away RENAME TO core_replica_heartbeat")
+
+
+def test_failed_probes_are_logged_while_degraded(dsn, control, caplog):
+    with caplog.at_level("WARNING", logger="core.checkpoints.dual_saver"), \
+            DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f7-probe") as saver:
+        turn(graph(saver), "f7", "t1")
+        control.stop()
+        try:
+            turn(graph(saver), "f7", "t2")
+            assert wait_until(lambda: any(r.name == "core.checkpoints.dual_saver" and r.levelname == "WARNING"
+                                          and "probe failed" in r.getMessage() for r in caplog.records))
+        finally:
+            control.start()
+        assert saver.wait_for("healthy", 30)

@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 
 from core.checkpoints import replica_health
 from core.checkpoints.thread_fates import ThreadFates
-from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, DeadlineExceeded, _describe, _now, is_connection_failure
+from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe, _now, is_connection_failure
 from core.db import CONNECT_TIMEOUT_S, make_pool
 
 log = logging.getLogger("core.checkpoints.dual_saver")
@@ -36,15 +36,20 @@ class Recovery:
                     self._replay_journal()
                 if sh.publish_health:
                     self._flush_health()
+                if sh.last_monitor_error is not None:
+                    log.warning("dual saver monitor of replica %s works again (was: %s)", sh.replica_id,
+                                sh.last_monitor_error)
+                    sh.last_monitor_error = None  # cleared: the next error is logged again
             except Exception as exc:
                 if is_connection_failure(exc):
                     self._degrade(_describe(exc))
                     continue
-                # E.g. the health tables are missing (migration 003 not applied): say it once, not every beat.
+                # E.g. the health tables are missing (migration 003 not applied): said once while it
+                # lasts, not every beat, and again if it comes back after it cleared.
                 message = _describe(exc)
-                if message != getattr(self, "_last_monitor_error", None):
-                    self._last_monitor_error = message
-                    log.exception("dual saver monitor error (repeats are not logged)")
+                if message != sh.last_monitor_error:
+                    sh.last_monitor_error = message
+                    log.exception("dual saver monitor error (repeats are not logged until it clears)")
             sh.wake.wait(sh.heartbeat_interval)
             sh.wake.clear()
 
@@ -55,8 +60,15 @@ class Recovery:
                     psycopg.connect(sh.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S, autocommit=True) as conn, \
                     sh.watchdog.watching(conn):
                 conn.execute("SELECT 1")
-        except (psycopg.Error, DeadlineExceeded):
+        except (psycopg.Error, DeadlineExceeded) as exc:
+            # Once per episode and cause, then every PROBE_LOG_EVERY_S: visible, not one line per probe.
+            message, now = _describe(exc), time.monotonic()
+            if message != sh.last_probe_error or now - sh.last_probe_logged >= PROBE_LOG_EVERY_S:
+                sh.last_probe_error, sh.last_probe_logged = message, now
+                log.warning("replica %s: PostgreSQL probe failed, still degraded (since %s, %d operations buffered): %s",
+                            sh.replica_id, sh.degraded_since, len(sh.ops), message)
             return False
+        sh.last_probe_error = None
         if sh.journal_pending and not self._replay_journal():  # older than this episode: first
             return False
         started = time.monotonic()
@@ -66,7 +78,7 @@ class Recovery:
             try:  # tell the SRE page we are back and resyncing, with what we hold
                 self._publish_heartbeat(state="degraded")
             except Exception as exc:
-                log.info("heartbeat before resync not written: %s", _describe(exc))
+                log.warning("heartbeat before resync not written: %s", _describe(exc))
         # Replay without the lock while agents keep buffering; committed ops leave the log.
         for _ in range(3):
             with sh.lock:
@@ -126,7 +138,7 @@ class Recovery:
             try:
                 self._flush_health()
             except Exception as exc:
-                log.info("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
+                log.warning("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
         return True
 
     def _replay(self, ops: list[tuple[str, Any]], *, since: Any = None, episode: bool = True) -> None:

@@ -282,7 +282,7 @@ class SaverCore(BaseCheckpointSaver[str]):
     def _forget(self, task: asyncio.Task) -> None:
         self._orphans.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.debug("abandoned PostgreSQL call ended with %s", _describe(task.exception()))
+            log.warning("abandoned PostgreSQL call (past its deadline) ended with %s", _describe(task.exception()))
 
     def _pg_call(self, fn: Callable[[PostgresSaver], Any]) -> Any:
         sh = self._shared

@@ -78,6 +78,9 @@ class _Shared:
         self.last_success_ts: float | None = None  # time.time() of the last call that reached PostgreSQL
         self.last_resync_ms: float | None = None
         self.last_resync_error: str | None = None
+        self.last_monitor_error: str | None = None  # logged once while it lasts, again after it cleared
+        self.last_probe_error: str | None = None
+        self.last_probe_logged = 0.0
 
         self.cache_lock = threading.Lock()
         self.cache: OrderedDict[tuple[str, str], CheckpointTuple] = OrderedDict()
