@@ -72,7 +72,7 @@ OLD_EVERY = 33  # one round of template threads in 33 is older than the retentio
 TEMPLATE_TURNS = {
     "tpl-a": ("C1", ["Prefiero recoger mis pedidos en la tienda Sol.", "¿Qué me propones para recibir el pedido?"]),
     "tpl-b": ("C2", ["Solo esta vez, recógelo en la tienda Goya."]),
-    "tpl-c": ("C3", ["Mi talla es la M."]),
+    "tpl-c": ("C3", ["Prefiero que me atendáis en catalán."]),
 }
 CUSTOMER_TEMPLATES = {"tpl-a": 0, "tpl-b": 1, "tpl-c": 2}
 SMOKE = {"docs": 2000, "customers": 500, "threads": 200, "writes": 2000, "erasure_docs": 60, "runs": 1, "renders": 1}

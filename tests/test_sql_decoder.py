@@ -150,7 +150,7 @@ def ckpt_db(create_database) -> Database:
     for text in ["Prefiero recoger mis pedidos en la tienda Gran Vía.", "¿Qué preferencias tengo guardadas?",
                  "¿Hay avisos sobre vaqueros?", "Hola, quería saber el estado de mi pedido."]:
         run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", text)
-    run_turn(cliente, ContextoCliente("C_%'1"), "cliente-C_%'1-1", "Mi talla es la M.")
+    run_turn(cliente, ContextoCliente("C_%'1"), "cliente-C_%'1-1", "Prefiero que me atendáis en catalán.")
     run_turn(compras, ContextoProveedor("P001"), "compras-P001-retraso", "aviso retraso: Los vaqueros llegan tarde")
 
     graph = rich_graph(PostgresSaver(db.pool, serde=JsonPlusSerializer(allowed_msgpack_modules=True)))
