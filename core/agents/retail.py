@@ -306,10 +306,14 @@ METADATA_KEY = {"clientes": "cliente_id", "proveedores": "proveedor_id", "emplea
 
 
 def run_turn(agent: Any, context: Contexto, thread_id: str, text: str) -> dict:
-    """One user turn. The subject's id goes into checkpoint metadata (erasure finds threads by it)."""
+    """One user turn. The subject's id goes into checkpoint metadata (erasure finds threads by it);
+    inside `core.clock.simulated` (the demo) so does the replayed time, `core_replayed_at`."""
     validate_label(thread_id, "thread id")
     config = {
         "configurable": {"thread_id": thread_id},
         "metadata": {METADATA_KEY[context.root]: context.subject_id, "agente": context.agente},
     }
+    replayed = clock.simulated_now()
+    if replayed is not None:  # the demo replays past days: tool-call extraction dates the run by it
+        config["metadata"]["core_replayed_at"] = replayed.isoformat()
     return agent.invoke({"messages": [{"role": "user", "content": text}]}, config=config, context=context)
