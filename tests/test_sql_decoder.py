@@ -264,9 +264,9 @@ def test_sql_path_never_imports_or_calls_what_a_payload_names(ckpt_db, tmp_path)
     blob = ormsgpack.packb(evil)
     decoded = sql_payload(ckpt_db, "msgpack", blob)
     assert decoded == as_json([
-        {"type": f"{CANARY_MODULE}.boom", "value": "x"},
-        {"type": "os.system", "value": [f"touch {marker}"]},
-        {"type": "builtins.eval", "value": "__import__('os')", "method": "__call__"},
+        {"type": f"{CANARY_MODULE}.boom", "value": "x", "refused": True},
+        {"type": "os.system", "value": [f"touch {marker}"], "refused": True},
+        {"type": "builtins.eval", "value": "__import__('os')", "method": "__call__", "refused": True},
     ])
     assert as_json(payload_json("msgpack", blob)) == decoded
     assert CANARY_MODULE not in sys.modules and not marker.exists()

@@ -4,8 +4,9 @@ What agents did (a `recordar_preferencia` call, a `proponer_entrega` proposal) i
 they wrote to `checkpoint_writes`, whoever built the agent. Decoding those blobs is ~34 µs a write
 (BENCHMARKS.md), far too slow for a page over 1M writes, so they are decoded once, in SQL, by the
 canonical decoder (`core_checkpoint_payload` + `core_checkpoint_messages`, migration 005) and kept
-in two compact tables: one row per tool call, and one row per thread and day with a human message
-(the conversations denominator).
+in compact tables: one row per tool call, one row per thread and day with a human message (the
+conversations denominator), and one row per payload the serializer would refuse (migration 021: the
+Degradation page counts them).
 
 Incremental: checkpoints are taken in `(checkpoint->>'ts', thread_id, checkpoint_ns, checkpoint_id)`
 order from a watermark (`core_extract_watermark`), a bounded batch per transaction, through the
@@ -46,16 +47,18 @@ LOCK_WATERMARK = "SELECT 1 FROM core_extract_watermark WHERE name = %(name)s FOR
 # AI messages' tool calls and the human messages' thread-days inserted idempotently.
 EXTRACT_BATCH = r"""
 WITH cps AS MATERIALIZED (
-    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.checkpoint ->> 'ts' AS ts_text, c.metadata
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.checkpoint ->> 'ts' AS ts_text, c.metadata,
+           c.checkpoint -> 'channel_versions' AS versions, c.checkpoint -> 'updated_channels' AS updated
     FROM checkpoints c
     WHERE c.checkpoint ->> 'ts' >= %(ts)s
       AND (c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id)
           > (%(ts)s, %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)
     ORDER BY c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id
     LIMIT %(limit)s
-), msgs AS MATERIALIZED (
-    SELECT cps.thread_id, cps.checkpoint_ns, cps.checkpoint_id, w.task_id, w.idx,
-           (m.ord - 1)::integer AS position, m.msg,
+), decoded AS MATERIALIZED (
+    -- every write of these checkpoints, decoded once by the canonical SQL decoder
+    SELECT cps.thread_id, cps.checkpoint_ns, cps.checkpoint_id, w.task_id, w.idx, w.channel,
+           core_checkpoint_payload(w.type, w.blob) AS payload,
            coalesce(core_try_timestamptz(cps.metadata ->> 'core_replayed_at'),
                     core_try_timestamptz(cps.ts_text)) AS ts,
            CASE WHEN core_try_timestamptz(cps.metadata ->> 'core_replayed_at') IS NOT NULL
@@ -65,11 +68,11 @@ WITH cps AS MATERIALIZED (
     FROM cps
     JOIN checkpoint_writes w
       ON w.thread_id = cps.thread_id AND w.checkpoint_ns = cps.checkpoint_ns AND w.checkpoint_id = cps.checkpoint_id
-    CROSS JOIN LATERAL jsonb_array_elements(core_checkpoint_messages(core_checkpoint_payload(w.type, w.blob)))
-         WITH ORDINALITY AS m(msg, ord)
-    WHERE w.type = 'json'
-       OR position('\x6c616e67636861696e5f636f72652e6d65737361676573'::bytea IN w.blob) > 0  -- langchain_core.messages
-       OR position('\x726f6c65'::bytea IN w.blob) > 0                                         -- role
+), msgs AS MATERIALIZED (
+    SELECT d.thread_id, d.checkpoint_ns, d.checkpoint_id, d.task_id, d.idx, (m.ord - 1)::integer AS position,
+           m.msg, d.ts, d.clock, d.cliente_id, d.agent
+    FROM decoded d
+    CROSS JOIN LATERAL jsonb_array_elements(core_checkpoint_messages(d.payload)) WITH ORDINALITY AS m(msg, ord)
 ), calls AS (
     INSERT INTO core_tool_calls (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, position, call_index,
                                  ts, clock, tool, args, call_id, cliente_id, agent)
@@ -92,13 +95,36 @@ WITH cps AS MATERIALIZED (
     WHERE EXCLUDED.first_human_at < d.first_human_at OR EXCLUDED.last_human_at > d.last_human_at
        OR (d.cliente_id IS NULL AND EXCLUDED.cliente_id IS NOT NULL)
     RETURNING 1
+), refused_writes AS (
+    INSERT INTO core_refused_payloads (thread_id, checkpoint_ns, checkpoint_id, kind, item, channel, refused_type)
+    SELECT thread_id, checkpoint_ns, checkpoint_id, 'write', task_id || '/' || idx, channel, r.refused_type
+    FROM decoded CROSS JOIN LATERAL (SELECT core_refused_type(payload) AS refused_type OFFSET 0) r
+    WHERE r.refused_type IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), refused_blobs AS (
+    -- the channel values each checkpoint updated (each blob version is decoded where it was written)
+    INSERT INTO core_refused_payloads (thread_id, checkpoint_ns, checkpoint_id, kind, item, channel, refused_type)
+    SELECT cps.thread_id, cps.checkpoint_ns, cps.checkpoint_id, 'blob', b.channel || '/' || b.version, b.channel,
+           r.refused_type
+    FROM cps
+    CROSS JOIN LATERAL jsonb_array_elements_text(CASE WHEN jsonb_typeof(cps.updated) = 'array' THEN cps.updated ELSE '[]' END) AS u(channel)
+    JOIN checkpoint_blobs b
+      ON b.thread_id = cps.thread_id AND b.checkpoint_ns = cps.checkpoint_ns AND b.channel = u.channel
+     AND b.version = cps.versions ->> u.channel
+    CROSS JOIN LATERAL (SELECT core_refused_type(core_checkpoint_payload(b.type, b.blob)) AS refused_type OFFSET 0) r
+    WHERE b.type = 'msgpack' AND r.refused_type IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING 1
 ), last AS (
     SELECT ts_text, thread_id, checkpoint_ns, checkpoint_id FROM cps
     ORDER BY ts_text DESC, thread_id DESC, checkpoint_ns DESC, checkpoint_id DESC LIMIT 1
 )
 SELECT (SELECT count(*) FROM cps) AS checkpoints,
+       (SELECT count(*) FROM decoded) AS writes,
        (SELECT count(*) FROM calls) AS calls,
        (SELECT count(*) FROM humans) AS thread_days,
+       (SELECT count(*) FROM refused_writes) + (SELECT count(*) FROM refused_blobs) AS refused,
        l.ts_text AS ts, l.thread_id, l.checkpoint_ns, l.checkpoint_id
 FROM (SELECT 1) one LEFT JOIN last l ON true"""
 
@@ -122,14 +148,17 @@ SELECT count(*) AS n FROM (
 # Rows of threads the checkpointer no longer holds (retention, delete_thread): args are what a
 # customer said, so they do not outlive the thread.
 PRUNE_ORPHANS = """
-WITH gone_calls AS (
+WITH gone_refused AS (
+    DELETE FROM core_refused_payloads t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
+    RETURNING 1
+), gone_calls AS (
     DELETE FROM core_tool_calls t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
     RETURNING 1
 ), gone_days AS (
     DELETE FROM core_thread_days t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM gone_calls) + (SELECT count(*) FROM gone_days) AS n"""
+SELECT (SELECT count(*) FROM gone_calls) + (SELECT count(*) FROM gone_days) + (SELECT count(*) FROM gone_refused) AS n"""
 
 
 @dataclass(frozen=True)
@@ -154,7 +183,9 @@ class Watermark:
 @dataclass
 class ExtractResult:
     checkpoints: int = 0        # checkpoints read (writes decoded are those of these checkpoints)
+    writes: int = 0             # checkpoint writes decoded
     calls: int = 0              # tool calls inserted (already extracted ones are not counted)
+    refused: int = 0            # payloads newly found that the serializer would refuse (core_refused_payloads)
     thread_days: int = 0        # thread-days inserted or widened
     batches: int = 0
     behind: int = 0             # checkpoints still after the watermark when it stopped (capped)
@@ -201,7 +232,9 @@ def extract(db: Database, *, max_checkpoints: int | None = None, lookback: timed
                 key = Watermark(row["ts"], row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
                 conn.execute(ADVANCE_WATERMARK, {**key.params(), "name": WATERMARK})
         result.checkpoints += row["checkpoints"]
+        result.writes += row["writes"]
         result.calls += row["calls"]
+        result.refused += row["refused"]
         result.thread_days += row["thread_days"]
         result.batches += 1
         if on_batch:
@@ -209,8 +242,9 @@ def extract(db: Database, *, max_checkpoints: int | None = None, lookback: timed
         if row["checkpoints"] < limit:
             break
     result.behind = checkpoints_behind(db)
-    log.info("tool calls: %d checkpoints read, %d calls and %d thread-days extracted in %d batches, %d behind",
-             result.checkpoints, result.calls, result.thread_days, result.batches, result.behind)
+    log.info("tool calls: %d checkpoints (%d writes) read, %d calls, %d thread-days and %d refused payloads "
+             "extracted in %d batches, %d behind", result.checkpoints, result.writes, result.calls,
+             result.thread_days, result.refused, result.batches, result.behind)
     return result
 
 
