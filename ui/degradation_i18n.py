@@ -57,8 +57,12 @@ add_strings({
     },
     "degr_refused_sql_title": {"es": "Payloads rechazables encontrados en SQL", "en": "Refusable payloads found in SQL"},
     "degr_refused_sql_caption": {
-        "es": "Los encuentra el decodificador SQL sin ejecutar nada, aunque ningún agente haya intentado cargarlos todavía.",
-        "en": "Found by the SQL decoder without executing anything, even before any agent tried to load them.",
+        "es": "Escrituras de checkpoints que el decodificador SQL marca rechazadas, sin ejecutar nada, aunque ningún agente "
+              "haya intentado cargarlas todavía. Los valores de canal (checkpoint_blobs) no se cuentan aquí: la página "
+              "Checkpoints los marca hilo a hilo (columna refused_value).",
+        "en": "Checkpoint writes the SQL decoder marks refused, without executing anything, even before any agent tried "
+              "to load them. Channel values (checkpoint_blobs) are not counted here: the Checkpoints page marks them "
+              "thread by thread (column refused_value).",
     },
     "degr_no_refused_sql": {"es": "Ninguno.", "en": "None."},
     "degr_refusals_title": {"es": "Payloads rechazados por el serializador", "en": "Payloads the serializer refused"},

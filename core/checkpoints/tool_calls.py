@@ -6,7 +6,10 @@ they wrote to `checkpoint_writes`, whoever built the agent. Decoding those blobs
 canonical decoder (`core_checkpoint_payload` + `core_checkpoint_messages`, migration 005) and kept
 in compact tables: one row per tool call, one row per thread and day with a human message (the
 conversations denominator), and one row per payload the serializer would refuse (migration 021: the
-Degradation page counts them).
+Degradation page counts them). Only writes are scanned here: channel-value blobs hold every message
+of the thread again at each step (5x the bytes of the writes; decoding them made the extraction ~10x
+slower in bench/bench_tool_calls.py), so a refused blob is marked per thread by the views
+(`core_checkpoints_view.refused_type`, the Checkpoints page), not counted here.
 
 Incremental: checkpoints are taken in `(checkpoint->>'ts', thread_id, checkpoint_ns, checkpoint_id)`
 order from a watermark (`core_extract_watermark`), a bounded batch per transaction, through the
@@ -47,8 +50,7 @@ LOCK_WATERMARK = "SELECT 1 FROM core_extract_watermark WHERE name = %(name)s FOR
 # AI messages' tool calls and the human messages' thread-days inserted idempotently.
 EXTRACT_BATCH = r"""
 WITH cps AS MATERIALIZED (
-    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.checkpoint ->> 'ts' AS ts_text, c.metadata,
-           c.checkpoint -> 'channel_versions' AS versions, c.checkpoint -> 'updated_channels' AS updated
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.checkpoint ->> 'ts' AS ts_text, c.metadata
     FROM checkpoints c
     WHERE c.checkpoint ->> 'ts' >= %(ts)s
       AND (c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id)
@@ -102,20 +104,6 @@ WITH cps AS MATERIALIZED (
     WHERE r.refused_type IS NOT NULL
     ON CONFLICT DO NOTHING
     RETURNING 1
-), refused_blobs AS (
-    -- the channel values each checkpoint updated (each blob version is decoded where it was written)
-    INSERT INTO core_refused_payloads (thread_id, checkpoint_ns, checkpoint_id, kind, item, channel, refused_type)
-    SELECT cps.thread_id, cps.checkpoint_ns, cps.checkpoint_id, 'blob', b.channel || '/' || b.version, b.channel,
-           r.refused_type
-    FROM cps
-    CROSS JOIN LATERAL jsonb_array_elements_text(CASE WHEN jsonb_typeof(cps.updated) = 'array' THEN cps.updated ELSE '[]' END) AS u(channel)
-    JOIN checkpoint_blobs b
-      ON b.thread_id = cps.thread_id AND b.checkpoint_ns = cps.checkpoint_ns AND b.channel = u.channel
-     AND b.version = cps.versions ->> u.channel
-    CROSS JOIN LATERAL (SELECT core_refused_type(core_checkpoint_payload(b.type, b.blob)) AS refused_type OFFSET 0) r
-    WHERE b.type = 'msgpack' AND r.refused_type IS NOT NULL
-    ON CONFLICT DO NOTHING
-    RETURNING 1
 ), last AS (
     SELECT ts_text, thread_id, checkpoint_ns, checkpoint_id FROM cps
     ORDER BY ts_text DESC, thread_id DESC, checkpoint_ns DESC, checkpoint_id DESC LIMIT 1
@@ -124,7 +112,7 @@ SELECT (SELECT count(*) FROM cps) AS checkpoints,
        (SELECT count(*) FROM decoded) AS writes,
        (SELECT count(*) FROM calls) AS calls,
        (SELECT count(*) FROM humans) AS thread_days,
-       (SELECT count(*) FROM refused_writes) + (SELECT count(*) FROM refused_blobs) AS refused,
+       (SELECT count(*) FROM refused_writes) AS refused,
        l.ts_text AS ts, l.thread_id, l.checkpoint_ns, l.checkpoint_id
 FROM (SELECT 1) one LEFT JOIN last l ON true"""
 
