@@ -45,7 +45,9 @@ extracted = call_now(tool_calls.catch_up)
 if extracted.calls or extracted.thread_days:
     _forget_reads()
     st.caption(t("prefs_extracted", calls=extracted.calls, checkpoints=extracted.checkpoints))
-if not extracted.caught_up:
+if extracted.error:
+    st.warning(t("prefs_cannot_extract", error=extracted.error, n=f"{extracted.behind:,}"))
+elif not extracted.caught_up:
     st.warning(t("prefs_behind", n=f"{extracted.behind:,}"))
     if st.button(t("prefs_extract_now"), key="preferences.extract"):
         with st.status(t("prefs_extracting")) as status:

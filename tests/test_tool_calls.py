@@ -239,3 +239,24 @@ def test_page_shows_behind_and_extract_now_catches_up(db, app_env, monkeypatch):
 def test_bad_batch_is_refused(db, batch):
     with pytest.raises(ValueError):
         tool_calls.extract(db, batch=batch)
+
+
+def test_a_read_only_role_sees_the_page_with_a_clear_warning(db, app_env):
+    agent = our_agent(db)
+    for cid, thread, text in SCRIPT:
+        run_turn(agent, ContextoCliente(cid), thread, text)
+    tool_calls.extract(db, max_checkpoints=3)  # partly extracted by the sweep earlier
+    role = f"ro_{db.dsn.rsplit('/', 1)[-1].split('?')[0]}"[:60]
+    db.execute(f'CREATE ROLE "{role}" LOGIN')
+    db.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    ro_dsn = make_conninfo(db.dsn, user=role)
+    assert conninfo_to_dict(ro_dsn)["user"] == role
+    before = db.fetch_one("SELECT count(*) AS n FROM core_tool_calls")["n"]
+    app_env(ro_dsn)
+    at = AppTest.from_file("../dashboard.py", default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/preferences.py").run()
+    assert not at.exception
+    assert any("no puede extraer" in w.value and "permission denied" in w.value for w in at.warning)
+    assert db.fetch_one("SELECT count(*) AS n FROM core_tool_calls")["n"] == before

@@ -80,6 +80,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "es": "La extracción de llamadas va {n} checkpoints por detrás: las cifras pueden faltar de lo más reciente. El barrido programado la completa; o hazlo ahora.",
         "en": "Tool-call extraction is {n} checkpoints behind: the most recent calls may be missing. The scheduled sweep completes it; or do it now.",
     },
+    "prefs_cannot_extract": {
+        "es": "Este panel no puede extraer llamadas de los checkpoints ({error}); faltan {n} checkpoints por leer hasta que pase el barrido programado.",
+        "en": "This dashboard cannot extract tool calls from the checkpoints ({error}); {n} checkpoints are unread until the scheduled sweep runs.",
+    },
     "prefs_extract_now": {"es": "Extraer ahora", "en": "Extract now"},
     "prefs_extracting": {"es": "Extrayendo llamadas de los checkpoints…", "en": "Extracting tool calls from the checkpoints…"},
     "period": {"es": "Periodo", "en": "Period"},

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
+import psycopg
+
 from core.db import Database
 
 log = logging.getLogger(__name__)
@@ -178,6 +180,7 @@ class ExtractResult:
     batches: int = 0
     behind: int = 0             # checkpoints still after the watermark when it stopped (capped)
     pruned: int = 0
+    error: str | None = None    # why a page could not extract (e.g. a read-only database role)
 
     @property
     def caught_up(self) -> bool:
@@ -237,8 +240,14 @@ def extract(db: Database, *, max_checkpoints: int | None = None, lookback: timed
 
 
 def catch_up(db: Database, max_checkpoints: int = PAGE_MAX_CHECKPOINTS) -> ExtractResult:
-    """What a page calls before reading: forward from the watermark, at most `max_checkpoints`."""
-    return extract(db, max_checkpoints=max_checkpoints)
+    """What a page calls before reading: forward from the watermark, at most `max_checkpoints`.
+    A dashboard running with a read-only role cannot extract: the result then carries the error and
+    how far behind the tables are (the sweep job, on the primary, keeps them current)."""
+    try:
+        return extract(db, max_checkpoints=max_checkpoints)
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction) as exc:
+        log.warning("tool calls not extracted by the page: %s", exc)
+        return ExtractResult(behind=checkpoints_behind(db), error=str(exc).splitlines()[0])
 
 
 def sweep_step(db: Database) -> ExtractResult:
