@@ -24,10 +24,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 import psycopg
-from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from psycopg.types.json import Jsonb
 
-from core.checkpoints.serde import ALLOWED_MSGPACK_MODULES
 from core.db import Database
 from core.privacy import erasure
 from core.privacy.erasure import ROOT, escape_like, validate_customer_id
@@ -42,14 +40,15 @@ FROM store
 WHERE prefix = %(prefix)s OR prefix LIKE %(pattern)s ESCAPE '\'
 ORDER BY prefix, key"""
 
-# Every write of the customer's threads in the order the conversation happened, decoded in SQL.
-# Only writes that hold messages or that the decoder or the allowlist would not read are kept.
+# The writes of the customer's threads that hold messages, or that the decoder cannot read, or that name a
+# type the serializer's allowlist refuses (`refused_type`, from the one allowlist, core_serde_allowlist), in
+# the order the conversation happened, decoded in SQL: no raw blob leaves the database.
 SELECT_WRITES = """
 SELECT thread_id, checkpoint_ns, checkpoint_id, task_path, task_id, idx, channel, ts, step,
-       messages, undecodable,
-       CASE WHEN jsonb_array_length(messages) = 0 THEN payload END AS payload
+       messages, undecodable, refused_type
 FROM core_checkpoint_writes_view
 WHERE thread_id = ANY(%(threads)s)
+  AND (jsonb_array_length(messages) > 0 OR undecodable IS NOT NULL OR refused_type IS NOT NULL)
 ORDER BY thread_id, ts NULLS LAST, checkpoint_id, task_path, task_id, idx"""
 SELECT_THREADS_SUMMARY = """
 SELECT thread_id, count(*) AS checkpoints, min(checkpoint ->> 'ts') AS first_ts, max(checkpoint ->> 'ts') AS last_ts
@@ -170,30 +169,6 @@ class AccessReport:
 MARKER_KINDS = ("refused", "undecodable")
 
 
-def _allowed(module: str, name: str) -> bool:
-    key = (module, name)
-    return key in lg_msgpack.SAFE_MSGPACK_TYPES or key in ALLOWED_MSGPACK_MODULES
-
-
-def refused_types(value: Any) -> list[str]:
-    """Types named in a decoded payload that the serializer would refuse to build (the decoder renders a
-    msgpack ext as {"type": "module.Name", "value": ..., ["method": ...]}), in order, without duplicates."""
-    found: list[str] = []
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            kind = node.get("type")
-            if isinstance(kind, str) and "." in kind and "value" in node and set(node) <= {"type", "value", "method"}:
-                module, _, name = kind.rpartition(".")
-                if not _allowed(module, name) and kind not in found:
-                    found.append(kind)
-            stack.extend(reversed(list(node.values())))
-        elif isinstance(node, list):
-            stack.extend(reversed(node))
-    return found
-
-
 def _message(write: dict, position: int, msg: dict) -> dict:
     return {"checkpoint_id": write["checkpoint_id"], "step": write["step"], "ts": write["ts"],
             "channel": write["channel"], "position": position, "kind": msg.get("kind"), "id": msg.get("id"),
@@ -211,15 +186,13 @@ def _thread_messages(writes: Iterable[dict]) -> list[dict]:
             out.append({"checkpoint_id": w["checkpoint_id"], "step": w["step"], "ts": w["ts"], "channel": w["channel"],
                         "position": 0, "kind": "undecodable", "reason": w["undecodable"]})
             continue
-        refused = refused_types(w["payload"]) if not messages else []
-        if refused:
+        if w["refused_type"] and not messages:  # e.g. a tampered message: kept as a marker, never dropped
             out.append({"checkpoint_id": w["checkpoint_id"], "step": w["step"], "ts": w["ts"], "channel": w["channel"],
-                        "position": 0, "kind": "refused", "refused_types": refused})
+                        "position": 0, "kind": "refused", "refused_type": w["refused_type"]})
         for position, msg in enumerate(messages, start=1):
             item = _message(w, position, msg)
-            item_refused = refused_types(msg)
-            if item_refused:
-                item["refused_types"] = item_refused
+            if w["refused_type"]:  # a refused type inside a message the decoder still recognised
+                item["refused_type"] = w["refused_type"]
             out.append(item)
     return out
 
@@ -244,8 +217,7 @@ def gather(db: Database, customer_id: str) -> AccessReport:
             summaries = {r["thread_id"]: r for r in conn.execute(SELECT_THREADS_SUMMARY, params).fetchall()}
             writes: dict[str, list[dict]] = {}
             for w in conn.execute(SELECT_WRITES, params).fetchall():
-                if w["messages"] or w["undecodable"] or refused_types(w["payload"]):
-                    writes.setdefault(w["thread_id"], []).append(w)
+                writes.setdefault(w["thread_id"], []).append(w)
             logs = {
                 "memory_writes": conn.execute(SELECT_MEMORY_WRITES, params).fetchall(),
                 "conversations": conn.execute(SELECT_CONVERSATIONS, params).fetchall(),
@@ -413,8 +385,7 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es") ->
                      f" · {_e(t['first_ts'])} – {_e(t['last_ts'])}</p>")
         for m in t["messages"]:
             if m["kind"] == "refused":
-                parts.append(f"<div class='msg marker'>{_e(s['refused'].format(types=', '.join(m['refused_types'])))}"
-                             "</div>")
+                parts.append(f"<div class='msg marker'>{_e(s['refused'].format(types=m['refused_type']))}</div>")
             elif m["kind"] == "undecodable":
                 parts.append(f"<div class='msg marker'>{_e(s['undecodable'].format(reason=m['reason']))}</div>")
             else:
@@ -422,8 +393,8 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es") ->
                 extra = ""
                 if m.get("tool_calls"):
                     extra += "<pre>" + _e(m["tool_calls"]) + "</pre>"
-                if m.get("refused_types"):
-                    extra += f"<p class='marker'>{_e(s['refused'].format(types=', '.join(m['refused_types'])))}</p>"
+                if m.get("refused_type"):
+                    extra += f"<p class='marker'>{_e(s['refused'].format(types=m['refused_type']))}</p>"
                 label = m["kind"] + (f" · {m['tool_name']}" if m.get("tool_name") else "")
                 parts.append(f"<div class='msg {_e(m['kind'])}'><b>{_e(label)}</b> <small>{_e(m['ts'])}</small>"
                              f"<pre>{_e(text)}</pre>{extra}</div>")
@@ -499,4 +470,4 @@ def register(db: Database, limit: int = 500, customer_id: str | None = None) -> 
 
 
 __all__ = ["AccessReport", "Attribution", "Export", "FORMATS", "LANGS", "export", "export_document", "export_html",
-           "export_json", "gather", "record_export", "refused_types", "register", "render"]
+           "export_json", "gather", "record_export", "register", "render"]
