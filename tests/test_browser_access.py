@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from playwright.sync_api import expect
@@ -23,7 +24,9 @@ def access_demo(create_database):
     from core.demo.seed import ensure_demo
 
     database = Database(create_database(prefix="access"))
-    summary = ensure_demo(database, settings_for(database.dsn), customers=16)
+    # in a worker thread: pytest-playwright's session loop runs in this one, where the seed's sync saver refuses
+    with ThreadPoolExecutor(1) as pool:
+        summary = pool.submit(ensure_demo, database, settings_for(database.dsn), customers=16).result()
     assert summary is not None
     row = database.fetch_one(
         "SELECT subject_id AS c FROM core_conversations WHERE subject_root = 'clientes' AND subject_id NOT IN "
