@@ -201,6 +201,41 @@ UNION ALL
 SELECT channel_values::text FROM core_checkpoints_view WHERE thread_id = %(thread_id)s"""
 
 
+# The residue as one count, decoder-confirmed in SQL (what an erasure's evidence records and a re-check
+# repeats): raw-bytes filter, then the decoded payload must match the term (the id as a whole token).
+RESIDUE_COUNT_SQL = """
+SELECT count(DISTINCT r.thread_id) AS n FROM (
+    SELECT w.thread_id FROM checkpoint_writes w
+    JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON position(convert_to(t.raw, 'UTF8') IN w.blob) > 0
+    WHERE NOT (w.thread_id = ANY(%(left)s)) AND core_checkpoint_payload(w.type, w.blob)::text ~ t.rx
+    UNION ALL
+    SELECT b.thread_id FROM checkpoint_blobs b
+    JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON position(convert_to(t.raw, 'UTF8') IN b.blob) > 0
+    WHERE NOT (b.thread_id = ANY(%(left)s)) AND core_checkpoint_payload(b.type, b.blob)::text ~ t.rx
+    UNION ALL
+    SELECT c.thread_id FROM checkpoints c
+    JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON strpos(c.checkpoint::text, t.raw) > 0
+    WHERE NOT (c.thread_id = ANY(%(left)s)) AND c.checkpoint::text ~ t.rx
+) r"""
+
+
+def _are_escape(text: str) -> str:
+    """`text` as a literal in a PostgreSQL regular expression (ARE)."""
+    return "".join(ch if ch.isalnum() or ch == " " else "\\" + ch for ch in text)
+
+
+def residue_count_params(terms: Iterable["Term"], left: Iterable[str]) -> dict[str, Any]:
+    """Parameters of RESIDUE_COUNT_SQL for these terms (common ones dropped), threads in `left` excepted."""
+    raws, rxs = [], []
+    for t in terms:
+        if t.common:
+            continue
+        body = _are_escape(_json_text(t.term))
+        raws.append(t.term)
+        rxs.append(f"(^|[^A-Za-z0-9_%]){body}($|[^A-Za-z0-9_%])" if t.kind == "id" else body)
+    return {"raws": raws, "rxs": rxs, "left": sorted(set(left))}
+
+
 @dataclass(frozen=True)
 class Term:
     """One search term: the customer id or a value of the customer's documents."""
