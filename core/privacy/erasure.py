@@ -760,10 +760,12 @@ def recheck_all(db: Database, *, trigger: str = "sweep", operator: str | None = 
 
 def register(db: Database, limit: int = 500) -> pd.DataFrame:
     """The latest `limit` requests, newest first, with time to zero, whether it reached zero the same day
-    (UTC), and `came_back` (the last re-check found data again). Counts are totals over the tables."""
+    (UTC), `came_back` (the last re-check found data again), `exclusions` (residue threads the DPO left)
+    and `resumable` (failed, interrupted or stuck, and not resumed yet). Counts are totals over the tables."""
     rows = db.fetch(SELECT_REGISTER, (limit,), read_only=False)
     frame = pd.DataFrame(rows, columns=[
-        "id", "customer_id", "operator", "status", "requested_at", "finished_at", "seconds_to_zero", "passes",
+        "id", "customer_id", "operator", "status", "requested_at", "finished_at", "exclusions", "resumed_by",
+        "seconds_to_zero", "passes",
         "counts_before", "deleted", "counts_after", "report", "last_recheck_at", "last_recheck_clean", "rechecks",
         "rechecks_dirty"])
     frame["seconds_to_zero"] = frame["seconds_to_zero"].astype(float)
@@ -772,6 +774,9 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
              == r.astimezone(timezone.utc).date())
         for r, f, s in zip(frame["requested_at"], frame["finished_at"], frame["status"])
     ]
+    stuck = set(stuck_requests(db)) if (frame["status"] == "running").any() else set()
+    frame["resumable"] = [bool((s in ("failed", "interrupted") or i in stuck) and (r is None or pd.isna(r)))
+                          for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"])]
     frame["came_back"] = [v is not None and not pd.isna(v) and not bool(v) for v in frame["last_recheck_clean"]]
     for col in ("counts_before", "deleted", "counts_after"):
         frame[col] = frame[col].map(lambda d: sum(d.values()) if isinstance(d, dict) else None)
