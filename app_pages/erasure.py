@@ -69,9 +69,9 @@ def run_erasure(customer_id: str, decisions: dict) -> None:
             st.session_state[FAILED_KEY] = f"{type(exc).__name__}: {exc}"
             st.session_state.pop(RUNNING_KEY, None)
             return
-    st.session_state.pop(RUNNING_KEY, None)
         status.update(label=t("erasure_done_label", id=customer_id),
                       state="complete" if result.complete else "error", expanded=False)
+    st.session_state.pop(RUNNING_KEY, None)
     forget_all()  # every store figure on the other pages may have changed
     st.session_state[RESULT_KEY] = result
     st.toast(t("erasure_toast", id=customer_id, rid=result.request_id), icon=":material/task_alt:")

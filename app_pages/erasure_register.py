@@ -13,6 +13,7 @@ from ui.i18n import t
 
 PICK_KEY = "erasure_register.request"
 NOTICE_KEY = "erasure_register.notice"
+NEXT_PICK_KEY = "erasure_register.next_pick"
 
 user = require_role(roles.DPO)
 operator = user.email or "local"
@@ -79,6 +80,8 @@ st.dataframe(
 
 labels = {int(r.id): t("erasure_pick_label", rid=int(r.id), id=r.customer_id, at=f"{r.requested_at:%Y-%m-%d %H:%M:%S}")
           for r in requests.itertuples()}
+if st.session_state.get(NEXT_PICK_KEY) in labels:
+    st.session_state[PICK_KEY] = st.session_state.pop(NEXT_PICK_KEY)
 if st.session_state.get(PICK_KEY) not in labels:
     st.session_state[PICK_KEY] = next(iter(labels))
 request_id = st.selectbox(t("erasure_pick"), list(labels), format_func=labels.get, key=PICK_KEY)
@@ -111,7 +114,7 @@ if row["resumable"]:
         forget_all()
         st.session_state[NOTICE_KEY] = ("ok" if resumed.complete else "error",
                                         t("erasure_resumed", rid=resumed.request_id, status=resumed.status))
-        st.session_state[PICK_KEY] = resumed.request_id
+        st.session_state[NEXT_PICK_KEY] = resumed.request_id  # picked before the selectbox exists, next run
         st.rerun()
 if row["came_back"] or row["status"] != "complete":
     st.page_link("app_pages/erasure.py", label=t("erasure_page"), icon=":material/delete_forever:",
