@@ -22,7 +22,7 @@ def test_preview_shows_sources_residue_and_coverage_and_waits_for_each_decision(
         at = dashboard("app_pages/erasure.py")
         warnings = "\n".join(w.value for w in at.warning)
         assert "Cobertura de atribución: 12 / 30 de los hilos (40%)" in warnings
-        assert "cliente_id" in texts(at)  # the fix: tag runs with metadata
+        assert 'config={"metadata": {"cliente_id": cliente_id}}' in texts(at)  # the fix: tag runs
         at.text_input(key="erasure.customer").input("C9").run()
         at.button(key="erasure.preview").click().run()
         assert not at.exception, at.exception
@@ -112,3 +112,18 @@ def test_a_click_during_an_erasure_ends_recorded_and_resumable(shop, app_env):
     rows = shop.fetch("SELECT id, status, resumed_by FROM core_erasure_register ORDER BY id", read_only=False)
     assert [r["status"] for r in rows] == ["interrupted", "complete"] and rows[0]["resumed_by"] == rows[1]["id"]
     assert shop.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE metadata->>'cliente_id' = 'C9'")["n"] == 0
+
+
+def test_checkpoints_by_customer_uses_the_resolver_and_shows_coverage(article_agents_db, app_env):
+    app_env(article_agents_db.dsn, LOCAL_ROLES="sre")
+    at = dashboard("app_pages/checkpoints.py")
+    at.radio(key="checkpoints.find_by").set_value("customer").run()
+    at.text_input(key="checkpoints.customer").input("C9").run()
+    assert not at.exception, at.exception
+    found = frame(at, "thread_id", "sources")
+    assert sorted(found["thread_id"]) == article_agents_db.threads_of("C9", "write")
+    assert set(found["sources"]) == {"store:hilo"}
+    warnings = "\n".join(w.value for w in at.warning)
+    assert "12 / 30 de los hilos (40%)" in warnings
+    assert 'config={"metadata": {"cliente_id"' in texts(at)
+    reset_pool(article_agents_db.dsn)

@@ -181,13 +181,13 @@ add_strings({
         "en": "Attribution coverage: {threads} of the threads ({t_share}) and {bytes} of the checkpoint bytes "
               "({b_share}) are attributed to no customer by any source."},
     "erasure_coverage_fix": {
-        "es": "Para una atribución exacta, etiqueta las ejecuciones: `agent.invoke(..., config={{\"metadata\": "
-              "{{\"cliente_id\": cliente_id}}}})`; o configura un patrón de thread_id (`SUBJECT_THREAD_PATTERNS`, "
-              "p. ej. `cliente-{{id}}-*`) o una consulta (`SUBJECT_THREAD_QUERY`). Hasta entonces, el borrado "
+        "es": "Para una atribución exacta, etiqueta las ejecuciones: `agent.invoke(..., config={\"metadata\": "
+              "{\"cliente_id\": cliente_id}})`; o configura un patrón de thread_id (`SUBJECT_THREAD_PATTERNS`, "
+              "p. ej. `cliente-{id}-*`) o una consulta (`SUBJECT_THREAD_QUERY`). Hasta entonces, el borrado "
               "depende del escaneo de residuos.",
-        "en": "For exact attribution, tag runs: `agent.invoke(..., config={{\"metadata\": {{\"cliente_id\": "
-              "customer_id}}}})`; or configure a thread-id pattern (`SUBJECT_THREAD_PATTERNS`, e.g. "
-              "`cliente-{{id}}-*`) or a query (`SUBJECT_THREAD_QUERY`). Until then, erasure relies on the residue scan."},
+        "en": "For exact attribution, tag runs: `agent.invoke(..., config={\"metadata\": {\"cliente_id\": "
+              "customer_id}})`; or configure a thread-id pattern (`SUBJECT_THREAD_PATTERNS`, e.g. "
+              "`cliente-{id}-*`) or a query (`SUBJECT_THREAD_QUERY`). Until then, erasure relies on the residue scan."},
     "erasure_coverage_query": {"es": "La consulta configurada no cuenta aquí (es por cliente).",
                                "en": "The configured query is not counted here (it runs per customer)."},
     "erasure_exclusions": {"es": "Completo con exclusiones nombradas: {report}",
