@@ -200,3 +200,40 @@ def screenshot(page, request):
         return path
 
     return _shot
+
+
+# --- databases written by agents we did not write (tests/foreign_agents.py) ------------------------------
+
+
+def _foreign(create_database, writer, **kwargs):
+    """An empty database, written by `writer` with stock savers, then migrated as a user would."""
+    dsn = create_database(migrated=False, prefix="foreign")
+    written = writer(dsn, **kwargs)
+    migrate(dsn, DIMS)
+    return written
+
+
+@pytest.fixture(scope="session")
+def article_agents_db(create_database):
+    """The memory article's agents (stock PostgresStore/PostgresSaver, `conv-<uuid>` threads, no metadata),
+    shared and read-only by convention: `.dsn`, `.conversations`, `.threads_of(customer, kind)`."""
+    from foreign_agents import write_article_agents
+
+    return _foreign(create_database, write_article_agents)
+
+
+@pytest.fixture
+def article_agents(create_database):
+    """`article_agents(shared_customers=0) -> ForeignDb`: a fresh article-agents database a test may erase."""
+    from foreign_agents import write_article_agents
+
+    return lambda shared_customers=0: _foreign(create_database, write_article_agents,
+                                               shared_customers=shared_customers)
+
+
+@pytest.fixture(scope="session")
+def agent_server_db(create_database):
+    """Runs tagged as LangGraph's Agent Server tags them (user_id, graph_id, assistant_id, run_id)."""
+    from foreign_agents import write_agent_server
+
+    return _foreign(create_database, write_agent_server)
