@@ -10,7 +10,9 @@ import streamlit as st
 
 from core import roles
 from core.checkpoints import views
-from ui.common import read, require_role
+from core.privacy import subjects as subj
+from ui.attribution import coverage_notice
+from ui.common import read, require_role, settings
 from ui.i18n import t
 from ui.checkpoints_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
 
@@ -72,7 +74,9 @@ def search() -> None:
             customer = st.text_input(t("ckpt_customer_id"), key="checkpoints.customer")
             if not customer:
                 return
-            found = read(views.threads_of_customer, customer)
+            attribution = subj.Attribution.from_settings(settings())
+            coverage_notice(read(subj.coverage, attribution))
+            found = read(views.threads_of_customer, customer, config=attribution)
             if found.empty:
                 st.info(t("ckpt_no_customer", q=customer))
                 return

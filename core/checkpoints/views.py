@@ -28,8 +28,6 @@ GROUP BY thread_id
 ORDER BY last_ts DESC NULLS LAST, thread_id
 LIMIT %(limit)s"""
 
-SELECT_THREADS_OF_CUSTOMER = """
-SELECT DISTINCT thread_id FROM checkpoints WHERE metadata ->> 'cliente_id' = %(cliente_id)s"""
 
 SELECT_RECENT_THREADS = """
 SELECT thread_id FROM (
@@ -170,12 +168,22 @@ def find_thread(db: Database, thread_id: str) -> pd.DataFrame:
     return _summary(db, [thread_id] if _usable(thread_id) else [], 1)
 
 
-def threads_of_customer(db: Database, cliente_id: str, limit: int = 200) -> pd.DataFrame:
-    """Threads whose checkpoint metadata carries exactly this `cliente_id`, newest activity first."""
+def threads_of_customer(db: Database, cliente_id: str, limit: int = 200, config: Any = None) -> pd.DataFrame:
+    """The customer's threads as the subject resolver attributes them (core.privacy.subjects: metadata keys,
+    thread-id patterns, `hilo` links, our logs, the configured query), newest activity first, with a `sources`
+    column naming what found each one. Unusable ids find nothing."""
+    from core.privacy import subjects as subj
+
+    empty = pd.DataFrame(columns=THREAD_COLUMNS + ["sources"])
     if not _usable(cliente_id):
-        return pd.DataFrame(columns=THREAD_COLUMNS)
-    threads = [r["thread_id"] for r in db.fetch(SELECT_THREADS_OF_CUSTOMER, {"cliente_id": cliente_id})]
-    return _summary(db, threads, limit)
+        return empty
+    try:
+        found = subj.resolve(db, cliente_id, config)
+    except subj.InvalidIdentifier:
+        return empty
+    frame = _summary(db, found.thread_ids, limit)
+    frame["sources"] = [", ".join(found.threads.get(t, ())) for t in frame["thread_id"]]
+    return frame
 
 
 def recent_threads(db: Database, limit: int = 50) -> pd.DataFrame:
