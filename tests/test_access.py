@@ -211,3 +211,30 @@ def test_export_on_demo_agents_matches_sql(demo_db):
     doc = json.loads(access.export_json(report, requested_by="dpo"))
     assert sum(len(t["messages"]) for t in doc["threads"]) == report.counts["messages"] + report.counts["marked_payloads"]
     assert chain.verify(demo_db, "erasure").ok  # the demo's own erasure was sealed by the migration's triggers
+
+
+def test_export_on_the_article_agents_fixture(article_agents_db):
+    """Agents built from the memory article (stock savers, `conv-<uuid>` threads, no metadata): the export holds
+    every document and every message of the threads the resolver attributes (by the `hilo` back-link), names the
+    residue threads it did not include, and nothing of a look-alike."""
+    db = Database(article_agents_db.dsn)
+    try:
+        for customer in ("C9", "C_9", "C19", "C9x", "C%"):
+            assert article_agents_db.threads_of(customer), customer
+            report = access.gather(db, customer)
+            writes = article_agents_db.threads_of(customer, "write")
+            assert sorted(t["thread_id"] for t in report.threads) == writes, customer
+            assert all(t["sources"] == ["store:hilo"] for t in report.threads)
+            docs = db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix = %s", (f"clientes.{customer}",))["n"]
+            msgs = db.fetch_one("SELECT count(*) AS n FROM core_checkpoint_messages_view WHERE thread_id = ANY(%s)",
+                                (writes,))["n"]
+            assert (report.counts["documents"], report.counts["messages"]) == (docs, msgs) and docs > 0 and msgs > 0
+            residue = {r["thread_id"] for r in report.residue}
+            assert residue == set(article_agents_db.threads_of(customer, "read")
+                                  + article_agents_db.threads_of(customer, "chat")), customer
+            text = access.export_json(report, requested_by="dpo").decode()
+            mine = set(article_agents_db.threads_of(customer))
+            others = {c.thread_id for c in article_agents_db.conversations} - mine
+            assert not any(t in text for t in others), customer
+    finally:
+        reset_pool(db.dsn)

@@ -27,7 +27,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from core.db import Database
-from core.privacy import erasure
+from core.privacy import subjects
 from core.privacy.erasure import ROOT, escape_like, validate_customer_id
 
 FORMATS = ("json", "html")
@@ -87,16 +87,6 @@ SELECT_ACCESS_EXPORTS = """
 SELECT id, customer_id, operator, exported_at, format, lang, sha256, size_bytes, counts
 FROM core_access_register WHERE customer_id = %(cliente_id)s ORDER BY exported_at, id"""
 
-# Threads of any subject: checkpoint metadata keys our agents write, or our conversation log.
-SELECT_UNATTRIBUTED = """
-SELECT count(*) AS threads FROM (
-    SELECT thread_id FROM checkpoints
-    GROUP BY thread_id
-    HAVING bool_and(coalesce(metadata ->> 'cliente_id', metadata ->> 'proveedor_id', metadata ->> 'empleado_id',
-                             metadata ->> 'customer_id', metadata ->> 'user_id') IS NULL)
-) t
-WHERE NOT EXISTS (SELECT 1 FROM core_conversations c WHERE c.thread_id = t.thread_id)"""
-
 INSERT_EXPORT = """
 INSERT INTO core_access_register (customer_id, operator, format, lang, sha256, size_bytes, counts, sources)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id, exported_at"""
@@ -107,27 +97,33 @@ ORDER BY exported_at DESC, id DESC LIMIT %(limit)s"""
 REGISTER_COLUMNS = ["id", "customer_id", "operator", "exported_at", "format", "lang", "sha256", "size_bytes", "counts",
                     "sources"]
 
-# What the resolver searched until the subject resolver (core/privacy/subjects.py) lands.
-THREAD_SOURCES = ("checkpoint metadata cliente_id", "core_conversations", "core_erasure_register thread ids")
 LOG_SOURCES = ("core_memory_writes", "core_conversations", "core_guard_denials", "core_degradation_episodes.denials",
                "core_serde_refusals")
 
 
 @dataclass(frozen=True)
 class Attribution:
-    """The customer's threads, each with the sources that found it, what was searched, and how many threads
-    of the database no source attributes to anyone (the coverage caveat)."""
+    """The customer's threads, each with the sources that found it, what was searched (and what could not run),
+    and how many threads of the database no source attributes to anyone (the coverage caveat)."""
 
     threads: dict[str, list[str]]
     sources: tuple[str, ...]
+    errors: dict[str, str]
     unattributed_threads: int
+    residue: list[dict]  # [{thread_id, term, kind}]: unattributed threads holding the id or a distinctive value
 
 
-def _attribute(db: Database, conn: psycopg.Connection, customer_id: str) -> Attribution:
-    """The one place that says which threads are the customer's (switch to the subject resolver here)."""
-    threads = erasure.find_threads(db, customer_id)
-    unattributed = int(conn.execute(SELECT_UNATTRIBUTED).fetchone()["threads"])
-    return Attribution({t: ["erasure.find_threads"] for t in threads}, THREAD_SOURCES, unattributed)
+def _attribute(db: Database, customer_id: str) -> Attribution:
+    """The one place that says which threads are the customer's: the subject resolver (core/privacy/subjects.py),
+    the same answer the Checkpoints page and erasure use. The residue scan's proposals are named on the cover
+    (thread and matched term, no snippet) but not exported: no source attributes them, a DPO decides."""
+    found = subjects.resolve(db, customer_id)
+    cover = subjects.coverage(db)
+    residue = subjects.residue_scan(db, customer_id, subjects=found)
+    proposed = [{"thread_id": m.thread_id, "term": m.term, "kind": m.kind}
+                for m in residue.matches if not m.common]
+    return Attribution({t: list(s) for t, s in found.threads.items()}, tuple(found.by_source), dict(found.errors),
+                       cover.unattributed_threads, proposed)
 
 
 @dataclass
@@ -145,6 +141,7 @@ class AccessReport:
     access_exports: list[dict]
     sources: dict[str, list[str]]
     unattributed_threads: int
+    residue: list[dict]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -208,7 +205,7 @@ def gather(db: Database, customer_id: str) -> AccessReport:
     READ), changing nothing. Raises InvalidIdentifier (as erasure does) for an unusable id."""
     customer_id = validate_customer_id(customer_id)
     with db.connection() as conn:
-        attribution = _attribute(db, conn, customer_id)
+        attribution = _attribute(db, customer_id)
         threads = sorted(attribution.threads)
         params = _params(customer_id, threads)
         with conn.transaction():
@@ -243,9 +240,11 @@ def gather(db: Database, customer_id: str) -> AccessReport:
         erasures=[dict(r) for r in erasures], erasure_rechecks=[dict(r) for r in rechecks],
         access_exports=[dict(r) for r in exports],
         sources={"store": [f"store: prefix = '{params['prefix']}' or below it"], "threads": list(attribution.sources),
+                 **({"threads_not_searched": [f"{k}: {v}" for k, v in attribution.errors.items()]}
+                    if attribution.errors else {}),
                  "logs": list(LOG_SOURCES), "registers": ["core_erasure_register", "core_erasure_rechecks",
                                                           "core_access_register"]},
-        unattributed_threads=attribution.unattributed_threads,
+        unattributed_threads=attribution.unattributed_threads, residue=attribution.residue,
     )
 
 
@@ -279,6 +278,8 @@ def export_document(report: AccessReport, *, requested_by: str, lang: str = "es"
             "coverage": {
                 "unattributed_threads": report.unattributed_threads,
                 "caveat": STRINGS[lang]["caveat"].format(n=report.unattributed_threads),
+                "possible_threads_not_included": report.residue,
+                "possible_threads_note": STRINGS[lang]["residue"].format(n=len({r["thread_id"] for r in report.residue})),
             },
         },
         "store_documents": report.documents,
@@ -303,6 +304,8 @@ STRINGS = {
         "caveat": "{n} hilos de conversación de la base de datos no pueden atribuirse a ningún sujeto con las fuentes "
                   "consultadas; si alguno fuera de este cliente, no está en esta exportación.",
         "nothing": "No hay ningún dato sobre este cliente en las fuentes consultadas.",
+        "residue": "{n} hilos sin atribuir contienen el id del cliente o valores propios de sus documentos; no se incluyen "
+                   "hasta que el DPO decida (se listan con el término encontrado).",
         "documents": "Documentos de memoria", "threads": "Conversaciones", "logs": "Nuestros registros",
         "erasures": "Registro de borrados", "exports": "Exportaciones anteriores",
         "expired": "caducado (pendiente de barrido)", "thread": "Hilo", "found_by": "encontrado por",
@@ -317,6 +320,8 @@ STRINGS = {
         "caveat": "{n} conversation threads in the database cannot be attributed to any subject by the sources "
                   "searched; if any of them is this customer's, it is not in this export.",
         "nothing": "There is no data about this customer in the sources searched.",
+        "residue": "{n} unattributed threads hold the customer's id or values of their own documents; they are not "
+                   "included until the DPO decides (listed with the term found).",
         "documents": "Memory documents", "threads": "Conversations", "logs": "Our logs",
         "erasures": "Erasure register", "exports": "Earlier exports",
         "expired": "expired (not yet swept)", "thread": "Thread", "found_by": "found by",
@@ -369,7 +374,9 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es") ->
              + "</ul>",
              f"<h3>{s['counts']}</h3><ul>" + "".join(f"<li>{_e(k)}: {v}</li>" for k, v in cover["counts"].items())
              + "</ul>",
-             f"<h3>{s['coverage']}</h3><p>{_e(cover['coverage']['caveat'])}</p>"]
+             f"<h3>{s['coverage']}</h3><p>{_e(cover['coverage']['caveat'])}</p>"
+             f"<p>{_e(cover['coverage']['possible_threads_note'])}</p>"
+             + _table(cover["coverage"]["possible_threads_not_included"], s)]
     if cover["nothing_found"]:
         parts.append(f"<p class='marker'>{s['nothing']}</p>")
     parts.append("</div>")
