@@ -15,6 +15,7 @@ from core import roles
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import EmbeddingDimsMismatch
 from ui.common import bootstrap, current_user, settings
+from ui import replica
 from ui import checkpoints_i18n, degradation_i18n, erasure_i18n, sweeps_i18n  # register their pages' strings
 from ui.i18n import LANGUAGES, t
 
@@ -93,5 +94,7 @@ with st.sidebar:
         st.caption(t("db_checked", at=time.strftime("%H:%M:%S", time.localtime(probe.checked_at))))
 
     database_status()
+    st.fragment(run_every=15)(replica.sidebar_status)()
 
+replica.page_note()
 nav.run()

@@ -32,6 +32,7 @@ from langgraph.store.postgres import PostgresStore
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from core import read_replica
 from core.agents.retail import METADATA_KEY
 from core.db import Database
 from core.memory.store import InvalidIdentifier, validate_label
@@ -488,6 +489,7 @@ def erase(
             conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (ERASURE_LOCK_NS, customer_id))
     if report:
         log.warning("erasure %s of %s incomplete: %s", request_id, customer_id, report)
+    read_replica.wait_replayed(db)  # bounded: the pages that read the replica next see the erasure
     return ErasureResult(
         request_id=request_id, customer_id=customer_id, namespace_prefix=prefix, operator=operator.strip(),
         status=status, passes=passes, requested_at=requested_at, finished_at=finished["finished_at"],
@@ -510,6 +512,8 @@ def recheck(db: Database, request_id: int, *, trigger: str = "manual", operator:
     with db.connection() as conn:
         threads = set(row["thread_ids"] or ()) | set(_find_threads(conn, customer_id))
         evidence = _run_evidence(conn, own_targets(conn), customer_id, threads)
+    # on a replicated setup: the replica has replayed past the primary's WAL after this evidence
+    evidence += [EvidenceQuery(*row) for row in read_replica.replay_evidence(db)]
     counts = {e.table: e.result for e in evidence}
     clean = all(n == 0 for n in counts.values())
     rec = db.fetch_one(INSERT_RECHECK, (request_id, trigger, operator, clean, Jsonb(counts),
