@@ -32,6 +32,17 @@ ARTIFACTS = ROOT / "test-artifacts"
 os.environ.setdefault("DUAL_SAVER_JOURNAL_DIR", tempfile.mkdtemp(prefix="dual-saver-journal-"))
 
 
+def off_loop(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` on a worker thread, its result or its exception returned here.
+
+    pytest-playwright's sync API keeps an event loop running on the main thread, and the dual saver's
+    sync API refuses to block an event loop's thread: browser tests run agents (and the demo seed) here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="off-loop") as pool:
+        return pool.submit(fn, *args, **kwargs).result()
+
+
 def dsn_for(base_dsn: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo(base_dsn, dbname=dbname)
 
@@ -84,7 +95,7 @@ def demo_db(create_database) -> Database:
     from core.demo.seed import ensure_demo
 
     database = Database(create_database(prefix="demo"))
-    summary = ensure_demo(database, settings_for(database.dsn), customers=60)
+    summary = off_loop(ensure_demo, database, settings_for(database.dsn), customers=60)
     assert summary is not None and summary.turns > 100
     database.summary = summary
     return database

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from playwright.sync_api import expect
 
-from conftest import DIMS, dsn_for, start_streamlit
+from conftest import DIMS, dsn_for, off_loop, start_streamlit
 from core.checkpoints import replica_health
 from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.checkpoints.dual_saver import DualCheckpointSaver
@@ -51,7 +51,7 @@ def test_degradation_page_through_a_real_outage(page, outage_dashboard, screensh
     try:
         cliente = build_agent("atencion-cliente", ScriptedChatModel(), store=None, checkpointer=saver)
         compras = build_agent("compras", ScriptedChatModel(), store=None, checkpointer=saver)
-        run_turn(cliente, ContextoCliente("C7"), "cliente-C7-1", "Hola, quería saber el estado de mi pedido.")
+        off_loop(run_turn, cliente, ContextoCliente("C7"), "cliente-C7-1", "Hola, quería saber el estado de mi pedido.")
         wait_until(lambda: not replica_health.replicas(db).empty, timeout=20)
 
         page.goto(f"{url}/degradation")
@@ -63,9 +63,9 @@ def test_degradation_page_through_a_real_outage(page, outage_dashboard, screensh
         control.stop()
         try:
             assert saver.wait_for("degraded", 10)
-            run_turn(compras, ContextoProveedor("P3"), "compras-P3-retraso",
+            off_loop(run_turn, compras, ContextoProveedor("P3"), "compras-P3-retraso",
                      "aviso retraso: Los vaqueros llegan con retraso")  # HIGH: denied while degraded
-            run_turn(cliente, ContextoCliente("C7"), "cliente-C7-1", "Prefiero que me atendáis en euskera.")  # LOW: runs, buffered
+            off_loop(run_turn, cliente, ContextoCliente("C7"), "cliente-C7-1", "Prefiero que me atendáis en euskera.")  # LOW: runs, buffered
             assert saver.status()["denials_total"] >= 1
             # the fragment refreshes by itself: no reload
             expect(page.get_by_text("La base de datos no responde")).to_be_visible(timeout=20_000)

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from playwright.sync_api import expect
 
-from conftest import DIMS, start_streamlit
+from conftest import DIMS, off_loop, start_streamlit
 from core.checkpoints import replica_health
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.checkpoints.dual_saver import DualCheckpointSaver
@@ -62,7 +62,7 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
     try:
         store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
         cliente = build_agent("atencion-cliente", ScriptedChatModel(), store=store, checkpointer=saver)
-        run_turn(cliente, ContextoCliente("C9"), "cliente-C9-1", "Hola, quería saber el estado de mi pedido.")
+        off_loop(run_turn, cliente, ContextoCliente("C9"), "cliente-C9-1", "Hola, quería saber el estado de mi pedido.")
         wait_until(lambda: not replica_health.replicas(db).empty, timeout=10)
 
         proc, url = start_streamlit({"PG_AGENTES": dsn})

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from core.db import Database, reset_pool
-from tests.conftest import settings_for, start_streamlit
+from tests.conftest import off_loop, settings_for, start_streamlit
 
 pytestmark = pytest.mark.browser
 
@@ -19,7 +19,7 @@ def erasure_demo(create_database):
     from core.demo.seed import ensure_demo
 
     database = Database(create_database(prefix="erasure"))
-    summary = ensure_demo(database, settings_for(database.dsn), customers=16)
+    summary = off_loop(ensure_demo, database, settings_for(database.dsn), customers=16)
     assert summary is not None
     erased = {r["customer_id"] for r in database.fetch("SELECT customer_id FROM core_erasure_register")}
     assert len(erased) == 1  # the demo's own erasure step

@@ -51,8 +51,8 @@ def test_untouched_registers_verify_and_every_final_row_is_sealed(registers):
 
 def test_a_nullable_column_added_later_keeps_sealed_rows_valid(registers):
     db = registers
-    # a later migration adding columns (e.g. the attribution issue's sources / residue / resumed_by)
-    db.execute("ALTER TABLE core_erasure_register ADD COLUMN extra_later jsonb, ADD COLUMN resumed_by bigint")
+    # a later migration adding a column (as 015 added sources / residue / resumed_by)
+    db.execute("ALTER TABLE core_erasure_register ADD COLUMN extra_later jsonb")
     db.execute("ALTER TABLE core_access_register ADD COLUMN note_later text")
     assert chain.verify(db, "erasure").ok and chain.verify(db, "access").ok
     # the forward link a resumed request writes on its old row is not an edit; a value in a new column is
