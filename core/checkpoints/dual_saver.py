@@ -42,6 +42,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
 
+from core.checkpoints import metrics
 from core.checkpoints.degraded_buffer import DegradedBuffer
 from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported from here by callers
     CALL_TIMEOUT_S,
@@ -76,7 +77,8 @@ class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if not self._shared.degraded:  # the common case, kept short
             try:
-                found = self._pg_call(lambda pg: pg.get_tuple(config))
+                with metrics.timed("postgres", "get"):
+                    found = self._pg_call(lambda pg: pg.get_tuple(config))
             except Exception as exc:
                 self._handle(exc, config)
             else:
@@ -94,7 +96,8 @@ class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
                         self._remember(found)
                     return found
             if self._shared.degraded:
-                found = self._degraded_get_tuple(config)
+                with metrics.timed("memory", "get"):
+                    found = self._degraded_get_tuple(config)
                 if self._shared.degraded or found is not None:
                     return found
         raise CheckpointUnavailable("checkpoint persistence flapping: read not served")
@@ -122,13 +125,15 @@ class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    next_config = self._pg_call(lambda pg: pg.put(config, checkpoint, metadata, new_versions))
+                    with metrics.timed("postgres", "put"):
+                        next_config = self._pg_call(lambda pg: pg.put(config, checkpoint, metadata, new_versions))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
                     self._remember_put(config, checkpoint, metadata, next_config)
                     return next_config
-            done, next_config = self._buffer_put(config, checkpoint, metadata, new_versions)
+            with metrics.timed("memory", "put"):
+                done, next_config = self._buffer_put(config, checkpoint, metadata, new_versions)
             if done:
                 return next_config
         raise CheckpointUnavailable("checkpoint persistence flapping: put not stored")
