@@ -62,6 +62,10 @@ GUARD_DENIALS = Counter(
 SERIALIZER_REFUSALS = Counter(
     PREFIX + "serializer_refusals",
     "Checkpoint payloads the allowlist serializer refused to load (possible tampering).", ["type"])
+# Known kinds start at 0, so that the first refusal is an increase the alert rule sees.
+REFUSAL_KINDS = ("msgpack_blocked", "msgpack_method_blocked", "json_blocked", "pickle")
+for _kind in REFUSAL_KINDS:
+    SERIALIZER_REFUSALS.labels(_kind)
 
 
 def _label(value: Any) -> str:
