@@ -162,3 +162,47 @@ def test_replica_endpoints_report_degraded_during_hang_and_stop_and_zero_after_r
         for saver in savers:
             metrics._COLLECTOR.remove(saver)
             saver.close()
+
+
+WORKER = """
+import os, sys, time
+from core.checkpoints import metrics
+from core.checkpoints.dual_saver import DualCheckpointSaver
+saver = DualCheckpointSaver(sys.argv[1], heartbeat_interval=0.5, replica_id=sys.argv[2])
+print("serving" if metrics.start_metrics_server(saver, int(sys.argv[3]), addr="127.0.0.1") else "not serving", flush=True)
+metrics.observe("postgres", "put", 0.003)
+sys.stdin.read()  # until the test closes stdin
+saver.close()
+"""
+
+
+def test_multiprocess_mode_one_endpoint_for_every_worker(db, tmp_path):
+    """PROMETHEUS_MULTIPROC_DIR: two worker processes, one port; the endpoint shows both replicas."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    mp_dir = tmp_path / "prom"
+    mp_dir.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(mp_dir)}
+    port = free_port()
+    workers = []
+    try:
+        for i in (1, 2):
+            proc = subprocess.Popen([sys.executable, "-c", WORKER, db.dsn, f"worker-{i}", str(port)], cwd=root,
+                                    env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            workers.append(proc)
+            workers[-1].first_line = proc.stdout.readline().strip()
+        assert [w.first_line for w in workers] == ["serving", "not serving"]
+
+        def both_healthy():
+            s = scrape(port)
+            return all(value(s, "agent_memory_checkpoint_degraded", replica=f"worker-{i}") == 0 for i in (1, 2)) \
+                and value(s, "agent_memory_checkpoint_call_duration_seconds_count", backend="postgres", op="put") == 2
+        wait_until(both_healthy, 20)
+    finally:
+        for proc in workers:
+            proc.stdin.close()
+            proc.wait(20)
