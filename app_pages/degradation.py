@@ -9,7 +9,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import pandas as pd
 import plotly.express as px
