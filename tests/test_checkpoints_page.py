@@ -36,7 +36,7 @@ def agents_db(create_database) -> Database:
     for text in ["Prefiero recoger mis pedidos en la tienda Sierpes.", "¿Qué preferencias tengo guardadas?"]:
         run_turn(agent, ContextoCliente("C101"), PLAIN_THREAD, text)
     run_turn(agent, ContextoCliente("C101"), "cliente-C101-2", "Hola, quería saber el estado de mi pedido.")
-    run_turn(agent, ContextoCliente(WEIRD_CUSTOMER), WEIRD_THREAD, "Mi talla es la M.")
+    run_turn(agent, ContextoCliente(WEIRD_CUSTOMER), WEIRD_THREAD, "Prefiero que me atendáis en catalán.")
     return db
 
 
@@ -189,7 +189,7 @@ def test_page_bad_input_shows_nothing(agents_db, app_env, text):
     assert not at.metric and not at.get("plotly_chart")
     at.text_input(key="checkpoints.customer").input(text).run()
     assert not at.exception
-    assert any("Ningún checkpoint tiene cliente_id" in i.value for i in at.info)
+    assert any("Ninguna fuente atribuye hilos a" in i.value for i in at.info)
 
 
 def test_storage_view_equals_sql(agents_db, app_env):
