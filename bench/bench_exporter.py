@@ -70,10 +70,19 @@ def main(argv: list[str] | None = None) -> int:
                 for t in ("store", "core_prefix_counts", "checkpoints", "checkpoint_writes", "core_sweep_log")}
         rows["threads"] = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints").fetchone()[0]
         rows["expired"] = conn.execute("SELECT count(*) FROM store WHERE expires_at < now()").fetchone()[0]
-    registry = exporter.make_registry(dsn)
-    t = time.perf_counter()
+    from prometheus_client import CollectorRegistry
+
+    collector = exporter.DatabaseCollector(dsn)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    wall, t = time.time(), time.perf_counter()
     text = generate_latest(registry).decode()
     cold = (time.perf_counter() - t) * 1000
+    # The first scrape starts the attribution coverage in the background (every 15 min after that):
+    # timed on its own, and finished before the scrapes are measured.
+    while collector.coverage.value is None and collector.coverage.error is None:
+        time.sleep(0.1)
+    coverage_s = collector.coverage.computed_at - wall
     assert "agent_memory_db_up 1.0" in text, text[-500:]
     scrape = median_ms(lambda: generate_latest(registry), args.runs)
     per_query = {}
@@ -98,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| one scrape, first | {cold:.1f} |")
     for name, ms in per_query.items():
         print(f"| query: {name} | {ms:.1f} |")
+    print(f"| attribution coverage, background (every {exporter.COVERAGE_EVERY_S // 60} min, not in a scrape) | {coverage_s * 1000:.0f} |")
     print(f"| BASELINE scrape (same, customers over schema from the store) | {baseline:.1f} |")
     print(f"\ntarget < 300 ms: {'met' if scrape < 300 else 'MISSED'}; ratio baseline / scrape = {baseline / scrape:.1f}")
     return 0

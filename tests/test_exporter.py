@@ -143,3 +143,21 @@ def test_exporter_role_reads_everything_and_writes_nothing(db):
         conn.execute("SET TRANSACTION READ WRITE")
         conn.execute("DELETE FROM core_sweep_log")
     assert db.fetch_one("SELECT count(*) AS n FROM core_sweep_log")["n"] == 4
+
+
+def test_attribution_coverage_is_exported_from_the_background(db):
+    from core.privacy.subjects import coverage
+
+    db.execute("""INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata)
+                  VALUES ('cliente-C1-1', '', '1', '{}', '{}'), ('huerfano-9', '', '1', '{}', '{}')""")
+    collector = DatabaseCollector(db.dsn)
+
+    def exported():
+        return samples_of(collector.collect()).get(("agent_memory_attribution_threads", ()))
+    wait_until(lambda: exported() is not None, 30)
+    s = samples_of(collector.collect())
+    expected = coverage(db)
+    assert s[("agent_memory_attribution_threads", ())] == expected.threads == 2
+    assert s[("agent_memory_attribution_unattributed_threads", ())] == expected.unattributed_threads
+    assert s[("agent_memory_attribution_unattributed_bytes", ())] == expected.unattributed_bytes
+    assert s[("agent_memory_attribution_computed_timestamp_seconds", ())] > 0

@@ -8,7 +8,10 @@ complete and re-checks that found data back, customers above the closed 4-docume
 Cheap at 1M documents / 100k threads (see BENCHMARKS.md): the counts come from the small tables
 (heartbeats, sweep log, erasure register, core_prefix_counts kept by triggers) and the expired
 count is an index-only range scan of `core_store_expires_at_prefix_idx` (expired rows only). No
-query touches the checkpoint tables. While PostgreSQL is unreachable it exposes
+query touches the checkpoint tables at scrape time. The attribution coverage
+(`core.privacy.subjects.coverage`, which reads the three checkpoint tables) is too costly for a scrape:
+it is computed in a background thread at most every COVERAGE_EVERY_S and exposed with the time it was
+computed (`agent_memory_attribution_computed_timestamp_seconds`). While PostgreSQL is unreachable it exposes
 `agent_memory_db_up 0` (and its own scrape duration), so the alert rules can tell "down" from "ok".
 
 Its role only reads (deploy/exporter-grants.sql).
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 PREFIX = "agent_memory_"
 DEFAULT_PORT = 9188
 STATEMENT_TIMEOUT_MS = 5000
+COVERAGE_EVERY_S = 900
 CONNECT_TIMEOUT_S = 3
 STATES = ("healthy", "degraded", "silent", "stopped")
 SWEEP_STATUSES = ("running", "ok", "dry_run", "locked", "error")
@@ -119,12 +123,63 @@ def database_metrics(conn: psycopg.Connection) -> list[Metric]:
     return out
 
 
+class CoverageCache:
+    """Attribution coverage, recomputed in the background at most every `every_s` seconds."""
+
+    def __init__(self, dsn: str, every_s: float = COVERAGE_EVERY_S):
+        self.dsn, self.every_s = dsn, every_s
+        self._lock = threading.Lock()
+        self.value: Any = None
+        self.computed_at = 0.0
+        self.started_at = 0.0
+        self.error: str | None = None
+
+    def _refresh(self) -> None:
+        from core.db import Database
+        from core.privacy.subjects import coverage
+
+        db = Database(self.dsn)
+        try:
+            value = coverage(db)
+            with self._lock:
+                self.value, self.computed_at, self.error = value, time.time(), None
+        except Exception as exc:  # noqa: BLE001 - reported in the log; the last value stays exposed
+            with self._lock:
+                self.error = str(exc)
+            log.warning("attribution coverage not computed: %s", exc)
+        finally:
+            db.close()
+
+    def metrics(self) -> list[Metric]:
+        with self._lock:
+            due = time.monotonic() - self.started_at > self.every_s or not self.started_at
+            if due:
+                self.started_at = time.monotonic()
+                threading.Thread(target=self._refresh, name="exporter-coverage", daemon=True).start()
+            value, at = self.value, self.computed_at
+        if value is None:
+            return []
+        out = []
+        for name, doc, v in (
+                ("attribution_threads", "Checkpoint threads (at the last coverage computation).", value.threads),
+                ("attribution_unattributed_threads", "Checkpoint threads no source attributes to a subject.",
+                 value.unattributed_threads),
+                ("attribution_bytes", "Bytes in the checkpoint tables.", value.bytes),
+                ("attribution_unattributed_bytes", "Bytes of the unattributed threads.", value.unattributed_bytes),
+                ("attribution_computed_timestamp_seconds", "Unix time the attribution coverage was computed.", at)):
+            g = _gauge(name, doc)
+            g.add_metric([], float(v))
+            out.append(g)
+        return out
+
+
 class DatabaseCollector(Collector):
     """Queries PostgreSQL at each scrape; one scrape at a time (a slow database never piles them up)."""
 
-    def __init__(self, dsn: str):
+    def __init__(self, dsn: str, coverage_every_s: float = COVERAGE_EVERY_S):
         self.dsn = dsn
         self._lock = threading.Lock()
+        self.coverage = CoverageCache(dsn, coverage_every_s)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -136,6 +191,7 @@ class DatabaseCollector(Collector):
                     conn.read_only = True
                     found = database_metrics(conn)
                 up.add_metric([], 1)
+                found += self.coverage.metrics()
             except psycopg.Error as exc:
                 log.warning("exporter scrape could not read PostgreSQL: %s", exc)
                 found = []
@@ -147,9 +203,9 @@ class DatabaseCollector(Collector):
         yield took
 
 
-def make_registry(dsn: str) -> CollectorRegistry:
+def make_registry(dsn: str, coverage_every_s: float = COVERAGE_EVERY_S) -> CollectorRegistry:
     registry = CollectorRegistry()
-    registry.register(DatabaseCollector(dsn))
+    registry.register(DatabaseCollector(dsn, coverage_every_s))
     return registry
 
 
