@@ -1,14 +1,14 @@
-"""Degradation (SRE): every agent replica ok / degraded / silent, what it buffered and resynced, the
-episodes, the guard's denials and the serializer's refusals. Refreshes itself; when the database
-does not answer it says so and keeps showing the last good reading. Layout only: every figure comes
-from core.replica_health and the database probe."""
+"""Degradation (SRE): every agent replica ok / degraded / silent / unknown, what it buffered and
+resynced, the episodes, the guard's denials and the serializer's refusals. Refreshes itself; when the
+database does not answer it says so, keeps showing the last good reading with its replicas as
+unknown (never ok), and reads the replicas' metrics endpoints (AGENT_METRICS_URLS) directly. Layout
+only: every figure comes from core.checkpoints (replica_health, replica_view) and the database probe."""
 from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import pandas as pd
 import plotly.express as px
@@ -17,9 +17,9 @@ import streamlit as st
 from psycopg_pool import PoolTimeout
 
 from core import roles
-from core.checkpoints import replica_health
+from core.checkpoints import replica_health, replica_view
 from core.db import Database, DatabaseUnavailable
-from ui.common import get_db, require_role
+from ui.common import get_db, require_role, secrets
 from ui.degradation_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
 from ui.i18n import lang, t
 
@@ -27,10 +27,15 @@ REFRESH_S = 5
 READ_DEADLINE_S = 4  # a hung server blocks a query forever: the page stops waiting after this
 LIMIT = 200
 STATE_LABEL = {
-    "es": {"ok": "ok", "degraded": "degradada", "silent": "silenciosa", "stopped": "parada"},
-    "en": {"ok": "ok", "degraded": "degraded", "silent": "silent", "stopped": "stopped"},
+    "es": {"ok": "ok", "degraded": "degradada", "silent": "silenciosa", "stopped": "parada", "unknown": "desconocido"},
+    "en": {"ok": "ok", "degraded": "degraded", "silent": "silent", "stopped": "stopped", "unknown": "unknown"},
 }
-STATE_CELL = {"ok": "#d4edda", "degraded": "#ffe0b2", "silent": "#f8d7da", "stopped": "#e2e3e5"}
+SOURCE_LABEL = {
+    "es": {"tables": "tablas de salud", "last_reading": "última lectura", "endpoint": "endpoint de métricas"},
+    "en": {"tables": "health tables", "last_reading": "last reading", "endpoint": "metrics endpoint"},
+}
+STATE_CELL = {"ok": "#d4edda", "degraded": "#ffe0b2", "silent": "#f8d7da", "stopped": "#e2e3e5",
+              "unknown": "#fff3cd"}
 STATE_COLORS = {"resynced": "#2ca02c", "ongoing": "#ff7f0e"}
 
 require_role(roles.SRE)
@@ -77,12 +82,14 @@ def _clock(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
-def tiles(reading: Reading, probe) -> None:
+def tiles(reading: Reading, states: pd.DataFrame, probe) -> None:
     s = reading.summary
-    c = st.columns(4)
-    c[0].metric(t("degr_replicas"), s.get("replicas", 0))
-    c[1].metric(t("degr_degraded"), s.get("degraded", 0))
-    c[2].metric(t("degr_silent"), s.get("silent", 0))
+    count = states["state"].value_counts()
+    c = st.columns(5)
+    c[0].metric(t("degr_replicas"), int((states["state"] != "stopped").sum()))
+    c[1].metric(t("degr_degraded"), int(count.get("degraded", 0)))
+    c[2].metric(t("degr_silent"), int(count.get("silent", 0)))
+    c[4].metric(t("degr_unknown"), int(count.get("unknown", 0)))
     c[3].metric(t("degr_probe"), t("degr_probe_ok", ms=probe.latency_ms) if probe.ok else t("degr_probe_down"),
                 help=f"PostgreSQL {probe.server_version}" if probe.ok else probe.error)
     c = st.columns(4)
@@ -94,28 +101,39 @@ def tiles(reading: Reading, probe) -> None:
                 help=t("degr_refused_sql_help", at="—" if scanned is None else f"{scanned:%Y-%m-%d %H:%M:%S %Z}"))
 
 
-def replicas_table(reading: Reading) -> None:
+def replicas_table(reading: Reading, states: pd.DataFrame, fresh: bool) -> None:
     st.subheader(t("degr_replicas_title"))
-    df = reading.replicas
-    if df.empty:
+    if states.empty:
         st.info(t("degr_no_replicas"))
         return
-    df = df.copy()
-    df["state"] = df["state"].replace({"healthy": "ok"})
-    bad = int(df["state"].isin(["degraded", "silent"]).sum())
-    (st.warning if bad else st.success)(t("degr_some_degraded", n=bad) if bad else t("degr_all_ok"))
+    bad = int(states["state"].isin(["degraded", "silent"]).sum())
+    unknown = int((states["state"] == "unknown").sum())
+    if bad:
+        st.warning(t("degr_some_degraded", n=bad))
+    if unknown:
+        st.warning(t("degr_some_unknown", n=unknown))
+    if replica_view.all_clear(states, fresh=fresh):
+        st.success(t("degr_all_ok"))
+    df = states.copy()
     last = reading.episodes.sort_values("degraded_from").groupby("replica_id").last() if not reading.episodes.empty else None
     df["resynced_last_episode"] = df["replica_id"].map(last["ops_resynced"]) if last is not None else None
-    now = datetime.now(timezone.utc)
-    df["heartbeat_age_s"] = [round((now - ts).total_seconds(), 1) for ts in df["last_heartbeat"]]
-    colours = {STATE_LABEL.get(lang(), STATE_LABEL["es"]).get(k, k): v for k, v in STATE_CELL.items()}
-    df["state"] = df["state"].map(lambda s: STATE_LABEL.get(lang(), STATE_LABEL["es"]).get(s, s))
-    shown = df[["replica_id", "state", "degraded_since", "buffered_checkpoints", "buffered_writes",
-                "resynced_last_episode", "heartbeat_age_s", "last_heartbeat", "last_success", "host", "pid",
-                "episodes_total", "denials_total", "refusals_total"]]
+    labels = STATE_LABEL.get(lang(), STATE_LABEL["es"])
+    colours = {labels.get(k, k): v for k, v in STATE_CELL.items()}
+    df["state"] = df["state"].map(lambda v: labels.get(v, v))
+    df["source"] = df["source"].map(lambda v: SOURCE_LABEL.get(lang(), SOURCE_LABEL["es"]).get(v, v))
+    shown = df[["replica_id", "state", "source", "heartbeat_age_s", "reading_age_s", "degraded_since",
+                "buffered_checkpoints", "buffered_writes", "resynced_last_episode", "endpoint", "error"]]
     st.dataframe(shown.style.map(lambda v: f"background-color: {colours.get(v, '')}", subset=["state"])
-                 .format({"heartbeat_age_s": "{:.1f}", "resynced_last_episode": "{:.0f}"}, na_rep="–"),
-                 hide_index=True, key="degradation.replicas")
+                 .format({"heartbeat_age_s": "{:.1f}", "reading_age_s": "{:.1f}", "resynced_last_episode": "{:.0f}",
+                          "buffered_checkpoints": "{:.0f}", "buffered_writes": "{:.0f}"}, na_rep="–"),
+                 hide_index=True, key="degradation.replicas",
+                 column_config={"replica_id": t("degr_col_replica"), "state": t("degr_col_state"),
+                                "source": t("degr_col_source"), "heartbeat_age_s": t("degr_col_heartbeat_age"),
+                                "reading_age_s": t("degr_col_reading_age"), "degraded_since": t("degr_col_since"),
+                                "buffered_checkpoints": t("degr_col_checkpoints"),
+                                "buffered_writes": t("degr_col_writes"),
+                                "resynced_last_episode": t("degr_col_resynced"), "endpoint": t("degr_col_endpoint"),
+                                "error": t("degr_col_error")})
 
 
 def episodes_timeline(reading: Reading) -> None:
@@ -198,18 +216,30 @@ def live() -> None:
     else:
         error = probe.error
     last_good = _last_good()
-    if reading is not None:
+    fresh = reading is not None
+    if fresh:
         last_good[db.dsn] = reading
         st.caption(t("degr_read_at", at=_clock(reading.at)))
     else:
         reading = last_good.get(db.dsn)
         if reading is None:
             st.error(t("degr_db_down_never", error=error), icon=":material/cloud_off:")
-            return
-        st.error(t("degr_db_down", error=error, at=_clock(reading.at), ago=int(time.time() - reading.at)),
-                 icon=":material/cloud_off:")
-    tiles(reading, probe)
-    replicas_table(reading)
+        else:
+            st.error(t("degr_db_down", error=error, at=_clock(reading.at), ago=int(time.time() - reading.at)),
+                     icon=":material/cloud_off:")
+    try:
+        endpoints = replica_view.read_endpoints(replica_view.configured_endpoints(secrets()))
+    except replica_view.BadEndpoints as exc:
+        st.error(str(exc))
+        endpoints = None
+    if reading is None and (endpoints is None or endpoints.empty):
+        return
+    states = replica_view.replica_states(reading.replicas if reading else None, fresh=fresh,
+                                         read_at=reading.at if reading else None, endpoints=endpoints)
+    if reading is None:  # never read the tables: the endpoints alone
+        reading = Reading(time.time(), {}, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    tiles(reading, states, probe)
+    replicas_table(reading, states, fresh)
     episodes_timeline(reading)
     events(reading)
 

@@ -72,7 +72,7 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         expect(_metric_value(page, "Degradadas")).to_have_text("0")
         grid = _replicas_grid(page)
         expect(grid.get_by_text(REPLICA, exact=True)).to_be_attached()
-        expect(_cell(grid, "state")).to_have_text("ok")
+        expect(_cell(grid, "Estado")).to_have_text("ok")
         expect(page.get_by_test_id("stException")).to_have_count(0)
         timings["page ok"] = time.monotonic() - started
 
@@ -108,7 +108,7 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         # the dashboard still reads the health tables; the fragment refreshes by itself (no reload)
         expect(_metric_value(page, "Degradadas")).to_have_text("1", timeout=15_000)
         expect(page.get_by_text("1 réplica(s) degradada(s) o silenciosa(s).")).to_be_visible()
-        expect(_cell(_replicas_grid(page), "state")).to_have_text("degradada")
+        expect(_cell(_replicas_grid(page), "Estado")).to_have_text("degradada")
         expect(page.get_by_text("La base de datos no responde")).to_have_count(0)
         expect(_metric_value(page, "Sonda del panel")).to_contain_text("ms")
         # the ongoing episode is on the timeline (an ongoing bar alone once crashed the chart)
@@ -133,9 +133,9 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         expect(page.get_by_text("Todas las réplicas persisten en PostgreSQL.")).to_be_visible(timeout=15_000)
         expect(_metric_value(page, "Degradadas")).to_have_text("0")
         expect(_metric_value(page, "Episodios")).to_have_text("1")
-        expect(_cell(_replicas_grid(page), "state")).to_have_text("ok")
+        expect(_cell(_replicas_grid(page), "Estado")).to_have_text("ok")
         # the replicas table shows the last episode's resynced operations (its resynced_last_episode cell)
-        expect(_cell(_replicas_grid(page), "resynced_last_episode")).to_have_text(str(int(episode["ops_resynced"])))
+        expect(_cell(_replicas_grid(page), "Resincronizadas (último episodio)")).to_have_text(str(int(episode["ops_resynced"])))
         grids = page.get_by_test_id("stDataFrame")
         expect(grids).to_have_count(2)  # replicas, then the recorded episodes
         grids.nth(1).scroll_into_view_if_needed()

@@ -18,7 +18,8 @@ from core.db import Database
 from core.migrate import migrate
 from core.agents.scripted_model import ScriptedChatModel
 from apptools import frame, metric, wait_until
-from conftest import own_embedded_server
+from conftest import free_port, own_embedded_server
+from core.checkpoints import metrics
 
 APP = "../dashboard.py"
 PAGE = "app_pages/degradation.py"
@@ -41,7 +42,7 @@ def test_empty_health_tables(create_database, app_env):
     assert metric(at, "Sonda del panel").endswith("ms")
 
 
-def test_replica_through_a_real_outage(outage_server, app_env):
+def test_replica_through_a_real_outage(outage_server, app_env, monkeypatch):
     base, control = outage_server
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute('CREATE DATABASE "degr_outage"')
@@ -82,6 +83,23 @@ def test_replica_through_a_real_outage(outage_server, app_env):
             # still readable: the last good reading, and the dashboard's own probe says no answer
             assert metric(at, "Réplicas") == "1" and metric(at, "Sonda del panel") == "sin respuesta"
             assert frame(at, "replica_id", "state")["replica_id"].tolist() == ["replica-a"]
+            # Honest: the tables cannot be read, so the replica is unknown (or silent once its heartbeat
+            # is overdue), with the age of the reading; never ok, and no green all-clear.
+            shown = frame(at, "replica_id", "state", "reading_age_s", "heartbeat_age_s")
+            assert shown["state"].tolist()[0] in ("desconocido", "silenciosa"), shown
+            assert shown["reading_age_s"].tolist()[0] > 0
+            assert not at.success and metric(at, "Desconocidas") in ("0", "1")
+            assert any("estado desconocido" in w.value or "silenciosa" in w.value for w in at.warning)
+            # With the replica's metrics endpoint configured, the page reads it directly: degraded, live.
+            port = free_port()
+            assert metrics.start_metrics_server(saver, port, addr="127.0.0.1")
+            monkeypatch.setenv("AGENT_METRICS_URLS", f"http://127.0.0.1:{port}/metrics")
+            at.run()
+            assert not at.exception and not at.success
+            shown = frame(at, "replica_id", "state", "source", "buffered_writes")
+            assert shown["state"].tolist() == ["degradada"] and shown["source"].tolist() == ["endpoint de métricas"]
+            assert metric(at, "Degradadas") == "1"
+            monkeypatch.delenv("AGENT_METRICS_URLS")
         finally:
             control.start()
         assert saver.wait_for("healthy", 15)

@@ -42,6 +42,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
 
+from core.checkpoints import metrics
 from core.checkpoints.closing import Closing
 from core.checkpoints.degraded_buffer import DegradedBuffer
 from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported from here by callers
@@ -78,7 +79,8 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, Sa
         refuse_on_event_loop()
         if not self._shared.degraded:  # the common case, kept short
             try:
-                found = self._pg_call(lambda pg: pg.get_tuple(config))
+                with metrics.timed("postgres", "get"):
+                    found = self._pg_call(lambda pg: pg.get_tuple(config))
             except Exception as exc:
                 self._handle(exc, config)
             else:
@@ -96,7 +98,8 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, Sa
                         self._remember(found)
                     return found
             if self._shared.degraded:
-                found = self._degraded_get_tuple(config)
+                with metrics.timed("memory", "get"):
+                    found = self._degraded_get_tuple(config)
                 if self._shared.degraded or found is not None:
                     return found
         raise CheckpointUnavailable("checkpoint persistence flapping: read not served")
@@ -126,13 +129,15 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, Sa
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    next_config = self._pg_call(lambda pg: pg.put(config, checkpoint, metadata, new_versions))
+                    with metrics.timed("postgres", "put"):
+                        next_config = self._pg_call(lambda pg: pg.put(config, checkpoint, metadata, new_versions))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
                     self._remember_put(config, checkpoint, metadata, next_config)
                     return next_config
-            done, next_config = self._buffer_put(config, checkpoint, metadata, new_versions)
+            with metrics.timed("memory", "put"):
+                done, next_config = self._buffer_put(config, checkpoint, metadata, new_versions)
             if done:
                 return next_config
         raise CheckpointUnavailable("checkpoint persistence flapping: put not stored")

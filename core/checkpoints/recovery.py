@@ -11,7 +11,7 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from core.checkpoints import replica_health
+from core.checkpoints import metrics, replica_health
 from core.checkpoints.thread_fates import ThreadFates
 from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe, _now, is_connection_failure
 from core.db import CONNECT_TIMEOUT_S, make_pool
@@ -134,6 +134,7 @@ class Recovery:
             threading.Thread(target=stale.close, kwargs={"timeout": 2}, daemon=True).start()
         log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
                     sh.replica_id, resynced, sh.last_resync_ms)
+        metrics.resynced(resynced, sh.last_resync_ms / 1000)
         if sh.publish_health:
             try:
                 self._flush_health()

@@ -20,6 +20,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from core.checkpoints import metrics
 from core.checkpoints.deadlines import _DeadlineAsyncPostgresSaver, _DeadlinePostgresSaver
 from core.checkpoints.failures import (
     CALL_TIMEOUT_S,
@@ -138,6 +139,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         row = denial.as_row() if hasattr(denial, "as_row") else dict(denial)
         row.setdefault("key", str(uuid.uuid4()))
         sh = self._shared
+        metrics.denied(row.get("tool"), row.get("risk"))
         with sh.lock:
             sh.denials_total += 1
             if sh.degraded:

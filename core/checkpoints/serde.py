@@ -26,6 +26,8 @@ from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from core.checkpoints import metrics
+
 log = logging.getLogger(__name__)
 
 # What the retail agents' checkpoints contain, found by running them (tests/test_serde.py
@@ -107,6 +109,7 @@ class RefusalLog:
         self._pending: deque[SerdeRefusal] = deque(maxlen=MAX_PENDING_REFUSALS)
 
     def record(self, refusal: SerdeRefusal) -> None:
+        metrics.refused(refusal.kind)
         with self._lock:
             self.total += 1
             self._pending.append(refusal)

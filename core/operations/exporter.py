@@ -1,0 +1,246 @@
+"""Database-side Prometheus exporter: `python -m core.operations.exporter [--port 9188]`.
+
+Runs the queries below at each scrape (a custom collector, one read-only transaction with a
+statement timeout) and exposes what only the database knows: replicas by state and the age of
+their last heartbeat, expired-not-swept documents per root, the last sweep, erasure requests not
+complete and re-checks that found data back, customers above the closed 4-document schema.
+
+Cheap at 1M documents / 100k threads (see BENCHMARKS.md): the counts come from the small tables
+(heartbeats, sweep log, erasure register, core_prefix_counts kept by triggers) and the expired
+count is an index-only range scan of `core_store_expires_at_prefix_idx` (expired rows only). No
+query touches the checkpoint tables at scrape time. The attribution coverage
+(`core.privacy.subjects.coverage`, which reads the three checkpoint tables) is too costly for a scrape:
+it is computed in a background thread at most every COVERAGE_EVERY_S and exposed with the time it was
+computed (`agent_memory_attribution_computed_timestamp_seconds`). While PostgreSQL is unreachable it exposes
+`agent_memory_db_up 0` (and its own scrape duration), so the alert rules can tell "down" from "ok".
+
+Its role only reads (deploy/exporter-grants.sql).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from psycopg.rows import dict_row
+
+from core.checkpoints.replica_health import SELECT_REPLICAS
+from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
+
+log = logging.getLogger(__name__)
+
+PREFIX = "agent_memory_"
+DEFAULT_PORT = 9188
+STATEMENT_TIMEOUT_MS = 5000
+COVERAGE_EVERY_S = 900
+CONNECT_TIMEOUT_S = 3
+STATES = ("healthy", "degraded", "silent", "stopped")
+SWEEP_STATUSES = ("running", "ok", "dry_run", "locked", "error")
+
+SELECT_EXPIRED_BY_ROOT = """
+SELECT split_part(prefix, '.', 1) AS root, count(*) AS expired
+FROM store WHERE expires_at < now() GROUP BY 1"""
+
+SELECT_LAST_SWEEPS = """
+SELECT (SELECT row_to_json(l) FROM (
+            SELECT extract(epoch FROM started_at)::float8 AS started, status, documents_deleted
+            FROM core_sweep_log WHERE NOT dry_run AND status <> 'locked'
+            ORDER BY started_at DESC, id DESC LIMIT 1) l)                                     AS last_run,
+       (SELECT extract(epoch FROM max(started_at))::float8
+        FROM core_sweep_log WHERE status = 'ok' AND NOT dry_run)                              AS last_ok"""
+
+SELECT_ERASURE = """
+SELECT count(*) FILTER (WHERE status IN ('incomplete', 'failed'))                              AS incomplete,
+       count(*) FILTER (WHERE status = 'running' AND requested_at < now() - interval '1 hour')   AS stuck,
+       count(*) FILTER (WHERE last_recheck_clean IS FALSE)                                     AS data_back
+FROM core_erasure_register"""
+
+SELECT_OVER_SCHEMA = """
+SELECT count(*) AS customers FROM core_prefix_counts WHERE root = 'clientes' AND documents > %s"""
+
+
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+
+
+def database_metrics(conn: psycopg.Connection) -> list[Metric]:
+    """Every database-side metric, read on `conn` (read-only)."""
+    out: list[Metric] = []
+    replicas = conn.execute(SELECT_REPLICAS).fetchall()
+    by_state = _gauge("replicas", "Agent replicas by state from their heartbeats (silent: heartbeat overdue).",
+                      ["state"])
+    counts = {s: 0 for s in STATES}
+    for r in replicas:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    for state, n in counts.items():
+        by_state.add_metric([state], n)
+    age = _gauge("replica_heartbeat_age_seconds", "Seconds since each replica's last heartbeat.",
+                 ["replica", "state"])
+    for r in replicas:
+        if r["state"] != "stopped":
+            age.add_metric([r["replica_id"], r["state"]], float(r["seconds_since_heartbeat"]))
+    out += [by_state, age]
+
+    expired = _gauge("store_expired_documents", "Store documents past their TTL not yet swept, per root.",
+                     ["root"])
+    found = {r["root"]: r["expired"] for r in conn.execute(SELECT_EXPIRED_BY_ROOT)}
+    for root in sorted(set(ROOTS) | set(found)):
+        expired.add_metric([root if root in ROOTS else "other"], float(found.get(root, 0)))
+    out.append(expired)
+
+    sweeps = conn.execute(SELECT_LAST_SWEEPS).fetchone()
+    last = sweeps["last_run"] or {}
+    last_ts = _gauge("sweep_last_run_timestamp_seconds",
+                     "Unix time the last (non dry-run) sweep started, by its outcome; absent if none.", ["status"])
+    if last:
+        last_ts.add_metric([last["status"]], float(last["started"]))
+    ok_ts = _gauge("sweep_last_success_timestamp_seconds",
+                   "Unix time the last successful sweep started; 0 if none ever succeeded.")
+    ok_ts.add_metric([], float(sweeps["last_ok"] or 0))
+    out += [last_ts, ok_ts]
+
+    erasure = conn.execute(SELECT_ERASURE).fetchone()
+    inc = _gauge("erasure_requests_incomplete",
+                 "Erasure requests incomplete or failed, or running for more than an hour.")
+    inc.add_metric([], float(erasure["incomplete"] + erasure["stuck"]))
+    back = _gauge("erasure_data_back_requests",
+                  "Erasure requests whose last re-check found the customer's data back.")
+    back.add_metric([], float(erasure["data_back"]))
+    out += [inc, back]
+
+    over = _gauge("customers_over_schema", f"Customers with more than {MAX_DOCS_PER_CUSTOMER} documents "
+                  "(the closed preference schema was opened).")
+    over.add_metric([], float(conn.execute(SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]))
+    out.append(over)
+    return out
+
+
+class CoverageCache:
+    """Attribution coverage, recomputed in the background at most every `every_s` seconds."""
+
+    def __init__(self, dsn: str, every_s: float = COVERAGE_EVERY_S):
+        self.dsn, self.every_s = dsn, every_s
+        self._lock = threading.Lock()
+        self.value: Any = None
+        self.computed_at = 0.0
+        self.started_at = 0.0
+        self.error: str | None = None
+
+    def _refresh(self) -> None:
+        from core.db import Database
+        from core.privacy.subjects import coverage
+
+        db = Database(self.dsn)
+        try:
+            value = coverage(db)
+            with self._lock:
+                self.value, self.computed_at, self.error = value, time.time(), None
+        except Exception as exc:  # noqa: BLE001 - reported in the log; the last value stays exposed
+            with self._lock:
+                self.error = str(exc)
+            log.warning("attribution coverage not computed: %s", exc)
+        finally:
+            db.close()
+
+    def metrics(self) -> list[Metric]:
+        with self._lock:
+            due = time.monotonic() - self.started_at > self.every_s or not self.started_at
+            if due:
+                self.started_at = time.monotonic()
+                threading.Thread(target=self._refresh, name="exporter-coverage", daemon=True).start()
+            value, at = self.value, self.computed_at
+        if value is None:
+            return []
+        out = []
+        for name, doc, v in (
+                ("attribution_threads", "Checkpoint threads (at the last coverage computation).", value.threads),
+                ("attribution_unattributed_threads", "Checkpoint threads no source attributes to a subject.",
+                 value.unattributed_threads),
+                ("attribution_bytes", "Bytes in the checkpoint tables.", value.bytes),
+                ("attribution_unattributed_bytes", "Bytes of the unattributed threads.", value.unattributed_bytes),
+                ("attribution_computed_timestamp_seconds", "Unix time the attribution coverage was computed.", at)):
+            g = _gauge(name, doc)
+            g.add_metric([], float(v))
+            out.append(g)
+        return out
+
+
+class DatabaseCollector(Collector):
+    """Queries PostgreSQL at each scrape; one scrape at a time (a slow database never piles them up)."""
+
+    def __init__(self, dsn: str, coverage_every_s: float = COVERAGE_EVERY_S):
+        self.dsn = dsn
+        self._lock = threading.Lock()
+        self.coverage = CoverageCache(dsn, coverage_every_s)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            started = time.perf_counter()
+            up = _gauge("db_up", "1 when the exporter's last scrape read PostgreSQL, 0 when it could not.")
+            try:
+                with psycopg.connect(self.dsn, connect_timeout=CONNECT_TIMEOUT_S, row_factory=dict_row,
+                                     options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}") as conn:
+                    conn.read_only = True
+                    found = database_metrics(conn)
+                up.add_metric([], 1)
+                found += self.coverage.metrics()
+            except psycopg.Error as exc:
+                log.warning("exporter scrape could not read PostgreSQL: %s", exc)
+                found = []
+                up.add_metric([], 0)
+            took = _gauge("exporter_scrape_duration_seconds", "Time the exporter's queries took.")
+            took.add_metric([], time.perf_counter() - started)
+        yield from found
+        yield up
+        yield took
+
+
+def make_registry(dsn: str, coverage_every_s: float = COVERAGE_EVERY_S) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector(dsn, coverage_every_s))
+    return registry
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {value!r}") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"port out of range: {value!r}")
+    return port
+
+
+def main(argv: list[str] | None = None, *, block: bool = True) -> Any:
+    from core.config import load_settings
+    from core.db import resolve_dsn
+
+    parser = argparse.ArgumentParser(prog="python -m core.operations.exporter",
+                                     description="Prometheus exporter of the agents' database health.")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT)
+    parser.add_argument("--addr", default="0.0.0.0")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    dsn = resolve_dsn(load_settings())
+    server, thread = start_http_server(args.port, addr=args.addr, registry=make_registry(dsn))
+    log.info("exporter on %s:%d", args.addr, args.port)
+    if not block:
+        return server, thread
+    try:
+        while thread.is_alive():
+            thread.join(1)
+    except KeyboardInterrupt:
+        server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

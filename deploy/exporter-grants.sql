@@ -1,0 +1,24 @@
+-- Read-only role for the database-side Prometheus exporter (`python -m core.operations.exporter`).
+-- Run once as the owner of the agents' tables, after `python -m core.migrate`; re-run after a
+-- migration adds one of the tables below. The exporter only SELECTs, in a read-only transaction.
+--
+--   core_replica_heartbeat  replicas by state, heartbeat age
+--   store                   expired-not-swept per root (index-only scan of core_store_expires_at_prefix_idx)
+--   core_sweep_log          last sweep: when and its outcome
+--   core_erasure_register   requests incomplete / data back on re-check
+--   core_prefix_counts      customers above the 4-document schema
+--   checkpoints, checkpoint_blobs, checkpoint_writes, core_conversations
+--                           attribution coverage (core.privacy.subjects.coverage), in the background
+--                           at most every 15 min, never at scrape time
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agent_memory_exporter') THEN
+        CREATE ROLE agent_memory_exporter LOGIN;
+    END IF;
+END
+$$;
+ALTER ROLE agent_memory_exporter SET default_transaction_read_only = on;
+GRANT USAGE ON SCHEMA public TO agent_memory_exporter;
+GRANT SELECT ON core_replica_heartbeat, store, core_sweep_log, core_erasure_register, core_prefix_counts
+    TO agent_memory_exporter;
+GRANT SELECT ON checkpoints, checkpoint_blobs, checkpoint_writes, core_conversations TO agent_memory_exporter;

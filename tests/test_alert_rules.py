@@ -1,0 +1,79 @@
+"""Alert rules: Prometheus's own promtool checks and unit-tests them; the PrometheusRule holds the
+same rules as the plain file; the unit tests can fail (a rule without its `for: 1m` pages on a blip)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+ALERTS = ROOT / "deploy" / "alerts"
+RULES = ALERTS / "agent-memory-rules.yaml"
+UNIT = ALERTS / "agent-memory-rules.test.yaml"
+OPERATOR = ROOT / "deploy" / "agent-memory-prometheusrule.yaml"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+
+def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_promtool_checks_the_plain_rules():
+    run = promtool("check", "rules", str(RULES))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "SUCCESS: 10 rules found" in run.stdout
+
+
+def test_promtool_unit_tests_pass():
+    run = promtool("test", "rules", str(UNIT))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "SUCCESS" in run.stdout
+
+
+def test_the_unit_tests_fail_when_degraded_pages_on_a_blip(tmp_path):
+    """Red check: without `for: 1m` the 20 s blip fires and promtool test rules says FAILED."""
+    rules = yaml.safe_load(RULES.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") == "AgentCheckpointDegraded":
+                del rule["for"]
+    (tmp_path / RULES.name).write_text(yaml.safe_dump(rules, sort_keys=False))
+    shutil.copy(UNIT, tmp_path / UNIT.name)
+    run = promtool("test", "rules", UNIT.name, cwd=tmp_path)
+    assert run.returncode != 0
+    assert "AgentCheckpointDegraded" in run.stdout + run.stderr and 'replica="agentes-7f9c:13"' in run.stdout + run.stderr
+
+
+def test_prometheusrule_is_generated_from_the_plain_file(tmp_path):
+    operator = yaml.safe_load(OPERATOR.read_text())
+    assert operator["apiVersion"] == "monitoring.coreos.com/v1" and operator["kind"] == "PrometheusRule"
+    assert operator["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]
+    # promtool checks the operator's groups too (the same rules, as Prometheus would load them).
+    extracted = tmp_path / "operator-groups.yaml"
+    extracted.write_text(yaml.safe_dump({"groups": operator["spec"]["groups"]}, sort_keys=False))
+    run = promtool("check", "rules", str(extracted))
+    assert run.returncode == 0, run.stdout + run.stderr
+    # And the committed file is exactly what the generator writes.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gen_prometheusrule
+    finally:
+        sys.path.pop(0)
+    assert OPERATOR.read_text() == gen_prometheusrule.render()
+
+
+def test_every_alert_names_a_metric_we_export():
+    exported = set()
+    agent_text = (ROOT / "core" / "checkpoints" / "metrics.py").read_text()
+    exporter_text = (ROOT / "core" / "operations" / "exporter.py").read_text()
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            for token in rule["expr"].replace("(", " ").replace(")", " ").replace("{", " ").replace("[", " ").split():
+                if token.startswith("agent_memory_"):
+                    exported.add(token)
+    for name in exported:
+        short = name.removeprefix("agent_memory_").removesuffix("_total")
+        assert f'"{short}"' in agent_text or f'"{short}"' in exporter_text or short in agent_text, name
