@@ -34,6 +34,7 @@ class Recovery:
                     continue
                 if sh.journal_pending:
                     self._replay_journal()
+                self._poll_tombstones()
                 if sh.publish_health:
                     self._flush_health()
                 if sh.last_monitor_error is not None:

@@ -119,6 +119,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "refusals_total": sh.refusals_total, "generation": sh.generation,
                 "conflicts_total": sh.conflicts_total, "tombstoned_threads_total": sh.tombstoned_threads_total,
                 "tombstoned_ops_dropped_total": sh.tombstoned_ops_dropped_total,
+                "tombstones_known": len(sh.tombstoned),
             }
 
     def transitions(self) -> list[tuple[float, str]]:
