@@ -100,7 +100,14 @@ def test_idle_thread_between_two_outages_keeps_every_turn(dsn, control):
         assert head(dsn, "f1") == ["t1", "node", "t2", "node"]
         # Idle in between: nothing reads f1 until the second outage.
         outage(saver, control, lambda: turn(app, "f1", "t3"))
+        saver.record_denial(denial("f1"))
+        status = saver.status()
     assert head(dsn, "f1") == ["t1", "node", "t2", "node", "t3", "node"]
+    # The counters a metrics collector reads.
+    assert status["resyncs_total"] == 2 and status["episodes_total"] == 2 and status["resynced_ops_total"] >= 4
+    assert status["resync_seconds_total"] > 0 and status["conflicts_total"] == 0
+    assert status["denials_by"] == [{"tool": "publicar_aviso", "risk": "HIGH", "total": 1}]
+    assert status["degraded_since"] is None and status["degraded_seconds"] == 0.0
 
 
 def test_thread_never_read_before_the_outage_is_not_overwritten(dsn, control):

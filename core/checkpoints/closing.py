@@ -89,7 +89,7 @@ class Closing:
                     sh.pending_episodes.append(replica_health.Episode(**episode))
                     sh.episodes_total += 1
                 sh.pending_denials.extend(record["denials"])
-        sh.journal.remove()
+            sh.resynced_ops_total += sum(len(r["ops"]) for r in records)
         sh.journal_pending = False
         log.warning("replica %s replayed its journal: %d operations from %d closes while PostgreSQL was unreachable",
                     sh.replica_id, sum(len(r["ops"]) for r in records), len(records))

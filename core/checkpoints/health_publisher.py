@@ -92,6 +92,8 @@ class HealthPublisher:
                     self._with_health_conn(lambda conn: replica_health.write_refusals(conn, sh.replica_id, items))
                     with sh.lock:
                         sh.refusals_total += len(items)
+                        for item in items:
+                            sh.refusals_by_type[item.qualified_name] = sh.refusals_by_type.get(item.qualified_name, 0) + 1
                 refusals.pop(0)
         finally:
             if episodes or denials or refusals:  # not written: back in memory for the next flush

@@ -69,6 +69,11 @@ class _Shared:
         self.tombstoned: set[str] = set()  # erased threads seen (tombstones): never seeded or replayed
         self.tombstones_since: datetime | None = None  # erased_at of the newest tombstone seen
         self.conflicts_total = 0
+        self.resynced_ops_total = 0
+        self.resyncs_total = 0
+        self.resync_seconds_total = 0.0
+        self.denials_by: dict[tuple[str, str], int] = {}
+        self.refusals_by_type: dict[str, int] = {}
         self.tombstoned_threads_total = 0
         self.tombstoned_ops_dropped_total = 0
         self.episode_checkpoints = 0
