@@ -36,7 +36,7 @@ AGENTS = 4
 # Each customer thread's script: small talk, a LOW preference write, a READ_ONLY read, goodbye.
 SCRIPT = [
     "Hola, quería saber el estado de mi pedido.",
-    "Mi talla es la M.",
+    "Prefiero que me atendáis en catalán.",
     "¿Qué preferencias tengo guardadas?",
     "Por favor, contactadme siempre por WhatsApp.",
     "¿Puedo cambiar una prenda sin ticket?",
@@ -214,7 +214,7 @@ def test_fault_agents_keep_answering_and_resync_exactly(fault_server, stores, ki
     assert fault_store.get(("proveedores", "P7"), "aviso-retraso") is None
     low_tool = next(m for m in low["messages"] if m.type == "tool")
     assert low_tool.status != "error" and "Preferencia guardada" in low_tool.content
-    assert fault_store.get(("clientes", "C99"), "pref-tienda_recogida").value["valor"] == "Sierpes"
+    assert fault_store.get(("clientes", "C99"), "pref-recogida").value["valor"] == "Sierpes"
 
     # PostgreSQL now holds exactly the control run's checkpoints, plus the two outage threads.
     fault_structure = thread_structure(dsn)
@@ -263,7 +263,7 @@ def test_async_path_degrades_on_hung_server_within_deadline(fault_server):
         assert saver._apg_entries, "the async path must use AsyncPostgresSaver"
         control.hang()
         try:
-            result = await turn("Mi talla es la L.")
+            result = await turn("Prefiero que me atendáis en euskera.")
             assert saver.degraded and result["messages"][-1].type == "ai"
             reason = saver.status()["reason"]
             state = await agent.aget_state(config)
