@@ -90,6 +90,7 @@ class Closing:
                     sh.episodes_total += 1
                 sh.pending_denials.extend(record["denials"])
             sh.resynced_ops_total += sum(len(r["ops"]) for r in records)
+        sh.journal.remove()
         sh.journal_pending = False
         log.warning("replica %s replayed its journal: %d operations from %d closes while PostgreSQL was unreachable",
                     sh.replica_id, sum(len(r["ops"]) for r in records), len(records))
