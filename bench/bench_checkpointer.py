@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|")
     for kind in ("stop", "hang"):
         ts = [t for t in timings if t["kind"] == kind]
+        if not ts:  # --faults 0: throughput only
+            continue
         d = [t["to_degraded"] for t in ts]
         r = [t["to_resynced"] for t in ts]
         print(f"| {kind} | {statistics.median(d):.3f} / {max(d):.3f} | {statistics.median(r):.3f} / {max(r):.3f} | "

@@ -377,9 +377,10 @@ def test_serializer_refusal_through_dual_saver_is_recorded(db, tmp_path):
         with pytest.raises(SerializationRefused, match=r"os\.system"):
             agent.get_state({"configurable": {"thread_id": "refused-1"}})
         assert not saver.degraded and not sentinel.exists()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and refusals(db).empty:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (refusals(db).empty or not saver.status()["refusals_by_type"]):
             time.sleep(0.1)
+        assert saver.status()["refusals_by_type"] == {"os.system": 1}
     ref = refusals(db)
     assert list(ref["type_name"]) == ["os.system"] and ref.iloc[0]["thread_id"] == "refused-1"
 
@@ -408,7 +409,7 @@ def test_with_allowlist_clone_passes_serde_to_wrapped_savers(db):
 
 def test_heartbeat_published_while_healthy(db):
     with DualCheckpointSaver(db.dsn, heartbeat_interval=0.2, replica_id="heartbeat"):
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         rows = replicas(db)
         while time.monotonic() < deadline and (rows.empty or rows.iloc[0]["state"] != "healthy"):
             time.sleep(0.1)

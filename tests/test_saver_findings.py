@@ -100,7 +100,14 @@ def test_idle_thread_between_two_outages_keeps_every_turn(dsn, control):
         assert head(dsn, "f1") == ["t1", "node", "t2", "node"]
         # Idle in between: nothing reads f1 until the second outage.
         outage(saver, control, lambda: turn(app, "f1", "t3"))
+        saver.record_denial(denial("f1"))
+        status = saver.status()
     assert head(dsn, "f1") == ["t1", "node", "t2", "node", "t3", "node"]
+    # The counters a metrics collector reads.
+    assert status["resyncs_total"] == 2 and status["episodes_total"] == 2 and status["resynced_ops_total"] >= 4
+    assert status["resync_seconds_total"] > 0 and status["conflicts_total"] == 0
+    assert status["denials_by"] == [{"tool": "publicar_aviso", "risk": "HIGH", "total": 1}]
+    assert status["degraded_since"] is None and status["degraded_seconds"] == 0.0
 
 
 def test_thread_never_read_before_the_outage_is_not_overwritten(dsn, control):
@@ -361,3 +368,64 @@ def test_failed_probes_are_logged_while_degraded(dsn, control, caplog):
         finally:
             control.start()
         assert saver.wait_for("healthy", 30)
+
+
+# --- finding 8 (saver side): erased data brought back by a replica -----------------------------------
+
+def erase(dsn: str, thread: str, request_id: int) -> None:
+    """What the erasure does for a thread: a tombstone row, then langgraph's own delete_thread."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO core_thread_tombstones (thread_id, request_id) VALUES (%s, %s) "
+                     "ON CONFLICT (thread_id) DO NOTHING", (thread, request_id))
+    pool = make_pool(dsn, name="erasure")
+    try:
+        PostgresSaver(pool).delete_thread(thread)
+    finally:
+        pool.close()
+
+
+def rows_of(dsn: str, thread: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return sum(conn.execute(f"SELECT count(*) FROM {table} WHERE thread_id = %s", (thread,)).fetchone()[0]
+                   for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"))
+
+
+def test_a_replica_degraded_during_an_erasure_does_not_bring_it_back(dsn, control, caplog):
+    # A long probe interval: after its first failed probe the replica stays degraded (cut off) while
+    # the erasure runs on a PostgreSQL that is back; close() then resyncs it.
+    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.3, probe_interval=600, replica_id="f8-replay")
+    app = graph(saver)
+    turn(app, "cliente-C9-1", "t1")
+    turn(app, "cliente-C9-2", "k1")
+    control.stop()
+    try:
+        assert turn(app, "cliente-C9-1", "t2") == ["t1", "node", "t2", "node"]
+        assert saver.degraded
+    finally:
+        control.start()
+    erase(dsn, "cliente-C9-1", 901)
+    erase(dsn, "cliente-C9-2", 901)
+    with caplog.at_level("WARNING", logger="core.checkpoints.dual_saver"):
+        status_before_close = saver.status()
+        saver.close()  # the final resync replays the buffer
+    assert status_before_close["state"] == "degraded"
+    assert rows_of(dsn, "cliente-C9-1") == 0 and rows_of(dsn, "cliente-C9-2") == 0
+    assert saver.status()["tombstoned_threads_total"] == 1 and saver.status()["tombstoned_ops_dropped_total"] >= 1
+    assert any(r.name == "core.checkpoints.dual_saver" and r.levelname == "WARNING" and "erased" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_the_read_cache_does_not_seed_an_erased_thread(dsn, control):
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f8-seed") as saver:
+        app = graph(saver)
+        turn(app, "cliente-C8-1", "t1")  # cached by this replica
+        erase(dsn, "cliente-C8-1", 902)
+        assert wait_until(lambda: saver.status()["tombstones_known"] >= 1)
+        control.stop()
+        try:
+            # The degraded turn must not start from the erased conversation.
+            assert turn(app, "cliente-C8-1", "t2") == ["t2", "node"]
+        finally:
+            control.start()
+        assert saver.wait_for("healthy", 60)
+    assert rows_of(dsn, "cliente-C8-1") == 0

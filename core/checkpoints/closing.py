@@ -89,6 +89,7 @@ class Closing:
                     sh.pending_episodes.append(replica_health.Episode(**episode))
                     sh.episodes_total += 1
                 sh.pending_denials.extend(record["denials"])
+            sh.resynced_ops_total += sum(len(r["ops"]) for r in records)
         sh.journal.remove()
         sh.journal_pending = False
         log.warning("replica %s replayed its journal: %d operations from %d closes while PostgreSQL was unreachable",

@@ -71,7 +71,7 @@ class DegradedBuffer:
         sh = self._shared
         with sh.cache_lock:
             tuples = [t for (tid, _), t in sh.cache.items() if (thread_id is None or tid == thread_id)
-                      and tid not in sh.seeded]
+                      and tid not in sh.seeded and tid not in sh.tombstoned]  # never seed an erased thread
         for tup in tuples:
             tid, ns, checkpoint_id = _thread_of(tup.config)
             if sh.memory.storage.get(tid, {}).get(ns, {}).get(checkpoint_id) is None:
@@ -191,6 +191,18 @@ class DegradedBuffer:
             sh.seeded.add(str(thread_id))
 
         return self._buffer("delete_thread", None, apply, str(thread_id))
+
+    def _learn_tombstones(self, thread_ids: list[str]) -> None:
+        """Erased threads (core_thread_tombstones): out of the read cache, never seeded again."""
+        sh = self._shared
+        new = set(thread_ids) - sh.tombstoned
+        if not new:
+            return
+        with sh.lock:
+            sh.tombstoned |= new
+        with sh.cache_lock:
+            for key in [k for k in sh.cache if k[0] in new]:
+                del sh.cache[key]
 
     def _forget_thread(self, thread_id: str) -> None:
         sh = self._shared

@@ -7,10 +7,18 @@ from typing import Any
 import time
 
 import psycopg
+import psycopg.rows
 
 from core.checkpoints import replica_health
 from core.checkpoints.failures import _ts
 from core.db import CONNECT_TIMEOUT_S
+
+
+TOMBSTONES_PRESENT_SQL = "SELECT to_regclass('core_thread_tombstones') IS NOT NULL AS present"
+RECENT_TOMBSTONES_SQL = """
+SELECT thread_id, erased_at FROM core_thread_tombstones
+WHERE erased_at > coalesce(%s::timestamptz, now()) - interval '10 minutes'
+"""
 
 
 class HealthPublisher:
@@ -38,6 +46,21 @@ class HealthPublisher:
             result = fn(conn)
         sh.last_success_ts = time.time()
         return result
+
+    def _poll_tombstones(self) -> None:
+        """Learn the threads erased since the last poll (overlapping: an erasure commits after it began)."""
+        sh = self._shared
+
+        def read(conn: psycopg.Connection) -> list[tuple[str, Any]]:
+            with conn.cursor(row_factory=psycopg.rows.tuple_row) as cur:
+                if not cur.execute(TOMBSTONES_PRESENT_SQL).fetchone()[0]:
+                    return []  # migration 010 not applied: nothing to learn
+                return cur.execute(RECENT_TOMBSTONES_SQL, (sh.tombstones_since,)).fetchall()
+
+        rows = self._with_health_conn(read)
+        if rows:
+            self._learn_tombstones([r[0] for r in rows])
+            sh.tombstones_since = max(r[1] for r in rows)
 
     def _publish_heartbeat(self, state: str) -> None:
         sh = self._shared
@@ -69,6 +92,8 @@ class HealthPublisher:
                     self._with_health_conn(lambda conn: replica_health.write_refusals(conn, sh.replica_id, items))
                     with sh.lock:
                         sh.refusals_total += len(items)
+                        for item in items:
+                            sh.refusals_by_type[item.qualified_name] = sh.refusals_by_type.get(item.qualified_name, 0) + 1
                 refusals.pop(0)
         finally:
             if episodes or denials or refusals:  # not written: back in memory for the next flush

@@ -34,6 +34,7 @@ class Recovery:
                     continue
                 if sh.journal_pending:
                     self._replay_journal()
+                self._poll_tombstones()
                 if sh.publish_health:
                     self._flush_health()
                 if sh.last_monitor_error is not None:
@@ -118,6 +119,9 @@ class Recovery:
             sh.degraded = False
             sh.last_success_ts = time.time()
             sh.last_resync_ms = (time.monotonic() - started) * 1000
+            sh.resynced_ops_total += resynced
+            sh.resyncs_total += 1
+            sh.resync_seconds_total += sh.last_resync_ms / 1000
             sh.last_resync_error = None
             sh.episodes_total += 1
             sh.pending_episodes.append(replica_health.Episode(

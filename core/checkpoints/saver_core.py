@@ -108,6 +108,14 @@ class SaverCore(BaseCheckpointSaver[str]):
         return self._shared.replica_id
 
     def status(self) -> dict[str, Any]:
+        """Live state and counters (the Degradation page, the guard, a Prometheus collector).
+
+        Gauges: state, degraded_since / degraded_seconds, buffered_ops / buffered_checkpoints /
+        buffered_writes (this episode), last_resync_ms. Monotonic counters: episodes_total,
+        resynced_ops_total, resyncs_total, resync_seconds_total, denials_total, denials_by
+        (tool, risk), refusals_total, refusals_by_type, conflicts_total, tombstoned_threads_total,
+        tombstoned_ops_dropped_total.
+        """
         sh = self._shared
         with sh.lock:
             return {
@@ -120,6 +128,13 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "refusals_total": sh.refusals_total, "generation": sh.generation,
                 "conflicts_total": sh.conflicts_total, "tombstoned_threads_total": sh.tombstoned_threads_total,
                 "tombstoned_ops_dropped_total": sh.tombstoned_ops_dropped_total,
+                "tombstones_known": len(sh.tombstoned),
+                # Monotonic counters for a metrics collector (never reset while the process lives).
+                "resynced_ops_total": sh.resynced_ops_total, "resyncs_total": sh.resyncs_total,
+                "resync_seconds_total": sh.resync_seconds_total,
+                "denials_by": [{"tool": t, "risk": r, "total": n} for (t, r), n in sorted(sh.denials_by.items())],
+                "refusals_by_type": dict(sorted(sh.refusals_by_type.items())),
+                "degraded_seconds": (_now() - sh.degraded_since).total_seconds() if sh.degraded_since else 0.0,
             }
 
     def transitions(self) -> list[tuple[float, str]]:
@@ -142,6 +157,8 @@ class SaverCore(BaseCheckpointSaver[str]):
         metrics.denied(row.get("tool"), row.get("risk"))
         with sh.lock:
             sh.denials_total += 1
+            by = (str(row.get("tool")), str(row.get("risk")))
+            sh.denials_by[by] = sh.denials_by.get(by, 0) + 1
             if sh.degraded:
                 sh.episode_denials.append(row)
             else:

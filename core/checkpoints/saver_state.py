@@ -67,7 +67,13 @@ class _Shared:
         # Per (thread, ns) this episode: the thread its buffered operations replay to, None if erased.
         self.fates: dict[tuple[str, str], str | None] = {}
         self.tombstoned: set[str] = set()  # erased threads seen (tombstones): never seeded or replayed
+        self.tombstones_since: datetime | None = None  # erased_at of the newest tombstone seen
         self.conflicts_total = 0
+        self.resynced_ops_total = 0
+        self.resyncs_total = 0
+        self.resync_seconds_total = 0.0
+        self.denials_by: dict[tuple[str, str], int] = {}
+        self.refusals_by_type: dict[str, int] = {}
         self.tombstoned_threads_total = 0
         self.tombstoned_ops_dropped_total = 0
         self.episode_checkpoints = 0

@@ -73,7 +73,7 @@ class ThreadFates:
         key = (thread_id, ns)
         if key in self.decided:
             target = self.decided[key]
-        elif self._tombstoned(cur, thread_id):
+        elif thread_id in self.sh.tombstoned or self._tombstoned(cur, thread_id):
             self.decided[key] = target = None
             self.erased.add(thread_id)
         elif writes:  # writes on a checkpoint before any buffered one: decided by the next put
