@@ -38,8 +38,9 @@ SNIPPET_CHARS = 60  # characters either side of a residue match
 MIN_TERM_LENGTH = 3  # shorter store values ("sí", "1") match everywhere and prove nothing
 # A document value held by more customers than this is common: listed with its count, never proposed.
 COMMON_CUSTOMERS = 1
-# Store value keys that are never terms: the back-link (a thread id) and the article's closed fields.
-NON_TERM_KEYS = frozenset({HILO_KEY})
+# Store value keys that are never terms: the back-link (a thread id) and the article's closed schema fields
+# (`tipo` is one of four words, `origen` is "cliente"): words every conversation may hold, not personal data.
+NON_TERM_KEYS = frozenset({HILO_KEY, "tipo", "origen"})
 PATTERN_SHAPE = re.compile(r"^[^{}]*\{id\}[^{}]*$")
 METADATA_KEY_SHAPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
