@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,6 +27,9 @@ from core.migrate import migrate  # noqa: E402
 
 DIMS = 64
 ARTIFACTS = ROOT / "test-artifacts"
+
+# The dual saver's close-while-degraded journal (core.checkpoints.journal): never under ./.data in tests.
+os.environ.setdefault("DUAL_SAVER_JOURNAL_DIR", tempfile.mkdtemp(prefix="dual-saver-journal-"))
 
 
 def dsn_for(base_dsn: str, dbname: str) -> str:
@@ -109,11 +113,14 @@ def app_env(monkeypatch):
 
 def own_embedded_server(tmp_path_factory, name: str):
     """Body of a module fixture: an embedded server of the module's own, so stopping or hanging it
-    (core.outage.EmbeddedServerControl) never touches the session's server. Yields (base dsn, control)."""
+    (core.operations.outage.EmbeddedServerControl) never touches the session's server. Yields (base dsn, control).
+
+    Like the session's server, its folder is a private mkdtemp: another pytest run on the machine prunes
+    or re-creates pytest's basetemp folders under a running server (seen as initdb "Permission denied")."""
     from core.db import embedded_dsn
     from core.operations.outage import EmbeddedServerControl
 
-    data_dir = tmp_path_factory.mktemp(name)
+    data_dir = Path(tempfile.mkdtemp(prefix=f"agent-memory-{name}-"))
     base = embedded_dsn(data_dir)
     control = EmbeddedServerControl(data_dir / "pg")
     yield base, control
@@ -122,6 +129,7 @@ def own_embedded_server(tmp_path_factory, name: str):
     # a pg_ctl failure here means it is already down.
     with contextlib.suppress(subprocess.CalledProcessError):
         control.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

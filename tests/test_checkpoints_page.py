@@ -36,7 +36,7 @@ def agents_db(create_database) -> Database:
     for text in ["Prefiero recoger mis pedidos en la tienda Sierpes.", "¿Qué preferencias tengo guardadas?"]:
         run_turn(agent, ContextoCliente("C101"), PLAIN_THREAD, text)
     run_turn(agent, ContextoCliente("C101"), "cliente-C101-2", "Hola, quería saber el estado de mi pedido.")
-    run_turn(agent, ContextoCliente(WEIRD_CUSTOMER), WEIRD_THREAD, "Mi talla es la M.")
+    run_turn(agent, ContextoCliente(WEIRD_CUSTOMER), WEIRD_THREAD, "Prefiero que me atendáis en catalán.")
     return db
 
 

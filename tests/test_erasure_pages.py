@@ -113,7 +113,7 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     table = frame(at, "customer_id", "same_day")
     assert list(table["customer_id"]) == ["C9"] and bool(table["same_day"].iloc[0])
     assert table["status"].iloc[0] == "complete" and table["seconds_to_zero"].iloc[0] >= 0
-    run_turn(shop.agent, ContextoCliente("C9"), "cliente-C9-1", "Mi talla es la XL.")
+    run_turn(shop.agent, ContextoCliente("C9"), "cliente-C9-1", "Prefiero que me atendáis en gallego.")
     at.button(key="erasure_register.recheck").click().run()
     assert not at.exception, at.exception
     assert "Han vuelto datos de **C9**" in texts(at) and "checkpoints=" in texts(at)

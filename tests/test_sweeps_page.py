@@ -86,8 +86,8 @@ def test_sre_runs_a_manual_sweep_from_the_dialog(create_database, app_env):
     db = Database(create_database())
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=0.005)
-    put_memory(store, ("clientes", "C1"), "pref-talla", {"texto": "talla: M"}, valid_for_minutes=0.005)
-    put_memory(store, ("clientes", "C2"), "pref-talla", {"texto": "talla: L"})
+    put_memory(store, ("clientes", "C1"), "pref-idioma", {"texto": "idioma: catalán"}, valid_for_minutes=0.005)
+    put_memory(store, ("clientes", "C2"), "pref-idioma", {"texto": "idioma: euskera"})
     time.sleep(0.4)
 
     at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")

@@ -48,6 +48,24 @@ add_strings({
         "es": "{n} escrituras de este hilo no se pueden decodificar (columna `undecodable`); el resto se muestra.",
         "en": "{n} writes of this thread cannot be decoded (column `undecodable`); the rest is shown.",
     },
+    "ckpt_refused": {
+        "es": "{n} pasos de este hilo (paso {steps}) contienen un payload que el serializador rechaza: {types} no está en su "
+              "lista permitida. Los agentes no pueden cargar este hilo; aquí se muestra sin ejecutar nada (columnas "
+              "`refused_writes` y `refused_value`).",
+        "en": "{n} steps of this thread (step {steps}) hold a payload the serializer refuses: {types} is not in its "
+              "allowlist. The agents cannot load this thread; it is shown here without executing anything (columns "
+              "`refused_writes` and `refused_value`).",
+    },
+    "ckpt_refused_message": {
+        "es": "Mensaje rechazado (paso {step}, canal `{channel}`): el payload nombra `{type}`, fuera de la lista permitida "
+              "del serializador. No se ha ejecutado nada; el resto de la conversación sigue.",
+        "en": "Refused message (step {step}, channel `{channel}`): the payload names `{type}`, outside the serializer's "
+              "allowlist. Nothing was executed; the rest of the conversation follows.",
+    },
+    "ckpt_undecodable_message": {
+        "es": "Mensaje indescifrable (paso {step}): {reason}",
+        "en": "Undecodable message (step {step}): {reason}",
+    },
     "ckpt_step_writes": {"es": "Escrituras de cada paso", "en": "Each step's writes"},
     "ckpt_step_writes_caption": {
         "es": "Escrituras pendientes guardadas sobre un checkpoint: las hicieron las tareas del paso siguiente.",
