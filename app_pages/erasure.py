@@ -79,7 +79,8 @@ def run_erasure(customer_id: str, decisions: dict) -> None:
 
 def show_result(result: erasure.ErasureResult) -> None:
     if result.complete and result.exclusions:
-        st.warning(t("erasure_exclusions", report=result.report), icon=":material/rule:")
+        named = "; ".join(f"`{e['thread_id']}` ({e['reason']})" for e in result.exclusions)
+        st.warning(t("erasure_exclusions", report=named), icon=":material/rule:")
     elif result.complete:
         st.success(t("erasure_complete", id=result.customer_id), icon=":material/verified:")
     else:

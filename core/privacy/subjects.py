@@ -38,8 +38,9 @@ SNIPPET_CHARS = 60  # characters either side of a residue match
 MIN_TERM_LENGTH = 3  # shorter store values ("sí", "1") match everywhere and prove nothing
 # A document value held by more customers than this is common: listed with its count, never proposed.
 COMMON_CUSTOMERS = 1
-# Store value keys that are never terms: the back-link (a thread id) and the article's closed fields.
-NON_TERM_KEYS = frozenset({HILO_KEY})
+# Store value keys that are never terms: the back-link (a thread id) and the article's closed schema fields
+# (`tipo` is one of four words, `origen` is "cliente"): words every conversation may hold, not personal data.
+NON_TERM_KEYS = frozenset({HILO_KEY, "tipo", "origen"})
 PATTERN_SHAPE = re.compile(r"^[^{}]*\{id\}[^{}]*$")
 METADATA_KEY_SHAPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -191,9 +192,10 @@ SELECT t.term, b.thread_id FROM checkpoint_blobs b
 JOIN unnest(%(terms)s::text[]) AS t(term) ON position(convert_to(t.term, 'UTF8') IN b.blob) > 0
 WHERE NOT (b.thread_id = ANY(%(attributed)s))
 UNION
-SELECT t.term, c.thread_id FROM checkpoints c
-JOIN unnest(%(terms)s::text[]) AS t(term) ON strpos(c.checkpoint::text, t.term) > 0
-WHERE NOT (c.thread_id = ANY(%(attributed)s))"""
+SELECT t.term, c.thread_id
+-- each checkpoint cast to text once, not once per term (OFFSET 0 keeps the subquery from being inlined)
+FROM (SELECT thread_id, checkpoint::text AS txt FROM checkpoints WHERE NOT (thread_id = ANY(%(attributed)s)) OFFSET 0) c
+JOIN unnest(%(terms)s::text[]) AS t(term) ON strpos(c.txt, t.term) > 0"""
 # Confirmation by the SQL decoder: one thread's decoded pending writes and channel values, as text.
 SELECT_DECODED_THREAD = """
 SELECT payload::text AS text FROM core_checkpoint_writes_view WHERE thread_id = %(thread_id)s
@@ -213,9 +215,10 @@ SELECT count(DISTINCT r.thread_id) AS n FROM (
     JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON position(convert_to(t.raw, 'UTF8') IN b.blob) > 0
     WHERE NOT (b.thread_id = ANY(%(left)s)) AND core_checkpoint_payload(b.type, b.blob)::text ~ t.rx
     UNION ALL
-    SELECT c.thread_id FROM checkpoints c
-    JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON strpos(c.checkpoint::text, t.raw) > 0
-    WHERE NOT (c.thread_id = ANY(%(left)s)) AND c.checkpoint::text ~ t.rx
+    SELECT c.thread_id
+    FROM (SELECT thread_id, checkpoint::text AS txt FROM checkpoints WHERE NOT (thread_id = ANY(%(left)s)) OFFSET 0) c
+    JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON strpos(c.txt, t.raw) > 0
+    WHERE c.txt ~ t.rx
 ) r"""
 
 
