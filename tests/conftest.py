@@ -27,6 +27,9 @@ from core.migrate import migrate  # noqa: E402
 DIMS = 64
 ARTIFACTS = ROOT / "test-artifacts"
 
+# The dual saver's close-while-degraded journal (core.checkpoints.journal): never under ./.data in tests.
+os.environ.setdefault("DUAL_SAVER_JOURNAL_DIR", tempfile.mkdtemp(prefix="dual-saver-journal-"))
+
 
 def dsn_for(base_dsn: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo(base_dsn, dbname=dbname)

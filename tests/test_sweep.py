@@ -13,7 +13,7 @@ from core.operations import sweep, sweep_reads
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
-from core.memory.store import POLICIES, build_store, get_memory, put_memory
+from core.memory.store import build_store, get_memory, put_memory
 from core.agents.scripted_model import ScriptedChatModel
 
 DIMS = 64
@@ -110,21 +110,21 @@ def test_rows_refreshed_on_read_survive_the_sweep(db, store):
     put_memory(store, ("empleados", "E1"), "ajuste-turno", {"ajuste": "turno", "texto": "turno: tarde"})
     # Simulate the end of their TTL (a year for clientes, 90 days for proveedores...) without waiting
     # for it: the rows were written by the real put path with their policy TTL (`ttl_minutes`), only
-    # their due time is moved to one second from now. A TTL short enough to wait for cannot be used:
+    # their due time is moved to ten minutes from now. A TTL short enough to wait for cannot be used:
     # `ttl_minutes` is an INT column, so a refresh of a sub-minute TTL would expire the row at once.
-    db.execute("UPDATE store SET expires_at = now() + interval '1 second'")
+    db.execute("UPDATE store SET expires_at = now() + interval '10 minutes'")
     # Read before they expire: clientes and empleados refresh on read, proveedores do not.
     assert get_memory(store, ("clientes", "C1"), "pref-idioma") is not None
     assert get_memory(store, ("proveedores", "P1"), "aviso-retraso") is not None
     assert get_memory(store, ("empleados", "E1"), "ajuste-turno") is not None
-    time.sleep(1.2)
+    # Then eleven minutes pass for every row alike (no wall-clock window the reads must land in).
+    db.execute("UPDATE store SET expires_at = expires_at - interval '11 minutes'")
 
     result = sweep.run_sweep(db, trigger="manual")
 
     assert result.status == "ok", result.error
     assert rows(db) == {("clientes.C1", "pref-idioma"), ("empleados.E1", "ajuste-turno")}
     assert result.deleted_by_root == {"clientes": 1, "proveedores": 1}
-    assert POLICIES["clientes"].refresh_on_read and not POLICIES["proveedores"].refresh_on_read
     left = db.fetch_one("SELECT (expires_at - now()) > interval '364 days' AS renewed FROM store "
                         "WHERE prefix = 'clientes.C1'")
     assert left["renewed"]

@@ -43,16 +43,19 @@ class _Watchdog:
     The call runs in the caller's own thread or task (no hand-off, so no cost on the hot path);
     the watchdog thread `shutdown()`s the socket of the connection an overdue call is blocked
     on, which makes psycopg raise at once, whether the server is hung or just slow. The
-    connection is then broken and the pool discards it. A daemon thread, checking every 50 ms.
+    connection is then broken and the pool discards it. A daemon thread, checking every 50 ms; it
+    exits after IDLE_EXIT_S without calls and on `stop()`, and the next call starts it again.
     """
 
     TICK_S = 0.05
+    IDLE_EXIT_S = 5.0  # no call for this long: the thread exits
 
     def __init__(self, name: str):
         self._lock = threading.Lock()
         self._calls: set[_Call] = set()
         self._name = name
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -89,15 +92,33 @@ class _Watchdog:
                 call.conn = None
 
     def _loop(self) -> None:
-        while True:
-            time.sleep(self.TICK_S)
+        idle_since = time.monotonic()
+        while not self._stopping.wait(self.TICK_S):
             now = time.monotonic()
             with self._lock:
+                if not self._calls:
+                    if now - idle_since >= self.IDLE_EXIT_S:  # the next call starts a new thread
+                        self._thread = None
+                        return
+                    continue
+                idle_since = now
                 for call in self._calls:
                     if not call.expired and now >= call.deadline:
                         call.expired = True
                         if call.conn is not None:
                             _cut(call.conn)
+        with self._lock:
+            if self._thread is threading.current_thread():
+                self._thread = None
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """End the thread (the saver is closing); a later call would start a new one."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            self._stopping.set()
+            thread.join(timeout)
+            self._stopping.clear()
 
 
 class _Deadline:

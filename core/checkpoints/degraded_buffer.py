@@ -162,6 +162,9 @@ class DegradedBuffer:
 
         def apply() -> RunnableConfig:
             self._memory.put(config, checkpoint, metadata, new_versions)
+            # The read cache follows the buffer: after the resync it is what PostgreSQL has, so a
+            # thread idle until the next outage is not seeded from before this one (issue 16 #1).
+            self._remember_put(config, checkpoint, metadata, next_config)
             return next_config
 
         return self._buffer("put", config, apply, rows)
@@ -171,8 +174,11 @@ class DegradedBuffer:
         upsert = all(w[0] in WRITES_IDX_MAP for w in writes)
         rows = (upsert, self._pg()._dump_writes(conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"],
                                                 task_id, task_path, writes))
-        return self._buffer("put_writes", config,
-                            lambda: self._memory.put_writes(config, writes, task_id, task_path), rows)
+        def apply() -> None:
+            self._memory.put_writes(config, writes, task_id, task_path)
+            self._remember_writes(config, writes, task_id)
+
+        return self._buffer("put_writes", config, apply, rows)
 
     def _buffer_delete(self, thread_id: str) -> tuple[bool, Any]:
         sh = self._shared

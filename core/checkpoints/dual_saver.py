@@ -42,6 +42,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
 
+from core.checkpoints.closing import Closing
 from core.checkpoints.degraded_buffer import DegradedBuffer
 from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported from here by callers
     CALL_TIMEOUT_S,
@@ -58,10 +59,10 @@ from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported fr
 )
 from core.checkpoints.health_publisher import HealthPublisher
 from core.checkpoints.recovery import Recovery
-from core.checkpoints.saver_core import SaverCore
+from core.checkpoints.saver_core import SaverCore, refuse_on_event_loop
 
 
-class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
+class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, SaverCore):
     """PostgreSQL checkpoints with an in-memory fallback, resync and replica health.
 
     `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The
@@ -74,6 +75,7 @@ class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
     # --- sync API ---------------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        refuse_on_event_loop()
         if not self._shared.degraded:  # the common case, kept short
             try:
                 found = self._pg_call(lambda pg: pg.get_tuple(config))
@@ -101,6 +103,7 @@ class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        refuse_on_event_loop()
         kwargs = {"filter": filter, "before": before, "limit": limit}
         for _ in range(3):
             if not self._shared.degraded:
@@ -119,6 +122,7 @@ class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
+        refuse_on_event_loop()
         for _ in range(3):
             if not self._shared.degraded:
                 try:
@@ -135,6 +139,7 @@ class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
+        refuse_on_event_loop()
         for _ in range(3):
             if not self._shared.degraded:
                 try:
@@ -150,6 +155,7 @@ class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
         raise CheckpointUnavailable("checkpoint persistence flapping: writes not stored")
 
     def delete_thread(self, thread_id: str) -> None:
+        refuse_on_event_loop()
         for _ in range(3):
             if not self._shared.degraded:
                 try:
@@ -166,6 +172,7 @@ class DualCheckpointSaver(Recovery, HealthPublisher, DegradedBuffer, SaverCore):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune in PostgreSQL. Refused (CheckpointUnavailable) while degraded: nothing is deleted."""
+        refuse_on_event_loop()
         if self._shared.degraded:
             raise CheckpointUnavailable("prune needs PostgreSQL, which is unreachable; retry when healthy")
         try:

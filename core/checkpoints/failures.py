@@ -10,7 +10,9 @@ CALL_TIMEOUT_S = 2.0  # a PostgreSQL call taking longer counts as an outage (hun
 HEARTBEAT_INTERVAL_S = 2.0
 PROBE_INTERVAL_S = 0.2  # while degraded
 PROBE_CONNECT_TIMEOUT_S = 1
+PROBE_LOG_EVERY_S = 30.0  # a failing probe is logged when its cause changes, else this often
 RESYNC_TIMEOUT_S = 15.0
+CLOSE_RESYNC_TIMEOUT_S = 5.0  # close() while degraded: a last resync for this long, then the journal
 THREAD_CACHE_SIZE = 2_000  # threads whose latest checkpoint is kept for degraded reads
 POOL_SIZE = 8
 

@@ -12,7 +12,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from core.checkpoints import replica_health
-from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, DeadlineExceeded, _describe, _now, is_connection_failure
+from core.checkpoints.thread_fates import ThreadFates
+from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe, _now, is_connection_failure
 from core.db import CONNECT_TIMEOUT_S, make_pool
 
 log = logging.getLogger("core.checkpoints.dual_saver")
@@ -31,17 +32,24 @@ class Recovery:
                     if not self._try_recover():
                         sh.stop.wait(sh.probe_interval)
                     continue
+                if sh.journal_pending:
+                    self._replay_journal()
                 if sh.publish_health:
                     self._flush_health()
+                if sh.last_monitor_error is not None:
+                    log.warning("dual saver monitor of replica %s works again (was: %s)", sh.replica_id,
+                                sh.last_monitor_error)
+                    sh.last_monitor_error = None  # cleared: the next error is logged again
             except Exception as exc:
                 if is_connection_failure(exc):
                     self._degrade(_describe(exc))
                     continue
-                # E.g. the health tables are missing (migration 003 not applied): say it once, not every beat.
+                # E.g. the health tables are missing (migration 003 not applied): said once while it
+                # lasts, not every beat, and again if it comes back after it cleared.
                 message = _describe(exc)
-                if message != getattr(self, "_last_monitor_error", None):
-                    self._last_monitor_error = message
-                    log.exception("dual saver monitor error (repeats are not logged)")
+                if message != sh.last_monitor_error:
+                    sh.last_monitor_error = message
+                    log.exception("dual saver monitor error (repeats are not logged until it clears)")
             sh.wake.wait(sh.heartbeat_interval)
             sh.wake.clear()
 
@@ -52,7 +60,16 @@ class Recovery:
                     psycopg.connect(sh.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S, autocommit=True) as conn, \
                     sh.watchdog.watching(conn):
                 conn.execute("SELECT 1")
-        except (psycopg.Error, DeadlineExceeded):
+        except (psycopg.Error, DeadlineExceeded) as exc:
+            # Once per episode and cause, then every PROBE_LOG_EVERY_S: visible, not one line per probe.
+            message, now = _describe(exc), time.monotonic()
+            if message != sh.last_probe_error or now - sh.last_probe_logged >= PROBE_LOG_EVERY_S:
+                sh.last_probe_error, sh.last_probe_logged = message, now
+                log.warning("replica %s: PostgreSQL probe failed, still degraded (since %s, %d operations buffered): %s",
+                            sh.replica_id, sh.degraded_since, len(sh.ops), message)
+            return False
+        sh.last_probe_error = None
+        if sh.journal_pending and not self._replay_journal():  # older than this episode: first
             return False
         started = time.monotonic()
         with sh.lock:
@@ -61,7 +78,7 @@ class Recovery:
             try:  # tell the SRE page we are back and resyncing, with what we hold
                 self._publish_heartbeat(state="degraded")
             except Exception as exc:
-                log.info("heartbeat before resync not written: %s", _describe(exc))
+                log.warning("heartbeat before resync not written: %s", _describe(exc))
         # Replay without the lock while agents keep buffering; committed ops leave the log.
         for _ in range(3):
             with sh.lock:
@@ -97,6 +114,7 @@ class Recovery:
             sh.memory.writes.clear()
             sh.memory.blobs.clear()
             sh.seeded = set()
+            sh.fates = {}
             sh.degraded = False
             sh.last_success_ts = time.time()
             sh.last_resync_ms = (time.monotonic() - started) * 1000
@@ -120,20 +138,27 @@ class Recovery:
             try:
                 self._flush_health()
             except Exception as exc:
-                log.info("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
+                log.warning("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
         return True
 
-    def _replay(self, ops: list[tuple[str, Any]]) -> None:
+    def _replay(self, ops: list[tuple[str, Any]], *, since: Any = None, episode: bool = True) -> None:
         """Write buffered operations in one transaction with PostgresSaver's own upsert statements.
 
         Consecutive puts/writes are sent as batches; a thread deletion flushes what came before it,
         so the result is that of the operations applied one by one, in order. Re-running it
         (after a failed commit, or over rows an abandoned call wrote meanwhile) changes nothing.
+        `episode=False` (a journal from an earlier run, degraded since `since`) keeps its thread fates apart.
+
+        Before the first buffered checkpoint of a thread (this episode) it checks the thread in
+        PostgreSQL (`threads.ThreadFates`): an erased thread (tombstone) is dropped; a thread whose
+        head is not the checkpoint the buffered turns were based on (another replica wrote it, or
+        this replica never knew it) is written to a conflict thread instead of on top of the head.
         """
         if not ops:
             return
         sh = self._shared
         sql = BasePostgresSaver
+        fates = ThreadFates(sh, ops, since=since, episode=episode)
 
         def run() -> None:
             with psycopg.connect(sh.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
@@ -157,19 +182,28 @@ class Recovery:
                     for kind, payload in ops:
                         if kind == "put":
                             blob_rows, (thread_id, ns, checkpoint_id, parent_id, inline, metadata) = payload
-                            blobs.extend(blob_rows)
-                            checkpoints.append((thread_id, ns, checkpoint_id, parent_id, Jsonb(inline), Jsonb(metadata)))
+                            target = fates.target(cur, thread_id, ns, parent_id)
+                            if target is None:
+                                continue
+                            blobs.extend((target, *row[1:]) for row in blob_rows)
+                            checkpoints.append((target, ns, checkpoint_id, parent_id, Jsonb(inline), Jsonb(metadata)))
                         elif kind == "put_writes":
                             upsert, rows = payload
-                            (upserts if upsert else inserts).extend(rows)
+                            if not rows:
+                                continue
+                            target = fates.target(cur, rows[0][0], rows[0][1], None, writes=True)
+                            if target is None:
+                                continue
+                            (upserts if upsert else inserts).extend((target, *row[1:]) for row in rows)
                         elif kind == "delete_thread":
                             flush()
                             for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
                                 cur.execute(f"DELETE FROM {table} WHERE thread_id = %s", (payload,))
+                            fates.deleted(payload)
                         else:  # pragma: no cover - the log only holds the kinds above
                             raise ValueError(f"unknown buffered operation {kind!r}")
                     flush()
 
         with sh.watchdog.deadline(sh.resync_timeout):
             run()
-
+        fates.commit()

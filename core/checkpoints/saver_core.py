@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -22,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 from core.checkpoints.deadlines import _DeadlineAsyncPostgresSaver, _DeadlinePostgresSaver
 from core.checkpoints.failures import (
     CALL_TIMEOUT_S,
+    CLOSE_RESYNC_TIMEOUT_S,
     HEARTBEAT_INTERVAL_S,
     POOL_SIZE,
     PROBE_INTERVAL_S,
@@ -39,6 +41,17 @@ from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S
 log = logging.getLogger("core.checkpoints.dual_saver")
 
 
+def refuse_on_event_loop() -> None:
+    """The sync API blocks: on an event loop's thread it would stall every task (langgraph's rule)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise asyncio.InvalidStateError(
+        "Synchronous calls to DualCheckpointSaver are only allowed from a thread without a running event "
+        "loop; use the async API (ainvoke, aget_tuple, ...) or asyncio.to_thread.")
+
+
 class SaverCore(BaseCheckpointSaver[str]):
     """The part of `DualCheckpointSaver` that the buffer, recovery and health mixins build on.
 
@@ -50,12 +63,14 @@ class SaverCore(BaseCheckpointSaver[str]):
                  call_timeout: float = CALL_TIMEOUT_S, heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
                  probe_interval: float = PROBE_INTERVAL_S, pool_size: int = POOL_SIZE,
                  thread_cache_size: int = THREAD_CACHE_SIZE, resync_timeout: float = RESYNC_TIMEOUT_S,
-                 publish_health: bool = True, start: bool = True):
+                 publish_health: bool = True, start: bool = True,
+                 close_resync_timeout: float = CLOSE_RESYNC_TIMEOUT_S, journal_dir: str | Path | None = None):
         # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the inner savers.
         self._shared = _Shared(dsn, replica_id=replica_id, call_timeout=call_timeout,
                                heartbeat_interval=heartbeat_interval, probe_interval=probe_interval,
                                pool_size=pool_size, thread_cache_size=thread_cache_size,
-                               resync_timeout=resync_timeout, publish_health=publish_health)
+                               resync_timeout=resync_timeout, publish_health=publish_health,
+                               close_resync_timeout=close_resync_timeout, journal_dir=journal_dir)
         self.serde = serde if serde is not None else AllowlistSerializer(refusals=RefusalLog())
         self._orphans: set[asyncio.Task] = set()
         if start:
@@ -102,6 +117,8 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "last_resync_ms": sh.last_resync_ms, "last_resync_error": sh.last_resync_error,
                 "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
                 "refusals_total": sh.refusals_total, "generation": sh.generation,
+                "conflicts_total": sh.conflicts_total, "tombstoned_threads_total": sh.tombstoned_threads_total,
+                "tombstoned_ops_dropped_total": sh.tombstoned_ops_dropped_total,
             }
 
     def transitions(self) -> list[tuple[float, str]]:
@@ -131,7 +148,10 @@ class SaverCore(BaseCheckpointSaver[str]):
     # --- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Replay the journal a previous close() of this replica id left (if PostgreSQL answers), start the monitor."""
         sh = self._shared
+        if sh.journal_pending:
+            self._replay_journal()  # not replayed: the monitor retries
         if sh.monitor is None or not sh.monitor.is_alive():
             sh.stop.clear()
             sh.monitor = threading.Thread(target=self._monitor, name=f"dual-saver-monitor-{sh.replica_id}",
@@ -139,17 +159,25 @@ class SaverCore(BaseCheckpointSaver[str]):
             sh.monitor.start()
 
     def close(self) -> None:
-        """Stop the monitor, publish a last heartbeat ("stopped") if reachable, close the pools."""
+        """Stop the monitor, resync or journal the buffer, publish a last heartbeat, close the pools.
+
+        Degraded, it tries a final resync for up to `close_resync_timeout` seconds; if PostgreSQL is
+        still unreachable, the buffer goes to the local journal (`core.checkpoints.journal`, logged
+        at ERROR), which the next start with the same replica id replays. Nothing is dropped.
+        """
         sh = self._shared
         sh.stop.set()
         sh.wake.set()
         if sh.monitor is not None:
             sh.monitor.join(timeout=sh.call_timeout + 2)
+        if sh.degraded:
+            self._final_resync()
         if not sh.degraded and sh.publish_health:
             try:
                 self._flush_health(state="stopped")
             except Exception as exc:  # closing must not fail because PostgreSQL is gone
-                log.info("last heartbeat not written: %s", _describe(exc))
+                log.warning("last heartbeat not written: %s", _describe(exc))
+        self._journal_buffer()  # whatever PostgreSQL still lacks (nothing, normally)
         sh.pool.close(timeout=1)
         sh.health_pool.close(timeout=1)
         with sh.lock:
@@ -158,6 +186,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         for loop, _, pool in pools:
             if not loop.is_closed() and loop.is_running():
                 asyncio.run_coroutine_threadsafe(pool.close(timeout=0), loop)
+        sh.watchdog.stop()
 
     async def aclose_loop(self) -> None:
         """Close this event loop's async pool (call before the loop ends, e.g. in `asyncio.run`).
@@ -168,6 +197,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         loop = asyncio.get_running_loop()
         with sh.lock:
             entry = sh.async_pools.pop(id(loop), None)
+            self._apg_entries.pop(id(loop), None)
         if entry is not None:
             await entry[2].close(timeout=1)
         pending = [t for t in self._orphans if t.get_loop() is loop and not t.done()]
@@ -205,9 +235,19 @@ class SaverCore(BaseCheckpointSaver[str]):
         loop = asyncio.get_running_loop()
         key = id(loop)
         entry = self._apg_entries.get(key)
-        if entry is not None and entry[0] == sh.generation:
+        pool_entry = sh.async_pools.get(key)  # a plain dict read: no lock on this hot path
+        # The saver is valid only on the pool this loop has now (not one aclose_loop or a recovery
+        # closed, nor a dead loop's that had the same id).
+        if entry is not None and entry[0] == sh.generation and pool_entry is not None \
+                and pool_entry[0] is loop and entry[1].conn is pool_entry[2]:
             return entry[1]
         with sh.lock:
+            # Entries of closed loops go (their pools cannot be closed any more: nothing runs them).
+            for k in [k for k, (lp, _, _) in sh.async_pools.items() if lp.is_closed()]:
+                del sh.async_pools[k]
+            current = {k: v[2] for k, v in sh.async_pools.items()}
+            for k in [k for k, (_, saver) in self._apg_entries.items() if current.get(k) is not saver.conn]:
+                del self._apg_entries[k]
             generation = sh.generation
             pool_entry = sh.async_pools.get(key)
             stale = pool_entry if pool_entry is not None and (pool_entry[1] != generation or pool_entry[0] is not loop) else None
@@ -242,7 +282,7 @@ class SaverCore(BaseCheckpointSaver[str]):
     def _forget(self, task: asyncio.Task) -> None:
         self._orphans.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.debug("abandoned PostgreSQL call ended with %s", _describe(task.exception()))
+            log.warning("abandoned PostgreSQL call (past its deadline) ended with %s", _describe(task.exception()))
 
     def _pg_call(self, fn: Callable[[PostgresSaver], Any]) -> Any:
         sh = self._shared
@@ -285,6 +325,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             sh.episode_checkpoints = sh.episode_writes = sh.resynced_ops = 0
             sh.episode_denials = []
             sh.seeded = set()
+            sh.fates = {}
             sh.transitions.append((time.monotonic(), "degraded"))
             sh.changed.notify_all()
         sh.wake.set()

@@ -9,6 +9,7 @@ import threading
 import time
 from collections import OrderedDict
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -18,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from core.checkpoints import replica_health
 from core.checkpoints.deadlines import _Watchdog
+from core.checkpoints.journal import Journal, default_journal_dir
 from core.checkpoints.failures import _now
 from core.checkpoints.serde import RefusalLog
 from core.db import make_pool
@@ -29,7 +31,7 @@ class _Shared:
 
     def __init__(self, dsn: str, *, replica_id: str | None, call_timeout: float, heartbeat_interval: float,
                  probe_interval: float, pool_size: int, thread_cache_size: int, resync_timeout: float,
-                 publish_health: bool):
+                 publish_health: bool, close_resync_timeout: float, journal_dir: Any):
         self.dsn = dsn
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -41,6 +43,9 @@ class _Shared:
         self.thread_cache_size = thread_cache_size
         self.resync_timeout = resync_timeout
         self.publish_health = publish_health
+        self.close_resync_timeout = close_resync_timeout
+        self.journal = Journal(Path(journal_dir) if journal_dir is not None else default_journal_dir(), self.replica_id, dsn)
+        self.journal_pending = self.journal.path.exists()
         self.started_at = _now()
 
         self.lock = threading.RLock()
@@ -59,6 +64,12 @@ class _Shared:
         self.memory = InMemorySaver()
         self.ops: list[tuple[str, Any]] = []  # the resync log, in order: rows as PostgresSaver writes them
         self.seeded: set[str] = set()  # threads copied from the read cache into memory this episode
+        # Per (thread, ns) this episode: the thread its buffered operations replay to, None if erased.
+        self.fates: dict[tuple[str, str], str | None] = {}
+        self.tombstoned: set[str] = set()  # erased threads seen (tombstones): never seeded or replayed
+        self.conflicts_total = 0
+        self.tombstoned_threads_total = 0
+        self.tombstoned_ops_dropped_total = 0
         self.episode_checkpoints = 0
         self.episode_writes = 0
         self.resynced_ops = 0
@@ -67,6 +78,9 @@ class _Shared:
         self.last_success_ts: float | None = None  # time.time() of the last call that reached PostgreSQL
         self.last_resync_ms: float | None = None
         self.last_resync_error: str | None = None
+        self.last_monitor_error: str | None = None  # logged once while it lasts, again after it cleared
+        self.last_probe_error: str | None = None
+        self.last_probe_logged = 0.0
 
         self.cache_lock = threading.Lock()
         self.cache: OrderedDict[tuple[str, str], CheckpointTuple] = OrderedDict()
