@@ -15,7 +15,6 @@ pattern matches, plus the customer's own store documents (the article's preferen
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import psycopg
