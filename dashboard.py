@@ -15,6 +15,7 @@ from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import EmbeddingDimsMismatch
 from ui.common import bootstrap, current_user, settings
 from ui import navigation
+from ui import replica
 from ui.i18n import LANGUAGES, t
 
 st.set_page_config(page_title="Agent memory", page_icon=":material/memory:", layout="wide")
@@ -71,5 +72,7 @@ with st.sidebar:
         st.caption(t("db_checked", at=time.strftime("%H:%M:%S", time.localtime(probe.checked_at))))
 
     database_status()
+    st.fragment(run_every=15)(replica.sidebar_status)()
 
+replica.page_note()
 nav.run()

@@ -37,6 +37,8 @@ class Settings:
 
     dsn: str | None = None
     replica_dsn: str | None = None
+    # Pages say "as of <time>" when the read replica's data is older than this (seconds).
+    replica_max_lag_s: float = 30.0
     data_dir: Path = ROOT / ".data"
     embeddings_base_url: str | None = None
     embeddings_model: str = "text-embedding-3-small"
@@ -106,6 +108,7 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
     return Settings(
         dsn=dsn,
         replica_dsn=_pick("PG_AGENTES_REPLICA", secrets),
+        replica_max_lag_s=_int("REPLICA_MAX_LAG_S", _pick("REPLICA_MAX_LAG_S", secrets, 30), minimum=0),
         data_dir=Path(_pick("AGENT_MEMORY_DATA", secrets, ROOT / ".data")),
         embeddings_base_url=_pick("EMBEDDINGS_BASE_URL", secrets),
         embeddings_model=_pick("EMBEDDINGS_MODEL", secrets, "text-embedding-3-small"),

@@ -27,6 +27,10 @@ BEGIN
     IF to_regclass('core_prefix_counts') IS NOT NULL THEN
         GRANT SELECT, INSERT, UPDATE, DELETE ON core_prefix_counts TO agent_memory_sweeper;
     END IF;
+    -- core_expiry_days (migration 040, documents per day of expiry, the Sweeps page's forecast): same.
+    IF to_regclass('core_expiry_days') IS NOT NULL THEN
+        GRANT SELECT, INSERT, UPDATE ON core_expiry_days TO agent_memory_sweeper;
+    END IF;
 END
 $$;
 GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;

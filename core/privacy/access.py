@@ -23,7 +23,6 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 import pandas as pd
-import psycopg
 from psycopg.types.json import Jsonb
 
 from core.db import Database

@@ -37,6 +37,7 @@ from langgraph.store.postgres import PostgresStore
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from core import read_replica
 from core.agents.retail import METADATA_KEY
 from core.db import Database
 from core.memory.store import InvalidIdentifier, validate_label
@@ -617,6 +618,7 @@ def erase(
     if report:
         (log.info if status == "complete" else log.warning)("erasure %s of %s %s: %s", request_id, customer_id,
                                                              status, report)
+    read_replica.wait_replayed(db)  # bounded: the pages that read the replica next see the erasure
     return ErasureResult(
         request_id=request_id, customer_id=customer_id, namespace_prefix=prefix, operator=operator.strip(),
         status=status, passes=passes, requested_at=requested_at, finished_at=finished["finished_at"],
@@ -726,6 +728,8 @@ def recheck(db: Database, request_id: int, *, trigger: str = "manual", operator:
     with db.connection() as conn:
         threads = set(row["thread_ids"] or ()) | set(_find_threads(conn, customer_id, config))
         evidence = _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys, terms, left)
+    # on a replicated setup: the replica has replayed past the primary's WAL after this evidence
+    evidence += [EvidenceQuery(*row) for row in read_replica.replay_evidence(db)]
     counts = {e.table: e.result for e in evidence}
     clean = all(n == 0 for n in counts.values())
     rec = db.fetch_one(INSERT_RECHECK, (request_id, trigger, operator, clean, Jsonb(counts),
