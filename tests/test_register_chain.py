@@ -56,7 +56,7 @@ def test_a_nullable_column_added_later_keeps_sealed_rows_valid(registers):
     db.execute("ALTER TABLE core_access_register ADD COLUMN note_later text")
     assert chain.verify(db, "erasure").ok and chain.verify(db, "access").ok
     # the forward link a resumed request writes on its old row is not an edit; a value in a new column is
-    db.execute("UPDATE core_erasure_register SET resumed_by = 99 WHERE id = %s", (db.erased[0],))
+    db.execute("UPDATE core_erasure_register SET resumed_by = %s WHERE id = %s", (db.erased[1], db.erased[0]))
     assert chain.verify(db, "erasure").ok
     db.execute("UPDATE core_erasure_register SET extra_later = '[]' WHERE id = %s", (db.erased[1],))
     result = chain.verify(db, "erasure")
