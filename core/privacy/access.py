@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 
 from core.db import Database
 from core.privacy import subjects
-from core.privacy.erasure import ROOT, escape_like, validate_customer_id
+from core.privacy.evidence import ROOT, escape_like, validate_customer_id
 
 FORMATS = ("json", "html")
 LANGS = ("es", "en")
