@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.privacy import decisions
+from core.privacy.decisions import ERASE, LEAVE
 from core.privacy import subjects as subj
 from ui import erasure_i18n  # noqa: F401  (registers the strings used here)
 from ui.i18n import t
@@ -64,9 +64,9 @@ def show_residue(residue: subj.Residue | None) -> None:
                 t("erasure_col_snippet"): [m.snippet for m in matches],
             }), hide_index=True, key=f"{RESIDUE_KEY}.{n}.matches")
             left, right = st.columns([1, 2])
-            left.radio(t("erasure_residue_decision"), [decisions.ERASE, decisions.LEAVE], index=None,
+            left.radio(t("erasure_residue_decision"), [ERASE, LEAVE], index=None,
                        key=f"{RESIDUE_KEY}.{n}.decision", horizontal=True,
-                       format_func=lambda d: t("erasure_residue_erase" if d == decisions.ERASE else "erasure_residue_leave"))
+                       format_func=lambda d: t("erasure_residue_erase" if d == ERASE else "erasure_residue_leave"))
             right.text_input(t("erasure_residue_reason"), key=f"{RESIDUE_KEY}.{n}.reason")
     if residue.common_only:
         st.caption(t("erasure_common_only", n=len(residue.common_only)))
@@ -88,7 +88,7 @@ def decisions_of(residue: subj.Residue | None) -> tuple[dict[str, tuple[str, str
     for n, thread_id in enumerate(residue.proposed if residue else []):
         action = st.session_state.get(f"{RESIDUE_KEY}.{n}.decision")
         reason = (st.session_state.get(f"{RESIDUE_KEY}.{n}.reason") or "").strip()
-        if action == decisions.ERASE or (action == decisions.LEAVE and reason):
+        if action == ERASE or (action == LEAVE and reason):
             decisions[thread_id] = (action, reason)
         else:
             undecided += 1
