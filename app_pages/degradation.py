@@ -21,6 +21,7 @@ from core.checkpoints import replica_health
 from core.db import Database, DatabaseUnavailable
 from ui.common import get_db, require_role
 from ui.degradation_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
+from ui.tables import table
 from ui.i18n import lang, t
 
 REFRESH_S = 5
@@ -109,9 +110,7 @@ def replicas_table(reading: Reading) -> None:
     shown = df[["replica_id", "state", "degraded_since", "buffered_checkpoints", "buffered_writes",
                 "resynced_last_episode", "heartbeat_age_s", "last_heartbeat", "last_success", "host", "pid",
                 "episodes_total", "denials_total", "refusals_total"]]
-    st.dataframe(shown.style.map(lambda v: f"background-color: {colours.get(v, '')}", subset=["state"])
-                 .format({"heartbeat_age_s": "{:.1f}", "resynced_last_episode": "{:.0f}"}, na_rep="–"),
-                 hide_index=True, key="degradation.replicas")
+    table(shown, key="degradation.replicas", colours={"state": colours})
 
 
 def episodes_timeline(reading: Reading) -> None:
@@ -148,7 +147,7 @@ def episodes_timeline(reading: Reading) -> None:
                       xaxis_title=t("degr_time"), yaxis_title="", legend_title_text="")
     st.plotly_chart(fig, key="degradation.timeline")
     if not reading.episodes.empty:
-        st.dataframe(reading.episodes.drop(columns=["denials"]), hide_index=True, key="degradation.episodes")
+        table(reading.episodes.drop(columns=["denials"]), key="degradation.episodes")
 
 
 def events(reading: Reading) -> None:
@@ -158,14 +157,14 @@ def events(reading: Reading) -> None:
         if reading.denials.empty:
             st.info(t("degr_no_denials"))
         else:
-            st.dataframe(reading.denials[["denied_at", "tool", "risk", "thread_id", "customer_id", "replica_id",
-                                          "episode_id"]], hide_index=True, key="degradation.denials")
+            table(reading.denials, key="degradation.denials",
+                  columns=["denied_at", "tool", "risk", "thread_id", "customer_id", "replica_id", "episode_id"])
     with right:
         st.subheader(t("degr_refusals_title"))
         if reading.refusals.empty:
             st.info(t("degr_no_refusals"))
         else:
-            st.dataframe(reading.refusals, hide_index=True, key="degradation.refusals")
+            table(reading.refusals, key="degradation.refusals")
 
 
 st.title(t("degr_title"))

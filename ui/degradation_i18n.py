@@ -40,7 +40,12 @@ add_strings({
     "degr_refusals": {"es": "Rechazos del serializador", "en": "Serializer refusals"},
     "degr_all_ok": {"es": "Todas las réplicas persisten en PostgreSQL.", "en": "Every replica persists to PostgreSQL."},
     "degr_some_degraded": {"es": "{n} réplica(s) degradada(s) o silenciosa(s).", "en": "{n} replica(s) degraded or silent."},
-    "degr_no_replicas": {"es": "Ninguna réplica ha publicado aún su latido.", "en": "No replica has published a heartbeat yet."},
+    "degr_no_replicas": {"es": "Ninguna réplica ha publicado aún su latido: cada réplica de agentes con el checkpointer dual "
+                                "(core.checkpoints.dual_saver) lo publica al arrancar; compruebe que las réplicas lo usan y "
+                                "escriben en esta base de datos.",
+                          "en": "No replica has published a heartbeat yet: every agent replica with the dual checkpointer "
+                                "(core.checkpoints.dual_saver) publishes one when it starts; check that the replicas use it "
+                                "and write to this database."},
     "degr_replicas_title": {"es": "Réplicas", "en": "Replicas"},
     "degr_timeline": {"es": "Episodios de degradación", "en": "Degradation episodes"},
     "degr_no_episodes": {"es": "Ningún episodio de degradación registrado.", "en": "No degradation episode recorded."},
