@@ -86,9 +86,9 @@ def _looks_like_dates(series: pd.Series) -> bool:
     return not values.empty and all(hasattr(v, "tzinfo") and hasattr(v, "hour") for v in values.head(50))
 
 
-def _link(page: str, param: str, value: Any) -> str | None:
+def _link(page: str, param: str, value: Any) -> str:
     if _is_empty(value) or value == "":
-        return None
+        return EMPTY
     return f"/{page}?{param}={quote(str(value), safe='')}&lang={lang()}"
 
 
