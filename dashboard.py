@@ -11,11 +11,11 @@ import psycopg
 import streamlit as st
 from psycopg_pool import PoolTimeout
 
-from core import roles
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import EmbeddingDimsMismatch
 from ui.common import bootstrap, current_user, forget_all, seed_progress, settings, start_demo_seed
-from ui import checkpoints_i18n, degradation_i18n, erasure_i18n, sweeps_i18n  # register their pages' strings
+from ui import navigation
+from ui import replica
 from ui.i18n import LANGUAGES, t
 
 st.set_page_config(page_title="Agent memory", page_icon=":material/memory:", layout="wide")
@@ -51,28 +51,7 @@ if not user.roles:
     st.button(t("sign_out"), key="auth.logout", on_click=st.logout)
     st.stop()
 
-PAGES = {
-    "section_store": [
-        (roles.MANAGER, "app_pages/memory.py", "page_memory", ":material/database:", "memory"),
-        (roles.MANAGER, "app_pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
-    ],
-    "section_ops": [
-        (roles.SRE, "app_pages/sweeps.py", sweeps_i18n.PAGE_TITLE, ":material/cleaning_services:", "sweeps"),
-        (roles.SRE, "app_pages/checkpoints.py", checkpoints_i18n.PAGE_TITLE, ":material/timeline:", "checkpoints"),
-        (roles.SRE, "app_pages/degradation.py", degradation_i18n.PAGE_TITLE, ":material/monitor_heart:", "degradation"),
-    ],
-    "section_dp": [
-        (roles.DPO, "app_pages/erasure.py", erasure_i18n.PAGE_TITLE, ":material/delete_forever:", "erasure"),
-        (roles.DPO, "app_pages/erasure_register.py", erasure_i18n.REGISTER_PAGE_TITLE, ":material/fact_check:", "erasure-register"),
-    ],
-}
-sections: dict[str, list] = {}
-for section, entries in PAGES.items():
-    pages = [st.Page(path, title=t(title), icon=icon, url_path=url) for role, path, title, icon, url in entries
-             if role in user.roles]
-    if pages:
-        sections[t(section)] = pages
-nav = st.navigation(sections)
+nav = navigation.build(user.roles)  # every page registered for everyone: its URL opens it or refuses
 
 with st.sidebar:
     if user.local:
@@ -93,6 +72,7 @@ with st.sidebar:
         st.caption(t("db_checked", at=time.strftime("%H:%M:%S", time.localtime(probe.checked_at))))
 
     database_status()
+    st.fragment(run_every=15)(replica.sidebar_status)()
 
     progress = seed_progress()
     if progress is not None and not progress.finished:
@@ -126,6 +106,7 @@ with st.sidebar:
 
         seed_status()
 
+replica.page_note()
 try:
     nav.run()
 finally:

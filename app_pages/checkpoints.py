@@ -10,7 +10,9 @@ import streamlit as st
 
 from core import roles
 from core.checkpoints import views
-from ui.common import read, require_role
+from core.privacy import subjects as subj
+from ui.attribution import coverage_notice
+from ui.common import read, require_role, settings
 from ui.tables import table
 from ui.i18n import t
 from ui.checkpoints_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
@@ -76,7 +78,9 @@ def search() -> None:
             customer = st.text_input(t("ckpt_customer_id"), key="checkpoints.customer")
             if not customer:
                 return
-            found = read(views.threads_of_customer, customer)
+            attribution = subj.Attribution.from_settings(settings())
+            coverage_notice(read(subj.coverage, attribution))
+            found = read(views.threads_of_customer, customer, config=attribution)
             if found.empty:
                 st.info(t("ckpt_no_customer", q=customer))
                 return
@@ -114,11 +118,23 @@ def _present(value) -> bool:
 
 
 def messages(writes: pd.DataFrame) -> None:
-    shown = writes[writes["message_kind"].notna()].head(MESSAGES_SHOWN)
+    # a write to the messages channel that cannot be shown (refused or undecodable) keeps its place
+    # in the conversation as a marker: a message is never silently left out
+    unreadable = writes["refused_type"].notna() | (writes["undecodable"].notna() & (writes["channel"] == "messages"))
+    shown = writes[writes["message_kind"].notna() | unreadable].head(MESSAGES_SHOWN)
     if shown.empty:
         return
     with st.expander(t("ckpt_conversation"), expanded=True):
         for row in shown.itertuples():
+            if _present(row.refused_type) or not _present(row.message_kind):
+                with st.chat_message("refused", avatar=":material/block:"):
+                    if _present(row.refused_type):
+                        st.error(t("ckpt_refused_message", type=row.refused_type, step=row.step, channel=row.channel),
+                                 icon=":material/block:")
+                    else:
+                        st.error(t("ckpt_undecodable_message", reason=row.undecodable, step=row.step),
+                                 icon=":material/warning:")
+                continue
             kind = row.message_kind.split(",")[0]
             with st.chat_message(kind, avatar=KIND_AVATAR.get(kind)):
                 head = f"**{row.message_kind}** · {t('ckpt_step')} {row.step}"
@@ -145,7 +161,7 @@ def step_writes(thread_id: str, timeline: pd.DataFrame) -> None:
     table(
         writes, key="checkpoints.writes",
         columns=["step", "channel", "message_kind", "tool_name", "content", "tool_calls", "size_bytes", "blob_type",
-                 "task_path", "idx", "payload", "undecodable", "checkpoint_id", "task_id"],
+                 "task_path", "idx", "payload", "refused_type", "undecodable", "checkpoint_id", "task_id"],
         config={"payload": {"width": "large"}, "content": {"width": "medium"}},
     )
 
@@ -195,11 +211,17 @@ def thread_view() -> None:
     bad = int(timeline["undecodable_writes"].sum())
     if bad:
         st.warning(t("ckpt_undecodable", n=bad), icon=":material/warning:")
+    refused = timeline[timeline["refused_writes"].notna() | timeline["refused_value"].notna()]
+    if not refused.empty:
+        types = sorted({x for v in refused["refused_writes"].dropna().tolist() + refused["refused_value"].dropna().tolist()
+                        for x in v.split(",")})
+        st.error(t("ckpt_refused", n=len(refused), steps=", ".join(str(s) for s in refused["step"].tolist()),
+                   types=", ".join(f"`{x}`" for x in types)), icon=":material/block:")
     timeline_chart(timeline)
     table(timeline, key="checkpoints.timeline",
           columns=["step", "ts", "source", "updated_channels", "tools", "pending_writes",
-                   "pending_write_bytes", "undecodable_writes", "checkpoint_bytes", "checkpoint_id",
-                   "parent_checkpoint_id", "checkpoint_ns"])
+                   "pending_write_bytes", "undecodable_writes", "refused_writes", "refused_value",
+                   "checkpoint_bytes", "checkpoint_id", "parent_checkpoint_id", "checkpoint_ns"])
     step_writes(thread_id, timeline)
     diff(thread_id, timeline)
 

@@ -45,6 +45,7 @@ class Reading:
     episodes: pd.DataFrame
     denials: pd.DataFrame
     refusals: pd.DataFrame
+    refused_in_sql: pd.DataFrame
 
 
 @st.cache_resource(show_spinner=False)
@@ -70,7 +71,7 @@ def _read(db: Database) -> Reading:
 def _read_once(db: Database) -> Reading:
     return Reading(time.time(), replica_health.summary(db), replica_health.replicas(db),
                    replica_health.episodes(db, limit=LIMIT), replica_health.denials(db, limit=LIMIT),
-                   replica_health.refusals(db, limit=LIMIT))
+                   replica_health.refusals(db, limit=LIMIT), replica_health.refused_in_sql(db, limit=LIMIT))
 
 
 def _clock(ts: float) -> str:
@@ -89,6 +90,9 @@ def tiles(reading: Reading, probe) -> None:
     c[0].metric(t("degr_episodes"), s.get("episodes", 0))
     c[1].metric(t("degr_denials"), s.get("denials", 0))
     c[2].metric(t("degr_refusals"), s.get("refusals", 0))
+    scanned = s.get("refused_scanned_at")
+    c[3].metric(t("degr_refused_sql"), s.get("refused_in_sql", 0),
+                help=t("degr_refused_sql_help", at="—" if scanned is None else f"{scanned:%Y-%m-%d %H:%M:%S %Z}"))
 
 
 def replicas_table(reading: Reading) -> None:
@@ -165,6 +169,12 @@ def events(reading: Reading) -> None:
             st.info(t("degr_no_refusals"))
         else:
             table(reading.refusals, key="degradation.refusals")
+        st.subheader(t("degr_refused_sql_title"))
+        st.caption(t("degr_refused_sql_caption"))
+        if reading.refused_in_sql.empty:
+            st.info(t("degr_no_refused_sql"))
+        else:
+            table(reading.refused_in_sql, key="degradation.refused_sql")
 
 
 st.title(t("degr_title"))

@@ -8,9 +8,11 @@ import streamlit as st
 
 from core import roles
 from core.privacy import erasure
+from core.privacy import subjects as subj
 from core.memory.store import InvalidIdentifier
 from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
-from ui.common import call_now, forget_all, require_role
+from ui.common import call_now, forget_all, read, require_role, settings
+from ui.attribution import coverage_notice, decisions_of, show_residue, show_sources
 from ui.tables import table
 from ui.i18n import t
 
@@ -20,9 +22,11 @@ DIALOG_KEY = "erasure.dialog_open"
 PENDING_KEY = "erasure.pending"
 RESULT_KEY = "erasure.result"
 FAILED_KEY = "erasure.failed"
+RUNNING_KEY = "erasure.running"  # set while an erasure runs: a rerun that cuts it short finds it still set
 
 user = require_role(roles.DPO)
 operator = user.email or "local"
+attribution = subj.Attribution.from_settings(settings())
 if ID_KEY not in st.session_state:
     st.session_state[ID_KEY] = st.query_params.get("cliente", "")
 
@@ -33,20 +37,20 @@ def _close_dialog() -> None:
 
 
 @st.dialog(t("erasure_confirm_title"), on_dismiss=_close_dialog)
-def confirm(preview: erasure.Preview) -> None:
+def confirm(preview: erasure.Preview, decisions: dict) -> None:
     st.markdown(t("erasure_confirm_body", total=f"{preview.total:,}", id=preview.customer_id))
     typed = st.text_input(t("erasure_confirm_input"), key="erasure.confirm_id")
     if st.button(t("erasure_confirm_button"), key="erasure.confirm", type="primary", icon=":material/delete_forever:"):
         if typed != preview.customer_id:
             st.error(t("erasure_confirm_mismatch"))
             return
-        st.session_state[PENDING_KEY] = preview.customer_id
+        st.session_state[PENDING_KEY] = (preview.customer_id, decisions)
         st.session_state[DIALOG_KEY] = False
         st.session_state.pop(PREVIEW_KEY, None)
         st.rerun()
 
 
-def run_erasure(customer_id: str) -> None:
+def run_erasure(customer_id: str, decisions: dict) -> None:
     step_text = {
         "counting": lambda p: t("erasure_step_counting"),
         "store": lambda p: t("erasure_step_store", p=p.pass_no, n=f"{p.deleted:,}"),
@@ -55,23 +59,29 @@ def run_erasure(customer_id: str) -> None:
         "evidence": lambda p: t("erasure_step_evidence", p=p.pass_no, n=sum(p.detail.values())),
         "done": lambda p: t("erasure_step_done"),
     }
+    st.session_state[RUNNING_KEY] = customer_id
     with st.status(t("erasure_running", id=customer_id), expanded=True) as status:
         try:
-            result = call_now(erasure.erase, customer_id, operator=operator,
-                          progress=lambda p: status.write(step_text[p.step](p)))
+            # a click meanwhile makes status.write raise Streamlit's rerun: core records `interrupted`
+            result = call_now(erasure.erase, customer_id, operator=operator, decisions=decisions, config=attribution,
+                              progress=lambda p: status.write(step_text[p.step](p)))
         except Exception as exc:  # recorded as failed by core; shown, never hidden
             status.update(label=t("erasure_failed", error=exc), state="error")
             st.session_state[FAILED_KEY] = f"{type(exc).__name__}: {exc}"
+            st.session_state.pop(RUNNING_KEY, None)
             return
         status.update(label=t("erasure_done_label", id=customer_id),
                       state="complete" if result.complete else "error", expanded=False)
+    st.session_state.pop(RUNNING_KEY, None)
     forget_all()  # every store figure on the other pages may have changed
     st.session_state[RESULT_KEY] = result
     st.toast(t("erasure_toast", id=customer_id, rid=result.request_id), icon=":material/task_alt:")
 
 
 def show_result(result: erasure.ErasureResult) -> None:
-    if result.complete:
+    if result.complete and result.exclusions:
+        st.warning(t("erasure_exclusions", report=result.report), icon=":material/rule:")
+    elif result.complete:
         st.success(t("erasure_complete", id=result.customer_id), icon=":material/verified:")
     else:
         st.error(t("erasure_incomplete", id=result.customer_id, report=result.report))
@@ -109,12 +119,18 @@ def show_result(result: erasure.ErasureResult) -> None:
 
 st.title(t("erasure_title"))
 st.caption(t("erasure_caption"))
+coverage_notice(read(subj.coverage, attribution))
+
+cut_short = st.session_state.pop(RUNNING_KEY, None)
+if cut_short:  # the previous run was cut short mid-erasure by a click: core recorded it as interrupted
+    st.warning(t("erasure_interrupted", id=cut_short), icon=":material/pause_circle:")
+    st.page_link("app_pages/erasure_register.py", label=t("erasure_to_register"), icon=":material/fact_check:")
 
 pending = st.session_state.pop(PENDING_KEY, None)
 if pending:  # confirmed in the dialog: run once, on this run only
     st.session_state.pop(RESULT_KEY, None)
     st.session_state.pop(FAILED_KEY, None)
-    run_erasure(pending)
+    run_erasure(*pending)
 
 customer_id = st.text_input(t("erasure_customer"), key=ID_KEY)
 if customer_id:
@@ -125,8 +141,11 @@ elif "cliente" in st.query_params:
 if st.button(t("erasure_preview"), key="erasure.preview", icon=":material/preview:", disabled=not customer_id):
     st.session_state.pop(RESULT_KEY, None)
     st.session_state.pop(FAILED_KEY, None)
+    for key in [k for k in st.session_state if str(k).startswith("erasure.residue.")]:
+        del st.session_state[key]  # decisions belong to one preview
     try:
-        st.session_state[PREVIEW_KEY] = (call_now(erasure.preview, customer_id), time.strftime("%H:%M:%S"))
+        st.session_state[PREVIEW_KEY] = (call_now(erasure.preview, customer_id, attribution),
+                                          time.strftime("%H:%M:%S"))
     except InvalidIdentifier as exc:
         st.session_state.pop(PREVIEW_KEY, None)
         st.error(str(exc))
@@ -144,14 +163,18 @@ if preview is not None and preview.customer_id == customer_id:
         if preview.namespaces:
             table(pd.DataFrame(preview.namespaces, columns=["namespace", "documents"]), key="erasure.preview_namespaces",
                   config={"namespace": t("erasure_namespace"), "documents": t("erasure_documents")})
-        with st.expander(t("erasure_threads", n=len(preview.thread_ids))):
-            st.write(", ".join(f"`{x}`" for x in preview.thread_ids) or "—")
-    if preview.total == 0:
+    show_sources(preview.subjects)
+    show_residue(preview.residue)
+    decisions, undecided = decisions_of(preview.residue)
+    if preview.total == 0 and not preview.residue_threads:
         st.info(t("erasure_nothing", id=preview.customer_id))
-    if st.button(t("erasure_start"), key="erasure.start", type="primary", icon=":material/delete_forever:"):
+    if undecided:
+        st.warning(t("erasure_residue_undecided", n=undecided))
+    if st.button(t("erasure_start"), key="erasure.start", type="primary", icon=":material/delete_forever:",
+                 disabled=bool(undecided)):
         st.session_state[DIALOG_KEY] = True
     if st.session_state.get(DIALOG_KEY):
-        confirm(preview)
+        confirm(preview, decisions)
 
 if FAILED_KEY in st.session_state:
     st.error(t("erasure_failed", error=st.session_state[FAILED_KEY]))

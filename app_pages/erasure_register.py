@@ -8,12 +8,14 @@ import streamlit as st
 from core import roles
 from core.privacy import erasure
 from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
-from ui.common import call_now, require_role
+from ui.common import call_now, forget_all, require_role
 from ui.tables import table
 from ui.i18n import t
+from ui.registers import verify_button
 
 PICK_KEY = "erasure_register.request"
 NOTICE_KEY = "erasure_register.notice"
+NEXT_PICK_KEY = "erasure_register.next_pick"
 
 user = require_role(roles.DPO)
 operator = user.email or "local"
@@ -26,6 +28,7 @@ def _dirty_text(result: erasure.RecheckResult) -> str:
 
 st.title(t("erasure_register_title"))
 st.caption(t("erasure_register_caption"))
+verify_button("erasure", key="erasure_register.verify")
 
 notice = st.session_state.pop(NOTICE_KEY, None)  # the outcome of a re-check, shown after its rerun
 if notice:
@@ -70,11 +73,16 @@ table(
         "rechecks": t("erasure_col_rechecks"),
         "rechecks_dirty": t("erasure_col_dirty"),
         "came_back": t("erasure_came_back"),
+        "exclusions": t("erasure_col_exclusions"),
+        "resumed_by": t("erasure_col_resumed_by"),
+        "resumable": t("erasure_col_resumable"),
     },
 )
 
 labels = {int(r.id): t("erasure_pick_label", rid=int(r.id), id=r.customer_id, at=f"{r.requested_at:%Y-%m-%d %H:%M:%S}")
           for r in requests.itertuples()}
+if st.session_state.get(NEXT_PICK_KEY) in labels:
+    st.session_state[PICK_KEY] = st.session_state.pop(NEXT_PICK_KEY)
 if st.session_state.get(PICK_KEY) not in labels:
     st.session_state[PICK_KEY] = next(iter(labels))
 request_id = st.selectbox(t("erasure_pick"), list(labels), format_func=labels.get, key=PICK_KEY)
@@ -99,6 +107,16 @@ with right:
         file_name=f"erasure-{request_id}.json", mime="application/json", key="erasure_register.download",
         icon=":material/download:",
     )
+if row["resumable"]:
+    st.caption(t("erasure_resume_help"))
+    if st.button(t("erasure_resume_button"), key="erasure_register.resume", icon=":material/play_circle:"):
+        with st.spinner(t("erasure_running", id=row["customer_id"])):
+            resumed = call_now(erasure.resume, request_id, operator=operator)
+        forget_all()
+        st.session_state[NOTICE_KEY] = ("ok" if resumed.complete else "error",
+                                        t("erasure_resumed", rid=resumed.request_id, status=resumed.status))
+        st.session_state[NEXT_PICK_KEY] = resumed.request_id  # picked before the selectbox exists, next run
+        st.rerun()
 if row["came_back"] or row["status"] != "complete":
     st.page_link("app_pages/erasure.py", label=t("erasure_page"), icon=":material/delete_forever:",
                  query_params={"cliente": row["customer_id"]})

@@ -8,8 +8,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
+from core.checkpoints import tool_calls
 from core.memory import preferences
-from ui.common import read, require_role
+from ui.common import call_now, forget, read, require_role
 from ui.tables import table
 from ui.i18n import t
 
@@ -27,14 +28,47 @@ if not isinstance(period, tuple) or len(period) != 2:
     st.stop()  # the user is still picking the end date
 since, until = period
 
+
+def _forget_reads() -> None:
+    """After an extraction added rows: drop this page's cached reads (only these)."""
+    forget(preferences.preference_daily, since, until)
+    forget(preferences.conversations, since, until)
+    forget(preferences.clocks, since, until)
+    forget(preferences.preference_by_tipo, since, until)
+    forget(preferences.preferences_applied, APPLIED_THREADS)
+    for page in range(1, int(st.session_state.get("preferences.page", 1)) + 1):
+        forget(preferences.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+
+
+# Tool calls come from the checkpoints through an incremental extraction (the sweep job advances
+# it); a page view moves it forward a bounded step, never decodes the whole history.
+extracted = call_now(tool_calls.catch_up)
+if extracted.calls or extracted.thread_days:
+    _forget_reads()
+    st.caption(t("prefs_extracted", calls=extracted.calls, checkpoints=extracted.checkpoints))
+if extracted.error:
+    st.warning(t("prefs_cannot_extract", error=extracted.error, n=f"{extracted.behind:,}"))
+elif not extracted.caught_up:
+    st.warning(t("prefs_behind", n=f"{extracted.behind:,}"))
+    if st.button(t("prefs_extract_now"), key="preferences.extract"):
+        with st.status(t("prefs_extracting")) as status:
+            done = call_now(tool_calls.extract, on_batch=lambda r: status.update(
+                label=f"{t('prefs_extracting')} {r.checkpoints:,}"))
+            status.update(label=t("prefs_extracted", calls=done.calls, checkpoints=done.checkpoints), state="complete")
+        _forget_reads()
+        st.rerun()
+
 daily = read(preferences.preference_daily, since, until)
-conversations, writes = int(daily["conversations"].sum()), int(daily["writes"].sum())
+conversations, writes = read(preferences.conversations, since, until), int(daily["writes"].sum())
 ratio = writes / conversations if conversations else None
 c1, c2, c3 = st.columns(3)
 c1.metric(t("conversations"), f"{conversations:,}")
 c2.metric(t("pref_writes"), f"{writes:,}")
 c3.metric(t("ratio"), "–" if ratio is None else f"{ratio:.3f}",
           None if ratio is None else f"{ratio - TARGET_RATIO:+.3f} vs {t('target')} {TARGET_RATIO}")
+
+replayed = read(preferences.clocks, since, until).get("replayed", 0)
+st.caption(t("prefs_clock", replayed=t("prefs_clock_replayed", n=replayed) if replayed else ""))
 
 if conversations == 0:
     st.info(t("no_data"))

@@ -44,7 +44,7 @@ from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints.serde import make_serializer
 
 DIMS = 64
-TURNS = ["Hola, quería saber el estado de mi pedido.", "Mi talla es la M.", "¿Qué preferencias tengo guardadas?",
+TURNS = ["Hola, quería saber el estado de mi pedido.", "Prefiero que me atendáis en catalán.", "¿Qué preferencias tengo guardadas?",
          "Por favor, contactadme siempre por WhatsApp.", "Gracias, eso es todo."]
 
 

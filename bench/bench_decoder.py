@@ -37,7 +37,7 @@ TEMPLATE_TURNS = {
     "tpl-a": ("C1", ["Prefiero recoger mis pedidos en la tienda Gran Vía.", "¿Qué preferencias tengo guardadas?",
                      "Gracias, eso es todo."]),
     "tpl-b": ("C2", ["¿Hay avisos sobre vaqueros?", "Por favor, contactadme siempre por WhatsApp."]),
-    "tpl-c": ("C3", ["Hola, quería saber el estado de mi pedido.", "Mi talla es la M.", "¿Puedo cambiar una prenda sin ticket?"]),
+    "tpl-c": ("C3", ["Hola, quería saber el estado de mi pedido.", "Prefiero que me atendáis en catalán.", "¿Puedo cambiar una prenda sin ticket?"]),
 }
 CHECKPOINT_COLS = ["thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type", "checkpoint", "metadata"]
 BLOB_COLS = ["thread_id", "checkpoint_ns", "channel", "version", "type", "blob"]

@@ -73,9 +73,9 @@ def populate(db: Database, docs: int, others: int, customer: str = CUSTOMER) -> 
         store.batch(ops[start:start + 1000])
     agent = build_agent("atencion-cliente", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(db.pool))
     for k in range(1, 4):
-        run_turn(agent, ContextoCliente(customer), f"cliente-{customer}-{k}", "Mi talla es la M.")
+        run_turn(agent, ContextoCliente(customer), f"cliente-{customer}-{k}", "Prefiero que me atendáis en catalán.")
         run_turn(agent, ContextoCliente(customer), f"cliente-{customer}-{k}", "Hola, ¿y mi pedido?")
-    run_turn(agent, ContextoCliente("C19"), "cliente-C19-1", "Mi talla es la L.")
+    run_turn(agent, ContextoCliente("C19"), "cliente-C19-1", "Prefiero que me atendáis en euskera.")
 
 
 def seed_loop(db: Database, customer: str = CUSTOMER) -> int:

@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
-from core.checkpoints import views  # noqa: E402
+from core.checkpoints import tool_calls, views  # noqa: E402
 from core.privacy import erasure
 from core.memory import reads, preferences
 from core.checkpoints import replica_health
@@ -72,7 +72,7 @@ OLD_EVERY = 33  # one round of template threads in 33 is older than the retentio
 TEMPLATE_TURNS = {
     "tpl-a": ("C1", ["Prefiero recoger mis pedidos en la tienda Sol.", "¿Qué me propones para recibir el pedido?"]),
     "tpl-b": ("C2", ["Solo esta vez, recógelo en la tienda Goya."]),
-    "tpl-c": ("C3", ["Mi talla es la M."]),
+    "tpl-c": ("C3", ["Prefiero que me atendáis en catalán."]),
 }
 CUSTOMER_TEMPLATES = {"tpl-a": 0, "tpl-b": 1, "tpl-c": 2}
 SMOKE = {"docs": 2000, "customers": 500, "threads": 200, "writes": 2000, "erasure_docs": 60, "runs": 1, "renders": 1}
@@ -192,6 +192,11 @@ def build(dsn: str, docs: int, customers: int, threads: int, writes: int, erasur
     return info
 
 
+MOVE_EXPIRIES_OUT_OF_RUN = """
+UPDATE store SET expires_at = expires_at + %(window)s
+WHERE expires_at >= now() AND expires_at < now() + %(window)s"""
+
+
 def database(base: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
              log: Callable[[str], None], rebuild: bool = False) -> tuple[str, dict]:
     """A fresh copy of the production-sized database (built first if its template does not exist,
@@ -217,6 +222,9 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
     dsn = dsn_for(base, work)
     migrate(dsn, DIMS)  # migrations added since the template was built (no-op otherwise)
     with psycopg.connect(dsn, autocommit=True) as conn:
+        # a template built earlier has expiries that now fall inside this run: move them past it, so
+        # that the expired count and the sweep after it see the same documents
+        info["expiries_moved"] = conn.execute(MOVE_EXPIRIES_OUT_OF_RUN, {"window": generate_store.RUN_WINDOW}).rowcount
         conn.execute("VACUUM ANALYZE")  # statistics and visibility map of the copy
         conn.execute("CHECKPOINT")  # the build's and the copy's writes flushed before anything is timed
     return dsn, info
@@ -294,16 +302,21 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
 
     # Preferencias
     log("Preferencias")
+    # the page reads tool calls extracted from the checkpoints: the extraction is a job step (the sweep
+    # advances it), measured once here; bench/bench_tool_calls.py measures it against the live decode
+    extract_s, extracted = timed_ms(lambda: tool_calls.extract(db))
+    info["tool_call_extraction"] = {"ms": round(extract_s, 1), "writes": extracted.writes, "calls": extracted.calls}
+    log(f"tool-call extraction: {extracted.writes:,} writes in {extract_s:,.0f} ms")
     query("Preferencias", "preference_daily(30 days)", lambda: preferences.preference_daily(db, *month))
     query("Preferencias", "preference_by_tipo(30 days)", lambda: preferences.preference_by_tipo(db, *month))
     query("Preferencias", "writing_conversations(30 days, 50)",
           lambda: preferences.writing_conversations(db, *month, 50, 0))
-    recent = preferences.SELECT_PROPOSALS_AND_PREFERENCES.split("SELECT m.thread_id")[0] + "SELECT thread_id FROM threads"
+    recent = preferences.SELECT_PROPOSALS_AND_PREFERENCES.split("), subjects AS (")[0] + ") SELECT thread_id FROM recent"
     recent_threads = [r["thread_id"] for r in db.fetch(recent, {"threads": 500})]
     applied = preferences.preferences_applied(db, 500)
     info["preferences_applied"] = {"threads": len(recent_threads), "proposals": len(applied.proposals),
                                    "with_preference": applied.with_preference, "followed": applied.followed}
-    query("Preferencias", "preferences_applied(500 recent threads, decoded in SQL)",
+    query("Preferencias", "preferences_applied(500 recent threads, extracted tool calls)",
           lambda: preferences.preferences_applied(db, 500),
           "fetch + Python decode (core.checkpoint_json) of the same threads' writes",
           lambda: [payload_json(r["type"], r["blob"]) for r in db.fetch(

@@ -149,7 +149,7 @@ def seed_threads(dsn: str) -> dict[str, dict[str, list[dict]]]:
     saver, model = PostgresSaver(db.pool), ScriptedChatModel()
     agents = {k: build_agent(k, model, store=store, checkpointer=saver)
               for k in ("atencion-cliente", "compras", "ajustes-personal")}
-    run_turn(agents["atencion-cliente"], ContextoCliente("C1"), "seed-0", "Mi talla es la M.")
+    run_turn(agents["atencion-cliente"], ContextoCliente("C1"), "seed-0", "Prefiero que me atendáis en catalán.")
     run_turn(agents["atencion-cliente"], ContextoCliente("C1"), "seed-0", "Gracias, eso es todo.")
     run_turn(agents["atencion-cliente"], ContextoCliente("C2"), "seed-1", "¿Puedo cambiar una prenda sin ticket?")
     run_turn(agents["compras"], ContextoProveedor("P1"), "seed-2", "aviso retraso: Los vaqueros llegan tarde")

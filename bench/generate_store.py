@@ -19,6 +19,10 @@ import psycopg
 from core.memory.store import POLICIES, TIPOS
 
 TTL = {root: p.ttl_minutes for root, p in POLICIES.items()}
+# No generated document expires within this long after generation: a benchmark run that counts the
+# expired documents and then sweeps them sees the same set (bench_production also moves such expiries
+# out of each run's window when it copies a template built earlier).
+RUN_WINDOW = timedelta(days=1)
 
 
 def _copy(conn: psycopg.Connection, sql: str, rows) -> int:
@@ -47,6 +51,8 @@ def generate(dsn: str, docs: int, customers: int, vector_share: float = 0.1, dim
             expires = created + timedelta(minutes=TTL[root])
             if rng.random() < 0.08:  # expired, not yet swept
                 expires = now - timedelta(minutes=rng.randint(1, 20_000))
+            elif now <= expires < now + RUN_WINDOW:  # would expire during the run: a day later instead
+                expires += RUN_WINDOW
             return (prefix, key, json.dumps(value), created, created, expires, TTL[root])
 
         # clientes: spread docs over customers, max 4 each, plus oversized ones

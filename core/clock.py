@@ -17,6 +17,11 @@ def now() -> datetime:
     return _simulated.get() or datetime.now(timezone.utc)
 
 
+def simulated_now() -> datetime | None:
+    """The replayed time inside `simulated`, else None."""
+    return _simulated.get()
+
+
 @contextmanager
 def simulated(at: datetime) -> Iterator[None]:
     """Within the block (this thread or task), `now()` returns `at`."""

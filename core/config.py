@@ -14,6 +14,9 @@ from typing import Any, Mapping
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS_FILE = ROOT / ".streamlit" / "secrets.toml"
 
+DEFAULT_SUBJECT_METADATA_KEYS = ("cliente_id", "customer_id", "user_id")
+DEFAULT_SUBJECT_THREAD_PATTERNS = ("cliente-{id}-*",)
+
 # Offline embedding dimension for the embedded demo (see core.embeddings).
 DEFAULT_DIMS = 64
 
@@ -34,6 +37,8 @@ class Settings:
 
     dsn: str | None = None
     replica_dsn: str | None = None
+    # Pages say "as of <time>" when the read replica's data is older than this (seconds).
+    replica_max_lag_s: float = 30.0
     data_dir: Path = ROOT / ".data"
     embeddings_base_url: str | None = None
     embeddings_model: str = "text-embedding-3-small"
@@ -46,6 +51,12 @@ class Settings:
     demo_replicas: int = 0
     # Roles of the local user when no identity provider is configured (default: all).
     local_roles: str = "manager,sre,dpo"
+    # Subject attribution (core.privacy.subjects): which checkpoint metadata keys name the customer,
+    # thread-id patterns with `{id}` (and `*` for "anything"), and an optional read-only SQL query
+    # on the application's own tables returning `thread_id` for `%(id)s`.
+    subject_metadata_keys: tuple[str, ...] = DEFAULT_SUBJECT_METADATA_KEYS
+    subject_thread_patterns: tuple[str, ...] = DEFAULT_SUBJECT_THREAD_PATTERNS
+    subject_thread_query: str | None = None
 
     @property
     def embedded(self) -> bool:
@@ -78,6 +89,12 @@ def _int(name: str, raw: Any, minimum: int) -> int:
     return value
 
 
+def _list(raw: Any) -> tuple[str, ...]:
+    """A comma-separated string (env) or a list (secrets) as a tuple of non-empty stripped items."""
+    items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+    return tuple(str(i).strip() for i in items if str(i).strip())
+
+
 def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
     """Read settings. `secrets` defaults to `.streamlit/secrets.toml`.
 
@@ -91,6 +108,7 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
     return Settings(
         dsn=dsn,
         replica_dsn=_pick("PG_AGENTES_REPLICA", secrets),
+        replica_max_lag_s=_int("REPLICA_MAX_LAG_S", _pick("REPLICA_MAX_LAG_S", secrets, 30), minimum=0),
         data_dir=Path(_pick("AGENT_MEMORY_DATA", secrets, ROOT / ".data")),
         embeddings_base_url=_pick("EMBEDDINGS_BASE_URL", secrets),
         embeddings_model=_pick("EMBEDDINGS_MODEL", secrets, "text-embedding-3-small"),
@@ -101,5 +119,8 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         seed_demo=_flag(_pick("SEED_DEMO", secrets, "1" if dsn is None else "0")),
         role_map=role_map,
         local_roles=str(_pick("LOCAL_ROLES", secrets, "manager,sre,dpo")),
+        subject_metadata_keys=_list(_pick("SUBJECT_METADATA_KEYS", secrets, DEFAULT_SUBJECT_METADATA_KEYS)),
+        subject_thread_patterns=_list(_pick("SUBJECT_THREAD_PATTERNS", secrets, DEFAULT_SUBJECT_THREAD_PATTERNS)),
+        subject_thread_query=_pick("SUBJECT_THREAD_QUERY", secrets),
         demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
     )

@@ -117,9 +117,27 @@ def migrate(dsn: str, dims: int) -> list[str]:
                     conn.execute(INSERT_APPLIED, (version, name))
                 applied_now.append(f"{version:03d}_{name}")
                 log.info("applied migration %03d_%s", version, name)
+            sync_serde_allowlist(conn)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
     return applied_now
+
+
+DELETE_ALLOWLIST = "DELETE FROM core_serde_allowlist"
+INSERT_ALLOWLIST = "INSERT INTO core_serde_allowlist (module, name, method, source) VALUES (%s, %s, %s, %s)"
+
+
+def sync_serde_allowlist(conn: psycopg.Connection) -> int:
+    """Rewrite `core_serde_allowlist` (migration 021) from the serializer's own allowlist
+    (core.checkpoints.serde.allowlist_rows), in one transaction, on every migrate: the SQL decoder
+    and the serializer refuse the same payloads. Returns the rows written."""
+    from core.checkpoints.serde import allowlist_rows
+
+    rows = allowlist_rows()
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(DELETE_ALLOWLIST)
+        cur.executemany(INSERT_ALLOWLIST, rows)
+    return len(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

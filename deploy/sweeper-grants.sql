@@ -27,12 +27,19 @@ BEGIN
     IF to_regclass('core_prefix_counts') IS NOT NULL THEN
         GRANT SELECT, INSERT, UPDATE, DELETE ON core_prefix_counts TO agent_memory_sweeper;
     END IF;
+    -- core_expiry_days (migration 040, documents per day of expiry, the Sweeps page's forecast): same.
+    IF to_regclass('core_expiry_days') IS NOT NULL THEN
+        GRANT SELECT, INSERT, UPDATE ON core_expiry_days TO agent_memory_sweeper;
+    END IF;
 END
 $$;
 GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;
 -- The Checkpoints page's storage summary, recomputed by every sweep (migration 009; DELETE also
 -- allows the LOCK TABLE ... IN EXCLUSIVE MODE that keeps two refreshes apart).
 GRANT SELECT, INSERT, DELETE ON core_thread_storage TO agent_memory_sweeper;
+-- Tool-call extraction step (core/checkpoints/tool_calls.py): extracted rows, orphans pruned, watermark.
+GRANT SELECT, INSERT, UPDATE, DELETE ON core_tool_calls, core_thread_days, core_refused_payloads TO agent_memory_sweeper;
+GRANT SELECT, INSERT, UPDATE ON core_extract_watermark TO agent_memory_sweeper;
 
 -- The erasure register's re-check, which the job runs after the sweep (core.erasure.recheck_all):
 -- it counts a customer's rows again in every table that can name one (store, checkpoints and our

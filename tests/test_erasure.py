@@ -62,7 +62,7 @@ def converse(agent, customer: str, n_threads: int = 1) -> list[str]:
     for k in range(1, n_threads + 1):
         thread_id = f"cliente-{customer}-{k}"
         run_turn(agent, ContextoCliente(customer), thread_id, "Prefiero recoger mis pedidos en la tienda Sierpes.")
-        run_turn(agent, ContextoCliente(customer), thread_id, "Mi talla es la M.")
+        run_turn(agent, ContextoCliente(customer), thread_id, "Prefiero que me atendáis en catalán.")
         threads.append(thread_id)
     return threads
 
@@ -113,7 +113,7 @@ def populated(db):
 def test_customer_erased_completely_and_look_alikes_keep_every_row(populated):
     db = populated
     before = {c: footprint(db, c) for c in [BIG, *LOOK_ALIKES]}
-    assert before[BIG]["store"] == BIG_DOCS + 2  # + pref-tienda_recogida, pref-talla from the agent
+    assert before[BIG]["store"] == BIG_DOCS + 2  # + pref-recogida, pref-idioma from the agent
     assert before[BIG]["store_vectors"] >= BIG_DOCS
     assert before[BIG]["threads"] == 3 and before[BIG]["checkpoints"] > 0 and before[BIG]["checkpoint_writes"] > 0
     assert all(before[c]["store"] > 0 and before[c]["checkpoints"] > 0 for c in LOOK_ALIKES)
@@ -322,11 +322,11 @@ def test_recheck_reports_data_that_came_back(db):
     assert clean.clean and set(clean.counts.values()) == {0}
 
     # a late turn on a deleted thread recreates it (the shape of langgraph issue #7206)
-    run_turn(agent, ContextoCliente("C3"), "cliente-C3-1", "Mi talla es la L.")
+    run_turn(agent, ContextoCliente("C3"), "cliente-C3-1", "Prefiero que me atendáis en euskera.")
     late = erasure.recheck(db, result.request_id, operator="dpo@example.com")
     assert not late.clean
     assert late.counts["checkpoints"] > 0 and late.counts["checkpoint_blobs"] + late.counts["checkpoint_writes"] > 0
-    assert late.counts["store"] == 1  # pref-talla written again by the tool
+    assert late.counts["store"] == 1  # pref-idioma written again by the tool
     row = register_rows(db, "C3")[0]
     assert row["last_recheck_clean"] is False and row["last_recheck_at"] == late.checked_at
     checks = erasure.rechecks(db, result.request_id)
@@ -407,7 +407,9 @@ def test_a_failure_midway_is_recorded_as_failed_and_raised(db):
     (row,) = register_rows(db, "C8")
     assert row["status"] == "failed" and "legal hold" in row["report"] and row["finished_at"] is not None
     assert row["deleted"]["store"] == 12  # what was done before the failure is on record
-    assert erasure.recheck_all(db) == []  # a failed request is not what a re-check holds true
+    # issue 16 finding 9: the sweep's re-check no longer skips a failed request; it finds what is left
+    (check,) = erasure.recheck_all(db)
+    assert check.request_id == row["id"] and not check.clean and check.counts["core_conversations"] > 0
 
 
 def test_demo_step_erases_one_customer_for_real(db):

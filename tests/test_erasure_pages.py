@@ -113,7 +113,7 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     table = frame(at, "customer_id", "same_day")
     assert list(table["customer_id"]) == ["C9"] and bool(table["same_day"].iloc[0])
     assert table["status"].iloc[0] == "complete" and table["seconds_to_zero"].iloc[0] >= 0
-    run_turn(shop.agent, ContextoCliente("C9"), "cliente-C9-1", "Mi talla es la XL.")
+    run_turn(shop.agent, ContextoCliente("C9"), "cliente-C9-1", "Prefiero que me atendáis en gallego.")
     at.button(key="erasure_register.recheck").click().run()
     assert not at.exception, at.exception
     assert "Han vuelto datos de **C9**" in texts(at) and "checkpoints=" in texts(at)
@@ -136,9 +136,11 @@ def test_invalid_id_in_the_page_gets_a_clear_error(shop, app_env):
 def test_manager_is_refused(shop, app_env):
     app_env(shop.dsn, LOCAL_ROLES="manager")
     at = dashboard()
-    # not in the manager's navigation at all ...
-    with pytest.raises(ValueError, match="Could not find a navigation page"):
-        at.switch_page("app_pages/erasure.py")
+    # registered but hidden from a manager's menu: its URL opens it, and it refuses naming the role
+    at.switch_page("app_pages/erasure.py").run()
+    assert not at.exception, at.exception
+    assert [e.value for e in at.error] == ["Esta página requiere el rol «dpo»."]
+    assert not at.text_input and not at.metric and not at.dataframe
     # ... and the pages refuse on their own when reached directly (server-side check on every run)
     for page in ("../app_pages/erasure.py", "../app_pages/erasure_register.py"):
         direct = AppTest.from_file(page, default_timeout=TIMEOUT).run()

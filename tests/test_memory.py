@@ -59,14 +59,14 @@ def test_preference_survives_the_thread_for_c9(agents, db):
     # A new thread of the same customer: the preference is in the prompt and in the tool.
     result = run_turn(agents["atencion-cliente"], ContextoCliente("C9"), "t-2", "¿Qué preferencias tengo guardadas?")
     tool_msgs = [m for m in result["messages"] if isinstance(m, ToolMessage)]
-    assert tool_msgs and "tienda_recogida: Gran Vía" in tool_msgs[-1].content
+    assert tool_msgs and "recogida: Gran Vía" in tool_msgs[-1].content
     hello = run_turn(agents["atencion-cliente"], ContextoCliente("C9"), "t-3", "Hola")
     assert "con tus preferencias en cuenta" in hello["messages"][-1].content
     assert db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix='clientes.C9'")["n"] == 1
 
 
 def test_c10_sees_nothing_from_another_thread_and_agent(agents, db):
-    run_turn(agents["atencion-cliente"], ContextoCliente("C9"), "t-a", "Mi talla es la M.")
+    run_turn(agents["atencion-cliente"], ContextoCliente("C9"), "t-a", "Prefiero que me atendáis en catalán.")
     run_turn(agents["compras"], ContextoProveedor("P1"), "t-b", "aviso retraso: Los abrigos llegan tarde")
     result = run_turn(agents["atencion-cliente"], ContextoCliente("C10"), "t-c", "¿Qué preferencias tengo guardadas?")
     tool_msgs = [m for m in result["messages"] if isinstance(m, ToolMessage)]
@@ -77,7 +77,7 @@ def test_c10_sees_nothing_from_another_thread_and_agent(agents, db):
 
 def test_tools_without_store_return_empty():
     agent = build_agent("atencion-cliente", ScriptedChatModel(), store=None)
-    for text in ("Mi talla es la M.", "¿Qué preferencias tengo guardadas?", "¿Hay avisos sobre abrigos?"):
+    for text in ("Prefiero que me atendáis en catalán.", "¿Qué preferencias tengo guardadas?", "¿Hay avisos sobre abrigos?"):
         result = agent.invoke({"messages": [{"role": "user", "content": text}]}, context=ContextoCliente("C9"))
         tool_msgs = [m for m in result["messages"] if isinstance(m, ToolMessage)]
         assert len(tool_msgs) == 1 and tool_msgs[0].content == "" and tool_msgs[0].status != "error"
@@ -88,11 +88,11 @@ def test_overwrite_by_tipo_and_write_log(agents, db):
     for tienda in ("Gran Vía", "Diagonal"):
         run_turn(agents["atencion-cliente"], ContextoCliente("C9"), f"t-{tienda}", f"Prefiero recoger mis pedidos en la tienda {tienda}.")
     docs = db.fetch("SELECT key, value->>'valor' AS valor FROM store WHERE prefix='clientes.C9'")
-    assert docs == [{"key": "pref-tienda_recogida", "valor": "Diagonal"}]
+    assert docs == [{"key": "pref-recogida", "valor": "Diagonal"}]
     log = db.fetch("SELECT prefix, key, thread_id, agent FROM core_memory_writes ORDER BY id")
     assert log == [
-        {"prefix": "clientes.C9", "key": "pref-tienda_recogida", "thread_id": "t-Gran Vía", "agent": "atencion-cliente"},
-        {"prefix": "clientes.C9", "key": "pref-tienda_recogida", "thread_id": "t-Diagonal", "agent": "atencion-cliente"},
+        {"prefix": "clientes.C9", "key": "pref-recogida", "thread_id": "t-Gran Vía", "agent": "atencion-cliente"},
+        {"prefix": "clientes.C9", "key": "pref-recogida", "thread_id": "t-Diagonal", "agent": "atencion-cliente"},
     ]
 
 
@@ -114,14 +114,14 @@ def test_ttl_written_per_namespace(store, db, root):
 
 
 def test_refresh_on_read_for_clientes_not_for_proveedores(store, db):
-    put_memory(store, ("clientes", "C9"), "pref-talla", {"texto": "talla: M"})
+    put_memory(store, ("clientes", "C9"), "pref-idioma", {"texto": "idioma: catalán"})
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"})
-    before_c, before_p = row(db, "clientes.C9", "pref-talla")["expires_at"], row(db, "proveedores.P1", "aviso-retraso")["expires_at"]
+    before_c, before_p = row(db, "clientes.C9", "pref-idioma")["expires_at"], row(db, "proveedores.P1", "aviso-retraso")["expires_at"]
     time.sleep(0.05)
-    assert get_memory(store, ("clientes", "C9"), "pref-talla") is not None
+    assert get_memory(store, ("clientes", "C9"), "pref-idioma") is not None
     assert get_memory(store, ("proveedores", "P1"), "aviso-retraso") is not None
     assert search_memory(store, ("proveedores",), query="retraso")
-    assert row(db, "clientes.C9", "pref-talla")["expires_at"] > before_c
+    assert row(db, "clientes.C9", "pref-idioma")["expires_at"] > before_c
     assert row(db, "proveedores.P1", "aviso-retraso")["expires_at"] == before_p
 
 
@@ -143,13 +143,13 @@ def test_validity_never_lengthens_the_policy(store, db):
 
 def test_in_memory_store_refuses_ttl():
     with pytest.raises(NotImplementedError):
-        InMemoryStore().put(("clientes", "C9"), "pref-talla", {"texto": "M"}, ttl=POLICIES["clientes"].ttl_minutes)
+        InMemoryStore().put(("clientes", "C9"), "pref-idioma", {"texto": "M"}, ttl=POLICIES["clientes"].ttl_minutes)
 
 
 @pytest.mark.parametrize("bad", ["", "   ", " C9", "C.9", "C9\x00", "x" * 10_000, None, 9])
 def test_bad_ids_are_refused_and_change_nothing(store, db, bad):
     with pytest.raises(InvalidIdentifier):
-        put_memory(store, ("clientes", bad), "pref-talla", {"texto": "M"})
+        put_memory(store, ("clientes", bad), "pref-idioma", {"texto": "M"})
     with pytest.raises(InvalidIdentifier):
         validate_label(bad)
     assert db.fetch_one("SELECT (SELECT count(*) FROM store) + (SELECT count(*) FROM core_memory_writes) AS n")["n"] == 0
@@ -157,8 +157,8 @@ def test_bad_ids_are_refused_and_change_nothing(store, db, bad):
 
 def test_metacharacters_are_plain_labels(store, db):
     for ident in ("C_9", "C%", "O'Brien", 'C"9'):
-        put_memory(store, ("clientes", ident), "pref-talla", {"texto": "M"})
-    assert get_memory(store, ("clientes", "C_9"), "pref-talla") is not None
+        put_memory(store, ("clientes", ident), "pref-idioma", {"texto": "M"})
+    assert get_memory(store, ("clientes", "C_9"), "pref-idioma") is not None
     assert [i.namespace for i in search_memory(store, ("clientes", "C_9"))] == [("clientes", "C_9")]
     assert [i.namespace for i in search_memory(store, ("clientes", "C%"))] == [("clientes", "C%")]
 
@@ -211,7 +211,7 @@ def test_agents_keep_answering_when_the_store_is_down():
     try:
         agent = build_agent("atencion-cliente", ScriptedChatModel(),
                             store=build_store(dead, OfflineHashEmbeddings(DIMS), DIMS), checkpointer=InMemorySaver())
-        result = run_turn(agent, ContextoCliente("C9"), "t-down", "Mi talla es la M.")
+        result = run_turn(agent, ContextoCliente("C9"), "t-down", "Prefiero que me atendáis en catalán.")
         tool_msgs = [m for m in result["messages"] if isinstance(m, ToolMessage)]
         assert [(m.content, m.status) for m in tool_msgs] == [(MEMORY_DOWN, "error")]
         assert result["messages"][-1].content.startswith("Hecho.")

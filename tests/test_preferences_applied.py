@@ -6,6 +6,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from streamlit.testing.v1 import AppTest
 
 from conftest import DIMS
+from core.checkpoints import tool_calls
 from core.memory import preferences
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.memory.embeddings import OfflineHashEmbeddings
@@ -32,6 +33,7 @@ SCRIPT = [
 
 def test_rate_follows_the_preference_in_force(db):
     converse(db, ScriptedChatModel(), SCRIPT)
+    tool_calls.extract(db)
     result = preferences.preferences_applied(db)
     assert (result.with_preference, result.followed, result.changed_by_memory) == (3, 2, 2)
     assert result.rate == 2 / 3
@@ -44,6 +46,7 @@ def test_rate_follows_the_preference_in_force(db):
 
 def test_memory_that_changes_nothing_is_called_useless(db, app_env):
     converse(db, ScriptedChatModel(apply_preferences=False), SCRIPT)
+    tool_calls.extract(db)
     result = preferences.preferences_applied(db)
     assert (result.with_preference, result.followed, result.changed_by_memory) == (3, 0, 0)
     app_env(db.dsn)

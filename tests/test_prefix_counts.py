@@ -22,17 +22,17 @@ def assert_exact(db):
 def test_counts_follow_every_write(db):
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
     for cid in ("C9", "C_9", "C%"):
-        put_memory(store, ("clientes", cid), "pref-talla", {"texto": "M"})
-        put_memory(store, ("clientes", cid), "pref-canal_contacto", {"texto": "SMS"})
+        put_memory(store, ("clientes", cid), "pref-idioma", {"texto": "M"})
+        put_memory(store, ("clientes", cid), "pref-contacto", {"texto": "SMS"})
     assert_exact(db)
     before = db.fetch_one("SELECT last_write FROM core_prefix_counts WHERE prefix='clientes.C9'")["last_write"]
-    put_memory(store, ("clientes", "C9"), "pref-talla", {"texto": "L"})  # overwrite: same count, newer write
+    put_memory(store, ("clientes", "C9"), "pref-idioma", {"texto": "L"})  # overwrite: same count, newer write
     assert_exact(db)
     assert db.fetch_one("SELECT last_write FROM core_prefix_counts WHERE prefix='clientes.C9'")["last_write"] > before
-    get_memory(store, ("clientes", "C9"), "pref-talla")  # TTL refresh is an UPDATE
+    get_memory(store, ("clientes", "C9"), "pref-idioma")  # TTL refresh is an UPDATE
     assert_exact(db)
-    store.batch([PutOp(("clientes", "C9"), "pref-talla", None), PutOp(("clientes", "C_9"), "pref-talla", None),
-                 PutOp(("clientes", "C_9"), "pref-canal_contacto", None)])
+    store.batch([PutOp(("clientes", "C9"), "pref-idioma", None), PutOp(("clientes", "C_9"), "pref-idioma", None),
+                 PutOp(("clientes", "C_9"), "pref-contacto", None)])
     assert_exact(db)
     assert db.fetch_one("SELECT count(*) AS n FROM core_prefix_counts WHERE prefix='clientes.C_9'")["n"] == 0
     put_memory(store, ("proveedores", "P1"), "aviso-promocion", {"texto": "flash"}, valid_for_minutes=0.005)
@@ -52,7 +52,7 @@ def test_backfill_on_migration_of_an_existing_store(create_database):
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         store = build_store(conn, OfflineHashEmbeddings(DIMS), DIMS)
         store.setup()
-        store.put(("clientes", "C1"), "pref-talla", {"texto": "M"}, ttl=60)
+        store.put(("clientes", "C1"), "pref-idioma", {"texto": "M"}, ttl=60)
         store.put(("empleados", "E1"), "ajuste-turno", {"texto": "tarde"}, ttl=60)
     migrate(dsn, DIMS)
     from core.db import Database

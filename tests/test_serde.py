@@ -177,7 +177,22 @@ def test_safe_and_allowlisted_types_round_trip():
         "tags": {"a", "b"},
     }
     assert serde.loads_typed(serde.dumps_typed(value)) == value
-    assert lg_msgpack.SAFE_MSGPACK_TYPES  # langgraph's own safe set stays allowed alongside ours
+
+
+def test_langgraphs_own_safe_types_stay_allowed_alongside_ours():
+    """Types only langgraph's safe set lists (not our allowlist) still load as themselves."""
+    import ipaddress
+    from zoneinfo import ZoneInfo
+
+    from core.checkpoints.serde import ALLOWED_MSGPACK_MODULES
+
+    value = {"net": ipaddress.IPv4Network("10.0.0.0/8"), "address": ipaddress.IPv6Address("::1"),
+             "tz": ZoneInfo("Europe/Madrid")}
+    for obj in value.values():
+        key = (type(obj).__module__, type(obj).__name__)
+        assert key in lg_msgpack.SAFE_MSGPACK_TYPES and key not in set(ALLOWED_MSGPACK_MODULES), key
+    serde = make_serializer()
+    assert serde.loads_typed(serde.dumps_typed(value)) == value
 
 
 def test_clone_from_with_msgpack_allowlist_still_refuses():

@@ -150,7 +150,7 @@ def ckpt_db(create_database) -> Database:
     for text in ["Prefiero recoger mis pedidos en la tienda Gran Vía.", "¿Qué preferencias tengo guardadas?",
                  "¿Hay avisos sobre vaqueros?", "Hola, quería saber el estado de mi pedido."]:
         run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", text)
-    run_turn(cliente, ContextoCliente("C_%'1"), "cliente-C_%'1-1", "Mi talla es la M.")
+    run_turn(cliente, ContextoCliente("C_%'1"), "cliente-C_%'1-1", "Prefiero que me atendáis en catalán.")
     run_turn(compras, ContextoProveedor("P001"), "compras-P001-retraso", "aviso retraso: Los vaqueros llegan tarde")
 
     graph = rich_graph(PostgresSaver(db.pool, serde=JsonPlusSerializer(allowed_msgpack_modules=True)))
@@ -264,9 +264,9 @@ def test_sql_path_never_imports_or_calls_what_a_payload_names(ckpt_db, tmp_path)
     blob = ormsgpack.packb(evil)
     decoded = sql_payload(ckpt_db, "msgpack", blob)
     assert decoded == as_json([
-        {"type": f"{CANARY_MODULE}.boom", "value": "x"},
-        {"type": "os.system", "value": [f"touch {marker}"]},
-        {"type": "builtins.eval", "value": "__import__('os')", "method": "__call__"},
+        {"type": f"{CANARY_MODULE}.boom", "value": "x", "refused": True},
+        {"type": "os.system", "value": [f"touch {marker}"], "refused": True},
+        {"type": "builtins.eval", "value": "__import__('os')", "method": "__call__", "refused": True},
     ])
     assert as_json(payload_json("msgpack", blob)) == decoded
     assert CANARY_MODULE not in sys.modules and not marker.exists()

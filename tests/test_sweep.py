@@ -13,7 +13,7 @@ from core.operations import sweep, sweep_reads
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
-from core.memory.store import POLICIES, build_store, get_memory, put_memory
+from core.memory.store import build_store, get_memory, put_memory
 from core.agents.scripted_model import ScriptedChatModel
 
 DIMS = 64
@@ -54,17 +54,17 @@ def test_sweep_deletes_exactly_the_expired_rows_and_their_vectors(db, store):
     put_memory(store, ("proveedores", "P2"), "aviso-promocion", {"tema": "promocion", "texto": "promo vaqueros"},
                valid_for_minutes=FLASH)
     put_memory(store, ("proveedores", "P2"), "aviso-sin-texto", {"tema": "retraso"}, valid_for_minutes=FLASH)
-    put_memory(store, ("clientes", "C1"), "pref-talla", {"tipo": "talla", "valor": "M", "texto": "talla: M"},
+    put_memory(store, ("clientes", "C1"), "pref-idioma", {"tipo": "idioma", "valor": "M", "texto": "idioma: catalán"},
                valid_for_minutes=FLASH)
     # Live: same namespaces and other roots, with their policy TTL.
     put_memory(store, ("proveedores", "P1"), "aviso-promocion", {"tema": "promocion", "texto": "promo mochilas"})
-    put_memory(store, ("clientes", "C1"), "pref-canal_contacto", {"tipo": "canal_contacto", "texto": "canal: SMS"})
-    put_memory(store, ("clientes", "C2"), "pref-talla", {"tipo": "talla", "texto": "talla: L"})
+    put_memory(store, ("clientes", "C1"), "pref-contacto", {"tipo": "contacto", "texto": "contacto: SMS"})
+    put_memory(store, ("clientes", "C2"), "pref-idioma", {"tipo": "idioma", "texto": "idioma: euskera"})
     put_memory(store, ("empleados", "E1"), "ajuste-turno", {"ajuste": "turno", "texto": "turno: tarde"})
     time.sleep(0.5)
 
     expired = {("proveedores.P1", "aviso-retraso"), ("proveedores.P2", "aviso-promocion"),
-               ("proveedores.P2", "aviso-sin-texto"), ("clientes.C1", "pref-talla")}
+               ("proveedores.P2", "aviso-sin-texto"), ("clientes.C1", "pref-idioma")}
     before_rows, before_vectors = rows(db), vectors(db)
     assert expired < before_rows
     expired_vectors = {v for v in before_vectors if v[:2] in expired}
@@ -104,27 +104,27 @@ def test_dry_run_counts_the_expired_rows_and_deletes_nothing(db, store):
 
 
 def test_rows_refreshed_on_read_survive_the_sweep(db, store):
-    put_memory(store, ("clientes", "C1"), "pref-talla", {"tipo": "talla", "texto": "talla: M"})
-    put_memory(store, ("clientes", "C2"), "pref-talla", {"tipo": "talla", "texto": "talla: S"})
+    put_memory(store, ("clientes", "C1"), "pref-idioma", {"tipo": "idioma", "texto": "idioma: catalán"})
+    put_memory(store, ("clientes", "C2"), "pref-idioma", {"tipo": "idioma", "texto": "idioma: gallego"})
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"tema": "retraso", "texto": "retraso de mochilas"})
     put_memory(store, ("empleados", "E1"), "ajuste-turno", {"ajuste": "turno", "texto": "turno: tarde"})
     # Simulate the end of their TTL (a year for clientes, 90 days for proveedores...) without waiting
     # for it: the rows were written by the real put path with their policy TTL (`ttl_minutes`), only
-    # their due time is moved to one second from now. A TTL short enough to wait for cannot be used:
+    # their due time is moved to ten minutes from now. A TTL short enough to wait for cannot be used:
     # `ttl_minutes` is an INT column, so a refresh of a sub-minute TTL would expire the row at once.
-    db.execute("UPDATE store SET expires_at = now() + interval '1 second'")
+    db.execute("UPDATE store SET expires_at = now() + interval '10 minutes'")
     # Read before they expire: clientes and empleados refresh on read, proveedores do not.
-    assert get_memory(store, ("clientes", "C1"), "pref-talla") is not None
+    assert get_memory(store, ("clientes", "C1"), "pref-idioma") is not None
     assert get_memory(store, ("proveedores", "P1"), "aviso-retraso") is not None
     assert get_memory(store, ("empleados", "E1"), "ajuste-turno") is not None
-    time.sleep(1.2)
+    # Then eleven minutes pass for every row alike (no wall-clock window the reads must land in).
+    db.execute("UPDATE store SET expires_at = expires_at - interval '11 minutes'")
 
     result = sweep.run_sweep(db, trigger="manual")
 
     assert result.status == "ok", result.error
-    assert rows(db) == {("clientes.C1", "pref-talla"), ("empleados.E1", "ajuste-turno")}
+    assert rows(db) == {("clientes.C1", "pref-idioma"), ("empleados.E1", "ajuste-turno")}
     assert result.deleted_by_root == {"clientes": 1, "proveedores": 1}
-    assert POLICIES["clientes"].refresh_on_read and not POLICIES["proveedores"].refresh_on_read
     left = db.fetch_one("SELECT (expires_at - now()) > interval '364 days' AS renewed FROM store "
                         "WHERE prefix = 'clientes.C1'")
     assert left["renewed"]
@@ -187,7 +187,7 @@ def _converse(db: Database, store) -> None:
     cliente = build_agent("atencion-cliente", model, store=store, checkpointer=saver)
     compras = build_agent("compras", model, store=store, checkpointer=saver)
     personal = build_agent("ajustes-personal", model, store=store, checkpointer=saver)
-    run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Mi talla es la M.")
+    run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Prefiero que me atendáis en catalán.")
     run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Gracias, eso es todo.")
     run_turn(cliente, ContextoCliente("C2"), "cliente-C2-1", "¿Puedo cambiar una prenda sin ticket?")
     run_turn(cliente, ContextoCliente("C3"), "cliente-C3-1", "Hola, quería saber el estado de mi pedido.")
@@ -240,7 +240,7 @@ def test_retention_dry_run_lists_exactly_the_old_threads_and_the_run_deletes_onl
         ("dry_run", 2, 0, 30), ("ok", 2, 2, 30)]
     assert logged[0]["threads_sample"] == ["cliente-C1-1", "compras-P1-retraso"]
     # The memory the conversations wrote is not retention's business.
-    assert ("clientes.C1", "pref-talla") in rows(db)
+    assert ("clientes.C1", "pref-idioma") in rows(db)
 
 
 @pytest.mark.parametrize("days", [-1, 0, "-5", "abc", 2.5, True])
@@ -275,7 +275,7 @@ def test_bad_input_on_the_command_line_exits_2_and_changes_nothing(db, store, mo
 
 def test_page_reads_match_sql(db, store):
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
-    put_memory(store, ("clientes", "C1"), "pref-talla", {"texto": "talla: M"})
+    put_memory(store, ("clientes", "C1"), "pref-idioma", {"texto": "idioma: catalán"})
     put_memory(store, ("empleados", "E1"), "ajuste-turno", {"texto": "turno: tarde"})
     put_memory(store, ("proveedores", "P2"), "aviso-promocion", {"texto": "promo"})
     time.sleep(0.4)
@@ -314,7 +314,7 @@ def test_the_job_runs_as_the_least_privileged_role_of_the_readme(db, store):
     with psycopg.connect(db.dsn, autocommit=True) as owner:
         owner.execute(grants)
     put_memory(store, ("proveedores", "P9"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
-    put_memory(store, ("clientes", "C9"), "pref-talla", {"texto": "talla: M"})
+    put_memory(store, ("clientes", "C9"), "pref-idioma", {"texto": "idioma: catalán"})
     _converse(db, store)
     _age(db, "personal-E1", 100)
     time.sleep(0.4)

@@ -86,8 +86,8 @@ def test_sre_runs_a_manual_sweep_from_the_dialog(create_database, app_env):
     db = Database(create_database())
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=0.005)
-    put_memory(store, ("clientes", "C1"), "pref-talla", {"texto": "talla: M"}, valid_for_minutes=0.005)
-    put_memory(store, ("clientes", "C2"), "pref-talla", {"texto": "talla: L"})
+    put_memory(store, ("clientes", "C1"), "pref-idioma", {"texto": "idioma: catalán"}, valid_for_minutes=0.005)
+    put_memory(store, ("clientes", "C2"), "pref-idioma", {"texto": "idioma: euskera"})
     time.sleep(0.4)
 
     at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
@@ -119,9 +119,11 @@ def test_manager_is_refused(demo_db, app_env):
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     assert not at.exception
-    # Not in a manager's navigation...
-    with pytest.raises(ValueError, match="Could not find a navigation page"):
-        at.switch_page(PAGE)
+    # registered but hidden from a manager's menu: its URL opens it, and it refuses naming the role
+    at.switch_page(PAGE).run()
+    assert not at.exception, at.exception
+    assert [e.value for e in at.error] == ["Esta página requiere el rol «sre»."]
+    assert not at.text_input and not at.metric and not at.dataframe
     # ...and the page refuses by itself when run directly (its own server-side check).
     page = AppTest.from_file("../" + PAGE, default_timeout=60)
     page.run()

@@ -24,11 +24,13 @@ add_strings({
     "ckpt_thread_id": {"es": "Id del hilo (exacto)", "en": "Thread id (exact)"},
     "ckpt_find": {"es": "Buscar hilos", "en": "Find threads"},
     "ckpt_find_by": {"es": "Buscar por", "en": "Find by"},
-    "ckpt_by_customer": {"es": "Cliente (cliente_id en metadata)", "en": "Customer (cliente_id in metadata)"},
+    "ckpt_by_customer": {"es": "Cliente (metadata, patrones, enlaces «hilo», registros)",
+                         "en": "Customer (metadata, patterns, «hilo» links, logs)"},
     "ckpt_by_recent": {"es": "Actividad reciente", "en": "Recent activity"},
     "ckpt_customer_id": {"es": "Id del cliente (exacto)", "en": "Customer id (exact)"},
     "ckpt_pick_hint": {"es": "Seleccione una fila para abrir el hilo.", "en": "Select a row to open the thread."},
-    "ckpt_no_customer": {"es": "Ningún checkpoint tiene cliente_id = «{q}».", "en": "No checkpoint has cliente_id = '{q}'."},
+    "ckpt_no_customer": {"es": "Ninguna fuente atribuye hilos a «{q}» (metadata, patrones, enlaces «hilo», registros).",
+                         "en": "No source attributes threads to '{q}' (metadata, patterns, «hilo» links, logs)."},
     "ckpt_no_thread": {"es": "Ningún hilo se llama exactamente «{q}».", "en": "No thread is named exactly '{q}'."},
     "ckpt_no_recent": {"es": "Aún no hay checkpoints: aparecen en cuanto un agente con el checkpointer de PostgreSQL "
                               "conversa contra esta base de datos (o siembre la demo: `python -m core.demo`).",
@@ -48,6 +50,24 @@ add_strings({
     "ckpt_undecodable": {
         "es": "{n} escrituras de este hilo no se pueden decodificar (columna `undecodable`); el resto se muestra.",
         "en": "{n} writes of this thread cannot be decoded (column `undecodable`); the rest is shown.",
+    },
+    "ckpt_refused": {
+        "es": "{n} pasos de este hilo (paso {steps}) contienen un payload que el serializador rechaza: {types} no está en su "
+              "lista permitida. Los agentes no pueden cargar este hilo; aquí se muestra sin ejecutar nada (columnas "
+              "`refused_writes` y `refused_value`).",
+        "en": "{n} steps of this thread (step {steps}) hold a payload the serializer refuses: {types} is not in its "
+              "allowlist. The agents cannot load this thread; it is shown here without executing anything (columns "
+              "`refused_writes` and `refused_value`).",
+    },
+    "ckpt_refused_message": {
+        "es": "Mensaje rechazado (paso {step}, canal `{channel}`): el payload nombra `{type}`, fuera de la lista permitida "
+              "del serializador. No se ha ejecutado nada; el resto de la conversación sigue.",
+        "en": "Refused message (step {step}, channel `{channel}`): the payload names `{type}`, outside the serializer's "
+              "allowlist. Nothing was executed; the rest of the conversation follows.",
+    },
+    "ckpt_undecodable_message": {
+        "es": "Mensaje indescifrable (paso {step}): {reason}",
+        "en": "Undecodable message (step {step}): {reason}",
     },
     "ckpt_step_writes": {"es": "Escrituras de cada paso", "en": "Each step's writes"},
     "ckpt_step_writes_caption": {

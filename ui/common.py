@@ -11,6 +11,7 @@ from streamlit.errors import StreamlitSecretNotFoundError
 from core import roles
 from core.config import Settings, load_settings
 from core.db import Database, DatabaseUnavailable
+from core.read_replica import ReadRouter, router_for
 from ui.i18n import add_strings, t
 
 log = logging.getLogger(__name__)
@@ -75,12 +76,17 @@ def get_db() -> Database:
     return bootstrap()
 
 
+def read_router() -> ReadRouter:
+    """Where page reads go: the replica (PG_AGENTES_REPLICA) while it answers, else the primary."""
+    return router_for(get_db())
+
+
 @st.cache_data(ttl=CACHE_TTL, show_spinner=False)
-def _cached(fn_name: str, module: str, dsn: str, args: tuple, kwargs: tuple) -> Any:
+def _cached(fn_name: str, module: str, dsn: str, args: tuple, kwargs: tuple, source: str = "primary") -> Any:
     import importlib
 
     fn = getattr(importlib.import_module(module), fn_name)
-    return fn(get_db(), *args, **dict(kwargs))
+    return fn(read_router().database(source), *args, **dict(kwargs))
 
 
 def _key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple:
@@ -97,8 +103,10 @@ def _or_stop(call: Callable[[], Any]) -> Any:
 
 
 def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a core read function `fn(db, ...)` through the cache."""
-    return _or_stop(lambda: _cached(*_key(fn, args, kwargs)))
+    """Call a core read function `fn(db, ...)` through the cache, on the read replica when one is
+    configured (on the primary while it does not answer; ui.replica shows which)."""
+    key = _key(fn, args, kwargs)
+    return _or_stop(lambda: read_router().run(lambda _db, source: _cached(*key, source)))
 
 
 def call_now(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -109,7 +117,8 @@ def call_now(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 def forget(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """Drop one cached read (same arguments as `read`), after a write that changed it."""
-    _cached.clear(*_key(fn, args, kwargs))
+    for source in ("primary", "replica"):
+        _cached.clear(*_key(fn, args, kwargs), source)
 
 
 def forget_all() -> None:

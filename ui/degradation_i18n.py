@@ -53,6 +53,23 @@ add_strings({
     "degr_recorded": {"es": "resincronizado", "en": "resynced"},
     "degr_denials_title": {"es": "Herramientas denegadas por el guardián", "en": "Tools the guard denied"},
     "degr_no_denials": {"es": "Ninguna denegación.", "en": "No denial."},
+    "degr_refused_sql": {"es": "Rechazables en SQL", "en": "Refusable in SQL"},
+    "degr_refused_sql_help": {
+        "es": "Payloads en la base que el serializador rechazaría (decodificador SQL, columna refused_type), según la "
+              "extracción incremental (barrido y página de Preferencias); última: {at}.",
+        "en": "Payloads in the database the serializer would refuse (SQL decoder, column refused_type), as found by the "
+              "incremental extraction (sweep job and Preferences page); last run: {at}.",
+    },
+    "degr_refused_sql_title": {"es": "Payloads rechazables encontrados en SQL", "en": "Refusable payloads found in SQL"},
+    "degr_refused_sql_caption": {
+        "es": "Escrituras de checkpoints que el decodificador SQL marca rechazadas, sin ejecutar nada, aunque ningún agente "
+              "haya intentado cargarlas todavía. Los valores de canal (checkpoint_blobs) no se cuentan aquí: la página "
+              "Checkpoints los marca hilo a hilo (columna refused_value).",
+        "en": "Checkpoint writes the SQL decoder marks refused, without executing anything, even before any agent tried "
+              "to load them. Channel values (checkpoint_blobs) are not counted here: the Checkpoints page marks them "
+              "thread by thread (column refused_value).",
+    },
+    "degr_no_refused_sql": {"es": "Ninguno.", "en": "None."},
     "degr_refusals_title": {"es": "Payloads rechazados por el serializador", "en": "Payloads the serializer refused"},
     "degr_no_refusals": {"es": "Ningún rechazo.", "en": "No refusal."},
     "degr_time": {"es": "Hora", "en": "Time"},

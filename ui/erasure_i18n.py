@@ -137,3 +137,77 @@ add_strings({
     "erasure_rechecked_all": {"es": "{n} solicitudes re-comprobadas, {dirty} con datos reaparecidos.",
                               "en": "{n} requests re-checked, {dirty} with data back."},
 })
+
+# Attribution (core/privacy/subjects.py): sources, residue threads, coverage, interrupted requests.
+add_strings({
+    "erasure_sources_title": {"es": "Hilos atribuidos al cliente, con la fuente que encontró cada uno",
+                              "en": "Threads attributed to the customer, with the source that found each one"},
+    "erasure_col_thread": {"es": "Hilo", "en": "Thread"},
+    "erasure_col_sources": {"es": "Fuentes", "en": "Sources"},
+    "erasure_sources_counts": {"es": "Por fuente: {counts}", "en": "Per source: {counts}"},
+    "erasure_source_error": {"es": "La fuente «{source}» no pudo ejecutarse: {error}",
+                             "en": "Source “{source}” could not run: {error}"},
+    "erasure_residue_title": {"es": "Hilos residuales: sin atribuir, pero contienen datos del cliente",
+                              "en": "Residue threads: unattributed, but they hold the customer's data"},
+    "erasure_residue_caption": {
+        "es": "Ninguna fuente atribuye estos hilos al cliente, pero sus checkpoints contienen su id (como palabra "
+              "completa) o un valor de sus documentos. Decide cada uno: borrarlo, o dejarlo con un motivo que queda "
+              "en el registro y en la evidencia. Sin decisión no se borra y la solicitud queda incompleta.",
+        "en": "No source attributes these threads to the customer, but their checkpoints hold the id (as a whole "
+              "word) or a value of the customer's documents. Decide each one: erase it, or leave it with a reason "
+              "that goes into the register and the evidence. Undecided threads are not erased and the request is "
+              "recorded as incomplete."},
+    "erasure_residue_none": {"es": "Ningún hilo sin atribuir contiene el id ni valores distintivos del cliente.",
+                             "en": "No unattributed thread holds the customer's id or distinctive values."},
+    "erasure_residue_thread": {"es": "Hilo `{thread}` — término «{term}» ({kind})",
+                               "en": "Thread `{thread}` — term “{term}” ({kind})"},
+    "erasure_residue_decision": {"es": "Decisión", "en": "Decision"},
+    "erasure_residue_erase": {"es": "Borrar", "en": "Erase"},
+    "erasure_residue_leave": {"es": "Dejar (con motivo)", "en": "Leave (with a reason)"},
+    "erasure_residue_reason": {"es": "Motivo para dejarlo", "en": "Reason to leave it"},
+    "erasure_residue_undecided": {
+        "es": "Falta decidir {n} hilo(s) residual(es) (o el motivo de dejarlo): el borrado no empieza sin esa decisión.",
+        "en": "{n} residue thread(s) still need a decision (or a reason to leave): the erasure does not start without it."},
+    "erasure_terms_title": {"es": "Términos buscados y lo comunes que son", "en": "Terms searched and how common they are"},
+    "erasure_col_term": {"es": "Término", "en": "Term"},
+    "erasure_col_kind": {"es": "Tipo", "en": "Kind"},
+    "erasure_col_customers": {"es": "Clientes con ese valor", "en": "Customers holding it"},
+    "erasure_col_threads_matched": {"es": "Hilos donde aparece", "en": "Threads where it appears"},
+    "erasure_col_common": {"es": "Común (no propone hilos)", "en": "Common (proposes no thread)"},
+    "erasure_col_snippet": {"es": "Fragmento", "en": "Snippet"},
+    "erasure_common_only": {
+        "es": "{n} hilo(s) sin atribuir contienen solo términos comunes (p. ej. una tienda): no se proponen.",
+        "en": "{n} unattributed thread(s) hold only common terms (e.g. a store id): not proposed."},
+    "erasure_coverage": {
+        "es": "Cobertura de atribución: {threads} de los hilos ({t_share}) y {bytes} de los bytes de checkpoints "
+              "({b_share}) no se atribuyen a ningún cliente por ninguna fuente.",
+        "en": "Attribution coverage: {threads} of the threads ({t_share}) and {bytes} of the checkpoint bytes "
+              "({b_share}) are attributed to no customer by any source."},
+    "erasure_coverage_fix": {
+        "es": "Para una atribución exacta, etiqueta las ejecuciones: `agent.invoke(..., config={\"metadata\": "
+              "{\"cliente_id\": cliente_id}})`; o configura un patrón de thread_id (`SUBJECT_THREAD_PATTERNS`, "
+              "p. ej. `cliente-{id}-*`) o una consulta (`SUBJECT_THREAD_QUERY`). Hasta entonces, el borrado "
+              "depende del escaneo de residuos.",
+        "en": "For exact attribution, tag runs: `agent.invoke(..., config={\"metadata\": {\"cliente_id\": "
+              "customer_id}})`; or configure a thread-id pattern (`SUBJECT_THREAD_PATTERNS`, e.g. "
+              "`cliente-{id}-*`) or a query (`SUBJECT_THREAD_QUERY`). Until then, erasure relies on the residue scan."},
+    "erasure_coverage_query": {"es": "La consulta configurada no cuenta aquí (es por cliente).",
+                               "en": "The configured query is not counted here (it runs per customer)."},
+    "erasure_exclusions": {"es": "Completo con exclusiones nombradas: {report}",
+                           "en": "Complete with named exclusions: {report}"},
+    "erasure_col_exclusions": {"es": "Exclusiones", "en": "Exclusions"},
+    "erasure_col_resumed_by": {"es": "Reanudada en", "en": "Resumed by"},
+    "erasure_col_resumable": {"es": "Reanudable", "en": "Resumable"},
+    "erasure_resume_button": {"es": "Reanudar esta solicitud", "en": "Resume this request"},
+    "erasure_resume_help": {
+        "es": "La solicitud se interrumpió, falló o quedó «running» sin proceso: se vuelve a ejecutar como una "
+              "nueva solicitud con las decisiones de residuos registradas.",
+        "en": "The request was interrupted, failed or was left 'running' with no process: it runs again as a new "
+              "request with the residue decisions on record."},
+    "erasure_resumed": {"es": "Reanudada como solicitud #{rid}: {status}", "en": "Resumed as request #{rid}: {status}"},
+    "erasure_interrupted": {
+        "es": "El borrado de {id} se interrumpió; quedó registrado como «interrupted» con sus recuentos y se puede "
+              "reanudar desde el registro.",
+        "en": "The erasure of {id} was interrupted; it is recorded as 'interrupted' with its counts and can be "
+              "resumed from the register."},
+})

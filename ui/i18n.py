@@ -81,9 +81,31 @@ STRINGS: dict[str, dict[str, str]] = {
     # Preferences page
     "prefs_title": {"es": "Escrituras de preferencias por conversación", "en": "Preference writes per conversation"},
     "prefs_caption": {
-        "es": "Escrituras de `recordar_preferencia` (registro `core_memory_writes`, incluidas las sobrescritas) entre conversaciones de clientes que empezaron ese día. Objetivo: {target}.",
-        "en": "`recordar_preferencia` writes (log `core_memory_writes`, overwritten ones included) over customer conversations started that day. Target: {target}.",
+        "es": "Llamadas a `recordar_preferencia` leídas de los checkpoints (cualquier agente LangGraph, incluidas las que luego se sobrescribieron) entre hilos con un mensaje humano ese día (UTC). Objetivo: {target}.",
+        "en": "`recordar_preferencia` calls read from the checkpoints (any LangGraph agent, overwritten ones included) over threads with a human message that day (UTC). Target: {target}.",
     },
+    "prefs_clock": {
+        "es": "Reloj: la hora `ts` de cada checkpoint (hora real de escritura). {replayed}",
+        "en": "Clock: each checkpoint's `ts` (the real time it was written). {replayed}",
+    },
+    "prefs_clock_replayed": {
+        "es": "{n} llamadas de la demo llevan su día reproducido (metadato `core_replayed_at`) y se cuentan en ese día.",
+        "en": "{n} demo calls carry their replayed day (metadata `core_replayed_at`) and count on that day.",
+    },
+    "prefs_extracted": {
+        "es": "Extraídas ahora de los checkpoints: {calls} llamadas de {checkpoints} checkpoints.",
+        "en": "Extracted from the checkpoints just now: {calls} calls from {checkpoints} checkpoints.",
+    },
+    "prefs_behind": {
+        "es": "La extracción de llamadas va {n} checkpoints por detrás: las cifras pueden faltar de lo más reciente. El barrido programado la completa; o hazlo ahora.",
+        "en": "Tool-call extraction is {n} checkpoints behind: the most recent calls may be missing. The scheduled sweep completes it; or do it now.",
+    },
+    "prefs_cannot_extract": {
+        "es": "Este panel no puede extraer llamadas de los checkpoints ({error}); faltan {n} checkpoints por leer hasta que pase el barrido programado.",
+        "en": "This dashboard cannot extract tool calls from the checkpoints ({error}); {n} checkpoints are unread until the scheduled sweep runs.",
+    },
+    "prefs_extract_now": {"es": "Extraer ahora", "en": "Extract now"},
+    "prefs_extracting": {"es": "Extrayendo llamadas de los checkpoints…", "en": "Extracting tool calls from the checkpoints…"},
     "period": {"es": "Periodo", "en": "Period"},
     "conversations": {"es": "Conversaciones", "en": "Conversations"},
     "pref_writes": {"es": "Escrituras de preferencias", "en": "Preference writes"},
@@ -101,8 +123,8 @@ STRINGS: dict[str, dict[str, str]] = {
                            "at this database (PG_AGENTES) or seed the demo with `python -m core.demo`."},
     "applied_title": {"es": "Preferencias aplicadas", "en": "Preferences applied"},
     "applied_caption": {
-        "es": "Propuestas `proponer_entrega` de las {n} conversaciones de clientes más recientes, comparadas con la última `recordar_preferencia` del cliente anterior a la propuesta (vistas canónicas de checkpoints).",
-        "en": "`proponer_entrega` proposals of the {n} most recent customer conversations, against the customer's latest `recordar_preferencia` before the proposal (canonical checkpoint views).",
+        "es": "Propuestas `proponer_entrega` de las {n} conversaciones más recientes, comparadas con la última `recordar_preferencia` del cliente anterior a la propuesta (llamadas extraídas de los checkpoints; sin `cliente_id` en los metadatos solo cuenta el mismo hilo). Tienda, canal y franja siguen los tipos `recogida`, `contacto` y `horario`.",
+        "en": "`proponer_entrega` proposals of the {n} most recent conversations, against the customer's latest `recordar_preferencia` before the proposal (tool calls extracted from the checkpoints; without `cliente_id` in the metadata only the same thread counts). Store, channel and slot follow the tipos `recogida`, `contacto` and `horario`.",
     },
     "applied_rate": {"es": "Siguieron la preferencia", "en": "Followed the preference"},
     "applied_with_pref": {"es": "Propuestas con preferencia vigente", "en": "Proposals with a preference in force"},

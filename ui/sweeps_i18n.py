@@ -57,6 +57,8 @@ add_strings({
     "sweeps_step_retention": {"es": "Retención de checkpoints {detail}", "en": "Checkpoint retention {detail}"},
     "sweeps_step_storage": {"es": "Tamaño por hilo recalculado: {detail} hilos",
                             "en": "Storage per thread recomputed: {detail} threads"},
+    "sweeps_step_toolcalls": {"es": "Llamadas a herramientas extraídas de los checkpoints: {detail}",
+                              "en": "Tool calls extracted from the checkpoints: {detail}"},
     "sweeps_step_erasure": {"es": "Revisión del registro de supresiones {detail}", "en": "Erasure register re-check {detail}"},
     "sweeps_step_done": {"es": "Terminado: {detail}", "en": "Finished: {detail}"},
     "sweeps_done": {"es": "Barrido {id}: {docs} documentos y {vectors} vectores borrados, {threads} hilos borrados.",

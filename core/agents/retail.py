@@ -82,12 +82,11 @@ def _thread_id(runtime: ToolRuntime) -> str | None:
 
 @tool
 def recordar_preferencia(tipo: TipoPreferencia, valor: str, runtime: ToolRuntime[ContextoCliente]) -> str:
-    """Guarda una preferencia que el cliente ha declarado (tienda de recogida, canal de contacto,
-    franja de entrega o talla). Sustituye la anterior del mismo tipo."""
+    """Guarda una preferencia que el cliente ha declarado explícitamente en esta conversación."""
     if runtime.store is None:
         return ""
     ns = namespace_of(runtime.context)
-    value = {"tipo": tipo, "valor": valor, "texto": f"{tipo.replace('_', ' ')}: {valor}"}
+    value = {"tipo": tipo, "valor": valor, "texto": f"{tipo}: {valor}"}
     put_memory(runtime.store, ns, f"pref-{tipo}", value, thread_id=_thread_id(runtime), agent=runtime.context.agente)
     return f"Preferencia guardada ({tipo})."
 
@@ -116,7 +115,7 @@ def avisos_proveedor(consulta: str, runtime: ToolRuntime[ContextoCliente]) -> st
 
 DEFAULT_PROPOSAL = {"tienda": "Gran Vía", "canal": "correo electrónico", "franja": "de mañana"}
 # Which preference each proposal field should follow.
-PROPOSAL_FIELDS = {"tienda": "tienda_recogida", "canal": "canal_contacto", "franja": "franja_entrega"}
+PROPOSAL_FIELDS = {"tienda": "recogida", "canal": "contacto", "franja": "horario"}
 
 
 @tool
@@ -307,10 +306,14 @@ METADATA_KEY = {"clientes": "cliente_id", "proveedores": "proveedor_id", "emplea
 
 
 def run_turn(agent: Any, context: Contexto, thread_id: str, text: str) -> dict:
-    """One user turn. The subject's id goes into checkpoint metadata (erasure finds threads by it)."""
+    """One user turn. The subject's id goes into checkpoint metadata (erasure finds threads by it);
+    inside `core.clock.simulated` (the demo) so does the replayed time, `core_replayed_at`."""
     validate_label(thread_id, "thread id")
     config = {
         "configurable": {"thread_id": thread_id},
         "metadata": {METADATA_KEY[context.root]: context.subject_id, "agente": context.agente},
     }
+    replayed = clock.simulated_now()
+    if replayed is not None:  # the demo replays past days: tool-call extraction dates the run by it
+        config["metadata"]["core_replayed_at"] = replayed.isoformat()
     return agent.invoke({"messages": [{"role": "user", "content": text}]}, config=config, context=context)

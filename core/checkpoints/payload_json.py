@@ -3,7 +3,8 @@ pair as the same JSON shape, decoded with ormsgpack and an ext hook that **never
 what a payload names. It is the reference of the parity tests and the baseline of the decoder
 benchmark; the dashboard itself reads the SQL views.
 
-Shape: a langgraph ext object is `{"type": "module.Name", "value": arg}` (plus `"method"` for ext 3),
+Shape: a langgraph ext object is `{"type": "module.Name", "value": arg}` (plus `"method"` for ext 3, and
+`"refused": true` when the serializer's allowlist would refuse to load it),
 numpy arrays and delta snapshots wrap their decoded payload, unknown ext codes keep their bytes
 (base64), `bin` is `{"type": "bytes", "value": base64}`, NaN/infinities are strings, non-string map
 keys become their JSON text. Undecodable input raises `Undecodable` (SQL returns a marker instead).
@@ -16,6 +17,8 @@ import math
 from typing import Any
 
 import ormsgpack
+
+from core.checkpoints.serde import is_loadable
 
 EXT_WRAPPED = {6: "numpy.ndarray", 7: "langgraph.checkpoint.serde.types._DeltaSnapshot"}
 _OPTS = ormsgpack.OPT_NON_STR_KEYS
@@ -41,6 +44,10 @@ def _ext_hook(code: int, data: bytes) -> Any:
                 raise Undecodable(f"ext {code}: the method name is not a string")
             if code == 3:
                 out["method"] = tup[3]
+        # what the serializer would refuse to load (migration 021 marks it the same way in SQL)
+        method = (tup[3] if len(tup) == 4 else "") if code == 3 else None
+        if not is_loadable(tup[0], tup[1], method):
+            out["refused"] = True
         return out
     if code in EXT_WRAPPED:
         return {"type": EXT_WRAPPED[code], "value": ormsgpack.unpackb(data, ext_hook=_ext_hook, option=_OPTS)}

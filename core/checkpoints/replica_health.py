@@ -161,7 +161,16 @@ SELECT (SELECT count(*) FROM core_replica_heartbeat WHERE state <> 'stopped')   
        (SELECT count(*) FROM core_degradation_episodes WHERE degraded_from >= %(since)s)              AS episodes,
        (SELECT count(*) FROM core_guard_denials WHERE denied_at >= %(since)s)                        AS denials,
        (SELECT count(*) FROM core_serde_refusals WHERE refused_at >= %(since)s)                      AS refusals,
+       (SELECT count(*) FROM core_refused_payloads)                                                  AS refused_in_sql,
+       (SELECT updated_at FROM core_extract_watermark WHERE name = 'tool_calls')                     AS refused_scanned_at,
        (SELECT max(degraded_to) FROM core_degradation_episodes)                                      AS last_episode_end"""
+
+# Payloads the SQL decoder marks refused (migration 021), as found by the incremental extraction
+# (core/checkpoints/tool_calls.py, run by the sweep job and the Preferences page): what is in the
+# database, whether or not an agent has tried to load it yet.
+SELECT_REFUSED_IN_SQL = """
+SELECT found_at, refused_type, kind, channel, thread_id, checkpoint_id
+FROM core_refused_payloads ORDER BY found_at DESC, thread_id LIMIT %(limit)s"""
 
 EPOCH = datetime(1970, 1, 1)
 
@@ -186,6 +195,12 @@ def denials(db: Database, since: datetime | None = None, episode_id: int | None 
 def refusals(db: Database, since: datetime | None = None, limit: int = 500) -> pd.DataFrame:
     """Checkpoint payloads the serializer refused, newest first."""
     return pd.DataFrame(db.fetch(SELECT_REFUSALS, {"since": since or EPOCH, "limit": limit}))
+
+
+def refused_in_sql(db: Database, limit: int = 500) -> pd.DataFrame:
+    """Checkpoint payloads in the database that the serializer would refuse, newest found first."""
+    return pd.DataFrame(db.fetch(SELECT_REFUSED_IN_SQL, {"limit": limit}),
+                        columns=["found_at", "refused_type", "kind", "channel", "thread_id", "checkpoint_id"])
 
 
 def summary(db: Database, since: datetime | None = None) -> dict[str, Any]:

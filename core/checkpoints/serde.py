@@ -45,6 +45,26 @@ ALLOWED_MSGPACK_MODULES: tuple[tuple[str, str], ...] = (
     ("core.guard", "Risk"),  # the same enum, as payloads written before core/ was split name it
 )
 
+
+
+def allowlist_rows() -> list[tuple[str, str, str, str]]:
+    """Everything this serializer loads, as (module, name, method, source) rows: our pairs, langgraph's
+    SAFE_MSGPACK_TYPES (constructors, method '') and SAFE_MSGPACK_METHODS. The one source of
+    `core_serde_allowlist`, which the SQL decoder reads to mark refused payloads (migration 021)."""
+    rows = {(m, n, "", "core") for m, n in ALLOWED_MSGPACK_MODULES}
+    rows |= {(m, n, "", "langgraph") for m, n in lg_msgpack.SAFE_MSGPACK_TYPES if (m, n) not in ALLOWED_MSGPACK_MODULES}
+    rows |= {(m, n, meth, "langgraph") for m, n, meth in lg_msgpack.SAFE_MSGPACK_METHODS}
+    return sorted(rows)
+
+
+def is_loadable(module: str, name: str, method: str | None = None) -> bool:
+    """Whether our serializer would rebuild this ext: a method call (ext 3) only if langgraph lists the
+    method as safe, any other constructor if it is in the allowlist."""
+    if method is not None:
+        return (module, name, method) in lg_msgpack.SAFE_MSGPACK_METHODS
+    return (module, name) in lg_msgpack.SAFE_MSGPACK_TYPES or (module, name) in ALLOWED_MSGPACK_MODULES
+
+
 MAX_PENDING_REFUSALS = 10_000  # kept for the health tables until flushed; oldest dropped beyond
 
 

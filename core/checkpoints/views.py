@@ -28,8 +28,6 @@ GROUP BY thread_id
 ORDER BY last_ts DESC NULLS LAST, thread_id
 LIMIT %(limit)s"""
 
-SELECT_THREADS_OF_CUSTOMER = """
-SELECT DISTINCT thread_id FROM checkpoints WHERE metadata ->> 'cliente_id' = %(cliente_id)s"""
 
 SELECT_RECENT_THREADS = """
 SELECT thread_id FROM (
@@ -46,13 +44,17 @@ SELECT v.checkpoint_ns, v.checkpoint_id, v.parent_checkpoint_id, v.ts, v.step, v
           AND w.checkpoint_id = v.checkpoint_id AND w.tool_name IS NOT NULL) AS tools,
        (SELECT count(*) FROM core_checkpoint_writes_view w
         WHERE w.thread_id = v.thread_id AND w.checkpoint_ns = v.checkpoint_ns
-          AND w.checkpoint_id = v.checkpoint_id AND w.undecodable IS NOT NULL) AS undecodable_writes
+          AND w.checkpoint_id = v.checkpoint_id AND w.undecodable IS NOT NULL) AS undecodable_writes,
+       (SELECT string_agg(DISTINCT w.refused_type, ',') FROM core_checkpoint_writes_view w
+        WHERE w.thread_id = v.thread_id AND w.checkpoint_ns = v.checkpoint_ns
+          AND w.checkpoint_id = v.checkpoint_id AND w.refused_type IS NOT NULL) AS refused_writes,
+       v.refused_type AS refused_value
 FROM core_checkpoints_view v
 WHERE v.thread_id = %(thread_id)s
 ORDER BY v.ts NULLS LAST, v.checkpoint_id"""
 TIMELINE_COLUMNS = ["checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "ts", "step", "source", "cliente_id",
                     "agente", "updated_channels", "pending_writes", "pending_write_bytes", "checkpoint_bytes", "tools",
-                    "undecodable_writes"]
+                    "undecodable_writes", "refused_writes", "refused_value"]
 
 SELECT_WRITES = """
 SELECT w.checkpoint_ns, w.checkpoint_id, w.step, w.ts, w.task_path, w.task_id, w.idx, w.channel, w.blob_type,
@@ -60,12 +62,13 @@ SELECT w.checkpoint_ns, w.checkpoint_id, w.step, w.ts, w.task_path, w.task_id, w
        (SELECT string_agg(CASE jsonb_typeof(m -> 'content') WHEN 'string' THEN m ->> 'content'
                                                             ELSE (m -> 'content')::text END, ' | ')
         FROM jsonb_array_elements(w.messages) m) AS content,
-       w.payload, w.undecodable
+       w.payload, w.undecodable, w.refused_type
 FROM core_checkpoint_writes_view w
 WHERE w.thread_id = %(thread_id)s AND (%(checkpoint_id)s::text IS NULL OR w.checkpoint_id = %(checkpoint_id)s)
 ORDER BY w.ts NULLS LAST, w.checkpoint_id, w.task_path, w.task_id, w.idx"""
 WRITES_COLUMNS = ["checkpoint_ns", "checkpoint_id", "step", "ts", "task_path", "task_id", "idx", "channel", "blob_type",
-                  "size_bytes", "message_kind", "tool_name", "tool_calls", "content", "payload", "undecodable"]
+                  "size_bytes", "message_kind", "tool_name", "tool_calls", "content", "payload", "undecodable",
+                  "refused_type"]
 
 # Channels of two checkpoints of one thread side by side. `change`: added, removed, changed (value),
 # version (same value, new version) or unchanged.
@@ -165,12 +168,22 @@ def find_thread(db: Database, thread_id: str) -> pd.DataFrame:
     return _summary(db, [thread_id] if _usable(thread_id) else [], 1)
 
 
-def threads_of_customer(db: Database, cliente_id: str, limit: int = 200) -> pd.DataFrame:
-    """Threads whose checkpoint metadata carries exactly this `cliente_id`, newest activity first."""
+def threads_of_customer(db: Database, cliente_id: str, limit: int = 200, config: Any = None) -> pd.DataFrame:
+    """The customer's threads as the subject resolver attributes them (core.privacy.subjects: metadata keys,
+    thread-id patterns, `hilo` links, our logs, the configured query), newest activity first, with a `sources`
+    column naming what found each one. Unusable ids find nothing."""
+    from core.privacy import subjects as subj
+
+    empty = pd.DataFrame(columns=THREAD_COLUMNS + ["sources"])
     if not _usable(cliente_id):
-        return pd.DataFrame(columns=THREAD_COLUMNS)
-    threads = [r["thread_id"] for r in db.fetch(SELECT_THREADS_OF_CUSTOMER, {"cliente_id": cliente_id})]
-    return _summary(db, threads, limit)
+        return empty
+    try:
+        found = subj.resolve(db, cliente_id, config)
+    except subj.InvalidIdentifier:
+        return empty
+    frame = _summary(db, found.thread_ids, limit)
+    frame["sources"] = [", ".join(found.threads.get(t, ())) for t in frame["thread_id"]]
+    return frame
 
 
 def recent_threads(db: Database, limit: int = 50) -> pd.DataFrame:
@@ -181,7 +194,8 @@ def recent_threads(db: Database, limit: int = 50) -> pd.DataFrame:
 
 def thread_timeline(db: Database, thread_id: str) -> pd.DataFrame:
     """Every checkpoint of a thread in time order: step, source, channels it updated, the writes
-    pending on it (count, bytes, tools named) and how many of them cannot be decoded."""
+    pending on it (count, bytes, tools named), how many of them cannot be decoded, the types the
+    serializer would refuse in its writes (`refused_writes`) and in its channel values (`refused_value`)."""
     if not _usable(thread_id):
         return pd.DataFrame(columns=TIMELINE_COLUMNS)
     df = pd.DataFrame(db.fetch(SELECT_TIMELINE, {"thread_id": thread_id}), columns=TIMELINE_COLUMNS)
@@ -196,7 +210,8 @@ def _json_text(value: Any) -> str | None:
 def step_writes(db: Database, thread_id: str, checkpoint_id: str | None = None) -> pd.DataFrame:
     """A thread's pending writes (all, or those made from one checkpoint), decoded: message kind,
     tool name, tool calls and content for chat messages; `payload` and `tool_calls` as JSON text;
-    `undecodable` holds the reason when a blob cannot be decoded (the other rows are unaffected)."""
+    `undecodable` holds the reason when a blob cannot be decoded (the other rows are unaffected);
+    `refused_type` the first type the serializer allowlist refuses (the agents cannot load it)."""
     if not _usable(thread_id):
         return pd.DataFrame(columns=WRITES_COLUMNS)
     rows = db.fetch(SELECT_WRITES, {"thread_id": thread_id, "checkpoint_id": checkpoint_id})

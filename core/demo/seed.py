@@ -36,12 +36,12 @@ IS_EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM store) AND NOT EXISTS (SELECT 1 FRO
 TIENDAS = ["Gran Vía", "Diagonal", "Sierpes", "Calle Larios", "Colón", "Uría", "Independencia", "Ensanche"]
 CANALES = ["WhatsApp", "correo electrónico", "SMS", "teléfono"]
 FRANJAS = ["de mañana", "de tarde", "de 8 a 10", "de 18 a 21", "del sábado"]
-TALLAS = ["S", "M", "L", "XL", "38", "40", "42"]
+IDIOMAS = ["catalán", "euskera", "gallego", "inglés", "portugués"]
 PREFERENCE_TEMPLATES = [
     lambda r: f"Prefiero recoger mis pedidos en la tienda {r.choice(TIENDAS)}.",
     lambda r: f"Por favor, contactadme siempre por {r.choice(CANALES)}.",
     lambda r: f"Las entregas mejor en la franja {r.choice(FRANJAS)}.",
-    lambda r: f"Mi talla es la {r.choice(TALLAS)}.",
+    lambda r: f"Prefiero que me atendáis en {r.choice(IDIOMAS)}.",
 ]
 PRODUCTOS = ["zapatillas deportivas", "abrigos de invierno", "vaqueros", "camisetas básicas", "mochilas", "chaquetas"]
 OTHER_TURNS = [
@@ -164,7 +164,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     progress.at("legacy")
     legacy = [f"C{n}" for n in rng.sample(range(1, customers + 1), 3)]
     for cid in legacy:
-        for key in [f"pref-{t}" for t in ("tienda_recogida", "canal_contacto")] + LEGACY_KEYS:
+        for key in [f"pref-{t}" for t in ("recogida", "contacto")] + LEGACY_KEYS:
             put_memory(store, ("clientes", cid), key, {"texto": f"{key}: valor heredado", "valor": "heredado"},
                        thread_id=None, agent="atencion-cliente-v0")
     summary.legacy_customers = legacy

@@ -9,80 +9,102 @@ import pandas as pd
 
 from core.db import Database
 
+# Everything below reads the tool calls extracted from checkpoint history (core_tool_calls and
+# core_thread_days, core/checkpoints/tool_calls.py): right for any agent that calls a tool named
+# `recordar_preferencia`, ours or not. Days are UTC days of the extracted `ts` (see its `clock`).
+PREF_TOOL = "recordar_preferencia"
+
 SELECT_PREF_DAILY = """
 WITH days AS (
     SELECT generate_series(%(since)s::date, %(until)s::date, interval '1 day')::date AS day
 ), conv AS (
-    SELECT started_at::date AS day, count(*) AS conversations
-    FROM core_conversations
-    WHERE subject_root = 'clientes' AND started_at >= %(since)s AND started_at < %(until)s::date + 1
+    SELECT day, count(*) AS conversations
+    FROM core_thread_days
+    WHERE day BETWEEN %(since)s AND %(until)s
     GROUP BY 1
 ), writes AS (
-    SELECT written_at::date AS day, count(*) AS writes
-    FROM core_memory_writes
-    WHERE root = 'clientes' AND key LIKE 'pref-%%' AND thread_id IS NOT NULL
-      AND written_at >= %(since)s AND written_at < %(until)s::date + 1
+    SELECT (ts AT TIME ZONE 'UTC')::date AS day, count(*) AS writes
+    FROM core_tool_calls
+    WHERE tool = %(tool)s AND ts >= %(since)s::date AT TIME ZONE 'UTC' AND ts < (%(until)s::date + 1) AT TIME ZONE 'UTC'
     GROUP BY 1
 )
 SELECT d.day, coalesce(c.conversations, 0) AS conversations, coalesce(w.writes, 0) AS writes
 FROM days d LEFT JOIN conv c USING (day) LEFT JOIN writes w USING (day) ORDER BY d.day"""
 
+# Threads with a human message in the period (a thread active on several days counts once).
+SELECT_CONVERSATIONS = """
+SELECT count(DISTINCT thread_id) AS n FROM core_thread_days WHERE day BETWEEN %(since)s AND %(until)s"""
+
+SELECT_CLOCKS = """
+SELECT clock, count(*) AS calls FROM core_tool_calls
+WHERE tool = %(tool)s AND ts >= %(since)s::date AT TIME ZONE 'UTC' AND ts < (%(until)s::date + 1) AT TIME ZONE 'UTC'
+GROUP BY 1 ORDER BY 1"""
+
 SELECT_PREF_BY_TIPO = """
-SELECT substr(key, 6) AS tipo, count(*) AS writes, count(DISTINCT prefix) AS customers
-FROM core_memory_writes
-WHERE root = 'clientes' AND key LIKE 'pref-%%' AND thread_id IS NOT NULL
-  AND written_at >= %(since)s AND written_at < %(until)s::date + 1
-GROUP BY 1 ORDER BY writes DESC"""
+SELECT coalesce(args ->> 'tipo', '?') AS tipo, count(*) AS writes,
+       count(DISTINCT coalesce(cliente_id, 'thread:' || thread_id)) AS customers
+FROM core_tool_calls
+WHERE tool = %(tool)s AND ts >= %(since)s::date AT TIME ZONE 'UTC' AND ts < (%(until)s::date + 1) AT TIME ZONE 'UTC'
+GROUP BY 1 ORDER BY writes DESC, tipo"""
 
 SELECT_WRITING_CONVERSATIONS = """
-SELECT w.thread_id, split_part(w.prefix, '.', 2) AS cliente_id, min(w.written_at) AS first_write,
-       count(*) AS writes, string_agg(DISTINCT substr(w.key, 6), ', ') AS tipos, min(w.agent) AS agent
-FROM core_memory_writes w
-WHERE w.root = 'clientes' AND w.key LIKE 'pref-%%' AND w.thread_id IS NOT NULL
-  AND w.written_at >= %(since)s AND w.written_at < %(until)s::date + 1
-GROUP BY w.thread_id, w.prefix ORDER BY first_write DESC LIMIT %(limit)s OFFSET %(offset)s"""
+SELECT thread_id, max(cliente_id) AS cliente_id, min(ts) AS first_write, count(*) AS writes,
+       string_agg(DISTINCT args ->> 'tipo', ', ') AS tipos, max(agent) AS agent
+FROM core_tool_calls
+WHERE tool = %(tool)s AND ts >= %(since)s::date AT TIME ZONE 'UTC' AND ts < (%(until)s::date + 1) AT TIME ZONE 'UTC'
+GROUP BY thread_id ORDER BY first_write DESC, thread_id LIMIT %(limit)s OFFSET %(offset)s"""
 
 
 def preference_daily(db: Database, since: date, until: date) -> pd.DataFrame:
-    """Per day: customer conversations started, preference writes made in conversations, and their ratio."""
-    df = pd.DataFrame(db.fetch(SELECT_PREF_DAILY, {"since": since, "until": until}),
+    """Per UTC day: threads with a human message, `recordar_preferencia` calls, and their ratio."""
+    df = pd.DataFrame(db.fetch(SELECT_PREF_DAILY, {"since": since, "until": until, "tool": PREF_TOOL}),
                       columns=["day", "conversations", "writes"])
     df["ratio"] = (df["writes"] / df["conversations"].where(df["conversations"] > 0)).astype(float)
     return df
 
 
+def conversations(db: Database, since: date, until: date) -> int:
+    """Threads with a human message in [since, until] (UTC days)."""
+    return db.fetch_one(SELECT_CONVERSATIONS, {"since": since, "until": until})["n"]
+
+
+def clocks(db: Database, since: date, until: date) -> dict[str, int]:
+    """Preference calls in the period by the clock that dates them ('checkpoint' or 'replayed')."""
+    rows = db.fetch(SELECT_CLOCKS, {"since": since, "until": until, "tool": PREF_TOOL})
+    return {r["clock"]: r["calls"] for r in rows}
+
+
 def preference_by_tipo(db: Database, since: date, until: date) -> pd.DataFrame:
-    return pd.DataFrame(db.fetch(SELECT_PREF_BY_TIPO, {"since": since, "until": until}),
+    return pd.DataFrame(db.fetch(SELECT_PREF_BY_TIPO, {"since": since, "until": until, "tool": PREF_TOOL}),
                         columns=["tipo", "writes", "customers"])
 
 
 def writing_conversations(db: Database, since: date, until: date, limit: int = 50, offset: int = 0) -> pd.DataFrame:
-    """Conversations that wrote preferences (including writes later overwritten), newest first."""
-    params = {"since": since, "until": until, "limit": limit, "offset": offset}
+    """Threads that called `recordar_preferencia` in the period (every call, also those later
+    overwritten in the store), newest first."""
+    params = {"since": since, "until": until, "limit": limit, "offset": offset, "tool": PREF_TOOL}
     return pd.DataFrame(db.fetch(SELECT_WRITING_CONVERSATIONS, params),
                         columns=["thread_id", "cliente_id", "first_write", "writes", "tipos", "agent"])
 
 
-# --- preferences applied (from the canonical checkpoint views) ------------------------------
-# The proposals (`proponer_entrega` calls) of the most recent customer conversations, and every
-# `recordar_preferencia` call those customers ever made, as the agents wrote them in checkpoints.
-# Bounded to recent threads because decoding is ~34 µs per write (BENCHMARKS.md): the page samples.
+# --- preferences applied (from the extracted tool calls) -------------------------------------
+# The proposals (`proponer_entrega` calls) of the most recent conversations, and every
+# `recordar_preferencia` call of the same customers. A customer is the run's `cliente_id` metadata
+# when the agent tagged it; otherwise only the thread itself is known, so only preferences declared
+# earlier in the same thread count for its proposals.
 SELECT_PROPOSALS_AND_PREFERENCES = """
 WITH recent AS (
-    SELECT thread_id, subject_id FROM core_conversations
-    WHERE subject_root = 'clientes' ORDER BY started_at DESC LIMIT %(threads)s
-), threads AS (
-    SELECT c.thread_id FROM core_conversations c
-    WHERE c.subject_root = 'clientes' AND c.subject_id IN (SELECT subject_id FROM recent)
+    SELECT thread_id, max(cliente_id) AS cliente_id FROM core_thread_days
+    GROUP BY thread_id ORDER BY max(last_human_at) DESC, thread_id LIMIT %(threads)s
+), subjects AS (
+    SELECT DISTINCT coalesce(cliente_id, 'thread:' || thread_id) AS subject FROM recent
 )
-SELECT m.thread_id, m.cliente_id, m.ts, call ->> 'name' AS tool, call -> 'args' AS args,
-       m.thread_id IN (SELECT thread_id FROM recent) AS recent
-FROM core_checkpoint_messages_view m
-CROSS JOIN LATERAL jsonb_array_elements(m.tool_calls) AS call
-WHERE m.thread_id IN (SELECT thread_id FROM threads)
-  AND m.kind = 'ai' AND m.tool_calls IS NOT NULL
-  AND call ->> 'name' IN ('proponer_entrega', 'recordar_preferencia')
-ORDER BY m.ts"""
+SELECT t.thread_id, coalesce(t.cliente_id, 'thread:' || t.thread_id) AS subject, t.cliente_id, t.ts,
+       t.tool, t.args, t.thread_id IN (SELECT thread_id FROM recent) AS recent
+FROM core_tool_calls t
+WHERE t.tool IN ('proponer_entrega', 'recordar_preferencia')
+  AND coalesce(t.cliente_id, 'thread:' || t.thread_id) IN (SELECT subject FROM subjects)
+ORDER BY t.ts, t.thread_id, t.checkpoint_id, t.task_id, t.idx, t.position, t.call_index"""
 
 
 @dataclass(frozen=True)
@@ -108,11 +130,11 @@ def preferences_applied(db: Database, threads: int = 500) -> PreferencesApplied:
     for r in rows:  # ordered by ts: the preferences seen so far are those in force
         args = r["args"] or {}
         if r["tool"] == "recordar_preferencia":
-            in_force.setdefault(r["cliente_id"], {})[args.get("tipo")] = args.get("valor")
+            in_force.setdefault(r["subject"], {})[args.get("tipo")] = args.get("valor")
             continue
         if not r["recent"]:
             continue
-        prefs = in_force.get(r["cliente_id"], {})
+        prefs = in_force.get(r["subject"], {})
         relevant = {f: prefs[t] for f, t in PROPOSAL_FIELDS.items() if t in prefs}
         out.append({
             "cliente_id": r["cliente_id"], "thread_id": r["thread_id"], "ts": r["ts"],

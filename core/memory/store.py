@@ -20,7 +20,8 @@ from core import clock
 MINUTES_PER_DAY = 24 * 60
 
 # The closed schema of customer preferences: one document per tipo, key `pref-{tipo}`.
-TipoPreferencia = Literal["tienda_recogida", "canal_contacto", "franja_entrega", "talla"]
+# Exactly the memory article's Literal (`recogida`, `contacto`, `idioma`, `horario`): what production agents write.
+TipoPreferencia = Literal["recogida", "contacto", "idioma", "horario"]
 TIPOS: tuple[str, ...] = get_args(TipoPreferencia)
 MAX_DOCS_PER_CUSTOMER = len(TIPOS)  # more than this means the closed schema was opened
 

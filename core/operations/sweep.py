@@ -9,6 +9,8 @@
    (same snapshot, same `now()`: the counts are exact, and a mismatch rolls everything back);
 3. checkpoint retention: threads whose newest checkpoint (`checkpoint->>'ts'`) is older than
    `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run only lists them);
+   then refreshes the per-thread storage summary and extracts new tool calls from the checkpoints
+   (core.checkpoints.tool_calls.sweep_step: orphans of deleted threads dropped, a 24 h look-back);
 4. calls the erasure register's re-check when `core.erasure.recheck_all(db)` exists;
 5. completes its row in `core_sweep_log`.
 
@@ -39,6 +41,7 @@ from psycopg.rows import dict_row
 
 from core.config import DEFAULT_DIMS, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
+from core.checkpoints import tool_calls
 from core.checkpoints.views import refresh_thread_storage
 from core.memory.store import build_store
 
@@ -71,7 +74,8 @@ FINISH_RUN = """
 UPDATE core_sweep_log
 SET finished_at = now(), status = %(status)s, documents_deleted = %(documents)s, vectors_deleted = %(vectors)s,
     deleted_by_root = %(by_root)s, threads_found = %(threads_found)s, threads_deleted = %(threads_deleted)s,
-    threads_sample = %(threads_sample)s, erasure_recheck = %(erasure)s, error = %(error)s
+    threads_sample = %(threads_sample)s, erasure_recheck = %(erasure)s, error = %(error)s,
+    tool_calls_extracted = %(tool_calls)s
 WHERE id = %(id)s RETURNING finished_at"""
 
 # Locks the expired rows so nothing refreshes or rewrites them before sweep_ttl() deletes them;
@@ -135,6 +139,7 @@ class SweepResult:
     threads: list[str] = field(default_factory=list)  # old threads found (deleted unless dry run)
     threads_deleted: int = 0
     erasure_recheck: str | None = None
+    tool_calls_extracted: int | None = None  # tool calls newly extracted from checkpoints (None: step not run)
     error: str | None = None
 
     @property
@@ -149,6 +154,8 @@ class SweepResult:
         text = (f"sweep run {self.run_id} [{self.status}] {verb} {self.documents_deleted} documents "
                 f"({roots}) and {self.vectors_deleted} vectors; retention ({self.retention_days} days) "
                 f"{verb} {len(self.threads) if self.dry_run else self.threads_deleted} threads")
+        if self.tool_calls_extracted is not None:
+            text += f"; {self.tool_calls_extracted} tool calls extracted from checkpoints"
         if self.erasure_recheck:
             text += f"; erasure register: {self.erasure_recheck}"
         return text + (f"; error: {self.error}" if self.error else "")
@@ -283,7 +290,7 @@ def run_sweep(
     when a step failed (the error is in the result and the log; a failed TTL sweep deletes nothing).
     Raises SweepInputError for a bad trigger or retention days (nothing changed, nothing logged),
     DatabaseUnavailable if PostgreSQL cannot be reached. `on_step(stage, fraction 0..1, detail)` is
-    called as the run progresses (stages: locked, ttl, retention, storage, erasure, done).
+    called as the run progresses (stages: locked, ttl, retention, storage, toolcalls, erasure, done).
     """
     if trigger not in TRIGGERS:
         raise SweepInputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
@@ -324,6 +331,13 @@ def run_sweep(
                 except Exception as exc:
                     log.exception("sweep: thread storage refresh failed")
                     errors.append(f"thread storage: {exc}")
+                try:  # the Preferences page reads tool calls from this table, not from the blobs
+                    extracted = tool_calls.sweep_step(db)
+                    result.tool_calls_extracted = extracted.calls
+                    step("toolcalls", 0.93, f"{extracted.calls}")
+                except Exception as exc:
+                    log.exception("sweep: tool-call extraction failed")
+                    errors.append(f"tool-call extraction: {exc}")
             try:
                 result.erasure_recheck = recheck_erasures(db)
                 step("erasure", 0.95, result.erasure_recheck or "")
@@ -337,7 +351,7 @@ def run_sweep(
                 "vectors": result.vectors_deleted, "by_root": json.dumps(result.deleted_by_root),
                 "threads_found": len(result.threads), "threads_deleted": result.threads_deleted,
                 "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
-                "erasure": result.erasure_recheck, "error": result.error,
+                "erasure": result.erasure_recheck, "error": result.error, "tool_calls": result.tool_calls_extracted,
             }).fetchone()["finished_at"]
         finally:
             conn.execute(UNLOCK, (SWEEP_LOCK_ID,))

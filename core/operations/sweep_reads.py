@@ -26,24 +26,36 @@ SELECT_EXPIRED_BY_ROOT = """
 SELECT split_part(prefix, '.', 1) AS root, count(*) AS expired
 FROM store WHERE expires_at IS NOT NULL AND expires_at < now() GROUP BY 1"""
 
-# Weeks start on Monday; the last bucket ends a few days past the 12 months so that rows written
-# a year ago today (clientes) are not cut off by the horizon.
+# Weeks start on Monday (UTC); the last bucket ends a few days past the 12 months so that rows
+# written a year ago today (clientes) are not cut off by the horizon. Documents expiring in the rest
+# of today are counted live (an index range on expires_at); the following days come from the per-day
+# summary core_expiry_days (core/sql/040_expiry_days.sql), not from ~80% of `store` (BENCHMARKS.md).
 SELECT_FORECAST = """
-WITH weeks AS (
-    SELECT generate_series(date_trunc('week', now()), now() + make_interval(months => %(months)s),
-                           interval '1 week') AS week
+WITH b AS (
+    SELECT now() AS now, (now() AT TIME ZONE 'UTC')::date AS today,
+           date_trunc('week', now() AT TIME ZONE 'UTC') AS first_week,
+           date_trunc('week', (now() + make_interval(months => %(months)s)) AT TIME ZONE 'UTC')
+               + interval '1 week' AS horizon
+), weeks AS (
+    SELECT generate_series(b.first_week, b.horizon - interval '1 week', interval '1 week') AS week FROM b
 ), expiring AS (
-    SELECT date_trunc('week', expires_at) AS week, split_part(prefix, '.', 1) AS root, count(*) AS documents
-    FROM store
-    WHERE expires_at >= now() AND expires_at < date_trunc('week', now() + make_interval(months => %(months)s))
-                                                + interval '1 week'
-    GROUP BY 1, 2
+    SELECT week, root, sum(documents)::bigint AS documents FROM (
+        SELECT date_trunc('week', s.expires_at AT TIME ZONE 'UTC') AS week, split_part(s.prefix, '.', 1) AS root,
+               count(*) AS documents
+        FROM store s, b
+        WHERE s.expires_at >= b.now AND s.expires_at < (b.today + 1)::timestamp AT TIME ZONE 'UTC'
+        GROUP BY 1, 2
+        UNION ALL
+        SELECT date_trunc('week', d.day::timestamp), d.root, d.documents
+        FROM core_expiry_days d, b
+        WHERE d.day > b.today AND d.day < b.horizon::date
+    ) x GROUP BY 1, 2 HAVING sum(documents) <> 0
 )
-SELECT w.week, r.root, coalesce(e.documents, 0) AS documents
+SELECT w.week AT TIME ZONE 'UTC' AS week, r.root, coalesce(e.documents, 0) AS documents
 FROM weeks w CROSS JOIN unnest(%(roots)s::text[]) AS r(root)
 LEFT JOIN expiring e ON e.week = w.week AND e.root = r.root
 UNION ALL
-SELECT e.week, e.root, e.documents FROM expiring e WHERE e.root <> ALL(%(roots)s::text[])
+SELECT e.week AT TIME ZONE 'UTC', e.root, e.documents FROM expiring e WHERE e.root <> ALL(%(roots)s::text[])
 ORDER BY 1, 2"""
 
 RUN_COLUMNS = ["id", "started_at", "trigger", "status", "documents_deleted", "vectors_deleted", "deleted_by_root",

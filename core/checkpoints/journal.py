@@ -1,0 +1,111 @@
+"""The dual saver's local journal: what a replica closed while PostgreSQL was unreachable could not save.
+
+`close()` first tries a bounded final resync; if PostgreSQL is still down, it appends the buffer (the
+resync log of checkpoints, writes and deletions, the open degradation episode, its guard denials)
+to this journal, fsynced, and logs at ERROR. The next start with the same replica id replays it with
+the resync's own idempotent statements, then removes it.
+
+Where: `$DUAL_SAVER_JOURNAL_DIR`, default `$AGENT_MEMORY_DATA/dual_saver_journal` (`./.data/...`);
+one file per replica id and database (`<replica id, percent-encoded>@<hash of host, port, dbname>.journal`). Records are length-prefixed
+msgpack (bytes and datetimes round-trip; nothing is imported or called on load); a record cut
+short by a crash mid-write is ignored with a WARNING, the ones before it are kept.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+import urllib.parse
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import ormsgpack
+import psycopg
+
+log = logging.getLogger("core.checkpoints.dual_saver")
+
+JOURNAL_DIR_ENV = "DUAL_SAVER_JOURNAL_DIR"
+_DATETIME_EXT = 1
+_HEADER = struct.Struct(">I")
+
+
+def default_journal_dir() -> Path:
+    """`$DUAL_SAVER_JOURNAL_DIR`, else `$AGENT_MEMORY_DATA/dual_saver_journal` (./.data by default)."""
+    explicit = os.environ.get(JOURNAL_DIR_ENV)
+    if explicit:
+        return Path(explicit)
+    from core.config import ROOT
+
+    return Path(os.environ.get("AGENT_MEMORY_DATA") or ROOT / ".data") / "dual_saver_journal"
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, datetime):
+        return ormsgpack.Ext(_DATETIME_EXT, obj.isoformat().encode())
+    raise TypeError(f"not journaled: {type(obj).__name__}")
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _DATETIME_EXT:
+        return datetime.fromisoformat(data.decode())
+    raise ValueError(f"unknown journal extension {code}")
+
+
+class Journal:
+    """Append-only, fsynced records of one replica id."""
+
+    def __init__(self, directory: Path, replica_id: str, dsn: str):
+        if not replica_id:
+            raise ValueError("a journal needs a replica id")
+        # The database in the name too: a replica id pointed at another database never replays here.
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+        target = hashlib.sha256(repr((info.get("host"), info.get("port"), info.get("dbname"))).encode()).hexdigest()[:12]
+        self.path = Path(directory) / f"{urllib.parse.quote(replica_id, safe='')}@{target}.journal"
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one record and fsync it (and the folder, for a new file). Raises OSError if it cannot."""
+        data = ormsgpack.packb(record, default=_default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not self.path.exists()
+        with open(self.path, "ab") as f:
+            f.write(_HEADER.pack(len(data)) + data)
+            f.flush()
+            os.fsync(f.fileno())
+        if new:
+            self._sync_dir()
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every complete record, oldest first; [] when there is no journal."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        records, pos = [], 0
+        while pos + _HEADER.size <= len(raw):
+            (size,) = _HEADER.unpack_from(raw, pos)
+            body = raw[pos + _HEADER.size:pos + _HEADER.size + size]
+            if len(body) < size:
+                break
+            records.append(ormsgpack.unpackb(body, ext_hook=_ext_hook))
+            pos += _HEADER.size + size
+        if pos != len(raw):
+            log.warning("journal %s ends with an incomplete record (%d bytes, a crash mid-write): ignored",
+                        self.path, len(raw) - pos)
+        return records
+
+    def remove(self) -> None:
+        """Delete the journal once everything in it is in PostgreSQL."""
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return
+        self._sync_dir()
+
+    def _sync_dir(self) -> None:
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

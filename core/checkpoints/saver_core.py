@@ -1,0 +1,332 @@
+"""The dual saver's core: construction, serializer, live state, lifecycle, the wrapped savers
+(one sync, one async per event loop) and the switch to degraded."""
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from core.checkpoints.deadlines import _DeadlineAsyncPostgresSaver, _DeadlinePostgresSaver
+from core.checkpoints.failures import (
+    CALL_TIMEOUT_S,
+    CLOSE_RESYNC_TIMEOUT_S,
+    HEARTBEAT_INTERVAL_S,
+    POOL_SIZE,
+    PROBE_INTERVAL_S,
+    RESYNC_TIMEOUT_S,
+    THREAD_CACHE_SIZE,
+    _describe,
+    _now,
+    _ts,
+    is_connection_failure,
+)
+from core.checkpoints.saver_state import _Shared, _thread_of
+from core.checkpoints.serde import AllowlistSerializer, RefusalLog, SerializationRefused
+from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S
+
+log = logging.getLogger("core.checkpoints.dual_saver")
+
+
+def refuse_on_event_loop() -> None:
+    """The sync API blocks: on an event loop's thread it would stall every task (langgraph's rule)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise asyncio.InvalidStateError(
+        "Synchronous calls to DualCheckpointSaver are only allowed from a thread without a running event "
+        "loop; use the async API (ainvoke, aget_tuple, ...) or asyncio.to_thread.")
+
+
+class SaverCore(BaseCheckpointSaver[str]):
+    """The part of `DualCheckpointSaver` that the buffer, recovery and health mixins build on.
+
+    `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The
+    monitor thread starts with the saver; `close()` (or the context manager) stops it.
+    """
+
+    def __init__(self, dsn: str, *, serde: SerializerProtocol | None = None, replica_id: str | None = None,
+                 call_timeout: float = CALL_TIMEOUT_S, heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+                 probe_interval: float = PROBE_INTERVAL_S, pool_size: int = POOL_SIZE,
+                 thread_cache_size: int = THREAD_CACHE_SIZE, resync_timeout: float = RESYNC_TIMEOUT_S,
+                 publish_health: bool = True, start: bool = True,
+                 close_resync_timeout: float = CLOSE_RESYNC_TIMEOUT_S, journal_dir: str | Path | None = None):
+        # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the inner savers.
+        self._shared = _Shared(dsn, replica_id=replica_id, call_timeout=call_timeout,
+                               heartbeat_interval=heartbeat_interval, probe_interval=probe_interval,
+                               pool_size=pool_size, thread_cache_size=thread_cache_size,
+                               resync_timeout=resync_timeout, publish_health=publish_health,
+                               close_resync_timeout=close_resync_timeout, journal_dir=journal_dir)
+        self.serde = serde if serde is not None else AllowlistSerializer(refusals=RefusalLog())
+        self._orphans: set[asyncio.Task] = set()
+        if start:
+            self.start()
+
+    # --- serializer: the wrapped savers always use ours ----------------------------------
+
+    @property
+    def serde(self) -> SerializerProtocol:  # type: ignore[override]
+        return self._serde
+
+    @serde.setter
+    def serde(self, value: SerializerProtocol) -> None:
+        # Called on a `copy.copy` clone by `with_allowlist`: give the clone its own inner savers.
+        self._serde = maybe_add_typed_methods(value)
+        self._pg_entry: tuple[int, PostgresSaver] | None = None
+        self._apg_entries: dict[int, tuple[int, AsyncPostgresSaver]] = {}
+        memory = copy.copy(self._shared.memory)  # shares the buffer's dicts
+        memory.serde = self._serde
+        self._memory = memory
+        refusals = getattr(value, "refusals", None)
+        if isinstance(refusals, RefusalLog):
+            with self._shared.lock:
+                self._shared.refusal_logs[id(refusals)] = refusals
+
+    # --- live state (the guard reads it at every tool call) -----------------------------------
+
+    @property
+    def degraded(self) -> bool:
+        return self._shared.degraded
+
+    @property
+    def replica_id(self) -> str:
+        return self._shared.replica_id
+
+    def status(self) -> dict[str, Any]:
+        sh = self._shared
+        with sh.lock:
+            return {
+                "replica_id": sh.replica_id, "state": "degraded" if sh.degraded else "healthy",
+                "degraded_since": sh.degraded_since, "reason": sh.reason,
+                "buffered_ops": len(sh.ops), "buffered_checkpoints": sh.episode_checkpoints,
+                "buffered_writes": sh.episode_writes, "last_success": _ts(sh.last_success_ts),
+                "last_resync_ms": sh.last_resync_ms, "last_resync_error": sh.last_resync_error,
+                "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
+                "refusals_total": sh.refusals_total, "generation": sh.generation,
+                "conflicts_total": sh.conflicts_total, "tombstoned_threads_total": sh.tombstoned_threads_total,
+                "tombstoned_ops_dropped_total": sh.tombstoned_ops_dropped_total,
+            }
+
+    def transitions(self) -> list[tuple[float, str]]:
+        """(time.monotonic(), "healthy"|"degraded") for every state change, oldest first."""
+        with self._shared.lock:
+            return list(self._shared.transitions)
+
+    def wait_for(self, state: str, timeout: float) -> bool:
+        """Block until the saver is "healthy" (buffer resynced) or "degraded"; False on timeout."""
+        want = state == "degraded"
+        sh = self._shared
+        with sh.changed:
+            return sh.changed.wait_for(lambda: sh.degraded == want and (want or not sh.ops), timeout)
+
+    def record_denial(self, denial: Any) -> None:
+        """Keep a guard denial for the health tables (flushed on recovery)."""
+        row = denial.as_row() if hasattr(denial, "as_row") else dict(denial)
+        row.setdefault("key", str(uuid.uuid4()))
+        sh = self._shared
+        with sh.lock:
+            sh.denials_total += 1
+            if sh.degraded:
+                sh.episode_denials.append(row)
+            else:
+                sh.pending_denials.append(row)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Replay the journal a previous close() of this replica id left (if PostgreSQL answers), start the monitor."""
+        sh = self._shared
+        if sh.journal_pending:
+            self._replay_journal()  # not replayed: the monitor retries
+        if sh.monitor is None or not sh.monitor.is_alive():
+            sh.stop.clear()
+            sh.monitor = threading.Thread(target=self._monitor, name=f"dual-saver-monitor-{sh.replica_id}",
+                                          daemon=True)
+            sh.monitor.start()
+
+    def close(self) -> None:
+        """Stop the monitor, resync or journal the buffer, publish a last heartbeat, close the pools.
+
+        Degraded, it tries a final resync for up to `close_resync_timeout` seconds; if PostgreSQL is
+        still unreachable, the buffer goes to the local journal (`core.checkpoints.journal`, logged
+        at ERROR), which the next start with the same replica id replays. Nothing is dropped.
+        """
+        sh = self._shared
+        sh.stop.set()
+        sh.wake.set()
+        if sh.monitor is not None:
+            sh.monitor.join(timeout=sh.call_timeout + 2)
+        if sh.degraded:
+            self._final_resync()
+        if not sh.degraded and sh.publish_health:
+            try:
+                self._flush_health(state="stopped")
+            except Exception as exc:  # closing must not fail because PostgreSQL is gone
+                log.warning("last heartbeat not written: %s", _describe(exc))
+        self._journal_buffer()  # whatever PostgreSQL still lacks (nothing, normally)
+        sh.pool.close(timeout=1)
+        sh.health_pool.close(timeout=1)
+        with sh.lock:
+            pools = list(sh.async_pools.values())
+            sh.async_pools.clear()
+        for loop, _, pool in pools:
+            if not loop.is_closed() and loop.is_running():
+                asyncio.run_coroutine_threadsafe(pool.close(timeout=0), loop)
+        sh.watchdog.stop()
+
+    async def aclose_loop(self) -> None:
+        """Close this event loop's async pool (call before the loop ends, e.g. in `asyncio.run`).
+
+        The pool's tasks live on the loop; a loop shutting down with an open pool waits for them.
+        """
+        sh = self._shared
+        loop = asyncio.get_running_loop()
+        with sh.lock:
+            entry = sh.async_pools.pop(id(loop), None)
+            self._apg_entries.pop(id(loop), None)
+        if entry is not None:
+            await entry[2].close(timeout=1)
+        pending = [t for t in self._orphans if t.get_loop() is loop and not t.done()]
+        if pending:  # e.g. closing the pool a recovery replaced
+            await asyncio.wait(pending, timeout=2)
+
+    async def aclose(self) -> None:
+        """`close()` plus closing this event loop's async pool on the loop itself."""
+        await self.aclose_loop()
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> "SaverCore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def setup(self) -> None:
+        """Create or migrate langgraph's checkpoint tables (core.migrate does this for the app)."""
+        PostgresSaver(self._shared.pool).setup()
+
+    # --- the wrapped savers -----------------------------------------------------------------
+
+    def _pg(self) -> PostgresSaver:
+        sh = self._shared
+        entry = self._pg_entry
+        if entry is None or entry[0] != sh.generation:
+            saver = _DeadlinePostgresSaver(sh.pool, serde=self._serde)
+            saver.watchdog, saver.shared = sh.watchdog, sh
+            entry = self._pg_entry = (sh.generation, saver)
+        return entry[1]
+
+    async def _apg(self) -> AsyncPostgresSaver:
+        sh = self._shared
+        loop = asyncio.get_running_loop()
+        key = id(loop)
+        entry = self._apg_entries.get(key)
+        pool_entry = sh.async_pools.get(key)  # a plain dict read: no lock on this hot path
+        # The saver is valid only on the pool this loop has now (not one aclose_loop or a recovery
+        # closed, nor a dead loop's that had the same id).
+        if entry is not None and entry[0] == sh.generation and pool_entry is not None \
+                and pool_entry[0] is loop and entry[1].conn is pool_entry[2]:
+            return entry[1]
+        with sh.lock:
+            # Entries of closed loops go (their pools cannot be closed any more: nothing runs them).
+            for k in [k for k, (lp, _, _) in sh.async_pools.items() if lp.is_closed()]:
+                del sh.async_pools[k]
+            current = {k: v[2] for k, v in sh.async_pools.items()}
+            for k in [k for k, (_, saver) in self._apg_entries.items() if current.get(k) is not saver.conn]:
+                del self._apg_entries[k]
+            generation = sh.generation
+            pool_entry = sh.async_pools.get(key)
+            stale = pool_entry if pool_entry is not None and (pool_entry[1] != generation or pool_entry[0] is not loop) else None
+            if pool_entry is None or stale is not None:
+                pool = AsyncConnectionPool(
+                    conninfo=sh.dsn, min_size=1, max_size=sh.pool_size, timeout=POOL_TIMEOUT_S,
+                    name=f"dual-saver-async-{sh.replica_id}", open=False,
+                    kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                            "connect_timeout": CONNECT_TIMEOUT_S},
+                )
+                sh.async_pools[key] = pool_entry = (loop, generation, pool)
+                opening = True
+            else:
+                opening = False
+        if stale is not None and stale[0] is loop:
+            self._spawn(stale[2].close(timeout=0))
+        if opening:
+            # Wait for the first connection (bounded): a call queued on a pool still connecting makes
+            # it grow, and calls then alternate between backends. A timeout here is a PoolTimeout.
+            await pool_entry[2].open(wait=True, timeout=sh.call_timeout)
+        saver = _DeadlineAsyncPostgresSaver(pool_entry[2], serde=self._serde)
+        saver.watchdog, saver.shared = sh.watchdog, sh
+        self._apg_entries[key] = (generation, saver)
+        return saver
+
+    def _spawn(self, coro: Any) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._orphans.add(task)
+        task.add_done_callback(self._forget)
+        return task
+
+    def _forget(self, task: asyncio.Task) -> None:
+        self._orphans.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("abandoned PostgreSQL call (past its deadline) ended with %s", _describe(task.exception()))
+
+    def _pg_call(self, fn: Callable[[PostgresSaver], Any]) -> Any:
+        sh = self._shared
+        pg = self._pg()
+        with sh.watchdog.deadline(sh.call_timeout):
+            result = fn(pg)
+        sh.last_success_ts = time.time()
+        return result
+
+    async def _apg_call(self, make: Callable[[AsyncPostgresSaver], Any]) -> Any:
+        sh = self._shared
+        apg = await self._apg()
+        with sh.watchdog.deadline(sh.call_timeout):
+            result = await make(apg)
+        sh.last_success_ts = time.time()
+        return result
+
+    # --- failures ---------------------------------------------------------------------------
+
+    def _handle(self, exc: BaseException, config: RunnableConfig | None) -> None:
+        """Degrade on a connection failure; re-raise anything else."""
+        if isinstance(exc, SerializationRefused):
+            if config is not None:
+                thread_id, _, checkpoint_id = _thread_of(config)
+                exc.refusal.thread_id = exc.refusal.thread_id or thread_id
+                exc.refusal.checkpoint_id = exc.refusal.checkpoint_id or checkpoint_id
+            raise exc
+        if not is_connection_failure(exc):
+            raise exc
+        self._degrade(_describe(exc))
+
+    def _degrade(self, reason: str) -> None:
+        sh = self._shared
+        with sh.changed:
+            if sh.degraded:
+                return
+            sh.degraded = True
+            sh.degraded_since = _now()
+            sh.reason = reason
+            sh.episode_checkpoints = sh.episode_writes = sh.resynced_ops = 0
+            sh.episode_denials = []
+            sh.seeded = set()
+            sh.fates = {}
+            sh.transitions.append((time.monotonic(), "degraded"))
+            sh.changed.notify_all()
+        sh.wake.set()
+        log.warning("checkpoint persistence DEGRADED (replica %s): %s", sh.replica_id, reason)

@@ -1,0 +1,258 @@
+"""Tool calls extracted from checkpoint history into `core_tool_calls` (migration 020).
+
+What agents did (a `recordar_preferencia` call, a `proponer_entrega` proposal) is in the AI messages
+they wrote to `checkpoint_writes`, whoever built the agent. Decoding those blobs is ~34 µs a write
+(BENCHMARKS.md), far too slow for a page over 1M writes, so they are decoded once, in SQL, by the
+canonical decoder (`core_checkpoint_payload` + `core_checkpoint_messages`, migration 005) and kept
+in compact tables: one row per tool call, one row per thread and day with a human message (the
+conversations denominator), and one row per payload the serializer would refuse (migration 021: the
+Degradation page counts them). Only writes are scanned here: channel-value blobs hold every message
+of the thread again at each step (5x the bytes of the writes; decoding them made the extraction ~10x
+slower in bench/bench_tool_calls.py), so a refused blob is marked per thread by the views
+(`core_checkpoints_view.refused_type`, the Checkpoints page), not counted here.
+
+Incremental: checkpoints are taken in `(checkpoint->>'ts', thread_id, checkpoint_ns, checkpoint_id)`
+order from a watermark (`core_extract_watermark`), a bounded batch per transaction, through the
+index on `checkpoint->>'ts'` (migration 006). Writes land on a checkpoint after it is created (while
+its step runs) and the dual saver resyncs buffered checkpoints with their original times, so the
+sweep job re-reads a look-back window before the watermark (default 24 h); the primary keys make that
+re-read a no-op for what was already extracted. The page only moves forward, bounded.
+
+Clock: a row's `ts` is the checkpoint's own `ts` (real time, written by the checkpointer). Only our
+demo, which replays past days, tags its runs with metadata `core_replayed_at` (core.agents.retail
+run_turn, inside core.clock.simulated); when present that time is used and `clock` says 'replayed'.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+import psycopg
+
+from core.db import Database
+
+log = logging.getLogger(__name__)
+
+WATERMARK = "tool_calls"
+BATCH_CHECKPOINTS = 2_000        # checkpoints decoded per transaction
+PAGE_MAX_CHECKPOINTS = 4_000     # what one page view may extract before it shows "behind" instead
+SWEEP_LOOKBACK = timedelta(hours=24)
+REPLAYED_KEY = "core_replayed_at"
+
+SELECT_WATERMARK = """
+SELECT ts, thread_id, checkpoint_ns, checkpoint_id, updated_at FROM core_extract_watermark WHERE name = %(name)s"""
+
+ENSURE_WATERMARK = "INSERT INTO core_extract_watermark (name) VALUES (%(name)s) ON CONFLICT (name) DO NOTHING"
+LOCK_WATERMARK = "SELECT 1 FROM core_extract_watermark WHERE name = %(name)s FOR UPDATE"
+
+# One batch: the next checkpoints after the key, their writes filtered on the raw bytes (only blobs
+# that can hold a chat message are decoded), the messages decoded by the canonical SQL decoder, the
+# AI messages' tool calls and the human messages' thread-days inserted idempotently.
+EXTRACT_BATCH = r"""
+WITH cps AS MATERIALIZED (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.checkpoint ->> 'ts' AS ts_text, c.metadata
+    FROM checkpoints c
+    WHERE c.checkpoint ->> 'ts' >= %(ts)s
+      AND (c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id)
+          > (%(ts)s, %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)
+    ORDER BY c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id
+    LIMIT %(limit)s
+), decoded AS MATERIALIZED (
+    -- every write of these checkpoints, decoded once by the canonical SQL decoder
+    SELECT cps.thread_id, cps.checkpoint_ns, cps.checkpoint_id, w.task_id, w.idx, w.channel,
+           core_checkpoint_payload(w.type, w.blob) AS payload,
+           coalesce(core_try_timestamptz(cps.metadata ->> 'core_replayed_at'),
+                    core_try_timestamptz(cps.ts_text)) AS ts,
+           CASE WHEN core_try_timestamptz(cps.metadata ->> 'core_replayed_at') IS NOT NULL
+                THEN 'replayed' ELSE 'checkpoint' END AS clock,
+           cps.metadata ->> 'cliente_id' AS cliente_id,
+           cps.metadata ->> 'agente' AS agent
+    FROM cps
+    JOIN checkpoint_writes w
+      ON w.thread_id = cps.thread_id AND w.checkpoint_ns = cps.checkpoint_ns AND w.checkpoint_id = cps.checkpoint_id
+), msgs AS MATERIALIZED (
+    SELECT d.thread_id, d.checkpoint_ns, d.checkpoint_id, d.task_id, d.idx, (m.ord - 1)::integer AS position,
+           m.msg, d.ts, d.clock, d.cliente_id, d.agent
+    FROM decoded d
+    CROSS JOIN LATERAL jsonb_array_elements(core_checkpoint_messages(d.payload)) WITH ORDINALITY AS m(msg, ord)
+), calls AS (
+    INSERT INTO core_tool_calls (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, position, call_index,
+                                 ts, clock, tool, args, call_id, cliente_id, agent)
+    SELECT m.thread_id, m.checkpoint_ns, m.checkpoint_id, m.task_id, m.idx, m.position, (c.ord - 1)::integer,
+           m.ts, m.clock, coalesce(c.call ->> 'name', ''), c.call -> 'args', c.call ->> 'id', m.cliente_id, m.agent
+    FROM msgs m
+    CROSS JOIN LATERAL jsonb_array_elements(m.msg -> 'tool_calls') WITH ORDINALITY AS c(call, ord)
+    WHERE m.msg ->> 'kind' = 'ai' AND jsonb_typeof(m.msg -> 'tool_calls') = 'array' AND m.ts IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), humans AS (
+    INSERT INTO core_thread_days AS d (thread_id, day, first_human_at, last_human_at, cliente_id)
+    SELECT thread_id, (ts AT TIME ZONE 'UTC')::date, min(ts), max(ts), max(cliente_id)
+    FROM msgs WHERE msg ->> 'kind' = 'human' AND ts IS NOT NULL
+    GROUP BY 1, 2
+    ON CONFLICT (thread_id, day) DO UPDATE
+    SET first_human_at = least(d.first_human_at, EXCLUDED.first_human_at),
+        last_human_at = greatest(d.last_human_at, EXCLUDED.last_human_at),
+        cliente_id = coalesce(d.cliente_id, EXCLUDED.cliente_id)
+    WHERE EXCLUDED.first_human_at < d.first_human_at OR EXCLUDED.last_human_at > d.last_human_at
+       OR (d.cliente_id IS NULL AND EXCLUDED.cliente_id IS NOT NULL)
+    RETURNING 1
+), refused_writes AS (
+    INSERT INTO core_refused_payloads (thread_id, checkpoint_ns, checkpoint_id, kind, item, channel, refused_type)
+    SELECT thread_id, checkpoint_ns, checkpoint_id, 'write', task_id || '/' || idx, channel, r.refused_type
+    FROM decoded CROSS JOIN LATERAL (SELECT core_refused_type(payload) AS refused_type OFFSET 0) r
+    WHERE r.refused_type IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), last AS (
+    SELECT ts_text, thread_id, checkpoint_ns, checkpoint_id FROM cps
+    ORDER BY ts_text DESC, thread_id DESC, checkpoint_ns DESC, checkpoint_id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM cps) AS checkpoints,
+       (SELECT count(*) FROM decoded) AS writes,
+       (SELECT count(*) FROM calls) AS calls,
+       (SELECT count(*) FROM humans) AS thread_days,
+       (SELECT count(*) FROM refused_writes) AS refused,
+       l.ts_text AS ts, l.thread_id, l.checkpoint_ns, l.checkpoint_id
+FROM (SELECT 1) one LEFT JOIN last l ON true"""
+
+# Forward only: the stored key never moves back (a look-back run re-reads without rewinding it).
+ADVANCE_WATERMARK = """
+UPDATE core_extract_watermark
+SET ts = %(ts)s, thread_id = %(thread_id)s, checkpoint_ns = %(checkpoint_ns)s, checkpoint_id = %(checkpoint_id)s,
+    updated_at = now()
+WHERE name = %(name)s
+  AND (ts, thread_id, checkpoint_ns, checkpoint_id) < (%(ts)s, %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)"""
+
+# Checkpoints after the watermark (capped: the page only needs "behind by about N").
+COUNT_BEHIND = """
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM checkpoints c
+    WHERE c.checkpoint ->> 'ts' >= %(ts)s
+      AND (c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id)
+          > (%(ts)s, %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)
+    LIMIT %(cap)s) b"""
+
+# Rows of threads the checkpointer no longer holds (retention, delete_thread): args are what a
+# customer said, so they do not outlive the thread.
+PRUNE_ORPHANS = """
+WITH gone_refused AS (
+    DELETE FROM core_refused_payloads t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
+    RETURNING 1
+), gone_calls AS (
+    DELETE FROM core_tool_calls t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
+    RETURNING 1
+), gone_days AS (
+    DELETE FROM core_thread_days t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone_calls) + (SELECT count(*) FROM gone_days) + (SELECT count(*) FROM gone_refused) AS n"""
+
+
+@dataclass(frozen=True)
+class Watermark:
+    ts: str = ""
+    thread_id: str = ""
+    checkpoint_ns: str = ""
+    checkpoint_id: str = ""
+
+    def params(self) -> dict[str, str]:
+        return {"ts": self.ts, "thread_id": self.thread_id, "checkpoint_ns": self.checkpoint_ns,
+                "checkpoint_id": self.checkpoint_id}
+
+    def rewound(self, by: timedelta) -> "Watermark":
+        """The key `by` earlier (checkpoint ts is ISO 8601 UTC text: text order is time order)."""
+        if not self.ts:
+            return Watermark()
+        at = datetime.fromisoformat(self.ts) - by
+        return Watermark(at.astimezone(timezone.utc).isoformat())
+
+
+@dataclass
+class ExtractResult:
+    checkpoints: int = 0        # checkpoints read (writes decoded are those of these checkpoints)
+    writes: int = 0             # checkpoint writes decoded
+    calls: int = 0              # tool calls inserted (already extracted ones are not counted)
+    refused: int = 0            # payloads newly found that the serializer would refuse (core_refused_payloads)
+    thread_days: int = 0        # thread-days inserted or widened
+    batches: int = 0
+    behind: int = 0             # checkpoints still after the watermark when it stopped (capped)
+    pruned: int = 0
+    error: str | None = None    # why a page could not extract (e.g. a read-only database role)
+
+    @property
+    def caught_up(self) -> bool:
+        return self.behind == 0
+
+
+def watermark(db: Database) -> Watermark:
+    row = db.fetch_one(SELECT_WATERMARK, {"name": WATERMARK}, read_only=False)
+    if row is None:
+        return Watermark()
+    return Watermark(row["ts"], row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
+
+
+def checkpoints_behind(db: Database, cap: int = 100_000) -> int:
+    """Checkpoints after the watermark, counted up to `cap`."""
+    return db.fetch_one(COUNT_BEHIND, {**watermark(db).params(), "cap": cap}, read_only=False)["n"]
+
+
+def extract(db: Database, *, max_checkpoints: int | None = None, lookback: timedelta | None = None,
+            batch: int = BATCH_CHECKPOINTS,
+            on_batch: Callable[[ExtractResult], None] | None = None) -> ExtractResult:
+    """Extract tool calls and human-message thread-days from the checkpoints after the watermark.
+
+    `max_checkpoints` bounds the work (None: until caught up); `lookback` re-reads that much before the
+    watermark first (late writes, resynced checkpoints), without moving the watermark back. Each batch
+    is one transaction holding the watermark row, so concurrent runs take turns. Idempotent."""
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    result = ExtractResult()
+    key = watermark(db)
+    if lookback:
+        key = key.rewound(lookback)
+    while max_checkpoints is None or result.checkpoints < max_checkpoints:
+        limit = batch if max_checkpoints is None else min(batch, max_checkpoints - result.checkpoints)
+        with db.connection() as conn, conn.transaction():
+            conn.execute(ENSURE_WATERMARK, {"name": WATERMARK})
+            conn.execute(LOCK_WATERMARK, {"name": WATERMARK})
+            row = conn.execute(EXTRACT_BATCH, {**key.params(), "limit": limit}).fetchone()
+            if row["checkpoints"]:
+                key = Watermark(row["ts"], row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
+                conn.execute(ADVANCE_WATERMARK, {**key.params(), "name": WATERMARK})
+        result.checkpoints += row["checkpoints"]
+        result.writes += row["writes"]
+        result.calls += row["calls"]
+        result.refused += row["refused"]
+        result.thread_days += row["thread_days"]
+        result.batches += 1
+        if on_batch:
+            on_batch(result)
+        if row["checkpoints"] < limit:
+            break
+    result.behind = checkpoints_behind(db)
+    log.info("tool calls: %d checkpoints (%d writes) read, %d calls, %d thread-days and %d refused payloads "
+             "extracted in %d batches, %d behind", result.checkpoints, result.writes, result.calls,
+             result.thread_days, result.refused, result.batches, result.behind)
+    return result
+
+
+def catch_up(db: Database, max_checkpoints: int = PAGE_MAX_CHECKPOINTS) -> ExtractResult:
+    """What a page calls before reading: forward from the watermark, at most `max_checkpoints`.
+    A dashboard running with a read-only role cannot extract: the result then carries the error and
+    how far behind the tables are (the sweep job, on the primary, keeps them current)."""
+    try:
+        return extract(db, max_checkpoints=max_checkpoints)
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction) as exc:
+        log.warning("tool calls not extracted by the page: %s", exc)
+        return ExtractResult(behind=checkpoints_behind(db), error=str(exc).splitlines()[0])
+
+
+def sweep_step(db: Database) -> ExtractResult:
+    """The sweep job's step: drop rows of deleted threads, then extract with the look-back window."""
+    pruned = db.fetch_one(PRUNE_ORPHANS, read_only=False)["n"]
+    result = extract(db, lookback=SWEEP_LOOKBACK)
+    result.pruned = pruned
+    return result

@@ -1,0 +1,479 @@
+"""Right of access (GDPR art. 15): everything the agents hold about one customer, read by SQL.
+
+`gather(db, customer_id)` collects, without changing anything (no TTL refresh: plain SELECTs on `store`,
+never `store.search`):
+- the store documents of every namespace under `clientes.<id>` (nested ones too; exact prefix or escaped
+  LIKE), with created/updated/expires_at, expired-not-yet-swept ones included and marked;
+- the customer's conversations, as decoded messages in order (human, AI text, tool calls and results)
+  from the canonical SQL views, no raw blobs; a payload the serializer would refuse, or one that cannot
+  be decoded, is marked in its place;
+- our own logs about them: memory writes, conversations, guard denials (table and episodes), serializer
+  refusals of their threads;
+- the erasure-register rows (with re-checks) and earlier access exports about them.
+`export_json` / `export_html` render it (the HTML prints to PDF); `record_export` writes the access
+register row with the sha256 of the exact file handed over.
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+import pandas as pd
+from psycopg.types.json import Jsonb
+
+from core.db import Database
+from core.privacy import subjects
+from core.privacy.erasure import ROOT, escape_like, validate_customer_id
+
+FORMATS = ("json", "html")
+LANGS = ("es", "en")
+
+SELECT_DOCUMENTS = r"""
+SELECT prefix, key, value, created_at, updated_at, expires_at, ttl_minutes,
+       (expires_at IS NOT NULL AND expires_at < now()) AS expired
+FROM store
+WHERE prefix = %(prefix)s OR prefix LIKE %(pattern)s ESCAPE '\'
+ORDER BY prefix, key"""
+
+# The writes of the customer's threads that hold messages, or that the decoder cannot read, or that name a
+# type the serializer's allowlist refuses (`refused_type`, from the one allowlist, core_serde_allowlist), in
+# the order the conversation happened, decoded in SQL: no raw blob leaves the database.
+SELECT_WRITES = """
+SELECT thread_id, checkpoint_ns, checkpoint_id, task_path, task_id, idx, channel, ts, step,
+       messages, undecodable, refused_type
+FROM core_checkpoint_writes_view
+WHERE thread_id = ANY(%(threads)s)
+  AND (jsonb_array_length(messages) > 0 OR undecodable IS NOT NULL OR refused_type IS NOT NULL)
+ORDER BY thread_id, ts NULLS LAST, checkpoint_id, task_path, task_id, idx"""
+SELECT_THREADS_SUMMARY = """
+SELECT thread_id, count(*) AS checkpoints, min(checkpoint ->> 'ts') AS first_ts, max(checkpoint ->> 'ts') AS last_ts
+FROM checkpoints WHERE thread_id = ANY(%(threads)s) GROUP BY thread_id ORDER BY min(checkpoint ->> 'ts'), thread_id"""
+
+SELECT_MEMORY_WRITES = r"""
+SELECT id, written_at, prefix, key, thread_id, agent FROM core_memory_writes
+WHERE prefix = %(prefix)s OR prefix LIKE %(pattern)s ESCAPE '\' OR thread_id = ANY(%(threads)s)
+ORDER BY written_at, id"""
+SELECT_CONVERSATIONS = """
+SELECT thread_id, agent, subject_root, subject_id, started_at, last_turn_at, turns FROM core_conversations
+WHERE (subject_root = %(root)s AND subject_id = %(cliente_id)s) OR thread_id = ANY(%(threads)s)
+ORDER BY started_at, thread_id"""
+SELECT_GUARD_DENIALS = """
+SELECT id, replica_id, tool, risk, thread_id, subject_root, subject_id, customer_id, reason, denied_at
+FROM core_guard_denials WHERE customer_id = %(cliente_id)s OR thread_id = ANY(%(threads)s)
+ORDER BY denied_at, id"""
+SELECT_EPISODE_DENIALS = """
+SELECT e.id AS episode_id, e.replica_id, e.degraded_from, e.degraded_to, x.elem AS denial
+FROM core_degradation_episodes e,
+     jsonb_array_elements(CASE WHEN jsonb_typeof(e.denials) = 'array' THEN e.denials ELSE '[]' END) AS x(elem)
+WHERE x.elem ->> 'customer_id' = %(cliente_id)s OR x.elem ->> 'thread_id' = ANY(%(threads)s)
+ORDER BY e.degraded_from, e.id"""
+SELECT_SERDE_REFUSALS = """
+SELECT id, replica_id, type_name, kind, thread_id, checkpoint_id, refused_at FROM core_serde_refusals
+WHERE thread_id = ANY(%(threads)s) ORDER BY refused_at, id"""
+SELECT_ERASURES = """
+SELECT id, customer_id, namespace_prefix, operator, requested_at, finished_at, status, passes, thread_ids,
+       counts_before, deleted, counts_after, evidence, report, last_recheck_at, last_recheck_clean
+FROM core_erasure_register WHERE customer_id = %(cliente_id)s ORDER BY requested_at, id"""
+SELECT_RECHECKS = """
+SELECT k.id, k.request_id, k.checked_at, k.trigger, k.operator, k.clean, k.counts
+FROM core_erasure_rechecks k JOIN core_erasure_register r ON r.id = k.request_id
+WHERE r.customer_id = %(cliente_id)s ORDER BY k.checked_at, k.id"""
+SELECT_ACCESS_EXPORTS = """
+SELECT id, customer_id, operator, exported_at, format, lang, sha256, size_bytes, counts
+FROM core_access_register WHERE customer_id = %(cliente_id)s ORDER BY exported_at, id"""
+
+INSERT_EXPORT = """
+INSERT INTO core_access_register (customer_id, operator, format, lang, sha256, size_bytes, counts, sources)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id, exported_at"""
+SELECT_REGISTER = """
+SELECT id, customer_id, operator, exported_at, format, lang, sha256, size_bytes, counts, sources
+FROM core_access_register WHERE %(customer_id)s::text IS NULL OR customer_id = %(customer_id)s
+ORDER BY exported_at DESC, id DESC LIMIT %(limit)s"""
+REGISTER_COLUMNS = ["id", "customer_id", "operator", "exported_at", "format", "lang", "sha256", "size_bytes", "counts",
+                    "sources"]
+
+LOG_SOURCES = ("core_memory_writes", "core_conversations", "core_guard_denials", "core_degradation_episodes.denials",
+               "core_serde_refusals")
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """The customer's threads, each with the sources that found it, what was searched (and what could not run),
+    and how many threads of the database no source attributes to anyone (the coverage caveat)."""
+
+    threads: dict[str, list[str]]
+    sources: tuple[str, ...]
+    errors: dict[str, str]
+    unattributed_threads: int
+    residue: list[dict]  # [{thread_id, term, kind}]: unattributed threads holding the id or a distinctive value
+
+
+def _attribute(db: Database, customer_id: str) -> Attribution:
+    """The one place that says which threads are the customer's: the subject resolver (core/privacy/subjects.py),
+    the same answer the Checkpoints page and erasure use. The residue scan's proposals are named on the cover
+    (thread and matched term, no snippet) but not exported: no source attributes them, a DPO decides."""
+    found = subjects.resolve(db, customer_id)
+    cover = subjects.coverage(db)
+    residue = subjects.residue_scan(db, customer_id, subjects=found)
+    proposed = [{"thread_id": m.thread_id, "term": m.term, "kind": m.kind}
+                for m in residue.matches if not m.common]
+    return Attribution({t: list(s) for t, s in found.threads.items()}, tuple(found.by_source), dict(found.errors),
+                       cover.unattributed_threads, proposed)
+
+
+@dataclass
+class AccessReport:
+    """Everything found about one customer. `counts` per source; `empty` when nothing at all was found."""
+
+    customer_id: str
+    namespace_prefix: str
+    generated_at: datetime
+    documents: list[dict]
+    threads: list[dict]  # {thread_id, sources, checkpoints, first_ts, last_ts, messages: [...]}
+    logs: dict[str, list[dict]]
+    erasures: list[dict]
+    erasure_rechecks: list[dict]
+    access_exports: list[dict]
+    sources: dict[str, list[str]]
+    unattributed_threads: int
+    residue: list[dict]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        messages = [m for t in self.threads for m in t["messages"]]
+        return {
+            "documents": len(self.documents),
+            "expired_documents": sum(1 for d in self.documents if d["expired"]),
+            "threads": len(self.threads),
+            "messages": sum(1 for m in messages if m["kind"] not in MARKER_KINDS),
+            "marked_payloads": sum(1 for m in messages if m["kind"] in MARKER_KINDS),
+            **{name: len(rows) for name, rows in self.logs.items()},
+            "erasure_requests": len(self.erasures),
+            "erasure_rechecks": len(self.erasure_rechecks),
+            "access_exports": len(self.access_exports),
+        }
+
+    @property
+    def empty(self) -> bool:
+        return not (self.documents or self.threads or any(self.logs.values()) or self.erasures)
+
+
+MARKER_KINDS = ("refused", "undecodable")
+
+
+def _message(write: dict, position: int, msg: dict) -> dict:
+    return {"checkpoint_id": write["checkpoint_id"], "step": write["step"], "ts": write["ts"],
+            "channel": write["channel"], "position": position, "kind": msg.get("kind"), "id": msg.get("id"),
+            "content": msg.get("content"), "tool_calls": msg.get("tool_calls"), "tool_name": msg.get("tool_name"),
+            "tool_call_id": msg.get("tool_call_id"), "status": msg.get("status")}
+
+
+def _thread_messages(writes: Iterable[dict]) -> list[dict]:
+    """Messages in conversation order; a write the serializer would refuse or the decoder cannot read is
+    kept as a marker in its place (kind `refused` / `undecodable`), never dropped."""
+    out: list[dict] = []
+    for w in writes:
+        messages = w["messages"] or []
+        if w["undecodable"]:
+            out.append({"checkpoint_id": w["checkpoint_id"], "step": w["step"], "ts": w["ts"], "channel": w["channel"],
+                        "position": 0, "kind": "undecodable", "reason": w["undecodable"]})
+            continue
+        if w["refused_type"] and not messages:  # e.g. a tampered message: kept as a marker, never dropped
+            out.append({"checkpoint_id": w["checkpoint_id"], "step": w["step"], "ts": w["ts"], "channel": w["channel"],
+                        "position": 0, "kind": "refused", "refused_type": w["refused_type"]})
+        for position, msg in enumerate(messages, start=1):
+            item = _message(w, position, msg)
+            if w["refused_type"]:  # a refused type inside a message the decoder still recognised
+                item["refused_type"] = w["refused_type"]
+            out.append(item)
+    return out
+
+
+def _params(customer_id: str, threads: list[str]) -> dict[str, Any]:
+    prefix = f"{ROOT}.{customer_id}"
+    return {"prefix": prefix, "pattern": escape_like(prefix) + ".%", "cliente_id": customer_id, "root": ROOT,
+            "threads": threads}
+
+
+def gather(db: Database, customer_id: str) -> AccessReport:
+    """Everything the agents and our logs hold about `customer_id`, read by SQL in one snapshot (REPEATABLE
+    READ), changing nothing. Raises InvalidIdentifier (as erasure does) for an unusable id."""
+    customer_id = validate_customer_id(customer_id)
+    with db.connection() as conn:
+        attribution = _attribute(db, customer_id)
+        threads = sorted(attribution.threads)
+        params = _params(customer_id, threads)
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            documents = conn.execute(SELECT_DOCUMENTS, params).fetchall()
+            summaries = {r["thread_id"]: r for r in conn.execute(SELECT_THREADS_SUMMARY, params).fetchall()}
+            writes: dict[str, list[dict]] = {}
+            for w in conn.execute(SELECT_WRITES, params).fetchall():
+                writes.setdefault(w["thread_id"], []).append(w)
+            logs = {
+                "memory_writes": conn.execute(SELECT_MEMORY_WRITES, params).fetchall(),
+                "conversations": conn.execute(SELECT_CONVERSATIONS, params).fetchall(),
+                "guard_denials": conn.execute(SELECT_GUARD_DENIALS, params).fetchall(),
+                "episode_denials": conn.execute(SELECT_EPISODE_DENIALS, params).fetchall(),
+                "serde_refusals": conn.execute(SELECT_SERDE_REFUSALS, params).fetchall(),
+            }
+            erasures = conn.execute(SELECT_ERASURES, params).fetchall()
+            rechecks = conn.execute(SELECT_RECHECKS, params).fetchall()
+            exports = conn.execute(SELECT_ACCESS_EXPORTS, params).fetchall()
+            generated_at = conn.execute("SELECT now() AS now").fetchone()["now"]
+    thread_rows = []
+    ordered = sorted(threads, key=lambda t: ((summaries.get(t) or {}).get("first_ts") or "", t))
+    for thread_id in ordered:
+        summary = summaries.get(thread_id) or {}
+        thread_rows.append({"thread_id": thread_id, "sources": attribution.threads[thread_id],
+                            "checkpoints": int(summary.get("checkpoints") or 0),
+                            "first_ts": summary.get("first_ts"), "last_ts": summary.get("last_ts"),
+                            "messages": _thread_messages(writes.get(thread_id, []))})
+    return AccessReport(
+        customer_id=customer_id, namespace_prefix=params["prefix"], generated_at=generated_at,
+        documents=[dict(d) for d in documents], threads=thread_rows, logs={k: [dict(r) for r in v] for k, v in logs.items()},
+        erasures=[dict(r) for r in erasures], erasure_rechecks=[dict(r) for r in rechecks],
+        access_exports=[dict(r) for r in exports],
+        sources={"store": [f"store: prefix = '{params['prefix']}' or below it"], "threads": list(attribution.sources),
+                 **({"threads_not_searched": [f"{k}: {v}" for k, v in attribution.errors.items()]}
+                    if attribution.errors else {}),
+                 "logs": list(LOG_SOURCES), "registers": ["core_erasure_register", "core_erasure_rechecks",
+                                                          "core_access_register"]},
+        unattributed_threads=attribution.unattributed_threads, residue=attribution.residue,
+    )
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (bytes, memoryview)):
+        raise TypeError("raw bytes never go into an access export")
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def export_document(report: AccessReport, *, requested_by: str, lang: str = "es") -> dict[str, Any]:
+    """The export as a JSON-ready dict: a cover (who asked, when, sources searched, coverage caveat) and
+    every item found."""
+    if lang not in LANGS:
+        raise ValueError(f"unknown language {lang!r}; known: {', '.join(LANGS)}")
+    doc = {
+        "kind": "agent-memory access export (GDPR art. 15)",
+        "cover": {
+            "customer_id": report.customer_id,
+            "namespace_prefix": report.namespace_prefix,
+            "requested_by": requested_by,
+            "generated_at": report.generated_at,
+            "lang": lang,
+            "sources_searched": report.sources,
+            "counts": report.counts,
+            "nothing_found": report.empty,
+            "coverage": {
+                "unattributed_threads": report.unattributed_threads,
+                "caveat": STRINGS[lang]["caveat"].format(n=report.unattributed_threads),
+                "possible_threads_not_included": report.residue,
+                "possible_threads_note": STRINGS[lang]["residue"].format(n=len({r["thread_id"] for r in report.residue})),
+            },
+        },
+        "store_documents": report.documents,
+        "threads": report.threads,
+        "logs": report.logs,
+        "erasure_register": {"requests": report.erasures, "rechecks": report.erasure_rechecks},
+        "access_register": report.access_exports,
+    }
+    return json.loads(json.dumps(doc, default=_json_default))
+
+
+def export_json(report: AccessReport, *, requested_by: str, lang: str = "es") -> bytes:
+    return json.dumps(export_document(report, requested_by=requested_by, lang=lang), ensure_ascii=False,
+                      indent=2).encode("utf-8")
+
+
+STRINGS = {
+    "es": {
+        "title": "Datos que los agentes guardan sobre el cliente {id}",
+        "cover": "Portada", "requested_by": "Solicitado por", "generated_at": "Generado el",
+        "sources": "Fuentes consultadas", "counts": "Recuentos", "coverage": "Cobertura",
+        "caveat": "{n} hilos de conversación de la base de datos no pueden atribuirse a ningún sujeto con las fuentes "
+                  "consultadas; si alguno fuera de este cliente, no está en esta exportación.",
+        "nothing": "No hay ningún dato sobre este cliente en las fuentes consultadas.",
+        "residue": "{n} hilos sin atribuir contienen el id del cliente o valores propios de sus documentos; no se incluyen "
+                   "hasta que el DPO decida (se listan con el término encontrado).",
+        "documents": "Documentos de memoria", "threads": "Conversaciones", "logs": "Nuestros registros",
+        "erasures": "Registro de borrados", "exports": "Exportaciones anteriores",
+        "expired": "caducado (pendiente de barrido)", "thread": "Hilo", "found_by": "encontrado por",
+        "refused": "contenido que el serializador rechazaría ({types}); no se muestra",
+        "undecodable": "contenido ilegible ({reason})", "none": "Ninguno.",
+        "created": "creado", "updated": "actualizado", "expires": "caduca",
+    },
+    "en": {
+        "title": "Data the agents hold about customer {id}",
+        "cover": "Cover", "requested_by": "Requested by", "generated_at": "Generated at",
+        "sources": "Sources searched", "counts": "Counts", "coverage": "Coverage",
+        "caveat": "{n} conversation threads in the database cannot be attributed to any subject by the sources "
+                  "searched; if any of them is this customer's, it is not in this export.",
+        "nothing": "There is no data about this customer in the sources searched.",
+        "residue": "{n} unattributed threads hold the customer's id or values of their own documents; they are not "
+                   "included until the DPO decides (listed with the term found).",
+        "documents": "Memory documents", "threads": "Conversations", "logs": "Our logs",
+        "erasures": "Erasure register", "exports": "Earlier exports",
+        "expired": "expired (not yet swept)", "thread": "Thread", "found_by": "found by",
+        "refused": "content the serializer would refuse ({types}); not shown",
+        "undecodable": "unreadable content ({reason})", "none": "None.",
+        "created": "created", "updated": "updated", "expires": "expires",
+    },
+}
+
+HTML_STYLE = """
+body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#111;line-height:1.4}
+h1{font-size:1.5rem} h2{font-size:1.2rem;border-bottom:1px solid #ccc;margin-top:2rem} h3{font-size:1rem}
+table{border-collapse:collapse;width:100%;font-size:.85rem} td,th{border:1px solid #ccc;padding:.25rem;vertical-align:top}
+pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:.8rem} .marker{color:#a00;font-weight:bold}
+.msg{margin:.3rem 0;padding:.3rem .5rem;border-left:3px solid #999} .human{border-color:#1f77b4}
+.ai{border-color:#2ca02c} .tool{border-color:#ff7f0e} .cover{background:#f5f5f5;padding:1rem}
+@media print{body{margin:0} h2{page-break-after:avoid} .msg{page-break-inside:avoid}}
+"""
+
+
+def _e(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        value = json.dumps(value, ensure_ascii=False, default=_json_default)
+    return html.escape(value)
+
+
+def _table(rows: list[dict], s: dict) -> str:
+    if not rows:
+        return f"<p>{s['none']}</p>"
+    columns = list(rows[0])
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td><pre>{_e(r.get(c))}</pre></td>" for c in columns) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def export_html(report: AccessReport, *, requested_by: str, lang: str = "es") -> bytes:
+    """A readable document (prints to PDF from the browser) with the same content as the JSON."""
+    doc = export_document(report, requested_by=requested_by, lang=lang)
+    s, cover = STRINGS[lang], doc["cover"]
+    parts = [f"<!DOCTYPE html><html lang='{lang}'><head><meta charset='utf-8'>"
+             f"<title>{_e(s['title'].format(id=report.customer_id))}</title><style>{HTML_STYLE}</style></head><body>",
+             f"<h1>{_e(s['title'].format(id=report.customer_id))}</h1>",
+             f"<div class='cover'><h2>{s['cover']}</h2>",
+             f"<p><b>{s['requested_by']}:</b> {_e(requested_by)}<br><b>{s['generated_at']}:</b> "
+             f"{_e(cover['generated_at'])}</p>",
+             f"<h3>{s['sources']}</h3><ul>"
+             + "".join(f"<li>{_e(k)}: {_e(', '.join(v))}</li>" for k, v in cover["sources_searched"].items())
+             + "</ul>",
+             f"<h3>{s['counts']}</h3><ul>" + "".join(f"<li>{_e(k)}: {v}</li>" for k, v in cover["counts"].items())
+             + "</ul>",
+             f"<h3>{s['coverage']}</h3><p>{_e(cover['coverage']['caveat'])}</p>"
+             f"<p>{_e(cover['coverage']['possible_threads_note'])}</p>"
+             + _table(cover["coverage"]["possible_threads_not_included"], s)]
+    if cover["nothing_found"]:
+        parts.append(f"<p class='marker'>{s['nothing']}</p>")
+    parts.append("</div>")
+    parts.append(f"<h2>{s['documents']} ({len(doc['store_documents'])})</h2>")
+    for d in doc["store_documents"]:
+        flag = f" <span class='marker'>{s['expired']}</span>" if d["expired"] else ""
+        parts.append(f"<h3>{_e(d['prefix'])} / {_e(d['key'])}{flag}</h3><p>{s['created']} {_e(d['created_at'])} · "
+                     f"{s['updated']} {_e(d['updated_at'])} · {s['expires']} {_e(d['expires_at']) or '—'}</p>"
+                     f"<pre>{_e(d['value'])}</pre>")
+    parts.append(f"<h2>{s['threads']} ({len(doc['threads'])})</h2>")
+    for t in doc["threads"]:
+        parts.append(f"<h3>{s['thread']} {_e(t['thread_id'])}</h3><p>{s['found_by']}: {_e(', '.join(t['sources']))}"
+                     f" · {_e(t['first_ts'])} – {_e(t['last_ts'])}</p>")
+        for m in t["messages"]:
+            if m["kind"] == "refused":
+                parts.append(f"<div class='msg marker'>{_e(s['refused'].format(types=m['refused_type']))}</div>")
+            elif m["kind"] == "undecodable":
+                parts.append(f"<div class='msg marker'>{_e(s['undecodable'].format(reason=m['reason']))}</div>")
+            else:
+                text = m["content"] if isinstance(m["content"], str) else json.dumps(m["content"], ensure_ascii=False)
+                extra = ""
+                if m.get("tool_calls"):
+                    extra += "<pre>" + _e(m["tool_calls"]) + "</pre>"
+                if m.get("refused_type"):
+                    extra += f"<p class='marker'>{_e(s['refused'].format(types=m['refused_type']))}</p>"
+                label = m["kind"] + (f" · {m['tool_name']}" if m.get("tool_name") else "")
+                parts.append(f"<div class='msg {_e(m['kind'])}'><b>{_e(label)}</b> <small>{_e(m['ts'])}</small>"
+                             f"<pre>{_e(text)}</pre>{extra}</div>")
+    parts.append(f"<h2>{s['logs']}</h2>")
+    for name, rows in doc["logs"].items():
+        parts.append(f"<h3>{_e(name)} ({len(rows)})</h3>" + _table(rows, s))
+    parts.append(f"<h2>{s['erasures']}</h2>" + _table(doc["erasure_register"]["requests"], s)
+                 + _table(doc["erasure_register"]["rechecks"], s))
+    parts.append(f"<h2>{s['exports']}</h2>" + _table(doc["access_register"], s))
+    parts.append("</body></html>")
+    return "".join(parts).encode("utf-8")
+
+
+def render(report: AccessReport, fmt: str, *, requested_by: str, lang: str = "es") -> bytes:
+    """The export file in `fmt` ('json' or 'html'); raises ValueError for another format or language."""
+    if fmt == "json":
+        return export_json(report, requested_by=requested_by, lang=lang)
+    if fmt == "html":
+        return export_html(report, requested_by=requested_by, lang=lang)
+    raise ValueError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+
+
+# --- the access register ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Export:
+    """One export handed over: the file, its sha256, and its access-register row."""
+
+    data: bytes
+    sha256: str
+    register_id: int
+    exported_at: datetime
+    file_name: str
+    mime: str
+
+
+def record_export(db: Database, report: AccessReport, data: bytes, *, fmt: str, lang: str,
+                  operator: str) -> tuple[int, datetime, str]:
+    """Write the access-register row for an export of `data`; returns (id, exported_at, sha256)."""
+    if not isinstance(operator, str) or not operator.strip():
+        raise ValueError("operator identity is required for the access register")
+    digest = hashlib.sha256(data).hexdigest()
+    row = db.fetch_one(INSERT_EXPORT, (report.customer_id, operator.strip(), fmt, lang, digest, len(data),
+                                       Jsonb(report.counts), Jsonb(report.sources)), read_only=False)
+    return int(row["id"]), row["exported_at"], digest
+
+
+def export(db: Database, customer_id: str, *, fmt: str, lang: str, operator: str) -> Export:
+    """Gather, render and register one export (the page's single call). Nothing is kept server-side but
+    the register row; raises InvalidIdentifier or ValueError on bad input, before anything is written."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+    if lang not in LANGS:
+        raise ValueError(f"unknown language {lang!r}; known: {', '.join(LANGS)}")
+    if not isinstance(operator, str) or not operator.strip():
+        raise ValueError("operator identity is required for the access register")
+    report = gather(db, customer_id)
+    data = render(report, fmt, requested_by=operator.strip(), lang=lang)
+    register_id, at, digest = record_export(db, report, data, fmt=fmt, lang=lang, operator=operator)
+    stamp = report.generated_at.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Export(data, digest, register_id, at, f"access-{register_id}-{stamp}.{fmt}",
+                  "application/json" if fmt == "json" else "text/html")
+
+
+def register(db: Database, limit: int = 500, customer_id: str | None = None) -> pd.DataFrame:
+    """The latest `limit` exports (of one customer, or of all), newest first; `items` is the total exported."""
+    rows = db.fetch(SELECT_REGISTER, {"customer_id": customer_id, "limit": limit}, read_only=False)
+    frame = pd.DataFrame(rows, columns=REGISTER_COLUMNS)
+    frame["items"] = frame["counts"].map(lambda c: sum(v for k, v in c.items() if k != "expired_documents")
+                                         if isinstance(c, dict) else None)
+    return frame
+
+
+__all__ = ["AccessReport", "Attribution", "Export", "FORMATS", "LANGS", "export", "export_document", "export_html",
+           "export_json", "gather", "record_export", "register", "render"]

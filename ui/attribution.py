@@ -1,0 +1,95 @@
+"""Page parts for subject attribution (core/privacy/subjects.py): the coverage notice with its fix, the
+attributed threads with their sources, and the residue threads with the DPO's decision per thread."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core.privacy import erasure
+from core.privacy import subjects as subj
+from ui import erasure_i18n  # noqa: F401  (registers the strings used here)
+from ui.i18n import t
+
+RESIDUE_KEY = "erasure.residue"  # widget keys: erasure.residue.<n>.decision / .reason
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def coverage_notice(cov: subj.Coverage) -> None:
+    """What share of the checkpoint data no source attributes, and how to fix it (shown only when > 0)."""
+    if not cov.unattributed_threads:
+        return
+    st.warning(t("erasure_coverage", threads=f"{cov.unattributed_threads:,} / {cov.threads:,}",
+                 t_share=f"{cov.thread_share:.0%}", bytes=_bytes(cov.unattributed_bytes),
+                 b_share=f"{cov.byte_share:.0%}"), icon=":material/visibility_off:")
+    st.caption(t("erasure_coverage_fix") + (" " + t("erasure_coverage_query") if cov.query_configured else ""))
+
+
+def show_sources(subjects: subj.Subjects | None) -> None:
+    if subjects is None:
+        return
+    st.subheader(t("erasure_sources_title"))
+    st.caption(t("erasure_sources_counts", counts=", ".join(f"`{s}` {len(v)}" for s, v in subjects.by_source.items())))
+    for source, error in subjects.errors.items():
+        st.error(t("erasure_source_error", source=source, error=error))
+    if subjects.threads:
+        st.dataframe(pd.DataFrame({t("erasure_col_thread"): list(subjects.threads),
+                                   t("erasure_col_sources"): [", ".join(s) for s in subjects.threads.values()]}),
+                     hide_index=True, key="erasure.sources")
+
+
+def show_residue(residue: subj.Residue | None) -> None:
+    """Residue threads, each with its matches and a decision (erase / leave with a reason), and the terms table."""
+    if residue is None:
+        return
+    st.subheader(t("erasure_residue_title"))
+    if not residue.proposed:
+        st.caption(t("erasure_residue_none"))
+    else:
+        st.caption(t("erasure_residue_caption"))
+    for n, thread_id in enumerate(residue.proposed):
+        matches = residue.matches_of(thread_id)
+        first = matches[0]
+        with st.container(border=True):
+            st.markdown(t("erasure_residue_thread", thread=thread_id, term=first.term, kind=first.kind))
+            st.dataframe(pd.DataFrame({
+                t("erasure_col_term"): [m.term for m in matches],
+                t("erasure_col_customers"): [m.customers for m in matches],
+                t("erasure_col_snippet"): [m.snippet for m in matches],
+            }), hide_index=True, key=f"{RESIDUE_KEY}.{n}.matches")
+            left, right = st.columns([1, 2])
+            left.radio(t("erasure_residue_decision"), [erasure.ERASE, erasure.LEAVE], index=None,
+                       key=f"{RESIDUE_KEY}.{n}.decision", horizontal=True,
+                       format_func=lambda d: t("erasure_residue_erase" if d == erasure.ERASE else "erasure_residue_leave"))
+            right.text_input(t("erasure_residue_reason"), key=f"{RESIDUE_KEY}.{n}.reason")
+    if residue.common_only:
+        st.caption(t("erasure_common_only", n=len(residue.common_only)))
+    with st.expander(t("erasure_terms_title")):
+        st.dataframe(pd.DataFrame({
+            t("erasure_col_term"): [x.term for x in residue.terms],
+            t("erasure_col_kind"): [x.kind for x in residue.terms],
+            t("erasure_col_customers"): [x.customers for x in residue.terms],
+            t("erasure_col_threads_matched"): [x.threads for x in residue.terms],
+            t("erasure_col_common"): [x.common for x in residue.terms],
+        }), hide_index=True, key="erasure.terms")
+
+
+def decisions_of(residue: subj.Residue | None) -> tuple[dict[str, tuple[str, str]], int]:
+    """The DPO's decisions from the widgets, and how many residue threads are still undecided (a leave
+    without a reason counts as undecided)."""
+    decisions: dict[str, tuple[str, str]] = {}
+    undecided = 0
+    for n, thread_id in enumerate(residue.proposed if residue else []):
+        action = st.session_state.get(f"{RESIDUE_KEY}.{n}.decision")
+        reason = (st.session_state.get(f"{RESIDUE_KEY}.{n}.reason") or "").strip()
+        if action == erasure.ERASE or (action == erasure.LEAVE and reason):
+            decisions[thread_id] = (action, reason)
+        else:
+            undecided += 1
+    return decisions, undecided

@@ -1,0 +1,71 @@
+"""The dashboard's pages, who may see them, and the navigation built from them.
+
+Every page is registered for every signed-in user, so every page's URL resolves for everyone:
+- a page of the user's roles is listed in the sidebar;
+- any other page is registered `visibility="hidden"`: not listed, but its URL opens it and the page's
+  own `require_role` refuses with the role it needs (instead of Streamlit's "Page not found" dialog).
+The default page is a neutral, hidden home page (`app_pages/home.py`) that sends each user on to the
+first page of their roles. A real page must never be the default: Streamlit serves the default page at
+`/` and ignores its url_path, so `/erasure?cliente=C9` would be "not found" for a user whose default
+page is Erasure (checked with streamlit 1.67).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from core import roles
+from ui import access_i18n, checkpoints_i18n, degradation_i18n, erasure_i18n, sweeps_i18n
+from ui.i18n import t
+
+HOME = "app_pages/home.py"
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    role: str
+    path: str
+    title: str  # i18n key
+    icon: str
+    url_path: str
+
+
+SECTIONS: dict[str, list[PageSpec]] = {
+    "section_store": [
+        PageSpec(roles.MANAGER, "app_pages/memory.py", "page_memory", ":material/database:", "memory"),
+        PageSpec(roles.MANAGER, "app_pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
+    ],
+    "section_ops": [
+        PageSpec(roles.SRE, "app_pages/sweeps.py", sweeps_i18n.PAGE_TITLE, ":material/cleaning_services:", "sweeps"),
+        PageSpec(roles.SRE, "app_pages/checkpoints.py", checkpoints_i18n.PAGE_TITLE, ":material/timeline:",
+                 "checkpoints"),
+        PageSpec(roles.SRE, "app_pages/degradation.py", degradation_i18n.PAGE_TITLE, ":material/monitor_heart:",
+                 "degradation"),
+    ],
+    "section_dp": [
+        PageSpec(roles.DPO, "app_pages/erasure.py", erasure_i18n.PAGE_TITLE, ":material/delete_forever:", "erasure"),
+        PageSpec(roles.DPO, "app_pages/erasure_register.py", erasure_i18n.REGISTER_PAGE_TITLE,
+                 ":material/fact_check:", "erasure-register"),
+        PageSpec(roles.DPO, "app_pages/access.py", access_i18n.PAGE_TITLE, ":material/person_search:", "access"),
+        PageSpec(roles.DPO, "app_pages/access_register.py", access_i18n.REGISTER_PAGE_TITLE,
+                 ":material/receipt_long:", "access-register"),
+    ],
+}
+
+
+def first_page(user_roles: tuple[str, ...]) -> PageSpec | None:
+    """The page a user with these roles lands on (the first of their roles, in menu order)."""
+    return next((p for pages in SECTIONS.values() for p in pages if p.role in user_roles), None)
+
+
+def build(user_roles: tuple[str, ...]):
+    """st.navigation over every page: the user's own listed, the others hidden, a hidden home as default."""
+    sections: dict[str, list] = {"": [st.Page(HOME, title=t("app_title"), icon=":material/home:", default=True,
+                                              visibility="hidden")]}
+    for section, pages in SECTIONS.items():
+        sections[t(section)] = [
+            st.Page(p.path, title=t(p.title), icon=p.icon, url_path=p.url_path,
+                    visibility="visible" if p.role in user_roles else "hidden")
+            for p in pages]
+    return st.navigation(sections)

@@ -1,0 +1,20 @@
+"""What both register pages share: the button that verifies a register's hash chain."""
+from __future__ import annotations
+
+import streamlit as st
+
+from core.privacy import chain
+from ui import access_i18n  # noqa: F401  (registers the chain_* strings)
+from ui.common import call_now
+from ui.i18n import t
+
+
+def verify_button(name: str, key: str) -> None:
+    """A "verify" button for chain `name`; shows the outcome (the first broken row, by table and id)."""
+    if st.button(t("chain_verify"), key=key, icon=":material/verified_user:", help=t("chain_help")):
+        result = call_now(chain.verify, name)
+        if result.ok:
+            st.success(t("chain_ok", n=result.links, head=result.head_hash), icon=":material/verified:")
+        else:
+            st.error(t("chain_broken", table=result.table, row=result.row_id,
+                       problem=t(f"chain_problem_{result.problem}"), detail=result.detail), icon=":material/gpp_bad:")
