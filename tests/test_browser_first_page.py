@@ -71,9 +71,13 @@ def test_first_page_renders_before_the_seed_ends(page, screenshot):
             episodes = conn.execute("SELECT count(*) FROM core_degradation_episodes").fetchone()[0]
         # a complete seed: every step ran once, the last (the outage) included
         assert (demo_sweeps, erasures) == (1, 1) and episodes >= 1 and documents > 100
-        # the page reran on fresh reads (the cache was dropped): its figures are the complete seed's
+        # the page reran on fresh reads (the cache was dropped): its figures are the complete seed's,
+        # down to the alarm the seed's legacy customers raise (none while the seed ran)
         expect(page.get_by_test_id("stMetric").filter(has_text="Documentos")).to_contain_text(f"{documents:,}")
+        expect(page.get_by_text("Ningún cliente supera")).to_have_count(0, timeout=60_000)
         expect(sidebar.get_by_text("Sembrando")).to_have_count(0)
+        expect(sidebar.get_by_text("Las páginas muestran lo que ya existe")).to_have_count(0)
+        expect(page.locator(".js-plotly-plot .bars path").first).to_be_attached(timeout=30_000)
         screenshot("first-page-seeded")
     finally:
         proc.terminate()
