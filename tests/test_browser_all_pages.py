@@ -21,7 +21,8 @@ PAGES = {  # url path -> (Spanish title, English title)
 
 @pytest.mark.parametrize("lang", ["es", "en"])
 @pytest.mark.parametrize("path", list(PAGES))
-def test_page_renders_in_both_languages(page, dashboard_url, screenshot, path, lang):
+def test_page_renders_in_both_languages(dashboard_url, page, screenshot, path, lang):
+    # dashboard_url first: its demo seed runs the agents synchronously, before playwright's loop starts
     page.goto(f"{dashboard_url}/{path}?lang={lang}")
     heading = page.get_by_test_id("stHeading").first
     expect(heading).to_be_visible(timeout=30_000)

@@ -17,7 +17,22 @@ from playwright.sync_api import expect
 
 from core.db import reset_pool
 from tests.conftest import DIMS, ROOT, free_port
-from tests.test_browser_erasure import button, erasure_demo  # noqa: F401  (a module-scoped demo database)
+from tests.test_browser_erasure import button
+from tests.test_browser_erasure import erasure_demo as _erasure_demo
+
+# The demo seed runs the agents synchronously; pytest-playwright's session loop may already be running
+# in this thread, so the seed runs in a thread of its own.
+
+@pytest.fixture(scope="module")
+def erasure_demo(create_database):
+    from concurrent.futures import ThreadPoolExecutor
+
+    gen = _erasure_demo._get_wrapped_function()(create_database)
+    with ThreadPoolExecutor(1) as pool:
+        database = pool.submit(next, gen).result()
+    yield database
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(next, gen, None).result()
 
 pytestmark = pytest.mark.browser
 
