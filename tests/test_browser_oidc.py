@@ -130,6 +130,7 @@ def test_dpo_signs_in_erases_and_is_the_registered_operator(page, signed_server,
     field.press("Enter")
     button(page, "Vista previa").click()
     expect(page.get_by_text(f"Qué se borraría de clientes.{cid}")).to_be_visible(timeout=20_000)
+    screenshot("oidc-dpo-preview")
     button(page, "Borrar…").click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_label("Repita el id del cliente").fill(cid)
