@@ -102,7 +102,7 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         status = saver.status()
         assert status["buffered_checkpoints"] > 0 and "deadline" in (status["reason"] or "").lower(), status
         buffered_ids = {t.config["configurable"]["checkpoint_id"]
-                        for t in saver.list({"configurable": {"thread_id": FAULT_THREAD}})}
+                        for t in off_loop(lambda: list(saver.list({"configurable": {"thread_id": FAULT_THREAD}})))}
         assert buffered_ids
 
         # the dashboard still reads the health tables; the fragment refreshes by itself (no reload)
