@@ -122,8 +122,9 @@ def replicas_table(reading: Reading, states: pd.DataFrame, fresh: bool) -> None:
     colours = {labels.get(k, k): v for k, v in STATE_CELL.items()}
     df["state"] = df["state"].map(lambda v: labels.get(v, v))
     df["source"] = df["source"].map(lambda v: SOURCE_LABEL.get(lang(), SOURCE_LABEL["es"]).get(v, v))
-    shown = df[["replica_id", "state", "source", "heartbeat_age_s", "reading_age_s", "degraded_since",
-                "buffered_checkpoints", "buffered_writes", "resynced_last_episode", "endpoint", "error"]]
+    # what the SRE acts on first; where the reading comes from after
+    shown = df[["replica_id", "state", "heartbeat_age_s", "degraded_since", "buffered_checkpoints", "buffered_writes",
+                "resynced_last_episode", "source", "reading_age_s", "endpoint", "error"]]
     table(shown, key="degradation.replicas", colours={"state": colours})
 
 
