@@ -15,7 +15,6 @@ from ui.attribution import coverage_notice
 from ui.common import read, require_role, settings
 from ui.tables import table
 from ui.i18n import t
-from ui.checkpoints_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
 
 THREAD_KEY = "checkpoints.thread"
 VIEW_KEY = "checkpoints.view"

@@ -20,7 +20,6 @@ from core import roles
 from core.checkpoints import replica_health, replica_view
 from core.db import Database, DatabaseUnavailable
 from ui.common import get_db, require_role, secrets
-from ui.degradation_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
 from ui.tables import table
 from ui.i18n import lang, t
 

@@ -10,7 +10,6 @@ from core import roles
 from core.privacy import erasure
 from core.privacy import subjects as subj
 from core.memory.store import InvalidIdentifier
-from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
 from ui.common import call_now, forget_all, read, require_role, settings
 from ui.attribution import coverage_notice, decisions_of, show_residue, show_sources
 from ui.tables import table

@@ -7,7 +7,6 @@ import streamlit as st
 
 from core import roles
 from core.privacy import erasure
-from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
 from ui.common import call_now, forget_all, require_role
 from ui.tables import table
 from ui.i18n import t

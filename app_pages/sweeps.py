@@ -12,7 +12,6 @@ from ui import common
 from ui.common import ROOT_COLORS, get_db, read, require_role
 from ui.tables import table
 from ui.i18n import t
-from ui.sweeps_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
 
 
 RUNS_LIMIT = 200

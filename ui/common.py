@@ -12,7 +12,7 @@ from core import roles
 from core.config import Settings, load_settings
 from core.db import Database, DatabaseUnavailable
 from core.read_replica import ReadRouter, router_for
-from ui.i18n import add_strings, t
+from ui.i18n import t
 
 log = logging.getLogger(__name__)
 
@@ -139,16 +139,6 @@ def auth_configured() -> bool:
 
 
 LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "localhost", "::1"})
-add_strings({
-    "local_mode_unsafe": {
-        "es": "Modo local sin proveedor de identidad, pero el servidor no escucha solo en 127.0.0.1 "
-              "(server.address = {address}): no se concede ningún rol. Arranque desde la carpeta del repositorio "
-              "(usa .streamlit/config.toml) o con --server.address 127.0.0.1, o configure [auth].",
-        "en": "Local mode without an identity provider, but the server does not listen on 127.0.0.1 only "
-              "(server.address = {address}): no role is granted. Start from the repository folder (it uses "
-              ".streamlit/config.toml) or with --server.address 127.0.0.1, or configure [auth].",
-    },
-})
 
 
 def local_mode_safe() -> bool:

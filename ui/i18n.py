@@ -1,315 +1,28 @@
-"""UI strings: Spanish by default, English on request. Keys are English."""
+"""UI strings: Spanish by default, English on request. Keys are English.
+
+Every visible string lives in one catalogue per language, `ui/locales/es.toml` and `ui/locales/en.toml`
+(flat `key = "text"`, keys sorted), loaded once on import. Add a string by adding its key to both files;
+tests/test_i18n.py checks that both have the same keys, no empty text and the same `{placeholders}`.
+"""
 from __future__ import annotations
+
+import tomllib
+from pathlib import Path
 
 import streamlit as st
 
 LANGUAGES = {"es": "Español", "en": "English"}
-
-STRINGS: dict[str, dict[str, str]] = {
-    "app_title": {"es": "Memoria de los agentes", "en": "Agent memory"},
-    "section_store": {"es": "Tienda", "en": "Store"},
-    "section_ops": {"es": "Operaciones", "en": "Operations"},
-    "section_dp": {"es": "Protección de datos", "en": "Data protection"},
-    "page_memory": {"es": "Memoria", "en": "Memory"},
-    "page_preferences": {"es": "Preferencias", "en": "Preferences"},
-    "language": {"es": "Idioma", "en": "Language"},
-    "db": {"es": "Base de datos", "en": "Database"},
-    "db_ok": {"es": "accesible ({ms:.0f} ms, PostgreSQL {version})", "en": "reachable ({ms:.0f} ms, PostgreSQL {version})"},
-    "db_down": {"es": "NO accesible: {error}", "en": "NOT reachable: {error}"},
-    "db_checked": {"es": "comprobado a las {at}", "en": "checked at {at}"},
-    "embedded": {"es": "PostgreSQL embebido (datos de demostración)", "en": "embedded PostgreSQL (demo data)"},
-    "startup_failed": {"es": "No se puede abrir la base de datos de los agentes", "en": "The agents' database cannot be opened"},
-    "startup_hint": {
-        "es": "Destino: `{target}`. Compruebe `PG_AGENTES` y que el servidor acepte conexiones; el panel no muestra nada hasta entonces.",
-        "en": "Target: `{target}`. Check `PG_AGENTES` and that the server accepts connections; the dashboard shows nothing until then.",
-    },
-    "retry": {"es": "Reintentar", "en": "Retry"},
-    "read_failed": {"es": "La lectura ha fallado: {error}", "en": "The read failed: {error}"},
-    "local_mode": {
-        "es": "Modo local: sin proveedor de identidad, solo en 127.0.0.1. Roles concedidos: {roles}.",
-        "en": "Local mode: no identity provider, 127.0.0.1 only. Roles granted: {roles}.",
-    },
-    "role_manager": {"es": "responsable de tienda (manager)", "en": "store manager (manager)"},
-    "role_sre": {"es": "operaciones (sre)", "en": "operations (sre)"},
-    "role_dpo": {"es": "protección de datos (dpo)", "en": "data protection (dpo)"},
-    "seed_title": {"es": "Datos de demostración", "en": "Demo data"},
-    "seed_waiting": {"es": "Otro proceso está sembrando los datos; esperando a que termine…",
-                     "en": "Another process is seeding the data; waiting for it to finish…"},
-    "seed_seeding": {"es": "Sembrando: {step} ({done}/{total})", "en": "Seeding: {step} ({done}/{total})"},
-    "seed_step_only": {"es": "Sembrando: {step}", "en": "Seeding: {step}"},
-    "seed_partial": {"es": "Las páginas muestran lo que ya existe y se actualizan al terminar.",
-                     "en": "The pages show what already exists and refresh when it ends."},
-    "seed_done": {"es": "Sembrados en {s:.0f} s: {turns} turnos, {conversations} conversaciones.",
-                  "en": "Seeded in {s:.0f} s: {turns} turns, {conversations} conversations."},
-    "seed_failed": {"es": "La siembra ha fallado: {error}", "en": "The seed failed: {error}"},
-    "seed_step_suppliers": {"es": "avisos de proveedores", "en": "supplier notices"},
-    "seed_step_employees": {"es": "ajustes del personal", "en": "staff settings"},
-    "seed_step_customers": {"es": "conversaciones de clientes", "en": "customer conversations"},
-    "seed_step_legacy": {"es": "claves heredadas", "en": "legacy keys"},
-    "seed_step_sweep": {"es": "barrido", "en": "sweep"},
-    "seed_step_erasure": {"es": "supresión", "en": "erasure"},
-    "seed_step_outage": {"es": "caída del servidor", "en": "server outage"},
-    "signed_in_as": {"es": "Sesión: {user} ({roles})", "en": "Signed in: {user} ({roles})"},
-    "sign_in": {"es": "Iniciar sesión", "en": "Sign in"},
-    "sign_out": {"es": "Cerrar sesión", "en": "Sign out"},
-    "sign_in_prompt": {"es": "Inicie sesión para ver la memoria de los agentes.", "en": "Sign in to see the agents' memory."},
-    "no_roles": {"es": "Su identidad ({user}) no tiene ningún rol asignado.", "en": "Your identity ({user}) has no role assigned."},
-    "forbidden": {"es": "Esta página requiere el rol «{role}».", "en": "This page requires the '{role}' role."},
-    # Memory page
-    "memory_title": {"es": "Memoria entre conversaciones", "en": "Cross-thread memory"},
-    "memory_caption": {"es": "Tabla `store` de PostgresStore, leída sin refrescar TTL. Embeddings: {emb}.",
-                       "en": "PostgresStore `store` table, read without refreshing TTLs. Embeddings: {emb}."},
-    "documents": {"es": "Documentos", "en": "Documents"},
-    "namespaces": {"es": "Namespaces", "en": "Namespaces"},
-    "vectors": {"es": "Vectores", "en": "Vectors"},
-    "expired": {"es": "Caducados sin barrer", "en": "Expired, not yet swept"},
-    "by_root": {"es": "Documentos por raíz de namespace", "en": "Documents by namespace root"},
-    "top_prefixes": {"es": "Prefijos con más documentos (top {n})", "en": "Prefixes with most documents (top {n})"},
-    "policy": {"es": "Política de TTL en vigor", "en": "TTL policy in force"},
-    "alarm_title": {"es": "Alarma: clientes con más de {n} documentos", "en": "Alarm: customers with more than {n} documents"},
-    "alarm_caption": {
-        "es": "El esquema cerrado (`pref-{{tipo}}`, {n} tipos) no permite más de {n} documentos por cliente: algo escribe claves fuera del esquema.",
-        "en": "The closed schema (`pref-{{tipo}}`, {n} tipos) allows at most {n} documents per customer: something writes keys outside it.",
-    },
-    "alarm_none": {"es": "Ningún cliente supera {n} documentos.", "en": "No customer exceeds {n} documents."},
-    "drill_title": {"es": "Ver un namespace", "en": "Open a namespace"},
-    "drill_input": {"es": "Namespace (clientes.C9) o id (C9)", "en": "Namespace (clientes.C9) or id (C9)"},
-    "drill_none": {"es": "Ningún namespace se llama exactamente «{q}».", "en": "No namespace is named exactly '{q}'."},
-    "drill_pick": {"es": "Varios namespaces coinciden", "en": "Several namespaces match"},
-    "drill_items": {"es": "{prefix}: {n} documentos", "en": "{prefix}: {n} documents"},
-    "page": {"es": "Página", "en": "Page"},
-    # Preferences page
-    "prefs_title": {"es": "Escrituras de preferencias por conversación", "en": "Preference writes per conversation"},
-    "prefs_caption": {
-        "es": "Llamadas a `recordar_preferencia` leídas de los checkpoints (cualquier agente LangGraph, incluidas las que luego se sobrescribieron) entre hilos con un mensaje humano ese día (UTC). Objetivo: {target}.",
-        "en": "`recordar_preferencia` calls read from the checkpoints (any LangGraph agent, overwritten ones included) over threads with a human message that day (UTC). Target: {target}.",
-    },
-    "prefs_clock": {
-        "es": "Reloj: la hora `ts` de cada checkpoint (hora real de escritura). {replayed}",
-        "en": "Clock: each checkpoint's `ts` (the real time it was written). {replayed}",
-    },
-    "prefs_clock_replayed": {
-        "es": "{n} llamadas de la demo llevan su día reproducido (metadato `core_replayed_at`) y se cuentan en ese día.",
-        "en": "{n} demo calls carry their replayed day (metadata `core_replayed_at`) and count on that day.",
-    },
-    "prefs_extracted": {
-        "es": "Extraídas ahora de los checkpoints: {calls} llamadas de {checkpoints} checkpoints.",
-        "en": "Extracted from the checkpoints just now: {calls} calls from {checkpoints} checkpoints.",
-    },
-    "prefs_behind": {
-        "es": "La extracción de llamadas va {n} checkpoints por detrás: las cifras pueden faltar de lo más reciente. El barrido programado la completa; o hazlo ahora.",
-        "en": "Tool-call extraction is {n} checkpoints behind: the most recent calls may be missing. The scheduled sweep completes it; or do it now.",
-    },
-    "prefs_cannot_extract": {
-        "es": "Este panel no puede extraer llamadas de los checkpoints ({error}); faltan {n} checkpoints por leer hasta que pase el barrido programado.",
-        "en": "This dashboard cannot extract tool calls from the checkpoints ({error}); {n} checkpoints are unread until the scheduled sweep runs.",
-    },
-    "prefs_extract_now": {"es": "Extraer ahora", "en": "Extract now"},
-    "prefs_extracting": {"es": "Extrayendo llamadas de los checkpoints…", "en": "Extracting tool calls from the checkpoints…"},
-    "period": {"es": "Periodo", "en": "Period"},
-    "conversations": {"es": "Conversaciones", "en": "Conversations"},
-    "pref_writes": {"es": "Escrituras de preferencias", "en": "Preference writes"},
-    "ratio": {"es": "Escrituras por conversación", "en": "Writes per conversation"},
-    "target": {"es": "objetivo", "en": "target"},
-    "by_tipo": {"es": "Por tipo", "en": "By tipo"},
-    "writers": {"es": "Conversaciones que escribieron", "en": "Conversations that wrote"},
-    "no_data": {"es": "Sin conversaciones de clientes en este periodo: elija un periodo más largo, o compruebe que los "
-                      "agentes de atención al cliente conversan contra esta base de datos.",
-                "en": "No customer conversation in this period: pick a longer period, or check that the customer "
-                      "service agents talk against this database."},
-    "memory_empty": {"es": "La tabla `store` está vacía: los agentes aún no han guardado memoria aquí. Conecte los agentes "
-                           "a esta base de datos (PG_AGENTES) o siembre la demo con `python -m core.demo`.",
-                     "en": "The `store` table is empty: the agents have not saved any memory here yet. Point the agents "
-                           "at this database (PG_AGENTES) or seed the demo with `python -m core.demo`."},
-    "applied_title": {"es": "Preferencias aplicadas", "en": "Preferences applied"},
-    "applied_caption": {
-        "es": "Propuestas `proponer_entrega` de las {n} conversaciones más recientes, comparadas con la última `recordar_preferencia` del cliente anterior a la propuesta (llamadas extraídas de los checkpoints; sin `cliente_id` en los metadatos solo cuenta el mismo hilo). Tienda, canal y franja siguen los tipos `recogida`, `contacto` y `horario`.",
-        "en": "`proponer_entrega` proposals of the {n} most recent conversations, against the customer's latest `recordar_preferencia` before the proposal (tool calls extracted from the checkpoints; without `cliente_id` in the metadata only the same thread counts). Store, channel and slot follow the tipos `recogida`, `contacto` and `horario`.",
-    },
-    "applied_rate": {"es": "Siguieron la preferencia", "en": "Followed the preference"},
-    "applied_with_pref": {"es": "Propuestas con preferencia vigente", "en": "Proposals with a preference in force"},
-    "applied_changed": {"es": "Cambiadas por la memoria", "en": "Changed by the memory"},
-    "applied_useless": {
-        "es": "Ninguna propuesta cambió por una preferencia: la memoria no sirve para nada ahora mismo.",
-        "en": "No proposal changed because of a preference: the memory is useless right now.",
-    },
-    "applied_none": {"es": "Aún no hay propuestas con una preferencia vigente.", "en": "No proposal with a preference in force yet."},
-}
+LOCALES_DIR = Path(__file__).parent / "locales"
 
 
-def add_strings(strings: dict[str, dict[str, str]]) -> None:
-    """Let a page module register its own strings (keys must not clash)."""
-    clash = set(strings) & set(STRINGS)
-    if clash and any(STRINGS[k] != strings[k] for k in clash):
-        raise KeyError(f"UI string keys defined twice: {sorted(clash)}")
-    STRINGS.update(strings)
+def load_catalogue(language: str) -> dict[str, str]:
+    with open(LOCALES_DIR / f"{language}.toml", "rb") as f:
+        return tomllib.load(f)
 
-# Column labels of the tables (ui.tables.table): col_<column as core names it>.
-add_strings({
-    "col_agent": {"es": "Agente", "en": "Agent"},
-    "col_blob_type": {"es": "Tipo de blob", "en": "Blob type"},
-    "col_buffered_checkpoints": {"es": "Checkpoints en búfer", "en": "Buffered checkpoints"},
-    "col_buffered_writes": {"es": "Escrituras en búfer", "en": "Buffered writes"},
-    "col_canal": {"es": "Canal", "en": "Channel (canal)"},
-    "col_change": {"es": "Cambio", "en": "Change"},
-    "col_changed": {"es": "Cambiada", "en": "Changed"},
-    "col_channel": {"es": "Canal", "en": "Channel"},
-    "col_checkpoint_bytes": {"es": "Bytes de checkpoint", "en": "Checkpoint bytes"},
-    "col_checkpoint_id": {"es": "Id de checkpoint", "en": "Checkpoint id"},
-    "col_checkpoint_ns": {"es": "Namespace de checkpoint", "en": "Checkpoint namespace"},
-    "col_cliente_id": {"es": "Cliente", "en": "Customer"},
-    "col_customer_id": {"es": "Cliente", "en": "Customer"},
-    "col_content": {"es": "Contenido", "en": "Content"},
-    "col_default_ttl_minutes": {"es": "TTL por defecto (min)", "en": "Default TTL (min)"},
-    "col_degraded_since": {"es": "Degradada desde", "en": "Degraded since"},
-    "col_deleted_by_root": {"es": "Borrados por raíz", "en": "Deleted by root"},
-    "col_denials_total": {"es": "Denegaciones", "en": "Denials"},
-    "col_documents": {"es": "Documentos", "en": "Documents"},
-    "col_documents_deleted": {"es": "Documentos borrados", "en": "Documents deleted"},
-    "col_dry_run": {"es": "Simulacro", "en": "Dry run"},
-    "col_episodes_total": {"es": "Episodios", "en": "Episodes"},
-    "col_erasure_recheck": {"es": "Re-comprobación de borrados", "en": "Erasure re-check"},
-    "col_endpoint": {"es": "Endpoint de métricas", "en": "Metrics endpoint"},
-    "col_error": {"es": "Error", "en": "Error"},
-    "col_expired": {"es": "Caducados", "en": "Expired"},
-    "col_finished_at": {"es": "Terminado", "en": "Finished"},
-    "col_first_write": {"es": "Primera escritura", "en": "First write"},
-    "col_followed": {"es": "Siguió la preferencia", "en": "Followed the preference"},
-    "col_franja": {"es": "Franja", "en": "Time slot (franja)"},
-    "col_heartbeat_age_s": {"es": "Edad del latido (s)", "en": "Heartbeat age (s)"},
-    "col_host": {"es": "Máquina", "en": "Host"},
-    "col_id": {"es": "#", "en": "#"},
-    "col_idx": {"es": "Índice", "en": "Index"},
-    "col_in_process_sweeper": {"es": "Barrendero en proceso", "en": "In-process sweeper"},
-    "col_keys": {"es": "Claves", "en": "Keys"},
-    "col_last_heartbeat": {"es": "Último latido", "en": "Last heartbeat"},
-    "col_last_success": {"es": "Último éxito", "en": "Last success"},
-    "col_last_write": {"es": "Última escritura", "en": "Last write"},
-    "col_message_kind": {"es": "Tipo de mensaje", "en": "Message kind"},
-    "col_namespaces": {"es": "Namespaces", "en": "Namespaces"},
-    "col_new_value": {"es": "Valor nuevo", "en": "New value"},
-    "col_new_version": {"es": "Versión nueva", "en": "New version"},
-    "col_old_value": {"es": "Valor anterior", "en": "Old value"},
-    "col_old_version": {"es": "Versión anterior", "en": "Old version"},
-    "col_omit_expired": {"es": "Omite caducados", "en": "Omits expired"},
-    "col_operator": {"es": "Operador", "en": "Operator"},
-    "col_parent_checkpoint_id": {"es": "Checkpoint padre", "en": "Parent checkpoint"},
-    "col_payload": {"es": "Contenido bruto", "en": "Payload"},
-    "col_pending_write_bytes": {"es": "Bytes de escrituras pendientes", "en": "Pending write bytes"},
-    "col_pending_writes": {"es": "Escrituras pendientes", "en": "Pending writes"},
-    "col_pid": {"es": "PID", "en": "PID"},
-    "col_preferences": {"es": "Preferencias", "en": "Preferences"},
-    "col_prefix": {"es": "Prefijo", "en": "Prefix"},
-    "col_refresh_on_read": {"es": "Renueva al leer", "en": "Refresh on read"},
-    "col_refusals_total": {"es": "Rechazos", "en": "Refusals"},
-    "col_replica_id": {"es": "Réplica", "en": "Replica"},
-    "col_reading_age_s": {"es": "Edad de la lectura (s)", "en": "Reading age (s)"},
-    "col_resynced_last_episode": {"es": "Resincronizadas (último episodio)", "en": "Resynced (last episode)"},
-    "col_retention_days": {"es": "Retención (días)", "en": "Retention (days)"},
-    "col_root": {"es": "Raíz", "en": "Root"},
-    "col_seconds": {"es": "Segundos", "en": "Seconds"},
-    "col_size_bytes": {"es": "Tamaño (bytes)", "en": "Size (bytes)"},
-    "col_source": {"es": "Origen", "en": "Source"},
-    "col_started_at": {"es": "Empezado", "en": "Started"},
-    "col_state": {"es": "Estado", "en": "State"},
-    "col_status": {"es": "Resultado", "en": "Status"},
-    "col_step": {"es": "Paso", "en": "Step"},
-    "col_task_id": {"es": "Id de tarea", "en": "Task id"},
-    "col_task_path": {"es": "Ruta de tarea", "en": "Task path"},
-    "col_thread_id": {"es": "Hilo", "en": "Thread"},
-    "col_threads_deleted": {"es": "Hilos borrados", "en": "Threads deleted"},
-    "col_threads_found": {"es": "Hilos encontrados", "en": "Threads found"},
-    "col_tienda": {"es": "Tienda", "en": "Store (tienda)"},
-    "col_tipos": {"es": "Tipos", "en": "Types (tipos)"},
-    "col_tool_calls": {"es": "Llamadas a herramientas", "en": "Tool calls"},
-    "col_tool_name": {"es": "Herramienta", "en": "Tool"},
-    "col_tools": {"es": "Herramientas", "en": "Tools"},
-    "col_trigger": {"es": "Disparador", "en": "Trigger"},
-    "col_ts": {"es": "Momento", "en": "Time"},
-    "col_ttl_days": {"es": "TTL (días)", "en": "TTL (days)"},
-    "col_ttl_minutes": {"es": "TTL (min)", "en": "TTL (min)"},
-    "col_undecodable": {"es": "No decodificable", "en": "Undecodable"},
-    "col_undecodable_writes": {"es": "Escrituras no decodificables", "en": "Undecodable writes"},
-    "col_updated_channels": {"es": "Canales actualizados", "en": "Updated channels"},
-    "col_vectors_deleted": {"es": "Vectores borrados", "en": "Vectors deleted"},
-    "col_writes": {"es": "Escrituras", "en": "Writes"},
-    "col_degraded_from": {"es": "Degradada desde", "en": "Degraded from"},
-    "col_degraded_to": {"es": "Degradada hasta", "en": "Degraded until"},
-    "col_seconds_degraded": {"es": "Segundos degradada", "en": "Seconds degraded"},
-    "col_reason": {"es": "Motivo", "en": "Reason"},
-    "col_checkpoints_buffered": {"es": "Checkpoints en búfer", "en": "Checkpoints buffered"},
-    "col_writes_buffered": {"es": "Escrituras en búfer", "en": "Writes buffered"},
-    "col_ops_resynced": {"es": "Operaciones resincronizadas", "en": "Operations resynced"},
-    "col_resync_ms": {"es": "Resincronización (ms)", "en": "Resync (ms)"},
-    "col_denials_count": {"es": "Denegaciones", "en": "Denials"},
-    "col_recorded_at": {"es": "Registrado", "en": "Recorded"},
-    "col_denied_at": {"es": "Denegada", "en": "Denied at"},
-    "col_tool": {"es": "Herramienta", "en": "Tool"},
-    "col_risk": {"es": "Riesgo", "en": "Risk"},
-    "col_subject_root": {"es": "Raíz del sujeto", "en": "Subject root"},
-    "col_subject_id": {"es": "Sujeto", "en": "Subject"},
-    "col_episode_id": {"es": "Episodio", "en": "Episode"},
-    "col_refused_at": {"es": "Rechazado", "en": "Refused at"},
-    "col_type_name": {"es": "Tipo", "en": "Type"},
-    "col_kind": {"es": "Clase", "en": "Kind"},
-    "col_checked_at": {"es": "Comprobado", "en": "Checked"},
-    "col_clean": {"es": "Limpio", "en": "Clean"},
-    "col_found": {"es": "Encontrados", "en": "Found"},
-    "col_counts": {"es": "Recuentos", "en": "Counts"},
-    "col_last_recheck_at": {"es": "Última re-comprobación", "en": "Last re-check"},
-    "col_last_recheck_clean": {"es": "Limpio en la última", "en": "Clean at the last"},
-    "col_came_back": {"es": "Reaparecieron", "en": "Came back"},
-    "col_requested_at": {"es": "Solicitado", "en": "Requested"},
-    "col_completed_at": {"es": "Completado", "en": "Completed"},
-    "col_agente": {"es": "Agente", "en": "Agent"},
-    "col_blob_bytes": {"es": "Bytes de blobs", "en": "Blob bytes"},
-    "col_blobs": {"es": "Blobs", "en": "Blobs"},
-    "col_checkpoints": {"es": "Checkpoints", "en": "Checkpoints"},
-    "col_conversations": {"es": "Conversaciones", "en": "Conversations"},
-    "col_customers": {"es": "Clientes", "en": "Customers"},
-    "col_day": {"es": "Día", "en": "Day"},
-    "col_first_ts": {"es": "Primer checkpoint", "en": "First checkpoint"},
-    "col_last_ts": {"es": "Último checkpoint", "en": "Last checkpoint"},
-    "col_last_step": {"es": "Último paso", "en": "Last step"},
-    "col_last_checkpoint_at": {"es": "Último checkpoint", "en": "Last checkpoint"},
-    "col_rechecks": {"es": "Re-comprobaciones", "en": "Re-checks"},
-    "col_rechecks_dirty": {"es": "Con datos reaparecidos", "en": "With data back"},
-    "col_reported_state": {"es": "Estado declarado", "en": "Reported state"},
-    "col_run_id": {"es": "Ejecución", "en": "Run"},
-    "col_seconds_since_heartbeat": {"es": "Segundos desde el latido", "en": "Seconds since heartbeat"},
-    "col_seconds_to_zero": {"es": "Tiempo hasta cero (s)", "en": "Time to zero (s)"},
-    "col_table_name": {"es": "Tabla", "en": "Table"},
-    "col_tipo": {"es": "Tipo", "en": "Type (tipo)"},
-    "col_total_bytes": {"es": "Bytes en total", "en": "Total bytes"},
-    "col_write_bytes": {"es": "Bytes de escrituras", "en": "Write bytes"},
-    "col_week": {"es": "Semana", "en": "Week"},
-    "col_vectors": {"es": "Vectores", "en": "Vectors"},
-    "col_episodes": {"es": "Episodios", "en": "Episodes"},
-    "col_denials": {"es": "Denegaciones", "en": "Denials"},
-    "col_refusals": {"es": "Rechazos", "en": "Refusals"},
-    "col_replicas": {"es": "Réplicas", "en": "Replicas"},
-    "col_args": {"es": "Argumentos", "en": "Arguments"},
-    "col_call": {"es": "Llamada", "en": "Call"},
-    "col_same_day": {"es": "El mismo día", "en": "Same day"},
-    "col_passes": {"es": "Pasadas", "en": "Passes"},
-    "col_counts_before": {"es": "Filas antes", "en": "Rows before"},
-    "col_deleted": {"es": "Borradas", "en": "Deleted"},
-    "col_counts_after": {"es": "Filas después", "en": "Rows after"},
-    "col_thread_ids": {"es": "Hilos", "en": "Threads"},
-    "col_refused_value": {"es": "Valor rechazado", "en": "Refused value"},
-    "col_refused_writes": {"es": "Escrituras rechazadas", "en": "Refused writes"},
-    "col_refused_type": {"es": "Tipo rechazado", "en": "Refused type"},
-    "col_sources": {"es": "Fuentes", "en": "Sources"},
-    "col_key": {"es": "Clave", "en": "Key"},
-    "col_value": {"es": "Valor", "en": "Value"},
-    "col_created_at": {"es": "Creado", "en": "Created"},
-    "col_updated_at": {"es": "Actualizado", "en": "Updated"},
-    "col_expires_at": {"es": "Caduca", "en": "Expires"},
-    "col_ttl_minutes_doc": {"es": "TTL (min)", "en": "TTL (min)"},
-    "col_ts_proposal": {"es": "Propuesta", "en": "Proposal"},
-})
 
-add_strings({"yes": {"es": "sí", "en": "yes"}, "no": {"es": "no", "en": "no"}})
+CATALOGUES: dict[str, dict[str, str]] = {language: load_catalogue(language) for language in LANGUAGES}
+# Every key the UI knows (the Spanish catalogue is the reference; English must match it).
+STRINGS = CATALOGUES["es"]
 
 
 def lang() -> str:
@@ -317,6 +30,5 @@ def lang() -> str:
 
 
 def t(key: str, **kwargs) -> str:
-    entry = STRINGS[key]
-    text = entry.get(lang()) or entry["es"]
+    text = CATALOGUES.get(lang(), STRINGS).get(key) or STRINGS[key]
     return text.format(**kwargs) if kwargs else text
