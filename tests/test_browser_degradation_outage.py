@@ -44,7 +44,7 @@ def test_full_outage_no_all_clear_replicas_degraded_or_unknown(page, browser_out
     try:
         wait_until(lambda: len(replica_health.replicas(db)) == 2, 20)
         proc, url = start_streamlit({"PG_AGENTES": dsn, "AGENT_METRICS_URLS": f"http://127.0.0.1:{port}/metrics"})
-        page.set_viewport_size({"width": 1400, "height": 1400})
+        page.set_viewport_size({"width": 1900, "height": 1400})  # glide draws only the columns in view
         page.goto(f"{url}/degradation")
         expect(page.get_by_role("heading", name="Persistencia degradada de las réplicas")).to_be_visible(timeout=30_000)
         expect(page.get_by_text("Todas las réplicas persisten en PostgreSQL.")).to_be_visible(timeout=20_000)

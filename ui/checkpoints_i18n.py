@@ -32,9 +32,12 @@ add_strings({
     "ckpt_no_customer": {"es": "Ninguna fuente atribuye hilos a «{q}» (metadata, patrones, enlaces «hilo», registros).",
                          "en": "No source attributes threads to '{q}' (metadata, patterns, «hilo» links, logs)."},
     "ckpt_no_thread": {"es": "Ningún hilo se llama exactamente «{q}».", "en": "No thread is named exactly '{q}'."},
-    "ckpt_no_recent": {"es": "Aún no hay checkpoints.", "en": "No checkpoints yet."},
-    "ckpt_type_thread": {"es": "Escriba un id de hilo o búsquelo por cliente o actividad reciente.",
-                         "en": "Type a thread id, or find one by customer or recent activity."},
+    "ckpt_no_recent": {"es": "Aún no hay checkpoints: aparecen en cuanto un agente con el checkpointer de PostgreSQL "
+                              "conversa contra esta base de datos (o siembre la demo: `python -m core.demo`).",
+                        "en": "No checkpoints yet: they appear as soon as an agent with the PostgreSQL checkpointer "
+                              "talks against this database (or seed the demo: `python -m core.demo`)."},
+    "ckpt_type_thread": {"es": "Elija un hilo en la lista de arriba (los más recientes, o los de un cliente) o escriba su id.",
+                         "en": "Pick a thread in the list above (the most recent, or a customer's) or type its id."},
     "ckpt_checkpoints": {"es": "Checkpoints", "en": "Checkpoints"},
     "ckpt_steps": {"es": "Último paso", "en": "Last step"},
     "ckpt_writes": {"es": "Escrituras", "en": "Writes"},

@@ -47,18 +47,12 @@ add_strings({
         "en": "{n} replica(s) in unknown state: the health tables cannot be read and no metrics endpoint answers "
               "for them. The age of the last reading is shown.",
     },
-    "degr_col_replica": {"es": "Réplica", "en": "Replica"},
-    "degr_col_state": {"es": "Estado", "en": "State"},
-    "degr_col_source": {"es": "Fuente", "en": "Source"},
-    "degr_col_heartbeat_age": {"es": "Edad del latido (s)", "en": "Heartbeat age (s)"},
-    "degr_col_reading_age": {"es": "Edad de la lectura (s)", "en": "Reading age (s)"},
-    "degr_col_since": {"es": "Degradada desde", "en": "Degraded since"},
-    "degr_col_checkpoints": {"es": "Checkpoints en memoria", "en": "Buffered checkpoints"},
-    "degr_col_writes": {"es": "Escrituras en memoria", "en": "Buffered writes"},
-    "degr_col_resynced": {"es": "Resincronizadas (último episodio)", "en": "Resynced (last episode)"},
-    "degr_col_endpoint": {"es": "Endpoint de métricas", "en": "Metrics endpoint"},
-    "degr_col_error": {"es": "Error", "en": "Error"},
-    "degr_no_replicas": {"es": "Ninguna réplica ha publicado aún su latido.", "en": "No replica has published a heartbeat yet."},
+    "degr_no_replicas": {"es": "Ninguna réplica ha publicado aún su latido: cada réplica de agentes con el checkpointer dual "
+                                "(core.checkpoints.dual_saver) lo publica al arrancar; compruebe que las réplicas lo usan y "
+                                "escriben en esta base de datos.",
+                          "en": "No replica has published a heartbeat yet: every agent replica with the dual checkpointer "
+                                "(core.checkpoints.dual_saver) publishes one when it starts; check that the replicas use it "
+                                "and write to this database."},
     "degr_replicas_title": {"es": "Réplicas", "en": "Replicas"},
     "degr_timeline": {"es": "Episodios de degradación", "en": "Degradation episodes"},
     "degr_no_episodes": {"es": "Ningún episodio de degradación registrado.", "en": "No degradation episode recorded."},

@@ -100,7 +100,10 @@ add_strings({
               "(at every scheduled sweep and with the button), which catch data that came back (e.g. a late "
               "checkpoint write recreating a deleted thread).",
     },
-    "erasure_register_empty": {"es": "Aún no hay solicitudes de borrado.", "en": "No erasure request yet."},
+    "erasure_register_empty": {"es": "Aún no hay solicitudes de borrado. Tramite la primera en la página Borrado: "
+                                      "cada borrado queda registrado aquí con su evidencia.",
+                                "en": "No erasure request yet. Make the first one on the Erasure page: every erasure "
+                                      "is recorded here with its evidence."},
     "erasure_requests": {"es": "Solicitudes", "en": "Requests"},
     "erasure_completed": {"es": "Completas", "en": "Complete"},
     "erasure_same_day": {"es": "El mismo día", "en": "Same day"},

@@ -24,7 +24,10 @@ add_strings({
     "sweeps_last_run": {"es": "Último barrido", "en": "Last sweep"},
     "sweeps_never": {"es": "nunca", "en": "never"},
     "sweeps_runs_chart": {"es": "Documentos borrados por barrido y raíz", "en": "Documents deleted per sweep and root"},
-    "sweeps_no_runs": {"es": "Aún no hay barridos registrados.", "en": "No sweep has been logged yet."},
+    "sweeps_no_runs": {"es": "Aún no hay barridos registrados: programe el CronJob (deploy/sweep-cronjob.yaml) o lance "
+                              "uno ahora con `python -m core.operations.sweep`; los caducados se acumulan hasta entonces.",
+                        "en": "No sweep has been logged yet: schedule the CronJob (deploy/sweep-cronjob.yaml) or run one "
+                              "now with `python -m core.operations.sweep`; expired rows pile up until then."},
     "sweeps_forecast": {"es": "Caducidades previstas por semana (próximos 12 meses)",
                         "en": "Expected expirations per week (next 12 months)"},
     "sweeps_forecast_caption": {
