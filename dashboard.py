@@ -13,7 +13,7 @@ from psycopg_pool import PoolTimeout
 
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import EmbeddingDimsMismatch
-from ui.common import bootstrap, current_user, settings
+from ui.common import bootstrap, current_user, forget_all, seed_progress, settings, start_demo_seed
 from ui import navigation
 from ui import replica
 from ui.i18n import LANGUAGES, t
@@ -55,7 +55,7 @@ nav = navigation.build(user.roles)  # every page registered for everyone: its UR
 
 with st.sidebar:
     if user.local:
-        st.warning(t("local_mode"), icon=":material/lock_open:")
+        st.warning(t("local_mode", roles=", ".join(t(f"role_{r}") for r in user.roles)), icon=":material/lock_open:")
         st.caption(t("signed_in_as", user="local", roles=", ".join(user.roles)))
     else:
         st.caption(t("signed_in_as", user=user.email or user.name, roles=", ".join(user.roles)))
@@ -74,5 +74,40 @@ with st.sidebar:
     database_status()
     st.fragment(run_every=15)(replica.sidebar_status)()
 
+    progress = seed_progress()
+    if progress is not None and not progress.finished:
+        st.session_state["seed.was_running"] = True
+
+    if progress is not None and progress.state != "skipped":
+        @st.fragment(run_every=1.5 if not progress.finished else None)
+        def seed_status() -> None:
+            """The background demo seed's progress; when it ends, the cached reads are dropped and
+            the whole page reruns on the complete data."""
+            st.caption(f"**{t('seed_title')}**")
+            if progress.state == "waiting":
+                st.caption(t("seed_waiting"))
+            elif progress.state in ("idle", "seeding"):
+                step = t(f"seed_step_{progress.step}") if progress.step else "…"
+                if progress.total:
+                    st.progress(progress.done / progress.total,
+                                text=t("seed_seeding", step=step, done=progress.done, total=progress.total))
+                else:
+                    st.caption(t("seed_step_only", step=step))
+                st.caption(t("seed_partial"))
+            elif progress.state == "failed":
+                st.error(t("seed_failed", error=progress.error))
+            elif progress.summary is not None:
+                st.caption(t("seed_done", s=progress.summary.seconds, turns=progress.summary.turns,
+                             conversations=progress.summary.conversations))
+            if progress.finished and st.session_state.get("seed.was_running"):
+                st.session_state["seed.was_running"] = False
+                forget_all()
+                st.rerun(scope="app")
+
+        seed_status()
+
 replica.page_note()
-nav.run()
+try:
+    nav.run()
+finally:
+    start_demo_seed()  # after the page: it must not wait for the seed, nor for the agents' imports

@@ -16,7 +16,6 @@ import streamlit as st
 from core import roles
 from core.memory.store import InvalidIdentifier
 from core.privacy import access
-from ui import access_i18n  # noqa: F401  (registers the access_* strings)
 from ui.common import call_now, get_db, require_role
 from ui.i18n import LANGUAGES, lang, t
 

@@ -5,7 +5,6 @@ import streamlit as st
 
 from core import roles
 from core.privacy import access
-from ui import access_i18n  # noqa: F401  (registers the access_* strings)
 from ui.common import call_now, require_role
 from ui.i18n import t
 from ui.registers import verify_button

@@ -13,8 +13,8 @@ from core.checkpoints import views
 from core.privacy import subjects as subj
 from ui.attribution import coverage_notice
 from ui.common import read, require_role, settings
+from ui.tables import table
 from ui.i18n import t
-from ui.checkpoints_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
 
 THREAD_KEY = "checkpoints.thread"
 VIEW_KEY = "checkpoints.view"
@@ -28,6 +28,9 @@ if THREAD_KEY not in st.session_state:
     st.session_state[THREAD_KEY] = st.query_params.get("thread", "")
 if VIEW_KEY not in st.session_state:
     st.session_state[VIEW_KEY] = "thread"
+if "checkpoints.find_by" not in st.session_state and st.query_params.get("cliente"):  # a customer's link
+    st.session_state["checkpoints.find_by"] = "customer"
+    st.session_state["checkpoints.customer"] = st.query_params["cliente"]
 
 
 def _open_thread(table_key: str, frame: pd.DataFrame) -> None:
@@ -62,13 +65,13 @@ def storage_view() -> None:
     fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10))
     st.plotly_chart(fig, key="checkpoints.largest_chart")
     st.caption(t("ckpt_open_hint"))
-    st.dataframe(largest, hide_index=True, key="checkpoints.largest", selection_mode="single-row",
-                 on_select=lambda: _open_thread("checkpoints.largest", largest))
+    table(largest, key="checkpoints.largest", selection_mode="single-row",
+          on_select=lambda: _open_thread("checkpoints.largest", largest))
 
 
 def search() -> None:
     with st.expander(t("ckpt_find"), expanded=not st.session_state[THREAD_KEY]):
-        mode = st.radio(t("ckpt_find_by"), ["customer", "recent"], key="checkpoints.find_by", horizontal=True,
+        mode = st.radio(t("ckpt_find_by"), ["recent", "customer"], key="checkpoints.find_by", horizontal=True,
                         format_func=lambda m: t(f"ckpt_by_{m}"))
         if mode == "customer":
             customer = st.text_input(t("ckpt_customer_id"), key="checkpoints.customer")
@@ -86,8 +89,8 @@ def search() -> None:
                 st.info(t("ckpt_no_recent"))
                 return
         st.caption(t("ckpt_pick_hint"))
-        st.dataframe(found, hide_index=True, key="checkpoints.found", selection_mode="single-row",
-                     on_select=lambda: _open_thread("checkpoints.found", found))
+        table(found, key="checkpoints.found", selection_mode="single-row",
+              on_select=lambda: _open_thread("checkpoints.found", found))
 
 
 def timeline_chart(timeline: pd.DataFrame) -> None:
@@ -154,12 +157,11 @@ def step_writes(thread_id: str, timeline: pd.DataFrame) -> None:
         st.info(t("ckpt_no_writes"))
         return
     messages(writes)
-    st.dataframe(
-        writes[["step", "channel", "message_kind", "tool_name", "content", "tool_calls", "size_bytes", "blob_type",
-                "task_path", "idx", "payload", "refused_type", "undecodable", "checkpoint_id", "task_id"]],
-        hide_index=True, key="checkpoints.writes",
-        column_config={"payload": st.column_config.TextColumn(width="large"),
-                       "content": st.column_config.TextColumn(width="medium")},
+    table(
+        writes, key="checkpoints.writes",
+        columns=["step", "channel", "message_kind", "tool_name", "content", "tool_calls", "size_bytes", "blob_type",
+                 "task_path", "idx", "payload", "refused_type", "undecodable", "checkpoint_id", "task_id"],
+        config={"payload": {"width": "large"}, "content": {"width": "medium"}},
     )
 
 
@@ -178,10 +180,9 @@ def diff(thread_id: str, timeline: pd.DataFrame) -> None:
     changes = read(views.checkpoint_diff, thread_id, old, new, ns)
     changed = changes[changes["change"].isin(["added", "removed", "changed"])]
     st.caption(t("ckpt_diff_summary", n=len(changed), total=len(changes)))
-    st.dataframe(changed if only_changes else changes, hide_index=True, key="checkpoints.diff",
-                 column_order=["channel", "change", "old_value", "new_value", "old_version", "new_version"],
-                 column_config={"old_value": st.column_config.TextColumn(width="large"),
-                                "new_value": st.column_config.TextColumn(width="large")})
+    table(changed if only_changes else changes, key="checkpoints.diff",
+          columns=["channel", "change", "old_value", "new_value", "old_version", "new_version"],
+          config={"old_value": {"width": "large"}, "new_value": {"width": "large"}})
 
 
 def thread_view() -> None:
@@ -216,11 +217,10 @@ def thread_view() -> None:
         st.error(t("ckpt_refused", n=len(refused), steps=", ".join(str(s) for s in refused["step"].tolist()),
                    types=", ".join(f"`{x}`" for x in types)), icon=":material/block:")
     timeline_chart(timeline)
-    st.dataframe(timeline, hide_index=True, key="checkpoints.timeline",
-                 column_order=["step", "ts", "source", "updated_channels", "tools", "pending_writes",
-                               "pending_write_bytes", "undecodable_writes", "refused_writes", "refused_value",
-                               "checkpoint_bytes", "checkpoint_id",
-                               "parent_checkpoint_id", "checkpoint_ns"])
+    table(timeline, key="checkpoints.timeline",
+          columns=["step", "ts", "source", "updated_channels", "tools", "pending_writes",
+                   "pending_write_bytes", "undecodable_writes", "refused_writes", "refused_value",
+                   "checkpoint_bytes", "checkpoint_id", "parent_checkpoint_id", "checkpoint_ns"])
     step_writes(thread_id, timeline)
     diff(thread_id, timeline)
 

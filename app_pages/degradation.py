@@ -20,7 +20,7 @@ from core import roles
 from core.checkpoints import replica_health, replica_view
 from core.db import Database, DatabaseUnavailable
 from ui.common import get_db, require_role, secrets
-from ui.degradation_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
+from ui.tables import table
 from ui.i18n import lang, t
 
 REFRESH_S = 5
@@ -121,19 +121,10 @@ def replicas_table(reading: Reading, states: pd.DataFrame, fresh: bool) -> None:
     colours = {labels.get(k, k): v for k, v in STATE_CELL.items()}
     df["state"] = df["state"].map(lambda v: labels.get(v, v))
     df["source"] = df["source"].map(lambda v: SOURCE_LABEL.get(lang(), SOURCE_LABEL["es"]).get(v, v))
-    shown = df[["replica_id", "state", "source", "heartbeat_age_s", "reading_age_s", "degraded_since",
-                "buffered_checkpoints", "buffered_writes", "resynced_last_episode", "endpoint", "error"]]
-    st.dataframe(shown.style.map(lambda v: f"background-color: {colours.get(v, '')}", subset=["state"])
-                 .format({"heartbeat_age_s": "{:.1f}", "reading_age_s": "{:.1f}", "resynced_last_episode": "{:.0f}",
-                          "buffered_checkpoints": "{:.0f}", "buffered_writes": "{:.0f}"}, na_rep="–"),
-                 hide_index=True, key="degradation.replicas",
-                 column_config={"replica_id": t("degr_col_replica"), "state": t("degr_col_state"),
-                                "source": t("degr_col_source"), "heartbeat_age_s": t("degr_col_heartbeat_age"),
-                                "reading_age_s": t("degr_col_reading_age"), "degraded_since": t("degr_col_since"),
-                                "buffered_checkpoints": t("degr_col_checkpoints"),
-                                "buffered_writes": t("degr_col_writes"),
-                                "resynced_last_episode": t("degr_col_resynced"), "endpoint": t("degr_col_endpoint"),
-                                "error": t("degr_col_error")})
+    # what the SRE acts on first; where the reading comes from after
+    shown = df[["replica_id", "state", "heartbeat_age_s", "degraded_since", "buffered_checkpoints", "buffered_writes",
+                "resynced_last_episode", "source", "reading_age_s", "endpoint", "error"]]
+    table(shown, key="degradation.replicas", colours={"state": colours})
 
 
 def episodes_timeline(reading: Reading) -> None:
@@ -170,7 +161,7 @@ def episodes_timeline(reading: Reading) -> None:
                       xaxis_title=t("degr_time"), yaxis_title="", legend_title_text="")
     st.plotly_chart(fig, key="degradation.timeline")
     if not reading.episodes.empty:
-        st.dataframe(reading.episodes.drop(columns=["denials"]), hide_index=True, key="degradation.episodes")
+        table(reading.episodes.drop(columns=["denials"]), key="degradation.episodes")
 
 
 def events(reading: Reading) -> None:
@@ -180,20 +171,20 @@ def events(reading: Reading) -> None:
         if reading.denials.empty:
             st.info(t("degr_no_denials"))
         else:
-            st.dataframe(reading.denials[["denied_at", "tool", "risk", "thread_id", "customer_id", "replica_id",
-                                          "episode_id"]], hide_index=True, key="degradation.denials")
+            table(reading.denials, key="degradation.denials",
+                  columns=["denied_at", "tool", "risk", "thread_id", "customer_id", "replica_id", "episode_id"])
     with right:
         st.subheader(t("degr_refusals_title"))
         if reading.refusals.empty:
             st.info(t("degr_no_refusals"))
         else:
-            st.dataframe(reading.refusals, hide_index=True, key="degradation.refusals")
+            table(reading.refusals, key="degradation.refusals")
         st.subheader(t("degr_refused_sql_title"))
         st.caption(t("degr_refused_sql_caption"))
         if reading.refused_in_sql.empty:
             st.info(t("degr_no_refused_sql"))
         else:
-            st.dataframe(reading.refused_in_sql, hide_index=True, key="degradation.refused_sql")
+            table(reading.refused_in_sql, key="degradation.refused_sql")
 
 
 st.title(t("degr_title"))

@@ -10,9 +10,9 @@ from core import roles
 from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj
 from core.memory.store import InvalidIdentifier
-from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
 from ui.common import call_now, forget_all, read, require_role, settings
 from ui.attribution import coverage_notice, decisions_of, show_residue, show_sources
+from ui.tables import table
 from ui.i18n import t
 
 ID_KEY = "erasure.customer"
@@ -102,12 +102,13 @@ def show_result(result: erasure.ErasureResult) -> None:
 
     tables = list(result.counts_before) + [k for k in result.counts_after if k not in result.counts_before]
     st.subheader(t("erasure_counts"))
-    st.dataframe(pd.DataFrame({
-        t("erasure_table"): tables,
-        t("erasure_before"): [result.counts_before.get(k, 0) for k in tables],
-        t("erasure_deleted"): [result.deleted.get(k, 0) for k in tables],
-        t("erasure_after"): [result.counts_after.get(k, 0) for k in tables],
-    }), hide_index=True, key="erasure.counts")
+    table(pd.DataFrame({
+        "table": tables,
+        "before": [result.counts_before.get(k, 0) for k in tables],
+        "deleted": [result.deleted.get(k, 0) for k in tables],
+        "after": [result.counts_after.get(k, 0) for k in tables],
+    }), key="erasure.counts", config={"table": t("erasure_table"), "before": t("erasure_before"),
+                                      "deleted": t("erasure_deleted"), "after": t("erasure_after")})
     st.download_button(
         t("erasure_download"), data=call_now(erasure_register.evidence_json, result.request_id),
         file_name=f"erasure-{result.request_id}-{time.strftime('%Y%m%d')}.json", mime="application/json",
@@ -156,13 +157,12 @@ if preview is not None and preview.customer_id == customer_id:
     st.caption(t("erasure_preview_at", at=read_at))
     left, right = st.columns(2)
     with left:
-        st.dataframe(pd.DataFrame({t("erasure_table"): list(preview.counts),
-                                   t("erasure_rows"): list(preview.counts.values())}),
-                     hide_index=True, key="erasure.preview_counts")
+        table(pd.DataFrame({"table": list(preview.counts), "rows": list(preview.counts.values())}),
+              key="erasure.preview_counts", config={"table": t("erasure_table"), "rows": t("erasure_rows")})
     with right:
         if preview.namespaces:
-            st.dataframe(pd.DataFrame(preview.namespaces, columns=[t("erasure_namespace"), t("erasure_documents")]),
-                         hide_index=True, key="erasure.preview_namespaces")
+            table(pd.DataFrame(preview.namespaces, columns=["namespace", "documents"]), key="erasure.preview_namespaces",
+                  config={"namespace": t("erasure_namespace"), "documents": t("erasure_documents")})
     show_sources(preview.subjects)
     show_residue(preview.residue)
     decisions, undecided = decisions_of(preview.residue)

@@ -7,8 +7,8 @@ import streamlit as st
 
 from core import roles
 from core.privacy import erasure, erasure_register
-from ui import erasure_i18n  # noqa: F401  (registers the erasure_* strings)
 from ui.common import call_now, forget_all, require_role
+from ui.tables import table
 from ui.i18n import t
 from ui.registers import verify_button
 
@@ -52,31 +52,29 @@ c2.metric(t("erasure_completed"), int((requests["status"] == "complete").sum()))
 c3.metric(t("erasure_same_day"), f"{int(requests['same_day'].sum())} / {len(requests)}")
 c4.metric(t("erasure_came_back"), int(requests["came_back"].sum()))
 
-st.dataframe(
-    requests.drop(columns=["report"]),
-    hide_index=True, key="erasure_register.table",
-    column_config={
-        "id": st.column_config.NumberColumn("#", format="%d"),
+table(
+    requests.drop(columns=["report"]), key="erasure_register.table",
+    config={
+        "id": "#",
         "customer_id": t("erasure_col_customer"),
         "operator": t("erasure_col_operator"),
         "status": t("erasure_col_status"),
-        "requested_at": st.column_config.DatetimeColumn(t("erasure_col_requested"), format="YYYY-MM-DD HH:mm:ss z"),
-        "finished_at": st.column_config.DatetimeColumn(t("erasure_col_finished"), format="YYYY-MM-DD HH:mm:ss z"),
-        "seconds_to_zero": st.column_config.NumberColumn(t("erasure_col_seconds"), format="%.2f s"),
-        "same_day": st.column_config.CheckboxColumn(t("erasure_same_day")),
+        "requested_at": t("erasure_col_requested"),
+        "finished_at": t("erasure_col_finished"),
+        "seconds_to_zero": t("erasure_col_seconds"),
+        "same_day": t("erasure_same_day"),
         "passes": t("erasure_col_passes"),
         "counts_before": t("erasure_col_before"),
         "deleted": t("erasure_col_deleted"),
         "counts_after": t("erasure_col_after"),
-        "last_recheck_at": st.column_config.DatetimeColumn(t("erasure_col_last_recheck"),
-                                                           format="YYYY-MM-DD HH:mm:ss z"),
-        "last_recheck_clean": st.column_config.CheckboxColumn(t("erasure_col_last_clean")),
+        "last_recheck_at": t("erasure_col_last_recheck"),
+        "last_recheck_clean": t("erasure_col_last_clean"),
         "rechecks": t("erasure_col_rechecks"),
         "rechecks_dirty": t("erasure_col_dirty"),
-        "came_back": st.column_config.CheckboxColumn(t("erasure_came_back")),
+        "came_back": t("erasure_came_back"),
         "exclusions": t("erasure_col_exclusions"),
-        "resumed_by": st.column_config.NumberColumn(t("erasure_col_resumed_by"), format="#%d"),
-        "resumable": st.column_config.CheckboxColumn(t("erasure_col_resumable")),
+        "resumed_by": t("erasure_col_resumed_by"),
+        "resumable": t("erasure_col_resumable"),
     },
 )
 
@@ -129,5 +127,5 @@ if checks.empty:
 else:
     checks["found"] = checks["counts"].map(lambda c: sum(c.values()))
     checks["counts"] = checks["counts"].map(lambda c: json.dumps({k: v for k, v in c.items() if v}) or "{}")
-    st.dataframe(checks[["id", "checked_at", "trigger", "operator", "clean", "found", "counts"]],
-                 hide_index=True, key="erasure_register.rechecks")
+    table(checks, key="erasure_register.rechecks",
+          columns=["id", "checked_at", "trigger", "operator", "clean", "found", "counts"])

@@ -12,6 +12,7 @@ from core.memory import reads
 from core.memory.embeddings import embeddings_label
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from ui.common import ROOT_COLORS, read, require_role, settings
+from ui.tables import table
 from ui.i18n import t
 
 TOP_N = 20
@@ -31,6 +32,8 @@ c1.metric(t("documents"), f"{totals.documents:,}")
 c2.metric(t("namespaces"), f"{totals.namespaces:,}")
 c3.metric(t("vectors"), f"{totals.vectors:,}")
 c4.metric(t("expired"), f"{totals.expired:,}")
+if totals.documents == 0:
+    st.info(t("memory_empty"), icon=":material/info:")
 
 left, right = st.columns(2)
 with left:
@@ -40,7 +43,7 @@ with left:
                  labels={"root": "", "documents": t("documents")})
     fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10))
     st.plotly_chart(fig, key="memory.by_root_chart")
-    st.dataframe(by_root, hide_index=True, key="memory.by_root")
+    table(by_root, key="memory.by_root")
 with right:
     st.subheader(t("top_prefixes", n=TOP_N))
     top = read(reads.top_prefixes, TOP_N)
@@ -50,10 +53,10 @@ with right:
     st.plotly_chart(fig, key="memory.top_chart")
 
 with st.expander(t("policy")):
-    st.dataframe(
+    table(
         pd.DataFrame([{"root": p.root, "ttl_days": p.ttl_days, "refresh_on_read": p.refresh_on_read,
                        "omit_expired": True, "in_process_sweeper": False} for p in POLICIES.values()]),
-        hide_index=True, key="memory.policy",
+        key="memory.policy",
     )
 
 st.subheader(t("alarm_title", n=MAX_DOCS_PER_CUSTOMER))
@@ -70,8 +73,7 @@ def _open_selected() -> None:
 if oversized.empty:
     st.success(t("alarm_none", n=MAX_DOCS_PER_CUSTOMER))
 else:
-    st.dataframe(oversized, hide_index=True, key="memory.alarm", on_select=_open_selected,
-                 selection_mode="single-row")
+    table(oversized, key="memory.alarm", on_select=_open_selected, selection_mode="single-row")
 
 st.subheader(t("drill_title"))
 query = st.text_input(t("drill_input"), key=NS_KEY)
@@ -94,7 +96,6 @@ if query:
         items = read(reads.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE)
         items["value"] = items["value"].map(lambda v: json.dumps(v, ensure_ascii=False))
         st.markdown(t("drill_items", prefix=f"`{prefix}`", n=count))
-        st.dataframe(items, hide_index=True, key="memory.items",
-                     column_config={"value": st.column_config.TextColumn(width="large")})
+        table(items, key="memory.items", config={"value": {"width": "large"}})
 elif "ns" in st.query_params:
     del st.query_params["ns"]

@@ -11,6 +11,7 @@ from core import roles
 from core.checkpoints import tool_calls
 from core.memory import preferences
 from ui.common import call_now, forget, read, require_role
+from ui.tables import table
 from ui.i18n import t
 
 TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversations
@@ -93,7 +94,7 @@ with right:
     st.subheader(t("writers"))
     page = st.number_input(t("page"), 1, 10_000, 1, key="preferences.page")
     writers = read(preferences.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE)
-    st.dataframe(writers, hide_index=True, key="preferences.writers")
+    table(writers, key="preferences.writers")
 
 st.subheader(t("applied_title"))
 st.caption(t("applied_caption", n=APPLIED_THREADS))
@@ -108,4 +109,4 @@ elif applied.changed_by_memory == 0:
     st.error(t("applied_useless"))
 else:
     shown = applied.proposals[applied.proposals["followed"].notna()].sort_values(["followed", "ts"], ascending=[True, False])
-    st.dataframe(shown, hide_index=True, key="preferences.applied")
+    table(shown, key="preferences.applied")

@@ -10,8 +10,8 @@ from core.memory import reads
 from core.operations import sweep, sweep_reads
 from ui import common
 from ui.common import ROOT_COLORS, get_db, read, require_role
+from ui.tables import table
 from ui.i18n import t
-from ui.sweeps_i18n import PAGE_TITLE  # noqa: F401  (registers this page's strings)
 
 
 RUNS_LIMIT = 200
@@ -130,7 +130,7 @@ fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
 st.plotly_chart(fig, key="sweeps.forecast_chart")
 
 with st.expander(t("sweeps_config"), expanded=True):
-    st.dataframe(sweep_reads.ttl_configuration(), hide_index=True, key="sweeps.config")
+    table(sweep_reads.ttl_configuration(), key="sweeps.config")
 
 st.subheader(t("sweeps_log"))
-st.dataframe(runs.assign(deleted_by_root=runs["deleted_by_root"].map(str)), hide_index=True, key="sweeps.log")
+table(runs, key="sweeps.log")

@@ -18,8 +18,17 @@ def frame(at, *columns: str):
     """The first dataframe on the page having these columns (plain dataframes carry no key)."""
     for df in at.dataframe:
         if set(columns) <= set(df.value.columns):
-            return df.value
+            return ids(df.value)
     raise KeyError(columns)
+
+
+def ids(frame):
+    """The frame with its thread/customer link columns read back as ids (see `plain`)."""
+    frame = frame.copy()
+    for col in frame.columns:
+        if col in ("thread_id", "cliente_id", "customer_id"):
+            frame[col] = plain(frame[col])
+    return frame
 
 
 def as_int(text: str) -> int:
@@ -45,3 +54,17 @@ def wait_until(check, timeout: float = 15.0) -> None:
             pass
         assert time.monotonic() < deadline, f"timed out after {timeout} s"
         time.sleep(0.1)
+
+
+def plain(values) -> list:
+    """Cell values as ids: ui.tables shows thread and customer ids as links (`/page?thread=ID&lang=..`);
+    this reads the id back (other values unchanged)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    out = []
+    for v in values:
+        if isinstance(v, str) and v.startswith("/") and "?" in v:
+            query = parse_qs(urlsplit(v).query)
+            v = (query.get("thread") or query.get("cliente") or [v])[0]
+        out.append(v)
+    return out

@@ -206,3 +206,22 @@ def test_multiprocess_mode_one_endpoint_for_every_worker(db, tmp_path):
         for proc in workers:
             proc.stdin.close()
             proc.wait(20)
+
+
+def test_a_closed_saver_leaves_the_endpoint(db):
+    """A closed saver persists nothing any more: its endpoint must not keep saying it is ok (a stale
+    "ok" on the Degradation page, seen when another replica's endpoint served a closed test saver)."""
+    saver = DualCheckpointSaver(db.dsn, heartbeat_interval=0.5, replica_id="metrics-closed")
+    other = DualCheckpointSaver(db.dsn, heartbeat_interval=0.5, replica_id="metrics-still-open")
+    port = free_port()
+    try:
+        assert metrics.start_metrics_server(other, port, addr="127.0.0.1")
+        metrics.register(saver)
+        wait_until(lambda: value(scrape(port), "agent_memory_checkpoint_degraded", replica="metrics-closed") == 0, 10)
+        saver.close()
+        after = scrape(port)
+        assert value(after, "agent_memory_checkpoint_degraded", replica="metrics-closed") is None
+        assert value(after, "agent_memory_checkpoint_degraded", replica="metrics-still-open") == 0
+    finally:
+        saver.close()  # closing twice is harmless
+        other.close()

@@ -21,7 +21,7 @@ def test_thread_history_from_the_url(page, dashboard_url, demo_db, screenshot):
     expect(nav).to_contain_text("Checkpoints", timeout=30_000)
     nav.get_by_role("link", name="Checkpoints").click()
     expect(page.get_by_role("heading", name="Historial de checkpoints de un hilo")).to_be_visible(timeout=30_000)
-    expect(page.get_by_text("Escriba un id de hilo")).to_be_visible()
+    expect(page.get_by_text("Elija un hilo en la lista de arriba")).to_be_visible()
 
     page.goto(f"{dashboard_url}/checkpoints?thread={thread}")  # then the shareable URL of one thread
     expect(page.get_by_role("heading", name="Historial de checkpoints de un hilo")).to_be_visible(timeout=30_000)

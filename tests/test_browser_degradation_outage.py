@@ -44,7 +44,7 @@ def test_full_outage_no_all_clear_replicas_degraded_or_unknown(page, browser_out
     try:
         wait_until(lambda: len(replica_health.replicas(db)) == 2, 20)
         proc, url = start_streamlit({"PG_AGENTES": dsn, "AGENT_METRICS_URLS": f"http://127.0.0.1:{port}/metrics"})
-        page.set_viewport_size({"width": 1400, "height": 1400})
+        page.set_viewport_size({"width": 1900, "height": 1400})  # glide draws only the columns in view
         page.goto(f"{url}/degradation")
         expect(page.get_by_role("heading", name="Persistencia degradada de las réplicas")).to_be_visible(timeout=30_000)
         expect(page.get_by_text("Todas las réplicas persisten en PostgreSQL.")).to_be_visible(timeout=20_000)
@@ -56,7 +56,7 @@ def test_full_outage_no_all_clear_replicas_degraded_or_unknown(page, browser_out
             expect(_metric_value(page, "Degradadas")).to_have_text("1", timeout=30_000)
             grid = page.get_by_test_id("stDataFrame").filter(has_text="agentes-endpoint").first
             expect(grid.get_by_text("degradada", exact=True)).to_be_attached(timeout=15_000)
-            expect(grid.get_by_text("endpoint de métricas", exact=True)).to_be_attached()
+            expect(grid.get_by_text("endpoint de métricas", exact=True).first).to_be_attached()
             unknown_or_silent = grid.get_by_text("desconocido", exact=True).or_(grid.get_by_text("silenciosa", exact=True))
             expect(unknown_or_silent.first).to_be_attached()
             expect(grid.get_by_text("ok", exact=True)).to_have_count(0)

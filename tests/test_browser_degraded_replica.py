@@ -66,6 +66,7 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         wait_until(lambda: not replica_health.replicas(db).empty, timeout=10)
 
         proc, url = start_streamlit({"PG_AGENTES": dsn})
+        page.set_viewport_size({"width": 1700, "height": 1400})  # glide draws only the columns in view
         page.goto(f"{url}/degradation")
         expect(page.get_by_role("heading", name="Persistencia degradada de las réplicas")).to_be_visible(timeout=30_000)
         expect(page.get_by_text("Todas las réplicas persisten en PostgreSQL.")).to_be_visible(timeout=15_000)
@@ -102,7 +103,7 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         status = saver.status()
         assert status["buffered_checkpoints"] > 0 and "deadline" in (status["reason"] or "").lower(), status
         buffered_ids = {t.config["configurable"]["checkpoint_id"]
-                        for t in saver.list({"configurable": {"thread_id": FAULT_THREAD}})}
+                        for t in off_loop(lambda: list(saver.list({"configurable": {"thread_id": FAULT_THREAD}})))}
         assert buffered_ids
 
         # the dashboard still reads the health tables; the fragment refreshes by itself (no reload)

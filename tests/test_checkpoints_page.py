@@ -161,7 +161,8 @@ def test_one_step_writes_and_diff_toggle(agents_db, app_env):
 
 def test_find_by_customer_opens_the_thread(agents_db, app_env):
     at = open_page(agents_db.dsn, app_env)
-    assert any("Escriba un id de hilo" in i.value for i in at.info)
+    assert any("Elija un hilo en la lista de arriba" in i.value for i in at.info)
+    at.radio(key="checkpoints.find_by").set_value("customer").run()
     at.text_input(key="checkpoints.customer").input(WEIRD_CUSTOMER).run()
     assert not at.exception
     found = frame(at, "thread_id", "cliente_id", "checkpoints")
@@ -173,8 +174,8 @@ def test_find_by_customer_opens_the_thread(agents_db, app_env):
 
 
 def test_recent_activity_lists_threads_newest_first(agents_db, app_env):
-    at = open_page(agents_db.dsn, app_env)
-    at.radio(key="checkpoints.find_by").set_value("recent").run()
+    at = open_page(agents_db.dsn, app_env)  # the page opens on the recent threads, nothing to click
+    assert at.radio(key="checkpoints.find_by").value == "recent"
     found = frame(at, "thread_id", "last_ts")
     sql = agents_db.fetch("SELECT thread_id FROM checkpoints GROUP BY thread_id ORDER BY max(checkpoint->>'ts') DESC")
     assert found["thread_id"].tolist() == [r["thread_id"] for r in sql]
@@ -187,6 +188,7 @@ def test_page_bad_input_shows_nothing(agents_db, app_env, text):
     assert not at.exception
     assert any("Ningún hilo se llama exactamente" in i.value for i in at.info)
     assert not at.metric and not at.get("plotly_chart")
+    at.radio(key="checkpoints.find_by").set_value("customer").run()
     at.text_input(key="checkpoints.customer").input(text).run()
     assert not at.exception
     assert any("Ninguna fuente atribuye hilos a" in i.value for i in at.info)

@@ -61,10 +61,10 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     at.text_input(key="erasure.customer").input("C9").run()
     at.button(key="erasure.preview").click().run()
     assert not at.exception, at.exception
-    counts = frame(at, "Tabla", "Filas")
+    counts = frame(at, "table", "rows")
     by_table = dict(zip(counts.iloc[:, 0], counts.iloc[:, 1]))
     assert by_table["store"] == 40 + 2 and by_table["store_vectors"] == 42 and by_table["checkpoints"] > 0
-    namespaces = frame(at, "Namespace", "Documentos")
+    namespaces = frame(at, "namespace", "documents")
     assert sorted(namespaces.iloc[:, 0]) == ["clientes.C9", "clientes.C9.pedidos"]
     assert footprint(shop, "C9")["store"] == 42  # preview deletes nothing
 
@@ -95,8 +95,8 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     for sql in code:  # every query shown still returns 0 when run exactly as shown
         assert shop.fetch_one(sql)["n"] == 0, sql
 
-    after = frame(at, "Tabla", "Antes", "Después")
-    assert set(after["Después"]) == {0} and after.set_index("Tabla").loc["store", "Antes"] == 42
+    after = frame(at, "table", "before", "after")
+    assert set(after["after"]) == {0} and after.set_index("table").loc["store", "before"] == 42
     download = at.get("download_button")[0]
     assert download.proto.label == "Descargar la evidencia (JSON)"
 
@@ -153,7 +153,8 @@ def test_manager_is_refused(shop, app_env):
 def test_register_page_empty_and_recheck_all(shop, app_env):
     app_env(shop.dsn, LOCAL_ROLES="dpo")
     at = dashboard("app_pages/erasure_register.py")
-    assert "Aún no hay solicitudes de borrado." in [i.value for i in at.info]
+    assert any(i.value.startswith("Aún no hay solicitudes de borrado. Tramite la primera en la página Borrado")
+               for i in at.info)
     erasure.erase(shop, "C90", operator="dpo@example.com")
     at.button(key="erasure_register.recheck_all").click().run()
     assert not at.exception, at.exception

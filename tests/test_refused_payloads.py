@@ -11,9 +11,10 @@ from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from playwright.sync_api import expect
 from streamlit.testing.v1 import AppTest
 
-from apptools import as_int, metric
+from apptools import as_int, frame, metric
 from conftest import DIMS, start_streamlit
 from core.agents.retail import ContextoCliente, build_agent, run_turn
+from ui.tables import EMPTY
 from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints import serde, tool_calls
 from core.checkpoints.serde import SerializationRefused, make_serializer
@@ -111,9 +112,9 @@ def test_checkpoints_page_marks_the_step_and_the_message_and_shows_the_rest(tamp
     # the rest of the conversation: every human turn, the tool's answer to the refused call's neighbours
     texts = " ".join(t.value for t in at.text)
     assert all(turn in texts for turn in TURNS)
-    timeline = next(df.value for df in at.dataframe if "refused_writes" in df.value.columns)
+    timeline = frame(at, "refused_writes", "checkpoint_id")
     assert timeline.loc[timeline["checkpoint_id"] == target["checkpoint_id"], "refused_writes"].tolist() == ["os.system"]
-    assert timeline["refused_writes"].notna().sum() == 1
+    assert (timeline["refused_writes"] != EMPTY).sum() == 1  # ui.tables shows an empty cell as EMPTY
 
 
 def test_degradation_page_counts_refused_payloads_found_in_sql(tampered, app_env):
@@ -128,7 +129,7 @@ def test_degradation_page_counts_refused_payloads_found_in_sql(tampered, app_env
     assert as_int(metric(at, "Rechazables en SQL")) == 1
     assert as_int(metric(at, "Rechazos del serializador")) == db.fetch_one(
         "SELECT count(*) AS n FROM core_serde_refusals")["n"]
-    found = next(df.value for df in at.dataframe if "refused_type" in df.value.columns)
+    found = frame(at, "refused_type", "thread_id")
     assert found[["refused_type", "kind", "channel", "thread_id"]].values.tolist() == [["os.system", "write", "messages", THREAD]]
 
 

@@ -338,8 +338,11 @@ def test_kubernetes_manifests_run_the_real_entry_points():
     import yaml
 
     deploy = Path(__file__).resolve().parent.parent / "deploy"
-    docs = {d["kind"]: d for f in sorted(deploy.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())}
-    assert set(docs) == {"CronJob", "Job", "Deployment", "Service"}
+    by_name = {(d["kind"], d["metadata"]["name"]): d for f in sorted(deploy.glob("*.yaml"))
+               for d in yaml.safe_load_all(f.read_text())}
+    docs = {kind: by_name[(kind, name)] for kind, name in [
+        ("CronJob", "agent-memory-sweep"), ("Job", "agent-memory-migrate"),
+        ("Deployment", "agent-memory-dashboard"), ("Service", "agent-memory-dashboard")]}
 
     cron = docs["CronJob"]["spec"]
     assert len(cron["schedule"].split()) == 5 and cron["concurrencyPolicy"] == "Forbid"

@@ -7,7 +7,6 @@ import streamlit as st
 
 from core.privacy.decisions import ERASE, LEAVE
 from core.privacy import subjects as subj
-from ui import erasure_i18n  # noqa: F401  (registers the strings used here)
 from ui.i18n import t
 
 RESIDUE_KEY = "erasure.residue"  # widget keys: erasure.residue.<n>.decision / .reason

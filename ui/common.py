@@ -12,7 +12,7 @@ from core import roles
 from core.config import Settings, load_settings
 from core.db import Database, DatabaseUnavailable
 from core.read_replica import ReadRouter, router_for
-from ui.i18n import add_strings, t
+from ui.i18n import t
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +35,9 @@ def settings() -> Settings:
 
 @st.cache_resource(show_spinner="Preparando la base de datos… / Preparing the database…")
 def bootstrap() -> Database:
-    """Open the agents' database once per process: embedded server, migrations and demo data when
-    configured. Raises on failure (nothing is cached then, so the next run retries)."""
-    from core.demo.seed import ensure_demo, start_replicas
+    """Open the agents' database once per process: embedded server and migrations (the demo data
+    come after the first page, in the background: `start_demo_seed`). Raises on failure (nothing
+    is cached then, so the next run retries)."""
     from core.migrate import check_dims, migrate
 
     cfg = settings()
@@ -47,11 +47,29 @@ def bootstrap() -> Database:
     else:
         with db.connection() as conn:
             check_dims(conn, cfg.embeddings_dims)
-    if cfg.seed_demo:
-        ensure_demo(db, cfg)
-    if cfg.demo_replicas:
-        start_replicas(db, cfg, cfg.demo_replicas)  # live heartbeats for the operations pages
+    if cfg.demo_replicas and not cfg.seed_demo:  # with a seed, they start once it is done
+        from core.demo.seed import start_replicas
+
+        start_replicas(db, cfg, cfg.demo_replicas)
     return db
+
+
+def seed_progress():
+    """This process's demo seed (core.demo.progress.SeedProgress), or None when no seed is configured."""
+    from core.demo.progress import background_seed
+
+    return background_seed(get_db().dsn) if settings().seed_demo else None
+
+
+def start_demo_seed() -> None:
+    """Start the demo seed in the background, once per process (a no-op afterwards or without
+    SEED_DEMO). Called after the first page rendered: the agents' imports take seconds of CPU.
+    The replicas (live heartbeats for the operations pages) start once the seed is done."""
+    cfg = settings()
+    if cfg.seed_demo:
+        from core.demo.progress import start_background_seed
+
+        start_background_seed(get_db(), cfg, replicas=cfg.demo_replicas)
 
 
 def get_db() -> Database:
@@ -121,16 +139,6 @@ def auth_configured() -> bool:
 
 
 LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "localhost", "::1"})
-add_strings({
-    "local_mode_unsafe": {
-        "es": "Modo local sin proveedor de identidad, pero el servidor no escucha solo en 127.0.0.1 "
-              "(server.address = {address}): no se concede ningún rol. Arranque desde la carpeta del repositorio "
-              "(usa .streamlit/config.toml) o con --server.address 127.0.0.1, o configure [auth].",
-        "en": "Local mode without an identity provider, but the server does not listen on 127.0.0.1 only "
-              "(server.address = {address}): no role is granted. Start from the repository folder (it uses "
-              ".streamlit/config.toml) or with --server.address 127.0.0.1, or configure [auth].",
-    },
-})
 
 
 def local_mode_safe() -> bool:

@@ -1,121 +1,28 @@
-"""UI strings: Spanish by default, English on request. Keys are English."""
+"""UI strings: Spanish by default, English on request. Keys are English.
+
+Every visible string lives in one catalogue per language, `ui/locales/es.toml` and `ui/locales/en.toml`
+(flat `key = "text"`, keys sorted), loaded once on import. Add a string by adding its key to both files;
+tests/test_i18n.py checks that both have the same keys, no empty text and the same `{placeholders}`.
+"""
 from __future__ import annotations
+
+import tomllib
+from pathlib import Path
 
 import streamlit as st
 
 LANGUAGES = {"es": "Español", "en": "English"}
-
-STRINGS: dict[str, dict[str, str]] = {
-    "app_title": {"es": "Memoria de los agentes", "en": "Agent memory"},
-    "section_store": {"es": "Tienda", "en": "Store"},
-    "section_ops": {"es": "Operaciones", "en": "Operations"},
-    "section_dp": {"es": "Protección de datos", "en": "Data protection"},
-    "page_memory": {"es": "Memoria", "en": "Memory"},
-    "page_preferences": {"es": "Preferencias", "en": "Preferences"},
-    "language": {"es": "Idioma", "en": "Language"},
-    "db": {"es": "Base de datos", "en": "Database"},
-    "db_ok": {"es": "accesible ({ms:.0f} ms, PostgreSQL {version})", "en": "reachable ({ms:.0f} ms, PostgreSQL {version})"},
-    "db_down": {"es": "NO accesible: {error}", "en": "NOT reachable: {error}"},
-    "db_checked": {"es": "comprobado a las {at}", "en": "checked at {at}"},
-    "embedded": {"es": "PostgreSQL embebido (datos de demostración)", "en": "embedded PostgreSQL (demo data)"},
-    "startup_failed": {"es": "No se puede abrir la base de datos de los agentes", "en": "The agents' database cannot be opened"},
-    "startup_hint": {
-        "es": "Destino: `{target}`. Compruebe `PG_AGENTES` y que el servidor acepte conexiones; el panel no muestra nada hasta entonces.",
-        "en": "Target: `{target}`. Check `PG_AGENTES` and that the server accepts connections; the dashboard shows nothing until then.",
-    },
-    "retry": {"es": "Reintentar", "en": "Retry"},
-    "read_failed": {"es": "La lectura ha fallado: {error}", "en": "The read failed: {error}"},
-    "local_mode": {
-        "es": "Modo local: sin proveedor de identidad, todos los roles, solo en 127.0.0.1.",
-        "en": "Local mode: no identity provider, every role, 127.0.0.1 only.",
-    },
-    "signed_in_as": {"es": "Sesión: {user} ({roles})", "en": "Signed in: {user} ({roles})"},
-    "sign_in": {"es": "Iniciar sesión", "en": "Sign in"},
-    "sign_out": {"es": "Cerrar sesión", "en": "Sign out"},
-    "sign_in_prompt": {"es": "Inicie sesión para ver la memoria de los agentes.", "en": "Sign in to see the agents' memory."},
-    "no_roles": {"es": "Su identidad ({user}) no tiene ningún rol asignado.", "en": "Your identity ({user}) has no role assigned."},
-    "forbidden": {"es": "Esta página requiere el rol «{role}».", "en": "This page requires the '{role}' role."},
-    # Memory page
-    "memory_title": {"es": "Memoria entre conversaciones", "en": "Cross-thread memory"},
-    "memory_caption": {"es": "Tabla `store` de PostgresStore, leída sin refrescar TTL. Embeddings: {emb}.",
-                       "en": "PostgresStore `store` table, read without refreshing TTLs. Embeddings: {emb}."},
-    "documents": {"es": "Documentos", "en": "Documents"},
-    "namespaces": {"es": "Namespaces", "en": "Namespaces"},
-    "vectors": {"es": "Vectores", "en": "Vectors"},
-    "expired": {"es": "Caducados sin barrer", "en": "Expired, not yet swept"},
-    "by_root": {"es": "Documentos por raíz de namespace", "en": "Documents by namespace root"},
-    "top_prefixes": {"es": "Prefijos con más documentos (top {n})", "en": "Prefixes with most documents (top {n})"},
-    "policy": {"es": "Política de TTL en vigor", "en": "TTL policy in force"},
-    "alarm_title": {"es": "Alarma: clientes con más de {n} documentos", "en": "Alarm: customers with more than {n} documents"},
-    "alarm_caption": {
-        "es": "El esquema cerrado (`pref-{{tipo}}`, {n} tipos) no permite más de {n} documentos por cliente: algo escribe claves fuera del esquema.",
-        "en": "The closed schema (`pref-{{tipo}}`, {n} tipos) allows at most {n} documents per customer: something writes keys outside it.",
-    },
-    "alarm_none": {"es": "Ningún cliente supera {n} documentos.", "en": "No customer exceeds {n} documents."},
-    "drill_title": {"es": "Ver un namespace", "en": "Open a namespace"},
-    "drill_input": {"es": "Namespace (clientes.C9) o id (C9)", "en": "Namespace (clientes.C9) or id (C9)"},
-    "drill_none": {"es": "Ningún namespace se llama exactamente «{q}».", "en": "No namespace is named exactly '{q}'."},
-    "drill_pick": {"es": "Varios namespaces coinciden", "en": "Several namespaces match"},
-    "drill_items": {"es": "{prefix}: {n} documentos", "en": "{prefix}: {n} documents"},
-    "page": {"es": "Página", "en": "Page"},
-    # Preferences page
-    "prefs_title": {"es": "Escrituras de preferencias por conversación", "en": "Preference writes per conversation"},
-    "prefs_caption": {
-        "es": "Llamadas a `recordar_preferencia` leídas de los checkpoints (cualquier agente LangGraph, incluidas las que luego se sobrescribieron) entre hilos con un mensaje humano ese día (UTC). Objetivo: {target}.",
-        "en": "`recordar_preferencia` calls read from the checkpoints (any LangGraph agent, overwritten ones included) over threads with a human message that day (UTC). Target: {target}.",
-    },
-    "prefs_clock": {
-        "es": "Reloj: la hora `ts` de cada checkpoint (hora real de escritura). {replayed}",
-        "en": "Clock: each checkpoint's `ts` (the real time it was written). {replayed}",
-    },
-    "prefs_clock_replayed": {
-        "es": "{n} llamadas de la demo llevan su día reproducido (metadato `core_replayed_at`) y se cuentan en ese día.",
-        "en": "{n} demo calls carry their replayed day (metadata `core_replayed_at`) and count on that day.",
-    },
-    "prefs_extracted": {
-        "es": "Extraídas ahora de los checkpoints: {calls} llamadas de {checkpoints} checkpoints.",
-        "en": "Extracted from the checkpoints just now: {calls} calls from {checkpoints} checkpoints.",
-    },
-    "prefs_behind": {
-        "es": "La extracción de llamadas va {n} checkpoints por detrás: las cifras pueden faltar de lo más reciente. El barrido programado la completa; o hazlo ahora.",
-        "en": "Tool-call extraction is {n} checkpoints behind: the most recent calls may be missing. The scheduled sweep completes it; or do it now.",
-    },
-    "prefs_cannot_extract": {
-        "es": "Este panel no puede extraer llamadas de los checkpoints ({error}); faltan {n} checkpoints por leer hasta que pase el barrido programado.",
-        "en": "This dashboard cannot extract tool calls from the checkpoints ({error}); {n} checkpoints are unread until the scheduled sweep runs.",
-    },
-    "prefs_extract_now": {"es": "Extraer ahora", "en": "Extract now"},
-    "prefs_extracting": {"es": "Extrayendo llamadas de los checkpoints…", "en": "Extracting tool calls from the checkpoints…"},
-    "period": {"es": "Periodo", "en": "Period"},
-    "conversations": {"es": "Conversaciones", "en": "Conversations"},
-    "pref_writes": {"es": "Escrituras de preferencias", "en": "Preference writes"},
-    "ratio": {"es": "Escrituras por conversación", "en": "Writes per conversation"},
-    "target": {"es": "objetivo", "en": "target"},
-    "by_tipo": {"es": "Por tipo", "en": "By tipo"},
-    "writers": {"es": "Conversaciones que escribieron", "en": "Conversations that wrote"},
-    "no_data": {"es": "Sin datos en este periodo.", "en": "No data in this period."},
-    "applied_title": {"es": "Preferencias aplicadas", "en": "Preferences applied"},
-    "applied_caption": {
-        "es": "Propuestas `proponer_entrega` de las {n} conversaciones más recientes, comparadas con la última `recordar_preferencia` del cliente anterior a la propuesta (llamadas extraídas de los checkpoints; sin `cliente_id` en los metadatos solo cuenta el mismo hilo). Tienda, canal y franja siguen los tipos `recogida`, `contacto` y `horario`.",
-        "en": "`proponer_entrega` proposals of the {n} most recent conversations, against the customer's latest `recordar_preferencia` before the proposal (tool calls extracted from the checkpoints; without `cliente_id` in the metadata only the same thread counts). Store, channel and slot follow the tipos `recogida`, `contacto` and `horario`.",
-    },
-    "applied_rate": {"es": "Siguieron la preferencia", "en": "Followed the preference"},
-    "applied_with_pref": {"es": "Propuestas con preferencia vigente", "en": "Proposals with a preference in force"},
-    "applied_changed": {"es": "Cambiadas por la memoria", "en": "Changed by the memory"},
-    "applied_useless": {
-        "es": "Ninguna propuesta cambió por una preferencia: la memoria no sirve para nada ahora mismo.",
-        "en": "No proposal changed because of a preference: the memory is useless right now.",
-    },
-    "applied_none": {"es": "Aún no hay propuestas con una preferencia vigente.", "en": "No proposal with a preference in force yet."},
-}
+LOCALES_DIR = Path(__file__).parent / "locales"
 
 
-def add_strings(strings: dict[str, dict[str, str]]) -> None:
-    """Let a page module register its own strings (keys must not clash)."""
-    clash = set(strings) & set(STRINGS)
-    if clash and any(STRINGS[k] != strings[k] for k in clash):
-        raise KeyError(f"UI string keys defined twice: {sorted(clash)}")
-    STRINGS.update(strings)
+def load_catalogue(language: str) -> dict[str, str]:
+    with open(LOCALES_DIR / f"{language}.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+CATALOGUES: dict[str, dict[str, str]] = {language: load_catalogue(language) for language in LANGUAGES}
+# Every key the UI knows (the Spanish catalogue is the reference; English must match it).
+STRINGS = CATALOGUES["es"]
 
 
 def lang() -> str:
@@ -123,6 +30,5 @@ def lang() -> str:
 
 
 def t(key: str, **kwargs) -> str:
-    entry = STRINGS[key]
-    text = entry.get(lang()) or entry["es"]
+    text = CATALOGUES.get(lang(), STRINGS).get(key) or STRINGS[key]
     return text.format(**kwargs) if kwargs else text

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import streamlit as st
 
 from core import roles
-from ui import access_i18n, checkpoints_i18n, degradation_i18n, erasure_i18n, sweeps_i18n
 from ui.i18n import t
 
 HOME = "app_pages/home.py"
@@ -37,18 +36,18 @@ SECTIONS: dict[str, list[PageSpec]] = {
         PageSpec(roles.MANAGER, "app_pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
     ],
     "section_ops": [
-        PageSpec(roles.SRE, "app_pages/sweeps.py", sweeps_i18n.PAGE_TITLE, ":material/cleaning_services:", "sweeps"),
-        PageSpec(roles.SRE, "app_pages/checkpoints.py", checkpoints_i18n.PAGE_TITLE, ":material/timeline:",
+        PageSpec(roles.SRE, "app_pages/sweeps.py", "page_sweeps", ":material/cleaning_services:", "sweeps"),
+        PageSpec(roles.SRE, "app_pages/checkpoints.py", "ckpt_page", ":material/timeline:",
                  "checkpoints"),
-        PageSpec(roles.SRE, "app_pages/degradation.py", degradation_i18n.PAGE_TITLE, ":material/monitor_heart:",
+        PageSpec(roles.SRE, "app_pages/degradation.py", "degr_page", ":material/monitor_heart:",
                  "degradation"),
     ],
     "section_dp": [
-        PageSpec(roles.DPO, "app_pages/erasure.py", erasure_i18n.PAGE_TITLE, ":material/delete_forever:", "erasure"),
-        PageSpec(roles.DPO, "app_pages/erasure_register.py", erasure_i18n.REGISTER_PAGE_TITLE,
+        PageSpec(roles.DPO, "app_pages/erasure.py", "erasure_page", ":material/delete_forever:", "erasure"),
+        PageSpec(roles.DPO, "app_pages/erasure_register.py", "erasure_register_page",
                  ":material/fact_check:", "erasure-register"),
-        PageSpec(roles.DPO, "app_pages/access.py", access_i18n.PAGE_TITLE, ":material/person_search:", "access"),
-        PageSpec(roles.DPO, "app_pages/access_register.py", access_i18n.REGISTER_PAGE_TITLE,
+        PageSpec(roles.DPO, "app_pages/access.py", "access_page", ":material/person_search:", "access"),
+        PageSpec(roles.DPO, "app_pages/access_register.py", "access_register_page",
                  ":material/receipt_long:", "access-register"),
     ],
 }

@@ -4,7 +4,6 @@ from __future__ import annotations
 import streamlit as st
 
 from core.privacy import chain
-from ui import access_i18n  # noqa: F401  (registers the chain_* strings)
 from ui.common import call_now
 from ui.i18n import t
 

@@ -7,28 +7,9 @@ import streamlit as st
 
 from core.read_replica import ReplicaStatus
 from ui.common import read_router, settings
-from ui.i18n import add_strings, t
+from ui.i18n import t
 
 STATUS_TTL = 5  # seconds one lag reading is reused by the page note
-
-add_strings({
-    "replica": {"es": "Réplica de lectura", "en": "Read replica"},
-    "replica_lag": {"es": ":green[●] retraso {bytes} bytes, {seconds}", "en": ":green[●] lag {bytes} bytes, {seconds}"},
-    "replica_lag_stale": {"es": ":orange[●] retraso {bytes} bytes, {seconds}", "en": ":orange[●] lag {bytes} bytes, {seconds}"},
-    "replica_seconds": {"es": "{s:.1f} s", "en": "{s:.1f} s"},
-    "replica_seconds_unknown": {"es": "segundos desconocidos", "en": "seconds unknown"},
-    "replica_down": {"es": ":red[●] NO accesible: las lecturas van al primario", "en": ":red[●] NOT reachable: reads go to the primary"},
-    "replica_not_standby": {"es": ":red[●] no es una réplica (no está en recuperación)",
-                            "en": ":red[●] not a replica (not in recovery)"},
-    "replica_as_of": {
-        "es": "Datos de la réplica de lectura a las {at} (retraso {seconds:.0f} s, por encima de {bound} s).",
-        "en": "Read replica data as of {at} (lag {seconds:.0f} s, above {bound} s).",
-    },
-    "replica_fallback": {
-        "es": "La réplica de lectura no responde: esta página lee del primario hasta que vuelva. ({error})",
-        "en": "The read replica does not answer: this page reads from the primary until it is back. ({error})",
-    },
-})
 
 
 @st.cache_data(ttl=STATUS_TTL, show_spinner=False)

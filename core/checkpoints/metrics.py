@@ -171,7 +171,8 @@ class SaverCollector(Collector):
 
     def remove(self, saver: Any) -> None:
         with self._lock:
-            self._savers.pop(saver.replica_id, None)
+            if self._savers.get(saver.replica_id) is saver:  # not a newer saver with the same id
+                del self._savers[saver.replica_id]
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -204,8 +205,11 @@ class _MultiprocessMirror:
             if metric.type != "gauge":
                 continue
             gauge = self._gauge(metric)
+            live = {sample.labels["replica"] for sample in metric.samples}
             for sample in metric.samples:
                 gauge.labels(sample.labels["replica"]).set(sample.value)
+            for (replica,) in set(gauge._metrics) - {(r,) for r in live}:  # a closed saver leaves
+                gauge.remove(replica)
 
     def _loop(self) -> None:
         while not self.stop.is_set():
@@ -230,6 +234,14 @@ def register(saver: Any, registry: CollectorRegistry = REGISTRY) -> SaverCollect
                 registry.register(_COLLECTOR)
         _COLLECTOR.add(saver)
         return _COLLECTOR
+
+
+def unregister(saver: Any) -> None:
+    """Take `saver` out of this process's collector (its `close()` does): a closed saver persists
+    nothing, so its endpoint must not keep reporting it as ok."""
+    with _STATE_LOCK:
+        if _COLLECTOR is not None:
+            _COLLECTOR.remove(saver)
 
 
 def configured_port() -> int | None:

@@ -1,6 +1,6 @@
 """Replica health: what each process running the dual saver writes, and what the SRE page reads.
 
-Written by `core.checkpointer.DualCheckpointSaver` (heartbeat every few seconds while PostgreSQL
+Written by `core.checkpoints.dual_saver.DualCheckpointSaver` (heartbeat every few seconds while PostgreSQL
 is reachable; on recovery the degradation episode, the guard's denials and the serializer's
 refusals kept in memory during the outage). Read back here as DataFrames for the Degradation
 page. Tables: migration 003_replica_health.sql.

@@ -183,8 +183,12 @@ class SaverCore(BaseCheckpointSaver[str]):
         Degraded, it tries a final resync for up to `close_resync_timeout` seconds; if PostgreSQL is
         still unreachable, the buffer goes to the local journal (`core.checkpoints.journal`, logged
         at ERROR), which the next start with the same replica id replays. Nothing is dropped.
+        Closing twice is harmless.
         """
         sh = self._shared
+        metrics.unregister(self)
+        if sh.stop.is_set():
+            return
         sh.stop.set()
         sh.wake.set()
         if sh.monitor is not None:

@@ -25,6 +25,7 @@ from core.operations.outage import demo_outage
 from core.demo.operations import demo_sweep, erase_demo_customer
 from core.memory.store import build_store, put_memory
 from core.agents.scripted_model import ScriptedChatModel
+from core.demo.progress import SeedProgress
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +88,11 @@ def _agents(db: Database, settings: Settings, replica_id: str = "demo-seed"):
 
 
 def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 30, seed: int = 7,
-         workers: int = 4, now: datetime | None = None) -> DemoSummary:
-    """Replay `days` days of agent conversations into `db` (which must be migrated)."""
+         workers: int = 4, now: datetime | None = None, progress: SeedProgress | None = None) -> DemoSummary:
+    """Replay `days` days of agent conversations into `db` (which must be migrated); `progress`
+    (optional) is updated step by step."""
     started = time.monotonic()
+    progress = progress or SeedProgress()
     rng = random.Random(seed)
     now = now or datetime.now(timezone.utc)
     store, agents = _agents(db, settings)
@@ -105,6 +108,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
 
     # Purchasing: supplier notices; a few flash notices valid for ~1 s become expired rows to sweep.
     suppliers = [f"P{n:03d}" for n in range(1, 13)]
+    progress.at("suppliers", 0, len(suppliers))
     for i, pid in enumerate(suppliers):
         for tema, texto in rng.sample(AVISOS, rng.randint(1, 3)):
             flash = i % 4 == 0
@@ -113,16 +117,19 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
                 run_turn(agents["compras"], ContextoProveedor(pid), f"compras-{pid}-{tema}", msg)
             summary.expiring_notices += flash
             summary.turns += 1
+        progress.done = i + 1
     summary.suppliers = len(suppliers)
 
     # Staff settings.
     employees = [f"E{n:03d}" for n in range(1, 21)]
-    for eid in employees:
+    progress.at("employees", 0, len(employees))
+    for i, eid in enumerate(employees):
         for ajuste in rng.sample(sorted(AJUSTES), rng.randint(1, 3)):
             with clock.simulated(past_day()):
                 run_turn(agents["ajustes-personal"], ContextoEmpleado(eid), f"personal-{eid}",
                          f"ajuste {ajuste} = {rng.choice(AJUSTES[ajuste])}")
             summary.turns += 1
+        progress.done = i + 1
     summary.employees = len(employees)
 
     # Customers: conversations spread over the month; about one in five declares a preference.
@@ -136,12 +143,16 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
                 turns.insert(rng.randint(0, len(turns)), rng.choice(PREFERENCE_TEMPLATES)(rng))
             plan.append((cid, f"cliente-{cid}-{c + 1}", when, turns))
     plan.sort(key=lambda p: p[2])
+    progress.at("customers", 0, len(plan))
+    done_lock = threading.Lock()
 
     def converse(item: tuple[str, str, datetime, list[str]]) -> int:
         cid, thread_id, when, turns = item
         for k, text in enumerate(turns):
             with clock.simulated(when + timedelta(minutes=k)):
                 run_turn(agents["atencion-cliente"], ContextoCliente(cid), thread_id, text)
+        with done_lock:
+            progress.done += 1
         return len(turns)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -149,6 +160,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     summary.conversations = len(plan) + len(suppliers) + len(employees)
 
     # A pre-schema agent version wrote free keys for a few customers: the >4 documents alarm.
+    progress.at("legacy")
     legacy = [f"C{n}" for n in rng.sample(range(1, customers + 1), 3)]
     for cid in legacy:
         for key in [f"pref-{t}" for t in ("recogida", "contacto")] + LEGACY_KEYS:
@@ -159,8 +171,11 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     # The operations' own code paths: a real sweep (trigger demo, then 2 fresh expired notices), a
     # real erasure of one customer (in the register), and a real outage (embedded server only:
     # degraded turns, a denied HIGH tool, resync), which also closes the seed's saver.
+    progress.at("sweep")
     demo_sweep(db)
+    progress.at("erasure")
     erase_demo_customer(db, exclude=legacy)
+    progress.at("outage")
     demo_outage(db, settings, agents)
 
     summary.seconds = time.monotonic() - started
@@ -202,18 +217,34 @@ def start_replicas(db: Database, settings: Settings, count: int, *, every_s: flo
     return stop
 
 
-def ensure_demo(db: Database, settings: Settings, **kwargs) -> DemoSummary | None:
-    """Seed once: only when the database is empty, under an advisory lock. Returns None if skipped."""
+TRY_LOCK = "SELECT pg_try_advisory_lock(%s) AS locked"
+LOCK = "SELECT pg_advisory_lock(%s)"
+UNLOCK = "SELECT pg_advisory_unlock(%s)"
+
+
+def ensure_demo(db: Database, settings: Settings, *, progress: SeedProgress | None = None,
+                **kwargs) -> DemoSummary | None:
+    """Seed once: only when the database is empty, under an advisory lock (a second process
+    waits for the first, then finds data and skips). Returns None if skipped."""
+    progress = progress or SeedProgress()
+    progress.started_at = time.time()
     with db.connection() as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (SEED_LOCK_ID,))
+        if not conn.execute(TRY_LOCK, (SEED_LOCK_ID,)).fetchone()["locked"]:
+            progress.state = "waiting"
+            conn.execute(LOCK, (SEED_LOCK_ID,))
         try:
             if not conn.execute(IS_EMPTY).fetchone()["empty"]:
+                progress.state = "skipped"
                 return None
-            summary = seed(db, settings, **kwargs)
+            progress.state = "seeding"
+            summary = seed(db, settings, progress=progress, **kwargs)
+            progress.summary = summary
             log.info("demo data seeded: %s", summary)
+            progress.state = "done"
             return summary
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (SEED_LOCK_ID,))
+            progress.finished_at = time.time()
+            conn.execute(UNLOCK, (SEED_LOCK_ID,))
 
 
 def main(argv: list[str] | None = None) -> int:

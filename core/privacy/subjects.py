@@ -177,11 +177,13 @@ FROM store s, jsonb_path_query(s.value - %(skip)s::text[], 'strict $.**') AS p(v
 WHERE (s.prefix = %(prefix)s OR s.prefix LIKE %(prefix_like)s ESCAPE '\')
   AND jsonb_typeof(v) = 'string'"""
 # How many customers' documents hold each term (any depth): the commonness of a term.
+# One pass over the customers' documents whatever the number of terms (a jsonb_path_exists per term made
+# 2,500 terms scan the store 2,500 times: 9 s for one customer's access export).
 SELECT_TERM_CUSTOMERS = r"""
-SELECT t.term, count(DISTINCT split_part(s.prefix, '.', 2)) AS customers
-FROM unnest(%(terms)s::text[]) AS t(term)
-JOIN store s ON s.prefix LIKE 'clientes.%%' AND jsonb_path_exists(s.value, 'strict $.** ? (@ == $t)', jsonb_build_object('t', t.term))
-GROUP BY t.term"""
+SELECT leaf #>> '{}' AS term, count(DISTINCT split_part(s.prefix, '.', 2)) AS customers
+FROM store s CROSS JOIN LATERAL jsonb_path_query(s.value, 'strict $.**') AS leaf
+WHERE s.prefix LIKE 'clientes.%%' AND jsonb_typeof(leaf) = 'string' AND (leaf #>> '{}') = ANY(%(terms)s::text[])
+GROUP BY 1"""
 # Raw-bytes filter over every checkpoint table, threads already attributed left out. Cheap: no decoding.
 RESIDUE_CANDIDATES_SQL = """
 SELECT t.term, w.thread_id FROM checkpoint_writes w

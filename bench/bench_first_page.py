@@ -1,0 +1,94 @@
+"""Time to the first rendered page from a fresh clone: an empty AGENT_MEMORY_DATA folder, the
+default embedded mode with the demo seed on, a real chromium.
+
+    python -m bench.bench_first_page [--runs 3]
+
+Prints, per run: seconds from `streamlit run` to the first page rendered in the browser (its
+title visible), and the seconds until the background seed finished (the sidebar's status).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(data_dir: Path, port: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("PG_AGENTES", "SEED_DEMO", "AUTO_MIGRATE", "DEMO_REPLICAS")}
+    env.update({"AGENT_MEMORY_DATA": str(data_dir), **(extra_env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "dashboard.py", "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_health(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("streamlit did not start")
+
+
+def one_run(browser) -> tuple[float, float]:
+    data_dir = Path(tempfile.mkdtemp(prefix="first-page-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    proc = launch(data_dir, port)
+    try:
+        wait_health(url)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(url)
+        page.get_by_test_id("stHeading").first.wait_for(timeout=120_000)
+        first = time.monotonic() - started
+        page.get_by_text("Sembrados en").wait_for(timeout=600_000)
+        seeded = time.monotonic() - started
+        page.close()
+        return first, seeded
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    firsts = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        for n in range(args.runs):
+            first, seeded = one_run(browser)
+            firsts.append(first)
+            print(f"run {n + 1}: first page {first:.2f} s, seed finished {seeded:.1f} s", flush=True)
+        browser.close()
+    print(f"first page: median {statistics.median(firsts):.2f} s, max {max(firsts):.2f} s over {args.runs} runs")
+
+
+if __name__ == "__main__":
+    main()

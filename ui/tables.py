@@ -1,0 +1,159 @@
+"""Every table of every page goes through `table()`: one place that turns a core DataFrame into what a
+person reads, through `st.column_config`:
+
+- column labels in the UI language (`col_<name>` strings in ui/i18n.py; a column without one keeps its
+  raw name, which tests/test_tables.py catches on every page);
+- numbers formatted (thousands separators of the viewer's locale); ids plain;
+- dates in the viewer's time zone (st.context.timezone, UTC when the browser does not say), the zone
+  named in the column's label;
+- empty cells as "—", never "None";
+- thread ids linking to the Checkpoints page (`?thread=`) and customer ids to the pages the viewer's
+  roles may open (Erasure `?cliente=` for the DPO, else Checkpoints `?cliente=` for the SRE).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+from urllib.parse import quote
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import pandas as pd
+import streamlit as st
+
+from core import roles
+from ui.i18n import STRINGS, lang, t
+
+EMPTY = "—"
+THREAD_COLUMNS = frozenset({"thread_id"})
+CUSTOMER_COLUMNS = frozenset({"customer_id", "cliente_id"})
+# Numbers that are identifiers or steps: no thousands separator.
+PLAIN_NUMBERS = frozenset({"id", "pid", "step", "idx", "episode_id", "request_id", "version", "old_version",
+                           "new_version", "ttl_days", "ttl_minutes", "refresh_on_read_minutes"})
+DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+MERGED_KEYS = frozenset({"label", "width", "help", "pinned", "hidden"})
+
+
+def viewer_timezone() -> str:
+    """The browser's IANA time zone (UTC when unknown, e.g. headless tests without a browser)."""
+    tz = getattr(st.context, "timezone", None)
+    try:
+        ZoneInfo(tz or "UTC")
+        return tz or "UTC"
+    except (ZoneInfoNotFoundError, ValueError):
+        return "UTC"
+
+
+def column_label(name: str) -> str:
+    key = f"col_{name}"
+    return t(key) if key in STRINGS else name
+
+
+def _is_empty(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # lists, dicts, arrays
+        return False
+
+
+def _number(value: Any, plain: bool) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        text = f"{value:,.2f}"
+    else:
+        text = f"{int(value):d}" if plain else f"{int(value):,d}"
+    # Spanish: 1.234,5; English: 1,234.5
+    return text.translate(str.maketrans(",.", ".,")) if lang() == "es" else text
+
+
+def _text(value: Any) -> str:
+    if _is_empty(value):
+        return EMPTY
+    if isinstance(value, bool):
+        return t("yes") if value else t("no")
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
+def _dates(series: pd.Series, tz: str) -> pd.Series:
+    s = pd.to_datetime(series, utc=True, errors="coerce")
+    return s.dt.tz_convert(tz).dt.strftime(DATE_FORMAT).fillna(EMPTY)
+
+
+def _looks_like_dates(series: pd.Series) -> bool:
+    values = series.dropna()
+    return not values.empty and all(hasattr(v, "tzinfo") and hasattr(v, "hour") for v in values.head(50))
+
+
+def _link(page: str, param: str, value: Any) -> str:
+    if _is_empty(value) or value == "":
+        return EMPTY
+    return f"/{page}?{param}={quote(str(value), safe='')}&lang={lang()}"
+
+
+def _viewer_roles() -> tuple[str, ...]:
+    from ui.common import current_user
+
+    user = current_user()
+    return user.roles if user else ()
+
+
+def prepare(df: pd.DataFrame, columns: list[str] | None = None,
+            config: Mapping[str, Any] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The frame as shown (only `columns`, values formatted) and its column_config."""
+    shown = list(columns) if columns is not None else list(df.columns)
+    out = df[shown].copy()
+    overrides = dict(config or {})
+    tz = viewer_timezone()
+    viewer = _viewer_roles()
+    column_config: dict[str, Any] = {}
+    for col in shown:
+        label = column_label(col)
+        s = out[col]
+        if col in THREAD_COLUMNS and roles.SRE in viewer:
+            out[col] = s.map(lambda v: _link("checkpoints", "thread", v))
+            column_config[col] = st.column_config.LinkColumn(label, display_text=r"thread=([^&]*)")
+        elif col in CUSTOMER_COLUMNS and (roles.DPO in viewer or roles.SRE in viewer):
+            page = "erasure" if roles.DPO in viewer else "checkpoints"
+            out[col] = s.map(lambda v: _link(page, "cliente", v))
+            column_config[col] = st.column_config.LinkColumn(label, display_text=r"cliente=([^&]*)")
+        elif pd.api.types.is_datetime64_any_dtype(s) or (s.dtype == object and _looks_like_dates(s)):
+            out[col] = _dates(s, tz)
+            column_config[col] = st.column_config.TextColumn(f"{label} ({tz})")
+        elif pd.api.types.is_bool_dtype(s) and not s.isna().any():
+            column_config[col] = st.column_config.CheckboxColumn(label)
+        elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
+            plain = col in PLAIN_NUMBERS
+            if s.isna().any():  # the grid would show "None": text, formatted in the UI language
+                out[col] = s.map(lambda v: EMPTY if _is_empty(v) else _number(v, plain))
+                column_config[col] = st.column_config.TextColumn(label, alignment="right")
+            else:  # sortable numbers, separators of the viewer's locale
+                column_config[col] = st.column_config.NumberColumn(label, format="plain" if plain else "localized")
+        else:
+            out[col] = s.map(_text)
+            column_config[col] = st.column_config.TextColumn(label)
+        extra = overrides.pop(col, None)
+        if isinstance(extra, str):  # a label of the page's own
+            extra = {"label": extra}
+        if extra:  # the page's label, width, help; the type stays the one chosen here
+            merged = {**column_config[col], **{k: v for k, v in extra.items() if k in MERGED_KEYS and v is not None}}
+            if "label" in extra and column_config[col].get("label", "").endswith(f"({tz})"):
+                merged["label"] = f"{extra['label']} ({tz})"
+            column_config[col] = merged
+    return out, column_config
+
+
+def table(df: pd.DataFrame, key: str, *, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
+          colours: Mapping[str, Mapping[str, str]] | None = None, **kwargs: Any) -> Any:
+    """`st.dataframe` of `df` as a person reads it (see the module's docstring). `columns`: which
+    to show, in order; `config`: per-column extras (e.g. {"payload": {"width": "large"}});
+    `colours`: {column: {value: css colour}} cell backgrounds; other kwargs go to st.dataframe."""
+    out, column_config = prepare(df, columns, config)
+    data: Any = out
+    if colours:
+        styler = out.style
+        for col, mapping in colours.items():
+            styler = styler.map(lambda v, m=mapping: f"background-color: {m.get(v, '')}", subset=[col])
+        data = styler
+    return st.dataframe(data, key=key, hide_index=True, column_config=column_config, **kwargs)
