@@ -8,6 +8,7 @@ from core.db import Database
 from core.memory.store import InvalidIdentifier
 from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj
+from core.privacy import residue as res
 from foreign_agents import CUSTOMERS
 
 DEFAULT = subj.Attribution()
@@ -52,7 +53,7 @@ def test_every_thread_of_each_customer_is_found_with_its_source(article_agents_d
         assert all(subjects.threads[t] == ["store:hilo"] for t in writes)
         for source in ("metadata:cliente_id", "metadata:customer_id", "metadata:user_id", "pattern:cliente-{id}-*"):
             assert subjects.by_source[source] == [], (customer, source)  # stock agents tag nothing
-        residue = subj.residue_scan(article_db, customer, DEFAULT, subjects)
+        residue = res.residue_scan(article_db, customer, DEFAULT, subjects)
         others = article_agents_db.threads_of(customer, "read") + article_agents_db.threads_of(customer, "chat")
         assert residue.proposed == sorted(others), customer
         assert sorted(set(subjects.thread_ids) | set(residue.proposed)) == article_agents_db.threads_of(customer)
@@ -66,11 +67,11 @@ def test_every_thread_of_each_customer_is_found_with_its_source(article_agents_d
 def test_look_alike_ids_never_cross(article_agents_db, article_db):
     for customer in CUSTOMERS:
         subjects = subj.resolve(article_db, customer, DEFAULT)
-        residue = subj.residue_scan(article_db, customer, DEFAULT, subjects)
+        residue = res.residue_scan(article_db, customer, DEFAULT, subjects)
         mine = set(article_agents_db.threads_of(customer))
         assert set(subjects.thread_ids) | set(residue.proposed) <= mine, customer
     # C9 is a substring of C9x's values: the raw filter lets them through, the whole-token check drops them
-    residue = subj.residue_scan(article_db, "C9", DEFAULT)
+    residue = res.residue_scan(article_db, "C9", DEFAULT)
     assert residue.candidates > len(residue.matches)
 
 
@@ -82,7 +83,7 @@ def test_bad_ids_are_refused_and_nothing_changes(article_agents_db, article_db, 
     with pytest.raises(InvalidIdentifier):
         subj.resolve(article_db, bad, DEFAULT)
     with pytest.raises(InvalidIdentifier):
-        subj.residue_scan(article_db, bad, DEFAULT)
+        res.residue_scan(article_db, bad, DEFAULT)
     with pytest.raises(InvalidIdentifier):
         evidence.preview(article_db, bad, DEFAULT)
     with pytest.raises(InvalidIdentifier):
@@ -233,7 +234,7 @@ def test_a_value_shared_by_50_customers_is_common_and_pulls_in_nobody(article_ag
     try:
         shared = [c for c in foreign.conversations if c.customer.startswith("S")]
         assert len(shared) == 50
-        residue = subj.residue_scan(db, "C9", DEFAULT)
+        residue = res.residue_scan(db, "C9", DEFAULT)
         t002 = next(t for t in residue.terms if t.term == "T002")
         assert t002.common and t002.customers >= 50 and t002.threads >= 50
         assert not any(t.common for t in residue.terms if t.kind == "id")

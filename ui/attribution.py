@@ -7,6 +7,7 @@ import streamlit as st
 
 from core.privacy.decisions import ERASE, LEAVE
 from core.privacy import subjects as subj
+from core.privacy import residue as res
 from ui.i18n import t
 
 RESIDUE_KEY = "erasure.residue"  # widget keys: erasure.residue.<n>.decision / .reason
@@ -43,7 +44,7 @@ def show_sources(subjects: subj.Subjects | None) -> None:
                      hide_index=True, key="erasure.sources")
 
 
-def show_residue(residue: subj.Residue | None) -> None:
+def show_residue(residue: res.Residue | None) -> None:
     """Residue threads, each with its matches and a decision (erase / leave with a reason), and the terms table."""
     if residue is None:
         return
@@ -79,7 +80,7 @@ def show_residue(residue: subj.Residue | None) -> None:
         }), hide_index=True, key="erasure.terms")
 
 
-def decisions_of(residue: subj.Residue | None) -> tuple[dict[str, tuple[str, str]], int]:
+def decisions_of(residue: res.Residue | None) -> tuple[dict[str, tuple[str, str]], int]:
     """The DPO's decisions from the widgets, and how many residue threads are still undecided (a leave
     without a reason counts as undecided)."""
     decisions: dict[str, tuple[str, str]] = {}

@@ -1,11 +1,11 @@
-"""The DPO's decision for each residue thread (core/privacy/subjects.py finds them): erase it, or leave it with a
+"""The DPO's decision for each residue thread (core/privacy/residue.py finds them): erase it, or leave it with a
 reason that goes into the register. Validated before an erasure touches anything."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from core.privacy import subjects as subj
+from core.privacy import residue as res
 
 ERASE, LEAVE = "erase", "leave"
 
@@ -35,7 +35,7 @@ def _validate_decisions(decisions: Mapping[str, Any] | None) -> dict[str, Decisi
     return out
 
 
-def _decide(residue: subj.Residue, decisions: dict[str, Decision]) -> tuple[list[dict], set[str], list[dict], list[str]]:
+def _decide(residue: res.Residue, decisions: dict[str, Decision]) -> tuple[list[dict], set[str], list[dict], list[str]]:
     """(residue rows for the register, threads to erase, exclusions, undecided threads)."""
     rows, include, exclusions, undecided = [], set(), [], []
     for thread_id in residue.proposed:

@@ -37,6 +37,7 @@ from psycopg.types.json import Jsonb
 from core import read_replica
 from core.db import Database
 from core.privacy import subjects as subj
+from core.privacy import residue as res
 from core.privacy.decisions import ERASE, LEAVE, Decision, _decide, _validate_decisions
 from core.privacy.evidence import (DERIVED_TABLES, ROOT, STORE_TABLES, EvidenceQuery, OwnTarget, _config, _params,
                                    _run_evidence, own_targets, validate_customer_id)
@@ -218,8 +219,8 @@ def erase(
             targets = own_targets(conn)
             # read before anything is deleted: the `hilo` links and the document values live in the store
             subjects = subj.resolve_conn(conn, customer_id, config)
-            terms = subj.customer_terms(conn, customer_id)
-            residue = subj.residue_conn(conn, customer_id, subjects.threads, terms)
+            terms = res.customer_terms(conn, customer_id)
+            residue = res.residue_conn(conn, customer_id, subjects.threads, terms)
             residue_rows, include, exclusions, undecided = _decide(residue, chosen)
             left = [e["thread_id"] for e in exclusions] + undecided
             evidence_terms = [t for t in terms if not t.common]

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 from core import read_replica
 from core.db import Database
 from core.privacy import subjects as subj
+from core.privacy import residue as res
 from core.privacy.erasure import SELECT_REQUEST, ErasureError, stuck_requests
 from core.privacy.evidence import EvidenceQuery, _config, _find_threads, _now_iso, _run_evidence, own_targets
 
@@ -68,7 +69,7 @@ def recheck(db: Database, request_id: int, *, trigger: str = "manual", operator:
         raise ErasureError(f"no erasure request {request_id}")
     customer_id = row["customer_id"]
     config = _config(config)
-    terms = [subj.Term(t["term"], t["kind"], int(t["customers"]), int(t.get("threads", 0)))
+    terms = [res.Term(t["term"], t["kind"], int(t["customers"]), int(t.get("threads", 0)))
              for t in (row.get("residue_terms") or []) if not t.get("common")]
     left = [e["thread_id"] for e in (row.get("exclusions") or [])]
     with db.connection() as conn:

@@ -17,6 +17,7 @@ from core.agents.retail import METADATA_KEY
 from core.db import Database
 from core.memory.store import validate_label
 from core.privacy import subjects as subj
+from core.privacy import residue as res
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ CHECKPOINTS_ZERO_SQL = (
 CHECKPOINTS_ZERO_KEYS_SQL = (
     "SELECT count(*) AS n FROM checkpoints WHERE thread_id = ANY(%(threads)s) OR {keys}"
 )
-# The residue evidence: the raw-bytes filter of subjects.RESIDUE_CANDIDATES_SQL over every thread but those
+# The residue evidence: the raw-bytes filter of res.RESIDUE_CANDIDATES_SQL over every thread but those
 # the DPO left, with the distinctive terms read before the erasure; the result counts decoder-confirmed threads.
 RESIDUE_TABLE = "residue"
 CHECKPOINT_BLOBS_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_blobs WHERE thread_id = ANY(%(threads)s)"
@@ -104,7 +105,7 @@ class Preview:
     namespaces: list[tuple[str, int]]
     thread_ids: list[str]
     subjects: subj.Subjects | None = None  # which source found which thread
-    residue: subj.Residue | None = None  # unattributed threads holding the customer's id or values
+    residue: res.Residue | None = None  # unattributed threads holding the customer's id or values
 
     @property
     def total(self) -> int:
@@ -222,7 +223,7 @@ def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
 
 def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str,
                   thread_ids: Iterable[str], keys: Iterable[str] = (CLIENTE_KEY,),
-                  residue_terms: list[subj.Term] | None = None, left: Iterable[str] = ()) -> list[EvidenceQuery]:
+                  residue_terms: list[res.Term] | None = None, left: Iterable[str] = ()) -> list[EvidenceQuery]:
     """Every zero-count query, made literal (parameters bound by psycopg's client-side quoting) and
     sent in one pipeline: what is recorded is exactly the text that ran. With `residue_terms`, the
     residue scan too (every thread but `left`; result = threads the decoder confirmed)."""
@@ -237,9 +238,9 @@ def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_i
             cursors[table].execute(text)
     at = _now_iso()
     out = [EvidenceQuery(table, literal[table], int(cur.fetchone()["n"]), at) for table, cur in cursors.items()]
-    rparams = subj.residue_count_params(residue_terms or (), left)
+    rparams = res.residue_count_params(residue_terms or (), left)
     if rparams["raws"]:
-        text = binder.mogrify(subj.RESIDUE_COUNT_SQL, rparams).strip()
+        text = binder.mogrify(res.RESIDUE_COUNT_SQL, rparams).strip()
         out.append(EvidenceQuery(RESIDUE_TABLE, text, int(conn.execute(text).fetchone()["n"]), _now_iso()))
     return out
 
@@ -277,7 +278,7 @@ def preview(db: Database, customer_id: str, config: subj.Attribution | None = No
                   for e in _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys)}
         namespaces = [(r["prefix"], int(r["documents"]))
                       for r in conn.execute(SELECT_NAMESPACES, _params(customer_id, ())).fetchall()]
-        residue = subj.residue_conn(conn, customer_id, subjects.threads)
+        residue = res.residue_conn(conn, customer_id, subjects.threads)
     return Preview(customer_id, f"{ROOT}.{customer_id}", counts, namespaces, threads, subjects, residue)
 
 
