@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from core import roles
-from core.privacy import erasure
+from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj
 from core.memory.store import InvalidIdentifier
 from ui.common import call_now, forget_all, read, require_role, settings
@@ -36,7 +36,7 @@ def _close_dialog() -> None:
 
 
 @st.dialog(t("erasure_confirm_title"), on_dismiss=_close_dialog)
-def confirm(preview: erasure.Preview, decisions: dict) -> None:
+def confirm(preview: evidence.Preview, decisions: dict) -> None:
     st.markdown(t("erasure_confirm_body", total=f"{preview.total:,}", id=preview.customer_id))
     typed = st.text_input(t("erasure_confirm_input"), key="erasure.confirm_id")
     if st.button(t("erasure_confirm_button"), key="erasure.confirm", type="primary", icon=":material/delete_forever:"):
@@ -96,7 +96,7 @@ def show_result(result: erasure.ErasureResult) -> None:
         st.markdown(t("erasure_result_line", n=ev.result, at=ev.at))
     with st.expander(t("erasure_other_evidence")):
         for ev in result.evidence:
-            if ev.table not in erasure.STORE_TABLES:
+            if ev.table not in evidence.STORE_TABLES:
                 st.code(ev.sql, language="sql", wrap_lines=True)
                 st.markdown(t("erasure_result_line", n=ev.result, at=ev.at))
 
@@ -110,7 +110,7 @@ def show_result(result: erasure.ErasureResult) -> None:
     }), key="erasure.counts", config={"table": t("erasure_table"), "before": t("erasure_before"),
                                       "deleted": t("erasure_deleted"), "after": t("erasure_after")})
     st.download_button(
-        t("erasure_download"), data=call_now(erasure.evidence_json, result.request_id),
+        t("erasure_download"), data=call_now(erasure_register.evidence_json, result.request_id),
         file_name=f"erasure-{result.request_id}-{time.strftime('%Y%m%d')}.json", mime="application/json",
         key="erasure.download", icon=":material/download:",
     )
@@ -144,7 +144,7 @@ if st.button(t("erasure_preview"), key="erasure.preview", icon=":material/previe
     for key in [k for k in st.session_state if str(k).startswith("erasure.residue.")]:
         del st.session_state[key]  # decisions belong to one preview
     try:
-        st.session_state[PREVIEW_KEY] = (call_now(erasure.preview, customer_id, attribution),
+        st.session_state[PREVIEW_KEY] = (call_now(evidence.preview, customer_id, attribution),
                                           time.strftime("%H:%M:%S"))
     except InvalidIdentifier as exc:
         st.session_state.pop(PREVIEW_KEY, None)

@@ -6,7 +6,7 @@ import json
 import streamlit as st
 
 from core import roles
-from core.privacy import erasure
+from core.privacy import erasure, erasure_register
 from ui.common import call_now, forget_all, require_role
 from ui.tables import table
 from ui.i18n import t
@@ -21,7 +21,7 @@ operator = user.email or "local"
 
 
 
-def _dirty_text(result: erasure.RecheckResult) -> str:
+def _dirty_text(result: erasure_register.RecheckResult) -> str:
     return ", ".join(f"{table}={n}" for table, n in result.counts.items() if n)
 
 
@@ -35,13 +35,13 @@ if notice:
     (st.success if kind == "ok" else st.error)(text)
 
 if st.button(t("erasure_recheck_all"), key="erasure_register.recheck_all", icon=":material/published_with_changes:"):
-    results = call_now(erasure.recheck_all, trigger="manual", operator=operator)
+    results = call_now(erasure_register.recheck_all, trigger="manual", operator=operator)
     dirty = [r for r in results if not r.clean]
     st.session_state[NOTICE_KEY] = ("ok" if not dirty else "error",
                                     t("erasure_rechecked_all", n=len(results), dirty=len(dirty)))
     st.rerun()
 
-requests = call_now(erasure.register)
+requests = call_now(erasure_register.register)
 if requests.empty:
     st.info(t("erasure_register_empty"))
     st.stop()
@@ -93,7 +93,7 @@ left, right = st.columns([1, 1])
 with left:
     if st.button(t("erasure_recheck_button"), key="erasure_register.recheck", type="primary",
                  icon=":material/fact_check:"):
-        result = call_now(erasure.recheck, request_id, trigger="manual", operator=operator)
+        result = call_now(erasure_register.recheck, request_id, trigger="manual", operator=operator)
         if result.clean:
             st.session_state[NOTICE_KEY] = ("ok", t("erasure_recheck_clean", at=f"{result.checked_at:%Y-%m-%d %H:%M:%S %Z}"))
         else:
@@ -102,7 +102,7 @@ with left:
         st.rerun()
 with right:
     st.download_button(
-        t("erasure_download"), data=call_now(erasure.evidence_json, request_id),
+        t("erasure_download"), data=call_now(erasure_register.evidence_json, request_id),
         file_name=f"erasure-{request_id}.json", mime="application/json", key="erasure_register.download",
         icon=":material/download:",
     )
@@ -121,7 +121,7 @@ if row["came_back"] or row["status"] != "complete":
                  query_params={"cliente": row["customer_id"]})
 
 st.subheader(t("erasure_rechecks_title"))
-checks = call_now(erasure.rechecks, request_id)
+checks = call_now(erasure_register.rechecks, request_id)
 if checks.empty:
     st.caption(t("erasure_no_rechecks"))
 else:

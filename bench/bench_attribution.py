@@ -7,7 +7,7 @@ Data: bench_decoder's (the retail agents' real checkpoints replicated by COPY to
 checkpoint_writes, customers spread over 1,000 ids), with app-chosen thread ids `conv-<k>-<template>` that no
 pattern matches, plus the customer's own store documents (the article's preference shape, with `hilo`).
 
-- residue scan (`core.privacy.subjects.residue_scan`: raw-bytes filter, then the SQL decoder on the candidates)
+- residue scan (`core.privacy.res.residue_scan`: raw-bytes filter, then the SQL decoder on the candidates)
   vs the naive scan that decodes every payload and matches the same terms (`core_checkpoint_payload(...)::text ~`);
 - coverage (`core.privacy.subjects.coverage`) vs the live storage aggregate it extends
   (`core.checkpoints.views.LIVE_THREAD_STORAGE`: the same three full scans, no attribution).
@@ -25,6 +25,7 @@ from core.checkpoints import views
 from core.db import Database, embedded_dsn
 from core.migrate import migrate
 from core.privacy import subjects as subj
+from core.privacy import residue as res
 
 CUSTOMER = "C7"
 NAIVE_RESIDUE = """
@@ -60,13 +61,13 @@ def run(writes: int, data: Path, runs: int) -> None:
     n = db.fetch_one("SELECT count(*) AS n FROM checkpoint_writes")["n"]
     config = subj.Attribution()
     with db.connection() as conn:
-        terms = subj.customer_terms(conn, CUSTOMER)
-    rparams = subj.residue_count_params(terms, [])
+        terms = res.customer_terms(conn, CUSTOMER)
+    rparams = res.residue_count_params(terms, [])
     residue = None
 
     def scan():
         nonlocal residue
-        residue = subj.residue_scan(db, CUSTOMER, config)
+        residue = res.residue_scan(db, CUSTOMER, config)
 
     scan_s = median_s(scan, runs)
     naive_s = median_s(lambda: db.fetch_one(NAIVE_RESIDUE, {"rxs": rparams["rxs"]}), 1)

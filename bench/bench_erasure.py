@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from langgraph.checkpoint.postgres import PostgresSaver  # noqa: E402
 from langgraph.store.base import PutOp  # noqa: E402
 
-from core.privacy import erasure  # noqa: E402
+from core.privacy import erasure, evidence
 from core.agents.retail import ContextoCliente, build_agent, run_turn  # noqa: E402
 from core.db import Database, embedded_dsn, reset_pool  # noqa: E402
 from core.memory.embeddings import OfflineHashEmbeddings  # noqa: E402
@@ -98,7 +98,7 @@ def seed_loop_until_empty(db: Database, customer: str = CUSTOMER) -> int:
 
 
 def remaining(db: Database) -> dict[str, int]:
-    counts = {e.table: e.result for e in erasure.run_evidence(db, CUSTOMER, erasure.find_threads(db, CUSTOMER))}
+    counts = {e.table: e.result for e in evidence.run_evidence(db, CUSTOMER, evidence.find_threads(db, CUSTOMER))}
     return {k: v for k, v in counts.items() if v}
 
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         populate(tpl, args.docs, args.others)
         setup_s = time.perf_counter() - started
-        before = erasure.preview(tpl, CUSTOMER).counts
+        before = evidence.preview(tpl, CUSTOMER).counts
         others_before = others_total(tpl)
         reset_pool(tpl.dsn)
 

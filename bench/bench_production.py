@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
 from core.checkpoints import tool_calls, views  # noqa: E402
-from core.privacy import erasure
+from core.privacy import erasure, erasure_register, evidence
 from core.memory import reads, preferences
 from core.checkpoints import replica_health
 from core.operations import sweep, sweep_reads
@@ -404,18 +404,18 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
 
     # Borrado: the preview of the large customer (uncached on the page), then the erasure itself
     log("Borrado")
-    query("Borrado", f"preview('{ERASED}')", lambda: erasure.preview(db, ERASED))
+    query("Borrado", f"preview('{ERASED}')", lambda: evidence.preview(db, ERASED))
     render("Borrado")
-    before = erasure.preview(db, ERASED)
+    before = evidence.preview(db, ERASED)
     info["erased_customer"] = {"customer": ERASED, "rows": {k: v for k, v in before.counts.items() if v},
                                "threads": len(before.thread_ids)}
     seed_once_ms, seed_once_n = timed_ms(lambda: bench_erasure.seed_loop(db, SEED_LOOP_CUSTOMER))
     seed_rest_ms, seed_rest_n = timed_ms(lambda: bench_erasure.seed_loop_until_empty(db, SEED_LOOP_CUSTOMER))
     erase_ms, result = timed_ms(lambda: erasure.erase(db, ERASED, operator="bench"))
-    left = {e.table: e.result for e in erasure.run_evidence(db, ERASED, erasure.find_threads(db, ERASED)) if e.result}
+    left = {e.table: e.result for e in evidence.run_evidence(db, ERASED, evidence.find_threads(db, ERASED)) if e.result}
     assert result.status == "complete" and not left, (result.report, left)
-    seed_left = {e.table: e.result for e in erasure.run_evidence(
-        db, SEED_LOOP_CUSTOMER, erasure.find_threads(db, SEED_LOOP_CUSTOMER)) if e.result}
+    seed_left = {e.table: e.result for e in evidence.run_evidence(
+        db, SEED_LOOP_CUSTOMER, evidence.find_threads(db, SEED_LOOP_CUSTOMER)) if e.result}
     info["erasure"] = {"deleted": {k: v for k, v in result.deleted.items() if v}, "passes": result.passes,
                        "seed_loop_deleted": seed_once_n + seed_rest_n, "seed_loop_left_behind": seed_left}
     figures.append(Figure("Erasure job", f"erase('{ERASED}') complete ({result.deleted.get('store', 0):,} documents, "
@@ -429,9 +429,9 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
 
     # Registro de borrados (one request now, plus its re-check)
     log("Registro de borrados")
-    query("Registro de borrados", "register(500)", lambda: erasure.register(db))
-    query("Registro de borrados", "rechecks(request)", lambda: erasure.rechecks(db, result.request_id))
-    query("Registro de borrados", "evidence_json(request)", lambda: erasure.evidence_json(db, result.request_id))
+    query("Registro de borrados", "register(500)", lambda: erasure_register.register(db))
+    query("Registro de borrados", "rechecks(request)", lambda: erasure_register.rechecks(db, result.request_id))
+    query("Registro de borrados", "evidence_json(request)", lambda: erasure_register.evidence_json(db, result.request_id))
     render("Registro de borrados")
 
     # A sweep: the job vs the bare store sweep + a set-based retention delete, each rolled back

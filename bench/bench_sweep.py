@@ -45,7 +45,7 @@ import langgraph.checkpoint.postgres  # noqa: E402,F401  (imported before any ti
 from core.operations import sweep  # noqa: E402
 from core.memory import embeddings  # noqa: E402,F401
 try:  # the job's erasure re-check hook imports it; import it before any timing too
-    import core.privacy.erasure  # noqa: E402,F401
+    import core.privacy.erasure_register  # noqa: E402,F401
 except ModuleNotFoundError:
     pass
 from core.db import Database, embedded_dsn, reset_pool  # noqa: E402

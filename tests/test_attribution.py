@@ -6,8 +6,9 @@ import pytest
 
 from core.db import Database
 from core.memory.store import InvalidIdentifier
-from core.privacy import erasure
+from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj
+from core.privacy import residue as res
 from foreign_agents import CUSTOMERS
 
 DEFAULT = subj.Attribution()
@@ -52,7 +53,7 @@ def test_every_thread_of_each_customer_is_found_with_its_source(article_agents_d
         assert all(subjects.threads[t] == ["store:hilo"] for t in writes)
         for source in ("metadata:cliente_id", "metadata:customer_id", "metadata:user_id", "pattern:cliente-{id}-*"):
             assert subjects.by_source[source] == [], (customer, source)  # stock agents tag nothing
-        residue = subj.residue_scan(article_db, customer, DEFAULT, subjects)
+        residue = res.residue_scan(article_db, customer, DEFAULT, subjects)
         others = article_agents_db.threads_of(customer, "read") + article_agents_db.threads_of(customer, "chat")
         assert residue.proposed == sorted(others), customer
         assert sorted(set(subjects.thread_ids) | set(residue.proposed)) == article_agents_db.threads_of(customer)
@@ -66,11 +67,11 @@ def test_every_thread_of_each_customer_is_found_with_its_source(article_agents_d
 def test_look_alike_ids_never_cross(article_agents_db, article_db):
     for customer in CUSTOMERS:
         subjects = subj.resolve(article_db, customer, DEFAULT)
-        residue = subj.residue_scan(article_db, customer, DEFAULT, subjects)
+        residue = res.residue_scan(article_db, customer, DEFAULT, subjects)
         mine = set(article_agents_db.threads_of(customer))
         assert set(subjects.thread_ids) | set(residue.proposed) <= mine, customer
     # C9 is a substring of C9x's values: the raw filter lets them through, the whole-token check drops them
-    residue = subj.residue_scan(article_db, "C9", DEFAULT)
+    residue = res.residue_scan(article_db, "C9", DEFAULT)
     assert residue.candidates > len(residue.matches)
 
 
@@ -82,9 +83,9 @@ def test_bad_ids_are_refused_and_nothing_changes(article_agents_db, article_db, 
     with pytest.raises(InvalidIdentifier):
         subj.resolve(article_db, bad, DEFAULT)
     with pytest.raises(InvalidIdentifier):
-        subj.residue_scan(article_db, bad, DEFAULT)
+        res.residue_scan(article_db, bad, DEFAULT)
     with pytest.raises(InvalidIdentifier):
-        erasure.preview(article_db, bad, DEFAULT)
+        evidence.preview(article_db, bad, DEFAULT)
     with pytest.raises(InvalidIdentifier):
         erasure.erase(article_db, bad, operator="dpo@example.com", config=DEFAULT)
     assert article_db.fetch_one("SELECT count(*) AS n FROM core_erasure_register")["n"] == 0
@@ -167,7 +168,7 @@ def test_erasure_including_the_residue_leaves_nothing(article_agents):
         others = {c: thread_rows(db, foreign.threads_of(c)) for c in CUSTOMERS if c != "C9"}
         values = distinctive_values(foreign, "C9")
         assert all(raw_hits(db, v) > 0 for v in values)
-        preview = erasure.preview(db, "C9", DEFAULT)
+        preview = evidence.preview(db, "C9", DEFAULT)
         assert sorted(preview.thread_ids + preview.residue_threads) == mine
         result = erasure.erase(db, "C9", operator="dpo@example.com", config=DEFAULT,
                                decisions={t: "erase" for t in preview.residue_threads})
@@ -183,10 +184,10 @@ def test_erasure_including_the_residue_leaves_nothing(article_agents):
         assert db.fetch_one(res_ev.sql)["n"] == 0  # the literal query, run again as recorded
         tomb = {r["thread_id"]: r["request_id"] for r in db.fetch("SELECT * FROM core_thread_tombstones")}
         assert tomb == {t: result.request_id for t in mine}
-        doc = erasure.evidence_document(db, result.request_id)
+        doc = erasure_register.evidence_document(db, result.request_id)
         assert any(e["table"] == "residue" for e in doc["request"]["evidence"])
         assert {r["thread_id"] for r in doc["request"]["residue"]} == set(preview.residue_threads)
-        assert erasure.recheck(db, result.request_id).clean
+        assert erasure_register.recheck(db, result.request_id).clean
     finally:
         db.close()
 
@@ -195,7 +196,7 @@ def test_leaving_a_residue_thread_is_never_plain_complete(article_agents):
     foreign = article_agents()
     db = Database(foreign.dsn)
     try:
-        preview = erasure.preview(db, "C9", DEFAULT)
+        preview = evidence.preview(db, "C9", DEFAULT)
         (read,) = foreign.threads_of("C9", "read")
         (chat,) = foreign.threads_of("C9", "chat")
         assert sorted(preview.residue_threads) == sorted([read, chat])
@@ -211,10 +212,10 @@ def test_leaving_a_residue_thread_is_never_plain_complete(article_agents):
         assert thread_rows(db, [read])["checkpoint_writes"] > 0 and thread_rows(db, [chat])["checkpoints"] == 0
         row = db.fetch_one("SELECT * FROM core_erasure_register WHERE id = %s", (result.request_id,))
         assert row["exclusions"][0]["reason"] == "legal hold: open claim 42"
-        doc = erasure.evidence_document(db, result.request_id)
+        doc = erasure_register.evidence_document(db, result.request_id)
         assert doc["request"]["exclusions"] == row["exclusions"]
-        assert erasure.recheck(db, result.request_id).clean  # the left thread is excepted, by name
-        frame = erasure.register(db)
+        assert erasure_register.recheck(db, result.request_id).clean  # the left thread is excepted, by name
+        frame = erasure_register.register(db)
         assert int(frame.loc[frame["id"] == result.request_id, "exclusions"].iloc[0]) == 1
 
         # on another customer, a residue thread nobody decided on: incomplete, and not deleted
@@ -222,7 +223,7 @@ def test_leaving_a_residue_thread_is_never_plain_complete(article_agents):
         result = erasure.erase(db, "C19", operator="dpo", config=DEFAULT)
         assert result.status == "incomplete" and "nobody decided" in result.report and c19_read in result.report
         assert thread_rows(db, [c19_read])["checkpoint_writes"] > 0
-        assert not erasure.recheck(db, result.request_id).clean
+        assert not erasure_register.recheck(db, result.request_id).clean
     finally:
         db.close()
 
@@ -233,7 +234,7 @@ def test_a_value_shared_by_50_customers_is_common_and_pulls_in_nobody(article_ag
     try:
         shared = [c for c in foreign.conversations if c.customer.startswith("S")]
         assert len(shared) == 50
-        residue = subj.residue_scan(db, "C9", DEFAULT)
+        residue = res.residue_scan(db, "C9", DEFAULT)
         t002 = next(t for t in residue.terms if t.term == "T002")
         assert t002.common and t002.customers >= 50 and t002.threads >= 50
         assert not any(t.common for t in residue.terms if t.kind == "id")
@@ -259,7 +260,7 @@ def test_an_interrupted_erasure_is_recorded_rechecked_and_resumable(article_agen
     foreign = article_agents()
     db = Database(foreign.dsn)
     try:
-        preview = erasure.preview(db, "C9", DEFAULT)
+        preview = evidence.preview(db, "C9", DEFAULT)
 
         def stop_after_store(p):
             if p.step == "store":
@@ -272,7 +273,7 @@ def test_an_interrupted_erasure_is_recorded_rechecked_and_resumable(article_agen
         assert row["status"] == "interrupted" and row["finished_at"] is not None
         assert row["deleted"] == {"store": 3} and row["counts_after"]["checkpoints"] > 0
         assert "resume" in row["report"]
-        (check,) = erasure.recheck_all(db)  # not skipped
+        (check,) = erasure_register.recheck_all(db)  # not skipped
         assert check.request_id == row["id"] and not check.clean
         assert erasure.stuck_requests(db) == []
         # the hilo links are gone with the store documents, but the register kept the threads it found
@@ -296,8 +297,8 @@ def test_a_running_row_left_by_a_dead_process_is_stuck_and_resumable(article_age
                            "VALUES ('C9', 'clientes.C9', 'dpo', %s) RETURNING id",
                            (foreign.threads_of("C9", "write"),), read_only=False)["id"]
         assert erasure.stuck_requests(db) == [rid]
-        assert [r.request_id for r in erasure.recheck_all(db)] == [rid]
-        frame = erasure.register(db)
+        assert [r.request_id for r in erasure_register.recheck_all(db)] == [rid]
+        frame = erasure_register.register(db)
         assert bool(frame.loc[frame["id"] == rid, "resumable"].iloc[0])
         result = erasure.resume(db, rid, operator="dpo", config=DEFAULT)
         # residue threads were never decided on for the stuck row: the resumed request says so

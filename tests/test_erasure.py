@@ -12,7 +12,8 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import PutOp
 from psycopg.types.json import Jsonb
 
-from core.privacy import erasure
+from core.demo import operations as demo_operations
+from core.privacy import erasure, erasure_register, evidence
 from core.checkpoints import replica_health
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.db import Database, reset_pool
@@ -118,7 +119,7 @@ def test_customer_erased_completely_and_look_alikes_keep_every_row(populated):
     assert before[BIG]["threads"] == 3 and before[BIG]["checkpoints"] > 0 and before[BIG]["checkpoint_writes"] > 0
     assert all(before[c]["store"] > 0 and before[c]["checkpoints"] > 0 for c in LOOK_ALIKES)
 
-    dry = erasure.preview(db, BIG)
+    dry = evidence.preview(db, BIG)
     assert dry.counts["store"] == BIG_DOCS + 2
     assert dry.counts["store_vectors"] == before[BIG]["store_vectors"]
     assert dry.counts["checkpoints"] == before[BIG]["checkpoints"]
@@ -175,7 +176,7 @@ def test_customer_erased_completely_and_look_alikes_keep_every_row(populated):
 def test_dry_run_and_erasure_of_unknown_customer_are_harmless(db):
     store = make_store(db)
     write_docs(store, "C1", 3)
-    dry = erasure.preview(db, "C999")
+    dry = evidence.preview(db, "C999")
     assert dry.total == 0 and dry.namespaces == [] and dry.thread_ids == []
     res = erasure.erase(db, "C999", operator="local")
     assert res.status == "complete" and sum(res.deleted.values()) == 0
@@ -196,7 +197,7 @@ def test_erasing_twice_is_harmless_and_recorded(db):
     assert all(r["status"] == "complete" for r in rows)
     # the second request remembers the first one's threads, so a re-check still looks for them
     assert rows[1]["thread_ids"] == ["cliente-C7-1"]
-    reg = erasure.register(db)
+    reg = erasure_register.register(db)
     assert list(reg["customer_id"]) == ["C7", "C7"] and reg["same_day"].all()
     assert (reg["seconds_to_zero"] >= 0).all()
 
@@ -215,7 +216,7 @@ def test_unusable_ids_get_a_clear_error_and_delete_nothing(db, bad):
     assert message.startswith("customer id ") and any(
         w in message for w in ("empty", "whitespace", "'.'", "NUL", "characters long", "must be text")), message
     with pytest.raises(InvalidIdentifier):
-        erasure.preview(db, bad)
+        evidence.preview(db, bad)
     assert {c: footprint(db, c) for c in ("C9",)} == before
     assert db.fetch_one("SELECT (SELECT count(*) FROM store) + (SELECT count(*) FROM checkpoints) "
                         "+ (SELECT count(*) FROM core_memory_writes) AS n")["n"] == total_rows
@@ -318,37 +319,37 @@ def test_recheck_reports_data_that_came_back(db):
     result = erasure.erase(db, "C3", operator="dpo@example.com")
     assert result.status == "complete"
 
-    clean = erasure.recheck(db, result.request_id, operator="dpo@example.com")
+    clean = erasure_register.recheck(db, result.request_id, operator="dpo@example.com")
     assert clean.clean and set(clean.counts.values()) == {0}
 
     # a late turn on a deleted thread recreates it (the shape of langgraph issue #7206)
     run_turn(agent, ContextoCliente("C3"), "cliente-C3-1", "Prefiero que me atendáis en euskera.")
-    late = erasure.recheck(db, result.request_id, operator="dpo@example.com")
+    late = erasure_register.recheck(db, result.request_id, operator="dpo@example.com")
     assert not late.clean
     assert late.counts["checkpoints"] > 0 and late.counts["checkpoint_blobs"] + late.counts["checkpoint_writes"] > 0
     assert late.counts["store"] == 1  # pref-idioma written again by the tool
     row = register_rows(db, "C3")[0]
     assert row["last_recheck_clean"] is False and row["last_recheck_at"] == late.checked_at
-    checks = erasure.rechecks(db, result.request_id)
+    checks = erasure_register.rechecks(db, result.request_id)
     assert list(checks["clean"]) == [False, True]
     assert checks["counts"].iloc[0]["checkpoints"] == late.counts["checkpoints"]
 
-    swept = erasure.recheck_all(db)  # what the sweep job calls (and logs as text)
+    swept = erasure_register.recheck_all(db)  # what the sweep job calls (and logs as text)
     assert [(r.customer_id, r.clean, r.trigger) for r in swept] == [("C3", False, "sweep")]
     assert str(swept) == f"re-checked 1 erasure request(s): 0 clean, 1 with data back (request #{result.request_id})"
     assert "C3" not in str(swept)
-    doc = erasure.evidence_document(db, result.request_id)
+    doc = erasure_register.evidence_document(db, result.request_id)
     assert doc["request"]["customer_id"] == "C3" and len(doc["rechecks"]) == 3
-    assert "SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C3'" in erasure.evidence_json(db, result.request_id)
+    assert "SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C3'" in erasure_register.evidence_json(db, result.request_id)
 
     # erasing again clears what came back, including the recreated thread
     again = erasure.erase(db, "C3", operator="dpo@example.com")
     assert again.status == "complete" and again.counts_before["checkpoints"] > 0
     assert footprint(db, "C3") == dict.fromkeys(footprint(db, "C3"), 0)
     assert footprint(db, "C4")["checkpoints"] > 0
-    assert [r.clean for r in erasure.recheck_all(db)] == [True]
+    assert [r.clean for r in erasure_register.recheck_all(db)] == [True]
     with pytest.raises(erasure.ErasureError):
-        erasure.recheck(db, 999_999)
+        erasure_register.recheck(db, 999_999)
 
 
 def test_our_other_tables_naming_the_customer_are_erased_too(db):
@@ -377,7 +378,7 @@ def test_our_other_tables_naming_the_customer_are_erased_too(db):
                   VALUES ('scheduled', 'h', 'ok', %s)""", (Jsonb(["cliente-C20-1", thread, "personal-E001"]),))
     db.execute("INSERT INTO core_customer_notes VALUES ('C2', 'x'), ('C20', 'y')")
 
-    dry = erasure.preview(db, "C2")
+    dry = evidence.preview(db, "C2")
     assert dry.counts["core_guard_denials"] == 1 and dry.counts["core_customer_notes"] == 1
     assert dry.counts["core_degradation_episodes.denials"] == 1 and dry.counts["core_sweep_log.threads_sample"] == 1
     result = erasure.erase(db, "C2", operator="dpo@example.com")
@@ -408,7 +409,7 @@ def test_a_failure_midway_is_recorded_as_failed_and_raised(db):
     assert row["status"] == "failed" and "legal hold" in row["report"] and row["finished_at"] is not None
     assert row["deleted"]["store"] == 12  # what was done before the failure is on record
     # issue 16 finding 9: the sweep's re-check no longer skips a failed request; it finds what is left
-    (check,) = erasure.recheck_all(db)
+    (check,) = erasure_register.recheck_all(db)
     assert check.request_id == row["id"] and not check.clean and check.counts["core_conversations"] > 0
 
 
@@ -417,7 +418,7 @@ def test_demo_step_erases_one_customer_for_real(db):
     agent = agents_for(db, store)
     for c in ("C1", "C2", "C3"):
         converse(agent, c)
-    result = erasure.erase_demo_customer(db, exclude=["C3"])
+    result = demo_operations.erase_demo_customer(db, exclude=["C3"])
     assert result is not None and result.customer_id == "C2" and result.status == "complete"
     assert result.operator == "demo" and footprint(db, "C2")["store"] == 0
     assert footprint(db, "C1")["store"] > 0 and footprint(db, "C3")["store"] > 0

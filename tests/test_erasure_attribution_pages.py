@@ -10,7 +10,7 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import SCRIPT_RUN_C
 
 from apptools import frame
 from core.db import Database, reset_pool
-from core.privacy import erasure
+from core.privacy import decisions, erasure_register, evidence
 from tests.test_erasure_pages import dashboard, db, shop, texts  # noqa: F401  (fixtures)
 
 
@@ -39,10 +39,10 @@ def test_preview_shows_sources_residue_and_coverage_and_waits_for_each_decision(
         start = next(b for b in at.button if b.key == "erasure.start")
         assert start.disabled and "Falta decidir 2" in "\n".join(w.value for w in at.warning)
 
-        order = erasure.preview(dbx, "C9").residue_threads
+        order = evidence.preview(dbx, "C9").residue_threads
         n_read, n_chat = order.index(read), order.index(chat)
-        at.radio(key=f"erasure.residue.{n_chat}.decision").set_value(erasure.ERASE).run()
-        at.radio(key=f"erasure.residue.{n_read}.decision").set_value(erasure.LEAVE).run()
+        at.radio(key=f"erasure.residue.{n_chat}.decision").set_value(decisions.ERASE).run()
+        at.radio(key=f"erasure.residue.{n_read}.decision").set_value(decisions.LEAVE).run()
         assert next(b for b in at.button if b.key == "erasure.start").disabled  # leave needs a reason
         at.text_input(key=f"erasure.residue.{n_read}.reason").input("retención legal 42").run()
         assert not next(b for b in at.button if b.key == "erasure.start").disabled
@@ -101,7 +101,7 @@ def test_a_click_during_an_erasure_ends_recorded_and_resumable(shop, app_env):
     assert "interrumpió" in "\n".join(w.value for w in at.warning)
 
     shop.execute("DROP TRIGGER slow ON checkpoints")
-    assert [r.request_id for r in erasure.recheck_all(shop)] == [row["id"]]  # not skipped
+    assert [r.request_id for r in erasure_register.recheck_all(shop)] == [row["id"]]  # not skipped
     at.switch_page("app_pages/erasure_register.py").run()
     assert not at.exception, at.exception
     table = frame(at, "customer_id", "resumable")

@@ -9,7 +9,7 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from core.privacy import erasure
+from core.privacy import erasure, erasure_register
 from core.agents.retail import ContextoCliente, run_turn
 from core.db import Database, reset_pool
 from tests.test_erasure import agents_for, converse, footprint, make_store, write_docs
@@ -104,7 +104,7 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     assert footprint(shop, "C90") == c90_before
     (row,) = shop.fetch("SELECT * FROM core_erasure_register")
     assert row["customer_id"] == "C9" and row["operator"] == "local" and row["status"] == "complete"
-    doc = erasure.evidence_document(shop, row["id"])
+    doc = erasure_register.evidence_document(shop, row["id"])
     assert json.loads(json.dumps(doc))["request"]["counts_before"]["store"] == 42
 
     # the register shows it; a late write comes back and the manual re-check reports it

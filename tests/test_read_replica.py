@@ -15,7 +15,7 @@ from core import read_replica
 from core.db import Database, reset_pool
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store, ttl_for
-from core.privacy import erasure
+from core.privacy import erasure, erasure_register
 from tests.conftest import DIMS
 
 APP = "../dashboard.py"
@@ -149,7 +149,7 @@ def test_erasure_evidence_on_the_primary_and_recheck_waits_for_the_replica(monke
     assert result.status == "complete" and all(e.result == 0 for e in result.evidence)
     assert one(rdb.read_dsn, on_replica) == 30
 
-    dirty = erasure.recheck(rdb, result.request_id, operator="dpo@test")
+    dirty = erasure_register.recheck(rdb, result.request_id, operator="dpo@test")
     assert not dirty.clean, "a re-check must not say 0 while the replica still serves the data"
     assert dirty.counts[read_replica.REPLAY_EVIDENCE_TABLE] > 0
     assert {t: n for t, n in dirty.counts.items() if t != read_replica.REPLAY_EVIDENCE_TABLE and n} == {}
@@ -158,13 +158,13 @@ def test_erasure_evidence_on_the_primary_and_recheck_waits_for_the_replica(monke
     assert one(rdb.read_dsn, on_replica) == 30
 
     paused.resume_replay()
-    clean = erasure.recheck(rdb, result.request_id, operator="dpo@test")
+    clean = erasure_register.recheck(rdb, result.request_id, operator="dpo@test")
     assert clean.clean and clean.counts[read_replica.REPLAY_EVIDENCE_TABLE] == 0
     assert one(rdb.read_dsn, on_replica) == 0
 
     # nor the reverse: data back on the primary while the replica has not replayed it yet
     paused.pause_replay()
     write_docs(rdb, "C9", 2)
-    back = erasure.recheck(rdb, result.request_id, operator="dpo@test")
+    back = erasure_register.recheck(rdb, result.request_id, operator="dpo@test")
     assert not back.clean and back.counts["store"] == 2
     assert one(rdb.read_dsn, on_replica) == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.db import Database, reset_pool
-from core.privacy import access, chain, erasure
+from core.privacy import access, chain, erasure, erasure_register
 from tests.test_erasure import agents_for, converse, make_store, write_docs
 
 
@@ -20,8 +20,8 @@ def registers(create_database):
         write_docs(store, customer, 3, nested=1)
         converse(agent, customer)
     db.erased = [erasure.erase(db, c, operator="dpo@example.com").request_id for c in ("C1", "C2")]
-    erasure.recheck(db, db.erased[0], operator="dpo@example.com")
-    erasure.recheck_all(db)
+    erasure_register.recheck(db, db.erased[0], operator="dpo@example.com")
+    erasure_register.recheck_all(db)
     db.exports = [access.export(db, "C3", fmt=f, lang="es", operator="dpo@example.com").register_id
                   for f in ("json", "html", "json")]
     yield db

@@ -9,7 +9,7 @@ import time
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from core.operations import sweep, sweep_reads
+from core.operations import sweep, sweep_cli, sweep_reads
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
@@ -170,13 +170,13 @@ def test_cli_reports_already_running_and_exits_0_while_another_holds_the_lock(db
     with db.connection() as holder:
         assert holder.execute("SELECT pg_try_advisory_lock(%s) AS ok", (sweep.SWEEP_LOCK_ID,)).fetchone()["ok"]
         try:
-            assert sweep.main(["--trigger", "scheduled"]) == 0
+            assert sweep_cli.main(["--trigger", "scheduled"]) == 0
         finally:
             holder.execute("SELECT pg_advisory_unlock(%s)", (sweep.SWEEP_LOCK_ID,))
     assert "already running" in capsys.readouterr().out
     assert [r["status"] for r in log_rows(db)] == ["locked"]
     # Lock released: the next scheduled run works.
-    assert sweep.main([]) == 0
+    assert sweep_cli.main([]) == 0
     assert "sweep run" in capsys.readouterr().out
     assert [r["status"] for r in log_rows(db)] == ["locked", "ok"]
 
@@ -260,13 +260,13 @@ def test_bad_input_on_the_command_line_exits_2_and_changes_nothing(db, store, mo
     before = rows(db)
     for argv in (["--retention-days", "-3"], ["--trigger", "nightly"]):
         with pytest.raises(SystemExit) as exc:
-            sweep.main(argv)
+            sweep_cli.main(argv)
         assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "retention days must be >= 1" in err and "invalid choice: 'nightly'" in err
     monkeypatch.setenv(sweep.RETENTION_ENV, "-7")
     with pytest.raises(SystemExit):
-        sweep.main([])
+        sweep_cli.main([])
     assert "SWEEP_RETENTION_DAYS" in capsys.readouterr().err
     with pytest.raises(sweep.SweepInputError, match="trigger"):
         sweep.run_sweep(db, trigger="nightly")

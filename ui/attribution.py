@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.privacy import erasure
+from core.privacy.decisions import ERASE, LEAVE
 from core.privacy import subjects as subj
+from core.privacy import residue as res
 from ui.i18n import t
 
 RESIDUE_KEY = "erasure.residue"  # widget keys: erasure.residue.<n>.decision / .reason
@@ -43,7 +44,7 @@ def show_sources(subjects: subj.Subjects | None) -> None:
                      hide_index=True, key="erasure.sources")
 
 
-def show_residue(residue: subj.Residue | None) -> None:
+def show_residue(residue: res.Residue | None) -> None:
     """Residue threads, each with its matches and a decision (erase / leave with a reason), and the terms table."""
     if residue is None:
         return
@@ -63,9 +64,9 @@ def show_residue(residue: subj.Residue | None) -> None:
                 t("erasure_col_snippet"): [m.snippet for m in matches],
             }), hide_index=True, key=f"{RESIDUE_KEY}.{n}.matches")
             left, right = st.columns([1, 2])
-            left.radio(t("erasure_residue_decision"), [erasure.ERASE, erasure.LEAVE], index=None,
+            left.radio(t("erasure_residue_decision"), [ERASE, LEAVE], index=None,
                        key=f"{RESIDUE_KEY}.{n}.decision", horizontal=True,
-                       format_func=lambda d: t("erasure_residue_erase" if d == erasure.ERASE else "erasure_residue_leave"))
+                       format_func=lambda d: t("erasure_residue_erase" if d == ERASE else "erasure_residue_leave"))
             right.text_input(t("erasure_residue_reason"), key=f"{RESIDUE_KEY}.{n}.reason")
     if residue.common_only:
         st.caption(t("erasure_common_only", n=len(residue.common_only)))
@@ -79,7 +80,7 @@ def show_residue(residue: subj.Residue | None) -> None:
         }), hide_index=True, key="erasure.terms")
 
 
-def decisions_of(residue: subj.Residue | None) -> tuple[dict[str, tuple[str, str]], int]:
+def decisions_of(residue: res.Residue | None) -> tuple[dict[str, tuple[str, str]], int]:
     """The DPO's decisions from the widgets, and how many residue threads are still undecided (a leave
     without a reason counts as undecided)."""
     decisions: dict[str, tuple[str, str]] = {}
@@ -87,7 +88,7 @@ def decisions_of(residue: subj.Residue | None) -> tuple[dict[str, tuple[str, str
     for n, thread_id in enumerate(residue.proposed if residue else []):
         action = st.session_state.get(f"{RESIDUE_KEY}.{n}.decision")
         reason = (st.session_state.get(f"{RESIDUE_KEY}.{n}.reason") or "").strip()
-        if action == erasure.ERASE or (action == erasure.LEAVE and reason):
+        if action == ERASE or (action == LEAVE and reason):
             decisions[thread_id] = (action, reason)
         else:
             undecided += 1

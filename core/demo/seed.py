@@ -21,9 +21,8 @@ from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.config import Settings, load_settings
 from core.db import Database
 from core.memory.embeddings import make_embeddings
-from core.privacy.erasure import erase_demo_customer
 from core.operations.outage import demo_outage
-from core.operations.sweep import demo_sweep
+from core.demo.operations import demo_sweep, erase_demo_customer
 from core.memory.store import build_store, put_memory
 from core.agents.scripted_model import ScriptedChatModel
 from core.demo.progress import SeedProgress

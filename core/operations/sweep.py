@@ -1,6 +1,6 @@
 """The sweep job: the store's TTL sweep and checkpoint retention, one run at a time.
 
-`python -m core.sweep` is the CronJob entry (see README, "Sweeps and retention"). A run:
+`python -m core.operations.sweep` is the CronJob entry (see README, "Sweeps and retention"). A run:
 
 1. takes a PostgreSQL advisory lock (`pg_try_advisory_lock`) on its own connection; if another
    run holds it, it logs a 'locked' row, reports "already running" and exits 0;
@@ -11,7 +11,7 @@
    `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run only lists them);
    then refreshes the per-thread storage summary and extracts new tool calls from the checkpoints
    (core.checkpoints.tool_calls.sweep_step: orphans of deleted threads dropped, a 24 h look-back);
-4. calls the erasure register's re-check when `core.erasure.recheck_all(db)` exists;
+4. calls the erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`);
 5. completes its row in `core_sweep_log`.
 
 Why `checkpoint->>'ts'` and not `core_conversations.last_turn_at` for a thread's age: the checkpoint
@@ -20,17 +20,15 @@ whereas `core_conversations` is only kept by our agents' middleware (a thread wr
 agent, or resynced after a degraded period, may have no row there) and records the demo's
 simulated time rather than when the data was written.
 
-The read side of the Sweeps page (DataFrames) is at the end of this module.
+The read side of the Sweeps page (DataFrames) is core/operations/sweep_reads.py; the CLI is sweep_cli.py.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import socket
 import sys
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
@@ -39,7 +37,7 @@ import pandas as pd
 import psycopg
 from psycopg.rows import dict_row
 
-from core.config import DEFAULT_DIMS, load_settings
+from core.config import DEFAULT_DIMS
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
 from core.checkpoints import tool_calls
 from core.checkpoints.views import refresh_thread_storage
@@ -256,15 +254,15 @@ def _retention(db: Database, conn: psycopg.Connection, days: int, dry_run: bool,
 
 
 def recheck_erasures(db: Database) -> str | None:
-    """Hook for the erasure register's re-check: calls `core.erasure.recheck_all(db)` when that
+    """Hook for the erasure register's re-check: calls `core.privacy.erasure_register.recheck_all(db)` when that
     module and function exist (built separately); returns its result as text, None if absent."""
     try:
-        from core.privacy import erasure
+        from core.privacy import erasure_register
     except ModuleNotFoundError as exc:
         if exc.name == "core.erasure":
             return None
         raise
-    recheck_all = getattr(erasure, "recheck_all", None)
+    recheck_all = getattr(erasure_register, "recheck_all", None)
     if recheck_all is None:
         return None
     result = recheck_all(db)
@@ -360,70 +358,7 @@ def run_sweep(
     return result
 
 
-def demo_sweep(db: Database) -> SweepResult:
-    """The demo's sweep step: a real run (trigger 'demo') that deletes the expired flash notices,
-    then two more flash notices published through the real purchasing agent, left expired and not
-    yet swept so the pages have something to show. Called from core.demo.seed."""
-    from langgraph.checkpoint.postgres import PostgresSaver
+if __name__ == "__main__":  # the CronJob entry: the CLI lives in core/operations/sweep_cli.py
+    from core.operations.sweep_cli import main
 
-    from core.agents.retail import ContextoProveedor, build_agent, run_turn
-    from core.memory.embeddings import OfflineHashEmbeddings
-    from core.migrate import stored_dims
-    from core.agents.scripted_model import ScriptedChatModel
-
-    result = run_sweep(db, trigger="demo")
-    if result.status != "ok":
-        log.warning("demo sweep did not complete: %s", result.summary())
-    with db.connection() as conn:
-        dims = stored_dims(conn) or DEFAULT_DIMS
-    store = build_store(db.pool, OfflineHashEmbeddings(dims), dims)
-    agent = build_agent("compras", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(db.pool))
-    for pid, tema in (("P002", "promocion"), ("P007", "rotura_stock")):
-        run_turn(agent, ContextoProveedor(pid), f"compras-{pid}-{tema}-flash",
-                 f"aviso {tema} (0.005 min): aviso relámpago de {pid}, válido unos segundos")
-    time.sleep(0.5)  # 0.005 min = 0.3 s: both are expired when seeding returns
-    return result
-
-
-# --- CLI (the CronJob entry) ------------------------------------------------------------------
-
-
-def _days_arg(value: str) -> int:
-    try:
-        return validate_retention_days(value)
-    except SweepInputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Exit 0 when the run finished (or another run already holds the lock), 1 on error, 2 on bad input."""
-    parser = argparse.ArgumentParser(
-        prog="python -m core.operations.sweep",
-        description="Sweep expired store rows and old checkpoint threads (one run at a time, logged).")
-    parser.add_argument("--trigger", choices=TRIGGERS, default="scheduled")
-    parser.add_argument("--retention-days", type=_days_arg, default=None,
-                        help=f"delete threads whose newest checkpoint is older than this "
-                             f"(default ${RETENTION_ENV} or {DEFAULT_RETENTION_DAYS})")
-    parser.add_argument("--dry-run", action="store_true", help="count and list, delete nothing")
-    parser.add_argument("--operator", default=None, help="who asked for the run (logged)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    try:
-        days = default_retention_days() if args.retention_days is None else args.retention_days
-    except SweepInputError as exc:
-        parser.error(f"{RETENTION_ENV}: {exc}")
-    settings = load_settings()
-    db = Database.from_settings(settings)
-    result = run_sweep(db, trigger=args.trigger, retention_days=days, dry_run=args.dry_run, operator=args.operator)
-    if result.locked:
-        print("already running: another sweep holds the advisory lock; nothing done")
-        return 0
-    print(result.summary())
-    if args.dry_run:
-        for thread_id in result.threads:
-            print(f"  old thread: {thread_id}")
-    return 1 if result.status == "error" else 0
-
-
-if __name__ == "__main__":
     sys.exit(main())

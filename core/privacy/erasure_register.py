@@ -1,0 +1,167 @@
+"""After an erasure: re-checks (the evidence queries run again, recorded in `core_erasure_rechecks`) and
+the register as the pages and the DPO's evidence download read it."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+from psycopg.types.json import Jsonb
+
+from core import read_replica
+from core.db import Database
+from core.privacy import subjects as subj
+from core.privacy import residue as res
+from core.privacy.erasure import SELECT_REQUEST, ErasureError, stuck_requests
+from core.privacy.evidence import EvidenceQuery, _config, _find_threads, _now_iso, _run_evidence, own_targets
+
+log = logging.getLogger(__name__)
+
+INSERT_RECHECK = """
+INSERT INTO core_erasure_rechecks (request_id, trigger, operator, clean, counts, evidence)
+VALUES (%s, %s, %s, %s, %s, %s) RETURNING id, checked_at"""
+UPDATE_LAST_RECHECK = "UPDATE core_erasure_register SET last_recheck_at = %s, last_recheck_clean = %s WHERE id = %s"
+# The latest finished request per customer: what a re-check has to hold true.
+SELECT_RECHECKABLE = """
+SELECT DISTINCT ON (customer_id) id FROM core_erasure_register
+WHERE status IN ('complete', 'incomplete', 'failed', 'interrupted', 'running')
+ORDER BY customer_id, requested_at DESC, id DESC"""
+SELECT_REGISTER = """
+SELECT r.id, r.customer_id, r.operator, r.status, r.requested_at, r.finished_at,
+       jsonb_array_length(coalesce(r.exclusions, '[]')) AS exclusions, r.resumed_by,
+       extract(epoch FROM r.finished_at - r.requested_at) AS seconds_to_zero,
+       r.passes, r.counts_before, r.deleted, r.counts_after, r.report,
+       r.last_recheck_at, r.last_recheck_clean,
+       (SELECT count(*) FROM core_erasure_rechecks k WHERE k.request_id = r.id) AS rechecks,
+       (SELECT count(*) FROM core_erasure_rechecks k WHERE k.request_id = r.id AND NOT k.clean) AS rechecks_dirty
+FROM core_erasure_register r ORDER BY r.requested_at DESC, r.id DESC LIMIT %s"""
+SELECT_RECHECKS = """
+SELECT id, request_id, checked_at, trigger, operator, clean, counts, evidence
+FROM core_erasure_rechecks WHERE request_id = %s ORDER BY checked_at DESC, id DESC"""
+
+
+@dataclass(frozen=True)
+class RecheckResult:
+    request_id: int
+    customer_id: str
+    clean: bool
+    counts: dict[str, int]
+    evidence: list[EvidenceQuery]
+    checked_at: datetime
+    trigger: str
+
+
+
+# --- re-check -------------------------------------------------------------------------------------
+
+
+def recheck(db: Database, request_id: int, *, trigger: str = "manual", operator: str | None = None,
+            config: subj.Attribution | None = None) -> RecheckResult:
+    """Run the evidence queries of request `request_id` again (its threads and any the resolver finds now,
+    plus the residue scan with the terms read before the erasure, threads the DPO left excepted) and record
+    the result in `core_erasure_rechecks`. `clean` is False when data came back. Raises ErasureError
+    for an unknown request."""
+    row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
+    if row is None:
+        raise ErasureError(f"no erasure request {request_id}")
+    customer_id = row["customer_id"]
+    config = _config(config)
+    terms = [res.Term(t["term"], t["kind"], int(t["customers"]), int(t.get("threads", 0)))
+             for t in (row.get("residue_terms") or []) if not t.get("common")]
+    left = [e["thread_id"] for e in (row.get("exclusions") or [])]
+    with db.connection() as conn:
+        threads = set(row["thread_ids"] or ()) | set(_find_threads(conn, customer_id, config))
+        evidence = _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys, terms, left)
+    # on a replicated setup: the replica has replayed past the primary's WAL after this evidence
+    evidence += [EvidenceQuery(*row) for row in read_replica.replay_evidence(db)]
+    counts = {e.table: e.result for e in evidence}
+    clean = all(n == 0 for n in counts.values())
+    rec = db.fetch_one(INSERT_RECHECK, (request_id, trigger, operator, clean, Jsonb(counts),
+                                        Jsonb([asdict(e) for e in evidence])), read_only=False)
+    db.execute(UPDATE_LAST_RECHECK, (rec["checked_at"], clean, request_id))
+    if not clean:
+        log.warning("erasure %s of %s: data came back: %s", request_id, customer_id,
+                    {t: n for t, n in counts.items() if n})
+    return RecheckResult(request_id, customer_id, clean, counts, evidence, rec["checked_at"], trigger)
+
+
+class RecheckSummary(list):
+    """The re-check results (a list); its text names request numbers only, never a customer, because
+    the sweep job stores it in its log, which erasure does not scrub of customer ids."""
+
+    def __str__(self) -> str:
+        dirty = [r.request_id for r in self if not r.clean]
+        text = f"re-checked {len(self)} erasure request(s): {len(self) - len(dirty)} clean"
+        if dirty:
+            text += f", {len(dirty)} with data back (request " + ", ".join(f"#{i}" for i in dirty) + ")"
+        return text
+
+
+def recheck_all(db: Database, *, trigger: str = "sweep", operator: str | None = None) -> RecheckSummary:
+    """Re-check the latest finished request of every erased customer (the sweep job calls this)."""
+    ids = [r["id"] for r in db.fetch(SELECT_RECHECKABLE, read_only=False)]
+    return RecheckSummary(recheck(db, request_id, trigger=trigger, operator=operator) for request_id in ids)
+
+
+# --- reading the register -------------------------------------------------------------------------
+
+
+def register(db: Database, limit: int = 500) -> pd.DataFrame:
+    """The latest `limit` requests, newest first, with time to zero, whether it reached zero the same day
+    (UTC), `came_back` (the last re-check found data again), `exclusions` (residue threads the DPO left)
+    and `resumable` (failed, interrupted or stuck, and not resumed yet). Counts are totals over the tables."""
+    rows = db.fetch(SELECT_REGISTER, (limit,), read_only=False)
+    frame = pd.DataFrame(rows, columns=[
+        "id", "customer_id", "operator", "status", "requested_at", "finished_at", "exclusions", "resumed_by",
+        "seconds_to_zero", "passes",
+        "counts_before", "deleted", "counts_after", "report", "last_recheck_at", "last_recheck_clean", "rechecks",
+        "rechecks_dirty"])
+    frame["seconds_to_zero"] = frame["seconds_to_zero"].astype(float)
+    frame["same_day"] = [
+        bool(f is not None and not pd.isna(f) and s == "complete" and f.astimezone(timezone.utc).date()
+             == r.astimezone(timezone.utc).date())
+        for r, f, s in zip(frame["requested_at"], frame["finished_at"], frame["status"])
+    ]
+    stuck = set(stuck_requests(db)) if (frame["status"] == "running").any() else set()
+    frame["resumable"] = [bool((s in ("failed", "interrupted") or i in stuck) and (r is None or pd.isna(r)))
+                          for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"])]
+    frame["came_back"] = [v is not None and not pd.isna(v) and not bool(v) for v in frame["last_recheck_clean"]]
+    for col in ("counts_before", "deleted", "counts_after"):
+        frame[col] = frame[col].map(lambda d: sum(d.values()) if isinstance(d, dict) else None)
+    return frame
+
+
+def rechecks(db: Database, request_id: int) -> pd.DataFrame:
+    """Every re-check of one request, newest first (counts and evidence as recorded)."""
+    rows = db.fetch(SELECT_RECHECKS, (request_id,), read_only=False)
+    return pd.DataFrame(rows, columns=["id", "request_id", "checked_at", "trigger", "operator", "clean", "counts",
+                                       "evidence"])
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def evidence_document(db: Database, request_id: int) -> dict[str, Any]:
+    """The request as recorded, with its re-checks: what the DPO downloads as evidence."""
+    row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
+    if row is None:
+        raise ErasureError(f"no erasure request {request_id}")
+    checks = db.fetch(SELECT_RECHECKS, (request_id,), read_only=False)
+    doc = {"kind": "agent-memory erasure evidence", "generated_at": _now_iso(), "request": dict(row),
+           "rechecks": [dict(c) for c in checks]}
+    return json.loads(json.dumps(doc, default=_json_default))
+
+
+def evidence_json(db: Database, request_id: int) -> str:
+    return json.dumps(evidence_document(db, request_id), ensure_ascii=False, indent=2)
+
+
+
+__all__ = ["RecheckResult", "RecheckSummary", "evidence_document", "evidence_json", "recheck", "recheck_all",
+           "rechecks", "register"]

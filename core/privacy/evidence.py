@@ -1,0 +1,289 @@
+"""The evidence of an erasure: the zero-count queries (run as literal SQL, parameters bound client-side by
+psycopg, so the register keeps exactly the text that ran and its result), our own `core_*` tables that can
+name a customer (found by their columns), and the dry run (`preview`) the DPO sees before erasing.
+The erasure itself is core/privacy/erasure.py; re-checks and the register reads core/privacy/erasure_register.py.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+import psycopg
+from psycopg import sql
+
+from core.agents.retail import METADATA_KEY
+from core.db import Database
+from core.memory.store import validate_label
+from core.privacy import subjects as subj
+from core.privacy import residue as res
+
+log = logging.getLogger(__name__)
+
+ROOT = "clientes"
+CLIENTE_KEY = METADATA_KEY[ROOT]  # "cliente_id": what run_turn puts in checkpoint metadata
+
+# Tables erasure must never touch: the proof itself and the migrations bookkeeping.
+PROTECTED_TABLES = frozenset({"core_erasure_register", "core_erasure_rechecks", "core_schema_migrations",
+                              "core_thread_tombstones"})
+# Tables kept by triggers on `store` (documents per prefix): counted in the evidence (they name the
+# prefix, so they must reach 0 too) but never deleted from directly, which would break their counts.
+DERIVED_TABLES = frozenset({"core_prefix_counts"})
+
+# --- evidence queries (the seed's two, corrected for nested namespaces, plus the checkpoint tables)
+
+STORE_ZERO_SQL = r"SELECT count(*) AS n FROM store WHERE prefix = %(prefix)s OR prefix LIKE %(pattern)s ESCAPE '\'"
+VECTORS_ZERO_SQL = (
+    r"SELECT count(*) AS n FROM store_vectors WHERE prefix = %(prefix)s OR prefix LIKE %(pattern)s ESCAPE '\'"
+)
+CHECKPOINTS_ZERO_SQL = (
+    "SELECT count(*) AS n FROM checkpoints "
+    "WHERE thread_id = ANY(%(threads)s) OR metadata->>'" + CLIENTE_KEY + "' = %(cliente_id)s"
+)
+# With the configured metadata keys (default cliente_id, customer_id, user_id) in place of cliente_id.
+CHECKPOINTS_ZERO_KEYS_SQL = (
+    "SELECT count(*) AS n FROM checkpoints WHERE thread_id = ANY(%(threads)s) OR {keys}"
+)
+# The residue evidence: the raw-bytes filter of res.RESIDUE_CANDIDATES_SQL over every thread but those
+# the DPO left, with the distinctive terms read before the erasure; the result counts decoder-confirmed threads.
+RESIDUE_TABLE = "residue"
+CHECKPOINT_BLOBS_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_blobs WHERE thread_id = ANY(%(threads)s)"
+CHECKPOINT_WRITES_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = ANY(%(threads)s)"
+STORE_TABLES = ("store", "store_vectors")  # the two queries the DPO shows verbatim
+FIXED_QUERIES: dict[str, str] = {
+    "store": STORE_ZERO_SQL,
+    "store_vectors": VECTORS_ZERO_SQL,
+    "checkpoints": CHECKPOINTS_ZERO_SQL,
+    "checkpoint_blobs": CHECKPOINT_BLOBS_ZERO_SQL,
+    "checkpoint_writes": CHECKPOINT_WRITES_ZERO_SQL,
+}
+
+SELECT_NAMESPACES = r"""
+SELECT prefix, count(*) AS documents FROM store
+WHERE prefix = %(prefix)s OR prefix LIKE %(pattern)s ESCAPE '\'
+GROUP BY prefix ORDER BY prefix"""
+# Our tables that may name a customer, found by their columns (so a table added later is covered).
+# pg_catalog rather than information_schema: this runs at every erasure and every re-check.
+CUSTOMER_COLUMNS = ("prefix", "thread_id", "subject_root", "subject_id", "cliente_id", "customer_id")
+# JSON arrays in our tables whose elements can name a customer: (table, column, element condition
+# on `elem`). Matching elements are removed, the row (an operations record) stays.
+JSON_ARRAY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("core_degradation_episodes", "denials",  # [{tool, risk, thread_id, customer_id, denied_at}]
+     "elem->>'customer_id' = %(cliente_id)s OR elem->>'thread_id' = ANY(%(threads)s)"),
+    ("core_sweep_log", "threads_sample", "elem #>> '{}' = ANY(%(threads)s)"),  # ["thread id", ...]
+)
+SELECT_OWN_COLUMNS = r"""
+SELECT c.relname::text AS table_name, a.attname::text AS column_name, format_type(a.atttypid, a.atttypmod) AS type
+FROM pg_class c
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+  AND c.relname LIKE 'core\_%%' AND (a.attname = ANY(%(columns)s) OR c.relname || '.' || a.attname = ANY(%(json)s))
+ORDER BY 1, 2"""
+# Tables named in the design whose absence is normal (created by other modules' migrations).
+OPTIONAL_TABLES = ("core_guard_denials",)
+SELECT_REGCLASS = "SELECT to_regclass(%s) IS NOT NULL AS present"
+
+
+@dataclass(frozen=True)
+class EvidenceQuery:
+    """One zero-count query exactly as it ran, its result and when (ISO 8601, UTC)."""
+
+    table: str
+    sql: str
+    result: int
+    at: str
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What an erasure of `customer_id` would delete now (dry run)."""
+
+    customer_id: str
+    namespace_prefix: str
+    counts: dict[str, int]
+    namespaces: list[tuple[str, int]]
+    thread_ids: list[str]
+    subjects: subj.Subjects | None = None  # which source found which thread
+    residue: res.Residue | None = None  # unattributed threads holding the customer's id or values
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def residue_threads(self) -> list[str]:
+        return self.residue.proposed if self.residue else []
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def escape_like(text: str) -> str:
+    """`text` as a literal inside a LIKE pattern with ESCAPE '\\'."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def validate_customer_id(customer_id: Any) -> str:
+    """The id if it is a valid namespace label, else InvalidIdentifier with a clear message."""
+    return validate_label(customer_id, "customer id")
+
+
+def _params(customer_id: str, thread_ids: Iterable[str]) -> dict[str, Any]:
+    prefix = f"{ROOT}.{customer_id}"
+    return {
+        "prefix": prefix,
+        "pattern": escape_like(prefix) + ".%",
+        "cliente_id": customer_id,
+        "root": ROOT,
+        "threads": sorted(set(thread_ids)),
+    }
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class OwnTarget:
+    """Rows (or JSON array elements) of one of our tables that name the customer."""
+
+    name: str  # table, or table.column for JSON array elements
+    count_sql: str
+    erase_sql: str | None  # None: derived from `store`, emptied by its triggers
+
+
+def _row_target(table: str, condition: str) -> OwnTarget:
+    ident, cond = sql.Identifier(table), sql.SQL(condition)
+    return OwnTarget(
+        table,
+        sql.SQL("SELECT count(*) AS n FROM {} WHERE {}").format(ident, cond).as_string(),
+        sql.SQL("DELETE FROM {} WHERE {}").format(ident, cond).as_string(),
+    )
+
+
+def _json_array_target(table: str, column: str, condition: str) -> OwnTarget:
+    fmt = {"t": sql.Identifier(table), "c": sql.Identifier(column), "cond": sql.SQL(condition)}
+    elements = "jsonb_array_elements(CASE WHEN jsonb_typeof({c}) = 'array' THEN {c} ELSE '[]'::jsonb END)"
+    count = sql.SQL("SELECT count(*) AS n FROM {t}, " + elements + " AS x(elem) WHERE COALESCE({cond}, false)")
+    erase = sql.SQL(
+        "UPDATE {t} SET {c} = COALESCE((SELECT jsonb_agg(x.elem ORDER BY x.ord) FROM jsonb_array_elements({c}) "
+        "WITH ORDINALITY AS x(elem, ord) WHERE NOT COALESCE({cond}, false)), '[]'::jsonb) "
+        "WHERE jsonb_typeof({c}) = 'array' AND EXISTS (SELECT 1 FROM jsonb_array_elements({c}) AS x(elem) "
+        "WHERE COALESCE({cond}, false))"
+    )
+    return OwnTarget(f"{table}.{column}", count.format(**fmt).as_string(), erase.format(**fmt).as_string())
+
+
+def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
+    """Every place in our `core_*` tables that can name a customer (never the register itself):
+    rows found by their columns, and elements of the known JSON arrays."""
+    json_names = {f"{t}.{c}": (t, c, cond) for t, c, cond in JSON_ARRAY_COLUMNS}
+    columns_of: dict[str, set[str]] = {}
+    json_found: list[tuple[str, str, str]] = []
+    rows = conn.execute(SELECT_OWN_COLUMNS, {"columns": list(CUSTOMER_COLUMNS), "json": list(json_names)}).fetchall()
+    for row in rows:
+        table, column = row["table_name"], row["column_name"]
+        if f"{table}.{column}" in json_names and row["type"] == "jsonb":
+            json_found.append(json_names[f"{table}.{column}"])
+        if column in CUSTOMER_COLUMNS:
+            columns_of.setdefault(table, set()).add(column)
+    targets: list[OwnTarget] = []
+    for table, columns in columns_of.items():
+        if table in PROTECTED_TABLES:
+            continue
+        parts = []
+        if "prefix" in columns:
+            parts.append(r"(prefix::text = %(prefix)s OR prefix::text LIKE %(pattern)s ESCAPE '\')")
+        if "thread_id" in columns:
+            parts.append("thread_id::text = ANY(%(threads)s)")
+        if {"subject_root", "subject_id"} <= columns:
+            parts.append("(subject_root::text = %(root)s AND subject_id::text = %(cliente_id)s)")
+        for column in ("cliente_id", "customer_id"):
+            if column in columns:
+                parts.append(f"{column}::text = %(cliente_id)s")
+        if parts:
+            target = _row_target(table, " OR ".join(parts))
+            targets.append(OwnTarget(table, target.count_sql, None) if table in DERIVED_TABLES else target)
+    targets += [_json_array_target(*found) for found in json_found]
+    names = {t.name for t in targets}
+    for optional in OPTIONAL_TABLES:  # present but not understood must be said, not skipped silently
+        if optional not in names and conn.execute(SELECT_REGCLASS, (optional,)).fetchone()["present"]:
+            log.warning("%s exists but has no column erasure knows (prefix, thread_id, subject_id, customer_id)",
+                        optional)
+    return targets
+
+
+def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
+    """The checkpoints evidence query with the configured metadata keys (or threads only, if none)."""
+    conds = [sql.SQL("metadata->>{} = %(cliente_id)s").format(sql.Literal(k)) for k in keys]
+    cond = sql.SQL(" OR ").join(conds) if conds else sql.SQL("false")
+    return sql.SQL(CHECKPOINTS_ZERO_KEYS_SQL).format(keys=cond).as_string()
+
+
+def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str,
+                  thread_ids: Iterable[str], keys: Iterable[str] = (CLIENTE_KEY,),
+                  residue_terms: list[res.Term] | None = None, left: Iterable[str] = ()) -> list[EvidenceQuery]:
+    """Every zero-count query, made literal (parameters bound by psycopg's client-side quoting) and
+    sent in one pipeline: what is recorded is exactly the text that ran. With `residue_terms`, the
+    residue scan too (every thread but `left`; result = threads the decoder confirmed)."""
+    params = _params(customer_id, thread_ids)
+    queries = dict(FIXED_QUERIES) | {"checkpoints": _checkpoints_zero_sql(keys)} | {t.name: t.count_sql for t in targets}
+    binder = psycopg.ClientCursor(conn)
+    literal = {table: binder.mogrify(query, params).strip() for table, query in queries.items()}
+    cursors = {}
+    with conn.pipeline():
+        for table, text in literal.items():
+            cursors[table] = conn.cursor()
+            cursors[table].execute(text)
+    at = _now_iso()
+    out = [EvidenceQuery(table, literal[table], int(cur.fetchone()["n"]), at) for table, cur in cursors.items()]
+    rparams = res.residue_count_params(residue_terms or (), left)
+    if rparams["raws"]:
+        text = binder.mogrify(res.RESIDUE_COUNT_SQL, rparams).strip()
+        out.append(EvidenceQuery(RESIDUE_TABLE, text, int(conn.execute(text).fetchone()["n"]), _now_iso()))
+    return out
+
+
+def _config(config: subj.Attribution | None) -> subj.Attribution:
+    return config or subj.Attribution.from_settings()
+
+
+def _find_threads(conn: psycopg.Connection, customer_id: str, config: subj.Attribution | None = None) -> list[str]:
+    return subj.resolve_conn(conn, customer_id, _config(config)).thread_ids
+
+
+def run_evidence(db: Database, customer_id: str, thread_ids: Iterable[str],
+                 config: subj.Attribution | None = None) -> list[EvidenceQuery]:
+    """Run every zero-count query as literal SQL on the primary; return text, result and time."""
+    with db.connection() as conn:
+        return _run_evidence(conn, own_targets(conn), customer_id, thread_ids, _config(config).metadata_keys)
+
+
+def find_threads(db: Database, customer_id: str, config: subj.Attribution | None = None) -> list[str]:
+    """The customer's checkpoint threads, as the subject resolver attributes them (every source)."""
+    with db.connection() as conn:
+        return _find_threads(conn, validate_customer_id(customer_id), config)
+
+
+def preview(db: Database, customer_id: str, config: subj.Attribution | None = None) -> Preview:
+    """Dry run: rows per table an erasure of `customer_id` would delete now, the attributed threads with their
+    sources, and the residue threads the DPO has to decide on. Raises InvalidIdentifier."""
+    customer_id = validate_customer_id(customer_id)
+    config = _config(config)
+    with db.connection() as conn:
+        subjects = subj.resolve_conn(conn, customer_id, config)
+        threads = subjects.thread_ids
+        counts = {e.table: e.result
+                  for e in _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys)}
+        namespaces = [(r["prefix"], int(r["documents"]))
+                      for r in conn.execute(SELECT_NAMESPACES, _params(customer_id, ())).fetchall()]
+        residue = res.residue_conn(conn, customer_id, subjects.threads)
+    return Preview(customer_id, f"{ROOT}.{customer_id}", counts, namespaces, threads, subjects, residue)
+
+
+
+__all__ = [
+    "CLIENTE_KEY", "DERIVED_TABLES", "EvidenceQuery", "OwnTarget", "PROTECTED_TABLES", "Preview", "ROOT",
+    "STORE_TABLES", "escape_like", "find_threads", "own_targets", "preview", "run_evidence", "validate_customer_id",
+]

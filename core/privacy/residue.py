@@ -1,0 +1,226 @@
+"""The residue scan of an erasure: threads no attribution source gave for a customer, which still hold the
+customer id (whole token) or the values of the customer's own store documents. A raw-bytes filter first,
+then the SQL decoder confirms and gives a snippet. A value other customers' documents also hold (a store
+id like `T002`) is *common*: listed, never proposed. The sources themselves are in `subjects`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import psycopg
+from psycopg import sql as pgsql
+
+from core.db import Database
+from core.memory.store import validate_label
+from core.privacy.subjects import HILO_KEY, Attribution, Subjects, resolve_conn, subject_params
+
+SNIPPET_CHARS = 60  # characters either side of a residue match
+MIN_TERM_LENGTH = 3  # shorter store values ("sí", "1") match everywhere and prove nothing
+# A document value held by more customers than this is common: listed with its count, never proposed.
+COMMON_CUSTOMERS = 1
+# Store value keys that are never terms: the back-link (a thread id) and the article's closed schema fields
+# (`tipo` is one of four words, `origen` is "cliente"): words every conversation may hold, not personal data.
+NON_TERM_KEYS = frozenset({HILO_KEY, "tipo", "origen"})
+
+# --- residue scan ----------------------------------------------------------------------------------------
+
+# The customer's own document values (strings, at any depth), except the back-link.
+SELECT_DOCUMENT_VALUES = r"""
+SELECT DISTINCT v #>> '{}' AS term
+FROM store s, jsonb_path_query(s.value - %(skip)s::text[], 'strict $.**') AS p(v)
+WHERE (s.prefix = %(prefix)s OR s.prefix LIKE %(prefix_like)s ESCAPE '\')
+  AND jsonb_typeof(v) = 'string'"""
+# How many customers' documents hold each term (any depth): the commonness of a term.
+# One pass over the customers' documents whatever the number of terms (a jsonb_path_exists per term made
+# 2,500 terms scan the store 2,500 times: 9 s for one customer's access export).
+SELECT_TERM_CUSTOMERS = r"""
+SELECT leaf #>> '{}' AS term, count(DISTINCT split_part(s.prefix, '.', 2)) AS customers
+FROM store s CROSS JOIN LATERAL jsonb_path_query(s.value, 'strict $.**') AS leaf
+WHERE s.prefix LIKE 'clientes.%%' AND jsonb_typeof(leaf) = 'string' AND (leaf #>> '{}') = ANY(%(terms)s::text[])
+GROUP BY 1"""
+# Raw-bytes filter over every checkpoint table, threads already attributed left out. Cheap: no decoding.
+RESIDUE_CANDIDATES_SQL = """
+SELECT t.term, w.thread_id FROM checkpoint_writes w
+JOIN unnest(%(terms)s::text[]) AS t(term) ON position(convert_to(t.term, 'UTF8') IN w.blob) > 0
+WHERE NOT (w.thread_id = ANY(%(attributed)s))
+UNION
+SELECT t.term, b.thread_id FROM checkpoint_blobs b
+JOIN unnest(%(terms)s::text[]) AS t(term) ON position(convert_to(t.term, 'UTF8') IN b.blob) > 0
+WHERE NOT (b.thread_id = ANY(%(attributed)s))
+UNION
+SELECT t.term, c.thread_id
+-- each checkpoint cast to text once, not once per term (OFFSET 0 keeps the subquery from being inlined)
+FROM (SELECT thread_id, checkpoint::text AS txt FROM checkpoints WHERE NOT (thread_id = ANY(%(attributed)s)) OFFSET 0) c
+JOIN unnest(%(terms)s::text[]) AS t(term) ON strpos(c.txt, t.term) > 0"""
+# Confirmation by the SQL decoder: one thread's decoded pending writes and channel values, as text.
+SELECT_DECODED_THREAD = """
+SELECT payload::text AS text FROM core_checkpoint_writes_view WHERE thread_id = %(thread_id)s
+UNION ALL
+SELECT channel_values::text FROM core_checkpoints_view WHERE thread_id = %(thread_id)s"""
+
+
+# The residue as one count, decoder-confirmed in SQL (what an erasure's evidence records and a re-check
+# repeats): raw-bytes filter, then the decoded payload must match the term (the id as a whole token).
+RESIDUE_COUNT_SQL = """
+SELECT count(DISTINCT r.thread_id) AS n FROM (
+    SELECT w.thread_id FROM checkpoint_writes w
+    JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON position(convert_to(t.raw, 'UTF8') IN w.blob) > 0
+    WHERE NOT (w.thread_id = ANY(%(left)s)) AND core_checkpoint_payload(w.type, w.blob)::text ~ t.rx
+    UNION ALL
+    SELECT b.thread_id FROM checkpoint_blobs b
+    JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON position(convert_to(t.raw, 'UTF8') IN b.blob) > 0
+    WHERE NOT (b.thread_id = ANY(%(left)s)) AND core_checkpoint_payload(b.type, b.blob)::text ~ t.rx
+    UNION ALL
+    SELECT c.thread_id
+    FROM (SELECT thread_id, checkpoint::text AS txt FROM checkpoints WHERE NOT (thread_id = ANY(%(left)s)) OFFSET 0) c
+    JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON strpos(c.txt, t.raw) > 0
+    WHERE c.txt ~ t.rx
+) r"""
+
+
+def _are_escape(text: str) -> str:
+    """`text` as a literal in a PostgreSQL regular expression (ARE)."""
+    return "".join(ch if ch.isalnum() or ch == " " else "\\" + ch for ch in text)
+
+
+def residue_count_params(terms: Iterable["Term"], left: Iterable[str]) -> dict[str, Any]:
+    """Parameters of RESIDUE_COUNT_SQL for these terms (common ones dropped), threads in `left` excepted."""
+    raws, rxs = [], []
+    for t in terms:
+        if t.common:
+            continue
+        body = _are_escape(_json_text(t.term))
+        raws.append(t.term)
+        rxs.append(f"(^|[^A-Za-z0-9_%]){body}($|[^A-Za-z0-9_%])" if t.kind == "id" else body)
+    return {"raws": raws, "rxs": rxs, "left": sorted(set(left))}
+
+
+@dataclass(frozen=True)
+class Term:
+    """One search term: the customer id or a value of the customer's documents."""
+
+    term: str
+    kind: str  # id / value
+    customers: int  # customers whose documents hold it (1 = only this one; the id counts as 1)
+    threads: int = 0  # unattributed threads holding it (decoder-confirmed; raw-bytes count for a common term)
+
+    @property
+    def common(self) -> bool:
+        return self.customers > COMMON_CUSTOMERS
+
+
+@dataclass(frozen=True)
+class ResidueMatch:
+    thread_id: str
+    term: str
+    kind: str
+    customers: int
+    common: bool
+    snippet: str
+
+
+@dataclass
+class Residue:
+    """Unattributed threads that hold the customer's id or document values."""
+
+    customer_id: str
+    terms: list[Term]
+    matches: list[ResidueMatch]  # one per (thread, term), confirmed by the decoder
+    candidates: int  # (term, thread) pairs the raw-bytes filter let through
+    sql: str  # the raw-bytes query as it ran (literal)
+    common_threads: list[str] = field(default_factory=list)  # raw matches of common terms only (not proposed)
+
+    @property
+    def proposed(self) -> list[str]:
+        """Threads matched by at least one distinctive (not common) term: the DPO decides each one."""
+        return sorted({m.thread_id for m in self.matches if not m.common})
+
+    @property
+    def common_only(self) -> list[str]:
+        """Threads where only common terms were found: listed, not proposed."""
+        return sorted(set(self.common_threads) - set(self.proposed))
+
+    def matches_of(self, thread_id: str) -> list[ResidueMatch]:
+        return [m for m in self.matches if m.thread_id == thread_id]
+
+
+def token_regex(term: str, kind: str) -> re.Pattern[str]:
+    """The id as a whole token (`C9` not inside `C9x` or `xC9`); a value as written."""
+    if kind == "id":
+        return re.compile(r"(?<![A-Za-z0-9_%])" + re.escape(term) + r"(?![A-Za-z0-9_%])")
+    return re.compile(re.escape(term))
+
+
+def _snippet(text: str, m: re.Match[str]) -> str:
+    start, end = max(0, m.start() - SNIPPET_CHARS), min(len(text), m.end() + SNIPPET_CHARS)
+    return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
+
+
+def _json_text(term: str) -> str:
+    """How `term` appears inside JSON text (the decoded payloads), quotes and backslashes escaped."""
+    import json
+
+    return json.dumps(term, ensure_ascii=False)[1:-1]
+
+
+def customer_terms(conn: psycopg.Connection, customer_id: str, extra_values: Iterable[str] = ()) -> list[Term]:
+    """The id and the distinctive values of the customer's documents, each with its commonness."""
+    params = subject_params(customer_id)
+    values = {r["term"] for r in conn.execute(SELECT_DOCUMENT_VALUES, {**params, "skip": list(NON_TERM_KEYS)})}
+    values |= set(extra_values)
+    values = sorted(v for v in values if len(v.strip()) >= MIN_TERM_LENGTH and v != customer_id)
+    counts = {r["term"]: int(r["customers"])
+              for r in conn.execute(SELECT_TERM_CUSTOMERS, {"terms": values})} if values else {}
+    terms = [Term(customer_id, "id", 1)]
+    terms += [Term(v, "value", max(1, counts.get(v, 0))) for v in values]
+    return terms
+
+
+def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterable[str],
+                 terms: list[Term] | None = None) -> Residue:
+    customer_id = validate_label(customer_id, "customer id")
+    terms = terms if terms is not None else customer_terms(conn, customer_id)
+    by_term = {t.term: t for t in terms}
+    params = {"terms": [t.term for t in terms], "attributed": sorted(set(attributed))}
+    literal = pgsql.SQL(RESIDUE_CANDIDATES_SQL.replace("%(terms)s", "{terms}").replace("%(attributed)s", "{att}")).format(
+        terms=pgsql.Literal(params["terms"]), att=pgsql.Literal(params["attributed"])).as_string(conn)
+    pairs = conn.execute(RESIDUE_CANDIDATES_SQL, params).fetchall()
+    threads: dict[str, set[str]] = {}
+    for row in pairs:
+        threads.setdefault(row["thread_id"], set()).add(row["term"])
+    # Only distinctive terms are confirmed by the decoder (the expensive part); a common term is listed
+    # with the number of threads its raw bytes were found in, and never proposes a thread.
+    matches: list[ResidueMatch] = []
+    raw_threads: dict[str, set[str]] = {}
+    for thread_id, found in threads.items():
+        for term in found:
+            raw_threads.setdefault(term, set()).add(thread_id)
+    for thread_id in sorted(threads):
+        distinctive = sorted(t for t in threads[thread_id] if not by_term[t].common)
+        if not distinctive:
+            continue
+        texts = [r["text"] for r in conn.execute(SELECT_DECODED_THREAD, {"thread_id": thread_id}) if r["text"]]
+        for term in distinctive:
+            t = by_term[term]
+            rx = token_regex(_json_text(term), t.kind)
+            hit = next(((text, m) for text in texts if (m := rx.search(text))), None)
+            if hit is not None:
+                matches.append(ResidueMatch(thread_id, term, t.kind, t.customers, False, _snippet(*hit)))
+    confirmed: dict[str, int] = {}
+    for m in matches:
+        confirmed[m.term] = confirmed.get(m.term, 0) + 1
+    terms = [Term(t.term, t.kind, t.customers, len(raw_threads.get(t.term, ())) if t.common else confirmed.get(t.term, 0))
+             for t in terms]
+    common_threads = sorted({th for t in terms if t.common for th in raw_threads.get(t.term, ())})
+    return Residue(customer_id, terms, matches, len(pairs), literal, common_threads)
+
+
+def residue_scan(db: Database, customer_id: str, config: Attribution | None = None,
+                 subjects: Subjects | None = None) -> Residue:
+    """Unattributed threads holding the customer's id (whole token) or their documents' values."""
+    customer_id = validate_label(customer_id, "customer id")
+    with db.connection() as conn:
+        subjects = subjects or resolve_conn(conn, customer_id, config or Attribution.from_settings())
+        return residue_conn(conn, customer_id, subjects.threads)
