@@ -128,9 +128,8 @@ with st.sidebar:
 
 if db is None:
     # the selected page's shell: its title and what it waits for, no figure (none was read yet)
-    if nav.url_path == "":  # home only forwards to the user's first page: let it
-        nav.run()
-    spec = navigation.spec_for(nav.url_path)
+    # home forwards to the user's first page: its shell here, the forward once the database is ready
+    spec = navigation.first_page(user.roles) if nav.url_path == "" else navigation.spec_for(nav.url_path)
     if spec is not None and spec.role not in user.roles:
         st.error(t("forbidden", role=spec.role))
     else:
