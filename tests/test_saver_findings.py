@@ -468,11 +468,14 @@ def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn):
         worker.join(30)
         assert not worker.is_alive() and box.get("result") == ["t1", "node", "t2", "node"], box
         assert saver.degraded
-        # The resync has started once status() says so; status() itself must answer meanwhile.
-        assert wait_until(lambda: within(saver.status, 30)["resyncing"], 30), "the resync never started"
+        # The resync has started once its replay waits on the table lock (its head check, seen in
+        # pg_stat_activity); status() says so too, and answers meanwhile.
+        assert wait_until(lambda: replay_waiting_on_lock(dsn), 30), "the resync never started"
+        assert within(saver.status, 30)["resyncing"] is True
 
         # While the replay waits on PostgreSQL: each of these must return (generous bound; the
-        # replay itself waits up to resync_timeout=120 s).
+        # replay itself waits up to resync_timeout=120 s). A turn first, then a read of it, a guard
+        # denial and status() at once (a read during the turn could see its mid-turn checkpoint).
         config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
         actions = {
             "buffered turn": lambda: turn(app, thread, "t3"),
@@ -482,14 +485,16 @@ def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn):
                 subject_id="F4", reason="checkpoint persistence degraded (PostgreSQL unreachable)")),
             "status": saver.status,
         }
-        running = {name: in_thread(fn) for name, fn in actions.items()}
+        running = {"buffered turn": in_thread(actions.pop("buffered turn"))}
+        running["buffered turn"][0].join(30)
+        running |= {name: in_thread(fn) for name, fn in actions.items()}
         for name, (worker, _) in running.items():
             worker.join(30)
         stuck = [name for name, (worker, _) in running.items() if worker.is_alive()]
         assert not stuck, f"blocked behind the resync: {stuck}"
         results = {name: box.get("result", box.get("error")) for name, (_, box) in running.items()}
         assert results["buffered turn"] == ["t1", "node", "t2", "node", "t3", "node"], results
-        assert results["degraded read"] in (["t1", "node", "t2", "node"], ["t1", "node", "t2", "node", "t3", "node"])
+        assert results["degraded read"] == ["t1", "node", "t2", "node", "t3", "node"], results
         assert results["status"]["state"] == "degraded"
         status = saver.status()
         assert status["resyncing"] is True and status["denials_total"] == 1
@@ -504,6 +509,15 @@ def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn):
         assert status["resyncing"] is False and status["state"] == "healthy"
     finally:
         saver.close()
+
+
+def replay_waiting_on_lock(dsn: str) -> bool:
+    """A resync's head check (thread_fates.HEAD_SQL) waits on a lock in PostgreSQL."""
+    from core.checkpoints.thread_fates import HEAD_SQL
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                            "position(%s in query) > 0", (HEAD_SQL.strip().splitlines()[-1],)).fetchone()[0] > 0
 
 
 def within(fn, timeout: float):
