@@ -110,7 +110,7 @@ class SaverCore(BaseCheckpointSaver[str]):
     def status(self) -> dict[str, Any]:
         """Live state and counters (the Degradation page, the guard, a Prometheus collector).
 
-        Gauges: state, degraded_since / degraded_seconds, buffered_ops / buffered_checkpoints /
+        Gauges: state, resyncing (degraded, the buffer is being replayed), degraded_since / degraded_seconds, buffered_ops / buffered_checkpoints /
         buffered_writes (this episode), last_resync_ms. Monotonic counters: episodes_total,
         resynced_ops_total, resyncs_total, resync_seconds_total, denials_total, denials_by
         (tool, risk), refusals_total, refusals_by_type, conflicts_total, tombstoned_threads_total,
@@ -120,6 +120,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         with sh.lock:
             return {
                 "replica_id": sh.replica_id, "state": "degraded" if sh.degraded else "healthy",
+                "resyncing": sh.resyncing,
                 "degraded_since": sh.degraded_since, "reason": sh.reason,
                 "buffered_ops": len(sh.ops), "buffered_checkpoints": sh.episode_checkpoints,
                 "buffered_writes": sh.episode_writes, "last_success": _ts(sh.last_success_ts),
