@@ -178,40 +178,6 @@ class SaverCore(BaseCheckpointSaver[str]):
                                           daemon=True)
             sh.monitor.start()
 
-    def close(self) -> None:
-        """Stop the monitor, resync or journal the buffer, publish a last heartbeat, close the pools.
-
-        Degraded, it tries a final resync for up to `close_resync_timeout` seconds; if PostgreSQL is
-        still unreachable, the buffer goes to the local journal (`core.checkpoints.journal`, logged
-        at ERROR), which the next start with the same replica id replays. Nothing is dropped.
-        Closing twice is harmless.
-        """
-        sh = self._shared
-        metrics.unregister(self)
-        if sh.stop.is_set():
-            return
-        sh.stop.set()
-        sh.wake.set()
-        if sh.monitor is not None:
-            sh.monitor.join(timeout=sh.call_timeout + 2)
-        if sh.degraded:
-            self._final_resync()
-        if not sh.degraded and sh.publish_health:
-            try:
-                self._flush_health(state="stopped")
-            except Exception as exc:  # closing must not fail because PostgreSQL is gone
-                log.warning("last heartbeat not written: %s", _describe(exc))
-        self._journal_buffer()  # whatever PostgreSQL still lacks (nothing, normally)
-        sh.pool.close(timeout=1)
-        sh.health_pool.close(timeout=1)
-        with sh.lock:
-            pools = list(sh.async_pools.values())
-            sh.async_pools.clear()
-        for loop, _, pool in pools:
-            if not loop.is_closed() and loop.is_running():
-                asyncio.run_coroutine_threadsafe(pool.close(timeout=0), loop)
-        sh.watchdog.stop()
-
     async def aclose_loop(self) -> None:
         """Close this event loop's async pool (call before the loop ends, e.g. in `asyncio.run`).
 
