@@ -2,7 +2,8 @@
 at once (Aho-Corasick, `pyahocorasick`).
 
 Semantics are those of `position(convert_to(term, 'UTF8') IN blob) > 0` on `checkpoint_writes.blob` and
-`checkpoint_blobs.blob`, and of `strpos(checkpoint::text, term) > 0` on `checkpoints`: a term matches
+`checkpoint_blobs.blob`, and of `strpos((checkpoint -> 'channel_values')::text, term) > 0` on `checkpoints`
+(the inline primitive values PostgresSaver keeps there; the rest is versions and channel names): a term matches
 where its UTF-8 bytes occur. In SQL that filter costs (rows x terms): a customer with 2,500 documents has
 ~2,000 distinct values, and the per-term `position` ran for minutes at 100k checkpoint writes. Here each
 row is read once whatever the number of terms; bytes are mapped 1:1 to text (latin-1) so that the
@@ -20,8 +21,10 @@ SCAN_SQL = {
     "checkpoint_writes": "SELECT thread_id, blob AS data FROM checkpoint_writes WHERE NOT (thread_id = ANY(%(exclude)s))",
     "checkpoint_blobs": "SELECT thread_id, blob AS data FROM checkpoint_blobs "
                         "WHERE blob IS NOT NULL AND NOT (thread_id = ANY(%(exclude)s))",
-    "checkpoints": "SELECT thread_id, convert_to(checkpoint::text, 'UTF8') AS data FROM checkpoints "
-                   "WHERE NOT (thread_id = ANY(%(exclude)s))",
+    # only the inline channel values: the rest of a checkpoint is versions and channel names, not data
+    "checkpoints": "SELECT thread_id, convert_to((checkpoint -> 'channel_values')::text, 'UTF8') AS data "
+                   "FROM checkpoints WHERE checkpoint -> 'channel_values' <> '{}'::jsonb "
+                   "AND NOT (thread_id = ANY(%(exclude)s))",
 }
 FETCH_ROWS = 5000
 

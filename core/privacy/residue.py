@@ -63,7 +63,7 @@ SELECT count(DISTINCT r.thread_id) AS n FROM (
       AND core_checkpoint_payload(b.type, b.blob)::text ~ t.rx
     UNION ALL
     SELECT c.thread_id
-    FROM (SELECT thread_id, checkpoint::text AS txt FROM checkpoints
+    FROM (SELECT thread_id, (checkpoint -> 'channel_values')::text AS txt FROM checkpoints
           WHERE thread_id = ANY(%(candidates)s) AND NOT (thread_id = ANY(%(left)s)) OFFSET 0) c
     JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON strpos(c.txt, t.raw) > 0
     WHERE c.txt ~ t.rx
