@@ -170,8 +170,14 @@ def test_erasure_including_the_residue_leaves_nothing(article_agents):
         assert all(raw_hits(db, v) > 0 for v in values)
         preview = evidence.preview(db, "C9", DEFAULT)
         assert sorted(preview.thread_ids + preview.residue_threads) == mine
+        with db.connection() as conn:  # the residue evidence with its own full scan, before the erasure
+            terms = [t for t in res.customer_terms(conn, "C9") if not t.common]
+            (scanned,) = [e for e in evidence._run_evidence(conn, [], "C9", [], DEFAULT.metadata_keys, terms)
+                          if e.table == "residue"]
         result = erasure.erase(db, "C9", operator="dpo@example.com", config=DEFAULT,
                                decisions={t: "erase" for t in preview.residue_threads})
+        # the erasure's "before" reuses its residue scan's candidates: the same count as a scan of its own
+        assert result.counts_before["residue"] == scanned.result > 0
         assert result.status == "complete" and result.exclusions == [] and result.report is None
         assert thread_rows(db, mine) == {"checkpoints": 0, "checkpoint_blobs": 0, "checkpoint_writes": 0}
         assert all(raw_hits(db, v) == 0 for v in values)  # no payload holds what C9 declared

@@ -75,9 +75,11 @@ def _are_escape(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch == " " else "\\" + ch for ch in text)
 
 
-def residue_count_params(conn: psycopg.Connection, terms: Iterable["Term"], left: Iterable[str]) -> dict[str, Any]:
+def residue_count_params(conn: psycopg.Connection, terms: Iterable["Term"], left: Iterable[str],
+                         candidates: Iterable[str] | None = None) -> dict[str, Any]:
     """Parameters of RESIDUE_COUNT_SQL for these terms (common ones dropped), threads in `left` excepted:
-    the raw-bytes scan runs now and gives the candidate threads."""
+    the raw-bytes scan runs now and gives the candidate threads, unless a scan of the same terms just gave
+    them (`candidates`: `Residue.raw_threads` of the same connection and moment)."""
     raws, rxs = [], []
     for t in terms:
         if t.common:
@@ -86,8 +88,9 @@ def residue_count_params(conn: psycopg.Connection, terms: Iterable["Term"], left
         raws.append(t.term)
         rxs.append(f"(^|[^A-Za-z0-9_%]){body}($|[^A-Za-z0-9_%])" if t.kind == "id" else body)
     left = sorted(set(left))
-    found = raw_scan.candidates(conn, raws, left) if raws else set()
-    return {"raws": raws, "rxs": rxs, "left": left, "candidates": sorted({thread for _, thread in found})}
+    if candidates is None:
+        candidates = {thread for _, thread in raw_scan.candidates(conn, raws, left)} if raws else set()
+    return {"raws": raws, "rxs": rxs, "left": left, "candidates": sorted(set(candidates) - set(left))}
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ class Residue:
     candidates: int  # (term, thread) pairs the raw-bytes filter let through
     sql: str  # what the raw-bytes scan ran (raw_scan.describe)
     common_threads: list[str] = field(default_factory=list)  # raw matches of common terms only (not proposed)
+    raw_threads: list[str] = field(default_factory=list)  # threads a distinctive term's raw bytes were found in
 
     @property
     def proposed(self) -> list[str]:
@@ -204,7 +208,9 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
     terms = [Term(t.term, t.kind, t.customers, len(raw_threads.get(t.term, ())) if t.common else confirmed.get(t.term, 0))
              for t in terms]
     common_threads = sorted({th for t in terms if t.common for th in raw_threads.get(t.term, ())})
-    return Residue(customer_id, terms, matches, len(pairs), raw_scan.describe(len(by_term)), common_threads)
+    raw_distinctive = sorted({th for t in terms if not t.common for th in raw_threads.get(t.term, ())})
+    return Residue(customer_id, terms, matches, len(pairs), raw_scan.describe(len(by_term)), common_threads,
+                   raw_distinctive)
 
 
 def residue_scan(db: Database, customer_id: str, config: Attribution | None = None,
