@@ -51,11 +51,11 @@ def config_of(thread: str) -> dict:
     return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
 
 
-def hold_lock(dsn: str, seconds: float, taken: threading.Event) -> threading.Thread:
-    """Another session takes ACCESS EXCLUSIVE on `checkpoints` and keeps it for `seconds`."""
+def hold_lock(dsn: str, seconds: float, taken: threading.Event, table: str = "checkpoints") -> threading.Thread:
+    """Another session takes ACCESS EXCLUSIVE on `table` and keeps it for `seconds`."""
     def run() -> None:
         with psycopg.connect(dsn) as conn:
-            conn.execute("LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE")
+            conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
             taken.set()
             time.sleep(seconds)  # the scenario: a lock held this long (e.g. a migration), not a wait
             conn.rollback()
@@ -113,6 +113,26 @@ def test_a_table_lock_held_4_s_does_not_degrade_nor_deny_high_tools(dsn):
         # Once the lock is gone everything works as before.
         run_turn(agent, ContextoProveedor("P5"), "compras-P5-3", HIGH_TURN)
         assert never_degraded(saver) and saver.status()["denials_total"] == 0
+
+
+def test_a_locked_health_table_does_not_degrade_the_monitor(dsn):
+    """The monitor's heartbeat waits behind a lock on its table (e.g. a migration): slow, not gone.
+    (Found: the heartbeat's 2 s deadline degraded the saver, and HIGH tools were denied.)"""
+    def beats_since(after) -> int:
+        with psycopg.connect(dsn) as conn:
+            return conn.execute("SELECT count(*) FROM core_replica_heartbeat WHERE replica_id = 'f5-beat' "
+                                "AND updated_at > %s", (after,)).fetchone()[0]
+
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f5-beat") as saver:
+        saver.put(config_of("f5-beat"), empty_checkpoint(), {"source": "input", "step": -1}, {})
+        hold_lock(dsn, 4.0, threading.Event(), table="core_replica_heartbeat").join(60)
+        with psycopg.connect(dsn) as conn:
+            released = conn.execute("SELECT now()").fetchone()[0]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not beats_since(released):
+            time.sleep(0.05)
+        assert beats_since(released) == 1  # the monitor beats again
+        assert never_degraded(saver), saver.status()["reason"]
 
 
 SLOW_TRIGGER = """
