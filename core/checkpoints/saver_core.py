@@ -119,7 +119,7 @@ class SaverCore(BaseCheckpointSaver[str]):
     def status(self) -> dict[str, Any]:
         """Live state and counters (the Degradation page, the guard, a Prometheus collector).
 
-        Gauges: state, degraded_since / degraded_seconds, buffered_ops / buffered_checkpoints /
+        Gauges: state, resyncing (degraded, the buffer is being replayed), degraded_since / degraded_seconds, buffered_ops / buffered_checkpoints /
         buffered_writes (this episode), last_resync_ms. Monotonic counters: episodes_total,
         resynced_ops_total, resyncs_total, resync_seconds_total, denials_total, denials_by
         (tool, risk), refusals_total, refusals_by_type, conflicts_total, tombstoned_threads_total,
@@ -129,6 +129,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         with sh.lock:
             return {
                 "replica_id": sh.replica_id, "state": "degraded" if sh.degraded else "healthy",
+                "resyncing": sh.resyncing,
                 "degraded_since": sh.degraded_since, "reason": sh.reason,
                 "buffered_ops": len(sh.ops), "buffered_checkpoints": sh.episode_checkpoints,
                 "buffered_writes": sh.episode_writes, "last_success": _ts(sh.last_success_ts),
@@ -186,41 +187,6 @@ class SaverCore(BaseCheckpointSaver[str]):
                                           daemon=True)
             sh.monitor.start()
         self._start_liveness()
-
-    def close(self) -> None:
-        """Stop the monitor, resync or journal the buffer, publish a last heartbeat, close the pools.
-
-        Degraded, it tries a final resync for up to `close_resync_timeout` seconds; if PostgreSQL is
-        still unreachable, the buffer goes to the local journal (`core.checkpoints.journal`, logged
-        at ERROR), which the next start with the same replica id replays. Nothing is dropped.
-        Closing twice is harmless.
-        """
-        sh = self._shared
-        metrics.unregister(self)
-        if sh.stop.is_set():
-            return
-        sh.stop.set()
-        sh.wake.set()
-        for thread in (sh.monitor, sh.liveness):
-            if thread is not None:
-                thread.join(timeout=sh.call_timeout + 2)
-        if sh.degraded:
-            self._final_resync()
-        if not sh.degraded and sh.publish_health:
-            try:
-                self._flush_health(state="stopped")
-            except Exception as exc:  # closing must not fail because PostgreSQL is gone
-                log.warning("last heartbeat not written: %s", _describe(exc))
-        self._journal_buffer()  # whatever PostgreSQL still lacks (nothing, normally)
-        sh.pool.close(timeout=1)
-        sh.health_pool.close(timeout=1)
-        with sh.lock:
-            pools = list(sh.async_pools.values())
-            sh.async_pools.clear()
-        for loop, _, pool in pools:
-            if not loop.is_closed() and loop.is_running():
-                asyncio.run_coroutine_threadsafe(pool.close(timeout=0), loop)
-        sh.watchdog.stop()
 
     async def aclose_loop(self) -> None:
         """Close this event loop's async pool (call before the loop ends, e.g. in `asyncio.run`).

@@ -64,6 +64,7 @@ class _Shared:
         self.async_pools: dict[int, tuple[asyncio.AbstractEventLoop, int, AsyncConnectionPool]] = {}
 
         self.degraded = False
+        self.resyncing = False  # the monitor is replaying the buffer (outside the lock)
         self.degraded_since: datetime | None = None
         self.reason: str | None = None
         self.memory = InMemorySaver()

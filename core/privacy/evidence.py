@@ -45,8 +45,8 @@ CHECKPOINTS_ZERO_SQL = (
 CHECKPOINTS_ZERO_KEYS_SQL = (
     "SELECT count(*) AS n FROM checkpoints WHERE thread_id = ANY(%(threads)s) OR {keys}"
 )
-# The residue evidence: the raw-bytes filter of res.RESIDUE_CANDIDATES_SQL over every thread but those
-# the DPO left, with the distinctive terms read before the erasure; the result counts decoder-confirmed threads.
+# The residue evidence: the raw-bytes scan (raw_scan) over every thread but those the DPO left, with the
+# distinctive terms read before the erasure, then res.RESIDUE_COUNT_SQL counts the decoder-confirmed threads.
 RESIDUE_TABLE = "residue"
 CHECKPOINT_BLOBS_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_blobs WHERE thread_id = ANY(%(threads)s)"
 CHECKPOINT_WRITES_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = ANY(%(threads)s)"
@@ -238,7 +238,7 @@ def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_i
             cursors[table].execute(text)
     at = _now_iso()
     out = [EvidenceQuery(table, literal[table], int(cur.fetchone()["n"]), at) for table, cur in cursors.items()]
-    rparams = res.residue_count_params(residue_terms or (), left)
+    rparams = res.residue_count_params(conn, residue_terms or (), left)
     if rparams["raws"]:
         text = binder.mogrify(res.RESIDUE_COUNT_SQL, rparams).strip()
         out.append(EvidenceQuery(RESIDUE_TABLE, text, int(conn.execute(text).fetchone()["n"]), _now_iso()))
