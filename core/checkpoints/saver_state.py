@@ -36,6 +36,9 @@ class _Shared:
                  lock_timeout: float | None):
         # Every connection of the saver gets the server-side statement/lock timeouts and TCP settings.
         self.dsn = session_dsn(dsn, statement_timeout, lock_timeout)
+        # The resync's replay is the monitor's own work under its resync_timeout deadline: it may wait
+        # on a lock for that long (TCP settings only).
+        self.resync_dsn = session_dsn(dsn, None, None)
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.replica_id = replica_id or f"{self.host}:{self.pid}:{next(self._ids)}"
