@@ -18,6 +18,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -216,8 +217,10 @@ class SaverCore(BaseCheckpointSaver[str]):
         self.close()
 
     def setup(self) -> None:
-        """Create or migrate langgraph's checkpoint tables (core.migrate does this for the app)."""
-        PostgresSaver(self._shared.pool).setup()
+        """Create or migrate langgraph's checkpoint tables (core.migrate does this for the app), on a
+        connection without the agents' statement_timeout (a migration of a big table takes longer)."""
+        with psycopg.connect(self._shared.resync_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
+            PostgresSaver(conn).setup()
 
     # --- the wrapped savers -----------------------------------------------------------------
 
