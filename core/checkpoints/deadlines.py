@@ -1,9 +1,10 @@
 """The watchdog that cuts the socket of a PostgreSQL call blocked on a hung server, and the
 sync/async PostgresSaver twins whose connections it can cut.
 
-Two kinds of calls: the monitor's own (liveness check, heartbeat, probe, resync), each with a
-deadline; and the agents' checkpoint calls, which have none (a slow server is bounded server-side
-by statement_timeout / lock_timeout and raises a query error) and are cut only when the saver
+Two kinds of calls: the monitor's own (liveness check, probe, resync, the heartbeat once the
+liveness check has stopped), each with a deadline; and the agents' checkpoint calls (and the
+heartbeat while the liveness check runs), which have none: a slow server is bounded server-side by
+statement_timeout / lock_timeout and raises a query error, and they are cut only when the saver
 finds PostgreSQL gone (`cut_all`, from the switch to degraded)."""
 from __future__ import annotations
 
