@@ -450,11 +450,12 @@ def in_thread(fn):
     return thread, box
 
 
-def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn):
+def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn, control):
     from core.checkpoints.guard import GuardDenial, Risk
 
-    # Another session holds checkpoints: the agent's call overstays its deadline (degraded), the probe
-    # (SELECT 1) answers, and the resync's replay then waits on the table lock for as long as it is held.
+    # Another session holds checkpoints (a migration) when a short hang of the server degrades the
+    # saver (a table lock alone does not: slow is not gone, finding 5). Once the server answers again
+    # the probe (SELECT 1) passes, and the resync's replay waits on the table lock for as long as it is held.
     saver = DualCheckpointSaver(dsn, heartbeat_interval=0.2, probe_interval=0.2, resync_timeout=120,
                                 replica_id="f4-resync")
     saver.start()
@@ -464,8 +465,13 @@ def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn):
         thread = "cliente-F4-1"
         assert turn(app, thread, "t1") == ["t1", "node"]
         locker.execute("LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE")
-        worker, box = in_thread(lambda: turn(app, thread, "t2"))
-        worker.join(30)
+        control.hang()
+        try:
+            worker, box = in_thread(lambda: turn(app, thread, "t2"))
+            assert saver.wait_for("degraded", 30)
+            worker.join(30)
+        finally:
+            control.resume()
         assert not worker.is_alive() and box.get("result") == ["t1", "node", "t2", "node"], box
         assert saver.degraded
         # The resync has started once its replay waits on the table lock (its head check, seen in

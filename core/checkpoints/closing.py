@@ -29,8 +29,9 @@ class Closing:
             return
         sh.stop.set()
         sh.wake.set()
-        if sh.monitor is not None:
-            sh.monitor.join(timeout=sh.call_timeout + 2)
+        for thread in (sh.monitor, sh.liveness):
+            if thread is not None:
+                thread.join(timeout=sh.call_timeout + 2)
         if sh.degraded:
             self._final_resync()
         if not sh.degraded and sh.publish_health:

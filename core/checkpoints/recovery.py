@@ -180,7 +180,7 @@ class Recovery:
         fates = ThreadFates(sh, ops, since=since, episode=episode)
 
         def run() -> None:
-            with psycopg.connect(sh.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
+            with psycopg.connect(sh.resync_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
                                  connect_timeout=CONNECT_TIMEOUT_S) as conn, sh.watchdog.watching(conn), \
                     conn.transaction():
                 with conn.cursor() as cur:
