@@ -62,7 +62,7 @@ def run(writes: int, data: Path, runs: int) -> None:
     config = subj.Attribution()
     with db.connection() as conn:
         terms = res.customer_terms(conn, CUSTOMER)
-    rparams = res.residue_count_params(terms, [])
+        rparams = res.residue_count_params(conn, terms, [])
     residue = None
 
     def scan():

@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             timings += fault_timings(dsn, control, kind, args.faults, sample)
     finally:
         control.resume()
-    print(f"\nOutages with 4 threads putting checkpoints ({args.faults} per kind; deadline 2.0 s, probe every 0.2 s)\n")
+    print(f"\nOutages with 4 threads putting checkpoints ({args.faults} per kind; liveness check every 0.5 s with a 1 s deadline, probe every 0.2 s)\n")
     print("| fault | time to degraded (s) median / max | time to resynced (s) median / max | buffered ops (median) |")
     print("|---|---:|---:|---:|")
     for kind in ("stop", "hang"):

@@ -159,11 +159,14 @@ def start_streamlit(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "EMBEDDINGS_DIMS": str(DIMS), "AUTO_MIGRATE": "0", "SEED_DEMO": "0",
            "DEMO_REPLICAS": "0", **env_extra}
+    # Output to a file, not a pipe nobody reads: a server logging a lot (an outage) would block on a full
+    # pipe, stop answering and not exit on SIGTERM.
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "dashboard.py", "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
          "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -174,7 +177,8 @@ def start_streamlit(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"streamlit did not start: {proc.stdout.read().decode()[-2000:]}")
+    log.seek(0)
+    raise RuntimeError(f"streamlit did not start: {log.read().decode()[-2000:]}")
 
 
 @pytest.fixture(scope="session")

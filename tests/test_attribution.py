@@ -170,8 +170,14 @@ def test_erasure_including_the_residue_leaves_nothing(article_agents):
         assert all(raw_hits(db, v) > 0 for v in values)
         preview = evidence.preview(db, "C9", DEFAULT)
         assert sorted(preview.thread_ids + preview.residue_threads) == mine
+        with db.connection() as conn:  # the residue evidence with its own full scan, before the erasure
+            terms = [t for t in res.customer_terms(conn, "C9") if not t.common]
+            (scanned,) = [e for e in evidence._run_evidence(conn, [], "C9", [], DEFAULT.metadata_keys, terms)
+                          if e.table == "residue"]
         result = erasure.erase(db, "C9", operator="dpo@example.com", config=DEFAULT,
                                decisions={t: "erase" for t in preview.residue_threads})
+        # the erasure's "before" reuses its residue scan's candidates: the same count as a scan of its own
+        assert result.counts_before["residue"] == scanned.result > 0
         assert result.status == "complete" and result.exclusions == [] and result.report is None
         assert thread_rows(db, mine) == {"checkpoints": 0, "checkpoint_blobs": 0, "checkpoint_writes": 0}
         assert all(raw_hits(db, v) == 0 for v in values)  # no payload holds what C9 declared
@@ -306,3 +312,42 @@ def test_a_running_row_left_by_a_dead_process_is_stuck_and_resumable(article_age
         assert thread_rows(db, foreign.threads_of("C9", "write"))["checkpoints"] == 0
     finally:
         db.close()
+
+
+# The reference the scan replaced: the raw-bytes filter in SQL, one position() per (row, term).
+SQL_RAW_PAIRS = """
+SELECT t.term, w.thread_id FROM checkpoint_writes w
+JOIN unnest(%(terms)s::text[]) AS t(term) ON position(convert_to(t.term, 'UTF8') IN w.blob) > 0
+WHERE NOT (w.thread_id = ANY(%(exclude)s))
+UNION
+SELECT t.term, b.thread_id FROM checkpoint_blobs b
+JOIN unnest(%(terms)s::text[]) AS t(term) ON position(convert_to(t.term, 'UTF8') IN b.blob) > 0
+WHERE NOT (b.thread_id = ANY(%(exclude)s))
+UNION
+SELECT t.term, c.thread_id FROM checkpoints c
+JOIN unnest(%(terms)s::text[]) AS t(term) ON strpos((c.checkpoint -> 'channel_values')::text, t.term) > 0
+WHERE NOT (c.thread_id = ANY(%(exclude)s))"""
+
+
+def test_the_raw_scan_finds_exactly_what_the_sql_filter_found(article_agents_db, article_db):
+    """raw_scan.candidates (Aho-Corasick over each row once) against the per-(row, term) SQL it replaced,
+    on the article agents' real checkpoints: every customer's id and values, non-ASCII words, JSON
+    punctuation, look-alikes, `%`, `_` and a quote, with some threads excluded."""
+    from core.privacy import raw_scan
+
+    terms = {"C9", "C19", "C9x", "C_9", "C%", "recogida", "Vía", "ñ", '"role"', "'", "no-such-term-anywhere",
+             'branch:to:model'}  # the last one is only in the checkpoints' inline channel values
+    for customer in CUSTOMERS:
+        terms |= set(article_agents_db.declared(customer).values())
+    terms = sorted(terms)
+    exclude = sorted(article_agents_db.threads_of("C9"))
+    for excluded in ([], exclude):
+        expected = {(r["term"], r["thread_id"])
+                    for r in article_db.fetch(SQL_RAW_PAIRS, {"terms": terms, "exclude": excluded})}
+        with article_db.connection() as conn:
+            found = raw_scan.candidates(conn, terms, excluded)
+        assert found == expected, (len(found), len(expected))
+        print("raw scan pairs", len(found), "terms matched", len({t for t, _ in found}))
+        assert len({term for term, _ in found}) >= 5  # the comparison is not between two empty sets
+    with article_db.connection() as conn:
+        assert raw_scan.candidates(conn, [], []) == set()

@@ -28,8 +28,10 @@ def test_page_renders_in_both_languages(dashboard_url, page, screenshot, path, l
     expect(heading).to_be_visible(timeout=30_000)
     title = PAGES[path][0 if lang == "es" else 1]
     if title:
-        expect(page.get_by_role("heading", name=title)).to_be_visible()
-    expect(page.get_by_test_id("stSidebar").get_by_text("Idioma" if lang == "es" else "Language").first).to_be_visible()
+        expect(page.get_by_role("heading", name=title)).to_be_visible(timeout=30_000)
+    # generous: on a loaded machine the sidebar's widgets may paint seconds after the page's heading
+    expect(page.get_by_test_id("stSidebar").get_by_text("Idioma" if lang == "es" else "Language").first).to_be_visible(
+        timeout=30_000)
     page.wait_for_load_state("networkidle")
     page.wait_for_timeout(1500)  # let charts and grids paint for the screenshot (the checks above waited on conditions)
     expect(page.get_by_test_id("stException")).to_have_count(0)

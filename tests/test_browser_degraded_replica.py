@@ -1,14 +1,19 @@
 """Real browser on a real Streamlit server: a replica turning DEGRADED on the Degradation page and
 back to ok after the resync, through a real *partial* fault the dashboard itself survives.
 
-Another session holds `LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE` inside an open transaction
-(a migration gone wrong): the agents' checkpoint reads and writes block past the dual saver's
-deadline, so the saver degrades and buffers in memory, while its heartbeat (another table) still
-gets through and the dashboard still reads the health tables. Rolling the lock back lets the saver
+The replica's own sessions hang (its backends SIGSTOPped: a stuck path between that replica and the
+server), and another session holds `LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE` inside an open
+transaction (a migration gone wrong). The saver's liveness check does not answer, so it degrades,
+cuts its blocked calls and buffers in memory; its probes and heartbeats (new sessions, another
+table) get through and the dashboard still reads the health tables, but every resync waits on the
+lock past its deadline, so the replica stays degraded. (A table lock alone is slow PostgreSQL, not an
+outage: issue 16 finding 5, tests/test_saver_slow_vs_gone.py.) Rolling the lock back lets the saver
 resync; the page shows the replica ok again and the episode with its resynced operations, and the
 checkpoints buffered during the fault are in PostgreSQL. Nothing is mocked."""
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -47,17 +52,37 @@ def _cell(grid, column: str):
     return grid.locator(f'td[role=gridcell][aria-colindex="{header.get_attribute("aria-colindex")}"]').first
 
 
+def hang_sessions_of(dsn: str, application_name: str) -> list[int]:
+    """SIGSTOP the backends of every session with this application_name (the replica's own)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pids = [r[0] for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,))]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    return pids
+
+
+def resume(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
 def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, screenshot):
     started = time.monotonic()
     timings: dict[str, float] = {}
     dsn = create_database(prefix="degr_lock")
     db = Database(dsn)
-    # A 1 s deadline; resync_timeout 1 s too: while the lock is held the probe (SELECT 1) answers,
-    # so every recovery attempt replays (under the saver's lock, which the agents' buffering also
-    # takes) and waits on the table lock until this deadline; 1 s keeps such waits short here.
-    saver = DualCheckpointSaver(dsn, replica_id=REPLICA, call_timeout=1.0, heartbeat_interval=1.0,
-                                resync_timeout=1.0)
+    # resync_timeout 1 s: while the lock is held the probe (SELECT 1, a new session) answers, so every
+    # recovery attempt replays (under the saver's lock, which the agents' buffering also takes) and
+    # waits on the table lock until this deadline; 1 s keeps such waits short here. The replica's
+    # sessions carry its name as application_name, so the fault can find them.
+    saver = DualCheckpointSaver(psycopg.conninfo.make_conninfo(dsn, application_name=REPLICA), replica_id=REPLICA,
+                                call_timeout=1.0, heartbeat_interval=1.0, resync_timeout=1.0)
     locker: psycopg.Connection | None = None
+    hung: list[int] = []
     proc = None
     try:
         store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
@@ -77,10 +102,13 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         expect(page.get_by_test_id("stException")).to_have_count(0)
         timings["page ok"] = time.monotonic() - started
 
-        # the fault: a migration gone wrong holds the checkpoints table in an open transaction
+        # the fault: a migration gone wrong holds the checkpoints table in an open transaction, and the
+        # replica's open sessions hang
         locker = psycopg.connect(dsn)
         locker.execute("LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE")
         fault_at = time.monotonic()
+        hung = hang_sessions_of(dsn, REPLICA)
+        assert hung, "the replica has no open session to hang"
 
         answer: dict = {}
 
@@ -92,7 +120,7 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
 
         worker = threading.Thread(target=turn, name="turn-during-lock", daemon=True)
         worker.start()
-        assert saver.wait_for("degraded", 5), "the saver did not degrade on a checkpoint write blocked by the lock"
+        assert saver.wait_for("degraded", 30), "the saver did not degrade when its sessions hung"
         timings["degraded after lock"] = time.monotonic() - fault_at
         worker.join(20)
         assert not worker.is_alive(), "the turn did not finish while the checkpoints table was locked"
@@ -154,6 +182,7 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         timings["total"] = time.monotonic() - started
         print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
     finally:
+        resume(hung)
         if locker is not None:
             locker.rollback()
             locker.close()

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from core.db import Database, reset_pool
-from core.privacy import erasure
+from core.privacy import evidence
 from tests.conftest import off_loop, settings_for, start_streamlit
 
 pytestmark = pytest.mark.browser
@@ -31,7 +31,7 @@ def erasure_demo(create_database):
     # The plain flow: the customer with most documents whose preview proposes no residue thread (a
     # pickup store another conversation mentions can make one; tests/test_browser_erasure_residue.py
     # decides those).
-    database.customer = next(r["c"] for r in rows if not erasure.preview(database, r["c"]).residue_threads)
+    database.customer = next(r["c"] for r in rows if not evidence.preview(database, r["c"]).residue_threads)
     yield database
     reset_pool(database.dsn)
 

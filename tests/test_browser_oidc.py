@@ -74,14 +74,14 @@ server_metadata_url = "{idp}/.well-known/openid-configuration"
         [sys.executable, "-m", "streamlit", "run", "dashboard.py", "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
          "--browser.gatherUsageStats", "false", "--secrets.files", str(secrets)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        cwd=ROOT, env=env, stdout=(log := tempfile.TemporaryFile()), stderr=subprocess.STDOUT)  # never a full pipe
     deadline = time.monotonic() + 60
     while True:
         try:
             if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
                 break
         except OSError:
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read().decode()[-2000:]
+            assert time.monotonic() < deadline and proc.poll() is None, log.seek(0) or log.read().decode()[-2000:]
             time.sleep(0.2)
     yield url
     proc.terminate()

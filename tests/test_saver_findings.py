@@ -429,3 +429,108 @@ def test_the_read_cache_does_not_seed_an_erased_thread(dsn, control):
             control.start()
         assert saver.wait_for("healthy", 60)
     assert rows_of(dsn, "cliente-C8-1") == 0
+
+
+# --- finding 4: the resync held the shared lock during its network I/O ------------------------------
+
+def in_thread(fn):
+    """Run fn in a daemon thread; returns (thread, box) where box gets "result" or "error"."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # reported by the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn, control):
+    from core.checkpoints.guard import GuardDenial, Risk
+
+    # Another session holds checkpoints (a migration) when a short hang of the server degrades the
+    # saver (a table lock alone does not: slow is not gone, finding 5). Once the server answers again
+    # the probe (SELECT 1) passes, and the resync's replay waits on the table lock for as long as it is held.
+    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.2, probe_interval=0.2, resync_timeout=120,
+                                replica_id="f4-resync")
+    saver.start()
+    locker = psycopg.connect(dsn)
+    try:
+        app = graph(saver)
+        thread = "cliente-F4-1"
+        assert turn(app, thread, "t1") == ["t1", "node"]
+        locker.execute("LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE")
+        control.hang()
+        try:
+            worker, box = in_thread(lambda: turn(app, thread, "t2"))
+            assert saver.wait_for("degraded", 30)
+            worker.join(30)
+        finally:
+            control.resume()
+        assert not worker.is_alive() and box.get("result") == ["t1", "node", "t2", "node"], box
+        assert saver.degraded
+        # The resync has started once its replay waits on the table lock (its head check, seen in
+        # pg_stat_activity); status() says so too, and answers meanwhile.
+        assert wait_until(lambda: replay_waiting_on_lock(dsn), 30), "the resync never started"
+        assert within(saver.status, 30)["resyncing"] is True
+
+        # While the replay waits on PostgreSQL: each of these must return (generous bound; the
+        # replay itself waits up to resync_timeout=120 s). A turn first, then a read of it, a guard
+        # denial and status() at once (a read during the turn could see its mid-turn checkpoint).
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        actions = {
+            "buffered turn": lambda: turn(app, thread, "t3"),
+            "degraded read": lambda: saver.get_tuple(config).checkpoint["channel_values"]["log"],
+            "guard denial": lambda: saver.record_denial(GuardDenial(
+                tool="borrar_cliente", risk=Risk.CRITICAL, thread_id=thread, subject_root="clientes",
+                subject_id="F4", reason="checkpoint persistence degraded (PostgreSQL unreachable)")),
+            "status": saver.status,
+        }
+        running = {"buffered turn": in_thread(actions.pop("buffered turn"))}
+        running["buffered turn"][0].join(30)
+        running |= {name: in_thread(fn) for name, fn in actions.items()}
+        for name, (worker, _) in running.items():
+            worker.join(30)
+        stuck = [name for name, (worker, _) in running.items() if worker.is_alive()]
+        assert not stuck, f"blocked behind the resync: {stuck}"
+        results = {name: box.get("result", box.get("error")) for name, (_, box) in running.items()}
+        assert results["buffered turn"] == ["t1", "node", "t2", "node", "t3", "node"], results
+        assert results["degraded read"] == ["t1", "node", "t2", "node", "t3", "node"], results
+        assert results["status"]["state"] == "degraded"
+        status = saver.status()
+        assert status["resyncing"] is True and status["denials_total"] == 1
+        assert status["state"] == "degraded" and status["last_resync_error"] is None  # still waiting on the table
+    finally:
+        locker.rollback()
+        locker.close()
+    try:
+        assert saver.wait_for("healthy", 60)
+        assert head(dsn, thread) == ["t1", "node", "t2", "node", "t3", "node"]
+        status = saver.status()
+        assert status["resyncing"] is False and status["state"] == "healthy"
+    finally:
+        saver.close()
+
+
+def replay_waiting_on_lock(dsn: str) -> bool:
+    """A resync's head check (thread_fates.HEAD_SQL) waits on a lock in PostgreSQL."""
+    from core.checkpoints.thread_fates import HEAD_SQL
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                            "position(%s in query) > 0", (HEAD_SQL.strip().splitlines()[-1],)).fetchone()[0] > 0
+
+
+def within(fn, timeout: float):
+    """fn() run in a thread; fails the test if it has not returned after `timeout` seconds."""
+    worker, box = in_thread(fn)
+    worker.join(timeout)
+    assert not worker.is_alive(), f"{fn} blocked for {timeout} s"
+    if "error" in box:
+        raise box["error"]
+    return box["result"]

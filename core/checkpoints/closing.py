@@ -1,18 +1,54 @@
 """Closing with a buffer: a bounded final resync, else the local journal; the next start replays it."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
 
-from core.checkpoints import replica_health
+from core.checkpoints import metrics, replica_health
 from core.checkpoints.failures import _describe, _now
 
 log = logging.getLogger("core.checkpoints.dual_saver")
 
 
 class Closing:
-    """Mixin of `DualCheckpointSaver`: nothing buffered is dropped by `close()` (issue 16 #2)."""
+    """Mixin of `DualCheckpointSaver`: `close()`, which drops nothing buffered (issue 16 #2)."""
+
+    def close(self) -> None:
+        """Stop the monitor, resync or journal the buffer, publish a last heartbeat, close the pools.
+
+        Degraded, it tries a final resync for up to `close_resync_timeout` seconds; if PostgreSQL is
+        still unreachable, the buffer goes to the local journal (`core.checkpoints.journal`, logged
+        at ERROR), which the next start with the same replica id replays. Nothing is dropped.
+        Closing twice is harmless.
+        """
+        sh = self._shared
+        metrics.unregister(self)
+        if sh.stop.is_set():
+            return
+        sh.stop.set()
+        sh.wake.set()
+        for thread in (sh.monitor, sh.liveness):
+            if thread is not None:
+                thread.join(timeout=sh.call_timeout + 2)
+        if sh.degraded:
+            self._final_resync()
+        if not sh.degraded and sh.publish_health:
+            try:
+                self._flush_health(state="stopped")
+            except Exception as exc:  # closing must not fail because PostgreSQL is gone
+                log.warning("last heartbeat not written: %s", _describe(exc))
+        self._journal_buffer()  # whatever PostgreSQL still lacks (nothing, normally)
+        sh.pool.close(timeout=1)
+        sh.health_pool.close(timeout=1)
+        with sh.lock:
+            pools = list(sh.async_pools.values())
+            sh.async_pools.clear()
+        for loop, _, pool in pools:
+            if not loop.is_closed() and loop.is_running():
+                asyncio.run_coroutine_threadsafe(pool.close(timeout=0), loop)
+        sh.watchdog.stop()
 
     def _final_resync(self) -> None:
         """Try to resync the buffer until `close_resync_timeout` has passed (monitor already stopped)."""

@@ -1,8 +1,13 @@
-"""Deadlines for PostgreSQL calls: the watchdog that cuts an overdue call's socket, and the
-sync/async PostgresSaver twins whose lock and pool waits end at the current call's deadline."""
+"""The watchdog that cuts the socket of a PostgreSQL call blocked on a hung server, and the
+sync/async PostgresSaver twins whose connections it can cut.
+
+Two kinds of calls: the monitor's own (liveness check, probe, resync, the heartbeat once the
+liveness check has stopped), each with a deadline; and the agents' checkpoint calls (and the
+heartbeat while the liveness check runs), which have none: a slow server is bounded server-side by
+statement_timeout / lock_timeout and raises a query error, and they are cut only when the saver
+finds PostgreSQL gone (`cut_all`, from the switch to degraded)."""
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import logging
@@ -23,14 +28,16 @@ from core.checkpoints.failures import CheckpointUnavailable, DeadlineExceeded
 log = logging.getLogger("core.checkpoints.dual_saver")
 
 class _Call:
-    """One PostgreSQL call under a deadline; `conn` is the connection it is using right now."""
+    """One PostgreSQL call the watchdog can cut; `conn` is the connection it is using right now.
+    `deadline` (time.monotonic()) is None for a call cut only by `cut_all`."""
 
-    __slots__ = ("deadline", "conn", "expired")
+    __slots__ = ("deadline", "conn", "expired", "why")
 
-    def __init__(self, deadline: float):
+    def __init__(self, deadline: float | None):
         self.deadline = deadline
         self.conn: Any = None
         self.expired = False
+        self.why = ""
 
 
 # The deadline-bound call running in this thread or task (None outside one).
@@ -38,13 +45,13 @@ _current_call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("du
 
 
 class _Watchdog:
-    """Gives PostgreSQL calls a deadline by cutting the socket of a call that overstays it.
+    """Cuts the socket of a call that overstays its deadline, or of every call on `cut_all`.
 
     The call runs in the caller's own thread or task (no hand-off, so no cost on the hot path);
-    the watchdog thread `shutdown()`s the socket of the connection an overdue call is blocked
-    on, which makes psycopg raise at once, whether the server is hung or just slow. The
-    connection is then broken and the pool discards it. A daemon thread, checking every 50 ms; it
-    exits after IDLE_EXIT_S without calls and on `stop()`, and the next call starts it again.
+    the watchdog `shutdown()`s the socket of the connection the call is blocked on, which makes
+    psycopg raise at once (a hung server blocks a call whatever the pool timeout or keepalives).
+    The connection is then broken and the pool discards it. A daemon thread, checking every
+    50 ms; it exits after IDLE_EXIT_S without calls and on `stop()`, and the next call starts it again.
     """
 
     TICK_S = 0.05
@@ -62,9 +69,21 @@ class _Watchdog:
             self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
             self._thread.start()
 
-    def deadline(self, seconds: float) -> "_Deadline":
-        """`with watchdog.deadline(s):` runs the block under a deadline; overdue, it raises DeadlineExceeded."""
+    def deadline(self, seconds: float | None) -> "_Deadline":
+        """`with watchdog.deadline(s):` runs the block under a deadline; overdue, it raises DeadlineExceeded.
+        `None`: no deadline, the block is cut (DeadlineExceeded too) only by `cut_all`."""
         return _Deadline(self, seconds)
+
+    def cut_all(self, why: str) -> int:
+        """PostgreSQL is gone: cut every call in flight, and refuse the connection to those not yet
+        connected. Returns how many calls were cut."""
+        with self._lock:
+            calls = [call for call in self._calls if not call.expired]
+            for call in calls:
+                call.expired, call.why = True, why
+                if call.conn is not None:
+                    _cut(call.conn)
+        return len(calls)
 
     @contextlib.contextmanager
     def watching(self, conn: Any) -> Iterator[Any]:
@@ -82,7 +101,7 @@ class _Watchdog:
             return
         with self._lock:
             if call.expired:
-                raise DeadlineExceeded("PostgreSQL call exceeded its deadline before it got a connection")
+                raise DeadlineExceeded(call.why or "PostgreSQL call exceeded its deadline before it got a connection")
             call.conn = conn
 
     def detach(self) -> None:
@@ -103,7 +122,7 @@ class _Watchdog:
                     continue
                 idle_since = now
                 for call in self._calls:
-                    if not call.expired and now >= call.deadline:
+                    if not call.expired and call.deadline is not None and now >= call.deadline:
                         call.expired = True
                         if call.conn is not None:
                             _cut(call.conn)
@@ -131,7 +150,7 @@ class _Deadline:
 
     def __enter__(self) -> _Call:
         wd = self.watchdog
-        call = self.call = _Call(time.monotonic() + self.seconds)
+        call = self.call = _Call(None if self.seconds is None else time.monotonic() + self.seconds)
         with wd._lock:
             wd._calls.add(call)
             if wd._thread is None:
@@ -146,7 +165,7 @@ class _Deadline:
             self.watchdog._calls.discard(call)
             call.conn = None
         if exc is not None and call.expired and isinstance(exc, Exception) and not isinstance(exc, DeadlineExceeded):
-            raise DeadlineExceeded(f"PostgreSQL call exceeded its {self.seconds:.1f} s deadline") from exc
+            raise DeadlineExceeded(call.why or f"PostgreSQL call exceeded its {self.seconds:.1f} s deadline") from exc
         return False
 
 
@@ -163,12 +182,16 @@ def _cut(conn: Any) -> None:
         log.debug("could not cut an overdue connection: %s", exc)
 
 
-class _DeadlinePostgresSaver(PostgresSaver):
-    """PostgresSaver on a pool whose every wait is bounded by the current call's deadline.
+LOCK_POLL_S = 0.05  # a call waiting for the saver's lock looks this often whether PostgreSQL is gone
 
-    Same statements and transactions as `PostgresSaver._cursor` (pool, no shared pipeline); the
-    saver's lock and the pool's `getconn` wait at most until the deadline, and the connection is
-    watched so the watchdog can cut it if the server stops answering mid-call.
+
+class _DeadlinePostgresSaver(PostgresSaver):
+    """PostgresSaver whose connection the watchdog can cut (same statements and transactions as
+    `PostgresSaver._cursor`: pool, no shared pipeline).
+
+    Waiting for the saver's lock (behind a slow call of another thread) is no outage: it waits
+    until the lock is free, and stops waiting only when the saver is degraded. The pool wait is
+    the pool's timeout (a PoolTimeout there means no connection can be made: gone).
     """
 
     watchdog: _Watchdog
@@ -177,14 +200,14 @@ class _DeadlinePostgresSaver(PostgresSaver):
     @contextlib.contextmanager
     def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
         call = _current_call.get()
-        remaining = (lambda: max(0.01, call.deadline - time.monotonic())) if call is not None else (lambda: None)
-        if not self.lock.acquire(timeout=remaining() or -1):
-            raise DeadlineExceeded("PostgreSQL call exceeded its deadline waiting for the saver's lock")
+        while not self.lock.acquire(timeout=LOCK_POLL_S):
+            if call is not None and self.shared.degraded:
+                raise CheckpointUnavailable("PostgreSQL became unreachable while this call waited")
         try:
             if call is not None and self.shared.degraded:
                 # Waited behind a call that found PostgreSQL gone: do not queue on it again.
                 raise CheckpointUnavailable("PostgreSQL became unreachable while this call waited")
-            with self.conn.connection(timeout=remaining()) as conn:
+            with self.conn.connection() as conn:
                 self.watchdog.attach(conn)
                 try:
                     if pipeline and self.supports_pipeline:
@@ -203,8 +226,9 @@ class _DeadlinePostgresSaver(PostgresSaver):
 
 
 class _DeadlineAsyncPostgresSaver(AsyncPostgresSaver):
-    """AsyncPostgresSaver whose lock and pool waits are bounded by the current call's deadline and
-    whose connection the watchdog can cut (same statements as `AsyncPostgresSaver._cursor`)."""
+    """AsyncPostgresSaver whose connection the watchdog can cut (same statements as
+    `AsyncPostgresSaver._cursor`). The lock wait is no outage: the holder either finishes or is
+    cut when PostgreSQL is found gone, and the waiter then sees the saver degraded."""
 
     watchdog: _Watchdog
     shared: Any
@@ -212,21 +236,11 @@ class _DeadlineAsyncPostgresSaver(AsyncPostgresSaver):
     @contextlib.asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[Any]:
         call = _current_call.get()
-
-        def remaining() -> float | None:
-            return max(0.01, call.deadline - time.monotonic()) if call is not None else None
-
-        if self.lock.locked() and call is not None:
-            try:
-                await asyncio.wait_for(self.lock.acquire(), remaining())
-            except asyncio.TimeoutError:
-                raise DeadlineExceeded("PostgreSQL call exceeded its deadline waiting for the saver's lock") from None
-        else:
-            await self.lock.acquire()
+        await self.lock.acquire()
         try:
             if call is not None and self.shared.degraded:
                 raise CheckpointUnavailable("PostgreSQL became unreachable while this call waited")
-            async with self.conn.connection(timeout=remaining()) as conn:
+            async with self.conn.connection() as conn:
                 self.watchdog.attach(conn)
                 try:
                     if pipeline and self.supports_pipeline:

@@ -1,17 +1,17 @@
 """Dual checkpoint saver: PostgreSQL first, an in-memory buffer while PostgreSQL is unreachable.
 
 `DualCheckpointSaver` writes through langgraph's `PostgresSaver` (sync) and `AsyncPostgresSaver`
-(async, on an `AsyncConnectionPool` of each event loop). Only connection failures degrade it
-(operational errors of the connection classes, pool timeouts, closed connections, a call past
-its deadline); data errors and serializer refusals still raise. Every PostgreSQL call has a
-deadline, because a call on a pooled connection to a *hung* server blocks until the server
-resumes whatever the pool timeout or keepalives say. Sync calls run in the caller's thread: the
-saver's lock and the pool wait at most until the deadline, and a watchdog thread shuts down the
-socket of a call still blocked at its deadline, so psycopg raises at once (handing every call to
-a worker thread and abandoning it instead cost 10-30 % of a `get_tuple` here, see BENCHMARKS.md).
-Async calls work the same way inside their task (the saver's asyncio lock is awaited with
-`asyncio.wait_for` only when contended; cancelling psycopg's call on a hung server would itself
-wait ~10 s for its cancel request, cutting the socket does not).
+(async, on an `AsyncConnectionPool` of each event loop). Only "PostgreSQL is gone" degrades it:
+connection failures (operational errors of the connection classes, pool timeouts, closed
+connections) and a failed liveness check (`SELECT 1` on a connection of its own every 0.5 s, 1 s
+deadline: `core.checkpoints.liveness`). "PostgreSQL is slow" does not: every saver connection
+carries a server-side statement_timeout and lock_timeout, and a call past them fails with a query
+error raised to the caller, like data errors and serializer refusals; waiting for the saver's own
+lock counts for nothing. A call on a pooled connection to a *hung* server blocks until the server
+resumes whatever the pool timeout or keepalives say, so when the liveness check finds PostgreSQL
+gone a watchdog thread shuts down the socket of every call in flight, and psycopg raises at once
+(sync calls run in the caller's thread, async ones in their task: no hand-off on the hot path;
+cancelling psycopg's call on a hung server would itself wait ~10 s for its cancel request).
 
 Degraded, it keeps serving: writes go to an `InMemorySaver` and to an ordered log of operations;
 reads see what was buffered plus what this process last knew PostgreSQL had (the latest
@@ -49,27 +49,32 @@ from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported fr
     CALL_TIMEOUT_S,
     CONNECTION_SQLSTATE_PREFIXES,
     HEARTBEAT_INTERVAL_S,
+    LIVENESS_INTERVAL_S,
+    LIVENESS_TIMEOUT_S,
+    LOCK_TIMEOUT_S,
     POOL_SIZE,
     PROBE_CONNECT_TIMEOUT_S,
     PROBE_INTERVAL_S,
     RESYNC_TIMEOUT_S,
+    STATEMENT_TIMEOUT_S,
     THREAD_CACHE_SIZE,
     CheckpointUnavailable,
     DeadlineExceeded,
     is_connection_failure,
 )
 from core.checkpoints.health_publisher import HealthPublisher
+from core.checkpoints.liveness import Liveness
 from core.checkpoints.recovery import Recovery
 from core.checkpoints.saver_core import SaverCore, refuse_on_event_loop
 
 
-class DualCheckpointSaver(Closing, Recovery, HealthPublisher, DegradedBuffer, SaverCore):
+class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, DegradedBuffer, SaverCore):
     """PostgreSQL checkpoints with an in-memory fallback, resync and replica health.
 
     `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The
     monitor thread starts with the saver; `close()` (or the context manager) stops it. The
     pieces: `SaverCore` (state, lifecycle, wrapped savers), `DegradedBuffer`, `Recovery`,
-    `HealthPublisher`; deadlines in `core.checkpoints.deadlines`. Here: the checkpointer API,
+    `HealthPublisher`, `Liveness` (gone or slow); the watchdog in `core.checkpoints.deadlines`. Here: the checkpointer API,
     sync and async twins routing between PostgreSQL and the buffer.
     """
 

@@ -6,8 +6,20 @@ from datetime import datetime, timezone
 import psycopg
 from psycopg_pool import PoolClosed, PoolTimeout
 
-CALL_TIMEOUT_S = 2.0  # a PostgreSQL call taking longer counts as an outage (hung server)
-HEARTBEAT_INTERVAL_S = 2.0
+CALL_TIMEOUT_S = 2.0  # deadline of the monitor's own calls (heartbeat, health rows, probe), not the agents'
+HEARTBEAT_INTERVAL_S = 2.0  # heartbeat row and tombstone poll while healthy
+# "Gone" is decided by the liveness check: `SELECT 1` on a connection of its own this often, cut
+# (watchdog) past its deadline. A failure degrades the saver and cuts the agents' calls in flight.
+LIVENESS_INTERVAL_S = 0.5
+LIVENESS_TIMEOUT_S = 1.0
+# "Slow" is bounded by the server on every saver connection: a statement or a lock wait past these
+# fails with a query error (QueryCanceled 57014, LockNotAvailable 55P03) raised to the caller.
+STATEMENT_TIMEOUT_S = 10.0
+LOCK_TIMEOUT_S = 5.0
+# libpq TCP settings of every saver connection (ignored on Unix sockets): a peer that vanished
+# (host down, connection dropped by a NAT) breaks the connection instead of leaving a call waiting.
+TCP_SETTINGS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 2, "keepalives_count": 3,
+                "tcp_user_timeout": 10_000}
 PROBE_INTERVAL_S = 0.2  # while degraded
 PROBE_CONNECT_TIMEOUT_S = 1
 PROBE_LOG_EVERY_S = 30.0  # a failing probe is logged when its cause changes, else this often
@@ -22,7 +34,7 @@ CONNECTION_SQLSTATE_PREFIXES = ("08", "57P", "53")
 
 
 class DeadlineExceeded(TimeoutError):
-    """A PostgreSQL call did not finish within the saver's deadline (hung server)."""
+    """A PostgreSQL call past its deadline, or cut because PostgreSQL was found gone (hung server)."""
 
 
 class CheckpointUnavailable(RuntimeError):
@@ -39,6 +51,20 @@ def is_connection_failure(exc: BaseException) -> bool:
     if isinstance(exc, psycopg.InterfaceError):
         return "closed" in str(exc).lower() or "lost" in str(exc).lower()
     return False
+
+
+def session_dsn(dsn: str, statement_timeout: float | None, lock_timeout: float | None) -> str:
+    """`dsn` plus the saver's session settings: server-side statement/lock timeouts (ms, in the
+    startup `options`, kept after any the DSN has) and the TCP settings the DSN does not set."""
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    options = [params.get("options") or ""]
+    for name, seconds in (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout)):
+        if seconds is not None:
+            options.append(f"-c {name}={max(1, int(seconds * 1000))}")
+    params["options"] = " ".join(o for o in options if o)
+    for name, setting in TCP_SETTINGS.items():
+        params.setdefault(name, setting)
+    return psycopg.conninfo.make_conninfo("", **{k: v for k, v in params.items() if v not in (None, "")})
 
 
 def _now() -> datetime:

@@ -39,10 +39,13 @@ class HealthPublisher:
             }
 
     def _with_health_conn(self, fn: Callable[[psycopg.Connection], Any]) -> Any:
+        """Run `fn` on the health connection. While the liveness check runs, a slow health write is
+        no outage (bounded server-side, cut only if the check finds PostgreSQL gone); without it
+        (closing), it has the `call_timeout` deadline."""
         sh = self._shared
-
-        with sh.watchdog.deadline(sh.call_timeout), sh.health_pool.connection(timeout=sh.call_timeout) as conn, \
-                sh.watchdog.watching(conn):
+        watched = sh.liveness is not None and sh.liveness.is_alive()
+        with sh.watchdog.deadline(None if watched else sh.call_timeout), \
+                sh.health_pool.connection(timeout=sh.call_timeout) as conn, sh.watchdog.watching(conn):
             result = fn(conn)
         sh.last_success_ts = time.time()
         return result

@@ -80,60 +80,74 @@ class Recovery:
                 self._publish_heartbeat(state="degraded")
             except Exception as exc:
                 log.warning("heartbeat before resync not written: %s", _describe(exc))
-        # Replay without the lock while agents keep buffering; committed ops leave the log.
-        for _ in range(3):
-            with sh.lock:
-                batch = list(sh.ops)
-            if len(batch) <= 50:
+        # Replay without the shared lock while agents keep buffering, reading and checking status
+        # (issue 16 #4): each round writes what the log held when it started; committed ops leave the
+        # log. Once a round finds the log empty, the switch happens under the lock with no I/O.
+        with sh.lock:
+            sh.resyncing = True
+        try:
+            while True:
+                with sh.lock:
+                    batch = list(sh.ops)
+                if batch:
+                    if time.monotonic() - started > sh.resync_timeout:
+                        # Agents buffer faster than the rounds drain: stay degraded, retry at the next probe.
+                        sh.last_resync_error = f"buffer not drained within {sh.resync_timeout:.0f} s"
+                        log.warning("resync of replica %s did not drain the buffer within %.0f s (%d operations "
+                                    "left, kept)", sh.replica_id, sh.resync_timeout, len(batch))
+                        return False
+                    try:
+                        self._replay(batch)
+                    except Exception as exc:
+                        sh.last_resync_error = _describe(exc)
+                        log.warning("resync of %d buffered operations failed (kept): %s", len(batch),
+                                    sh.last_resync_error)
+                        return False
+                    with sh.lock:
+                        del sh.ops[:len(batch)]
+                        sh.resynced_ops += len(batch)
+                    continue
+                fresh = make_pool(sh.dsn, max_size=sh.pool_size, name=f"dual-saver-{sh.replica_id}")
+                fresh_health = make_pool(sh.dsn, max_size=1, name=f"dual-saver-health-{sh.replica_id}")
+                with sh.changed:
+                    if sh.ops:  # buffered since the last round: one more round, never I/O under the lock
+                        fresh.close(timeout=0)
+                        fresh_health.close(timeout=0)
+                        continue
+                    sh.resyncing = False
+                    old, old_health = sh.pool, sh.health_pool
+                    sh.pool = fresh
+                    sh.health_pool = fresh_health
+                    sh.generation += 1
+                    resynced, sh.resynced_ops = sh.resynced_ops, 0
+                    sh.ops.clear()
+                    sh.memory.storage.clear()
+                    sh.memory.writes.clear()
+                    sh.memory.blobs.clear()
+                    sh.seeded = set()
+                    sh.fates = {}
+                    sh.degraded = False
+                    sh.last_success_ts = time.time()
+                    sh.last_resync_ms = (time.monotonic() - started) * 1000
+                    sh.resynced_ops_total += resynced
+                    sh.resyncs_total += 1
+                    sh.resync_seconds_total += sh.last_resync_ms / 1000
+                    sh.last_resync_error = None
+                    sh.episodes_total += 1
+                    sh.pending_episodes.append(replica_health.Episode(
+                        replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=degraded_since or _now(),
+                        degraded_to=_now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
+                        writes_buffered=sh.episode_writes, ops_resynced=resynced, resync_ms=sh.last_resync_ms,
+                        denials=list(sh.episode_denials),
+                    ))
+                    sh.episode_denials = []
+                    sh.degraded_since = None
+                    sh.transitions.append((time.monotonic(), "healthy"))
+                    sh.changed.notify_all()
                 break
-            try:
-                self._replay(batch)
-            except Exception as exc:
-                sh.last_resync_error = _describe(exc)
-                log.warning("resync of %d buffered operations failed (kept): %s", len(batch), sh.last_resync_error)
-                return False
+        finally:
             with sh.lock:
-                del sh.ops[:len(batch)]
-                sh.resynced_ops += len(batch)
-        fresh = make_pool(sh.dsn, max_size=sh.pool_size, name=f"dual-saver-{sh.replica_id}")
-        with sh.changed:
-            try:  # the tail, under the lock so that nothing slips in between the replay and the switch
-                self._replay(sh.ops)
-            except Exception as exc:
-                sh.last_resync_error = _describe(exc)
-                log.warning("resync of %d buffered operations failed (kept): %s", len(sh.ops), sh.last_resync_error)
-                fresh.close(timeout=0)
-                return False
-            sh.resynced_ops += len(sh.ops)
-            old, old_health = sh.pool, sh.health_pool
-            sh.pool = fresh
-            sh.health_pool = make_pool(sh.dsn, max_size=1, name=f"dual-saver-health-{sh.replica_id}")
-            sh.generation += 1
-            resynced, sh.resynced_ops = sh.resynced_ops, 0
-            sh.ops.clear()
-            sh.memory.storage.clear()
-            sh.memory.writes.clear()
-            sh.memory.blobs.clear()
-            sh.seeded = set()
-            sh.fates = {}
-            sh.degraded = False
-            sh.last_success_ts = time.time()
-            sh.last_resync_ms = (time.monotonic() - started) * 1000
-            sh.resynced_ops_total += resynced
-            sh.resyncs_total += 1
-            sh.resync_seconds_total += sh.last_resync_ms / 1000
-            sh.last_resync_error = None
-            sh.episodes_total += 1
-            sh.pending_episodes.append(replica_health.Episode(
-                replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=degraded_since or _now(),
-                degraded_to=_now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
-                writes_buffered=sh.episode_writes, ops_resynced=resynced, resync_ms=sh.last_resync_ms,
-                denials=list(sh.episode_denials),
-            ))
-            sh.episode_denials = []
-            sh.degraded_since = None
-            sh.transitions.append((time.monotonic(), "healthy"))
-            sh.changed.notify_all()
+                sh.resyncing = False
         for stale in (old, old_health):
             threading.Thread(target=stale.close, kwargs={"timeout": 2}, daemon=True).start()
         log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
@@ -166,7 +180,7 @@ class Recovery:
         fates = ThreadFates(sh, ops, since=since, episode=episode)
 
         def run() -> None:
-            with psycopg.connect(sh.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
+            with psycopg.connect(sh.resync_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
                                  connect_timeout=CONNECT_TIMEOUT_S) as conn, sh.watchdog.watching(conn), \
                     conn.transaction():
                 with conn.cursor() as cur:

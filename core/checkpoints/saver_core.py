@@ -1,5 +1,6 @@
 """The dual saver's core: construction, serializer, live state, lifecycle, the wrapped savers
-(one sync, one async per event loop) and the switch to degraded."""
+(one sync, one async per event loop) and what a failed call does (the switch to degraded itself,
+and the liveness check that decides PostgreSQL is gone, are in `core.checkpoints.liveness`)."""
 from __future__ import annotations
 
 import asyncio
@@ -17,6 +18,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -26,9 +28,13 @@ from core.checkpoints.failures import (
     CALL_TIMEOUT_S,
     CLOSE_RESYNC_TIMEOUT_S,
     HEARTBEAT_INTERVAL_S,
+    LIVENESS_INTERVAL_S,
+    LIVENESS_TIMEOUT_S,
+    LOCK_TIMEOUT_S,
     POOL_SIZE,
     PROBE_INTERVAL_S,
     RESYNC_TIMEOUT_S,
+    STATEMENT_TIMEOUT_S,
     THREAD_CACHE_SIZE,
     _describe,
     _now,
@@ -65,13 +71,17 @@ class SaverCore(BaseCheckpointSaver[str]):
                  probe_interval: float = PROBE_INTERVAL_S, pool_size: int = POOL_SIZE,
                  thread_cache_size: int = THREAD_CACHE_SIZE, resync_timeout: float = RESYNC_TIMEOUT_S,
                  publish_health: bool = True, start: bool = True,
-                 close_resync_timeout: float = CLOSE_RESYNC_TIMEOUT_S, journal_dir: str | Path | None = None):
+                 close_resync_timeout: float = CLOSE_RESYNC_TIMEOUT_S, journal_dir: str | Path | None = None,
+                 liveness_interval: float = LIVENESS_INTERVAL_S, liveness_timeout: float = LIVENESS_TIMEOUT_S,
+                 statement_timeout: float | None = STATEMENT_TIMEOUT_S, lock_timeout: float | None = LOCK_TIMEOUT_S):
         # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the inner savers.
         self._shared = _Shared(dsn, replica_id=replica_id, call_timeout=call_timeout,
                                heartbeat_interval=heartbeat_interval, probe_interval=probe_interval,
                                pool_size=pool_size, thread_cache_size=thread_cache_size,
                                resync_timeout=resync_timeout, publish_health=publish_health,
-                               close_resync_timeout=close_resync_timeout, journal_dir=journal_dir)
+                               close_resync_timeout=close_resync_timeout, journal_dir=journal_dir,
+                               liveness_interval=liveness_interval, liveness_timeout=liveness_timeout,
+                               statement_timeout=statement_timeout, lock_timeout=lock_timeout)
         self.serde = serde if serde is not None else AllowlistSerializer(refusals=RefusalLog())
         self._orphans: set[asyncio.Task] = set()
         if start:
@@ -110,7 +120,7 @@ class SaverCore(BaseCheckpointSaver[str]):
     def status(self) -> dict[str, Any]:
         """Live state and counters (the Degradation page, the guard, a Prometheus collector).
 
-        Gauges: state, degraded_since / degraded_seconds, buffered_ops / buffered_checkpoints /
+        Gauges: state, resyncing (degraded, the buffer is being replayed), degraded_since / degraded_seconds, buffered_ops / buffered_checkpoints /
         buffered_writes (this episode), last_resync_ms. Monotonic counters: episodes_total,
         resynced_ops_total, resyncs_total, resync_seconds_total, denials_total, denials_by
         (tool, risk), refusals_total, refusals_by_type, conflicts_total, tombstoned_threads_total,
@@ -120,6 +130,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         with sh.lock:
             return {
                 "replica_id": sh.replica_id, "state": "degraded" if sh.degraded else "healthy",
+                "resyncing": sh.resyncing,
                 "degraded_since": sh.degraded_since, "reason": sh.reason,
                 "buffered_ops": len(sh.ops), "buffered_checkpoints": sh.episode_checkpoints,
                 "buffered_writes": sh.episode_writes, "last_success": _ts(sh.last_success_ts),
@@ -176,40 +187,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             sh.monitor = threading.Thread(target=self._monitor, name=f"dual-saver-monitor-{sh.replica_id}",
                                           daemon=True)
             sh.monitor.start()
-
-    def close(self) -> None:
-        """Stop the monitor, resync or journal the buffer, publish a last heartbeat, close the pools.
-
-        Degraded, it tries a final resync for up to `close_resync_timeout` seconds; if PostgreSQL is
-        still unreachable, the buffer goes to the local journal (`core.checkpoints.journal`, logged
-        at ERROR), which the next start with the same replica id replays. Nothing is dropped.
-        Closing twice is harmless.
-        """
-        sh = self._shared
-        metrics.unregister(self)
-        if sh.stop.is_set():
-            return
-        sh.stop.set()
-        sh.wake.set()
-        if sh.monitor is not None:
-            sh.monitor.join(timeout=sh.call_timeout + 2)
-        if sh.degraded:
-            self._final_resync()
-        if not sh.degraded and sh.publish_health:
-            try:
-                self._flush_health(state="stopped")
-            except Exception as exc:  # closing must not fail because PostgreSQL is gone
-                log.warning("last heartbeat not written: %s", _describe(exc))
-        self._journal_buffer()  # whatever PostgreSQL still lacks (nothing, normally)
-        sh.pool.close(timeout=1)
-        sh.health_pool.close(timeout=1)
-        with sh.lock:
-            pools = list(sh.async_pools.values())
-            sh.async_pools.clear()
-        for loop, _, pool in pools:
-            if not loop.is_closed() and loop.is_running():
-                asyncio.run_coroutine_threadsafe(pool.close(timeout=0), loop)
-        sh.watchdog.stop()
+        self._start_liveness()
 
     async def aclose_loop(self) -> None:
         """Close this event loop's async pool (call before the loop ends, e.g. in `asyncio.run`).
@@ -239,8 +217,10 @@ class SaverCore(BaseCheckpointSaver[str]):
         self.close()
 
     def setup(self) -> None:
-        """Create or migrate langgraph's checkpoint tables (core.migrate does this for the app)."""
-        PostgresSaver(self._shared.pool).setup()
+        """Create or migrate langgraph's checkpoint tables (core.migrate does this for the app), on a
+        connection without the agents' statement_timeout (a migration of a big table takes longer)."""
+        with psycopg.connect(self._shared.resync_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
+            PostgresSaver(conn).setup()
 
     # --- the wrapped savers -----------------------------------------------------------------
 
@@ -310,7 +290,7 @@ class SaverCore(BaseCheckpointSaver[str]):
     def _pg_call(self, fn: Callable[[PostgresSaver], Any]) -> Any:
         sh = self._shared
         pg = self._pg()
-        with sh.watchdog.deadline(sh.call_timeout):
+        with sh.watchdog.deadline(None):  # slow is bounded server-side; gone is cut (Liveness._degrade)
             result = fn(pg)
         sh.last_success_ts = time.time()
         return result
@@ -318,7 +298,7 @@ class SaverCore(BaseCheckpointSaver[str]):
     async def _apg_call(self, make: Callable[[AsyncPostgresSaver], Any]) -> Any:
         sh = self._shared
         apg = await self._apg()
-        with sh.watchdog.deadline(sh.call_timeout):
+        with sh.watchdog.deadline(None):
             result = await make(apg)
         sh.last_success_ts = time.time()
         return result
@@ -336,20 +316,3 @@ class SaverCore(BaseCheckpointSaver[str]):
         if not is_connection_failure(exc):
             raise exc
         self._degrade(_describe(exc))
-
-    def _degrade(self, reason: str) -> None:
-        sh = self._shared
-        with sh.changed:
-            if sh.degraded:
-                return
-            sh.degraded = True
-            sh.degraded_since = _now()
-            sh.reason = reason
-            sh.episode_checkpoints = sh.episode_writes = sh.resynced_ops = 0
-            sh.episode_denials = []
-            sh.seeded = set()
-            sh.fates = {}
-            sh.transitions.append((time.monotonic(), "degraded"))
-            sh.changed.notify_all()
-        sh.wake.set()
-        log.warning("checkpoint persistence DEGRADED (replica %s): %s", sh.replica_id, reason)

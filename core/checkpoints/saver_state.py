@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from core.checkpoints import replica_health
 from core.checkpoints.deadlines import _Watchdog
 from core.checkpoints.journal import Journal, default_journal_dir
-from core.checkpoints.failures import _now
+from core.checkpoints.failures import _now, session_dsn
 from core.checkpoints.serde import RefusalLog
 from core.db import make_pool
 
@@ -31,13 +31,21 @@ class _Shared:
 
     def __init__(self, dsn: str, *, replica_id: str | None, call_timeout: float, heartbeat_interval: float,
                  probe_interval: float, pool_size: int, thread_cache_size: int, resync_timeout: float,
-                 publish_health: bool, close_resync_timeout: float, journal_dir: Any):
-        self.dsn = dsn
+                 publish_health: bool, close_resync_timeout: float, journal_dir: Any,
+                 liveness_interval: float, liveness_timeout: float, statement_timeout: float | None,
+                 lock_timeout: float | None):
+        # Every connection of the saver gets the server-side statement/lock timeouts and TCP settings.
+        self.dsn = session_dsn(dsn, statement_timeout, lock_timeout)
+        # The resync's replay is the monitor's own work under its resync_timeout deadline: it may wait
+        # on a lock for that long (TCP settings only).
+        self.resync_dsn = session_dsn(dsn, None, None)
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.replica_id = replica_id or f"{self.host}:{self.pid}:{next(self._ids)}"
         self.call_timeout = call_timeout
         self.heartbeat_interval = heartbeat_interval
+        self.liveness_interval = liveness_interval
+        self.liveness_timeout = liveness_timeout
         self.probe_interval = probe_interval
         self.pool_size = pool_size
         self.thread_cache_size = thread_cache_size
@@ -51,14 +59,15 @@ class _Shared:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified on every state change
         self.watchdog = _Watchdog(f"dual-saver-watchdog-{self.replica_id}")
-        self.pool: ConnectionPool = make_pool(dsn, max_size=pool_size, name=f"dual-saver-{self.replica_id}")
+        self.pool: ConnectionPool = make_pool(self.dsn, max_size=pool_size, name=f"dual-saver-{self.replica_id}")
         # Heartbeats and health rows on a connection of their own: they never queue behind (or grow
         # the pool of) the agents' checkpoint calls.
-        self.health_pool: ConnectionPool = make_pool(dsn, max_size=1, name=f"dual-saver-health-{self.replica_id}")
+        self.health_pool: ConnectionPool = make_pool(self.dsn, max_size=1, name=f"dual-saver-health-{self.replica_id}")
         self.generation = 0  # bumped when a fresh pool replaces a dead one
         self.async_pools: dict[int, tuple[asyncio.AbstractEventLoop, int, AsyncConnectionPool]] = {}
 
         self.degraded = False
+        self.resyncing = False  # the monitor is replaying the buffer (outside the lock)
         self.degraded_since: datetime | None = None
         self.reason: str | None = None
         self.memory = InMemorySaver()
@@ -102,6 +111,7 @@ class _Shared:
         self.stop = threading.Event()
         self.wake = threading.Event()
         self.monitor: threading.Thread | None = None
+        self.liveness: threading.Thread | None = None
 
 
 def _thread_of(config: RunnableConfig) -> tuple[str, str, str | None]:

@@ -227,10 +227,13 @@ def erase(
             sources = {t: list(s) for t, s in subjects.threads.items()} | {t: ["residue"] for t in include}
             threads = set(subjects.threads) | include
 
-            def evidence_now() -> list[EvidenceQuery]:
-                return _run_evidence(conn, targets, customer_id, threads, config.metadata_keys, evidence_terms, left)
+            def evidence_now(candidates: list[str] | None = None) -> list[EvidenceQuery]:
+                return _run_evidence(conn, targets, customer_id, threads, config.metadata_keys, evidence_terms, left,
+                                     candidates)
 
-            before = {e.table: e.result for e in evidence_now()}
+            # before: the residue scan above just read every unattributed row for the same terms (nothing is
+            # deleted yet), so its raw matches plus the attributed threads are a superset of the candidates
+            before = {e.table: e.result for e in evidence_now(sorted(set(residue.raw_threads) | set(subjects.threads)))}
             row = conn.execute(INSERT_REQUEST, {
                 "customer_id": customer_id, "prefix": prefix, "operator": operator.strip(), "before": Jsonb(before),
                 "threads": sorted(threads), "sources": Jsonb(sources), "residue": Jsonb(residue_rows),

@@ -45,8 +45,8 @@ CHECKPOINTS_ZERO_SQL = (
 CHECKPOINTS_ZERO_KEYS_SQL = (
     "SELECT count(*) AS n FROM checkpoints WHERE thread_id = ANY(%(threads)s) OR {keys}"
 )
-# The residue evidence: the raw-bytes filter of res.RESIDUE_CANDIDATES_SQL over every thread but those
-# the DPO left, with the distinctive terms read before the erasure; the result counts decoder-confirmed threads.
+# The residue evidence: the raw-bytes scan (raw_scan) over every thread but those the DPO left, with the
+# distinctive terms read before the erasure, then res.RESIDUE_COUNT_SQL counts the decoder-confirmed threads.
 RESIDUE_TABLE = "residue"
 CHECKPOINT_BLOBS_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_blobs WHERE thread_id = ANY(%(threads)s)"
 CHECKPOINT_WRITES_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = ANY(%(threads)s)"
@@ -223,10 +223,12 @@ def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
 
 def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str,
                   thread_ids: Iterable[str], keys: Iterable[str] = (CLIENTE_KEY,),
-                  residue_terms: list[res.Term] | None = None, left: Iterable[str] = ()) -> list[EvidenceQuery]:
+                  residue_terms: list[res.Term] | None = None, left: Iterable[str] = (),
+                  residue_candidates: Iterable[str] | None = None) -> list[EvidenceQuery]:
     """Every zero-count query, made literal (parameters bound by psycopg's client-side quoting) and
     sent in one pipeline: what is recorded is exactly the text that ran. With `residue_terms`, the
-    residue scan too (every thread but `left`; result = threads the decoder confirmed)."""
+    residue scan too (every thread but `left`; result = threads the decoder confirmed; `residue_candidates`:
+    the raw scan's threads when a scan of the same terms has just run)."""
     params = _params(customer_id, thread_ids)
     queries = dict(FIXED_QUERIES) | {"checkpoints": _checkpoints_zero_sql(keys)} | {t.name: t.count_sql for t in targets}
     binder = psycopg.ClientCursor(conn)
@@ -238,7 +240,7 @@ def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_i
             cursors[table].execute(text)
     at = _now_iso()
     out = [EvidenceQuery(table, literal[table], int(cur.fetchone()["n"]), at) for table, cur in cursors.items()]
-    rparams = res.residue_count_params(residue_terms or (), left)
+    rparams = res.residue_count_params(conn, residue_terms or (), left, residue_candidates)
     if rparams["raws"]:
         text = binder.mogrify(res.RESIDUE_COUNT_SQL, rparams).strip()
         out.append(EvidenceQuery(RESIDUE_TABLE, text, int(conn.execute(text).fetchone()["n"]), _now_iso()))

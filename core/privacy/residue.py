@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import psycopg
-from psycopg import sql as pgsql
 
 from core.db import Database
 from core.memory.store import validate_label
+from core.privacy import raw_scan
 from core.privacy.subjects import HILO_KEY, Attribution, Subjects, resolve_conn, subject_params
 
 SNIPPET_CHARS = 60  # characters either side of a residue match
@@ -40,20 +40,6 @@ SELECT leaf #>> '{}' AS term, count(DISTINCT split_part(s.prefix, '.', 2)) AS cu
 FROM store s CROSS JOIN LATERAL jsonb_path_query(s.value, 'strict $.**') AS leaf
 WHERE s.prefix LIKE 'clientes.%%' AND jsonb_typeof(leaf) = 'string' AND (leaf #>> '{}') = ANY(%(terms)s::text[])
 GROUP BY 1"""
-# Raw-bytes filter over every checkpoint table, threads already attributed left out. Cheap: no decoding.
-RESIDUE_CANDIDATES_SQL = """
-SELECT t.term, w.thread_id FROM checkpoint_writes w
-JOIN unnest(%(terms)s::text[]) AS t(term) ON position(convert_to(t.term, 'UTF8') IN w.blob) > 0
-WHERE NOT (w.thread_id = ANY(%(attributed)s))
-UNION
-SELECT t.term, b.thread_id FROM checkpoint_blobs b
-JOIN unnest(%(terms)s::text[]) AS t(term) ON position(convert_to(t.term, 'UTF8') IN b.blob) > 0
-WHERE NOT (b.thread_id = ANY(%(attributed)s))
-UNION
-SELECT t.term, c.thread_id
--- each checkpoint cast to text once, not once per term (OFFSET 0 keeps the subquery from being inlined)
-FROM (SELECT thread_id, checkpoint::text AS txt FROM checkpoints WHERE NOT (thread_id = ANY(%(attributed)s)) OFFSET 0) c
-JOIN unnest(%(terms)s::text[]) AS t(term) ON strpos(c.txt, t.term) > 0"""
 # Confirmation by the SQL decoder: one thread's decoded pending writes and channel values, as text.
 SELECT_DECODED_THREAD = """
 SELECT payload::text AS text FROM core_checkpoint_writes_view WHERE thread_id = %(thread_id)s
@@ -62,19 +48,23 @@ SELECT channel_values::text FROM core_checkpoints_view WHERE thread_id = %(threa
 
 
 # The residue as one count, decoder-confirmed in SQL (what an erasure's evidence records and a re-check
-# repeats): raw-bytes filter, then the decoded payload must match the term (the id as a whole token).
+# repeats): the candidate threads of the raw-bytes scan (`raw_scan.candidates`, run just before), then in
+# their rows the raw bytes and the decoded payload must match the term (the id as a whole token).
 RESIDUE_COUNT_SQL = """
 SELECT count(DISTINCT r.thread_id) AS n FROM (
     SELECT w.thread_id FROM checkpoint_writes w
     JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON position(convert_to(t.raw, 'UTF8') IN w.blob) > 0
-    WHERE NOT (w.thread_id = ANY(%(left)s)) AND core_checkpoint_payload(w.type, w.blob)::text ~ t.rx
+    WHERE w.thread_id = ANY(%(candidates)s) AND NOT (w.thread_id = ANY(%(left)s))
+      AND core_checkpoint_payload(w.type, w.blob)::text ~ t.rx
     UNION ALL
     SELECT b.thread_id FROM checkpoint_blobs b
     JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON position(convert_to(t.raw, 'UTF8') IN b.blob) > 0
-    WHERE NOT (b.thread_id = ANY(%(left)s)) AND core_checkpoint_payload(b.type, b.blob)::text ~ t.rx
+    WHERE b.thread_id = ANY(%(candidates)s) AND NOT (b.thread_id = ANY(%(left)s))
+      AND core_checkpoint_payload(b.type, b.blob)::text ~ t.rx
     UNION ALL
     SELECT c.thread_id
-    FROM (SELECT thread_id, checkpoint::text AS txt FROM checkpoints WHERE NOT (thread_id = ANY(%(left)s)) OFFSET 0) c
+    FROM (SELECT thread_id, (checkpoint -> 'channel_values')::text AS txt FROM checkpoints
+          WHERE thread_id = ANY(%(candidates)s) AND NOT (thread_id = ANY(%(left)s)) OFFSET 0) c
     JOIN unnest(%(raws)s::text[], %(rxs)s::text[]) AS t(raw, rx) ON strpos(c.txt, t.raw) > 0
     WHERE c.txt ~ t.rx
 ) r"""
@@ -85,8 +75,11 @@ def _are_escape(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch == " " else "\\" + ch for ch in text)
 
 
-def residue_count_params(terms: Iterable["Term"], left: Iterable[str]) -> dict[str, Any]:
-    """Parameters of RESIDUE_COUNT_SQL for these terms (common ones dropped), threads in `left` excepted."""
+def residue_count_params(conn: psycopg.Connection, terms: Iterable["Term"], left: Iterable[str],
+                         candidates: Iterable[str] | None = None) -> dict[str, Any]:
+    """Parameters of RESIDUE_COUNT_SQL for these terms (common ones dropped), threads in `left` excepted:
+    the raw-bytes scan runs now and gives the candidate threads, unless a scan of the same terms just gave
+    them (`candidates`: `Residue.raw_threads` of the same connection and moment)."""
     raws, rxs = [], []
     for t in terms:
         if t.common:
@@ -94,7 +87,10 @@ def residue_count_params(terms: Iterable["Term"], left: Iterable[str]) -> dict[s
         body = _are_escape(_json_text(t.term))
         raws.append(t.term)
         rxs.append(f"(^|[^A-Za-z0-9_%]){body}($|[^A-Za-z0-9_%])" if t.kind == "id" else body)
-    return {"raws": raws, "rxs": rxs, "left": sorted(set(left))}
+    left = sorted(set(left))
+    if candidates is None:
+        candidates = {thread for _, thread in raw_scan.candidates(conn, raws, left)} if raws else set()
+    return {"raws": raws, "rxs": rxs, "left": left, "candidates": sorted(set(candidates) - set(left))}
 
 
 @dataclass(frozen=True)
@@ -129,8 +125,9 @@ class Residue:
     terms: list[Term]
     matches: list[ResidueMatch]  # one per (thread, term), confirmed by the decoder
     candidates: int  # (term, thread) pairs the raw-bytes filter let through
-    sql: str  # the raw-bytes query as it ran (literal)
+    sql: str  # what the raw-bytes scan ran (raw_scan.describe)
     common_threads: list[str] = field(default_factory=list)  # raw matches of common terms only (not proposed)
+    raw_threads: list[str] = field(default_factory=list)  # threads a distinctive term's raw bytes were found in
 
     @property
     def proposed(self) -> list[str]:
@@ -183,13 +180,10 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
     customer_id = validate_label(customer_id, "customer id")
     terms = terms if terms is not None else customer_terms(conn, customer_id)
     by_term = {t.term: t for t in terms}
-    params = {"terms": [t.term for t in terms], "attributed": sorted(set(attributed))}
-    literal = pgsql.SQL(RESIDUE_CANDIDATES_SQL.replace("%(terms)s", "{terms}").replace("%(attributed)s", "{att}")).format(
-        terms=pgsql.Literal(params["terms"]), att=pgsql.Literal(params["attributed"])).as_string(conn)
-    pairs = conn.execute(RESIDUE_CANDIDATES_SQL, params).fetchall()
+    pairs = raw_scan.candidates(conn, by_term, attributed)
     threads: dict[str, set[str]] = {}
-    for row in pairs:
-        threads.setdefault(row["thread_id"], set()).add(row["term"])
+    for term, thread_id in pairs:
+        threads.setdefault(thread_id, set()).add(term)
     # Only distinctive terms are confirmed by the decoder (the expensive part); a common term is listed
     # with the number of threads its raw bytes were found in, and never proposes a thread.
     matches: list[ResidueMatch] = []
@@ -214,7 +208,9 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
     terms = [Term(t.term, t.kind, t.customers, len(raw_threads.get(t.term, ())) if t.common else confirmed.get(t.term, 0))
              for t in terms]
     common_threads = sorted({th for t in terms if t.common for th in raw_threads.get(t.term, ())})
-    return Residue(customer_id, terms, matches, len(pairs), literal, common_threads)
+    raw_distinctive = sorted({th for t in terms if not t.common for th in raw_threads.get(t.term, ())})
+    return Residue(customer_id, terms, matches, len(pairs), raw_scan.describe(len(by_term)), common_threads,
+                   raw_distinctive)
 
 
 def residue_scan(db: Database, customer_id: str, config: Attribution | None = None,

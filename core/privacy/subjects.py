@@ -183,9 +183,11 @@ WITH c AS (
     SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes'
     UNION SELECT unnest(thread_ids) FROM core_erasure_register
 ), a AS (
+    -- IN, not EXISTS: under OR a correlated EXISTS is re-run per thread over the whole CTE (10k threads x
+    -- 100k back-links ran for minutes); `IN (subquery)` is one hashed subplan
     SELECT t.*, (t.tagged OR t.thread_id LIKE ANY(%(likes)s::text[])
-                 OR EXISTS (SELECT 1 FROM hilo h WHERE h.thread_id = t.thread_id)
-                 OR EXISTS (SELECT 1 FROM own o WHERE o.thread_id = t.thread_id)) AS attributed
+                 OR t.thread_id IN (SELECT h.thread_id FROM hilo h)
+                 OR t.thread_id IN (SELECT o.thread_id FROM own o)) AS attributed
     FROM t
 )
 SELECT count(*) AS threads, count(*) FILTER (WHERE NOT attributed) AS unattributed_threads,
