@@ -16,16 +16,16 @@ st.set_page_config(page_title="Agent memory", page_icon=":material/memory:", lay
 # the rest of the imports and the first page run; an external PG_AGENTES opens below, as before
 startup = database_startup()
 
-import psycopg  # noqa: E402 - after the start above, on purpose
-from psycopg_pool import PoolTimeout  # noqa: E402
+import psycopg
+from psycopg_pool import PoolTimeout
 
-from core.db import DatabaseUnavailable, describe_dsn  # noqa: E402
-from core.migrate import EmbeddingDimsMismatch  # noqa: E402
-from ui.common import (DatabaseStarting, bootstrap, current_user, forget_all, seed_progress,  # noqa: E402
+from core.db import DatabaseUnavailable, describe_dsn
+from core.migrate import EmbeddingDimsMismatch
+from ui.common import (DatabaseStarting, bootstrap, current_user, forget_all, seed_progress,
                        start_demo_seed)
-from ui import navigation  # noqa: E402
-from ui import replica  # noqa: E402
-from ui.i18n import LANGUAGES, t  # noqa: E402
+from ui import navigation
+from ui import replica
+from ui.i18n import LANGUAGES, t
 
 if "lang" not in st.session_state:
     st.session_state.lang = st.query_params.get("lang", "es") if st.query_params.get("lang") in LANGUAGES else "es"
