@@ -7,18 +7,25 @@ from __future__ import annotations
 
 import time
 
-import psycopg
 import streamlit as st
+
+from ui.common import database_startup, settings
+
+st.set_page_config(page_title="Agent memory", page_icon=":material/memory:", layout="wide")
+# the embedded server and the migrations start now, in the background (once per process), while
+# the rest of the imports and the first page run; an external PG_AGENTES opens below, as before
+startup = database_startup()
+
+import psycopg
 from psycopg_pool import PoolTimeout
 
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import EmbeddingDimsMismatch
-from ui.common import bootstrap, current_user, forget_all, seed_progress, settings, start_demo_seed
+from ui.common import (DatabaseStarting, bootstrap, current_user, forget_all, seed_progress,
+                       start_demo_seed)
 from ui import navigation
 from ui import replica
 from ui.i18n import LANGUAGES, t
-
-st.set_page_config(page_title="Agent memory", page_icon=":material/memory:", layout="wide")
 
 if "lang" not in st.session_state:
     st.session_state.lang = st.query_params.get("lang", "es") if st.query_params.get("lang") in LANGUAGES else "es"
@@ -27,12 +34,15 @@ st.query_params["lang"] = st.session_state.lang
 
 try:
     db = bootstrap()
+except DatabaseStarting:
+    db = None  # the page's shell now; the page itself once the database is ready (see below)
 except (DatabaseUnavailable, psycopg.Error, PoolTimeout, EmbeddingDimsMismatch) as exc:
     cfg = settings()
     st.title(t("startup_failed"))
     st.error(str(exc).strip() or type(exc).__name__)
     st.markdown(t("startup_hint", target=describe_dsn(cfg.dsn) if cfg.dsn else t("embedded")))
     if st.button(t("retry"), key="startup.retry"):
+        database_startup(retry=True)
         st.rerun()
     st.stop()
 
@@ -61,6 +71,13 @@ with st.sidebar:
         st.caption(t("signed_in_as", user=user.email or user.name, roles=", ".join(user.roles)))
         st.button(t("sign_out"), key="auth.logout", on_click=st.logout)
 
+    @st.fragment(run_every=1)
+    def database_starting() -> None:
+        """The embedded database's start in the sidebar, until it is ready (the page's shell reruns the app)."""
+        st.caption(f"**{t('db')}:** {t('embedded')}")
+        st.caption(":orange[●] " + t("startup_status", step=t(f"startup_{startup.state}"),
+                                      s=time.time() - startup.started_at))
+
     @st.fragment(run_every=15)
     def database_status() -> None:
         probe = db.probe()
@@ -71,10 +88,13 @@ with st.sidebar:
             st.caption(":red[●] " + t("db_down", error=probe.error))
         st.caption(t("db_checked", at=time.strftime("%H:%M:%S", time.localtime(probe.checked_at))))
 
-    database_status()
-    st.fragment(run_every=15)(replica.sidebar_status)()
+    if db is None:
+        database_starting()
+    else:
+        database_status()
+        st.fragment(run_every=15)(replica.sidebar_status)()
 
-    progress = seed_progress()
+    progress = seed_progress() if db is not None else None
     if progress is not None and not progress.finished:
         st.session_state["seed.was_running"] = True
 
@@ -105,6 +125,28 @@ with st.sidebar:
                 st.rerun(scope="app")
 
         seed_status()
+
+if db is None:
+    # the selected page's shell: its title and what it waits for, no figure (none was read yet)
+    # home forwards to the user's first page: its shell here, the forward once the database is ready
+    spec = navigation.first_page(user.roles) if nav.url_path == "" else navigation.spec_for(nav.url_path)
+    if spec is not None and spec.role not in user.roles:
+        st.error(t("forbidden", role=spec.role))
+    else:
+        st.title(t(spec.heading) if spec else nav.title)
+
+        @st.fragment(run_every=0.5)
+        def startup_note() -> None:
+            """What the page waits for; once the database is ready (or failed) the whole app reruns."""
+            if startup.ready or startup.failed:
+                st.rerun(scope="app")
+            st.info(t("startup_page", step=t(f"startup_{startup.state}")), icon=":material/hourglass_top:")
+
+        startup_note()
+    from core.startup import warm_imports
+
+    warm_imports()  # the page's own imports, while the server starts
+    st.stop()
 
 replica.page_note()
 try:

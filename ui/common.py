@@ -5,12 +5,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import psycopg
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
 from core import roles
 from core.config import Settings, load_settings
 from core.db import Database, DatabaseUnavailable
+from core.migrate import EmbeddingDimsMismatch
 from core.read_replica import ReadRouter, router_for
 from ui.i18n import t
 
@@ -33,25 +35,42 @@ def settings() -> Settings:
     return load_settings(secrets())
 
 
-@st.cache_resource(show_spinner="Preparando la base de datos… / Preparing the database…")
-def bootstrap() -> Database:
-    """Open the agents' database once per process: embedded server and migrations (the demo data
-    come after the first page, in the background: `start_demo_seed`). Raises on failure (nothing
-    is cached then, so the next run retries)."""
-    from core.migrate import check_dims, migrate
+class DatabaseStarting(RuntimeError):
+    """The embedded database is still starting (its state: starting | migrating)."""
+
+
+def database_startup(*, retry: bool = False):
+    """The embedded database's background start (core.startup.Startup), started on the first call
+    of the process; None with an external PG_AGENTES, which opens in the foreground as before."""
+    from core.startup import start_in_background
 
     cfg = settings()
-    db = Database.from_settings(cfg)
-    if cfg.auto_migrate:
-        migrate(db.dsn, cfg.embeddings_dims)
-    else:
-        with db.connection() as conn:
-            check_dims(conn, cfg.embeddings_dims)
-    if cfg.demo_replicas and not cfg.seed_demo:  # with a seed, they start once it is done
-        from core.demo.seed import start_replicas
+    return start_in_background(cfg, retry=retry) if cfg.embedded else None
 
-        start_replicas(db, cfg, cfg.demo_replicas)
-    return db
+
+@st.cache_resource(show_spinner="Preparando la base de datos… / Preparing the database…")
+def _open_external() -> Database:
+    from core.startup import open_database
+
+    return open_database(settings())
+
+
+def bootstrap() -> Database:
+    """The agents' database, once per process: the embedded server and migrations (started in the
+    background by `database_startup`; raises DatabaseStarting until they are done, or their error),
+    or the external PG_AGENTES (opened and migrated here). The demo data come after the first page,
+    in the background: `start_demo_seed`. Raises on failure (the next run retries)."""
+    startup = database_startup()
+    if startup is None:
+        return _open_external()
+    if startup.failed:
+        error = startup.error
+        if isinstance(error, (DatabaseUnavailable, psycopg.Error, EmbeddingDimsMismatch)):
+            raise error
+        raise DatabaseUnavailable(f"the embedded PostgreSQL did not start: {error}") from error
+    if not startup.ready:
+        raise DatabaseStarting(startup.state)
+    return startup.db
 
 
 def seed_progress():

@@ -28,29 +28,35 @@ class PageSpec:
     title: str  # i18n key
     icon: str
     url_path: str
+    heading: str  # i18n key of the page's own st.title (the shell shows it while the database starts)
 
 
 SECTIONS: dict[str, list[PageSpec]] = {
     "section_store": [
-        PageSpec(roles.MANAGER, "app_pages/memory.py", "page_memory", ":material/database:", "memory"),
-        PageSpec(roles.MANAGER, "app_pages/preferences.py", "page_preferences", ":material/tune:", "preferences"),
+        PageSpec(roles.MANAGER, "app_pages/memory.py", "page_memory", ":material/database:", "memory", "memory_title"),
+        PageSpec(roles.MANAGER, "app_pages/preferences.py", "page_preferences", ":material/tune:", "preferences", "prefs_title"),
     ],
     "section_ops": [
-        PageSpec(roles.SRE, "app_pages/sweeps.py", "page_sweeps", ":material/cleaning_services:", "sweeps"),
+        PageSpec(roles.SRE, "app_pages/sweeps.py", "page_sweeps", ":material/cleaning_services:", "sweeps", "sweeps_title"),
         PageSpec(roles.SRE, "app_pages/checkpoints.py", "ckpt_page", ":material/timeline:",
-                 "checkpoints"),
+                 "checkpoints", "ckpt_title"),
         PageSpec(roles.SRE, "app_pages/degradation.py", "degr_page", ":material/monitor_heart:",
-                 "degradation"),
+                 "degradation", "degr_title"),
     ],
     "section_dp": [
-        PageSpec(roles.DPO, "app_pages/erasure.py", "erasure_page", ":material/delete_forever:", "erasure"),
+        PageSpec(roles.DPO, "app_pages/erasure.py", "erasure_page", ":material/delete_forever:", "erasure", "erasure_title"),
         PageSpec(roles.DPO, "app_pages/erasure_register.py", "erasure_register_page",
-                 ":material/fact_check:", "erasure-register"),
-        PageSpec(roles.DPO, "app_pages/access.py", "access_page", ":material/person_search:", "access"),
+                 ":material/fact_check:", "erasure-register", "erasure_register_title"),
+        PageSpec(roles.DPO, "app_pages/access.py", "access_page", ":material/person_search:", "access", "access_title"),
         PageSpec(roles.DPO, "app_pages/access_register.py", "access_register_page",
-                 ":material/receipt_long:", "access-register"),
+                 ":material/receipt_long:", "access-register", "access_register_title"),
     ],
 }
+
+
+def spec_for(url_path: str) -> PageSpec | None:
+    """The page served at `url_path` (None for home)."""
+    return next((p for pages in SECTIONS.values() for p in pages if p.url_path == url_path), None)
 
 
 def first_page(user_roles: tuple[str, ...]) -> PageSpec | None:
