@@ -29,8 +29,9 @@ from ui.i18n import LANGUAGES, t
 
 if "lang" not in st.session_state:
     st.session_state.lang = st.query_params.get("lang", "es") if st.query_params.get("lang") in LANGUAGES else "es"
-st.sidebar.selectbox(t("language"), list(LANGUAGES), format_func=LANGUAGES.get, key="lang")
-st.query_params["lang"] = st.session_state.lang
+# the widget's return value, not st.session_state.lang: Streamlit can drop a widget's key from the
+# session state when a rerun interrupts the run that created it (seen once in a browser test)
+st.query_params["lang"] = st.sidebar.selectbox(t("language"), list(LANGUAGES), format_func=LANGUAGES.get, key="lang")
 
 try:
     db = bootstrap()

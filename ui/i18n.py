@@ -26,7 +26,9 @@ STRINGS = CATALOGUES["es"]
 
 
 def lang() -> str:
-    return st.session_state.get("lang", "es")
+    """The session's language; the URL's `?lang=` while the selector's state is not there (yet)."""
+    chosen = st.session_state.get("lang") or st.query_params.get("lang")
+    return chosen if chosen in LANGUAGES else "es"
 
 
 def t(key: str, **kwargs) -> str:
