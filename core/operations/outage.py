@@ -63,8 +63,11 @@ class EmbeddedServerControl:
         postmaster = psutil.Process(self.postmaster_pid())
         pids = [postmaster.pid] + [c.pid for c in postmaster.children(recursive=True)]
         for pid in pids:  # postmaster first, so it cannot fork a new backend meanwhile
-            os.kill(pid, signal.SIGSTOP)
-        self._stopped_pids = pids
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:  # a backend that exited meanwhile: nothing to stop
+                continue
+            self._stopped_pids.append(pid)  # recorded one by one: resume() wakes whatever was stopped
 
     def resume(self) -> None:
         """SIGCONT every process `hang()` stopped (safe to call twice)."""
@@ -147,8 +150,8 @@ def demo_outage(db: Any, settings: Any, agents: dict[str, Any], *, kind: str = "
             if saver_clock is not None and at is not None:
                 saver_clock.set(at)
             started = time.monotonic()
-            (control.stop if kind == "stop" else control.hang)()
             try:
+                (control.stop if kind == "stop" else control.hang)()
                 for n, (agent_kind, subject, text) in enumerate(OUTAGE_TURNS):
                     customer = agent_kind == "atencion-cliente"
                     context = ContextoCliente(subject) if customer else ContextoProveedor(subject)
