@@ -89,8 +89,9 @@ def test_first_page_renders_before_the_seed_ends(page, screenshot):
             demo_sweeps = conn.execute("SELECT count(*) FROM core_sweep_log WHERE trigger = 'demo'").fetchone()[0]
             erasures = conn.execute("SELECT count(*) FROM core_erasure_register").fetchone()[0]
             episodes = conn.execute("SELECT count(*) FROM core_degradation_episodes").fetchone()[0]
-        # a complete seed: every step ran once, the last (the outage) included
-        assert (demo_sweeps, erasures) == (1, 1) and episodes >= 1 and documents > 100
+        # a complete seed: every step ran once, the last (the outages) included: the month's 8 sweeps, 2
+        # erasures and 3 degradation episodes
+        assert (demo_sweeps, erasures, episodes) == (8, 2, 3) and documents > 100
         # the page reran on fresh reads (the cache was dropped): its figures are the complete seed's,
         # down to the alarm the seed's legacy customers raise (none while the seed ran)
         expect(page.get_by_test_id("stMetric").filter(has_text="Documentos")).to_contain_text(f"{documents:,}")

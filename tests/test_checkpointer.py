@@ -428,9 +428,13 @@ def test_heartbeat_published_while_healthy(db):
     assert again["last_heartbeat"] > first and again["buffered_checkpoints"] == 0
 
 
-def test_demo_seed_includes_a_real_outage_episode(tmp_path):
-    """The embedded default: the demo seed hangs its own server briefly and resyncs (a few seconds)."""
+def test_demo_seed_includes_real_outage_episodes_across_the_month(tmp_path):
+    """The embedded default: the demo seed hangs its own server briefly three times and resyncs (a few
+    seconds each); the saver dates each episode on its replayed day, 4 min, 38 min and 2 h 10 min long."""
+    from datetime import datetime, timedelta, timezone
+
     from core.config import Settings
+    from core.demo.operations import MonthPlan
     from core.demo.seed import ensure_demo
 
     settings = Settings(dsn=None, data_dir=tmp_path, embeddings_dims=DIMS, auto_migrate=True, seed_demo=True)
@@ -439,18 +443,28 @@ def test_demo_seed_includes_a_real_outage_episode(tmp_path):
     try:
         migrate(db.dsn, DIMS)
         started = time.monotonic()
-        summary = ensure_demo(db, settings, customers=6, days=3)
-        assert summary is not None and time.monotonic() - started < 60
-        ep = episodes(db)
-        assert len(ep) == 1 and ep.iloc[0]["replica_id"] == "demo-seed"
-        assert ep.iloc[0]["checkpoints_buffered"] > 0 and ep.iloc[0]["ops_resynced"] > 0
-        assert [d["tool"] for d in ep.iloc[0]["denials"]] == ["publicar_aviso"]
-        den = denials(db)
-        assert list(den["thread_id"]) == ["compras-P001-caida-3"]
+        midnight = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        summary = ensure_demo(db, settings, customers=6, days=30)
+        assert summary is not None and time.monotonic() - started < 90
+        plan = MonthPlan.for_month(midnight, 30)
+        ep = episodes(db).sort_values("degraded_from")
+        assert len(ep) == 3 and set(ep["replica_id"]) == {"demo-seed"}
+        assert [(r.degraded_from, r.degraded_to - r.degraded_from) for r in ep.itertuples()] == plan.outages
+        assert [r.degraded_to - r.degraded_from for r in ep.itertuples()] == [
+            timedelta(minutes=4), timedelta(minutes=38), timedelta(hours=2, minutes=10)]
+        assert ep["degraded_to"].max() - ep["degraded_from"].min() > timedelta(days=14)
+        assert ep["degraded_to"].max() < midnight  # all in the past, whatever the hour
+        assert (ep["checkpoints_buffered"] > 0).all() and (ep["ops_resynced"] > 0).all()
+        assert [[d["tool"] for d in r] for r in ep["denials"]] == [["publicar_aviso"]] * 3
+        den = denials(db).sort_values("denied_at")
+        assert list(den["thread_id"]) == [f"compras-P001-caida-{n}-3" for n in (1, 2, 3)]
+        # each denial inside its episode, at its replayed minute
+        assert all(e.degraded_from < d < e.degraded_to for d, e in zip(den["denied_at"], ep.itertuples()))
         threads = {r["thread_id"] for r in db.fetch("SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id LIKE '%%caida%%'")}
-        assert threads == {"cliente-C1-caida-1", "cliente-C2-caida-2", "compras-P001-caida-3"}
+        assert threads == {f"{t}-caida-{n}-{k}" for n in (1, 2, 3)
+                           for k, t in ((1, "cliente-C1"), (2, "cliente-C2"), (3, "compras-P001"))}
         rep = replicas(db).set_index("replica_id")
-        assert rep.loc["demo-seed", "reported_state"] == "stopped" and rep.loc["demo-seed", "episodes_total"] == 1
+        assert rep.loc["demo-seed", "reported_state"] == "stopped" and rep.loc["demo-seed", "episodes_total"] == 3
     finally:
         control.resume()
         control.stop()  # our own server: never left running after the session

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from core.checkpoints import metrics, replica_health
-from core.checkpoints.failures import _describe, _now
+from core.checkpoints.failures import _describe
 
 log = logging.getLogger("core.checkpoints.dual_saver")
 
@@ -66,8 +66,8 @@ class Closing:
             episodes = [dict(e.__dict__) for e in sh.pending_episodes]
             if sh.degraded:
                 episodes.append(dict(replica_health.Episode(
-                    replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=sh.degraded_since or _now(),
-                    degraded_to=_now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
+                    replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=sh.degraded_since or sh.now(),
+                    degraded_to=sh.now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
                     writes_buffered=sh.episode_writes, ops_resynced=0, resync_ms=0.0,
                     denials=list(sh.episode_denials)).__dict__))
             record = {"replica_id": sh.replica_id, "since": sh.degraded_since, "ops": list(sh.ops) if sh.degraded else [],

@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from enum import Enum
 from typing import Any, Awaitable, Callable, Protocol
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
+
+from core import clock
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ class GuardDenial:
     subject_root: str | None
     subject_id: str | None
     reason: str
-    denied_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    denied_at: datetime = field(default_factory=clock.now)  # the demo's replayed time inside core.clock.simulated
 
     @property
     def customer_id(self) -> str | None:

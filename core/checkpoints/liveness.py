@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, _describe, _now
+from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, _describe
 
 log = logging.getLogger("core.checkpoints.dual_saver")
 
@@ -84,7 +84,7 @@ class Liveness:
             if sh.degraded:
                 return
             sh.degraded = True
-            sh.degraded_since = _now()
+            sh.degraded_since = sh.now()
             sh.reason = reason
             sh.episode_checkpoints = sh.episode_writes = sh.resynced_ops = 0
             sh.episode_denials = []

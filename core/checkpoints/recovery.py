@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 
 from core.checkpoints import metrics, replica_health
 from core.checkpoints.thread_fates import ThreadFates
-from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe, _now, is_connection_failure
+from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe, is_connection_failure
 from core.db import CONNECT_TIMEOUT_S, make_pool
 
 log = logging.getLogger("core.checkpoints.dual_saver")
@@ -135,8 +135,8 @@ class Recovery:
                     sh.last_resync_error = None
                     sh.episodes_total += 1
                     sh.pending_episodes.append(replica_health.Episode(
-                        replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=degraded_since or _now(),
-                        degraded_to=_now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
+                        replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=degraded_since or sh.now(),
+                        degraded_to=sh.now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
                         writes_buffered=sh.episode_writes, ops_resynced=resynced, resync_ms=sh.last_resync_ms,
                         denials=list(sh.episode_denials),
                     ))

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from datetime import datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -37,7 +38,6 @@ from core.checkpoints.failures import (
     STATEMENT_TIMEOUT_S,
     THREAD_CACHE_SIZE,
     _describe,
-    _now,
     _ts,
     is_connection_failure,
 )
@@ -73,7 +73,8 @@ class SaverCore(BaseCheckpointSaver[str]):
                  publish_health: bool = True, start: bool = True,
                  close_resync_timeout: float = CLOSE_RESYNC_TIMEOUT_S, journal_dir: str | Path | None = None,
                  liveness_interval: float = LIVENESS_INTERVAL_S, liveness_timeout: float = LIVENESS_TIMEOUT_S,
-                 statement_timeout: float | None = STATEMENT_TIMEOUT_S, lock_timeout: float | None = LOCK_TIMEOUT_S):
+                 statement_timeout: float | None = STATEMENT_TIMEOUT_S, lock_timeout: float | None = LOCK_TIMEOUT_S,
+                 clock: Callable[[], datetime] | None = None):
         # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the inner savers.
         self._shared = _Shared(dsn, replica_id=replica_id, call_timeout=call_timeout,
                                heartbeat_interval=heartbeat_interval, probe_interval=probe_interval,
@@ -81,7 +82,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                                resync_timeout=resync_timeout, publish_health=publish_health,
                                close_resync_timeout=close_resync_timeout, journal_dir=journal_dir,
                                liveness_interval=liveness_interval, liveness_timeout=liveness_timeout,
-                               statement_timeout=statement_timeout, lock_timeout=lock_timeout)
+                               statement_timeout=statement_timeout, lock_timeout=lock_timeout, clock=clock)
         self.serde = serde if serde is not None else AllowlistSerializer(refusals=RefusalLog())
         self._orphans: set[asyncio.Task] = set()
         if start:
@@ -145,7 +146,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "resync_seconds_total": sh.resync_seconds_total,
                 "denials_by": [{"tool": t, "risk": r, "total": n} for (t, r), n in sorted(sh.denials_by.items())],
                 "refusals_by_type": dict(sorted(sh.refusals_by_type.items())),
-                "degraded_seconds": (_now() - sh.degraded_since).total_seconds() if sh.degraded_since else 0.0,
+                "degraded_seconds": (sh.now() - sh.degraded_since).total_seconds() if sh.degraded_since else 0.0,
             }
 
     def transitions(self) -> list[tuple[float, str]]:

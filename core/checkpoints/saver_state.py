@@ -33,7 +33,7 @@ class _Shared:
                  probe_interval: float, pool_size: int, thread_cache_size: int, resync_timeout: float,
                  publish_health: bool, close_resync_timeout: float, journal_dir: Any,
                  liveness_interval: float, liveness_timeout: float, statement_timeout: float | None,
-                 lock_timeout: float | None):
+                 lock_timeout: float | None, clock: Any = None):
         # Every connection of the saver gets the server-side statement/lock timeouts and TCP settings.
         self.dsn = session_dsn(dsn, statement_timeout, lock_timeout)
         # The resync's replay is the monitor's own work under its resync_timeout deadline: it may wait
@@ -54,7 +54,9 @@ class _Shared:
         self.close_resync_timeout = close_resync_timeout
         self.journal = Journal(Path(journal_dir) if journal_dir is not None else default_journal_dir(), self.replica_id, dsn)
         self.journal_pending = self.journal.path.exists()
-        self.started_at = _now()
+        # The time episodes and heartbeats carry: real time, or the demo's ManualClock (core.clock).
+        self.now = clock or _now
+        self.started_at = self.now()
 
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified on every state change

@@ -19,13 +19,14 @@ import threading
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterable
 
 from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from core import clock
 from core.checkpoints import metrics
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class SerdeRefusal:
     name: str
     kind: str  # msgpack_blocked, msgpack_method_blocked, json_blocked, pickle
     method: str | None = None
-    refused_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    refused_at: datetime = field(default_factory=clock.now)  # the demo's replayed time inside core.clock.simulated
     thread_id: str | None = None
     checkpoint_id: str | None = None
     key: str = field(default_factory=lambda: str(uuid.uuid4()))  # makes a retried health write a no-op

@@ -48,7 +48,7 @@ class SeedProgress:
 
 
 # The steps of `seed`, in order (the sidebar names them).
-SEED_STEPS = ("suppliers", "employees", "customers", "legacy", "sweep", "erasure", "outage")
+SEED_STEPS = ("suppliers", "employees", "customers", "legacy", "operations", "outage")
 
 
 _background: dict[str, SeedProgress] = {}

@@ -13,16 +13,18 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 from datetime import datetime, timedelta, timezone
 
 from core import clock
+from core.clock import ManualClock
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.config import Settings, load_settings
 from core.db import Database
 from core.memory.embeddings import make_embeddings
 from core.operations.outage import demo_outage
-from core.demo.operations import demo_sweep, erase_demo_customer
+from core.demo.operations import COMEBACK_TEXT, MonthPlan, leave_expired_notices, month_of_operations
 from core.memory.store import build_store, put_memory
 from core.agents.scripted_model import ScriptedChatModel
 from core.demo.progress import SeedProgress
@@ -74,14 +76,16 @@ class DemoSummary:
     turns: int = 0
     legacy_customers: list[str] = field(default_factory=list)
     expiring_notices: int = 0
+    month: Any = None  # core.demo.operations.MonthReport
+    outages: list = field(default_factory=list)  # core.operations.outage.OutageReport per episode
     seconds: float = 0.0
 
 
-def _agents(db: Database, settings: Settings, replica_id: str = "demo-seed"):
+def _agents(db: Database, settings: Settings, replica_id: str = "demo-seed", saver_clock: ManualClock | None = None):
     store = build_store(db.pool, make_embeddings(settings), settings.embeddings_dims)
     # Checkpoints through the dual saver (PostgreSQL, in-memory buffer while it is unreachable); the
-    # demo's last step (core.outage.demo_outage) closes it.
-    saver = DualCheckpointSaver(db.dsn, replica_id=replica_id)
+    # demo's last step (core.operations.outage.demo_outage) closes it.
+    saver = DualCheckpointSaver(db.dsn, replica_id=replica_id, clock=saver_clock)
     model = ScriptedChatModel()
     return store, {k: build_agent(k, model, store=store, checkpointer=saver)
                    for k in ("atencion-cliente", "compras", "ajustes-personal")}
@@ -95,12 +99,14 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     progress = progress or SeedProgress()
     rng = random.Random(seed)
     now = now or datetime.now(timezone.utc)
-    store, agents = _agents(db, settings)
-
     # Our logs' replayed times are whole days before `now`'s UTC day, in office hours (08:00-18:03), so
     # every date lands in a page's "last `days` days" window [today - days + 1, today] and never in the
     # future, whatever hour the seed runs at (a CI run at 00:30 UTC as at 23:30).
     midnight = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    month = MonthPlan.for_month(midnight, days)
+    # the seed's saver dates its degradation episodes by this clock, which the outages move
+    saver_clock = ManualClock(midnight - timedelta(days=days))
+    store, agents = _agents(db, settings, saver_clock=saver_clock)
 
     def past_day(minutes: int = 0) -> datetime:
         return midnight - timedelta(days=rng.randint(1, days - 1)) + timedelta(hours=8, minutes=minutes)
@@ -168,15 +174,22 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
                        thread_id=None, agent="atencion-cliente-v0")
     summary.legacy_customers = legacy
 
-    # The operations' own code paths: a real sweep (trigger demo, then 2 fresh expired notices), a
-    # real erasure of one customer (in the register), and a real outage (embedded server only:
-    # degraded turns, a denied HIGH tool, resync), which also closes the seed's saver.
-    progress.at("sweep")
-    demo_sweep(db)
-    progress.at("erasure")
-    erase_demo_customer(db, exclude=legacy)
-    progress.at("outage")
-    demo_outage(db, settings, agents)
+    # The month's operations through their own code paths, in replayed-time order: real sweeps (trigger
+    # demo), real erasures in the register, the first erased customer back with a new preference (the
+    # next sweeps' re-checks find it), then 2 fresh expired notices; and real outages (embedded server
+    # only: degraded turns, a denied HIGH tool, resync), the last of which closes the seed's saver.
+    progress.at("operations")
+
+    def come_back(cid: str) -> None:
+        run_turn(agents["atencion-cliente"], ContextoCliente(cid), f"cliente-{cid}-vuelve", COMEBACK_TEXT)
+
+    def step(done: int, total: int) -> None:
+        progress.done, progress.total = done, total
+    summary.month = month_of_operations(db, month, exclude=legacy, come_back=come_back, step=step)
+    leave_expired_notices(db)
+    progress.at("outage", 0, len(month.outages))
+    summary.outages = demo_outage(db, settings, agents, episodes=month.outages, saver_clock=saver_clock) or []
+    progress.done = len(summary.outages)
 
     summary.seconds = time.monotonic() - started
     return summary

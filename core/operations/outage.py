@@ -11,10 +11,14 @@ import logging
 import os
 import signal
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
+
+from core import clock
+from core.clock import ManualClock
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +63,11 @@ class EmbeddedServerControl:
         postmaster = psutil.Process(self.postmaster_pid())
         pids = [postmaster.pid] + [c.pid for c in postmaster.children(recursive=True)]
         for pid in pids:  # postmaster first, so it cannot fork a new backend meanwhile
-            os.kill(pid, signal.SIGSTOP)
-        self._stopped_pids = pids
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:  # a backend that exited meanwhile: nothing to stop
+                continue
+            self._stopped_pids.append(pid)  # recorded one by one: resume() wakes whatever was stopped
 
     def resume(self) -> None:
         """SIGCONT every process `hang()` stopped (safe to call twice)."""
@@ -106,17 +113,23 @@ OUTAGE_TURNS = [
 ]
 
 
-def demo_outage(db: Any, settings: Any, agents: dict[str, Any], *, kind: str = "hang",
-                timeout: float = 10.0) -> OutageReport | None:
-    """The demo seed's last checkpoint step: a real, short outage, then the saver is closed.
+def demo_outage(db: Any, settings: Any, agents: dict[str, Any], *, kind: str = "hang", timeout: float = 10.0,
+                episodes: Sequence[tuple[datetime, timedelta]] = (), saver_clock: ManualClock | None = None,
+                ) -> list[OutageReport] | None:
+    """The demo seed's last checkpoint step: real, short outages, then the saver is closed.
 
-    Only on the embedded server (elsewhere it just closes the saver and returns None): the
-    server is hung (or stopped, `kind="stop"`) while a few conversations run degraded (a
-    preference that runs, a supplier notice the guard denies), then it comes back and the
-    buffer is resynced, so the seeded history holds a real degradation episode. The outage
-    turns run on agents without the store, which lives in the same server (the guard and the
-    checkpointer are what this shows). "hang" is the default because `pg_ctl stop` would also
-    end the seeding session that holds the demo's advisory lock, and its unlock would fail.
+    Only on the embedded server (elsewhere it just closes the saver and returns None): for each
+    episode the server is hung (or stopped, `kind="stop"`) while a few conversations run degraded (a
+    preference that runs, a supplier notice the guard denies), then it comes back and the buffer is
+    resynced, so the seeded history holds real degradation episodes. The outage turns run on agents
+    without the store, which lives in the same server (the guard and the checkpointer are what this
+    shows). "hang" is the default because `pg_ctl stop` would also end the seeding session that holds
+    the demo's advisory lock, and its unlock would fail.
+
+    `episodes` are (replayed start, replayed length) pairs: the turns carry replayed times (core.clock)
+    and `saver_clock`, the ManualClock the saver was built with, is set to the start before the outage
+    and moved to the end before the server comes back, so the recorded episode spans that length
+    (the real outage lasts seconds). Without `episodes`, one outage in real time.
     """
     from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
     from core.agents.scripted_model import ScriptedChatModel
@@ -131,25 +144,33 @@ def demo_outage(db: Any, settings: Any, agents: dict[str, Any], *, kind: str = "
         model = ScriptedChatModel()
         outage_agents = {k: build_agent(k, model, store=None, checkpointer=saver)
                          for k in ("atencion-cliente", "compras")}
-        report = OutageReport(kind=kind)
-        started = time.monotonic()
-        (control.stop if kind == "stop" else control.hang)()
-        try:
-            for n, (agent_kind, subject, text) in enumerate(OUTAGE_TURNS):
-                customer = agent_kind == "atencion-cliente"
-                context = ContextoCliente(subject) if customer else ContextoProveedor(subject)
-                thread = f"{'cliente' if customer else 'compras'}-{subject}-caida-{n + 1}"
-                result = run_turn(outage_agents[agent_kind], context, thread, text)
-                report.turns += 1
-                report.denials += [m.name for m in result["messages"] if getattr(m, "status", None) == "error"]
-                if report.seconds_to_degraded is None and saver.degraded:
-                    report.seconds_to_degraded = time.monotonic() - started
-        finally:
-            (control.start if kind == "stop" else control.resume)()
-        back = time.monotonic()
-        if saver.wait_for("healthy", timeout):
-            report.seconds_to_resynced = time.monotonic() - back
-        log.info("demo outage: %s", report)
-        return report
+        reports = []
+        for number, (at, length) in enumerate(episodes or [(None, None)], start=1):
+            report = OutageReport(kind=kind)
+            if saver_clock is not None and at is not None:
+                saver_clock.set(at)
+            started = time.monotonic()
+            try:
+                (control.stop if kind == "stop" else control.hang)()
+                for n, (agent_kind, subject, text) in enumerate(OUTAGE_TURNS):
+                    customer = agent_kind == "atencion-cliente"
+                    context = ContextoCliente(subject) if customer else ContextoProveedor(subject)
+                    thread = f"{'cliente' if customer else 'compras'}-{subject}-caida-{number}-{n + 1}"
+                    with clock.simulated(at + timedelta(minutes=n + 1)) if at is not None else nullcontext():
+                        result = run_turn(outage_agents[agent_kind], context, thread, text)
+                    report.turns += 1
+                    report.denials += [m.name for m in result["messages"] if getattr(m, "status", None) == "error"]
+                    if report.seconds_to_degraded is None and saver.degraded:
+                        report.seconds_to_degraded = time.monotonic() - started
+            finally:
+                if saver_clock is not None and at is not None:
+                    saver_clock.set(at + length)
+                (control.start if kind == "stop" else control.resume)()
+            back = time.monotonic()
+            if saver.wait_for("healthy", timeout):
+                report.seconds_to_resynced = time.monotonic() - back
+            log.info("demo outage %d: %s", number, report)
+            reports.append(report)
+        return reports
     finally:
         saver.close()

@@ -37,6 +37,7 @@ import pandas as pd
 import psycopg
 from psycopg.rows import dict_row
 
+from core import clock
 from core.config import DEFAULT_DIMS
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
 from core.checkpoints import tool_calls
@@ -60,17 +61,18 @@ TRY_LOCK = "SELECT pg_try_advisory_lock(%s) AS locked"
 UNLOCK = "SELECT pg_advisory_unlock(%s)"
 
 INSERT_RUN = """
-INSERT INTO core_sweep_log (trigger, operator, host, status, dry_run, retention_days)
-VALUES (%s, %s, %s, %s, %s, %s) RETURNING id, started_at"""
+INSERT INTO core_sweep_log (trigger, operator, host, status, dry_run, retention_days, started_at)
+VALUES (%s, %s, %s, %s, %s, %s, now() + %s::interval) RETURNING id, started_at"""
 
 INSERT_LOCKED_RUN = """
-INSERT INTO core_sweep_log (trigger, operator, host, status, dry_run, retention_days, finished_at, error)
-VALUES (%s, %s, %s, 'locked', %s, %s, now(), 'another sweep holds the advisory lock (already running)')
+INSERT INTO core_sweep_log (trigger, operator, host, status, dry_run, retention_days, started_at, finished_at, error)
+VALUES (%s, %s, %s, 'locked', %s, %s, now() + %s::interval, now() + %s::interval,
+        'another sweep holds the advisory lock (already running)')
 RETURNING id, started_at"""
 
 FINISH_RUN = """
 UPDATE core_sweep_log
-SET finished_at = now(), status = %(status)s, documents_deleted = %(documents)s, vectors_deleted = %(vectors)s,
+SET finished_at = now() + %(shift)s::interval, status = %(status)s, documents_deleted = %(documents)s, vectors_deleted = %(vectors)s,
     deleted_by_root = %(by_root)s, threads_found = %(threads_found)s, threads_deleted = %(threads_deleted)s,
     threads_sample = %(threads_sample)s, erasure_recheck = %(erasure)s, error = %(error)s,
     tool_calls_extracted = %(tool_calls)s
@@ -295,17 +297,18 @@ def run_sweep(
     days = default_retention_days() if retention_days is None else validate_retention_days(retention_days)
     step = on_step or _no_step
     host = socket.gethostname()
+    shift = clock.shift()  # zero, except in the demo replaying a past day (core.clock)
     result = SweepResult(None, "running", trigger, dry_run, days, host)
     with _connect(db.dsn) as conn:
         if not conn.execute(TRY_LOCK, (SWEEP_LOCK_ID,)).fetchone()["locked"]:
-            row = conn.execute(INSERT_LOCKED_RUN, (trigger, operator, host, dry_run, days)).fetchone()
+            row = conn.execute(INSERT_LOCKED_RUN, (trigger, operator, host, dry_run, days, shift, shift)).fetchone()
             result.run_id, result.started_at, result.status = row["id"], row["started_at"], "locked"
             result.finished_at, result.error = row["started_at"], "already running"
             log.warning("sweep: another run holds the advisory lock: already running, nothing done")
             step("done", 1.0, "locked")
             return result
         try:
-            row = conn.execute(INSERT_RUN, (trigger, operator, host, "running", dry_run, days)).fetchone()
+            row = conn.execute(INSERT_RUN, (trigger, operator, host, "running", dry_run, days, shift)).fetchone()
             result.run_id, result.started_at = row["id"], row["started_at"]
             step("locked", 0.05, f"run {result.run_id}")
             errors: list[str] = []
@@ -350,6 +353,7 @@ def run_sweep(
                 "threads_found": len(result.threads), "threads_deleted": result.threads_deleted,
                 "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
                 "erasure": result.erasure_recheck, "error": result.error, "tool_calls": result.tool_calls_extracted,
+                "shift": shift,
             }).fetchone()["finished_at"]
         finally:
             conn.execute(UNLOCK, (SWEEP_LOCK_ID,))

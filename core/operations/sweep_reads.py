@@ -13,13 +13,14 @@ SELECT id, started_at, trigger, status, documents_deleted, vectors_deleted, dele
 FROM core_sweep_log ORDER BY started_at DESC, id DESC LIMIT %s"""
 
 # Runs that deleted something for real, one row per (run, root); runs without per-root detail
-# count under the root 'unknown'.
+# count under the root 'unknown'. A run that deleted nothing has no row (the run log lists it).
 SELECT_DELETED_BY_ROOT = """
 SELECT l.id AS run_id, l.started_at, l.trigger, coalesce(r.key, 'unknown') AS root,
        coalesce(r.value::bigint, l.documents_deleted) AS documents
 FROM (SELECT * FROM core_sweep_log WHERE status IN ('ok', 'error') AND NOT dry_run
       ORDER BY started_at DESC, id DESC LIMIT %s) l
 LEFT JOIN LATERAL jsonb_each_text(l.deleted_by_root) r ON true
+WHERE coalesce(r.value::bigint, l.documents_deleted) > 0
 ORDER BY l.started_at, l.id, root"""
 
 SELECT_EXPIRED_BY_ROOT = """

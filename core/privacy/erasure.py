@@ -34,7 +34,7 @@ from langgraph.store.base import PutOp
 from langgraph.store.postgres import PostgresStore
 from psycopg.types.json import Jsonb
 
-from core import read_replica
+from core import clock, read_replica
 from core.db import Database
 from core.privacy import subjects as subj
 from core.privacy import residue as res
@@ -51,13 +51,13 @@ ERASURE_LOCK_NS = 0x6572  # advisory lock (ns, hashtext(customer)): one erasure 
 
 INSERT_REQUEST = """
 INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator, counts_before, thread_ids, sources,
-                                   residue, residue_terms, exclusions)
+                                   residue, residue_terms, exclusions, requested_at)
 VALUES (%(customer_id)s, %(prefix)s, %(operator)s, %(before)s, %(threads)s, %(sources)s, %(residue)s, %(terms)s,
-        %(exclusions)s)
+        %(exclusions)s, now() + %(shift)s::interval)
 RETURNING id, requested_at"""
 FINISH_REQUEST = """
 UPDATE core_erasure_register
-SET finished_at = now(), status = %(status)s, passes = %(passes)s, thread_ids = %(threads)s,
+SET finished_at = now() + %(shift)s::interval, status = %(status)s, passes = %(passes)s, thread_ids = %(threads)s,
     deleted = %(deleted)s, counts_after = %(after)s, evidence = %(evidence)s, report = %(report)s
 WHERE id = %(id)s RETURNING finished_at"""
 INSERT_TOMBSTONES = """
@@ -238,7 +238,7 @@ def erase(
                 "customer_id": customer_id, "prefix": prefix, "operator": operator.strip(), "before": Jsonb(before),
                 "threads": sorted(threads), "sources": Jsonb(sources), "residue": Jsonb(residue_rows),
                 "terms": Jsonb([asdict(t) | {"common": t.common} for t in terms]),
-                "exclusions": Jsonb(exclusions)}).fetchone()
+                "exclusions": Jsonb(exclusions), "shift": clock.shift()}).fetchone()
             request_id, requested_at = row["id"], row["requested_at"]
             deleted: dict[str, int] = {}
             evidence: list[EvidenceQuery] = []
@@ -277,7 +277,7 @@ def erase(
                              config)
                 raise
             finished = conn.execute(FINISH_REQUEST, {
-                "id": request_id, "status": status, "passes": passes, "threads": sorted(threads),
+                "id": request_id, "status": status, "shift": clock.shift(), "passes": passes, "threads": sorted(threads),
                 "deleted": Jsonb(deleted), "after": Jsonb(after), "evidence": Jsonb([asdict(e) for e in evidence]),
                 "report": report}).fetchone()
             notify(Progress("done", passes, sum(deleted.values()), after))
@@ -320,7 +320,7 @@ def _record_stop(db: Database, conn: psycopg.Connection, request_id: int, exc: B
                  customer_id: str, config: subj.Attribution) -> None:
     """Record a failed or interrupted request with what it deleted and, if the database answers, what remains."""
     status = "failed" if isinstance(exc, Exception) else "interrupted"
-    params = {"id": request_id, "status": status, "passes": passes, "threads": sorted(threads),
+    params = {"id": request_id, "status": status, "shift": clock.shift(), "passes": passes, "threads": sorted(threads),
               "deleted": Jsonb(deleted), "after": None, "evidence": Jsonb([asdict(e) for e in evidence]),
               "report": f"{status}: {type(exc).__name__}: {exc}".rstrip(": ")
               + "; resume it from the register page"}

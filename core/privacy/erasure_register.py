@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 from psycopg.types.json import Jsonb
 
-from core import read_replica
+from core import clock, read_replica
 from core.db import Database
 from core.privacy import subjects as subj
 from core.privacy import residue as res
@@ -21,8 +21,8 @@ from core.privacy.evidence import EvidenceQuery, _config, _find_threads, _now_is
 log = logging.getLogger(__name__)
 
 INSERT_RECHECK = """
-INSERT INTO core_erasure_rechecks (request_id, trigger, operator, clean, counts, evidence)
-VALUES (%s, %s, %s, %s, %s, %s) RETURNING id, checked_at"""
+INSERT INTO core_erasure_rechecks (request_id, trigger, operator, clean, counts, evidence, checked_at)
+VALUES (%s, %s, %s, %s, %s, %s, now() + %s::interval) RETURNING id, checked_at"""
 UPDATE_LAST_RECHECK = "UPDATE core_erasure_register SET last_recheck_at = %s, last_recheck_clean = %s WHERE id = %s"
 # The latest finished request per customer: what a re-check has to hold true.
 SELECT_RECHECKABLE = """
@@ -80,7 +80,7 @@ def recheck(db: Database, request_id: int, *, trigger: str = "manual", operator:
     counts = {e.table: e.result for e in evidence}
     clean = all(n == 0 for n in counts.values())
     rec = db.fetch_one(INSERT_RECHECK, (request_id, trigger, operator, clean, Jsonb(counts),
-                                        Jsonb([asdict(e) for e in evidence])), read_only=False)
+                                        Jsonb([asdict(e) for e in evidence]), clock.shift()), read_only=False)
     db.execute(UPDATE_LAST_RECHECK, (rec["checked_at"], clean, request_id))
     if not clean:
         log.warning("erasure %s of %s: data came back: %s", request_id, customer_id,

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Iterable
 
 import psycopg
 from psycopg import sql
 
+from core import clock
 from core.agents.retail import METADATA_KEY
 from core.db import Database
 from core.memory.store import validate_label
@@ -141,7 +141,7 @@ def _params(customer_id: str, thread_ids: Iterable[str]) -> dict[str, Any]:
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return clock.now().isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
