@@ -48,7 +48,7 @@ with right:
     st.subheader(t("top_prefixes", n=TOP_N))
     top = read(reads.top_prefixes, TOP_N)
     fig = px.bar(top.iloc[::-1], x="documents", y="prefix", color="root", orientation="h", color_discrete_map=ROOT_COLORS,
-                 labels={"prefix": "", "documents": t("documents")})
+                 labels={"prefix": "", "documents": t("documents"), "root": ""})  # the legend names the roots
     fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10))
     st.plotly_chart(fig, key="memory.top_chart")
 
