@@ -205,6 +205,7 @@ def erase(
     notify = progress or (lambda _p: None)
     ns = (ROOT, customer_id)
     prefix = f"{ROOT}.{customer_id}"
+    shift = clock.shift()  # zero, except in the demo replaying a past day (core.clock)
     store = PostgresStore(db.pool)  # no TTL config: expired rows are listed (and erased) too
     saver = PostgresSaver(db.pool)
 
@@ -238,7 +239,7 @@ def erase(
                 "customer_id": customer_id, "prefix": prefix, "operator": operator.strip(), "before": Jsonb(before),
                 "threads": sorted(threads), "sources": Jsonb(sources), "residue": Jsonb(residue_rows),
                 "terms": Jsonb([asdict(t) | {"common": t.common} for t in terms]),
-                "exclusions": Jsonb(exclusions), "shift": clock.shift()}).fetchone()
+                "exclusions": Jsonb(exclusions), "shift": shift}).fetchone()
             request_id, requested_at = row["id"], row["requested_at"]
             deleted: dict[str, int] = {}
             evidence: list[EvidenceQuery] = []
@@ -277,7 +278,7 @@ def erase(
                              config)
                 raise
             finished = conn.execute(FINISH_REQUEST, {
-                "id": request_id, "status": status, "shift": clock.shift(), "passes": passes, "threads": sorted(threads),
+                "id": request_id, "status": status, "shift": shift, "passes": passes, "threads": sorted(threads),
                 "deleted": Jsonb(deleted), "after": Jsonb(after), "evidence": Jsonb([asdict(e) for e in evidence]),
                 "report": report}).fetchone()
             notify(Progress("done", passes, sum(deleted.values()), after))
