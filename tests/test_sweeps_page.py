@@ -132,3 +132,30 @@ def test_manager_is_refused(demo_db, app_env):
     assert not page.get("plotly_chart") and not page.metric
     with pytest.raises(KeyError):
         page.button(key="sweeps.now")
+
+
+def test_sweeps_page_on_article_agents_equals_sql(article_agents, app_env):
+    """Agents built from the articles alone (stock savers, none of our code): the scheduled sweep runs on
+    their database, and the page's log and per-run chart equal SQL (a run that deleted nothing has no bar)."""
+    from core.db import Database
+    from core.operations.sweep import run_sweep
+
+    written = article_agents()
+    db = Database(written.dsn)
+    try:
+        first, second = run_sweep(db, trigger="scheduled"), run_sweep(db, trigger="scheduled")
+        assert first.status == second.status == "ok"
+        at = open_page(written.dsn, app_env)
+        log = frame(at, "id", "trigger", "status")
+        sql_log = db.fetch("SELECT id, trigger, status FROM core_sweep_log ORDER BY id DESC")
+        assert list(log["id"]) == [r["id"] for r in sql_log] == [second.run_id, first.run_id]
+        sql_deleted = {r["root"]: int(r["n"]) for r in db.fetch(
+            "SELECT r.key AS root, sum(r.value::bigint) AS n FROM core_sweep_log l, jsonb_each_text(l.deleted_by_root) r "
+            "WHERE NOT l.dry_run GROUP BY 1 HAVING sum(r.value::bigint) > 0")}
+        try:
+            shown = totals_by_trace(figure(at, "sweeps.runs_chart"))
+        except KeyError:  # nothing deleted: no chart, the page says so
+            shown = {}
+        assert shown == sql_deleted and "unknown" not in shown
+    finally:
+        db.close()
