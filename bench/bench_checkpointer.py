@@ -10,7 +10,8 @@ and again under new ids and channel versions, as a long conversation would.
 Measured in the same run, in back-to-back stock/dual batch pairs (order alternating) so both see the
 same machine load; the ratio is the median of the per-pair ratios:
 - sync `put` and `get_tuple` (latest of a thread) per second: `PostgresSaver` on a pool vs
-  `DualCheckpointSaver` (same serializer for both: ours), single thread;
+  `DualCheckpointSaver` (same serializer for both: ours), single thread; and the same pairs of two
+  identical stock savers (the control: what the method reads for no difference at all);
 - async `aput` and `aget_tuple`: `AsyncPostgresSaver` on an async pool vs the dual saver's async path;
 - time to degraded and time to resync for a stopped server (`pg_ctl -m fast stop`) and a hung one
   (postmaster and backends SIGSTOPped), with 4 threads putting checkpoints throughout.
@@ -134,26 +135,32 @@ def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
     pool = make_pool(dsn, name="bench-stock")
     stock = PostgresSaver(pool, serde=serde)
     dual = DualCheckpointSaver(dsn, serde=serde, replica_id="bench-throughput")
-    # Both pools start with their one connection ready: a call queued on a pool still connecting
+    # The control: a second stock saver on its own pool, measured against the first exactly as the
+    # dual saver is. Its ratio is what the method gives for two identical savers (ideally 1.000).
+    control_pool = make_pool(dsn, name="bench-control")
+    control = PostgresSaver(control_pool, serde=serde)
+    # Every pool starts with its one connection ready: a call queued on a pool still connecting
     # makes it grow, and calls alternating between two backends are measurably slower here.
-    pool.wait(timeout=10)
-    dual._shared.pool.wait(timeout=10)
-    works = {"stock": Workload(*sample), "dual": Workload(*sample)}
+    for p in (pool, dual._shared.pool, control_pool):
+        p.wait(timeout=10)
+    works = {"stock": Workload(*sample), "dual": Workload(*sample), "control": Workload(*sample)}
     rows: list[dict] = []
     try:
-        for op, batch in (("put", _put_batch), ("get_tuple", _get_batch)):
-            batch(stock, works["stock"], 50)  # warm
-            batch(dual, works["dual"], 50)
-            pairs = []
-            for r in range(rounds):
-                if r % 2 == 0:
-                    a = batch(stock, works["stock"], ops)
-                    b = batch(dual, works["dual"], ops)
-                else:
-                    b = batch(dual, works["dual"], ops)
-                    a = batch(stock, works["stock"], ops)
-                pairs.append((a, b))
-            rows.append(_summary("sync", op, pairs))
+        for path, other in (("sync", dual), ("sync control (stock vs stock)", control)):
+            work = works["dual" if other is dual else "control"]
+            for op, batch in (("put", _put_batch), ("get_tuple", _get_batch)):
+                batch(stock, works["stock"], 50)  # warm
+                batch(other, work, 50)
+                pairs = []
+                for r in range(rounds):
+                    if r % 2 == 0:
+                        a = batch(stock, works["stock"], ops)
+                        b = batch(other, work, ops)
+                    else:
+                        b = batch(other, work, ops)
+                        a = batch(stock, works["stock"], ops)
+                    pairs.append((a, b))
+                rows.append(_summary(path, op, pairs))
 
         async def run_async() -> None:
             apool = AsyncConnectionPool(conninfo=dsn, min_size=1, max_size=8, timeout=POOL_TIMEOUT_S, open=False,
@@ -187,6 +194,7 @@ def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
     finally:
         dual.close()
         pool.close()
+        control_pool.close()
     return rows
 
 
@@ -264,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(throughput(dsn, args.ops, args.rounds, sample))
     print(f"\n{args.repeats} run(s) of {args.rounds} back-to-back pairs of {args.ops}-operation batches per row, "
           "order alternating, single caller\n")
-    print("| path | op | stock langgraph saver (ops/s, median) | dual saver (ops/s, median) | ratio (median of pairs) | 95 % interval |")
+    print("| path | op | stock langgraph saver (ops/s, median) | dual saver, or the second stock saver in the control (ops/s, median) | ratio (median of pairs) | 95 % interval |")
     print("|---|---|---:|---:|---:|---:|")
     for rows in runs:
         for r in rows:

@@ -197,8 +197,13 @@ UPDATE store SET expires_at = expires_at + %(window)s
 WHERE expires_at >= now() AND expires_at < now() + %(window)s"""
 
 
+def database_bytes(base: str, name: str) -> int:
+    with psycopg.connect(base, autocommit=True) as conn:
+        return int(conn.execute("SELECT pg_database_size(%s)", (name,)).fetchone()[0])
+
+
 def database(base: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
-             log: Callable[[str], None], rebuild: bool = False) -> tuple[str, dict]:
+             log: Callable[[str], None], rebuild: bool = False, build_only: bool = False) -> tuple[str, dict]:
     """A fresh copy of the production-sized database (built first if its template does not exist,
     or if `rebuild`)."""
     template = f"bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}"
@@ -214,6 +219,10 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
         info.update(build(dsn_for(base, building), docs, customers, threads, writes, erasure_docs, log))
         reset_pool(dsn_for(base, building))
         _sql(base, f'ALTER DATABASE "{building}" RENAME TO "{template}"')
+    info["template_bytes"] = database_bytes(base, template)
+    log(f"template {template}: {info['template_bytes'] / 1e9:.2f} GB")
+    if build_only:
+        return "", info
     work = f"{template}_run"
     _sql(base, f'DROP DATABASE IF EXISTS "{work}" WITH (FORCE)')
     t = time.perf_counter()
@@ -227,6 +236,8 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
         info["expiries_moved"] = conn.execute(MOVE_EXPIRIES_OUT_OF_RUN, {"window": generate_store.RUN_WINDOW}).rowcount
         conn.execute("VACUUM ANALYZE")  # statistics and visibility map of the copy
         conn.execute("CHECKPOINT")  # the build's and the copy's writes flushed before anything is timed
+    info["run_copy_bytes"] = database_bytes(base, work)
+    log(f"run copy {work}: {info['run_copy_bytes'] / 1e9:.2f} GB")
     return dsn, info
 
 
@@ -517,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run each: seconds")
     parser.add_argument("--rebuild", action="store_true", help="build the database again even if it exists")
     parser.add_argument("--json", type=Path, help="also write the figures and row counts here")
+    parser.add_argument("--build-only", action="store_true", help="build the template (if missing) and stop")
     args = parser.parse_args(argv)
     sizes = dict(SMOKE) if args.smoke else {
         "docs": args.docs, "customers": args.customers, "threads": args.threads, "writes": args.writes,
@@ -525,6 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     base = embedded_dsn(args.data)
     print(f"embedded PostgreSQL in {args.data}; python {sys.version.split()[0]}; load {os.getloadavg()}", flush=True)
     started = time.perf_counter()
+    if args.build_only:
+        _, info = database(base, sizes["docs"], sizes["customers"], sizes["threads"], sizes["writes"],
+                           sizes["erasure_docs"], lambda s: print(s, flush=True), args.rebuild, build_only=True)
+        print(json.dumps(info, default=str))
+        return 0
     figures, info = run(base, log=lambda s: print(s, flush=True), rebuild=args.rebuild or args.smoke, **sizes)
     info["total_s"] = round(time.perf_counter() - started, 1)
     info["load_after"] = os.getloadavg()

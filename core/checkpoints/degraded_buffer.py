@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -21,12 +21,35 @@ from core.checkpoints.failures import CheckpointUnavailable
 from core.checkpoints.saver_state import _thread_of
 
 
+class _RememberedPut(NamedTuple):
+    """A healthy put as the read cache keeps it: `config` is the checkpoint's own and
+    `pending_writes` its writes (as in a CheckpointTuple); `put_config` and `metadata` are what the
+    put was given."""
+
+    config: RunnableConfig
+    checkpoint: Checkpoint
+    put_config: RunnableConfig
+    metadata: CheckpointMetadata
+    pending_writes: Sequence[tuple[str, str, Any]] = ()
+
+
+def _as_tuple(entry: CheckpointTuple | _RememberedPut) -> CheckpointTuple:
+    """The CheckpointTuple that PostgresSaver would return for a cached entry."""
+    if isinstance(entry, CheckpointTuple):
+        return entry
+    thread_id, ns, parent_id = _thread_of(entry.put_config)
+    parent = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}} if parent_id else None
+    return CheckpointTuple(entry.config, entry.checkpoint,
+                           get_serializable_checkpoint_metadata(entry.put_config, entry.metadata), parent,
+                           list(entry.pending_writes))
+
+
 class DegradedBuffer:
     """Mixin of `DualCheckpointSaver`: what it serves and keeps while degraded."""
 
     # --- read cache (what PostgreSQL had, for degraded reads) ------------------------------
 
-    def _remember(self, tup: CheckpointTuple | None) -> None:
+    def _remember(self, tup: CheckpointTuple | _RememberedPut | None) -> None:
         if tup is None:
             return
         sh = self._shared
@@ -46,12 +69,11 @@ class DegradedBuffer:
 
     def _remember_put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                       next_config: RunnableConfig) -> None:
-        thread_id, ns, parent_id = _thread_of(config)
-        parent = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}} if parent_id else None
-        snapshot = {**checkpoint, "channel_values": dict(checkpoint["channel_values"]),
-                    "channel_versions": dict(checkpoint["channel_versions"])}
-        self._remember(CheckpointTuple(next_config, snapshot, get_serializable_checkpoint_metadata(config, metadata),
-                                       parent, []))
+        # On every healthy put: keep a snapshot (shallow copies, as PostgresSaver.put makes) and
+        # build the CheckpointTuple only if a degraded read ever needs it (_as_tuple).
+        snapshot = {**checkpoint, "channel_values": checkpoint["channel_values"].copy(),
+                    "channel_versions": checkpoint["channel_versions"].copy()}
+        self._remember(_RememberedPut(next_config, snapshot, config, metadata))
 
     def _remember_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
         sh = self._shared
@@ -70,7 +92,7 @@ class DegradedBuffer:
         """
         sh = self._shared
         with sh.cache_lock:
-            tuples = [t for (tid, _), t in sh.cache.items() if (thread_id is None or tid == thread_id)
+            tuples = [_as_tuple(t) for (tid, _), t in sh.cache.items() if (thread_id is None or tid == thread_id)
                       and tid not in sh.seeded and tid not in sh.tombstoned]  # never seed an erased thread
         for tup in tuples:
             tid, ns, checkpoint_id = _thread_of(tup.config)

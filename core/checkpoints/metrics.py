@@ -75,9 +75,16 @@ def _label(value: Any) -> str:
 
 # --- hooks: one line each where the event happens ---------------------------------------------
 
+_CALL_CHILDREN: dict[tuple[str, str], Any] = {}  # the labelled histograms, looked up once (hot path)
+
+
 def observe(backend: str, op: str, seconds: float) -> None:
     """One checkpoint call took `seconds` on `backend` ("postgres"|"memory")."""
-    CALL_SECONDS.labels(backend if backend in BACKENDS else "other", op if op in OPS else "other").observe(seconds)
+    child = _CALL_CHILDREN.get((backend, op))
+    if child is None:
+        child = _CALL_CHILDREN[(backend, op)] = CALL_SECONDS.labels(
+            backend if backend in BACKENDS else "other", op if op in OPS else "other")
+    child.observe(seconds)
 
 
 def resynced(operations: int, seconds: float) -> None:
