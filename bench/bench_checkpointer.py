@@ -143,22 +143,22 @@ def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
     # makes it grow, and calls alternating between two backends are measurably slower here.
     for p in (pool, dual._shared.pool, control_pool):
         p.wait(timeout=10)
-    works = {"stock": Workload(*sample), "dual": Workload(*sample), "control": Workload(*sample)}
     rows: list[dict] = []
     try:
         for path, other in (("sync", dual), ("sync control (stock vs stock)", control)):
-            work = works["dual" if other is dual else "control"]
+            # fresh threads for both sides: a read's speed depends on the thread's history
+            mine, theirs = Workload(*sample), Workload(*sample)
             for op, batch in (("put", _put_batch), ("get_tuple", _get_batch)):
-                batch(stock, works["stock"], 50)  # warm
-                batch(other, work, 50)
+                batch(stock, mine, 50)  # warm
+                batch(other, theirs, 50)
                 pairs = []
                 for r in range(rounds):
                     if r % 2 == 0:
-                        a = batch(stock, works["stock"], ops)
-                        b = batch(other, work, ops)
+                        a = batch(stock, mine, ops)
+                        b = batch(other, theirs, ops)
                     else:
-                        b = batch(other, work, ops)
-                        a = batch(stock, works["stock"], ops)
+                        b = batch(other, theirs, ops)
+                        a = batch(stock, mine, ops)
                     pairs.append((a, b))
                 rows.append(_summary(path, op, pairs))
 

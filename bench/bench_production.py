@@ -23,8 +23,8 @@ the erasure and the sweep delete data:
   with core.replica_health's own writers.
 
 Measured, in this order, each with its baseline when there is one (same database, same run):
-every page's core reads (median of --runs warm calls) and its full AppTest render with an empty data
-cache (median of --renders); the SQL decoder over one thread's history vs two Python decoders; the
+every page's core reads (median of --runs warm calls; a call over 10 s is timed once) and its full
+AppTest render with an empty data cache (median of --renders; a render over 10 s ends the series); the SQL decoder over one thread's history vs two Python decoders; the
 Erasure page's preview; the erasure of the large customer `C9` vs the seed's loop on `C8`; the
 Erasure register; a sweep (`core.sweep.run_sweep`) vs the bare `sweep_ttl()` plus a set-based
 retention delete (both run first in a transaction that is rolled back), then the Sweeps page again, right
@@ -63,6 +63,7 @@ from core.migrate import migrate  # noqa: E402
 DIMS = 64
 QUERY_TARGET_MS = 300.0
 RENDER_TARGET_MS = 1500.0
+RENDER_TIMEOUT_S = 3600  # a render waits for the page's reads, however slow (the residue scan at 10M)
 RETENTION_DAYS = 90
 ERASED, SEED_LOOP_CUSTOMER = "C9", "C8"  # two large customers of the same shape
 OLD_EVERY = 33  # one round of template threads in 33 is older than the retention (~3%)
@@ -219,6 +220,19 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
         info.update(build(dsn_for(base, building), docs, customers, threads, writes, erasure_docs, log))
         reset_pool(dsn_for(base, building))
         _sql(base, f'ALTER DATABASE "{building}" RENAME TO "{template}"')
+    # The Preferences page reads the tool calls the sweep job extracts from the checkpoints
+    # (incrementally, from a watermark): done once on the template, as production would have done it
+    # over time; a run then measures the incremental step on its copy (bench/bench_tool_calls.py
+    # measures a full extraction against the live decode).
+    t = time.perf_counter()
+    template_db = Database(dsn_for(base, template))
+    extracted = tool_calls.extract(template_db)
+    template_db.close()
+    reset_pool(dsn_for(base, template))
+    if extracted.writes:
+        info["template_tool_call_extraction"] = {"s": round(time.perf_counter() - t, 1), "writes": extracted.writes,
+                                                 "calls": extracted.calls}
+        log(f"tool calls extracted on the template: {info['template_tool_call_extraction']}")
     info["template_bytes"] = database_bytes(base, template)
     log(f"template {template}: {info['template_bytes'] / 1e9:.2f} GB")
     if build_only:
@@ -289,7 +303,8 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
         path, params, click = PAGES[page]
         params = dict(params, **({"thread": thread} if thread else {}))
         fig = Figure(page, "page render (AppTest, empty data cache)",
-                     bench_pages.page_render_ms(dsn, path, params, click, runs=renders), target_ms=RENDER_TARGET_MS)
+                     bench_pages.page_render_ms(dsn, path, params, click, runs=renders, timeout=RENDER_TIMEOUT_S),
+                     target_ms=RENDER_TARGET_MS)
         figures.append(fig)
         log(f"  {page}: render {fig.ms:.1f} ms")
         return fig
@@ -313,11 +328,11 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
 
     # Preferencias
     log("Preferencias")
-    # the page reads tool calls extracted from the checkpoints: the extraction is a job step (the sweep
-    # advances it), measured once here; bench/bench_tool_calls.py measures it against the live decode
+    # the page reads tool calls extracted from the checkpoints (done on the template): the sweep job's
+    # incremental step on this copy
     extract_s, extracted = timed_ms(lambda: tool_calls.extract(db))
     info["tool_call_extraction"] = {"ms": round(extract_s, 1), "writes": extracted.writes, "calls": extracted.calls}
-    log(f"tool-call extraction: {extracted.writes:,} writes in {extract_s:,.0f} ms")
+    log(f"tool-call extraction step: {extracted.writes:,} writes in {extract_s:,.0f} ms")
     query("Preferencias", "preference_daily(30 days)", lambda: preferences.preference_daily(db, *month))
     query("Preferencias", "preference_by_tipo(30 days)", lambda: preferences.preference_by_tipo(db, *month))
     query("Preferencias", "writing_conversations(30 days, 50)",
@@ -495,7 +510,8 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
         for name, fn in sweeps_calls.items():
             query(group, name, fn)
         figures.append(Figure(group, "page render (AppTest, empty data cache)",
-                              bench_pages.page_render_ms(dsn, PAGES["Barridos"][0], runs=renders),
+                              bench_pages.page_render_ms(dsn, PAGES["Barridos"][0], runs=renders,
+                                                         timeout=RENDER_TIMEOUT_S),
                               target_ms=RENDER_TARGET_MS))
     db.close()
     return figures, info
@@ -515,6 +531,27 @@ def table(figures: list[Figure], size: str, command: str) -> str:
     return "\n".join(lines)
 
 
+def _key(page: str, name: str, baseline: str) -> tuple[str, str, str]:
+    """A figure's identity across sizes: names and baselines without their row counts."""
+    return page, name.split(" (")[0], baseline.split(" (")[0]
+
+
+def growth(figures: list[Figure], other: Path) -> str:
+    """This run's figures against another size's (`--json` of that run): ms there, ms here, here / there."""
+    then = json.loads(other.read_text())
+    there = {_key(f["page"], f["name"], f["baseline"]): f["ms"] for f in then["figures"]}
+    rows = then["info"]["rows"]
+    lines = [f"Growth against {other} ({rows['store']:,} docs / {rows['threads']:,} threads / "
+             f"{rows['checkpoint_writes']:,} writes):", "",
+             "| page / job | figure | ms there | ms here | here / there |", "|---|---|---:|---:|---:|"]
+    for f in figures:
+        was = there.get(_key(f.page, f.name, f.baseline))
+        if was is not None:
+            lines.append(f"| {f.page} | {f.name} | {was:.1f} | {f.ms:.1f} | {f.ms / was:.1f}x |" if was else
+                         f"| {f.page} | {f.name} | {was:.1f} | {f.ms:.1f} | - |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=1_000_000)
@@ -529,6 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rebuild", action="store_true", help="build the database again even if it exists")
     parser.add_argument("--json", type=Path, help="also write the figures and row counts here")
     parser.add_argument("--build-only", action="store_true", help="build the template (if missing) and stop")
+    parser.add_argument("--compare", type=Path, help="the --json of a run at another size: print how each figure grew")
     args = parser.parse_args(argv)
     sizes = dict(SMOKE) if args.smoke else {
         "docs": args.docs, "customers": args.customers, "threads": args.threads, "writes": args.writes,
@@ -551,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + table(figures, size, command.strip()))
     missed = [f for f in figures if f.meets_target is False]
     print(f"\n{len(figures)} figures; over target: " + (", ".join(f"{f.page}: {f.name}" for f in missed) or "none"))
+    if args.compare:
+        print("\n" + growth(figures, args.compare))
     if args.json:
         args.json.write_text(json.dumps({"info": info, "figures": [f.__dict__ for f in figures]}, default=str, indent=1))
     return 0

@@ -50,9 +50,7 @@ log = logging.getLogger("core.checkpoints.dual_saver")
 
 def refuse_on_event_loop() -> None:
     """The sync API blocks: on an event loop's thread it would stall every task (langgraph's rule)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if asyncio._get_running_loop() is None:  # (asyncio.events.__all__; get_running_loop raises when there is none)
         return
     raise asyncio.InvalidStateError(
         "Synchronous calls to DualCheckpointSaver are only allowed from a thread without a running event "
