@@ -135,30 +135,37 @@ def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
     pool = make_pool(dsn, name="bench-stock")
     stock = PostgresSaver(pool, serde=serde)
     dual = DualCheckpointSaver(dsn, serde=serde, replica_id="bench-throughput")
-    # The control: a second stock saver on its own pool, measured against the first exactly as the
-    # dual saver is. Its ratio is what the method gives for two identical savers (ideally 1.000).
-    control_pool = make_pool(dsn, name="bench-control")
-    control = PostgresSaver(control_pool, serde=serde)
-    # Every pool starts with its one connection ready: a call queued on a pool still connecting
+    # Both pools start with their one connection ready: a call queued on a pool still connecting
     # makes it grow, and calls alternating between two backends are measurably slower here.
-    for p in (pool, dual._shared.pool, control_pool):
-        p.wait(timeout=10)
+    pool.wait(timeout=10)
+    dual._shared.pool.wait(timeout=10)
+    control_pools: list = []
     rows: list[dict] = []
     try:
-        for path, other in (("sync", dual), ("sync control (stock vs stock)", control)):
-            # fresh threads for both sides: a read's speed depends on the thread's history
+        for path in ("sync", "sync control (stock vs stock)"):
+            if path == "sync":
+                first, second = stock, dual
+            else:
+                # The control: two new stock savers on new pools, measured exactly as stock vs dual. Its
+                # ratio is what the method reads for two identical savers (ideally 1.000). New pools: a
+                # backend's cached plans depend on when it first ran the statements.
+                control_pools = [make_pool(dsn, name=f"bench-control-{i}") for i in (1, 2)]
+                for p in control_pools:
+                    p.wait(timeout=10)
+                first, second = (PostgresSaver(p, serde=serde) for p in control_pools)
+            # new threads for both sides: a read's speed depends on the thread's history
             mine, theirs = Workload(*sample), Workload(*sample)
             for op, batch in (("put", _put_batch), ("get_tuple", _get_batch)):
-                batch(stock, mine, 50)  # warm
-                batch(other, theirs, 50)
+                batch(first, mine, 50)  # warm
+                batch(second, theirs, 50)
                 pairs = []
                 for r in range(rounds):
                     if r % 2 == 0:
-                        a = batch(stock, mine, ops)
-                        b = batch(other, theirs, ops)
+                        a = batch(first, mine, ops)
+                        b = batch(second, theirs, ops)
                     else:
-                        b = batch(other, theirs, ops)
-                        a = batch(stock, mine, ops)
+                        b = batch(second, theirs, ops)
+                        a = batch(first, mine, ops)
                     pairs.append((a, b))
                 rows.append(_summary(path, op, pairs))
 
@@ -194,7 +201,8 @@ def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
     finally:
         dual.close()
         pool.close()
-        control_pool.close()
+        for p in control_pools:
+            p.close()
     return rows
 
 

@@ -45,6 +45,7 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 import psycopg
+from psycopg import sql as pgsql
 from psycopg.rows import dict_row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -279,10 +280,43 @@ def python_decode_ms(db: Database, sql: str, params: dict, decode: Callable[[str
     return bench_pages.median_ms(go, runs)
 
 
+# auto_explain for one more call of a query over its target: the plans of its statements over the target
+# (nested ones too: the SQL decoder is PL/pgSQL), from the server's log
+EXPLAIN_SETTINGS = {"session_preload_libraries": "auto_explain", "auto_explain.log_min_duration": f"{QUERY_TARGET_MS:.0f}ms",
+                    "auto_explain.log_analyze": "on", "auto_explain.log_buffers": "on",
+                    "auto_explain.log_nested_statements": "on"}
+
+
+def explained(dsn: str, server_log: Path, fn: Callable[[], Any]) -> str:
+    """Run `fn` once more with auto_explain on for its database; returns what the server logged."""
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+
+    def configure(on: bool) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for setting, value in EXPLAIN_SETTINGS.items():
+                db, guc = pgsql.Identifier(name), pgsql.SQL(setting)
+                conn.execute(pgsql.SQL("ALTER DATABASE {} SET {} = {}").format(db, guc, pgsql.Literal(value)) if on
+                             else pgsql.SQL("ALTER DATABASE {} RESET {}").format(db, guc))
+        reset_pool(dsn)  # database settings apply to new connections
+
+    configure(True)
+    start = server_log.stat().st_size
+    try:
+        fn()
+    finally:
+        configure(False)
+    with server_log.open("rb") as f:
+        f.seek(start)
+        text = f.read().decode("utf-8", "replace")
+    return text.strip() or f"(no single statement over {QUERY_TARGET_MS:.0f} ms: the time is in many shorter ones)"
+
+
 def run(base: str, *, docs: int, customers: int, threads: int, writes: int, erasure_docs: int = 2500,
-        runs: int = 5, renders: int = 3, rebuild: bool = False,
+        runs: int = 5, renders: int = 3, rebuild: bool = False, server_log: Path | None = None,
         log: Callable[[str], None] = print) -> tuple[list[Figure], dict]:
-    """Build (or reuse) the database, measure everything on a fresh copy; returns (figures, info)."""
+    """Build (or reuse) the database, measure everything on a fresh copy; returns (figures, info).
+    With `server_log` (the embedded server's log file), each query over its target is run once more
+    under auto_explain and its plans are kept in info["explain"]."""
     dsn, info = database(base, docs, customers, threads, writes, erasure_docs, log, rebuild)
     db = Database(dsn)
     info["rows"] = counts(db)
@@ -297,6 +331,8 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
                      bench_pages.median_ms(baseline_fn, runs) if baseline_fn else None, target)
         figures.append(fig)
         log(f"  {page}: {name} {fig.ms:.1f} ms" + (f" (baseline {fig.baseline_ms:.1f} ms)" if fig.baseline_ms else ""))
+        if fig.meets_target is False and server_log is not None:
+            info.setdefault("explain", {})[f"{page}: {name}"] = explained(dsn, server_log, fn)
         return fig
 
     def render(page: str, thread: str | None = None) -> Figure:
@@ -580,12 +616,17 @@ def main(argv: list[str] | None = None) -> int:
                            sizes["erasure_docs"], lambda s: print(s, flush=True), args.rebuild, build_only=True)
         print(json.dumps(info, default=str))
         return 0
-    figures, info = run(base, log=lambda s: print(s, flush=True), rebuild=args.rebuild or args.smoke, **sizes)
+    figures, info = run(base, log=lambda s: print(s, flush=True), rebuild=args.rebuild or args.smoke,
+                        server_log=args.data / "pg" / "log", **sizes)
     info["total_s"] = round(time.perf_counter() - started, 1)
     info["load_after"] = os.getloadavg()
     command = "python -m bench.bench_production " + " ".join(argv if argv is not None else sys.argv[1:])
     size = f"{info['rows']['store']:,} docs / {info['rows']['threads']:,} threads / {info['rows']['checkpoint_writes']:,} writes"
+    plans = info.pop("explain", {})
     print("\n" + json.dumps(info, default=str))
+    for figure, text in plans.items():
+        print(f"\nEXPLAIN (ANALYZE, BUFFERS) of {figure}, by auto_explain:\n{text}")
+    info["explain"] = plans
     print("\n" + table(figures, size, command.strip()))
     missed = [f for f in figures if f.meets_target is False]
     print(f"\n{len(figures)} figures; over target: " + (", ".join(f"{f.page}: {f.name}" for f in missed) or "none"))
