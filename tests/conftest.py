@@ -168,6 +168,7 @@ def start_streamlit(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
          "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
+    proc.log = log  # read by stop_streamlit when the server does not exit
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -181,13 +182,31 @@ def start_streamlit(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"streamlit did not start: {log.read().decode()[-2000:]}")
 
 
+# Kubernetes' default terminationGracePeriodSeconds: how long the dashboard has to exit after SIGTERM
+# before it is killed in production (deploy/), so the bound its tests hold it to.
+STREAMLIT_STOP_S = 30
+
+
+def stop_streamlit(proc: subprocess.Popen) -> None:
+    """Stop a server from `start_streamlit` as Kubernetes does (SIGTERM); fail, with its log, if it has
+    not exited within the grace period (it is then killed)."""
+    proc.terminate()
+    try:
+        proc.wait(STREAMLIT_STOP_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        proc.log.seek(0)
+        raise AssertionError(f"streamlit did not exit within {STREAMLIT_STOP_S} s of SIGTERM; its log ends with:\n"
+                             + proc.log.read().decode(errors="replace")[-3000:]) from None
+
+
 @pytest.fixture(scope="session")
 def dashboard_url(demo_db):
     """A real Streamlit server on the demo database, for the browser tests."""
     proc, url = start_streamlit({"PG_AGENTES": demo_db.dsn})
     yield url
-    proc.terminate()
-    proc.wait(10)
+    stop_streamlit(proc)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from core.db import Database, reset_pool
-from tests.conftest import settings_for, start_streamlit
+from tests.conftest import settings_for, start_streamlit, stop_streamlit
 from tests.test_access import sql_counts
 
 pytestmark = pytest.mark.browser
@@ -47,8 +47,7 @@ def server_for(access_demo):
 
     yield _start
     for proc in procs:
-        proc.terminate()
-        proc.wait(10)
+        stop_streamlit(proc)
 
 
 def test_a_dpo_opens_shareable_links_and_exports(page, server_for, access_demo, screenshot):

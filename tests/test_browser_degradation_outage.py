@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from playwright.sync_api import expect
 
-from conftest import DIMS, dsn_for, free_port, own_embedded_server, start_streamlit
+from conftest import DIMS, dsn_for, free_port, own_embedded_server, start_streamlit, stop_streamlit
 from core.checkpoints import metrics, replica_health
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database
@@ -71,8 +71,7 @@ def test_full_outage_no_all_clear_replicas_degraded_or_unknown(page, browser_out
         expect(_metric_value(page, "Degradadas")).to_have_text("0")
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(10)
+            stop_streamlit(proc)
         metrics._COLLECTOR.remove(with_endpoint)
         with_endpoint.close()
         tables_only.close()

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from playwright.sync_api import expect
 
-from conftest import DIMS, off_loop, start_streamlit
+from conftest import DIMS, off_loop, start_streamlit, stop_streamlit
 from core.checkpoints import replica_health
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.checkpoints.dual_saver import DualCheckpointSaver
@@ -189,5 +189,4 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         saver.close()
         db.close()
         if proc is not None:
-            proc.terminate()
-            proc.wait(10)
+            stop_streamlit(proc)

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from core.db import Database, reset_pool
 from core.privacy import evidence
-from tests.conftest import off_loop, settings_for, start_streamlit
+from tests.conftest import off_loop, settings_for, start_streamlit, stop_streamlit
 
 pytestmark = pytest.mark.browser
 
@@ -41,8 +41,7 @@ def erasure_demo(create_database):
 def server(erasure_demo):
     proc, url = start_streamlit({"PG_AGENTES": erasure_demo.dsn})
     yield url
-    proc.terminate()
-    proc.wait(10)
+    stop_streamlit(proc)
 
 
 def button(page, text: str):
@@ -117,6 +116,5 @@ def test_a_manager_opening_the_erasure_url_is_refused(page, erasure_demo, screen
             expect(page.get_by_label("Id del cliente (p. ej. C9)")).to_have_count(0)
             screenshot(f"erasure_manager_refused_{path.replace('-', '_')}")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_streamlit(proc)
     assert erasure_demo.fetch_one("SELECT count(*) AS n FROM core_erasure_register")["n"] == requests

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from core.db import Database, reset_pool
-from tests.conftest import start_streamlit
+from tests.conftest import start_streamlit, stop_streamlit
 from tests.test_browser_erasure import button
 
 pytestmark = pytest.mark.browser
@@ -33,8 +33,7 @@ def foreign(create_database):
 def server(foreign):
     proc, url = start_streamlit({"PG_AGENTES": foreign.dsn})  # every role: Erasure is not the default page
     yield url
-    proc.terminate()
-    proc.wait(10)
+    stop_streamlit(proc)
 
 
 def test_dpo_decides_each_residue_thread_in_the_browser(page, server, foreign, screenshot):

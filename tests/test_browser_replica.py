@@ -7,7 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import start_streamlit
+from tests.conftest import start_streamlit, stop_streamlit
 from tests.test_read_replica import write_docs
 
 pytestmark = pytest.mark.browser
@@ -23,8 +23,7 @@ def lagging_dashboard(replica_pair):
     proc, url = start_streamlit({"PG_AGENTES": database.dsn, "PG_AGENTES_REPLICA": database.read_dsn,
                                  "REPLICA_MAX_LAG_S": "0"})
     yield url
-    proc.terminate()
-    proc.wait(10)
+    stop_streamlit(proc)
     replica_pair.standby.resume_replay()
 
 

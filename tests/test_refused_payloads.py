@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from streamlit.testing.v1 import AppTest
 
 from apptools import as_int, frame, metric
-from conftest import DIMS, start_streamlit
+from conftest import DIMS, start_streamlit, stop_streamlit
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from ui.tables import EMPTY
 from core.agents.scripted_model import ScriptedChatModel
@@ -156,5 +156,4 @@ def test_browser_tampered_thread_shows_the_marker(page, create_database, screens
         marker.scroll_into_view_if_needed()
         screenshot("checkpoints-refused-message")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_streamlit(proc)
