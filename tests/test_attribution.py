@@ -2,7 +2,9 @@
 write (issue 10 items 1-3 and 6): the memory article's agents on stock savers, and an Agent-Server-shaped one."""
 from __future__ import annotations
 
+import psycopg
 import pytest
+from psycopg import sql as pgsql
 
 from core.db import Database
 from core.memory.store import InvalidIdentifier
@@ -351,3 +353,29 @@ def test_the_raw_scan_finds_exactly_what_the_sql_filter_found(article_agents_db,
         assert len({term for term, _ in found}) >= 5  # the comparison is not between two empty sets
     with article_db.connection() as conn:
         assert raw_scan.candidates(conn, [], []) == set()
+
+
+def test_per_customer_lookups_can_use_an_index_whatever_the_id(article_agents_db):
+    """The resolver's per-customer statements, planned generically (as a pooled prepared statement is, once the
+    id is a parameter): each can use an index, so they stay flat as `checkpoints` grows (at 10M they read the
+    whole table: BENCHMARKS.md). Seq scans are disabled, so a plan that has no usable index still shows one."""
+    with psycopg.connect(article_agents_db.dsn, autocommit=True) as conn:
+        conn.execute("SET enable_seqscan = off")
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+
+        def plan(sql: str) -> str:
+            return "\n".join(r[0] for r in conn.execute(sql).fetchall())
+
+        indexes = {"cliente_id": "core_checkpoints_cliente_idx", "customer_id": "core_checkpoints_customer_id_idx",
+                   "user_id": "core_checkpoints_user_id_idx"}
+        assert set(DEFAULT.metadata_keys) == set(indexes)
+        for n, key in enumerate(DEFAULT.metadata_keys):
+            query = pgsql.SQL(subj.SELECT_BY_METADATA).format(key=pgsql.Literal(key)).as_string(conn)
+            conn.execute(f"PREPARE by_key_{n}(text) AS " + query.replace("%(id)s", "$1"))
+            found = plan(f"EXPLAIN EXECUTE by_key_{n}('C1')")
+            assert indexes[key] in found and "Seq Scan" not in found, found
+        for pattern in DEFAULT.thread_patterns:
+            query = pgsql.SQL(subj.SELECT_BY_PATTERN).format(like=pgsql.Literal(subj.like_for(pattern, "C_1%")))
+            found = plan("EXPLAIN " + query.as_string(conn))
+            # a range on the id's literal prefix (text_pattern_ops), not a filter over every thread id
+            assert "core_checkpoints_thread_pattern_idx" in found and "~>=~" in found and "Seq Scan" not in found, found
