@@ -88,10 +88,12 @@ def test_first_page_renders_before_the_seed_ends(page, screenshot):
             documents = conn.execute("SELECT count(*) FROM store").fetchone()[0]
             demo_sweeps = conn.execute("SELECT count(*) FROM core_sweep_log WHERE trigger = 'demo'").fetchone()[0]
             erasures = conn.execute("SELECT count(*) FROM core_erasure_register").fetchone()[0]
-            episodes = conn.execute("SELECT count(*) FROM core_degradation_episodes").fetchone()[0]
+            episode_rows = conn.execute("SELECT replica_id, degraded_from, degraded_to, reason "
+                                        "FROM core_degradation_episodes ORDER BY degraded_from").fetchall()
+        episodes = len(episode_rows)
         # a complete seed: every step ran once, the last (the outages) included: the month's 8 sweeps, 2
-        # erasures and 3 degradation episodes
-        assert (demo_sweeps, erasures, episodes) == (8, 2, 3) and documents > 100
+        # erasures and 3 degradation episodes (listed on failure: once, under load 7, there were 4)
+        assert (demo_sweeps, erasures, episodes) == (8, 2, 3) and documents > 100, episode_rows
         # the page reran on fresh reads (the cache was dropped): its figures are the complete seed's,
         # down to the alarm the seed's legacy customers raise (none while the seed ran)
         expect(page.get_by_test_id("stMetric").filter(has_text="Documentos")).to_contain_text(f"{documents:,}")
