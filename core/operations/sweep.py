@@ -10,7 +10,8 @@
 3. checkpoint retention: threads whose newest checkpoint (`checkpoint->>'ts'`) is older than
    `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run only lists them);
    then refreshes the per-thread storage summary and extracts new tool calls from the checkpoints
-   (core.checkpoints.tool_calls.sweep_step: orphans of deleted threads dropped, a 24 h look-back);
+   (core.checkpoints.tool_calls.sweep_step: orphans of deleted threads dropped, a 24 h look-back), and
+   indexes the threads written since the last run for the residue scan (core.privacy.token_index);
 4. calls the erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`);
 5. completes its row in `core_sweep_log`.
 
@@ -41,6 +42,7 @@ from core import clock
 from core.config import DEFAULT_DIMS
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
 from core.checkpoints import tool_calls
+from core.privacy import token_index
 from core.checkpoints.views import refresh_thread_storage
 from core.memory.store import build_store
 
@@ -75,7 +77,7 @@ UPDATE core_sweep_log
 SET finished_at = now() + %(shift)s::interval, status = %(status)s, documents_deleted = %(documents)s, vectors_deleted = %(vectors)s,
     deleted_by_root = %(by_root)s, threads_found = %(threads_found)s, threads_deleted = %(threads_deleted)s,
     threads_sample = %(threads_sample)s, erasure_recheck = %(erasure)s, error = %(error)s,
-    tool_calls_extracted = %(tool_calls)s
+    tool_calls_extracted = %(tool_calls)s, threads_tokenized = %(tokenized)s
 WHERE id = %(id)s RETURNING finished_at"""
 
 # Locks the expired rows so nothing refreshes or rewrites them before sweep_ttl() deletes them;
@@ -140,6 +142,7 @@ class SweepResult:
     threads_deleted: int = 0
     erasure_recheck: str | None = None
     tool_calls_extracted: int | None = None  # tool calls newly extracted from checkpoints (None: step not run)
+    threads_tokenized: int | None = None  # threads (re)indexed for the residue scan (None: step not run)
     error: str | None = None
 
     @property
@@ -156,6 +159,8 @@ class SweepResult:
                 f"{verb} {len(self.threads) if self.dry_run else self.threads_deleted} threads")
         if self.tool_calls_extracted is not None:
             text += f"; {self.tool_calls_extracted} tool calls extracted from checkpoints"
+        if self.threads_tokenized is not None:
+            text += f"; {self.threads_tokenized} threads indexed for the residue scan"
         if self.erasure_recheck:
             text += f"; erasure register: {self.erasure_recheck}"
         return text + (f"; error: {self.error}" if self.error else "")
@@ -290,7 +295,7 @@ def run_sweep(
     when a step failed (the error is in the result and the log; a failed TTL sweep deletes nothing).
     Raises SweepInputError for a bad trigger or retention days (nothing changed, nothing logged),
     DatabaseUnavailable if PostgreSQL cannot be reached. `on_step(stage, fraction 0..1, detail)` is
-    called as the run progresses (stages: locked, ttl, retention, storage, toolcalls, erasure, done).
+    called as the run progresses (stages: locked, ttl, retention, storage, toolcalls, tokens, erasure, done).
     """
     if trigger not in TRIGGERS:
         raise SweepInputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
@@ -339,6 +344,12 @@ def run_sweep(
                 except Exception as exc:
                     log.exception("sweep: tool-call extraction failed")
                     errors.append(f"tool-call extraction: {exc}")
+                try:  # before the erasure re-check, whose residue scan reads this index
+                    result.threads_tokenized = token_index.sweep_step(db).threads
+                    step("tokens", 0.94, f"{result.threads_tokenized}")
+                except Exception as exc:
+                    log.exception("sweep: token index failed")
+                    errors.append(f"token index: {exc}")
             try:
                 result.erasure_recheck = recheck_erasures(db)
                 step("erasure", 0.95, result.erasure_recheck or "")
@@ -352,7 +363,7 @@ def run_sweep(
                 "vectors": result.vectors_deleted, "by_root": json.dumps(result.deleted_by_root),
                 "threads_found": len(result.threads), "threads_deleted": result.threads_deleted,
                 "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
-                "erasure": result.erasure_recheck, "error": result.error, "tool_calls": result.tool_calls_extracted,
+                "erasure": result.erasure_recheck, "error": result.error, "tool_calls": result.tool_calls_extracted, "tokenized": result.threads_tokenized,
                 "shift": shift,
             }).fetchone()["finished_at"]
         finally:

@@ -33,14 +33,19 @@ def _as_text(data: bytes) -> str:
     return bytes(data).decode("latin-1")
 
 
-def describe(terms: int) -> str:
+ONLY = " AND thread_id = ANY(%(only)s)"
+
+
+def describe(terms: int, over: str = "every thread", only: bool = False) -> str:
     """What ran, for the evidence and the page (the scan is not one SQL statement)."""
-    return (f"raw-bytes scan of {terms} terms (Aho-Corasick) over: "
-            + "; ".join(f"{sql} [exclude = attributed threads]" for sql in SCAN_SQL.values()))
+    return (f"raw-bytes scan of {terms} terms (Aho-Corasick) over {over}: "
+            + "; ".join(f"{sql}{ONLY if only else ''} [exclude = attributed threads]" for sql in SCAN_SQL.values()))
 
 
-def candidates(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str]) -> set[tuple[str, str]]:
-    """(term, thread_id) for every term whose bytes occur in a row of a thread not in `exclude`."""
+def candidates(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str],
+               only: Iterable[str] | None = None) -> set[tuple[str, str]]:
+    """(term, thread_id) for every term whose bytes occur in a row of a thread not in `exclude`
+    (and in `only`, when given: the token index's candidates)."""
     automaton = ahocorasick.Automaton()
     for term in set(terms):
         if term:
@@ -49,12 +54,14 @@ def candidates(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable
         return set()
     automaton.make_automaton()
     found: set[tuple[str, str]] = set()
-    params = {"exclude": sorted(set(exclude))}
+    params = {"exclude": sorted(set(exclude)), "only": None if only is None else sorted(set(only))}
+    if params["only"] == []:
+        return found
     with conn.transaction():  # a server-side cursor streams the rows (autocommit pools included)
         for table, query in SCAN_SQL.items():
             with conn.cursor(name=f"residue_scan_{table}") as cur:
                 cur.itersize = FETCH_ROWS
-                cur.execute(query, params)
+                cur.execute(query + (ONLY if only is not None else ""), params)
                 for row in cur:
                     thread_id, data = (row["thread_id"], row["data"]) if isinstance(row, dict) else row
                     for _, term in automaton.iter(_as_text(data)):

@@ -13,7 +13,7 @@ import psycopg
 
 from core.db import Database
 from core.memory.store import validate_label
-from core.privacy import raw_scan
+from core.privacy import raw_scan, token_index
 from core.privacy.subjects import HILO_KEY, Attribution, Subjects, resolve_conn, subject_params
 
 SNIPPET_CHARS = 60  # characters either side of a residue match
@@ -70,6 +70,15 @@ SELECT count(DISTINCT r.thread_id) AS n FROM (
 ) r"""
 
 
+def scan(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str]) -> tuple[set[tuple[str, str]], str]:
+    """(term, thread) pairs whose bytes match, over the threads the token index names for these terms (every
+    thread when it cannot answer), threads in `exclude` excepted; and what ran."""
+    terms = set(terms)
+    narrowed = token_index.candidates(conn, terms)
+    pairs = raw_scan.candidates(conn, terms, exclude, only=narrowed.threads)
+    return pairs, raw_scan.describe(len(terms), narrowed.describe(), narrowed.threads is not None)
+
+
 def _are_escape(text: str) -> str:
     """`text` as a literal in a PostgreSQL regular expression (ARE)."""
     return "".join(ch if ch.isalnum() or ch == " " else "\\" + ch for ch in text)
@@ -84,12 +93,11 @@ def residue_count_params(conn: psycopg.Connection, terms: Iterable["Term"], left
     for t in terms:
         if t.common:
             continue
-        body = _are_escape(_json_text(t.term))
         raws.append(t.term)
-        rxs.append(f"(^|[^A-Za-z0-9_%]){body}($|[^A-Za-z0-9_%])" if t.kind == "id" else body)
+        rxs.append(_bounded(t.term, _are_escape(_json_text(t.term))))
     left = sorted(set(left))
     if candidates is None:
-        candidates = {thread for _, thread in raw_scan.candidates(conn, raws, left)} if raws else set()
+        candidates = {thread for _, thread in scan(conn, raws, left)[0]} if raws else set()
     return {"raws": raws, "rxs": rxs, "left": left, "candidates": sorted(set(candidates) - set(left))}
 
 
@@ -143,11 +151,26 @@ class Residue:
         return [m for m in self.matches if m.thread_id == thread_id]
 
 
-def token_regex(term: str, kind: str) -> re.Pattern[str]:
-    """The id as a whole token (`C9` not inside `C9x` or `xC9`); a value as written."""
-    if kind == "id":
-        return re.compile(r"(?<![A-Za-z0-9_%])" + re.escape(term) + r"(?![A-Za-z0-9_%])")
-    return re.compile(re.escape(term))
+# Where a term's edge is a token character ([A-Za-z0-9_%]), its match must not continue a token of the text:
+# `C9` is not found inside `C9x` or `xC9`, `Centro` not inside `Centros`. The text is the decoder's JSON, so a
+# JSON escape (`\nC9`: a newline, then C9) is a boundary too. The same syntax serves Python's `re` and
+# PostgreSQL's regular expressions. This makes every token of a matched term a token of the thread's values,
+# which is what lets the token index (core.privacy.token_index) narrow the scan without missing a match.
+TOKEN_CHAR = re.compile(r"[A-Za-z0-9_%]")
+LEADING_BOUNDARY = r"(?:(?<![A-Za-z0-9_%])|(?<=\\[bfnrt])|(?<=\\u[0-9a-fA-F]{4}))"
+TRAILING_BOUNDARY = r"(?![A-Za-z0-9_%])"
+
+
+def _bounded(term: str, body: str) -> str:
+    """`body` (the escaped JSON text of `term`) with a boundary at each edge of `term` that is a token character."""
+    lead = LEADING_BOUNDARY if term and TOKEN_CHAR.match(term[0]) else ""
+    trail = TRAILING_BOUNDARY if term and TOKEN_CHAR.match(term[-1]) else ""
+    return lead + body + trail
+
+
+def token_regex(term: str) -> re.Pattern[str]:
+    """How `term` (the id or a document value) is found in the decoder's JSON text of a payload."""
+    return re.compile(_bounded(term, re.escape(_json_text(term))))
 
 
 def _snippet(text: str, m: re.Match[str]) -> str:
@@ -180,7 +203,7 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
     customer_id = validate_label(customer_id, "customer id")
     terms = terms if terms is not None else customer_terms(conn, customer_id)
     by_term = {t.term: t for t in terms}
-    pairs = raw_scan.candidates(conn, by_term, attributed)
+    pairs, ran = scan(conn, by_term, attributed)
     threads: dict[str, set[str]] = {}
     for term, thread_id in pairs:
         threads.setdefault(thread_id, set()).add(term)
@@ -198,7 +221,7 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
         texts = [r["text"] for r in conn.execute(SELECT_DECODED_THREAD, {"thread_id": thread_id}) if r["text"]]
         for term in distinctive:
             t = by_term[term]
-            rx = token_regex(_json_text(term), t.kind)
+            rx = token_regex(term)
             hit = next(((text, m) for text in texts if (m := rx.search(text))), None)
             if hit is not None:
                 matches.append(ResidueMatch(thread_id, term, t.kind, t.customers, False, _snippet(*hit)))
@@ -209,7 +232,7 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
              for t in terms]
     common_threads = sorted({th for t in terms if t.common for th in raw_threads.get(t.term, ())})
     raw_distinctive = sorted({th for t in terms if not t.common for th in raw_threads.get(t.term, ())})
-    return Residue(customer_id, terms, matches, len(pairs), raw_scan.describe(len(by_term)), common_threads,
+    return Residue(customer_id, terms, matches, len(pairs), ran, common_threads,
                    raw_distinctive)
 
 
