@@ -57,17 +57,31 @@ class EmbeddedServerControl:
         self._run_pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.pgdata / "log"), "start"])
 
     def hang(self) -> None:
-        """SIGSTOP the postmaster and every backend: the server accepts nothing and answers nothing."""
+        """SIGSTOP the postmaster and every backend: the server accepts nothing and answers nothing.
+
+        The postmaster is stopped first and its children listed only once it is stopped: a backend it forked
+        while being listed would otherwise keep running, and the connection it serves keep answering (a
+        replica whose liveness connection it was never saw the hang: seen under load in the suite)."""
         import psutil
 
         postmaster = psutil.Process(self.postmaster_pid())
-        pids = [postmaster.pid] + [c.pid for c in postmaster.children(recursive=True)]
-        for pid in pids:  # postmaster first, so it cannot fork a new backend meanwhile
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:  # a backend that exited meanwhile: nothing to stop
-                continue
-            self._stopped_pids.append(pid)  # recorded one by one: resume() wakes whatever was stopped
+        self._stop_pid(postmaster.pid)
+        deadline = time.monotonic() + 5
+        while postmaster.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.001)
+        while True:  # until a listing finds nothing new (a stopped postmaster forks nothing)
+            new = [c.pid for c in postmaster.children(recursive=True) if c.pid not in self._stopped_pids]
+            if not new:
+                break
+            for pid in new:
+                self._stop_pid(pid)
+
+    def _stop_pid(self, pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:  # a backend that exited meanwhile: nothing to stop
+            return
+        self._stopped_pids.append(pid)  # recorded one by one: resume() wakes whatever was stopped
 
     def resume(self) -> None:
         """SIGCONT every process `hang()` stopped (safe to call twice)."""
