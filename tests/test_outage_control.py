@@ -1,6 +1,6 @@
 """EmbeddedServerControl.hang on a real embedded server: every process of the server is stopped, including a
-backend forked while the hang begins (the race behind the suite's missed hang: a replica whose connection a
-backend forked at that moment served never saw the hang, and the demo seeded 2 outage episodes instead of 3)."""
+backend forked while the hang begins, while connections keep forking backends. (Suspected once as the cause
+of a replica that never saw a hang in the suite; not reproduced in 100 hangs with the old order.)"""
 from __future__ import annotations
 
 import threading
