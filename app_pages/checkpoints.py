@@ -12,7 +12,7 @@ from core import roles
 from core.checkpoints import views
 from core.privacy import subjects as subj
 from ui.attribution import coverage_notice
-from ui.common import read, require_role, settings
+from ui.common import read, read_or_unknown, require_role, settings
 from ui.tables import table
 from ui.i18n import t
 
@@ -78,7 +78,7 @@ def search() -> None:
             if not customer:
                 return
             attribution = subj.Attribution.from_settings(settings())
-            coverage_notice(read(subj.coverage, attribution))
+            coverage_notice(read_or_unknown(subj.coverage, attribution))
             found = read(views.threads_of_customer, customer, config=attribution)
             if found.empty:
                 st.info(t("ckpt_no_customer", q=customer))

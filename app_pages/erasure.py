@@ -10,7 +10,7 @@ from core import roles
 from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj
 from core.memory.store import InvalidIdentifier
-from ui.common import call_now, forget_all, read, require_role, settings
+from ui.common import call_now, forget_all, read, read_or_unknown, require_role, settings
 from ui.attribution import coverage_notice, decisions_of, show_residue, show_sources
 from ui.tables import table
 from ui.i18n import t
@@ -119,7 +119,7 @@ def show_result(result: erasure.ErasureResult) -> None:
 
 st.title(t("erasure_title"))
 st.caption(t("erasure_caption"))
-coverage_notice(read(subj.coverage, attribution))
+coverage_notice(read_or_unknown(subj.coverage, attribution))
 
 cut_short = st.session_state.pop(RUNNING_KEY, None)
 if cut_short:  # the previous run was cut short mid-erasure by a click: core recorded it as interrupted

@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
 from core.checkpoints import tool_calls, views  # noqa: E402
+from core.privacy import token_index  # noqa: E402
 from core.privacy import erasure, erasure_register, evidence
 from core.memory import reads, preferences
 from core.checkpoints import replica_health
@@ -225,15 +226,25 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
     # (incrementally, from a watermark): done once on the template, as production would have done it
     # over time; a run then measures the incremental step on its copy (bench/bench_tool_calls.py
     # measures a full extraction against the live decode).
+    # The same for the residue scan's token index (migration 042 lists every thread of an older template).
+    migrate(dsn_for(base, template), DIMS)
     t = time.perf_counter()
     template_db = Database(dsn_for(base, template))
     extracted = tool_calls.extract(template_db)
-    template_db.close()
-    reset_pool(dsn_for(base, template))
     if extracted.writes:
         info["template_tool_call_extraction"] = {"s": round(time.perf_counter() - t, 1), "writes": extracted.writes,
                                                  "calls": extracted.calls}
         log(f"tool calls extracted on the template: {info['template_tool_call_extraction']}")
+    t = time.perf_counter()
+    indexed = token_index.index_pending(
+        template_db, batch=2000,
+        on_batch=lambda r: r.batches % 50 == 0 and log(f"  token index: {r.threads:,} threads, {r.payloads:,} payloads"))
+    if indexed.threads:
+        info["template_token_index"] = {"s": round(time.perf_counter() - t, 1), "threads": indexed.threads,
+                                        "payloads": indexed.payloads, "decoded_in_sql": indexed.decoded_in_sql}
+        log(f"token index built on the template: {info['template_token_index']}")
+    template_db.close()
+    reset_pool(dsn_for(base, template))
     info["template_bytes"] = database_bytes(base, template)
     log(f"template {template}: {info['template_bytes'] / 1e9:.2f} GB")
     if build_only:

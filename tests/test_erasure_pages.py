@@ -176,3 +176,26 @@ def test_local_mode_refuses_every_role_off_loopback(shop, app_env):
     assert any("server.address = 0.0.0.0" in e.value for e in at.error), [e.value for e in at.error]
     assert not at.text_input and not at.button  # nothing but the message: no navigation, no page
     assert [e.value for e in direct.error] == ["Esta página requiere el rol «dpo»."] and not direct.text_input
+
+
+def test_a_coverage_that_cannot_be_read_is_unknown_and_the_preview_still_works(shop, app_env):
+    """At 10M the coverage aggregate did not finish and stopped the whole page before its Preview button.
+    Here a real lock makes that read fail (lock_timeout): the page says the part is unknown and goes on."""
+    import psycopg
+
+    with psycopg.connect(shop.dsn, autocommit=True) as owner:
+        name = owner.execute("SELECT current_database()").fetchone()[0]
+        owner.execute(f'ALTER DATABASE "{name}" SET lock_timeout = \'500ms\'')
+    reset_pool(shop.dsn)  # new sessions take the setting
+    app_env(shop.dsn)
+    with psycopg.connect(shop.dsn) as locker:  # a transaction holding the lock for the page's first render
+        locker.execute("LOCK TABLE core_conversations IN ACCESS EXCLUSIVE MODE")
+        at = dashboard("app_pages/erasure.py")
+        warnings = " ".join(w.value for w in at.warning)
+        assert "Desconocido: esta parte de la página no se pudo leer" in warnings and "lock" in warnings.lower()
+        locker.rollback()
+    at.text_input(key="erasure.customer").input("C9").run()
+    at.button(key="erasure.preview").click().run()
+    assert not at.exception, at.exception
+    by_table = dict(zip(*[frame(at, "table", "rows").iloc[:, i] for i in (0, 1)]))
+    assert by_table["store"] == 42

@@ -21,9 +21,10 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
-def coverage_notice(cov: subj.Coverage) -> None:
-    """What share of the checkpoint data no source attributes, and how to fix it (shown only when > 0)."""
-    if not cov.unattributed_threads:
+def coverage_notice(cov: subj.Coverage | None) -> None:
+    """What share of the checkpoint data no source attributes, and how to fix it (shown only when > 0;
+    None: it could not be read, which the read already said)."""
+    if cov is None or not cov.unattributed_threads:
         return
     st.warning(t("erasure_coverage", threads=f"{cov.unattributed_threads:,} / {cov.threads:,}",
                  t_share=f"{cov.thread_share:.0%}", bytes=_bytes(cov.unattributed_bytes),

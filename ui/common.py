@@ -128,6 +128,18 @@ def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return _or_stop(lambda: read_router().run(lambda _db, source: _cached(*key, source)))
 
 
+def read_or_unknown(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Like `read`, for a part of a page the rest does not need: a failed read is said on the page (its
+    figures are unknown) and gives None, instead of stopping the page (e.g. the Erasure page's coverage,
+    an aggregate over every checkpoint, must not keep the DPO from a customer's preview)."""
+    key = _key(fn, args, kwargs)
+    try:
+        return read_router().run(lambda _db, source: _cached(*key, source))
+    except DatabaseUnavailable as exc:
+        st.warning(t("read_part_failed", error=exc), icon=":material/help:")
+        return None
+
+
 def call_now(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a core function `fn(db, ...)` on the primary, uncached (e.g. the DPO must see the
     database as it is now, and the register what was just recorded)."""
