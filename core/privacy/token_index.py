@@ -42,7 +42,6 @@ BATCH_THREADS = 500         # threads indexed per transaction
 DIRTY_SCAN_MAX = 20_000     # beyond this many unindexed threads, a residue scan reads every row instead
 CLAIM_EXPIRES = "10 minutes"  # a claim older than this (an indexer that died) is taken again
 CONSTRUCTOR_EXTS = frozenset({0, 1, 2, 3, 4, 5})  # langgraph's ext codes: [module, name, args(, method)]
-QUERY_TOKEN_MIN = 3         # a term is looked up by its tokens this long, or by all of them if none is
 
 
 def token_hash(token: str) -> int:
@@ -60,10 +59,8 @@ def tokens_of_json_text(text: str, into: set[str]) -> None:
 
 
 def term_tokens(term: str) -> list[str]:
-    """What a term is looked up by: its tokens of QUERY_TOKEN_MIN characters or more, else all of them."""
-    tokens = sorted(set(TOKEN.findall(term)))
-    long = [t for t in tokens if len(t) >= QUERY_TOKEN_MIN]
-    return long or tokens
+    """What a term is looked up by: all its tokens (GIN's fast scan skips through a frequent one)."""
+    return sorted(set(TOKEN.findall(term)))
 
 
 class _Unknown(Exception):
