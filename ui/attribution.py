@@ -21,6 +21,11 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
+def _holders(customers: int) -> str:
+    """Customers holding a value, as counted (up to res.COUNT_CAP)."""
+    return f"> {res.COUNT_CAP}" if customers > res.COUNT_CAP else str(customers)
+
+
 def coverage_notice(cov: subj.Coverage | None) -> None:
     """What share of the checkpoint data no source attributes, and how to fix it (shown only when > 0;
     None: it could not be read, which the read already said)."""
@@ -61,7 +66,7 @@ def show_residue(residue: res.Residue | None) -> None:
             st.markdown(t("erasure_residue_thread", thread=thread_id, term=first.term, kind=first.kind))
             st.dataframe(pd.DataFrame({
                 t("erasure_col_term"): [m.term for m in matches],
-                t("erasure_col_customers"): [m.customers for m in matches],
+                t("erasure_col_customers"): [_holders(m.customers) for m in matches],
                 t("erasure_col_snippet"): [m.snippet for m in matches],
             }), hide_index=True, key=f"{RESIDUE_KEY}.{n}.matches")
             left, right = st.columns([1, 2])
@@ -75,7 +80,7 @@ def show_residue(residue: res.Residue | None) -> None:
         st.dataframe(pd.DataFrame({
             t("erasure_col_term"): [x.term for x in residue.terms],
             t("erasure_col_kind"): [x.kind for x in residue.terms],
-            t("erasure_col_customers"): [x.customers for x in residue.terms],
+            t("erasure_col_customers"): [_holders(x.customers) for x in residue.terms],
             t("erasure_col_threads_matched"): [x.threads for x in residue.terms],
             t("erasure_col_common"): [x.common for x in residue.terms],
         }), hide_index=True, key="erasure.terms")
