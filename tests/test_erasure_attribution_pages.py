@@ -35,7 +35,7 @@ def test_preview_shows_sources_residue_and_coverage_and_waits_for_each_decision(
         assert read in shown and chat in shown
         terms = frame(at, "Término", "Clientes con ese valor", "Común (no propone hilos)")
         t002 = terms.set_index("Término").loc["T002"]
-        assert t002["Clientes con ese valor"] == 6 and bool(t002["Común (no propone hilos)"])
+        assert t002["Clientes con ese valor"] == "6" and bool(t002["Común (no propone hilos)"])
         start = next(b for b in at.button if b.key == "erasure.start")
         assert start.disabled and "Falta decidir 2" in "\n".join(w.value for w in at.warning)
 
