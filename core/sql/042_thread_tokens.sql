@@ -29,6 +29,9 @@ CREATE TABLE IF NOT EXISTS core_token_dirty (
 CREATE OR REPLACE FUNCTION core_mark_threads_dirty() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
+    IF NOT EXISTS (SELECT FROM changed) THEN  -- an upsert fires the UPDATE trigger even when it updated no row
+        RETURN NULL;
+    END IF;
     -- On a listed, unclaimed thread (a busy thread between two indexer runs) this only locks the row.
     INSERT INTO core_token_dirty AS d (thread_id)
     SELECT DISTINCT thread_id FROM changed ORDER BY thread_id

@@ -27,6 +27,9 @@ $$;
 CREATE OR REPLACE FUNCTION core_value_holders_add() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
+    IF NOT EXISTS (SELECT FROM new_rows WHERE prefix LIKE 'clientes.%') THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO core_value_holders AS h (value_hash, cliente_id, documents)
     SELECT hashtextextended(l, 0), split_part(n.prefix, '.', 2), count(*)
     FROM new_rows n CROSS JOIN LATERAL core_string_leaves(n.value) AS l
@@ -39,6 +42,9 @@ END $$;
 CREATE OR REPLACE FUNCTION core_value_holders_remove() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
+    IF NOT EXISTS (SELECT FROM old_rows WHERE prefix LIKE 'clientes.%') THEN
+        RETURN NULL;
+    END IF;
     UPDATE core_value_holders h SET documents = h.documents - d.n
     FROM (SELECT hashtextextended(l, 0) AS value_hash, split_part(o.prefix, '.', 2) AS cliente_id, count(*) AS n
           FROM old_rows o CROSS JOIN LATERAL core_string_leaves(o.value) AS l
@@ -57,6 +63,10 @@ END $$;
 CREATE OR REPLACE FUNCTION core_value_holders_update() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
+    -- an INSERT ... ON CONFLICT DO UPDATE (every PostgresStore put) fires this even when it updated no row
+    IF NOT EXISTS (SELECT FROM old_rows WHERE prefix LIKE 'clientes.%') THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO core_value_holders AS h (value_hash, cliente_id, documents)
     SELECT value_hash, cliente_id, sum(delta)::integer FROM (
         SELECT hashtextextended(l, 0) AS value_hash, split_part(r.prefix, '.', 2) AS cliente_id, 1 AS delta
