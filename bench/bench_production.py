@@ -206,7 +206,8 @@ def database_bytes(base: str, name: str) -> int:
 
 
 def database(base: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
-             log: Callable[[str], None], rebuild: bool = False, build_only: bool = False) -> tuple[str, dict]:
+             log: Callable[[str], None], rebuild: bool = False, build_only: bool = False,
+             temp_file_limit: str | None = None) -> tuple[str, dict]:
     """A fresh copy of the production-sized database (built first if its template does not exist,
     or if `rebuild`)."""
     template = f"bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}"
@@ -254,6 +255,8 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
     t = time.perf_counter()
     _sql(base, f'CREATE DATABASE "{work}" TEMPLATE "{template}" STRATEGY FILE_COPY')
     info["copy_s"] = round(time.perf_counter() - t, 1)
+    if temp_file_limit:  # a query that would fill the disk fails instead (a failed baseline is reported)
+        _sql(base, f"ALTER DATABASE \"{work}\" SET temp_file_limit = '{temp_file_limit}'")
     dsn = dsn_for(base, work)
     migrate(dsn, DIMS)  # migrations added since the template was built (no-op otherwise)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -324,11 +327,12 @@ def explained(dsn: str, server_log: Path, fn: Callable[[], Any]) -> str:
 
 def run(base: str, *, docs: int, customers: int, threads: int, writes: int, erasure_docs: int = 2500,
         runs: int = 5, renders: int = 3, rebuild: bool = False, server_log: Path | None = None,
-        log: Callable[[str], None] = print) -> tuple[list[Figure], dict]:
+        log: Callable[[str], None] = print, temp_file_limit: str | None = None) -> tuple[list[Figure], dict]:
     """Build (or reuse) the database, measure everything on a fresh copy; returns (figures, info).
     With `server_log` (the embedded server's log file), each query over its target is run once more
     under auto_explain and its plans are kept in info["explain"]."""
-    dsn, info = database(base, docs, customers, threads, writes, erasure_docs, log, rebuild)
+    dsn, info = database(base, docs, customers, threads, writes, erasure_docs, log, rebuild,
+                         temp_file_limit=temp_file_limit)
     db = Database(dsn)
     info["rows"] = counts(db)
     log(f"rows: {info['rows']}")
@@ -618,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rebuild", action="store_true", help="build the database again even if it exists")
     parser.add_argument("--json", type=Path, help="also write the figures and row counts here")
     parser.add_argument("--build-only", action="store_true", help="build the template (if missing) and stop")
+    parser.add_argument("--temp-file-limit", help="PostgreSQL temp_file_limit of the run copy (e.g. 4GB): a "
+                        "query that would fill the disk fails instead")
     parser.add_argument("--compare", type=Path, help="the --json of a run at another size: print how each figure grew")
     args = parser.parse_args(argv)
     sizes = dict(SMOKE) if args.smoke else {
@@ -633,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(info, default=str))
         return 0
     figures, info = run(base, log=lambda s: print(s, flush=True), rebuild=args.rebuild or args.smoke,
-                        server_log=args.data / "pg" / "log", **sizes)
+                        server_log=args.data / "pg" / "log", temp_file_limit=args.temp_file_limit, **sizes)
     info["total_s"] = round(time.perf_counter() - started, 1)
     info["load_after"] = os.getloadavg()
     command = "python -m bench.bench_production " + " ".join(argv if argv is not None else sys.argv[1:])
