@@ -66,8 +66,11 @@ def test_the_walk_covers_numbers_bytes_escapes_and_constructors(db):
         text = db.fetch_one("SELECT core_checkpoint_payload(%s, %s)::text AS text", (blob_type, blob))["text"]
         rows.append({"type": blob_type, "blob": blob, "text": text})
     assert _assert_walk_covers_decoder(db, rows) == len(rows)
-    # what the walk does not reproduce goes through the decoder: another blob type, or bytes it cannot read
-    assert ti.payload_tokens(*serde.dumps_typed(b"bytes alone")) is None
+    # the other blob types the decoder knows; what the walk does not reproduce goes through the decoder
+    for blob_type, blob in (serde.dumps_typed(b"bytes alone"), ("bytearray", b"\x01\x02"), ("empty", None),
+                            ("null", None)):
+        text = db.fetch_one("SELECT core_checkpoint_payload(%s, %s)::text AS text", (blob_type, blob))["text"]
+        assert _assert_walk_covers_decoder(db, [{"type": blob_type, "blob": blob, "text": text}]) == 1
     assert ti.payload_tokens("pickle", b"\x80\x04K\x01.") is None
     assert ti.payload_tokens("msgpack", b"\xc1") is None
 

@@ -125,6 +125,12 @@ def payload_tokens(blob_type: str | None, blob: bytes | None) -> set[str] | None
         return into
     if blob_type == "null":
         return {"null"}
+    if blob_type == "empty":  # {"type": "empty", "value": null}
+        return {"type", "empty", "value", "null"}
+    if blob_type in ("bytes", "bytearray"):  # {"type": "bytes", "value": <base64>}
+        into.update(("type", "bytes", "value"))
+        tokens_of_text(base64.b64encode(bytes(blob or b"")).decode("ascii"), into)
+        return into
     return None
 
 
