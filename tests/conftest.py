@@ -149,6 +149,20 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 
 
+def login_role(dsn: str, prefix: str, tables: str) -> str:
+    """A new login role granted USAGE on the schema and DML on `tables` only; returns its DSN."""
+    import uuid
+
+    import psycopg
+
+    role = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        owner.execute(f"CREATE ROLE {role} LOGIN")
+        owner.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        owner.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {role}")
+    return psycopg.conninfo.make_conninfo(dsn, user=role)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

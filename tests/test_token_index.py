@@ -16,6 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from core.db import Database
 from core.privacy import erasure, evidence, residue as res, subjects as subj, token_index as ti
+from conftest import login_role
 from foreign_agents import CUSTOMERS
 
 DEFAULT = subj.Attribution()
@@ -237,13 +238,8 @@ def test_an_agent_role_with_rights_on_the_checkpoint_tables_only_still_writes(db
     its definer, so their writes succeed and their threads are listed."""
     import psycopg
 
-    role = f"agente_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(db.dsn, autocommit=True) as owner:
-        owner.execute(f"CREATE ROLE {role} LOGIN")
-        owner.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
-        owner.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON checkpoints, checkpoint_blobs, checkpoint_writes, "
-                      f"checkpoint_migrations TO {role}")
-    pool, graph = _stock_graph(psycopg.conninfo.make_conninfo(db.dsn, user=role))
+    pool, graph = _stock_graph(login_role(db.dsn, "agente", "checkpoints, checkpoint_blobs, checkpoint_writes, "
+                                                           "checkpoint_migrations"))
     thread = f"rol-{uuid.uuid4()}"
     try:
         graph.invoke({"messages": [HumanMessage("con su propio rol")]}, {"configurable": {"thread_id": thread}})

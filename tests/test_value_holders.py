@@ -4,16 +4,14 @@ customer document, through new documents, rewrites, TTL refreshes on read, delet
 erasure; and the residue scan's commonness read from it is the one the pass gives."""
 from __future__ import annotations
 
-import time
-import uuid
-
 import psycopg
 import pytest
 from langgraph.store.base import TTLConfig
 from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
-from core.privacy import erasure, evidence, residue as res, subjects as subj
+from conftest import login_role
+from core.privacy import erasure, residue as res, subjects as subj
 
 # the naive pass the table replaces: every customer document's distinct string values, per customer
 PASS = """
@@ -77,13 +75,7 @@ def test_commonness_is_counted_up_to_the_cap(db, stock_store):
 
 
 def test_an_agent_role_granted_on_the_store_only_still_writes_its_memory(db):
-    role = f"memoria_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(db.dsn, autocommit=True) as owner:
-        owner.execute(f"CREATE ROLE {role} LOGIN")
-        owner.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
-        owner.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON store, store_vectors, store_migrations, "
-                      f"vector_migrations TO {role}")
-    pool = ConnectionPool(psycopg.conninfo.make_conninfo(db.dsn, user=role),
+    pool = ConnectionPool(login_role(db.dsn, "memoria", "store, store_vectors, store_migrations, vector_migrations"),
                           kwargs={"autocommit": True, "prepare_threshold": 0}, open=True)
     try:
         store = PostgresStore(pool, ttl=TTLConfig(refresh_on_read=True, default_ttl=60))

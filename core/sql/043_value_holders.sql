@@ -14,13 +14,20 @@ CREATE TABLE IF NOT EXISTS core_value_holders (
     documents   integer NOT NULL,
     PRIMARY KEY (value_hash, cliente_id)
 );
--- a customer's rows: the erasure's evidence count, and the triggers' clean-up of rows that reached 0
+-- a customer's rows: the erasure's evidence count
 CREATE INDEX IF NOT EXISTS core_value_holders_cliente_idx ON core_value_holders (cliente_id);
 
 -- The distinct string values of a document, at any depth (what residue.SELECT_DOCUMENT_VALUES reads).
 CREATE OR REPLACE FUNCTION core_string_leaves(value jsonb) RETURNS SETOF text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT DISTINCT v #>> '{}' FROM jsonb_path_query(value, 'strict $.**') AS v WHERE jsonb_typeof(v) = 'string'
+$$;
+
+-- The (value hash, customer) pairs of one store row: none unless it is a customer's document.
+CREATE OR REPLACE FUNCTION core_value_holders_of(prefix text, value jsonb, OUT value_hash bigint, OUT cliente_id text)
+RETURNS SETOF record LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT hashtextextended(l, 0), split_part(prefix, '.', 2) FROM core_string_leaves(value) AS l
+    WHERE prefix LIKE 'clientes.%'
 $$;
 
 -- SECURITY DEFINER: the agents' own role needs no privilege on this table (see 042).
@@ -31,30 +38,37 @@ BEGIN
         RETURN NULL;
     END IF;
     INSERT INTO core_value_holders AS h (value_hash, cliente_id, documents)
-    SELECT hashtextextended(l, 0), split_part(n.prefix, '.', 2), count(*)
-    FROM new_rows n CROSS JOIN LATERAL core_string_leaves(n.value) AS l
-    WHERE n.prefix LIKE 'clientes.%'
+    SELECT v.value_hash, v.cliente_id, count(*) FROM new_rows n CROSS JOIN LATERAL core_value_holders_of(n.prefix, n.value) v
     GROUP BY 1, 2 ORDER BY 1, 2
     ON CONFLICT (value_hash, cliente_id) DO UPDATE SET documents = h.documents + EXCLUDED.documents;
     RETURN NULL;
 END $$;
 
+-- Rows that reached 0, deleted in a statement of their own (a DELETE in the statement that updated them
+-- would not see the update).
+CREATE OR REPLACE FUNCTION core_value_holders_drop(hashes bigint[], customers text[]) RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM core_value_holders h USING unnest(hashes, customers) AS z(value_hash, cliente_id)
+    WHERE h.value_hash = z.value_hash AND h.cliente_id = z.cliente_id AND h.documents <= 0
+$$;
+
 CREATE OR REPLACE FUNCTION core_value_holders_remove() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    hashes bigint[];
+    customers text[];
 BEGIN
     IF NOT EXISTS (SELECT FROM old_rows WHERE prefix LIKE 'clientes.%') THEN
         RETURN NULL;
     END IF;
-    UPDATE core_value_holders h SET documents = h.documents - d.n
-    FROM (SELECT hashtextextended(l, 0) AS value_hash, split_part(o.prefix, '.', 2) AS cliente_id, count(*) AS n
-          FROM old_rows o CROSS JOIN LATERAL core_string_leaves(o.value) AS l
-          WHERE o.prefix LIKE 'clientes.%'
-          GROUP BY 1, 2) d
-    WHERE h.value_hash = d.value_hash AND h.cliente_id = d.cliente_id;
-    -- a statement of its own: the rows it updated are not visible to a DELETE in the same statement
-    DELETE FROM core_value_holders h
-    WHERE h.documents <= 0
-      AND h.cliente_id IN (SELECT DISTINCT split_part(prefix, '.', 2) FROM old_rows WHERE prefix LIKE 'clientes.%');
+    WITH changed AS (
+        UPDATE core_value_holders h SET documents = h.documents - d.n
+        FROM (SELECT v.value_hash, v.cliente_id, count(*) AS n
+              FROM old_rows o CROSS JOIN LATERAL core_value_holders_of(o.prefix, o.value) v GROUP BY 1, 2) d
+        WHERE h.value_hash = d.value_hash AND h.cliente_id = d.cliente_id
+        RETURNING h.value_hash, h.cliente_id, h.documents)
+    SELECT array_agg(value_hash), array_agg(cliente_id) INTO hashes, customers FROM changed WHERE documents <= 0;
+    PERFORM core_value_holders_drop(hashes, customers);
     RETURN NULL;
 END $$;
 
@@ -62,23 +76,25 @@ END $$;
 -- disappear change a row (a pure TTL refresh changes nothing).
 CREATE OR REPLACE FUNCTION core_value_holders_update() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    hashes bigint[];
+    customers text[];
 BEGIN
     -- an INSERT ... ON CONFLICT DO UPDATE (every PostgresStore put) fires this even when it updated no row
     IF NOT EXISTS (SELECT FROM old_rows WHERE prefix LIKE 'clientes.%') THEN
         RETURN NULL;
     END IF;
-    INSERT INTO core_value_holders AS h (value_hash, cliente_id, documents)
-    SELECT value_hash, cliente_id, sum(delta)::integer FROM (
-        SELECT hashtextextended(l, 0) AS value_hash, split_part(r.prefix, '.', 2) AS cliente_id, 1 AS delta
-        FROM new_rows r CROSS JOIN LATERAL core_string_leaves(r.value) AS l WHERE r.prefix LIKE 'clientes.%'
-        UNION ALL
-        SELECT hashtextextended(l, 0), split_part(r.prefix, '.', 2), -1
-        FROM old_rows r CROSS JOIN LATERAL core_string_leaves(r.value) AS l WHERE r.prefix LIKE 'clientes.%'
-    ) x GROUP BY 1, 2 HAVING sum(delta) <> 0 ORDER BY 1, 2
-    ON CONFLICT (value_hash, cliente_id) DO UPDATE SET documents = h.documents + EXCLUDED.documents;
-    DELETE FROM core_value_holders h
-    WHERE h.documents <= 0
-      AND h.cliente_id IN (SELECT DISTINCT split_part(prefix, '.', 2) FROM old_rows WHERE prefix LIKE 'clientes.%');
+    WITH changed AS (
+        INSERT INTO core_value_holders AS h (value_hash, cliente_id, documents)
+        SELECT v.value_hash, v.cliente_id, sum(x.delta)::integer FROM (
+            SELECT prefix, value, 1 AS delta FROM new_rows WHERE prefix LIKE 'clientes.%'
+            UNION ALL SELECT prefix, value, -1 FROM old_rows WHERE prefix LIKE 'clientes.%'
+        ) x CROSS JOIN LATERAL core_value_holders_of(x.prefix, x.value) v
+        GROUP BY 1, 2 HAVING sum(x.delta) <> 0 ORDER BY 1, 2
+        ON CONFLICT (value_hash, cliente_id) DO UPDATE SET documents = h.documents + EXCLUDED.documents
+        RETURNING h.value_hash, h.cliente_id, h.documents)
+    SELECT array_agg(value_hash), array_agg(cliente_id) INTO hashes, customers FROM changed WHERE documents <= 0;
+    PERFORM core_value_holders_drop(hashes, customers);
     RETURN NULL;
 END $$;
 
@@ -117,7 +133,7 @@ ALTER FUNCTION core_expiry_days_truncate() SECURITY DEFINER SET search_path FROM
 LOCK TABLE store IN SHARE MODE;
 DELETE FROM core_value_holders;
 INSERT INTO core_value_holders (value_hash, cliente_id, documents)
-SELECT hashtextextended(l, 0), split_part(s.prefix, '.', 2), count(*)
-FROM store s CROSS JOIN LATERAL core_string_leaves(s.value) AS l
+SELECT v.value_hash, v.cliente_id, count(*)
+FROM store s CROSS JOIN LATERAL core_value_holders_of(s.prefix, s.value) v
 WHERE s.prefix LIKE 'clientes.%'
 GROUP BY 1, 2;
