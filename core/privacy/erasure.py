@@ -221,7 +221,7 @@ def erase(
             # read before anything is deleted: the `hilo` links and the document values live in the store
             subjects = subj.resolve_conn(conn, customer_id, config)
             terms = res.customer_terms(conn, customer_id)
-            residue = res.residue_conn(conn, customer_id, subjects.threads, terms)
+            residue = res.residue_conn(conn, customer_id, subjects.threads, terms, count_common=False)
             residue_rows, include, exclusions, undecided = _decide(residue, chosen)
             left = [e["thread_id"] for e in exclusions] + undecided
             evidence_terms = [t for t in terms if not t.common]

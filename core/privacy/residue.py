@@ -70,13 +70,14 @@ SELECT count(DISTINCT r.thread_id) AS n FROM (
 ) r"""
 
 
-def scan(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str]) -> tuple[set[tuple[str, str]], str]:
-    """(term, thread) pairs whose bytes match, over the threads the token index names for these terms (every
-    thread when it cannot answer), threads in `exclude` excepted; and what ran."""
+def scan(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str],
+         narrow_by: Iterable[str] | None = None) -> tuple[set[tuple[str, str]], str, token_index.Candidates]:
+    """(term, thread) pairs whose bytes match, over the threads the token index names for `narrow_by` (default:
+    the terms; every thread when it cannot answer), threads in `exclude` excepted; what ran; the candidates."""
     terms = set(terms)
-    narrowed = token_index.candidates(conn, terms)
+    narrowed = token_index.candidates(conn, terms if narrow_by is None else narrow_by)
     pairs = raw_scan.candidates(conn, terms, exclude, only=narrowed.threads)
-    return pairs, raw_scan.describe(len(terms), narrowed.describe(), narrowed.threads is not None)
+    return pairs, raw_scan.describe(len(terms), narrowed.describe(), narrowed.threads is not None), narrowed
 
 
 def _are_escape(text: str) -> str:
@@ -108,7 +109,8 @@ class Term:
     term: str
     kind: str  # id / value
     customers: int  # customers whose documents hold it (1 = only this one; the id counts as 1; > COUNT_CAP: more)
-    threads: int = 0  # unattributed threads holding it (decoder-confirmed; raw-bytes count for a common term)
+    threads: int = 0  # unattributed threads holding it (decoder-confirmed; for a common term: holding all its
+    # tokens per the token index, plus unindexed threads whose bytes hold it; raw bytes when every thread is read)
 
     @property
     def common(self) -> bool:
@@ -134,7 +136,7 @@ class Residue:
     matches: list[ResidueMatch]  # one per (thread, term), confirmed by the decoder
     candidates: int  # (term, thread) pairs the raw-bytes filter let through
     sql: str  # what the raw-bytes scan ran (raw_scan.describe)
-    common_threads: list[str] = field(default_factory=list)  # raw matches of common terms only (not proposed)
+    common_threads: list[str] = field(default_factory=list)  # threads read whose bytes hold a common term
     raw_threads: list[str] = field(default_factory=list)  # threads a distinctive term's raw bytes were found in
 
     @property
@@ -199,11 +201,15 @@ def customer_terms(conn: psycopg.Connection, customer_id: str, extra_values: Ite
 
 
 def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterable[str],
-                 terms: list[Term] | None = None) -> Residue:
+                 terms: list[Term] | None = None, count_common: bool = True) -> Residue:
+    """The residue of `customer_id` outside the `attributed` threads. Threads are read where the token index
+    says a distinctive term may be (common terms never propose a thread); each common term's threads are then
+    counted through the index (`count_common=False` skips that: an erasure does not need the counts)."""
     customer_id = validate_label(customer_id, "customer id")
+    attributed = set(attributed)
     terms = terms if terms is not None else customer_terms(conn, customer_id)
     by_term = {t.term: t for t in terms}
-    pairs, ran = scan(conn, by_term, attributed)
+    pairs, ran, narrowed = scan(conn, by_term, attributed, narrow_by=[t.term for t in terms if not t.common])
     threads: dict[str, set[str]] = {}
     for term, thread_id in pairs:
         threads.setdefault(thread_id, set()).add(term)
@@ -228,8 +234,13 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
     confirmed: dict[str, int] = {}
     for m in matches:
         confirmed[m.term] = confirmed.get(m.term, 0) + 1
-    terms = [Term(t.term, t.kind, t.customers, len(raw_threads.get(t.term, ())) if t.common else confirmed.get(t.term, 0))
-             for t in terms]
+    common = [t.term for t in terms if t.common]
+    if narrowed.threads is not None:  # only some threads were read: the index counts each common term's threads
+        indexed = token_index.count_hits(conn, common, attributed | narrowed.unindexed) if count_common else {}
+        counts = {term: indexed.get(term, 0) + len(raw_threads.get(term, set()) & narrowed.unindexed) for term in common}
+    else:
+        counts = {term: len(raw_threads.get(term, ())) for term in common}
+    terms = [Term(t.term, t.kind, t.customers, counts[t.term] if t.common else confirmed.get(t.term, 0)) for t in terms]
     common_threads = sorted({th for t in terms if t.common for th in raw_threads.get(t.term, ())})
     raw_distinctive = sorted({th for t in terms if not t.common for th in raw_threads.get(t.term, ())})
     return Residue(customer_id, terms, matches, len(pairs), ran, common_threads,

@@ -255,27 +255,48 @@ class Candidates:
 
     threads: frozenset[str] | None
     hits: int = 0        # threads the index gave
-    unindexed: int = 0   # threads written since they were last indexed
+    unindexed: frozenset[str] = frozenset()  # threads written since they were last indexed
     why_full: str = ""   # why every thread is read, when it is
 
     def describe(self) -> str:
         if self.threads is None:
             return f"every thread ({self.why_full})"
         return (f"{len(self.threads)} threads: {self.hits} from the token index (core_thread_tokens), "
-                f"{self.unindexed} not indexed yet (core_token_dirty)")
+                f"{len(self.unindexed)} not indexed yet (core_token_dirty)")
+
+
+def _keys(terms: Iterable[str]) -> dict[str, str]:
+    """Each term's lookup key (its token hashes, comma-joined); a term without a token has none."""
+    return {term: ",".join(str(token_hash(t)) for t in tokens) for term in set(terms) if (tokens := term_tokens(term))}
 
 
 def candidates(conn: psycopg.Connection, terms: Iterable[str]) -> Candidates:
     """The threads that may hold any of `terms` (a superset: the scan confirms), or every thread when a
     term has no token or too many threads wait for the indexer."""
-    keys = []
-    for term in set(terms):
-        tokens = term_tokens(term)
-        if not tokens:
-            return Candidates(None, why_full=f"the term {term!r} has no token the index can look up")
-        keys.append(",".join(str(token_hash(t)) for t in tokens))
+    terms = set(terms)
+    keys = _keys(terms)
+    if len(keys) < len(terms):
+        term = sorted(terms - set(keys))[0]
+        return Candidates(None, why_full=f"the term {term!r} has no token the index can look up")
     unindexed = [r["thread_id"] for r in conn.execute(SELECT_PENDING, {"cap": DIRTY_SCAN_MAX + 1})]
     if len(unindexed) > DIRTY_SCAN_MAX:
         return Candidates(None, why_full=f"more than {DIRTY_SCAN_MAX:,} threads wait for the token indexer")
-    hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": keys})} if keys else set()
-    return Candidates(frozenset(hits | set(unindexed)), len(hits), len(unindexed))
+    hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": list(keys.values())})} if keys else set()
+    return Candidates(frozenset(hits | set(unindexed)), len(hits), frozenset(unindexed))
+
+
+# Per term, the indexed threads (but `exclude`) holding every token of it: counted in SQL, never listed.
+COUNT_HITS = """
+SELECT q.term, count(t.thread_id) AS n FROM unnest(%(terms)s::text[], %(keys)s::text[]) AS q(term, key)
+LEFT JOIN LATERAL (SELECT thread_id FROM core_thread_tokens
+                   WHERE tokens @> string_to_array(q.key, ',')::integer[] AND NOT (thread_id = ANY(%(exclude)s))) t ON true
+GROUP BY q.term"""
+
+
+def count_hits(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str]) -> dict[str, int]:
+    """How many indexed threads (but `exclude`) hold every token of each term (a term without a token: 0)."""
+    keys = _keys(terms)
+    if not keys:
+        return {}
+    rows = conn.execute(COUNT_HITS, {"terms": list(keys), "keys": list(keys.values()), "exclude": sorted(set(exclude))})
+    return {r["term"]: int(r["n"]) for r in rows}
