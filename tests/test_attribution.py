@@ -379,3 +379,8 @@ def test_per_customer_lookups_can_use_an_index_whatever_the_id(article_agents_db
             found = plan("EXPLAIN " + query.as_string(conn))
             # a range on the id's literal prefix (text_pattern_ops), not a filter over every thread id
             assert "core_checkpoints_thread_pattern_idx" in found and "~>=~" in found and "Seq Scan" not in found, found
+        # the erasure's evidence query on checkpoints (every configured key and the threads, one statement)
+        query = evidence._checkpoints_zero_sql(DEFAULT.metadata_keys)
+        text = psycopg.ClientCursor(conn).mogrify(query, {"threads": ["conv-1"], "cliente_id": "C_1%"})
+        found = plan("EXPLAIN " + text)
+        assert "Seq Scan" not in found and all(index in found for index in indexes.values()), found

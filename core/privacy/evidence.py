@@ -216,7 +216,8 @@ def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
 
 def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
     """The checkpoints evidence query with the configured metadata keys (or threads only, if none)."""
-    conds = [sql.SQL("metadata->>{} = %(cliente_id)s").format(sql.Literal(k)) for k in keys]
+    # `metadata ? key` too: what lets the partial indexes of migration 041 serve the lookup (3.2 s at 10M without)
+    conds = [sql.SQL("(metadata ? {k} AND metadata->>{k} = %(cliente_id)s)").format(k=sql.Literal(k)) for k in keys]
     cond = sql.SQL(" OR ").join(conds) if conds else sql.SQL("false")
     return sql.SQL(CHECKPOINTS_ZERO_KEYS_SQL).format(keys=cond).as_string()
 
