@@ -1,0 +1,65 @@
+"""Where one customer's erasure preview spends its time, step by step, on an existing database (read-only).
+
+    python -m bench.bench_residue --data /work/bench10m --dbname bench_prod_10000000_2500000_1000000_10000000_2500
+
+Each step of `evidence.preview` on one connection: the subject resolver, the commonness of the customer's terms
+(`core_value_holders`), the threads the token index names for the distinctive terms and for all terms (the
+baseline: what the scan read before common terms stopped narrowing it), the residue scan, then the whole preview.
+Nothing is written; nothing depends on the time it runs.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import psycopg
+
+from core.db import Database, embedded_dsn
+from core.privacy import evidence, residue as res, subjects as subj, token_index
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return (time.perf_counter() - start) * 1000, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True, help="the embedded server's folder")
+    parser.add_argument("--dbname", required=True)
+    parser.add_argument("--customer", default="C9")
+    parser.add_argument("--runs", type=int, default=2)
+    args = parser.parse_args(argv)
+    db = Database(psycopg.conninfo.make_conninfo(embedded_dsn(args.data), dbname=args.dbname))
+    rows = []
+    with db.connection() as conn:
+        ms, subjects = timed(lambda: subj.resolve_conn(conn, args.customer, subj.Attribution()))
+        rows.append(("subject resolver", ms, f"{len(subjects.threads)} threads attributed"))
+        ms, terms = timed(lambda: res.customer_terms(conn, args.customer))
+        rows.append(("customer_terms (commonness)", ms, f"{len(terms)} terms, {sum(t.common for t in terms)} common"))
+        distinctive = [t.term for t in terms if not t.common]
+        ms, narrowed = timed(lambda: token_index.candidates(conn, distinctive))
+        rows.append(("threads to read: distinctive terms", ms, narrowed.describe()))
+        ms, everything = timed(lambda: token_index.candidates(conn, [t.term for t in terms]))
+        rows.append(("baseline: threads to read for every term", ms, everything.describe()))
+        ms, residue = timed(lambda: res.residue_conn(conn, args.customer, subjects.threads, terms))
+        rows.append(("residue scan (read, match, decode, count common terms)", ms,
+                     f"{residue.candidates} raw candidates, {len(residue.matches)} confirmed"))
+        ms, _ = timed(lambda: res.residue_conn(conn, args.customer, subjects.threads, terms, count_common=False))
+        rows.append(("residue scan as the erasure runs it (common terms not counted)", ms, ""))
+    for n in range(args.runs):
+        ms, preview = timed(lambda: evidence.preview(db, args.customer))
+        rows.append((f"preview('{args.customer}') run {n + 1}", ms, f"{preview.total:,} rows to erase"))
+    db.close()
+    print(f"{args.dbname}, customer {args.customer}\n")
+    print("| step | ms | what |")
+    print("|---|---:|---|")
+    for name, ms, what in rows:
+        print(f"| {name} | {ms:,.1f} | {what} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
