@@ -165,6 +165,11 @@ if preview is not None and preview.customer_id == customer_id:
                   config={"namespace": t("erasure_namespace"), "documents": t("erasure_documents")})
     show_sources(preview.subjects)
     show_residue(preview.residue)
+    if preview.residue and any(x.threads is None for x in preview.residue.terms):
+        if st.button(t("erasure_count_common"), key="erasure.count_common", icon=":material/functions:"):
+            st.session_state[PREVIEW_KEY] = (call_now(evidence.preview, customer_id, attribution, count_common=True),
+                                              time.strftime("%H:%M:%S"))
+            st.rerun()
     decisions, undecided = decisions_of(preview.residue)
     if preview.total == 0 and not preview.residue_threads:
         st.info(t("erasure_nothing", id=preview.customer_id))

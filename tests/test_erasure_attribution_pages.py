@@ -127,3 +127,33 @@ def test_checkpoints_by_customer_uses_the_resolver_and_shows_coverage(article_ag
     assert "12 / 30 de los hilos (40%)" in warnings
     assert 'config={"metadata": {"cliente_id"' in texts(at)
     reset_pool(article_agents_db.dsn)
+
+
+def test_common_terms_are_counted_when_asked_and_the_decisions_stay(article_agents, app_env):
+    """Once the token index is built, the preview reads only where a distinctive term may be, and says a common
+    term's threads are not counted (at 10M counting them was most of a 6.3 s preview). A button counts them;
+    the decisions taken meanwhile stay."""
+    from core.privacy import token_index
+
+    foreign = article_agents(shared_customers=50)
+    app_env(foreign.dsn, LOCAL_ROLES="dpo")
+    dbx = Database(foreign.dsn)
+    try:
+        token_index.index_pending(dbx)
+        at = dashboard("app_pages/erasure.py")
+        at.text_input(key="erasure.customer").input("C9").run()
+        at.button(key="erasure.preview").click().run()
+        assert not at.exception, at.exception
+        column = "Hilos donde aparece (un término común: hilos con todas sus palabras)"
+        terms = frame(at, "Término", column).set_index("Término")
+        assert terms.loc["T002", column] == "sin contar" and terms.loc["C9", column] != "sin contar"
+        at.radio(key="erasure.residue.0.decision").set_value(decisions.ERASE).run()
+        at.button(key="erasure.count_common").click().run()
+        assert not at.exception, at.exception
+        terms = frame(at, "Término", column).set_index("Término")
+        assert int(terms.loc["T002", column]) >= 50  # the 50 customers sharing T002 each have a thread with it
+        assert at.radio(key="erasure.residue.0.decision").value == decisions.ERASE
+        assert not any(b.key == "erasure.count_common" for b in at.button)
+    finally:
+        dbx.close()
+        reset_pool(foreign.dsn)

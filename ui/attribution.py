@@ -81,7 +81,8 @@ def show_residue(residue: res.Residue | None) -> None:
             t("erasure_col_term"): [x.term for x in residue.terms],
             t("erasure_col_kind"): [x.kind for x in residue.terms],
             t("erasure_col_customers"): [_holders(x.customers) for x in residue.terms],
-            t("erasure_col_threads_matched"): [x.threads for x in residue.terms],
+            t("erasure_col_threads_matched"): [t("erasure_not_counted") if x.threads is None else str(x.threads)
+                                               for x in residue.terms],
             t("erasure_col_common"): [x.common for x in residue.terms],
         }), hide_index=True, key="erasure.terms")
 

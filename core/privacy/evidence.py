@@ -269,9 +269,11 @@ def find_threads(db: Database, customer_id: str, config: subj.Attribution | None
         return _find_threads(conn, validate_customer_id(customer_id), config)
 
 
-def preview(db: Database, customer_id: str, config: subj.Attribution | None = None) -> Preview:
+def preview(db: Database, customer_id: str, config: subj.Attribution | None = None,
+            count_common: bool = False) -> Preview:
     """Dry run: rows per table an erasure of `customer_id` would delete now, the attributed threads with their
-    sources, and the residue threads the DPO has to decide on. Raises InvalidIdentifier."""
+    sources, and the residue threads the DPO has to decide on; with `count_common`, also the threads each common
+    term is in (asked for on the page). Raises InvalidIdentifier."""
     customer_id = validate_customer_id(customer_id)
     config = _config(config)
     with db.connection() as conn:
@@ -281,7 +283,7 @@ def preview(db: Database, customer_id: str, config: subj.Attribution | None = No
                   for e in _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys)}
         namespaces = [(r["prefix"], int(r["documents"]))
                       for r in conn.execute(SELECT_NAMESPACES, _params(customer_id, ())).fetchall()]
-        residue = res.residue_conn(conn, customer_id, subjects.threads)
+        residue = res.residue_conn(conn, customer_id, subjects.threads, count_common=count_common)
     return Preview(customer_id, f"{ROOT}.{customer_id}", counts, namespaces, threads, subjects, residue)
 
 
