@@ -1,11 +1,16 @@
-"""Where one customer's erasure preview spends its time, step by step, on an existing database (read-only).
+"""Where one customer's erasure preview spends its time, step by step, on an existing database (read-only);
+then, on a copy only, the Erasure page, the erasure itself and the sweep job after it.
 
     python -m bench.bench_residue --data /work/bench10m --dbname bench_prod_10000000_2500000_1000000_10000000_2500
+    python -m bench.bench_residue --data /work/bench10m --dbname <a copy>_run --erase --sweep
 
 Each step of `evidence.preview` on one connection: the subject resolver, the commonness of the customer's terms
 (`core_value_holders`), the threads the token index names for the distinctive terms and for all terms (the
 baseline: what the scan read before common terms stopped narrowing it), the residue scan, then the whole preview.
-Nothing is written; nothing depends on the time it runs.
+Without --erase and --sweep nothing is written; nothing depends on the time it runs. --erase renders the Erasure
+page with Preview clicked (AppTest, as bench_production does), erases the customer and checks every evidence query
+is 0; --sweep runs the sweep job (TTL sweep, retention, storage refresh, tool calls, token index, the erasure
+register's re-check) once. Both refuse a database whose name does not end in `_run` (bench_production's copy).
 """
 from __future__ import annotations
 
@@ -15,8 +20,10 @@ from pathlib import Path
 
 import psycopg
 
+from bench import bench_pages
 from core.db import Database, embedded_dsn
-from core.privacy import evidence, residue as res, subjects as subj, token_index
+from core.operations import sweep
+from core.privacy import erasure, evidence, residue as res, subjects as subj, token_index
 
 
 def timed(fn):
@@ -31,8 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dbname", required=True)
     parser.add_argument("--customer", default="C9")
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--erase", action="store_true", help="then render the page, erase, check (a copy only)")
+    parser.add_argument("--sweep", action="store_true", help="then run the sweep job once (a copy only)")
     args = parser.parse_args(argv)
-    db = Database(psycopg.conninfo.make_conninfo(embedded_dsn(args.data), dbname=args.dbname))
+    if (args.erase or args.sweep) and not args.dbname.endswith("_run"):
+        raise SystemExit(f"{args.dbname} is not a copy (*_run): --erase and --sweep write")
+    dsn = psycopg.conninfo.make_conninfo(embedded_dsn(args.data), dbname=args.dbname)
+    db = Database(dsn)
     rows = []
     with db.connection() as conn:
         ms, subjects = timed(lambda: subj.resolve_conn(conn, args.customer, subj.Attribution()))
@@ -54,6 +66,17 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((f"preview('{args.customer}') run {n + 1}", ms, f"{preview.total:,} rows to erase"))
     ms, _ = timed(lambda: evidence.preview(db, args.customer, count_common=True))
     rows.append((f"preview('{args.customer}', count_common=True): the page's button", ms, ""))
+    if args.erase:
+        ms = bench_pages.page_render_ms(dsn, "app_pages/erasure.py", {"cliente": args.customer}, "erasure.preview",
+                                        runs=args.runs, timeout=3600)
+        rows.append(("Erasure page render with Preview clicked (AppTest, median)", ms, ""))
+        ms, result = timed(lambda: erasure.erase(db, args.customer, operator="bench"))
+        nonzero = {e.table: e.result for e in result.evidence if e.result}
+        rows.append((f"erase('{args.customer}')", ms, f"status {result.status}; {result.deleted.get('store', 0):,} "
+                     f"documents; evidence queries not 0: {nonzero or 'none'}"))
+    if args.sweep:
+        ms, swept = timed(lambda: sweep.run_sweep(db, trigger="bench"))
+        rows.append(("sweep job (with the erasure register's re-check)", ms, swept.summary()[:300]))
     db.close()
     print(f"{args.dbname}, customer {args.customer}\n")
     print("| step | ms | what |")
