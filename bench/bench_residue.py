@@ -45,44 +45,43 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{args.dbname} is not a copy (*_run): --erase and --sweep write")
     dsn = psycopg.conninfo.make_conninfo(embedded_dsn(args.data), dbname=args.dbname)
     db = Database(dsn)
-    rows = []
+    print(f"{args.dbname}, customer {args.customer}\n\n| step | ms | what |\n|---|---:|---|", flush=True)
+
+    def row(step: str, ms: float, what: str) -> None:  # printed as measured: a later step may fail
+        print(f"| {step} | {ms:,.1f} | {what} |", flush=True)
+
     with db.connection() as conn:
         ms, subjects = timed(lambda: subj.resolve_conn(conn, args.customer, subj.Attribution()))
-        rows.append(("subject resolver", ms, f"{len(subjects.threads)} threads attributed"))
+        row("subject resolver", ms, f"{len(subjects.threads)} threads attributed")
         ms, terms = timed(lambda: res.customer_terms(conn, args.customer))
-        rows.append(("customer_terms (commonness)", ms, f"{len(terms)} terms, {sum(t.common for t in terms)} common"))
+        row("customer_terms (commonness)", ms, f"{len(terms)} terms, {sum(t.common for t in terms)} common")
         distinctive = [t.term for t in terms if not t.common]
         ms, narrowed = timed(lambda: token_index.candidates(conn, distinctive))
-        rows.append(("threads to read: distinctive terms", ms, narrowed.describe()))
+        row("threads to read: distinctive terms", ms, narrowed.describe())
         ms, everything = timed(lambda: token_index.candidates(conn, [t.term for t in terms]))
-        rows.append(("baseline: threads to read for every term", ms, everything.describe()))
+        row("baseline: threads to read for every term", ms, everything.describe())
         ms, residue = timed(lambda: res.residue_conn(conn, args.customer, subjects.threads, terms))
-        rows.append(("residue scan (read, match, decode, count common terms)", ms,
-                     f"{residue.candidates} raw candidates, {len(residue.matches)} confirmed"))
+        row("residue scan (read, match, decode, count common terms)", ms,
+                     f"{residue.candidates} raw candidates, {len(residue.matches)} confirmed")
         ms, _ = timed(lambda: res.residue_conn(conn, args.customer, subjects.threads, terms, count_common=False))
-        rows.append(("residue scan as the erasure runs it (common terms not counted)", ms, ""))
+        row("residue scan as the erasure runs it (common terms not counted)", ms, "")
     for n in range(args.runs):
         ms, preview = timed(lambda: evidence.preview(db, args.customer))
-        rows.append((f"preview('{args.customer}') run {n + 1}", ms, f"{preview.total:,} rows to erase"))
+        row(f"preview('{args.customer}') run {n + 1}", ms, f"{preview.total:,} rows to erase")
     ms, _ = timed(lambda: evidence.preview(db, args.customer, count_common=True))
-    rows.append((f"preview('{args.customer}', count_common=True): the page's button", ms, ""))
+    row(f"preview('{args.customer}', count_common=True): the page's button", ms, "")
     if args.erase:
         ms = bench_pages.page_render_ms(dsn, "app_pages/erasure.py", {"cliente": args.customer}, "erasure.preview",
                                         runs=args.runs, timeout=3600)
-        rows.append(("Erasure page render with Preview clicked (AppTest, median)", ms, ""))
+        row("Erasure page render with Preview clicked (AppTest, median)", ms, "")
         ms, result = timed(lambda: erasure.erase(db, args.customer, operator="bench"))
         nonzero = {e.table: e.result for e in result.evidence if e.result}
-        rows.append((f"erase('{args.customer}')", ms, f"status {result.status}; {result.deleted.get('store', 0):,} "
-                     f"documents; evidence queries not 0: {nonzero or 'none'}"))
+        row(f"erase('{args.customer}')", ms, f"status {result.status}; {result.deleted.get('store', 0):,} "
+                     f"documents; evidence queries not 0: {nonzero or 'none'}")
     if args.sweep:
-        ms, swept = timed(lambda: sweep.run_sweep(db, trigger="bench"))
-        rows.append(("sweep job (with the erasure register's re-check)", ms, swept.summary()[:300]))
+        ms, swept = timed(lambda: sweep.run_sweep(db, trigger="manual", operator="bench_residue"))
+        row("sweep job (with the erasure register's re-check)", ms, swept.summary()[:300])
     db.close()
-    print(f"{args.dbname}, customer {args.customer}\n")
-    print("| step | ms | what |")
-    print("|---|---:|---|")
-    for name, ms, what in rows:
-        print(f"| {name} | {ms:,.1f} | {what} |")
     return 0
 
 
