@@ -43,6 +43,8 @@ GRANT SELECT, INSERT, UPDATE ON core_extract_watermark TO agent_memory_sweeper;
 -- Token index step (core/privacy/token_index.py, migration 042): threads claimed, indexed, un-listed; tokens of
 -- deleted threads pruned.
 GRANT SELECT, INSERT, UPDATE, DELETE ON core_thread_tokens, core_token_dirty TO agent_memory_sweeper;
+-- The attribution coverage as of this sweep (migration 045).
+GRANT SELECT, INSERT, UPDATE ON core_coverage_snapshot TO agent_memory_sweeper;
 
 -- The erasure register's re-check, which the job runs after the sweep (core.erasure.recheck_all):
 -- it counts a customer's rows again in every table that can name one (store, checkpoints and our

@@ -34,7 +34,8 @@ def coverage_notice(cov: subj.Coverage | None) -> None:
     st.warning(t("erasure_coverage", threads=f"{cov.unattributed_threads:,} / {cov.threads:,}",
                  t_share=f"{cov.thread_share:.0%}", bytes=_bytes(cov.unattributed_bytes),
                  b_share=f"{cov.byte_share:.0%}"), icon=":material/visibility_off:")
-    st.caption(t("erasure_coverage_fix") + (" " + t("erasure_coverage_query") if cov.query_configured else ""))
+    st.caption(t("erasure_coverage_fix") + (" " + t("erasure_coverage_query") if cov.query_configured else "")
+               + (" " + t("erasure_coverage_as_of", at=f"{cov.as_of:%Y-%m-%d %H:%M} UTC") if cov.as_of else ""))
 
 
 def show_sources(subjects: subj.Subjects | None) -> None:

@@ -9,7 +9,7 @@
    (same snapshot, same `now()`: the counts are exact, and a mismatch rolls everything back);
 3. checkpoint retention: threads whose newest checkpoint (`checkpoint->>'ts'`) is older than
    `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run only lists them);
-   then refreshes the per-thread storage summary and extracts new tool calls from the checkpoints
+   then refreshes the per-thread storage summary and the attribution coverage, extracts new tool calls from the checkpoints
    (core.checkpoints.tool_calls.sweep_step: orphans of deleted threads dropped, a 24 h look-back), and
    indexes the threads written since the last run for the residue scan (core.privacy.token_index);
 4. calls the erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`);
@@ -42,7 +42,7 @@ from core import clock
 from core.config import DEFAULT_DIMS
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
 from core.checkpoints import tool_calls
-from core.privacy import token_index
+from core.privacy import subjects, token_index
 from core.checkpoints.views import refresh_thread_storage
 from core.memory.store import build_store
 
@@ -337,6 +337,11 @@ def run_sweep(
                 except Exception as exc:
                     log.exception("sweep: thread storage refresh failed")
                     errors.append(f"thread storage: {exc}")
+                try:  # the Erasure and Checkpoints pages read the attribution coverage as of this sweep
+                    subjects.refresh_coverage(db)
+                except Exception as exc:
+                    log.exception("sweep: attribution coverage failed")
+                    errors.append(f"attribution coverage: {exc}")
                 try:  # the Preferences page reads tool calls from this table, not from the blobs
                     extracted = tool_calls.sweep_step(db)
                     result.tool_calls_extracted = extracted.calls

@@ -19,11 +19,13 @@ checkpoint metadata), so "the threads of C9" is found from several sources, each
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Iterable
 
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.types.json import Jsonb
 
 from core.config import DEFAULT_SUBJECT_METADATA_KEYS, DEFAULT_SUBJECT_THREAD_PATTERNS, Settings, load_settings
 from core.db import Database
@@ -207,6 +209,7 @@ class Coverage:
     bytes: int
     unattributed_bytes: int
     query_configured: bool
+    as_of: datetime | None = None  # when the sweep computed it (core_coverage_snapshot); None: computed now
 
     @property
     def thread_share(self) -> float:
@@ -218,14 +221,46 @@ class Coverage:
         return self.unattributed_bytes / self.bytes if self.bytes else 0.0
 
 
-def coverage(db: Database, config: Attribution | None = None) -> Coverage:
-    """How much checkpoint data no source (metadata keys, patterns, `hilo` links, our logs) attributes."""
-    config = config or Attribution.from_settings()
+SELECT_SNAPSHOT = "SELECT * FROM core_coverage_snapshot WHERE config = %(config)s"
+UPSERT_SNAPSHOT = """
+INSERT INTO core_coverage_snapshot (config, threads, unattributed_threads, bytes, unattributed_bytes)
+VALUES (%(config)s, %(threads)s, %(unattributed_threads)s, %(bytes)s, %(unattributed_bytes)s)
+ON CONFLICT (config) DO UPDATE SET threads = EXCLUDED.threads, unattributed_threads = EXCLUDED.unattributed_threads,
+    bytes = EXCLUDED.bytes, unattributed_bytes = EXCLUDED.unattributed_bytes, computed_at = now()
+RETURNING computed_at"""
+
+
+def _snapshot_key(config: Attribution) -> Jsonb:
+    return Jsonb({"metadata_keys": sorted(config.metadata_keys), "thread_patterns": sorted(config.thread_patterns)})
+
+
+def _live_coverage(db: Database, config: Attribution) -> Coverage:
     likes = [like_for(p, None) for p in config.thread_patterns]
     row = db.fetch_one(COVERAGE_SQL, {"keys": list(config.metadata_keys), "likes": likes})
     return Coverage(int(row["threads"]), int(row["unattributed_threads"]), int(row["bytes"]),
                     int(row["unattributed_bytes"]), bool(config.thread_query))
 
 
+def refresh_coverage(db: Database, config: Attribution | None = None) -> Coverage:
+    """The sweep job's step: compute the coverage now and keep it for the pages."""
+    config = config or Attribution.from_settings()
+    cov = _live_coverage(db, config)
+    at = db.fetch_one(UPSERT_SNAPSHOT, {"config": _snapshot_key(config), "threads": cov.threads,
+                                        "unattributed_threads": cov.unattributed_threads, "bytes": cov.bytes,
+                                        "unattributed_bytes": cov.unattributed_bytes}, read_only=False)["computed_at"]
+    return replace(cov, as_of=at)
+
+
+def coverage(db: Database, config: Attribution | None = None) -> Coverage:
+    """How much checkpoint data no source (metadata keys, patterns, `hilo` links, our logs) attributes: as of the
+    last sweep that computed it with this configuration (`as_of`), else computed now."""
+    config = config or Attribution.from_settings()
+    row = db.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)})
+    if row is None:
+        return _live_coverage(db, config)
+    return Coverage(int(row["threads"]), int(row["unattributed_threads"]), int(row["bytes"]),
+                    int(row["unattributed_bytes"]), bool(config.thread_query), row["computed_at"])
+
+
 __all__ = ["Attribution", "AttributionConfigError", "Coverage", "InvalidIdentifier", "Subjects", "coverage",
-           "like_for", "resolve", "resolve_conn"]
+           "like_for", "refresh_coverage", "resolve", "resolve_conn"]
