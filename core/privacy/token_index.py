@@ -80,6 +80,12 @@ def _number_tokens(value: float, into: set[str]) -> None:
             into.add(str(int(value)))
 
 
+def _bytes_tokens(data: bytes, into: set[str]) -> None:
+    """Bytes as the decoder shows them: {"type": "bytes", "value": <base64>}."""
+    into.update(("type", "bytes", "value"))
+    tokens_of_text(base64.b64encode(bytes(data)).decode("ascii"), into)
+
+
 def _walk(value: Any, into: set[str]) -> None:
     stack = [value]
     while stack:
@@ -99,9 +105,8 @@ def _walk(value: Any, into: set[str]) -> None:
         elif isinstance(v, dict):
             stack.extend(v.keys())
             stack.extend(v.values())
-        elif isinstance(v, (bytes, bytearray, memoryview)):  # msgpack bin: {"type": "bytes", "value": <base64>}
-            into.update(("type", "bytes", "value"))
-            tokens_of_text(base64.b64encode(bytes(v)).decode("ascii"), into)
+        elif isinstance(v, (bytes, bytearray, memoryview)):  # msgpack bin
+            _bytes_tokens(v, into)
         else:
             raise _Unknown(type(v).__name__)
 
@@ -127,9 +132,8 @@ def payload_tokens(blob_type: str | None, blob: bytes | None) -> set[str] | None
         return {"null"}
     if blob_type == "empty":  # {"type": "empty", "value": null}
         return {"type", "empty", "value", "null"}
-    if blob_type in ("bytes", "bytearray"):  # {"type": "bytes", "value": <base64>}
-        into.update(("type", "bytes", "value"))
-        tokens_of_text(base64.b64encode(bytes(blob or b"")).decode("ascii"), into)
+    if blob_type in ("bytes", "bytearray"):
+        _bytes_tokens(blob or b"", into)
         return into
     return None
 
