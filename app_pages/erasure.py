@@ -117,6 +117,12 @@ def show_result(result: erasure.ErasureResult) -> None:
     st.page_link("app_pages/erasure_register.py", label=t("erasure_to_register"), icon=":material/fact_check:")
 
 
+def keep_preview(customer_id: str, count_common: bool = False) -> None:
+    """The preview read now on the primary, kept for the next runs with the time it was read."""
+    st.session_state[PREVIEW_KEY] = (call_now(evidence.preview, customer_id, attribution, count_common=count_common),
+                                      time.strftime("%H:%M:%S"))
+
+
 st.title(t("erasure_title"))
 st.caption(t("erasure_caption"))
 coverage_notice(read_or_unknown(subj.coverage, attribution))
@@ -144,8 +150,7 @@ if st.button(t("erasure_preview"), key="erasure.preview", icon=":material/previe
     for key in [k for k in st.session_state if str(k).startswith("erasure.residue.")]:
         del st.session_state[key]  # decisions belong to one preview
     try:
-        st.session_state[PREVIEW_KEY] = (call_now(evidence.preview, customer_id, attribution),
-                                          time.strftime("%H:%M:%S"))
+        keep_preview(customer_id)
     except InvalidIdentifier as exc:
         st.session_state.pop(PREVIEW_KEY, None)
         st.error(str(exc))
@@ -167,8 +172,7 @@ if preview is not None and preview.customer_id == customer_id:
     show_residue(preview.residue)
     if preview.residue and any(x.threads is None for x in preview.residue.terms):
         if st.button(t("erasure_count_common"), key="erasure.count_common", icon=":material/functions:"):
-            st.session_state[PREVIEW_KEY] = (call_now(evidence.preview, customer_id, attribution, count_common=True),
-                                              time.strftime("%H:%M:%S"))
+            keep_preview(customer_id, count_common=True)
             st.rerun()
     decisions, undecided = decisions_of(preview.residue)
     if preview.total == 0 and not preview.residue_threads:

@@ -9,8 +9,8 @@
    (same snapshot, same `now()`: the counts are exact, and a mismatch rolls everything back);
 3. checkpoint retention: threads whose newest checkpoint (`checkpoint->>'ts'`) is older than
    `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run only lists them);
-   then refreshes the per-thread storage summary and the attribution coverage, extracts new tool calls from the checkpoints
-   (core.checkpoints.tool_calls.sweep_step: orphans of deleted threads dropped, a 24 h look-back), and
+   then refreshes the per-thread storage summary and the attribution coverage, extracts new tool calls from
+   the checkpoints (core.checkpoints.tool_calls.sweep_step: orphans of deleted threads dropped, a 24 h look-back), and
    indexes the threads written since the last run for the residue scan (core.privacy.token_index);
 4. calls the erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`);
 5. completes its row in `core_sweep_log`.
@@ -368,7 +368,8 @@ def run_sweep(
                 "vectors": result.vectors_deleted, "by_root": json.dumps(result.deleted_by_root),
                 "threads_found": len(result.threads), "threads_deleted": result.threads_deleted,
                 "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
-                "erasure": result.erasure_recheck, "error": result.error, "tool_calls": result.tool_calls_extracted, "tokenized": result.threads_tokenized,
+                "erasure": result.erasure_recheck, "error": result.error, "tool_calls": result.tool_calls_extracted,
+                "tokenized": result.threads_tokenized,
                 "shift": shift,
             }).fetchone()["finished_at"]
         finally:

@@ -236,9 +236,12 @@ def _snapshot_key(config: Attribution) -> Jsonb:
 
 def _live_coverage(db: Database, config: Attribution) -> Coverage:
     likes = [like_for(p, None) for p in config.thread_patterns]
-    row = db.fetch_one(COVERAGE_SQL, {"keys": list(config.metadata_keys), "likes": likes})
+    return _coverage_of(db.fetch_one(COVERAGE_SQL, {"keys": list(config.metadata_keys), "likes": likes}), config)
+
+
+def _coverage_of(row: dict, config: Attribution, as_of: datetime | None = None) -> Coverage:
     return Coverage(int(row["threads"]), int(row["unattributed_threads"]), int(row["bytes"]),
-                    int(row["unattributed_bytes"]), bool(config.thread_query))
+                    int(row["unattributed_bytes"]), bool(config.thread_query), as_of)
 
 
 def refresh_coverage(db: Database, config: Attribution | None = None) -> Coverage:
@@ -258,8 +261,7 @@ def coverage(db: Database, config: Attribution | None = None) -> Coverage:
     row = db.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)})
     if row is None:
         return _live_coverage(db, config)
-    return Coverage(int(row["threads"]), int(row["unattributed_threads"]), int(row["bytes"]),
-                    int(row["unattributed_bytes"]), bool(config.thread_query), row["computed_at"])
+    return _coverage_of(row, config, row["computed_at"])
 
 
 __all__ = ["Attribution", "AttributionConfigError", "Coverage", "InvalidIdentifier", "Subjects", "coverage",
