@@ -3,7 +3,8 @@
 -- migration adds one of the tables below. The exporter only SELECTs, in a read-only transaction.
 --
 --   core_replica_heartbeat  replicas by state, heartbeat age
---   store                   expired-not-swept per root (index-only scan of core_store_expires_at_prefix_idx)
+--   store, core_expiry_days expired-not-swept per root: the days before today from core_expiry_days (040),
+--                           today's slice from store's expires_at index
 --   core_sweep_log          last sweep: when and its outcome
 --   core_erasure_register   requests incomplete / data back on re-check
 --   core_prefix_counts      customers above the 4-document schema
@@ -19,6 +20,6 @@ END
 $$;
 ALTER ROLE agent_memory_exporter SET default_transaction_read_only = on;
 GRANT USAGE ON SCHEMA public TO agent_memory_exporter;
-GRANT SELECT ON core_replica_heartbeat, store, core_sweep_log, core_erasure_register, core_prefix_counts
-    TO agent_memory_exporter;
+GRANT SELECT ON core_replica_heartbeat, store, core_expiry_days, core_sweep_log, core_erasure_register,
+    core_prefix_counts TO agent_memory_exporter;
 GRANT SELECT ON checkpoints, checkpoint_blobs, checkpoint_writes, core_conversations TO agent_memory_exporter;

@@ -14,24 +14,34 @@ from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS, InvalidIdentifier
 
 MAX_SEARCH_LENGTH = 400
 
-# Document counts come from `core_prefix_counts`, kept exact by triggers on `store`
-# (core/sql/007_prefix_counts.sql); expired rows are counted live through the expires_at index.
-EXPIRED = "expires_at IS NOT NULL AND expires_at < now()"
+# Totals per root come from `core_root_counts` (core/sql/046_root_counts.sql), documents per namespace from
+# `core_prefix_counts` (007), both kept exact by triggers. Expired documents: the days before today from
+# `core_expiry_days` (040), today's slice counted live on the expires_at index; never a scan of every expired
+# row (1.95M of them took 0.3-0.5 s at 10M documents, BENCHMARKS.md). The exporter and the Sweeps page use it too.
+SELECT_EXPIRED_BY_ROOT = """
+WITH b AS (SELECT now() AS now, (now() AT TIME ZONE 'UTC')::date AS today)
+SELECT root, sum(expired)::bigint AS expired FROM (
+    SELECT d.root, d.documents AS expired FROM core_expiry_days d, b WHERE d.day < b.today
+    UNION ALL
+    SELECT split_part(s.prefix, '.', 1), count(*) FROM store s, b
+    WHERE s.expires_at >= b.today::timestamp AT TIME ZONE 'UTC' AND s.expires_at < b.now GROUP BY 1
+) x GROUP BY root HAVING sum(expired) <> 0"""
 
 SELECT_TOTALS = f"""
-SELECT (SELECT coalesce(sum(documents), 0)::bigint FROM core_prefix_counts) AS documents,
-       (SELECT count(*) FROM store WHERE {EXPIRED})                         AS expired,
-       (SELECT count(*) FROM store_vectors)                                  AS vectors,
-       (SELECT count(*) FROM core_prefix_counts)                             AS namespaces"""
+WITH r AS (SELECT sum(documents) AS documents, sum(namespaces) AS namespaces, sum(vectors) AS vectors
+           FROM core_root_counts)
+SELECT coalesce(r.documents, 0)::bigint AS documents,
+       (SELECT coalesce(sum(expired), 0)::bigint FROM ({SELECT_EXPIRED_BY_ROOT}) e) AS expired,
+       coalesce(r.vectors, 0)::bigint AS vectors, coalesce(r.namespaces, 0)::bigint AS namespaces
+FROM r"""
 
 SELECT_BY_ROOT = f"""
 WITH docs AS (
-    SELECT root, sum(documents)::bigint AS documents, count(*) AS namespaces FROM core_prefix_counts GROUP BY root
-), expired AS (
-    SELECT split_part(prefix, '.', 1) AS root, count(*) AS expired FROM store WHERE {EXPIRED} GROUP BY 1
+    SELECT root, sum(documents)::bigint AS documents, sum(namespaces)::bigint AS namespaces
+    FROM core_root_counts GROUP BY root HAVING sum(namespaces) > 0
 )
 SELECT d.root, d.documents, d.namespaces, coalesce(e.expired, 0) AS expired
-FROM docs d LEFT JOIN expired e USING (root) ORDER BY d.documents DESC, d.root"""
+FROM docs d LEFT JOIN ({SELECT_EXPIRED_BY_ROOT}) e USING (root) ORDER BY d.documents DESC, d.root"""
 
 SELECT_TOP_PREFIXES = """
 SELECT c.prefix, c.root, c.documents,

@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 from psycopg.rows import dict_row
 
 from core.checkpoints.replica_health import SELECT_REPLICAS
+from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,6 @@ COVERAGE_EVERY_S = 900
 CONNECT_TIMEOUT_S = 3
 STATES = ("healthy", "degraded", "silent", "stopped")
 SWEEP_STATUSES = ("running", "ok", "dry_run", "locked", "error")
-
-SELECT_EXPIRED_BY_ROOT = """
-SELECT split_part(prefix, '.', 1) AS root, count(*) AS expired
-FROM store WHERE expires_at < now() GROUP BY 1"""
 
 SELECT_LAST_SWEEPS = """
 SELECT (SELECT row_to_json(l) FROM (

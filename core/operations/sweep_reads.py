@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from core.db import Database
+from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import POLICIES, ROOTS, TTL_CONFIG
 
 SELECT_RUNS = """
@@ -22,10 +23,6 @@ FROM (SELECT * FROM core_sweep_log WHERE status IN ('ok', 'error') AND NOT dry_r
 LEFT JOIN LATERAL jsonb_each_text(l.deleted_by_root) r ON true
 WHERE coalesce(r.value::bigint, l.documents_deleted) > 0
 ORDER BY l.started_at, l.id, root"""
-
-SELECT_EXPIRED_BY_ROOT = """
-SELECT split_part(prefix, '.', 1) AS root, count(*) AS expired
-FROM store WHERE expires_at IS NOT NULL AND expires_at < now() GROUP BY 1"""
 
 # Weeks start on Monday (UTC); the last bucket ends a few days past the 12 months so that rows
 # written a year ago today (clientes) are not cut off by the horizon. Documents expiring in the rest
