@@ -1,8 +1,8 @@
 """Erasure of one customer: everything the agents' memory holds about them, with evidence.
 
 What is deleted, in each pass, until a pass ends with every evidence query at zero:
-1. the store: `store.search` over the prefix `("clientes", id)` (nested namespaces included, expired
-   rows included) page by page until nothing is left, each page deleted with one
+1. the store: the keys under the prefix `("clientes", id)` (nested namespaces included, expired
+   rows included), listed page by page until nothing is left, each page deleted with one
    `store.batch([PutOp(ns, key, None), ...])`; `store_vectors` rows go with them (ON DELETE CASCADE);
 2. the customer's checkpoint threads, each with the checkpointer's `delete_thread`: the threads the subject
    resolver attributes (core/privacy/subjects.py: metadata keys, thread-id patterns, `hilo` links read
@@ -44,7 +44,7 @@ from core.privacy.evidence import (DERIVED_TABLES, ROOT, STORE_TABLES, EvidenceQ
 
 log = logging.getLogger(__name__)
 
-PAGE_SIZE = 1000  # items per search page and per delete batch
+PAGE_SIZE = 1000  # keys per listed page and per delete batch
 MAX_PASSES = 5  # rounds of "delete everything, count again" before reporting live writes
 ERASURE_LOCK_NS = 0x6572  # advisory lock (ns, hashtext(customer)): one erasure of a customer at a time
 
@@ -129,16 +129,25 @@ ProgressFn = Callable[[Progress], None]
 # --- the erasure --------------------------------------------------------------------------------
 
 
-def _erase_store(store: PostgresStore, ns: tuple[str, str], page_size: int) -> int:
-    """Delete every item under `ns` (nested too): search a page, delete it, until a search is empty."""
+# A page of the customer's document keys (nested namespaces too), without their values: what `store.search`
+# would page through, minus fetching and parsing every document (40-50 ms of a 2,500-document erasure).
+SELECT_KEYS_PAGE = r"""
+SELECT prefix, key FROM store WHERE prefix = %(prefix)s OR prefix LIKE %(pattern)s ESCAPE '\'
+LIMIT %(limit)s"""
+
+
+def _erase_store(conn: psycopg.Connection, store: PostgresStore, customer_id: str, page_size: int) -> int:
+    """Delete every item under the customer's namespace (nested too) through the store's batch: list a page of
+    keys, delete it, until a listing is empty (new writes meanwhile are picked up too)."""
+    params = _params(customer_id, ()) | {"limit": page_size}
     deleted = 0
     while True:
-        # offset 0 every time: the previous page is gone, and new writes are picked up too
-        items = store.search(ns, limit=page_size, offset=0, refresh_ttl=False)
-        if not items:
+        rows = conn.execute(SELECT_KEYS_PAGE, params).fetchall()
+        if not rows:
             return deleted
-        store.batch([PutOp(tuple(item.namespace), item.key, None) for item in items])
-        deleted += len(items)
+        # langgraph joins a namespace with '.' and refuses labels containing one: the split is exact
+        store.batch([PutOp(tuple(r["prefix"].split(".")), r["key"], None) for r in rows])
+        deleted += len(rows)
 
 
 def _erase_threads(saver: PostgresSaver, thread_ids: Iterable[str]) -> int:
@@ -203,7 +212,6 @@ def erase(
     chosen = _validate_decisions(decisions)
     config = _config(config)
     notify = progress or (lambda _p: None)
-    ns = (ROOT, customer_id)
     prefix = f"{ROOT}.{customer_id}"
     shift = clock.shift()  # zero, except in the demo replaying a past day (core.clock)
     store = PostgresStore(db.pool)  # no TTL config: expired rows are listed (and erased) too
@@ -238,7 +246,7 @@ def erase(
             row = conn.execute(INSERT_REQUEST, {
                 "customer_id": customer_id, "prefix": prefix, "operator": operator.strip(), "before": Jsonb(before),
                 "threads": sorted(threads), "sources": Jsonb(sources), "residue": Jsonb(residue_rows),
-                "terms": Jsonb([asdict(t) | {"common": t.common} for t in terms]),
+                "terms": Jsonb([t.to_json() for t in terms]),
                 "exclusions": Jsonb(exclusions), "shift": shift}).fetchone()
             request_id, requested_at = row["id"], row["requested_at"]
             deleted: dict[str, int] = {}
@@ -247,7 +255,7 @@ def erase(
             passes = 0
             try:
                 for passes in range(1, max_passes + 1):
-                    n = _erase_store(store, ns, page_size)
+                    n = _erase_store(conn, store, customer_id, page_size)
                     _add(deleted, {"store": n})
                     notify(Progress("store", passes, sum(deleted.values()), dict(deleted)))
                     again = subj.resolve_conn(conn, customer_id, config).threads

