@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
 from core.checkpoints import tool_calls, views  # noqa: E402
-from core.privacy import token_index  # noqa: E402
+from core.privacy import subjects, token_index  # noqa: E402
 from core.privacy import erasure, erasure_register, evidence
 from core.memory import reads, preferences
 from core.checkpoints import replica_health
@@ -207,9 +207,9 @@ def database_bytes(base: str, name: str) -> int:
 
 def database(base: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
              log: Callable[[str], None], rebuild: bool = False, build_only: bool = False,
-             temp_file_limit: str | None = None) -> tuple[str, dict]:
+             temp_file_limit: str | None = None, in_place: bool = False) -> tuple[str, dict]:
     """A fresh copy of the production-sized database (built first if its template does not exist,
-    or if `rebuild`)."""
+    or if `rebuild`); with `in_place`, the template itself (for a disk without room for a copy)."""
     template = f"bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}"
     building = f"{template}_building"
     info: dict[str, Any] = {"template": template}
@@ -250,13 +250,15 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
     log(f"template {template}: {info['template_bytes'] / 1e9:.2f} GB")
     if build_only:
         return "", info
-    work = f"{template}_run"
-    _sql(base, f'DROP DATABASE IF EXISTS "{work}" WITH (FORCE)')
-    t = time.perf_counter()
-    _sql(base, f'CREATE DATABASE "{work}" TEMPLATE "{template}" STRATEGY FILE_COPY')
-    info["copy_s"] = round(time.perf_counter() - t, 1)
-    if temp_file_limit:  # a query that would fill the disk fails instead (a failed baseline is reported)
-        _sql(base, f"ALTER DATABASE \"{work}\" SET temp_file_limit = '{temp_file_limit}'")
+    work = template if in_place else f"{template}_run"
+    if not in_place:
+        _sql(base, f'DROP DATABASE IF EXISTS "{work}" WITH (FORCE)')
+        t = time.perf_counter()
+        _sql(base, f'CREATE DATABASE "{work}" TEMPLATE "{template}" STRATEGY FILE_COPY')
+        info["copy_s"] = round(time.perf_counter() - t, 1)
+    # a query that would fill the disk fails instead (a failed baseline is reported); reset on a template
+    _sql(base, f"ALTER DATABASE \"{work}\" SET temp_file_limit = '{temp_file_limit}'" if temp_file_limit
+         else f'ALTER DATABASE "{work}" RESET temp_file_limit')
     dsn = dsn_for(base, work)
     migrate(dsn, DIMS)  # migrations added since the template was built (no-op otherwise)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -266,7 +268,7 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
         conn.execute("VACUUM ANALYZE")  # statistics and visibility map of the copy
         conn.execute("CHECKPOINT")  # the build's and the copy's writes flushed before anything is timed
     info["run_copy_bytes"] = database_bytes(base, work)
-    log(f"run copy {work}: {info['run_copy_bytes'] / 1e9:.2f} GB")
+    log(f"run {'in place on the template' if in_place else 'copy'} {work}: {info['run_copy_bytes'] / 1e9:.2f} GB")
     return dsn, info
 
 
@@ -327,12 +329,16 @@ def explained(dsn: str, server_log: Path, fn: Callable[[], Any]) -> str:
 
 def run(base: str, *, docs: int, customers: int, threads: int, writes: int, erasure_docs: int = 2500,
         runs: int = 5, renders: int = 3, rebuild: bool = False, server_log: Path | None = None,
-        log: Callable[[str], None] = print, temp_file_limit: str | None = None) -> tuple[list[Figure], dict]:
+        log: Callable[[str], None] = print, temp_file_limit: str | None = None,
+        in_place: bool = False) -> tuple[list[Figure], dict]:
     """Build (or reuse) the database, measure everything on a fresh copy; returns (figures, info).
+    With `in_place`, on the template itself: every read, the erasure of the large customer (then restored by
+    the builder's own code path, so the template stays as built) and the sweep job's storage and coverage
+    steps, but not the seed loop, the register or the sweep's deletions, which a copy would absorb.
     With `server_log` (the embedded server's log file), each query over its target is run once more
     under auto_explain and its plans are kept in info["explain"]."""
     dsn, info = database(base, docs, customers, threads, writes, erasure_docs, log, rebuild,
-                         temp_file_limit=temp_file_limit)
+                         temp_file_limit=temp_file_limit, in_place=in_place)
     db = Database(dsn)
     info["rows"] = counts(db)
     log(f"rows: {info['rows']}")
@@ -491,6 +497,10 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     before = evidence.preview(db, ERASED)
     info["erased_customer"] = {"customer": ERASED, "rows": {k: v for k, v in before.counts.items() if v},
                                "threads": len(before.thread_ids)}
+    if in_place:
+        _erase_and_restore(db, figures, info, erasure_docs, log)
+        db.close()
+        return figures, info
     seed_once_ms, seed_once_n = timed_ms(lambda: bench_erasure.seed_loop(db, SEED_LOOP_CUSTOMER))
     seed_rest_ms, seed_rest_n = timed_ms(lambda: bench_erasure.seed_loop_until_empty(db, SEED_LOOP_CUSTOMER))
     erase_ms, result = timed_ms(lambda: erasure.erase(db, ERASED, operator="bench"))
@@ -573,6 +583,24 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     return figures, info
 
 
+def _erase_and_restore(db: Database, figures: list[Figure], info: dict, erasure_docs: int,
+                       log: Callable[[str], None]) -> None:
+    """In place: the sweep job's coverage step, then the erasure of the large customer, checked complete, then the
+    customer written again by the builder's own code (bench_erasure.populate) and its threads token-indexed."""
+    ms, cov = timed_ms(lambda: subjects.refresh_coverage(db))
+    figures.append(Figure("Borrado", f"refresh_coverage ({cov.threads:,} threads; sweep job, not a page read)", ms,
+                          target_ms=None))
+    erase_ms, result = timed_ms(lambda: erasure.erase(db, ERASED, operator="bench"))
+    left = {e.table: e.result for e in evidence.run_evidence(db, ERASED, evidence.find_threads(db, ERASED)) if e.result}
+    assert result.status == "complete" and not left, (result.report, left)
+    info["erasure"] = {"deleted": {k: v for k, v in result.deleted.items() if v}, "passes": result.passes}
+    figures.append(Figure("Erasure job", f"erase('{ERASED}') complete ({result.deleted.get('store', 0):,} documents, "
+                          f"{len(result.thread_ids)} threads, every evidence query 0)", erase_ms))
+    log(f"  erase {erase_ms:.0f} ms; restoring {ERASED}")
+    bench_erasure.populate(db, erasure_docs, 0, customer=ERASED)
+    token_index.index_pending(db)
+
+
 # --- output --------------------------------------------------------------------------------------
 
 def table(figures: list[Figure], size: str, command: str) -> str:
@@ -624,6 +652,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-only", action="store_true", help="build the template (if missing) and stop")
     parser.add_argument("--temp-file-limit", help="PostgreSQL temp_file_limit of the run copy (e.g. 4GB): a "
                         "query that would fill the disk fails instead")
+    parser.add_argument("--in-place", action="store_true", help="measure on the template itself (no copy: for a "
+                        "disk without room for one); no seed loop, register or sweep deletions")
     parser.add_argument("--compare", type=Path, help="the --json of a run at another size: print how each figure grew")
     args = parser.parse_args(argv)
     sizes = dict(SMOKE) if args.smoke else {
@@ -639,7 +669,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(info, default=str))
         return 0
     figures, info = run(base, log=lambda s: print(s, flush=True), rebuild=args.rebuild or args.smoke,
-                        server_log=args.data / "pg" / "log", temp_file_limit=args.temp_file_limit, **sizes)
+                        server_log=args.data / "pg" / "log", temp_file_limit=args.temp_file_limit,
+                        in_place=args.in_place, **sizes)
     info["total_s"] = round(time.perf_counter() - started, 1)
     info["load_after"] = os.getloadavg()
     command = "python -m bench.bench_production " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -58,6 +58,39 @@ def test_production_benchmark_smoke(pg_dsn, monkeypatch):
     assert printed.count("\n| smoke |") == len(figures)
 
 
+def test_production_benchmark_in_place_keeps_the_template_as_built(pg_dsn, monkeypatch):
+    """`--in-place` (a disk without room for a copy): every read and the erasure measured on the template itself,
+    the erased customer written again by the builder's code, no run copy made."""
+    import streamlit as st
+
+    for key in ("PG_AGENTES", "EMBEDDINGS_DIMS", "AUTO_MIGRATE", "SEED_DEMO"):
+        monkeypatch.setenv(key, "")
+    sizes = {k: v for k, v in bp.SMOKE.items()}
+    template = "bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}".format(**sizes)
+    try:
+        bp.run(pg_dsn, rebuild=True, log=lambda _s: None, **sizes)  # the template, as the copy-based run builds it
+        with psycopg.connect(bp.dsn_for(pg_dsn, "postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{template}_run" WITH (FORCE)')
+        figures, info = bp.run(pg_dsn, log=lambda _s: None, in_place=True, **sizes)
+    finally:
+        st.cache_resource.clear()
+        st.cache_data.clear()
+    (erase,) = [f for f in figures if f.page == "Erasure job"]
+    assert erase.name.startswith(f"erase('{bp.ERASED}') complete") and math.isfinite(erase.ms)
+    assert info["erasure"]["deleted"]["store"] > bp.SMOKE["erasure_docs"]
+    assert any(f.name.startswith("refresh_coverage") for f in figures)
+    assert not any(f.page.startswith("Sweep") or f.page == "Registro de borrados" for f in figures)
+    with psycopg.connect(bp.dsn_for(pg_dsn, "postgres"), autocommit=True) as conn:
+        assert not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (f"{template}_run",)).fetchone()
+    with psycopg.connect(bp.dsn_for(pg_dsn, template)) as conn:
+        n = conn.execute("SELECT count(*) FROM store WHERE prefix = %s OR prefix LIKE %s",
+                         (f"clientes.{bp.ERASED}", f"clientes.{bp.ERASED}.%")).fetchone()[0]
+        threads = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints WHERE thread_id LIKE %s",
+                               (f"cliente-{bp.ERASED}-%",)).fetchone()[0]
+    # written again as the builder wrote it: its documents (and the preference its conversations save), 3 threads
+    assert bp.SMOKE["erasure_docs"] <= n <= bp.SMOKE["erasure_docs"] + 1 and threads == 3
+
+
 def test_generated_expiries_stay_out_of_the_run(create_database):
     """A 1M run crashed with `AssertionError: (195419, 195418, 195418)`: a document expired between
     the expired count and the sweep. Generated documents never expire within RUN_WINDOW of the build,
