@@ -53,6 +53,11 @@ def storage_view() -> None:
     for col, row in zip(st.columns(len(totals)), totals.itertuples()):
         col.metric(t("ckpt_table_rows", table=row.table_name), f"{row.rows:,}", f"{row.total_bytes / 1e6:,.1f} MB",
                    delta_color="off")
+    as_of = totals["as_of"].iloc[0] if len(totals) else None
+    if as_of is None or pd.isna(as_of):
+        st.caption(t("ckpt_totals_live"))
+    else:
+        st.caption(t("ckpt_totals_as_of", at=f"{pd.Timestamp(as_of).tz_convert('UTC'):%Y-%m-%d %H:%M} UTC"))
     st.subheader(t("ckpt_largest", n=LARGEST_N))
     largest = read(views.largest_threads, LARGEST_N)
     if largest.empty:

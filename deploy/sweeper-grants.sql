@@ -37,6 +37,8 @@ GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;
 -- The Checkpoints page's storage summary, recomputed by every sweep (migration 009; DELETE also
 -- allows the LOCK TABLE ... IN EXCLUSIVE MODE that keeps two refreshes apart).
 GRANT SELECT, INSERT, DELETE ON core_thread_storage TO agent_memory_sweeper;
+-- The last refresh's time, keys and row counts (migration 048: the Storage view's totals "as of").
+GRANT SELECT, INSERT, UPDATE ON core_thread_storage_refresh TO agent_memory_sweeper;
 -- Tool-call extraction step (core/checkpoints/tool_calls.py): extracted rows, orphans pruned, watermark.
 GRANT SELECT, INSERT, UPDATE, DELETE ON core_tool_calls, core_thread_days, core_refused_payloads TO agent_memory_sweeper;
 GRANT SELECT, INSERT, UPDATE ON core_extract_watermark TO agent_memory_sweeper;

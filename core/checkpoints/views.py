@@ -13,6 +13,9 @@ from typing import Any
 import pandas as pd
 
 from core.db import Database
+# The Storage view's refresh and totals (issue 14: batched, bounded temp space) live in core.checkpoints.storage.
+from core.checkpoints.storage import (  # noqa: F401  (re-exported: the sweep, the page and the benches use them)
+    STORAGE_BATCH_ROWS, refresh_storage_conn, refresh_thread_storage, storage_refresh, table_totals)
 
 RECENT_WINDOW = 5000  # newest checkpoints scanned (by the ts index) to list recently active threads
 
@@ -109,7 +112,9 @@ SELECT (SELECT count(*) FROM checkpoints WHERE thread_id = %(thread_id)s) AS che
        (SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_writes WHERE thread_id = %(thread_id)s) AS write_bytes"""
 STORAGE_COLUMNS = ["checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes", "write_bytes"]
 
-# The live aggregate (three full scans): only the refresh runs it, from the sweep job.
+# The live aggregate (three full scans) in one statement: what the refresh ran before issue 14, kept as the
+# reference the benches time (tests/test_storage_batches.py keeps its own copy). At 10M checkpoint writes /
+# 1M threads it needed more than 3 GB of temp space.
 LIVE_THREAD_STORAGE = """
 WITH c AS (
     SELECT thread_id, count(*) AS checkpoints, sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS checkpoint_bytes,
@@ -130,26 +135,12 @@ SELECT coalesce(c.thread_id, b.thread_id, w.thread_id) AS thread_id, c.cliente_i
        core_try_timestamptz(c.last_ts) AS last_ts
 FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)"""
 
-REFRESH_THREAD_STORAGE = [
-    "LOCK TABLE core_thread_storage IN EXCLUSIVE MODE",  # one refresh at a time; readers go on
-    "DELETE FROM core_thread_storage",
-    "INSERT INTO core_thread_storage (thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, "
-    "writes, write_bytes, total_bytes, last_ts) " + LIVE_THREAD_STORAGE,
-]
-
 SELECT_LARGEST_THREADS = """
 SELECT thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, writes, write_bytes, total_bytes,
        last_ts, computed_at
 FROM core_thread_storage ORDER BY total_bytes DESC, thread_id LIMIT %(limit)s"""
 LARGEST_COLUMNS = ["thread_id", "cliente_id", "checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes",
                    "write_bytes", "total_bytes", "last_ts", "computed_at"]
-
-SELECT_TABLE_TOTALS = """
-SELECT t.name AS table_name, t.rows, pg_total_relation_size(t.name::regclass) AS total_bytes
-FROM (VALUES ('checkpoints', (SELECT count(*) FROM checkpoints)),
-             ('checkpoint_blobs', (SELECT count(*) FROM checkpoint_blobs)),
-             ('checkpoint_writes', (SELECT count(*) FROM checkpoint_writes))) AS t(name, rows)"""
-
 
 def _usable(text: Any) -> bool:
     """False for input that can match no id (empty, not text, NUL which PostgreSQL text cannot hold)."""
@@ -244,17 +235,3 @@ def largest_threads(db: Database, limit: int = 20) -> pd.DataFrame:
     """The threads that weigh most across checkpoints, blobs and writes, as of the last refresh
     (`computed_at`; the sweep job refreshes it)."""
     return pd.DataFrame(db.fetch(SELECT_LARGEST_THREADS, {"limit": limit}), columns=LARGEST_COLUMNS)
-
-
-def refresh_thread_storage(db: Database) -> int:
-    """Recompute `core_thread_storage` from the three checkpoint tables in one transaction (readers
-    see the old rows until it commits); returns the number of threads."""
-    with db.connection() as conn, conn.transaction():
-        for sql in REFRESH_THREAD_STORAGE:
-            cur = conn.execute(sql)
-        return cur.rowcount
-
-
-def table_totals(db: Database) -> pd.DataFrame:
-    """Rows and on-disk size (with indexes and TOAST) of each checkpoint table."""
-    return pd.DataFrame(db.fetch(SELECT_TABLE_TOTALS), columns=["table_name", "rows", "total_bytes"])

@@ -331,14 +331,17 @@ def run_sweep(
                 log.exception("sweep: checkpoint retention failed")
                 errors.append(f"retention: {exc}")
             if not dry_run:
+                storage_refreshed = False
                 try:  # the Checkpoints page's storage view reads this summary, not the three tables
                     threads = refresh_thread_storage(db)
+                    storage_refreshed = True
                     step("storage", 0.92, f"{threads}")
                 except Exception as exc:
                     log.exception("sweep: thread storage refresh failed")
                     errors.append(f"thread storage: {exc}")
-                try:  # the Erasure and Checkpoints pages read the attribution coverage as of this sweep
-                    subjects.refresh_coverage(db)
+                try:  # the Erasure and Checkpoints pages read the attribution coverage as of this sweep, computed
+                    # from the summary just refreshed (the three checkpoint tables are read once per sweep)
+                    subjects.refresh_coverage(db, storage_refreshed=storage_refreshed)
                 except Exception as exc:
                     log.exception("sweep: attribution coverage failed")
                     errors.append(f"attribution coverage: {exc}")

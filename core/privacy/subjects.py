@@ -202,6 +202,35 @@ SELECT count(*) AS threads, count(*) FILTER (WHERE NOT attributed) AS unattribut
 FROM a"""
 
 
+# COVERAGE_SQL above reads the three checkpoint tables and hashes every thread (it filled the disk at 10M): the
+# pages' live fallback before any sweep. The sweep computes the same figures from core_thread_storage right after
+# refreshing it (per-thread bytes, and which configured metadata keys the thread's checkpoints carry: 048), one
+# thread_id range (lo, hi] at a time: the `hilo` links (partial index core_store_hilo_idx) and our logs of that
+# range only, so memory and temp space are bounded by the batch, not by the number of threads or links.
+SELECT_COVERAGE_BATCH_END = """
+SELECT thread_id AS hi FROM core_thread_storage WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1"""
+COVERAGE_BATCH_SQL = r"""
+WITH t AS (
+    SELECT thread_id, total_bytes AS bytes, metadata_keys && %(keys)s::text[] AS tagged
+    FROM core_thread_storage WHERE {range}
+), hilo AS (
+    SELECT DISTINCT value ->> 'hilo' AS thread_id FROM store
+    WHERE prefix LIKE 'clientes.%%' AND jsonb_typeof(value -> 'hilo') = 'string' AND {hilo_range}
+), own AS (
+    SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes' AND {range}
+    UNION SELECT x.thread_id FROM core_erasure_register, unnest(thread_ids) AS x(thread_id) WHERE {x_range}
+), a AS (
+    SELECT t.*, (t.tagged OR t.thread_id LIKE ANY(%(likes)s::text[])
+                 OR t.thread_id IN (SELECT h.thread_id FROM hilo h)
+                 OR t.thread_id IN (SELECT o.thread_id FROM own o)) AS attributed
+    FROM t
+)
+SELECT count(*) AS threads, count(*) FILTER (WHERE NOT attributed) AS unattributed_threads,
+       coalesce(sum(bytes), 0) AS bytes, coalesce(sum(bytes) FILTER (WHERE NOT attributed), 0) AS unattributed_bytes
+FROM a"""
+COVERAGE_BATCH_THREADS = 50_000  # core_thread_storage rows per batch
+
+
 @dataclass(frozen=True)
 class Coverage:
     threads: int
@@ -244,10 +273,52 @@ def _coverage_of(row: dict, config: Attribution, as_of: datetime | None = None) 
                     int(row["unattributed_bytes"]), bool(config.thread_query), as_of)
 
 
-def refresh_coverage(db: Database, config: Attribution | None = None) -> Coverage:
-    """The sweep job's step: compute the coverage now and keep it for the pages."""
+def coverage_from_storage(conn: psycopg.Connection, config: Attribution,
+                          batch_threads: int = COVERAGE_BATCH_THREADS) -> Coverage:
+    """The coverage computed from core_thread_storage as it stands (see COVERAGE_BATCH_SQL), in batches of thread_id
+    ranges, in one REPEATABLE READ transaction on `conn` (dict rows, autocommit)."""
+    from core.checkpoints.storage import key_ranges
+
+    if batch_threads < 1:
+        raise ValueError(f"batch_threads must be >= 1, got {batch_threads}")
+    params = {"keys": list(config.metadata_keys), "likes": [like_for(p, None) for p in config.thread_patterns]}
+    totals = {"threads": 0, "unattributed_threads": 0, "bytes": 0, "unattributed_bytes": 0}
+    lo: str | None = None
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        while True:
+            after = key_ranges(lo, None)
+            row = conn.execute(pgsql.SQL(SELECT_COVERAGE_BATCH_END).format(after=after),
+                               {"skip": batch_threads - 1}).fetchone()
+            hi = None if row is None else row["hi"]
+            query = pgsql.SQL(COVERAGE_BATCH_SQL).format(
+                range=key_ranges(lo, hi), hilo_range=key_ranges(lo, hi, "(value ->> 'hilo')"),
+                x_range=key_ranges(lo, hi, "x.thread_id"))
+            found = conn.execute(query, params).fetchone()
+            for k in totals:
+                totals[k] += int(found[k])
+            if hi is None:
+                return _coverage_of(totals, config)
+            lo = hi
+
+
+def refresh_coverage(db: Database, config: Attribution | None = None, *, storage_refreshed: bool = False,
+                     batch_rows: int | None = None, batch_threads: int = COVERAGE_BATCH_THREADS) -> Coverage:
+    """The sweep job's step: compute the coverage now and keep it for the pages.
+
+    Computed from core_thread_storage (bounded temp space at any size, issue 14). The sweep has just refreshed it
+    (`storage_refreshed=True`); otherwise, or when that refresh did not record every configured metadata key, it
+    is refreshed here first (`batch_rows` rows per table per batch: core.checkpoints.storage)."""
+    from core.checkpoints import storage
+
     config = config or Attribution.from_settings()
-    cov = _live_coverage(db, config)
+    kept = db.fetch_one(storage.SELECT_STORAGE_REFRESH, read_only=False) if storage_refreshed else None
+    if kept is None or not set(config.metadata_keys) <= set(kept["metadata_keys"]):
+        storage.refresh_thread_storage(db, config.metadata_keys,
+                                       storage.STORAGE_BATCH_ROWS if batch_rows is None else batch_rows)
+    with db.connection() as conn:
+        cov = coverage_from_storage(conn, config, batch_threads)
     at = db.fetch_one(UPSERT_SNAPSHOT, {"config": _snapshot_key(config), "threads": cov.threads,
                                         "unattributed_threads": cov.unattributed_threads, "bytes": cov.bytes,
                                         "unattributed_bytes": cov.unattributed_bytes}, read_only=False)["computed_at"]
@@ -265,4 +336,4 @@ def coverage(db: Database, config: Attribution | None = None) -> Coverage:
 
 
 __all__ = ["Attribution", "AttributionConfigError", "Coverage", "InvalidIdentifier", "Subjects", "coverage",
-           "like_for", "refresh_coverage", "resolve", "resolve_conn"]
+           "coverage_from_storage", "like_for", "refresh_coverage", "resolve", "resolve_conn"]

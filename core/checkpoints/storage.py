@@ -1,0 +1,202 @@
+"""What the checkpoint tables weigh, for the Checkpoints page's Storage view: `core_thread_storage` (one row per
+thread) refreshed by the sweep job, and the three tables' rows as of that refresh.
+
+The refresh runs in batches of thread_id key ranges inside one REPEATABLE READ transaction (issue 14): the single
+GROUP BY thread_id over the three tables (core.checkpoints.views.LIVE_THREAD_STORAGE) needed more than 3 GB of
+temp space at 10M checkpoint writes / 1M threads. A batch holds at most `batch_rows` rows of each table (plus the
+rest of its last thread), so temp space and memory are bounded by the batch, not by the number of threads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+import psycopg
+from psycopg import sql as pgsql
+
+from core.db import Database
+
+# The refresh, in batches of thread_id key ranges (lo, hi] (issue 14): each of the three tables' primary keys
+# starts with thread_id, so a range is an index range scan of each table, and a batch holds at most
+# `batch_rows` rows of each table plus the rest of its last thread. Temp space and memory are bounded by the
+# batch, not by the number of threads. Every batch runs in one REPEATABLE READ transaction: one snapshot, so
+# the rows are exactly those of the single statement above at that snapshot (concurrent writes included or
+# not as a whole), and readers see the old rows until it commits.
+STORAGE_BATCH_ROWS = 20_000  # at 1M: 20k rows sorted in memory (0 temp), 50k spilled 2.8 MB a batch; 4.6 s vs 5.3 s
+
+# The batch's upper bound: the smallest of the three tables' thread_id `batch_rows` rows past `lo`; NULL when
+# every table has fewer rows left (the last batch).
+SELECT_BATCH_END = """
+SELECT least((SELECT thread_id FROM checkpoints WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1),
+             (SELECT thread_id FROM checkpoint_blobs WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1),
+             (SELECT thread_id FROM checkpoint_writes WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1)) AS hi"""
+
+# LIVE_THREAD_STORAGE restricted to one range, plus the configured subject metadata keys the thread's
+# checkpoints carry (`{flags}`: `metadata ? 'k' AS k0, ...`; `{keys}`: an array of `CASE WHEN bool_or(k0) THEN
+# 'k' END`; literals so the planner sees the key). Each table's sizes are computed in a subquery the planner
+# keeps (OFFSET 0) before any sort or hash on thread_id, so those handle narrow rows, not whole payloads
+# (a batch of 37k checkpoints sorted with their jsonb spilled 40 MB at 1M). Returns the batch's threads and
+# rows per table.
+INSERT_STORAGE_BATCH = """
+WITH c AS (
+    SELECT thread_id, count(*) AS checkpoints, sum(bytes) AS checkpoint_bytes, max(cliente_id) AS cliente_id,
+           max(ts) AS last_ts, array_remove({keys}, NULL) AS metadata_keys
+    FROM (SELECT thread_id, pg_column_size(checkpoint) + pg_column_size(metadata) AS bytes,
+                 metadata ->> 'cliente_id' AS cliente_id, checkpoint ->> 'ts' AS ts{flags}
+          FROM checkpoints WHERE {range} OFFSET 0) x
+    GROUP BY thread_id
+), b AS (
+    SELECT thread_id, count(*) AS blobs, sum(coalesce(bytes, 0)) AS blob_bytes
+    FROM (SELECT thread_id, octet_length(blob) AS bytes FROM checkpoint_blobs WHERE {range} OFFSET 0) x
+    GROUP BY thread_id
+), w AS (
+    SELECT thread_id, count(*) AS writes, sum(bytes) AS write_bytes
+    FROM (SELECT thread_id, octet_length(blob) AS bytes FROM checkpoint_writes WHERE {range} OFFSET 0) x
+    GROUP BY thread_id
+), ins AS (
+    INSERT INTO core_thread_storage (thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, writes,
+                                     write_bytes, total_bytes, last_ts, metadata_keys)
+    SELECT coalesce(c.thread_id, b.thread_id, w.thread_id), c.cliente_id,
+           coalesce(c.checkpoints, 0), coalesce(c.checkpoint_bytes, 0),
+           coalesce(b.blobs, 0), coalesce(b.blob_bytes, 0),
+           coalesce(w.writes, 0), coalesce(w.write_bytes, 0),
+           coalesce(c.checkpoint_bytes, 0) + coalesce(b.blob_bytes, 0) + coalesce(w.write_bytes, 0),
+           core_try_timestamptz(c.last_ts), coalesce(c.metadata_keys, '{{}}')
+    FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
+    RETURNING checkpoints, blobs, writes
+)
+SELECT count(*) AS threads, coalesce(sum(checkpoints), 0) AS checkpoints, coalesce(sum(blobs), 0) AS blobs,
+       coalesce(sum(writes), 0) AS writes
+FROM ins"""
+
+UPSERT_STORAGE_REFRESH = """
+INSERT INTO core_thread_storage_refresh AS r (metadata_keys, threads, checkpoints, blobs, writes, batches, batch_rows,
+                                              seconds)
+VALUES (%(keys)s, %(threads)s, %(checkpoints)s, %(blobs)s, %(writes)s, %(batches)s, %(batch_rows)s,
+        extract(epoch FROM clock_timestamp() - now()))
+ON CONFLICT (singleton) DO UPDATE SET computed_at = now(), metadata_keys = EXCLUDED.metadata_keys,
+    threads = EXCLUDED.threads, checkpoints = EXCLUDED.checkpoints, blobs = EXCLUDED.blobs, writes = EXCLUDED.writes,
+    batches = EXCLUDED.batches, batch_rows = EXCLUDED.batch_rows, seconds = EXCLUDED.seconds"""
+
+REFRESH_THREAD_STORAGE = [
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",  # one snapshot for every batch
+    "SET LOCAL plan_cache_mode = force_custom_plan",  # each range planned with its bounds, never generically
+    "LOCK TABLE core_thread_storage IN EXCLUSIVE MODE",  # one refresh at a time; readers go on
+    "DELETE FROM core_thread_storage",
+]
+
+# Exact counts now (three full counts: 3.8 s at 10M): only when no refresh has kept them yet.
+SELECT_TABLE_TOTALS = """
+SELECT t.name AS table_name, t.rows, pg_total_relation_size(t.name::regclass) AS total_bytes
+FROM (VALUES ('checkpoints', (SELECT count(*) FROM checkpoints)),
+             ('checkpoint_blobs', (SELECT count(*) FROM checkpoint_blobs)),
+             ('checkpoint_writes', (SELECT count(*) FROM checkpoint_writes))) AS t(name, rows)"""
+# The rows as of the last refresh (exact at its snapshot), the sizes now.
+SELECT_KEPT_TABLE_TOTALS = """
+SELECT t.name AS table_name, t.rows, pg_total_relation_size(t.name::regclass) AS total_bytes, r.computed_at AS as_of
+FROM core_thread_storage_refresh r
+CROSS JOIN LATERAL (VALUES ('checkpoints', r.checkpoints), ('checkpoint_blobs', r.blobs),
+                           ('checkpoint_writes', r.writes)) AS t(name, rows)
+ORDER BY array_position(ARRAY['checkpoints', 'checkpoint_blobs', 'checkpoint_writes'], t.name)"""
+TOTALS_COLUMNS = ["table_name", "rows", "total_bytes", "as_of"]
+SELECT_STORAGE_REFRESH = "SELECT * FROM core_thread_storage_refresh"
+
+
+def _key_flags(keys: tuple[str, ...]) -> tuple[pgsql.Composable, pgsql.Composable]:
+    """(`, metadata ? 'k' AS k0, ...`, `ARRAY[CASE WHEN bool_or(k0) THEN 'k' END, ...]::text[]`)."""
+    if not keys:
+        return pgsql.SQL(""), pgsql.SQL("ARRAY[]::text[]")
+    flags = pgsql.SQL("").join(pgsql.SQL(", metadata ? {k} AS {c}").format(k=pgsql.Literal(k), c=pgsql.Identifier(f"k{i}"))
+                               for i, k in enumerate(keys))
+    array = pgsql.SQL("ARRAY[{}]::text[]").format(pgsql.SQL(", ").join(
+        pgsql.SQL("CASE WHEN bool_or({c}) THEN {k} END").format(k=pgsql.Literal(k), c=pgsql.Identifier(f"k{i}"))
+        for i, k in enumerate(keys)))
+    return flags, array
+
+
+def key_ranges(lo: str | None, hi: str | None, column: str = "thread_id") -> pgsql.Composable:
+    """`column` in (lo, hi]; None is unbounded on that side."""
+    parts = []
+    if lo is not None:
+        parts.append(pgsql.SQL("{} > {}").format(pgsql.SQL(column), pgsql.Literal(lo)))
+    if hi is not None:
+        parts.append(pgsql.SQL("{} <= {}").format(pgsql.SQL(column), pgsql.Literal(hi)))
+    return pgsql.SQL(" AND ").join(parts) if parts else pgsql.SQL("true")
+
+
+def default_metadata_keys() -> tuple[str, ...]:
+    from core.config import load_settings
+
+    return tuple(load_settings().subject_metadata_keys)
+
+
+@dataclass(frozen=True)
+class StorageRefresh:
+    """What a refresh wrote: threads, the three tables' rows at its snapshot, how many batches."""
+
+    threads: int
+    checkpoints: int
+    blobs: int
+    writes: int
+    batches: int
+    metadata_keys: tuple[str, ...]
+
+
+def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...],
+                         batch_rows: int = STORAGE_BATCH_ROWS,
+                         on_batch: Callable[[int, str | None], None] | None = None) -> StorageRefresh:
+    """The refresh on `conn` (dict rows; inside a transaction the caller opened and commits, before any other
+    statement of it: the first one sets its isolation level). `on_batch(n, hi)` is called after batch n (from 1),
+    `hi` its upper bound (None for the last)."""
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    for sql in REFRESH_THREAD_STORAGE:
+        conn.execute(sql)
+    flags, keys = _key_flags(metadata_keys)
+    totals = {"threads": 0, "checkpoints": 0, "blobs": 0, "writes": 0}
+    lo: str | None = None
+    batches = 0
+    while True:
+        after = key_ranges(lo, None)
+        hi = conn.execute(pgsql.SQL(SELECT_BATCH_END).format(after=after), {"skip": batch_rows - 1}).fetchone()["hi"]
+        row = conn.execute(pgsql.SQL(INSERT_STORAGE_BATCH).format(flags=flags, keys=keys, range=key_ranges(lo, hi))).fetchone()
+        batches += 1
+        for k in totals:
+            totals[k] += int(row[k])
+        if on_batch is not None:
+            on_batch(batches, hi)
+        if hi is None:
+            break
+        lo = hi
+    conn.execute(UPSERT_STORAGE_REFRESH, {"keys": list(metadata_keys), **totals, "batches": batches,
+                                          "batch_rows": batch_rows})
+    return StorageRefresh(totals["threads"], totals["checkpoints"], totals["blobs"], totals["writes"], batches,
+                          tuple(metadata_keys))
+
+
+def refresh_thread_storage(db: Database, metadata_keys: tuple[str, ...] | None = None,
+                           batch_rows: int = STORAGE_BATCH_ROWS) -> int:
+    """Recompute `core_thread_storage` from the three checkpoint tables in one transaction (readers see the old
+    rows until it commits), in batches of thread_id ranges of at most `batch_rows` rows per table (bounded temp
+    space and memory), recording per thread which `metadata_keys` (default: SUBJECT_METADATA_KEYS) its
+    checkpoints carry; returns the number of threads."""
+    keys = default_metadata_keys() if metadata_keys is None else tuple(metadata_keys)
+    with db.connection() as conn, conn.transaction():
+        return refresh_storage_conn(conn, keys, batch_rows).threads
+
+
+def storage_refresh(db: Database) -> dict | None:
+    """The last refresh (computed_at, metadata_keys, threads, rows per table, batches, seconds), None before one."""
+    return db.fetch_one(SELECT_STORAGE_REFRESH)
+
+
+def table_totals(db: Database) -> pd.DataFrame:
+    """Rows and on-disk size (with indexes and TOAST, now) of each checkpoint table. The rows are exact as of the
+    last storage refresh (`as_of`, the sweep's); before any refresh they are counted now (`as_of` None)."""
+    kept = db.fetch(SELECT_KEPT_TABLE_TOTALS)
+    if kept:
+        return pd.DataFrame(kept, columns=TOTALS_COLUMNS)
+    frame = pd.DataFrame(db.fetch(SELECT_TABLE_TOTALS), columns=["table_name", "rows", "total_bytes"])
+    frame["as_of"] = None
+    return frame

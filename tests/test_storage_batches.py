@@ -1,0 +1,322 @@
+"""Issue 14: the sweep's per-thread storage refresh and attribution coverage run in batches of thread_id ranges
+(bounded temp space at any size) with exactly the results of the single whole-table statements they replace,
+kept here as the reference; the Storage view's table totals are the refresh's counts "as of" its time.
+Real embedded PostgreSQL; checkpoints written by the real agents (ours and the article's, on stock savers)."""
+from __future__ import annotations
+
+import psycopg
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg.rows import dict_row
+from streamlit.testing.v1 import AppTest
+
+from conftest import DIMS, login_role
+from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints import views
+from core.db import Database
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import build_store
+from core.privacy import subjects as subj
+from apptools import as_int, metric
+
+# The refresh's single statement before issue 14 (at 10M it needed more than 3 GB of temp space): the reference.
+OLD_LIVE_THREAD_STORAGE = """
+WITH c AS (
+    SELECT thread_id, count(*) AS checkpoints, sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS checkpoint_bytes,
+           max(metadata ->> 'cliente_id') AS cliente_id, max(checkpoint ->> 'ts') AS last_ts
+    FROM checkpoints GROUP BY thread_id
+), b AS (
+    SELECT thread_id, count(*) AS blobs, sum(coalesce(octet_length(blob), 0)) AS blob_bytes
+    FROM checkpoint_blobs GROUP BY thread_id
+), w AS (
+    SELECT thread_id, count(*) AS writes, sum(octet_length(blob)) AS write_bytes
+    FROM checkpoint_writes GROUP BY thread_id
+)
+SELECT coalesce(c.thread_id, b.thread_id, w.thread_id) AS thread_id, c.cliente_id,
+       coalesce(c.checkpoints, 0) AS checkpoints, coalesce(c.checkpoint_bytes, 0) AS checkpoint_bytes,
+       coalesce(b.blobs, 0) AS blobs, coalesce(b.blob_bytes, 0) AS blob_bytes,
+       coalesce(w.writes, 0) AS writes, coalesce(w.write_bytes, 0) AS write_bytes,
+       coalesce(c.checkpoint_bytes, 0) + coalesce(b.blob_bytes, 0) + coalesce(w.write_bytes, 0) AS total_bytes,
+       core_try_timestamptz(c.last_ts) AS last_ts
+FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)"""
+
+# The coverage's single statement before issue 14 (it filled the disk at 10M): the reference.
+OLD_COVERAGE_SQL = r"""
+WITH c AS (
+    SELECT thread_id, sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS bytes,
+           bool_or(metadata ?| %(keys)s::text[]) AS tagged
+    FROM checkpoints GROUP BY thread_id
+), b AS (
+    SELECT thread_id, sum(coalesce(octet_length(blob), 0)) AS bytes FROM checkpoint_blobs GROUP BY thread_id
+), w AS (
+    SELECT thread_id, sum(coalesce(octet_length(blob), 0)) AS bytes FROM checkpoint_writes GROUP BY thread_id
+), t AS (
+    SELECT coalesce(c.thread_id, b.thread_id, w.thread_id) AS thread_id,
+           coalesce(c.bytes, 0) + coalesce(b.bytes, 0) + coalesce(w.bytes, 0) AS bytes, coalesce(c.tagged, false) AS tagged
+    FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
+), hilo AS (
+    SELECT DISTINCT value ->> 'hilo' AS thread_id FROM store
+    WHERE prefix LIKE 'clientes.%%' AND jsonb_typeof(value -> 'hilo') = 'string'
+), own AS (
+    SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes'
+    UNION SELECT unnest(thread_ids) FROM core_erasure_register
+), a AS (
+    SELECT t.*, (t.tagged OR t.thread_id LIKE ANY(%(likes)s::text[])
+                 OR t.thread_id IN (SELECT h.thread_id FROM hilo h)
+                 OR t.thread_id IN (SELECT o.thread_id FROM own o)) AS attributed
+    FROM t
+)
+SELECT count(*) AS threads, count(*) FILTER (WHERE NOT attributed) AS unattributed_threads,
+       coalesce(sum(bytes), 0) AS bytes, coalesce(sum(bytes) FILTER (WHERE NOT attributed), 0) AS unattributed_bytes
+FROM a"""
+
+COLUMNS = ["thread_id", "cliente_id", "checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes", "write_bytes",
+           "total_bytes", "last_ts"]
+KEYS = subj.Attribution().metadata_keys
+CONFIGS = [subj.Attribution(), subj.Attribution(metadata_keys=("cliente_id",)), subj.Attribution(thread_patterns=()),
+           subj.Attribution(metadata_keys=(), thread_patterns=())]
+APP = "../dashboard.py"
+PAGE = "app_pages/checkpoints.py"
+
+
+def reference(db: Database) -> list[dict]:
+    return db.fetch(OLD_LIVE_THREAD_STORAGE + " ORDER BY 1", read_only=False)
+
+
+def kept(db: Database) -> list[dict]:
+    return db.fetch(f"SELECT {', '.join(COLUMNS)} FROM core_thread_storage ORDER BY thread_id", read_only=False)
+
+
+def reference_keys(db: Database, keys) -> dict[str, list[str]]:
+    """Per thread with checkpoints, the keys of `keys` any of its checkpoints' metadata carries."""
+    rows = db.fetch("SELECT thread_id, array(SELECT k FROM unnest(%(keys)s::text[]) k WHERE EXISTS ("
+                    "  SELECT 1 FROM checkpoints c2 WHERE c2.thread_id = c.thread_id AND c2.metadata ? k) ORDER BY k) AS ks"
+                    " FROM (SELECT DISTINCT thread_id FROM checkpoints) c", {"keys": list(keys)})
+    return {r["thread_id"]: r["ks"] for r in rows}
+
+
+def old_coverage(db: Database, config: subj.Attribution) -> tuple[int, int, int, int]:
+    row = db.fetch_one(OLD_COVERAGE_SQL, {"keys": list(config.metadata_keys),
+                                          "likes": [subj.like_for(p, None) for p in config.thread_patterns]})
+    return int(row["threads"]), int(row["unattributed_threads"]), int(row["bytes"]), int(row["unattributed_bytes"])
+
+
+def figures(cov: subj.Coverage) -> tuple[int, int, int, int]:
+    return cov.threads, cov.unattributed_threads, cov.bytes, cov.unattributed_bytes
+
+
+def turns(db: Database, threads: dict[str, str], texts=("Prefiero recoger mis pedidos en la tienda Sierpes.",)) -> None:
+    store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
+    agent = build_agent("atencion-cliente", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(db.pool))
+    for thread, customer in threads.items():
+        for text in texts:
+            run_turn(agent, ContextoCliente(customer), thread, text)
+
+
+@pytest.fixture(scope="module")
+def ours(create_database) -> Database:
+    """Our agents' threads, plus threads left only in blobs and writes, only in blobs, only in writes (a checkpoints
+    clean-up by hand, as operators do for retention), and pending writes the saver stored for a checkpoint that was
+    never written (put_writes)."""
+    db = Database(create_database(prefix="storebatch"))
+    threads = {f"cliente-C{i}-1": f"C{i}" for i in range(1, 7)}
+    threads.update({"hilo-only-blobs-writes": "C1", "hilo-only-blobs": "C2", "hilo-only-writes": "C3"})
+    turns(db, threads, ("Prefiero recoger mis pedidos en la tienda Sierpes.", "¿Qué preferencias tengo guardadas?"))
+    db.execute("DELETE FROM checkpoints WHERE thread_id = ANY(%s)",
+               (["hilo-only-blobs-writes", "hilo-only-blobs", "hilo-only-writes"],))
+    db.execute("DELETE FROM checkpoint_writes WHERE thread_id = 'hilo-only-blobs'")
+    db.execute("DELETE FROM checkpoint_blobs WHERE thread_id = 'hilo-only-writes'")
+    saver = PostgresSaver(db.pool)
+    config = {"configurable": {"thread_id": "zz-pending-only", "checkpoint_ns": "", "checkpoint_id": "never-written"}}
+    saver.put_writes(config, [("messages", "pendiente"), ("extra", {"a": 1})], task_id="task-1")
+    yield db
+    db.close()
+
+
+def data_shapes(db: Database) -> None:
+    """The cases the refresh must keep: threads in writes only, in blobs only, and threads of several rows."""
+    only = db.fetch_one("""
+        SELECT count(*) FILTER (WHERE checkpoints = 0 AND blobs = 0 AND writes > 0) AS writes_only,
+               count(*) FILTER (WHERE checkpoints = 0 AND blobs > 0 AND writes = 0) AS blobs_only,
+               count(*) FILTER (WHERE checkpoints > 2 AND blobs > 2 AND writes > 2) AS large
+        FROM (""" + OLD_LIVE_THREAD_STORAGE + ") s", read_only=False)
+    assert only["writes_only"] >= 1 and only["blobs_only"] >= 1 and only["large"] >= 2, only
+
+
+@pytest.mark.parametrize("batch_rows", [1, 2, 3, 7, views.STORAGE_BATCH_ROWS])
+def test_batched_refresh_equals_the_single_statement(ours, batch_rows):
+    data_shapes(ours)
+    expected = reference(ours)
+    assert views.refresh_thread_storage(ours, KEYS, batch_rows=batch_rows) == len(expected)
+    assert kept(ours) == expected
+    refresh = views.storage_refresh(ours)
+    n_rows = {t: ours.fetch_one(f"SELECT count(*) AS n FROM {t}")["n"]
+              for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")}
+    assert (refresh["checkpoints"], refresh["blobs"], refresh["writes"]) == tuple(n_rows.values())
+    assert refresh["threads"] == len(expected) and refresh["metadata_keys"] == list(KEYS)
+    if batch_rows == 2:  # batch boundaries fall inside the data: many batches, threads of more rows than a batch
+        assert refresh["batches"] > 5
+    keys = {r["thread_id"]: sorted(r["metadata_keys"]) for r in ours.fetch(
+        "SELECT thread_id, metadata_keys FROM core_thread_storage")}
+    ref_keys = reference_keys(ours, KEYS)
+    assert keys == {t: ref_keys.get(t, []) for t in keys}
+    assert any(keys.values())  # our agents tag cliente_id
+
+
+def test_coverage_from_the_refresh_equals_the_single_statement(ours):
+    views.refresh_thread_storage(ours, KEYS, batch_rows=2)
+    for config in CONFIGS:
+        with ours.connection() as conn:
+            assert figures(subj.coverage_from_storage(conn, config, batch_threads=2)) == old_coverage(ours, config)
+    # the sweep's step: from the summary it has just refreshed
+    cov = subj.refresh_coverage(ours, CONFIGS[0], storage_refreshed=True, batch_threads=3)
+    assert figures(cov) == old_coverage(ours, CONFIGS[0]) and cov.as_of is not None
+
+
+def test_on_the_article_agents_database(article_agents):
+    """Stock savers, no metadata, `hilo` back-links in the preference documents, threads only in writes and blobs
+    after a by-hand clean-up: the same rows and the same coverage, with batches of 2."""
+    foreign = article_agents()
+    db = Database(foreign.dsn)
+    try:
+        (chat,) = foreign.threads_of("C9", "chat")
+        write = foreign.threads_of("C9", "write")[0]
+        db.execute("DELETE FROM checkpoints WHERE thread_id = ANY(%s)", ([chat, write],))
+        db.execute("DELETE FROM checkpoint_blobs WHERE thread_id = %s", (chat,))
+        assert db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix LIKE 'clientes.%%' "
+                            "AND jsonb_typeof(value -> 'hilo') = 'string'")["n"] > 0
+        expected = reference(db)
+        assert views.refresh_thread_storage(db, KEYS, batch_rows=2) == len(expected)
+        assert kept(db) == expected
+        for config in CONFIGS:
+            with db.connection() as conn:
+                assert figures(subj.coverage_from_storage(conn, config, batch_threads=2)) == old_coverage(db, config)
+        # standalone (no fresh summary): refreshes it first, then the same figures
+        db.execute("DELETE FROM checkpoint_writes WHERE thread_id = %s", (chat,))
+        cov = subj.refresh_coverage(db, CONFIGS[0], batch_rows=2, batch_threads=2)
+        assert figures(cov) == old_coverage(db, CONFIGS[0])
+        assert kept(db) == reference(db)
+    finally:
+        db.close()
+
+
+def test_on_the_agent_server_database(agent_server_db):
+    """Runs tagged user_id as LangGraph's Agent Server does: the key is recorded per thread and counts as tagged."""
+    db = Database(agent_server_db.dsn)
+    try:
+        expected = reference(db)
+        with db.connection() as conn, conn.transaction():
+            views.refresh_storage_conn(conn, KEYS, 2)
+            rows = conn.execute(f"SELECT {', '.join(COLUMNS)}, metadata_keys FROM core_thread_storage "
+                                "ORDER BY thread_id").fetchall()
+            raise psycopg.Rollback()  # a shared database: leave it as it was
+        assert [{k: r[k] for k in COLUMNS} for r in rows] == expected
+        assert any("user_id" in r["metadata_keys"] for r in rows)
+        ref_keys = reference_keys(db, KEYS)
+        assert {r["thread_id"]: sorted(r["metadata_keys"]) for r in rows} == {
+            r["thread_id"]: ref_keys.get(r["thread_id"], []) for r in rows}
+    finally:
+        db.close()
+
+
+def test_writes_during_the_refresh_wait_for_the_next_one(ours):
+    """One snapshot for every batch: an agent's turn committed between two batches (a new thread, and a thread in a
+    range not read yet) is in no row of this refresh, which equals the single statement before the turn; the next
+    refresh has it."""
+    before = reference(ours)
+    written = []
+
+    def turn_between_batches(batch: int, hi: str | None) -> None:
+        if batch == 1:
+            turns(ours, {"cliente-C1-1": "C1", "zzz-new-thread": "C7"})
+            written.append(hi)
+
+    with ours.connection() as conn, conn.transaction():
+        views.refresh_storage_conn(conn, KEYS, 2, on_batch=turn_between_batches)
+    assert written and written[0] is not None and written[0] < "zzz-new-thread"
+    assert kept(ours) == before
+    after = reference(ours)
+    assert after != before and "zzz-new-thread" in {r["thread_id"] for r in after}
+    views.refresh_thread_storage(ours, KEYS, batch_rows=2)
+    assert kept(ours) == after
+
+
+def test_a_temp_file_limit_the_single_statement_exceeds(ours):
+    """The single statements spill to temp files when their whole-table sorts do not fit in work_mem (at 10M: more
+    than 3 GB, and a full disk). At this test's size the planner would aggregate 10 threads in a hash in memory, so
+    the role also has hash aggregation off: the plan it takes at scale, a sort of every row of each table by thread.
+    Under a role with work_mem 64kB and temp_file_limit 64kB both old statements fail; the batched refresh and the
+    coverage from it succeed, under the same settings, with the same results."""
+    role_dsn = login_role(ours.dsn, "tmplimit", "checkpoints, checkpoint_blobs, checkpoint_writes, core_thread_storage, "
+                          "core_thread_storage_refresh, store, core_conversations, core_erasure_register, "
+                          "core_coverage_snapshot")
+    role = psycopg.conninfo.conninfo_to_dict(role_dsn)["user"]
+    ours.execute(f"ALTER ROLE {role} SET work_mem = '64kB'")
+    ours.execute(f"ALTER ROLE {role} SET temp_file_limit = '64kB'")
+    ours.execute(f"ALTER ROLE {role} SET enable_hashagg = off")
+    limited = Database(role_dsn)
+    try:
+        with psycopg.connect(role_dsn, autocommit=True, row_factory=dict_row) as conn:
+            assert conn.execute("SHOW temp_file_limit").fetchone()["temp_file_limit"] == "64kB"
+            assert conn.execute("SHOW enable_hashagg").fetchone()["enable_hashagg"] == "off"
+            with pytest.raises(psycopg.errors.ConfigurationLimitExceeded, match="temp_file_limit"):
+                conn.execute(OLD_LIVE_THREAD_STORAGE).fetchall()
+            with pytest.raises(psycopg.errors.ConfigurationLimitExceeded, match="temp_file_limit"):
+                conn.execute(OLD_COVERAGE_SQL, {"keys": list(KEYS), "likes": ["cliente-%"]}).fetchall()
+        expected = reference(ours)
+        assert views.refresh_thread_storage(limited, KEYS, batch_rows=2) == len(expected)
+        assert kept(ours) == expected
+        cov = subj.refresh_coverage(limited, CONFIGS[0], storage_refreshed=True, batch_threads=2)
+        assert figures(cov) == old_coverage(ours, CONFIGS[0])
+    finally:
+        limited.close()
+
+
+# --- the Storage view ------------------------------------------------------------------------------------------
+
+
+def open_storage(dsn: str, app_env, lang: str | None = None) -> AppTest:
+    app_env(dsn)
+    at = AppTest.from_file(APP, default_timeout=60)
+    if lang:
+        at.query_params["lang"] = lang
+    at.session_state["checkpoints.view"] = "storage"  # the radio's value (its labels are translated)
+    at.run()
+    assert not at.exception
+    at.switch_page(PAGE).run()
+    assert not at.exception and at.radio(key="checkpoints.view").value == "storage"
+    return at
+
+
+def test_table_totals_are_the_refresh_counts_as_of_its_time(create_database, app_env):
+    db = Database(create_database(prefix="totals"))
+    try:
+        turns(db, {"cliente-C1-1": "C1", "cliente-C2-1": "C2"})
+        live = {t: db.fetch_one(f"SELECT count(*) AS n FROM {t}")["n"]
+                for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")}
+        # before any refresh: counted now, and said so
+        totals = views.table_totals(db)
+        assert dict(zip(totals["table_name"], totals["rows"])) == live and totals["as_of"].isna().all()
+        at = open_storage(db.dsn, app_env)
+        assert any("Filas contadas ahora" in c.value for c in at.caption)
+        for table, n in live.items():
+            assert as_int(metric(at, f"{table}: filas")) == n
+        views.refresh_thread_storage(db, KEYS)
+        refreshed_at = views.storage_refresh(db)["computed_at"]
+        turns(db, {"cliente-C3-1": "C3"})  # after the refresh: not in the totals until the next one
+        totals = views.table_totals(db)
+        assert dict(zip(totals["table_name"], totals["rows"])) == live
+        assert (totals["as_of"] == refreshed_at).all()
+        sizes = {t: db.fetch_one("SELECT pg_total_relation_size(%s::regclass) AS n", (t,))["n"] for t in live}
+        assert dict(zip(totals["table_name"], totals["total_bytes"])) == sizes
+        stamp = f"{refreshed_at.astimezone(__import__('datetime').timezone.utc):%Y-%m-%d %H:%M} UTC"
+        at = open_storage(db.dsn, app_env)
+        assert any(c.value.startswith(f"Filas a fecha de {stamp}") for c in at.caption), [c.value for c in at.caption]
+        for table, n in live.items():
+            assert as_int(metric(at, f"{table}: filas")) == n
+        at = open_storage(db.dsn, app_env, "en")
+        assert any(c.value.startswith(f"Rows as of {stamp}") for c in at.caption), [c.value for c in at.caption]
+        assert as_int(metric(at, "checkpoints: rows")) == live["checkpoints"]
+    finally:
+        db.close()
