@@ -42,6 +42,17 @@ GRANT SELECT, INSERT, UPDATE ON core_thread_storage_refresh TO agent_memory_swee
 -- Tool-call extraction step (core/checkpoints/tool_calls.py): extracted rows, orphans pruned, watermark.
 GRANT SELECT, INSERT, UPDATE, DELETE ON core_tool_calls, core_thread_days, core_refused_payloads TO agent_memory_sweeper;
 GRANT SELECT, INSERT, UPDATE ON core_extract_watermark TO agent_memory_sweeper;
+-- Their rollups for the Preferences page (migration 047), kept by statement triggers on those two tables, which run
+-- with the privileges of the role that extracts or prunes (TRUNCATE: a TRUNCATE of the base tables empties them).
+DO $$
+BEGIN
+    IF to_regclass('core_tool_call_days') IS NOT NULL THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_tool_call_days, core_tool_call_subject_days,
+            core_tool_call_day_pairs, core_tool_call_thread_days, core_thread_last, core_thread_day_pairs
+            TO agent_memory_sweeper;
+    END IF;
+END
+$$;
 -- Token index step (core/privacy/token_index.py, migration 042): threads claimed, indexed, un-listed; tokens of
 -- deleted threads pruned.
 GRANT SELECT, INSERT, UPDATE, DELETE ON core_thread_tokens, core_token_dirty TO agent_memory_sweeper;

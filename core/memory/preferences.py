@@ -10,49 +10,81 @@ import pandas as pd
 from core.db import Database
 
 # Everything below reads the tool calls extracted from checkpoint history (core_tool_calls and
-# core_thread_days, core/checkpoints/tool_calls.py): right for any agent that calls a tool named
-# `recordar_preferencia`, ours or not. Days are UTC days of the extracted `ts` (see its `clock`).
+# core_thread_days, core/checkpoints/tool_calls.py) through their rollups (migration 047, kept exact by
+# triggers): right for any agent that calls a tool named `recordar_preferencia`, ours or not. Days are
+# UTC days of the extracted `ts` (see its `clock`). Each query reads rows per day (and tipo) of the
+# period, or LIMIT rows by index, never the calls themselves: flat in the number of calls (BENCHMARKS.md).
+# tests/test_preference_rollups.py keeps the live queries over core_tool_calls these replace and checks
+# both give the same results.
 PREF_TOOL = "recordar_preferencia"
 
 SELECT_PREF_DAILY = """
 WITH days AS (
     SELECT generate_series(%(since)s::date, %(until)s::date, interval '1 day')::date AS day
 ), conv AS (
-    SELECT day, count(*) AS conversations
-    FROM core_thread_days
+    SELECT day, sum(threads) AS conversations
+    FROM core_thread_day_pairs
     WHERE day BETWEEN %(since)s AND %(until)s
     GROUP BY 1
 ), writes AS (
-    SELECT (ts AT TIME ZONE 'UTC')::date AS day, count(*) AS writes
-    FROM core_tool_calls
-    WHERE tool = %(tool)s AND ts >= %(since)s::date AT TIME ZONE 'UTC' AND ts < (%(until)s::date + 1) AT TIME ZONE 'UTC'
+    SELECT day, sum(calls) AS writes
+    FROM core_tool_call_days
+    WHERE tool = %(tool)s AND day BETWEEN %(since)s AND %(until)s
     GROUP BY 1
 )
-SELECT d.day, coalesce(c.conversations, 0) AS conversations, coalesce(w.writes, 0) AS writes
+SELECT d.day, coalesce(c.conversations, 0)::bigint AS conversations, coalesce(w.writes, 0)::bigint AS writes
 FROM days d LEFT JOIN conv c USING (day) LEFT JOIN writes w USING (day) ORDER BY d.day"""
 
-# Threads with a human message in the period (a thread active on several days counts once).
+# Threads with a human message in the period (a thread active on several days counts once): each thread
+# counts on its first day in the period, the one whose previous active day is before it.
 SELECT_CONVERSATIONS = """
-SELECT count(DISTINCT thread_id) AS n FROM core_thread_days WHERE day BETWEEN %(since)s AND %(until)s"""
+SELECT coalesce(sum(threads), 0)::bigint AS n FROM core_thread_day_pairs
+WHERE day BETWEEN %(since)s AND %(until)s AND prev_day < %(since)s"""
 
 SELECT_CLOCKS = """
-SELECT clock, count(*) AS calls FROM core_tool_calls
-WHERE tool = %(tool)s AND ts >= %(since)s::date AT TIME ZONE 'UTC' AND ts < (%(until)s::date + 1) AT TIME ZONE 'UTC'
-GROUP BY 1 ORDER BY 1"""
+SELECT clock, sum(calls)::bigint AS calls FROM core_tool_call_days
+WHERE tool = %(tool)s AND day BETWEEN %(since)s AND %(until)s
+GROUP BY 1 HAVING sum(calls) > 0 ORDER BY 1"""
 
+# customers = distinct coalesce(cliente_id, 'thread:' || thread_id) per tipo in the period, each counted on
+# its first active day in the period (core_tool_call_day_pairs).
 SELECT_PREF_BY_TIPO = """
-SELECT coalesce(args ->> 'tipo', '?') AS tipo, count(*) AS writes,
-       count(DISTINCT coalesce(cliente_id, 'thread:' || thread_id)) AS customers
-FROM core_tool_calls
-WHERE tool = %(tool)s AND ts >= %(since)s::date AT TIME ZONE 'UTC' AND ts < (%(until)s::date + 1) AT TIME ZONE 'UTC'
-GROUP BY 1 ORDER BY writes DESC, tipo"""
+WITH w AS (
+    SELECT tipo, sum(calls) AS writes FROM core_tool_call_days
+    WHERE tool = %(tool)s AND day BETWEEN %(since)s AND %(until)s GROUP BY 1
+), c AS (
+    SELECT tipo, sum(subjects) AS customers FROM core_tool_call_day_pairs
+    WHERE tool = %(tool)s AND day BETWEEN %(since)s AND %(until)s AND prev_day < %(since)s GROUP BY 1
+)
+SELECT w.tipo, w.writes::bigint AS writes, coalesce(c.customers, 0)::bigint AS customers
+FROM w LEFT JOIN c USING (tipo) WHERE w.writes > 0
+ORDER BY writes DESC, tipo"""
 
+# The threads whose first call in the period is newest: their first thread-day in the period (none of
+# theirs before it in the period), by the (tool, first_ts DESC, thread_id) index, LIMIT rows; then each
+# one's calls, tipos, agent and customer over its thread-days in the period.
 SELECT_WRITING_CONVERSATIONS = """
-SELECT thread_id, max(cliente_id) AS cliente_id, min(ts) AS first_write, count(*) AS writes,
-       string_agg(DISTINCT args ->> 'tipo', ', ') AS tipos, max(agent) AS agent
-FROM core_tool_calls
-WHERE tool = %(tool)s AND ts >= %(since)s::date AT TIME ZONE 'UTC' AND ts < (%(until)s::date + 1) AT TIME ZONE 'UTC'
-GROUP BY thread_id ORDER BY first_write DESC, thread_id LIMIT %(limit)s OFFSET %(offset)s"""
+WITH firsts AS (
+    SELECT d.thread_id, d.first_ts AS first_write
+    FROM core_tool_call_thread_days d
+    WHERE d.tool = %(tool)s
+      AND d.first_ts >= %(since)s::date::timestamp AT TIME ZONE 'UTC'
+      AND d.first_ts < (%(until)s::date + 1)::timestamp AT TIME ZONE 'UTC'
+      AND NOT EXISTS (SELECT 1 FROM core_tool_call_thread_days e
+                      WHERE e.thread_id = d.thread_id AND e.tool = d.tool AND e.day >= %(since)s AND e.day < d.day)
+    ORDER BY d.first_ts DESC, d.thread_id LIMIT %(limit)s OFFSET %(offset)s
+)
+SELECT f.thread_id, a.cliente_id, f.first_write, a.writes, t.tipos, a.agent
+FROM firsts f
+CROSS JOIN LATERAL (
+    SELECT max(e.cliente_id) AS cliente_id, sum(e.calls)::bigint AS writes, max(e.agent) AS agent
+    FROM core_tool_call_thread_days e
+    WHERE e.thread_id = f.thread_id AND e.tool = %(tool)s AND e.day BETWEEN %(since)s AND %(until)s) a
+CROSS JOIN LATERAL (
+    SELECT string_agg(DISTINCT x.tipo, ', ') AS tipos
+    FROM core_tool_call_thread_days e CROSS JOIN LATERAL unnest(e.tipos) AS x(tipo)
+    WHERE e.thread_id = f.thread_id AND e.tool = %(tool)s AND e.day BETWEEN %(since)s AND %(until)s) t
+ORDER BY f.first_write DESC, f.thread_id"""
 
 
 def preference_daily(db: Database, since: date, until: date) -> pd.DataFrame:
@@ -88,22 +120,29 @@ def writing_conversations(db: Database, since: date, until: date, limit: int = 5
 
 
 # --- preferences applied (from the extracted tool calls) -------------------------------------
-# The proposals (`proponer_entrega` calls) of the most recent conversations, and every
+# The proposals (`proponer_entrega` calls) of the most recent conversations (core_thread_last, migration 047), and every
 # `recordar_preferencia` call of the same customers. A customer is the run's `cliente_id` metadata
 # when the agent tagged it; otherwise only the thread itself is known, so only preferences declared
 # earlier in the same thread count for its proposals.
 SELECT_PROPOSALS_AND_PREFERENCES = """
 WITH recent AS (
-    SELECT thread_id, max(cliente_id) AS cliente_id FROM core_thread_days
-    GROUP BY thread_id ORDER BY max(last_human_at) DESC, thread_id LIMIT %(threads)s
+    SELECT thread_id, cliente_id FROM core_thread_last ORDER BY last_human_at DESC, thread_id LIMIT %(threads)s
 ), subjects AS (
     SELECT DISTINCT coalesce(cliente_id, 'thread:' || thread_id) AS subject FROM recent
+), calls AS (
+    -- coalesce(cliente_id, 'thread:' || thread_id) IN subjects, as two index lookups: by cliente_id, and by
+    -- thread_id for the rows without one
+    SELECT t.* FROM core_tool_calls t
+    WHERE t.cliente_id IN (SELECT subject FROM subjects)
+    UNION ALL
+    SELECT t.* FROM core_tool_calls t
+    WHERE t.cliente_id IS NULL
+      AND t.thread_id IN (SELECT substr(subject, 8) FROM subjects WHERE left(subject, 7) = 'thread:')
 )
 SELECT t.thread_id, coalesce(t.cliente_id, 'thread:' || t.thread_id) AS subject, t.cliente_id, t.ts,
        t.tool, t.args, t.thread_id IN (SELECT thread_id FROM recent) AS recent
-FROM core_tool_calls t
+FROM calls t
 WHERE t.tool IN ('proponer_entrega', 'recordar_preferencia')
-  AND coalesce(t.cliente_id, 'thread:' || t.thread_id) IN (SELECT subject FROM subjects)
 ORDER BY t.ts, t.thread_id, t.checkpoint_id, t.task_id, t.idx, t.position, t.call_index"""
 
 

@@ -27,9 +27,12 @@ CLIENTE_KEY = METADATA_KEY[ROOT]  # "cliente_id": what run_turn puts in checkpoi
 # Tables erasure must never touch: the proof itself and the migrations bookkeeping.
 PROTECTED_TABLES = frozenset({"core_erasure_register", "core_erasure_rechecks", "core_schema_migrations",
                               "core_thread_tombstones"})
-# Tables kept by triggers on `store` (documents per prefix, holders of each value): counted in the evidence (they name the
-# prefix, so they must reach 0 too) but never deleted from directly, which would break their counts.
-DERIVED_TABLES = frozenset({"core_prefix_counts", "core_value_holders"})
+# Tables kept by triggers on `store` (documents per prefix, holders of each value) and on core_tool_calls /
+# core_thread_days (the Preferences page's rollups, migration 047): counted in the evidence (they name the
+# prefix, the customer or the thread, so they must reach 0 too) but never deleted from directly, which would
+# break their counts; deleting the customer's rows of the base tables empties them.
+DERIVED_TABLES = frozenset({"core_prefix_counts", "core_value_holders", "core_tool_call_subject_days",
+                            "core_tool_call_thread_days", "core_thread_last"})
 
 # --- evidence queries (the seed's two, corrected for nested namespaces, plus the checkpoint tables)
 
