@@ -150,14 +150,26 @@ def _full_scan(monkeypatch):
     monkeypatch.setattr(ti, "DIRTY_SCAN_MAX", -1)  # every thread "waits": the scan reads every row
 
 
-def test_residue_through_the_index_equals_a_scan_of_every_row(article_agents_db, monkeypatch):
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no statistics", "common tokens left out of the keys"])
+def test_residue_through_the_index_equals_a_scan_of_every_row(article_agents_db, monkeypatch, analyzed):
     """On the article's agents (stock savers, no metadata): for every customer, the residue found through the
-    index (every thread indexed) is the residue a scan of every row finds, match for match."""
+    index (every thread indexed) is the residue a scan of every row finds, match for match; also once ANALYZE
+    knows the common tokens and the lookups leave them out (fewer tokens per key: more threads named, the same
+    matches)."""
     database = Database(article_agents_db.dsn)
     try:
         with database.connection() as conn, conn.transaction(force_rollback=True):
             ti.index_claimed(conn, sorted(_threads(database)), ti.IndexResult())
             conn.execute("DELETE FROM core_token_dirty")
+            if analyzed:
+                conn.execute("ANALYZE core_thread_tokens")
+                shares = ti.token_shares(conn)
+                assert shares and max(shares.values()) > ti.COMMON_TOKEN_SHARE
+                terms = [t.term for c in CUSTOMERS for t in res.customer_terms(conn, c)]
+                shorter = [t for t in terms if len(ti._keys([t], shares)[t]) < len(ti._keys([t])[t])]
+                assert shorter  # some lookups really changed
+            else:
+                assert not ti.token_shares(conn)
             for customer in CUSTOMERS:
                 attributed = subj.resolve_conn(conn, customer, DEFAULT).threads
                 indexed = res.residue_conn(conn, customer, attributed)

@@ -41,6 +41,7 @@ JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])')
 BATCH_THREADS = 500         # threads indexed per transaction
 DIRTY_SCAN_MAX = 20_000     # beyond this many unindexed threads, a residue scan reads every row instead
 CLAIM_EXPIRES = "10 minutes"  # a claim older than this (an indexer that died) is taken again
+COMMON_TOKEN_SHARE = 0.01  # a token in more threads than this is not looked up when a term has rarer ones
 CONSTRUCTOR_EXTS = frozenset({0, 1, 2, 3, 4, 5})  # langgraph's ext codes: [module, name, args(, method)]
 
 
@@ -269,16 +270,41 @@ class Candidates:
                 f"{len(self.unindexed)} not indexed yet (core_token_dirty)")
 
 
-def _keys(terms: Iterable[str]) -> dict[str, str]:
-    """Each term's lookup key (its token hashes, comma-joined); a term without a token has none."""
-    return {term: ",".join(str(token_hash(t)) for t in tokens) for term in set(terms) if (tokens := term_tokens(term))}
+def _keys(terms: Iterable[str], shares: dict[int, float] | None = None) -> dict[str, str]:
+    """Each term's lookup key (its token hashes, comma-joined); a term without a token has none. With `shares`
+    (token hash -> share of threads holding it), the tokens held by more than COMMON_TOKEN_SHARE of the threads are
+    left out of the key, but for the rarest one when all are: a key with fewer tokens names more threads (the scan
+    confirms each), and each common token's posting list was most of a lookup's cost."""
+    keys = {}
+    for term in set(terms):
+        hashes = list(dict.fromkeys(token_hash(t) for t in term_tokens(term)))
+        if not hashes:
+            continue
+        if shares:
+            hashes = ([h for h in hashes if shares.get(h, 0.0) <= COMMON_TOKEN_SHARE]
+                      or [min(hashes, key=lambda h: shares.get(h, 0.0))])
+        keys[term] = ",".join(map(str, hashes))
+    return keys
+
+
+# The tokens ANALYZE found in the most threads, with the share of threads holding each (none before an ANALYZE).
+SELECT_TOKEN_SHARES = """
+SELECT s.most_common_elems::text::integer[] AS tokens, s.most_common_elem_freqs AS shares
+FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = 'core_thread_tokens'::regclass AND n.nspname = s.schemaname AND s.attname = 'tokens'"""
+
+
+def token_shares(conn: psycopg.Connection) -> dict[int, float]:
+    """Token hash -> share of indexed threads holding it, for the most common tokens (ANALYZE's statistics)."""
+    row = conn.execute(SELECT_TOKEN_SHARES).fetchone()
+    return dict(zip(row["tokens"], row["shares"])) if row and row["tokens"] else {}
 
 
 def candidates(conn: psycopg.Connection, terms: Iterable[str]) -> Candidates:
     """The threads that may hold any of `terms` (a superset: the scan confirms), or every thread when a
     term has no token or too many threads wait for the indexer."""
     terms = set(terms)
-    keys = _keys(terms)
+    keys = _keys(terms, token_shares(conn))
     if len(keys) < len(terms):
         term = sorted(terms - set(keys))[0]
         return Candidates(None, why_full=f"the term {term!r} has no token the index can look up")
