@@ -386,6 +386,26 @@ def test_per_customer_lookups_can_use_an_index_whatever_the_id(article_agents_db
         assert "Seq Scan" not in found and all(index in found for index in indexes.values()), found
 
 
+def test_every_evidence_query_can_use_an_index(article_agents_db):
+    """Each zero-count query an erasure records (exactly as recorded) can be served by an index, so the evidence
+    stays flat as the tables grow (at 10M, core_thread_storage's count without one was a 150 ms scan, run twice per
+    erasure). Seq scans are disabled, so a query no index can serve still shows one."""
+    database = Database(article_agents_db.dsn)
+    try:
+        queries = evidence.run_evidence(database, "C1", article_agents_db.threads_of("C1"))
+    finally:
+        database.close()
+    # bounded by design, not by the data: one row per extractor, per outage episode, per sweep run
+    small = {"core_extract_watermark", "core_degradation_episodes.denials", "core_sweep_log.threads_sample"}
+    assert len(queries) > 10 and small <= {q.table for q in queries}
+    with psycopg.connect(article_agents_db.dsn, autocommit=True) as conn:
+        conn.execute("SET enable_seqscan = off")
+        for q in queries:
+            if q.table not in small:
+                found = "\n".join(r[0] for r in conn.execute("EXPLAIN " + q.sql).fetchall())
+                assert "Seq Scan" not in found, (q.table, found)
+
+
 def test_coverage_is_read_as_of_the_last_sweep_and_live_without_one(article_agents):
     """The pages read the coverage the sweep computed (at 10M the live aggregate took most of a 37.6 s Erasure page
     render); with no snapshot for the configuration in use, it is computed live."""
@@ -410,5 +430,27 @@ def test_coverage_is_read_as_of_the_last_sweep_and_live_without_one(article_agen
         refreshed = subj.refresh_coverage(db, DEFAULT)
         assert (refreshed.threads, refreshed.unattributed_threads) == (29, 11) and refreshed.as_of >= kept.as_of
         assert subj.coverage(db, DEFAULT) == refreshed
+    finally:
+        db.close()
+
+
+def test_a_live_coverage_is_bounded_in_time_and_says_the_sweep_will_compute_it(article_agents, monkeypatch):
+    """Before any sweep, a page counts the coverage live (47 s at 10M, with gigabytes of temp space): past
+    LIVE_COVERAGE_TIMEOUT_MS it gives up with a message saying so (the page shows the part as unknown), and the
+    connection pool is kept (it is not a connection failure)."""
+    from core.db import DatabaseUnavailable, get_pool
+
+    monkeypatch.setattr(subj, "LIVE_COVERAGE_TIMEOUT_MS", 300)
+    foreign = article_agents()
+    db = Database(foreign.dsn)
+    try:
+        pool = get_pool(db.dsn)
+        with psycopg.connect(foreign.dsn) as locker:  # a real wait the statement_timeout bounds
+            locker.execute("LOCK TABLE checkpoint_writes IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(DatabaseUnavailable, match="next sweep computes it"):
+                subj.coverage(db, DEFAULT)
+            locker.rollback()
+        assert get_pool(db.dsn) is pool
+        assert subj.coverage(db, DEFAULT).threads == 30  # unblocked: counted live again
     finally:
         db.close()

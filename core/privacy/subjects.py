@@ -28,7 +28,7 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from core.config import DEFAULT_SUBJECT_METADATA_KEYS, DEFAULT_SUBJECT_THREAD_PATTERNS, Settings, load_settings
-from core.db import Database
+from core.db import Database, DatabaseUnavailable
 from core.memory.store import InvalidIdentifier, validate_label
 
 ROOT = "clientes"
@@ -229,6 +229,7 @@ SELECT count(*) AS threads, count(*) FILTER (WHERE NOT attributed) AS unattribut
        coalesce(sum(bytes), 0) AS bytes, coalesce(sum(bytes) FILTER (WHERE NOT attributed), 0) AS unattributed_bytes
 FROM a"""
 COVERAGE_BATCH_THREADS = 50_000  # core_thread_storage rows per batch
+LIVE_COVERAGE_TIMEOUT_MS = 5_000  # a page counting it live, before any sweep has (see _live_coverage)
 
 
 @dataclass(frozen=True)
@@ -264,8 +265,18 @@ def _snapshot_key(config: Attribution) -> Jsonb:
 
 
 def _live_coverage(db: Database, config: Attribution) -> Coverage:
+    """The coverage counted now, for at most LIVE_COVERAGE_TIMEOUT_MS (47 s at 10M checkpoint writes, where it also
+    needs gigabytes of temp space): past it, DatabaseUnavailable says the next sweep will compute it."""
     likes = [like_for(p, None) for p in config.thread_patterns]
-    return _coverage_of(db.fetch_one(COVERAGE_SQL, {"keys": list(config.metadata_keys), "likes": likes}), config)
+    with db.connection() as conn, conn.transaction():
+        conn.execute(pgsql.SQL("SET LOCAL statement_timeout = {}").format(pgsql.Literal(LIVE_COVERAGE_TIMEOUT_MS)))
+        try:
+            row = conn.execute(COVERAGE_SQL, {"keys": list(config.metadata_keys), "likes": likes}).fetchone()
+        except psycopg.errors.QueryCanceled as exc:  # raised here: db.connection() would call it "not reachable"
+            raise DatabaseUnavailable(
+                f"no sweep has computed the attribution coverage yet, and counting it now took more than "
+                f"{LIVE_COVERAGE_TIMEOUT_MS / 1000:g} s: the next sweep computes it") from exc
+    return _coverage_of(row, config)
 
 
 def _coverage_of(row: dict, config: Attribution, as_of: datetime | None = None) -> Coverage:
