@@ -168,6 +168,20 @@ def resolve(db: Database, customer_id: str, config: Attribution | None = None) -
 
 # --- attribution coverage ---------------------------------------------------------------------------------
 
+# Both coverage queries end the same way: per thread `t` (bytes, tagged), the `hilo` links and our logs -> totals.
+# IN, not EXISTS: under OR a correlated EXISTS is re-run per thread over the whole CTE (10k threads x 100k
+# back-links ran for minutes); `IN (subquery)` is one hashed subplan.
+COVERAGE_TOTALS = """
+), a AS (
+    SELECT t.*, (t.tagged OR t.thread_id LIKE ANY(%(likes)s::text[])
+                 OR t.thread_id IN (SELECT h.thread_id FROM hilo h)
+                 OR t.thread_id IN (SELECT o.thread_id FROM own o)) AS attributed
+    FROM t
+)
+SELECT count(*) AS threads, count(*) FILTER (WHERE NOT attributed) AS unattributed_threads,
+       coalesce(sum(bytes), 0) AS bytes, coalesce(sum(bytes) FILTER (WHERE NOT attributed), 0) AS unattributed_bytes
+FROM a"""
+
 # Per thread: bytes in the three checkpoint tables, and whether any source attributes it to *someone*
 # (the configured query is per customer and cannot be asked "anyone": it is left out, and said so).
 COVERAGE_SQL = r"""
@@ -189,17 +203,7 @@ WITH c AS (
 ), own AS (
     SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes'
     UNION SELECT unnest(thread_ids) FROM core_erasure_register
-), a AS (
-    -- IN, not EXISTS: under OR a correlated EXISTS is re-run per thread over the whole CTE (10k threads x
-    -- 100k back-links ran for minutes); `IN (subquery)` is one hashed subplan
-    SELECT t.*, (t.tagged OR t.thread_id LIKE ANY(%(likes)s::text[])
-                 OR t.thread_id IN (SELECT h.thread_id FROM hilo h)
-                 OR t.thread_id IN (SELECT o.thread_id FROM own o)) AS attributed
-    FROM t
-)
-SELECT count(*) AS threads, count(*) FILTER (WHERE NOT attributed) AS unattributed_threads,
-       coalesce(sum(bytes), 0) AS bytes, coalesce(sum(bytes) FILTER (WHERE NOT attributed), 0) AS unattributed_bytes
-FROM a"""
+""" + COVERAGE_TOTALS
 
 
 # COVERAGE_SQL above reads the three checkpoint tables and hashes every thread (it filled the disk at 10M): the
@@ -219,15 +223,7 @@ WITH t AS (
 ), own AS (
     SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes' AND {range}
     UNION SELECT x.thread_id FROM core_erasure_register, unnest(thread_ids) AS x(thread_id) WHERE {x_range}
-), a AS (
-    SELECT t.*, (t.tagged OR t.thread_id LIKE ANY(%(likes)s::text[])
-                 OR t.thread_id IN (SELECT h.thread_id FROM hilo h)
-                 OR t.thread_id IN (SELECT o.thread_id FROM own o)) AS attributed
-    FROM t
-)
-SELECT count(*) AS threads, count(*) FILTER (WHERE NOT attributed) AS unattributed_threads,
-       coalesce(sum(bytes), 0) AS bytes, coalesce(sum(bytes) FILTER (WHERE NOT attributed), 0) AS unattributed_bytes
-FROM a"""
+""" + COVERAGE_TOTALS
 COVERAGE_BATCH_THREADS = 50_000  # core_thread_storage rows per batch
 LIVE_COVERAGE_TIMEOUT_MS = 5_000  # a page counting it live, before any sweep has (see _live_coverage)
 
