@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
-from core.checkpoints import views
+from core.checkpoints import storage, views
 from core.privacy import subjects as subj
 from ui.attribution import coverage_notice
 from ui.common import read, read_or_unknown, require_role, settings
@@ -49,7 +49,7 @@ view = st.radio(t("ckpt_view"), ["thread", "storage"], key=VIEW_KEY, horizontal=
 def storage_view() -> None:
     st.subheader(t("ckpt_storage_title"))
     st.caption(t("ckpt_storage_caption"))
-    totals = read(views.table_totals)
+    totals = read(storage.table_totals)
     for col, row in zip(st.columns(len(totals)), totals.itertuples()):
         col.metric(t("ckpt_table_rows", table=row.table_name), f"{row.rows:,}", f"{row.total_bytes / 1e6:,.1f} MB",
                    delta_color="off")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psycopg
 
-from core.checkpoints import views
+from core.checkpoints import storage, views
 from core.checkpoints.payload_json import payload_json
 from core.db import Database, embedded_dsn
 from core.migrate import migrate
@@ -271,7 +271,7 @@ def run(writes: int, data: Path) -> None:
             db, thread, *views.thread_timeline(db, thread)["checkpoint_id"].iloc[-2:].tolist()),
         "thread_storage": lambda: views.thread_storage(db, thread),
         "largest_threads (Storage view; scans the three tables)": lambda: views.largest_threads(db, 20),
-        "table_totals (Storage view)": lambda: views.table_totals(db),
+        "table_totals (Storage view)": lambda: storage.table_totals(db),
     }
     print(f"\n| Checkpoints page read function (thread `{thread}`) | seconds (median of 3) |\n|---|---:|")
     for label, call in calls.items():

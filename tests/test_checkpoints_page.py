@@ -10,7 +10,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from streamlit.testing.v1 import AppTest
 
 from conftest import DIMS
-from core.checkpoints import views
+from core.checkpoints import storage as ckpt_storage, views
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
@@ -88,7 +88,7 @@ def test_read_functions_equal_sql(agents_db):
                                        "WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
     assert storage["blob_bytes"] == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_blobs "
                                       "WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
-    n = views.refresh_thread_storage(agents_db)
+    n = ckpt_storage.refresh_thread_storage(agents_db)
     assert n == agents_db.fetch_one("SELECT count(DISTINCT thread_id) AS n FROM checkpoints")["n"]
     largest = views.largest_threads(agents_db, 10)
     assert (largest["total_bytes"] == largest["checkpoint_bytes"] + largest["blob_bytes"] + largest["write_bytes"]).all()

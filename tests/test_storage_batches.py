@@ -13,63 +13,17 @@ from streamlit.testing.v1 import AppTest
 from conftest import DIMS, login_role
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import views
+from core.checkpoints import storage, views
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.privacy import subjects as subj
 from apptools import as_int, metric
 
-# The refresh's single statement before issue 14 (at 10M it needed more than 3 GB of temp space): the reference.
-OLD_LIVE_THREAD_STORAGE = """
-WITH c AS (
-    SELECT thread_id, count(*) AS checkpoints, sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS checkpoint_bytes,
-           max(metadata ->> 'cliente_id') AS cliente_id, max(checkpoint ->> 'ts') AS last_ts
-    FROM checkpoints GROUP BY thread_id
-), b AS (
-    SELECT thread_id, count(*) AS blobs, sum(coalesce(octet_length(blob), 0)) AS blob_bytes
-    FROM checkpoint_blobs GROUP BY thread_id
-), w AS (
-    SELECT thread_id, count(*) AS writes, sum(octet_length(blob)) AS write_bytes
-    FROM checkpoint_writes GROUP BY thread_id
-)
-SELECT coalesce(c.thread_id, b.thread_id, w.thread_id) AS thread_id, c.cliente_id,
-       coalesce(c.checkpoints, 0) AS checkpoints, coalesce(c.checkpoint_bytes, 0) AS checkpoint_bytes,
-       coalesce(b.blobs, 0) AS blobs, coalesce(b.blob_bytes, 0) AS blob_bytes,
-       coalesce(w.writes, 0) AS writes, coalesce(w.write_bytes, 0) AS write_bytes,
-       coalesce(c.checkpoint_bytes, 0) + coalesce(b.blob_bytes, 0) + coalesce(w.write_bytes, 0) AS total_bytes,
-       core_try_timestamptz(c.last_ts) AS last_ts
-FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)"""
-
-# The coverage's single statement before issue 14 (it filled the disk at 10M): the reference.
-OLD_COVERAGE_SQL = r"""
-WITH c AS (
-    SELECT thread_id, sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS bytes,
-           bool_or(metadata ?| %(keys)s::text[]) AS tagged
-    FROM checkpoints GROUP BY thread_id
-), b AS (
-    SELECT thread_id, sum(coalesce(octet_length(blob), 0)) AS bytes FROM checkpoint_blobs GROUP BY thread_id
-), w AS (
-    SELECT thread_id, sum(coalesce(octet_length(blob), 0)) AS bytes FROM checkpoint_writes GROUP BY thread_id
-), t AS (
-    SELECT coalesce(c.thread_id, b.thread_id, w.thread_id) AS thread_id,
-           coalesce(c.bytes, 0) + coalesce(b.bytes, 0) + coalesce(w.bytes, 0) AS bytes, coalesce(c.tagged, false) AS tagged
-    FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
-), hilo AS (
-    SELECT DISTINCT value ->> 'hilo' AS thread_id FROM store
-    WHERE prefix LIKE 'clientes.%%' AND jsonb_typeof(value -> 'hilo') = 'string'
-), own AS (
-    SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes'
-    UNION SELECT unnest(thread_ids) FROM core_erasure_register
-), a AS (
-    SELECT t.*, (t.tagged OR t.thread_id LIKE ANY(%(likes)s::text[])
-                 OR t.thread_id IN (SELECT h.thread_id FROM hilo h)
-                 OR t.thread_id IN (SELECT o.thread_id FROM own o)) AS attributed
-    FROM t
-)
-SELECT count(*) AS threads, count(*) FILTER (WHERE NOT attributed) AS unattributed_threads,
-       coalesce(sum(bytes), 0) AS bytes, coalesce(sum(bytes) FILTER (WHERE NOT attributed), 0) AS unattributed_bytes
-FROM a"""
+# The single whole-table statements the batches replace, the reference: the refresh's (kept in views for the benches)
+# and the coverage's (still the pages' live count before any sweep).
+OLD_LIVE_THREAD_STORAGE = views.LIVE_THREAD_STORAGE
+OLD_COVERAGE_SQL = subj.COVERAGE_SQL
 
 COLUMNS = ["thread_id", "cliente_id", "checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes", "write_bytes",
            "total_bytes", "last_ts"]
@@ -144,13 +98,13 @@ def data_shapes(db: Database) -> None:
     assert only["writes_only"] >= 1 and only["blobs_only"] >= 1 and only["large"] >= 2, only
 
 
-@pytest.mark.parametrize("batch_rows", [1, 2, 3, 7, views.STORAGE_BATCH_ROWS])
+@pytest.mark.parametrize("batch_rows", [1, 2, 3, 7, storage.STORAGE_BATCH_ROWS])
 def test_batched_refresh_equals_the_single_statement(ours, batch_rows):
     data_shapes(ours)
     expected = reference(ours)
-    assert views.refresh_thread_storage(ours, KEYS, batch_rows=batch_rows) == len(expected)
+    assert storage.refresh_thread_storage(ours, KEYS, batch_rows=batch_rows) == len(expected)
     assert kept(ours) == expected
-    refresh = views.storage_refresh(ours)
+    refresh = storage.storage_refresh(ours)
     n_rows = {t: ours.fetch_one(f"SELECT count(*) AS n FROM {t}")["n"]
               for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")}
     assert (refresh["checkpoints"], refresh["blobs"], refresh["writes"]) == tuple(n_rows.values())
@@ -165,7 +119,7 @@ def test_batched_refresh_equals_the_single_statement(ours, batch_rows):
 
 
 def test_coverage_from_the_refresh_equals_the_single_statement(ours):
-    views.refresh_thread_storage(ours, KEYS, batch_rows=2)
+    storage.refresh_thread_storage(ours, KEYS, batch_rows=2)
     for config in CONFIGS:
         with ours.connection() as conn:
             assert figures(subj.coverage_from_storage(conn, config, batch_threads=2)) == old_coverage(ours, config)
@@ -187,7 +141,7 @@ def test_on_the_article_agents_database(article_agents):
         assert db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix LIKE 'clientes.%%' "
                             "AND jsonb_typeof(value -> 'hilo') = 'string'")["n"] > 0
         expected = reference(db)
-        assert views.refresh_thread_storage(db, KEYS, batch_rows=2) == len(expected)
+        assert storage.refresh_thread_storage(db, KEYS, batch_rows=2) == len(expected)
         assert kept(db) == expected
         for config in CONFIGS:
             with db.connection() as conn:
@@ -207,7 +161,7 @@ def test_on_the_agent_server_database(agent_server_db):
     try:
         expected = reference(db)
         with db.connection() as conn, conn.transaction():
-            views.refresh_storage_conn(conn, KEYS, 2)
+            storage.refresh_storage_conn(conn, KEYS, 2)
             rows = conn.execute(f"SELECT {', '.join(COLUMNS)}, metadata_keys FROM core_thread_storage "
                                 "ORDER BY thread_id").fetchall()
             raise psycopg.Rollback()  # a shared database: leave it as it was
@@ -233,12 +187,12 @@ def test_writes_during_the_refresh_wait_for_the_next_one(ours):
             written.append(hi)
 
     with ours.connection() as conn, conn.transaction():
-        views.refresh_storage_conn(conn, KEYS, 2, on_batch=turn_between_batches)
+        storage.refresh_storage_conn(conn, KEYS, 2, on_batch=turn_between_batches)
     assert written and written[0] is not None and written[0] < "zzz-new-thread"
     assert kept(ours) == before
     after = reference(ours)
     assert after != before and "zzz-new-thread" in {r["thread_id"] for r in after}
-    views.refresh_thread_storage(ours, KEYS, batch_rows=2)
+    storage.refresh_thread_storage(ours, KEYS, batch_rows=2)
     assert kept(ours) == after
 
 
@@ -265,7 +219,7 @@ def test_a_temp_file_limit_the_single_statement_exceeds(ours):
             with pytest.raises(psycopg.errors.ConfigurationLimitExceeded, match="temp_file_limit"):
                 conn.execute(OLD_COVERAGE_SQL, {"keys": list(KEYS), "likes": ["cliente-%"]}).fetchall()
         expected = reference(ours)
-        assert views.refresh_thread_storage(limited, KEYS, batch_rows=2) == len(expected)
+        assert storage.refresh_thread_storage(limited, KEYS, batch_rows=2) == len(expected)
         assert kept(ours) == expected
         cov = subj.refresh_coverage(limited, CONFIGS[0], storage_refreshed=True, batch_threads=2)
         assert figures(cov) == old_coverage(ours, CONFIGS[0])
@@ -296,16 +250,16 @@ def test_table_totals_are_the_refresh_counts_as_of_its_time(create_database, app
         live = {t: db.fetch_one(f"SELECT count(*) AS n FROM {t}")["n"]
                 for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")}
         # before any refresh: counted now, and said so
-        totals = views.table_totals(db)
+        totals = storage.table_totals(db)
         assert dict(zip(totals["table_name"], totals["rows"])) == live and totals["as_of"].isna().all()
         at = open_storage(db.dsn, app_env)
         assert any("Filas contadas ahora" in c.value for c in at.caption)
         for table, n in live.items():
             assert as_int(metric(at, f"{table}: filas")) == n
-        views.refresh_thread_storage(db, KEYS)
-        refreshed_at = views.storage_refresh(db)["computed_at"]
+        storage.refresh_thread_storage(db, KEYS)
+        refreshed_at = storage.storage_refresh(db)["computed_at"]
         turns(db, {"cliente-C3-1": "C3"})  # after the refresh: not in the totals until the next one
-        totals = views.table_totals(db)
+        totals = storage.table_totals(db)
         assert dict(zip(totals["table_name"], totals["rows"])) == live
         assert (totals["as_of"] == refreshed_at).all()
         sizes = {t: db.fetch_one("SELECT pg_total_relation_size(%s::regclass) AS n", (t,))["n"] for t in live}

@@ -9,7 +9,7 @@ rest of its last thread), so temp space and memory are bounded by the batch, not
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import pandas as pd
 import psycopg
@@ -125,6 +125,19 @@ def key_ranges(lo: str | None, hi: str | None, column: str = "thread_id") -> pgs
     return pgsql.SQL(" AND ").join(parts) if parts else pgsql.SQL("true")
 
 
+def thread_ranges(conn: psycopg.Connection, batch_end: str, skip: int) -> Iterator[tuple[str | None, str | None]]:
+    """(lo, hi] ranges of thread_id, in order, covering every thread: `batch_end` (with `{after}` for the range
+    past lo, `%(skip)s` for skip) gives hi, the thread `skip` rows on; none or NULL: this is the last range."""
+    lo: str | None = None
+    while True:
+        row = conn.execute(pgsql.SQL(batch_end).format(after=key_ranges(lo, None)), {"skip": skip}).fetchone()
+        hi = None if row is None else row["hi"]
+        yield lo, hi
+        if hi is None:
+            return
+        lo = hi
+
+
 def default_metadata_keys() -> tuple[str, ...]:
     from core.config import load_settings
 
@@ -155,20 +168,14 @@ def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...
         conn.execute(sql)
     flags, keys = _key_flags(metadata_keys)
     totals = {"threads": 0, "checkpoints": 0, "blobs": 0, "writes": 0}
-    lo: str | None = None
     batches = 0
-    while True:
-        after = key_ranges(lo, None)
-        hi = conn.execute(pgsql.SQL(SELECT_BATCH_END).format(after=after), {"skip": batch_rows - 1}).fetchone()["hi"]
+    for lo, hi in thread_ranges(conn, SELECT_BATCH_END, batch_rows - 1):
         row = conn.execute(pgsql.SQL(INSERT_STORAGE_BATCH).format(flags=flags, keys=keys, range=key_ranges(lo, hi))).fetchone()
         batches += 1
         for k in totals:
             totals[k] += int(row[k])
         if on_batch is not None:
             on_batch(batches, hi)
-        if hi is None:
-            break
-        lo = hi
     conn.execute(UPSERT_STORAGE_REFRESH, {"keys": list(metadata_keys), **totals, "batches": batches,
                                           "batch_rows": batch_rows})
     return StorageRefresh(totals["threads"], totals["checkpoints"], totals["blobs"], totals["writes"], batches,

@@ -13,9 +13,6 @@ from typing import Any
 import pandas as pd
 
 from core.db import Database
-# The Storage view's refresh and totals (issue 14: batched, bounded temp space) live in core.checkpoints.storage.
-from core.checkpoints.storage import (  # noqa: F401  (re-exported: the sweep, the page and the benches use them)
-    STORAGE_BATCH_ROWS, refresh_storage_conn, refresh_thread_storage, storage_refresh, table_totals)
 
 RECENT_WINDOW = 5000  # newest checkpoints scanned (by the ts index) to list recently active threads
 

@@ -43,7 +43,7 @@ from core.config import DEFAULT_DIMS
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
 from core.checkpoints import tool_calls
 from core.privacy import subjects, token_index
-from core.checkpoints.views import refresh_thread_storage
+from core.checkpoints.storage import refresh_thread_storage
 from core.memory.store import build_store
 
 log = logging.getLogger(__name__)

@@ -284,30 +284,23 @@ def coverage_from_storage(conn: psycopg.Connection, config: Attribution,
                           batch_threads: int = COVERAGE_BATCH_THREADS) -> Coverage:
     """The coverage computed from core_thread_storage as it stands (see COVERAGE_BATCH_SQL), in batches of thread_id
     ranges, in one REPEATABLE READ transaction on `conn` (dict rows, autocommit)."""
-    from core.checkpoints.storage import key_ranges
+    from core.checkpoints.storage import key_ranges, thread_ranges
 
     if batch_threads < 1:
         raise ValueError(f"batch_threads must be >= 1, got {batch_threads}")
     params = {"keys": list(config.metadata_keys), "likes": [like_for(p, None) for p in config.thread_patterns]}
     totals = {"threads": 0, "unattributed_threads": 0, "bytes": 0, "unattributed_bytes": 0}
-    lo: str | None = None
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-        while True:
-            after = key_ranges(lo, None)
-            row = conn.execute(pgsql.SQL(SELECT_COVERAGE_BATCH_END).format(after=after),
-                               {"skip": batch_threads - 1}).fetchone()
-            hi = None if row is None else row["hi"]
+        for lo, hi in thread_ranges(conn, SELECT_COVERAGE_BATCH_END, batch_threads - 1):
             query = pgsql.SQL(COVERAGE_BATCH_SQL).format(
                 range=key_ranges(lo, hi), hilo_range=key_ranges(lo, hi, "(value ->> 'hilo')"),
                 x_range=key_ranges(lo, hi, "x.thread_id"))
             found = conn.execute(query, params).fetchone()
             for k in totals:
                 totals[k] += int(found[k])
-            if hi is None:
-                return _coverage_of(totals, config)
-            lo = hi
+    return _coverage_of(totals, config)
 
 
 def refresh_coverage(db: Database, config: Attribution | None = None, *, storage_refreshed: bool = False,

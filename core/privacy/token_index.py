@@ -289,9 +289,9 @@ def _keys(terms: Iterable[str], shares: dict[int, float] | None = None) -> dict[
 
 # The tokens ANALYZE found in the most threads, with the share of threads holding each (none before an ANALYZE).
 SELECT_TOKEN_SHARES = """
-SELECT s.most_common_elems::text::integer[] AS tokens, s.most_common_elem_freqs AS shares
-FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.oid = 'core_thread_tokens'::regclass AND n.nspname = s.schemaname AND s.attname = 'tokens'"""
+SELECT most_common_elems::text::integer[] AS tokens, most_common_elem_freqs AS shares FROM pg_stats
+WHERE attname = 'tokens' AND (quote_ident(schemaname) || '.' || quote_ident(tablename))::regclass
+                             = 'core_thread_tokens'::regclass"""
 
 
 def token_shares(conn: psycopg.Connection) -> dict[int, float]:
