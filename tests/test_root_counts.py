@@ -156,3 +156,32 @@ def test_an_agent_role_granted_on_the_store_only_keeps_the_counts(db):
     finally:
         pool.close()
     assert same_as_live(db) == reads.MemoryTotals(1, 0, 0, 1)
+
+
+def test_the_memory_page_on_the_article_agents_database_equals_the_live_counts(article_agents, app_env):
+    """Agents built from the articles alone (stock PostgresStore and PostgresSaver, none of our code): the Memory
+    page's totals and per-root table, read from the kept counts, equal the live counts over their `store`, with
+    documents expired on past days and earlier today."""
+    from streamlit.testing.v1 import AppTest
+
+    from apptools import as_int, frame, metric
+    from core.db import Database
+
+    written = article_agents()
+    db = Database(written.dsn)
+    try:
+        _spread_expiries(db)
+        live = db.fetch_one(LIVE_TOTALS)
+        assert live["documents"] > 0 and live["expired"] > 0
+        app_env(written.dsn)
+        at = AppTest.from_file("../dashboard.py", default_timeout=60)
+        at.run()
+        at.switch_page("app_pages/memory.py").run()
+        assert not at.exception, at.exception
+        shown = {k: as_int(metric(at, label)) for k, label in (("documents", "Documentos"), ("namespaces", "Namespaces"),
+                                                             ("vectors", "Vectores"), ("expired", "Caducados sin barrer"))}
+        assert shown == {k: live[k] for k in shown}
+        by_root = frame(at, "root", "documents", "namespaces", "expired")
+        assert by_root.to_dict("records") == [dict(r) for r in db.fetch(LIVE_BY_ROOT)]
+    finally:
+        db.close()
