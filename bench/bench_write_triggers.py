@@ -1,5 +1,5 @@
-"""What our triggers cost the agents' own writes: a stock PostgresSaver and a stock PostgresStore, with our
-triggers on their tables (migrations 042, 043, 046) against the same database with those triggers disabled.
+"""What our triggers cost the agents' own writes: a stock PostgresSaver and a stock PostgresStore, with every
+trigger of ours on their tables (found in pg_trigger) against the same database with those triggers disabled.
 
     python -m bench.bench_write_triggers --ops 200 --rounds 20
 
@@ -8,19 +8,17 @@ twice, once with the triggers enabled and once disabled (order alternating, so b
 the ratio is the median of the per-round ratios (enabled / disabled, ops per second). Measured:
 - checkpoints: `put` + `put_writes` of a small checkpoint, on a new thread each time and 10 per thread
   (042: each statement lists its thread for the token index; a listed thread's row is only locked);
-- memory: `PutOp` of a customer document with three string values (043: who holds each value); then the same
-  with only the prefix-count triggers toggled (007, whose statements also keep 046's per-root totals).
+- memory: `PutOp` of a customer document with three string values (documents per prefix and root, per expiry day,
+  who holds each value).
 Nothing in it depends on the time it runs.
 """
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import time
 import uuid
 from pathlib import Path
-from typing import Callable
 
 import psycopg
 from langgraph.checkpoint.base import empty_checkpoint
@@ -33,19 +31,24 @@ from core.db import embedded_dsn
 from core.migrate import migrate
 
 DIMS = 16
-TOKENS_DIRTY = ["core_tokens_dirty_insert", "core_tokens_dirty_update"]
-TRIGGERS = {  # what is toggled -> (table, trigger) pairs
-    "token index": [(t, trigger) for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes") for trigger in TOKENS_DIRTY],
-    "value holders": [("store", f"core_value_holders_{op}") for op in ("ins", "upd", "del")],
-    "prefix and root counts": [("store", f"core_prefix_counts_{op}") for op in ("ins", "upd", "del")],
-}
+
+def our_triggers(dsn: str, tables: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Every trigger of ours (core_*) on `tables`, as (table, trigger)."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT tgrelid::regclass::text, tgname FROM pg_trigger "
+            "WHERE NOT tgisinternal AND tgname LIKE 'core\\_%%' AND tgrelid = ANY(%s::regclass[]) ORDER BY 1, 2",
+            (list(tables),)).fetchall()
 
 
-def set_triggers(dsn: str, groups: list[str], enabled: bool) -> None:
+CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+STORE_TABLES = ("store", "store_vectors")
+
+
+def set_triggers(dsn: str, triggers: list[tuple[str, str]], enabled: bool) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for group in groups:
-            for table, trigger in TRIGGERS[group]:
-                conn.execute(f'ALTER TABLE {table} {"ENABLE" if enabled else "DISABLE"} TRIGGER "{trigger}"')
+        for table, trigger in triggers:
+            conn.execute(f'ALTER TABLE {table} {"ENABLE" if enabled else "DISABLE"} TRIGGER "{trigger}"')
 
 
 def checkpoint_batch(saver: PostgresSaver, ops: int, turns: int) -> float:
@@ -74,22 +77,13 @@ def store_batch(store: PostgresStore, ops: int) -> float:
     return ops / (time.perf_counter() - start)
 
 
-def prefix_count_functions(path: str) -> list[str]:
-    """The CREATE OR REPLACE FUNCTION statements of core_prefix_counts_* in one of our migrations."""
-    text = (Path(__file__).parent.parent / "core" / "sql" / path).read_text()
-    return re.findall(r"CREATE OR REPLACE FUNCTION core_prefix_counts_\w+\(\).*?END \$\$;", text, re.S)
+def compare(name: str, dsn: str, triggers: list[tuple[str, str]], batch, rounds: int) -> dict:
+    """Our `triggers` enabled or disabled before each batch."""
+    assert triggers, name  # a comparison with nothing toggled would measure noise
 
+    def switch(enabled: bool) -> None:
+        set_triggers(dsn, triggers, enabled)
 
-def use_functions(dsn: str, definitions: list[str]) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for definition in definitions:
-            conn.execute(definition)
-
-
-def compare(name: str, dsn: str, groups: list[str], batch, rounds: int,
-            switch: Callable[[bool], None] | None = None) -> dict:
-    """`switch(enabled)` (default: our triggers of `groups` enabled or disabled) before each batch."""
-    switch = switch or (lambda enabled: set_triggers(dsn, groups, enabled))
     ratios, on_all, off_all = [], [], []
     for r in range(rounds):
         result = {}
@@ -119,30 +113,22 @@ def main(argv: list[str] | None = None) -> int:
     pool = ConnectionPool(dsn, kwargs={"autocommit": True, "prepare_threshold": 0}, open=True)
     try:
         saver, store = PostgresSaver(pool), PostgresStore(pool)
-        # 007's functions as 043 left them (SECURITY DEFINER), against 046's
-        with_roots = prefix_count_functions("046_root_counts.sql")
-        without_roots = prefix_count_functions("007_prefix_counts.sql") + [
-            f"ALTER FUNCTION core_prefix_counts_{op}() SECURITY DEFINER SET search_path FROM CURRENT"
-            for op in ("add", "remove", "update", "truncate")]
-        assert len(with_roots) == 4 and len(without_roots) == 8
+        on_checkpoints, on_store = our_triggers(dsn, CHECKPOINT_TABLES), our_triggers(dsn, STORE_TABLES)
+        print("toggled:", ", ".join(f"{t}.{g}" for t, g in on_checkpoints + on_store), "\n")
         rows = [
             compare("stock PostgresSaver put + put_writes, each on a new thread", dsn,
-                    ["token index"], lambda: checkpoint_batch(saver, args.ops, 1), args.rounds),
+                    on_checkpoints, lambda: checkpoint_batch(saver, args.ops, 1), args.rounds),
             compare("stock PostgresSaver put + put_writes, 10 per thread (a conversation)", dsn,
-                    ["token index"], lambda: checkpoint_batch(saver, args.ops, 10), args.rounds),
-            compare("stock PostgresStore put (customer document, 3 string values): value holders (043)", dsn,
-                    ["value holders"], lambda: store_batch(store, args.ops), args.rounds),
-            compare("stock PostgresStore put: prefix counts (007) with per-root totals (046)", dsn,
-                    ["prefix and root counts"], lambda: store_batch(store, args.ops), args.rounds),
-            compare("stock PostgresStore put: 007's functions with 046's per-root totals vs 007's own "
-                    "(baseline column: 007's)", dsn, [], lambda: store_batch(store, args.ops), args.rounds,
-                    switch=lambda new: use_functions(dsn, with_roots if new else without_roots)),
+                    on_checkpoints, lambda: checkpoint_batch(saver, args.ops, 10), args.rounds),
+            compare("stock PostgresStore put (customer document, 3 string values)", dsn,
+                    on_store, lambda: store_batch(store, args.ops), args.rounds),
         ]
     finally:
         pool.close()
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-    print(f"median of {args.rounds} rounds of {args.ops} ops; baseline: the same database, our triggers disabled\n")
+    print(f"median of {args.rounds} rounds of {args.ops} ops; baseline: the same database, every trigger of ours on "
+          "the written tables disabled\n")
     print("| writes | with our triggers (ops/s) | triggers disabled (ops/s) | ratio (lowest-highest round) |")
     print("|---|---:|---:|---:|")
     for row in rows:

@@ -23,3 +23,17 @@ GRANT USAGE ON SCHEMA public TO agent_memory_exporter;
 GRANT SELECT ON core_replica_heartbeat, store, core_expiry_days, core_sweep_log, core_erasure_register,
     core_prefix_counts TO agent_memory_exporter;
 GRANT SELECT ON checkpoints, checkpoint_blobs, checkpoint_writes, core_conversations TO agent_memory_exporter;
+
+-- Our functions are not executable by PUBLIC (migration 050); the coverage reads the SQL decoder through our
+-- views. Definer functions are triggers only and stay out. Re-run this file after a migration adds functions.
+DO $$
+DECLARE
+    fn text;
+BEGIN
+    FOR fn IN SELECT p.oid::regprocedure::text FROM pg_proc p
+              WHERE p.pronamespace = current_schema()::regnamespace AND p.proname LIKE 'core\_%' AND NOT p.prosecdef
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO agent_memory_exporter', fn);
+    END LOOP;
+END
+$$;

@@ -67,3 +67,18 @@ GRANT SELECT ON ALL TABLES IN SCHEMA public TO agent_memory_sweeper;
 GRANT SELECT, UPDATE ON core_erasure_register TO agent_memory_sweeper;
 GRANT SELECT, INSERT ON core_erasure_rechecks TO agent_memory_sweeper;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO agent_memory_sweeper;
+
+-- Our functions (the SQL decoder of checkpoint payloads, the registers' seals, ...) are not executable by PUBLIC
+-- (migration 050): the job calls them directly and through our views. Definer functions are triggers only and stay
+-- out. Re-run this file after a migration adds functions.
+DO $$
+DECLARE
+    fn text;
+BEGIN
+    FOR fn IN SELECT p.oid::regprocedure::text FROM pg_proc p
+              WHERE p.pronamespace = current_schema()::regnamespace AND p.proname LIKE 'core\_%' AND NOT p.prosecdef
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO agent_memory_sweeper', fn);
+    END LOOP;
+END
+$$;

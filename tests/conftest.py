@@ -163,6 +163,18 @@ def login_role(dsn: str, prefix: str, tables: str) -> str:
     return psycopg.conninfo.make_conninfo(dsn, user=role)
 
 
+def grant_our_functions(dsn: str, role: str) -> None:
+    """EXECUTE on our (non-definer) functions for `role`, as deploy/sweeper-grants.sql grants the sweep job: none
+    of them is executable by PUBLIC (migration 050)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        for (fn,) in owner.execute(
+                "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace "
+                "AND p.proname LIKE 'core\\_%' AND NOT p.prosecdef").fetchall():
+            owner.execute(f"GRANT EXECUTE ON FUNCTION {fn} TO {role}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 from streamlit.testing.v1 import AppTest
 
-from conftest import DIMS, login_role
+from conftest import DIMS, grant_our_functions, login_role
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints import storage, views
@@ -206,6 +206,7 @@ def test_a_temp_file_limit_the_single_statement_exceeds(ours):
                           "core_thread_storage_refresh, store, core_conversations, core_erasure_register, "
                           "core_coverage_snapshot")
     role = psycopg.conninfo.conninfo_to_dict(role_dsn)["user"]
+    grant_our_functions(ours.dsn, role)  # the role is the sweep job's: the decoder's functions, as deployed
     ours.execute(f"ALTER ROLE {role} SET work_mem = '64kB'")
     ours.execute(f"ALTER ROLE {role} SET temp_file_limit = '64kB'")
     ours.execute(f"ALTER ROLE {role} SET enable_hashagg = off")
