@@ -21,8 +21,8 @@ from psycopg_pool import PoolTimeout
 
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import EmbeddingDimsMismatch
-from ui.common import (DatabaseStarting, bootstrap, current_user, forget_all, seed_progress,
-                       start_demo_seed)
+from ui.common import (DatabaseStarting, bootstrap, current_user, forget_all, local_mode_refusal,
+                       seed_progress, start_demo_seed)
 from ui import navigation
 from ui import replica
 from ui.i18n import LANGUAGES, t
@@ -55,7 +55,7 @@ if user is None:
         st.login()
     st.stop()
 if not user.roles and user.local:
-    st.error(t("local_mode_unsafe", address=st.get_option("server.address") or "0.0.0.0"))
+    st.error(local_mode_refusal() or t("no_roles", user=user.name))
     st.stop()
 if not user.roles:
     st.error(t("no_roles", user=user.email or user.name))

@@ -1,13 +1,16 @@
 """What every page shares: the database handle, cached reads, the signed-in user, role checks."""
 from __future__ import annotations
 
+import ipaddress
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import psycopg
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
+from streamlit.runtime.context import StreamlitHeaders
 
 from core import roles
 from core.config import Settings, load_settings
@@ -170,19 +173,53 @@ def auth_configured() -> bool:
 
 
 LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "localhost", "::1"})
+# a Host header: a name or IPv4 address, or an IPv6 address in brackets, and an optional port
+_HOST = re.compile(r"(?:(?P<name>[^\s:\[\]/@]+)|\[(?P<ipv6>[0-9A-Fa-f:.]+)\])(?::\d{1,5})?")
 
 
-def local_mode_safe() -> bool:
-    """Local mode (no sign-in) only on loopback; an unset server.address means every interface."""
-    return (st.get_option("server.address") or "") in LOOPBACK_ADDRESSES
+def loopback_host(host: str) -> bool:
+    """localhost, 127.x.y.z or [::1], with or without a port."""
+    match = _HOST.fullmatch(host)
+    if match is None:
+        return False
+    if match["name"] and match["name"].lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(match["name"] or match["ipv6"])
+    except ValueError:
+        return False
+    return address.is_loopback and (address.version == 6) == bool(match["ipv6"])
+
+
+def local_request_refusal(headers: StreamlitHeaders) -> str | None:
+    """Why local mode grants no role to this request (a message key), or None: a proxy forwarded it
+    (any Forwarded / X-Forwarded-* header), or the browser did not open it by a loopback name (DNS
+    rebinding, a proxy passing its own name). `headers`: st.context.headers, the websocket handshake's;
+    none at all without a browser (AppTest, a bare run), while every handshake has some."""
+    if not headers:
+        return None
+    if any(name.lower() == "forwarded" or name.lower().startswith("x-forwarded-") for name in headers):
+        return "local_mode_forwarded"
+    hosts = headers.get_all("host")
+    return None if len(hosts) == 1 and loopback_host(hosts[0]) else "local_mode_foreign_host"
+
+
+def local_mode_refusal() -> str | None:
+    """Why local mode grants no role here (the message for the page), or None when it grants LOCAL_ROLES:
+    the server must listen on loopback only, and the browser have opened it by a loopback name, unforwarded."""
+    address = st.get_option("server.address") or ""
+    if address not in LOOPBACK_ADDRESSES:  # unset: every interface
+        return t("local_mode_unsafe", address=address or "0.0.0.0")
+    key = local_request_refusal(st.context.headers)
+    return t(key, port=st.get_option("server.port")) if key else None
 
 
 def current_user() -> User | None:
     """The signed-in user (None if signed out). Without an identity provider: the local user, with
-    LOCAL_ROLES only while the server listens on loopback (else no role at all)."""
+    LOCAL_ROLES only while local_mode_refusal() has nothing against it (else no role at all)."""
     cfg = settings()
     if not auth_configured():
-        granted = roles.parse_roles(cfg.local_roles) if local_mode_safe() else ()
+        granted = () if local_mode_refusal() else roles.parse_roles(cfg.local_roles)
         return User("local", None, granted, local=True)
     if not st.user.is_logged_in:
         return None
