@@ -20,7 +20,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from core.db import DatabaseUnavailable, describe_dsn
-from core.migrate import EmbeddingDimsMismatch
+from core.migrate import SchemaMismatch
 from ui.common import (DatabaseStarting, bootstrap, current_user, forget_all, local_mode_refusal,
                        seed_progress, start_demo_seed)
 from ui import navigation
@@ -37,11 +37,12 @@ try:
     db = bootstrap()
 except DatabaseStarting:
     db = None  # the page's shell now; the page itself once the database is ready (see below)
-except (DatabaseUnavailable, psycopg.Error, PoolTimeout, EmbeddingDimsMismatch) as exc:
+except (DatabaseUnavailable, psycopg.Error, PoolTimeout, SchemaMismatch) as exc:
     cfg = settings()
     st.title(t("startup_failed"))
     st.error(str(exc).strip() or type(exc).__name__)
-    st.markdown(t("startup_hint", target=describe_dsn(cfg.dsn) if cfg.dsn else t("embedded")))
+    hint = "startup_schema_hint" if isinstance(exc, SchemaMismatch) else "startup_hint"
+    st.markdown(t(hint, target=describe_dsn(cfg.dsn) if cfg.dsn else t("embedded")))
     if st.button(t("retry"), key="startup.retry"):
         database_startup(retry=True)
         st.rerun()

@@ -1,17 +1,25 @@
 """Schema migrations: the store's and the checkpointer's own `setup()`, then ours.
 
 Ours are `core/sql/NNN_name.sql`, applied in order, each in a transaction with its
-row in `core_schema_migrations`. Everything runs under a PostgreSQL advisory lock,
-so two dashboard processes (or a Job and a dashboard) starting at once are safe.
+row in `core_schema_migrations` (version, name, the sha256 of the file's text). Everything runs under a
+PostgreSQL advisory lock, so two dashboard processes (or a Job and a dashboard) starting at once are safe.
 Run on its own for a migrations Job: `python -m core.migrate`.
+
+Before anything is changed, the applied rows are checked against the files (as Flyway's validate does):
+an applied file edited since, a version the files do not have, or a row applied before checksums were
+kept whose file is none of the texts that file had in this repository's history (`HISTORY.sha256`) stop
+the run with MigrationMismatch naming each file. A fix to an applied migration is a new migration.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import re
 import sys
 import time
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import psycopg
@@ -23,6 +31,9 @@ from core.db import CONNECT_TIMEOUT_S, resolve_dsn
 log = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).parent / "sql"
+# Every text each migration file had in this repository's history before checksums were kept.
+HISTORY_NAME = "HISTORY.sha256"
+HISTORY_FILE = SQL_DIR / HISTORY_NAME
 # Arbitrary constant shared by every migrating process ("core.migrate").
 MIGRATION_LOCK_ID = 0x636F7265_6D696772 & 0x7FFFFFFFFFFFFFFF
 
@@ -32,30 +43,125 @@ CREATE TABLE IF NOT EXISTS core_schema_migrations (
     name       text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 )"""
-SELECT_APPLIED = "SELECT version FROM core_schema_migrations"
-INSERT_APPLIED = "INSERT INTO core_schema_migrations (version, name) VALUES (%s, %s)"
+# Tables created before checksums were kept get the columns here. sha256: the file's text as applied;
+# sha256_backfilled_at: set on a row applied before, whose sha256 is the file's text when it was recorded.
+ADD_CHECKSUM_COLUMNS = """
+ALTER TABLE core_schema_migrations ADD COLUMN IF NOT EXISTS sha256 text,
+                                   ADD COLUMN IF NOT EXISTS sha256_backfilled_at timestamptz"""
+VERSION_TABLE_EXISTS = "SELECT to_regclass('core_schema_migrations') IS NOT NULL AS present"
+# to_jsonb: a row read the same way whether or not the table has the checksum columns yet
+SELECT_APPLIED = "SELECT to_jsonb(m) AS row FROM core_schema_migrations m ORDER BY version"
+INSERT_APPLIED = "INSERT INTO core_schema_migrations (version, name, sha256) VALUES (%s, %s, %s)"
+BACKFILL_CHECKSUM = """
+UPDATE core_schema_migrations SET sha256 = %s, sha256_backfilled_at = now() WHERE version = %s AND sha256 IS NULL"""
 SELECT_VECTOR_TYPE = """
 SELECT format_type(a.atttypid, a.atttypmod) AS type
 FROM pg_attribute a
 WHERE a.attrelid = to_regclass('store_vectors') AND a.attname = 'embedding' AND NOT a.attisdropped"""
 
 
-class EmbeddingDimsMismatch(RuntimeError):
+class SchemaMismatch(RuntimeError):
+    """The database is not the one this code's schema expects; the message says why and what to do."""
+
+
+class EmbeddingDimsMismatch(SchemaMismatch):
     """The configured embedding dims differ from the existing `store_vectors` column."""
 
 
-def migration_files() -> list[tuple[int, str, Path]]:
+class MigrationMismatch(SchemaMismatch):
+    """The applied migrations differ from core/sql's files (each problem names its file)."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.version:03d}_{self.name}"
+
+    @cached_property
+    def sha256(self) -> str:
+        """sha256 of the file's bytes (as git stores them)."""
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def migration_files(sql_dir: Path = SQL_DIR) -> list[Migration]:
     """Our migrations in order; raises if two files share a version."""
-    found: dict[int, tuple[int, str, Path]] = {}
-    for path in sorted(SQL_DIR.glob("*.sql")):
+    found: dict[int, Migration] = {}
+    for path in sorted(sql_dir.glob("*.sql")):
         m = re.match(r"(\d+)_(.+)\.sql$", path.name)
         if not m:
             continue
         version = int(m.group(1))
         if version in found:
-            raise RuntimeError(f"two migrations with version {version}: {found[version][2].name}, {path.name}")
-        found[version] = (version, m.group(2), path)
+            raise RuntimeError(f"two migrations with version {version}: {found[version].path.name}, {path.name}")
+        found[version] = Migration(version, m.group(2), path)
     return [found[v] for v in sorted(found)]
+
+
+def released_checksums(sql_dir: Path = SQL_DIR) -> dict[str, frozenset[str]]:
+    """File name -> the sha256 of every text it had in this repository's history (`HISTORY.sha256`)."""
+    texts: dict[str, set[str]] = {}
+    for line in (sql_dir / HISTORY_NAME).read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            sha, name = line.split()
+            texts.setdefault(name, set()).add(sha)
+    return {name: frozenset(shas) for name, shas in texts.items()}
+
+
+def check_applied(conn: psycopg.Connection, files: list[Migration], *, pending_ok: bool,
+                  sql_dir: Path = SQL_DIR) -> list[Migration]:
+    """Compare the database's applied migrations with `files`; return those applied before checksums were
+    kept (to record). Raises MigrationMismatch naming every file that differs: edited after it was applied,
+    renamed, unknown to this code, a pre-checksum row whose file is no text in HISTORY.sha256, and (unless
+    `pending_ok`) not applied yet. Reads only."""
+    if not conn.execute(VERSION_TABLE_EXISTS).fetchone()["present"]:
+        applied = []
+    else:
+        applied = [r["row"] for r in conn.execute(SELECT_APPLIED).fetchall()]
+    by_version = {m.version: m for m in files}
+    released = None
+    problems, legacy = [], []
+    for row in applied:
+        recorded = f"{row['version']:03d}_{row['name']}.sql"
+        m = by_version.get(row["version"])
+        if m is None:
+            problems.append(f"{recorded}: the database applied migration {row['version']}, which core/sql does not "
+                            f"have: it was migrated by a newer release; run that release or a later one")
+        elif m.name != row["name"]:
+            problems.append(f"{recorded}: the database applied it under that name, core/sql has {m.path.name} "
+                            f"instead: restore the released file name")
+        elif row.get("sha256") is None:
+            released = released if released is not None else released_checksums(sql_dir)
+            if m.sha256 in released.get(m.path.name, ()):
+                legacy.append(m)
+            else:
+                problems.append(f"{m.path.name}: applied before checksums were kept, and its text (sha256 "
+                                f"{m.sha256[:12]}) is none of the texts it had in this repository "
+                                f"({HISTORY_NAME}): restore the released text and put the change in a new migration")
+        elif row["sha256"] != m.sha256:
+            problems.append(f"{m.path.name} was edited after it was applied (applied sha256 {row['sha256'][:12]}, "
+                            f"the file now {m.sha256[:12]}): restore the applied text and put the change in a new "
+                            f"migration")
+    if not pending_ok:
+        done = {row["version"] for row in applied}
+        problems += [f"{m.path.name} is not applied yet: run `python -m core.migrate` (the migrations Job) first"
+                     for m in files if m.version not in done]
+    if problems:
+        raise MigrationMismatch("the database's migrations do not match core/sql; nothing was changed:\n"
+                                + "\n".join(f"- {p}" for p in problems))
+    return legacy
+
+
+def check_schema(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> None:
+    """What a start without AUTO_MIGRATE checks, reading only: the embedding dims and that every migration
+    is applied with the text of its file. Raises EmbeddingDimsMismatch or MigrationMismatch."""
+    with psycopg.connect(dsn, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        check_dims(conn, dims)
+        check_applied(conn, migration_files(sql_dir), pending_ok=False, sql_dir=sql_dir)
 
 
 def stored_dims(conn: psycopg.Connection) -> int | None:
@@ -91,8 +197,9 @@ def _wait_for_lock(conn: psycopg.Connection) -> None:
         time.sleep(0.1)
 
 
-def migrate(dsn: str, dims: int) -> list[str]:
-    """Apply everything not yet applied; return the names applied now. Idempotent."""
+def migrate(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> list[str]:
+    """Apply everything not yet applied; return the names applied now. Idempotent. Raises
+    EmbeddingDimsMismatch or MigrationMismatch (see check_applied) before changing anything."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
     from core.memory.embeddings import OfflineHashEmbeddings
@@ -103,20 +210,26 @@ def migrate(dsn: str, dims: int) -> list[str]:
         _wait_for_lock(conn)
         try:
             check_dims(conn, dims)
+            files = migration_files(sql_dir)
+            legacy = check_applied(conn, files, pending_ok=True, sql_dir=sql_dir)
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             # setup() only needs the dims; the embedding function is never called here.
             build_store(conn, embeddings=OfflineHashEmbeddings(dims), dims=dims).setup()
             PostgresSaver(conn).setup()
-            conn.execute(CREATE_VERSION_TABLE)
-            done = {r["version"] for r in conn.execute(SELECT_APPLIED).fetchall()}
-            for version, name, path in migration_files():
-                if version in done:
+            with conn.transaction():
+                conn.execute(CREATE_VERSION_TABLE)
+                conn.execute(ADD_CHECKSUM_COLUMNS)
+                for m in legacy:
+                    conn.execute(BACKFILL_CHECKSUM, (m.sha256, m.version))
+            done = {r["row"]["version"] for r in conn.execute(SELECT_APPLIED).fetchall()}
+            for m in files:
+                if m.version in done:
                     continue
                 with conn.transaction():
-                    conn.execute(path.read_text())
-                    conn.execute(INSERT_APPLIED, (version, name))
-                applied_now.append(f"{version:03d}_{name}")
-                log.info("applied migration %03d_%s", version, name)
+                    conn.execute(m.path.read_text())
+                    conn.execute(INSERT_APPLIED, (m.version, m.name, m.sha256))
+                applied_now.append(m.label)
+                log.info("applied migration %s", m.label)
             sync_serde_allowlist(conn)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
@@ -145,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     settings = load_settings()
-    applied = migrate(resolve_dsn(settings), settings.embeddings_dims)
+    try:
+        applied = migrate(resolve_dsn(settings), settings.embeddings_dims)
+    except SchemaMismatch as exc:
+        print(f"python -m core.migrate: {exc}", file=sys.stderr)
+        return 2
     print(f"migrations applied: {len(applied)}" + (f" ({', '.join(applied)})" if applied else " (up to date)"))
     return 0
 

@@ -25,10 +25,11 @@ WARM_MODULES = ("pandas", "plotly.express", "core.memory.reads", "langgraph.chec
 
 
 def open_database(settings: Settings, on_step: Callable[[str], None] = lambda step: None) -> Database:
-    """Start the embedded server if needed, migrate (AUTO_MIGRATE) or check the embedding dims, and
-    start the live demo replicas when there is no seed (with a seed they start once it is done).
-    `on_step` hears "starting" then "migrating". Raises on failure."""
-    from core.migrate import check_dims, migrate
+    """Start the embedded server if needed, migrate (AUTO_MIGRATE) or check the schema (embedding dims,
+    every migration applied with its file's text: core.migrate.check_schema), and start the live demo
+    replicas when there is no seed (with a seed they start once it is done).
+    `on_step` hears "starting" then "migrating". Raises on failure (SchemaMismatch names what differs)."""
+    from core.migrate import check_schema, migrate
 
     on_step("starting")
     db = Database.from_settings(settings)
@@ -36,8 +37,7 @@ def open_database(settings: Settings, on_step: Callable[[str], None] = lambda st
     if settings.auto_migrate:
         migrate(db.dsn, settings.embeddings_dims)
     else:
-        with db.connection() as conn:
-            check_dims(conn, settings.embeddings_dims)
+        check_schema(db.dsn, settings.embeddings_dims)
     if settings.demo_replicas and not settings.seed_demo:
         from core.demo.seed import start_replicas
 

@@ -15,7 +15,7 @@ from streamlit.runtime.context import StreamlitHeaders
 from core import roles
 from core.config import Settings, load_settings
 from core.db import Database, DatabaseUnavailable
-from core.migrate import EmbeddingDimsMismatch
+from core.migrate import SchemaMismatch
 from core.read_replica import ReadRouter, router_for
 from ui.i18n import t
 
@@ -68,7 +68,7 @@ def bootstrap() -> Database:
         return _open_external()
     if startup.failed:
         error = startup.error
-        if isinstance(error, (DatabaseUnavailable, psycopg.Error, EmbeddingDimsMismatch)):
+        if isinstance(error, (DatabaseUnavailable, psycopg.Error, SchemaMismatch)):
             raise error
         raise DatabaseUnavailable(f"the embedded PostgreSQL did not start: {error}") from error
     if not startup.ready:
