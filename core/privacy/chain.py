@@ -23,10 +23,11 @@ CHAINS: dict[str, tuple[str, ...]] = {
     "erasure": ("core_erasure_register", "core_erasure_rechecks"),
 }
 
-# The links of one chain in order, each with its row's canonical content as it is now (NULL: gone).
+# The links of one chain in order, each with its row's canonical content as it is now (NULL: gone), in the
+# form the link was sealed in (migration 053: links sealed by 036's first text record their row's keys).
 SELECT_LINKS = """
 SELECT position, table_name, row_id, content_sha256, prev_hash, row_hash, sealed_at,
-       core_register_content(table_name, row_id) AS content
+       core_register_link_content(table_name, row_id, sealed_keys) AS content
 FROM core_register_chain WHERE chain = %(chain)s ORDER BY position"""
 # Rows that should be sealed (final) but have no link.
 SELECT_UNSEALED = {
