@@ -32,13 +32,17 @@ def applied_rows(dsn: str) -> dict[int, dict]:
         return {r["version"]: r for r in conn.execute("SELECT * FROM core_schema_migrations ORDER BY version")}
 
 
-def sql_copy(tmp_path, without_last: bool = False):
-    """A copy of core/sql (HISTORY.sha256 included) to edit; optionally without its newest migration."""
+def sql_copy(tmp_path, without_last: bool = False, without_newer_than: int | None = None):
+    """A copy of core/sql (HISTORY.sha256 included) to edit; optionally without its newest migration (moved
+    next to the copy) or without the migrations after version `without_newer_than`."""
     copy = tmp_path / "sql"
     shutil.copytree(SQL_DIR, copy)
     if without_last:
         newest = migration_files()[-1]
         (copy / newest.path.name).rename(tmp_path / newest.path.name)
+    for m in migration_files(copy):
+        if without_newer_than is not None and m.version > without_newer_than:
+            m.path.unlink()
     return copy
 
 
@@ -102,31 +106,38 @@ def test_without_auto_migrate_a_pending_migration_stops_the_check(create_databas
     check_schema(dsn, DIMS)
 
 
-def drop_checksum_columns(dsn: str) -> None:
-    """core_schema_migrations as the runners before checksums left it."""
+def pre_checksum_database(create_database, tmp_path) -> str:
+    """A database as the runners before checksums left it: migrations up to LAST_UNCHECKED_VERSION applied,
+    core_schema_migrations without the checksum columns."""
+    sql = sql_copy(tmp_path / "pre", without_newer_than=LAST_UNCHECKED_VERSION)
+    dsn = create_database(migrated=False)
+    migrate(dsn, DIMS, sql_dir=sql)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE core_schema_migrations DROP COLUMN sha256, DROP COLUMN sha256_backfilled_at")
+    return dsn
 
 
-def test_rows_applied_before_checksums_are_recorded_when_the_file_is_a_released_text(db):
-    drop_checksum_columns(db.dsn)
-    check_schema(db.dsn, DIMS)  # a released text: accepted, read-only
-    assert migrate(db.dsn, DIMS) == []
-    rows = applied_rows(db.dsn)
+def test_rows_applied_before_checksums_are_recorded_when_the_file_is_a_released_text(create_database, tmp_path):
+    dsn = pre_checksum_database(create_database, tmp_path)
+    check_schema(dsn, DIMS, sql_dir=sql_copy(tmp_path, without_newer_than=LAST_UNCHECKED_VERSION))  # read-only
+    newer = [m.label for m in migration_files() if m.version > LAST_UNCHECKED_VERSION]
+    assert migrate(dsn, DIMS) == newer
+    rows = applied_rows(dsn)
     for m in migration_files():
-        assert rows[m.version]["sha256"] == sha256_of(m.path.read_bytes())
-        assert rows[m.version]["sha256_backfilled_at"] is not None, m.path.name
+        assert rows[m.version]["sha256"] == m.sha256
+        assert (rows[m.version]["sha256_backfilled_at"] is not None) == (m.version <= LAST_UNCHECKED_VERSION)
 
 
-def test_a_row_applied_before_checksums_with_an_unreleased_text_stops_migrate(db, tmp_path):
-    drop_checksum_columns(db.dsn)
+def test_a_row_applied_before_checksums_with_an_unreleased_text_stops_migrate(create_database, tmp_path):
+    dsn = pre_checksum_database(create_database, tmp_path)
     sql = sql_copy(tmp_path)
     edited = sql / "003_replica_health.sql"
     edited.write_text(edited.read_text().replace("-- One row per degradation episode", "-- One episode"))
     with pytest.raises(MigrationMismatch) as caught:
-        migrate(db.dsn, DIMS, sql_dir=sql)
+        migrate(dsn, DIMS, sql_dir=sql)
     assert "003_replica_health.sql" in str(caught.value) and "HISTORY.sha256" in str(caught.value)
-    with psycopg.connect(db.dsn) as conn:  # nothing recorded, not even the column
+    assert str(caught.value).count("\n- ") == 1  # the other files are released texts
+    with psycopg.connect(dsn) as conn:  # nothing recorded, not even the column
         assert conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = "
                             "'core_schema_migrations' AND column_name = 'sha256'").fetchone()[0] == 0
 
