@@ -41,6 +41,7 @@ OLDER_COMMITS = {
     "d6b4710a2a092f35d016080cf0766b43a68e9302": "042 and 043 as first written",
     "f407316ff5c940c37c186d87290b7f9747a70107": "043's second text",
     "54feda1d3a77624da1f647e2b7c76e87e87251db": "046 as first written (a PUBLIC definer core_root_counts_add)",
+    "a1d09b47c354da800acdea51a5b116cbbf6d8017": "the last commit of the third wave, before 050",
 }
 EARLIER_003 = "fc7d7c10715c360ddfa642c3dfa4a1b6631de5f9"
 EARLIER_036 = ("54163d97d8feaafc30497b2431edd49c2c2d0a3a", "23117dcb6ac382910c93a37ee3da054a44fd4366")
