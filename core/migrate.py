@@ -31,9 +31,8 @@ from core.db import CONNECT_TIMEOUT_S, resolve_dsn
 log = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).parent / "sql"
-# Every text each migration file had in this repository's history before checksums were kept.
+# In SQL_DIR: every text each migration file had in this repository's history before checksums were kept.
 HISTORY_NAME = "HISTORY.sha256"
-HISTORY_FILE = SQL_DIR / HISTORY_NAME
 # Arbitrary constant shared by every migrating process ("core.migrate").
 MIGRATION_LOCK_ID = 0x636F7265_6D696772 & 0x7FFFFFFFFFFFFFFF
 
@@ -123,7 +122,7 @@ def check_applied(conn: psycopg.Connection, files: list[Migration], *, pending_o
     else:
         applied = [r["row"] for r in conn.execute(SELECT_APPLIED).fetchall()]
     by_version = {m.version: m for m in files}
-    released = None
+    released = released_checksums(sql_dir)
     problems, legacy = [], []
     for row in applied:
         recorded = f"{row['version']:03d}_{row['name']}.sql"
@@ -135,7 +134,6 @@ def check_applied(conn: psycopg.Connection, files: list[Migration], *, pending_o
             problems.append(f"{recorded}: the database applied it under that name, core/sql has {m.path.name} "
                             f"instead: restore the released file name")
         elif row.get("sha256") is None:
-            released = released if released is not None else released_checksums(sql_dir)
             if m.sha256 in released.get(m.path.name, ()):
                 legacy.append(m)
             else:
