@@ -178,8 +178,11 @@ def history_texts(path: str) -> set[str]:
 
 
 def test_history_lists_every_text_each_unchecked_migration_had_in_git():
-    assert git("rev-parse", "--is-shallow-repository").strip() == "false", (
-        "this clone is shallow: HISTORY.sha256 is checked against the full git history (git fetch --unshallow)")
+    shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"], capture_output=True,
+                             text=True)
+    assert shallow.stdout.strip() == "false", (
+        f"HISTORY.sha256 is checked against the repository's full git history, which this checkout lacks "
+        f"({shallow.stdout.strip() or shallow.stderr.strip()}): use a full clone (git fetch --unshallow)")
     listed = released_checksums()
     unchecked = [m for m in migration_files() if m.version <= LAST_UNCHECKED_VERSION]
     assert len(unchecked) > 20
