@@ -42,6 +42,7 @@ OLDER_COMMITS = {
     "f407316ff5c940c37c186d87290b7f9747a70107": "043's second text",
     "54feda1d3a77624da1f647e2b7c76e87e87251db": "046 as first written (a PUBLIC definer core_root_counts_add)",
     "a1d09b47c354da800acdea51a5b116cbbf6d8017": "the last commit of the third wave, before 050",
+    "dc1a99c893591c1c82cac1c1376972d3d9fce368": "the last commit before checksums (050 and 055 applied)",
 }
 EARLIER_003 = "fc7d7c10715c360ddfa642c3dfa4a1b6631de5f9"
 EARLIER_036 = ("54163d97d8feaafc30497b2431edd49c2c2d0a3a", "23117dcb6ac382910c93a37ee3da054a44fd4366")
