@@ -1,0 +1,84 @@
+"""Every storage format langgraph writes, named and shown right (issue 28), on databases written through
+langgraph's own classes (tests/format_agents.py) on the real embedded server."""
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from core.checkpoints import formats, views
+from format_agents import (AES_KEY, OLD_AES_KEY, delta_thread, encrypted_agent, pickle_thread,
+                           shallow_database)
+
+
+@pytest.fixture(scope="module")
+def formats_db(create_database):
+    """One database holding a thread of each format beside nothing else."""
+    from core.db import Database
+
+    database = Database(create_database(prefix="formats"))
+    database.delta_state = delta_thread(database.dsn, "delta-1")
+    encrypted_agent(database.dsn, "enc-1", "mi teléfono es 600111222, soy C77")
+    encrypted_agent(database.dsn, "enc-old", "dirección antigua de C77", key=OLD_AES_KEY)
+    pickle_thread(database.dsn, "pickle-1")
+    yield database
+    database.close()
+
+
+def test_the_database_fingerprint_counts_each_format(formats_db):
+    fp = formats.fingerprint(formats_db)
+    assert fp.migration_version is not None and fp.migration_version >= 9
+    assert not fp.shallow
+    with psycopg.connect(formats_db.dsn) as conn:
+        enc = conn.execute("SELECT (SELECT count(*) FROM checkpoint_blobs WHERE type LIKE '%+aes')"
+                           " + (SELECT count(*) FROM checkpoint_writes WHERE type LIKE '%+aes')").fetchone()[0]
+        pick = conn.execute("SELECT (SELECT count(*) FROM checkpoint_blobs WHERE type = 'pickle')"
+                            " + (SELECT count(*) FROM checkpoint_writes WHERE type = 'pickle')").fetchone()[0]
+        delta_ck = conn.execute("SELECT count(*) FROM checkpoints WHERE metadata ? 'counters_since_delta_snapshot'"
+                                ).fetchone()[0]
+        snapshots = conn.execute("SELECT count(*) FROM checkpoint_blobs WHERE core_checkpoint_payload(type, blob) "
+                                 "->> 'type' = 'langgraph.checkpoint.serde.types._DeltaSnapshot'").fetchone()[0]
+    assert enc > 0 and fp.encrypted == enc and fp.encrypted_threads == 2
+    assert pick == 2 and fp.pickle == 2 and fp.pickle_threads == 1
+    assert snapshots >= 4 and fp.delta_snapshots == snapshots and fp.delta_checkpoints == delta_ck > 0 and fp.delta_threads == 1
+    # the pickle thread's checkpoint is base.empty_checkpoint(): format v2, without sends
+    assert fp.undecodable == 0 and fp.json == 0 and fp.older_checkpoints == 1 and fp.pending_sends == 0
+    assert fp.special
+
+
+def test_a_thread_fingerprint_is_that_threads_alone(formats_db):
+    enc = formats.fingerprint(formats_db, "enc-1")
+    assert enc.encrypted > 0 and enc.encrypted_threads == 1 and enc.pickle == 0 and enc.delta_snapshots == 0
+    assert enc.decoded and enc.undecodable == 0
+    delta = formats.fingerprint(formats_db, "delta-1")
+    assert delta.delta_snapshots == 6 and delta.encrypted == 0 and delta.delta_threads == 1
+    assert formats.fingerprint(formats_db, "nadie").rows == 0
+
+
+def test_pickle_rows_are_refused_never_unpickled(formats_db):
+    writes = views.step_writes(formats_db, "pickle-1")
+    pickled = writes[writes["blob_type"] == "pickle"]
+    assert len(pickled) == 1
+    assert pickled["refused_type"].tolist() == ["pickle"] and pickled["undecodable"].isna().all()
+    assert "valor" not in pickled["payload"].iloc[0] and "escrito" not in pickled["payload"].iloc[0]
+    timeline = views.thread_timeline(formats_db, "pickle-1")
+    assert timeline["refused_value"].tolist() == ["pickle"]
+
+
+def test_a_delta_snapshot_reads_its_value_not_the_inline_marker(formats_db):
+    with psycopg.connect(formats_db.dsn) as conn:
+        values = [r[0] for r in conn.execute(
+            "SELECT channel_values -> 'items' FROM core_checkpoints_view WHERE thread_id = 'delta-1' "
+            "AND channel_values ? 'items' ORDER BY checkpoint_id")]
+    assert values and all(v != True for v in values)  # noqa: E712 - the marker itself is `true`
+    assert all(v["type"].endswith("_DeltaSnapshot") for v in values)
+
+
+def test_the_shallow_saver_schema_is_named_clearly(create_database):
+    dsn = create_database(migrated=False)
+    shallow_database(dsn, "shallow-1")
+    from core.migrate import ShallowCheckpointSchema, migrate
+
+    with pytest.raises(ShallowCheckpointSchema, match="ShallowPostgresSaver"):
+        migrate(dsn, 64)
+    with psycopg.connect(dsn) as conn:  # nothing of ours was created
+        assert conn.execute("SELECT to_regclass('core_schema_migrations')").fetchone()[0] is None
