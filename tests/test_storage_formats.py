@@ -6,6 +6,7 @@ import psycopg
 import pytest
 
 from core.checkpoints import formats, views
+from apptools import metric
 from format_agents import (AES_KEY, OLD_AES_KEY, delta_thread, encrypted_agent, pickle_thread,
                            shallow_database)
 
@@ -82,3 +83,42 @@ def test_the_shallow_saver_schema_is_named_clearly(create_database):
         migrate(dsn, 64)
     with psycopg.connect(dsn) as conn:  # nothing of ours was created
         assert conn.execute("SELECT to_regclass('core_schema_migrations')").fetchone()[0] is None
+
+
+# --- the Checkpoints page ----------------------------------------------------------------------------------
+
+
+def _page(dsn: str, app_env, query: dict | None = None, **env):
+    from streamlit.testing.v1 import AppTest
+
+    app_env(dsn, **env)
+    at = AppTest.from_file("../dashboard.py", default_timeout=60)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.run()
+    at.switch_page("app_pages/checkpoints.py").run()
+    assert not at.exception
+    return at
+
+
+def test_the_storage_view_shows_the_fingerprint_and_the_missing_key(formats_db, app_env):
+    fp = formats.fingerprint(formats_db)
+    at = _page(formats_db.dsn, app_env)
+    at.radio(key="checkpoints.view").set_value("storage").run()
+    assert not at.exception
+    assert metric(at, "Cifradas (hilos)") == f"{fp.encrypted:,} (2)"
+    assert metric(at, "Pickle (rechazadas)") == "2"
+    assert metric(at, "Delta: instantáneas / checkpoints sin valor") == f"{fp.delta_snapshots} / {fp.delta_checkpoints}"
+    assert metric(at, "Migración de checkpoints") == f"v{fp.migration_version}"
+    warnings = [w.value for w in at.warning]
+    assert any(f"{fp.encrypted} filas cifradas en 2 hilos" in w and "no escaneados" in w for w in warnings), warnings
+
+
+def test_the_thread_view_names_the_threads_formats(formats_db, app_env):
+    at = _page(formats_db.dsn, app_env, {"thread": "enc-1"}, LANGGRAPH_AES_KEYS=AES_KEY)
+    infos = [i.value for i in at.info]
+    assert any(i.startswith("Formatos de este hilo: Cifradas (hilos)") for i in infos), infos
+    assert any("1 claves AES configuradas" in i for i in infos), infos
+    plain = _page(formats_db.dsn, app_env, {"thread": "delta-1"})
+    assert any("Delta" in i.value for i in plain.info)
+    assert not any("Cifradas" in i.value for i in plain.info)
