@@ -122,3 +122,22 @@ def test_the_thread_view_names_the_threads_formats(formats_db, app_env):
     plain = _page(formats_db.dsn, app_env, {"thread": "delta-1"})
     assert any("Delta" in i.value for i in plain.info)
     assert not any("Cifradas" in i.value for i in plain.info)
+
+
+def test_the_exporter_exposes_the_fingerprint_from_the_background(formats_db):
+    from apptools import wait_until
+    from core.operations.exporter import DatabaseCollector
+
+    collector = DatabaseCollector(formats_db.dsn)
+
+    def exported() -> dict:
+        return {s.name: s.value for m in collector.collect() for s in m.samples}
+    wait_until(lambda: "agent_memory_checkpoint_encrypted_rows" in exported(), 30)
+    got, fp = exported(), formats.fingerprint(formats_db)
+    assert got["agent_memory_checkpoint_encrypted_rows"] == fp.encrypted > 0
+    assert got["agent_memory_checkpoint_encrypted_threads"] == 2
+    assert got["agent_memory_checkpoint_pickle_rows"] == 2
+    assert got["agent_memory_checkpoint_delta_snapshots"] == fp.delta_snapshots
+    assert got["agent_memory_checkpoint_migration_version"] == fp.migration_version
+    assert got["agent_memory_checkpoint_shallow_schema"] == 0
+    assert got["agent_memory_checkpoint_formats_computed_timestamp_seconds"] > 0
