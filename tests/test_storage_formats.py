@@ -141,3 +141,27 @@ def test_the_exporter_exposes_the_fingerprint_from_the_background(formats_db):
     assert got["agent_memory_checkpoint_migration_version"] == fp.migration_version
     assert got["agent_memory_checkpoint_shallow_schema"] == 0
     assert got["agent_memory_checkpoint_formats_computed_timestamp_seconds"] > 0
+
+
+# --- encrypted checkpoints ---------------------------------------------------------------------------------
+
+
+def test_encrypted_writes_read_with_the_configured_key_only(formats_db, monkeypatch):
+    monkeypatch.delenv("LANGGRAPH_AES_KEY", raising=False)
+    monkeypatch.delenv("LANGGRAPH_AES_KEYS", raising=False)
+    locked = views.step_writes(formats_db, "enc-1")
+    enc = locked[locked["blob_type"] == "msgpack+aes"]
+    assert len(enc) > 0 and enc["undecodable"].str.contains("encrypted").all()
+    assert not locked["content"].fillna("").str.contains("600111222").any()
+    monkeypatch.setenv("LANGGRAPH_AES_KEYS", f"{OLD_AES_KEY},{AES_KEY}")  # rotation: the older key first
+    opened = views.step_writes(formats_db, "enc-1")
+    assert opened["undecodable"].isna().all()
+    assert (opened["message_kind"] == "human").sum() == 1 and (opened["message_kind"] == "ai").sum() == 1
+    assert opened["content"].str.contains("mi teléfono es 600111222").any()
+    # the plaintext never reached the database: every row is still encrypted there
+    with psycopg.connect(formats_db.dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'enc-1' AND type NOT LIKE "
+                            "'%+aes'").fetchone()[0] == 0
+    monkeypatch.setenv("LANGGRAPH_AES_KEYS", "una-clave-erronea")
+    with pytest.raises(ValueError, match="16, 24 or 32 bytes"):
+        views.step_writes(formats_db, "enc-1")

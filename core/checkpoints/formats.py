@@ -58,12 +58,12 @@ SELECT count(*) AS checkpoints,
 FROM checkpoints c
 WHERE %(threads)s::text[] IS NULL OR thread_id = ANY(%(threads)s)"""
 
-# One thread's msgpack rows that the SQL decoder cannot read (a whole-database count would decode every row).
+# Some threads' msgpack rows that the SQL decoder cannot read (a whole-database count would decode every row).
 SELECT_THREAD_UNDECODABLE = """
 SELECT count(*) AS n FROM (
-    SELECT type, blob FROM checkpoint_blobs WHERE thread_id = %(thread_id)s AND type = 'msgpack'
+    SELECT type, blob FROM checkpoint_blobs WHERE thread_id = ANY(%(threads)s) AND type = 'msgpack'
     UNION ALL
-    SELECT type, blob FROM checkpoint_writes WHERE thread_id = %(thread_id)s AND type = 'msgpack'
+    SELECT type, blob FROM checkpoint_writes WHERE thread_id = ANY(%(threads)s) AND type = 'msgpack'
 ) r
 WHERE core_checkpoint_payload(r.type, r.blob) ? 'undecodable'"""
 
@@ -75,7 +75,7 @@ class Fingerprint:
     Rows are checkpoint_blobs plus checkpoint_writes rows. `undecodable` counts rows of an unknown blob type, plus,
     for one thread (`decoded` True), the msgpack rows the decoder cannot read; `encrypted` rows are not in it."""
 
-    thread_id: str | None
+    thread_id: str | None  # the thread, or None for the database or a set of threads
     migration_version: int | None  # max(v) of langgraph's checkpoint_migrations
     shallow: bool  # ShallowPostgresSaver's schema: no checkpoint history
     checkpoints: int
@@ -103,18 +103,21 @@ class Fingerprint:
         return asdict(self)
 
 
-def fingerprint(db: Database, thread_id: str | None = None) -> Fingerprint:
+def fingerprint(db: Database, threads: str | Iterable[str] | None = None) -> Fingerprint:
     """The formats of the whole database (reads the first bytes of every blob and write: a full scan of the three
-    checkpoint tables), or of one thread (by index, and its msgpack rows decoded to count the undecodable ones)."""
+    checkpoint tables), or of one thread or a list of threads (by index, and their msgpack rows decoded to count
+    the undecodable ones)."""
+    thread_id = threads if isinstance(threads, str) else None
+    chosen = None if threads is None else [threads] if isinstance(threads, str) else sorted(set(threads))
     with db.connection() as conn:
         head = conn.execute(SELECT_MIGRATION).fetchone()
         if head["shallow"]:  # our views and decoder functions cannot exist on that schema
             return Fingerprint(thread_id, head["migration_version"], True, *([0] * 13), False)
-        params = {"threads": None if thread_id is None else [thread_id], "current": CURRENT_CHECKPOINT_V,
+        params = {"threads": chosen, "current": CURRENT_CHECKPOINT_V,
                   "tasks": TASKS}
         by = {r["format"]: r for r in conn.execute(SELECT_ROW_FORMATS, params)}
         ck = conn.execute(SELECT_CHECKPOINT_FORMATS, params).fetchone()
-        bad = 0 if thread_id is None else conn.execute(SELECT_THREAD_UNDECODABLE, {"thread_id": thread_id}).fetchone()["n"]
+        bad = 0 if chosen is None else conn.execute(SELECT_THREAD_UNDECODABLE, params).fetchone()["n"]
 
     def n(fmt: str, key: str = "n") -> int:
         return int((by.get(fmt) or {}).get(key) or 0)
@@ -127,7 +130,7 @@ def fingerprint(db: Database, thread_id: str | None = None) -> Fingerprint:
         delta_threads=max(int(ck["delta_threads"]), n("delta", "threads")),
         pickle=n("pickle"), pickle_threads=n("pickle", "threads"), json=n("json"),
         undecodable=n("unknown") + int(bad), older_checkpoints=int(ck["older_checkpoints"]),
-        pending_sends=int(ck["pending_sends"]), decoded=thread_id is not None)
+        pending_sends=int(ck["pending_sends"]), decoded=chosen is not None)
 
 
 # --- encrypted rows ----------------------------------------------------------------------------------------
@@ -177,3 +180,83 @@ def decryptor(settings: Any = None) -> Decryptor:
 
         settings = load_settings()
     return Decryptor(settings.aes_keys)
+
+
+SELECT_ENCRYPTED_WRITES = """
+SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, type, blob FROM checkpoint_writes
+WHERE thread_id = ANY(%(threads)s) AND type LIKE '%%+%%'"""
+# Every encrypted row outside `left`, newest thread first (the residue scan reads them in Python).
+SELECT_ENCRYPTED_ROWS = """
+SELECT thread_id, type, blob FROM checkpoint_writes WHERE type LIKE '%%+%%' AND NOT (thread_id = ANY(%(left)s))
+UNION ALL
+SELECT thread_id, type, blob FROM checkpoint_blobs WHERE type LIKE '%%+%%' AND NOT (thread_id = ANY(%(left)s))
+ORDER BY thread_id"""
+
+
+def decrypted_writes(conn: Any, decryptor: Decryptor, threads: Iterable[str]) -> dict[tuple, Any]:
+    """The decoded payloads of the encrypted pending writes of `threads` that a configured key opens, by
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, idx). Empty without keys."""
+    if not decryptor:
+        return {}
+    out = {}
+    for r in conn.execute(SELECT_ENCRYPTED_WRITES, {"threads": list(threads)}):
+        payload = decryptor.payload(r["type"], r["blob"])
+        if not (isinstance(payload, dict) and "undecodable" in payload):
+            out[(r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"])] = payload
+    return out
+
+
+def encrypted_texts(conn: Any, decryptor: Decryptor, left: Iterable[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """For every thread outside `left` holding encrypted rows: the decoded JSON text of those rows, when a
+    configured key opens every one of them; the other threads are returned as not scanned."""
+    import json
+
+    texts: dict[str, list[str]] = {}
+    unread: set[str] = set()
+    for r in conn.execute(SELECT_ENCRYPTED_ROWS, {"left": sorted(set(left))}):
+        payload = decryptor.payload(r["type"], r["blob"])
+        if isinstance(payload, dict) and "undecodable" in payload:
+            unread.add(r["thread_id"])
+        else:
+            texts.setdefault(r["thread_id"], []).append(json.dumps(payload, ensure_ascii=False))
+    return {t: v for t, v in texts.items() if t not in unread}, sorted(unread)
+
+
+def messages_of(payload: Any) -> list[dict]:
+    """The chat messages of a decoded payload, reduced as core_checkpoint_messages (migration 005) reduces them:
+    {kind, id, content, tool_calls, tool_name, tool_call_id, status}, None fields left out."""
+    items = payload if isinstance(payload, list) else [payload] if isinstance(payload, dict) else []
+    out = []
+    for x in items:
+        if not isinstance(x, dict):
+            continue
+        if str(x.get("type", "")).startswith("langchain_core.messages.") and isinstance(x.get("value"), dict):
+            v = x["value"]
+            kind = v.get("type")
+            if isinstance(kind, str) and kind.endswith("Chunk"):
+                kind = kind.replace("MessageChunk", "").replace("AI", "ai").lower()
+        elif "role" in x and "content" in x:
+            v = x
+            kind = {"user": "human", "assistant": "ai"}.get(x["role"], x["role"])
+        else:
+            continue
+        calls = v.get("tool_calls") if isinstance(v.get("tool_calls"), list) and v.get("tool_calls") else None
+        names = v.get("name") if kind == "tool" else ",".join(c.get("name") or "" for c in calls) if calls else None
+        msg = {"kind": kind, "id": v.get("id"), "content": v.get("content"), "tool_calls": calls, "tool_name": names,
+               "tool_call_id": v.get("tool_call_id"), "status": v.get("status")}
+        out.append({k: val for k, val in msg.items() if val is not None})
+    return out
+
+
+def refused_type(payload: Any) -> str | None:
+    """The first object in a decoded payload marked refused (as core_refused_type names it), None when none."""
+    stack = [payload]
+    while stack:
+        x = stack.pop(0)
+        if isinstance(x, dict):
+            if x.get("refused") is True:
+                return f"{x['type']}.{x['method']}" if "method" in x else x.get("type")
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+    return None
