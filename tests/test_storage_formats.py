@@ -165,3 +165,69 @@ def test_encrypted_writes_read_with_the_configured_key_only(formats_db, monkeypa
     monkeypatch.setenv("LANGGRAPH_AES_KEYS", "una-clave-erronea")
     with pytest.raises(ValueError, match="16, 24 or 32 bytes"):
         views.step_writes(formats_db, "enc-1")
+
+
+def test_the_residue_scan_reads_encrypted_threads_with_a_key_and_names_the_others(formats_db, monkeypatch):
+    from core.privacy import residue as res
+
+    monkeypatch.delenv("LANGGRAPH_AES_KEY", raising=False)
+    monkeypatch.delenv("LANGGRAPH_AES_KEYS", raising=False)
+    blind = res.residue_scan(formats_db, "C77")
+    assert blind.not_scanned == ["enc-1", "enc-old"]
+    assert {"enc-1", "enc-old", "delta-1"} <= set(blind.proposed)  # delta-1: its writes hold C77 in clear
+    monkeypatch.setenv("LANGGRAPH_AES_KEYS", AES_KEY)
+    one_key = res.residue_scan(formats_db, "C77")
+    assert one_key.not_scanned == ["enc-old"]
+    assert [m.snippet for m in one_key.matches_of("enc-1")] and "soy C77" in one_key.matches_of("enc-1")[0].snippet
+    monkeypatch.setenv("LANGGRAPH_AES_KEYS", f"{AES_KEY},{OLD_AES_KEY}")
+    both = res.residue_scan(formats_db, "C77")
+    assert both.not_scanned == [] and {"enc-1", "enc-old"} <= {m.thread_id for m in both.matches}
+
+
+def test_an_erasure_is_complete_only_when_the_dpo_decided_on_the_unread_threads(create_database, monkeypatch):
+    from core.db import Database
+    from core.privacy.erasure import erase
+    from core.privacy.evidence import preview
+
+    monkeypatch.delenv("LANGGRAPH_AES_KEY", raising=False)
+    monkeypatch.delenv("LANGGRAPH_AES_KEYS", raising=False)
+    db = Database(create_database(prefix="encerase"))
+    try:
+        encrypted_agent(db.dsn, "enc-9", "soy C78")
+        assert preview(db, "C78").residue_threads == ["enc-9"]
+        undecided = erase(db, "C78", operator="dpo@test")
+        assert undecided.status == "incomplete" and "enc-9" in undecided.report
+        row = next(r for r in undecided.residue if r["thread_id"] == "enc-9")
+        assert row["terms"] == ["(not scanned: encrypted, no key opens it)"] and row["decision"] == "undecided"
+        left = erase(db, "C78", operator="dpo@test", decisions={"enc-9": ("leave", "cifrado por otra aplicación")})
+        assert left.status == "complete" and "enc-9 (cifrado por otra aplicación)" in left.report
+    finally:
+        db.close()
+
+
+def test_the_access_export_reads_encrypted_messages_and_names_the_formats(create_database, monkeypatch):
+    import json
+
+    from core.db import Database
+    from core.privacy import access
+
+    monkeypatch.delenv("LANGGRAPH_AES_KEY", raising=False)
+    monkeypatch.setenv("LANGGRAPH_AES_KEYS", AES_KEY)
+    db = Database(create_database(prefix="encaccess"))
+    try:
+        encrypted_agent(db.dsn, "cliente-C79-1", "mi correo es c79@example.com")
+        doc = json.loads(access.export(db, "C79", fmt="json", lang="es", operator="dpo@test").data)
+        texts = [m.get("content") for t in doc["threads"] for m in t["messages"]]
+        assert "mi correo es c79@example.com" in texts and not any(m["kind"] == "undecodable"
+                                                                   for t in doc["threads"] for m in t["messages"])
+        fmt = doc["cover"]["storage_formats"]
+        assert fmt["encrypted"] > 0 and fmt["encrypted_threads"] == 1 and fmt["encrypted_writes_read"] > 0
+        html = access.export(db, "C79", fmt="html", lang="en", operator="dpo@test").data.decode()
+        assert "Storage formats of their threads" in html and "encrypted_threads: 1" in html
+        monkeypatch.delenv("LANGGRAPH_AES_KEYS")
+        blind = json.loads(access.export(db, "C79", fmt="json", lang="es", operator="dpo@test").data)
+        kinds = [m["kind"] for t in blind["threads"] for m in t["messages"]]
+        assert "undecodable" in kinds and "c79@example.com" not in json.dumps(blind["threads"])
+        assert blind["cover"]["storage_formats"]["encrypted_writes_read"] == 0
+    finally:
+        db.close()
