@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
-from core.checkpoints import storage, views
+from core.checkpoints import formats, storage, views
 from core.privacy import subjects as subj
 from ui.attribution import coverage_notice
 from ui.common import read, read_or_unknown, require_role, settings
@@ -58,6 +58,7 @@ def storage_view() -> None:
         st.caption(t("ckpt_totals_live"))
     else:
         st.caption(t("ckpt_totals_as_of", at=f"{pd.Timestamp(as_of).tz_convert('UTC'):%Y-%m-%d %H:%M} UTC"))
+    formats_panel(read(formats.fingerprint))
     st.subheader(t("ckpt_largest", n=LARGEST_N))
     largest = read(views.largest_threads, LARGEST_N)
     if largest.empty:
@@ -72,6 +73,46 @@ def storage_view() -> None:
     st.caption(t("ckpt_open_hint"))
     table(largest, key="checkpoints.largest", selection_mode="single-row",
           on_select=lambda: _open_thread("checkpoints.largest", largest))
+
+
+# --- storage formats (issue 28) ---------------------------------------------------------------------------
+
+
+def formats_panel(fp: formats.Fingerprint) -> None:
+    """The database's storage formats: what is read differently, and what cannot be read without a key."""
+    st.subheader(t("ckpt_fmt_title"))
+    st.caption(t("ckpt_fmt_caption"))
+    c = st.columns(6)
+    c[0].metric(t("ckpt_fmt_migration"), "—" if fp.migration_version is None else f"v{fp.migration_version}")
+    c[1].metric(t("ckpt_fmt_encrypted"), f"{fp.encrypted:,} ({fp.encrypted_threads:,})")
+    c[2].metric(t("ckpt_fmt_delta"), f"{fp.delta_snapshots:,} / {fp.delta_checkpoints:,}")
+    c[3].metric(t("ckpt_fmt_pickle"), f"{fp.pickle:,}")
+    c[4].metric(t("ckpt_fmt_json_older"), f"{fp.json:,} / {fp.older_checkpoints:,}")
+    c[5].metric(t("ckpt_fmt_undecodable"), f"{fp.undecodable:,}")
+    _encryption_notice(fp)
+    if not fp.special:
+        st.caption(t("ckpt_fmt_classic"))
+
+
+def _encryption_notice(fp: formats.Fingerprint) -> None:
+    if not fp.encrypted:
+        return
+    keys = len(settings().aes_keys)
+    if keys:
+        st.info(t("ckpt_fmt_encrypted_keys", n=keys), icon=":material/key:")
+    else:
+        st.warning(t("ckpt_fmt_encrypted_nokey", n=fp.encrypted, threads=fp.encrypted_threads), icon=":material/lock:")
+
+
+def thread_formats(fp: formats.Fingerprint) -> None:
+    """One line naming what this thread holds beyond the classic format (nothing when it holds nothing else)."""
+    parts = [f"{label} {n:,}" for label, n in (
+        (t("ckpt_fmt_encrypted"), fp.encrypted), (t("ckpt_fmt_delta"), fp.delta_snapshots + fp.delta_checkpoints),
+        (t("ckpt_fmt_pickle"), fp.pickle), (t("ckpt_fmt_json_older"), fp.json + fp.older_checkpoints),
+        (t("ckpt_fmt_undecodable"), fp.undecodable)) if n]
+    if parts:
+        st.info(t("ckpt_fmt_thread", what=" · ".join(parts)), icon=":material/database:")
+        _encryption_notice(fp)
 
 
 def search() -> None:
@@ -211,6 +252,7 @@ def thread_view() -> None:
     c[3].metric(t("ckpt_writes"), f"{storage['writes']:,}")
     c[4].metric(t("ckpt_blob_bytes"), f"{storage['blob_bytes']:,}")
     c[5].metric(t("ckpt_write_bytes"), f"{storage['write_bytes']:,}")
+    thread_formats(read(formats.fingerprint, thread_id))
     timeline = read(views.thread_timeline, thread_id)
     bad = int(timeline["undecodable_writes"].sum())
     if bad:

@@ -57,6 +57,9 @@ class Settings:
     subject_metadata_keys: tuple[str, ...] = DEFAULT_SUBJECT_METADATA_KEYS
     subject_thread_patterns: tuple[str, ...] = DEFAULT_SUBJECT_THREAD_PATTERNS
     subject_thread_query: str | None = None
+    # EncryptedSerializer keys (LANGGRAPH_AES_KEYS, several for rotation, and langgraph's LANGGRAPH_AES_KEY):
+    # encrypted checkpoints are decrypted in Python for single-thread reads, never written back in clear.
+    aes_keys: tuple[bytes, ...] = field(default=(), repr=False)
 
     @property
     def embedded(self) -> bool:
@@ -95,6 +98,15 @@ def _list(raw: Any) -> tuple[str, ...]:
     return tuple(str(i).strip() for i in items if str(i).strip())
 
 
+def _aes_keys(secrets: Mapping[str, Any]) -> tuple[bytes, ...]:
+    """The AES keys, as langgraph reads LANGGRAPH_AES_KEY (the text's bytes, 16, 24 or 32 of them)."""
+    keys = _list(_pick("LANGGRAPH_AES_KEYS", secrets, ())) + _list(_pick("LANGGRAPH_AES_KEY", secrets, ()))
+    for key in keys:
+        if len(key.encode()) not in (16, 24, 32):
+            raise ValueError(f"LANGGRAPH_AES_KEYS: a key of {len(key.encode())} bytes; AES keys are 16, 24 or 32 bytes")
+    return tuple(dict.fromkeys(k.encode() for k in keys))
+
+
 def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
     """Read settings. `secrets` defaults to `.streamlit/secrets.toml`.
 
@@ -122,5 +134,6 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         subject_metadata_keys=_list(_pick("SUBJECT_METADATA_KEYS", secrets, DEFAULT_SUBJECT_METADATA_KEYS)),
         subject_thread_patterns=_list(_pick("SUBJECT_THREAD_PATTERNS", secrets, DEFAULT_SUBJECT_THREAD_PATTERNS)),
         subject_thread_query=_pick("SUBJECT_THREAD_QUERY", secrets),
+        aes_keys=_aes_keys(secrets),
         demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
     )

@@ -63,6 +63,28 @@ class SchemaMismatch(RuntimeError):
     """The database is not the one this code's schema expects; the message says why and what to do."""
 
 
+# ShallowPostgresSaver's tables have the same names as PostgresSaver's, with no checkpoint_id (no history).
+SELECT_SHALLOW = """
+SELECT to_regclass('checkpoints') IS NOT NULL AND NOT EXISTS (
+    SELECT FROM information_schema.columns
+    WHERE table_schema = current_schema() AND table_name = 'checkpoints' AND column_name = 'checkpoint_id') AS shallow"""
+
+
+class ShallowCheckpointSchema(SchemaMismatch):
+    """The checkpoint tables were created by ShallowPostgresSaver: no history for the dashboard to read."""
+
+
+def check_not_shallow(conn: psycopg.Connection) -> None:
+    """Raise ShallowCheckpointSchema, before anything is created, on ShallowPostgresSaver's schema."""
+    if conn.execute(SELECT_SHALLOW).fetchone()["shallow"]:
+        raise ShallowCheckpointSchema(
+            "the checkpoint tables were created by ShallowPostgresSaver (deprecated): they keep only the latest "
+            "checkpoint of each thread, with no checkpoint_id, history or pending writes per step. The dashboard's "
+            "checkpoint views, timeline, diff, tool-call extraction, residue scan and erasure evidence need "
+            "PostgresSaver's schema; nothing was changed. Migrate the agents to PostgresSaver (langgraph's "
+            "recommendation) or point the dashboard at another database.")
+
+
 class EmbeddingDimsMismatch(SchemaMismatch):
     """The configured embedding dims differ from the existing `store_vectors` column."""
 
@@ -208,6 +230,7 @@ def migrate(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> list[str]:
         _wait_for_lock(conn)
         try:
             check_dims(conn, dims)
+            check_not_shallow(conn)
             files = migration_files(sql_dir)
             legacy = check_applied(conn, files, pending_ok=True, sql_dir=sql_dir)
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")

@@ -11,6 +11,8 @@
 --   checkpoints, checkpoint_blobs, checkpoint_writes, core_conversations
 --                           attribution coverage (core.privacy.subjects.coverage), in the background
 --                           at most every 15 min, never at scrape time
+--   checkpoint_migrations   with the three checkpoint tables: the storage-format fingerprint
+--                           (core.checkpoints.formats), in the background like the coverage
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agent_memory_exporter') THEN
@@ -22,7 +24,8 @@ ALTER ROLE agent_memory_exporter SET default_transaction_read_only = on;
 GRANT USAGE ON SCHEMA public TO agent_memory_exporter;
 GRANT SELECT ON core_replica_heartbeat, store, core_expiry_days, core_sweep_log, core_erasure_register,
     core_prefix_counts TO agent_memory_exporter;
-GRANT SELECT ON checkpoints, checkpoint_blobs, checkpoint_writes, core_conversations TO agent_memory_exporter;
+GRANT SELECT ON checkpoints, checkpoint_blobs, checkpoint_writes, checkpoint_migrations, core_conversations
+    TO agent_memory_exporter;
 
 -- Our functions are not executable by PUBLIC (migration 050); the coverage reads the SQL decoder through our
 -- views. Definer functions are triggers only and stay out. Re-run this file after a migration adds functions.

@@ -348,7 +348,9 @@ def test_other_blob_types(ckpt_db):
     kinds = ckpt_db.fetch_one("SELECT core_checkpoint_messages(%s::jsonb) AS m", (json.dumps([lc]),))["m"]
     assert kinds == [{"kind": "human", "content": "hola"}]
     pickled = sql_payload(ckpt_db, "pickle", b"\x80\x04K\x01.")
-    assert pickled["undecodable"] == "blob type pickle is never decoded here"
+    # never unpickled: refused, like a constructor outside the allowlist (migration 065)
+    assert pickled == {"type": "pickle", "refused": True, "blob_type": "pickle", "size": 5}
+    assert sql_payload(ckpt_db, "avro", b"x")["undecodable"] == "blob type avro is never decoded here"
 
 
 CORRUPT = {

@@ -62,9 +62,11 @@ def show_residue(residue: res.Residue | None) -> None:
         st.caption(t("erasure_residue_caption"))
     for n, thread_id in enumerate(residue.proposed):
         matches = residue.matches_of(thread_id)
-        first = matches[0]
         with st.container(border=True):
-            st.markdown(t("erasure_residue_thread", thread=thread_id, term=first.term, kind=first.kind))
+            if not matches:  # encrypted rows no configured key opens (core.privacy.residue: not_scanned)
+                st.warning(t("erasure_residue_not_scanned", thread=thread_id), icon=":material/lock:")
+            else:
+                st.markdown(t("erasure_residue_thread", thread=thread_id, term=matches[0].term, kind=matches[0].kind))
             st.dataframe(pd.DataFrame({
                 t("erasure_col_term"): [m.term for m in matches],
                 t("erasure_col_customers"): [_holders(m.customers) for m in matches],

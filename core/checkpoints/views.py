@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.checkpoints import formats
 from core.db import Database
 
 RECENT_WINDOW = 5000  # newest checkpoints scanned (by the ts index) to list recently active threads
@@ -203,10 +204,35 @@ def step_writes(db: Database, thread_id: str, checkpoint_id: str | None = None) 
     if not _usable(thread_id):
         return pd.DataFrame(columns=WRITES_COLUMNS)
     rows = db.fetch(SELECT_WRITES, {"thread_id": thread_id, "checkpoint_id": checkpoint_id})
+    if any(formats.is_encrypted(r["blob_type"]) for r in rows):
+        rows = _decrypted(db, thread_id, rows)
     df = pd.DataFrame(rows, columns=WRITES_COLUMNS)
     for column in ("tool_calls", "payload"):
         df[column] = df[column].map(_json_text)
     return df
+
+
+def _decrypted(db: Database, thread_id: str, rows: list[dict]) -> list[dict]:
+    """`rows` with the encrypted writes a configured key opens decoded in Python (core.checkpoints.formats);
+    the others keep the SQL decoder's `encrypted` marker."""
+    decryptor = formats.decryptor()
+    with db.connection() as conn:
+        opened = formats.decrypted_writes(conn, decryptor, [thread_id])
+    out = []
+    for r in rows:
+        key = (thread_id, r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"])
+        if key in opened:
+            payload = opened[key]
+            msgs = formats.messages_of(payload)
+            calls = [c for m in msgs for c in m.get("tool_calls", [])]
+            r = {**r, "payload": payload, "undecodable": None, "refused_type": formats.refused_type(payload),
+                 "message_kind": ",".join(m["kind"] for m in msgs) or None,
+                 "tool_name": ",".join(m["tool_name"] for m in msgs if m.get("tool_name")) or None,
+                 "tool_calls": calls or None,
+                 "content": " | ".join(m["content"] if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
+                                       for m in msgs) or None}
+        out.append(r)
+    return out
 
 
 def checkpoint_diff(db: Database, thread_id: str, old_checkpoint_id: str, new_checkpoint_id: str,

@@ -11,7 +11,8 @@ count is an index-only range scan of `core_store_expires_at_prefix_idx` (expired
 query touches the checkpoint tables at scrape time. The attribution coverage
 (`core.privacy.subjects.coverage`, which reads the three checkpoint tables) is too costly for a scrape:
 it is computed in a background thread at most every COVERAGE_EVERY_S and exposed with the time it was
-computed (`agent_memory_attribution_computed_timestamp_seconds`). While PostgreSQL is unreachable it exposes
+computed (`agent_memory_attribution_computed_timestamp_seconds`); so is the checkpoint storage-format fingerprint
+(`core.checkpoints.formats`: encrypted, DeltaChannel, pickle, json, older rows; `agent_memory_checkpoint_*`). While PostgreSQL is unreachable it exposes
 `agent_memory_db_up 0` (and its own scrape duration), so the alert rules can tell "down" from "ok".
 
 Its role only reads (deploy/exporter-grants.sql).
@@ -23,7 +24,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -120,11 +121,15 @@ def database_metrics(conn: psycopg.Connection) -> list[Metric]:
     return out
 
 
-class CoverageCache:
-    """Attribution coverage, recomputed in the background at most every `every_s` seconds."""
+class BackgroundCache:
+    """A figure too costly for a scrape (it reads the checkpoint tables), recomputed in a background thread at
+    most every `every_s` seconds: `compute(db)` gives the value, `describe(value)` its (name, doc, value) gauges,
+    exposed with the time it was computed (`<stamp>_computed_timestamp_seconds`)."""
 
-    def __init__(self, dsn: str, every_s: float = COVERAGE_EVERY_S):
+    def __init__(self, dsn: str, every_s: float, compute: Callable[[Any], Any],
+                 describe: Callable[[Any], list[tuple[str, str, float]]], stamp: str):
         self.dsn, self.every_s = dsn, every_s
+        self.compute, self.describe, self.stamp = compute, describe, stamp
         self._lock = threading.Lock()
         self.value: Any = None
         self.computed_at = 0.0
@@ -133,17 +138,16 @@ class CoverageCache:
 
     def _refresh(self) -> None:
         from core.db import Database
-        from core.privacy.subjects import coverage
 
         db = Database(self.dsn)
         try:
-            value = coverage(db)
+            value = self.compute(db)
             with self._lock:
                 self.value, self.computed_at, self.error = value, time.time(), None
         except Exception as exc:  # noqa: BLE001 - reported in the log; the last value stays exposed
             with self._lock:
                 self.error = str(exc)
-            log.warning("attribution coverage not computed: %s", exc)
+            log.warning("%s not computed: %s", self.stamp, exc)
         finally:
             db.close()
 
@@ -152,22 +156,58 @@ class CoverageCache:
             due = time.monotonic() - self.started_at > self.every_s or not self.started_at
             if due:
                 self.started_at = time.monotonic()
-                threading.Thread(target=self._refresh, name="exporter-coverage", daemon=True).start()
+                threading.Thread(target=self._refresh, name=f"exporter-{self.stamp}", daemon=True).start()
             value, at = self.value, self.computed_at
         if value is None:
             return []
         out = []
-        for name, doc, v in (
-                ("attribution_threads", "Checkpoint threads (at the last coverage computation).", value.threads),
-                ("attribution_unattributed_threads", "Checkpoint threads no source attributes to a subject.",
-                 value.unattributed_threads),
-                ("attribution_bytes", "Bytes in the checkpoint tables.", value.bytes),
-                ("attribution_unattributed_bytes", "Bytes of the unattributed threads.", value.unattributed_bytes),
-                ("attribution_computed_timestamp_seconds", "Unix time the attribution coverage was computed.", at)):
+        for name, doc, v in [*self.describe(value),
+                             (f"{self.stamp}_computed_timestamp_seconds", f"Unix time the {self.stamp} figures "
+                              "were computed.", at)]:
             g = _gauge(name, doc)
             g.add_metric([], float(v))
             out.append(g)
         return out
+
+
+def _coverage(db: Any) -> Any:
+    from core.privacy.subjects import coverage
+
+    return coverage(db)
+
+
+def _coverage_gauges(value: Any) -> list[tuple[str, str, float]]:
+    return [("attribution_threads", "Checkpoint threads (at the last coverage computation).", value.threads),
+            ("attribution_unattributed_threads", "Checkpoint threads no source attributes to a subject.",
+             value.unattributed_threads),
+            ("attribution_bytes", "Bytes in the checkpoint tables.", value.bytes),
+            ("attribution_unattributed_bytes", "Bytes of the unattributed threads.", value.unattributed_bytes)]
+
+
+def _formats(db: Any) -> Any:
+    from core.checkpoints.formats import fingerprint
+
+    return fingerprint(db)
+
+
+def _formats_gauges(fp: Any) -> list[tuple[str, str, float]]:
+    """The storage-format fingerprint (core.checkpoints.formats): rows are checkpoint_blobs + checkpoint_writes."""
+    return [
+        ("checkpoint_migration_version", "langgraph's checkpoint schema version (max v of checkpoint_migrations).",
+         fp.migration_version or 0),
+        ("checkpoint_shallow_schema", "1 when the checkpoint tables are ShallowPostgresSaver's (no history).",
+         int(fp.shallow)),
+        ("checkpoint_encrypted_rows", "Encrypted checkpoint rows (EncryptedSerializer, e.g. msgpack+aes).",
+         fp.encrypted),
+        ("checkpoint_encrypted_threads", "Threads holding encrypted checkpoint rows.", fp.encrypted_threads),
+        ("checkpoint_delta_snapshots", "DeltaChannel snapshot blobs.", fp.delta_snapshots),
+        ("checkpoint_delta_checkpoints", "Checkpoints whose DeltaChannel values are rebuilt from writes.",
+         fp.delta_checkpoints),
+        ("checkpoint_pickle_rows", "Pickled checkpoint rows (pickle_fallback): never unpickled, refused.", fp.pickle),
+        ("checkpoint_json_rows", "Checkpoint rows of the old json type.", fp.json),
+        ("checkpoint_undecodable_rows", "Checkpoint rows of a blob type the decoder does not know.", fp.undecodable),
+        ("checkpoint_older_checkpoints", "Checkpoints of a format older than v4.", fp.older_checkpoints),
+    ]
 
 
 class DatabaseCollector(Collector):
@@ -176,7 +216,8 @@ class DatabaseCollector(Collector):
     def __init__(self, dsn: str, coverage_every_s: float = COVERAGE_EVERY_S):
         self.dsn = dsn
         self._lock = threading.Lock()
-        self.coverage = CoverageCache(dsn, coverage_every_s)
+        self.coverage = BackgroundCache(dsn, coverage_every_s, _coverage, _coverage_gauges, "attribution")
+        self.formats = BackgroundCache(dsn, coverage_every_s, _formats, _formats_gauges, "checkpoint_formats")
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -188,7 +229,7 @@ class DatabaseCollector(Collector):
                     conn.read_only = True
                     found = database_metrics(conn)
                 up.add_metric([], 1)
-                found += self.coverage.metrics()
+                found += self.coverage.metrics() + self.formats.metrics()
             except psycopg.Error as exc:
                 log.warning("exporter scrape could not read PostgreSQL: %s", exc)
                 found = []

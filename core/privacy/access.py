@@ -23,6 +23,7 @@ from typing import Any, Iterable
 import pandas as pd
 from psycopg.types.json import Jsonb
 
+from core.checkpoints import formats
 from core.db import Database
 from core.privacy import subjects
 from core.privacy.access_render import FORMATS, LANGS, render
@@ -139,6 +140,7 @@ class AccessReport:
     sources: dict[str, list[str]]
     unattributed_threads: int
     residue: list[dict]
+    formats: dict[str, Any] | None = None  # the storage formats of the customer's threads (core.checkpoints.formats)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -191,6 +193,16 @@ def _thread_messages(writes: Iterable[dict]) -> list[dict]:
     return out
 
 
+def _opened(write: dict, opened: dict[tuple, Any]) -> dict:
+    """An encrypted write as a configured key reads it (decrypted in Python, never stored), else as SQL gave it."""
+    key = (write["thread_id"], write["checkpoint_ns"], write["checkpoint_id"], write["task_id"], write["idx"])
+    if key not in opened:
+        return write
+    payload = opened[key]
+    return {**write, "messages": formats.messages_of(payload), "undecodable": None,
+            "refused_type": formats.refused_type(payload)}
+
+
 def _params(customer_id: str, threads: list[str]) -> dict[str, Any]:
     prefix = f"{ROOT}.{customer_id}"
     return {"prefix": prefix, "pattern": escape_like(prefix) + ".%", "cliente_id": customer_id, "root": ROOT,
@@ -210,8 +222,9 @@ def gather(db: Database, customer_id: str) -> AccessReport:
             documents = conn.execute(SELECT_DOCUMENTS, params).fetchall()
             summaries = {r["thread_id"]: r for r in conn.execute(SELECT_THREADS_SUMMARY, params).fetchall()}
             writes: dict[str, list[dict]] = {}
+            opened = formats.decrypted_writes(conn, formats.decryptor(), threads)
             for w in conn.execute(SELECT_WRITES, params).fetchall():
-                writes.setdefault(w["thread_id"], []).append(w)
+                writes.setdefault(w["thread_id"], []).append(_opened(w, opened))
             logs = {
                 "memory_writes": conn.execute(SELECT_MEMORY_WRITES, params).fetchall(),
                 "conversations": conn.execute(SELECT_CONVERSATIONS, params).fetchall(),
@@ -242,7 +255,16 @@ def gather(db: Database, customer_id: str) -> AccessReport:
                  "logs": list(LOG_SOURCES), "registers": ["core_erasure_register", "core_erasure_rechecks",
                                                           "core_access_register"]},
         unattributed_threads=attribution.unattributed_threads, residue=attribution.residue,
+        formats=_formats(db, threads),
     )
+
+
+def _formats(db: Database, threads: list[str]) -> dict[str, Any]:
+    """The customer's threads' storage formats, and how many encrypted rows no configured key opens."""
+    fp = formats.fingerprint(db, threads).to_json()
+    with db.connection() as conn:
+        opened = len(formats.decrypted_writes(conn, formats.decryptor(), threads))
+    return {**fp, "encrypted_writes_read": opened}
 
 
 # --- the access register ---------------------------------------------------------------------------

@@ -37,6 +37,7 @@ def export_document(report: AccessReport, *, requested_by: str, lang: str = "es"
             "sources_searched": report.sources,
             "counts": report.counts,
             "nothing_found": report.empty,
+            "storage_formats": report.formats,
             "coverage": {
                 "unattributed_threads": report.unattributed_threads,
                 "caveat": STRINGS[lang]["caveat"].format(n=report.unattributed_threads),
@@ -63,6 +64,7 @@ STRINGS = {
         "title": "Datos que los agentes guardan sobre el cliente {id}",
         "cover": "Portada", "requested_by": "Solicitado por", "generated_at": "Generado el",
         "sources": "Fuentes consultadas", "counts": "Recuentos", "coverage": "Cobertura",
+        "formats": "Formatos de almacenamiento de sus hilos",
         "caveat": "{n} hilos de conversación de la base de datos no pueden atribuirse a ningún sujeto con las fuentes "
                   "consultadas; si alguno fuera de este cliente, no está en esta exportación.",
         "nothing": "No hay ningún dato sobre este cliente en las fuentes consultadas.",
@@ -79,6 +81,7 @@ STRINGS = {
         "title": "Data the agents hold about customer {id}",
         "cover": "Cover", "requested_by": "Requested by", "generated_at": "Generated at",
         "sources": "Sources searched", "counts": "Counts", "coverage": "Coverage",
+        "formats": "Storage formats of their threads",
         "caveat": "{n} conversation threads in the database cannot be attributed to any subject by the sources "
                   "searched; if any of them is this customer's, it is not in this export.",
         "nothing": "There is no data about this customer in the sources searched.",
@@ -136,6 +139,8 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es") ->
              + "</ul>",
              f"<h3>{s['counts']}</h3><ul>" + "".join(f"<li>{_e(k)}: {v}</li>" for k, v in cover["counts"].items())
              + "</ul>",
+             f"<h3>{s['formats']}</h3><ul>" + "".join(f"<li>{_e(k)}: {_e(v)}</li>"
+                                                     for k, v in (cover["storage_formats"] or {}).items()) + "</ul>",
              f"<h3>{s['coverage']}</h3><p>{_e(cover['coverage']['caveat'])}</p>"
              f"<p>{_e(cover['coverage']['possible_threads_note'])}</p>"
              + _table(cover["coverage"]["possible_threads_not_included"], s)]

@@ -39,7 +39,8 @@ def _decide(residue: res.Residue, decisions: dict[str, Decision]) -> tuple[list[
     """(residue rows for the register, threads to erase, exclusions, undecided threads)."""
     rows, include, exclusions, undecided = [], set(), [], []
     for thread_id in residue.proposed:
-        terms = sorted({m.term for m in residue.matches_of(thread_id)})
+        terms = sorted({m.term for m in residue.matches_of(thread_id)}) or (
+            ["(not scanned: encrypted, no key opens it)"] if thread_id in residue.not_scanned else [])
         d = decisions.get(thread_id)
         if d is None:
             undecided.append(thread_id)

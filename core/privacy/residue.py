@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 import psycopg
 
+from core.checkpoints import formats
 from core.db import Database
 from core.memory.store import validate_label
 from core.privacy import raw_scan, token_index
@@ -147,11 +148,14 @@ class Residue:
     sql: str  # what the raw-bytes scan ran (raw_scan.describe)
     common_threads: list[str] = field(default_factory=list)  # threads read whose bytes hold a common term
     raw_threads: list[str] = field(default_factory=list)  # threads a distinctive term's raw bytes were found in
+    # unattributed threads holding encrypted rows no configured key opens: the scan could not read them
+    not_scanned: list[str] = field(default_factory=list)
 
     @property
     def proposed(self) -> list[str]:
-        """Threads matched by at least one distinctive (not common) term: the DPO decides each one."""
-        return sorted({m.thread_id for m in self.matches if not m.common})
+        """Threads matched by at least one distinctive (not common) term, and threads the scan could not read
+        (`not_scanned`): the DPO decides each one."""
+        return sorted({m.thread_id for m in self.matches if not m.common} | set(self.not_scanned))
 
     @property
     def common_only(self) -> list[str]:
@@ -210,11 +214,13 @@ def customer_terms(conn: psycopg.Connection, customer_id: str, extra_values: Ite
 
 
 def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterable[str],
-                 terms: list[Term] | None = None, count_common: bool = True) -> Residue:
+                 terms: list[Term] | None = None, count_common: bool = True,
+                 decryptor: formats.Decryptor | None = None) -> Residue:
     """The residue of `customer_id` outside the `attributed` threads. Threads are read where the token index
     says a distinctive term may be (common terms never propose a thread); each common term's threads are then
     counted through the index (`count_common=False` skips that, leaving them None: an erasure does not need them,
-    and at 10M counting 2,505 common terms took 3.4-7 s of a 6.3 s preview)."""
+    and at 10M counting 2,505 common terms took 3.4-7 s of a 6.3 s preview). Encrypted rows are decrypted in
+    Python with `decryptor` (default: the configured keys); a thread with rows no key opens is `not_scanned`."""
     customer_id = validate_label(customer_id, "customer id")
     attributed = set(attributed)
     terms = terms if terms is not None else customer_terms(conn, customer_id)
@@ -241,6 +247,15 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
             hit = next(((text, m) for text in texts if (m := rx.search(text))), None)
             if hit is not None:
                 matches.append(ResidueMatch(thread_id, term, t.kind, t.customers, False, _snippet(*hit)))
+    # encrypted rows: the raw bytes hold no term; read in Python with the configured keys, or named as not scanned
+    opened, not_scanned = formats.encrypted_texts(conn, decryptor or formats.decryptor(), attributed)
+    distinctive_terms = [t for t in terms if not t.common]
+    for thread_id, texts in sorted(opened.items()):
+        for t in distinctive_terms:
+            rx = token_regex(t.term)
+            hit = next(((text, m) for text in texts if (m := rx.search(text))), None)
+            if hit is not None and not any(m.thread_id == thread_id and m.term == t.term for m in matches):
+                matches.append(ResidueMatch(thread_id, t.term, t.kind, t.customers, False, _snippet(*hit)))
     confirmed: dict[str, int] = {}
     for m in matches:
         confirmed[m.term] = confirmed.get(m.term, 0) + 1
@@ -257,7 +272,7 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
     common_threads = sorted({th for t in terms if t.common for th in raw_threads.get(t.term, ())})
     raw_distinctive = sorted({th for t in terms if not t.common for th in raw_threads.get(t.term, ())})
     return Residue(customer_id, terms, matches, len(pairs), ran, common_threads,
-                   raw_distinctive)
+                   raw_distinctive, not_scanned)
 
 
 def residue_scan(db: Database, customer_id: str, config: Attribution | None = None,

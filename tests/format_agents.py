@@ -1,0 +1,124 @@
+"""Threads written by langgraph's own classes in each storage format (issue 28): a DeltaChannel graph, an agent
+whose saver has an EncryptedSerializer, a saver with a `pickle_fallback` serializer, and ShallowPostgresSaver."""
+from __future__ import annotations
+
+import warnings
+from typing import Annotated, TypedDict
+
+import psycopg
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import _messages_delta_reducer
+from psycopg.rows import dict_row
+
+AES_KEY = "clave-de-16-byte"  # 16 bytes, as LANGGRAPH_AES_KEY is read
+OLD_AES_KEY = "clave-antigua-de-24-byte"
+
+
+def _conn(dsn: str) -> psycopg.Connection:
+    return psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+
+
+def _concat(state: list, writes: list) -> list:
+    out = list(state)
+    for w in writes:
+        out.extend(w if isinstance(w, list) else [w])
+    return out
+
+
+class DeltaState(TypedDict):
+    items: Annotated[list, DeltaChannel(_concat, snapshot_frequency=3)]
+    messages: Annotated[list, DeltaChannel(_messages_delta_reducer, snapshot_frequency=3)]
+
+
+def _answer(state: DeltaState) -> dict:
+    n = len(state["items"])
+    update = {"items": [f"item-{n}"], "messages": [AIMessage(content=f"respuesta {n} para C77", id=f"ai-{n}")]}
+    if n == 3:  # a RemoveMessage through the delta reducer
+        update["messages"].append(RemoveMessage(id="ai-1"))
+    return update
+
+
+def delta_thread(dsn: str, thread_id: str, turns: int = 5) -> dict:
+    """`turns` invocations of a DeltaChannel graph (snapshots every 3 updates) on a stock PostgresSaver;
+    returns langgraph's own state at the latest checkpoint: {"items": [...], "messages": [(id, content)]}."""
+    graph = StateGraph(DeltaState)
+    graph.add_node("answer", _answer)
+    graph.add_edge(START, "answer")
+    graph.add_edge("answer", END)
+    with _conn(dsn) as conn:
+        app = graph.compile(checkpointer=PostgresSaver(conn))
+        config = {"configurable": {"thread_id": thread_id}}
+        for i in range(turns):
+            app.invoke({"items": [f"in-{i}"], "messages": [HumanMessage(content=f"hola {i}", id=f"h-{i}")]}, config)
+        values = app.get_state(config).values
+    return {"items": values["items"], "messages": [(m.id, m.content) for m in values["messages"]]}
+
+
+def delta_state_at(dsn: str, thread_id: str, checkpoint_id: str) -> dict:
+    """langgraph's own state of a DeltaChannel thread at one checkpoint."""
+    graph = StateGraph(DeltaState)
+    graph.add_node("answer", _answer)
+    graph.add_edge(START, "answer")
+    graph.add_edge("answer", END)
+    with _conn(dsn) as conn:
+        app = graph.compile(checkpointer=PostgresSaver(conn))
+        values = app.get_state({"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id}}).values
+    return {"items": values.get("items", []), "messages": [(m.id, m.content) for m in values.get("messages", [])]}
+
+
+def encrypted_agent(dsn: str, thread_id: str, text: str, key: str = AES_KEY) -> None:
+    """A chat agent (a StateGraph with add_messages) whose saver encrypts with EncryptedSerializer."""
+    from langgraph.graph import MessagesState
+
+    def reply(state: MessagesState) -> dict:
+        return {"messages": [AIMessage(content=f"anotado: {state['messages'][-1].content}")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("reply", reply)
+    graph.add_edge(START, "reply")
+    graph.add_edge("reply", END)
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=key.encode())
+    with _conn(dsn) as conn:
+        app = graph.compile(checkpointer=PostgresSaver(conn, serde=serde))
+        app.invoke({"messages": [HumanMessage(content=text)]}, {"configurable": {"thread_id": thread_id}})
+
+
+class Unmsgpackable:
+    """An object msgpack cannot encode: with `pickle_fallback=True` langgraph pickles it."""
+
+    def __init__(self, note: str):
+        self.note = note
+
+
+def pickle_thread(dsn: str, thread_id: str) -> None:
+    """A checkpoint whose channel value and one pending write were pickled by JsonPlusSerializer's fallback."""
+    serde = JsonPlusSerializer(pickle_fallback=True)
+    with _conn(dsn) as conn:
+        saver = PostgresSaver(conn, serde=serde)
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"objeto": Unmsgpackable("valor"), "texto": "hola"}
+        checkpoint["channel_versions"] = {"objeto": 1, "texto": 1}
+        saved = saver.put(config, checkpoint, {"source": "loop", "step": 1}, {"objeto": 1, "texto": 1})
+        saver.put_writes(saved, [("objeto", Unmsgpackable("escrito")), ("texto", "adiós")], task_id="t-pickle")
+
+
+def shallow_database(dsn: str, thread_id: str) -> None:
+    """ShallowPostgresSaver's schema (deprecated, still shipped) with one checkpoint."""
+    from langgraph.checkpoint.postgres.shallow import ShallowPostgresSaver
+
+    with _conn(dsn) as conn, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        saver = ShallowPostgresSaver(conn)
+        saver.setup()
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": ["hola"]}
+        checkpoint["channel_versions"] = {"messages": 1}
+        saver.put(config, checkpoint, {"source": "loop", "step": 1}, {"messages": 1})
