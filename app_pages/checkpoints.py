@@ -58,7 +58,7 @@ def storage_view() -> None:
         st.caption(t("ckpt_totals_live"))
     else:
         st.caption(t("ckpt_totals_as_of", at=f"{pd.Timestamp(as_of).tz_convert('UTC'):%Y-%m-%d %H:%M} UTC"))
-    formats_panel(read(formats.fingerprint))
+    formats_panel()
     st.subheader(t("ckpt_largest", n=LARGEST_N))
     largest = read(views.largest_threads, LARGEST_N)
     if largest.empty:
@@ -78,10 +78,22 @@ def storage_view() -> None:
 # --- storage formats (issue 28) ---------------------------------------------------------------------------
 
 
-def formats_panel(fp: formats.Fingerprint) -> None:
-    """The database's storage formats: what is read differently, and what cannot be read without a key."""
+FORMATS_KEY = "checkpoints.formats"
+
+
+def formats_panel() -> None:
+    """The database's storage formats: what is read differently, and what cannot be read without a key. Reading
+    them scans the first bytes of every blob and write, so only on request (at 10M writes a page render must not
+    pay for it), shown with the time it was read."""
     st.subheader(t("ckpt_fmt_title"))
     st.caption(t("ckpt_fmt_caption"))
+    if st.button(t("ckpt_fmt_read"), key=f"{FORMATS_KEY}.read"):
+        st.session_state[FORMATS_KEY] = (pd.Timestamp.now(tz="UTC"), read(formats.fingerprint))
+    if FORMATS_KEY not in st.session_state:
+        st.caption(t("ckpt_fmt_not_read"))
+        return
+    at, fp = st.session_state[FORMATS_KEY]
+    st.caption(t("ckpt_fmt_as_of", at=f"{at:%Y-%m-%d %H:%M:%S} UTC"))
     c = st.columns(6)
     c[0].metric(t("ckpt_fmt_migration"), "—" if fp.migration_version is None else f"v{fp.migration_version}")
     c[1].metric(t("ckpt_fmt_encrypted"), f"{fp.encrypted:,} ({fp.encrypted_threads:,})")

@@ -106,6 +106,12 @@ def test_the_storage_view_shows_the_fingerprint_and_the_missing_key(formats_db, 
     at = _page(formats_db.dsn, app_env)
     at.radio(key="checkpoints.view").set_value("storage").run()
     assert not at.exception
+    # read on request only (a scan of every blob and write): not read, then read with its time
+    assert not any("filas cifradas" in w.value for w in at.warning)
+    assert any(c.value.startswith("Sin leer") for c in at.caption)
+    at.button(key="checkpoints.formats.read").click().run()
+    assert not at.exception
+    assert any(c.value.startswith("Leídos a las") for c in at.caption)
     assert metric(at, "Cifradas (hilos)") == f"{fp.encrypted:,} (2)"
     assert metric(at, "Pickle (rechazadas)") == "2"
     assert metric(at, "Delta: instantáneas / checkpoints sin valor") == f"{fp.delta_snapshots} / {fp.delta_checkpoints}"
