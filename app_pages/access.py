@@ -18,6 +18,7 @@ from core.memory.store import InvalidIdentifier
 from core.privacy import access
 from ui.common import call_now, get_db, require_role
 from ui.i18n import LANGUAGES, lang, t
+from ui.safe import md, md_code
 
 ID_KEY = "access.customer"
 SUMMARY_KEY = "access.summary"
@@ -47,7 +48,7 @@ def read_summary(customer_id: str) -> Summary | None:
     try:
         report = call_now(access.gather, customer_id)
     except InvalidIdentifier as exc:
-        st.error(str(exc))
+        st.error(md(exc))
         return None
     return Summary(report.customer_id, report.namespace_prefix, report.counts, report.empty,
                    report.unattributed_threads, report.sources, time.strftime("%H:%M:%S"))
@@ -70,7 +71,7 @@ if customer_id and (refresh or summary is None or summary.customer_id != custome
 if not customer_id or summary is None or summary.customer_id != customer_id:
     st.stop()
 
-st.subheader(t("access_counts_title", prefix=summary.prefix))
+st.subheader(t("access_counts_title", prefix=md_code(summary.prefix)))
 st.caption(t("access_read_at", at=summary.read_at))
 left, right = st.columns([1, 1])
 with left:
@@ -79,9 +80,9 @@ with left:
 with right:
     st.markdown(f"**{t('access_sources')}**")
     for kind, names in summary.sources.items():
-        st.caption(f"{kind}: " + ", ".join(f"`{n}`" for n in names))
+        st.caption(f"{md(kind)}: " + ", ".join(md_code(n) for n in names))
 if summary.empty:
-    st.info(t("access_nothing", id=summary.customer_id))
+    st.info(t("access_nothing", id=md(summary.customer_id)))
 st.warning(t("access_caveat", n=summary.unattributed), icon=":material/visibility_off:")
 
 if FORMAT_KEY not in st.session_state:
@@ -115,7 +116,7 @@ def registered_exports(cid: str) -> None:
     exports = call_now(access.register, 20, cid)
     if exports.empty:
         return
-    st.subheader(t("access_exports_of", id=cid))
+    st.subheader(t("access_exports_of", id=md(cid)))
     st.dataframe(exports[["id", "exported_at", "operator", "format", "lang", "size_bytes", "sha256"]], hide_index=True,
                  key="access.exports", column_config={
                      "id": st.column_config.NumberColumn("#", format="%d"),

@@ -13,6 +13,7 @@ from core.checkpoints import formats, storage, views
 from core.privacy import subjects as subj
 from ui.attribution import coverage_notice
 from ui.common import read, read_or_unknown, require_role, settings
+from ui.safe import md, md_code, plot_frame
 from ui.tables import table
 from ui.i18n import t
 
@@ -66,7 +67,7 @@ def storage_view() -> None:
         return
     parts = largest.iloc[::-1].melt(id_vars="thread_id", value_vars=["checkpoint_bytes", "blob_bytes", "write_bytes"],
                                     var_name="table", value_name="bytes")
-    fig = px.bar(parts, x="bytes", y="thread_id", color="table", orientation="h",
+    fig = px.bar(plot_frame(parts), x="bytes", y="thread_id", color="table", orientation="h",
                  labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
     fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10))
     st.plotly_chart(fig, key="checkpoints.largest_chart")
@@ -139,7 +140,7 @@ def search() -> None:
             coverage_notice(read_or_unknown(subj.coverage, attribution))
             found = read(views.threads_of_customer, customer, config=attribution)
             if found.empty:
-                st.info(t("ckpt_no_customer", q=customer))
+                st.info(t("ckpt_no_customer", q=md(customer)))
                 return
         else:
             found = read(views.recent_threads)
@@ -155,7 +156,7 @@ def timeline_chart(timeline: pd.DataFrame) -> None:
     st.subheader(t("ckpt_timeline"))
     fig = go.Figure(go.Scatter(x=timeline["ts"], y=timeline["step"], mode="lines",
                                line=dict(color="#bbbbbb"), showlegend=False, hoverinfo="skip"))
-    dots = px.scatter(timeline, x="ts", y="step", color="source", color_discrete_map=SOURCE_COLORS,
+    dots = px.scatter(plot_frame(timeline), x="ts", y="step", color="source", color_discrete_map=SOURCE_COLORS,
                       hover_data=["checkpoint_id", "updated_channels", "tools", "pending_writes"])
     dots.update_traces(marker=dict(size=11))
     for trace in dots.data:
@@ -186,17 +187,18 @@ def messages(writes: pd.DataFrame) -> None:
             if _present(row.refused_type) or not _present(row.message_kind):
                 with st.chat_message("refused", avatar=":material/block:"):
                     if _present(row.refused_type):
-                        st.error(t("ckpt_refused_message", type=row.refused_type, step=row.step, channel=row.channel),
+                        st.error(t("ckpt_refused_message", type=md_code(row.refused_type), step=row.step,
+                                   channel=md_code(row.channel)),
                                  icon=":material/block:")
                     else:
-                        st.error(t("ckpt_undecodable_message", reason=row.undecodable, step=row.step),
+                        st.error(t("ckpt_undecodable_message", reason=md(row.undecodable), step=row.step),
                                  icon=":material/warning:")
                 continue
             kind = row.message_kind.split(",")[0]
             with st.chat_message(kind, avatar=KIND_AVATAR.get(kind)):
-                head = f"**{row.message_kind}** · {t('ckpt_step')} {row.step}"
+                head = f"**{md(row.message_kind)}** · {t('ckpt_step')} {row.step}"
                 if _present(row.tool_name):
-                    head += f" · `{row.tool_name}`"
+                    head += f" · {md_code(row.tool_name)}"
                 st.markdown(head)
                 if _present(row.content):
                     st.text(row.content)
@@ -253,12 +255,12 @@ def thread_view() -> None:
     st.query_params["thread"] = thread_id
     found = read(views.find_thread, thread_id)
     if found.empty:
-        st.info(t("ckpt_no_thread", q=thread_id))
+        st.info(t("ckpt_no_thread", q=md(thread_id)))
         return
     summary = found.iloc[0]
     storage = read(views.thread_storage, thread_id)
     c = st.columns(6)
-    c[0].metric(t("ckpt_customer"), summary["cliente_id"] or "—")
+    c[0].metric(t("ckpt_customer"), md(summary["cliente_id"] or "—"))
     c[1].metric(t("ckpt_checkpoints"), f"{storage['checkpoints']:,}")
     c[2].metric(t("ckpt_steps"), f"{summary['last_step']}")
     c[3].metric(t("ckpt_writes"), f"{storage['writes']:,}")
@@ -274,7 +276,7 @@ def thread_view() -> None:
         types = sorted({x for v in refused["refused_writes"].dropna().tolist() + refused["refused_value"].dropna().tolist()
                         for x in v.split(",")})
         st.error(t("ckpt_refused", n=len(refused), steps=", ".join(str(s) for s in refused["step"].tolist()),
-                   types=", ".join(f"`{x}`" for x in types)), icon=":material/block:")
+                   types=", ".join(md_code(x) for x in types)), icon=":material/block:")
     timeline_chart(timeline)
     table(timeline, key="checkpoints.timeline",
           columns=["step", "ts", "source", "updated_channels", "tools", "pending_writes",

@@ -22,6 +22,7 @@ from core.db import Database, DatabaseUnavailable
 from ui.common import get_db, require_role, secrets
 from ui.tables import table
 from ui.i18n import lang, t
+from ui.safe import md, plot_frame
 
 REFRESH_S = 5
 READ_DEADLINE_S = 4  # a hung server blocks a query forever: the page stops waiting after this
@@ -91,7 +92,7 @@ def tiles(reading: Reading, states: pd.DataFrame, probe) -> None:
     c[2].metric(t("degr_silent"), int(count.get("silent", 0)))
     c[4].metric(t("degr_unknown"), int(count.get("unknown", 0)))
     c[3].metric(t("degr_probe"), t("degr_probe_ok", ms=probe.latency_ms) if probe.ok else t("degr_probe_down"),
-                help=f"PostgreSQL {probe.server_version}" if probe.ok else probe.error)
+                help=md(f"PostgreSQL {probe.server_version}" if probe.ok else probe.error))
     c = st.columns(4)
     c[0].metric(t("degr_episodes"), s.get("episodes", 0))
     c[1].metric(t("degr_denials"), s.get("denials", 0))
@@ -149,7 +150,7 @@ def episodes_timeline(reading: Reading) -> None:
     # the database's timestamps and the ongoing bar's "now" must be one dtype for plotly
     for column in ("degraded_from", "degraded_to"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
-    fig = px.timeline(frame, x_start="degraded_from", x_end="degraded_to", y="replica_id", color="status",
+    fig = px.timeline(plot_frame(frame), x_start="degraded_from", x_end="degraded_to", y="replica_id", color="status",
                       color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"],
                                           t("degr_ongoing"): STATE_COLORS["ongoing"]},
                       # an ongoing episode alone has no reason, resync or denials yet
@@ -214,14 +215,14 @@ def live() -> None:
     else:
         reading = last_good.get(db.dsn)
         if reading is None:
-            st.error(t("degr_db_down_never", error=error), icon=":material/cloud_off:")
+            st.error(t("degr_db_down_never", error=md(error)), icon=":material/cloud_off:")
         else:
-            st.error(t("degr_db_down", error=error, at=_clock(reading.at), ago=int(time.time() - reading.at)),
+            st.error(t("degr_db_down", error=md(error), at=_clock(reading.at), ago=int(time.time() - reading.at)),
                      icon=":material/cloud_off:")
     try:
         endpoints = replica_view.read_endpoints(replica_view.configured_endpoints(secrets()))
     except replica_view.BadEndpoints as exc:
-        st.error(str(exc))
+        st.error(md(exc))
         endpoints = None
     if reading is None and (endpoints is None or endpoints.empty):
         return

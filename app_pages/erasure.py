@@ -14,6 +14,7 @@ from ui.common import call_now, forget_all, read, read_or_unknown, require_role,
 from ui.attribution import coverage_notice, decisions_of, show_residue, show_sources
 from ui.tables import table
 from ui.i18n import t
+from ui.safe import md, md_code
 
 ID_KEY = "erasure.customer"
 PREVIEW_KEY = "erasure.preview_result"
@@ -37,7 +38,7 @@ def _close_dialog() -> None:
 
 @st.dialog(t("erasure_confirm_title"), on_dismiss=_close_dialog)
 def confirm(preview: evidence.Preview, decisions: dict) -> None:
-    st.markdown(t("erasure_confirm_body", total=f"{preview.total:,}", id=preview.customer_id))
+    st.markdown(t("erasure_confirm_body", total=f"{preview.total:,}", id=md(preview.customer_id)))
     typed = st.text_input(t("erasure_confirm_input"), key="erasure.confirm_id")
     if st.button(t("erasure_confirm_button"), key="erasure.confirm", type="primary", icon=":material/delete_forever:"):
         if typed != preview.customer_id:
@@ -59,34 +60,34 @@ def run_erasure(customer_id: str, decisions: dict) -> None:
         "done": lambda p: t("erasure_step_done"),
     }
     st.session_state[RUNNING_KEY] = customer_id
-    with st.status(t("erasure_running", id=customer_id), expanded=True) as status:
+    with st.status(t("erasure_running", id=md(customer_id)), expanded=True) as status:
         try:
             # a click meanwhile makes status.write raise Streamlit's rerun: core records `interrupted`
             result = call_now(erasure.erase, customer_id, operator=operator, decisions=decisions, config=attribution,
                               progress=lambda p: status.write(step_text[p.step](p)))
         except Exception as exc:  # recorded as failed by core; shown, never hidden
-            status.update(label=t("erasure_failed", error=exc), state="error")
+            status.update(label=t("erasure_failed", error=md(exc)), state="error")
             st.session_state[FAILED_KEY] = f"{type(exc).__name__}: {exc}"
             st.session_state.pop(RUNNING_KEY, None)
             return
-        status.update(label=t("erasure_done_label", id=customer_id),
+        status.update(label=t("erasure_done_label", id=md(customer_id)),
                       state="complete" if result.complete else "error", expanded=False)
     st.session_state.pop(RUNNING_KEY, None)
     forget_all()  # every store figure on the other pages may have changed
     st.session_state[RESULT_KEY] = result
-    st.toast(t("erasure_toast", id=customer_id, rid=result.request_id), icon=":material/task_alt:")
+    st.toast(t("erasure_toast", id=md(customer_id), rid=result.request_id), icon=":material/task_alt:")
 
 
 def show_result(result: erasure.ErasureResult) -> None:
     if result.complete and result.exclusions:
-        named = "; ".join(f"`{e['thread_id']}` ({e['reason']})" for e in result.exclusions)
+        named = "; ".join(f"{md_code(e['thread_id'])} ({md(e['reason'])})" for e in result.exclusions)
         st.warning(t("erasure_exclusions", report=named), icon=":material/rule:")
     elif result.complete:
-        st.success(t("erasure_complete", id=result.customer_id), icon=":material/verified:")
+        st.success(t("erasure_complete", id=md(result.customer_id)), icon=":material/verified:")
     else:
-        st.error(t("erasure_incomplete", id=result.customer_id, report=result.report))
+        st.error(t("erasure_incomplete", id=md(result.customer_id), report=md(result.report)))
     seconds = (result.finished_at - result.requested_at).total_seconds() if result.finished_at else float("nan")
-    st.caption(t("erasure_request", rid=result.request_id, operator=result.operator, passes=result.passes,
+    st.caption(t("erasure_request", rid=result.request_id, operator=md(result.operator), passes=result.passes,
                  seconds=seconds))
 
     st.subheader(t("erasure_evidence_title"))
@@ -129,7 +130,7 @@ coverage_notice(read_or_unknown(subj.coverage, attribution))
 
 cut_short = st.session_state.pop(RUNNING_KEY, None)
 if cut_short:  # the previous run was cut short mid-erasure by a click: core recorded it as interrupted
-    st.warning(t("erasure_interrupted", id=cut_short), icon=":material/pause_circle:")
+    st.warning(t("erasure_interrupted", id=md(cut_short)), icon=":material/pause_circle:")
     st.page_link("app_pages/erasure_register.py", label=t("erasure_to_register"), icon=":material/fact_check:")
 
 pending = st.session_state.pop(PENDING_KEY, None)
@@ -153,12 +154,12 @@ if st.button(t("erasure_preview"), key="erasure.preview", icon=":material/previe
         keep_preview(customer_id)
     except InvalidIdentifier as exc:
         st.session_state.pop(PREVIEW_KEY, None)
-        st.error(str(exc))
+        st.error(md(exc))
 
 stored = st.session_state.get(PREVIEW_KEY)
 preview, read_at = stored if stored else (None, None)
 if preview is not None and preview.customer_id == customer_id:
-    st.subheader(t("erasure_preview_title", prefix=preview.namespace_prefix))
+    st.subheader(t("erasure_preview_title", prefix=md_code(preview.namespace_prefix)))
     st.caption(t("erasure_preview_at", at=read_at))
     left, right = st.columns(2)
     with left:
@@ -176,7 +177,7 @@ if preview is not None and preview.customer_id == customer_id:
             st.rerun()
     decisions, undecided = decisions_of(preview.residue)
     if preview.total == 0 and not preview.residue_threads:
-        st.info(t("erasure_nothing", id=preview.customer_id))
+        st.info(t("erasure_nothing", id=md(preview.customer_id)))
     if undecided:
         st.warning(t("erasure_residue_undecided", n=undecided))
     if st.button(t("erasure_start"), key="erasure.start", type="primary", icon=":material/delete_forever:",
@@ -186,7 +187,7 @@ if preview is not None and preview.customer_id == customer_id:
         confirm(preview, decisions)
 
 if FAILED_KEY in st.session_state:
-    st.error(t("erasure_failed", error=st.session_state[FAILED_KEY]))
+    st.error(t("erasure_failed", error=md(st.session_state[FAILED_KEY])))
 result = st.session_state.get(RESULT_KEY)
 if result is not None:
     show_result(result)

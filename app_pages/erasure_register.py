@@ -11,6 +11,7 @@ from ui.common import call_now, forget_all, require_role
 from ui.tables import table
 from ui.i18n import t
 from ui.registers import verify_button
+from ui.safe import md
 
 PICK_KEY = "erasure_register.request"
 NOTICE_KEY = "erasure_register.notice"
@@ -22,7 +23,7 @@ operator = user.email or "local"
 
 
 def _dirty_text(result: erasure_register.RecheckResult) -> str:
-    return ", ".join(f"{table}={n}" for table, n in result.counts.items() if n)
+    return ", ".join(f"{md(table)}={n}" for table, n in result.counts.items() if n)
 
 
 st.title(t("erasure_register_title"))
@@ -87,7 +88,7 @@ if st.session_state.get(PICK_KEY) not in labels:
 request_id = st.selectbox(t("erasure_pick"), list(labels), format_func=labels.get, key=PICK_KEY)
 row = requests.set_index("id").loc[request_id]
 if row["report"]:
-    st.warning(row["report"])
+    st.warning(md(row["report"]))
 
 left, right = st.columns([1, 1])
 with left:
@@ -97,7 +98,7 @@ with left:
         if result.clean:
             st.session_state[NOTICE_KEY] = ("ok", t("erasure_recheck_clean", at=f"{result.checked_at:%Y-%m-%d %H:%M:%S %Z}"))
         else:
-            st.session_state[NOTICE_KEY] = ("error", t("erasure_recheck_dirty", id=result.customer_id,
+            st.session_state[NOTICE_KEY] = ("error", t("erasure_recheck_dirty", id=md(result.customer_id),
                                                        counts=_dirty_text(result)))
         st.rerun()
 with right:
@@ -109,11 +110,11 @@ with right:
 if row["resumable"]:
     st.caption(t("erasure_resume_help"))
     if st.button(t("erasure_resume_button"), key="erasure_register.resume", icon=":material/play_circle:"):
-        with st.spinner(t("erasure_running", id=row["customer_id"])):
+        with st.spinner(t("erasure_running", id=md(row["customer_id"]))):
             resumed = call_now(erasure.resume, request_id, operator=operator)
         forget_all()
         st.session_state[NOTICE_KEY] = ("ok" if resumed.complete else "error",
-                                        t("erasure_resumed", rid=resumed.request_id, status=resumed.status))
+                                        t("erasure_resumed", rid=resumed.request_id, status=md(resumed.status)))
         st.session_state[NEXT_PICK_KEY] = resumed.request_id  # picked before the selectbox exists, next run
         st.rerun()
 if row["came_back"] or row["status"] != "complete":

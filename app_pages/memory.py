@@ -12,6 +12,7 @@ from core.memory import reads
 from core.memory.embeddings import embeddings_label
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from ui.common import ROOT_COLORS, read, require_role, settings
+from ui.safe import md, md_code, plot_frame
 from ui.tables import table
 from ui.i18n import t
 
@@ -39,7 +40,7 @@ left, right = st.columns(2)
 with left:
     st.subheader(t("by_root"))
     by_root = read(reads.documents_by_root)
-    fig = px.bar(by_root, x="root", y="documents", color="root", text="documents", color_discrete_map=ROOT_COLORS,
+    fig = px.bar(plot_frame(by_root), x="root", y="documents", color="root", text="documents", color_discrete_map=ROOT_COLORS,
                  labels={"root": "", "documents": t("documents")})
     fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10))
     st.plotly_chart(fig, key="memory.by_root_chart")
@@ -47,7 +48,7 @@ with left:
 with right:
     st.subheader(t("top_prefixes", n=TOP_N))
     top = read(reads.top_prefixes, TOP_N)
-    fig = px.bar(top.iloc[::-1], x="documents", y="prefix", color="root", orientation="h", color_discrete_map=ROOT_COLORS,
+    fig = px.bar(plot_frame(top.iloc[::-1]), x="documents", y="prefix", color="root", orientation="h", color_discrete_map=ROOT_COLORS,
                  labels={"prefix": "", "documents": t("documents"), "root": ""})  # the legend names the roots
     fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10))
     st.plotly_chart(fig, key="memory.top_chart")
@@ -82,20 +83,21 @@ if query:
     try:
         found = read(reads.find_namespaces, query)
     except InvalidIdentifier as exc:
-        st.error(str(exc))
+        st.error(md(exc))
         found = None
     if found is not None and found.empty:
-        st.info(t("drill_none", q=query))
+        st.info(t("drill_none", q=md(query)))
     elif found is not None:
         prefix = found["prefix"].iloc[0]
         if len(found) > 1:
-            prefix = st.radio(t("drill_pick"), found["prefix"].tolist(), key="memory.pick", horizontal=True)
+            prefix = st.radio(t("drill_pick"), found["prefix"].tolist(), key="memory.pick", horizontal=True,
+                              format_func=md_code)
         count = int(found.set_index("prefix").loc[prefix, "documents"])
         pages = max(1, -(-count // PAGE_SIZE))
         page = st.number_input(t("page"), 1, pages, 1, key="memory.page") if pages > 1 else 1
         items = read(reads.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE)
         items["value"] = items["value"].map(lambda v: json.dumps(v, ensure_ascii=False))
-        st.markdown(t("drill_items", prefix=f"`{prefix}`", n=count))
+        st.markdown(t("drill_items", prefix=md_code(prefix), n=count))
         table(items, key="memory.items", config={"value": {"width": "large"}})
 elif "ns" in st.query_params:
     del st.query_params["ns"]

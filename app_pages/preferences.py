@@ -13,6 +13,7 @@ from core.memory import preferences
 from ui.common import call_now, forget, read, require_role
 from ui.tables import table
 from ui.i18n import t
+from ui.safe import md, plot_frame
 
 TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversations
 PAGE_SIZE = 50
@@ -47,7 +48,7 @@ if extracted.calls or extracted.thread_days:
     _forget_reads()
     st.caption(t("prefs_extracted", calls=extracted.calls, checkpoints=extracted.checkpoints))
 if extracted.error:
-    st.warning(t("prefs_cannot_extract", error=extracted.error, n=f"{extracted.behind:,}"))
+    st.warning(t("prefs_cannot_extract", error=md(extracted.error), n=f"{extracted.behind:,}"))
 elif not extracted.caught_up:
     st.warning(t("prefs_behind", n=f"{extracted.behind:,}"))
     if st.button(t("prefs_extract_now"), key="preferences.extract"):
@@ -87,7 +88,7 @@ left, right = st.columns([1, 2])
 with left:
     st.subheader(t("by_tipo"))
     by_tipo = read(preferences.preference_by_tipo, since, until)
-    fig = px.bar(by_tipo, x="tipo", y="writes", text="writes", labels={"tipo": "", "writes": t("pref_writes")})
+    fig = px.bar(plot_frame(by_tipo), x="tipo", y="writes", text="writes", labels={"tipo": "", "writes": t("pref_writes")})
     fig.update_layout(height=300, margin=dict(t=10, b=10))
     st.plotly_chart(fig, key="preferences.tipo_chart")
 with right:

@@ -12,6 +12,7 @@ from ui import common
 from ui.common import ROOT_COLORS, get_db, read, require_role
 from ui.tables import table
 from ui.i18n import t
+from ui.safe import md, plot_frame
 
 
 RUNS_LIMIT = 200
@@ -35,10 +36,10 @@ runs = read(sweep_reads.sweep_runs, RUNS_LIMIT)
 st.subheader(t("sweeps_state_now"))
 cols = st.columns(len(expired) + 1)
 for col, row in zip(cols, expired.itertuples()):
-    col.metric(t("sweeps_expired_metric", root=row.root), f"{row.expired:,}")
+    col.metric(t("sweeps_expired_metric", root=md(row.root)), f"{row.expired:,}")
 last = runs.iloc[0] if not runs.empty else None
 cols[-1].metric(t("sweeps_last_run"), t("sweeps_never") if last is None else f"{last.started_at:%d/%m %H:%M}",
-                None if last is None else f"{last.status} · {last.trigger}", delta_color="off",
+                None if last is None else md(f"{last.status} · {last.trigger}"), delta_color="off",
                 delta_arrow="off")
 
 
@@ -61,7 +62,7 @@ def sweep_dialog() -> None:
     try:
         default_days = sweep.default_retention_days()
     except sweep.SweepInputError as exc:  # a bad SWEEP_RETENTION_DAYS: say so, offer the built-in default
-        st.warning(str(exc))
+        st.warning(md(exc))
         default_days = sweep.DEFAULT_RETENTION_DAYS
     days = st.number_input(t("sweeps_retention_days"), min_value=1, max_value=3650,
                            value=default_days, step=1, key="sweeps.days")
@@ -74,7 +75,7 @@ def sweep_dialog() -> None:
 
         def on_step(stage: str, fraction: float, detail: str) -> None:
             bar.progress(min(max(fraction, 0.0), 1.0))
-            st.write(t(f"sweeps_step_{stage}", detail=detail))
+            st.write(t(f"sweeps_step_{stage}", detail=md(detail)))
 
         result = sweep.run_sweep(get_db(), trigger="manual", retention_days=int(days), dry_run=dry_run,
                                  operator=user.email or user.name, on_step=on_step)
@@ -83,7 +84,7 @@ def sweep_dialog() -> None:
     if result.locked:
         flash = (":material/lock:", t("sweeps_locked"))
     elif result.status == "error":
-        flash = (":material/error:", t("sweeps_failed", id=result.run_id, error=result.error))
+        flash = (":material/error:", t("sweeps_failed", id=result.run_id, error=md(result.error)))
     elif dry_run:
         flash = (":material/visibility:", t("sweeps_done_dry", id=result.run_id, docs=result.documents_deleted,
                                             threads=len(result.threads)))
@@ -108,7 +109,7 @@ with left:
     if per_run.empty:
         st.info(t("sweeps_no_runs"))
     else:
-        fig = px.bar(per_run, x="run", y="documents", color="root", hover_data=["started_at", "trigger"],
+        fig = px.bar(plot_frame(per_run), x="run", y="documents", color="root", hover_data=["started_at", "trigger"],
                      color_discrete_map=ROOT_COLORS,
                      labels={"run": t("sweeps_run_start"), "documents": t("sweeps_documents"), "root": ""})
         fig.update_xaxes(type="category")
@@ -116,7 +117,7 @@ with left:
         st.plotly_chart(fig, key="sweeps.runs_chart")
 with right:
     st.subheader(t("sweeps_expired_now"))
-    fig = px.bar(expired, x="root", y="expired", color="root", text="expired", color_discrete_map=ROOT_COLORS,
+    fig = px.bar(plot_frame(expired), x="root", y="expired", color="root", text="expired", color_discrete_map=ROOT_COLORS,
                  labels={"root": "", "expired": t("sweeps_documents")})
     fig.update_layout(height=340, margin=dict(t=10, b=10), showlegend=False)
     st.plotly_chart(fig, key="sweeps.expired_chart")
@@ -124,7 +125,7 @@ with right:
 st.subheader(t("sweeps_forecast"))
 st.caption(t("sweeps_forecast_caption"))
 forecast = read(sweep_reads.expiration_forecast)
-fig = px.bar(forecast, x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
+fig = px.bar(plot_frame(forecast), x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
              labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
 fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
 st.plotly_chart(fig, key="sweeps.forecast_chart")

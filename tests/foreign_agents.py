@@ -165,7 +165,8 @@ def _user_text(conv: Conversation) -> str:
     return f"Hola, soy el cliente {conv.customer}, una pregunta sobre mi pedido"
 
 
-def _run(dsn: str, convs: list[Conversation], metadata_for=None) -> None:
+def run_conversations(dsn: str, convs: list[Conversation], metadata_for=None) -> None:
+    """Run the article's agents over `convs` in this order; `metadata_for(conv, n)`: a run's checkpoint metadata."""
     with ConnectionPool(dsn, min_size=1, max_size=4, open=True,
                         kwargs={"autocommit": True, "prepare_threshold": 0}) as pool:
         almacen = PostgresStore(pool, ttl=TTLConfig(default_ttl=60 * 24 * 365, refresh_on_read=True,
@@ -187,7 +188,7 @@ def write_article_agents(dsn: str, shared_customers: int = 0) -> ForeignDb:
     `preferencias` ToolMessage holds the customer's values (a payload without any `hilo` link)."""
     convs = script(shared_customers)
     order = [c for c in convs if c.kind == "write"] + [c for c in convs if c.kind != "write"]
-    _run(dsn, order)
+    run_conversations(dsn, order)
     return ForeignDb(dsn, convs)
 
 
@@ -201,9 +202,9 @@ def write_agent_server(dsn: str) -> ForeignDb:
         return {"user_id": conv.customer, "graph_id": "cliente", "run_id": str(uuid.uuid5(NAMESPACE_UUID, f"run{n}")),
                 "assistant_id": str(uuid.uuid5(NAMESPACE_UUID, "assistant-cliente"))}
 
-    _run(dsn, convs, metadata)
+    run_conversations(dsn, convs, metadata)
     return ForeignDb(dsn, convs)
 
 
-__all__ = ["CUSTOMERS", "Conversation", "ForeignDb", "json", "script", "thread_id_for", "write_agent_server",
-           "write_article_agents"]
+__all__ = ["CUSTOMERS", "Conversation", "ForeignDb", "json", "run_conversations", "script", "thread_id_for",
+           "write_agent_server", "write_article_agents"]

@@ -9,6 +9,7 @@ from core.privacy.decisions import ERASE, LEAVE
 from core.privacy import subjects as subj
 from core.privacy import residue as res
 from ui.i18n import t
+from ui.safe import md, md_code
 
 RESIDUE_KEY = "erasure.residue"  # widget keys: erasure.residue.<n>.decision / .reason
 
@@ -42,9 +43,10 @@ def show_sources(subjects: subj.Subjects | None) -> None:
     if subjects is None:
         return
     st.subheader(t("erasure_sources_title"))
-    st.caption(t("erasure_sources_counts", counts=", ".join(f"`{s}` {len(v)}" for s, v in subjects.by_source.items())))
+    st.caption(t("erasure_sources_counts",
+                 counts=", ".join(f"{md_code(s)} {len(v)}" for s, v in subjects.by_source.items())))
     for source, error in subjects.errors.items():
-        st.error(t("erasure_source_error", source=source, error=error))
+        st.error(t("erasure_source_error", source=md(source), error=md(error)))
     if subjects.threads:
         st.dataframe(pd.DataFrame({t("erasure_col_thread"): list(subjects.threads),
                                    t("erasure_col_sources"): [", ".join(s) for s in subjects.threads.values()]}),
@@ -64,9 +66,10 @@ def show_residue(residue: res.Residue | None) -> None:
         matches = residue.matches_of(thread_id)
         with st.container(border=True):
             if not matches:  # encrypted rows no configured key opens (core.privacy.residue: not_scanned)
-                st.warning(t("erasure_residue_not_scanned", thread=thread_id), icon=":material/lock:")
+                st.warning(t("erasure_residue_not_scanned", thread=md_code(thread_id)), icon=":material/lock:")
             else:
-                st.markdown(t("erasure_residue_thread", thread=thread_id, term=matches[0].term, kind=matches[0].kind))
+                st.markdown(t("erasure_residue_thread", thread=md_code(thread_id), term=md(matches[0].term),
+                              kind=md(matches[0].kind)))
             st.dataframe(pd.DataFrame({
                 t("erasure_col_term"): [m.term for m in matches],
                 t("erasure_col_customers"): [_holders(m.customers) for m in matches],

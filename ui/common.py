@@ -18,6 +18,7 @@ from core.db import Database, DatabaseUnavailable
 from core.migrate import SchemaMismatch
 from core.read_replica import ReadRouter, router_for
 from ui.i18n import t
+from ui.safe import md
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def _or_stop(call: Callable[[], Any]) -> Any:
     try:
         return call()
     except DatabaseUnavailable as exc:
-        st.error(t("read_failed", error=exc))
+        st.error(t("read_failed", error=md(exc)))
         st.stop()
 
 
@@ -139,7 +140,7 @@ def read_or_unknown(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return read_router().run(lambda _db, source: _cached(*key, source))
     except DatabaseUnavailable as exc:
-        st.warning(t("read_part_failed", error=exc), icon=":material/help:")
+        st.warning(t("read_part_failed", error=md(exc)), icon=":material/help:")
         return None
 
 

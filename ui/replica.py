@@ -8,6 +8,7 @@ import streamlit as st
 from core.read_replica import ReplicaStatus
 from ui.common import read_router, settings
 from ui.i18n import t
+from ui.safe import md
 
 STATUS_TTL = 5  # seconds one lag reading is reused by the page note
 
@@ -54,7 +55,7 @@ def page_note() -> None:
     s = status()
     bound = settings().replica_max_lag_s
     if not s.up or router.fallback_error:
-        st.warning(t("replica_fallback", error=s.error or router.fallback_error), icon=":material/sync_problem:")
+        st.warning(t("replica_fallback", error=md(s.error or router.fallback_error)), icon=":material/sync_problem:")
     elif s.stale(bound):
         st.info(t("replica_as_of", at=_clock(s.replayed_at), seconds=s.lag_seconds, bound=bound),
                 icon=":material/schedule:")
