@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import time
 
 import numpy as np
@@ -68,3 +69,16 @@ def plain(values) -> list:
             v = (query.get("thread") or query.get("cliente") or [v])[0]
         out.append(v)
     return out
+
+
+def resolve_escapes(markdown: str) -> str:
+    """Markdown's backslash escapes resolved, as CommonMark does (a backslash before ASCII punctuation shows that
+    character): the text node remark builds from a value ui.safe.md escaped (its word joiners kept)."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
+def shown(markdown: str) -> str:
+    """What a person reads of Markdown holding values escaped by ui.safe.md."""
+    from ui.safe import WORD_JOINER
+
+    return resolve_escapes(markdown).replace(WORD_JOINER, "")

@@ -10,7 +10,7 @@ from core.db import Database, reset_pool
 from core.privacy import access, erasure
 from tests.test_access import sql_counts
 from tests.test_erasure import agents_for, converse, make_store, write_docs
-from apptools import frame
+from apptools import frame, shown
 
 TIMEOUT = 60
 
@@ -72,7 +72,7 @@ def test_empty_customer_and_bad_id(shop, app_env):
     assert "No hay ningún dato sobre C404" in texts(at)
     at.text_input(key="access.customer").input("C.9").run()
     assert not at.exception, at.exception
-    assert "customer id contains '.'" in texts(at)
+    assert "customer id contains '.', the namespace separator: 'C.9'" in shown(texts(at))
     assert len(at.get("download_button")) == 0
 
 

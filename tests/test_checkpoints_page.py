@@ -17,6 +17,7 @@ from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.agents.scripted_model import ScriptedChatModel
 from apptools import as_int, decode, frame, metric
+from ui.safe import md
 
 APP = "../dashboard.py"
 PAGE = "app_pages/checkpoints.py"
@@ -169,7 +170,7 @@ def test_find_by_customer_opens_the_thread(agents_db, app_env):
     assert found["thread_id"].tolist() == [WEIRD_THREAD]
     at.text_input(key="checkpoints.thread").input(WEIRD_THREAD).run()
     assert not at.exception
-    assert metric(at, "Cliente") == WEIRD_CUSTOMER
+    assert metric(at, "Cliente") == md(WEIRD_CUSTOMER)  # shown as the text it is, not as Markdown
     assert at.query_params["thread"] == WEIRD_THREAD
 
 

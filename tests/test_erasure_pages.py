@@ -13,7 +13,7 @@ from core.privacy import erasure, erasure_register
 from core.agents.retail import ContextoCliente, run_turn
 from core.db import Database, reset_pool
 from tests.test_erasure import agents_for, converse, footprint, make_store, write_docs
-from apptools import frame
+from apptools import frame, shown
 
 @pytest.fixture
 def db(create_database):
@@ -128,7 +128,7 @@ def test_invalid_id_in_the_page_gets_a_clear_error(shop, app_env):
     at.text_input(key="erasure.customer").input("C.9").run()
     at.button(key="erasure.preview").click().run()
     assert not at.exception, at.exception
-    assert "customer id contains '.'" in texts(at)
+    assert "customer id contains '.', the namespace separator: 'C.9'" in shown(texts(at))
     assert not [b for b in at.button if b.key == "erasure.start"]
     assert footprint(shop, "C9")["store"] == 42
 

@@ -6,7 +6,6 @@ import streamlit as st
 from core.privacy import chain
 from ui.common import call_now
 from ui.i18n import t
-from ui.safe import md
 
 
 def verify_button(name: str, key: str) -> None:
@@ -16,6 +15,5 @@ def verify_button(name: str, key: str) -> None:
         if result.ok:
             st.success(t("chain_ok", n=result.links, head=result.head_hash), icon=":material/verified:")
         else:
-            st.error(t("chain_broken", table=md(result.table), row=result.row_id,
-                       problem=t(f"chain_problem_{result.problem}"), detail=md(result.detail)),
-                     icon=":material/gpp_bad:")
+            st.error(t("chain_broken", table=result.table, row=result.row_id,
+                       problem=t(f"chain_problem_{result.problem}"), detail=result.detail), icon=":material/gpp_bad:")
