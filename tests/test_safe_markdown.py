@@ -60,8 +60,13 @@ def test_md_code_is_one_code_span_holding_the_text(value):
     assert span.endswith(fence)
     assert fence not in re.findall(r"`+", inner)  # no run of the fence's length inside: the span cannot end early
     assert "\n" not in span
-    shown = inner[1:-1] if inner.startswith(" ") and inner.endswith(" ") and inner.strip() else inner
-    assert shown == " ".join(value.splitlines())
+    text = inner[1:-1] if inner.startswith(" ") and inner.endswith(" ") and inner.strip() else inner
+    assert text == " ".join(value.splitlines())
+
+
+def test_md_code_keeps_streamlits_icon_syntax_out():
+    assert ":material/" not in md_code("a :material/home: b")
+    assert md_code("a :material/home: b").replace(WORD_JOINER, "") == "`a :material/home: b`"
 
 
 def test_md_code_of_nothing_is_nothing():

@@ -33,7 +33,8 @@ def md(value: Any) -> str:
 def md_code(value: Any) -> str:
     """`value` as an inline code span (monospace, nothing inside interpreted, no auto-link), whatever backticks
     it holds; line breaks become spaces (a code span cannot hold one: the next line would be parsed)."""
-    text = " ".join(str(value).splitlines())
+    # Streamlit rewrites `:material/` to `:material_` in the whole source, code spans included (its icon syntax)
+    text = " ".join(str(value).splitlines()).replace(":material/", f":{WORD_JOINER}material/")
     if not text:
         return ""
     fence = "`" * (max(map(len, _BACKTICKS.findall(text)), default=0) + 1)
