@@ -206,12 +206,47 @@ def messages(writes: pd.DataFrame) -> None:
                     st.code(row.tool_calls, language="json")
 
 
+def _reducer(name) -> str:
+    return t(f"ckpt_reducer_{name}" if _present(name) else "ckpt_reducer_unknown")
+
+
+def _how(row) -> str:
+    """How a channel's value was read, in words: a DeltaChannel's is never shown as absent or empty."""
+    if row.source == "rebuilt":
+        return t("ckpt_value_rebuilt", reducer=_reducer(row.reducer))
+    if row.source == "unrebuilt":
+        if pd.isna(row.snapshot_step):
+            return t("ckpt_value_unrebuilt_start", n=int(row.writes_since))
+        return t("ckpt_value_unrebuilt", step=int(row.snapshot_step), n=int(row.writes_since))
+    return t(f"ckpt_value_{row.source}")
+
+
+def checkpoint_values(thread_id: str, checkpoint_id: str, ns: str) -> None:
+    st.markdown(f"**{t('ckpt_values')}**")
+    values = read(views.checkpoint_values, thread_id, checkpoint_id, ns)
+    shown = values.assign(source=[_how(row) for row in values.itertuples()])
+    table(shown, key="checkpoints.values", columns=["channel", "source", "value", "version"],
+          config={"value": {"width": "large"}})
+
+
+def delta_channels(thread_id: str) -> None:
+    channels = read(views.delta_channels, thread_id)
+    if channels.empty:
+        return
+    st.subheader(t("ckpt_delta_channels"))
+    st.caption(t("ckpt_delta_caption"))
+    table(channels.assign(reducer=channels["reducer"].map(_reducer)), key="checkpoints.delta",
+          columns=["channel", "reducer", "snapshots_checked", "contradicted"])
+
+
 def step_writes(thread_id: str, timeline: pd.DataFrame) -> None:
     st.subheader(t("ckpt_step_writes"))
     st.caption(t("ckpt_step_writes_caption"))
     labels = {row.checkpoint_id: _label(row) for row in timeline.itertuples()}
     choice = st.selectbox(t("ckpt_checkpoint"), ["", *labels], key="checkpoints.step",
                           format_func=lambda c: labels.get(c, t("ckpt_all_steps")))
+    if choice:
+        checkpoint_values(thread_id, choice, timeline.loc[timeline["checkpoint_id"] == choice, "checkpoint_ns"].iloc[0])
     writes = read(views.step_writes, thread_id, choice or None)
     if writes.empty:
         st.info(t("ckpt_no_writes"))
@@ -267,6 +302,7 @@ def thread_view() -> None:
     c[4].metric(t("ckpt_blob_bytes"), f"{storage['blob_bytes']:,}")
     c[5].metric(t("ckpt_write_bytes"), f"{storage['write_bytes']:,}")
     thread_formats(read(formats.fingerprint, thread_id))
+    delta_channels(thread_id)
     timeline = read(views.thread_timeline, thread_id)
     bad = int(timeline["undecodable_writes"].sum())
     if bad:

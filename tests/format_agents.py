@@ -72,6 +72,53 @@ def delta_state_at(dsn: str, thread_id: str, checkpoint_id: str) -> dict:
     return {"items": values.get("items", []), "messages": [(m.id, m.content) for m in values.get("messages", [])]}
 
 
+def _merge(state: dict, writes: list) -> dict:
+    out = dict(state)
+    for w in writes:
+        out.update(w)
+    return out
+
+
+def _unique(state: list, writes: list) -> list:
+    """List-shaped like concatenation, but drops repeats: a dashboard must not take it for concatenation."""
+    out = list(state)
+    for w in writes:
+        out.extend(x for x in w if x not in out)
+    return out
+
+
+class OtherDeltaState(TypedDict):
+    counts: Annotated[dict, DeltaChannel(_merge, dict, snapshot_frequency=3)]
+    tags: Annotated[list, DeltaChannel(_unique, snapshot_frequency=3)]
+
+
+def _count(state: OtherDeltaState) -> dict:
+    n = len(state["counts"])
+    return {"counts": {f"k{n}": n}, "tags": ["C77", f"t{n % 2}"]}
+
+
+def _other_graph() -> StateGraph:
+    graph = StateGraph(OtherDeltaState)
+    graph.add_node("count", _count)
+    graph.add_edge(START, "count")
+    graph.add_edge("count", END)
+    return graph
+
+
+def delta_other_thread(dsn: str, thread_id: str, turns: int = 4) -> None:
+    """A DeltaChannel graph whose reducers a dashboard cannot know: a dict merge, and a list without repeats."""
+    with _conn(dsn) as conn:
+        app = _other_graph().compile(checkpointer=PostgresSaver(conn))
+        for i in range(turns):
+            app.invoke({"counts": {f"in{i}": i}, "tags": ["C77"]}, {"configurable": {"thread_id": thread_id}})
+
+
+def delta_other_state_at(dsn: str, thread_id: str, checkpoint_id: str) -> dict:
+    with _conn(dsn) as conn:
+        app = _other_graph().compile(checkpointer=PostgresSaver(conn))
+        return app.get_state({"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id}}).values
+
+
 def encrypted_agent(dsn: str, thread_id: str, text: str, key: str = AES_KEY) -> None:
     """A chat agent (a StateGraph with add_messages) whose saver encrypts with EncryptedSerializer."""
     from langgraph.graph import MessagesState

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.checkpoints import formats
+from core.checkpoints import delta, formats
 from core.db import Database
 
 RECENT_WINDOW = 5000  # newest checkpoints scanned (by the ts index) to list recently active threads
@@ -238,14 +238,73 @@ def _decrypted(db: Database, thread_id: str, rows: list[dict]) -> list[dict]:
 def checkpoint_diff(db: Database, thread_id: str, old_checkpoint_id: str, new_checkpoint_id: str,
                     checkpoint_ns: str = "") -> pd.DataFrame:
     """Channel by channel, the values of two checkpoints of one thread (changed ones first).
-    Values are JSON text; empty when either checkpoint does not exist in that thread."""
+    Values are JSON text; empty when either checkpoint does not exist in that thread. A DeltaChannel's value
+    is the one langgraph reads there (core.checkpoints.delta), or its last snapshot plus the writes since."""
     if not all(_usable(x) for x in (thread_id, old_checkpoint_id, new_checkpoint_id)):
         return pd.DataFrame(columns=DIFF_COLUMNS)
     params = {"thread_id": thread_id, "ns": checkpoint_ns, "old": old_checkpoint_id, "new": new_checkpoint_id}
     df = pd.DataFrame(db.fetch(SELECT_DIFF, params), columns=DIFF_COLUMNS)
+    deltas = delta.thread_values(db, thread_id) if len(df) else delta.ThreadValues()
+    if deltas.channels:
+        old, new = deltas.at(old_checkpoint_id, checkpoint_ns), deltas.at(new_checkpoint_id, checkpoint_ns)
+        for i, row in df[df["channel"].isin(list(deltas.channels))].iterrows():
+            a, b = old.get(row["channel"]), new.get(row["channel"])
+            df.at[i, "old_value"] = a.shown if a else None
+            df.at[i, "new_value"] = b.shown if b else None
+            if a and b:
+                df.at[i, "change"] = ("changed" if a.shown != b.shown
+                                      else "version" if row["old_version"] != row["new_version"] else "unchanged")
+        df = df.sort_values("change", key=lambda c: c.isin(["added", "removed", "changed"]).map({True: 0, False: 1}),
+                            kind="stable").reset_index(drop=True)
     for column in ("old_value", "new_value"):
         df[column] = df[column].map(_json_text)
     return df
+
+
+SELECT_VALUES = """
+SELECT channel_versions, channel_values FROM core_checkpoints_view
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(ns)s AND checkpoint_id = %(checkpoint_id)s"""
+VALUES_COLUMNS = ["channel", "version", "source", "reducer", "snapshot_step", "writes_since", "value"]
+
+
+def checkpoint_values(db: Database, thread_id: str, checkpoint_id: str, checkpoint_ns: str = "") -> pd.DataFrame:
+    """Every channel's value at one checkpoint, as JSON text, by name. `source`: `stored` (the checkpoint holds
+    it), and for a DeltaChannel `snapshot`, `rebuilt` (by `reducer`, from the last snapshot and the writes
+    since) or `unrebuilt` (no known reducer: `value` holds the snapshot at `snapshot_step` and the
+    `writes_since` writes, decoded). Empty when the checkpoint is not in that thread."""
+    if not all(_usable(x) for x in (thread_id, checkpoint_id)) or not isinstance(checkpoint_ns, str):
+        return pd.DataFrame(columns=VALUES_COLUMNS)
+    row = db.fetch_one(SELECT_VALUES, {"thread_id": thread_id, "ns": checkpoint_ns, "checkpoint_id": checkpoint_id})
+    if row is None:
+        return pd.DataFrame(columns=VALUES_COLUMNS)
+    versions, values = row["channel_versions"] or {}, row["channel_values"] or {}
+    deltas = delta.thread_values(db, thread_id).at(checkpoint_id, checkpoint_ns)
+    rows = []
+    for channel in sorted(set(versions) | set(values) | set(deltas)):
+        d = deltas.get(channel)
+        if d is None:
+            rows.append([channel, versions.get(channel), "stored", None, None, None, values.get(channel)])
+        else:
+            rows.append([channel, versions.get(channel), d.kind, d.reducer,
+                         d.seed_step if d.kind == "unrebuilt" else None,
+                         len(d.writes) if d.kind == "unrebuilt" else None, d.shown])
+    df = pd.DataFrame(rows, columns=VALUES_COLUMNS)
+    df["value"] = df["value"].map(_json_text)
+    return df
+
+
+DELTA_COLUMNS = ["channel", "reducer", "snapshots_checked", "contradicted"]
+
+
+def delta_channels(db: Database, thread_id: str) -> pd.DataFrame:
+    """The thread's DeltaChannels and how their values are read: `reducer` (`messages`, `concat`, or None when
+    unknown), the snapshots of the thread it reproduced, and the checkpoint whose snapshot contradicted the
+    reducer the payloads looked like (`contradicted`). Empty for a thread without DeltaChannels."""
+    if not _usable(thread_id):
+        return pd.DataFrame(columns=DELTA_COLUMNS)
+    channels = delta.thread_values(db, thread_id).channels.values()
+    return pd.DataFrame([[c.channel, c.reducer, c.snapshots_checked, c.contradicted] for c in channels],
+                        columns=DELTA_COLUMNS)
 
 
 def thread_storage(db: Database, thread_id: str) -> dict[str, int]:
