@@ -187,3 +187,23 @@ def test_the_page_names_an_unknown_reducers_snapshot_and_writes(delta_db, app_en
     assert values.loc["counts", "source"] == (f"delta: instantánea en el paso {int(row['snapshot_step'])} + "
                                               f"{int(row['writes_since'])} escrituras desde entonces")
     assert json.loads(values.loc["counts", "value"])["delta"]["writes"]
+
+
+def test_the_access_export_of_a_delta_thread_holds_every_message_written(delta_db):
+    from core.privacy import access
+
+    delta_thread(delta_db.dsn, "cliente-C80-delta", turns=3)
+    report = access.gather(delta_db, "C80")
+    (thread,) = report.threads
+    # everything held, in the order written: the message a RemoveMessage took out of the state is still held
+    # (in the writes and a snapshot), so it is exported, and so is the removal
+    assert [(m["kind"], m["id"]) for m in thread["messages"]] == [
+        ("human", "h-0"), ("ai", "ai-1"), ("human", "h-1"), ("ai", "ai-3"), ("remove", "ai-1"), ("human", "h-2"),
+        ("ai", "ai-5")]
+    assert report.formats["delta_snapshots"] > 0 and report.formats["delta_checkpoints"] > 0
+
+
+def test_the_timeline_of_a_delta_thread_lists_every_checkpoint(delta_db):
+    timeline = views.thread_timeline(delta_db, "delta-1")
+    assert len(timeline) == 15 and timeline["step"].tolist() == list(range(-1, 14))
+    assert timeline["undecodable_writes"].sum() == 0 and timeline["refused_value"].isna().all()
