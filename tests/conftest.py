@@ -181,7 +181,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_streamlit(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
+def start_streamlit(env_extra: dict[str, str], args: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    """A dashboard process on a free loopback port; `args` go to `streamlit run` (e.g. --secrets.files)."""
     port = free_port()
     env = {**os.environ, "EMBEDDINGS_DIMS": str(DIMS), "AUTO_MIGRATE": "0", "SEED_DEMO": "0",
            "DEMO_REPLICAS": "0", **env_extra}
@@ -191,7 +192,7 @@ def start_streamlit(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "dashboard.py", "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false"],
+         "--browser.gatherUsageStats", "false", *args],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     proc.log = log  # read by stop_streamlit when the server does not exit
