@@ -26,6 +26,7 @@ class Run:
     texts: list[str] = field(default_factory=list)
     exceptions: list[str] = field(default_factory=list)
     status: str = ""  # ScriptFinishedStatus name, e.g. FINISHED_SUCCESSFULLY
+    auto_reruns: dict[str, float] = field(default_factory=dict)  # fragment id -> seconds (st.fragment run_every)
 
     def says(self, text: str) -> bool:
         return any(text in t for t in self.texts)
@@ -62,13 +63,18 @@ class StreamlitSession:
     async def __aexit__(self, *exc) -> None:
         await self._ws.close()
 
-    async def run(self, page: str | None = None, query_string: str = "") -> Run:
+    async def run(self, page: str | None = None, query_string: str = "", fragment_id: str = "") -> Run:
         """Run the script for `page` (a URL path such as "sweeps"; None: the current or default page) and
-        collect its output until the run finishes."""
+        collect its output until the run finishes. `fragment_id`: rerun only that fragment of the current page,
+        as the browser does every `run_every` seconds (the ids are in the page's `Run.auto_reruns`)."""
         msg = BackMsg()
         state = msg.rerun_script
         state.query_string = query_string
-        if page is not None:
+        if fragment_id:
+            state.fragment_id = fragment_id
+            state.is_auto_rerun = True
+            state.page_script_hash = self.page_hash
+        elif page is not None:
             state.page_name = page
             if page in self.pages:
                 state.page_script_hash = self.pages[page]
@@ -86,8 +92,8 @@ class StreamlitSession:
             if kind == "navigation":
                 self.pages = {p.url_pathname: p.page_script_hash for p in fwd.navigation.app_pages}
                 self.page_hash = fwd.navigation.page_script_hash
-            elif kind == "page_info_changed" or kind == "new_session":
-                pass
+            elif kind == "auto_rerun":
+                result.auto_reruns[fwd.auto_rerun.fragment_id] = fwd.auto_rerun.interval
             elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
                 element = fwd.delta.new_element
                 if element.WhichOneof("type") == "exception":
