@@ -120,8 +120,8 @@ async def person(url: str, level: Level, stop_at: float, rng: random.Random, thi
     ok = ("FINISHED_SUCCESSFULLY", "FINISHED_FRAGMENT_RUN_SUCCESSFULLY")
 
     def failed(what: str, run) -> bool:
-        if run.status not in ok or run.exceptions:
-            level.failures.append(f"{what}: {run.status} {run.exceptions[:1]}")
+        if run.status not in ok or run.exceptions or run.errors:
+            level.failures.append(f"{what}: {run.status} {(run.exceptions + run.errors)[:1]}")
             return True
         return False
 
@@ -179,10 +179,17 @@ async def drive(url: str, level: Level, duration: float, ramp: float, think: tup
 
 
 def run_level(dsn: str, dims: int, sessions: int, *, duration: float, ramp: float, think: tuple[float, float],
-              refresh_every: int, seed: int, extra_env: dict[str, str]) -> Level:
+              refresh_every: int, seed: int, extra_env: dict[str, str], profile: Path | None = None) -> Level:
+    """One level; with `profile`, py-spy samples the dashboard over the steady part into that file (collapsed
+    stacks), summarised by `where_the_time_goes`."""
     level = Level(sessions)
     proc, url = start_dashboard(dsn, dims, extra_env)
+    spy = None
     try:
+        if profile:
+            spy = subprocess.Popen(["py-spy", "record", "--pid", str(proc.pid), "--rate", "20", "--duration",
+                                    str(int(duration)), "--format", "raw", "--nonblocking", "--output", str(profile)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         dashboard = psutil.Process(proc.pid)
         level.rss_idle_mb = dashboard.memory_info().rss / 1e6
         cpu0, pg0, t0 = sum(dashboard.cpu_times()[:2]), postgres_cpu_s(dsn), time.monotonic()
@@ -202,6 +209,8 @@ def run_level(dsn: str, dims: int, sessions: int, *, duration: float, ramp: floa
         level.dashboard_cpu_s = sum(dashboard.cpu_times()[:2]) - cpu0
         level.postgres_cpu_s = postgres_cpu_s(dsn) - pg0
         level.rss_end_mb = dashboard.memory_info().rss / 1e6
+        if spy:
+            spy.wait(60)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -237,6 +246,30 @@ def report(levels: list[Level], header: str) -> str:
     return "\n".join(lines)
 
 
+# py-spy names our files relative to the app's folder (a page by its bare file name), a library's from site-packages
+OURS = ("(dashboard.py", "(ui/", "(core/", "(app_pages/", *(f"({p.name}:" for p in (ROOT / "app_pages").glob("*.py")))
+
+
+def where_the_time_goes(profile: Path, top: int = 20) -> str:
+    """Where the script runs spend their time (py-spy's samples of every thread, idle waits excluded): each
+    sample charged to the deepest frame of our code on its stack and the library call it was in."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in profile.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = stack.split(";")
+        ours = [i for i, f in enumerate(frames) if any(m in f for m in OURS)]
+        if not n.isdigit() or not ours:
+            continue  # threads outside a script run: the event loop, pools' idle workers
+        total += int(n)
+        callee = frames[ours[-1] + 1].split(" (")[0] if ours[-1] + 1 < len(frames) else "(itself)"
+        key = f"{frames[ours[-1]]} -> {callee}"
+        counts[key] = counts.get(key, 0) + int(n)
+    rows = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
+    return "\n".join([f"{total} samples in script runs, by our deepest frame -> the call it was in:"] +
+                      [f"{100 * n / total:5.1f}%  {frame}" for frame, n in rows])
+
+
 def production_dsn(data: Path) -> tuple[str, int]:
     from bench.bench_production import DIMS
     from core.db import embedded_dsn
@@ -265,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="every Nth session sits on the Degradation page (0: none)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the dashboard (repeatable)")
+    parser.add_argument("--profile", type=Path, help="folder: py-spy samples the dashboard at each level")
     args = parser.parse_args(argv)
     dsn, dims = production_dsn(args.production) if args.production else (args.dsn, args.dims)
     extra_env = dict(item.split("=", 1) for item in args.env)
@@ -273,9 +307,14 @@ def main(argv: list[str] | None = None) -> int:
         writes = conn.execute("SELECT count(*) FROM checkpoint_writes").fetchone()[0]
     levels = []
     for n in args.sessions:
+        profile = args.profile / f"sessions-{n}.txt" if args.profile else None
+        if profile:
+            args.profile.mkdir(parents=True, exist_ok=True)
         level = run_level(dsn, dims, n, duration=args.duration, ramp=args.ramp, think=tuple(args.think),
-                          refresh_every=args.refresh_every, seed=args.seed, extra_env=extra_env)
+                          refresh_every=args.refresh_every, seed=args.seed, extra_env=extra_env, profile=profile)
         levels.append(level)
+        if profile and profile.exists():
+            print(where_the_time_goes(profile), flush=True)
         print(f"{n} sessions: {len(level.all_pages())} page loads, p95 {pct(level.all_pages(), 95):.2f} s, "
               f"{len(level.failures)} failures; load {os.getloadavg()}", flush=True)
     header = (f"`python -m bench.bench_sessions {' '.join(argv if argv is not None else sys.argv[1:])}`: "

@@ -16,6 +16,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 import websockets
+from streamlit.proto.Alert_pb2 import Alert
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
@@ -25,6 +26,7 @@ class Run:
     seconds: float = 0.0
     texts: list[str] = field(default_factory=list)
     exceptions: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # st.error boxes (e.g. a read that failed)
     status: str = ""  # ScriptFinishedStatus name, e.g. FINISHED_SUCCESSFULLY
     auto_reruns: dict[str, float] = field(default_factory=dict)  # fragment id -> seconds (st.fragment run_every)
 
@@ -98,6 +100,8 @@ class StreamlitSession:
                 element = fwd.delta.new_element
                 if element.WhichOneof("type") == "exception":
                     result.exceptions.append(f"{element.exception.type}: {element.exception.message}")
+                elif element.WhichOneof("type") == "alert" and element.alert.format == Alert.ERROR:
+                    result.errors.append(element.alert.body)
                 text = _element_text(element)
                 if text:
                     result.texts.append(text)
