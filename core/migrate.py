@@ -252,6 +252,7 @@ def migrate(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> list[str]:
                 applied_now.append(m.label)
                 log.info("applied migration %s", m.label)
             sync_serde_allowlist(conn)
+            repair_register(conn)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
     return applied_now
@@ -272,6 +273,14 @@ def sync_serde_allowlist(conn: psycopg.Connection) -> int:
         cur.execute(DELETE_ALLOWLIST)
         cur.executemany(INSERT_ALLOWLIST, rows)
     return len(rows)
+
+
+def repair_register(conn: psycopg.Connection) -> int:
+    """Migration 056's data step (Python, not SQL: the terms' token hashes are computed as the token index computes
+    them): erasure requests written before it lose the values they kept (core.privacy.redaction). Idempotent."""
+    from core.privacy.redaction import redact_register
+
+    return redact_register(conn)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,15 +113,15 @@ class Attribution:
 
 def _attribute(db: Database, customer_id: str) -> Attribution:
     """The one place that says which threads are the customer's: the subject resolver (core/privacy/subjects.py),
-    the same answer the Checkpoints page and erasure use. The residue scan's proposals are named on the cover
+    the same answer the Checkpoints page and erasure use; the threads it holds now (`held`), as every page counts. The residue scan's proposals are named on the cover
     (thread and matched term, no snippet) but not exported: no source attributes them, a DPO decides."""
     found = subjects.resolve(db, customer_id)
     cover = subjects.coverage(db)
     residue = res.residue_scan(db, customer_id, subjects=found)
     proposed = [{"thread_id": m.thread_id, "term": m.term, "kind": m.kind}
                 for m in residue.matches if not m.common]
-    return Attribution({t: list(s) for t, s in found.threads.items()}, tuple(found.by_source), dict(found.errors),
-                       cover.unattributed_threads, proposed)
+    return Attribution({t: list(s) for t, s in found.threads.items() if t in found.held}, tuple(found.by_source),
+                       dict(found.errors), cover.unattributed_threads, proposed)
 
 
 @dataclass

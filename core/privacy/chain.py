@@ -7,6 +7,8 @@ here, in Python, from the rows as they are now, and names the first row that was
 - a sealed row deleted: its link points at nothing;
 - a link edited or deleted: the hashes no longer follow, or a position is missing;
 - a final row with no link (inserted around the trigger, or its link deleted at the head).
+A sealed row whose values a documented redaction replaced (migration 056: the erasure register kept the erased
+values) verifies through its redaction record, sealed in the same chain, and is listed in `redactions`.
 What a chain cannot show alone is a truncation of its newest links together with their rows; the
 head hash (shown on the register pages and put in every access export) is what to keep elsewhere
 to catch that too.
@@ -15,20 +17,31 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime
 
 from core.db import Database
 
 CHAINS: dict[str, tuple[str, ...]] = {
     "access": ("core_access_register",),
-    "erasure": ("core_erasure_register", "core_erasure_rechecks"),
+    "erasure": ("core_erasure_register", "core_erasure_rechecks", "core_register_redactions"),
 }
 
-# The links of one chain in order, each with its row's canonical content as it is now (NULL: gone), in the
-# form the link was sealed in (migration 053: links sealed by 036's first text record their row's keys).
-SELECT_LINKS = """
-SELECT position, table_name, row_id, content_sha256, prev_hash, row_hash, sealed_at,
-       core_register_link_content(table_name, row_id, sealed_keys) AS content
-FROM core_register_chain WHERE chain = %(chain)s ORDER BY position"""
+# The text a link's content_sha256 is the hash of, for the row as it is now (NULL: gone), in the form the link was
+# sealed in (migration 053: links sealed by 036's first text record their row's keys); `c` is the link.
+LINK_CONTENT = "core_register_link_content(c.table_name, c.row_id, c.sealed_keys)"
+# The links of one chain in order, each with its row's content now and the row's redaction record, if any
+# (migration 056: values replaced in a sealed row, itself sealed in the chain).
+SELECT_LINKS = f"""
+SELECT c.position, c.table_name, c.row_id, c.content_sha256, c.prev_hash, c.row_hash, c.sealed_at,
+       {LINK_CONTENT} AS content, d.id AS redaction_id, d.fields AS redacted_fields, d.sealed_sha256 AS redacted_from,
+       d.intact AS redacted_intact, d.redacted_sha256, d.redacted_at, d.reason AS redaction_reason
+FROM core_register_chain c
+LEFT JOIN core_register_redactions d ON d.table_name = c.table_name AND d.row_id = c.row_id
+WHERE c.chain = %(chain)s ORDER BY c.position"""
+# One sealed row: the hash its link holds, and its content now (a redaction records both around its change).
+SELECT_SEALED = f"""
+SELECT c.content_sha256, {LINK_CONTENT} AS content FROM core_register_chain c
+WHERE c.table_name = %(table)s AND c.row_id = %(row_id)s"""
 # Rows that should be sealed (final) but have no link.
 SELECT_UNSEALED = {
     "core_access_register": "SELECT id FROM core_access_register r WHERE NOT EXISTS ("
@@ -40,7 +53,21 @@ SELECT_UNSEALED = {
     "core_erasure_rechecks": "SELECT id FROM core_erasure_rechecks r WHERE NOT EXISTS ("
                              "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_erasure_rechecks' "
                              "AND c.row_id = r.id) ORDER BY id",
+    "core_register_redactions": "SELECT id FROM core_register_redactions r WHERE NOT EXISTS ("
+                                "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_register_redactions' "
+                                "AND c.row_id = r.id) ORDER BY id",
 }
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """A sealed row whose values were replaced by a documented redaction (migration 056's repair)."""
+
+    table: str
+    row_id: int
+    fields: tuple[str, ...]
+    redacted_at: datetime
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -56,6 +83,7 @@ class Verification:
     row_id: int | None = None
     problem: str | None = None
     detail: str | None = None
+    redactions: tuple[Redaction, ...] = ()  # sealed rows redacted since, each proven by its own sealed record
 
 
 def sha256_hex(text: str) -> str:
@@ -78,9 +106,17 @@ def verify(db: Database, chain: str) -> Verification:
         unsealed = {table: [r["id"] for r in conn.execute(SELECT_UNSEALED[table]).fetchall()]
                     for table in CHAINS[chain]}
 
+    redactions: list[Redaction] = []
+
     def broken(link_table: str, row_id: int, problem: str, detail: str) -> Verification:
         return Verification(chain, False, len(links), links[-1]["row_hash"] if links else "", link_table, row_id,
-                            problem, detail)
+                            problem, detail, tuple(redactions))
+
+    def redacted(link: dict, now_sha256: str) -> bool:
+        """The row changed only by its redaction: a record (sealed itself, checked at its own position) saying
+        the row was intact and held the sealed content just before, and that it is now exactly as redacted."""
+        return (link["redaction_id"] is not None and link["redacted_intact"]
+                and link["redacted_from"] == link["content_sha256"] and link["redacted_sha256"] == now_sha256)
 
     prev = ""
     for expected_position, link in enumerate(links, start=1):
@@ -91,8 +127,12 @@ def verify(db: Database, chain: str) -> Verification:
                           f"{table} #{row_id}): a sealed row's link was deleted")
         if link["content"] is None:
             return broken(table, row_id, "removed", f"{table} #{row_id} was sealed and no longer exists")
-        if sha256_hex(link["content"]) != link["content_sha256"]:
-            return broken(table, row_id, "edited", f"{table} #{row_id} was changed after it was sealed")
+        now_sha256 = sha256_hex(link["content"])
+        if now_sha256 != link["content_sha256"]:
+            if not redacted(link, now_sha256):
+                return broken(table, row_id, "edited", f"{table} #{row_id} was changed after it was sealed")
+            redactions.append(Redaction(table, row_id, tuple(link["redacted_fields"]), link["redacted_at"],
+                                        link["redaction_reason"]))
         if link["prev_hash"] != prev or link_hash(prev, table, row_id, link["content_sha256"]) != link["row_hash"]:
             return broken(table, row_id, "link_edited", f"the chain link of {table} #{row_id} was altered")
         prev = link["row_hash"]
@@ -101,7 +141,14 @@ def verify(db: Database, chain: str) -> Verification:
             return broken(table, ids[0], "unsealed",
                           f"{table} #{ids[0]} is final but not in the chain (written around the seal, or its "
                           f"link deleted)")
-    return Verification(chain, True, len(links), prev)
+    return Verification(chain, True, len(links), prev, redactions=tuple(redactions))
 
 
-__all__ = ["CHAINS", "Verification", "link_hash", "sha256_hex", "verify"]
+def sealed_state(conn, table: str, row_id: int) -> tuple[str, str] | None:
+    """(the content hash a sealed row's link holds, the row's content hash now), or None for a row not sealed:
+    what a redaction records around its change."""
+    row = conn.execute(SELECT_SEALED, {"table": table, "row_id": row_id}).fetchone()
+    return None if row is None else (row["content_sha256"], sha256_hex(row["content"]))
+
+
+__all__ = ["CHAINS", "Redaction", "Verification", "link_hash", "sealed_state", "sha256_hex", "verify"]

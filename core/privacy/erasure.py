@@ -38,9 +38,10 @@ from core import clock, read_replica
 from core.db import Database
 from core.privacy import subjects as subj
 from core.privacy import residue as res
+from core.privacy import term_hashes
 from core.privacy.decisions import ERASE, LEAVE, Decision, _decide, _validate_decisions
 from core.privacy.evidence import (DERIVED_TABLES, ROOT, STORE_TABLES, EvidenceQuery, OwnTarget, _config, _params,
-                                   _run_evidence, own_targets, validate_customer_id)
+                                   _run_evidence, own_targets, validate_customer_id, with_earlier_terms)
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,9 @@ ERASURE_LOCK_NS = 0x6572  # advisory lock (ns, hashtext(customer)): one erasure 
 
 INSERT_REQUEST = """
 INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator, counts_before, thread_ids, sources,
-                                   residue, residue_terms, exclusions, requested_at)
+                                   residue, residue_terms, term_salt, exclusions, requested_at)
 VALUES (%(customer_id)s, %(prefix)s, %(operator)s, %(before)s, %(threads)s, %(sources)s, %(residue)s, %(terms)s,
-        %(exclusions)s, now() + %(shift)s::interval)
+        %(salt)s, %(exclusions)s, now() + %(shift)s::interval)
 RETURNING id, requested_at"""
 FINISH_REQUEST = """
 UPDATE core_erasure_register
@@ -70,6 +71,9 @@ SELECT_RUNNING = "SELECT id, customer_id FROM core_erasure_register WHERE status
 TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS got"
 UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(%s))"
 SELECT_REQUEST = "SELECT * FROM core_erasure_register WHERE id = %s"
+SELECT_LATER = """
+SELECT id FROM core_erasure_register WHERE customer_id = %s AND (requested_at, id) > (%s, %s)
+ORDER BY requested_at, id LIMIT 1"""
 
 
 
@@ -230,15 +234,21 @@ def erase(
             subjects = subj.resolve_conn(conn, customer_id, config)
             terms = res.customer_terms(conn, customer_id)
             residue = res.residue_conn(conn, customer_id, subjects.threads, terms, count_common=False)
+            # plus what earlier requests erased, known by its hashes: looked for, and carried on
+            residue, earlier, hashed, carried = with_earlier_terms(conn, residue, subjects.threads)
             residue_rows, include, exclusions, undecided = _decide(residue, chosen)
             left = [e["thread_id"] for e in exclusions] + undecided
+            # the register keeps the terms as keyed hashes and names them by reference, never by value
+            refs = {t.term: h.ref for t, h in zip(terms, hashed)} | {h.ref: h.ref for h in carried}
+            residue_rows = term_hashes.by_reference(residue_rows, refs)
+            exclusions = term_hashes.by_reference(exclusions, refs)
             evidence_terms = [t for t in terms if not t.common]
             sources = {t: list(s) for t, s in subjects.threads.items()} | {t: ["residue"] for t in include}
             threads = set(subjects.threads) | include
 
             def evidence_now(candidates: list[str] | None = None) -> list[EvidenceQuery]:
                 return _run_evidence(conn, targets, customer_id, threads, config.metadata_keys, evidence_terms, left,
-                                     candidates)
+                                     candidates, (carried, earlier.salt))
 
             # before: the residue scan above just read every unattributed row for the same terms (nothing is
             # deleted yet), so its raw matches plus the attributed threads are a superset of the candidates
@@ -246,7 +256,7 @@ def erase(
             row = conn.execute(INSERT_REQUEST, {
                 "customer_id": customer_id, "prefix": prefix, "operator": operator.strip(), "before": Jsonb(before),
                 "threads": sorted(threads), "sources": Jsonb(sources), "residue": Jsonb(residue_rows),
-                "terms": Jsonb([t.to_json() for t in terms]),
+                "terms": Jsonb([h.to_json() for h in hashed + carried]), "salt": earlier.salt,
                 "exclusions": Jsonb(exclusions), "shift": shift}).fetchone()
             request_id, requested_at = row["id"], row["requested_at"]
             deleted: dict[str, int] = {}
@@ -368,25 +378,51 @@ def stuck_requests(db: Database) -> list[int]:
     return stuck
 
 
+def _request(db: Database, request_id: int) -> dict:
+    row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
+    if row is None:
+        raise ErasureError(f"no erasure request {request_id}")
+    return row
+
+
+def _follow_up(db: Database, row: dict, operator: str, decisions: Mapping[str, Any] | None,
+               config: subj.Attribution | None, progress: ProgressFn | None) -> ErasureResult:
+    """A new request for the customer of `row` (the residue decisions recorded on it unless `decisions` overrides
+    them), linked from the old row (`resumed_by`)."""
+    recorded = {r["thread_id"]: Decision(r["decision"], r.get("reason") or "")
+                for r in (row["residue"] or []) if r.get("decision") in (ERASE, LEAVE)}
+    result = erase(db, row["customer_id"], operator=operator, decisions=recorded | dict(decisions or {}),
+                   config=config, progress=progress)
+    db.execute(MARK_RESUMED, (result.request_id, row["id"]))
+    return result
+
+
 def resume(db: Database, request_id: int, *, operator: str, decisions: Mapping[str, Any] | None = None,
            config: subj.Attribution | None = None, progress: ProgressFn | None = None) -> ErasureResult:
     """Run a failed, interrupted or stuck request again as a new request (same customer, the residue decisions
     recorded on it unless `decisions` overrides them) and link the old row to it (`resumed_by`).
     Raises ErasureError if the request is unknown, finished normally, or still running elsewhere."""
-    row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
-    if row is None:
-        raise ErasureError(f"no erasure request {request_id}")
+    row = _request(db, request_id)
     if row["status"] not in ("failed", "interrupted", "running"):
         raise ErasureError(f"request {request_id} is {row['status']}: nothing to resume")
     if row["status"] == "running" and request_id not in stuck_requests(db):
         raise ErasureError(f"request {request_id} is still running")
-    recorded = {r["thread_id"]: Decision(r["decision"], r.get("reason") or "")
-                for r in (row["residue"] or []) if r.get("decision") in (ERASE, LEAVE)}
-    result = erase(db, row["customer_id"], operator=operator, decisions=recorded | dict(decisions or {}),
-                   config=config, progress=progress)
-    db.execute(MARK_RESUMED, (result.request_id, request_id))
-    return result
+    return _follow_up(db, row, operator, decisions, config, progress)
 
 
+def erase_again(db: Database, request_id: int, *, operator: str, decisions: Mapping[str, Any] | None = None,
+                config: subj.Attribution | None = None, progress: ProgressFn | None = None) -> ErasureResult:
+    """Erase again the customer of a request whose latest re-check found data back: a new request (the residue
+    decisions recorded on the old one unless `decisions` overrides them), linked from the old row (`resumed_by`).
+    Raises ErasureError if the request is unknown, its latest re-check found nothing, or a later request for the
+    same customer exists (the one re-checks now hold true)."""
+    row = _request(db, request_id)
+    later = db.fetch_one(SELECT_LATER, (row["customer_id"], row["requested_at"], request_id), read_only=False)
+    if later is not None:
+        raise ErasureError(f"request {request_id} was followed by request {later['id']} for the same customer")
+    if row["last_recheck_clean"] is not False:
+        raise ErasureError(f"request {request_id}: no re-check has found data back")
+    return _follow_up(db, row, operator, decisions, config, progress)
 
-__all__ = ["ErasureError", "ErasureResult", "Progress", "erase", "resume", "stuck_requests"]
+
+__all__ = ["ErasureError", "ErasureResult", "Progress", "erase", "erase_again", "resume", "stuck_requests"]

@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 from core import clock, read_replica
 from core.db import Database
 from core.privacy import subjects as subj
-from core.privacy import residue as res
+from core.privacy import term_hashes
 from core.privacy.erasure import SELECT_REQUEST, ErasureError, stuck_requests
 from core.privacy.evidence import EvidenceQuery, _config, _find_threads, _now_iso, _run_evidence, own_targets
 
@@ -36,8 +36,11 @@ SELECT r.id, r.customer_id, r.operator, r.status, r.requested_at, r.finished_at,
        r.passes, r.counts_before, r.deleted, r.counts_after, r.report,
        r.last_recheck_at, r.last_recheck_clean,
        (SELECT count(*) FROM core_erasure_rechecks k WHERE k.request_id = r.id) AS rechecks,
-       (SELECT count(*) FROM core_erasure_rechecks k WHERE k.request_id = r.id AND NOT k.clean) AS rechecks_dirty
+       (SELECT count(*) FROM core_erasure_rechecks k WHERE k.request_id = r.id AND NOT k.clean) AS rechecks_dirty,
+       NOT EXISTS (SELECT 1 FROM core_erasure_register n WHERE n.customer_id = r.customer_id
+                   AND (n.requested_at, n.id) > (r.requested_at, r.id)) AS latest
 FROM core_erasure_register r ORDER BY r.requested_at DESC, r.id DESC LIMIT %s"""
+DATA_BACK = "data_back"  # the `outcome` of a request whose data came back and that nothing has followed yet
 SELECT_RECHECKS = """
 SELECT id, request_id, checked_at, trigger, operator, clean, counts, evidence
 FROM core_erasure_rechecks WHERE request_id = %s ORDER BY checked_at DESC, id DESC"""
@@ -69,12 +72,16 @@ def recheck(db: Database, request_id: int, *, trigger: str = "manual", operator:
         raise ErasureError(f"no erasure request {request_id}")
     customer_id = row["customer_id"]
     config = _config(config)
-    terms = [res.Term(t["term"], t["kind"], int(t["customers"]), int(t.get("threads", 0)))
-             for t in (row.get("residue_terms") or []) if not t.get("common")]
+    try:
+        terms = [term_hashes.HashedTerm.from_json(t) for t in (row.get("residue_terms") or [])]
+    except ValueError as exc:
+        raise ErasureError(f"erasure request {request_id}: {exc}") from exc
     left = [e["thread_id"] for e in (row.get("exclusions") or [])]
     with db.connection() as conn:
         threads = set(row["thread_ids"] or ()) | set(_find_threads(conn, customer_id, config))
-        evidence = _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys, terms, left)
+        # the residue through the terms' hashes: the register keeps no value
+        evidence = _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys, left=left,
+                                 hashed=(terms, row["term_salt"]))
     # on a replicated setup: the replica has replayed past the primary's WAL after this evidence
     evidence += [EvidenceQuery(*row) for row in read_replica.replay_evidence(db)]
     counts = {e.table: e.result for e in evidence}
@@ -110,15 +117,17 @@ def recheck_all(db: Database, *, trigger: str = "sweep", operator: str | None = 
 
 
 def register(db: Database, limit: int = 500) -> pd.DataFrame:
-    """The latest `limit` requests, newest first, with time to zero, whether it reached zero the same day
-    (UTC), `came_back` (the last re-check found data again), `exclusions` (residue threads the DPO left)
-    and `resumable` (failed, interrupted or stuck, and not resumed yet). Counts are totals over the tables."""
+    """The latest `limit` requests with time to zero, whether it reached zero the same day (UTC), `came_back`
+    (the last re-check found data again), `exclusions` (residue threads the DPO left), `resumable` (failed,
+    interrupted or stuck, and not resumed yet) and `outcome`: the status, or `data_back` for the latest request of a
+    customer whose last re-check found data (to erase again: `erasure.erase_again`). Those come first, then the
+    rest newest first. Counts are totals over the tables."""
     rows = db.fetch(SELECT_REGISTER, (limit,), read_only=False)
     frame = pd.DataFrame(rows, columns=[
         "id", "customer_id", "operator", "status", "requested_at", "finished_at", "exclusions", "resumed_by",
         "seconds_to_zero", "passes",
         "counts_before", "deleted", "counts_after", "report", "last_recheck_at", "last_recheck_clean", "rechecks",
-        "rechecks_dirty"])
+        "rechecks_dirty", "latest"])
     frame["seconds_to_zero"] = frame["seconds_to_zero"].astype(float)
     frame["same_day"] = [
         bool(f is not None and not pd.isna(f) and s == "complete" and f.astimezone(timezone.utc).date()
@@ -129,9 +138,12 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
     frame["resumable"] = [bool((s in ("failed", "interrupted") or i in stuck) and (r is None or pd.isna(r)))
                           for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"])]
     frame["came_back"] = [v is not None and not pd.isna(v) and not bool(v) for v in frame["last_recheck_clean"]]
+    frame["outcome"] = [DATA_BACK if back and bool(latest) else status
+                        for back, latest, status in zip(frame["came_back"], frame["latest"], frame["status"])]
     for col in ("counts_before", "deleted", "counts_after"):
         frame[col] = frame[col].map(lambda d: sum(d.values()) if isinstance(d, dict) else None)
-    return frame
+    frame = frame.drop(columns=["latest"])
+    return frame.sort_values("outcome", key=lambda o: o != DATA_BACK, kind="stable").reset_index(drop=True)
 
 
 def rechecks(db: Database, request_id: int) -> pd.DataFrame:
@@ -163,5 +175,5 @@ def evidence_json(db: Database, request_id: int) -> str:
 
 
 
-__all__ = ["RecheckResult", "RecheckSummary", "evidence_document", "evidence_json", "recheck", "recheck_all",
+__all__ = ["DATA_BACK", "RecheckResult", "RecheckSummary", "evidence_document", "evidence_json", "recheck", "recheck_all",
            "rechecks", "register"]

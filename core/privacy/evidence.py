@@ -18,15 +18,25 @@ from core.db import Database
 from core.memory.store import validate_label
 from core.privacy import subjects as subj
 from core.privacy import residue as res
+from core.privacy import term_hashes
 
 log = logging.getLogger(__name__)
 
 ROOT = "clientes"
 CLIENTE_KEY = METADATA_KEY[ROOT]  # "cliente_id": what run_turn puts in checkpoint metadata
 
-# Tables erasure must never touch: the proof itself and the migrations bookkeeping.
-PROTECTED_TABLES = frozenset({"core_erasure_register", "core_erasure_rechecks", "core_schema_migrations",
+# Tables erasure must never touch: the proofs (both registers, their hash chain and its redaction records: they
+# name the subject and digests, not data) and the migrations bookkeeping.
+PROTECTED_TABLES = frozenset({"core_erasure_register", "core_erasure_rechecks", "core_access_register",
+                              "core_register_chain", "core_register_redactions", "core_schema_migrations",
                               "core_thread_tombstones"})
+# Our bookkeeping that names a thread is not customer data: its row is kept and the thread id rewritten. The
+# extraction watermark (core.checkpoints.tool_calls) moves to just before the erased checkpoint's time: the next
+# extraction re-reads the checkpoints of that instant (idempotent), never the whole history again.
+REWRITTEN_TABLES = {
+    "core_extract_watermark": "UPDATE core_extract_watermark SET thread_id = '', checkpoint_ns = '', "
+                              "checkpoint_id = '' WHERE thread_id::text = ANY(%(threads)s)",
+}
 # Tables kept by triggers on `store` (documents per prefix, holders of each value) and on core_tool_calls /
 # core_thread_days (the Preferences page's rollups, migration 047): counted in the evidence (they name the
 # prefix, the customer or the thread, so they must reach 0 too) but never deleted from directly, which would
@@ -49,8 +59,10 @@ CHECKPOINTS_ZERO_KEYS_SQL = (
     "SELECT count(*) AS n FROM checkpoints WHERE thread_id = ANY(%(threads)s) OR {keys}"
 )
 # The residue evidence: the raw-bytes scan (raw_scan) over every thread but those the DPO left, with the
-# distinctive terms read before the erasure, then res.RESIDUE_COUNT_SQL counts the decoder-confirmed threads.
+# distinctive terms read before the erasure, then res.RESIDUE_THREADS_SQL gives the decoder-confirmed threads (and
+# term_hashes those holding a value earlier requests erased); its result is how many threads.
 RESIDUE_TABLE = "residue"
+ERASED_KIND = "erased"  # a residue match of a value an earlier request erased (known by its hash only)
 CHECKPOINT_BLOBS_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_blobs WHERE thread_id = ANY(%(threads)s)"
 CHECKPOINT_WRITES_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = ANY(%(threads)s)"
 STORE_TABLES = ("store", "store_vectors")  # the two queries the DPO shows verbatim
@@ -111,6 +123,12 @@ class Preview:
     residue: res.Residue | None = None  # unattributed threads holding the customer's id or values
 
     @property
+    def held_threads(self) -> list[str]:
+        """The attributed threads the checkpoint tables hold now (what every page counts as the customer's
+        threads; `thread_ids` also names erased or expired ones, which the erasure still looks for)."""
+        return self.subjects.held if self.subjects else []
+
+    @property
     def total(self) -> int:
         return sum(self.counts.values())
 
@@ -153,7 +171,7 @@ class OwnTarget:
 
     name: str  # table, or table.column for JSON array elements
     count_sql: str
-    erase_sql: str | None  # None: derived from `store`, emptied by its triggers
+    erase_sql: str | None  # DELETE, or an UPDATE scrubbing or rewriting; None: derived from `store`, emptied by its triggers
 
 
 def _row_target(table: str, condition: str) -> OwnTarget:
@@ -207,7 +225,11 @@ def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
                 parts.append(f"{column}::text = %(cliente_id)s")
         if parts:
             target = _row_target(table, " OR ".join(parts))
-            targets.append(OwnTarget(table, target.count_sql, None) if table in DERIVED_TABLES else target)
+            if table in DERIVED_TABLES:
+                target = OwnTarget(table, target.count_sql, None)
+            elif table in REWRITTEN_TABLES:
+                target = OwnTarget(table, target.count_sql, REWRITTEN_TABLES[table])
+            targets.append(target)
     targets += [_json_array_target(*found) for found in json_found]
     names = {t.name for t in targets}
     for optional in OPTIONAL_TABLES:  # present but not understood must be said, not skipped silently
@@ -228,11 +250,14 @@ def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
 def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str,
                   thread_ids: Iterable[str], keys: Iterable[str] = (CLIENTE_KEY,),
                   residue_terms: list[res.Term] | None = None, left: Iterable[str] = (),
-                  residue_candidates: Iterable[str] | None = None) -> list[EvidenceQuery]:
+                  residue_candidates: Iterable[str] | None = None,
+                  hashed: tuple[Iterable[term_hashes.HashedTerm], str] | None = None) -> list[EvidenceQuery]:
     """Every zero-count query, made literal (parameters bound by psycopg's client-side quoting) and
-    sent in one pipeline: what is recorded is exactly the text that ran. With `residue_terms`, the
-    residue scan too (every thread but `left`; result = threads the decoder confirmed; `residue_candidates`:
-    the raw scan's threads when a scan of the same terms has just run)."""
+    sent in one pipeline: what is recorded is exactly the text that ran. With `residue_terms` and/or `hashed`
+    (terms known by their keyed hashes only, with their salt), the residue too: the threads but `left` holding a
+    term (the SQL decoder confirms the terms read now, term_hashes the hashed ones; `residue_candidates`: the raw
+    scan's threads when a scan of the same terms has just run). The residue's terms are never in its text: they
+    are named by reference (our records must not keep what they record the removal of)."""
     params = _params(customer_id, thread_ids)
     queries = dict(FIXED_QUERIES) | {"checkpoints": _checkpoints_zero_sql(keys)} | {t.name: t.count_sql for t in targets}
     binder = psycopg.ClientCursor(conn)
@@ -245,10 +270,34 @@ def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_i
     at = _now_iso()
     out = [EvidenceQuery(table, literal[table], int(cur.fetchone()["n"]), at) for table, cur in cursors.items()]
     rparams = res.residue_count_params(conn, residue_terms or (), left, residue_candidates)
-    if rparams["raws"]:
-        text = binder.mogrify(res.RESIDUE_COUNT_SQL, rparams).strip()
-        out.append(EvidenceQuery(RESIDUE_TABLE, text, int(conn.execute(text).fetchone()["n"]), _now_iso()))
+    hashed_terms, salt = ([t for t in hashed[0] if not t.common], hashed[1]) if hashed else ([], "")
+    if rparams["raws"] or hashed_terms:
+        found: set[str] = set()
+        texts = []
+        if rparams["raws"]:
+            found |= {r["thread_id"] for r in conn.execute(binder.mogrify(res.RESIDUE_THREADS_SQL, rparams))}
+            texts.append(binder.mogrify(res.residue_threads_shown(len(rparams["raws"])), rparams).strip())
+        if hashed_terms:
+            found |= set(term_hashes.find_threads(conn, hashed_terms, salt, left))
+            texts.append(term_hashes.describe(conn, hashed_terms, left))
+        out.append(EvidenceQuery(RESIDUE_TABLE, ";\n".join(texts), len(found), _now_iso()))
     return out
+
+
+def with_earlier_terms(conn: psycopg.Connection, residue: res.Residue, attributed: Iterable[str]
+                       ) -> tuple[res.Residue, term_hashes.Earlier, list[term_hashes.HashedTerm],
+                                  list[term_hashes.HashedTerm]]:
+    """The residue of the terms read now, plus the threads holding a value that earlier requests for the customer
+    erased (the store no longer holds it; the register keeps it hashed): each such match names the term by its
+    reference in the new request, kind `erased`, without a snippet. Returns (residue, the earlier requests' salt and
+    terms, the terms read now hashed, the earlier terms carried)."""
+    before = term_hashes.earlier(conn, residue.customer_id)
+    now, carried = term_hashes.merge(residue.terms, before)
+    by_ref = {t.ref: t for t in carried}
+    for thread, refs in term_hashes.find_threads(conn, carried, before.salt, attributed).items():
+        residue.matches += [res.ResidueMatch(thread, ref, ERASED_KIND, by_ref[ref].customers, False, "")
+                            for ref in sorted(refs)]
+    return residue, before, now, carried
 
 
 def _config(config: subj.Attribution | None) -> subj.Attribution:
@@ -287,6 +336,7 @@ def preview(db: Database, customer_id: str, config: subj.Attribution | None = No
         namespaces = [(r["prefix"], int(r["documents"]))
                       for r in conn.execute(SELECT_NAMESPACES, _params(customer_id, ())).fetchall()]
         residue = res.residue_conn(conn, customer_id, subjects.threads, count_common=count_common)
+        residue = with_earlier_terms(conn, residue, subjects.threads)[0]
     return Preview(customer_id, f"{ROOT}.{customer_id}", counts, namespaces, threads, subjects, residue)
 
 

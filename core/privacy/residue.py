@@ -48,13 +48,12 @@ UNION ALL
 SELECT channel_values::text FROM core_checkpoints_view WHERE thread_id = %(thread_id)s"""
 
 
-# The residue as one count, decoder-confirmed in SQL (what an erasure's evidence records and a re-check
-# repeats): the candidate threads of the raw-bytes scan (`raw_scan.candidates`, run just before), then in
+# The residue threads, decoder-confirmed in SQL (what an erasure's evidence counts): the candidate threads of the raw-bytes scan (`raw_scan.candidates`, run just before), then in
 # their rows the raw bytes and the decoded payload must match the term (the id as a whole token).
 # The candidates' rows are read first by primary key (joined with the terms directly, the planner chose a
 # parallel seq scan of checkpoint_writes and checkpoint_blobs to share the join's cost: 1.1 s at 1M for 2,501
 # terms), and each (row, term) pair tests the raw bytes before decoding or compiling the term's regex.
-RESIDUE_COUNT_SQL = """
+RESIDUE_THREADS_SQL = """
 WITH t AS MATERIALIZED (
     SELECT raw, convert_to(raw, 'UTF8') AS raw_bytes, rx FROM unnest(%(raws)s::text[], %(rxs)s::text[]) AS u(raw, rx)
 ), r AS MATERIALIZED (
@@ -67,11 +66,22 @@ WITH t AS MATERIALIZED (
     SELECT thread_id, NULL, NULL, (checkpoint -> 'channel_values')::text FROM checkpoints
     WHERE thread_id = ANY(%(candidates)s) AND NOT (thread_id = ANY(%(left)s))
 )
-SELECT count(DISTINCT r.thread_id) AS n FROM r JOIN t ON
+SELECT DISTINCT r.thread_id FROM r JOIN t ON
     CASE WHEN r.blob IS NOT NULL THEN
              CASE WHEN position(t.raw_bytes IN r.blob) > 0 THEN core_checkpoint_payload(r.type, r.blob)::text ~ t.rx END
          WHEN r.txt IS NOT NULL THEN CASE WHEN strpos(r.txt, t.raw) > 0 THEN r.txt ~ t.rx END
     END"""
+# RESIDUE_THREADS_SQL as the evidence records it: the terms and their patterns named by reference, never inlined
+# (our records must not keep what they record the removal of); the threads are inlined as they ran.
+RESIDUE_TERMS_REF = (":residue_terms /* the {n} distinctive terms: residue_terms of this request, kept as keyed "
+                     "hashes (core/privacy/term_hashes.py) */")
+RESIDUE_PATTERNS_REF = ":residue_term_patterns /* each term as a whole token, escaped (residue.token_regex) */"
+
+
+def residue_threads_shown(n_terms: int) -> str:
+    """RESIDUE_THREADS_SQL with its terms replaced by references (to be bound with the other parameters)."""
+    return (RESIDUE_THREADS_SQL.replace("%(raws)s::text[]", RESIDUE_TERMS_REF.format(n=n_terms))
+            .replace("%(rxs)s::text[]", RESIDUE_PATTERNS_REF))
 
 
 def scan(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str],
@@ -91,7 +101,7 @@ def _are_escape(text: str) -> str:
 
 def residue_count_params(conn: psycopg.Connection, terms: Iterable["Term"], left: Iterable[str],
                          candidates: Iterable[str] | None = None) -> dict[str, Any]:
-    """Parameters of RESIDUE_COUNT_SQL for these terms (common ones dropped), threads in `left` excepted:
+    """Parameters of RESIDUE_THREADS_SQL for these terms (common ones dropped), threads in `left` excepted:
     the raw-bytes scan runs now and gives the candidate threads, unless a scan of the same terms just gave
     them (`candidates`: `Residue.raw_threads` of the same connection and moment)."""
     raws, rxs = [], []
@@ -99,7 +109,7 @@ def residue_count_params(conn: psycopg.Connection, terms: Iterable["Term"], left
         if t.common:
             continue
         raws.append(t.term)
-        rxs.append(_bounded(t.term, _are_escape(_json_text(t.term))))
+        rxs.append(_bounded(t.term, _are_escape(json_text(t.term))))
     left = sorted(set(left))
     if candidates is None:
         candidates = {thread for _, thread in scan(conn, raws, left)[0]} if raws else set()
@@ -120,11 +130,6 @@ class Term:
     @property
     def common(self) -> bool:
         return self.customers > COMMON_CUSTOMERS
-
-    def to_json(self) -> dict:
-        """As the erasure register keeps it (`dataclasses.asdict` cost ~45 ms for a 2,500-document customer)."""
-        return {"term": self.term, "kind": self.kind, "customers": self.customers, "threads": self.threads,
-                "common": self.common}
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,7 @@ def _bounded(term: str, body: str) -> str:
 
 def token_regex(term: str) -> re.Pattern[str]:
     """How `term` (the id or a document value) is found in the decoder's JSON text of a payload."""
-    return re.compile(_bounded(term, re.escape(_json_text(term))))
+    return re.compile(_bounded(term, re.escape(json_text(term))))
 
 
 def _snippet(text: str, m: re.Match[str]) -> str:
@@ -193,8 +198,9 @@ def _snippet(text: str, m: re.Match[str]) -> str:
     return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
 
 
-def _json_text(term: str) -> str:
-    """How `term` appears inside JSON text (the decoded payloads), quotes and backslashes escaped."""
+def json_text(term: str) -> str:
+    """How `term` appears inside JSON text (the decoded payloads), quotes, backslashes and controls escaped as
+    PostgreSQL's jsonb output escapes them."""
     import json
 
     return json.dumps(term, ensure_ascii=False)[1:-1]

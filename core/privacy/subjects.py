@@ -95,6 +95,9 @@ SELECT_BY_CONVERSATIONS = """
 SELECT DISTINCT thread_id FROM core_conversations WHERE subject_root = %(root)s AND subject_id = %(id)s"""
 SELECT_BY_REGISTER = """
 SELECT DISTINCT unnest(thread_ids) AS thread_id FROM core_erasure_register WHERE customer_id = %(id)s"""
+# Of the attributed threads, those the checkpoint tables hold now: what every page counts as the customer's threads
+# (the Checkpoints page lists them from the same table; the register remembers erased ones, which hold nothing).
+SELECT_HELD = "SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id = ANY(%(threads)s)"
 
 
 @dataclass
@@ -105,6 +108,7 @@ class Subjects:
     threads: dict[str, list[str]] = field(default_factory=dict)  # thread_id -> sources
     by_source: dict[str, list[str]] = field(default_factory=dict)  # source -> thread ids (also when empty)
     errors: dict[str, str] = field(default_factory=dict)  # source -> why it could not run
+    held: list[str] = field(default_factory=list)  # the threads the checkpoint tables hold now (sorted)
 
     @property
     def thread_ids(self) -> list[str]:
@@ -155,6 +159,7 @@ def resolve_conn(conn: psycopg.Connection, customer_id: str, config: Attribution
             subjects.add("query", _run_query(conn, config.thread_query, customer_id))
         except psycopg.Error as exc:  # said on the page and in the evidence, never hidden
             subjects.errors["query"] = f"{type(exc).__name__}: {str(exc).strip()}"
+    subjects.held = sorted(r["thread_id"] for r in conn.execute(SELECT_HELD, {"threads": subjects.thread_ids}))
     return subjects
 
 

@@ -26,7 +26,7 @@ import logging
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import ormsgpack
 import psycopg
@@ -270,21 +270,30 @@ class Candidates:
                 f"{len(self.unindexed)} not indexed yet (core_token_dirty)")
 
 
+def term_hashes(term: str) -> list[int]:
+    """The hashes of a term's tokens, without repeats: what the index is searched by. The erasure register keeps
+    these in place of the term (core.privacy.term_hashes), so that a re-check can still ask the index."""
+    return list(dict.fromkeys(token_hash(t) for t in term_tokens(term)))
+
+
+def lookup_key(hashes: Sequence[int], shares: Mapping[int, float] | None = None) -> str | None:
+    """The lookup key of a term with these token hashes (comma-joined), None for a term without a token. With
+    `shares` (token hash -> share of threads holding it), the tokens held by more than COMMON_TOKEN_SHARE of the
+    threads are left out of the key, but for the rarest one when all are: a key with fewer tokens names more
+    threads (the scan confirms each), and each common token's posting list was most of a lookup's cost."""
+    hashes = list(dict.fromkeys(hashes))
+    if not hashes:
+        return None
+    if shares:
+        hashes = ([h for h in hashes if shares.get(h, 0.0) <= COMMON_TOKEN_SHARE]
+                  or [min(hashes, key=lambda h: shares.get(h, 0.0))])
+    return ",".join(map(str, hashes))
+
+
 def _keys(terms: Iterable[str], shares: dict[int, float] | None = None) -> dict[str, str]:
-    """Each term's lookup key (its token hashes, comma-joined); a term without a token has none. With `shares`
-    (token hash -> share of threads holding it), the tokens held by more than COMMON_TOKEN_SHARE of the threads are
-    left out of the key, but for the rarest one when all are: a key with fewer tokens names more threads (the scan
-    confirms each), and each common token's posting list was most of a lookup's cost."""
-    keys = {}
-    for term in set(terms):
-        hashes = list(dict.fromkeys(token_hash(t) for t in term_tokens(term)))
-        if not hashes:
-            continue
-        if shares:
-            hashes = ([h for h in hashes if shares.get(h, 0.0) <= COMMON_TOKEN_SHARE]
-                      or [min(hashes, key=lambda h: shares.get(h, 0.0))])
-        keys[term] = ",".join(map(str, hashes))
-    return keys
+    """Each term's lookup key (a term without a token has none)."""
+    keys = {term: lookup_key(term_hashes(term), shares) for term in set(terms)}
+    return {term: key for term, key in keys.items() if key is not None}
 
 
 # The tokens ANALYZE found in the most threads, with the share of threads holding each (none before an ANALYZE).
@@ -303,16 +312,30 @@ def token_shares(conn: psycopg.Connection) -> dict[int, float]:
 def candidates(conn: psycopg.Connection, terms: Iterable[str]) -> Candidates:
     """The threads that may hold any of `terms` (a superset: the scan confirms), or every thread when a
     term has no token or too many threads wait for the indexer."""
-    terms = set(terms)
-    keys = _keys(terms, token_shares(conn))
-    if len(keys) < len(terms):
-        term = sorted(terms - set(keys))[0]
-        return Candidates(None, why_full=f"the term {term!r} has no token the index can look up")
+    return candidates_of(conn, {term: term_hashes(term) for term in set(terms)})
+
+
+def candidates_of(conn: psycopg.Connection, hashes: Mapping[str, Sequence[int]]) -> Candidates:
+    """`candidates` for terms known by their token hashes only (`term_hashes`; keyed by a term or a reference
+    to it): the threads holding every token of one of them, plus the threads not indexed yet."""
+    shares = token_shares(conn)
+    keys = {name: lookup_key(h, shares) for name, h in hashes.items()}
+    missing = sorted(name for name, key in keys.items() if key is None)
+    if missing:
+        return Candidates(None, why_full=f"the term {missing[0]!r} has no token the index can look up")
     unindexed = [r["thread_id"] for r in conn.execute(SELECT_PENDING, {"cap": DIRTY_SCAN_MAX + 1})]
     if len(unindexed) > DIRTY_SCAN_MAX:
         return Candidates(None, why_full=f"more than {DIRTY_SCAN_MAX:,} threads wait for the token indexer")
     hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": list(keys.values())})} if keys else set()
     return Candidates(frozenset(hits | set(unindexed)), len(hits), frozenset(unindexed))
+
+
+def thread_token_hashes(conn: psycopg.Connection, threads: Iterable[str]) -> dict[str, set[int]]:
+    """Each thread's token hashes as the indexer would store them now (for threads it has not read yet);
+    a thread without rows is absent."""
+    with conn.transaction():  # the payloads are streamed by a server-side cursor
+        found = _thread_tokens(conn, sorted(set(threads)), IndexResult())
+    return {thread: {token_hash(t) for t in tokens} for thread, tokens in found.items()}
 
 
 # Per term, the indexed threads (but `exclude`) holding every token of it: counted in SQL, never listed.
