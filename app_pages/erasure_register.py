@@ -47,14 +47,19 @@ if requests.empty:
     st.info(t("erasure_register_empty"))
     st.stop()
 
+data_back = requests[requests["outcome"] == erasure_register.DATA_BACK]
 c1, c2, c3, c4 = st.columns(4)
 c1.metric(t("erasure_requests"), len(requests))
-c2.metric(t("erasure_completed"), int((requests["status"] == "complete").sum()))
+c2.metric(t("erasure_completed"), int((requests["outcome"] == "complete").sum()))
 c3.metric(t("erasure_same_day"), f"{int(requests['same_day'].sum())} / {len(requests)}")
-c4.metric(t("erasure_came_back"), int(requests["came_back"].sum()))
+c4.metric(t("erasure_came_back"), len(data_back))
+if len(data_back):  # first in the table, never shown as plain complete
+    st.error(t("erasure_data_back_banner", n=len(data_back), ids=", ".join(f"#{i}" for i in data_back["id"])),
+             icon=":material/restore_page:")
 
-table(
-    requests.drop(columns=["report"]), key="erasure_register.table",
+table(  # the status column shows the outcome: a request whose data came back says so
+    requests.assign(status=requests["outcome"].map(lambda o: t(f"erasure_outcome_{o}"))).drop(
+        columns=["report", "outcome"]), key="erasure_register.table",
     config={
         "id": "#",
         "customer_id": t("erasure_col_customer"),
@@ -116,6 +121,22 @@ if row["resumable"]:
         st.session_state[NOTICE_KEY] = ("ok" if resumed.complete else "error",
                                         t("erasure_resumed", rid=resumed.request_id, status=md(resumed.status)))
         st.session_state[NEXT_PICK_KEY] = resumed.request_id  # picked before the selectbox exists, next run
+        st.rerun()
+if row["outcome"] == erasure_register.DATA_BACK:
+    st.error(t("erasure_again_help", rid=request_id), icon=":material/restore_page:")
+    if st.button(t("erasure_again_button"), key="erasure_register.erase_again", type="primary",
+                 icon=":material/delete_forever:"):
+        try:
+            with st.spinner(t("erasure_again_running", rid=request_id)):
+                again = call_now(erasure.erase_again, request_id, operator=operator)
+        except erasure.ErasureError as exc:
+            st.session_state[NOTICE_KEY] = ("error", str(exc))
+        else:
+            forget_all()
+            st.session_state[NOTICE_KEY] = ("ok" if again.complete else "error",
+                                            t("erasure_again_done", old=request_id, rid=again.request_id,
+                                              status=t(f"erasure_outcome_{again.status}")))
+            st.session_state[NEXT_PICK_KEY] = again.request_id
         st.rerun()
 if row["came_back"] or row["status"] != "complete":
     st.page_link("app_pages/erasure.py", label=t("erasure_page"), icon=":material/delete_forever:",

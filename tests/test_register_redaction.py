@@ -157,3 +157,19 @@ def test_a_row_edited_before_the_repair_is_still_reported_edited(legacy):
                         "table_name = 'core_erasure_register'", (db.erased,))["intact"] is False
     result = chain.verify(db, "erasure")
     assert (result.ok, result.row_id, result.problem) == (False, db.erased, "edited")
+
+
+def test_verifying_the_chain_on_the_register_page_says_what_was_redacted_and_when(legacy, app_env):
+    from tests.test_erasure_pages import dashboard, texts
+
+    migrate(legacy.dsn, DIMS)
+    app_env(legacy.dsn)
+    at = dashboard("app_pages/erasure_register.py")
+    at.button(key="erasure_register.verify").click().run()
+    assert not at.exception, at.exception
+    assert any(s.value.startswith("Cadena íntegra: 6 filas selladas") for s in at.success), texts(at)
+    (info,) = [i.value for i in at.info if i.value.startswith("Filas selladas redactadas después")]
+    day = legacy.fetch_one("SELECT to_char(redacted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS d "
+                           "FROM core_register_redactions LIMIT 1")["d"]
+    assert (f"core_erasure_register #{legacy.erased} (residue_terms, residue, evidence, term_salt) {day}" in info
+            and all(f"core_erasure_rechecks #{k} (evidence) {day}" in info for k in legacy.rechecks)), info

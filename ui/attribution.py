@@ -47,10 +47,12 @@ def show_sources(subjects: subj.Subjects | None) -> None:
                  counts=", ".join(f"{md_code(s)} {len(v)}" for s, v in subjects.by_source.items())))
     for source, error in subjects.errors.items():
         st.error(t("erasure_source_error", source=md(source), error=md(error)))
-    if subjects.threads:
-        st.dataframe(pd.DataFrame({t("erasure_col_thread"): list(subjects.threads),
-                                   t("erasure_col_sources"): [", ".join(s) for s in subjects.threads.values()]}),
+    if subjects.held:  # the threads held now, as every page counts them
+        st.dataframe(pd.DataFrame({t("erasure_col_thread"): subjects.held,
+                                   t("erasure_col_sources"): [", ".join(subjects.threads[h]) for h in subjects.held]}),
                      hide_index=True, key="erasure.sources")
+    if len(subjects.threads) > len(subjects.held):
+        st.caption(t("erasure_sources_gone", n=len(subjects.threads) - len(subjects.held)))
 
 
 def show_residue(residue: res.Residue | None) -> None:
