@@ -64,7 +64,7 @@ table(  # the status column shows the outcome: a request whose data came back sa
         "id": "#",
         "customer_id": t("erasure_col_customer"),
         "operator": t("erasure_col_operator"),
-        "status": t("erasure_col_status"),
+        "status": {"label": t("erasure_col_status"), "width": 280},
         "requested_at": t("erasure_col_requested"),
         "finished_at": t("erasure_col_finished"),
         "seconds_to_zero": t("erasure_col_seconds"),

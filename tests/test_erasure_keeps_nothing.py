@@ -220,9 +220,15 @@ def test_a_recheck_holding_only_hashes_still_finds_data_that_came_back(shop):
     (ev,) = [e for e in indexed.evidence if e.table == "residue"]
     assert "core_thread_tokens" in ev.sql and ADDRESS not in ev.sql
     assert "Calle Mayor" not in json.dumps(db.fetch("SELECT evidence FROM core_erasure_rechecks"), default=str)
-    # erased again: clean
-    again = erase_with_residue(db, CUSTOMER)
-    assert erasure_register.recheck(db, again.request_id).clean
+    # erased again from the register: the store no longer holds the address, yet the new request finds the thread
+    # through the hashes it carries on, and leaves it to the DPO (a residue thread nobody decided on)
+    again = erasure.erase_again(db, result.request_id, operator="dpo@example.com")
+    assert again.status == "incomplete" and "soporte-2032" in again.report
+    assert not erasure_register.recheck(db, again.request_id).clean
+    (thread,) = evidence.preview(db, CUSTOMER).residue_threads  # the Erasure page shows it, kind `erased`
+    assert thread == "soporte-2032" and {m.kind for m in evidence.preview(db, CUSTOMER).residue.matches} == {"erased"}
+    last = erase_with_residue(db, CUSTOMER)
+    assert erasure_register.recheck(db, last.request_id).clean
 
 
 def test_every_page_counts_the_customers_threads_the_same_way(shop):

@@ -41,6 +41,7 @@ SELECT r.id, r.customer_id, r.operator, r.status, r.requested_at, r.finished_at,
                    AND (n.requested_at, n.id) > (r.requested_at, r.id)) AS latest
 FROM core_erasure_register r ORDER BY r.requested_at DESC, r.id DESC LIMIT %s"""
 DATA_BACK = "data_back"  # the `outcome` of a request whose data came back and that nothing has followed yet
+ERASED_AGAIN = "data_back_erased_again"  # ... and once a later request for the customer followed it
 SELECT_RECHECKS = """
 SELECT id, request_id, checked_at, trigger, operator, clean, counts, evidence
 FROM core_erasure_rechecks WHERE request_id = %s ORDER BY checked_at DESC, id DESC"""
@@ -119,9 +120,10 @@ def recheck_all(db: Database, *, trigger: str = "sweep", operator: str | None = 
 def register(db: Database, limit: int = 500) -> pd.DataFrame:
     """The latest `limit` requests with time to zero, whether it reached zero the same day (UTC), `came_back`
     (the last re-check found data again), `exclusions` (residue threads the DPO left), `resumable` (failed,
-    interrupted or stuck, and not resumed yet) and `outcome`: the status, or `data_back` for the latest request of a
-    customer whose last re-check found data (to erase again: `erasure.erase_again`). Those come first, then the
-    rest newest first. Counts are totals over the tables."""
+    interrupted or stuck, and not resumed yet) and `outcome`: the status, but for a request whose last re-check found
+    data: `data_back` while it is the customer's latest request (to erase again: `erasure.erase_again`), then
+    `data_back_erased_again`. Open `data_back` requests come first, then the rest newest first. Counts are totals
+    over the tables."""
     rows = db.fetch(SELECT_REGISTER, (limit,), read_only=False)
     frame = pd.DataFrame(rows, columns=[
         "id", "customer_id", "operator", "status", "requested_at", "finished_at", "exclusions", "resumed_by",
@@ -138,7 +140,7 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
     frame["resumable"] = [bool((s in ("failed", "interrupted") or i in stuck) and (r is None or pd.isna(r)))
                           for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"])]
     frame["came_back"] = [v is not None and not pd.isna(v) and not bool(v) for v in frame["last_recheck_clean"]]
-    frame["outcome"] = [DATA_BACK if back and bool(latest) else status
+    frame["outcome"] = [(DATA_BACK if bool(latest) else ERASED_AGAIN) if back else status
                         for back, latest, status in zip(frame["came_back"], frame["latest"], frame["status"])]
     for col in ("counts_before", "deleted", "counts_after"):
         frame[col] = frame[col].map(lambda d: sum(d.values()) if isinstance(d, dict) else None)
@@ -175,5 +177,5 @@ def evidence_json(db: Database, request_id: int) -> str:
 
 
 
-__all__ = ["DATA_BACK", "RecheckResult", "RecheckSummary", "evidence_document", "evidence_json", "recheck", "recheck_all",
+__all__ = ["DATA_BACK", "ERASED_AGAIN", "RecheckResult", "RecheckSummary", "evidence_document", "evidence_json", "recheck", "recheck_all",
            "rechecks", "register"]
