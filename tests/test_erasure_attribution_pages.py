@@ -105,7 +105,7 @@ def test_a_click_during_an_erasure_ends_recorded_and_resumable(shop, app_env):
     at.switch_page("app_pages/erasure_register.py").run()
     assert not at.exception, at.exception
     table = frame(at, "customer_id", "resumable")
-    assert list(table["status"]) == ["interrupted"] and bool(table["resumable"].iloc[0])
+    assert list(table["status"]) == ["interrumpida"] and bool(table["resumable"].iloc[0])  # in the UI language
     at.button(key="erasure_register.resume").click().run()
     assert not at.exception, at.exception
     assert "Reanudada como solicitud" in texts(at)

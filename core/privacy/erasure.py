@@ -412,16 +412,17 @@ def resume(db: Database, request_id: int, *, operator: str, decisions: Mapping[s
 
 def erase_again(db: Database, request_id: int, *, operator: str, decisions: Mapping[str, Any] | None = None,
                 config: subj.Attribution | None = None, progress: ProgressFn | None = None) -> ErasureResult:
-    """Erase again the customer of a request whose latest re-check found data back: a new request (the residue
+    """Erase again the customer of a complete request whose latest re-check found data back: a new request (the residue
     decisions recorded on the old one unless `decisions` overrides them), linked from the old row (`resumed_by`).
-    Raises ErasureError if the request is unknown, its latest re-check found nothing, or a later request for the
-    same customer exists (the one re-checks now hold true)."""
+    Raises ErasureError if the request is unknown, not complete (see `resume`), its latest re-check found nothing, or
+    a later request for the same customer exists (the one re-checks now hold true)."""
     row = _request(db, request_id)
     later = db.fetch_one(SELECT_LATER, (row["customer_id"], row["requested_at"], request_id), read_only=False)
     if later is not None:
         raise ErasureError(f"request {request_id} was followed by request {later['id']} for the same customer")
-    if row["last_recheck_clean"] is not False:
-        raise ErasureError(f"request {request_id}: no re-check has found data back")
+    if row["status"] != "complete" or row["last_recheck_clean"] is not False:
+        raise ErasureError(f"request {request_id} is {row['status']} and its latest re-check found "
+                           f"{'nothing' if row['last_recheck_clean'] is not False else 'data'}: no data came back")
     return _follow_up(db, row, operator, decisions, config, progress)
 
 

@@ -120,8 +120,8 @@ def recheck_all(db: Database, *, trigger: str = "sweep", operator: str | None = 
 def register(db: Database, limit: int = 500) -> pd.DataFrame:
     """The latest `limit` requests with time to zero, whether it reached zero the same day (UTC), `came_back`
     (the last re-check found data again), `exclusions` (residue threads the DPO left), `resumable` (failed,
-    interrupted or stuck, and not resumed yet) and `outcome`: the status, but for a request whose last re-check found
-    data: `data_back` while it is the customer's latest request (to erase again: `erasure.erase_again`), then
+    interrupted or stuck, and not resumed yet) and `outcome`: the status, but for a complete request whose last
+    re-check found data: `data_back` while it is the customer's latest request (to erase again: `erasure.erase_again`), then
     `data_back_erased_again`. Open `data_back` requests come first, then the rest newest first. Counts are totals
     over the tables."""
     rows = db.fetch(SELECT_REGISTER, (limit,), read_only=False)
@@ -140,7 +140,7 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
     frame["resumable"] = [bool((s in ("failed", "interrupted") or i in stuck) and (r is None or pd.isna(r)))
                           for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"])]
     frame["came_back"] = [v is not None and not pd.isna(v) and not bool(v) for v in frame["last_recheck_clean"]]
-    frame["outcome"] = [(DATA_BACK if bool(latest) else ERASED_AGAIN) if back else status
+    frame["outcome"] = [(DATA_BACK if bool(latest) else ERASED_AGAIN) if back and status == "complete" else status
                         for back, latest, status in zip(frame["came_back"], frame["latest"], frame["status"])]
     for col in ("counts_before", "deleted", "counts_after"):
         frame[col] = frame[col].map(lambda d: sum(d.values()) if isinstance(d, dict) else None)
