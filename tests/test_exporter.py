@@ -161,3 +161,21 @@ def test_attribution_coverage_is_exported_from_the_background(db):
     assert s[("agent_memory_attribution_unattributed_threads", ())] == expected.unattributed_threads
     assert s[("agent_memory_attribution_unattributed_bytes", ())] == expected.unattributed_bytes
     assert s[("agent_memory_attribution_computed_timestamp_seconds", ())] > 0
+
+
+def test_the_data_back_alert_counts_what_the_erasure_register_shows_as_data_back(db):
+    """Issue 25 point 5: one definition. Erased again since, or never complete, is not "data back"."""
+    from core.privacy import erasure_register
+
+    db.execute("""
+        INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator, status, last_recheck_clean,
+                                           requested_at) VALUES
+          ('C8', 'clientes.C8', 'op', 'complete', false, now() - interval '1 day'),
+          ('C8', 'clientes.C8', 'op', 'complete', true, now()),
+          ('C12', 'clientes.C12', 'op', 'interrupted', false, now()),
+          ('C13', 'clientes.C13', 'op', 'complete', false, now())""")
+    with psycopg.connect(db.dsn, row_factory=dict_row) as conn:
+        s = samples_of(database_metrics(conn))
+    shown = erasure_register.register(db)
+    assert list(shown["customer_id"][shown["outcome"] == erasure_register.DATA_BACK]) == ["C13"]
+    assert s[("agent_memory_erasure_data_back_requests", ())] == 1

@@ -36,6 +36,7 @@ from psycopg.rows import dict_row
 from core.checkpoints.replica_health import SELECT_REPLICAS
 from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
+from core.privacy.erasure_register import DATA_BACK_OPEN
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,8 @@ SELECT (SELECT row_to_json(l) FROM (
 SELECT_ERASURE = """
 SELECT count(*) FILTER (WHERE status IN ('incomplete', 'failed'))                              AS incomplete,
        count(*) FILTER (WHERE status = 'running' AND requested_at < now() - interval '1 hour')   AS stuck,
-       count(*) FILTER (WHERE last_recheck_clean IS FALSE)                                     AS data_back
-FROM core_erasure_register"""
+       count(*) FILTER (WHERE """ + DATA_BACK_OPEN + """)                                      AS data_back
+FROM core_erasure_register r"""
 
 SELECT_OVER_SCHEMA = """
 SELECT count(*) AS customers FROM core_prefix_counts WHERE root = 'clientes' AND documents > %s"""
@@ -110,7 +111,8 @@ def database_metrics(conn: psycopg.Connection) -> list[Metric]:
                  "Erasure requests incomplete or failed, or running for more than an hour.")
     inc.add_metric([], float(erasure["incomplete"] + erasure["stuck"]))
     back = _gauge("erasure_data_back_requests",
-                  "Erasure requests whose last re-check found the customer's data back.")
+                  "Erasure requests whose last re-check found the customer's data back, not erased again since "
+                  "(shown first as such in the erasure register).")
     back.add_metric([], float(erasure["data_back"]))
     out += [inc, back]
 

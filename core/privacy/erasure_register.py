@@ -29,6 +29,13 @@ SELECT_RECHECKABLE = """
 SELECT DISTINCT ON (customer_id) id FROM core_erasure_register
 WHERE status IN ('complete', 'incomplete', 'failed', 'interrupted', 'running')
 ORDER BY customer_id, requested_at DESC, id DESC"""
+# A request with data back: complete, its last re-check found the customer's data, and no later request for the
+# customer has followed it (the one re-checks now hold true). What the register shows first and the exporter's
+# alert counts (core/operations/exporter.py, agent_memory_erasure_data_back_requests); `r` is the request.
+DATA_BACK_OPEN = """
+r.status = 'complete' AND r.last_recheck_clean IS FALSE
+AND NOT EXISTS (SELECT 1 FROM core_erasure_register n WHERE n.customer_id = r.customer_id
+                AND (n.requested_at, n.id) > (r.requested_at, r.id))"""
 SELECT_REGISTER = """
 SELECT r.id, r.customer_id, r.operator, r.status, r.requested_at, r.finished_at,
        jsonb_array_length(coalesce(r.exclusions, '[]')) AS exclusions, r.resumed_by,
@@ -37,8 +44,7 @@ SELECT r.id, r.customer_id, r.operator, r.status, r.requested_at, r.finished_at,
        r.last_recheck_at, r.last_recheck_clean,
        (SELECT count(*) FROM core_erasure_rechecks k WHERE k.request_id = r.id) AS rechecks,
        (SELECT count(*) FROM core_erasure_rechecks k WHERE k.request_id = r.id AND NOT k.clean) AS rechecks_dirty,
-       NOT EXISTS (SELECT 1 FROM core_erasure_register n WHERE n.customer_id = r.customer_id
-                   AND (n.requested_at, n.id) > (r.requested_at, r.id)) AS latest
+       (""" + DATA_BACK_OPEN + """) AS data_back
 FROM core_erasure_register r ORDER BY r.requested_at DESC, r.id DESC LIMIT %s"""
 DATA_BACK = "data_back"  # the `outcome` of a request whose data came back and that nothing has followed yet
 ERASED_AGAIN = "data_back_erased_again"  # ... and once a later request for the customer followed it
@@ -129,7 +135,7 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
         "id", "customer_id", "operator", "status", "requested_at", "finished_at", "exclusions", "resumed_by",
         "seconds_to_zero", "passes",
         "counts_before", "deleted", "counts_after", "report", "last_recheck_at", "last_recheck_clean", "rechecks",
-        "rechecks_dirty", "latest"])
+        "rechecks_dirty", "data_back"])
     frame["seconds_to_zero"] = frame["seconds_to_zero"].astype(float)
     frame["same_day"] = [
         bool(f is not None and not pd.isna(f) and s == "complete" and f.astimezone(timezone.utc).date()
@@ -140,11 +146,11 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
     frame["resumable"] = [bool((s in ("failed", "interrupted") or i in stuck) and (r is None or pd.isna(r)))
                           for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"])]
     frame["came_back"] = [v is not None and not pd.isna(v) and not bool(v) for v in frame["last_recheck_clean"]]
-    frame["outcome"] = [(DATA_BACK if bool(latest) else ERASED_AGAIN) if back and status == "complete" else status
-                        for back, latest, status in zip(frame["came_back"], frame["latest"], frame["status"])]
+    frame["outcome"] = [DATA_BACK if bool(open_) else ERASED_AGAIN if back and status == "complete" else status
+                        for open_, back, status in zip(frame["data_back"], frame["came_back"], frame["status"])]
     for col in ("counts_before", "deleted", "counts_after"):
         frame[col] = frame[col].map(lambda d: sum(d.values()) if isinstance(d, dict) else None)
-    frame = frame.drop(columns=["latest"])
+    frame = frame.drop(columns=["data_back"])
     return frame.sort_values("outcome", key=lambda o: o != DATA_BACK, kind="stable").reset_index(drop=True)
 
 
@@ -177,5 +183,5 @@ def evidence_json(db: Database, request_id: int) -> str:
 
 
 
-__all__ = ["DATA_BACK", "ERASED_AGAIN", "RecheckResult", "RecheckSummary", "evidence_document", "evidence_json", "recheck", "recheck_all",
+__all__ = ["DATA_BACK", "DATA_BACK_OPEN", "ERASED_AGAIN", "RecheckResult", "RecheckSummary", "evidence_document", "evidence_json", "recheck", "recheck_all",
            "rechecks", "register"]
