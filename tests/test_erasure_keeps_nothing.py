@@ -246,3 +246,16 @@ def test_every_page_counts_the_customers_threads_the_same_way(shop):
     erase_with_residue(db, CUSTOMER)
     assert counts() == (0, 0, 0)
     assert access.gather(db, CUSTOMER).counts["messages"] == 0
+
+
+def test_a_value_back_in_an_encrypted_thread_is_found_through_the_hashes_with_the_key(db, monkeypatch):
+    """Encrypted rows hold no token the index knows: the re-check reads them with the configured keys."""
+    from format_agents import AES_KEY, encrypted_agent
+
+    monkeypatch.setenv("LANGGRAPH_AES_KEYS", AES_KEY)
+    put_memory(make_store(db), ("clientes", CUSTOMER), "direccion", {"texto": f"direccion: {ADDRESS}", "calle": ADDRESS})
+    result = erasure.erase(db, CUSTOMER, operator="dpo@example.com")
+    assert result.status == "complete" and erasure_register.recheck(db, result.request_id).clean
+    encrypted_agent(db.dsn, "enc-back", f"mi dirección: {ADDRESS}")
+    back = erasure_register.recheck(db, result.request_id)
+    assert not back.clean and back.counts["residue"] == 1

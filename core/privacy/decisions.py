@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from core.privacy import residue as res
 
 ERASE, LEAVE = "erase", "leave"
+NOT_SCANNED = "(not scanned: encrypted, no key opens it)"  # what a residue row names for a thread no key opens
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ def _decide(residue: res.Residue, decisions: dict[str, Decision]) -> tuple[list[
     rows, include, exclusions, undecided = [], set(), [], []
     for thread_id in residue.proposed:
         terms = sorted({m.term for m in residue.matches_of(thread_id)}) or (
-            ["(not scanned: encrypted, no key opens it)"] if thread_id in residue.not_scanned else [])
+            [NOT_SCANNED] if thread_id in residue.not_scanned else [])
         d = decisions.get(thread_id)
         if d is None:
             undecided.append(thread_id)
@@ -54,4 +55,4 @@ def _decide(residue: res.Residue, decisions: dict[str, Decision]) -> tuple[list[
     return rows, include, exclusions, undecided
 
 
-__all__ = ["Decision", "ERASE", "LEAVE"]
+__all__ = ["Decision", "ERASE", "LEAVE", "NOT_SCANNED"]

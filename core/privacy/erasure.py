@@ -39,7 +39,7 @@ from core.db import Database
 from core.privacy import subjects as subj
 from core.privacy import residue as res
 from core.privacy import term_hashes
-from core.privacy.decisions import ERASE, LEAVE, Decision, _decide, _validate_decisions
+from core.privacy.decisions import ERASE, LEAVE, NOT_SCANNED, Decision, _decide, _validate_decisions
 from core.privacy.evidence import (DERIVED_TABLES, ROOT, STORE_TABLES, EvidenceQuery, OwnTarget, _config, _params,
                                    _run_evidence, own_targets, validate_customer_id, with_earlier_terms)
 
@@ -239,7 +239,8 @@ def erase(
             residue_rows, include, exclusions, undecided = _decide(residue, chosen)
             left = [e["thread_id"] for e in exclusions] + undecided
             # the register keeps the terms as keyed hashes and names them by reference, never by value
-            refs = {t.term: h.ref for t, h in zip(terms, hashed)} | {h.ref: h.ref for h in carried}
+            refs = ({t.term: h.ref for t, h in zip(terms, hashed)} | {h.ref: h.ref for h in carried}
+                    | {NOT_SCANNED: NOT_SCANNED})
             residue_rows = term_hashes.by_reference(residue_rows, refs)
             exclusions = term_hashes.by_reference(exclusions, refs)
             evidence_terms = [t for t in terms if not t.common]

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from core.privacy import chain, term_hashes
 from core.privacy import residue as res
+from core.privacy.decisions import NOT_SCANNED
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ WHERE r.term_salt IS NULL
        OR EXISTS (SELECT 1 FROM core_erasure_rechecks k WHERE k.request_id = r.id
                   AND jsonb_path_exists(k.evidence, '$[*] ? (@.table == "residue")')))
 ORDER BY r.id"""
+SELECT_APPLIED = "SELECT to_regclass('core_register_redactions') IS NOT NULL AS applied"
 LOCK_REQUEST = """
 SELECT id, residue_terms, residue, exclusions, evidence FROM core_erasure_register
 WHERE id = %s AND term_salt IS NULL FOR UPDATE"""
@@ -79,7 +81,7 @@ def _legacy_terms(row: dict) -> list[res.Term]:
     known = {t.term for t in terms}
     for r in [*(row["residue"] or []), *(row["exclusions"] or [])]:
         for term in r.get("terms") or ():
-            if term not in known:
+            if term not in known and term != NOT_SCANNED:
                 known.add(term)
                 terms.append(res.Term(term, "value", 1, None))
     return terms
@@ -104,7 +106,7 @@ def _repair(conn: psycopg.Connection, row: dict) -> None:
     terms = _legacy_terms(row)
     salt = term_hashes.new_salt()
     hashed = term_hashes.hash_terms(terms, salt)
-    refs = {t.term: h.ref for t, h in zip(terms, hashed)}
+    refs = {t.term: h.ref for t, h in zip(terms, hashed)} | {NOT_SCANNED: NOT_SCANNED}
     n_distinctive = sum(1 for t in terms if not t.common)
     # the values to remove (the id stays where the register needs it)
     values = [t.term for t in terms if t.kind != "id" and len(t.term) >= res.MIN_TERM_LENGTH]
@@ -131,6 +133,8 @@ def _repair(conn: psycopg.Connection, row: dict) -> None:
 def redact_register(conn: psycopg.Connection) -> int:
     """Repair every request written before migration 056 (with its re-checks); returns how many. `conn` is an
     autocommit connection with dict rows; each request is repaired in its own transaction."""
+    if not conn.execute(SELECT_APPLIED).fetchone()["applied"]:
+        return 0  # migrated with files before 056 (an older release's core/sql): nothing to repair with yet
     repaired = 0
     for legacy in conn.execute(SELECT_LEGACY).fetchall():
         with conn.transaction():

@@ -27,6 +27,7 @@ from typing import Iterable, Mapping
 
 import psycopg
 
+from core.checkpoints import formats
 from core.privacy import residue as res
 from core.privacy import token_index
 
@@ -150,7 +151,7 @@ def find_threads(conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: st
                  exclude: Iterable[str]) -> dict[str, set[str]]:
     """The threads (but `exclude`) holding one of the distinctive `terms`, each with the references it holds:
     candidates from the token index (threads not indexed yet tokenized here; every thread when the index cannot
-    narrow), confirmed on the decoder's text."""
+    narrow), confirmed on the decoder's text; encrypted rows read with the configured keys."""
     terms = [t for t in terms if not t.common]
     if not terms:
         return {}
@@ -167,14 +168,20 @@ def find_threads(conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: st
                                                                            {"thread_id": thread}) if r["text"]))
         if refs:
             found[thread] = refs
+    # encrypted rows hold no token the index knows: read with the configured keys, as the residue scan reads them
+    opened, _ = formats.encrypted_texts(conn, formats.decryptor(), exclude)
+    for thread, texts in opened.items():
+        refs = set().union(*(matcher.found(text) for text in texts))
+        if refs:
+            found.setdefault(thread, set()).update(refs)
     return found
 
 
 SEARCH_DESCRIPTION = """-- the terms known by their keyed hashes only (core_erasure_register.residue_terms; core/privacy/term_hashes.py):
 -- the threads the token index names for them (the lookup below, by token hashes), plus the threads not indexed yet
 -- whose tokens hold every token of a term (every thread when the index cannot narrow); each candidate's decoded
--- payloads (core_checkpoint_writes_view, core_checkpoints_view) matched against the hashes; threads left by the DPO
--- excepted: {left}. Result: the threads holding a term.
+-- payloads (core_checkpoint_writes_view, core_checkpoints_view) matched against the hashes, and encrypted rows
+-- read with the configured keys; threads left by the DPO excepted: {left}. Result: the threads holding a term.
 """
 
 
