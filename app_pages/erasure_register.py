@@ -6,7 +6,7 @@ import json
 import streamlit as st
 
 from core import roles
-from core.privacy import erasure, erasure_register
+from core.privacy import erasure, erasure_register, follow_up
 from ui.common import call_now, forget_all, require_role
 from ui.tables import table
 from ui.i18n import t
@@ -116,7 +116,7 @@ if row["resumable"]:
     st.caption(t("erasure_resume_help"))
     if st.button(t("erasure_resume_button"), key="erasure_register.resume", icon=":material/play_circle:"):
         with st.spinner(t("erasure_running", id=md(row["customer_id"]))):
-            resumed = call_now(erasure.resume, request_id, operator=operator)
+            resumed = call_now(follow_up.resume, request_id, operator=operator)
         forget_all()
         st.session_state[NOTICE_KEY] = ("ok" if resumed.complete else "error",
                                         t("erasure_resumed", rid=resumed.request_id, status=md(resumed.status)))
@@ -128,7 +128,7 @@ if row["outcome"] == erasure_register.DATA_BACK:
                  icon=":material/delete_forever:"):
         try:
             with st.spinner(t("erasure_again_running", rid=request_id)):
-                again = call_now(erasure.erase_again, request_id, operator=operator)
+                again = call_now(follow_up.erase_again, request_id, operator=operator)
         except erasure.ErasureError as exc:
             st.session_state[NOTICE_KEY] = ("error", str(exc))
         else:

@@ -8,7 +8,7 @@ from psycopg import sql as pgsql
 
 from core.db import Database
 from core.memory.store import InvalidIdentifier
-from core.privacy import erasure, erasure_register, evidence
+from core.privacy import erasure, erasure_register, evidence, follow_up
 from core.privacy import subjects as subj
 from core.privacy import residue as res
 from foreign_agents import CUSTOMERS
@@ -285,14 +285,14 @@ def test_an_interrupted_erasure_is_recorded_rechecked_and_resumable(article_agen
         assert check.request_id == row["id"] and not check.clean
         assert erasure.stuck_requests(db) == []
         # the hilo links are gone with the store documents, but the register kept the threads it found
-        result = erasure.resume(db, row["id"], operator="dpo", config=DEFAULT)
+        result = follow_up.resume(db, row["id"], operator="dpo", config=DEFAULT)
         assert result.status == "complete", result.report
         assert thread_rows(db, foreign.threads_of("C9")) == {"checkpoints": 0, "checkpoint_blobs": 0,
                                                              "checkpoint_writes": 0}
         assert db.fetch_one("SELECT resumed_by FROM core_erasure_register WHERE id = %s",
                             (row["id"],))["resumed_by"] == result.request_id
         with pytest.raises(erasure.ErasureError, match="nothing to resume"):
-            erasure.resume(db, result.request_id, operator="dpo")
+            follow_up.resume(db, result.request_id, operator="dpo")
     finally:
         db.close()
 
@@ -308,7 +308,7 @@ def test_a_running_row_left_by_a_dead_process_is_stuck_and_resumable(article_age
         assert [r.request_id for r in erasure_register.recheck_all(db)] == [rid]
         frame = erasure_register.register(db)
         assert bool(frame.loc[frame["id"] == rid, "resumable"].iloc[0])
-        result = erasure.resume(db, rid, operator="dpo", config=DEFAULT)
+        result = follow_up.resume(db, rid, operator="dpo", config=DEFAULT)
         # residue threads were never decided on for the stuck row: the resumed request says so
         assert result.status == "incomplete" and "nobody decided" in result.report
         assert thread_rows(db, foreign.threads_of("C9", "write"))["checkpoints"] == 0

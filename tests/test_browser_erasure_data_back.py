@@ -58,7 +58,8 @@ def test_data_back_is_first_and_erased_again_in_the_browser(page, server, came_b
     grid = page.get_by_test_id("stDataFrame").first
     expect(grid.get_by_text("datos reaparecidos", exact=True)).to_have_count(1)
     expect(grid.get_by_text("completa", exact=True)).to_have_count(1)
-    expect(page.get_by_text(f"La última re-comprobación de la solicitud n.º {db.first} encontró datos")).to_be_visible()
+    expect(page.get_by_text(f"La última re-comprobación de la solicitud n.º {db.first} encontró datos")
+           ).to_be_visible()
     page.wait_for_timeout(500)
     screenshot("erasure_register_data_back")  # the row on top is the one that came back (order: AppTest)
 

@@ -15,7 +15,7 @@ from core.checkpoints import tool_calls, views
 from core.db import Database, reset_pool
 from core.memory.store import put_memory
 from core.operations import sweep
-from core.privacy import access, chain, erasure, erasure_register, evidence, token_index
+from core.privacy import access, chain, erasure, erasure_register, evidence, follow_up, token_index
 from core.privacy import residue as res
 from core.privacy.subjects import Attribution
 from tests.test_erasure import agents_for, make_store
@@ -50,8 +50,10 @@ def shop(db):
     agent = agents_for(db, store)
     put_memory(store, ("clientes", CUSTOMER), "direccion", {"texto": f"direccion: {ADDRESS}", "calle": ADDRESS},
                thread_id="cliente-C9-1", agent="atencion-cliente")
-    run_turn(agent, ContextoCliente(CUSTOMER), "cliente-C9-1", "Por favor contactadme siempre por whatsapp al 600 123 456.")
-    run_turn(agent, ContextoCliente(CUSTOMER), "cliente-C9-2", "Quiero las entregas en la franja de 17 a 19 en el portal.")
+    run_turn(agent, ContextoCliente(CUSTOMER), "cliente-C9-1",
+             "Por favor contactadme siempre por whatsapp al 600 123 456.")
+    run_turn(agent, ContextoCliente(CUSTOMER), "cliente-C9-2",
+             "Quiero las entregas en la franja de 17 a 19 en el portal.")
     run_turn(agent, ContextoCliente(NEIGHBOUR), "cliente-C90-1", "Por favor contactadme siempre por correo postal.")
     untagged_turn(agent, SUPPORT_THREAD, f"Un cliente dicta su dirección para el envío: {ADDRESS}")
     db.agent = agent
@@ -222,7 +224,7 @@ def test_a_recheck_holding_only_hashes_still_finds_data_that_came_back(shop):
     assert "Calle Mayor" not in json.dumps(db.fetch("SELECT evidence FROM core_erasure_rechecks"), default=str)
     # erased again from the register: the store no longer holds the address, yet the new request finds the thread
     # through the hashes it carries on, and leaves it to the DPO (a residue thread nobody decided on)
-    again = erasure.erase_again(db, result.request_id, operator="dpo@example.com")
+    again = follow_up.erase_again(db, result.request_id, operator="dpo@example.com")
     assert again.status == "incomplete" and "soporte-2032" in again.report
     assert not erasure_register.recheck(db, again.request_id).clean
     (thread,) = evidence.preview(db, CUSTOMER).residue_threads  # the Erasure page shows it, kind `erased`
@@ -253,7 +255,8 @@ def test_a_value_back_in_an_encrypted_thread_is_found_through_the_hashes_with_th
     from format_agents import AES_KEY, encrypted_agent
 
     monkeypatch.setenv("LANGGRAPH_AES_KEYS", AES_KEY)
-    put_memory(make_store(db), ("clientes", CUSTOMER), "direccion", {"texto": f"direccion: {ADDRESS}", "calle": ADDRESS})
+    put_memory(make_store(db), ("clientes", CUSTOMER), "direccion",
+               {"texto": f"direccion: {ADDRESS}", "calle": ADDRESS})
     result = erasure.erase(db, CUSTOMER, operator="dpo@example.com")
     assert result.status == "complete" and erasure_register.recheck(db, result.request_id).clean
     encrypted_agent(db.dsn, "enc-back", f"mi dirección: {ADDRESS}")

@@ -9,7 +9,7 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from core.privacy import erasure, erasure_register
+from core.privacy import erasure, erasure_register, follow_up
 from core.agents.retail import ContextoCliente, run_turn
 from core.db import Database, reset_pool
 from tests.test_erasure import agents_for, converse, footprint, make_store, write_docs
@@ -147,7 +147,8 @@ def test_a_request_whose_data_came_back_is_shown_first_as_such_and_erased_again(
     assert again["customer_id"] == "C9" and again["status"] == "complete" and again["operator"] == "local"
     assert shop.fetch_one("SELECT resumed_by FROM core_erasure_register WHERE id = %s",
                           (first.request_id,))["resumed_by"] == again["id"]  # linked
-    assert f"Solicitud n.º {first.request_id}: borrado de nuevo como solicitud n.º {again['id']}: completa" in texts(at)
+    assert (f"Solicitud n.º {first.request_id}: borrado de nuevo como solicitud n.º {again['id']}: completa"
+            in texts(at))
     assert footprint(shop, "C9") == dict.fromkeys(footprint(shop, "C9"), 0)
     requests = frame(at, "customer_id", "same_day")
     # no longer open: the request that came back says so, and that it was erased again
@@ -156,7 +157,7 @@ def test_a_request_whose_data_came_back_is_shown_first_as_such_and_erased_again(
     assert at.selectbox(key="erasure_register.request").value == again["id"]
     assert not [b for b in at.button if b.key == "erasure_register.erase_again"]
     with pytest.raises(erasure.ErasureError, match="followed by request"):  # once is enough
-        erasure.erase_again(shop, first.request_id, operator="dpo")
+        follow_up.erase_again(shop, first.request_id, operator="dpo")
 
 
 def test_invalid_id_in_the_page_gets_a_clear_error(shop, app_env):

@@ -17,9 +17,9 @@ def verify_button(name: str, key: str) -> None:
         if result.ok:
             st.success(t("chain_ok", n=result.links, head=result.head_hash), icon=":material/verified:")
             if result.redactions:  # what a documented redaction replaced in sealed rows, and when
-                st.info(t("chain_redacted", rows="; ".join(
-                    f"{r.table} #{r.row_id} ({', '.join(r.fields)}) {r.redacted_at.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC"
-                    for r in result.redactions)), icon=":material/ink_eraser:")
+                rows = "; ".join(f"{r.table} #{r.row_id} ({', '.join(r.fields)}) "
+                                 f"{r.redacted_at.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC" for r in result.redactions)
+                st.info(t("chain_redacted", rows=rows), icon=":material/ink_eraser:")
         else:
             st.error(t("chain_broken", table=result.table, row=result.row_id,
                        problem=t(f"chain_problem_{result.problem}"), detail=result.detail), icon=":material/gpp_bad:")

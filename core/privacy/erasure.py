@@ -39,7 +39,7 @@ from core.db import Database
 from core.privacy import subjects as subj
 from core.privacy import residue as res
 from core.privacy import term_hashes
-from core.privacy.decisions import ERASE, LEAVE, NOT_SCANNED, Decision, _decide, _validate_decisions
+from core.privacy.decisions import NOT_SCANNED, _decide, _validate_decisions
 from core.privacy.evidence import (DERIVED_TABLES, ROOT, STORE_TABLES, EvidenceQuery, OwnTarget, _config, _params,
                                    _run_evidence, own_targets, validate_customer_id, with_earlier_terms)
 
@@ -65,15 +65,11 @@ INSERT_TOMBSTONES = """
 INSERT INTO core_thread_tombstones (thread_id, request_id)
 SELECT unnest(%(threads)s::text[]), %(id)s
 ON CONFLICT (thread_id) DO UPDATE SET request_id = EXCLUDED.request_id"""
-MARK_RESUMED = "UPDATE core_erasure_register SET resumed_by = %s WHERE id = %s"
 # A `running` row whose customer lock nobody holds: the process that ran it is gone.
 SELECT_RUNNING = "SELECT id, customer_id FROM core_erasure_register WHERE status = 'running' ORDER BY id"
 TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS got"
 UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(%s))"
 SELECT_REQUEST = "SELECT * FROM core_erasure_register WHERE id = %s"
-SELECT_LATER = """
-SELECT id FROM core_erasure_register WHERE customer_id = %s AND (requested_at, id) > (%s, %s)
-ORDER BY requested_at, id LIMIT 1"""
 
 
 
@@ -379,52 +375,4 @@ def stuck_requests(db: Database) -> list[int]:
     return stuck
 
 
-def _request(db: Database, request_id: int) -> dict:
-    row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
-    if row is None:
-        raise ErasureError(f"no erasure request {request_id}")
-    return row
-
-
-def _follow_up(db: Database, row: dict, operator: str, decisions: Mapping[str, Any] | None,
-               config: subj.Attribution | None, progress: ProgressFn | None) -> ErasureResult:
-    """A new request for the customer of `row` (the residue decisions recorded on it unless `decisions` overrides
-    them), linked from the old row (`resumed_by`)."""
-    recorded = {r["thread_id"]: Decision(r["decision"], r.get("reason") or "")
-                for r in (row["residue"] or []) if r.get("decision") in (ERASE, LEAVE)}
-    result = erase(db, row["customer_id"], operator=operator, decisions=recorded | dict(decisions or {}),
-                   config=config, progress=progress)
-    db.execute(MARK_RESUMED, (result.request_id, row["id"]))
-    return result
-
-
-def resume(db: Database, request_id: int, *, operator: str, decisions: Mapping[str, Any] | None = None,
-           config: subj.Attribution | None = None, progress: ProgressFn | None = None) -> ErasureResult:
-    """Run a failed, interrupted or stuck request again as a new request (same customer, the residue decisions
-    recorded on it unless `decisions` overrides them) and link the old row to it (`resumed_by`).
-    Raises ErasureError if the request is unknown, finished normally, or still running elsewhere."""
-    row = _request(db, request_id)
-    if row["status"] not in ("failed", "interrupted", "running"):
-        raise ErasureError(f"request {request_id} is {row['status']}: nothing to resume")
-    if row["status"] == "running" and request_id not in stuck_requests(db):
-        raise ErasureError(f"request {request_id} is still running")
-    return _follow_up(db, row, operator, decisions, config, progress)
-
-
-def erase_again(db: Database, request_id: int, *, operator: str, decisions: Mapping[str, Any] | None = None,
-                config: subj.Attribution | None = None, progress: ProgressFn | None = None) -> ErasureResult:
-    """Erase again the customer of a complete request whose latest re-check found data back: a new request (the residue
-    decisions recorded on the old one unless `decisions` overrides them), linked from the old row (`resumed_by`).
-    Raises ErasureError if the request is unknown, not complete (see `resume`), its latest re-check found nothing, or
-    a later request for the same customer exists (the one re-checks now hold true)."""
-    row = _request(db, request_id)
-    later = db.fetch_one(SELECT_LATER, (row["customer_id"], row["requested_at"], request_id), read_only=False)
-    if later is not None:
-        raise ErasureError(f"request {request_id} was followed by request {later['id']} for the same customer")
-    if row["status"] != "complete" or row["last_recheck_clean"] is not False:
-        raise ErasureError(f"request {request_id} is {row['status']} and its latest re-check found "
-                           f"{'nothing' if row['last_recheck_clean'] is not False else 'data'}: no data came back")
-    return _follow_up(db, row, operator, decisions, config, progress)
-
-
-__all__ = ["ErasureError", "ErasureResult", "Progress", "erase", "erase_again", "resume", "stuck_requests"]
+__all__ = ["ErasureError", "ErasureResult", "Progress", "erase", "stuck_requests"]

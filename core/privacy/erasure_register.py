@@ -127,9 +127,9 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
     """The latest `limit` requests with time to zero, whether it reached zero the same day (UTC), `came_back`
     (the last re-check found data again), `exclusions` (residue threads the DPO left), `resumable` (failed,
     interrupted or stuck, and not resumed yet) and `outcome`: the status, but for a complete request whose last
-    re-check found data: `data_back` while it is the customer's latest request (to erase again: `erasure.erase_again`), then
-    `data_back_erased_again`. Open `data_back` requests come first, then the rest newest first. Counts are totals
-    over the tables."""
+    re-check found data: `data_back` while no later request followed it (DATA_BACK_OPEN; to erase again:
+    `follow_up.erase_again`), then `data_back_erased_again`. Open `data_back` requests come first, then the rest
+    newest first. Counts are totals over the tables."""
     rows = db.fetch(SELECT_REGISTER, (limit,), read_only=False)
     frame = pd.DataFrame(rows, columns=[
         "id", "customer_id", "operator", "status", "requested_at", "finished_at", "exclusions", "resumed_by",
@@ -183,5 +183,5 @@ def evidence_json(db: Database, request_id: int) -> str:
 
 
 
-__all__ = ["DATA_BACK", "DATA_BACK_OPEN", "ERASED_AGAIN", "RecheckResult", "RecheckSummary", "evidence_document", "evidence_json", "recheck", "recheck_all",
-           "rechecks", "register"]
+__all__ = ["DATA_BACK", "DATA_BACK_OPEN", "ERASED_AGAIN", "RecheckResult", "RecheckSummary", "evidence_document",
+           "evidence_json", "recheck", "recheck_all", "rechecks", "register"]

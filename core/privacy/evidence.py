@@ -171,7 +171,8 @@ class OwnTarget:
 
     name: str  # table, or table.column for JSON array elements
     count_sql: str
-    erase_sql: str | None  # DELETE, or an UPDATE scrubbing or rewriting; None: derived from `store`, emptied by its triggers
+    # DELETE, or an UPDATE scrubbing or rewriting; None: derived from `store`, emptied by its triggers
+    erase_sql: str | None
 
 
 def _row_target(table: str, condition: str) -> OwnTarget:

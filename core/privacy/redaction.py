@@ -44,7 +44,8 @@ WHERE id = %s AND term_salt IS NULL FOR UPDATE"""
 # What the repair left, as text, to check that no value survived it.
 SELECT_REPAIRED = """
 SELECT concat_ws(' ', r.residue_terms, r.residue, r.exclusions, r.evidence,
-                 (SELECT string_agg(k.evidence::text, ' ') FROM core_erasure_rechecks k WHERE k.request_id = r.id)) AS text
+                 (SELECT string_agg(k.evidence::text, ' ') FROM core_erasure_rechecks k
+                  WHERE k.request_id = r.id)) AS text
 FROM core_erasure_register r WHERE r.id = %s"""
 SELECT_RECHECKS = "SELECT id, evidence FROM core_erasure_rechecks WHERE request_id = %s ORDER BY id"
 UPDATE_REQUEST = """

@@ -35,7 +35,8 @@ SALT_BYTES = 16
 DIGEST_BYTES = 16
 # Every thread holding checkpoint data, for a re-check the token index cannot narrow (read in batches).
 SELECT_ALL_THREADS = """
-SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM checkpoint_writes UNION SELECT thread_id FROM checkpoint_blobs"""
+SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM checkpoint_writes
+UNION SELECT thread_id FROM checkpoint_blobs"""
 TOKENIZE_BATCH = 500  # threads tokenized at once when checking threads the index has not read
 
 
@@ -177,8 +178,8 @@ def find_threads(conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: st
     return found
 
 
-SEARCH_DESCRIPTION = """-- the terms known by their keyed hashes only (core_erasure_register.residue_terms; core/privacy/term_hashes.py):
--- the threads the token index names for them (the lookup below, by token hashes), plus the threads not indexed yet
+SEARCH_DESCRIPTION = """-- the terms known by their keyed hashes only (core_erasure_register.residue_terms;
+-- core/privacy/term_hashes.py): the threads the token index names for them (the lookup below, by token hashes), plus the threads not indexed yet
 -- whose tokens hold every token of a term (every thread when the index cannot narrow); each candidate's decoded
 -- payloads (core_checkpoint_writes_view, core_checkpoints_view) matched against the hashes, and encrypted rows
 -- read with the configured keys; threads left by the DPO excepted: {left}. Result: the threads holding a term.
