@@ -130,7 +130,7 @@ if row["outcome"] == erasure_register.DATA_BACK:
             with st.spinner(t("erasure_again_running", rid=request_id)):
                 again = call_now(follow_up.erase_again, request_id, operator=operator)
         except erasure.ErasureError as exc:
-            st.session_state[NOTICE_KEY] = ("error", str(exc))
+            st.session_state[NOTICE_KEY] = ("error", md(exc))
         else:
             forget_all()
             st.session_state[NOTICE_KEY] = ("ok" if again.complete else "error",

@@ -160,6 +160,7 @@ def test_a_row_edited_before_the_repair_is_still_reported_edited(legacy):
 
 
 def test_verifying_the_chain_on_the_register_page_says_what_was_redacted_and_when(legacy, app_env):
+    from apptools import shown
     from tests.test_erasure_pages import dashboard, texts
 
     migrate(legacy.dsn, DIMS)
@@ -168,7 +169,7 @@ def test_verifying_the_chain_on_the_register_page_says_what_was_redacted_and_whe
     at.button(key="erasure_register.verify").click().run()
     assert not at.exception, at.exception
     assert any(s.value.startswith("Cadena íntegra: 6 filas selladas") for s in at.success), texts(at)
-    (info,) = [i.value for i in at.info if i.value.startswith("Filas selladas redactadas después")]
+    (info,) = [shown(i.value) for i in at.info if i.value.startswith("Filas selladas redactadas después")]
     day = legacy.fetch_one("SELECT to_char(redacted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS d "
                            "FROM core_register_redactions LIMIT 1")["d"]
     assert (f"core_erasure_register #{legacy.erased} (residue_terms, residue, evidence, term_salt) {day}" in info

@@ -8,6 +8,7 @@ import streamlit as st
 from core.privacy import chain
 from ui.common import call_now
 from ui.i18n import t
+from ui.safe import md
 
 
 def verify_button(name: str, key: str) -> None:
@@ -17,7 +18,7 @@ def verify_button(name: str, key: str) -> None:
         if result.ok:
             st.success(t("chain_ok", n=result.links, head=result.head_hash), icon=":material/verified:")
             if result.redactions:  # what a documented redaction replaced in sealed rows, and when
-                rows = "; ".join(f"{r.table} #{r.row_id} ({', '.join(r.fields)}) "
+                rows = "; ".join(f"{md(r.table)} #{r.row_id} ({md(', '.join(r.fields))}) "
                                  f"{r.redacted_at.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC" for r in result.redactions)
                 st.info(t("chain_redacted", rows=rows), icon=":material/ink_eraser:")
         else:
