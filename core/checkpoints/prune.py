@@ -25,6 +25,7 @@ keeps their chains.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -82,6 +83,27 @@ def validate_policy(keep_latest: Any, idle_minutes: Any = None, agent: Any = Non
     if root is not None and root not in ROOT_KEYS:
         raise PruneInputError(f"root must be one of {', '.join(ROOT_KEYS)}, got {root!r}")
     return PrunePolicy(keep, idle, agent, root)
+
+
+# The sweep CronJob's settings (deploy/sweep-cronjob.yaml); no SWEEP_KEEP_LATEST: the job does not prune.
+POLICY_ENV = {"keep_latest": "SWEEP_KEEP_LATEST", "idle_minutes": "SWEEP_IDLE_MINUTES", "agent": "SWEEP_PRUNE_AGENT",
+              "root": "SWEEP_PRUNE_ROOT"}
+
+
+def policy_from_env(**overrides: Any) -> PrunePolicy | None:
+    """The policy of POLICY_ENV's variables, each replaced by an override that is not None (the CLI's options);
+    None when no keep_latest is set. PruneInputError names the variable of a bad value."""
+    raw = {k: overrides[k] if overrides.get(k) is not None else os.environ.get(v) for k, v in POLICY_ENV.items()}
+    if raw["keep_latest"] in (None, ""):
+        if any(raw[k] not in (None, "") for k in ("idle_minutes", "agent", "root")):
+            raise PruneInputError(f"a prune filter needs --keep-latest (or {POLICY_ENV['keep_latest']})")
+        return None
+    try:
+        return validate_policy(**raw)
+    except PruneInputError as exc:
+        sources = ", ".join(f"{v}={os.environ[v]!r}" for k, v in POLICY_ENV.items()
+                            if overrides.get(k) is None and os.environ.get(v))
+        raise PruneInputError(f"{exc}" + (f" (from {sources})" if sources else "")) from None
 
 
 # --- the cut: candidate threads in one snapshot -------------------------------------------------------------------

@@ -43,6 +43,7 @@ from core.config import DEFAULT_DIMS
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
 from core.checkpoints import tool_calls
 from core.privacy import subjects, token_index
+from core.checkpoints.prune import PrunePolicy, PruneResult, prune_history, record_prune
 from core.checkpoints.storage import refresh_thread_storage
 from core.memory.store import build_store
 
@@ -143,6 +144,7 @@ class SweepResult:
     erasure_recheck: str | None = None
     tool_calls_extracted: int | None = None  # tool calls newly extracted from checkpoints (None: step not run)
     threads_tokenized: int | None = None  # threads (re)indexed for the residue scan (None: step not run)
+    prune: PruneResult | None = None  # history pruning (None: no policy given, or the step failed)
     error: str | None = None
 
     @property
@@ -157,6 +159,8 @@ class SweepResult:
         text = (f"sweep run {self.run_id} [{self.status}] {verb} {self.documents_deleted} documents "
                 f"({roots}) and {self.vectors_deleted} vectors; retention ({self.retention_days} days) "
                 f"{verb} {len(self.threads) if self.dry_run else self.threads_deleted} threads")
+        if self.prune is not None:
+            text += f"; {self.prune.summary()}"
         if self.tool_calls_extracted is not None:
             text += f"; {self.tool_calls_extracted} tool calls extracted from checkpoints"
         if self.threads_tokenized is not None:
@@ -287,15 +291,17 @@ def run_sweep(
     retention_days: int | None = None,
     dry_run: bool = False,
     operator: str | None = None,
+    prune: PrunePolicy | None = None,
     on_step: StepCallback | None = None,
 ) -> SweepResult:
-    """One sweep run (TTL sweep, checkpoint retention, erasure re-check), logged in `core_sweep_log`.
+    """One sweep run (TTL sweep, checkpoint retention, history pruning by `prune` if given, erasure re-check),
+    logged in `core_sweep_log` (the pruned threads in `core_prune_threads`).
 
     Returns the result; status 'locked' when another run holds the lock (nothing done), 'error'
     when a step failed (the error is in the result and the log; a failed TTL sweep deletes nothing).
     Raises SweepInputError for a bad trigger or retention days (nothing changed, nothing logged),
     DatabaseUnavailable if PostgreSQL cannot be reached. `on_step(stage, fraction 0..1, detail)` is
-    called as the run progresses (stages: locked, ttl, retention, storage, toolcalls, tokens, erasure, done).
+    called as the run progresses (stages: locked, ttl, retention, prune, storage, toolcalls, tokens, erasure, done).
     """
     if trigger not in TRIGGERS:
         raise SweepInputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
@@ -330,6 +336,14 @@ def run_sweep(
             except Exception as exc:
                 log.exception("sweep: checkpoint retention failed")
                 errors.append(f"retention: {exc}")
+            if prune is not None:
+                try:  # before the storage refresh, which then shows what is left
+                    result.prune = prune_history(conn, prune, dry_run=dry_run, on_batch=lambda done, total: step(
+                        "prune", 0.9 + 0.02 * done / total, f"{done}/{total}"))
+                    record_prune(conn, result.run_id, result.prune)
+                except Exception as exc:
+                    log.exception("sweep: history pruning failed")
+                    errors.append(f"prune: {exc}")
             if not dry_run:
                 storage_refreshed = False
                 try:  # the Checkpoints page's storage view reads this summary, not the three tables
