@@ -32,9 +32,9 @@ from typing import Any, Callable, Iterable
 import psycopg
 from psycopg import sql as pgsql
 
+from core.checkpoints.prune_plan import TASKS, Checkpoint, ThreadPlan, plan_thread
 from core.checkpoints.storage import key_ranges, thread_ranges
 
-TASKS_CHANNEL = "__pregel_tasks"
 # Threads per batch transaction; a batch reads only keys and sizes, never payloads but the checkpoints' JSON.
 PRUNE_BATCH_THREADS = 200
 CUT_BATCH_ROWS = 50_000  # checkpoints per range of the cut's scan (one snapshot for every range)
@@ -151,91 +151,6 @@ def take_cut(conn: psycopg.Connection, policy: PrunePolicy, batch_rows: int = CU
     return cut
 
 
-# --- the plan: what one thread keeps (pure) -------------------------------------------------------------------------
-
-@dataclass
-class Checkpoint:
-    """What the plan needs of one checkpoint row (no payload)."""
-
-    ns: str
-    id: str
-    parent: str | None
-    versions: dict[str, str]
-    value_keys: frozenset[str]  # channels with a value inline in the checkpoint (or the snapshot marker `true`)
-    true_keys: frozenset[str]  # channels whose inline value is `true` (a DeltaChannel snapshot marker if a blob is there)
-    delta_counters: frozenset[str]  # channels named in metadata `counters_since_delta_snapshot`
-    v: int
-    bytes: int
-    after_cut: bool = False
-
-
-@dataclass
-class ThreadPlan:
-    thread_id: str
-    delete: dict[str, list[str]] = field(default_factory=dict)  # ns -> checkpoint ids
-    orphaned_parents: list[tuple[str, str, str]] = field(default_factory=list)  # (ns, kept id, deleted parent)
-    blobs: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # ns -> (channel, version)
-    checkpoints: int = 0
-    writes: int = 0
-    blob_count: int = 0
-    bytes: int = 0
-
-
-def plan_thread(thread_id: str, rows: list[Checkpoint], keep_latest: int,
-                blobs: dict[tuple[str, str, str], int], writes: dict[tuple[str, str], tuple[int, int, bool]]) -> ThreadPlan:
-    """What pruning `thread_id` deletes. `rows`: its checkpoints; `blobs`: (ns, channel, version) -> bytes of its
-    non-empty blobs; `writes`: (ns, checkpoint_id) -> (count, bytes, has a `__pregel_tasks` write)."""
-    plan = ThreadPlan(thread_id)
-    by_ns: dict[str, list[Checkpoint]] = {}
-    for row in rows:
-        by_ns.setdefault(row.ns, []).append(row)
-    for ns, ns_rows in by_ns.items():
-        index = {r.id: r for r in ns_rows}
-        history = sorted((r for r in ns_rows if not r.after_cut), key=lambda r: r.id, reverse=True)
-        if len(history) <= keep_latest:
-            continue
-        kept = {r.id for r in ns_rows if r.after_cut} | {r.id for r in history[:keep_latest]}
-        delta = set().union(*(r.delta_counters for r in ns_rows)) | {
-            c for r in ns_rows for c in r.true_keys if (ns, c, r.versions.get(c)) in blobs}
-
-        def has_value(r: Checkpoint, channel: str) -> bool:
-            return channel in r.value_keys or (ns, channel, r.versions.get(channel)) in blobs
-
-        todo = list(kept)
-        while todo:
-            r = index[todo.pop()]
-            needed: list[str] = []
-            if r.v < 4 and r.parent and writes.get((ns, r.parent), (0, 0, False))[2]:
-                needed.append(r.parent)  # its pending sends
-            for channel in delta & r.versions.keys():
-                walk = r
-                while not has_value(walk, channel) and walk.parent in index:
-                    walk = index[walk.parent]
-                    needed.append(walk.id)
-            for cid in needed:
-                if cid not in kept:
-                    kept.add(cid)
-                    todo.append(cid)
-        deleted = [r for r in history if r.id not in kept]
-        if not deleted:
-            continue
-        deleted_ids = {r.id for r in deleted}
-        plan.delete[ns] = sorted(deleted_ids)
-        plan.orphaned_parents += [(ns, cid, index[cid].parent) for cid in sorted(kept)
-                                  if index[cid].parent in deleted_ids]
-        referenced = {(c, v) for cid in kept for c, v in index[cid].versions.items()}
-        freed = {(c, v) for r in deleted for c, v in r.versions.items()} - referenced
-        plan.blobs[ns] = sorted(k for k in freed if (ns, *k) in blobs)
-        plan.checkpoints += len(deleted)
-        plan.blob_count += len(plan.blobs[ns])
-        plan.bytes += sum(r.bytes for r in deleted) + sum(blobs[(ns, *k)] for k in plan.blobs[ns])
-        for r in deleted:
-            count, size, _ = writes.get((ns, r.id), (0, 0, False))
-            plan.writes += count
-            plan.bytes += size
-    return plan
-
-
 # --- a batch ---------------------------------------------------------------------------------------------------------
 
 # A batch's checkpoints (keys, versions and which values are inline; never a blob), skipping threads erased since
@@ -264,7 +179,7 @@ FROM checkpoint_blobs WHERE thread_id = ANY(%(batch)s::text[]) AND type <> 'empt
 
 SELECT_BATCH_WRITES = f"""
 SELECT thread_id, checkpoint_ns, checkpoint_id, count(*) AS n, coalesce(sum(octet_length(blob)), 0) AS bytes,
-       bool_or(channel = '{TASKS_CHANNEL}') AS tasks
+       bool_or(channel = '{TASKS}') AS tasks
 FROM checkpoint_writes WHERE thread_id = ANY(%(batch)s::text[])
 GROUP BY thread_id, checkpoint_ns, checkpoint_id"""
 
@@ -423,6 +338,15 @@ WHERE id = %(run_id)s"""
 INSERT_PRUNE_THREADS = """
 INSERT INTO core_prune_threads (run_id, thread_id, checkpoints, writes, blobs, bytes)
 SELECT %s, * FROM unnest(%s::text[], %s::int[], %s::int[], %s::int[], %s::bigint[])"""
+
+
+def sweep_step(conn: psycopg.Connection, run_id: int, policy: PrunePolicy, dry_run: bool,
+               step: Callable[[str, float, str], None]) -> PruneResult:
+    """The sweep job's step: prune by `policy` (or plan it, in a dry run) and record it in run `run_id`'s log."""
+    result = prune_history(conn, policy, dry_run=dry_run,
+                           on_batch=lambda done, total: step("prune", 0.9 + 0.02 * done / total, f"{done}/{total}"))
+    record_prune(conn, run_id, result)
+    return result
 
 
 def record_prune(conn: psycopg.Connection, run_id: int, result: PruneResult) -> None:
