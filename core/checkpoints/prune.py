@@ -34,6 +34,7 @@ from psycopg import sql as pgsql
 
 from core.checkpoints.prune_plan import TASKS, Checkpoint, ThreadPlan, plan_thread
 from core.checkpoints.storage import key_ranges, thread_ranges
+from core.db import Database
 
 # Threads per batch transaction; a batch reads only keys and sizes, never payloads but the checkpoints' JSON.
 PRUNE_BATCH_THREADS = 200
@@ -327,6 +328,13 @@ def prune_history(conn: psycopg.Connection, policy: PrunePolicy, *, dry_run: boo
         if on_batch is not None:
             on_batch(start + len(batch), len(threads))
     return result
+
+
+def preview(db: Database, policy: PrunePolicy) -> PruneResult:
+    """What pruning by `policy` would delete now, per thread (a dry run outside the sweep job, logged nowhere; on the
+    read replica when one is configured: it only reads)."""
+    with db.connection(read_only=True) as conn:
+        return prune_history(conn, policy, dry_run=True)
 
 
 # --- the sweep log -------------------------------------------------------------------------------------------------
