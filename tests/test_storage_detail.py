@@ -126,3 +126,40 @@ def test_prune_preview_is_the_dry_run_and_deletes_nothing(db):
                                                                           done.bytes)
     assert shown.checkpoints > 0 and before - done.checkpoints == db.fetch_one(
         "SELECT count(*) AS n FROM checkpoints")["n"]
+
+
+def test_storage_view_shows_where_the_bytes_go(db, app_env):
+    from streamlit.testing.v1 import AppTest
+
+    from apptools import frame, metric
+    from ui.tables import human_bytes
+
+    write(db)
+    storage.refresh_thread_storage(db)
+    app_env(db.dsn)
+    at = AppTest.from_file("../dashboard.py", default_timeout=60)
+    at.query_params["thread"] = "cuadratico"
+    at.session_state["checkpoints.view"] = "storage"
+    at.run()
+    at.switch_page("app_pages/checkpoints.py").run()
+    assert not at.exception
+    stats = frame(at, "table_name", "toast_bytes", "dead_tuples", "last_autovacuum")
+    assert list(stats["table_name"])[:3] == ["checkpoints", "checkpoint_blobs", "checkpoint_writes"]
+    assert int(stats["total_bytes"].iloc[3]) == int(stats["total_bytes"].iloc[:3].astype(int).sum())
+    assert any(c.value.startswith("Estadísticas de PostgreSQL leídas a las") for c in at.caption)
+    channels = frame(at, "channel", "blob_bytes", "write_bytes", "total_bytes")
+    totals = storage_detail.channel_totals(db)
+    assert len(channels) >= len(totals) and channels["channel"].tolist()[:len(totals)] == totals["channel"].tolist()
+    growing = frame(at, "thread_id", "slope", "steps")
+    assert "cuadratico" in set(growing["thread_id"]) and "lineal" not in set(growing["thread_id"])
+    assert metric(at, "Blobs huérfanos") == "1" and metric(at, "Escrituras huérfanas") == "1"
+    assert at.get("plotly_chart") and any("steps_chart" in (c.proto.id or "") for c in at.get("plotly_chart"))
+
+    at.number_input(key="checkpoints.storage.keep_latest").set_value(3).run()
+    at.number_input(key="checkpoints.storage.idle_minutes").set_value(0).run()
+    at.button(key="checkpoints.storage.prune_compute").click().run()
+    assert not at.exception
+    expected = prune.preview(db, prune.validate_policy(3, 0))
+    assert metric(at, "La poda liberaría") == human_bytes(expected.bytes)
+    shown = frame(at, "thread_id", "checkpoints", "writes", "blobs", "bytes")
+    assert sorted(shown["thread_id"]) == sorted(t.thread_id for t in expected.threads)
