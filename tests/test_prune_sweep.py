@@ -88,13 +88,24 @@ def test_the_cronjob_sets_a_valid_prune_policy():
     assert policy.keep_latest >= 1 and policy.idle_minutes is not None
 
 
-def test_an_erasure_removes_the_erased_threads_from_the_prune_log(sweeper):
-    """core_prune_threads names threads: the erasure's scan of our tables by column finds it."""
-    from core.privacy import evidence
+def test_an_erasure_removes_the_customers_threads_and_keys_from_what_runs_listed(sweeper):
+    """core_prune_threads and core_sweep_documents name threads and prefixes: a real erasure of C1 deletes C1's rows
+    there (found by column) and leaves the others."""
+    from core.memory.store import put_memory
+    from core.privacy import erasure
 
     db = sweeper
+    store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
+    put_memory(store, ("clientes", "C1"), "pref-idioma", {"texto": "idioma: catalán"}, valid_for_minutes=0.005)
+    put_memory(store, ("clientes", "C2"), "pref-idioma", {"texto": "idioma: euskera"}, valid_for_minutes=0.005)
+    import time
+    time.sleep(0.4)
     assert sweep_cli.main(["--keep-latest", "1", "--dry-run"]) == 0
-    with Database(db.dsn).connection() as conn:
-        tables = {r["table_name"] for r in conn.execute(
-            evidence.SELECT_OWN_COLUMNS, {"columns": list(evidence.CUSTOMER_COLUMNS), "json": []}).fetchall()}
-    assert "core_prune_threads" in tables
+    assert {r["prefix"] for r in db.fetch("SELECT prefix FROM core_sweep_documents")} == {"clientes.C1", "clientes.C2"}
+    assert "cliente-C1-1" in {r["thread_id"] for r in db.fetch("SELECT thread_id FROM core_prune_threads")}
+
+    result = erasure.erase(Database(db.dsn), "C1", operator="dpo@example.com")
+    assert result.status == "complete", result
+    assert {r["prefix"] for r in db.fetch("SELECT prefix FROM core_sweep_documents")} == {"clientes.C2"}
+    left = {r["thread_id"] for r in db.fetch("SELECT thread_id FROM core_prune_threads")}
+    assert "cliente-C1-1" not in left and "cliente-C2-1" in left
