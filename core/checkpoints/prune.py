@@ -3,7 +3,8 @@ delete the older ones, their pending writes and the blobs no kept checkpoint ref
 
 What it never breaks (langgraph's own `get_state()` / `get_state_history()` read the same values afterwards):
 - the latest checkpoint of every namespace of a thread (root graph and subgraphs) with its pending writes, which
-  hold the interrupts and the writes a resumed run needs: writes are deleted only with their checkpoint;
+  hold the interrupts and the writes a resumed run needs: writes are deleted only with their checkpoint; a finished
+  subgraph call's namespace (`node:task_id`) goes whole with the root checkpoint its call started from;
 - a pre-v4 checkpoint's parent holding its pending sends (`__pregel_tasks` writes), as langgraph's own prune keeps;
 - `DeltaChannel` channels (langgraph 1.2): between snapshots such a channel has no blob and its value is rebuilt by
   replaying the writes of ancestor checkpoints back to the last snapshot, so every kept checkpoint keeps its chain of
@@ -165,6 +166,7 @@ SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
        ARRAY(SELECT jsonb_object_keys(CASE jsonb_typeof(c.metadata -> 'counters_since_delta_snapshot')
                                       WHEN 'object' THEN c.metadata -> 'counters_since_delta_snapshot'
                                       ELSE '{}' END)) AS delta_counters,
+       c.metadata -> 'parents' ->> '' AS root,
        CASE WHEN c.checkpoint ->> 'v' ~ '^[0-9]{1,9}$' THEN (c.checkpoint ->> 'v')::int ELSE 1 END AS v,
        pg_column_size(c.checkpoint) + pg_column_size(c.metadata) AS bytes,
        cut.id IS NULL OR c.checkpoint_id > cut.id AS after_cut
@@ -235,7 +237,7 @@ def plan_batch(conn: psycopg.Connection, cut: Cut, batch: list[str], keep_latest
         rows.setdefault(r["thread_id"], []).append(Checkpoint(
             r["checkpoint_ns"], r["checkpoint_id"], r["parent_checkpoint_id"],
             {k: str(v) for k, v in r["versions"].items()}, frozenset(r["value_keys"]), frozenset(r["true_keys"]),
-            frozenset(r["delta_counters"]), int(r["v"]), int(r["bytes"]), bool(r["after_cut"])))
+            frozenset(r["delta_counters"]), int(r["v"]), int(r["bytes"]), bool(r["after_cut"]), r["root"]))
     blobs: dict[str, dict[tuple[str, str, str], int]] = {}
     for r in conn.execute(SELECT_BATCH_BLOBS, params, prepare=False):
         blobs.setdefault(r["thread_id"], {})[(r["checkpoint_ns"], r["channel"], r["version"])] = int(r["bytes"])

@@ -21,6 +21,7 @@ class Checkpoint:
     v: int
     bytes: int
     after_cut: bool = False
+    root: str | None = None  # metadata parents[""]: the root graph's checkpoint a subgraph call started from
 
 
 @dataclass
@@ -43,12 +44,20 @@ def plan_thread(thread_id: str, rows: list[Checkpoint], keep_latest: int,
     by_ns: dict[str, list[Checkpoint]] = {}
     for row in rows:
         by_ns.setdefault(row.ns, []).append(row)
-    for ns, ns_rows in by_ns.items():
+    root_ids, root_deleted = {r.id for r in by_ns.get("", ())}, set()
+    for ns in sorted(by_ns):  # the root namespace "" first: a subgraph call's namespace follows its root checkpoint
+        ns_rows = by_ns[ns]
         index = {r.id: r for r in ns_rows}
         history = sorted((r for r in ns_rows if not r.after_cut), key=lambda r: r.id, reverse=True)
-        if len(history) <= keep_latest:
+        # A subgraph call's namespace (`node:task_id`, unlike a `checkpointer=True` subgraph's, whose state outlives
+        # each call) goes whole with the root checkpoint its call started from, once that one is saved and deleted
+        # now, as langgraph's own keep_latest does; otherwise it keeps its latest like any namespace.
+        call_done = (":" in ns and len(history) == len(ns_rows)
+                     and all(r.root in root_ids and r.root in root_deleted for r in ns_rows))
+        if len(history) <= keep_latest and not call_done:
             continue
-        kept = {r.id for r in ns_rows if r.after_cut} | {r.id for r in history[:keep_latest]}
+        kept = set() if call_done else (
+            {r.id for r in ns_rows if r.after_cut} | {r.id for r in history[:keep_latest]})
         delta = set().union(*(r.delta_counters for r in ns_rows)) | {
             c for r in ns_rows for c in r.true_keys if (ns, c, r.versions.get(c)) in blobs}
 
@@ -75,6 +84,8 @@ def plan_thread(thread_id: str, rows: list[Checkpoint], keep_latest: int,
             continue
         deleted_ids = {r.id for r in deleted}
         plan.delete[ns] = sorted(deleted_ids)
+        if ns == "":
+            root_deleted = deleted_ids
         plan.orphaned_parents += [(ns, cid, index[cid].parent) for cid in sorted(kept)
                                   if index[cid].parent in deleted_ids]
         referenced = {(c, v) for cid in kept for c, v in index[cid].versions.items()}
