@@ -71,7 +71,8 @@ def _run(params: dict, dry_run: bool) -> sweep.SweepResult:
 
         result = sweep.run_sweep(get_db(), trigger="manual", dry_run=dry_run, operator=user.email or user.name,
                                  on_step=on_step, **params)
-        status.update(state="error" if result.status == "error" else "complete", expanded=False)
+        status.update(label=t("sweeps_step_done", detail=t(f"sweeps_status_{result.status}")),
+                      state="error" if result.status == "error" else "complete", expanded=False)
     return result
 
 
