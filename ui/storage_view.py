@@ -11,6 +11,7 @@ import streamlit as st
 from core.checkpoints import prune, storage_detail
 from ui.common import read
 from ui.i18n import t
+from ui.safe import plot_frame
 from ui.tables import human_bytes, table
 
 GROWING_N = 20
@@ -41,7 +42,7 @@ def channels() -> None:
     parts = totals.head(15).iloc[::-1].melt(id_vars="channel", value_vars=["blob_bytes", "write_bytes"],
                                             var_name="kind", value_name="bytes")
     parts["kind"] = parts["kind"].map({"blob_bytes": t("col_blob_bytes"), "write_bytes": t("col_write_bytes")})
-    fig = px.bar(parts, x="bytes", y="channel", color="kind", orientation="h",
+    fig = px.bar(plot_frame(parts), x="bytes", y="channel", color="kind", orientation="h",
                  labels={"channel": "", "bytes": t("ckpt_bytes"), "kind": ""})
     fig.update_layout(height=160 + 22 * min(len(totals), 15), margin=dict(t=10, b=10))
     st.plotly_chart(fig, key=f"{KEY}.channels_chart")
@@ -79,7 +80,7 @@ def one_thread(thread_id: str) -> None:
     if steps.empty:
         st.info(t("ckpt_thread_storage_none"))
         return
-    fig = px.line(steps, x="n", y="cumulative", markers=True, hover_data=["step", "checkpoint_ns", "bytes"],
+    fig = px.line(plot_frame(steps), x="n", y="cumulative", markers=True, hover_data=["step", "checkpoint_ns", "bytes"],
                   labels={"n": t("ckpt_checkpoint_n"), "cumulative": t("ckpt_cumulative_bytes")})
     fig.add_bar(x=steps["n"], y=steps["bytes"], name=t("ckpt_step_bytes"), opacity=0.5)
     fig.update_layout(height=320, margin=dict(t=10, b=10))
