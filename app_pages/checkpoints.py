@@ -12,6 +12,7 @@ from core import roles
 from core.checkpoints import formats, storage, views
 from core.privacy import subjects as subj
 from ui.attribution import coverage_notice
+from ui.storage_view import storage_detail_view
 from ui.common import read, read_or_unknown, require_role, settings
 from ui.safe import md, md_code, plot_frame
 from ui.tables import table
@@ -324,5 +325,6 @@ def thread_view() -> None:
 
 if view == "storage":
     storage_view()
+    storage_detail_view(st.session_state[THREAD_KEY])
 else:
     thread_view()

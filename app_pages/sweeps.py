@@ -1,5 +1,6 @@
-"""Sweeps (SRE): the sweep job's runs, what is expired now, what will expire, the TTL policy in
-force, and a manual "sweep now". Layout only: every figure comes from core.sweep."""
+"""Sweeps (SRE): the sweep job's runs and what each deleted, what is expired now, what will expire, the TTL policy
+in force, and a manual "sweep now" (with history pruning) that shows its dry run before it may run. Layout only:
+every figure comes from core.operations.sweep_reads."""
 from __future__ import annotations
 
 import plotly.express as px
@@ -7,10 +8,11 @@ import streamlit as st
 
 from core import roles
 from core.memory import reads
+from core.checkpoints import prune
 from core.operations import sweep, sweep_reads
 from ui import common
 from ui.common import ROOT_COLORS, get_db, read, require_role
-from ui.tables import table
+from ui.tables import human_bytes, table
 from ui.i18n import t
 from ui.safe import md, plot_frame
 
@@ -18,6 +20,7 @@ from ui.safe import md, plot_frame
 RUNS_LIMIT = 200
 DIALOG_KEY = "sweeps.dialog"
 FLASH_KEY = "sweeps.flash"
+PREVIEW_KEY = "sweeps.preview_result"  # (parameters, the dry run's SweepResult) shown in the dialog
 MEMORY_TOP_N = 20  # the Memory page's top prefixes, refreshed after a sweep
 # One colour per namespace root on every chart of the page.
 
@@ -37,26 +40,68 @@ st.subheader(t("sweeps_state_now"))
 cols = st.columns(len(expired) + 1)
 for col, row in zip(cols, expired.itertuples()):
     col.metric(t("sweeps_expired_metric", root=md(row.root)), f"{row.expired:,}")
-last = runs.iloc[0] if not runs.empty else None
-cols[-1].metric(t("sweeps_last_run"), t("sweeps_never") if last is None else f"{last.started_at:%d/%m %H:%M}",
-                None if last is None else md(f"{last.status} · {last.trigger}"), delta_color="off",
-                delta_arrow="off")
+last = read(sweep_reads.last_sweep)  # a dry run is not a sweep
+cols[-1].metric(t("sweeps_last_run"), t("sweeps_never") if last is None else f"{last['started_at']:%d/%m %H:%M}",
+                None if last is None else md(f"{t('sweeps_status_' + last['status'])} · {last['trigger']}"),
+                delta_color="off", delta_arrow="off")
 
 
 def _forget_affected() -> None:
     """Drop the cached reads a sweep changes: this page's and the Memory page's store figures."""
     for fn, args in [(sweep_reads.expired_by_root, ()), (sweep_reads.sweep_runs, (RUNS_LIMIT,)),
                      (sweep_reads.deleted_per_run, (RUNS_LIMIT,)), (sweep_reads.expiration_forecast, ()),
-                     (reads.memory_totals, ()), (reads.documents_by_root, ()), (reads.oversized_customers, ()),
-                     (reads.top_prefixes, (MEMORY_TOP_N,))]:
+                     (sweep_reads.last_sweep, ()), (reads.memory_totals, ()), (reads.documents_by_root, ()),
+                     (reads.oversized_customers, ()), (reads.top_prefixes, (MEMORY_TOP_N,))]:
         common.forget(fn, *args)
 
 
 def _close_dialog() -> None:
-    st.session_state.pop(DIALOG_KEY, None)
+    for key in (DIALOG_KEY, PREVIEW_KEY):
+        st.session_state.pop(key, None)
 
 
-@st.dialog(t("sweeps_dialog_title"), on_dismiss=_close_dialog)
+def _run(params: dict, dry_run: bool) -> sweep.SweepResult:
+    """A manual run with `params` (retention days, prune policy), its steps shown as it goes."""
+    with st.status(t("sweeps_previewing" if dry_run else "sweeps_running"), expanded=not dry_run) as status:
+        bar = st.progress(0.0)
+
+        def on_step(stage: str, fraction: float, detail: str) -> None:
+            bar.progress(min(max(fraction, 0.0), 1.0))
+            st.write(t(f"sweeps_step_{stage}", detail=md(detail)))
+
+        result = sweep.run_sweep(get_db(), trigger="manual", dry_run=dry_run, operator=user.email or user.name,
+                                 on_step=on_step, **params)
+        status.update(label=t("sweeps_step_done", detail=t(f"sweeps_status_{result.status}")),
+                      state="error" if result.status == "error" else "complete", expanded=False)
+    return result
+
+
+def _what_goes(result: sweep.SweepResult) -> None:
+    """What a dry run found: the totals, then the documents' keys and the threads, listed."""
+    pruned = result.prune
+    st.write(t("sweeps_preview_totals", id=result.run_id, docs=result.documents_deleted, threads=len(result.threads),
+               checkpoints=pruned.checkpoints if pruned else 0, writes=pruned.writes if pruned else 0,
+               blobs=pruned.blobs if pruned else 0, pruned=len(pruned.threads) if pruned else 0,
+               bytes=human_bytes(pruned.bytes if pruned else 0)))
+    _run_lists(read(sweep_reads.run_details, result.run_id), f"sweeps.preview.{result.run_id}")
+
+
+def _run_lists(details: dict, key: str) -> None:
+    for name, title in (("documents", "sweeps_list_documents"), ("threads", "sweeps_list_threads"),
+                        ("pruned", "sweeps_list_pruned")):
+        frame = details[name]
+        with st.expander(t(title, n=len(frame)), expanded=False):
+            if frame.empty:
+                st.caption(t("sweeps_list_empty"))
+            else:
+                table(frame, key=f"{key}.{name}")
+    if not details["pruned"].empty:
+        st.download_button(t("sweeps_download_pruned"), details["pruned"].to_csv(index=False).encode(),
+                           file_name=f"{key.replace('.', '-')}-pruned-threads.csv", mime="text/csv",
+                           key=f"{key}.download", icon=":material/download:")
+
+
+@st.dialog(t("sweeps_dialog_title"), on_dismiss=_close_dialog, width="large")
 def sweep_dialog() -> None:
     st.write(t("sweeps_dialog_text", n=int(expired["expired"].sum())))
     try:
@@ -66,38 +111,50 @@ def sweep_dialog() -> None:
         default_days = sweep.DEFAULT_RETENTION_DAYS
     days = st.number_input(t("sweeps_retention_days"), min_value=1, max_value=3650,
                            value=default_days, step=1, key="sweeps.days")
-    dry_run = st.checkbox(t("sweeps_dry_run"), key="sweeps.dry_run")
-    confirmed = st.checkbox(t("sweeps_confirm"), key="sweeps.confirm")
-    if not st.button(t("sweeps_run"), key="sweeps.run", type="primary", disabled=not (confirmed or dry_run)):
+    params: dict = {"retention_days": int(days), "prune": None}
+    if st.checkbox(t("sweeps_prune"), key="sweeps.prune", help=t("sweeps_prune_help")):
+        left, right = st.columns(2)
+        keep = left.number_input(t("sweeps_keep_latest"), min_value=1, max_value=100_000, value=20, step=1,
+                                 key="sweeps.keep_latest")
+        idle = right.number_input(t("sweeps_idle_minutes"), min_value=0, max_value=525_600, value=60, step=5,
+                                  key="sweeps.idle_minutes")
+        params["prune"] = prune.validate_policy(int(keep), int(idle))
+    # Dry run first: the sweep is offered only for the parameters whose dry run the user has just seen.
+    if st.button(t("sweeps_preview"), key="sweeps.preview", icon=":material/visibility:"):
+        st.session_state[PREVIEW_KEY] = (params, _run(params, dry_run=True))
+        common.forget(sweep_reads.sweep_runs, RUNS_LIMIT)
+    previewed, preview = st.session_state.get(PREVIEW_KEY, (None, None))
+    if preview is None:
+        st.caption(t("sweeps_preview_first"))
+    elif previewed != params:
+        st.warning(t("sweeps_preview_stale"))
+    elif preview.locked:
+        st.warning(t("sweeps_locked"))
+    else:
+        _what_goes(preview)
+    ready = preview is not None and previewed == params and not preview.locked
+    confirmed = st.checkbox(t("sweeps_confirm"), key="sweeps.confirm", disabled=not ready)
+    if not st.button(t("sweeps_run"), key="sweeps.run", type="primary", disabled=not (ready and confirmed)):
         return
-    with st.status(t("sweeps_running"), expanded=True) as status:
-        bar = st.progress(0.0)
-
-        def on_step(stage: str, fraction: float, detail: str) -> None:
-            bar.progress(min(max(fraction, 0.0), 1.0))
-            st.write(t(f"sweeps_step_{stage}", detail=md(detail)))
-
-        result = sweep.run_sweep(get_db(), trigger="manual", retention_days=int(days), dry_run=dry_run,
-                                 operator=user.email or user.name, on_step=on_step)
-        status.update(state="error" if result.status == "error" else "complete")
+    result = _run(params, dry_run=False)
     _forget_affected()
     if result.locked:
         flash = (":material/lock:", t("sweeps_locked"))
     elif result.status == "error":
         flash = (":material/error:", t("sweeps_failed", id=result.run_id, error=md(result.error)))
-    elif dry_run:
-        flash = (":material/visibility:", t("sweeps_done_dry", id=result.run_id, docs=result.documents_deleted,
-                                            threads=len(result.threads)))
     else:
-        flash = (":material/cleaning_services:", t("sweeps_done", id=result.run_id, docs=result.documents_deleted,
-                                                   vectors=result.vectors_deleted, threads=result.threads_deleted))
+        flash = (":material/cleaning_services:", t(
+            "sweeps_done", id=result.run_id, docs=result.documents_deleted, vectors=result.vectors_deleted,
+            threads=result.threads_deleted, checkpoints=result.prune.checkpoints if result.prune else 0,
+            bytes=human_bytes(result.prune.bytes if result.prune else 0)))
     st.session_state[FLASH_KEY] = flash
-    st.session_state.pop(DIALOG_KEY, None)
+    _close_dialog()
     st.rerun()
 
 
 if st.button(t("sweeps_now"), key="sweeps.now", icon=":material/cleaning_services:", type="primary"):
     st.session_state[DIALOG_KEY] = True
+    st.session_state.pop(PREVIEW_KEY, None)
 if st.session_state.get(DIALOG_KEY):
     # Stays open across full reruns until the sweep ran or the user dismissed it.
     sweep_dialog()
@@ -117,21 +174,36 @@ with left:
         st.plotly_chart(fig, key="sweeps.runs_chart")
 with right:
     st.subheader(t("sweeps_expired_now"))
-    fig = px.bar(plot_frame(expired), x="root", y="expired", color="root", text="expired", color_discrete_map=ROOT_COLORS,
-                 labels={"root": "", "expired": t("sweeps_documents")})
-    fig.update_layout(height=340, margin=dict(t=10, b=10), showlegend=False)
-    st.plotly_chart(fig, key="sweeps.expired_chart")
+    if not expired["expired"].any():  # an empty bar chart draws a meaningless axis
+        st.info(t("sweeps_no_expired"))
+    else:
+        fig = px.bar(plot_frame(expired), x="root", y="expired", color="root", text="expired", color_discrete_map=ROOT_COLORS,
+                     labels={"root": "", "expired": t("sweeps_documents")})
+        fig.update_layout(height=340, margin=dict(t=10, b=10), showlegend=False)
+        st.plotly_chart(fig, key="sweeps.expired_chart")
 
 st.subheader(t("sweeps_forecast"))
 st.caption(t("sweeps_forecast_caption"))
 forecast = read(sweep_reads.expiration_forecast)
-fig = px.bar(plot_frame(forecast), x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
-             labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
-fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
-st.plotly_chart(fig, key="sweeps.forecast_chart")
+if not forecast["documents"].any():
+    st.info(t("sweeps_no_forecast"))
+else:
+    fig = px.bar(plot_frame(forecast), x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
+                 labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
+    fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
+    st.plotly_chart(fig, key="sweeps.forecast_chart")
 
 with st.expander(t("sweeps_config"), expanded=True):
     table(sweep_reads.ttl_configuration(), key="sweeps.config")
 
 st.subheader(t("sweeps_log"))
-table(runs, key="sweeps.log")
+st.caption(t("sweeps_log_caption"))
+log = runs.assign(status=[t(f"sweeps_status_{s}") for s in runs["status"]])
+table(log, key="sweeps.log", columns=[c for c in log.columns if c != "dry_run"])
+if not runs.empty:
+    st.subheader(t("sweeps_run_detail"))
+    by_id = runs.set_index("id")
+    run_id = st.selectbox(t("sweeps_run_pick"), by_id.index.tolist(), key="sweeps.detail_run",
+                          format_func=lambda i: t("sweeps_run_option", id=i, at=f"{by_id.at[i, 'started_at']:%Y-%m-%d %H:%M}",
+                                                  status=t("sweeps_status_" + by_id.at[i, "status"])))
+    _run_lists(read(sweep_reads.run_details, int(run_id)), f"sweeps.run.{run_id}")

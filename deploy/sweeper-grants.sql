@@ -4,7 +4,10 @@
 --
 --   store            SELECT (count), UPDATE (SELECT ... FOR UPDATE locks the expired rows), DELETE (sweep_ttl)
 --   store_vectors    SELECT (count the vectors removed; the ON DELETE CASCADE itself runs as the table owner)
---   checkpoint_*     SELECT (thread age, re-check), DELETE (PostgresSaver.delete_thread)
+--   checkpoint_*     SELECT (thread age, re-check), DELETE (PostgresSaver.delete_thread, history pruning)
+--   checkpoints      UPDATE (pruning unlinks a kept checkpoint from its deleted parent: parent_checkpoint_id)
+--   core_prune_threads  INSERT (the threads a run pruned, migration 060)
+--   core_sweep_documents  INSERT (the keys of the documents a run deleted, migration 061)
 --   core_sweep_log   INSERT + UPDATE (its own row), SELECT (RETURNING)
 --   core_thread_storage  SELECT, INSERT, DELETE (storage per thread, recomputed every run)
 --   advisory locks   pg_try_advisory_lock / pg_advisory_unlock need no grant
@@ -19,6 +22,7 @@ GRANT USAGE ON SCHEMA public TO agent_memory_sweeper;
 GRANT SELECT, UPDATE, DELETE ON store TO agent_memory_sweeper;
 GRANT SELECT ON store_vectors TO agent_memory_sweeper;
 GRANT SELECT, DELETE ON checkpoints, checkpoint_blobs, checkpoint_writes TO agent_memory_sweeper;
+GRANT UPDATE (parent_checkpoint_id) ON checkpoints TO agent_memory_sweeper;
 GRANT SELECT, INSERT, UPDATE ON core_sweep_log TO agent_memory_sweeper;
 -- Triggers on `store` run with the privileges of the role that deletes: core_prefix_counts
 -- (migration 007, documents per prefix kept by statement triggers) is updated by every sweep.
@@ -34,11 +38,17 @@ BEGIN
 END
 $$;
 GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;
+-- History pruning (migration 060): the threads each run pruned; the run's totals go in its core_sweep_log row.
+GRANT SELECT, INSERT ON core_prune_threads TO agent_memory_sweeper;
+-- The first documents each run deleted or would delete (migration 061), listed on the Sweeps page.
+GRANT SELECT, INSERT ON core_sweep_documents TO agent_memory_sweeper;
 -- The Checkpoints page's storage summary, recomputed by every sweep (migration 009; DELETE also
 -- allows the LOCK TABLE ... IN EXCLUSIVE MODE that keeps two refreshes apart).
 GRANT SELECT, INSERT, DELETE ON core_thread_storage TO agent_memory_sweeper;
 -- The last refresh's time, keys and row counts (migration 048: the Storage view's totals "as of").
 GRANT SELECT, INSERT, UPDATE ON core_thread_storage_refresh TO agent_memory_sweeper;
+-- Bytes per channel and thread, growth per step (migration 062), recomputed with the summary.
+GRANT SELECT, INSERT, DELETE ON core_channel_storage, core_thread_growth TO agent_memory_sweeper;
 -- Tool-call extraction step (core/checkpoints/tool_calls.py): extracted rows, orphans pruned, watermark.
 GRANT SELECT, INSERT, UPDATE, DELETE ON core_tool_calls, core_thread_days, core_refused_payloads TO agent_memory_sweeper;
 GRANT SELECT, INSERT, UPDATE ON core_extract_watermark TO agent_memory_sweeper;

@@ -37,3 +37,25 @@ def test_thread_history_from_the_url(page, dashboard_url, demo_db, screenshot):
     expect(page.get_by_test_id("stDataFrame").last.get_by_text("messages").first).to_be_attached()
     screenshot("checkpoints-diff")
     assert f"thread={thread}" in page.url
+
+
+def test_storage_view_shows_where_the_bytes_go(page, dashboard_url, demo_db, screenshot):
+    """The Storage view on the demo: PostgreSQL's statistics, bytes per channel, growth, orphans, one thread's curve and
+    what a prune would free (a dry run: the shared demo database is not changed)."""
+    thread = demo_db.fetch_one("SELECT thread_id FROM checkpoints GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")["thread_id"]
+    before = demo_db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"]
+    page.goto(f"{dashboard_url}/checkpoints?thread={thread}")
+    expect(page.get_by_role("heading", name="Historial de checkpoints de un hilo")).to_be_visible(timeout=30_000)
+    page.get_by_text("Almacenamiento", exact=True).click()
+    expect(page.get_by_role("heading", name="Tablas según PostgreSQL")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Estadísticas de PostgreSQL leídas a las")).to_be_visible()
+    expect(page.get_by_role("heading", name="Bytes por canal (blobs y escrituras, todos los hilos)")).to_be_visible()
+    page.get_by_role("heading", name="Bytes por canal (blobs y escrituras, todos los hilos)").scroll_into_view_if_needed()
+    screenshot("checkpoints-storage-channels")
+    page.get_by_role("heading", name="Un hilo: bytes por paso y por canal (ahora)").scroll_into_view_if_needed()
+    expect(page.get_by_test_id("stTextInput").filter(has_text="Hilo").locator("input")).to_have_value(thread)
+    page.get_by_role("button", name="Calcular").click()
+    expect(page.get_by_test_id("stMetric").filter(has_text="La poda liberaría")).to_be_visible(timeout=60_000)
+    page.get_by_role("heading", name="Qué liberaría una poda").scroll_into_view_if_needed()
+    screenshot("checkpoints-storage-thread-prune")
+    assert demo_db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"] == before

@@ -34,3 +34,56 @@ def test_sweeps_page_renders_its_charts_and_the_dialog(page, dashboard_url, demo
     expect(dialog).to_contain_text("Barrido manual", timeout=15_000)
     expect(dialog.get_by_role("button", name="Ejecutar barrido")).to_be_disabled()
     screenshot("sweeps-dialog")
+
+
+def test_sre_prunes_after_seeing_the_dry_run_in_the_browser(page, create_database, screenshot):
+    """Its own database and server (the demo's is shared): a dry run listing the threads it would prune, then the
+    sweep with history pruning, and the log telling the dry run from the sweep."""
+    import time
+
+    from conftest import off_loop, start_streamlit, stop_streamlit
+    from core.db import Database
+    from core.memory.embeddings import OfflineHashEmbeddings
+    from core.memory.store import build_store, put_memory
+    from test_sweep import _converse
+
+    db = Database(create_database())
+    store = build_store(db.pool, OfflineHashEmbeddings(64), 64)
+    off_loop(_converse, db, store)
+    put_memory(store, ("proveedores", "P1"), "aviso-flash", {"texto": "flash"}, valid_for_minutes=0.005)
+    time.sleep(0.4)
+    before = db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"]
+    proc, url = start_streamlit({"PG_AGENTES": db.dsn, "LOCAL_ROLES": "sre"})
+    try:
+        page.goto(f"{url}/sweeps")
+        expect(page.get_by_role("heading", name="Barridos de TTL y retención de checkpoints")).to_be_visible(
+            timeout=30_000)
+        expect(page.get_by_test_id("stMetric").filter(has_text="Último barrido")).to_contain_text("nunca")
+        page.get_by_role("button", name="Barrer ahora").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog.get_by_role("button", name="Ejecutar barrido")).to_be_disabled()
+        dialog.get_by_text("Podar también el historial de los hilos vivos").click()
+        for label, value in (("Checkpoints que se conservan por hilo y espacio de nombres", "1"),
+                             ("Solo hilos sin actividad desde hace (minutos; 0 = todos)", "0")):
+            box = dialog.get_by_label(label)
+            box.fill(value)
+            box.press("Enter")
+        dialog.get_by_role("button", name="Simular (no borra nada)").click()
+        expect(dialog).to_contain_text("se borrarían 1 documentos", timeout=30_000)
+        dialog.get_by_text("Hilos podados (5)").click()
+        expect(dialog.get_by_test_id("stDataFrame").get_by_text("cliente-C1-1").first).to_be_attached()
+        screenshot("sweeps-prune-dry-run")
+        assert db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"] == before
+        dialog.get_by_text("Entiendo que el borrado es definitivo").click()
+        dialog.get_by_role("button", name="Ejecutar barrido").click()
+        expect(page.get_by_role("dialog")).to_have_count(0, timeout=30_000)
+        run = db.fetch_one("SELECT * FROM core_sweep_log WHERE NOT dry_run")
+        assert run["status"] == "ok" and run["prune_checkpoints"] > 0
+        expect(page.get_by_test_id("stMetric").filter(has_text="Último barrido")).to_contain_text("Hecho")
+        expect(page.get_by_text("No hay documentos caducados sin barrer.")).to_be_visible()
+        page.get_by_text("Registro de barridos").scroll_into_view_if_needed()
+        expect(page.get_by_test_id("stDataFrame").get_by_text("Simulación (nada borrado)").first).to_be_attached()
+        screenshot("sweeps-after-prune")
+    finally:
+        stop_streamlit(proc)
+        db.close()

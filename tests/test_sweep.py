@@ -296,7 +296,7 @@ def test_page_reads_match_sql(db, store):
 
     sweep.run_sweep(db, trigger="manual")
     runs = sweep_reads.sweep_runs(db)
-    assert len(runs) == 1 and runs.iloc[0]["documents_deleted"] == 1
+    assert len(runs) == 1 and runs.iloc[0]["documents"] == 1
     per_run = sweep_reads.deleted_per_run(db)
     assert per_run[["root", "documents"]].to_dict("records") == [{"root": "proveedores", "documents": 1}]
     sweep.run_sweep(db, trigger="manual")  # nothing left: in the run log, no bar (it was an 'unknown' root)

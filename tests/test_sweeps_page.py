@@ -80,7 +80,7 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
     assert config.loc["clientes", "ttl_days"] == 365 and (config["in_process_sweeper"] == "off").all()
 
 
-def test_sre_runs_a_manual_sweep_from_the_dialog(create_database, app_env):
+def test_sre_runs_a_manual_sweep_from_the_dialog_after_its_dry_run(create_database, app_env):
     from core.db import Database
 
     db = Database(create_database())
@@ -96,22 +96,103 @@ def test_sre_runs_a_manual_sweep_from_the_dialog(create_database, app_env):
 
     at.button(key="sweeps.now").click().run()
     assert not at.exception
-    run = at.button(key="sweeps.run")
-    assert run.disabled  # confirmation required
+    assert at.button(key="sweeps.run").disabled and at.checkbox(key="sweeps.confirm").disabled  # dry run first
+    at.button(key="sweeps.preview").click().run()
+    assert not at.exception
+    (dry,) = db.fetch("SELECT * FROM core_sweep_log")
+    assert (dry["status"], dry["dry_run"], dry["documents_deleted"]) == ("dry_run", True, 2)
+    assert db.fetch_one("SELECT count(*) AS n FROM store")["n"] == 3
+    # The dialog lists what would go: the two documents' keys.
+    listed = frame(at, "prefix", "key")
+    assert sorted(map(tuple, listed.values.tolist())) == [("clientes.C1", "pref-idioma"),
+                                                          ("proveedores.P1", "aviso-retraso")]
+    assert any(f"Simulación {dry['id']}: se borrarían 2 documentos" in m.value for m in at.markdown)
     at.checkbox(key="sweeps.confirm").check().run()
     at.button(key="sweeps.run").click().run()
     assert not at.exception
 
-    (logged,) = db.fetch("SELECT * FROM core_sweep_log")
+    logged = db.fetch_one("SELECT * FROM core_sweep_log WHERE NOT dry_run")
     assert (logged["trigger"], logged["status"], logged["operator"]) == ("manual", "ok", "local")
     assert logged["documents_deleted"] == 2 and logged["deleted_by_root"] == {"clientes": 1, "proveedores": 1}
     assert db.fetch_one("SELECT count(*) AS n FROM store")["n"] == 1
     # After the rerun: caches cleared, figures show the sweep, the toast reports it.
     assert as_int(metric(at, "clientes: caducados")) == 0 and as_int(metric(at, "proveedores: caducados")) == 0
-    assert list(frame(at, "id", "trigger", "status", "host")["id"]) == [logged["id"]]
+    log = frame(at, "id", "trigger", "status", "host")
+    assert list(log["id"]) == [logged["id"], dry["id"]]
+    assert list(log["status"]) == ["Hecho", "Simulación (nada borrado)"]
     assert any("2 documentos" in t.value for t in at.toast)
     with pytest.raises(KeyError):
         at.button(key="sweeps.run")  # the dialog closed
+    # Nothing expired is left: the page says so in words instead of an empty chart.
+    assert any(i.value == "No hay documentos caducados sin barrer." for i in at.info)
+    with pytest.raises(KeyError):
+        figure(at, "sweeps.expired_chart")
+
+
+def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_deleted(create_database, app_env):
+    from core.operations.sweep import run_sweep
+
+    from core.db import Database
+
+    db = Database(create_database())
+    store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
+    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=0.005)
+    time.sleep(0.4)
+    real = run_sweep(db, trigger="scheduled")
+    put_memory(store, ("proveedores", "P2"), "aviso-promo", {"texto": "promo"}, valid_for_minutes=0.005)
+    time.sleep(0.4)
+    dry = run_sweep(db, trigger="manual", dry_run=True)
+    assert dry.status == "dry_run" and dry.documents_deleted == 1
+
+    at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
+    assert not at.exception
+    shown = metric(at, "Último barrido")
+    assert shown == f"{real.started_at:%d/%m %H:%M}"
+    assert next(m for m in at.metric if m.label == "Último barrido").proto.delta.startswith("Hecho")
+    # The newest run is the dry run: its detail lists the document it would delete.
+    assert at.selectbox(key="sweeps.detail_run").value == dry.run_id
+    assert frame(at, "prefix", "key").values.tolist() == [["proveedores.P2", "aviso-promo"]]
+    at.selectbox(key="sweeps.detail_run").set_value(real.run_id).run()
+    assert frame(at, "prefix", "key").values.tolist() == [["proveedores.P1", "aviso-retraso"]]
+    # The erasure re-check is in numbers under translated labels, never the job's English sentence.
+    log = frame(at, "id", "rechecked", "recheck_clean")
+    assert not log.astype(str).apply(lambda col: col.str.contains("re-checked")).any().any()
+    assert [int(v) for v in log["rechecked"]] == [0, 0]
+
+
+def test_sre_prunes_history_from_the_dialog_and_downloads_the_threads(create_database, app_env):
+    from core.db import Database
+    from test_sweep import _converse
+
+    db = Database(create_database())
+    store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
+    _converse(db, store)
+    before = db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"]
+
+    at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
+    at.button(key="sweeps.now").click().run()
+    at.checkbox(key="sweeps.prune").check().run()
+    at.number_input(key="sweeps.keep_latest").set_value(1).run()
+    at.number_input(key="sweeps.idle_minutes").set_value(0).run()
+    at.button(key="sweeps.preview").click().run()
+    assert not at.exception
+    assert db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"] == before
+    listed = frame(at, "thread_id", "checkpoints", "bytes")
+    sql = db.fetch("SELECT thread_id, checkpoints, bytes FROM core_prune_threads ORDER BY bytes DESC, thread_id")
+    assert listed[["thread_id", "checkpoints", "bytes"]].values.tolist() == [list(r.values()) for r in sql]
+    assert len(sql) == 5
+    # Changing the policy after the dry run asks for a new one.
+    at.number_input(key="sweeps.keep_latest").set_value(2).run()
+    assert at.checkbox(key="sweeps.confirm").disabled
+    at.number_input(key="sweeps.keep_latest").set_value(1).run()
+    at.checkbox(key="sweeps.confirm").check().run()
+    at.button(key="sweeps.run").click().run()
+    assert not at.exception
+    run = db.fetch_one("SELECT * FROM core_sweep_log WHERE NOT dry_run")
+    assert run["status"] == "ok" and run["prune_checkpoints"] == before - db.fetch_one(
+        "SELECT count(*) AS n FROM checkpoints")["n"] > 0
+    at.selectbox(key="sweeps.detail_run").set_value(run["id"]).run()
+    assert at.get("download_button"), "the pruned threads are downloadable"
 
 
 def test_manager_is_refused(demo_db, app_env):

@@ -10,16 +10,9 @@ from core.privacy import subjects as subj
 from core.privacy import residue as res
 from ui.i18n import t
 from ui.safe import md, md_code
+from ui.tables import human_bytes
 
 RESIDUE_KEY = "erasure.residue"  # widget keys: erasure.residue.<n>.decision / .reason
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _holders(customers: int) -> str:
@@ -33,7 +26,7 @@ def coverage_notice(cov: subj.Coverage | None) -> None:
     if cov is None or not cov.unattributed_threads:
         return
     st.warning(t("erasure_coverage", threads=f"{cov.unattributed_threads:,} / {cov.threads:,}",
-                 t_share=f"{cov.thread_share:.0%}", bytes=_bytes(cov.unattributed_bytes),
+                 t_share=f"{cov.thread_share:.0%}", bytes=human_bytes(cov.unattributed_bytes),
                  b_share=f"{cov.byte_share:.0%}"), icon=":material/visibility_off:")
     st.caption(t("erasure_coverage_fix") + (" " + t("erasure_coverage_query") if cov.query_configured else "")
                + (" " + t("erasure_coverage_as_of", at=f"{cov.as_of:%Y-%m-%d %H:%M} UTC") if cov.as_of else ""))

@@ -43,6 +43,15 @@ def viewer_timezone() -> str:
         return "UTC"
 
 
+def human_bytes(n: int) -> str:
+    """A byte count as a person reads it: `512 B`, `1.5 kB`, `3.2 MB`, `1.0 GB` (1024 steps)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
 def column_label(name: str) -> str:
     key = f"col_{name}"
     return t(key) if key in STRINGS else name

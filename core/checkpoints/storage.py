@@ -15,6 +15,7 @@ import pandas as pd
 import psycopg
 from psycopg import sql as pgsql
 
+from core.checkpoints import storage_detail
 from core.db import Database
 
 # The refresh, in batches of thread_id key ranges (lo, hi] (issue 14): each of the three tables' primary keys
@@ -166,11 +167,14 @@ def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     for sql in REFRESH_THREAD_STORAGE:
         conn.execute(sql)
+    storage_detail.clear(conn)
     flags, keys = _key_flags(metadata_keys)
     totals = {"threads": 0, "checkpoints": 0, "blobs": 0, "writes": 0}
+    orphans = storage_detail.Orphans()
     batches = 0
     for lo, hi in thread_ranges(conn, SELECT_BATCH_END, batch_rows - 1):
         row = conn.execute(pgsql.SQL(INSERT_STORAGE_BATCH).format(flags=flags, keys=keys, range=key_ranges(lo, hi))).fetchone()
+        storage_detail.refresh_range(conn, key_ranges(lo, hi), orphans)  # bytes per channel and step, orphans
         batches += 1
         for k in totals:
             totals[k] += int(row[k])
@@ -178,6 +182,7 @@ def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...
             on_batch(batches, hi)
     conn.execute(UPSERT_STORAGE_REFRESH, {"keys": list(metadata_keys), **totals, "batches": batches,
                                           "batch_rows": batch_rows})
+    storage_detail.record_orphans(conn, orphans)
     return StorageRefresh(totals["threads"], totals["checkpoints"], totals["blobs"], totals["writes"], batches,
                           tuple(metadata_keys))
 

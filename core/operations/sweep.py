@@ -7,19 +7,13 @@
 2. TTL sweep: in one REPEATABLE READ transaction, locks the expired `store` rows, counts them per
    namespace root with their `store_vectors` rows, then calls the store's own `sweep_ttl()`
    (same snapshot, same `now()`: the counts are exact, and a mismatch rolls everything back);
-3. checkpoint retention: threads whose newest checkpoint (`checkpoint->>'ts'`) is older than
-   `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run only lists them);
-   then refreshes the per-thread storage summary and the attribution coverage, extracts new tool calls from
-   the checkpoints (core.checkpoints.tool_calls.sweep_step: orphans of deleted threads dropped, a 24 h look-back), and
-   indexes the threads written since the last run for the residue scan (core.privacy.token_index);
+3. checkpoint retention: threads whose newest checkpoint (`checkpoint->>'ts'`, not `core_conversations`: see the
+   README) is older than `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run lists them);
+   then, with a policy, history pruning of live threads (core.checkpoints.prune); then refreshes the per-thread
+   storage summary and the attribution coverage, extracts new tool calls (core.checkpoints.tool_calls) and indexes
+   the threads written since the last run for the residue scan (core.privacy.token_index);
 4. calls the erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`);
-5. completes its row in `core_sweep_log`.
-
-Why `checkpoint->>'ts'` and not `core_conversations.last_turn_at` for a thread's age: the checkpoint
-is what retention deletes and the checkpointer writes its time on every step of every graph,
-whereas `core_conversations` is only kept by our agents' middleware (a thread written by another
-agent, or resynced after a degraded period, may have no row there) and records the demo's
-simulated time rather than when the data was written.
+5. completes its row in `core_sweep_log` (the first documents' keys in `core_sweep_documents`).
 
 The read side of the Sweeps page (DataFrames) is core/operations/sweep_reads.py; the CLI is sweep_cli.py.
 """
@@ -43,6 +37,7 @@ from core.config import DEFAULT_DIMS
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
 from core.checkpoints import tool_calls
 from core.privacy import subjects, token_index
+from core.checkpoints import prune as history
 from core.checkpoints.storage import refresh_thread_storage
 from core.memory.store import build_store
 
@@ -54,7 +49,7 @@ TRIGGERS = ("scheduled", "manual", "demo")
 DEFAULT_RETENTION_DAYS = 90
 RETENTION_ENV = "SWEEP_RETENTION_DAYS"
 RETENTION_BATCH = 500  # threads re-checked and deleted per batch
-THREADS_SAMPLE = 1000  # thread ids kept in the log row
+THREADS_SAMPLE = DOCUMENTS_SAMPLE = 1000  # thread ids kept in the log row, document keys in core_sweep_documents
 SERIALIZATION_RETRIES = 3
 
 # --- job SQL ----------------------------------------------------------------------------------
@@ -100,6 +95,11 @@ CROSS JOIN LATERAL (SELECT count(*) AS n FROM store_vectors sv WHERE sv.prefix =
 WHERE s.expires_at IS NOT NULL AND s.expires_at < now()
 GROUP BY 1 ORDER BY 1"""
 
+# The first expired documents (in a real run: inside the sweep's transaction, the rows it locks and deletes).
+SELECT_EXPIRED_KEYS = """
+SELECT prefix, key FROM store WHERE expires_at IS NOT NULL AND expires_at < now() ORDER BY prefix, key LIMIT %s"""
+INSERT_DOCUMENTS = "INSERT INTO core_sweep_documents (run_id, prefix, key) SELECT %s, * FROM unnest(%s::text[], %s::text[])"
+
 # A thread's age is the `ts` of its newest checkpoint (any checkpoint_ns), written by the checkpointer.
 SELECT_OLD_THREADS = """
 SELECT thread_id, max((checkpoint->>'ts')::timestamptz) AS last_checkpoint_at
@@ -138,11 +138,13 @@ class SweepResult:
     documents_deleted: int = 0
     vectors_deleted: int = 0
     deleted_by_root: dict[str, int] = field(default_factory=dict)
+    documents: list[tuple[str, str]] = field(default_factory=list)  # (prefix, key) of the first DOCUMENTS_SAMPLE
     threads: list[str] = field(default_factory=list)  # old threads found (deleted unless dry run)
     threads_deleted: int = 0
     erasure_recheck: str | None = None
     tool_calls_extracted: int | None = None  # tool calls newly extracted from checkpoints (None: step not run)
     threads_tokenized: int | None = None  # threads (re)indexed for the residue scan (None: step not run)
+    prune: history.PruneResult | None = None  # history pruning (None: no policy given, or the step failed)
     error: str | None = None
 
     @property
@@ -157,6 +159,8 @@ class SweepResult:
         text = (f"sweep run {self.run_id} [{self.status}] {verb} {self.documents_deleted} documents "
                 f"({roots}) and {self.vectors_deleted} vectors; retention ({self.retention_days} days) "
                 f"{verb} {len(self.threads) if self.dry_run else self.threads_deleted} threads")
+        if self.prune is not None:
+            text += f"; {self.prune.summary()}"
         if self.tool_calls_extracted is not None:
             text += f"; {self.tool_calls_extracted} tool calls extracted from checkpoints"
         if self.threads_tokenized is not None:
@@ -200,12 +204,15 @@ VACUUM_AFTER_SHARE = 0.01
 SELECT_STORE_ROWS = "SELECT greatest(reltuples, 1) AS n FROM pg_class WHERE oid = 'store'::regclass"
 
 
-def _sweep_ttl(conn: psycopg.Connection, dry_run: bool) -> tuple[int, int, dict[str, int]]:
-    """TTL sweep on `conn`; returns (documents, vectors, documents per root)."""
+def _sweep_ttl(conn: psycopg.Connection, dry_run: bool) -> tuple[int, int, dict[str, int], list[tuple[str, str]]]:
+    """TTL sweep on `conn`; returns (documents, vectors, documents per root, the first documents' keys)."""
     if dry_run:
-        rows = conn.execute(COUNT_EXPIRED).fetchall()
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")  # counts and keys agree
+            rows = conn.execute(COUNT_EXPIRED).fetchall()
+            keys = [(r["prefix"], r["key"]) for r in conn.execute(SELECT_EXPIRED_KEYS, (DOCUMENTS_SAMPLE,))]
         return (sum(r["documents"] for r in rows), sum(int(r["vectors"]) for r in rows),
-                {r["root"]: r["documents"] for r in rows})
+                {r["root"]: r["documents"] for r in rows}, keys)
     from core.migrate import stored_dims
     from core.memory.embeddings import OfflineHashEmbeddings
 
@@ -220,12 +227,13 @@ def _sweep_ttl(conn: psycopg.Connection, dry_run: bool) -> tuple[int, int, dict[
                 by_root = {r["root"]: r["documents"] for r in rows}
                 documents = sum(by_root.values())
                 vectors = sum(int(r["vectors"]) for r in rows)
+                keys = [(r["prefix"], r["key"]) for r in conn.execute(SELECT_EXPIRED_KEYS, (DOCUMENTS_SAMPLE,))]
                 deleted = store.sweep_ttl()
                 if deleted != documents:  # cannot happen under this lock; never commit wrong counts
                     raise RuntimeError(f"sweep_ttl() deleted {deleted} rows but {documents} were counted; rolled back")
             if documents > VACUUM_AFTER_SHARE * conn.execute(SELECT_STORE_ROWS).fetchone()["n"]:
                 conn.execute("VACUUM (ANALYZE) store")
-            return documents, vectors, by_root
+            return documents, vectors, by_root, keys
         except psycopg.errors.SerializationFailure:
             if attempt == SERIALIZATION_RETRIES:
                 raise
@@ -260,20 +268,11 @@ def _retention(db: Database, conn: psycopg.Connection, days: int, dry_run: bool,
     return threads, deleted
 
 
-def recheck_erasures(db: Database) -> str | None:
-    """Hook for the erasure register's re-check: calls `core.privacy.erasure_register.recheck_all(db)` when that
-    module and function exist (built separately); returns its result as text, None if absent."""
-    try:
-        from core.privacy import erasure_register
-    except ModuleNotFoundError as exc:
-        if exc.name == "core.erasure":
-            return None
-        raise
-    recheck_all = getattr(erasure_register, "recheck_all", None)
-    if recheck_all is None:
-        return None
-    result = recheck_all(db)
-    return None if result is None else str(result)
+def recheck_erasures(db: Database) -> str:
+    """The erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`) as its summary text."""
+    from core.privacy import erasure_register  # imported when used: the register's module is the larger one
+
+    return str(erasure_register.recheck_all(db))
 
 
 def _no_step(stage: str, fraction: float, detail: str) -> None:
@@ -287,15 +286,17 @@ def run_sweep(
     retention_days: int | None = None,
     dry_run: bool = False,
     operator: str | None = None,
+    prune: history.PrunePolicy | None = None,
     on_step: StepCallback | None = None,
 ) -> SweepResult:
-    """One sweep run (TTL sweep, checkpoint retention, erasure re-check), logged in `core_sweep_log`.
+    """One sweep run (TTL sweep, checkpoint retention, history pruning by `prune` if given, erasure re-check),
+    logged in `core_sweep_log` (the pruned threads in `core_prune_threads`).
 
     Returns the result; status 'locked' when another run holds the lock (nothing done), 'error'
     when a step failed (the error is in the result and the log; a failed TTL sweep deletes nothing).
     Raises SweepInputError for a bad trigger or retention days (nothing changed, nothing logged),
     DatabaseUnavailable if PostgreSQL cannot be reached. `on_step(stage, fraction 0..1, detail)` is
-    called as the run progresses (stages: locked, ttl, retention, storage, toolcalls, tokens, erasure, done).
+    called as the run progresses (stages: locked, ttl, retention, prune, storage, toolcalls, tokens, erasure, done).
     """
     if trigger not in TRIGGERS:
         raise SweepInputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
@@ -319,7 +320,10 @@ def run_sweep(
             errors: list[str] = []
             try:
                 step("ttl", 0.1, "")
-                result.documents_deleted, result.vectors_deleted, result.deleted_by_root = _sweep_ttl(conn, dry_run)
+                (result.documents_deleted, result.vectors_deleted, result.deleted_by_root,
+                 result.documents) = _sweep_ttl(conn, dry_run)
+                if result.documents:
+                    conn.execute(INSERT_DOCUMENTS, (result.run_id, *map(list, zip(*result.documents))))
                 step("ttl", 0.5, f"{result.documents_deleted}")
             except Exception as exc:  # logged in the run's row; retention still runs
                 log.exception("sweep: TTL sweep failed")
@@ -330,6 +334,12 @@ def run_sweep(
             except Exception as exc:
                 log.exception("sweep: checkpoint retention failed")
                 errors.append(f"retention: {exc}")
+            if prune is not None:
+                try:  # before the storage refresh, which then shows what is left
+                    result.prune = history.sweep_step(conn, result.run_id, prune, dry_run, step)
+                except Exception as exc:
+                    log.exception("sweep: history pruning failed")
+                    errors.append(f"prune: {exc}")
             if not dry_run:
                 storage_refreshed = False
                 try:  # the Checkpoints page's storage view reads this summary, not the three tables

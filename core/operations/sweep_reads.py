@@ -1,17 +1,41 @@
 """Read side of the Sweeps page: the sweep log, expired-not-yet-swept, the expiry forecast, the TTL policy."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from core.db import Database
 from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import POLICIES, ROOTS, TTL_CONFIG
 
+# In a dry run the counts are what a run would delete: `documents`, `vectors`, `threads` (retention) and the prune's.
 SELECT_RUNS = """
-SELECT id, started_at, trigger, status, documents_deleted, vectors_deleted, deleted_by_root, retention_days,
-       threads_found, threads_deleted, extract(epoch FROM finished_at - started_at) AS seconds, host, operator,
-       dry_run, finished_at, erasure_recheck, error
+SELECT id, started_at, status, trigger, documents_deleted AS documents, vectors_deleted AS vectors, deleted_by_root,
+       retention_days, CASE WHEN dry_run THEN threads_found ELSE threads_deleted END AS threads,
+       prune_policy ->> 'keep_latest' AS keep_latest, prune_threads, prune_checkpoints, prune_writes, prune_blobs,
+       prune_bytes, extract(epoch FROM finished_at - started_at) AS seconds, host, operator, dry_run, finished_at,
+       erasure_recheck, error
 FROM core_sweep_log ORDER BY started_at DESC, id DESC LIMIT %s"""
+
+# The last sweep, the same on every page: the newest run that swept for real (a dry run or a run refused by the
+# lock is not one), whatever its outcome.
+SELECT_LAST_SWEEP = """
+SELECT id, started_at, finished_at, status, trigger FROM core_sweep_log
+WHERE NOT dry_run AND status IN ('ok', 'error', 'running')
+ORDER BY started_at DESC, id DESC LIMIT 1"""
+
+SELECT_RUN_DOCUMENTS = "SELECT prefix, key FROM core_sweep_documents WHERE run_id = %s ORDER BY prefix, key"
+SELECT_RUN_THREADS = """
+SELECT t.thread_id FROM core_sweep_log l, jsonb_array_elements_text(coalesce(l.threads_sample, '[]')) AS t(thread_id)
+WHERE l.id = %s"""
+SELECT_RUN_PRUNED = """
+SELECT thread_id, checkpoints, writes, blobs, bytes FROM core_prune_threads WHERE run_id = %s
+ORDER BY bytes DESC, thread_id"""
+
+# The erasure register's re-check summary as the job stores it (core.privacy.erasure_register.RecheckSummary):
+# "re-checked N erasure request(s): C clean[, D with data back (request #i, #j)]".
+RECHECK_TEXT = re.compile(r"re-checked (\d+) erasure request\(s\): (\d+) clean(?:, \d+ with data back \(request ([^)]*)\))?")
 
 # Runs that deleted something for real, one row per (run, root); runs without per-root detail
 # count under the root 'unknown'. A run that deleted nothing has no row (the run log lists it).
@@ -56,16 +80,48 @@ UNION ALL
 SELECT e.week AT TIME ZONE 'UTC', e.root, e.documents FROM expiring e WHERE e.root <> ALL(%(roots)s::text[])
 ORDER BY 1, 2"""
 
-RUN_COLUMNS = ["id", "started_at", "trigger", "status", "documents_deleted", "vectors_deleted", "deleted_by_root",
-               "retention_days", "threads_found", "threads_deleted", "seconds", "host", "operator", "dry_run",
-               "finished_at", "erasure_recheck", "error"]
+RUN_COLUMNS = ["id", "started_at", "status", "trigger", "documents", "vectors", "deleted_by_root", "retention_days",
+               "threads", "keep_latest", "prune_threads", "prune_checkpoints", "prune_writes", "prune_blobs",
+               "prune_bytes", "seconds", "host", "operator", "dry_run", "finished_at", "erasure_recheck", "error"]
+RECHECK_COLUMNS = ["rechecked", "recheck_clean", "recheck_data_back"]
+
+
+def _recheck(text: str | None) -> tuple:
+    match = RECHECK_TEXT.fullmatch(text or "")
+    if match is None:
+        return None, None, None
+    return int(match[1]), int(match[2]), match[3] or ""
 
 
 def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
-    """The newest `limit` runs of the sweep log, newest first (deleted_by_root as a dict)."""
+    """The newest `limit` runs of the sweep log, newest first (deleted_by_root as a dict); in a dry run
+    (`status` 'dry_run') the counts are what the run would delete. The erasure re-check's summary is split into
+    `rechecked`, `recheck_clean` and `recheck_data_back` (request numbers); `erasure_recheck` keeps any other text."""
     df = pd.DataFrame(db.fetch(SELECT_RUNS, (limit,)), columns=RUN_COLUMNS)
     df["seconds"] = df["seconds"].astype(float)
+    parsed = [_recheck(text) for text in df["erasure_recheck"]]
+    for i, column in enumerate(RECHECK_COLUMNS):
+        df[column] = pd.Series([p[i] for p in parsed], index=df.index, dtype="object")
+    df["erasure_recheck"] = [None if p[0] is not None else text for p, text in zip(parsed, df["erasure_recheck"])]
     return df
+
+
+def last_sweep(db: Database) -> dict | None:
+    """The last sweep (id, started_at, finished_at, status, trigger): the newest run that was not a dry run nor
+    refused by the lock; None before the first. Every page that says "last sweep" reads it here."""
+    return db.fetch_one(SELECT_LAST_SWEEP)
+
+
+def run_details(db: Database, run_id: int) -> dict[str, pd.DataFrame]:
+    """What run `run_id` deleted (or, in a dry run, would delete): `documents` (prefix, key: the first
+    DOCUMENTS_SAMPLE), `threads` (retention: the first THREADS_SAMPLE) and `pruned` (history pruning, per thread:
+    checkpoints, writes, blobs, bytes)."""
+    return {
+        "documents": pd.DataFrame(db.fetch(SELECT_RUN_DOCUMENTS, (run_id,)), columns=["prefix", "key"]),
+        "threads": pd.DataFrame(db.fetch(SELECT_RUN_THREADS, (run_id,)), columns=["thread_id"]),
+        "pruned": pd.DataFrame(db.fetch(SELECT_RUN_PRUNED, (run_id,)),
+                               columns=["thread_id", "checkpoints", "writes", "blobs", "bytes"]),
+    }
 
 
 def deleted_per_run(db: Database, limit: int = 200) -> pd.DataFrame:
