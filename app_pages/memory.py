@@ -1,7 +1,6 @@
-"""Memory (store managers): documents per prefix, the >4 documents alarm, one namespace in detail."""
+"""Memory (store managers): what the agents remember per customer, supplier and employee, the >4 documents
+alarm, and one customer's (or supplier's, employee's) memory in detail."""
 from __future__ import annotations
-
-import json
 
 import pandas as pd
 import plotly.express as px
@@ -11,54 +10,81 @@ from core import roles
 from core.memory import reads
 from core.memory.embeddings import embeddings_label
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
+from ui import fmt
 from ui.common import ROOT_COLORS, read, require_role, settings
 from ui.safe import md, md_code, plot_frame
-from ui.tables import table
+from ui.tables import Link, table
 from ui.i18n import t
 
 TOP_N = 20
 PAGE_SIZE = 50
 NS_KEY = "memory.ns"
+SUGGEST_KEY = "memory.suggest"
 
 require_role(roles.MANAGER)
 if NS_KEY not in st.session_state:
     st.session_state[NS_KEY] = st.query_params.get("ns", "")
 
+
+def root_label(root: str) -> str:
+    """A namespace root in words ("Clientes"), or the root itself when the page does not know it."""
+    return t(f"mem_root_{root}") if root in POLICIES else root
+
+
 st.title(t("memory_title"))
-st.caption(t("memory_caption", emb=embeddings_label(settings())))
+st.caption(t("memory_caption"))
+with st.expander(t("mem_technical")):
+    st.caption(t("mem_technical_text", emb=md(embeddings_label(settings()))))
 
 totals = read(reads.memory_totals)
-c1, c2, c3, c4 = st.columns(4)
-c1.metric(t("documents"), f"{totals.documents:,}")
-c2.metric(t("namespaces"), f"{totals.namespaces:,}")
-c3.metric(t("vectors"), f"{totals.vectors:,}")
-c4.metric(t("expired"), f"{totals.expired:,}")
+c1, c2, c3, c4, c5 = st.columns(5)
+c1.metric(t("mem_customers"), fmt.number(totals.customers), help=t("mem_customers_help"))
+c2.metric(t("mem_documents"), fmt.number(totals.documents))
+c3.metric(t("mem_holders"), fmt.number(totals.namespaces), help=t("mem_holders_help"))
+c4.metric(t("mem_searchable"), fmt.number(totals.vectors), help=t("mem_searchable_help"))
+c5.metric(t("mem_expired"), fmt.number(totals.expired), help=t("mem_expired_help"))
 if totals.documents == 0:
     st.info(t("memory_empty"), icon=":material/info:")
 
 left, right = st.columns(2)
 with left:
-    st.subheader(t("by_root"))
+    st.subheader(t("mem_by_root"))
     by_root = read(reads.documents_by_root)
-    fig = px.bar(plot_frame(by_root), x="root", y="documents", color="root", text="documents", color_discrete_map=ROOT_COLORS,
-                 labels={"root": "", "documents": t("documents")})
-    fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10))
-    st.plotly_chart(fig, key="memory.by_root_chart")
-    table(by_root, key="memory.by_root")
+    if by_root.empty:
+        st.info(t("chart_empty"))
+    else:
+        shown = plot_frame(by_root.assign(holder=by_root["root"].map(root_label)))
+        fig = px.bar(shown, x="holder", y="documents", color="root", color_discrete_map=ROOT_COLORS,
+                     labels={"holder": "", "documents": t("mem_documents")})
+        fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
+        fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10), separators=fmt.plot_separators(),
+                          yaxis=fmt.count_axis(by_root["documents"].max()))
+        st.plotly_chart(fig, key="memory.by_root_chart")
+    table(by_root.assign(root=by_root["root"].map(root_label)), key="memory.by_root",
+          config={"root": t("mem_holder"), "documents": t("mem_documents"), "namespaces": t("mem_holders"),
+                  "expired": t("mem_expired")})
 with right:
-    st.subheader(t("top_prefixes", n=TOP_N))
-    top = read(reads.top_prefixes, TOP_N)
-    fig = px.bar(plot_frame(top.iloc[::-1]), x="documents", y="prefix", color="root", orientation="h", color_discrete_map=ROOT_COLORS,
-                 labels={"prefix": "", "documents": t("documents"), "root": ""})  # the legend names the roots
-    fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10))
-    st.plotly_chart(fig, key="memory.top_chart")
+    st.subheader(t("mem_top", n=TOP_N))
+    top = read(reads.top_prefixes, TOP_N)  # most documents first
+    if top.empty:
+        st.info(t("chart_empty"))
+    else:
+        shown = plot_frame(top.assign(holder=top["root"].map(root_label)))
+        fig = px.bar(shown, x="documents", y="prefix", color="holder", orientation="h",
+                     color_discrete_map={root_label(r): c for r, c in ROOT_COLORS.items()},
+                     labels={"prefix": "", "documents": t("mem_documents"), "holder": ""})  # the legend names the roots
+        fig.update_traces(hovertemplate="%{y}: %{x:,d}<extra></extra>")
+        # the largest on top, in the order SQL gave, whatever trace (root) each bar belongs to
+        fig.update_yaxes(categoryorder="array", categoryarray=shown["prefix"].iloc[::-1].tolist())
+        fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10), separators=fmt.plot_separators(),
+                          xaxis=fmt.count_axis(top["documents"].max()), legend=dict(orientation="h"))
+        st.plotly_chart(fig, key="memory.top_chart")
 
-with st.expander(t("policy")):
-    table(
-        pd.DataFrame([{"root": p.root, "ttl_days": p.ttl_days, "refresh_on_read": p.refresh_on_read,
-                       "omit_expired": True, "in_process_sweeper": False} for p in POLICIES.values()]),
-        key="memory.policy",
-    )
+with st.expander(t("mem_policy")):
+    st.caption(t("mem_policy_caption"))
+    table(pd.DataFrame([{"root": root_label(p.root), "ttl_days": p.ttl_days, "refresh_on_read": p.refresh_on_read}
+                        for p in POLICIES.values()]), key="memory.policy",
+          config={"root": t("mem_holder"), "ttl_days": t("mem_keep_days"), "refresh_on_read": t("mem_refresh")})
 
 st.subheader(t("alarm_title", n=MAX_DOCS_PER_CUSTOMER))
 st.caption(t("alarm_caption", n=MAX_DOCS_PER_CUSTOMER))
@@ -74,30 +100,51 @@ def _open_selected() -> None:
 if oversized.empty:
     st.success(t("alarm_none", n=MAX_DOCS_PER_CUSTOMER))
 else:
-    table(oversized, key="memory.alarm", on_select=_open_selected, selection_mode="single-row")
+    # a manager's link opens that customer's memory on this page (not the DPO's erasure page)
+    table(oversized, key="memory.alarm", on_select=_open_selected, selection_mode="single-row",
+          columns=["cliente_id", "documents", "keys", "last_write"],
+          links={"cliente_id": Link("memory", "ns", source="prefix", strip="clientes.")},
+          config={"documents": t("mem_documents"), "keys": t("mem_keys"), "last_write": t("mem_last_write")})
+
+
+def _take_suggestion() -> None:
+    if st.session_state.get(SUGGEST_KEY):
+        st.session_state[NS_KEY] = st.session_state[SUGGEST_KEY]
+
 
 st.subheader(t("drill_title"))
-query = st.text_input(t("drill_input"), key=NS_KEY)
+query = st.text_input(t("drill_input"), key=NS_KEY, placeholder=t("drill_placeholder"))
 if query:
     st.query_params["ns"] = query
     try:
         found = read(reads.find_namespaces, query)
+        suggestions = read(reads.suggest_namespaces, query)
     except InvalidIdentifier as exc:
         st.error(md(exc))
         found = None
     if found is not None and found.empty:
         st.info(t("drill_none", q=md(query)))
-    elif found is not None:
+    if found is not None and not suggestions.empty and suggestions["prefix"].tolist() != found["prefix"].tolist():
+        counts = dict(zip(suggestions["prefix"], suggestions["documents"]))
+        st.pills(t("drill_suggestions"), suggestions["prefix"].tolist(), key=SUGGEST_KEY, on_change=_take_suggestion,
+                 format_func=lambda p: f"{md(p)} ({fmt.number(counts[p])})")
+    if found is not None and not found.empty:
         prefix = found["prefix"].iloc[0]
         if len(found) > 1:
             prefix = st.radio(t("drill_pick"), found["prefix"].tolist(), key="memory.pick", horizontal=True,
                               format_func=md_code)
         count = int(found.set_index("prefix").loc[prefix, "documents"])
         pages = max(1, -(-count // PAGE_SIZE))
-        page = st.number_input(t("page"), 1, pages, 1, key="memory.page") if pages > 1 else 1
+        page = st.number_input(t("page_of", n=fmt.number(pages)), 1, pages, 1, key="memory.page") if pages > 1 else 1
         items = read(reads.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE)
-        items["value"] = items["value"].map(lambda v: json.dumps(v, ensure_ascii=False))
-        st.markdown(t("drill_items", prefix=md_code(prefix), n=count))
-        table(items, key="memory.items", config={"value": {"width": "large"}})
+        first = (page - 1) * PAGE_SIZE + 1
+        st.markdown(t("drill_items", prefix=md_code(prefix), first=fmt.number(first),
+                      last=fmt.number(first + len(items) - 1), n=fmt.number(count)))
+        table(items, key="memory.items",
+              config={"tipo": t("mem_tipo"), "valor": {"label": t("mem_value"), "width": "large"},
+                      "expires_at": t("mem_expires"), "ttl_days": t("mem_keep_days"),
+                      "thread_id": t("mem_written_by"), "created_at": t("mem_created"),
+                      "updated_at": t("mem_last_write"), "expired": t("mem_is_expired"),
+                      "vector": t("mem_is_searchable"), "key": t("mem_key")})
 elif "ns" in st.query_params:
     del st.query_params["ns"]

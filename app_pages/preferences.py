@@ -10,6 +10,7 @@ import streamlit as st
 from core import roles
 from core.checkpoints import tool_calls
 from core.memory import preferences
+from ui import fmt
 from ui.common import call_now, forget, read, require_role
 from ui.tables import table
 from ui.i18n import t
@@ -17,11 +18,13 @@ from ui.safe import md, plot_frame
 
 TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversations
 PAGE_SIZE = 50
-APPLIED_THREADS = 500  # recent conversations decoded for "preferences applied"
+APPLIED_THREADS = 500  # the period's most recent conversations decoded for "preferences applied"
 
 require_role(roles.MANAGER)
 st.title(t("prefs_title"))
-st.caption(t("prefs_caption", target=TARGET_RATIO))
+st.caption(t("prefs_caption", target=fmt.number(TARGET_RATIO)))
+with st.expander(t("prefs_technical")):
+    st.caption(t("prefs_technical_text"))
 
 today = date.today()
 period = st.date_input(t("period"), (today - timedelta(days=29), today), max_value=today, key="preferences.period")
@@ -30,13 +33,20 @@ if not isinstance(period, tuple) or len(period) != 2:
 since, until = period
 
 
+def extracted_text(result: tool_calls.ExtractResult) -> str:
+    """What an extraction just read, said as new calls already counted in the figures below."""
+    return t("prefs_extracted", calls=fmt.count("prefs_calls", result.calls),
+             checkpoints=fmt.count("prefs_checkpoints", result.checkpoints))
+
+
 def _forget_reads() -> None:
     """After an extraction added rows: drop this page's cached reads (only these)."""
     forget(preferences.preference_daily, since, until)
     forget(preferences.conversations, since, until)
     forget(preferences.clocks, since, until)
     forget(preferences.preference_by_tipo, since, until)
-    forget(preferences.preferences_applied, APPLIED_THREADS)
+    forget(preferences.preferences_applied, APPLIED_THREADS, since, until)
+    forget(preferences.writing_conversation_count, since, until)
     for page in range(1, int(st.session_state.get("preferences.page", 1)) + 1):
         forget(preferences.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE)
 
@@ -46,16 +56,16 @@ def _forget_reads() -> None:
 extracted = call_now(tool_calls.catch_up)
 if extracted.calls or extracted.thread_days:
     _forget_reads()
-    st.caption(t("prefs_extracted", calls=extracted.calls, checkpoints=extracted.checkpoints))
+    st.caption(extracted_text(extracted))
 if extracted.error:
-    st.warning(t("prefs_cannot_extract", error=md(extracted.error), n=f"{extracted.behind:,}"))
+    st.warning(t("prefs_cannot_extract", error=md(extracted.error), n=fmt.number(extracted.behind)))
 elif not extracted.caught_up:
-    st.warning(t("prefs_behind", n=f"{extracted.behind:,}"))
+    st.warning(t("prefs_behind", n=fmt.number(extracted.behind)))
     if st.button(t("prefs_extract_now"), key="preferences.extract"):
         with st.status(t("prefs_extracting")) as status:
             done = call_now(tool_calls.extract, on_batch=lambda r: status.update(
-                label=f"{t('prefs_extracting')} {r.checkpoints:,}"))
-            status.update(label=t("prefs_extracted", calls=done.calls, checkpoints=done.checkpoints), state="complete")
+                label=f"{t('prefs_extracting')} {fmt.number(r.checkpoints)}"))
+            status.update(label=extracted_text(done), state="complete")
         _forget_reads()
         st.rerun()
 
@@ -63,51 +73,79 @@ daily = read(preferences.preference_daily, since, until)
 conversations, writes = read(preferences.conversations, since, until), int(daily["writes"].sum())
 ratio = writes / conversations if conversations else None
 c1, c2, c3 = st.columns(3)
-c1.metric(t("conversations"), f"{conversations:,}")
-c2.metric(t("pref_writes"), f"{writes:,}")
-c3.metric(t("ratio"), "–" if ratio is None else f"{ratio:.3f}",
-          None if ratio is None else f"{ratio - TARGET_RATIO:+.3f} vs {t('target')} {TARGET_RATIO}")
+c1.metric(t("conversations"), fmt.number(conversations))
+c2.metric(t("pref_writes"), fmt.number(writes))
+if ratio is None:
+    c3.metric(t("ratio"), "–")
+else:  # the distance to the target in words: neither green nor red, the target is a level, not a score
+    side = "prefs_above_target" if ratio >= TARGET_RATIO else "prefs_below_target"
+    c3.metric(t("ratio"), fmt.number(ratio, 3), t(side, diff=fmt.number(abs(ratio - TARGET_RATIO), 3),
+                                                   target=fmt.number(TARGET_RATIO)), delta_color="off",
+              delta_arrow="off")
 
 replayed = read(preferences.clocks, since, until).get("replayed", 0)
-st.caption(t("prefs_clock", replayed=t("prefs_clock_replayed", n=replayed) if replayed else ""))
+st.caption(t("prefs_clock", replayed=fmt.count("prefs_clock_replayed", replayed) if replayed else ""))
 
 if conversations == 0:
     st.info(t("no_data"))
     st.stop()
 
 fig = go.Figure()
-fig.add_bar(x=daily["day"], y=daily["conversations"], name=t("conversations"), yaxis="y2", opacity=0.25)
-fig.add_scatter(x=daily["day"], y=daily["ratio"], name=t("ratio"), mode="lines+markers")
-fig.add_hline(y=TARGET_RATIO, line_dash="dash", line_color="red", annotation_text=f"{t('target')} {TARGET_RATIO}")
-fig.update_layout(height=360, margin=dict(t=10, b=10), legend=dict(orientation="h"),
-                  yaxis=dict(title=t("ratio"), rangemode="tozero"),
-                  yaxis2=dict(title=t("conversations"), overlaying="y", side="right", showgrid=False))
+fig.add_bar(x=daily["day"], y=daily["conversations"], name=t("conversations"), yaxis="y2", opacity=0.25,
+            hovertemplate="%{y:,d}<extra></extra>")
+fig.add_scatter(x=daily["day"], y=daily["ratio"], name=t("ratio"), mode="lines+markers",
+                hovertemplate="%{y:.3f}<extra></extra>")
+fig.add_hline(y=TARGET_RATIO, line_dash="dash", line_color="red",
+              annotation_text=f"{t('target')} {fmt.number(TARGET_RATIO)}")
+fig.update_layout(height=360, margin=dict(t=10, b=10), legend=dict(orientation="h"), separators=fmt.plot_separators(),
+                  xaxis=fmt.date_ticks(daily["day"]),
+                  yaxis=dict(title=t("ratio"), rangemode="nonnegative"),
+                  yaxis2=dict(title=t("conversations"), overlaying="y", side="right", showgrid=False,
+                              **fmt.count_axis(daily["conversations"].max())))
 st.plotly_chart(fig, key="preferences.daily_chart")
 
 left, right = st.columns([1, 2])
 with left:
     st.subheader(t("by_tipo"))
-    by_tipo = read(preferences.preference_by_tipo, since, until)
-    fig = px.bar(plot_frame(by_tipo), x="tipo", y="writes", text="writes", labels={"tipo": "", "writes": t("pref_writes")})
-    fig.update_layout(height=300, margin=dict(t=10, b=10))
-    st.plotly_chart(fig, key="preferences.tipo_chart")
+    by_tipo = read(preferences.preference_by_tipo, since, until)  # most writes first
+    if by_tipo.empty:
+        st.info(t("chart_empty"))
+    else:
+        fig = px.bar(plot_frame(by_tipo), x="tipo", y="writes", labels={"tipo": "", "writes": t("pref_writes")})
+        fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
+        fig.update_xaxes(categoryorder="array", categoryarray=plot_frame(by_tipo)["tipo"].tolist())
+        fig.update_layout(height=300, margin=dict(t=10, b=10), separators=fmt.plot_separators(),
+                          yaxis=fmt.count_axis(by_tipo["writes"].max()))
+        st.plotly_chart(fig, key="preferences.tipo_chart")
 with right:
     st.subheader(t("writers"))
-    page = st.number_input(t("page"), 1, 10_000, 1, key="preferences.page")
+    total = read(preferences.writing_conversation_count, since, until)
+    pages = max(1, -(-total // PAGE_SIZE))
+    page = st.number_input(t("page_of", n=fmt.number(pages)), 1, pages, 1, key="preferences.page") if pages > 1 else 1
     writers = read(preferences.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE)
-    table(writers, key="preferences.writers")
+    if writers.empty:
+        st.info(t("prefs_no_writers"))
+    else:
+        first = (page - 1) * PAGE_SIZE + 1
+        st.caption(t("rows_of", first=fmt.number(first), last=fmt.number(first + len(writers) - 1),
+                     n=fmt.number(total)))
+        table(writers, key="preferences.writers", config={"tipos": t("prefs_tipos")})
 
 st.subheader(t("applied_title"))
-st.caption(t("applied_caption", n=APPLIED_THREADS))
-applied = read(preferences.preferences_applied, APPLIED_THREADS)
+applied = read(preferences.preferences_applied, APPLIED_THREADS, since, until)
+st.caption(t("applied_caption", n=fmt.number(APPLIED_THREADS), since=fmt.day(since), until=fmt.day(until),
+             proposals=fmt.count("applied_proposals", len(applied.proposals))))
 c1, c2, c3 = st.columns(3)
-c1.metric(t("applied_rate"), "–" if applied.rate is None else f"{applied.rate:.0%}")
-c2.metric(t("applied_with_pref"), f"{applied.with_preference:,}")
-c3.metric(t("applied_changed"), f"{applied.changed_by_memory:,}")
+c1.metric(t("applied_rate"), "–" if applied.rate is None else fmt.percent(applied.rate))
+c2.metric(t("applied_with_pref"), fmt.number(applied.with_preference))
+c3.metric(t("applied_changed"), fmt.number(applied.changed_by_memory))
 if applied.with_preference == 0:
     st.info(t("applied_none"))
 elif applied.changed_by_memory == 0:
     st.error(t("applied_useless"))
 else:
     shown = applied.proposals[applied.proposals["followed"].notna()].sort_values(["followed", "ts"], ascending=[True, False])
-    table(shown, key="preferences.applied")
+    # which clock dates a call: the demo's replayed day, or the checkpoint's own write time (as Checkpoints shows)
+    shown = shown.assign(clock=shown["clock"].map(lambda c: t(f"clock_name_{c}")))
+    st.caption(t("prefs_clocks_named"))
+    table(shown, key="preferences.applied", config={"clock": t("prefs_clock_column")})

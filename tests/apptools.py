@@ -33,7 +33,8 @@ def ids(frame):
 
 
 def as_int(text: str) -> int:
-    return int(text.replace(",", ""))
+    """An integer as a page shows it, with the thousands separators of either language (40,894 / 40.894)."""
+    return int(text.replace(",", "").replace(".", ""))
 
 
 def decode(values):

@@ -8,12 +8,14 @@ person reads, through `st.column_config`:
   named in the column's label;
 - empty cells as "—", never "None";
 - thread ids linking to the Checkpoints page (`?thread=`) and customer ids to the pages the viewer's
-  roles may open (Erasure `?cliente=` for the DPO, else Checkpoints `?cliente=` for the SRE).
+  roles may open (Erasure `?cliente=` for the DPO, else Checkpoints `?cliente=` for the SRE), unless the page
+  names its own `links` (e.g. the Memory page's customers link to their memory).
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+import re
+from typing import Any, Mapping, NamedTuple
 from urllib.parse import quote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -31,6 +33,15 @@ PLAIN_NUMBERS = frozenset({"id", "pid", "step", "idx", "episode_id", "request_id
                            "new_version", "ttl_days", "ttl_minutes", "refresh_on_read_minutes"})
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 MERGED_KEYS = frozenset({"label", "width", "help", "pinned", "hidden"})
+
+
+class Link(NamedTuple):
+    """A column shown as links to `/page?param=<value>`, the value read from column `source` (default: the column
+    itself); the link's text is the value without its leading `strip`."""
+    page: str
+    param: str
+    source: str | None = None
+    strip: str = ""
 
 
 def viewer_timezone() -> str:
@@ -108,8 +119,8 @@ def _viewer_roles() -> tuple[str, ...]:
     return user.roles if user else ()
 
 
-def prepare(df: pd.DataFrame, columns: list[str] | None = None,
-            config: Mapping[str, Any] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+def prepare(df: pd.DataFrame, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
+            links: Mapping[str, Link] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The frame as shown (only `columns`, values formatted) and its column_config."""
     shown = list(columns) if columns is not None else list(df.columns)
     out = df[shown].copy()
@@ -120,7 +131,12 @@ def prepare(df: pd.DataFrame, columns: list[str] | None = None,
     for col in shown:
         label = column_label(col)
         s = out[col]
-        if col in THREAD_COLUMNS and roles.SRE in viewer:
+        link = (links or {}).get(col)
+        if link:
+            out[col] = df[link.source or col].map(lambda v, ln=link: _link(ln.page, ln.param, v))
+            shown_text = rf"{re.escape(link.param)}={re.escape(quote(link.strip, safe=''))}([^&]*)"
+            column_config[col] = st.column_config.LinkColumn(label, display_text=shown_text)
+        elif col in THREAD_COLUMNS and roles.SRE in viewer:
             out[col] = s.map(lambda v: _link("checkpoints", "thread", v))
             column_config[col] = st.column_config.LinkColumn(label, display_text=r"thread=([^&]*)")
         elif col in CUSTOMER_COLUMNS and (roles.DPO in viewer or roles.SRE in viewer):
@@ -154,11 +170,13 @@ def prepare(df: pd.DataFrame, columns: list[str] | None = None,
 
 
 def table(df: pd.DataFrame, key: str, *, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
-          colours: Mapping[str, Mapping[str, str]] | None = None, **kwargs: Any) -> Any:
+          colours: Mapping[str, Mapping[str, str]] | None = None, links: Mapping[str, Link] | None = None,
+          **kwargs: Any) -> Any:
     """`st.dataframe` of `df` as a person reads it (see the module's docstring). `columns`: which
     to show, in order; `config`: per-column extras (e.g. {"payload": {"width": "large"}});
-    `colours`: {column: {value: css colour}} cell backgrounds; other kwargs go to st.dataframe."""
-    out, column_config = prepare(df, columns, config)
+    `colours`: {column: {value: css colour}} cell backgrounds; `links`: {column: Link} links of the page's own;
+    other kwargs go to st.dataframe."""
+    out, column_config = prepare(df, columns, config, links)
     data: Any = out
     if colours:
         styler = out.style

@@ -87,6 +87,12 @@ CROSS JOIN LATERAL (
 ORDER BY f.first_write DESC, f.thread_id"""
 
 
+SELECT_WRITING_CONVERSATION_COUNT = """
+SELECT count(DISTINCT thread_id) AS n FROM core_tool_call_thread_days
+WHERE tool = %(tool)s AND first_ts >= %(since)s::date::timestamp AT TIME ZONE 'UTC'
+  AND first_ts < (%(until)s::date + 1)::timestamp AT TIME ZONE 'UTC'"""
+
+
 def preference_daily(db: Database, since: date, until: date) -> pd.DataFrame:
     """Per UTC day: threads with a human message, `recordar_preferencia` calls, and their ratio."""
     df = pd.DataFrame(db.fetch(SELECT_PREF_DAILY, {"since": since, "until": until, "tool": PREF_TOOL}),
@@ -119,14 +125,25 @@ def writing_conversations(db: Database, since: date, until: date, limit: int = 5
                         columns=["thread_id", "cliente_id", "first_write", "writes", "tipos", "agent"])
 
 
+def writing_conversation_count(db: Database, since: date, until: date) -> int:
+    """How many threads `writing_conversations` pages through."""
+    return db.fetch_one(SELECT_WRITING_CONVERSATION_COUNT, {"since": since, "until": until, "tool": PREF_TOOL})["n"]
+
+
 # --- preferences applied (from the extracted tool calls) -------------------------------------
 # The proposals (`proponer_entrega` calls) of the most recent conversations (core_thread_last, migration 047), and every
 # `recordar_preferencia` call of the same customers. A customer is the run's `cliente_id` metadata
 # when the agent tagged it; otherwise only the thread itself is known, so only preferences declared
 # earlier in the same thread count for its proposals.
+RECENT_THREADS = """
+    SELECT thread_id, cliente_id FROM core_thread_last ORDER BY last_human_at DESC, thread_id LIMIT %(threads)s"""
+# The most recent conversations of a period (UTC days): threads with a human message in it, newest last message first.
+RECENT_THREADS_IN_PERIOD = """
+    SELECT thread_id, max(cliente_id) AS cliente_id FROM core_thread_days
+    WHERE day BETWEEN %(since)s AND %(until)s
+    GROUP BY thread_id ORDER BY max(last_human_at) DESC, thread_id LIMIT %(threads)s"""
 SELECT_PROPOSALS_AND_PREFERENCES = """
-WITH recent AS (
-    SELECT thread_id, cliente_id FROM core_thread_last ORDER BY last_human_at DESC, thread_id LIMIT %(threads)s
+WITH recent AS ({recent}
 ), subjects AS (
     SELECT DISTINCT coalesce(cliente_id, 'thread:' || thread_id) AS subject FROM recent
 ), calls AS (
@@ -139,11 +156,13 @@ WITH recent AS (
     WHERE t.cliente_id IS NULL
       AND t.thread_id IN (SELECT substr(subject, 8) FROM subjects WHERE left(subject, 7) = 'thread:')
 )
-SELECT t.thread_id, coalesce(t.cliente_id, 'thread:' || t.thread_id) AS subject, t.cliente_id, t.ts,
-       t.tool, t.args, t.thread_id IN (SELECT thread_id FROM recent) AS recent
+SELECT t.thread_id, coalesce(t.cliente_id, 'thread:' || t.thread_id) AS subject, t.cliente_id, t.ts, t.clock,
+       t.tool, t.args, t.thread_id IN (SELECT thread_id FROM recent) AND {in_period} AS recent
 FROM calls t
 WHERE t.tool IN ('proponer_entrega', 'recordar_preferencia')
 ORDER BY t.ts, t.thread_id, t.checkpoint_id, t.task_id, t.idx, t.position, t.call_index"""
+IN_PERIOD = ("t.ts >= %(since)s::date::timestamp AT TIME ZONE 'UTC' "
+             "AND t.ts < (%(until)s::date + 1)::timestamp AT TIME ZONE 'UTC'")
 
 
 @dataclass(frozen=True)
@@ -158,12 +177,19 @@ class PreferencesApplied:
         return self.followed / self.with_preference if self.with_preference else None
 
 
-def preferences_applied(db: Database, threads: int = 500) -> PreferencesApplied:
+def preferences_applied(db: Database, threads: int = 500, since: date | None = None,
+                        until: date | None = None) -> PreferencesApplied:
     """Share of proposals in the `threads` most recent customer conversations that followed the
-    preference in force (the customer's latest `recordar_preferencia` before the proposal)."""
+    preference in force (the customer's latest `recordar_preferencia` before the proposal). With a period
+    (`since`, `until`, UTC days): the `threads` most recent conversations of the period, and their proposals in it."""
     from core.agents.retail import DEFAULT_PROPOSAL, PROPOSAL_FIELDS
 
-    rows = db.fetch(SELECT_PROPOSALS_AND_PREFERENCES, {"threads": threads})
+    if (since is None) != (until is None):
+        raise ValueError("a period needs both since and until")
+    sql = SELECT_PROPOSALS_AND_PREFERENCES.format(
+        recent=RECENT_THREADS if since is None else RECENT_THREADS_IN_PERIOD,
+        in_period="true" if since is None else IN_PERIOD)
+    rows = db.fetch(sql, {"threads": threads, "since": since, "until": until})
     in_force: dict[str, dict[str, str]] = {}
     out = []
     for r in rows:  # ordered by ts: the preferences seen so far are those in force
@@ -176,14 +202,14 @@ def preferences_applied(db: Database, threads: int = 500) -> PreferencesApplied:
         prefs = in_force.get(r["subject"], {})
         relevant = {f: prefs[t] for f, t in PROPOSAL_FIELDS.items() if t in prefs}
         out.append({
-            "cliente_id": r["cliente_id"], "thread_id": r["thread_id"], "ts": r["ts"],
+            "cliente_id": r["cliente_id"], "thread_id": r["thread_id"], "ts": r["ts"], "clock": r["clock"],
             "tienda": args.get("tienda"), "canal": args.get("canal"), "franja": args.get("franja"),
             "preferences": ", ".join(f"{f}={v}" for f, v in relevant.items()),
             "followed": all(args.get(f) == v for f, v in relevant.items()) if relevant else None,
             # the memory changed this proposal: a field took a preferred value other than the default
             "changed": any(args.get(f) == v != DEFAULT_PROPOSAL[f] for f, v in relevant.items()) if relevant else None,
         })
-    df = pd.DataFrame(out, columns=["cliente_id", "thread_id", "ts", "tienda", "canal", "franja",
+    df = pd.DataFrame(out, columns=["cliente_id", "thread_id", "ts", "clock", "tienda", "canal", "franja",
                                     "preferences", "followed", "changed"])
     with_pref = df[df["followed"].notna()]
     return PreferencesApplied(df, len(with_pref), int(with_pref["followed"].astype(bool).sum()),

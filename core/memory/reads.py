@@ -32,7 +32,8 @@ WITH r AS (SELECT sum(documents) AS documents, sum(namespaces) AS namespaces, su
            FROM core_root_counts)
 SELECT coalesce(r.documents, 0)::bigint AS documents,
        (SELECT coalesce(sum(expired), 0)::bigint FROM ({SELECT_EXPIRED_BY_ROOT}) e) AS expired,
-       coalesce(r.vectors, 0)::bigint AS vectors, coalesce(r.namespaces, 0)::bigint AS namespaces
+       coalesce(r.vectors, 0)::bigint AS vectors, coalesce(r.namespaces, 0)::bigint AS namespaces,
+       (SELECT coalesce(sum(namespaces), 0)::bigint FROM core_root_counts WHERE root = 'clientes') AS customers
 FROM r"""
 
 SELECT_BY_ROOT = f"""
@@ -61,13 +62,31 @@ SELECT_NAMESPACE_EXACT = """
 SELECT prefix, count(*) AS documents FROM store
 WHERE prefix = ANY(%s) GROUP BY prefix ORDER BY prefix"""
 
-# The page first (LIMIT/OFFSET on the primary key), then one vector lookup per row shown.
+# Namespaces whose full name, or id under a root, starts with the text typed (LIKE-escaped), most documents first:
+# the search's suggestions, read from core_prefix_counts in its (documents DESC, prefix) index order up to LIMIT.
+SELECT_NAMESPACE_SUGGESTIONS = r"""
+SELECT prefix, documents FROM core_prefix_counts
+WHERE documents > 0 AND (prefix LIKE %(start)s ESCAPE '\' OR split_part(prefix, '.', 2) LIKE %(start)s ESCAPE '\')
+ORDER BY documents DESC, prefix LIMIT %(limit)s"""
+
+# The page first (LIMIT/OFFSET on the primary key), then one vector lookup per row shown. A document reads as
+# its tipo and valor (a preference, `pref-{tipo}`), else its `texto`, else its JSON; the conversation that wrote it
+# is its `hilo` back-link (the memory article's tool writes one), else the last write our agents logged.
 SELECT_NAMESPACE_ITEMS = """
-SELECT s.key, s.value, s.created_at, s.updated_at, s.expires_at, s.ttl_minutes,
+SELECT s.key,
+       coalesce(s.value ->> 'tipo', CASE WHEN s.key LIKE 'pref-%%' THEN substr(s.key, 6) END) AS tipo,
+       coalesce(s.value ->> 'valor', s.value ->> 'texto', s.value::text) AS valor,
+       s.expires_at, round(s.ttl_minutes / 1440.0, 1)::float8 AS ttl_days,
+       coalesce(s.value ->> 'hilo',
+                (SELECT w.thread_id FROM core_memory_writes w WHERE w.prefix = s.prefix AND w.key = s.key
+                 AND w.thread_id IS NOT NULL ORDER BY w.written_at DESC, w.id DESC LIMIT 1)) AS thread_id,
+       s.created_at, s.updated_at,
        (s.expires_at IS NOT NULL AND s.expires_at < now()) AS expired,
        EXISTS (SELECT 1 FROM store_vectors v WHERE v.prefix = s.prefix AND v.key = s.key) AS vector
 FROM (SELECT * FROM store WHERE prefix = %s ORDER BY key LIMIT %s OFFSET %s) s
 ORDER BY s.key"""
+ITEM_COLUMNS = ["key", "tipo", "valor", "expires_at", "ttl_days", "thread_id", "created_at", "updated_at", "expired",
+                "vector"]
 
 @dataclass(frozen=True)
 class MemoryTotals:
@@ -75,6 +94,7 @@ class MemoryTotals:
     expired: int
     vectors: int
     namespaces: int
+    customers: int  # namespaces under `clientes` (its documents are the customer's preferences)
 
 
 def memory_totals(db: Database) -> MemoryTotals:
@@ -96,26 +116,35 @@ def oversized_customers(db: Database, limit: int = 200) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["cliente_id", "prefix", "documents", "keys", "last_write"])
 
 
-def find_namespaces(db: Database, text: str) -> pd.DataFrame:
-    """Namespaces matching `text` exactly: a full prefix (`clientes.C9`) or an id under any root (`C9`).
-
-    Raises InvalidIdentifier for empty, NUL-bearing or oversized input. `%`, `_` and quotes
-    are literal characters here.
-    """
+def _valid_search(text: str) -> str:
     if not isinstance(text, str) or not text.strip():
         raise InvalidIdentifier("type a namespace (e.g. clientes.C9) or an id (e.g. C9)")
     if "\x00" in text:
         raise InvalidIdentifier("the search contains a NUL character")
     if len(text) > MAX_SEARCH_LENGTH:
         raise InvalidIdentifier(f"the search is {len(text)} characters long (at most {MAX_SEARCH_LENGTH})")
-    text = text.strip()
+    return text.strip()
+
+
+def find_namespaces(db: Database, text: str) -> pd.DataFrame:
+    """Namespaces matching `text` exactly: a full prefix (`clientes.C9`) or an id under any root (`C9`).
+
+    Raises InvalidIdentifier for empty, NUL-bearing or oversized input. `%`, `_` and quotes
+    are literal characters here.
+    """
+    text = _valid_search(text)
     candidates = [text] if "." in text else [f"{root}.{text}" for root in ROOTS]
     return pd.DataFrame(db.fetch(SELECT_NAMESPACE_EXACT, (candidates,)), columns=["prefix", "documents"])
 
 
+def suggest_namespaces(db: Database, text: str, limit: int = 10) -> pd.DataFrame:
+    """Up to `limit` namespaces whose name or id starts with `text` (`%`, `_`, `\\` literal), most documents first."""
+    text = _valid_search(text)
+    start = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    rows = db.fetch(SELECT_NAMESPACE_SUGGESTIONS, {"start": start, "limit": limit})
+    return pd.DataFrame(rows, columns=["prefix", "documents"])
+
+
 def namespace_items(db: Database, prefix: str, limit: int = 100, offset: int = 0) -> pd.DataFrame:
-    """The items of one namespace (exact prefix), without refreshing their TTL."""
-    rows = db.fetch(SELECT_NAMESPACE_ITEMS, (prefix, limit, offset))
-    return pd.DataFrame(
-        rows, columns=["key", "value", "created_at", "updated_at", "expires_at", "ttl_minutes", "expired", "vector"]
-    )
+    """The items of one namespace (exact prefix) as a person reads them, without refreshing their TTL."""
+    return pd.DataFrame(db.fetch(SELECT_NAMESPACE_ITEMS, (prefix, limit, offset)), columns=ITEM_COLUMNS)

@@ -1,0 +1,54 @@
+"""Numbers and dates as the UI's language writes them (Babel's CLDR data), in metrics, captions and charts:
+Spanish 40.894 / 0,117 / 30 nov 2026, English 40,894 / 0.117 / Nov 30, 2026. Tables format theirs in ui/tables.py.
+"""
+from __future__ import annotations
+
+import math
+from datetime import date, datetime
+from typing import Any, Iterable
+
+from babel.dates import format_date
+from babel.numbers import format_decimal, format_percent, get_decimal_symbol, get_group_symbol
+
+from ui.i18n import lang, t
+
+
+def number(value: float | int, digits: int | None = None) -> str:
+    """`value` with the language's separators; `digits` fixes the decimals (None: as many as it has, up to 3)."""
+    pattern = None if digits is None else ("#,##0." + "0" * digits if digits else "#,##0")
+    return format_decimal(value, format=pattern, locale=lang())
+
+
+def count(key: str, n: int) -> str:
+    """The catalogue's `key_one` or `key_other` text for `n` things ("1 llamada", "33 llamadas"), `{n}` formatted."""
+    return t(f"{key}_one" if n == 1 else f"{key}_other", n=number(n))
+
+
+def percent(value: float) -> str:
+    return format_percent(value, locale=lang())
+
+
+def day(value: date | datetime, pattern: str = "medium") -> str:
+    """A date in the language: "30 nov 2026" / "Nov 30, 2026" (`pattern`: Babel's, e.g. "d MMM")."""
+    return format_date(value, pattern, locale=lang())
+
+
+def plot_separators() -> str:
+    """plotly's layout.separators for the language: decimal mark then thousands separator."""
+    return get_decimal_symbol(lang()) + get_group_symbol(lang())
+
+
+def count_axis(largest: float) -> dict[str, Any]:
+    """A plotly axis for counts: starts at 0, integer ticks only (about five), never below zero."""
+    largest = max(float(largest or 0), 1.0)
+    raw = largest / 5
+    magnitude = 10 ** math.floor(math.log10(raw)) if raw >= 1 else 1
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    return dict(rangemode="nonnegative", tickmode="linear", tick0=0, dtick=max(1, int(step)), tickformat=",d",
+                range=[0, largest * 1.08])
+
+
+def date_ticks(days: Iterable[date], every: int = 7) -> dict[str, Any]:
+    """A plotly axis over `days` labelled in the language ("30 nov"), one tick every `every` days."""
+    shown = list(days)[::every]
+    return dict(tickmode="array", tickvals=shown, ticktext=[day(d, "d MMM") for d in shown])
