@@ -59,7 +59,8 @@ def wait_until(check, timeout: float = 15.0) -> None:
 
 
 def plain(values) -> list:
-    """Cell values as ids: ui.tables shows thread and customer ids as links (`/page?thread=ID&lang=..`);
+    """Cell values as ids: ui.tables shows thread and customer ids as links (`/page?thread=ID&lang=..`, the
+    Memory page's customers as `/memory?ns=clientes.ID`);
     this reads the id back (other values unchanged)."""
     from urllib.parse import parse_qs, urlsplit
 
@@ -67,7 +68,7 @@ def plain(values) -> list:
     for v in values:
         if isinstance(v, str) and v.startswith("/") and "?" in v:
             query = parse_qs(urlsplit(v).query)
-            v = (query.get("thread") or query.get("cliente") or [v])[0]
+            v = (query.get("thread") or query.get("cliente") or query.get("ns") or [v])[0]
         out.append(v)
     return out
 

@@ -24,13 +24,14 @@ def at(demo_db, app_env):
 
 def test_memory_page_figures_equal_sql(at, demo_db):
     q = demo_db.fetch_one
-    assert as_int(metric(at, "Documentos")) == q("SELECT count(*) AS n FROM store")["n"]
-    assert as_int(metric(at, "Vectores")) == q("SELECT count(*) AS n FROM store_vectors")["n"]
-    assert as_int(metric(at, "Namespaces")) == q("SELECT count(DISTINCT prefix) AS n FROM store")["n"]
+    assert as_int(metric(at, "Documentos guardados")) == q("SELECT count(*) AS n FROM store")["n"]
+    assert as_int(metric(at, "Buscables por significado")) == q("SELECT count(*) AS n FROM store_vectors")["n"]
+    assert as_int(metric(at, "Titulares con memoria")) == q("SELECT count(DISTINCT prefix) AS n FROM store")["n"]
     expired = q("SELECT count(*) AS n FROM store WHERE expires_at < now()")["n"]
-    assert expired > 0 and as_int(metric(at, "Caducados sin barrer")) == expired
+    assert expired > 0 and as_int(metric(at, "Caducados pendientes de borrar")) == expired
     by_root = frame(at, "root", "documents", "namespaces").set_index("root")["documents"].to_dict()
-    sql = {r["root"]: r["n"] for r in demo_db.fetch("SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store GROUP BY 1")}
+    holder = {"clientes": "Clientes", "proveedores": "Proveedores", "empleados": "Empleados"}
+    sql = {holder[r["root"]]: r["n"] for r in demo_db.fetch("SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store GROUP BY 1")}
     assert by_root == sql
     charts = at.get("plotly_chart")
     assert len(charts) == 2
@@ -40,18 +41,18 @@ def test_alarm_lists_exactly_the_oversized_customers(at, demo_db):
     alarm = at.dataframe(key="memory.alarm").value
     sql = demo_db.fetch("SELECT split_part(prefix,'.',2) AS c FROM store WHERE prefix LIKE 'clientes.%%' "
                         "GROUP BY prefix HAVING count(*) > %s", (MAX_DOCS_PER_CUSTOMER,))
-    assert sorted(plain(alarm["cliente_id"])) == sorted(r["c"] for r in sql) == sorted(demo_db.summary.legacy_customers)
+    assert sorted(p.removeprefix("clientes.") for p in plain(alarm["cliente_id"])) == sorted(r["c"] for r in sql) == sorted(demo_db.summary.legacy_customers)
 
 
 def test_drill_down_into_one_namespace(at, demo_db):
     cid = demo_db.summary.legacy_customers[0]
     at.text_input(key="memory.ns").input(cid).run()
     assert not at.exception
-    items = frame(at, "key", "value", "ttl_minutes")
+    items = frame(at, "key", "valor", "ttl_days")
     keys = [r["key"] for r in demo_db.fetch("SELECT key FROM store WHERE prefix=%s ORDER BY key", (f"clientes.{cid}",))]
     assert list(items["key"]) == keys and len(keys) > MAX_DOCS_PER_CUSTOMER
-    assert {"value", "created_at", "updated_at", "expires_at", "ttl_minutes"} <= set(items.columns)
-    assert (items["ttl_minutes"] == 365 * 1440).all()
+    assert {"tipo", "valor", "created_at", "updated_at", "expires_at", "ttl_days", "thread_id"} <= set(items.columns)
+    assert (items["ttl_days"] == 365).all()
     assert at.query_params["ns"] == cid
 
 
@@ -59,7 +60,7 @@ def test_drill_down_by_full_prefix(at, demo_db):
     prefix = demo_db.fetch_one("SELECT prefix FROM store WHERE prefix LIKE 'proveedores.%%' LIMIT 1")["prefix"]
     at.text_input(key="memory.ns").input(prefix).run()
     n = demo_db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix=%s", (prefix,))["n"]
-    assert len(frame(at, "key", "value", "ttl_minutes")) == n
+    assert len(frame(at, "key", "valor", "ttl_days")) == n
 
 
 @pytest.mark.parametrize("text", ["C%", "C_", "%", "_", "clientes.%", "clientes.C_1", "C1'; DROP TABLE store; --", '"C1"', "clientes.", "."])
@@ -69,7 +70,7 @@ def test_namespace_search_metacharacters_find_nothing(at, demo_db, text):
     assert not at.exception
     assert any("Ningún namespace" in i.value for i in at.info)
     with pytest.raises(KeyError):
-        frame(at, "key", "value", "ttl_minutes")
+        frame(at, "key", "valor", "ttl_days")
     assert demo_db.fetch_one("SELECT count(*) AS n FROM store")["n"] == before
 
 
@@ -106,7 +107,7 @@ def test_preferences_page_figures_equal_sql(at, demo_db):
     assert conv > 0 and writes > 0
     assert as_int(metric(at, "Conversaciones")) == conv
     assert as_int(metric(at, "Escrituras de preferencias")) == writes
-    assert metric(at, "Escrituras por conversación") == f"{writes / conv:.3f}"
+    assert metric(at, "Escrituras por conversación") == f"{writes / conv:.3f}".replace(".", ",")
     writers = frame(at, "thread_id", "tipos")
     threads = {c["thread_id"] for c in live_calls}
     assert len(writers) == min(50, len(threads)) and set(plain(writers["thread_id"])) <= threads
@@ -130,7 +131,7 @@ def test_english_on_request(demo_db, app_env):
     at.run()
     assert not at.exception
     assert at.title[0].value == "Cross-thread memory"
-    assert {m.label for m in at.metric} >= {"Documents", "Vectors"}
+    assert {m.label for m in at.metric} >= {"Saved documents", "Searchable by meaning", "Customers with preferences"}
 
 
 def test_database_down_at_startup_is_a_clear_page(app_env):

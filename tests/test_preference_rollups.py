@@ -74,7 +74,7 @@ WITH recent AS (
 ), subjects AS (
     SELECT DISTINCT coalesce(cliente_id, 'thread:' || thread_id) AS subject FROM recent
 )
-SELECT t.thread_id, coalesce(t.cliente_id, 'thread:' || t.thread_id) AS subject, t.cliente_id, t.ts,
+SELECT t.thread_id, coalesce(t.cliente_id, 'thread:' || t.thread_id) AS subject, t.cliente_id, t.ts, t.clock,
        t.tool, t.args, t.thread_id IN (SELECT thread_id FROM recent) AS recent
 FROM core_tool_calls t
 WHERE t.tool IN ('proponer_entrega', 'recordar_preferencia')

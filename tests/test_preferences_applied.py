@@ -44,6 +44,18 @@ def test_rate_follows_the_preference_in_force(db):
     assert by_thread.loc["c2-a", "followed"] is None
 
 
+def test_a_period_counts_only_its_own_conversations(db):
+    from datetime import datetime, timedelta, timezone
+
+    converse(db, ScriptedChatModel(), SCRIPT)
+    tool_calls.extract(db)
+    today = datetime.now(timezone.utc).date()
+    everything = preferences.preferences_applied(db)
+    assert preferences.preferences_applied(db, 500, today, today).proposals.equals(everything.proposals)
+    before = preferences.preferences_applied(db, 500, today - timedelta(days=7), today - timedelta(days=1))
+    assert before.proposals.empty and before.with_preference == 0 and before.rate is None
+
+
 def test_memory_that_changes_nothing_is_called_useless(db, app_env):
     converse(db, ScriptedChatModel(apply_preferences=False), SCRIPT)
     tool_calls.extract(db)
@@ -55,4 +67,4 @@ def test_memory_that_changes_nothing_is_called_useless(db, app_env):
     at.switch_page("app_pages/preferences.py").run()
     assert not at.exception
     assert any("la memoria no sirve para nada" in e.value for e in at.error)
-    assert next(m.value for m in at.metric if m.label == "Siguieron la preferencia") == "0%"
+    assert next(m.value for m in at.metric if m.label == "Siguieron la preferencia") == "0\u00a0%"
