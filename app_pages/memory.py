@@ -37,10 +37,11 @@ with st.expander(t("mem_technical")):
     st.caption(t("mem_technical_text", emb=md(embeddings_label(settings()))))
 
 totals = read(reads.memory_totals)
-c1, c2, c3, c4, c5 = st.columns(5)
+c1, c2, c3 = st.columns(3)
 c1.metric(t("mem_customers"), fmt.number(totals.customers), help=t("mem_customers_help"))
 c2.metric(t("mem_documents"), fmt.number(totals.documents))
 c3.metric(t("mem_holders"), fmt.number(totals.namespaces), help=t("mem_holders_help"))
+c4, c5, _ = st.columns(3)
 c4.metric(t("mem_searchable"), fmt.number(totals.vectors), help=t("mem_searchable_help"))
 c5.metric(t("mem_expired"), fmt.number(totals.expired), help=t("mem_expired_help"))
 if totals.documents == 0:

@@ -13,11 +13,12 @@ from core.memory import preferences
 from ui import fmt
 from ui.common import call_now, forget, read, require_role
 from ui.tables import table
-from ui.i18n import t
+from ui.i18n import lang, t
 from ui.safe import md, plot_frame
 
 TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversations
 PAGE_SIZE = 50
+DATE_INPUT_FORMAT = {"es": "DD/MM/YYYY", "en": "YYYY-MM-DD"}
 APPLIED_THREADS = 500  # the period's most recent conversations decoded for "preferences applied"
 
 require_role(roles.MANAGER)
@@ -27,7 +28,8 @@ with st.expander(t("prefs_technical")):
     st.caption(t("prefs_technical_text"))
 
 today = date.today()
-period = st.date_input(t("period"), (today - timedelta(days=29), today), max_value=today, key="preferences.period")
+period = st.date_input(t("period"), (today - timedelta(days=29), today), max_value=today, key="preferences.period",
+                       format=DATE_INPUT_FORMAT.get(lang(), "YYYY-MM-DD"))
 if not isinstance(period, tuple) or len(period) != 2:
     st.stop()  # the user is still picking the end date
 since, until = period
@@ -111,9 +113,10 @@ with left:
     if by_tipo.empty:
         st.info(t("chart_empty"))
     else:
-        fig = px.bar(plot_frame(by_tipo), x="tipo", y="writes", labels={"tipo": "", "writes": t("pref_writes")})
+        shown = plot_frame(by_tipo)
+        fig = px.bar(shown, x="tipo", y="writes", labels={"tipo": "", "writes": t("pref_writes")})
         fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
-        fig.update_xaxes(categoryorder="array", categoryarray=plot_frame(by_tipo)["tipo"].tolist())
+        fig.update_xaxes(categoryorder="array", categoryarray=shown["tipo"].tolist())  # most first
         fig.update_layout(height=300, margin=dict(t=10, b=10), separators=fmt.plot_separators(),
                           yaxis=fmt.count_axis(by_tipo["writes"].max()))
         st.plotly_chart(fig, key="preferences.tipo_chart")
