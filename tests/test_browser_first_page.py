@@ -17,6 +17,7 @@ import urllib.request
 
 import psycopg
 import pytest
+from babel.numbers import format_decimal
 from playwright.sync_api import expect
 
 from conftest import ROOT, free_port
@@ -96,7 +97,8 @@ def test_first_page_renders_before_the_seed_ends(page, screenshot):
         assert (demo_sweeps, erasures, episodes) == (8, 2, 3) and documents > 100, episode_rows
         # the page reran on fresh reads (the cache was dropped): its figures are the complete seed's,
         # down to the alarm the seed's legacy customers raise (none while the seed ran)
-        expect(page.get_by_test_id("stMetric").filter(has_text="Documentos")).to_contain_text(f"{documents:,}")
+        expect(page.get_by_test_id("stMetric").filter(has_text="Documentos")).to_contain_text(
+            format_decimal(documents, locale="es"))
         expect(page.get_by_text("Ningún cliente supera")).to_have_count(0, timeout=60_000)
         expect(sidebar.get_by_text("Sembrando")).to_have_count(0)
         expect(sidebar.get_by_text("Las páginas muestran lo que ya existe")).to_have_count(0)

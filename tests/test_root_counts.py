@@ -27,7 +27,8 @@ LIVE_TOTALS = """
 SELECT (SELECT count(*) FROM store) AS documents,
        (SELECT count(*) FROM store WHERE expires_at IS NOT NULL AND expires_at < now()) AS expired,
        (SELECT count(*) FROM store_vectors) AS vectors,
-       (SELECT count(DISTINCT prefix) FROM store) AS namespaces"""
+       (SELECT count(DISTINCT prefix) FROM store) AS namespaces,
+       (SELECT count(DISTINCT prefix) FROM store WHERE split_part(prefix, '.', 1) = 'clientes') AS customers"""
 LIVE_BY_ROOT = """
 WITH docs AS (
     SELECT split_part(prefix, '.', 1) AS root, count(*) AS documents, count(DISTINCT prefix) AS namespaces
@@ -86,7 +87,7 @@ def _spread_expiries(db) -> None:
 
 
 def test_kept_counts_equal_the_live_counts_through_a_stock_store(db, stock_store):
-    assert same_as_live(db) == reads.MemoryTotals(0, 0, 0, 0)
+    assert same_as_live(db) == reads.MemoryTotals(0, 0, 0, 0, 0)
     for n in range(12):
         stock_store.put(("clientes", f"C{n}"), "pref-recogida", {"texto": f"recoger en T00{n % 3}"})
         stock_store.put(("clientes", f"C{n}", "pedidos"), f"p-{n % 3}", {"texto": f"pedido {n}"}, index=False)
@@ -121,7 +122,7 @@ def test_kept_counts_equal_the_live_counts_with_vectors_the_sweep_and_a_truncate
     sweep.run_sweep(db, trigger="manual")  # expired documents and their vectors deleted
     assert same_as_live(db).expired == 0
     db.execute("TRUNCATE store CASCADE")
-    assert same_as_live(db) == reads.MemoryTotals(0, 0, 0, 0)
+    assert same_as_live(db) == reads.MemoryTotals(0, 0, 0, 0, 0)
 
 
 def test_concurrent_writers_of_one_root_keep_the_counts_exact(db):
@@ -155,7 +156,7 @@ def test_an_agent_role_granted_on_the_store_only_keeps_the_counts(db):
         store.put(("empleados", "E2"), "turno", {"texto": "tarde"}, index=False)
     finally:
         pool.close()
-    assert same_as_live(db) == reads.MemoryTotals(1, 0, 0, 1)
+    assert same_as_live(db) == reads.MemoryTotals(1, 0, 0, 1, 0)
 
 
 def test_the_memory_page_on_the_article_agents_database_equals_the_live_counts(article_agents, app_env):
@@ -178,10 +179,12 @@ def test_the_memory_page_on_the_article_agents_database_equals_the_live_counts(a
         at.run()
         at.switch_page("app_pages/memory.py").run()
         assert not at.exception, at.exception
-        shown = {k: as_int(metric(at, label)) for k, label in (("documents", "Documentos"), ("namespaces", "Namespaces"),
-                                                             ("vectors", "Vectores"), ("expired", "Caducados sin barrer"))}
+        shown = {k: as_int(metric(at, label)) for k, label in (
+            ("documents", "Documentos guardados"), ("namespaces", "Titulares con memoria"),
+            ("vectors", "Buscables por significado"), ("expired", "Caducados pendientes de borrar"))}
         assert shown == {k: live[k] for k in shown}
         by_root = frame(at, "root", "documents", "namespaces", "expired")
-        assert by_root.to_dict("records") == [dict(r) for r in db.fetch(LIVE_BY_ROOT)]
+        holder = {"clientes": "Clientes", "proveedores": "Proveedores", "empleados": "Empleados"}  # as the page names them
+        assert by_root.to_dict("records") == [dict(r, root=holder.get(r["root"], r["root"])) for r in db.fetch(LIVE_BY_ROOT)]
     finally:
         db.close()

@@ -208,7 +208,7 @@ def test_article_agents_preferences_page_equals_the_checkpoints(db, app_env):
     assert not at.exception
     assert as_int(metric(at, "Escrituras de preferencias")) == len(live) == 3
     assert as_int(metric(at, "Conversaciones")) == 5
-    assert metric(at, "Escrituras por conversación") == f"{3 / 5:.3f}"
+    assert metric(at, "Escrituras por conversación") == "0,600"
     writers = frame(at, "thread_id", "tipos")
     assert sorted(writers["thread_id"]) == ["conv-1", "conv-3", "conv-4"]
     by_tipo = preferences.preference_by_tipo(db, date.today() - timedelta(days=29), date.today())
