@@ -61,9 +61,9 @@ with left:
         fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10), separators=fmt.plot_separators(),
                           yaxis=fmt.count_axis(by_root["documents"].max()))
         st.plotly_chart(fig, key="memory.by_root_chart")
-    table(by_root.assign(root=by_root["root"].map(root_label)), key="memory.by_root",
-          config={"root": t("mem_holder"), "documents": t("mem_documents"), "namespaces": t("mem_holders"),
-                  "expired": t("mem_expired")})
+        table(by_root.assign(root=by_root["root"].map(root_label)), key="memory.by_root",
+              config={"root": t("mem_holder"), "documents": t("mem_documents"), "namespaces": t("mem_holders"),
+                      "expired": t("mem_expired")})
 with right:
     st.subheader(t("mem_top", n=TOP_N))
     top = read(reads.top_prefixes, TOP_N)  # most documents first
@@ -78,7 +78,8 @@ with right:
         # the largest on top, in the order SQL gave, whatever trace (root) each bar belongs to
         fig.update_yaxes(categoryorder="array", categoryarray=shown["prefix"].iloc[::-1].tolist())
         fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10), separators=fmt.plot_separators(),
-                          xaxis=fmt.count_axis(top["documents"].max()), legend=dict(orientation="h"))
+                          xaxis=fmt.count_axis(top["documents"].max()),
+                          legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0))
         st.plotly_chart(fig, key="memory.top_chart")
 
 with st.expander(t("mem_policy")):

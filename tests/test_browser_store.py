@@ -60,3 +60,7 @@ def test_preferences_page(page, dashboard_url, screenshot):
     expect(page.get_by_text("más recientes del periodo").first).to_be_attached()
     expect(page.get_by_test_id("stDataFrame").get_by_text("cliente-C").first).to_be_attached()
     screenshot("preferences")
+    applied = page.get_by_role("heading", name="Preferencias aplicadas")
+    applied.scroll_into_view_if_needed()
+    expect(page.get_by_text("más recientes del periodo").first).to_be_visible()
+    screenshot("preferences-applied")

@@ -157,6 +157,7 @@ def test_empty_store_charts_say_so_in_words(db, app_env):
     assert not at.exception
     assert not at.get("plotly_chart")
     assert sum("No hay nada que dibujar" in i.value for i in at.info) == 2
+    assert not [d for d in at.dataframe if d.key == "memory.by_root"]  # no grid saying "empty" in English
 
 
 def test_no_jargon_and_english_subtitle(demo_db, app_env):
