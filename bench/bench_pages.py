@@ -111,6 +111,8 @@ def run(sizes: list[int], data: Path) -> list[tuple]:
             "oversized_customers": lambda: reads.oversized_customers(db),
             "find_namespaces": lambda: reads.find_namespaces(db, "C9"),
             "namespace_items": lambda: reads.namespace_items(db, "clientes.C9", 50, 0),
+            "suggest_namespaces (common start)": lambda: reads.suggest_namespaces(db, "C9"),
+            "suggest_namespaces (no match)": lambda: reads.suggest_namespaces(db, "no-such-id"),
             "preference_daily": lambda: preferences.preference_daily(db, *month),
             "preference_by_tipo": lambda: preferences.preference_by_tipo(db, *month),
             "writing_conversations": lambda: preferences.writing_conversations(db, *month, 50, 0),

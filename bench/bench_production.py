@@ -399,8 +399,9 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     query("Preferencias", "preference_by_tipo(30 days)", lambda: preferences.preference_by_tipo(db, *month))
     query("Preferencias", "writing_conversations(30 days, 50)",
           lambda: preferences.writing_conversations(db, *month, 50, 0))
-    recent = preferences.SELECT_PROPOSALS_AND_PREFERENCES.split("), subjects AS (")[0] + ") SELECT thread_id FROM recent"
-    recent_threads = [r["thread_id"] for r in db.fetch(recent, {"threads": 500})]
+    query("Preferencias", "writing_conversation_count(30 days)",
+          lambda: preferences.writing_conversation_count(db, *month))
+    recent_threads = [r["thread_id"] for r in db.fetch(preferences.RECENT_THREADS, {"threads": 500})]
     applied = preferences.preferences_applied(db, 500)
     info["preferences_applied"] = {"threads": len(recent_threads), "proposals": len(applied.proposals),
                                    "with_preference": applied.with_preference, "followed": applied.followed}
@@ -409,6 +410,8 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
           "fetch + Python decode (core.checkpoint_json) of the same threads' writes",
           lambda: [payload_json(r["type"], r["blob"]) for r in db.fetch(
               "SELECT type, blob FROM checkpoint_writes WHERE thread_id = ANY(%s)", (recent_threads,))])
+    query("Preferencias", "preferences_applied(30 days, its 500 most recent threads)",
+          lambda: preferences.preferences_applied(db, 500, *month))
     render("Preferencias")
 
     # Barridos (before the sweep: expired documents waiting, empty log)
