@@ -63,7 +63,7 @@ with left:
         st.plotly_chart(fig, key="memory.by_root_chart")
         table(by_root.assign(root=by_root["root"].map(root_label)), key="memory.by_root",
               config={"root": t("mem_holder"), "documents": t("mem_documents"), "namespaces": t("mem_holders"),
-                      "expired": t("mem_expired")})
+                      "expired": t("mem_expired_short")})
 with right:
     st.subheader(t("mem_top", n=TOP_N))
     top = read(reads.top_prefixes, TOP_N)  # most documents first

@@ -64,3 +64,12 @@ def test_preferences_page(page, dashboard_url, screenshot):
     applied.scroll_into_view_if_needed()
     expect(page.get_by_text("más recientes del periodo").first).to_be_visible()
     screenshot("preferences-applied")
+
+
+def test_memory_page_in_english(page, dashboard_url, demo_db, screenshot):
+    page.goto(f"{dashboard_url}/memory?lang=en")
+    expect(page.get_by_role("heading", name="Cross-thread memory")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("What the agents remember")).to_be_visible()
+    expect(page.get_by_role("heading", name="Documents by kind of holder")).to_be_visible()
+    expect(page.locator(".js-plotly-plot").first).to_contain_text("Customers")
+    screenshot("memory-en")
