@@ -1,4 +1,4 @@
--- Least privilege for the sweep CronJob's database role (`python -m core.operations.sweep`).
+-- Least privilege for the sweep CronJob's database role (`python -m core.operations.sweep_cli`).
 -- Run once as the owner of the agents' tables, after `python -m core.migrate`. Replace the role
 -- name and password source as your cluster does (e.g. a CloudNativePG managed role).
 --

@@ -15,6 +15,7 @@ from langgraph.store.base import PutOp
 from core.db import Database, reset_pool
 from core.memory.store import InvalidIdentifier
 from core.privacy import access, access_render, chain
+from core.privacy.access_report import MARKER_KINDS
 from tests.test_erasure import LOOK_ALIKES, agents_for, converse, make_store, write_docs
 
 BIG = "C9"
@@ -94,7 +95,7 @@ def test_export_holds_every_document_and_message_and_nothing_of_look_alikes(popu
     for thread in report.threads:
         rows = db.fetch("SELECT kind, content FROM core_checkpoint_messages_view WHERE thread_id = %s "
                         "ORDER BY ts, checkpoint_id, task_path, task_id, idx, position", (thread["thread_id"],))
-        got = [(m["kind"], m["content"]) for m in thread["messages"] if m["kind"] not in access.MARKER_KINDS]
+        got = [(m["kind"], m["content"]) for m in thread["messages"] if m["kind"] not in MARKER_KINDS]
         assert got == [(r["kind"], r["content"]) for r in rows]
         kinds = {m["kind"] for m in thread["messages"]}
         assert {"human", "ai", "tool"} <= kinds
@@ -135,7 +136,7 @@ def test_a_refused_payload_is_marked_in_place_not_dropped(populated):
     assert "content the serializer would refuse (os.system); not shown" in html
     # the rest of the thread is there: every message of the view, none dropped
     n = populated.fetch_one("SELECT count(*) AS n FROM core_checkpoint_messages_view WHERE thread_id = 'cliente-C9-2'")
-    assert sum(1 for m in thread["messages"] if m["kind"] not in access.MARKER_KINDS) == n["n"] > 0
+    assert sum(1 for m in thread["messages"] if m["kind"] not in MARKER_KINDS) == n["n"] > 0
 
 
 def test_exporting_refreshes_no_ttl_and_changes_nothing(populated):

@@ -1,12 +1,14 @@
-"""The layout the README's Architecture section promises, checked on the source itself: core/ by
-concern with modules and classes of a readable size, no import cycle, pages that import only `ui` and
-core's public functions, no Streamlit in core, no SQL in pages, and the deploy manifests' commands
-that still run."""
+"""The layout the README's Architecture section promises, checked on the source itself: layers (pages -> ui
+-> core, no import upward), no import cycle between modules (late and type-checking imports included), no
+Streamlit in core, no SQL in pages, and the deploy manifests' commands that still run. A module's length is
+no design rule: a long one is only named in a warning."""
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,24 +16,46 @@ import yaml
 
 from conftest import ROOT
 
-CORE = ROOT / "core"
-MAX_MODULE_LINES = 400
-MAX_CLASS_LINES = 300
+LONG_MODULE_LINES = 400  # a warning, never a failure
+# Lower layers first: a module may import its own layer and those below it, never one above.
+LAYERS = ("core", "ui", "app_pages", "dashboard")
 
 
-def core_modules() -> dict[str, Path]:
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: Path
+    tree: ast.Module
+
+    @property
+    def layer(self) -> str:
+        return self.name.split(".")[0]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, Module]:
+    """Every module of the app (core, ui, app_pages, dashboard.py), parsed once."""
+    paths = [*sorted((ROOT / "core").rglob("*.py")), *sorted((ROOT / "ui").rglob("*.py")),
+             *sorted((ROOT / "app_pages").glob("*.py")), ROOT / "dashboard.py"]
     out = {}
-    for path in sorted(CORE.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        out[name] = path
+    for path in paths:
+        text = path.read_text()
+        if (n := len(text.splitlines())) > LONG_MODULE_LINES:
+            warnings.warn(f"{path.relative_to(ROOT)} has {n} lines: is it still one concern?", stacklevel=1)
+        out[module_name(path)] = Module(module_name(path), path, ast.parse(text))
     return out
 
 
-def top_level_imports(path: Path) -> set[str]:
-    """Modules imported at module level (imports inside functions are deliberate late imports)."""
+def imported(tree: ast.AST) -> set[str]:
+    """Every module an import anywhere in `tree` names: top-level, inside functions (late imports) and under
+    `if TYPE_CHECKING:` alike; `from a import b` names `a` and `a.b`."""
     found = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found.update(f"{node.module}.{a.name}" for a in node.names)
@@ -40,62 +64,118 @@ def top_level_imports(path: Path) -> set[str]:
     return found
 
 
-def test_modules_and_classes_are_a_screen_or_two():
-    too_long = {str(p.relative_to(ROOT)): n for p in CORE.rglob("*.py")
-                if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
-    assert not too_long, f"modules over {MAX_MODULE_LINES} lines: {too_long}"
-    big_classes = {}
-    for path in CORE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
-                big_classes[f"{path.relative_to(ROOT)}:{node.name}"] = node.end_lineno - node.lineno + 1
-    assert not big_classes, f"classes over {MAX_CLASS_LINES} lines: {big_classes}"
-
-
-def test_no_import_cycle_in_core():
-    modules = core_modules()
-    graph = {name: {m for m in top_level_imports(path) if m in modules and m != name}
-             for name, path in modules.items()}
-    # A package's __init__ is imported with any of its modules: count that edge too.
-    for name in modules:
+def import_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
+    graph = {name: {m for m in imported(mod.tree) if m in modules and m != name} for name, mod in modules.items()}
+    for name in modules:  # a package's __init__ is imported with any of its modules: count that edge too
         parent = name.rsplit(".", 1)[0]
         if parent in modules and parent != name:
             graph[name].add(parent)
-    state: dict[str, int] = {}
+    return graph
 
-    def visit(node: str, trail: list[str]) -> None:
-        state[node] = 1
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan), as a path that closes."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def strongconnect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
         for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(trail[trail.index(nxt):] + [node, nxt])
-                                     if nxt in trail else f"import cycle: {node} -> {nxt}")
-            if nxt not in state:
-                visit(nxt, trail + [node])
-        state[node] = 2
+            if nxt not in index:
+                strongconnect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(_closing_path(graph, set(component)))
 
-    for name in modules:
-        if name not in state:
-            visit(name, [])
+    for name in sorted(graph):
+        if name not in index:
+            strongconnect(name)
+    return found
 
 
-def test_core_never_imports_streamlit_and_pages_import_only_ui_and_public_core():
-    for path in CORE.rglob("*.py"):
-        names = {n for node in ast.walk(ast.parse(path.read_text()))
-                 for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                           [node.module or ""] if isinstance(node, ast.ImportFrom) else [])}
-        assert not any(n == "streamlit" or n.startswith("streamlit.") for n in names), path
-    pages = sorted((ROOT / "app_pages").glob("*.py"))
+def _closing_path(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A path inside `component` from its first module back to it (breadth-first: the shortest)."""
+    start = min(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for nxt in sorted(graph[node] & component):
+            if nxt == start:
+                return paths[node] + [start]
+            if nxt not in paths:
+                paths[nxt] = paths[node] + [nxt]
+                queue.append(nxt)
+    raise AssertionError(f"no cycle through {start}")  # pragma: no cover - a component of >1 has one
+
+
+def test_no_import_cycle(modules):
+    found = cycles(import_graph(modules))
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_cycle_check_finds_late_and_type_checking_imports():
+    """The two ways a cycle hides from a top-level-only check."""
+    a = ast.parse("def f():\n    from b import g\n")
+    b = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a import f\n")
+    graph = {"a": imported(a) & {"b"}, "b": imported(b) & {"a"}}
+    assert cycles(graph) == [["a", "b", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_a_layer_above_its_own(modules):
+    upward = []
+    for name, mod in modules.items():
+        rank = LAYERS.index(mod.layer)
+        for target in imported(mod.tree):
+            top = target.split(".")[0]
+            if top in LAYERS and LAYERS.index(top) > rank:
+                upward.append(f"{name} imports {target}")
+    assert not upward, upward
+
+
+def test_pages_import_no_other_page_and_only_public_core_and_ui(modules):
+    pages = [m for m in modules.values() if m.layer == "app_pages"]
     assert pages
-    for path in pages:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("core", "ui"):
+    for page in pages:
+        for node in ast.walk(page.tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in LAYERS:
+                assert node.module.split(".")[0] in ("core", "ui"), f"{page.path.name} imports {node.module}"
                 private = [a.name for a in node.names if a.name.startswith("_")]
-                assert not private, f"{path.name} imports private names {private} from {node.module}"
-                assert not node.module.split(".")[-1].startswith("_"), f"{path.name} imports {node.module}"
+                assert not private, f"{page.path.name} imports private names {private} from {node.module}"
+                assert not node.module.split(".")[-1].startswith("_"), f"{page.path.name} imports {node.module}"
+
+
+def test_no_streamlit_in_core(modules):
+    for mod in modules.values():
+        if mod.layer == "core":
+            assert not any(n == "streamlit" or n.startswith("streamlit.") for n in imported(mod.tree)), mod.path
+
+
+def test_no_sql_in_pages(modules):
+    for mod in modules.values():
+        if mod.layer != "app_pages":
+            continue
+        for node in ast.walk(mod.tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 text = node.value.upper()
                 assert not any(f"{kw} " in text and " FROM " in text or f"{kw} INTO" in text
-                               for kw in ("SELECT", "INSERT", "DELETE")), f"SQL in {path.name}: {node.value[:60]}"
+                               for kw in ("SELECT", "INSERT", "DELETE")), f"SQL in {mod.path.name}: {node.value[:60]}"
 
 
 def manifest_commands() -> list[tuple[str, list[str]]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from conftest import settings_for
-from core.demo.progress import SEED_STEPS, SeedProgress
+from core.demo.seed_progress import SEED_STEPS, SeedProgress
 from core.demo.seed import ensure_demo
 
 

@@ -3,12 +3,15 @@ lock, checkpoint retention, the sweep log and bad input. Rows are written throug
 path and threads by the real agents; nothing is mocked."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 
+from conftest import ROOT
 from core.operations import sweep, sweep_cli, sweep_reads
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.db import Database
@@ -273,6 +276,19 @@ def test_bad_input_on_the_command_line_exits_2_and_changes_nothing(db, store, mo
     assert rows(db) == before and log_rows(db) == []
 
 
+def test_the_old_command_fails_and_names_the_new_one(db, store, monkeypatch):
+    """`python -m core.operations.sweep` was the CronJob's command: a manifest still running it must fail
+    loudly, not exit 0 having swept nothing."""
+    monkeypatch.setenv("PG_AGENTES", db.dsn)
+    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
+    time.sleep(0.4)
+    before = rows(db)
+    run = subprocess.run([sys.executable, "-m", "core.operations.sweep"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 1 and "python -m core.operations.sweep_cli" in run.stderr
+    assert rows(db) == before and log_rows(db) == []
+
+
 def test_page_reads_match_sql(db, store):
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
     put_memory(store, ("clientes", "C1"), "pref-idioma", {"texto": "idioma: catalán"})
@@ -351,7 +367,7 @@ def test_kubernetes_manifests_run_the_real_entry_points():
     cron = docs["CronJob"]["spec"]
     assert len(cron["schedule"].split()) == 5 and cron["concurrencyPolicy"] == "Forbid"
     container = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"][:3] == ["python", "-m", "core.operations.sweep"]
+    assert container["command"][:3] == ["python", "-m", "core.operations.sweep_cli"]
     env = {e["name"]: e for e in container["env"]}
     assert {"PG_AGENTES", sweep.RETENTION_ENV} <= set(env)
     assert sweep.validate_retention_days(env[sweep.RETENTION_ENV]["value"]) >= 1

@@ -27,7 +27,7 @@ from core.operations.outage import demo_outage
 from core.demo.operations import COMEBACK_TEXT, MonthPlan, leave_expired_notices, month_of_operations
 from core.memory.store import build_store, put_memory
 from core.agents.scripted_model import ScriptedChatModel
-from core.demo.progress import SeedProgress
+from core.demo.seed_progress import SeedProgress
 
 log = logging.getLogger(__name__)
 

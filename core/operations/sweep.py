@@ -1,6 +1,6 @@
 """The sweep job: the store's TTL sweep and checkpoint retention, one run at a time.
 
-`python -m core.operations.sweep` is the CronJob entry (see README, "Sweeps and retention"). A run:
+`python -m core.operations.sweep_cli` is the CronJob entry (see README, "Sweeps and retention"). A run:
 
 1. takes a PostgreSQL advisory lock (`pg_try_advisory_lock`) on its own connection; if another
    run holds it, it logs a 'locked' row, reports "already running" and exits 0;
@@ -392,7 +392,5 @@ def run_sweep(
     return result
 
 
-if __name__ == "__main__":  # the CronJob entry: the CLI lives in core/operations/sweep_cli.py
-    from core.operations.sweep_cli import main
-
-    sys.exit(main())
+if __name__ == "__main__":  # the command used to be this module: an old CronJob must fail, not do nothing
+    sys.exit("the sweep's command is `python -m core.operations.sweep_cli` (this module is the job, not its CLI)")

@@ -1,8 +1,9 @@
-"""`python -m core.operations.sweep`: the sweep job's command line (the CronJob entry, deploy/sweep-cronjob.yaml)."""
+"""`python -m core.operations.sweep_cli`: the sweep job's command line (the CronJob entry, deploy/sweep-cronjob.yaml)."""
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 from core.checkpoints.prune import POLICY_ENV, PruneInputError, policy_from_env
 from core.config import load_settings
@@ -21,7 +22,7 @@ def _days_arg(value: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 when the run finished (or another run already holds the lock), 1 on error, 2 on bad input."""
     parser = argparse.ArgumentParser(
-        prog="python -m core.operations.sweep",
+        prog="python -m core.operations.sweep_cli",
         description="Sweep expired store rows and old checkpoint threads (one run at a time, logged).")
     parser.add_argument("--trigger", choices=TRIGGERS, default="scheduled")
     parser.add_argument("--retention-days", type=_days_arg, default=None,
@@ -67,3 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  pruned thread: {t.thread_id} ({t.checkpoints} checkpoints, {t.writes} writes, {t.blobs} blobs, "
                   f"{t.bytes} bytes)")
     return 1 if result.status == "error" else 0
+
+
+if __name__ == "__main__":  # the CronJob entry
+    sys.exit(main())

@@ -10,8 +10,9 @@ never `store.search`):
 - our own logs about them: memory writes, conversations, guard denials (table and episodes), serializer
   refusals of their threads;
 - the erasure-register rows (with re-checks) and earlier access exports about them.
-`core.privacy.access_render` renders it (JSON, or HTML that prints to PDF); `record_export` writes the access
-register row with the sha256 of the exact file handed over.
+The result is an `AccessReport` (core/privacy/access_report.py); `core.privacy.access_render` renders it (JSON,
+or HTML that prints to PDF); `record_export` writes the access register row with the sha256 of the exact file
+handed over.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from core.checkpoints import formats
 from core.db import Database
 from core.privacy import subjects
 from core.privacy.access_render import FORMATS, LANGS, render
+from core.privacy.access_report import AccessReport
 from core.privacy import residue as res
 from core.privacy.evidence import ROOT, escape_like, validate_customer_id
 
@@ -122,47 +124,6 @@ def _attribute(db: Database, customer_id: str) -> Attribution:
                 for m in residue.matches if not m.common]
     return Attribution({t: list(s) for t, s in found.threads.items() if t in found.held}, tuple(found.by_source),
                        dict(found.errors), cover.unattributed_threads, proposed)
-
-
-@dataclass
-class AccessReport:
-    """Everything found about one customer. `counts` per source; `empty` when nothing at all was found."""
-
-    customer_id: str
-    namespace_prefix: str
-    generated_at: datetime
-    documents: list[dict]
-    threads: list[dict]  # {thread_id, sources, checkpoints, first_ts, last_ts, messages: [...]}
-    logs: dict[str, list[dict]]
-    erasures: list[dict]
-    erasure_rechecks: list[dict]
-    access_exports: list[dict]
-    sources: dict[str, list[str]]
-    unattributed_threads: int
-    residue: list[dict]
-    formats: dict[str, Any] | None = None  # the storage formats of the customer's threads (core.checkpoints.formats)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        messages = [m for t in self.threads for m in t["messages"]]
-        return {
-            "documents": len(self.documents),
-            "expired_documents": sum(1 for d in self.documents if d["expired"]),
-            "threads": len(self.threads),
-            "messages": sum(1 for m in messages if m["kind"] not in MARKER_KINDS),
-            "marked_payloads": sum(1 for m in messages if m["kind"] in MARKER_KINDS),
-            **{name: len(rows) for name, rows in self.logs.items()},
-            "erasure_requests": len(self.erasures),
-            "erasure_rechecks": len(self.erasure_rechecks),
-            "access_exports": len(self.access_exports),
-        }
-
-    @property
-    def empty(self) -> bool:
-        return not (self.documents or self.threads or any(self.logs.values()) or self.erasures)
-
-
-MARKER_KINDS = ("refused", "undecodable")
 
 
 def _message(write: dict, position: int, msg: dict) -> dict:

@@ -1,14 +1,13 @@
 """The access export as the file handed to the customer: JSON (`export_json`) or HTML that prints to PDF
-(`export_html`), in Spanish or English, from an `access.AccessReport` (gathered by `core.privacy.access`)."""
+(`export_html`), in Spanish or English, from a `core.privacy.access_report.AccessReport`."""
 from __future__ import annotations
 
 import html
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from core.privacy.access import AccessReport
+from core.privacy.access_report import AccessReport
 
 FORMATS = ("json", "html")
 LANGS = ("es", "en")

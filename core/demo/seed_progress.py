@@ -1,0 +1,41 @@
+"""Where a demo seed is: written by the seed (core.demo.seed), read by the dashboard's sidebar from other threads."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SeedProgress:
+    """Where this process's demo seed is, for the dashboard's sidebar (read from other threads).
+
+    state: idle (not started) | waiting (another process holds the seed lock) | seeding | done
+    (seeded here) | skipped (the database already had data) | failed."""
+    state: str = "idle"
+    step: str = ""
+    done: int = 0
+    total: int = 0
+    error: str | None = None
+    summary: Any = None  # core.demo.seed.DemoSummary once done
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("waiting", "seeding")
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "skipped", "failed")
+
+    started: bool = False  # the seed's thread was started
+    counted: dict = field(default_factory=dict)  # step -> its final count, once the next step began
+
+    def at(self, step: str, done: int = 0, total: int = 0) -> None:
+        if self.step:
+            self.counted[self.step] = self.done
+        self.step, self.done, self.total = step, done, total
+
+
+# The steps of `seed`, in order (the sidebar names them).
+SEED_STEPS = ("suppliers", "employees", "customers", "legacy", "operations", "outage")
