@@ -138,7 +138,7 @@ def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
     # Both pools start with their one connection ready: a call queued on a pool still connecting
     # makes it grow, and calls alternating between two backends are measurably slower here.
     pool.wait(timeout=10)
-    dual._shared.pool.wait(timeout=10)
+    dual._postgres._pools.pool.wait(timeout=10)
     control_pools: list = []
     rows: list[dict] = []
     try:
@@ -197,7 +197,7 @@ def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
         asyncio.run(run_async())
         assert not dual.degraded and dual.status()["episodes_total"] == 0
         print(f"pool connections after the sync runs: stock {pool.get_stats()['pool_size']}, "
-              f"dual {dual._shared.pool.get_stats()['pool_size']}")
+              f"dual {dual._postgres._pools.pool.get_stats()['pool_size']}")
     finally:
         dual.close()
         pool.close()

@@ -260,7 +260,7 @@ def test_async_path_degrades_on_hung_server_within_deadline(fault_server):
 
     async def scenario() -> str:
         await turn("Hola, quería saber el estado de mi pedido.")
-        assert saver._apg_entries, "the async path must use AsyncPostgresSaver"
+        assert saver._postgres._async_entries, "the async path must use AsyncPostgresSaver"
         control.hang()
         try:
             result = await turn("Prefiero que me atendáis en euskera.")
@@ -395,12 +395,12 @@ def test_with_allowlist_clone_passes_serde_to_wrapped_savers(db):
         assert clone is not saver and clone._shared is saver._shared
         assert clone.serde is not saver.serde and clone.serde.refusals is saver.serde.refusals
         assert ("core.agents", "ContextoCliente") in clone.serde._allowed_msgpack_modules
-        assert clone._pg().serde is clone.serde and saver._pg().serde is saver.serde
+        assert clone._postgres.sync().serde is clone.serde and saver._postgres.sync().serde is saver.serde
         assert clone._memory.serde is clone.serde and clone._memory.storage is saver._memory.storage
 
         async def inner_async():
             try:
-                return (await clone._apg()).serde
+                return (await clone._postgres.async_saver()).serde
             finally:
                 await clone.aclose_loop()
 

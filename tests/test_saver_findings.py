@@ -247,7 +247,7 @@ def test_closed_event_loops_are_released_and_a_new_loop_gets_a_working_pool(dsn)
             assert not saver.degraded, (n, saver.status()["reason"])
         gc.collect()
         assert [n for n, ref in enumerate(loops[:-1]) if ref() is not None] == []
-        assert len(saver._apg_entries) <= 1 and len(saver._shared.async_pools) <= 1
+        assert len(saver._postgres._async_entries) <= 1 and len(saver._postgres._pools.async_pools) <= 1
         assert saver.status()["episodes_total"] == 0
 
 

@@ -193,7 +193,7 @@ def test_a_long_list_of_a_big_thread_is_not_cut(dsn, capsys):
         def put_behind() -> None:  # once the list holds the saver's lock
             assert started.wait(30)
             deadline = time.monotonic() + 30
-            while not saver._pg().lock.locked() and time.monotonic() < deadline and other_list.is_alive():
+            while not saver._postgres.sync().lock.locked() and time.monotonic() < deadline and other_list.is_alive():
                 time.sleep(0.001)
             queued["config"] = saver.put(config_of("f5-other"), empty_checkpoint(), {"source": "input", "step": -1}, {})
 

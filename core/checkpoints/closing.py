@@ -1,7 +1,6 @@
 """Closing with a buffer: a bounded final resync, else the local journal; the next start replays it."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -40,14 +39,8 @@ class Closing:
             except Exception as exc:  # closing must not fail because PostgreSQL is gone
                 log.warning("last heartbeat not written: %s", _describe(exc))
         self._journal_buffer()  # whatever PostgreSQL still lacks (nothing, normally)
-        sh.pool.close(timeout=1)
+        self._postgres.close()
         sh.health_pool.close(timeout=1)
-        with sh.lock:
-            pools = list(sh.async_pools.values())
-            sh.async_pools.clear()
-        for loop, _, pool in pools:
-            if not loop.is_closed() and loop.is_running():
-                asyncio.run_coroutine_threadsafe(pool.close(timeout=0), loop)
         sh.watchdog.stop()
 
     def _final_resync(self) -> None:

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -195,16 +195,16 @@ class _DeadlinePostgresSaver(PostgresSaver):
     """
 
     watchdog: _Watchdog
-    shared: Any
+    is_degraded: Callable[[], bool]
 
     @contextlib.contextmanager
     def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
         call = _current_call.get()
         while not self.lock.acquire(timeout=LOCK_POLL_S):
-            if call is not None and self.shared.degraded:
+            if call is not None and self.is_degraded():
                 raise CheckpointUnavailable("PostgreSQL became unreachable while this call waited")
         try:
-            if call is not None and self.shared.degraded:
+            if call is not None and self.is_degraded():
                 # Waited behind a call that found PostgreSQL gone: do not queue on it again.
                 raise CheckpointUnavailable("PostgreSQL became unreachable while this call waited")
             with self.conn.connection() as conn:
@@ -231,14 +231,14 @@ class _DeadlineAsyncPostgresSaver(AsyncPostgresSaver):
     cut when PostgreSQL is found gone, and the waiter then sees the saver degraded."""
 
     watchdog: _Watchdog
-    shared: Any
+    is_degraded: Callable[[], bool]
 
     @contextlib.asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[Any]:
         call = _current_call.get()
         await self.lock.acquire()
         try:
-            if call is not None and self.shared.degraded:
+            if call is not None and self.is_degraded():
                 raise CheckpointUnavailable("PostgreSQL became unreachable while this call waited")
             async with self.conn.connection() as conn:
                 self.watchdog.attach(conn)

@@ -157,7 +157,7 @@ class DegradedBuffer:
         (and delta snapshots) go to checkpoint_blobs. The JSON is copied now, since the run goes on
         mutating its dicts after the call.
         """
-        pg = self._pg()
+        pg = self._postgres.sync()
         conf = config["configurable"]
         thread_id, ns, parent_id = conf["thread_id"], conf["checkpoint_ns"], conf.get("checkpoint_id")
         inline = {**checkpoint, "channel_values": dict(checkpoint["channel_values"])}
@@ -194,7 +194,7 @@ class DegradedBuffer:
     def _buffer_writes(self, config, writes, task_id, task_path) -> tuple[bool, Any]:
         conf = config["configurable"]
         upsert = all(w[0] in WRITES_IDX_MAP for w in writes)
-        rows = (upsert, self._pg()._dump_writes(conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"],
+        rows = (upsert, self._postgres.sync()._dump_writes(conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"],
                                                 task_id, task_path, writes))
         def apply() -> None:
             self._memory.put_writes(config, writes, task_id, task_path)

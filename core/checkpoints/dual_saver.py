@@ -85,7 +85,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         if not self._shared.degraded:  # the common case, kept short
             try:
                 with metrics.timed("postgres", "get"):
-                    found = self._pg_call(lambda pg: pg.get_tuple(config))
+                    found = self._postgres.call(lambda pg: pg.get_tuple(config))
             except Exception as exc:
                 self._handle(exc, config)
             else:
@@ -95,7 +95,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    found = self._pg_call(lambda pg: pg.get_tuple(config))
+                    found = self._postgres.call(lambda pg: pg.get_tuple(config))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
@@ -116,7 +116,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    found = self._pg_call(lambda pg: list(pg.list(config, **kwargs)))
+                    found = self._postgres.call(lambda pg: list(pg.list(config, **kwargs)))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
@@ -135,7 +135,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
             if not self._shared.degraded:
                 try:
                     with metrics.timed("postgres", "put"):
-                        next_config = self._pg_call(lambda pg: pg.put(config, checkpoint, metadata, new_versions))
+                        next_config = self._postgres.call(lambda pg: pg.put(config, checkpoint, metadata, new_versions))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
@@ -153,7 +153,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    self._pg_call(lambda pg: pg.put_writes(config, writes, task_id, task_path))
+                    self._postgres.call(lambda pg: pg.put_writes(config, writes, task_id, task_path))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
@@ -169,7 +169,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    self._pg_call(lambda pg: pg.delete_thread(thread_id))
+                    self._postgres.call(lambda pg: pg.delete_thread(thread_id))
                 except Exception as exc:
                     self._handle(exc, None)
                 else:
@@ -186,7 +186,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         if self._shared.degraded:
             raise CheckpointUnavailable("prune needs PostgreSQL, which is unreachable; retry when healthy")
         try:
-            self._pg_call(lambda pg: pg.prune(thread_ids, strategy=strategy))
+            self._postgres.call(lambda pg: pg.prune(thread_ids, strategy=strategy))
         except Exception as exc:
             self._handle(exc, None)
             raise CheckpointUnavailable("prune needs PostgreSQL, which became unreachable; retry when healthy") from exc
@@ -201,7 +201,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    found = await self._apg_call(lambda apg: apg.aget_tuple(config))
+                    found = await self._postgres.acall(lambda apg: apg.aget_tuple(config))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
@@ -224,7 +224,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    found = await self._apg_call(collect)
+                    found = await self._postgres.acall(collect)
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
@@ -243,7 +243,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    next_config = await self._apg_call(lambda apg: apg.aput(config, checkpoint, metadata, new_versions))
+                    next_config = await self._postgres.acall(lambda apg: apg.aput(config, checkpoint, metadata, new_versions))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
@@ -259,7 +259,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    await self._apg_call(lambda apg: apg.aput_writes(config, writes, task_id, task_path))
+                    await self._postgres.acall(lambda apg: apg.aput_writes(config, writes, task_id, task_path))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
@@ -274,7 +274,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         for _ in range(3):
             if not self._shared.degraded:
                 try:
-                    await self._apg_call(lambda apg: apg.adelete_thread(thread_id))
+                    await self._postgres.acall(lambda apg: apg.adelete_thread(thread_id))
                 except Exception as exc:
                     self._handle(exc, None)
                 else:
@@ -290,7 +290,7 @@ class DualCheckpointSaver(Closing, Recovery, HealthPublisher, Liveness, Degraded
         if self._shared.degraded:
             raise CheckpointUnavailable("prune needs PostgreSQL, which is unreachable; retry when healthy")
         try:
-            await self._apg_call(lambda apg: apg.aprune(thread_ids, strategy=strategy))
+            await self._postgres.acall(lambda apg: apg.aprune(thread_ids, strategy=strategy))
         except Exception as exc:
             self._handle(exc, None)
             raise CheckpointUnavailable("prune needs PostgreSQL, which became unreachable; retry when healthy") from exc

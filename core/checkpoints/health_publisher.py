@@ -32,7 +32,7 @@ class HealthPublisher:
             return {
                 "replica_id": sh.replica_id, "host": sh.host, "pid": sh.pid, "state": state,
                 "degraded_since": sh.degraded_since, "buffered_checkpoints": sh.episode_checkpoints if sh.degraded else 0,
-                "buffered_writes": sh.episode_writes if sh.degraded else 0, "last_success": _ts(sh.last_success_ts),
+                "buffered_writes": sh.episode_writes if sh.degraded else 0, "last_success": _ts(max(filter(None, (sh.last_success_ts, self._postgres.last_success_ts)), default=None)),
                 "started_at": sh.started_at, "heartbeat_interval_s": sh.heartbeat_interval,
                 "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
                 "refusals_total": sh.refusals_total,

@@ -107,18 +107,16 @@ class Recovery:
                         del sh.ops[:len(batch)]
                         sh.resynced_ops += len(batch)
                     continue
-                fresh = make_pool(sh.dsn, max_size=sh.pool_size, name=f"dual-saver-{sh.replica_id}")
+                # Fresh pools first (agents use none while degraded), then the switch, with no I/O under the lock.
+                self._postgres.reconnect()
                 fresh_health = make_pool(sh.dsn, max_size=1, name=f"dual-saver-health-{sh.replica_id}")
                 with sh.changed:
-                    if sh.ops:  # buffered since the last round: one more round, never I/O under the lock
-                        fresh.close(timeout=0)
+                    if sh.ops:  # buffered since the last round: one more round
                         fresh_health.close(timeout=0)
                         continue
                     sh.resyncing = False
-                    old, old_health = sh.pool, sh.health_pool
-                    sh.pool = fresh
+                    old_health = sh.health_pool
                     sh.health_pool = fresh_health
-                    sh.generation += 1
                     resynced, sh.resynced_ops = sh.resynced_ops, 0
                     sh.ops.clear()
                     sh.memory.storage.clear()
@@ -148,8 +146,7 @@ class Recovery:
         finally:
             with sh.lock:
                 sh.resyncing = False
-        for stale in (old, old_health):
-            threading.Thread(target=stale.close, kwargs={"timeout": 2}, daemon=True).start()
+        threading.Thread(target=old_health.close, kwargs={"timeout": 2}, daemon=True).start()
         log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
                     sh.replica_id, resynced, sh.last_resync_ms)
         metrics.resynced(resynced, sh.last_resync_ms / 1000)

@@ -7,7 +7,6 @@ import asyncio
 import copy
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -17,14 +16,11 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
 
 from core.checkpoints import metrics
-from core.checkpoints.deadlines import _DeadlineAsyncPostgresSaver, _DeadlinePostgresSaver
 from core.checkpoints.failures import (
     CALL_TIMEOUT_S,
     CLOSE_RESYNC_TIMEOUT_S,
@@ -43,7 +39,7 @@ from core.checkpoints.failures import (
 )
 from core.checkpoints.saver_state import _Shared, _thread_of
 from core.checkpoints.serde import AllowlistSerializer, RefusalLog, SerializationRefused
-from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S
+from core.checkpoints.wrapped_savers import WrappedSavers
 
 log = logging.getLogger("core.checkpoints.dual_saver")
 
@@ -81,8 +77,11 @@ class SaverCore(BaseCheckpointSaver[str]):
                                close_resync_timeout=close_resync_timeout, journal_dir=journal_dir,
                                liveness_interval=liveness_interval, liveness_timeout=liveness_timeout,
                                statement_timeout=statement_timeout, lock_timeout=lock_timeout, clock=clock)
-        self.serde = serde if serde is not None else AllowlistSerializer(refusals=RefusalLog())
-        self._orphans: set[asyncio.Task] = set()
+        serde = maybe_add_typed_methods(serde if serde is not None else AllowlistSerializer(refusals=RefusalLog()))
+        self._postgres = WrappedSavers(self._shared.dsn, serde=serde, replica_id=self._shared.replica_id,
+                                       pool_size=pool_size, call_timeout=call_timeout,
+                                       watchdog=self._shared.watchdog, is_degraded=lambda: self._shared.degraded)
+        self.serde = serde
         if start:
             self.start()
 
@@ -96,8 +95,7 @@ class SaverCore(BaseCheckpointSaver[str]):
     def serde(self, value: SerializerProtocol) -> None:
         # Called on a `copy.copy` clone by `with_allowlist`: give the clone its own inner savers.
         self._serde = maybe_add_typed_methods(value)
-        self._pg_entry: tuple[int, PostgresSaver] | None = None
-        self._apg_entries: dict[int, tuple[int, AsyncPostgresSaver]] = {}
+        self._postgres = self._postgres.with_serde(self._serde)
         memory = copy.copy(self._shared.memory)  # shares the buffer's dicts
         memory.serde = self._serde
         self._memory = memory
@@ -132,10 +130,10 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "resyncing": sh.resyncing,
                 "degraded_since": sh.degraded_since, "reason": sh.reason,
                 "buffered_ops": len(sh.ops), "buffered_checkpoints": sh.episode_checkpoints,
-                "buffered_writes": sh.episode_writes, "last_success": _ts(sh.last_success_ts),
+                "buffered_writes": sh.episode_writes, "last_success": _ts(max(filter(None, (sh.last_success_ts, self._postgres.last_success_ts)), default=None)),
                 "last_resync_ms": sh.last_resync_ms, "last_resync_error": sh.last_resync_error,
                 "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
-                "refusals_total": sh.refusals_total, "generation": sh.generation,
+                "refusals_total": sh.refusals_total, "generation": self._postgres.generation,
                 "conflicts_total": sh.conflicts_total, "tombstoned_threads_total": sh.tombstoned_threads_total,
                 "tombstoned_ops_dropped_total": sh.tombstoned_ops_dropped_total,
                 "tombstones_known": len(sh.tombstoned),
@@ -193,16 +191,7 @@ class SaverCore(BaseCheckpointSaver[str]):
 
         The pool's tasks live on the loop; a loop shutting down with an open pool waits for them.
         """
-        sh = self._shared
-        loop = asyncio.get_running_loop()
-        with sh.lock:
-            entry = sh.async_pools.pop(id(loop), None)
-            self._apg_entries.pop(id(loop), None)
-        if entry is not None:
-            await entry[2].close(timeout=1)
-        pending = [t for t in self._orphans if t.get_loop() is loop and not t.done()]
-        if pending:  # e.g. closing the pool a recovery replaced
-            await asyncio.wait(pending, timeout=2)
+        await self._postgres.aclose_loop()
 
     async def aclose(self) -> None:
         """`close()` plus closing this event loop's async pool on the loop itself."""
@@ -220,87 +209,6 @@ class SaverCore(BaseCheckpointSaver[str]):
         connection without the agents' statement_timeout (a migration of a big table takes longer)."""
         with psycopg.connect(self._shared.resync_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
             PostgresSaver(conn).setup()
-
-    # --- the wrapped savers -----------------------------------------------------------------
-
-    def _pg(self) -> PostgresSaver:
-        sh = self._shared
-        entry = self._pg_entry
-        if entry is None or entry[0] != sh.generation:
-            saver = _DeadlinePostgresSaver(sh.pool, serde=self._serde)
-            saver.watchdog, saver.shared = sh.watchdog, sh
-            entry = self._pg_entry = (sh.generation, saver)
-        return entry[1]
-
-    async def _apg(self) -> AsyncPostgresSaver:
-        sh = self._shared
-        loop = asyncio.get_running_loop()
-        key = id(loop)
-        entry = self._apg_entries.get(key)
-        pool_entry = sh.async_pools.get(key)  # a plain dict read: no lock on this hot path
-        # The saver is valid only on the pool this loop has now (not one aclose_loop or a recovery
-        # closed, nor a dead loop's that had the same id).
-        if entry is not None and entry[0] == sh.generation and pool_entry is not None \
-                and pool_entry[0] is loop and entry[1].conn is pool_entry[2]:
-            return entry[1]
-        with sh.lock:
-            # Entries of closed loops go (their pools cannot be closed any more: nothing runs them).
-            for k in [k for k, (lp, _, _) in sh.async_pools.items() if lp.is_closed()]:
-                del sh.async_pools[k]
-            current = {k: v[2] for k, v in sh.async_pools.items()}
-            for k in [k for k, (_, saver) in self._apg_entries.items() if current.get(k) is not saver.conn]:
-                del self._apg_entries[k]
-            generation = sh.generation
-            pool_entry = sh.async_pools.get(key)
-            stale = pool_entry if pool_entry is not None and (pool_entry[1] != generation or pool_entry[0] is not loop) else None
-            if pool_entry is None or stale is not None:
-                pool = AsyncConnectionPool(
-                    conninfo=sh.dsn, min_size=1, max_size=sh.pool_size, timeout=POOL_TIMEOUT_S,
-                    name=f"dual-saver-async-{sh.replica_id}", open=False,
-                    kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
-                            "connect_timeout": CONNECT_TIMEOUT_S},
-                )
-                sh.async_pools[key] = pool_entry = (loop, generation, pool)
-                opening = True
-            else:
-                opening = False
-        if stale is not None and stale[0] is loop:
-            self._spawn(stale[2].close(timeout=0))
-        if opening:
-            # Wait for the first connection (bounded): a call queued on a pool still connecting makes
-            # it grow, and calls then alternate between backends. A timeout here is a PoolTimeout.
-            await pool_entry[2].open(wait=True, timeout=sh.call_timeout)
-        saver = _DeadlineAsyncPostgresSaver(pool_entry[2], serde=self._serde)
-        saver.watchdog, saver.shared = sh.watchdog, sh
-        self._apg_entries[key] = (generation, saver)
-        return saver
-
-    def _spawn(self, coro: Any) -> asyncio.Task:
-        task = asyncio.ensure_future(coro)
-        self._orphans.add(task)
-        task.add_done_callback(self._forget)
-        return task
-
-    def _forget(self, task: asyncio.Task) -> None:
-        self._orphans.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("abandoned PostgreSQL call (past its deadline) ended with %s", _describe(task.exception()))
-
-    def _pg_call(self, fn: Callable[[PostgresSaver], Any]) -> Any:
-        sh = self._shared
-        pg = self._pg()
-        with sh.watchdog.deadline(None):  # slow is bounded server-side; gone is cut (Liveness._degrade)
-            result = fn(pg)
-        sh.last_success_ts = time.time()
-        return result
-
-    async def _apg_call(self, make: Callable[[AsyncPostgresSaver], Any]) -> Any:
-        sh = self._shared
-        apg = await self._apg()
-        with sh.watchdog.deadline(None):
-            result = await make(apg)
-        sh.last_success_ts = time.time()
-        return result
 
     # --- failures ---------------------------------------------------------------------------
 

@@ -1,7 +1,6 @@
 """The state a dual saver shares with its `with_allowlist` clones, and config helpers."""
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import socket
@@ -15,7 +14,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, get_checkpoint_id
 from langgraph.checkpoint.memory import InMemorySaver
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import ConnectionPool
 
 from core.checkpoints import replica_health
 from core.checkpoints.deadlines import _Watchdog
@@ -61,12 +60,9 @@ class _Shared:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified on every state change
         self.watchdog = _Watchdog(f"dual-saver-watchdog-{self.replica_id}")
-        self.pool: ConnectionPool = make_pool(self.dsn, max_size=pool_size, name=f"dual-saver-{self.replica_id}")
         # Heartbeats and health rows on a connection of their own: they never queue behind (or grow
         # the pool of) the agents' checkpoint calls.
         self.health_pool: ConnectionPool = make_pool(self.dsn, max_size=1, name=f"dual-saver-health-{self.replica_id}")
-        self.generation = 0  # bumped when a fresh pool replaces a dead one
-        self.async_pools: dict[int, tuple[asyncio.AbstractEventLoop, int, AsyncConnectionPool]] = {}
 
         self.degraded = False
         self.resyncing = False  # the monitor is replaying the buffer (outside the lock)
@@ -92,7 +88,7 @@ class _Shared:
         self.resynced_ops = 0
         self.episode_denials: list[dict[str, Any]] = []
         self.transitions: list[tuple[float, str]] = [(time.monotonic(), "healthy")]
-        self.last_success_ts: float | None = None  # time.time() of the last call that reached PostgreSQL
+        self.last_success_ts: float | None = None  # time.time() of the last health call that reached PostgreSQL
         self.last_resync_ms: float | None = None
         self.last_resync_error: str | None = None
         self.last_monitor_error: str | None = None  # logged once while it lasts, again after it cleared
