@@ -28,9 +28,9 @@ class Closing:
             return
         sh.stop.set()
         sh.wake.set()
-        for thread in (sh.monitor, sh.liveness):
-            if thread is not None:
-                thread.join(timeout=sh.call_timeout + 2)
+        self._liveness.stop(timeout=sh.call_timeout + 2)
+        if sh.monitor is not None:
+            sh.monitor.join(timeout=sh.call_timeout + 2)
         if sh.degraded:
             self._final_resync()
         if not sh.degraded and sh.publish_health:

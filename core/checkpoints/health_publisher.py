@@ -43,7 +43,7 @@ class HealthPublisher:
         no outage (bounded server-side, cut only if the check finds PostgreSQL gone); without it
         (closing), it has the `call_timeout` deadline."""
         sh = self._shared
-        watched = sh.liveness is not None and sh.liveness.is_alive()
+        watched = self._liveness.running
         with sh.watchdog.deadline(None if watched else sh.call_timeout), \
                 sh.health_pool.connection(timeout=sh.call_timeout) as conn, sh.watchdog.watching(conn):
             result = fn(conn)

@@ -1,4 +1,4 @@
-"""What decides that PostgreSQL is gone, not just slow: the liveness check, and the switch to degraded.
+"""What decides that PostgreSQL is gone, not just slow: the liveness check.
 
 A thread of its own runs `SELECT 1` on a connection of its own every `liveness_interval` (0.5 s)
 while the saver is healthy, under a `liveness_timeout` deadline (1 s) that the watchdog enforces by
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
+from core.checkpoints.deadlines import _Watchdog
 from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, _describe
 
 log = logging.getLogger("core.checkpoints.dual_saver")
@@ -24,30 +25,51 @@ LIVENESS_SQL = "SELECT 1"
 
 
 class Liveness:
-    """Mixin of `DualCheckpointSaver`: the liveness thread and `_degrade`."""
+    """The liveness check's thread. It decides "gone" and says so through `on_gone(reason)`; what
+    degrading means (buffer, cutting calls in flight) is the saver's business."""
 
-    def _start_liveness(self) -> None:
-        sh = self._shared
-        if sh.liveness is None or not sh.liveness.is_alive():
-            sh.liveness = threading.Thread(target=self._liveness_loop, name=f"dual-saver-liveness-{sh.replica_id}",
-                                           daemon=True)
-            sh.liveness.start()
+    def __init__(self, dsn: str, *, replica_id: str, interval: float, timeout: float, watchdog: _Watchdog,
+                 is_degraded: Callable[[], bool], on_gone: Callable[[str], None]):
+        self._dsn = dsn
+        self._name = f"dual-saver-liveness-{replica_id}"
+        self._interval = interval
+        self._timeout = timeout
+        self._watchdog = watchdog
+        self._is_degraded = is_degraded
+        self._on_gone = on_gone
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    def _liveness_loop(self) -> None:
-        sh = self._shared
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        if not self.running:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """End the thread (waits up to `timeout` s for a check in progress)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+
+    def _loop(self) -> None:
         conn: psycopg.Connection | None = None
         try:
-            while not sh.stop.is_set():  # the first check at once: its connection is then ready
-                if sh.degraded:  # the monitor probes now; a fresh connection once it is back
+            while not self._stop.is_set():  # the first check at once: its connection is then ready
+                if self._is_degraded():  # the monitor probes now; a fresh connection once it is back
                     conn = _close(conn)
                 else:
                     try:
                         conn = self._check_alive(conn)
                     except Exception as exc:
                         conn = _close(conn)
-                        if not sh.stop.is_set():
-                            self._degrade(f"liveness check: {_describe(exc)}")
-                sh.stop.wait(sh.liveness_interval)
+                        if not self._stop.is_set():
+                            self._on_gone(f"liveness check: {_describe(exc)}")
+                self._stop.wait(self._interval)
         finally:
             _close(conn)
 
@@ -57,45 +79,25 @@ class Liveness:
         A connection that broke while the server still answers (e.g. it was restarted between two
         checks) is replaced once within the same deadline before PostgreSQL counts as gone.
         """
-        sh = self._shared
-        with sh.watchdog.deadline(sh.liveness_timeout) as call:
+        watchdog = self._watchdog
+        with watchdog.deadline(self._timeout) as call:
             if conn is not None and not conn.closed:
                 try:
-                    with sh.watchdog.watching(conn):
+                    with watchdog.watching(conn):
                         conn.execute(LIVENESS_SQL)
                     return conn
                 except psycopg.OperationalError:
                     _close(conn)
                     if call.expired:  # cut at the deadline: hung, no second try
                         raise
-            conn = psycopg.connect(sh.dsn, autocommit=True, connect_timeout=PROBE_CONNECT_TIMEOUT_S)
+            conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=PROBE_CONNECT_TIMEOUT_S)
             try:
-                with sh.watchdog.watching(conn):
+                with watchdog.watching(conn):
                     conn.execute(LIVENESS_SQL)
             except BaseException:
                 _close(conn)
                 raise
             return conn
-
-    def _degrade(self, reason: str) -> None:
-        """Switch to degraded (once per episode) and cut every PostgreSQL call still in flight."""
-        sh = self._shared
-        with sh.changed:
-            if sh.degraded:
-                return
-            sh.degraded = True
-            sh.degraded_since = sh.now()
-            sh.reason = reason
-            sh.episode_checkpoints = sh.episode_writes = sh.resynced_ops = 0
-            sh.episode_denials = []
-            sh.seeded = set()
-            sh.fates = {}
-            sh.transitions.append((time.monotonic(), "degraded"))
-            sh.changed.notify_all()
-        sh.wake.set()
-        cut = sh.watchdog.cut_all(f"PostgreSQL call cut: checkpoint persistence degraded ({reason})")
-        log.warning("checkpoint persistence DEGRADED (replica %s): %s; %d call(s) in flight cut",
-                    sh.replica_id, reason, cut)
 
 
 def _close(conn: Any) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import copy
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,7 @@ from core.checkpoints.failures import (
     _ts,
     is_connection_failure,
 )
+from core.checkpoints.liveness import Liveness
 from core.checkpoints.saver_state import _Shared, _thread_of
 from core.checkpoints.serde import AllowlistSerializer, RefusalLog, SerializationRefused
 from core.checkpoints.wrapped_savers import WrappedSavers
@@ -75,13 +77,15 @@ class SaverCore(BaseCheckpointSaver[str]):
                                pool_size=pool_size, thread_cache_size=thread_cache_size,
                                resync_timeout=resync_timeout, publish_health=publish_health,
                                close_resync_timeout=close_resync_timeout, journal_dir=journal_dir,
-                               liveness_interval=liveness_interval, liveness_timeout=liveness_timeout,
                                statement_timeout=statement_timeout, lock_timeout=lock_timeout, clock=clock)
         serde = maybe_add_typed_methods(serde if serde is not None else AllowlistSerializer(refusals=RefusalLog()))
         self._postgres = WrappedSavers(self._shared.dsn, serde=serde, replica_id=self._shared.replica_id,
                                        pool_size=pool_size, call_timeout=call_timeout,
                                        watchdog=self._shared.watchdog, is_degraded=lambda: self._shared.degraded)
         self.serde = serde
+        self._liveness = Liveness(self._shared.dsn, replica_id=self._shared.replica_id, interval=liveness_interval,
+                                  timeout=liveness_timeout, watchdog=self._shared.watchdog,
+                                  is_degraded=lambda: self._shared.degraded, on_gone=self._degrade)
         if start:
             self.start()
 
@@ -184,7 +188,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             sh.monitor = threading.Thread(target=self._monitor, name=f"dual-saver-monitor-{sh.replica_id}",
                                           daemon=True)
             sh.monitor.start()
-        self._start_liveness()
+        self._liveness.start()
 
     async def aclose_loop(self) -> None:
         """Close this event loop's async pool (call before the loop ends, e.g. in `asyncio.run`).
@@ -223,3 +227,23 @@ class SaverCore(BaseCheckpointSaver[str]):
         if not is_connection_failure(exc):
             raise exc
         self._degrade(_describe(exc))
+
+    def _degrade(self, reason: str) -> None:
+        """Switch to degraded (once per episode) and cut every PostgreSQL call still in flight."""
+        sh = self._shared
+        with sh.changed:
+            if sh.degraded:
+                return
+            sh.degraded = True
+            sh.degraded_since = sh.now()
+            sh.reason = reason
+            sh.episode_checkpoints = sh.episode_writes = sh.resynced_ops = 0
+            sh.episode_denials = []
+            sh.seeded = set()
+            sh.fates = {}
+            sh.transitions.append((time.monotonic(), "degraded"))
+            sh.changed.notify_all()
+        sh.wake.set()
+        cut = sh.watchdog.cut_all(f"PostgreSQL call cut: checkpoint persistence degraded ({reason})")
+        log.warning("checkpoint persistence DEGRADED (replica %s): %s; %d call(s) in flight cut",
+                    sh.replica_id, reason, cut)

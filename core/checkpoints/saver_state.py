@@ -31,7 +31,7 @@ class _Shared:
     def __init__(self, dsn: str, *, replica_id: str | None, call_timeout: float, heartbeat_interval: float,
                  probe_interval: float, pool_size: int, thread_cache_size: int, resync_timeout: float,
                  publish_health: bool, close_resync_timeout: float, journal_dir: Any,
-                 liveness_interval: float, liveness_timeout: float, statement_timeout: float | None,
+                 statement_timeout: float | None,
                  lock_timeout: float | None, clock: Any = None):
         # Every connection of the saver gets the server-side statement/lock timeouts and TCP settings.
         self.dsn = session_dsn(dsn, statement_timeout, lock_timeout)
@@ -43,8 +43,6 @@ class _Shared:
         self.replica_id = replica_id or f"{self.host}:{self.pid}:{next(self._ids)}"
         self.call_timeout = call_timeout
         self.heartbeat_interval = heartbeat_interval
-        self.liveness_interval = liveness_interval
-        self.liveness_timeout = liveness_timeout
         self.probe_interval = probe_interval
         self.pool_size = pool_size
         self.thread_cache_size = thread_cache_size
@@ -109,7 +107,6 @@ class _Shared:
         self.stop = threading.Event()
         self.wake = threading.Event()
         self.monitor: threading.Thread | None = None
-        self.liveness: threading.Thread | None = None
 
 
 def _thread_of(config: RunnableConfig) -> tuple[str, str, str | None]:
