@@ -35,12 +35,12 @@ class Closing:
             self._final_resync()
         if not sh.degraded and sh.publish_health:
             try:
-                self._flush_health(state="stopped")
+                self._health.flush(state="stopped")
             except Exception as exc:  # closing must not fail because PostgreSQL is gone
                 log.warning("last heartbeat not written: %s", _describe(exc))
         self._journal_buffer()  # whatever PostgreSQL still lacks (nothing, normally)
         self._postgres.close()
-        sh.health_pool.close(timeout=1)
+        self._health.close()
         sh.watchdog.stop()
 
     def _final_resync(self) -> None:
@@ -56,7 +56,8 @@ class Closing:
         """What PostgreSQL does not have yet: the resync log, the open episode, unflushed health rows."""
         sh = self._shared
         with sh.lock:
-            episodes = [dict(e.__dict__) for e in sh.pending_episodes]
+            pending_episodes, pending_denials = self._health.unsaved()
+            episodes = [dict(e.__dict__) for e in pending_episodes]
             if sh.degraded:
                 episodes.append(dict(replica_health.Episode(
                     replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=sh.degraded_since or sh.now(),
@@ -66,7 +67,7 @@ class Closing:
             record = {"replica_id": sh.replica_id, "since": sh.degraded_since, "ops": list(sh.ops) if sh.degraded else [],
                       "checkpoints": sh.episode_checkpoints if sh.degraded else 0,
                       "writes": sh.episode_writes if sh.degraded else 0,
-                      "episodes": episodes, "denials": list(sh.pending_denials)}
+                      "episodes": episodes, "denials": pending_denials}
         if not (record["ops"] or record["episodes"] or record["denials"]):
             return None
         return record
@@ -88,8 +89,7 @@ class Closing:
             return
         with sh.lock:
             sh.ops.clear()
-            sh.pending_episodes.clear()
-            sh.pending_denials.clear()
+        self._health.forget_unsaved()
         log.error("replica %s closed while PostgreSQL is unreachable: %s not saved to PostgreSQL; kept in the "
                   "journal %s, replayed by the next start of replica %s", sh.replica_id, what, sh.journal.path,
                   sh.replica_id)
@@ -115,9 +115,8 @@ class Closing:
                     if episode["ops_resynced"] == 0:
                         episode["ops_resynced"] = len(record["ops"])
                         episode["resync_ms"] = (time.monotonic() - started) * 1000
-                    sh.pending_episodes.append(replica_health.Episode(**episode))
-                    sh.episodes_total += 1
-                sh.pending_denials.extend(record["denials"])
+                    self._health.record_episode(replica_health.Episode(**episode))
+                self._health.add_denials(record["denials"])
             sh.resynced_ops_total += sum(len(r["ops"]) for r in records)
         sh.journal.remove()
         sh.journal_pending = False
@@ -125,7 +124,7 @@ class Closing:
                     sh.replica_id, sum(len(r["ops"]) for r in records), len(records))
         if sh.publish_health:
             try:
-                self._flush_health()
+                self._health.flush()
             except Exception as exc:  # kept in memory for the next heartbeat
                 log.warning("health flush after the journal replay failed (kept for the next heartbeat): %s",
                             _describe(exc))

@@ -1,18 +1,20 @@
-"""Health publishing: this replica's heartbeat, episodes, denials and refusals (core.checkpoints.replica_health)."""
+"""Health publishing: this replica's heartbeat, and the episodes, denials and refusals kept until they are
+written (core.checkpoints.replica_health); the erased threads learnt from the tombstones."""
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
+import threading
 import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
 
 import psycopg
 import psycopg.rows
 
 from core.checkpoints import replica_health
-from core.checkpoints.failures import _ts
-from core.db import CONNECT_TIMEOUT_S
-
+from core.checkpoints.deadlines import _Watchdog
+from core.checkpoints.serde import RefusalLog
+from core.db import CONNECT_TIMEOUT_S, make_pool
 
 TOMBSTONES_PRESENT_SQL = "SELECT to_regclass('core_thread_tombstones') IS NOT NULL AS present"
 RECENT_TOMBSTONES_SQL = """
@@ -22,88 +24,170 @@ WHERE erased_at > coalesce(%s::timestamptz, now()) - interval '10 minutes'
 
 
 class HealthPublisher:
-    """Mixin of `DualCheckpointSaver`: writes what the SRE page reads."""
+    """Writes what the SRE page reads, on a connection of its own (never queued behind the agents' calls).
 
-    # --- health publishing --------------------------------------------------------------------
+    It keeps what is not written yet (episodes, denials, the serializer's refusals) and its totals;
+    `live()` gives the saver's state for the heartbeat row (state, degraded_since, buffered counts,
+    last_success). `watched()` says whether the liveness check runs: then a slow health write is no
+    outage (bounded server-side, cut only if the check finds PostgreSQL gone); without it (closing),
+    a health write has the `call_timeout` deadline.
+    """
 
-    def _heartbeat_row(self, state: str) -> dict[str, Any]:
-        sh = self._shared
-        with sh.lock:
-            return {
-                "replica_id": sh.replica_id, "host": sh.host, "pid": sh.pid, "state": state,
-                "degraded_since": sh.degraded_since, "buffered_checkpoints": sh.episode_checkpoints if sh.degraded else 0,
-                "buffered_writes": sh.episode_writes if sh.degraded else 0, "last_success": _ts(max(filter(None, (sh.last_success_ts, self._postgres.last_success_ts)), default=None)),
-                "started_at": sh.started_at, "heartbeat_interval_s": sh.heartbeat_interval,
-                "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
-                "refusals_total": sh.refusals_total,
-            }
+    def __init__(self, dsn: str, *, replica_id: str, host: str, pid: int, started_at: datetime,
+                 heartbeat_interval: float, call_timeout: float, watchdog: _Watchdog,
+                 watched: Callable[[], bool], live: Callable[[], dict[str, Any]]):
+        self._dsn = dsn
+        self._replica_id = replica_id
+        self._identity = {"replica_id": replica_id, "host": host, "pid": pid, "started_at": started_at,
+                          "heartbeat_interval_s": heartbeat_interval}
+        self._call_timeout = call_timeout
+        self._watchdog = watchdog
+        self._watched = watched
+        self._live = live
+        self._pool = self._new_pool()
+        self._lock = threading.Lock()
+        # Kept in memory until written to the health tables.
+        self._episodes: list[replica_health.Episode] = []
+        self._denials: list[dict[str, Any]] = []
+        self._refusal_logs: dict[int, RefusalLog] = {}
+        self._tombstones_since: datetime | None = None  # erased_at of the newest tombstone seen
+        self.last_success_ts: float | None = None  # time.time() of the last health call that reached PostgreSQL
+        # Monotonic counters (never reset while the process lives).
+        self._episodes_total = 0
+        self._denials_total = 0
+        self._denials_by: dict[tuple[str, str], int] = {}
+        self._refusals_total = 0
+        self._refusals_by_type: dict[str, int] = {}
 
-    def _with_health_conn(self, fn: Callable[[psycopg.Connection], Any]) -> Any:
-        """Run `fn` on the health connection. While the liveness check runs, a slow health write is
-        no outage (bounded server-side, cut only if the check finds PostgreSQL gone); without it
-        (closing), it has the `call_timeout` deadline."""
-        sh = self._shared
-        watched = self._liveness.running
-        with sh.watchdog.deadline(None if watched else sh.call_timeout), \
-                sh.health_pool.connection(timeout=sh.call_timeout) as conn, sh.watchdog.watching(conn):
+    def _new_pool(self) -> Any:
+        return make_pool(self._dsn, max_size=1, name=f"dual-saver-health-{self._replica_id}")
+
+    # --- what it keeps --------------------------------------------------------------------------
+
+    def count_denial(self, row: dict[str, Any]) -> None:
+        with self._lock:
+            self._denials_total += 1
+            by = (str(row.get("tool")), str(row.get("risk")))
+            self._denials_by[by] = self._denials_by.get(by, 0) + 1
+
+    def add_denials(self, rows: list[dict[str, Any]]) -> None:
+        """Guard denials to write to core_guard_denials (those of no degradation episode)."""
+        with self._lock:
+            self._denials.extend(rows)
+
+    def record_episode(self, episode: replica_health.Episode) -> None:
+        with self._lock:
+            self._episodes.append(episode)
+            self._episodes_total += 1
+
+    def watch_refusals(self, refusals: RefusalLog) -> None:
+        """Write this serializer's refusals too."""
+        with self._lock:
+            self._refusal_logs[id(refusals)] = refusals
+
+    def unsaved(self) -> tuple[list[replica_health.Episode], list[dict[str, Any]]]:
+        """The episodes and denials not written yet (for the journal of a close while PostgreSQL is gone)."""
+        with self._lock:
+            return list(self._episodes), list(self._denials)
+
+    def forget_unsaved(self) -> None:
+        """They are in the journal now."""
+        with self._lock:
+            self._episodes.clear()
+            self._denials.clear()
+
+    def totals(self) -> dict[str, Any]:
+        with self._lock:
+            return {"episodes_total": self._episodes_total, "denials_total": self._denials_total,
+                    "refusals_total": self._refusals_total,
+                    "denials_by": [{"tool": t, "risk": r, "total": n} for (t, r), n in sorted(self._denials_by.items())],
+                    "refusals_by_type": dict(sorted(self._refusals_by_type.items()))}
+
+    # --- writing ----------------------------------------------------------------------------------
+
+    def _heartbeat_row(self, state: str | None) -> dict[str, Any]:
+        live = self._live()
+        with self._lock:
+            totals = {"episodes_total": self._episodes_total, "denials_total": self._denials_total,
+                      "refusals_total": self._refusals_total}
+        degraded = live["degraded"]
+        return {**self._identity, **totals, "state": state or ("degraded" if degraded else "healthy"),
+                "degraded_since": live["degraded_since"],
+                "buffered_checkpoints": live["buffered_checkpoints"] if degraded else 0,
+                "buffered_writes": live["buffered_writes"] if degraded else 0, "last_success": live["last_success"]}
+
+    def _with_conn(self, fn: Callable[[psycopg.Connection], Any]) -> Any:
+        """Run `fn` on the health connection (see the class: its deadline depends on `watched()`)."""
+        with self._watchdog.deadline(None if self._watched() else self._call_timeout), \
+                self._pool.connection(timeout=self._call_timeout) as conn, self._watchdog.watching(conn):
             result = fn(conn)
-        sh.last_success_ts = time.time()
+        self.last_success_ts = time.time()
         return result
 
-    def _poll_tombstones(self) -> None:
-        """Learn the threads erased since the last poll (overlapping: an erasure commits after it began)."""
-        sh = self._shared
+    def poll_tombstones(self) -> list[str]:
+        """The threads erased since the last poll (overlapping: an erasure commits after it began)."""
+        since = self._tombstones_since
 
         def read(conn: psycopg.Connection) -> list[tuple[str, Any]]:
             with conn.cursor(row_factory=psycopg.rows.tuple_row) as cur:
                 if not cur.execute(TOMBSTONES_PRESENT_SQL).fetchone()[0]:
                     return []  # migration 010 not applied: nothing to learn
-                return cur.execute(RECENT_TOMBSTONES_SQL, (sh.tombstones_since,)).fetchall()
+                return cur.execute(RECENT_TOMBSTONES_SQL, (since,)).fetchall()
 
-        rows = self._with_health_conn(read)
-        if rows:
-            self._learn_tombstones([r[0] for r in rows])
-            sh.tombstones_since = max(r[1] for r in rows)
+        rows = self._with_conn(read)
+        if not rows:
+            return []
+        self._tombstones_since = max(r[1] for r in rows)
+        return [r[0] for r in rows]
 
-    def _publish_heartbeat(self, state: str) -> None:
-        sh = self._shared
+    def publish_heartbeat(self, state: str) -> None:
+        """The heartbeat alone, on a direct connection (before a resync, when the pool may still be broken)."""
         row = self._heartbeat_row(state)
-
-        with sh.watchdog.deadline(sh.call_timeout), \
-                psycopg.connect(sh.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn, \
-                sh.watchdog.watching(conn):
+        with self._watchdog.deadline(self._call_timeout), \
+                psycopg.connect(self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn, \
+                self._watchdog.watching(conn):
             replica_health.publish_heartbeat(conn, row)
 
-    def _flush_health(self, state: str | None = None) -> None:
+    def flush(self, state: str | None = None) -> None:
         """Write pending episodes, denials and refusals, then the heartbeat. Keeps what fails."""
-        sh = self._shared
-        with sh.lock:
-            episodes, sh.pending_episodes = sh.pending_episodes, []
-            denials, sh.pending_denials = sh.pending_denials, []
-            logs = list(sh.refusal_logs.values())
+        with self._lock:
+            episodes, self._episodes = self._episodes, []
+            denials, self._denials = self._denials, []
+            logs = list(self._refusal_logs.values())
         refusals = [(refusal_log, refusal_log.drain()) for refusal_log in logs]
         try:
             while episodes:
-                self._with_health_conn(lambda conn: replica_health.write_episode(conn, episodes[0]))
+                self._with_conn(lambda conn: replica_health.write_episode(conn, episodes[0]))
                 episodes.pop(0)
             if denials:
-                self._with_health_conn(lambda conn: replica_health.write_denials(conn, sh.replica_id, denials))
+                self._with_conn(lambda conn: replica_health.write_denials(conn, self._replica_id, denials))
                 denials = []
             while refusals:
                 refusal_log, items = refusals[0]
                 if items:
-                    self._with_health_conn(lambda conn: replica_health.write_refusals(conn, sh.replica_id, items))
-                    with sh.lock:
-                        sh.refusals_total += len(items)
+                    self._with_conn(lambda conn: replica_health.write_refusals(conn, self._replica_id, items))
+                    with self._lock:
+                        self._refusals_total += len(items)
                         for item in items:
-                            sh.refusals_by_type[item.qualified_name] = sh.refusals_by_type.get(item.qualified_name, 0) + 1
+                            name = item.qualified_name
+                            self._refusals_by_type[name] = self._refusals_by_type.get(name, 0) + 1
                 refusals.pop(0)
         finally:
             if episodes or denials or refusals:  # not written: back in memory for the next flush
-                with sh.lock:
-                    sh.pending_episodes[:0] = episodes
-                    sh.pending_denials[:0] = denials
+                with self._lock:
+                    self._episodes[:0] = episodes
+                    self._denials[:0] = denials
                 for refusal_log, items in refusals:
                     refusal_log.restore(items)
-        row = self._heartbeat_row(state or ("degraded" if sh.degraded else "healthy"))
-        self._with_health_conn(lambda conn: replica_health.publish_heartbeat(conn, row))
+        row = self._heartbeat_row(state)
+        self._with_conn(lambda conn: replica_health.publish_heartbeat(conn, row))
+
+    # --- its connection ---------------------------------------------------------------------------
+
+    def reconnect(self) -> None:
+        """A fresh pool after an outage (the pool's own reconnect backoff takes tens of seconds)."""
+        old, self._pool = self._pool, self._new_pool()
+        threading.Thread(target=old.close, kwargs={"timeout": 2}, daemon=True).start()
+
+    def close(self) -> None:
+        self._pool.close(timeout=1)

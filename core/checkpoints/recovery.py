@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
@@ -14,7 +13,7 @@ from psycopg.types.json import Jsonb
 from core.checkpoints import metrics, replica_health
 from core.checkpoints.thread_fates import ThreadFates
 from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe, is_connection_failure
-from core.db import CONNECT_TIMEOUT_S, make_pool
+from core.db import CONNECT_TIMEOUT_S
 
 log = logging.getLogger("core.checkpoints.dual_saver")
 
@@ -34,9 +33,9 @@ class Recovery:
                     continue
                 if sh.journal_pending:
                     self._replay_journal()
-                self._poll_tombstones()
+                self._learn_tombstones(self._health.poll_tombstones())
                 if sh.publish_health:
-                    self._flush_health()
+                    self._health.flush()
                 if sh.last_monitor_error is not None:
                     log.warning("dual saver monitor of replica %s works again (was: %s)", sh.replica_id,
                                 sh.last_monitor_error)
@@ -77,7 +76,7 @@ class Recovery:
             degraded_since = sh.degraded_since
         if sh.publish_health:
             try:  # tell the SRE page we are back and resyncing, with what we hold
-                self._publish_heartbeat(state="degraded")
+                self._health.publish_heartbeat("degraded")
             except Exception as exc:
                 log.warning("heartbeat before resync not written: %s", _describe(exc))
         # Replay without the shared lock while agents keep buffering, reading and checking status
@@ -109,14 +108,11 @@ class Recovery:
                     continue
                 # Fresh pools first (agents use none while degraded), then the switch, with no I/O under the lock.
                 self._postgres.reconnect()
-                fresh_health = make_pool(sh.dsn, max_size=1, name=f"dual-saver-health-{sh.replica_id}")
+                self._health.reconnect()
                 with sh.changed:
                     if sh.ops:  # buffered since the last round: one more round
-                        fresh_health.close(timeout=0)
                         continue
                     sh.resyncing = False
-                    old_health = sh.health_pool
-                    sh.health_pool = fresh_health
                     resynced, sh.resynced_ops = sh.resynced_ops, 0
                     sh.ops.clear()
                     sh.memory.storage.clear()
@@ -125,14 +121,12 @@ class Recovery:
                     sh.seeded = set()
                     sh.fates = {}
                     sh.degraded = False
-                    sh.last_success_ts = time.time()
                     sh.last_resync_ms = (time.monotonic() - started) * 1000
                     sh.resynced_ops_total += resynced
                     sh.resyncs_total += 1
                     sh.resync_seconds_total += sh.last_resync_ms / 1000
                     sh.last_resync_error = None
-                    sh.episodes_total += 1
-                    sh.pending_episodes.append(replica_health.Episode(
+                    self._health.record_episode(replica_health.Episode(
                         replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=degraded_since or sh.now(),
                         degraded_to=sh.now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
                         writes_buffered=sh.episode_writes, ops_resynced=resynced, resync_ms=sh.last_resync_ms,
@@ -146,13 +140,12 @@ class Recovery:
         finally:
             with sh.lock:
                 sh.resyncing = False
-        threading.Thread(target=old_health.close, kwargs={"timeout": 2}, daemon=True).start()
         log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
                     sh.replica_id, resynced, sh.last_resync_ms)
         metrics.resynced(resynced, sh.last_resync_ms / 1000)
         if sh.publish_health:
             try:
-                self._flush_health()
+                self._health.flush()
             except Exception as exc:
                 log.warning("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
         return True

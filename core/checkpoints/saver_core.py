@@ -38,6 +38,7 @@ from core.checkpoints.failures import (
     _ts,
     is_connection_failure,
 )
+from core.checkpoints.health_publisher import HealthPublisher
 from core.checkpoints.liveness import Liveness
 from core.checkpoints.saver_state import _Shared, _thread_of
 from core.checkpoints.serde import AllowlistSerializer, RefusalLog, SerializationRefused
@@ -82,6 +83,11 @@ class SaverCore(BaseCheckpointSaver[str]):
         self._postgres = WrappedSavers(self._shared.dsn, serde=serde, replica_id=self._shared.replica_id,
                                        pool_size=pool_size, call_timeout=call_timeout,
                                        watchdog=self._shared.watchdog, is_degraded=lambda: self._shared.degraded)
+        sh = self._shared
+        self._health = HealthPublisher(sh.dsn, replica_id=sh.replica_id, host=sh.host, pid=sh.pid,
+                                       started_at=sh.started_at, heartbeat_interval=heartbeat_interval,
+                                       call_timeout=call_timeout, watchdog=sh.watchdog,
+                                       watched=lambda: self._liveness.running, live=self._live)
         self.serde = serde
         self._liveness = Liveness(self._shared.dsn, replica_id=self._shared.replica_id, interval=liveness_interval,
                                   timeout=liveness_timeout, watchdog=self._shared.watchdog,
@@ -105,8 +111,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         self._memory = memory
         refusals = getattr(value, "refusals", None)
         if isinstance(refusals, RefusalLog):
-            with self._shared.lock:
-                self._shared.refusal_logs[id(refusals)] = refusals
+            self._health.watch_refusals(refusals)
 
     # --- live state (the guard reads it at every tool call) -----------------------------------
 
@@ -134,20 +139,29 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "resyncing": sh.resyncing,
                 "degraded_since": sh.degraded_since, "reason": sh.reason,
                 "buffered_ops": len(sh.ops), "buffered_checkpoints": sh.episode_checkpoints,
-                "buffered_writes": sh.episode_writes, "last_success": _ts(max(filter(None, (sh.last_success_ts, self._postgres.last_success_ts)), default=None)),
+                "buffered_writes": sh.episode_writes, "last_success": self._last_success(),
                 "last_resync_ms": sh.last_resync_ms, "last_resync_error": sh.last_resync_error,
-                "episodes_total": sh.episodes_total, "denials_total": sh.denials_total,
-                "refusals_total": sh.refusals_total, "generation": self._postgres.generation,
+                "generation": self._postgres.generation,
                 "conflicts_total": sh.conflicts_total, "tombstoned_threads_total": sh.tombstoned_threads_total,
                 "tombstoned_ops_dropped_total": sh.tombstoned_ops_dropped_total,
                 "tombstones_known": len(sh.tombstoned),
                 # Monotonic counters for a metrics collector (never reset while the process lives).
                 "resynced_ops_total": sh.resynced_ops_total, "resyncs_total": sh.resyncs_total,
                 "resync_seconds_total": sh.resync_seconds_total,
-                "denials_by": [{"tool": t, "risk": r, "total": n} for (t, r), n in sorted(sh.denials_by.items())],
-                "refusals_by_type": dict(sorted(sh.refusals_by_type.items())),
                 "degraded_seconds": (sh.now() - sh.degraded_since).total_seconds() if sh.degraded_since else 0.0,
+                **self._health.totals(),
             }
+
+    def _last_success(self) -> datetime | None:
+        return _ts(max(filter(None, (self._postgres.last_success_ts, self._health.last_success_ts)), default=None))
+
+    def _live(self) -> dict[str, Any]:
+        """The saver's state as the heartbeat row gives it."""
+        sh = self._shared
+        with sh.lock:
+            return {"degraded": sh.degraded, "degraded_since": sh.degraded_since,
+                    "buffered_checkpoints": sh.episode_checkpoints, "buffered_writes": sh.episode_writes,
+                    "last_success": self._last_success()}
 
     def transitions(self) -> list[tuple[float, str]]:
         """(time.monotonic(), "healthy"|"degraded") for every state change, oldest first."""
@@ -167,14 +181,12 @@ class SaverCore(BaseCheckpointSaver[str]):
         row.setdefault("key", str(uuid.uuid4()))
         sh = self._shared
         metrics.denied(row.get("tool"), row.get("risk"))
+        self._health.count_denial(row)
         with sh.lock:
-            sh.denials_total += 1
-            by = (str(row.get("tool")), str(row.get("risk")))
-            sh.denials_by[by] = sh.denials_by.get(by, 0) + 1
             if sh.degraded:
                 sh.episode_denials.append(row)
             else:
-                sh.pending_denials.append(row)
+                self._health.add_denials([row])
 
     # --- lifecycle --------------------------------------------------------------------------
 

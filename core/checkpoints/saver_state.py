@@ -14,14 +14,10 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, get_checkpoint_id
 from langgraph.checkpoint.memory import InMemorySaver
-from psycopg_pool import ConnectionPool
 
-from core.checkpoints import replica_health
 from core.checkpoints.deadlines import _Watchdog
 from core.checkpoints.journal import Journal, default_journal_dir
 from core.checkpoints.failures import _now, session_dsn
-from core.checkpoints.serde import RefusalLog
-from core.db import make_pool
 
 class _Shared:
     """State shared by a saver and its `with_allowlist` clones (one per replica process)."""
@@ -58,9 +54,6 @@ class _Shared:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified on every state change
         self.watchdog = _Watchdog(f"dual-saver-watchdog-{self.replica_id}")
-        # Heartbeats and health rows on a connection of their own: they never queue behind (or grow
-        # the pool of) the agents' checkpoint calls.
-        self.health_pool: ConnectionPool = make_pool(self.dsn, max_size=1, name=f"dual-saver-health-{self.replica_id}")
 
         self.degraded = False
         self.resyncing = False  # the monitor is replaying the buffer (outside the lock)
@@ -72,13 +65,10 @@ class _Shared:
         # Per (thread, ns) this episode: the thread its buffered operations replay to, None if erased.
         self.fates: dict[tuple[str, str], str | None] = {}
         self.tombstoned: set[str] = set()  # erased threads seen (tombstones): never seeded or replayed
-        self.tombstones_since: datetime | None = None  # erased_at of the newest tombstone seen
         self.conflicts_total = 0
         self.resynced_ops_total = 0
         self.resyncs_total = 0
         self.resync_seconds_total = 0.0
-        self.denials_by: dict[tuple[str, str], int] = {}
-        self.refusals_by_type: dict[str, int] = {}
         self.tombstoned_threads_total = 0
         self.tombstoned_ops_dropped_total = 0
         self.episode_checkpoints = 0
@@ -86,7 +76,6 @@ class _Shared:
         self.resynced_ops = 0
         self.episode_denials: list[dict[str, Any]] = []
         self.transitions: list[tuple[float, str]] = [(time.monotonic(), "healthy")]
-        self.last_success_ts: float | None = None  # time.time() of the last health call that reached PostgreSQL
         self.last_resync_ms: float | None = None
         self.last_resync_error: str | None = None
         self.last_monitor_error: str | None = None  # logged once while it lasts, again after it cleared
@@ -95,14 +84,6 @@ class _Shared:
 
         self.cache_lock = threading.Lock()
         self.cache: OrderedDict[tuple[str, str], CheckpointTuple] = OrderedDict()
-
-        # Kept in memory until written to the health tables.
-        self.pending_episodes: list[replica_health.Episode] = []
-        self.pending_denials: list[dict[str, Any]] = []
-        self.refusal_logs: dict[int, RefusalLog] = {}
-        self.episodes_total = 0
-        self.denials_total = 0
-        self.refusals_total = 0
 
         self.stop = threading.Event()
         self.wake = threading.Event()
