@@ -103,7 +103,10 @@ class Closing:
         started = time.monotonic()
         try:
             for record in records:
-                self._replay(record["ops"], since=record["since"], episode=False)
+                with sh.lock:
+                    tombstoned = frozenset(sh.tombstoned)
+                self._learn_tombstones(list(self._recovery.replay(record["ops"], since=record["since"],
+                                                                  tombstoned=tombstoned, episode=False)))
         except Exception as exc:
             log.warning("journal %s of replica %s not replayed yet (kept, retried): %s", sh.journal.path,
                         sh.replica_id, _describe(exc))
@@ -117,7 +120,7 @@ class Closing:
                         episode["resync_ms"] = (time.monotonic() - started) * 1000
                     self._health.record_episode(replica_health.Episode(**episode))
                 self._health.add_denials(record["denials"])
-            sh.resynced_ops_total += sum(len(r["ops"]) for r in records)
+        self._recovery.journal_replayed(sum(len(r["ops"]) for r in records))
         sh.journal.remove()
         sh.journal_pending = False
         log.warning("replica %s replayed its journal: %d operations from %d closes while PostgreSQL was unreachable",

@@ -62,11 +62,10 @@ from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported fr
     DeadlineExceeded,
     is_connection_failure,
 )
-from core.checkpoints.recovery import Recovery
 from core.checkpoints.saver_core import SaverCore, refuse_on_event_loop
 
 
-class DualCheckpointSaver(Closing, Recovery, DegradedBuffer, SaverCore):
+class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
     """PostgreSQL checkpoints with an in-memory fallback, resync and replica health.
 
     `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The

@@ -1,8 +1,12 @@
-"""Replay and recovery: the monitor that beats while healthy, probes while degraded, and resyncs."""
+"""Recovery, PostgreSQL's side: the probe that says PostgreSQL answers again, and the replay (resync) of
+buffered operations with PostgresSaver's own statements, one transaction per replay, with what happens
+to each buffered thread (core.checkpoints.thread_fates) and the resync's counters."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -10,168 +14,132 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from core.checkpoints import metrics, replica_health
+from core.checkpoints.deadlines import _Watchdog
+from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe
 from core.checkpoints.thread_fates import ThreadFates
-from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe, is_connection_failure
 from core.db import CONNECT_TIMEOUT_S
 
 log = logging.getLogger("core.checkpoints.dual_saver")
 
 
 class Recovery:
-    """Mixin of `DualCheckpointSaver`: the monitor thread, the probe and the resync of the buffer."""
+    """Probe and replay. It keeps the fates of the current episode's threads (replayed to themselves,
+    diverted to a conflict thread, or dropped when erased) across the rounds of its resyncs, from
+    `new_episode()` on."""
 
-    # --- monitor: heartbeat while healthy, probe + resync while degraded ---------------------
+    def __init__(self, dsn: str, resync_dsn: str, *, replica_id: str, call_timeout: float, resync_timeout: float,
+                 watchdog: _Watchdog):
+        self._dsn = dsn
+        # The replay is the monitor's own work under its resync_timeout deadline: it may wait on a lock
+        # for that long (the DSN has the TCP settings only, no statement/lock timeout).
+        self._resync_dsn = resync_dsn
+        self._replica_id = replica_id
+        self._call_timeout = call_timeout
+        self._resync_timeout = resync_timeout
+        self._watchdog = watchdog
+        self._lock = threading.Lock()
+        # Per (thread, ns) this episode: the thread its buffered operations replay to, None if erased.
+        self._fates: dict[tuple[str, str], str | None] = {}
+        self._last_probe_error: str | None = None
+        self._last_probe_logged = 0.0
+        self.resyncing = False  # a resync is replaying the buffer (outside the buffer's lock)
+        self._last_resync_ms: float | None = None
+        self._last_resync_error: str | None = None
+        # Monotonic counters (never reset while the process lives).
+        self._resynced_ops_total = 0
+        self._resyncs_total = 0
+        self._resync_seconds_total = 0.0
+        self._conflicts_total = 0
+        self._tombstoned_threads_total = 0
+        self._tombstoned_ops_dropped_total = 0
 
-    def _monitor(self) -> None:
-        sh = self._shared
-        while not sh.stop.is_set():
-            try:
-                if sh.degraded:
-                    if not self._try_recover():
-                        sh.stop.wait(sh.probe_interval)
-                    continue
-                if sh.journal_pending:
-                    self._replay_journal()
-                self._learn_tombstones(self._health.poll_tombstones())
-                if sh.publish_health:
-                    self._health.flush()
-                if sh.last_monitor_error is not None:
-                    log.warning("dual saver monitor of replica %s works again (was: %s)", sh.replica_id,
-                                sh.last_monitor_error)
-                    sh.last_monitor_error = None  # cleared: the next error is logged again
-            except Exception as exc:
-                if is_connection_failure(exc):
-                    self._degrade(_describe(exc))
-                    continue
-                # E.g. the health tables are missing (migration 003 not applied): said once while it
-                # lasts, not every beat, and again if it comes back after it cleared.
-                message = _describe(exc)
-                if message != sh.last_monitor_error:
-                    sh.last_monitor_error = message
-                    log.exception("dual saver monitor error (repeats are not logged until it clears)")
-            sh.wake.wait(sh.heartbeat_interval)
-            sh.wake.clear()
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"resyncing": self.resyncing, "last_resync_ms": self._last_resync_ms,
+                    "last_resync_error": self._last_resync_error, "resynced_ops_total": self._resynced_ops_total,
+                    "resyncs_total": self._resyncs_total, "resync_seconds_total": self._resync_seconds_total,
+                    "conflicts_total": self._conflicts_total,
+                    "tombstoned_threads_total": self._tombstoned_threads_total,
+                    "tombstoned_ops_dropped_total": self._tombstoned_ops_dropped_total}
 
-    def _try_recover(self) -> bool:
-        sh = self._shared
+    @property
+    def last_resync_ms(self) -> float | None:
+        return self._last_resync_ms
+
+    # --- probe ------------------------------------------------------------------------------------
+
+    def probe(self, *, degraded_since: datetime | None, buffered: int) -> bool:
+        """True when PostgreSQL answers on a direct connection. A failure is logged once per episode and
+        cause, then every PROBE_LOG_EVERY_S: visible, not one line per probe."""
         try:
-            with sh.watchdog.deadline(PROBE_CONNECT_TIMEOUT_S + sh.call_timeout), \
-                    psycopg.connect(sh.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S, autocommit=True) as conn, \
-                    sh.watchdog.watching(conn):
+            with self._watchdog.deadline(PROBE_CONNECT_TIMEOUT_S + self._call_timeout), \
+                    psycopg.connect(self._dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S, autocommit=True) as conn, \
+                    self._watchdog.watching(conn):
                 conn.execute("SELECT 1")
         except (psycopg.Error, DeadlineExceeded) as exc:
-            # Once per episode and cause, then every PROBE_LOG_EVERY_S: visible, not one line per probe.
             message, now = _describe(exc), time.monotonic()
-            if message != sh.last_probe_error or now - sh.last_probe_logged >= PROBE_LOG_EVERY_S:
-                sh.last_probe_error, sh.last_probe_logged = message, now
+            if message != self._last_probe_error or now - self._last_probe_logged >= PROBE_LOG_EVERY_S:
+                self._last_probe_error, self._last_probe_logged = message, now
                 log.warning("replica %s: PostgreSQL probe failed, still degraded (since %s, %d operations buffered): %s",
-                            sh.replica_id, sh.degraded_since, len(sh.ops), message)
+                            self._replica_id, degraded_since, buffered, message)
             return False
-        sh.last_probe_error = None
-        if sh.journal_pending and not self._replay_journal():  # older than this episode: first
-            return False
-        started = time.monotonic()
-        with sh.lock:
-            degraded_since = sh.degraded_since
-        if sh.publish_health:
-            try:  # tell the SRE page we are back and resyncing, with what we hold
-                self._health.publish_heartbeat("degraded")
-            except Exception as exc:
-                log.warning("heartbeat before resync not written: %s", _describe(exc))
-        # Replay without the shared lock while agents keep buffering, reading and checking status
-        # (issue 16 #4): each round writes what the log held when it started; committed ops leave the
-        # log. Once a round finds the log empty, the switch happens under the lock with no I/O.
-        with sh.lock:
-            sh.resyncing = True
-        try:
-            while True:
-                with sh.lock:
-                    batch = list(sh.ops)
-                if batch:
-                    if time.monotonic() - started > sh.resync_timeout:
-                        # Agents buffer faster than the rounds drain: stay degraded, retry at the next probe.
-                        sh.last_resync_error = f"buffer not drained within {sh.resync_timeout:.0f} s"
-                        log.warning("resync of replica %s did not drain the buffer within %.0f s (%d operations "
-                                    "left, kept)", sh.replica_id, sh.resync_timeout, len(batch))
-                        return False
-                    try:
-                        self._replay(batch)
-                    except Exception as exc:
-                        sh.last_resync_error = _describe(exc)
-                        log.warning("resync of %d buffered operations failed (kept): %s", len(batch),
-                                    sh.last_resync_error)
-                        return False
-                    with sh.lock:
-                        del sh.ops[:len(batch)]
-                        sh.resynced_ops += len(batch)
-                    continue
-                # Fresh pools first (agents use none while degraded), then the switch, with no I/O under the lock.
-                self._postgres.reconnect()
-                self._health.reconnect()
-                with sh.changed:
-                    if sh.ops:  # buffered since the last round: one more round
-                        continue
-                    sh.resyncing = False
-                    resynced, sh.resynced_ops = sh.resynced_ops, 0
-                    sh.ops.clear()
-                    sh.memory.storage.clear()
-                    sh.memory.writes.clear()
-                    sh.memory.blobs.clear()
-                    sh.seeded = set()
-                    sh.fates = {}
-                    sh.degraded = False
-                    sh.last_resync_ms = (time.monotonic() - started) * 1000
-                    sh.resynced_ops_total += resynced
-                    sh.resyncs_total += 1
-                    sh.resync_seconds_total += sh.last_resync_ms / 1000
-                    sh.last_resync_error = None
-                    self._health.record_episode(replica_health.Episode(
-                        replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=degraded_since or sh.now(),
-                        degraded_to=sh.now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
-                        writes_buffered=sh.episode_writes, ops_resynced=resynced, resync_ms=sh.last_resync_ms,
-                        denials=list(sh.episode_denials),
-                    ))
-                    sh.episode_denials = []
-                    sh.degraded_since = None
-                    sh.transitions.append((time.monotonic(), "healthy"))
-                    sh.changed.notify_all()
-                break
-        finally:
-            with sh.lock:
-                sh.resyncing = False
-        log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
-                    sh.replica_id, resynced, sh.last_resync_ms)
-        metrics.resynced(resynced, sh.last_resync_ms / 1000)
-        if sh.publish_health:
-            try:
-                self._health.flush()
-            except Exception as exc:
-                log.warning("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
+        self._last_probe_error = None
         return True
 
-    def _replay(self, ops: list[tuple[str, Any]], *, since: Any = None, episode: bool = True) -> None:
-        """Write buffered operations in one transaction with PostgresSaver's own upsert statements.
+    # --- the resync's outcome -----------------------------------------------------------------------
+
+    def new_episode(self) -> None:
+        """The saver degraded: the threads of this episode are decided afresh."""
+        with self._lock:
+            self._fates = {}
+
+    def resync_failed(self, message: str) -> None:
+        """A resync round failed or did not drain the buffer in time: what it did not commit is kept."""
+        with self._lock:
+            self._last_resync_error = message
+
+    def resynced(self, ops: int, seconds: float) -> None:
+        """A resync wrote the whole buffer (`ops` operations over its rounds): the episode is over."""
+        with self._lock:
+            self._last_resync_ms = seconds * 1000
+            self._resynced_ops_total += ops
+            self._resyncs_total += 1
+            self._resync_seconds_total += seconds
+            self._last_resync_error = None
+
+    def journal_replayed(self, ops: int) -> None:
+        """Operations of an earlier run's journal are in PostgreSQL."""
+        with self._lock:
+            self._resynced_ops_total += ops
+
+    # --- replay ----------------------------------------------------------------------------------
+
+    def replay(self, ops: list[tuple[str, Any]], *, since: datetime | None, tombstoned: frozenset[str],
+               episode: bool = True) -> set[str]:
+        """Write buffered operations in one transaction with PostgresSaver's own upsert statements; returns
+        the erased threads whose operations it dropped.
 
         Consecutive puts/writes are sent as batches; a thread deletion flushes what came before it,
         so the result is that of the operations applied one by one, in order. Re-running it
         (after a failed commit, or over rows an abandoned call wrote meanwhile) changes nothing.
-        `episode=False` (a journal from an earlier run, degraded since `since`) keeps its thread fates apart.
+        `since` is when the buffer's episode began; `episode=False` (a journal from an earlier run)
+        keeps its thread fates apart from the current episode's.
 
         Before the first buffered checkpoint of a thread (this episode) it checks the thread in
-        PostgreSQL (`threads.ThreadFates`): an erased thread (tombstone) is dropped; a thread whose
+        PostgreSQL (`thread_fates.ThreadFates`): an erased thread (tombstone) is dropped; a thread whose
         head is not the checkpoint the buffered turns were based on (another replica wrote it, or
         this replica never knew it) is written to a conflict thread instead of on top of the head.
         """
         if not ops:
-            return
-        sh = self._shared
+            return set()
         sql = BasePostgresSaver
-        fates = ThreadFates(sh, ops, since=since, episode=episode)
+        with self._lock:
+            decided = dict(self._fates) if episode else {}
+        fates = ThreadFates(ops, decided=decided, since=since, replica_id=self._replica_id, tombstoned=tombstoned)
 
         def run() -> None:
-            with psycopg.connect(sh.resync_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
-                                 connect_timeout=CONNECT_TIMEOUT_S) as conn, sh.watchdog.watching(conn), \
+            with psycopg.connect(self._resync_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
+                                 connect_timeout=CONNECT_TIMEOUT_S) as conn, self._watchdog.watching(conn), \
                     conn.transaction():
                 with conn.cursor() as cur:
                     blobs: list[tuple] = []
@@ -213,6 +181,13 @@ class Recovery:
                             raise ValueError(f"unknown buffered operation {kind!r}")
                     flush()
 
-        with sh.watchdog.deadline(sh.resync_timeout):
+        with self._watchdog.deadline(self._resync_timeout):
             run()
-        fates.commit()
+        with self._lock:  # committed: keep what was decided, count what happened
+            if episode:
+                self._fates = fates.decided
+            self._conflicts_total += len(fates.conflicts)
+            self._tombstoned_threads_total += len(fates.erased)
+            self._tombstoned_ops_dropped_total += fates.dropped
+        fates.log()
+        return fates.erased

@@ -21,7 +21,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_
 import psycopg
 from psycopg.rows import dict_row
 
-from core.checkpoints import metrics
+from core.checkpoints import metrics, replica_health
 from core.checkpoints.failures import (
     CALL_TIMEOUT_S,
     CLOSE_RESYNC_TIMEOUT_S,
@@ -40,6 +40,7 @@ from core.checkpoints.failures import (
 )
 from core.checkpoints.health_publisher import HealthPublisher
 from core.checkpoints.liveness import Liveness
+from core.checkpoints.recovery import Recovery
 from core.checkpoints.saver_state import _Shared, _thread_of
 from core.checkpoints.serde import AllowlistSerializer, RefusalLog, SerializationRefused
 from core.checkpoints.wrapped_savers import WrappedSavers
@@ -88,6 +89,8 @@ class SaverCore(BaseCheckpointSaver[str]):
                                        started_at=sh.started_at, heartbeat_interval=heartbeat_interval,
                                        call_timeout=call_timeout, watchdog=sh.watchdog,
                                        watched=lambda: self._liveness.running, live=self._live)
+        self._recovery = Recovery(sh.dsn, sh.resync_dsn, replica_id=sh.replica_id, call_timeout=call_timeout,
+                                  resync_timeout=resync_timeout, watchdog=sh.watchdog)
         self.serde = serde
         self._liveness = Liveness(self._shared.dsn, replica_id=self._shared.replica_id, interval=liveness_interval,
                                   timeout=liveness_timeout, watchdog=self._shared.watchdog,
@@ -136,19 +139,13 @@ class SaverCore(BaseCheckpointSaver[str]):
         with sh.lock:
             return {
                 "replica_id": sh.replica_id, "state": "degraded" if sh.degraded else "healthy",
-                "resyncing": sh.resyncing,
                 "degraded_since": sh.degraded_since, "reason": sh.reason,
                 "buffered_ops": len(sh.ops), "buffered_checkpoints": sh.episode_checkpoints,
                 "buffered_writes": sh.episode_writes, "last_success": self._last_success(),
-                "last_resync_ms": sh.last_resync_ms, "last_resync_error": sh.last_resync_error,
                 "generation": self._postgres.generation,
-                "conflicts_total": sh.conflicts_total, "tombstoned_threads_total": sh.tombstoned_threads_total,
-                "tombstoned_ops_dropped_total": sh.tombstoned_ops_dropped_total,
                 "tombstones_known": len(sh.tombstoned),
-                # Monotonic counters for a metrics collector (never reset while the process lives).
-                "resynced_ops_total": sh.resynced_ops_total, "resyncs_total": sh.resyncs_total,
-                "resync_seconds_total": sh.resync_seconds_total,
                 "degraded_seconds": (sh.now() - sh.degraded_since).total_seconds() if sh.degraded_since else 0.0,
+                **self._recovery.status(),
                 **self._health.totals(),
             }
 
@@ -252,10 +249,121 @@ class SaverCore(BaseCheckpointSaver[str]):
             sh.episode_checkpoints = sh.episode_writes = sh.resynced_ops = 0
             sh.episode_denials = []
             sh.seeded = set()
-            sh.fates = {}
             sh.transitions.append((time.monotonic(), "degraded"))
             sh.changed.notify_all()
+        self._recovery.new_episode()
         sh.wake.set()
         cut = sh.watchdog.cut_all(f"PostgreSQL call cut: checkpoint persistence degraded ({reason})")
         log.warning("checkpoint persistence DEGRADED (replica %s): %s; %d call(s) in flight cut",
                     sh.replica_id, reason, cut)
+
+    # --- monitor: heartbeat while healthy, probe + resync while degraded ---------------------
+
+    def _monitor(self) -> None:
+        sh = self._shared
+        while not sh.stop.is_set():
+            try:
+                if sh.degraded:
+                    if not self._try_recover():
+                        sh.stop.wait(sh.probe_interval)
+                    continue
+                if sh.journal_pending:
+                    self._replay_journal()
+                self._learn_tombstones(self._health.poll_tombstones())
+                if sh.publish_health:
+                    self._health.flush()
+                if sh.last_monitor_error is not None:
+                    log.warning("dual saver monitor of replica %s works again (was: %s)", sh.replica_id,
+                                sh.last_monitor_error)
+                    sh.last_monitor_error = None  # cleared: the next error is logged again
+            except Exception as exc:
+                if is_connection_failure(exc):
+                    self._degrade(_describe(exc))
+                    continue
+                # E.g. the health tables are missing (migration 003 not applied): said once while it
+                # lasts, not every beat, and again if it comes back after it cleared.
+                message = _describe(exc)
+                if message != sh.last_monitor_error:
+                    sh.last_monitor_error = message
+                    log.exception("dual saver monitor error (repeats are not logged until it clears)")
+            sh.wake.wait(sh.heartbeat_interval)
+            sh.wake.clear()
+
+    def _try_recover(self) -> bool:
+        sh = self._shared
+        with sh.lock:
+            degraded_since, buffered = sh.degraded_since, len(sh.ops)
+        if not self._recovery.probe(degraded_since=degraded_since, buffered=buffered):
+            return False
+        if sh.journal_pending and not self._replay_journal():  # older than this episode: first
+            return False
+        started = time.monotonic()
+        if sh.publish_health:
+            try:  # tell the SRE page we are back and resyncing, with what we hold
+                self._health.publish_heartbeat("degraded")
+            except Exception as exc:
+                log.warning("heartbeat before resync not written: %s", _describe(exc))
+        # Replay without the shared lock while agents keep buffering, reading and checking status
+        # (issue 16 #4): each round writes what the log held when it started; committed ops leave the
+        # log. Once a round finds the log empty, the switch happens under the lock with no I/O.
+        self._recovery.resyncing = True
+        try:
+            while True:
+                with sh.lock:
+                    batch = list(sh.ops)
+                    tombstoned = frozenset(sh.tombstoned)
+                if batch:
+                    if time.monotonic() - started > sh.resync_timeout:
+                        # Agents buffer faster than the rounds drain: stay degraded, retry at the next probe.
+                        self._recovery.resync_failed(f"buffer not drained within {sh.resync_timeout:.0f} s")
+                        log.warning("resync of replica %s did not drain the buffer within %.0f s (%d operations "
+                                    "left, kept)", sh.replica_id, sh.resync_timeout, len(batch))
+                        return False
+                    try:
+                        erased = self._recovery.replay(batch, since=degraded_since, tombstoned=tombstoned)
+                    except Exception as exc:
+                        self._recovery.resync_failed(_describe(exc))
+                        log.warning("resync of %d buffered operations failed (kept): %s", len(batch), _describe(exc))
+                        return False
+                    self._learn_tombstones(list(erased))
+                    with sh.lock:
+                        del sh.ops[:len(batch)]
+                        sh.resynced_ops += len(batch)
+                    continue
+                # Fresh pools first (agents use none while degraded), then the switch, with no I/O under the lock.
+                self._postgres.reconnect()
+                self._health.reconnect()
+                with sh.changed:
+                    if sh.ops:  # buffered since the last round: one more round
+                        continue
+                    self._recovery.resyncing = False
+                    resynced, sh.resynced_ops = sh.resynced_ops, 0
+                    sh.memory.storage.clear()
+                    sh.memory.writes.clear()
+                    sh.memory.blobs.clear()
+                    sh.seeded = set()
+                    sh.degraded = False
+                    seconds = time.monotonic() - started
+                    self._recovery.resynced(resynced, seconds)
+                    self._health.record_episode(replica_health.Episode(
+                        replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=degraded_since or sh.now(),
+                        degraded_to=sh.now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
+                        writes_buffered=sh.episode_writes, ops_resynced=resynced, resync_ms=seconds * 1000,
+                        denials=list(sh.episode_denials),
+                    ))
+                    sh.episode_denials = []
+                    sh.degraded_since = None
+                    sh.transitions.append((time.monotonic(), "healthy"))
+                    sh.changed.notify_all()
+                break
+        finally:
+            self._recovery.resyncing = False
+        log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
+                    sh.replica_id, resynced, seconds * 1000)
+        metrics.resynced(resynced, seconds)
+        if sh.publish_health:
+            try:
+                self._health.flush()
+            except Exception as exc:
+                log.warning("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
+        return True

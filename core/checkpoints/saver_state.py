@@ -56,31 +56,18 @@ class _Shared:
         self.watchdog = _Watchdog(f"dual-saver-watchdog-{self.replica_id}")
 
         self.degraded = False
-        self.resyncing = False  # the monitor is replaying the buffer (outside the lock)
         self.degraded_since: datetime | None = None
         self.reason: str | None = None
         self.memory = InMemorySaver()
         self.ops: list[tuple[str, Any]] = []  # the resync log, in order: rows as PostgresSaver writes them
         self.seeded: set[str] = set()  # threads copied from the read cache into memory this episode
-        # Per (thread, ns) this episode: the thread its buffered operations replay to, None if erased.
-        self.fates: dict[tuple[str, str], str | None] = {}
         self.tombstoned: set[str] = set()  # erased threads seen (tombstones): never seeded or replayed
-        self.conflicts_total = 0
-        self.resynced_ops_total = 0
-        self.resyncs_total = 0
-        self.resync_seconds_total = 0.0
-        self.tombstoned_threads_total = 0
-        self.tombstoned_ops_dropped_total = 0
         self.episode_checkpoints = 0
         self.episode_writes = 0
         self.resynced_ops = 0
         self.episode_denials: list[dict[str, Any]] = []
         self.transitions: list[tuple[float, str]] = [(time.monotonic(), "healthy")]
-        self.last_resync_ms: float | None = None
-        self.last_resync_error: str | None = None
         self.last_monitor_error: str | None = None  # logged once while it lasts, again after it cleared
-        self.last_probe_error: str | None = None
-        self.last_probe_logged = 0.0
 
         self.cache_lock = threading.Lock()
         self.cache: OrderedDict[tuple[str, str], CheckpointTuple] = OrderedDict()

@@ -45,14 +45,16 @@ def conflict_thread_id(thread_id: str, replica_id: str, since: Any) -> str:
 
 
 class ThreadFates:
-    """The fates of one replay (one transaction); `commit()` keeps them once it has committed."""
+    """The fates of one replay (one transaction). `decided` holds those of earlier replays of the same
+    episode; once the transaction has committed, the caller keeps `decided` and counts `conflicts`,
+    `erased` and `dropped` (`log()` says what happened)."""
 
-    def __init__(self, shared: Any, ops: list[tuple[str, Any]], *, since: Any = None, episode: bool = True):
-        self.sh = shared
-        self.episode = episode
-        with shared.lock:
-            self.decided: dict[tuple[str, str], str | None] = dict(shared.fates) if episode else {}
-            self.since = shared.degraded_since if episode else since
+    def __init__(self, ops: list[tuple[str, Any]], *, decided: dict[tuple[str, str], str | None], since: Any,
+                 replica_id: str, tombstoned: frozenset[str]):
+        self.decided = dict(decided)
+        self.since = since
+        self.replica_id = replica_id
+        self.tombstoned = tombstoned  # erased threads already known (tombstones seen, earlier replays)
         self.own_ids: dict[tuple[str, str], set[str]] = {}
         for kind, payload in ops:
             if kind == "put":
@@ -73,7 +75,7 @@ class ThreadFates:
         key = (thread_id, ns)
         if key in self.decided:
             target = self.decided[key]
-        elif thread_id in self.sh.tombstoned or self._tombstoned(cur, thread_id):
+        elif thread_id in self.tombstoned or self._tombstoned(cur, thread_id):
             self.decided[key] = target = None
             self.erased.add(thread_id)
         elif writes:  # writes on a checkpoint before any buffered one: decided by the next put
@@ -84,7 +86,7 @@ class ThreadFates:
             if head == parent_id or head in self.own_ids.get(key, ()):
                 target = thread_id
             else:
-                target = conflict_thread_id(thread_id, self.sh.replica_id, self.since)
+                target = conflict_thread_id(thread_id, self.replica_id, self.since)
                 if parent_id is not None:
                     cur.execute(COPY_BASE_CHECKPOINT_SQL, (target, thread_id, ns, parent_id))
                 cur.execute(COPY_BLOBS_SQL, (target, thread_id, ns))
@@ -99,19 +101,11 @@ class ThreadFates:
         for key in [k for k in self.decided if k[0] == thread_id]:
             del self.decided[key]
 
-    def commit(self) -> None:
-        sh = self.sh
-        with sh.lock:
-            if self.episode:
-                sh.fates = self.decided
-            sh.conflicts_total += len(self.conflicts)
-            sh.tombstoned_threads_total += len(self.erased)
-            sh.tombstoned_ops_dropped_total += self.dropped
-            sh.tombstoned.update(self.erased)
+    def log(self) -> None:
         for (thread_id, ns), head, base, target in self.conflicts:
             log.error("thread %r (ns %r) changed in PostgreSQL while replica %s was degraded (head %s, buffered "
                       "turns based on %s): the buffered turns are kept in thread %r, not put on top of the head",
-                      thread_id, ns, sh.replica_id, head, base, target)
+                      thread_id, ns, self.replica_id, head, base, target)
         if self.erased:
             log.warning("replica %s dropped %d buffered operations of %d erased threads (tombstones): %s",
-                        sh.replica_id, self.dropped, len(self.erased), sorted(self.erased))
+                        self.replica_id, self.dropped, len(self.erased), sorted(self.erased))
