@@ -396,7 +396,7 @@ def test_with_allowlist_clone_passes_serde_to_wrapped_savers(db):
         assert clone.serde is not saver.serde and clone.serde.refusals is saver.serde.refusals
         assert ("core.agents", "ContextoCliente") in clone.serde._allowed_msgpack_modules
         assert clone._postgres.sync().serde is clone.serde and saver._postgres.sync().serde is saver.serde
-        assert clone._memory.serde is clone.serde and clone._memory.storage is saver._memory.storage
+        assert clone._buffer._memory.serde is clone.serde and clone._buffer._memory.storage is saver._buffer._memory.storage
 
         async def inner_async():
             try:

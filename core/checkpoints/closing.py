@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from core.checkpoints import metrics, replica_health
 from core.checkpoints.failures import _describe
@@ -31,14 +30,14 @@ class Closing:
         self._liveness.stop(timeout=sh.call_timeout + 2)
         if sh.monitor is not None:
             sh.monitor.join(timeout=sh.call_timeout + 2)
-        if sh.degraded:
+        if self._buffer.degraded:
             self._final_resync()
-        if not sh.degraded and sh.publish_health:
+        if not self._buffer.degraded and sh.publish_health:
             try:
                 self._health.flush(state="stopped")
             except Exception as exc:  # closing must not fail because PostgreSQL is gone
                 log.warning("last heartbeat not written: %s", _describe(exc))
-        self._journal_buffer()  # whatever PostgreSQL still lacks (nothing, normally)
+        self._journal_unsaved()  # whatever PostgreSQL still lacks (nothing, normally)
         self._postgres.close()
         self._health.close()
         sh.watchdog.stop()
@@ -47,82 +46,62 @@ class Closing:
         """Try to resync the buffer until `close_resync_timeout` has passed (monitor already stopped)."""
         sh = self._shared
         deadline = time.monotonic() + sh.close_resync_timeout
-        while sh.degraded and time.monotonic() < deadline:
+        while self._buffer.degraded and time.monotonic() < deadline:
             if self._try_recover():
                 return
             time.sleep(min(sh.probe_interval, max(0.0, deadline - time.monotonic()), 0.2))
 
-    def _journal_record(self) -> dict[str, Any] | None:
-        """What PostgreSQL does not have yet: the resync log, the open episode, unflushed health rows."""
+    def _journal_unsaved(self) -> None:
+        """Append what PostgreSQL does not have yet (the resync log, the open episode, unflushed health
+        rows) to the journal, fsynced, and say so at ERROR."""
         sh = self._shared
-        with sh.lock:
-            pending_episodes, pending_denials = self._health.unsaved()
-            episodes = [dict(e.__dict__) for e in pending_episodes]
-            if sh.degraded:
-                episodes.append(dict(replica_health.Episode(
-                    replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=sh.degraded_since or sh.now(),
-                    degraded_to=sh.now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
-                    writes_buffered=sh.episode_writes, ops_resynced=0, resync_ms=0.0,
-                    denials=list(sh.episode_denials)).__dict__))
-            record = {"replica_id": sh.replica_id, "since": sh.degraded_since, "ops": list(sh.ops) if sh.degraded else [],
-                      "checkpoints": sh.episode_checkpoints if sh.degraded else 0,
-                      "writes": sh.episode_writes if sh.degraded else 0,
-                      "episodes": episodes, "denials": pending_denials}
-        if not (record["ops"] or record["episodes"] or record["denials"]):
-            return None
-        return record
-
-    def _journal_buffer(self) -> None:
-        """Append what could not be saved to the journal (fsynced) and say so at ERROR."""
-        sh = self._shared
-        record = self._journal_record()
+        episodes, denials = self._health.unsaved()
+        open_episode = self._buffer.open_episode()
+        if open_episode is not None:
+            episodes.append(self._episode(open_episode, ops_resynced=0, resync_ms=0.0))
+        record = self._buffer.closing_record(replica_id=sh.replica_id, episodes=[dict(e.__dict__) for e in episodes],
+                                             denials=denials)
         if record is None:
             return
         what = (f"{record['checkpoints']} checkpoints, {record['writes']} writes, {len(record['ops'])} operations, "
                 f"{len(record['episodes'])} degradation episodes, "
                 f"{len(record['denials']) + sum(len(e['denials']) for e in record['episodes'])} guard denials")
+        journal = self._buffer.journal_path
         try:
-            sh.journal.append(record)
+            self._buffer.journal(record)
         except Exception as exc:
             log.error("replica %s closed while PostgreSQL is unreachable: %s are LOST (journal %s not written: %s)",
-                      sh.replica_id, what, sh.journal.path, _describe(exc))
+                      sh.replica_id, what, journal, _describe(exc))
             return
-        with sh.lock:
-            sh.ops.clear()
         self._health.forget_unsaved()
         log.error("replica %s closed while PostgreSQL is unreachable: %s not saved to PostgreSQL; kept in the "
-                  "journal %s, replayed by the next start of replica %s", sh.replica_id, what, sh.journal.path,
-                  sh.replica_id)
+                  "journal %s, replayed by the next start of replica %s", sh.replica_id, what, journal, sh.replica_id)
 
     def _replay_journal(self) -> bool:
         """Replay the journal of this replica id, if any, then remove it; False if PostgreSQL refused."""
         sh = self._shared
-        records = sh.journal.read()
+        records = self._buffer.journaled()
         if not records:
             return True
         started = time.monotonic()
         try:
             for record in records:
-                with sh.lock:
-                    tombstoned = frozenset(sh.tombstoned)
-                self._learn_tombstones(list(self._recovery.replay(record["ops"], since=record["since"],
-                                                                  tombstoned=tombstoned, episode=False)))
+                erased = self._recovery.replay(record["ops"], since=record["since"],
+                                               tombstoned=self._buffer.tombstoned(), episode=False)
+                self._buffer.learn_tombstones(erased)
         except Exception as exc:
-            log.warning("journal %s of replica %s not replayed yet (kept, retried): %s", sh.journal.path,
+            log.warning("journal %s of replica %s not replayed yet (kept, retried): %s", self._buffer.journal_path,
                         sh.replica_id, _describe(exc))
-            sh.journal_pending = True
             return False
-        with sh.lock:
-            for record in records:
-                for episode in record["episodes"]:
-                    if episode["ops_resynced"] == 0:
-                        episode["ops_resynced"] = len(record["ops"])
-                        episode["resync_ms"] = (time.monotonic() - started) * 1000
-                    self._health.record_episode(replica_health.Episode(**episode))
-                self._health.add_denials(record["denials"])
+        for record in records:
+            for episode in record["episodes"]:
+                if episode["ops_resynced"] == 0:
+                    episode["ops_resynced"] = len(record["ops"])
+                    episode["resync_ms"] = (time.monotonic() - started) * 1000
+                self._health.record_episode(replica_health.Episode(**episode))
+            self._health.add_denials(record["denials"])
         self._recovery.journal_replayed(sum(len(r["ops"]) for r in records))
-        sh.journal.remove()
-        sh.journal_pending = False
+        self._buffer.journal_replayed()
         log.warning("replica %s replayed its journal: %d operations from %d closes while PostgreSQL was unreachable",
                     sh.replica_id, sum(len(r["ops"]) for r in records), len(records))
         if sh.publish_health:

@@ -1,9 +1,22 @@
-"""The degraded buffer: the read cache of what PostgreSQL had, the memory buffer and its resync log,
-and the reads served from them while PostgreSQL is unreachable."""
+"""The degraded buffer: whether the saver is degraded, and what it serves and keeps while it is.
+
+While degraded, writes go to an `InMemorySaver` and, as the rows `PostgresSaver` would write (serialized
+at once), to the resync log, in order; reads see the buffer plus what the read cache says PostgreSQL
+had (seeded into the buffer the first time a thread is touched in an episode, never for an erased
+thread). The switch back to healthy happens only once the log is empty (`leave`).
+
+The journal (core.checkpoints.journal) keeps, across a restart, what a close while PostgreSQL was
+unreachable could not resync: every record goes through `journal()`, and the log and the journal
+are only this class's business.
+"""
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -15,88 +28,170 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     get_serializable_checkpoint_metadata,
 )
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres.base import BasePostgresSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from core.checkpoints.failures import CheckpointUnavailable
-from core.checkpoints.saver_state import _thread_of
+from core.checkpoints.journal import Journal
+from core.checkpoints.read_cache import ReadCache, thread_of
 
 
-class _RememberedPut(NamedTuple):
-    """A healthy put as the read cache keeps it: `config` is the checkpoint's own and
-    `pending_writes` its writes (as in a CheckpointTuple); `put_config` and `metadata` are what the
-    put was given."""
+class BufferedEpisode(NamedTuple):
+    """What an episode kept: when and why it began, what was buffered, and the guard's denials."""
 
-    config: RunnableConfig
-    checkpoint: Checkpoint
-    put_config: RunnableConfig
-    metadata: CheckpointMetadata
-    pending_writes: Sequence[tuple[str, str, Any]] = ()
+    since: datetime | None
+    reason: str | None
+    checkpoints: int
+    writes: int
+    resynced: int  # operations written to PostgreSQL by resync rounds so far
+    denials: list[dict[str, Any]]
 
 
-def _as_tuple(entry: CheckpointTuple | _RememberedPut) -> CheckpointTuple:
-    """The CheckpointTuple that PostgresSaver would return for a cached entry."""
-    if isinstance(entry, CheckpointTuple):
-        return entry
-    thread_id, ns, parent_id = _thread_of(entry.put_config)
-    parent = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}} if parent_id else None
-    return CheckpointTuple(entry.config, entry.checkpoint,
-                           get_serializable_checkpoint_metadata(entry.put_config, entry.metadata), parent,
-                           list(entry.pending_writes))
+class _State:
+    """The buffer's mutable state, shared by its views (one per serializer)."""
+
+    def __init__(self, journal: Journal):
+        self.degraded = False
+        self.since: datetime | None = None
+        self.reason: str | None = None
+        self.checkpoints = 0
+        self.writes = 0
+        self.resynced = 0
+        self.denials: list[dict[str, Any]] = []
+        self.seeded: set[str] = set()  # threads copied from the read cache into memory this episode
+        self.tombstoned: set[str] = set()  # erased threads seen (tombstones): never seeded or replayed
+        self.ops: list[tuple[str, Any]] = []  # the resync log, in order: rows as PostgresSaver writes them
+        self.transitions: list[tuple[float, str]] = [(time.monotonic(), "healthy")]
+        self.journal_pending = journal.path.exists()
 
 
 class DegradedBuffer:
-    """Mixin of `DualCheckpointSaver`: what it serves and keeps while degraded."""
+    """The mode (healthy or degraded), the read cache, the memory buffer, the resync log and the journal.
 
-    # --- read cache (what PostgreSQL had, for degraded reads) ------------------------------
+    One per saver and its `with_allowlist` clones; `with_serde` gives a clone a view of the same
+    buffer whose memory saver loads and dumps with the clone's serializer.
+    """
 
-    def _remember(self, tup: CheckpointTuple | _RememberedPut | None) -> None:
-        if tup is None:
+    def __init__(self, serde: SerializerProtocol, *, thread_cache_size: int, journal: Journal,
+                 now: Callable[[], datetime]):
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)  # notified on every switch
+        self._state = _State(journal)
+        self._cache = ReadCache(thread_cache_size)
+        self._journal = journal
+        self._now = now
+        self._storage = InMemorySaver()  # the buffer's dicts; each view's memory saver shares them
+        self._bind(serde)
+
+    def with_serde(self, serde: SerializerProtocol) -> "DegradedBuffer":
+        view = copy.copy(self)
+        view._bind(serde)
+        return view
+
+    def _bind(self, serde: SerializerProtocol) -> None:
+        memory = copy.copy(self._storage)  # shares the buffer's dicts
+        memory.serde = serde
+        self._memory = memory
+        self._rows = BasePostgresSaver(serde=serde)  # serializes rows as PostgresSaver.put would
+
+    # --- the mode ---------------------------------------------------------------------------------
+
+    @property
+    def degraded(self) -> bool:
+        return self._state.degraded  # a plain read: every call and tool call asks
+
+    def degrade(self, reason: str) -> bool:
+        """Begin an episode; False if one is already open."""
+        st = self._state
+        with self._changed:
+            if st.degraded:
+                return False
+            st.degraded = True
+            st.since = self._now()
+            st.reason = reason
+            st.checkpoints = st.writes = st.resynced = 0
+            st.denials = []
+            st.seeded = set()
+            st.transitions.append((time.monotonic(), "degraded"))
+            self._changed.notify_all()
+        return True
+
+    def wait_for(self, state: str, timeout: float) -> bool:
+        """Block until "healthy" (the log empty) or "degraded"; False on timeout."""
+        want = state == "degraded"
+        st = self._state
+        with self._changed:
+            return self._changed.wait_for(lambda: st.degraded == want and (want or not st.ops), timeout)
+
+    def transitions(self) -> list[tuple[float, str]]:
+        with self._lock:
+            return list(self._state.transitions)
+
+    def status(self) -> dict[str, Any]:
+        """The buffer's part of the saver's `status()` (the counts are the last episode's)."""
+        st = self._state
+        with self._lock:
+            return {"state": "degraded" if st.degraded else "healthy", "degraded_since": st.since,
+                    "reason": st.reason, "buffered_ops": len(st.ops), "buffered_checkpoints": st.checkpoints,
+                    "buffered_writes": st.writes, "tombstones_known": len(st.tombstoned),
+                    "degraded_seconds": (self._now() - st.since).total_seconds() if st.since else 0.0}
+
+    def open_episode(self) -> BufferedEpisode | None:
+        """The episode so far, or None when healthy."""
+        st = self._state
+        with self._lock:
+            if not st.degraded:
+                return None
+            return BufferedEpisode(st.since, st.reason, st.checkpoints, st.writes, st.resynced, list(st.denials))
+
+    def keep_denial(self, row: dict[str, Any]) -> bool:
+        """Keep a guard denial with the open episode; False when healthy (not an episode's)."""
+        with self._lock:
+            if not self._state.degraded:
+                return False
+            self._state.denials.append(row)
+            return True
+
+    # --- read cache (what PostgreSQL had, for degraded reads) ---------------------------------------
+
+    def remember(self, tup: CheckpointTuple | None) -> None:
+        self._cache.remember(tup)
+
+    def remember_put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                     next_config: RunnableConfig) -> None:
+        self._cache.remember_put(config, checkpoint, metadata, next_config)
+
+    def remember_writes(self, config: RunnableConfig, writes: Any, task_id: str) -> None:
+        self._cache.remember_writes(config, writes, task_id)
+
+    def forget_thread(self, thread_id: str) -> None:
+        self._cache.forget({str(thread_id)})
+
+    def learn_tombstones(self, thread_ids: Any) -> None:
+        """Erased threads (core_thread_tombstones): out of the read cache, never seeded again."""
+        st = self._state
+        new = set(thread_ids) - st.tombstoned
+        if not new:
             return
-        sh = self._shared
-        conf = tup.config["configurable"]
-        key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""))
-        current = sh.cache.get(key)
-        if current is not None and current.config["configurable"]["checkpoint_id"] == conf["checkpoint_id"]:
-            return  # already known (a plain dict read: no lock needed on this hot path)
-        with sh.cache_lock:
-            current = sh.cache.get(key)
-            if current is not None and current.config["configurable"]["checkpoint_id"] > tup.config["configurable"]["checkpoint_id"]:
-                return
-            sh.cache[key] = tup
-            sh.cache.move_to_end(key)
-            while len(sh.cache) > sh.thread_cache_size:
-                sh.cache.popitem(last=False)
+        with self._lock:
+            st.tombstoned |= new
+        self._cache.forget(new)
 
-    def _remember_put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                      next_config: RunnableConfig) -> None:
-        # On every healthy put: keep a snapshot (shallow copies, as PostgresSaver.put makes) and
-        # build the CheckpointTuple only if a degraded read ever needs it (_as_tuple).
-        snapshot = {**checkpoint, "channel_values": checkpoint["channel_values"].copy(),
-                    "channel_versions": checkpoint["channel_versions"].copy()}
-        self._remember(_RememberedPut(next_config, snapshot, config, metadata))
-
-    def _remember_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
-        sh = self._shared
-        thread_id, ns, checkpoint_id = _thread_of(config)
-        with sh.cache_lock:
-            current = sh.cache.get((thread_id, ns))
-            if current is not None and current.config["configurable"]["checkpoint_id"] == checkpoint_id:
-                # A new list: the cached tuple may be the very object a caller got from get_tuple.
-                sh.cache[(thread_id, ns)] = current._replace(pending_writes=[
-                    *(current.pending_writes or []), *((task_id, channel, value) for channel, value in writes)])
+    def tombstoned(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._state.tombstoned)
 
     def _seed(self, thread_id: str | None) -> None:
         """Copy what PostgreSQL had for a thread (or every cached thread) into the memory buffer.
 
-        Called under the shared lock, only while degraded. Not logged for resync: it is in PostgreSQL.
+        Called under the lock, only while degraded. Not logged for resync: it is in PostgreSQL.
         """
-        sh = self._shared
-        with sh.cache_lock:
-            tuples = [_as_tuple(t) for (tid, _), t in sh.cache.items() if (thread_id is None or tid == thread_id)
-                      and tid not in sh.seeded and tid not in sh.tombstoned]  # never seed an erased thread
-        for tup in tuples:
-            tid, ns, checkpoint_id = _thread_of(tup.config)
-            if sh.memory.storage.get(tid, {}).get(ns, {}).get(checkpoint_id) is None:
+        st = self._state
+        for tup in self._cache.tuples(thread_id, skip=st.seeded | st.tombstoned):  # never seed an erased thread
+            tid, ns, checkpoint_id = thread_of(tup.config)
+            if self._storage.storage.get(tid, {}).get(ns, {}).get(checkpoint_id) is None:
                 parent = tup.parent_config or {"configurable": {"thread_id": tid, "checkpoint_ns": ns}}
                 self._memory.put(parent, tup.checkpoint, tup.metadata, tup.checkpoint["channel_versions"])
                 by_task: dict[str, list[tuple[str, Any]]] = {}
@@ -105,18 +200,18 @@ class DegradedBuffer:
                 for task_id, writes in by_task.items():
                     self._memory.put_writes(tup.config, writes, task_id)
         if thread_id is None:
-            sh.seeded.update(tid for (tid, _) in list(sh.cache))
+            st.seeded.update(self._cache.threads())
         else:
-            sh.seeded.add(thread_id)
+            st.seeded.add(thread_id)
 
-    # --- degraded paths (memory buffer + resync log) ----------------------------------------
+    # --- degraded reads and writes (memory buffer + resync log) ---------------------------------------
 
-    def _degraded_get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        sh = self._shared
-        thread_id, _, checkpoint_id = _thread_of(config)
-        with sh.lock:
-            if not sh.degraded:
-                return None  # recovered meanwhile: caller retries PostgreSQL
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """None also when no longer degraded (recovered meanwhile: the caller asks PostgreSQL again)."""
+        thread_id, _, checkpoint_id = thread_of(config)
+        with self._lock:
+            if not self._state.degraded:
+                return None
             self._seed(thread_id)
             found = self._memory.get_tuple(config)
         if found is None and checkpoint_id:
@@ -125,28 +220,28 @@ class DegradedBuffer:
                 f"PostgreSQL is unreachable")
         return found
 
-    def _degraded_list(self, config: RunnableConfig | None, **kwargs: Any) -> list[CheckpointTuple] | None:
-        sh = self._shared
-        with sh.lock:
-            if not sh.degraded:
+    def list(self, config: RunnableConfig | None, **kwargs: Any) -> list[CheckpointTuple] | None:
+        """None when no longer degraded."""
+        with self._lock:
+            if not self._state.degraded:
                 return None
             self._seed(str(config["configurable"]["thread_id"]) if config and config["configurable"].get("thread_id") is not None else None)
             return list(self._memory.list(config, **kwargs))
 
     def _buffer(self, kind: str, config: RunnableConfig | None, apply: Callable[[], Any], rows: Any) -> tuple[bool, Any]:
         """Apply to memory and append to the resync log, atomically; (False, None) if no longer degraded."""
-        sh = self._shared
-        with sh.lock:
-            if not sh.degraded:
+        st = self._state
+        with self._lock:
+            if not st.degraded:
                 return False, None
             if config is not None:
-                self._seed(_thread_of(config)[0])
+                self._seed(thread_of(config)[0])
             result = apply()
-            sh.ops.append((kind, rows))
+            st.ops.append((kind, rows))
             if kind == "put":
-                sh.episode_checkpoints += 1
+                st.checkpoints += 1
             elif kind == "put_writes":
-                sh.episode_writes += 1
+                st.writes += 1
             return True, result
 
     def _put_rows(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
@@ -157,7 +252,6 @@ class DegradedBuffer:
         (and delta snapshots) go to checkpoint_blobs. The JSON is copied now, since the run goes on
         mutating its dicts after the call.
         """
-        pg = self._postgres.sync()
         conf = config["configurable"]
         thread_id, ns, parent_id = conf["thread_id"], conf["checkpoint_ns"], conf.get("checkpoint_id")
         inline = {**checkpoint, "channel_values": dict(checkpoint["channel_values"])}
@@ -171,12 +265,13 @@ class DegradedBuffer:
             else:
                 blob_values[k] = inline["channel_values"].pop(k)
         blob_versions = {k: v for k, v in new_versions.items() if k in blob_values}
-        blobs = pg._dump_blobs(thread_id, ns, blob_values, blob_versions) if blob_versions else []
+        blobs = self._rows._dump_blobs(thread_id, ns, blob_values, blob_versions) if blob_versions else []
         row = (thread_id, ns, checkpoint["id"], parent_id, json.loads(json.dumps(inline)),
                json.loads(json.dumps(get_serializable_checkpoint_metadata(config, metadata))))
         return blobs, row
 
-    def _buffer_put(self, config, checkpoint, metadata, new_versions) -> tuple[bool, Any]:
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> tuple[bool, Any]:
         rows = self._put_rows(config, checkpoint, metadata, new_versions)
         conf = config["configurable"]
         next_config = {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": conf["checkpoint_ns"],
@@ -186,48 +281,101 @@ class DegradedBuffer:
             self._memory.put(config, checkpoint, metadata, new_versions)
             # The read cache follows the buffer: after the resync it is what PostgreSQL has, so a
             # thread idle until the next outage is not seeded from before this one (issue 16 #1).
-            self._remember_put(config, checkpoint, metadata, next_config)
+            self._cache.remember_put(config, checkpoint, metadata, next_config)
             return next_config
 
         return self._buffer("put", config, apply, rows)
 
-    def _buffer_writes(self, config, writes, task_id, task_path) -> tuple[bool, Any]:
+    def put_writes(self, config: RunnableConfig, writes: Any, task_id: str, task_path: str) -> tuple[bool, Any]:
         conf = config["configurable"]
         upsert = all(w[0] in WRITES_IDX_MAP for w in writes)
-        rows = (upsert, self._postgres.sync()._dump_writes(conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"],
+        rows = (upsert, self._rows._dump_writes(conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"],
                                                 task_id, task_path, writes))
+
         def apply() -> None:
             self._memory.put_writes(config, writes, task_id, task_path)
-            self._remember_writes(config, writes, task_id)
+            self._cache.remember_writes(config, writes, task_id)
 
         return self._buffer("put_writes", config, apply, rows)
 
-    def _buffer_delete(self, thread_id: str) -> tuple[bool, Any]:
-        sh = self._shared
-
+    def delete_thread(self, thread_id: str) -> tuple[bool, Any]:
         def apply() -> None:
             self._memory.delete_thread(thread_id)
-            with sh.cache_lock:
-                for key in [k for k in sh.cache if k[0] == str(thread_id)]:
-                    del sh.cache[key]
-            sh.seeded.add(str(thread_id))
+            self._cache.forget({str(thread_id)})
+            self._state.seeded.add(str(thread_id))
 
         return self._buffer("delete_thread", None, apply, str(thread_id))
 
-    def _learn_tombstones(self, thread_ids: list[str]) -> None:
-        """Erased threads (core_thread_tombstones): out of the read cache, never seeded again."""
-        sh = self._shared
-        new = set(thread_ids) - sh.tombstoned
-        if not new:
-            return
-        with sh.lock:
-            sh.tombstoned |= new
-        with sh.cache_lock:
-            for key in [k for k in sh.cache if k[0] in new]:
-                del sh.cache[key]
+    # --- resync -----------------------------------------------------------------------------------
 
-    def _forget_thread(self, thread_id: str) -> None:
-        sh = self._shared
-        with sh.cache_lock:
-            for key in [k for k in sh.cache if k[0] == str(thread_id)]:
-                del sh.cache[key]
+    def pending(self) -> list[tuple[str, Any]]:
+        """The resync log as it is now (it keeps growing while a resync writes this)."""
+        with self._lock:
+            return list(self._state.ops)
+
+    def committed(self, count: int) -> None:
+        """The first `count` operations of the log are in PostgreSQL."""
+        with self._lock:
+            del self._state.ops[:count]
+            self._state.resynced += count
+
+    def leave(self, on_switch: Callable[[BufferedEpisode], None]) -> BufferedEpisode | None:
+        """Back to healthy if the log is empty; None if operations came in since the last round (one more
+        round). `on_switch(episode)` runs under the lock just before the switch: no I/O there."""
+        st = self._state
+        with self._changed:
+            if st.ops:
+                return None
+            episode = BufferedEpisode(st.since, st.reason, st.checkpoints, st.writes, st.resynced, st.denials)
+            on_switch(episode)
+            self._storage.storage.clear()
+            self._storage.writes.clear()
+            self._storage.blobs.clear()
+            st.seeded = set()
+            st.resynced = 0
+            st.denials = []
+            st.degraded = False
+            st.since = None
+            st.transitions.append((time.monotonic(), "healthy"))
+            self._changed.notify_all()
+        return episode
+
+    # --- journal ----------------------------------------------------------------------------------
+
+    @property
+    def journal_path(self) -> Any:
+        return self._journal.path
+
+    @property
+    def journal_pending(self) -> bool:
+        """An earlier close left a journal this buffer has not replayed yet."""
+        return self._state.journal_pending
+
+    def journaled(self) -> list[dict[str, Any]]:
+        """The records of the journal, oldest first."""
+        return self._journal.read()
+
+    def journal_replayed(self) -> None:
+        """Everything in the journal is in PostgreSQL: it goes."""
+        self._journal.remove()
+        self._state.journal_pending = False
+
+    def closing_record(self, *, replica_id: str, episodes: list[dict[str, Any]],
+                       denials: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The journal record of a close: the resync log (while degraded) with the episodes and denials
+        PostgreSQL does not have yet; None when there is nothing to keep."""
+        st = self._state
+        with self._lock:
+            record = {"replica_id": replica_id, "since": st.since, "ops": list(st.ops) if st.degraded else [],
+                      "checkpoints": st.checkpoints if st.degraded else 0, "writes": st.writes if st.degraded else 0,
+                      "episodes": episodes, "denials": denials}
+        if not (record["ops"] or record["episodes"] or record["denials"]):
+            return None
+        return record
+
+    def journal(self, record: dict[str, Any]) -> None:
+        """Append `record` to the journal, fsynced (raises OSError if it cannot); its operations then
+        leave the log."""
+        self._journal.append(record)
+        with self._lock:
+            del self._state.ops[:len(record["ops"])]

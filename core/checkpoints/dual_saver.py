@@ -44,7 +44,6 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 
 from core.checkpoints import metrics
 from core.checkpoints.closing import Closing
-from core.checkpoints.degraded_buffer import DegradedBuffer
 from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported from here by callers
     CALL_TIMEOUT_S,
     CONNECTION_SQLSTATE_PREFIXES,
@@ -65,7 +64,7 @@ from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported fr
 from core.checkpoints.saver_core import SaverCore, refuse_on_event_loop
 
 
-class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
+class DualCheckpointSaver(Closing, SaverCore):
     """PostgreSQL checkpoints with an in-memory fallback, resync and replica health.
 
     `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The
@@ -79,7 +78,7 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         refuse_on_event_loop()
-        if not self._shared.degraded:  # the common case, kept short
+        if not self._buffer.degraded:  # the common case, kept short
             try:
                 with metrics.timed("postgres", "get"):
                     found = self._postgres.call(lambda pg: pg.get_tuple(config))
@@ -87,22 +86,22 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
                 self._handle(exc, config)
             else:
                 if found is not None and not config["configurable"].get("checkpoint_id"):
-                    self._remember(found)
+                    self._buffer.remember(found)
                 return found
         for _ in range(3):
-            if not self._shared.degraded:
+            if not self._buffer.degraded:
                 try:
                     found = self._postgres.call(lambda pg: pg.get_tuple(config))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
                     if not get_checkpoint_id(config):
-                        self._remember(found)
+                        self._buffer.remember(found)
                     return found
-            if self._shared.degraded:
+            if self._buffer.degraded:
                 with metrics.timed("memory", "get"):
-                    found = self._degraded_get_tuple(config)
-                if self._shared.degraded or found is not None:
+                    found = self._buffer.get_tuple(config)
+                if self._buffer.degraded or found is not None:
                     return found
         raise CheckpointUnavailable("checkpoint persistence flapping: read not served")
 
@@ -111,7 +110,7 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
         refuse_on_event_loop()
         kwargs = {"filter": filter, "before": before, "limit": limit}
         for _ in range(3):
-            if not self._shared.degraded:
+            if not self._buffer.degraded:
                 try:
                     found = self._postgres.call(lambda pg: list(pg.list(config, **kwargs)))
                 except Exception as exc:
@@ -119,7 +118,7 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
                 else:
                     yield from found
                     return
-            buffered = self._degraded_list(config, **kwargs)
+            buffered = self._buffer.list(config, **kwargs)
             if buffered is not None:
                 yield from buffered
                 return
@@ -129,17 +128,17 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
             new_versions: ChannelVersions) -> RunnableConfig:
         refuse_on_event_loop()
         for _ in range(3):
-            if not self._shared.degraded:
+            if not self._buffer.degraded:
                 try:
                     with metrics.timed("postgres", "put"):
                         next_config = self._postgres.call(lambda pg: pg.put(config, checkpoint, metadata, new_versions))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
-                    self._remember_put(config, checkpoint, metadata, next_config)
+                    self._buffer.remember_put(config, checkpoint, metadata, next_config)
                     return next_config
             with metrics.timed("memory", "put"):
-                done, next_config = self._buffer_put(config, checkpoint, metadata, new_versions)
+                done, next_config = self._buffer.put(config, checkpoint, metadata, new_versions)
             if done:
                 return next_config
         raise CheckpointUnavailable("checkpoint persistence flapping: put not stored")
@@ -148,15 +147,15 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
                    task_path: str = "") -> None:
         refuse_on_event_loop()
         for _ in range(3):
-            if not self._shared.degraded:
+            if not self._buffer.degraded:
                 try:
                     self._postgres.call(lambda pg: pg.put_writes(config, writes, task_id, task_path))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
-                    self._remember_writes(config, writes, task_id)
+                    self._buffer.remember_writes(config, writes, task_id)
                     return
-            done, _ = self._buffer_writes(config, writes, task_id, task_path)
+            done, _ = self._buffer.put_writes(config, writes, task_id, task_path)
             if done:
                 return
         raise CheckpointUnavailable("checkpoint persistence flapping: writes not stored")
@@ -164,15 +163,15 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
     def delete_thread(self, thread_id: str) -> None:
         refuse_on_event_loop()
         for _ in range(3):
-            if not self._shared.degraded:
+            if not self._buffer.degraded:
                 try:
                     self._postgres.call(lambda pg: pg.delete_thread(thread_id))
                 except Exception as exc:
                     self._handle(exc, None)
                 else:
-                    self._forget_thread(thread_id)
+                    self._buffer.forget_thread(thread_id)
                     return
-            done, _ = self._buffer_delete(thread_id)
+            done, _ = self._buffer.delete_thread(thread_id)
             if done:
                 return
         raise CheckpointUnavailable("checkpoint persistence flapping: delete not applied")
@@ -180,7 +179,7 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune in PostgreSQL. Refused (CheckpointUnavailable) while degraded: nothing is deleted."""
         refuse_on_event_loop()
-        if self._shared.degraded:
+        if self._buffer.degraded:
             raise CheckpointUnavailable("prune needs PostgreSQL, which is unreachable; retry when healthy")
         try:
             self._postgres.call(lambda pg: pg.prune(thread_ids, strategy=strategy))
@@ -188,7 +187,7 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
             self._handle(exc, None)
             raise CheckpointUnavailable("prune needs PostgreSQL, which became unreachable; retry when healthy") from exc
         for thread_id in thread_ids:
-            self._forget_thread(thread_id)
+            self._buffer.forget_thread(thread_id)
     def get_next_version(self, current: str | None, channel: None) -> str:
         return BasePostgresSaver.get_next_version(self, current, channel)  # type: ignore[arg-type]
 
@@ -196,18 +195,18 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         for _ in range(3):
-            if not self._shared.degraded:
+            if not self._buffer.degraded:
                 try:
                     found = await self._postgres.acall(lambda apg: apg.aget_tuple(config))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
                     if not get_checkpoint_id(config):
-                        self._remember(found)
+                        self._buffer.remember(found)
                     return found
-            if self._shared.degraded:
-                found = self._degraded_get_tuple(config)
-                if self._shared.degraded or found is not None:
+            if self._buffer.degraded:
+                found = self._buffer.get_tuple(config)
+                if self._buffer.degraded or found is not None:
                     return found
         raise CheckpointUnavailable("checkpoint persistence flapping: read not served")
 
@@ -219,7 +218,7 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
             return [t async for t in apg.alist(config, **kwargs)]
 
         for _ in range(3):
-            if not self._shared.degraded:
+            if not self._buffer.degraded:
                 try:
                     found = await self._postgres.acall(collect)
                 except Exception as exc:
@@ -228,7 +227,7 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
                     for tup in found:
                         yield tup
                     return
-            buffered = self._degraded_list(config, **kwargs)
+            buffered = self._buffer.list(config, **kwargs)
             if buffered is not None:
                 for tup in buffered:
                     yield tup
@@ -238,15 +237,15 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
         for _ in range(3):
-            if not self._shared.degraded:
+            if not self._buffer.degraded:
                 try:
                     next_config = await self._postgres.acall(lambda apg: apg.aput(config, checkpoint, metadata, new_versions))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
-                    self._remember_put(config, checkpoint, metadata, next_config)
+                    self._buffer.remember_put(config, checkpoint, metadata, next_config)
                     return next_config
-            done, next_config = self._buffer_put(config, checkpoint, metadata, new_versions)
+            done, next_config = self._buffer.put(config, checkpoint, metadata, new_versions)
             if done:
                 return next_config
         raise CheckpointUnavailable("checkpoint persistence flapping: put not stored")
@@ -254,37 +253,37 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
         for _ in range(3):
-            if not self._shared.degraded:
+            if not self._buffer.degraded:
                 try:
                     await self._postgres.acall(lambda apg: apg.aput_writes(config, writes, task_id, task_path))
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
-                    self._remember_writes(config, writes, task_id)
+                    self._buffer.remember_writes(config, writes, task_id)
                     return
-            done, _ = self._buffer_writes(config, writes, task_id, task_path)
+            done, _ = self._buffer.put_writes(config, writes, task_id, task_path)
             if done:
                 return
         raise CheckpointUnavailable("checkpoint persistence flapping: writes not stored")
 
     async def adelete_thread(self, thread_id: str) -> None:
         for _ in range(3):
-            if not self._shared.degraded:
+            if not self._buffer.degraded:
                 try:
                     await self._postgres.acall(lambda apg: apg.adelete_thread(thread_id))
                 except Exception as exc:
                     self._handle(exc, None)
                 else:
-                    self._forget_thread(thread_id)
+                    self._buffer.forget_thread(thread_id)
                     return
-            done, _ = self._buffer_delete(thread_id)
+            done, _ = self._buffer.delete_thread(thread_id)
             if done:
                 return
         raise CheckpointUnavailable("checkpoint persistence flapping: delete not applied")
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune in PostgreSQL. Refused (CheckpointUnavailable) while degraded: nothing is deleted."""
-        if self._shared.degraded:
+        if self._buffer.degraded:
             raise CheckpointUnavailable("prune needs PostgreSQL, which is unreachable; retry when healthy")
         try:
             await self._postgres.acall(lambda apg: apg.aprune(thread_ids, strategy=strategy))
@@ -292,4 +291,4 @@ class DualCheckpointSaver(Closing, DegradedBuffer, SaverCore):
             self._handle(exc, None)
             raise CheckpointUnavailable("prune needs PostgreSQL, which became unreachable; retry when healthy") from exc
         for thread_id in thread_ids:
-            self._forget_thread(thread_id)
+            self._buffer.forget_thread(thread_id)

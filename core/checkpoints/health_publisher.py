@@ -110,7 +110,7 @@ class HealthPublisher:
         with self._lock:
             totals = {"episodes_total": self._episodes_total, "denials_total": self._denials_total,
                       "refusals_total": self._refusals_total}
-        degraded = live["degraded"]
+        degraded = live["state"] == "degraded"
         return {**self._identity, **totals, "state": state or ("degraded" if degraded else "healthy"),
                 "degraded_since": live["degraded_since"],
                 "buffered_checkpoints": live["buffered_checkpoints"] if degraded else 0,

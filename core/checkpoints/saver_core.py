@@ -4,7 +4,6 @@ and the liveness check that decides PostgreSQL is gone, are in `core.checkpoints
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import threading
 import time
@@ -38,10 +37,13 @@ from core.checkpoints.failures import (
     _ts,
     is_connection_failure,
 )
+from core.checkpoints.degraded_buffer import BufferedEpisode, DegradedBuffer
 from core.checkpoints.health_publisher import HealthPublisher
+from core.checkpoints.journal import Journal, default_journal_dir
 from core.checkpoints.liveness import Liveness
 from core.checkpoints.recovery import Recovery
-from core.checkpoints.saver_state import _Shared, _thread_of
+from core.checkpoints.read_cache import thread_of
+from core.checkpoints.saver_state import _Shared
 from core.checkpoints.serde import AllowlistSerializer, RefusalLog, SerializationRefused
 from core.checkpoints.wrapped_savers import WrappedSavers
 
@@ -76,15 +78,17 @@ class SaverCore(BaseCheckpointSaver[str]):
         # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the inner savers.
         self._shared = _Shared(dsn, replica_id=replica_id, call_timeout=call_timeout,
                                heartbeat_interval=heartbeat_interval, probe_interval=probe_interval,
-                               pool_size=pool_size, thread_cache_size=thread_cache_size,
+                               pool_size=pool_size,
                                resync_timeout=resync_timeout, publish_health=publish_health,
-                               close_resync_timeout=close_resync_timeout, journal_dir=journal_dir,
+                               close_resync_timeout=close_resync_timeout,
                                statement_timeout=statement_timeout, lock_timeout=lock_timeout, clock=clock)
+        sh = self._shared
         serde = maybe_add_typed_methods(serde if serde is not None else AllowlistSerializer(refusals=RefusalLog()))
+        journal = Journal(Path(journal_dir) if journal_dir is not None else default_journal_dir(), sh.replica_id, dsn)
+        self._buffer = DegradedBuffer(serde, thread_cache_size=thread_cache_size, journal=journal, now=sh.now)
         self._postgres = WrappedSavers(self._shared.dsn, serde=serde, replica_id=self._shared.replica_id,
                                        pool_size=pool_size, call_timeout=call_timeout,
-                                       watchdog=self._shared.watchdog, is_degraded=lambda: self._shared.degraded)
-        sh = self._shared
+                                       watchdog=self._shared.watchdog, is_degraded=lambda: self._buffer.degraded)
         self._health = HealthPublisher(sh.dsn, replica_id=sh.replica_id, host=sh.host, pid=sh.pid,
                                        started_at=sh.started_at, heartbeat_interval=heartbeat_interval,
                                        call_timeout=call_timeout, watchdog=sh.watchdog,
@@ -94,7 +98,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         self.serde = serde
         self._liveness = Liveness(self._shared.dsn, replica_id=self._shared.replica_id, interval=liveness_interval,
                                   timeout=liveness_timeout, watchdog=self._shared.watchdog,
-                                  is_degraded=lambda: self._shared.degraded, on_gone=self._degrade)
+                                  is_degraded=lambda: self._buffer.degraded, on_gone=self._degrade)
         if start:
             self.start()
 
@@ -109,9 +113,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         # Called on a `copy.copy` clone by `with_allowlist`: give the clone its own inner savers.
         self._serde = maybe_add_typed_methods(value)
         self._postgres = self._postgres.with_serde(self._serde)
-        memory = copy.copy(self._shared.memory)  # shares the buffer's dicts
-        memory.serde = self._serde
-        self._memory = memory
+        self._buffer = self._buffer.with_serde(self._serde)
         refusals = getattr(value, "refusals", None)
         if isinstance(refusals, RefusalLog):
             self._health.watch_refusals(refusals)
@@ -120,7 +122,7 @@ class SaverCore(BaseCheckpointSaver[str]):
 
     @property
     def degraded(self) -> bool:
-        return self._shared.degraded
+        return self._buffer.degraded
 
     @property
     def replica_id(self) -> str:
@@ -135,62 +137,39 @@ class SaverCore(BaseCheckpointSaver[str]):
         (tool, risk), refusals_total, refusals_by_type, conflicts_total, tombstoned_threads_total,
         tombstoned_ops_dropped_total.
         """
-        sh = self._shared
-        with sh.lock:
-            return {
-                "replica_id": sh.replica_id, "state": "degraded" if sh.degraded else "healthy",
-                "degraded_since": sh.degraded_since, "reason": sh.reason,
-                "buffered_ops": len(sh.ops), "buffered_checkpoints": sh.episode_checkpoints,
-                "buffered_writes": sh.episode_writes, "last_success": self._last_success(),
-                "generation": self._postgres.generation,
-                "tombstones_known": len(sh.tombstoned),
-                "degraded_seconds": (sh.now() - sh.degraded_since).total_seconds() if sh.degraded_since else 0.0,
-                **self._recovery.status(),
-                **self._health.totals(),
-            }
+        return {"replica_id": self._shared.replica_id, **self._buffer.status(), "last_success": self._last_success(),
+                "generation": self._postgres.generation, **self._recovery.status(), **self._health.totals()}
 
     def _last_success(self) -> datetime | None:
         return _ts(max(filter(None, (self._postgres.last_success_ts, self._health.last_success_ts)), default=None))
 
     def _live(self) -> dict[str, Any]:
         """The saver's state as the heartbeat row gives it."""
-        sh = self._shared
-        with sh.lock:
-            return {"degraded": sh.degraded, "degraded_since": sh.degraded_since,
-                    "buffered_checkpoints": sh.episode_checkpoints, "buffered_writes": sh.episode_writes,
-                    "last_success": self._last_success()}
+        return {**self._buffer.status(), "last_success": self._last_success()}
 
     def transitions(self) -> list[tuple[float, str]]:
         """(time.monotonic(), "healthy"|"degraded") for every state change, oldest first."""
-        with self._shared.lock:
-            return list(self._shared.transitions)
+        return self._buffer.transitions()
 
     def wait_for(self, state: str, timeout: float) -> bool:
         """Block until the saver is "healthy" (buffer resynced) or "degraded"; False on timeout."""
-        want = state == "degraded"
-        sh = self._shared
-        with sh.changed:
-            return sh.changed.wait_for(lambda: sh.degraded == want and (want or not sh.ops), timeout)
+        return self._buffer.wait_for(state, timeout)
 
     def record_denial(self, denial: Any) -> None:
         """Keep a guard denial for the health tables (flushed on recovery)."""
         row = denial.as_row() if hasattr(denial, "as_row") else dict(denial)
         row.setdefault("key", str(uuid.uuid4()))
-        sh = self._shared
         metrics.denied(row.get("tool"), row.get("risk"))
         self._health.count_denial(row)
-        with sh.lock:
-            if sh.degraded:
-                sh.episode_denials.append(row)
-            else:
-                self._health.add_denials([row])
+        if not self._buffer.keep_denial(row):
+            self._health.add_denials([row])
 
     # --- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
         """Replay the journal a previous close() of this replica id left (if PostgreSQL answers), start the monitor."""
         sh = self._shared
-        if sh.journal_pending:
+        if self._buffer.journal_pending:
             self._replay_journal()  # not replayed: the monitor retries
         if sh.monitor is None or not sh.monitor.is_alive():
             sh.stop.clear()
@@ -229,7 +208,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         """Degrade on a connection failure; re-raise anything else."""
         if isinstance(exc, SerializationRefused):
             if config is not None:
-                thread_id, _, checkpoint_id = _thread_of(config)
+                thread_id, _, checkpoint_id = thread_of(config)
                 exc.refusal.thread_id = exc.refusal.thread_id or thread_id
                 exc.refusal.checkpoint_id = exc.refusal.checkpoint_id or checkpoint_id
             raise exc
@@ -240,17 +219,8 @@ class SaverCore(BaseCheckpointSaver[str]):
     def _degrade(self, reason: str) -> None:
         """Switch to degraded (once per episode) and cut every PostgreSQL call still in flight."""
         sh = self._shared
-        with sh.changed:
-            if sh.degraded:
-                return
-            sh.degraded = True
-            sh.degraded_since = sh.now()
-            sh.reason = reason
-            sh.episode_checkpoints = sh.episode_writes = sh.resynced_ops = 0
-            sh.episode_denials = []
-            sh.seeded = set()
-            sh.transitions.append((time.monotonic(), "degraded"))
-            sh.changed.notify_all()
+        if not self._buffer.degrade(reason):
+            return
         self._recovery.new_episode()
         sh.wake.set()
         cut = sh.watchdog.cut_all(f"PostgreSQL call cut: checkpoint persistence degraded ({reason})")
@@ -263,13 +233,13 @@ class SaverCore(BaseCheckpointSaver[str]):
         sh = self._shared
         while not sh.stop.is_set():
             try:
-                if sh.degraded:
+                if self._buffer.degraded:
                     if not self._try_recover():
                         sh.stop.wait(sh.probe_interval)
                     continue
-                if sh.journal_pending:
+                if self._buffer.journal_pending:
                     self._replay_journal()
-                self._learn_tombstones(self._health.poll_tombstones())
+                self._buffer.learn_tombstones(self._health.poll_tombstones())
                 if sh.publish_health:
                     self._health.flush()
                 if sh.last_monitor_error is not None:
@@ -291,11 +261,12 @@ class SaverCore(BaseCheckpointSaver[str]):
 
     def _try_recover(self) -> bool:
         sh = self._shared
-        with sh.lock:
-            degraded_since, buffered = sh.degraded_since, len(sh.ops)
-        if not self._recovery.probe(degraded_since=degraded_since, buffered=buffered):
+        episode = self._buffer.open_episode()
+        if episode is None:
+            return True
+        if not self._recovery.probe(degraded_since=episode.since, buffered=self._buffer.status()["buffered_ops"]):
             return False
-        if sh.journal_pending and not self._replay_journal():  # older than this episode: first
+        if self._buffer.journal_pending and not self._replay_journal():  # older than this episode: first
             return False
         started = time.monotonic()
         if sh.publish_health:
@@ -303,15 +274,13 @@ class SaverCore(BaseCheckpointSaver[str]):
                 self._health.publish_heartbeat("degraded")
             except Exception as exc:
                 log.warning("heartbeat before resync not written: %s", _describe(exc))
-        # Replay without the shared lock while agents keep buffering, reading and checking status
+        # Replay outside the buffer's lock while agents keep buffering, reading and checking status
         # (issue 16 #4): each round writes what the log held when it started; committed ops leave the
         # log. Once a round finds the log empty, the switch happens under the lock with no I/O.
         self._recovery.resyncing = True
         try:
             while True:
-                with sh.lock:
-                    batch = list(sh.ops)
-                    tombstoned = frozenset(sh.tombstoned)
+                batch = self._buffer.pending()
                 if batch:
                     if time.monotonic() - started > sh.resync_timeout:
                         # Agents buffer faster than the rounds drain: stay degraded, retry at the next probe.
@@ -320,50 +289,45 @@ class SaverCore(BaseCheckpointSaver[str]):
                                     "left, kept)", sh.replica_id, sh.resync_timeout, len(batch))
                         return False
                     try:
-                        erased = self._recovery.replay(batch, since=degraded_since, tombstoned=tombstoned)
+                        erased = self._recovery.replay(batch, since=episode.since, tombstoned=self._buffer.tombstoned())
                     except Exception as exc:
                         self._recovery.resync_failed(_describe(exc))
                         log.warning("resync of %d buffered operations failed (kept): %s", len(batch), _describe(exc))
                         return False
-                    self._learn_tombstones(list(erased))
-                    with sh.lock:
-                        del sh.ops[:len(batch)]
-                        sh.resynced_ops += len(batch)
+                    self._buffer.learn_tombstones(erased)
+                    self._buffer.committed(len(batch))
                     continue
                 # Fresh pools first (agents use none while degraded), then the switch, with no I/O under the lock.
                 self._postgres.reconnect()
                 self._health.reconnect()
-                with sh.changed:
-                    if sh.ops:  # buffered since the last round: one more round
-                        continue
-                    self._recovery.resyncing = False
-                    resynced, sh.resynced_ops = sh.resynced_ops, 0
-                    sh.memory.storage.clear()
-                    sh.memory.writes.clear()
-                    sh.memory.blobs.clear()
-                    sh.seeded = set()
-                    sh.degraded = False
+
+                def switch(ended: BufferedEpisode) -> None:  # counted before anyone sees the saver healthy
                     seconds = time.monotonic() - started
-                    self._recovery.resynced(resynced, seconds)
-                    self._health.record_episode(replica_health.Episode(
-                        replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=degraded_since or sh.now(),
-                        degraded_to=sh.now(), reason=sh.reason, checkpoints_buffered=sh.episode_checkpoints,
-                        writes_buffered=sh.episode_writes, ops_resynced=resynced, resync_ms=seconds * 1000,
-                        denials=list(sh.episode_denials),
-                    ))
-                    sh.episode_denials = []
-                    sh.degraded_since = None
-                    sh.transitions.append((time.monotonic(), "healthy"))
-                    sh.changed.notify_all()
-                break
+                    self._recovery.resynced(ended.resynced, seconds)
+                    self._health.record_episode(self._episode(ended, ops_resynced=ended.resynced,
+                                                              resync_ms=seconds * 1000))
+
+                ended = self._buffer.leave(switch)
+                if ended is not None:
+                    break
         finally:
             self._recovery.resyncing = False
+        ms = self._recovery.last_resync_ms or 0.0
         log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
-                    sh.replica_id, resynced, seconds * 1000)
-        metrics.resynced(resynced, seconds)
+                    sh.replica_id, ended.resynced, ms)
+        metrics.resynced(ended.resynced, ms / 1000)
         if sh.publish_health:
             try:
                 self._health.flush()
             except Exception as exc:
                 log.warning("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
         return True
+
+    def _episode(self, episode: BufferedEpisode, *, ops_resynced: int, resync_ms: float) -> replica_health.Episode:
+        """The row of a degradation episode of this replica, ending now."""
+        sh = self._shared
+        now = sh.now()
+        return replica_health.Episode(
+            replica_id=sh.replica_id, host=sh.host, pid=sh.pid, degraded_from=episode.since or now, degraded_to=now,
+            reason=episode.reason, checkpoints_buffered=episode.checkpoints, writes_buffered=episode.writes,
+            ops_resynced=ops_resynced, resync_ms=resync_ms, denials=list(episode.denials))
