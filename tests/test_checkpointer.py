@@ -392,7 +392,7 @@ def test_serializer_refusal_through_dual_saver_is_recorded(db, tmp_path):
 def test_with_allowlist_clone_passes_serde_to_wrapped_savers(db):
     with DualCheckpointSaver(db.dsn, replica_id="allowlist") as saver:
         clone = saver.with_allowlist([("core.agents", "ContextoCliente")])
-        assert clone is not saver and clone._shared is saver._shared
+        assert clone is not saver and clone._health is saver._health and clone._monitor is saver._monitor
         assert clone.serde is not saver.serde and clone.serde.refusals is saver.serde.refusals
         assert ("core.agents", "ContextoCliente") in clone.serde._allowed_msgpack_modules
         assert clone._postgres.sync().serde is clone.serde and saver._postgres.sync().serde is saver.serde

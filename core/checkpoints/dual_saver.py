@@ -4,48 +4,71 @@
 (async, on an `AsyncConnectionPool` of each event loop). Only "PostgreSQL is gone" degrades it:
 connection failures (operational errors of the connection classes, pool timeouts, closed
 connections) and a failed liveness check (`SELECT 1` on a connection of its own every 0.5 s, 1 s
-deadline: `core.checkpoints.liveness`). "PostgreSQL is slow" does not: every saver connection
-carries a server-side statement_timeout and lock_timeout, and a call past them fails with a query
-error raised to the caller, like data errors and serializer refusals; waiting for the saver's own
-lock counts for nothing. A call on a pooled connection to a *hung* server blocks until the server
-resumes whatever the pool timeout or keepalives say, so when the liveness check finds PostgreSQL
-gone a watchdog thread shuts down the socket of every call in flight, and psycopg raises at once
-(sync calls run in the caller's thread, async ones in their task: no hand-off on the hot path;
-cancelling psycopg's call on a hung server would itself wait ~10 s for its cancel request).
+deadline). "PostgreSQL is slow" does not: every saver connection carries a server-side
+statement_timeout and lock_timeout, and a call past them fails with a query error raised to the
+caller, like data errors and serializer refusals; waiting for the saver's own lock counts for
+nothing. A call on a pooled connection to a *hung* server blocks until the server resumes whatever
+the pool timeout or keepalives say, so when the liveness check finds PostgreSQL gone the watchdog
+shuts down the socket of every call in flight, and psycopg raises at once (sync calls run in the
+caller's thread, async ones in their task: no hand-off on the hot path; cancelling psycopg's call on
+a hung server would itself wait ~10 s for its cancel request).
 
-Degraded, it keeps serving: writes go to an `InMemorySaver` and to an ordered log of operations;
-reads see what was buffered plus what this process last knew PostgreSQL had (the latest
-checkpoint of each recent thread, kept while healthy). A background monitor probes with a
-direct connection (short connect timeout) and, once PostgreSQL answers, opens a fresh pool
-(the pool's own reconnect backoff takes tens of seconds), replays the log in order in one
-transaction (PostgresSaver's upserts make the replay idempotent), and only after the commit
-clears the buffer and returns to normal. A failed resync keeps everything; nothing is dropped.
+Degraded, it keeps serving: writes go to the buffer and its ordered log of operations; reads see
+what was buffered plus what this process last knew PostgreSQL had. The monitor probes and, once
+PostgreSQL answers, replays the log in rounds (PostgresSaver's upserts make the replay idempotent),
+opens fresh pools, and only then returns to normal. A failed resync keeps everything; a close
+while PostgreSQL is gone journals it; nothing is dropped. On recovery the degradation episode, the
+fail-closed guard's denials and the serializer's refusals go to the health tables
+(`core.checkpoints.replica_health`).
 
-The monitor also publishes this replica's heartbeat every few seconds and, on recovery, the
-degradation episode with the fail-closed guard's denials and the serializer's refusals
-(`core.replica_health`). `StateGraph.compile` may clone the saver with `with_allowlist`: the
-clone shares the state and buffer, and the wrapped savers get the clone's serializer.
+The saver owns its collaborators and routes between them; none of them knows another:
+- `WrappedSavers` (wrapped_savers.py): the PostgresSaver / AsyncPostgresSaver and their pools;
+- `DegradedBuffer` (degraded_buffer.py): healthy or degraded, the episode, the read cache
+  (read_cache.py), the memory buffer, the resync log and its journal (journal.py);
+- `Liveness` (liveness.py): the thread that decides PostgreSQL is gone;
+- `Recovery` (recovery.py): the probe, the replay of the log, the thread fates (thread_fates.py);
+- `HealthPublisher` (health_publisher.py): heartbeat, episodes, denials, refusals, tombstones;
+- `Monitor` (monitor.py): the thread that beats while healthy and recovers while degraded;
+and the watchdog (deadlines.py) that cuts calls. `StateGraph.compile` may clone the saver with
+`with_allowlist`: the clone shares the collaborators, and its wrapped savers and memory buffer use
+the clone's serializer.
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+import asyncio
+import itertools
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
     get_checkpoint_id,
 )
+from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+from psycopg.rows import dict_row
 
-from core.checkpoints import metrics
-from core.checkpoints.closing import Closing
+from core.checkpoints import metrics, replica_health
+from core.checkpoints.deadlines import _Watchdog
+from core.checkpoints.degraded_buffer import BufferedEpisode, DegradedBuffer
 from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported from here by callers
     CALL_TIMEOUT_S,
+    CLOSE_RESYNC_TIMEOUT_S,
     CONNECTION_SQLSTATE_PREFIXES,
     HEARTBEAT_INTERVAL_S,
     LIVENESS_INTERVAL_S,
@@ -59,20 +82,382 @@ from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported fr
     THREAD_CACHE_SIZE,
     CheckpointUnavailable,
     DeadlineExceeded,
+    _describe,
+    _now,
+    _ts,
     is_connection_failure,
+    session_dsn,
 )
-from core.checkpoints.saver_core import SaverCore, refuse_on_event_loop
+from core.checkpoints.health_publisher import HealthPublisher
+from core.checkpoints.journal import Journal, default_journal_dir
+from core.checkpoints.liveness import Liveness
+from core.checkpoints.monitor import Monitor
+from core.checkpoints.read_cache import thread_of
+from core.checkpoints.recovery import Recovery
+from core.checkpoints.serde import AllowlistSerializer, RefusalLog, SerializationRefused
+from core.checkpoints.wrapped_savers import WrappedSavers
+
+log = logging.getLogger("core.checkpoints.dual_saver")
 
 
-class DualCheckpointSaver(Closing, SaverCore):
+def refuse_on_event_loop() -> None:
+    """The sync API blocks: on an event loop's thread it would stall every task (langgraph's rule)."""
+    if asyncio._get_running_loop() is None:  # (asyncio.events.__all__; get_running_loop raises when there is none)
+        return
+    raise asyncio.InvalidStateError(
+        "Synchronous calls to DualCheckpointSaver are only allowed from a thread without a running event "
+        "loop; use the async API (ainvoke, aget_tuple, ...) or asyncio.to_thread.")
+
+
+class DualCheckpointSaver(BaseCheckpointSaver[str]):
     """PostgreSQL checkpoints with an in-memory fallback, resync and replica health.
 
-    `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The
-    monitor thread starts with the saver; `close()` (or the context manager) stops it. The
-    pieces: `SaverCore` (state, lifecycle, wrapped savers), `DegradedBuffer`, `Recovery`,
-    `HealthPublisher`, `Liveness` (gone or slow); the watchdog in `core.checkpoints.deadlines`. Here: the checkpointer API,
-    sync and async twins routing between PostgreSQL and the buffer.
+    `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The monitor
+    and liveness threads start with the saver (not with `start=False`); `close()` (or the context
+    manager) stops them.
     """
+
+    _ids = itertools.count(1)
+
+    def __init__(self, dsn: str, *, serde: SerializerProtocol | None = None, replica_id: str | None = None,
+                 call_timeout: float = CALL_TIMEOUT_S, heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+                 probe_interval: float = PROBE_INTERVAL_S, pool_size: int = POOL_SIZE,
+                 thread_cache_size: int = THREAD_CACHE_SIZE, resync_timeout: float = RESYNC_TIMEOUT_S,
+                 publish_health: bool = True, start: bool = True,
+                 close_resync_timeout: float = CLOSE_RESYNC_TIMEOUT_S, journal_dir: str | Path | None = None,
+                 liveness_interval: float = LIVENESS_INTERVAL_S, liveness_timeout: float = LIVENESS_TIMEOUT_S,
+                 statement_timeout: float | None = STATEMENT_TIMEOUT_S, lock_timeout: float | None = LOCK_TIMEOUT_S,
+                 clock: Callable[[], datetime] | None = None):
+        # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the wrapped savers.
+        self._host, self._pid = socket.gethostname(), os.getpid()
+        self._replica_id = replica_id or f"{self._host}:{self._pid}:{next(self._ids)}"
+        # The time episodes and heartbeats carry: real time, or the demo's ManualClock (core.clock).
+        self._now = clock or _now
+        self._call_timeout = call_timeout
+        self._probe_interval = probe_interval
+        self._resync_timeout = resync_timeout
+        self._close_resync_timeout = close_resync_timeout
+        self._publish_health = publish_health
+        # Every connection of the saver gets the server-side statement/lock timeouts and TCP settings, but
+        # the replay's and setup()'s: TCP settings only (the replay is bounded by resync_timeout).
+        session = session_dsn(dsn, statement_timeout, lock_timeout)
+        self._resync_dsn = session_dsn(dsn, None, None)
+        self._watchdog = _Watchdog(f"dual-saver-watchdog-{self._replica_id}")
+        serde = maybe_add_typed_methods(serde if serde is not None else AllowlistSerializer(refusals=RefusalLog()))
+        journal = Journal(Path(journal_dir) if journal_dir is not None else default_journal_dir(), self._replica_id, dsn)
+        self._buffer = DegradedBuffer(serde, thread_cache_size=thread_cache_size, journal=journal, now=self._now)
+
+        def is_degraded() -> bool:  # what the wrapped savers, the liveness check and the monitor ask
+            return self._buffer.degraded
+
+        self._postgres = WrappedSavers(session, serde=serde, replica_id=self._replica_id, pool_size=pool_size,
+                                       call_timeout=call_timeout, watchdog=self._watchdog, is_degraded=is_degraded)
+        self._liveness = Liveness(session, replica_id=self._replica_id, interval=liveness_interval,
+                                  timeout=liveness_timeout, watchdog=self._watchdog, is_degraded=is_degraded,
+                                  on_gone=self._degrade)
+        self._recovery = Recovery(session, self._resync_dsn, replica_id=self._replica_id, call_timeout=call_timeout,
+                                  resync_timeout=resync_timeout, watchdog=self._watchdog)
+        self._health = HealthPublisher(session, replica_id=self._replica_id, host=self._host, pid=self._pid,
+                                       started_at=self._now(), heartbeat_interval=heartbeat_interval,
+                                       call_timeout=call_timeout, watchdog=self._watchdog,
+                                       watched=lambda: self._liveness.running, live=self._live)
+        self._monitor = Monitor(replica_id=self._replica_id, heartbeat_interval=heartbeat_interval,
+                                probe_interval=probe_interval, is_degraded=is_degraded, beat=self._beat,
+                                recover=self._recover, on_gone=self._degrade)
+        self.serde = serde
+        if start:
+            self.start()
+
+    # --- serializer: the wrapped savers and the memory buffer always use ours --------------------
+
+    @property
+    def serde(self) -> SerializerProtocol:  # type: ignore[override]
+        return self._serde
+
+    @serde.setter
+    def serde(self, value: SerializerProtocol) -> None:
+        # Also called on a `copy.copy` clone by `with_allowlist`: the clone gets its own views.
+        self._serde = maybe_add_typed_methods(value)
+        self._postgres = self._postgres.with_serde(self._serde)
+        self._buffer = self._buffer.with_serde(self._serde)
+        refusals = getattr(value, "refusals", None)
+        if isinstance(refusals, RefusalLog):
+            self._health.watch_refusals(refusals)
+
+    # --- live state (the guard reads it at every tool call) ---------------------------------------
+
+    @property
+    def degraded(self) -> bool:
+        return self._buffer.degraded
+
+    @property
+    def replica_id(self) -> str:
+        return self._replica_id
+
+    def status(self) -> dict[str, Any]:
+        """Live state and counters (the Degradation page, the guard, a Prometheus collector).
+
+        Gauges: state, resyncing (degraded, the buffer is being replayed), degraded_since /
+        degraded_seconds, buffered_ops / buffered_checkpoints / buffered_writes (this episode),
+        last_resync_ms. Monotonic counters: episodes_total, resynced_ops_total, resyncs_total,
+        resync_seconds_total, denials_total, denials_by (tool, risk), refusals_total, refusals_by_type,
+        conflicts_total, tombstoned_threads_total, tombstoned_ops_dropped_total.
+        """
+        return {"replica_id": self._replica_id, **self._buffer.status(), "last_success": self._last_success(),
+                "generation": self._postgres.generation, **self._recovery.status(), **self._health.totals()}
+
+    def transitions(self) -> list[tuple[float, str]]:
+        """(time.monotonic(), "healthy"|"degraded") for every state change, oldest first."""
+        return self._buffer.transitions()
+
+    def wait_for(self, state: str, timeout: float) -> bool:
+        """Block until the saver is "healthy" (buffer resynced) or "degraded"; False on timeout."""
+        return self._buffer.wait_for(state, timeout)
+
+    def record_denial(self, denial: Any) -> None:
+        """Keep a guard denial for the health tables (with the open episode, flushed on recovery)."""
+        row = denial.as_row() if hasattr(denial, "as_row") else dict(denial)
+        row.setdefault("key", str(uuid.uuid4()))
+        metrics.denied(row.get("tool"), row.get("risk"))
+        self._health.count_denial(row)
+        if not self._buffer.keep_denial(row):
+            self._health.add_denials([row])
+
+    def _last_success(self) -> datetime | None:
+        return _ts(max(filter(None, (self._postgres.last_success_ts, self._health.last_success_ts)), default=None))
+
+    def _live(self) -> dict[str, Any]:
+        """The saver's state as the heartbeat row gives it."""
+        return {**self._buffer.status(), "last_success": self._last_success()}
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Replay the journal a previous close() of this replica id left (if PostgreSQL answers), start the
+        monitor and the liveness check."""
+        if self._buffer.journal_pending:
+            self._replay_journal()  # not replayed: the monitor retries
+        self._monitor.start()
+        self._liveness.start()
+
+    def close(self) -> None:
+        """Stop the threads, resync or journal the buffer, publish a last heartbeat, close the pools.
+
+        Degraded, it tries a final resync for up to `close_resync_timeout` seconds; if PostgreSQL is
+        still unreachable, the buffer goes to the local journal (`core.checkpoints.journal`, logged
+        at ERROR), which the next start with the same replica id replays. Nothing is dropped
+        (issue 16 #2). Closing twice is harmless.
+        """
+        metrics.unregister(self)
+        if self._monitor.stopped:
+            return
+        self._liveness.stop(timeout=self._call_timeout + 2)
+        self._monitor.stop(timeout=self._call_timeout + 2)
+        if self._buffer.degraded:
+            self._final_resync()
+        if not self._buffer.degraded and self._publish_health:
+            try:
+                self._health.flush(state="stopped")
+            except Exception as exc:  # closing must not fail because PostgreSQL is gone
+                log.warning("last heartbeat not written: %s", _describe(exc))
+        self._journal_unsaved()  # whatever PostgreSQL still lacks (nothing, normally)
+        self._postgres.close()
+        self._health.close()
+        self._watchdog.stop()
+
+    async def aclose_loop(self) -> None:
+        """Close this event loop's async pool (call before the loop ends, e.g. in `asyncio.run`).
+
+        The pool's tasks live on the loop; a loop shutting down with an open pool waits for them.
+        """
+        await self._postgres.aclose_loop()
+
+    async def aclose(self) -> None:
+        """`close()` plus closing this event loop's async pool on the loop itself."""
+        await self.aclose_loop()
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> "DualCheckpointSaver":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def setup(self) -> None:
+        """Create or migrate langgraph's checkpoint tables (core.migrate does this for the app), on a
+        connection without the agents' statement_timeout (a migration of a big table takes longer)."""
+        with psycopg.connect(self._resync_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
+            PostgresSaver(conn).setup()
+
+    # --- routing: failures, the monitor's beat and recovery, the journal ------------------------------
+
+    def _handle(self, exc: BaseException, config: RunnableConfig | None) -> None:
+        """Degrade on a connection failure; re-raise anything else."""
+        if isinstance(exc, SerializationRefused):
+            if config is not None:
+                thread_id, _, checkpoint_id = thread_of(config)
+                exc.refusal.thread_id = exc.refusal.thread_id or thread_id
+                exc.refusal.checkpoint_id = exc.refusal.checkpoint_id or checkpoint_id
+            raise exc
+        if not is_connection_failure(exc):
+            raise exc
+        self._degrade(_describe(exc))
+
+    def _degrade(self, reason: str) -> None:
+        """PostgreSQL is gone: degrade (once per episode), cut every call still in flight, wake the monitor."""
+        if not self._buffer.degrade(reason):
+            return
+        self._recovery.new_episode()
+        self._monitor.wake()
+        cut = self._watchdog.cut_all(f"PostgreSQL call cut: checkpoint persistence degraded ({reason})")
+        log.warning("checkpoint persistence DEGRADED (replica %s): %s; %d call(s) in flight cut",
+                    self._replica_id, reason, cut)
+
+    def _beat(self) -> None:
+        """The monitor's work while healthy: a journal left to replay, the tombstones, the health rows."""
+        if self._buffer.journal_pending:
+            self._replay_journal()
+        self._buffer.learn_tombstones(self._health.poll_tombstones())
+        if self._publish_health:
+            self._health.flush()
+
+    def _recover(self) -> bool:
+        """The monitor's work while degraded: probe; once PostgreSQL answers, resync the buffer in rounds
+        outside its lock while agents keep buffering, reading and checking status (issue 16 #4). Each
+        round writes what the log held when it started; once a round finds it empty, fresh pools, and
+        the switch under the buffer's lock with no I/O. True once healthy."""
+        episode = self._buffer.open_episode()
+        if episode is None:
+            return True
+        if not self._recovery.probe(degraded_since=episode.since, buffered=self._buffer.status()["buffered_ops"]):
+            return False
+        if self._buffer.journal_pending and not self._replay_journal():  # older than this episode: first
+            return False
+        started = time.monotonic()
+        if self._publish_health:
+            try:  # tell the SRE page we are back and resyncing, with what we hold
+                self._health.publish_heartbeat("degraded")
+            except Exception as exc:
+                log.warning("heartbeat before resync not written: %s", _describe(exc))
+
+        def switch(ended: BufferedEpisode) -> None:  # counted before anyone sees the saver healthy
+            seconds = time.monotonic() - started
+            self._recovery.resynced(ended.resynced, seconds)
+            self._health.record_episode(self._episode(ended, ops_resynced=ended.resynced, resync_ms=seconds * 1000))
+
+        self._recovery.resyncing = True
+        try:
+            ended = None
+            while ended is None:
+                batch = self._buffer.pending()
+                if batch:
+                    if time.monotonic() - started > self._resync_timeout:
+                        # Agents buffer faster than the rounds drain: stay degraded, retry at the next probe.
+                        self._recovery.resync_failed(f"buffer not drained within {self._resync_timeout:.0f} s")
+                        log.warning("resync of replica %s did not drain the buffer within %.0f s (%d operations "
+                                    "left, kept)", self._replica_id, self._resync_timeout, len(batch))
+                        return False
+                    try:
+                        erased = self._recovery.replay(batch, since=episode.since, tombstoned=self._buffer.tombstoned())
+                    except Exception as exc:
+                        self._recovery.resync_failed(_describe(exc))
+                        log.warning("resync of %d buffered operations failed (kept): %s", len(batch), _describe(exc))
+                        return False
+                    self._buffer.learn_tombstones(erased)
+                    self._buffer.committed(len(batch))
+                    continue
+                self._postgres.reconnect()  # agents use no pool while degraded
+                self._health.reconnect()
+                ended = self._buffer.leave(switch)  # None: operations came in meanwhile, one more round
+        finally:
+            self._recovery.resyncing = False
+        ms = self._recovery.last_resync_ms or 0.0
+        log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
+                    self._replica_id, ended.resynced, ms)
+        metrics.resynced(ended.resynced, ms / 1000)
+        if self._publish_health:
+            try:
+                self._health.flush()
+            except Exception as exc:
+                log.warning("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
+        return True
+
+    def _episode(self, episode: BufferedEpisode, *, ops_resynced: int, resync_ms: float) -> replica_health.Episode:
+        """The row of a degradation episode of this replica, ending now."""
+        now = self._now()
+        return replica_health.Episode(
+            replica_id=self._replica_id, host=self._host, pid=self._pid, degraded_from=episode.since or now,
+            degraded_to=now, reason=episode.reason, checkpoints_buffered=episode.checkpoints,
+            writes_buffered=episode.writes, ops_resynced=ops_resynced, resync_ms=resync_ms,
+            denials=list(episode.denials))
+
+    def _final_resync(self) -> None:
+        """Try to resync the buffer until `close_resync_timeout` has passed (monitor already stopped)."""
+        deadline = time.monotonic() + self._close_resync_timeout
+        while self._buffer.degraded and time.monotonic() < deadline:
+            if self._recover():
+                return
+            time.sleep(min(self._probe_interval, max(0.0, deadline - time.monotonic()), 0.2))
+
+    def _journal_unsaved(self) -> None:
+        """Append what PostgreSQL does not have yet (the resync log, the open episode, unflushed health
+        rows) to the journal, fsynced, and say so at ERROR."""
+        episodes, denials = self._health.unsaved()
+        open_episode = self._buffer.open_episode()
+        if open_episode is not None:
+            episodes.append(self._episode(open_episode, ops_resynced=0, resync_ms=0.0))
+        record = self._buffer.closing_record(replica_id=self._replica_id, episodes=[dict(e.__dict__) for e in episodes],
+                                             denials=denials)
+        if record is None:
+            return
+        what = (f"{record['checkpoints']} checkpoints, {record['writes']} writes, {len(record['ops'])} operations, "
+                f"{len(record['episodes'])} degradation episodes, "
+                f"{len(record['denials']) + sum(len(e['denials']) for e in record['episodes'])} guard denials")
+        journal = self._buffer.journal_path
+        try:
+            self._buffer.journal(record)
+        except Exception as exc:
+            log.error("replica %s closed while PostgreSQL is unreachable: %s are LOST (journal %s not written: %s)",
+                      self._replica_id, what, journal, _describe(exc))
+            return
+        self._health.forget_unsaved()
+        log.error("replica %s closed while PostgreSQL is unreachable: %s not saved to PostgreSQL; kept in the "
+                  "journal %s, replayed by the next start of replica %s", self._replica_id, what, journal,
+                  self._replica_id)
+
+    def _replay_journal(self) -> bool:
+        """Replay the journal of this replica id, if any, then remove it; False if PostgreSQL refused."""
+        records = self._buffer.journaled()
+        if not records:
+            return True
+        started = time.monotonic()
+        try:
+            for record in records:
+                self._buffer.learn_tombstones(self._recovery.replay(
+                    record["ops"], since=record["since"], tombstoned=self._buffer.tombstoned(), episode=False))
+        except Exception as exc:
+            log.warning("journal %s of replica %s not replayed yet (kept, retried): %s", self._buffer.journal_path,
+                        self._replica_id, _describe(exc))
+            return False
+        for record in records:
+            for episode in record["episodes"]:
+                if episode["ops_resynced"] == 0:
+                    episode["ops_resynced"] = len(record["ops"])
+                    episode["resync_ms"] = (time.monotonic() - started) * 1000
+                self._health.record_episode(replica_health.Episode(**episode))
+            self._health.add_denials(record["denials"])
+        ops = sum(len(r["ops"]) for r in records)
+        self._recovery.journal_replayed(ops)
+        self._buffer.journal_replayed()
+        log.warning("replica %s replayed its journal: %d operations from %d closes while PostgreSQL was unreachable",
+                    self._replica_id, ops, len(records))
+        if self._publish_health:
+            try:
+                self._health.flush()
+            except Exception as exc:  # kept in memory for the next heartbeat
+                log.warning("health flush after the journal replay failed (kept for the next heartbeat): %s",
+                            _describe(exc))
+        return True
 
     # --- sync API ---------------------------------------------------------------------------
 
@@ -188,6 +573,7 @@ class DualCheckpointSaver(Closing, SaverCore):
             raise CheckpointUnavailable("prune needs PostgreSQL, which became unreachable; retry when healthy") from exc
         for thread_id in thread_ids:
             self._buffer.forget_thread(thread_id)
+
     def get_next_version(self, current: str | None, channel: None) -> str:
         return BasePostgresSaver.get_next_version(self, current, channel)  # type: ignore[arg-type]
 
