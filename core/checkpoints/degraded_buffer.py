@@ -6,8 +6,9 @@ had (seeded into the buffer the first time a thread is touched in an episode, ne
 thread). The switch back to healthy happens only once the log is empty (`leave`).
 
 The journal (core.checkpoints.journal) keeps, across a restart, what a close while PostgreSQL was
-unreachable could not resync: every record goes through `journal()`, and the log and the journal
-are only this class's business.
+unreachable could not resync. The log and the journal are this class's business alone: an operation
+enters the log in `_buffer` and leaves it in `committed`, `leave` or `journal`, and the journal is
+written by `journal` and read by `journaled` (where a write-ahead journal would hook in).
 """
 from __future__ import annotations
 
