@@ -90,6 +90,7 @@ def keep_writing(saver: DualCheckpointSaver, stop: threading.Event, tag: str) ->
         n += 1
 
 
+@pytest.mark.slow  # an outage drill
 def test_replica_endpoints_report_degraded_during_hang_and_stop_and_zero_after_resync(metrics_server):
     base, control = metrics_server
     dsn = new_db(base)
@@ -176,6 +177,7 @@ saver.close()
 """
 
 
+@pytest.mark.slow  # worker processes
 def test_multiprocess_mode_one_endpoint_for_every_worker(db, tmp_path):
     """PROMETHEUS_MULTIPROC_DIR: two worker processes, one port; the endpoint shows both replicas."""
     import os

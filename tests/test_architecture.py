@@ -198,6 +198,7 @@ def _walk(node):
             yield from _walk(v)
 
 
+@pytest.mark.slow  # a new Python process per manifest
 @pytest.mark.parametrize("manifest,command", manifest_commands(), ids=lambda v: v if isinstance(v, str) else None)
 def test_every_manifest_command_runs(manifest, command):
     """Each container's command, from this checkout, answers `--help` (its own parser, its imports)."""

@@ -7,8 +7,11 @@ from __future__ import annotations
 import math
 
 import psycopg
+import pytest
 
 from bench import bench_production as bp
+
+pytestmark = pytest.mark.slow  # a benchmark
 
 PAGES = ["Memoria", "Preferencias", "Barridos", "Checkpoints", "Degradación", "Borrado", "Registro de borrados"]
 RENDER = "page render (AppTest, empty data cache)"

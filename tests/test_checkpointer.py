@@ -134,6 +134,7 @@ def stores(create_database):
         pool.close()
 
 
+@pytest.mark.slow  # an outage drill
 @pytest.mark.parametrize("kind", ["stop", "hang"])
 def test_fault_agents_keep_answering_and_resync_exactly(fault_server, stores, kind, capsys):
     base, control = fault_server
@@ -246,6 +247,7 @@ def test_fault_agents_keep_answering_and_resync_exactly(fault_server, stores, ki
     assert rep.set_index("replica_id").loc[f"fault-{kind}", "reported_state"] == "stopped"
 
 
+@pytest.mark.slow  # an outage drill
 def test_async_path_degrades_on_hung_server_within_deadline(fault_server):
     """Native async: aput on a hung server returns at the deadline (not psycopg's ~10 s cancel)."""
     base, control = fault_server
@@ -286,6 +288,7 @@ def test_async_path_degrades_on_hung_server_within_deadline(fault_server):
     assert len(history[0].checkpoint["channel_values"]["messages"]) == 6
 
 
+@pytest.mark.slow  # an outage drill
 def test_degraded_reads_see_postgres_and_buffer(fault_server):
     base, control = fault_server
     dsn = new_db(base)
@@ -428,6 +431,7 @@ def test_heartbeat_published_while_healthy(db):
     assert again["last_heartbeat"] > first and again["buffered_checkpoints"] == 0
 
 
+@pytest.mark.slow  # a month of demo with real outages
 def test_demo_seed_includes_real_outage_episodes_across_the_month(tmp_path):
     """The embedded default: the demo seed hangs its own server briefly three times and resyncs (a few
     seconds each); the saver dates each episode on its replayed day, 4 min, 38 min and 2 h 10 min long."""

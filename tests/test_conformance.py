@@ -58,6 +58,7 @@ def outage_server(tmp_path_factory):
     yield from own_embedded_server(tmp_path_factory, "conformance-outage")
 
 
+@pytest.mark.slow  # outage drills between capabilities
 def test_conformance_through_outages_between_capabilities(outage_server, capsys):
     base, control = outage_server
     name = f"conf_{uuid.uuid4().hex[:10]}"

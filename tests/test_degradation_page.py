@@ -42,6 +42,7 @@ def test_empty_health_tables(create_database, app_env):
     assert metric(at, "Sonda del panel").endswith("ms")
 
 
+@pytest.mark.slow  # an outage drill
 def test_replica_through_a_real_outage(outage_server, app_env, monkeypatch):
     base, control = outage_server
     with psycopg.connect(base, autocommit=True) as conn:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from conftest import settings_for
 from core.demo.seed_progress import SEED_STEPS, SeedProgress
 from core.demo.seed import ensure_demo
+
+pytestmark = pytest.mark.slow  # two full demo seeds, each with its outage
 
 
 def test_two_seeders_at_once_seed_only_once(db):

@@ -98,6 +98,7 @@ def test_unreachable_database_is_db_up_zero(tmp_path):
     assert not any(k[0] == "agent_memory_replicas" for k in s)
 
 
+@pytest.mark.slow  # a new Python process
 def test_cli_serves_the_metrics_and_rejects_a_bad_port(db):
     seed(db)
     port = free_port()

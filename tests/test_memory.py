@@ -198,6 +198,7 @@ def test_dims_mismatch_is_a_clear_startup_error(db):
         migrate(db.dsn, 1536)
 
 
+@pytest.mark.slow  # waits out the store pool's timeout
 def test_agents_keep_answering_when_the_store_is_down():
     """The store's database unreachable (a refused port): the prompt goes without preferences, the
     conversation log row is skipped, a memory tool answers that memory is unavailable, and the

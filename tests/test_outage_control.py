@@ -14,6 +14,8 @@ import pytest
 
 from conftest import own_embedded_server
 
+pytestmark = pytest.mark.slow  # an outage drill
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):

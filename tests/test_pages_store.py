@@ -134,6 +134,7 @@ def test_english_on_request(demo_db, app_env):
     assert {m.label for m in at.metric} >= {"Saved documents", "Searchable by meaning", "Customers with preferences"}
 
 
+@pytest.mark.slow  # waits out a connect timeout
 def test_database_down_at_startup_is_a_clear_page(app_env):
     app_env("postgresql://postgres@127.0.0.1:1/agentes?connect_timeout=2")
     at = AppTest.from_file(APP, default_timeout=30)

@@ -21,6 +21,8 @@ from core.checkpoints.serde import make_serializer
 from core.db import make_pool
 from core.migrate import migrate
 
+pytestmark = pytest.mark.slow  # outage drills on a server of its own
+
 DIMS = 64
 
 

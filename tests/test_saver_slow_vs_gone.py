@@ -22,6 +22,8 @@ from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints.dual_saver import DualCheckpointSaver, is_connection_failure
 from core.migrate import migrate
 
+pytestmark = pytest.mark.slow  # locks held for seconds, hangs, on a server of its own
+
 DIMS = 64
 HIGH_TURN = "aviso retraso: Los pedidos de vaqueros llegan con retraso de una semana"
 

@@ -276,6 +276,7 @@ def test_bad_input_on_the_command_line_exits_2_and_changes_nothing(db, store, mo
     assert rows(db) == before and log_rows(db) == []
 
 
+@pytest.mark.slow  # a new Python process
 def test_the_old_command_fails_and_names_the_new_one(db, store, monkeypatch):
     """`python -m core.operations.sweep` was the CronJob's command: a manifest still running it must fail
     loudly, not exit 0 having swept nothing."""

@@ -15,6 +15,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # runs other tests again under a faked clock
+
 # The tests whose figures depend on today's date: the demo seed's replayed days and the pages'
 # "last 30 days" windows (plus the Memory page, which reads the same seed).
 DATE_DEPENDENT = ["tests/test_pages_store.py::test_preferences_page_figures_equal_sql",
