@@ -16,8 +16,9 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -164,13 +165,13 @@ class DegradedBuffer:
                      next_config: RunnableConfig) -> None:
         self._cache.remember_put(config, checkpoint, metadata, next_config)
 
-    def remember_writes(self, config: RunnableConfig, writes: Any, task_id: str) -> None:
+    def remember_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
         self._cache.remember_writes(config, writes, task_id)
 
     def forget_thread(self, thread_id: str) -> None:
         self._cache.forget({str(thread_id)})
 
-    def learn_tombstones(self, thread_ids: Any) -> None:
+    def learn_tombstones(self, thread_ids: Iterable[str]) -> None:
         """Erased threads (core_thread_tombstones): out of the read cache, never seeded again."""
         st = self._state
         new = set(thread_ids) - st.tombstoned
@@ -287,7 +288,8 @@ class DegradedBuffer:
 
         return self._buffer("put", config, apply, rows)
 
-    def put_writes(self, config: RunnableConfig, writes: Any, task_id: str, task_path: str) -> tuple[bool, Any]:
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str) -> tuple[bool, Any]:
         conf = config["configurable"]
         upsert = all(w[0] in WRITES_IDX_MAP for w in writes)
         rows = (upsert, self._rows._dump_writes(conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"],
@@ -344,7 +346,7 @@ class DegradedBuffer:
     # --- journal ----------------------------------------------------------------------------------
 
     @property
-    def journal_path(self) -> Any:
+    def journal_path(self) -> Path:
         return self._journal.path
 
     @property

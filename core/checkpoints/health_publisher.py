@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import psycopg.rows
+from psycopg_pool import ConnectionPool
 
 from core.checkpoints import replica_health
 from core.checkpoints.deadlines import _Watchdog
@@ -59,7 +60,7 @@ class HealthPublisher:
         self._refusals_total = 0
         self._refusals_by_type: dict[str, int] = {}
 
-    def _new_pool(self) -> Any:
+    def _new_pool(self) -> ConnectionPool:
         return make_pool(self._dsn, max_size=1, name=f"dual-saver-health-{self._replica_id}")
 
     # --- what it keeps --------------------------------------------------------------------------
