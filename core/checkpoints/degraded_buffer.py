@@ -5,10 +5,10 @@ at once), to the resync log, in order; reads see the buffer plus what the read c
 had (seeded into the buffer the first time a thread is touched in an episode, never for an erased
 thread). The switch back to healthy happens only once the log is empty (`leave`).
 
-The journal (core.checkpoints.journal) keeps, across a restart, what a close while PostgreSQL was
-unreachable could not resync. The log and the journal are this class's business alone: an operation
-enters the log in `_buffer` and leaves it in `committed`, `leave` or `journal`, and the journal is
-written by `journal` and read by `journaled` (where a write-ahead journal would hook in).
+The journal (core.checkpoints.journal) keeps the log across a process death: an operation is appended
+to it, fsynced, in `_buffer` before it enters the log (write-ahead; a failed append refuses the call
+and changes nothing); `committed` rewrites it with what is left; `journal` adds a close's episodes and
+denials; `journaled` reads what an earlier run left (set aside at construction).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class _State:
         self.tombstoned: set[str] = set()  # erased threads seen (tombstones): never seeded or replayed
         self.ops: list[tuple[str, Any]] = []  # the resync log, in order: rows as PostgresSaver writes them
         self.transitions: list[tuple[float, str]] = [(time.monotonic(), "healthy")]
-        self.journal_pending = journal.path.exists()
+        self.journal_pending = journal.set_aside()
 
 
 class DegradedBuffer:
@@ -238,6 +238,7 @@ class DegradedBuffer:
                 return False, None
             if config is not None:
                 self._seed(thread_of(config)[0])
+            self._journal.append(self._wal_record([(kind, rows)]))  # write-ahead: on disk before it counts
             result = apply()
             st.ops.append((kind, rows))
             if kind == "put":
@@ -317,10 +318,14 @@ class DegradedBuffer:
             return list(self._state.ops)
 
     def committed(self, count: int) -> None:
-        """The first `count` operations of the log are in PostgreSQL."""
+        """The first `count` operations of the log are in PostgreSQL: the journal keeps the rest."""
         with self._lock:
             del self._state.ops[:count]
             self._state.resynced += count
+            self._journal.rewrite([self._wal_record(self._state.ops)] if self._state.ops else [])
+
+    def _wal_record(self, ops: list[tuple[str, Any]]) -> dict[str, Any]:
+        return {"since": self._state.since, "ops": ops, "episodes": [], "denials": []}
 
     def leave(self, on_switch: Callable[[BufferedEpisode], None]) -> BufferedEpisode | None:
         """Back to healthy if the log is empty; None if operations came in since the last round (one more
@@ -359,26 +364,18 @@ class DegradedBuffer:
         return self._journal.read()
 
     def journal_replayed(self) -> None:
-        """Everything in the journal is in PostgreSQL: it goes."""
-        self._journal.remove()
+        """Everything in the journal an earlier run left is in PostgreSQL: it goes."""
+        self._journal.replayed()
         self._state.journal_pending = False
 
-    def closing_record(self, *, replica_id: str, episodes: list[dict[str, Any]],
+    def closing_record(self, *, episodes: list[dict[str, Any]],
                        denials: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """The journal record of a close: the resync log (while degraded) with the episodes and denials
-        PostgreSQL does not have yet; None when there is nothing to keep."""
-        st = self._state
-        with self._lock:
-            record = {"replica_id": replica_id, "since": st.since, "ops": list(st.ops) if st.degraded else [],
-                      "checkpoints": st.checkpoints if st.degraded else 0, "writes": st.writes if st.degraded else 0,
-                      "episodes": episodes, "denials": denials}
-        if not (record["ops"] or record["episodes"] or record["denials"]):
+        """The journal record of a close: the episodes and denials PostgreSQL does not have yet (the
+        resync log is in the journal already); None when there is nothing to keep."""
+        if not (episodes or denials):
             return None
-        return record
+        return {"since": self._state.since, "ops": [], "episodes": episodes, "denials": denials}
 
     def journal(self, record: dict[str, Any]) -> None:
-        """Append `record` to the journal, fsynced (raises OSError if it cannot); its operations then
-        leave the log."""
+        """Append `record` to the journal, fsynced (raises OSError if it cannot)."""
         self._journal.append(record)
-        with self._lock:
-            del self._state.ops[:len(record["ops"])]

@@ -39,9 +39,12 @@ import asyncio
 import itertools
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -99,6 +102,26 @@ from core.checkpoints.wrapped_savers import WrappedSavers
 
 log = logging.getLogger("core.checkpoints.dual_saver")
 
+_OPEN: "weakref.WeakSet[DualCheckpointSaver]" = weakref.WeakSet()  # started, not closed
+
+
+def _close_on_sigterm(saver: "DualCheckpointSaver") -> None:
+    """A SIGTERM (Kubernetes stopping the pod) closes every open saver (final resync, or the journal),
+    then ends the process as SIGTERM does. Installed from the main thread when SIGTERM has no handler
+    yet; a program with its own handler calls `close()` from it."""
+    _OPEN.add(saver)
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        for open_saver in list(_OPEN):
+            open_saver.close()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
+
 
 def refuse_on_event_loop() -> None:
     """The sync API blocks: on an event loop's thread it would stall every task (langgraph's rule)."""
@@ -131,6 +154,10 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the wrapped savers.
         self._host, self._pid = socket.gethostname(), os.getpid()
         self._replica_id = replica_id or f"{self._host}:{self._pid}:{next(self._ids)}"
+        if replica_id is None:
+            log.warning("dual saver without a replica_id: %s is used, which no restart matches, so what it "
+                        "journals while PostgreSQL is unreachable is never replayed; give each replica a stable "
+                        "replica_id (e.g. the pod name of a StatefulSet)", self._replica_id)
         # The time episodes and heartbeats carry: real time, or the demo's ManualClock (core.clock).
         self._now = clock or _now
         self._call_timeout = call_timeout
@@ -237,6 +264,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         monitor and the liveness check."""
         if self._buffer.journal_pending:
             self._replay_journal()  # not replayed: the monitor retries
+        _close_on_sigterm(self)
         self._monitor.start()
         self._liveness.start()
 
@@ -249,6 +277,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         (issue 16 #2). Closing twice is harmless.
         """
         metrics.unregister(self)
+        _OPEN.discard(self)
         if self._monitor.stopped:
             return
         self._liveness.stop(timeout=self._call_timeout + 2)
@@ -406,19 +435,20 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         open_episode = self._buffer.open_episode()
         if open_episode is not None:
             episodes.append(self._episode(open_episode, ops_resynced=0, resync_ms=0.0))
-        record = self._buffer.closing_record(replica_id=self._replica_id, episodes=[dict(e.__dict__) for e in episodes],
-                                             denials=denials)
+        record = self._buffer.closing_record(episodes=[dict(e.__dict__) for e in episodes], denials=denials)
         if record is None:
             return
-        what = (f"{record['checkpoints']} checkpoints, {record['writes']} writes, {len(record['ops'])} operations, "
-                f"{len(record['episodes'])} degradation episodes, "
-                f"{len(record['denials']) + sum(len(e['denials']) for e in record['episodes'])} guard denials")
+        status = self._buffer.status()
+        buffered = status["buffered_ops"] if status["state"] == "degraded" else 0
+        what = (f"{buffered} operations ({status['buffered_checkpoints'] if buffered else 0} checkpoints, "
+                f"{status['buffered_writes'] if buffered else 0} writes), {len(record['episodes'])} degradation "
+                f"episodes, {len(record['denials']) + sum(len(e['denials']) for e in record['episodes'])} guard denials")
         journal = self._buffer.journal_path
         try:
             self._buffer.journal(record)
         except Exception as exc:
-            log.error("replica %s closed while PostgreSQL is unreachable: %s are LOST (journal %s not written: %s)",
-                      self._replica_id, what, journal, _describe(exc))
+            log.error("replica %s closed while PostgreSQL is unreachable: %s; its episodes and denials are LOST "
+                      "(journal %s not written: %s)", self._replica_id, what, journal, _describe(exc))
             return
         self._health.forget_unsaved()
         log.error("replica %s closed while PostgreSQL is unreachable: %s not saved to PostgreSQL; kept in the "
@@ -431,18 +461,22 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         if not records:
             return True
         started = time.monotonic()
-        try:
-            for record in records:
+        try:  # one replay per episode: the write-ahead records of an episode hold one operation each
+            for since, group in itertools.groupby(records, key=lambda r: r["since"]):
                 self._buffer.learn_tombstones(self._recovery.replay(
-                    record["ops"], since=record["since"], tombstoned=self._buffer.tombstoned(), episode=False))
+                    [op for r in group for op in r["ops"]], since=since, tombstoned=self._buffer.tombstoned(),
+                    episode=False))
         except Exception as exc:
             log.warning("journal %s of replica %s not replayed yet (kept, retried): %s", self._buffer.journal_path,
                         self._replica_id, _describe(exc))
             return False
+        ops_of: dict[Any, int] = {}
+        for record in records:
+            ops_of[record["since"]] = ops_of.get(record["since"], 0) + len(record["ops"])
         for record in records:
             for episode in record["episodes"]:
                 if episode["ops_resynced"] == 0:
-                    episode["ops_resynced"] = len(record["ops"])
+                    episode["ops_resynced"] = ops_of.get(episode["degraded_from"], 0)
                     episode["resync_ms"] = (time.monotonic() - started) * 1000
                 self._health.record_episode(replica_health.Episode(**episode))
             self._health.add_denials(record["denials"])

@@ -1,9 +1,12 @@
-"""The dual saver's local journal: what a replica closed while PostgreSQL was unreachable could not save.
+"""The dual saver's local journal: what a replica buffered while PostgreSQL was unreachable, on disk.
 
-`close()` first tries a bounded final resync; if PostgreSQL is still down, it appends the buffer (the
-resync log of checkpoints, writes and deletions, the open degradation episode, its guard denials)
-to this journal, fsynced, and logs at ERROR. The next start with the same replica id replays it with
-the resync's own idempotent statements, then removes it.
+Write-ahead: while degraded, every buffered operation (checkpoint, writes, deletion) is appended here,
+fsynced, before the call returns, so a SIGKILL or an OOM kill loses nothing; once a resync commits
+operations the journal is rewritten with what is left (removed when nothing is). `close()` adds the
+open degradation episode and its guard denials, and logs at ERROR. The next start with the same
+replica id sets the file aside (`.replaying`) and replays it with the resync's own idempotent
+statements, then removes it. A default replica id (host:pid) never matches after a restart: give
+the saver a stable `replica_id`.
 
 Where: `$DUAL_SAVER_JOURNAL_DIR`, default `$AGENT_MEMORY_DATA/dual_saver_journal` (`./.data/...`);
 one file per replica id and database (`<replica id, percent-encoded>@<hash of host, port, dbname>.journal`). Records are length-prefixed
@@ -64,22 +67,59 @@ class Journal:
         target = hashlib.sha256(repr((info.get("host"), info.get("port"), info.get("dbname"))).encode()).hexdigest()[:12]
         self.path = Path(directory) / f"{urllib.parse.quote(replica_id, safe='')}@{target}.journal"
 
+        # Set aside at construction, replayed from there: what this process appends goes to `path`.
+        self.aside = self.path.with_name(self.path.name + ".replaying")
+
+    def set_aside(self) -> bool:
+        """Move the journal an earlier run left to `aside` (appended to one an interrupted replay left);
+        True when there is something to replay."""
+        if self.path.exists():
+            if self.aside.exists():
+                with open(self.aside, "ab") as f:
+                    f.write(self.path.read_bytes())
+                    f.flush()
+                    os.fsync(f.fileno())
+                self.path.unlink()
+            else:
+                os.replace(self.path, self.aside)
+            self._sync_dir()
+        return self.aside.exists()
+
     def append(self, record: dict[str, Any]) -> None:
         """Write one record and fsync it (and the folder, for a new file). Raises OSError if it cannot."""
-        data = ormsgpack.packb(record, default=_default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
+        data = self._frame(record)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists()
         with open(self.path, "ab") as f:
-            f.write(_HEADER.pack(len(data)) + data)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         if new:
             self._sync_dir()
 
+    def rewrite(self, records: list[dict[str, Any]]) -> None:
+        """Replace the journal by `records` (none: remove it), atomically and fsynced."""
+        if not records:
+            self._remove(self.path)
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            for record in records:
+                f.write(self._frame(record))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self._sync_dir()
+
+    @staticmethod
+    def _frame(record: dict[str, Any]) -> bytes:
+        data = ormsgpack.packb(record, default=_default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
+        return _HEADER.pack(len(data)) + data
+
     def read(self) -> list[dict[str, Any]]:
-        """Every complete record, oldest first; [] when there is no journal."""
+        """Every complete record of the journal set aside for replay, oldest first; [] when there is none."""
         try:
-            raw = self.path.read_bytes()
+            raw = self.aside.read_bytes()
         except FileNotFoundError:
             return []
         records, pos = [], 0
@@ -92,13 +132,16 @@ class Journal:
             pos += _HEADER.size + size
         if pos != len(raw):
             log.warning("journal %s ends with an incomplete record (%d bytes, a crash mid-write): ignored",
-                        self.path, len(raw) - pos)
+                        self.aside, len(raw) - pos)
         return records
 
-    def remove(self) -> None:
-        """Delete the journal once everything in it is in PostgreSQL."""
+    def replayed(self) -> None:
+        """Delete the journal set aside once everything in it is in PostgreSQL."""
+        self._remove(self.aside)
+
+    def _remove(self, path: Path) -> None:
         try:
-            self.path.unlink()
+            path.unlink()
         except FileNotFoundError:
             return
         self._sync_dir()
