@@ -14,6 +14,8 @@ import psycopg
 import pytest
 
 from conftest import own_embedded_server
+from core.checkpoints.dual_saver import DualCheckpointSaver
+from core.checkpoints.journal import Journal
 from core.migrate import migrate
 from test_saver_findings import DIMS, head
 
@@ -119,3 +121,57 @@ def test_an_agent_killed_mid_outage_loses_no_turn(dsn, control, tmp_path, sig):
         assert not list((tmp_path / "journal").glob("*.journal*"))
     finally:
         agent.stop()
+
+
+def journal_after_kill(dsn: str, control, journal_dir: Path, replica_id: str, thread: str) -> bytes:
+    """The journal an agent leaves when killed after one turn on `thread` while PostgreSQL is down (taken away)."""
+    control.stop()
+    try:
+        agent = Agent(dsn, replica_id, journal_dir)
+        assert agent.turn(thread, "x") == "x degraded"
+        agent.kill(signal.SIGKILL)
+    finally:
+        control.start()
+    [path] = journal_dir.glob("*.journal")
+    data = path.read_bytes()
+    path.unlink()
+    return data
+
+
+def test_a_torn_record_mid_journal_is_skipped_and_the_rest_replayed(dsn, control, tmp_path, caplog):
+    """A crash mid-append, then a later append: the records after the torn one are replayed, the damaged file
+    is moved aside and said at ERROR, and the saver starts."""
+    journal_dir = tmp_path / "journal"
+    first = journal_after_kill(dsn, control, journal_dir, "torn", "torn-a")
+    second = journal_after_kill(dsn, control, journal_dir, "torn", "torn-b")
+    # The last record of the first run cut short, then the second run's records.
+    Journal(journal_dir, "torn", dsn).path.write_bytes(first[:-5] + second)
+    with caplog.at_level("ERROR", logger="core.checkpoints.dual_saver"), \
+            DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="torn", journal_dir=journal_dir):
+        assert head(dsn, "torn-b") == ["x", "node"]
+    damaged = list(journal_dir.glob("*.damaged*"))
+    assert len(damaged) == 1 and damaged[0].read_bytes() == first[:-5] + second
+    assert any(r.levelname == "ERROR" and str(damaged[0]) in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
+    assert sorted(journal_dir.iterdir()) == damaged  # replayed, then removed; the damaged copy stays
+
+
+def test_a_journal_of_the_earlier_format_is_replayed(dsn, control, tmp_path):
+    """Version 1 (length-prefixed msgpack, before issue 25), as an earlier release's close() left it."""
+    import struct
+
+    import ormsgpack
+
+    from core.checkpoints import journal as journal_mod
+
+    journal_dir = tmp_path / "journal"
+    framed = journal_after_kill(dsn, control, journal_dir, "legacy", "legacy-a")
+    records, skipped = journal_mod._read_framed(framed)
+    assert records and not skipped
+    old = {"replica_id": "legacy", "since": records[0]["since"], "ops": [op for r in records for op in r["ops"]],
+           "checkpoints": 2, "writes": 2, "episodes": [], "denials": []}
+    body = ormsgpack.packb(old, default=journal_mod._default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
+    Journal(journal_dir, "legacy", dsn).path.write_bytes(struct.pack(">I", len(body)) + body)
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="legacy", journal_dir=journal_dir):
+        assert head(dsn, "legacy-a") == ["x", "node"]
+    assert not list(journal_dir.iterdir())

@@ -9,9 +9,13 @@ statements, then removes it. A default replica id (host:pid) never matches after
 the saver a stable `replica_id`.
 
 Where: `$DUAL_SAVER_JOURNAL_DIR`, default `$AGENT_MEMORY_DATA/dual_saver_journal` (`./.data/...`);
-one file per replica id and database (`<replica id, percent-encoded>@<hash of host, port, dbname>.journal`). Records are length-prefixed
-msgpack (bytes and datetimes round-trip; nothing is imported or called on load); a record cut
-short by a crash mid-write is ignored with a WARNING, the ones before it are kept.
+one file per replica id and database (`<replica id, percent-encoded>@<hash of host, port, dbname>.journal`).
+Records are msgpack (bytes and datetimes round-trip; nothing is imported or called on load) framed by a
+magic, a format version, the length and a CRC-32. A record cut short by a crash mid-write, or damaged,
+is skipped and reading resynchronises at the next frame; the damaged file is moved aside
+(`.damaged-<time>`, logged at ERROR) and the good records are replayed. A failed append is cut off the
+file, so nothing is appended after a torn tail. Version 1 (length-prefixed msgpack, no magic, before
+issue 25) is still read.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import logging
 import os
 import struct
 import urllib.parse
+import zlib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,7 +36,10 @@ log = logging.getLogger("core.checkpoints.dual_saver")
 
 JOURNAL_DIR_ENV = "DUAL_SAVER_JOURNAL_DIR"
 _DATETIME_EXT = 1
-_HEADER = struct.Struct(">I")
+_MAGIC = b"DSJ\x00"
+_VERSION = 2  # 1: a big-endian length, then the msgpack (no magic, no checksum)
+_HEADER = struct.Struct(">4sBII")  # magic, version, length, CRC-32 of the body
+_LEGACY_HEADER = struct.Struct(">I")
 
 
 def default_journal_dir() -> Path:
@@ -54,6 +62,49 @@ def _ext_hook(code: int, data: bytes) -> Any:
     if code == _DATETIME_EXT:
         return datetime.fromisoformat(data.decode())
     raise ValueError(f"unknown journal extension {code}")
+
+
+def _unpack(body: bytes) -> dict[str, Any] | None:
+    try:
+        record = ormsgpack.unpackb(body, ext_hook=_ext_hook)
+    except (ormsgpack.MsgpackDecodeError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _read_framed(raw: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The records of a framed journal and how many bytes were skipped (torn or damaged)."""
+    records, pos, skipped = [], 0, 0
+    while pos < len(raw):
+        record = None
+        if len(raw) - pos >= _HEADER.size:
+            magic, version, size, crc = _HEADER.unpack_from(raw, pos)
+            body = raw[pos + _HEADER.size:pos + _HEADER.size + size]
+            if magic == _MAGIC and version == _VERSION and len(body) == size and zlib.crc32(body) == crc:
+                record = _unpack(body)
+        if record is None:  # resynchronise at the next frame
+            following = raw.find(_MAGIC, pos + 1)
+            following = len(raw) if following < 0 else following
+            skipped += following - pos
+            pos = following
+            continue
+        records.append(record)
+        pos += _HEADER.size + size
+    return records, skipped
+
+
+def _read_legacy(raw: bytes) -> tuple[list[dict[str, Any]], int]:
+    """Version 1: length-prefixed msgpack; reading stops at the first record that does not read."""
+    records, pos = [], 0
+    while pos + _LEGACY_HEADER.size <= len(raw):
+        (size,) = _LEGACY_HEADER.unpack_from(raw, pos)
+        body = raw[pos + _LEGACY_HEADER.size:pos + _LEGACY_HEADER.size + size]
+        record = _unpack(body) if len(body) == size else None
+        if record is None:
+            break
+        records.append(record)
+        pos += _LEGACY_HEADER.size + size
+    return records, len(raw) - pos
 
 
 class Journal:
@@ -91,9 +142,14 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists()
         with open(self.path, "ab") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            start = f.tell()
+            try:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            except BaseException:
+                f.truncate(start)  # never a torn record followed by a later one
+                raise
         if new:
             self._sync_dir()
 
@@ -114,7 +170,7 @@ class Journal:
     @staticmethod
     def _frame(record: dict[str, Any]) -> bytes:
         data = ormsgpack.packb(record, default=_default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
-        return _HEADER.pack(len(data)) + data
+        return _HEADER.pack(_MAGIC, _VERSION, len(data), zlib.crc32(data)) + data
 
     def read(self) -> list[dict[str, Any]]:
         """Every complete record of the journal set aside for replay, oldest first; [] when there is none."""
@@ -122,17 +178,20 @@ class Journal:
             raw = self.aside.read_bytes()
         except FileNotFoundError:
             return []
-        records, pos = [], 0
-        while pos + _HEADER.size <= len(raw):
-            (size,) = _HEADER.unpack_from(raw, pos)
-            body = raw[pos + _HEADER.size:pos + _HEADER.size + size]
-            if len(body) < size:
-                break
-            records.append(ormsgpack.unpackb(body, ext_hook=_ext_hook))
-            pos += _HEADER.size + size
-        if pos != len(raw):
-            log.warning("journal %s ends with an incomplete record (%d bytes, a crash mid-write): ignored",
-                        self.aside, len(raw) - pos)
+        records, skipped = (_read_framed if raw[:len(_MAGIC)] == _MAGIC else _read_legacy)(raw)
+        if skipped:
+            damaged = self.path.with_name(f"{self.path.name}.damaged-{datetime.now():%Y%m%dT%H%M%S}-{os.getpid()}")
+            os.replace(self.aside, damaged)
+            tmp = self.aside.with_name(self.aside.name + ".tmp")
+            with open(tmp, "wb") as f:
+                for record in records:
+                    f.write(self._frame(record))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.aside)
+            self._sync_dir()
+            log.error("journal of this replica was damaged (%d bytes skipped, a crash mid-write or a bad disk): moved "
+                      "aside to %s; its %d readable records are replayed", skipped, damaged, len(records))
         return records
 
     def replayed(self) -> None:
