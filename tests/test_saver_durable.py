@@ -84,6 +84,11 @@ class Agent:
             self.proc.wait(30)
 
 
+def journal_files(journal_dir: Path) -> list[Path]:
+    """The journal's files but its lock (which stays)."""
+    return sorted(p for p in journal_dir.iterdir() if p.suffix != ".lock")
+
+
 def wait_until(check, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -118,7 +123,7 @@ def test_an_agent_killed_mid_outage_loses_no_turn(dsn, control, tmp_path, sig):
         finally:
             again.stop()
         assert head(dsn, "wal") == ["t1", "node", "t2", "node", "t3", "node", "t4", "node"]
-        assert not list((tmp_path / "journal").glob("*.journal*"))
+        assert journal_files(tmp_path / "journal") == []
     finally:
         agent.stop()
 
@@ -153,7 +158,7 @@ def test_a_torn_record_mid_journal_is_skipped_and_the_rest_replayed(dsn, control
     assert len(damaged) == 1 and damaged[0].read_bytes() == first[:-5] + second
     assert any(r.levelname == "ERROR" and str(damaged[0]) in r.getMessage() for r in caplog.records), \
         [r.getMessage() for r in caplog.records]
-    assert sorted(journal_dir.iterdir()) == damaged  # replayed, then removed; the damaged copy stays
+    assert journal_files(journal_dir) == damaged  # replayed, then removed; the damaged copy stays
 
 
 def test_a_journal_of_the_earlier_format_is_replayed(dsn, control, tmp_path):
@@ -174,4 +179,48 @@ def test_a_journal_of_the_earlier_format_is_replayed(dsn, control, tmp_path):
     Journal(journal_dir, "legacy", dsn).path.write_bytes(struct.pack(">I", len(body)) + body)
     with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="legacy", journal_dir=journal_dir):
         assert head(dsn, "legacy-a") == ["x", "node"]
-    assert not list(journal_dir.iterdir())
+    assert journal_files(journal_dir) == []
+
+
+def test_two_processes_with_one_journal_keep_each_others_records(dsn, control, tmp_path):
+    """Two agent processes with one replica id (one journal path): the resync of one does not remove what the
+    other journaled; the other is killed, and a restart replays its turn."""
+    journal_dir = tmp_path / "journal"
+    first = Agent(dsn, "shared", journal_dir)
+    second = Agent(dsn, "shared", journal_dir)
+    try:
+        control.stop()
+        try:
+            assert first.turn("shared-a", "a1") == "a1 degraded"
+            assert second.turn("shared-b", "b1") == "b1 degraded"
+            second.kill(signal.SIGKILL)
+        finally:
+            control.start()
+        assert wait_until(lambda: head(dsn, "shared-a") == ["a1", "node"], 30)
+        assert first.turn("shared-a", "a2") == "a2 healthy"  # the first one resynced, its log is empty
+        first.kill(signal.SIGKILL)
+        assert head(dsn, "shared-b") is None
+        again = Agent(dsn, "shared", journal_dir)
+        try:
+            assert wait_until(lambda: head(dsn, "shared-b") == ["b1", "node"], 30), head(dsn, "shared-b")
+        finally:
+            again.stop()
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_a_journal_set_aside_during_a_replay_is_replayed_next(tmp_path):
+    """Process 1 replays the journal it set aside; process 2 starts meanwhile and sets its predecessor's journal
+    aside too: process 1's end of replay keeps what it did not read."""
+    dsn = "host=/nowhere dbname=x"
+    one, two = Journal(tmp_path, "r", dsn), Journal(tmp_path, "r", dsn)
+    one.append({"ops": [["delete_thread", "a"]]})
+    assert one.set_aside()
+    assert [r["ops"] for r in one.read()] == [[["delete_thread", "a"]]]
+    two.append({"ops": [["delete_thread", "b"]]})
+    assert two.set_aside()
+    assert one.replayed()  # more to replay
+    assert [r["ops"] for r in one.read()] == [[["delete_thread", "b"]]]
+    assert not one.replayed()
+    assert journal_files(tmp_path) == []

@@ -365,8 +365,7 @@ class DegradedBuffer:
 
     def journal_replayed(self) -> None:
         """Everything in the journal an earlier run left is in PostgreSQL: it goes."""
-        self._journal.replayed()
-        self._state.journal_pending = False
+        self._state.journal_pending = self._journal.replayed()
 
     def closing_record(self, *, episodes: list[dict[str, Any]],
                        denials: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -19,12 +19,16 @@ issue 25) is still read.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import struct
 import urllib.parse
+import uuid
 import zlib
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -118,54 +122,64 @@ class Journal:
         target = hashlib.sha256(repr((info.get("host"), info.get("port"), info.get("dbname"))).encode()).hexdigest()[:12]
         self.path = Path(directory) / f"{urllib.parse.quote(replica_id, safe='')}@{target}.journal"
 
-        # Set aside at construction, replayed from there: what this process appends goes to `path`.
+        # Set aside before its replay: what any process appends meanwhile goes to a new `path`.
         self.aside = self.path.with_name(self.path.name + ".replaying")
+        # Every change of `path` or `aside` holds an flock on this file (two processes with one replica id).
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        self._writer = uuid.uuid4().hex  # tags this process's records: its rewrite keeps the others'
+        self._aside_read = 0  # bytes of `aside` the last read returned
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def set_aside(self) -> bool:
-        """Move the journal an earlier run left to `aside` (appended to one an interrupted replay left);
+        """Move the journal an earlier run left to `aside` (appended to one a replay has not finished);
         True when there is something to replay."""
-        if self.path.exists():
-            if self.aside.exists():
-                with open(self.aside, "ab") as f:
-                    f.write(self.path.read_bytes())
-                    f.flush()
-                    os.fsync(f.fileno())
-                self.path.unlink()
-            else:
-                os.replace(self.path, self.aside)
-            self._sync_dir()
-        return self.aside.exists()
+        with self._locked():
+            if self.path.exists():
+                if self.aside.exists():
+                    self._write(self.aside, self.aside.read_bytes() + self.path.read_bytes())
+                    self._remove(self.path)
+                else:
+                    os.replace(self.path, self.aside)
+                    self._sync_dir()
+            return self.aside.exists()
 
     def append(self, record: dict[str, Any]) -> None:
         """Write one record and fsync it (and the folder, for a new file). Raises OSError if it cannot."""
-        data = self._frame(record)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        new = not self.path.exists()
-        with open(self.path, "ab") as f:
-            start = f.tell()
-            try:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            except BaseException:
-                f.truncate(start)  # never a torn record followed by a later one
-                raise
-        if new:
-            self._sync_dir()
+        data = self._frame({**record, "writer": self._writer})
+        with self._locked():
+            new = not self.path.exists()
+            with open(self.path, "ab") as f:
+                start = f.tell()
+                try:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                except BaseException:
+                    f.truncate(start)  # never a torn record followed by a later one
+                    raise
+            if new:
+                self._sync_dir()
 
     def rewrite(self, records: list[dict[str, Any]]) -> None:
-        """Replace the journal by `records` (none: remove it), atomically and fsynced."""
-        if not records:
-            self._remove(self.path)
-            return
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            for record in records:
-                f.write(self._frame(record))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        self._sync_dir()
+        """Replace this process's records in the journal by `records`, atomically and fsynced; the other
+        processes' records stay. No record left: the journal goes."""
+        with self._locked():
+            try:
+                kept, _ = _read_framed(self.path.read_bytes())
+            except FileNotFoundError:
+                kept = []
+            kept = [r for r in kept if r.get("writer") != self._writer]
+            kept += [{**r, "writer": self._writer} for r in records]
+            if kept:
+                self._write(self.path, b"".join(self._frame(r) for r in kept))
+            else:
+                self._remove(self.path)
 
     @staticmethod
     def _frame(record: dict[str, Any]) -> bytes:
@@ -173,30 +187,45 @@ class Journal:
         return _HEADER.pack(_MAGIC, _VERSION, len(data), zlib.crc32(data)) + data
 
     def read(self) -> list[dict[str, Any]]:
-        """Every complete record of the journal set aside for replay, oldest first; [] when there is none."""
-        try:
-            raw = self.aside.read_bytes()
-        except FileNotFoundError:
-            return []
-        records, skipped = (_read_framed if raw[:len(_MAGIC)] == _MAGIC else _read_legacy)(raw)
-        if skipped:
-            damaged = self.path.with_name(f"{self.path.name}.damaged-{datetime.now():%Y%m%dT%H%M%S}-{os.getpid()}")
-            os.replace(self.aside, damaged)
-            tmp = self.aside.with_name(self.aside.name + ".tmp")
-            with open(tmp, "wb") as f:
-                for record in records:
-                    f.write(self._frame(record))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.aside)
-            self._sync_dir()
-            log.error("journal of this replica was damaged (%d bytes skipped, a crash mid-write or a bad disk): moved "
-                      "aside to %s; its %d readable records are replayed", skipped, damaged, len(records))
-        return records
+        """Every readable record of the journal set aside for replay, oldest first; [] when there is none."""
+        with self._locked():
+            try:
+                raw = self.aside.read_bytes()
+            except FileNotFoundError:
+                return []
+            records, skipped = (_read_framed if raw[:len(_MAGIC)] == _MAGIC else _read_legacy)(raw)
+            if skipped:
+                damaged = self.path.with_name(f"{self.path.name}.damaged-{datetime.now():%Y%m%dT%H%M%S}-{os.getpid()}")
+                os.replace(self.aside, damaged)
+                raw = b"".join(self._frame(r) for r in records)
+                self._write(self.aside, raw)
+                log.error("journal of this replica was damaged (%d bytes skipped, a crash mid-write or a bad disk): "
+                          "moved aside to %s; its %d readable records are replayed", skipped, damaged, len(records))
+            self._aside_read = len(raw)
+            return records
 
-    def replayed(self) -> None:
-        """Delete the journal set aside once everything in it is in PostgreSQL."""
-        self._remove(self.aside)
+    def replayed(self) -> bool:
+        """What the last read returned is in PostgreSQL: it leaves the journal set aside; True if another
+        process set more aside meanwhile (replayed next)."""
+        with self._locked():
+            try:
+                rest = self.aside.read_bytes()[self._aside_read:]
+            except FileNotFoundError:
+                return False
+            if rest:
+                self._write(self.aside, rest)
+            else:
+                self._remove(self.aside)
+            return bool(rest)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        self._sync_dir()
 
     def _remove(self, path: Path) -> None:
         try:
