@@ -51,6 +51,7 @@ class Reading:
     denials: pd.DataFrame
     refusals: pd.DataFrame
     refused_in_sql: pd.DataFrame
+    dead_letters: pd.DataFrame
 
 
 @st.cache_resource(show_spinner=False)
@@ -76,7 +77,8 @@ def _read(db: Database) -> Reading:
 def _read_once(db: Database) -> Reading:
     return Reading(time.time(), replica_health.summary(db), replica_health.replicas(db),
                    replica_health.episodes(db, limit=LIMIT), replica_health.denials(db, limit=LIMIT),
-                   replica_health.refusals(db, limit=LIMIT), replica_health.refused_in_sql(db, limit=LIMIT))
+                   replica_health.refusals(db, limit=LIMIT), replica_health.refused_in_sql(db, limit=LIMIT),
+                   replica_health.dead_letters(db, limit=LIMIT))
 
 
 def _clock(ts: float) -> str:
@@ -186,6 +188,12 @@ def events(reading: Reading) -> None:
             st.info(t("degr_no_refused_sql"))
         else:
             table(reading.refused_in_sql, key="degradation.refused_sql")
+        st.subheader(t("degr_dead_letters_title"))
+        st.caption(t("degr_dead_letters_caption"))
+        if reading.dead_letters.empty:
+            st.info(t("degr_no_dead_letters"))
+        else:
+            table(reading.dead_letters, key="degradation.dead_letters")
 
 
 st.title(t("degr_title"))

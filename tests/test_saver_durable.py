@@ -224,3 +224,61 @@ def test_a_journal_set_aside_during_a_replay_is_replayed_next(tmp_path):
     assert [r["ops"] for r in one.read()] == [[["delete_thread", "b"]]]
     assert not one.replayed()
     assert journal_files(tmp_path) == []
+
+
+def test_one_bad_buffered_write_goes_to_the_dead_letters_and_the_rest_through(dsn, control, tmp_path):
+    """A string with NUL, buffered while PostgreSQL is down, is refused by PostgreSQL on replay
+    (UntranslatableCharacter): it goes to core_checkpoint_dead_letters, the good turns are resynced, the
+    replica is healthy again and the dead-letter counter rises."""
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+    from prometheus_client import REGISTRY
+
+    from test_saver_findings import graph, turn
+
+    class Note(TypedDict):
+        note: str
+
+    builder = StateGraph(Note)
+    builder.add_node("node", lambda state: {"note": state["note"] + "."})
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    before = REGISTRY.get_sample_value("agent_memory_checkpoint_dead_letters_total") or 0
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, probe_interval=0.2, replica_id="bad-data",
+                             journal_dir=tmp_path) as saver:
+        notes, app = builder.compile(checkpointer=saver), graph(saver)
+        turn(app, "good", "g1")
+        control.stop()
+        try:
+            turn(app, "good", "g2")
+            notes.invoke({"note": "a\x00b"}, {"configurable": {"thread_id": "bad"}})
+            turn(app, "good", "g3")
+            assert saver.degraded
+        finally:
+            control.start()
+        assert saver.wait_for("healthy", 30), saver.status()
+        assert head(dsn, "good") == ["g1", "node", "g2", "node", "g3", "node"]
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT replica_id, thread_id, kind, error, octet_length(payload) > 0 "
+                            "FROM core_checkpoint_dead_letters ORDER BY id").fetchall()
+    assert rows and {r[:3] for r in rows} <= {("bad-data", "bad", "put")}, rows
+    assert all("UntranslatableCharacter" in r[3] and r[4] for r in rows), rows
+    assert REGISTRY.get_sample_value("agent_memory_checkpoint_dead_letters_total") == before + len(rows)
+
+
+def test_the_degradation_page_lists_dead_letters(db, app_env):
+    from streamlit.testing.v1 import AppTest
+
+    from apptools import frame
+
+    db.execute("INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) VALUES "
+               "('r-dl', 'cliente-DL-1', 'put', 'UntranslatableCharacter: **\\u0000** cannot be converted', '\\x00')")
+    app_env(db.dsn)
+    at = AppTest.from_file("../dashboard.py", default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/degradation.py").run()
+    assert not at.exception
+    shown = frame(at, "error", "thread_id")
+    assert shown[["replica_id", "thread_id", "kind", "error"]].values.tolist() == [
+        ["r-dl", "cliente-DL-1", "put", "UntranslatableCharacter: **\\u0000** cannot be converted"]]

@@ -387,7 +387,13 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                                     "left, kept)", self._replica_id, self._resync_timeout, len(batch))
                         return False
                     try:
-                        erased = self._recovery.replay(batch, since=episode.since, tombstoned=self._buffer.tombstoned())
+                        try:
+                            erased = self._recovery.replay(batch, since=episode.since,
+                                                           tombstoned=self._buffer.tombstoned())
+                        except Exception as exc:
+                            if is_connection_failure(exc):
+                                raise
+                            erased = self._replay_one_by_one(batch, since=episode.since)
                     except Exception as exc:
                         self._recovery.resync_failed(_describe(exc))
                         log.warning("resync of %d buffered operations failed (kept): %s", len(batch), _describe(exc))
@@ -410,6 +416,25 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             except Exception as exc:
                 log.warning("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
         return True
+
+    def _replay_one_by_one(self, batch: list[tuple[str, Any]], *, since: datetime | None,
+                           episode: bool = True) -> set[str]:
+        """PostgreSQL refused the batch, not for want of a connection: replay it operation by operation and
+        move each operation it refuses to the dead letters, so the rest goes through. A connection failure
+        (or a dead letter not written) raises: the batch is kept."""
+        erased: set[str] = set()
+        dead = 0
+        for op in batch:
+            try:
+                erased |= self._recovery.replay([op], since=since, tombstoned=self._buffer.tombstoned() | erased,
+                                                episode=episode)
+            except Exception as exc:
+                if is_connection_failure(exc):
+                    raise
+                self._recovery.dead_letter(op, exc)
+                dead += 1
+        metrics.dead_lettered(dead)
+        return erased
 
     def _episode(self, episode: BufferedEpisode, *, ops_resynced: int, resync_ms: float) -> replica_health.Episode:
         """The row of a degradation episode of this replica, ending now."""
@@ -463,9 +488,15 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         started = time.monotonic()
         try:  # one replay per episode: the write-ahead records of an episode hold one operation each
             for since, group in itertools.groupby(records, key=lambda r: r["since"]):
-                self._buffer.learn_tombstones(self._recovery.replay(
-                    [op for r in group for op in r["ops"]], since=since, tombstoned=self._buffer.tombstoned(),
-                    episode=False))
+                ops = [op for r in group for op in r["ops"]]
+                try:
+                    erased = self._recovery.replay(ops, since=since, tombstoned=self._buffer.tombstoned(),
+                                                   episode=False)
+                except Exception as exc:
+                    if is_connection_failure(exc):
+                        raise
+                    erased = self._replay_one_by_one(ops, since=since, episode=False)
+                self._buffer.learn_tombstones(erased)
         except Exception as exc:
             log.warning("journal %s of replica %s not replayed yet (kept, retried): %s", self._buffer.journal_path,
                         self._replica_id, _describe(exc))

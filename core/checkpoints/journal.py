@@ -68,6 +68,11 @@ def _ext_hook(code: int, data: bytes) -> Any:
     raise ValueError(f"unknown journal extension {code}")
 
 
+def pack(value: Any) -> bytes:
+    """`value` (a record, or a buffered operation) as the journal encodes it."""
+    return ormsgpack.packb(value, default=_default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
+
+
 def _unpack(body: bytes) -> dict[str, Any] | None:
     try:
         record = ormsgpack.unpackb(body, ext_hook=_ext_hook)
@@ -183,7 +188,7 @@ class Journal:
 
     @staticmethod
     def _frame(record: dict[str, Any]) -> bytes:
-        data = ormsgpack.packb(record, default=_default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
+        data = pack(record)
         return _HEADER.pack(_MAGIC, _VERSION, len(data), zlib.crc32(data)) + data
 
     def read(self) -> list[dict[str, Any]]:

@@ -55,6 +55,10 @@ RESYNC_SECONDS = Histogram(
 RESYNCED_OPERATIONS = Counter(
     PREFIX + "checkpoint_resynced_operations",
     "Buffered checkpoint operations written to PostgreSQL by resyncs.")
+DEAD_LETTERS = Counter(
+    PREFIX + "checkpoint_dead_letters",
+    "Buffered operations PostgreSQL refused on replay (not a connection failure), moved to "
+    "core_checkpoint_dead_letters so the rest of the buffer went through.")
 GUARD_DENIALS = Counter(
     PREFIX + "guard_denials",
     "Tool calls denied by the fail-closed guard while checkpoint persistence was degraded.",
@@ -91,6 +95,11 @@ def resynced(operations: int, seconds: float) -> None:
     """A resync wrote `operations` buffered operations in `seconds`."""
     RESYNCED_OPERATIONS.inc(max(0, int(operations)))
     RESYNC_SECONDS.observe(max(0.0, seconds))
+
+
+def dead_lettered(operations: int) -> None:
+    """A resync moved `operations` refused operations to the dead letters."""
+    DEAD_LETTERS.inc(operations)
 
 
 def denied(tool: Any, risk: Any) -> None:

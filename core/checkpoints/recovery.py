@@ -14,6 +14,7 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from core.checkpoints import journal
 from core.checkpoints.deadlines import _Watchdog
 from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe
 from core.checkpoints.thread_fates import ThreadFates
@@ -111,6 +112,20 @@ class Recovery:
         """Operations of an earlier run's journal are in PostgreSQL."""
         with self._lock:
             self._resynced_ops_total += ops
+
+    def dead_letter(self, op: tuple[str, Any], error: BaseException) -> None:
+        """Keep a buffered operation PostgreSQL refused (not a connection failure) in
+        core_checkpoint_dead_letters, as the saver stored it; raises if the row cannot be written."""
+        kind, payload = op
+        thread_id = payload if kind == "delete_thread" else payload[1][0] if kind == "put" else payload[1][0][0]
+        with psycopg.connect(self._resync_dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn, \
+                self._watchdog.watching(conn):
+            conn.execute("INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) "
+                         "VALUES (%s, %s, %s, %s, %s)", (self._replica_id, thread_id, kind, _describe(error),
+                                                         journal.pack(list(op))))
+        log.error("replica %s: PostgreSQL refused a buffered %s of thread %r on replay (%s): moved to "
+                  "core_checkpoint_dead_letters, the rest of the buffer goes on", self._replica_id, kind, thread_id,
+                  _describe(error))
 
     # --- replay ----------------------------------------------------------------------------------
 

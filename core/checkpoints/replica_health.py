@@ -153,6 +153,10 @@ SELECT_REFUSALS = """
 SELECT refused_at, type_name, kind, thread_id, checkpoint_id, replica_id
 FROM core_serde_refusals WHERE refused_at >= %(since)s ORDER BY refused_at DESC LIMIT %(limit)s"""
 
+SELECT_DEAD_LETTERS = """
+SELECT created_at, replica_id, thread_id, kind, error
+FROM core_checkpoint_dead_letters ORDER BY created_at DESC, id DESC LIMIT %(limit)s"""
+
 SELECT_SUMMARY = """
 SELECT (SELECT count(*) FROM core_replica_heartbeat WHERE state <> 'stopped')                       AS replicas,
        (SELECT count(*) FROM core_replica_heartbeat WHERE state = 'degraded')                        AS degraded,
@@ -201,6 +205,12 @@ def refused_in_sql(db: Database, limit: int = 500) -> pd.DataFrame:
     """Checkpoint payloads in the database that the serializer would refuse, newest found first."""
     return pd.DataFrame(db.fetch(SELECT_REFUSED_IN_SQL, {"limit": limit}),
                         columns=["found_at", "refused_type", "kind", "channel", "thread_id", "checkpoint_id"])
+
+
+def dead_letters(db: Database, limit: int = 500) -> pd.DataFrame:
+    """Buffered operations PostgreSQL refused on replay (core_checkpoint_dead_letters), newest first."""
+    return pd.DataFrame(db.fetch(SELECT_DEAD_LETTERS, {"limit": limit}),
+                        columns=["created_at", "replica_id", "thread_id", "kind", "error"])
 
 
 def summary(db: Database, since: datetime | None = None) -> dict[str, Any]:
