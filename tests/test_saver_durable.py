@@ -282,3 +282,34 @@ def test_the_degradation_page_lists_dead_letters(db, app_env):
     shown = frame(at, "error", "thread_id")
     assert shown[["replica_id", "thread_id", "kind", "error"]].values.tolist() == [
         ["r-dl", "cliente-DL-1", "put", "UntranslatableCharacter: **\\u0000** cannot be converted"]]
+
+
+def test_the_buffer_is_bounded_with_a_clear_refusal(dsn, control, tmp_path):
+    """`max_buffered_ops`: at the bound a buffered call is refused (BufferFull, nothing changed), the status and
+    the metrics give the bound; what was accepted reaches PostgreSQL."""
+    from core.checkpoints import metrics
+    from core.checkpoints.failures import BufferFull
+    from test_saver_findings import graph, turn
+
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, probe_interval=0.2, replica_id="bounded",
+                             journal_dir=tmp_path, max_buffered_ops=6) as saver:
+        app = graph(saver)
+        turn(app, "bounded", "b1")
+        control.stop()
+        try:
+            turn(app, "bounded", "b2")  # 4 operations: 2 checkpoints, 2 writes
+            with pytest.raises(BufferFull, match="6 operations"):
+                turn(app, "bounded", "b3")
+            status = saver.status()
+            assert status["buffered_ops"] == 6 and status["buffer_limit"] == 6
+            journaled = Journal(tmp_path, "bounded", dsn).path.read_bytes()
+            with pytest.raises(BufferFull):
+                saver.delete_thread("bounded")
+            assert saver.status()["buffered_ops"] == 6
+            assert Journal(tmp_path, "bounded", dsn).path.read_bytes() == journaled  # the refusal changed nothing
+            scraped = {m.name: m.samples[0].value for m in metrics.status_metrics([status])}
+            assert scraped["agent_memory_checkpoint_buffer_limit_operations"] == 6
+        finally:
+            control.start()
+        assert saver.wait_for("healthy", 30)
+        assert head(dsn, "bounded")[:4] == ["b1", "node", "b2", "node"]

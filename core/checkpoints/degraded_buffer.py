@@ -35,7 +35,7 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from core.checkpoints.failures import CheckpointUnavailable
+from core.checkpoints.failures import BufferFull, CheckpointUnavailable
 from core.checkpoints.journal import Journal
 from core.checkpoints.read_cache import ReadCache, thread_of
 
@@ -76,13 +76,14 @@ class DegradedBuffer:
     buffer whose memory saver loads and dumps with the clone's serializer.
     """
 
-    def __init__(self, serde: SerializerProtocol, *, thread_cache_size: int, journal: Journal,
+    def __init__(self, serde: SerializerProtocol, *, thread_cache_size: int, max_ops: int, journal: Journal,
                  now: Callable[[], datetime]):
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # notified on every switch
         self._state = _State(journal)
         self._cache = ReadCache(thread_cache_size)
         self._journal = journal
+        self._max_ops = max_ops
         self._now = now
         self._storage = InMemorySaver()  # the buffer's dicts; each view's memory saver shares them
         self._bind(serde)
@@ -137,7 +138,7 @@ class DegradedBuffer:
         with self._lock:
             return {"state": "degraded" if st.degraded else "healthy", "degraded_since": st.since,
                     "reason": st.reason, "buffered_ops": len(st.ops), "buffered_checkpoints": st.checkpoints,
-                    "buffered_writes": st.writes, "tombstones_known": len(st.tombstoned),
+                    "buffered_writes": st.writes, "buffer_limit": self._max_ops, "tombstones_known": len(st.tombstoned),
                     "degraded_seconds": (self._now() - st.since).total_seconds() if st.since else 0.0}
 
     def open_episode(self) -> BufferedEpisode | None:
@@ -231,11 +232,16 @@ class DegradedBuffer:
             return list(self._memory.list(config, **kwargs))
 
     def _buffer(self, kind: str, config: RunnableConfig | None, apply: Callable[[], Any], rows: Any) -> tuple[bool, Any]:
-        """Apply to memory and append to the resync log, atomically; (False, None) if no longer degraded."""
+        """Apply to memory and append to the resync log, atomically; (False, None) if no longer degraded.
+        Raises BufferFull, changing nothing, when the log holds `max_ops` operations."""
         st = self._state
         with self._lock:
             if not st.degraded:
                 return False, None
+            if len(st.ops) >= self._max_ops:
+                raise BufferFull(f"checkpoint buffer full: {len(st.ops)} operations buffered while PostgreSQL is "
+                                 f"unreachable (max_buffered_ops={self._max_ops}); this {kind} is refused and "
+                                 f"nothing was changed")
             if config is not None:
                 self._seed(thread_of(config)[0])
             self._journal.append(self._wal_record([(kind, rows)]))  # write-ahead: on disk before it counts

@@ -77,12 +77,14 @@ from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported fr
     LIVENESS_INTERVAL_S,
     LIVENESS_TIMEOUT_S,
     LOCK_TIMEOUT_S,
+    MAX_BUFFERED_OPS,
     POOL_SIZE,
     PROBE_CONNECT_TIMEOUT_S,
     PROBE_INTERVAL_S,
     RESYNC_TIMEOUT_S,
     STATEMENT_TIMEOUT_S,
     THREAD_CACHE_SIZE,
+    BufferFull,
     CheckpointUnavailable,
     DeadlineExceeded,
     _describe,
@@ -137,7 +139,8 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
 
     `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The monitor
     and liveness threads start with the saver (not with `start=False`); `close()` (or the context
-    manager) stops them.
+    manager) stops them. Give it a stable `replica_id` (its journal is found by it after a restart).
+    Degraded, it buffers up to `max_buffered_ops` operations, then refuses more (`BufferFull`).
     """
 
     _ids = itertools.count(1)
@@ -145,7 +148,8 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
     def __init__(self, dsn: str, *, serde: SerializerProtocol | None = None, replica_id: str | None = None,
                  call_timeout: float = CALL_TIMEOUT_S, heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
                  probe_interval: float = PROBE_INTERVAL_S, pool_size: int = POOL_SIZE,
-                 thread_cache_size: int = THREAD_CACHE_SIZE, resync_timeout: float = RESYNC_TIMEOUT_S,
+                 thread_cache_size: int = THREAD_CACHE_SIZE, max_buffered_ops: int = MAX_BUFFERED_OPS,
+                 resync_timeout: float = RESYNC_TIMEOUT_S,
                  publish_health: bool = True, start: bool = True,
                  close_resync_timeout: float = CLOSE_RESYNC_TIMEOUT_S, journal_dir: str | Path | None = None,
                  liveness_interval: float = LIVENESS_INTERVAL_S, liveness_timeout: float = LIVENESS_TIMEOUT_S,
@@ -172,7 +176,8 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         self._watchdog = _Watchdog(f"dual-saver-watchdog-{self._replica_id}")
         serde = maybe_add_typed_methods(serde if serde is not None else AllowlistSerializer(refusals=RefusalLog()))
         journal = Journal(Path(journal_dir) if journal_dir is not None else default_journal_dir(), self._replica_id, dsn)
-        self._buffer = DegradedBuffer(serde, thread_cache_size=thread_cache_size, journal=journal, now=self._now)
+        self._buffer = DegradedBuffer(serde, thread_cache_size=thread_cache_size,
+                                      max_ops=max_buffered_ops, journal=journal, now=self._now)
 
         def is_degraded() -> bool:  # what the wrapped savers, the liveness check and the monitor ask
             return self._buffer.degraded

@@ -25,6 +25,7 @@ PROBE_CONNECT_TIMEOUT_S = 1
 PROBE_LOG_EVERY_S = 30.0  # a failing probe is logged when its cause changes, else this often
 RESYNC_TIMEOUT_S = 15.0
 CLOSE_RESYNC_TIMEOUT_S = 5.0  # close() while degraded: a last resync for this long, then the journal
+MAX_BUFFERED_OPS = 100_000  # operations a degraded replica buffers before it refuses more (BufferFull)
 THREAD_CACHE_SIZE = 2_000  # threads whose latest checkpoint is kept for degraded reads
 POOL_SIZE = 8
 
@@ -39,6 +40,10 @@ class DeadlineExceeded(TimeoutError):
 
 class CheckpointUnavailable(RuntimeError):
     """The operation needs PostgreSQL, which is unreachable; nothing was changed or dropped."""
+
+
+class BufferFull(CheckpointUnavailable):
+    """Degraded, the buffer holds `max_buffered_ops` operations: this one is refused, nothing was changed."""
 
 
 def is_connection_failure(exc: BaseException) -> bool:

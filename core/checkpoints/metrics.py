@@ -150,6 +150,9 @@ def status_metrics(statuses: Iterable[dict[str, Any]]) -> list[Metric]:
                                     labels=["replica"]),
         "ops": GaugeMetricFamily(PREFIX + "checkpoint_buffered_operations",
                                  "Operations waiting for the resync to PostgreSQL.", labels=["replica"]),
+        "limit": GaugeMetricFamily(PREFIX + "checkpoint_buffer_limit_operations",
+                                   "Operations the buffer holds before it refuses more (max_buffered_ops).",
+                                   labels=["replica"]),
         "failing": GaugeMetricFamily(PREFIX + "checkpoint_resync_failing",
                                      "1 while degraded and the last resync attempt failed.", labels=["replica"]),
         "success": GaugeMetricFamily(PREFIX + "checkpoint_last_success_timestamp_seconds",
@@ -166,6 +169,7 @@ def status_metrics(statuses: Iterable[dict[str, Any]]) -> list[Metric]:
         fam["checkpoints"].add_metric(rid, float(st.get("buffered_checkpoints") or 0))
         fam["writes"].add_metric(rid, float(st.get("buffered_writes") or 0))
         fam["ops"].add_metric(rid, float(st.get("buffered_ops") or 0))
+        fam["limit"].add_metric(rid, float(st.get("buffer_limit") or 0))
         fam["failing"].add_metric(rid, 1.0 if degraded and st.get("last_resync_error") else 0.0)
         fam["success"].add_metric(rid, _epoch(st.get("last_success")))
         fam["episodes"].add_metric(rid, float(st.get("episodes_total") or 0))
