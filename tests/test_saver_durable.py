@@ -313,3 +313,23 @@ def test_the_buffer_is_bounded_with_a_clear_refusal(dsn, control, tmp_path):
             control.start()
         assert saver.wait_for("healthy", 30)
         assert head(dsn, "bounded")[:4] == ["b1", "node", "b2", "node"]
+
+
+@pytest.mark.browser
+def test_browser_degradation_page_shows_a_dead_letter(page, db, screenshot):
+    from playwright.sync_api import expect
+
+    from conftest import start_streamlit, stop_streamlit
+
+    db.execute("INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) VALUES "
+               "('r-dl', 'cliente-DL-1', 'put', 'UntranslatableCharacter: <b>x</b> cannot be converted', '\\x00')")
+    proc, url = start_streamlit({"PG_AGENTES": db.dsn})
+    try:
+        page.goto(f"{url}/degradation")
+        expect(page.get_by_role("heading", name="Operaciones rechazadas al resincronizar (dead letters)")) \
+            .to_be_visible(timeout=30_000)
+        expect(page.get_by_test_id("stDataFrame").get_by_text("cliente-DL-1")).to_be_attached()
+        page.get_by_test_id("stDataFrame").last.scroll_into_view_if_needed()
+        screenshot("degradation-dead-letters")
+    finally:
+        stop_streamlit(proc)
