@@ -7,7 +7,7 @@ import pytest
 
 from conftest import settings_for
 from core.config import load_settings
-from core.demo.seed import run_replica
+from core.demo.seed import run_replica, start_replicas
 from apptools import wait_until
 
 
@@ -46,3 +46,18 @@ def test_replicas_default_on_embedded_off_with_a_dsn(monkeypatch):
     assert load_settings({}).demo_replicas == 1
     monkeypatch.setenv("PG_AGENTES", "postgresql://x@127.0.0.1/agentes")
     assert load_settings({}).demo_replicas == 0
+
+
+def test_closing_the_replicas_waits_for_every_saver_to_close(db):
+    """`python -m core.demo --replicas N` stops on Ctrl-C or SIGTERM through LiveReplicas.close(): when it returns,
+    every replica's saver has closed (its last heartbeat says stopped), with no sleep in between."""
+    replicas = start_replicas(db, settings_for(db.dsn), 2, every_s=0.1, customers=5)
+    ids = ("demo-replica-1", "demo-replica-2")
+    states = "SELECT replica_id, state FROM core_replica_heartbeat WHERE replica_id = ANY(%s)"
+    try:
+        wait_until(lambda: {r["state"] for r in db.fetch(states, (list(ids),))} == {"healthy"}
+                   and len(db.fetch(states, (list(ids),))) == 2, 30)
+    finally:
+        closed = replicas.close()
+    assert closed and not any(t.is_alive() for t in replicas.threads)
+    assert {r["replica_id"]: r["state"] for r in db.fetch(states, (list(ids),))} == {i: "stopped" for i in ids}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import random
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -221,13 +222,33 @@ def run_replica(db: Database, settings: Settings, replica_id: str, stop: threadi
     return turns
 
 
-def start_replicas(db: Database, settings: Settings, count: int, *, every_s: float = 4.0) -> threading.Event:
-    """Start `count` live replicas in daemon threads; set the returned event to stop them."""
+@dataclass
+class LiveReplicas:
+    """Live demo replicas running in daemon threads; `close()` stops them and waits for each one's saver to close
+    (its final heartbeat says `stopped`, and a degraded saver writes its journal)."""
+    stop: threading.Event
+    threads: list[threading.Thread]
+
+    def close(self, timeout_s: float = 30.0) -> bool:
+        """Stop every replica and wait up to `timeout_s` in all; True when every one has closed its saver."""
+        self.stop.set()
+        deadline = time.monotonic() + timeout_s
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self.threads)
+
+
+def start_replicas(db: Database, settings: Settings, count: int, *, every_s: float = 4.0,
+                   customers: int = 240) -> LiveReplicas:
+    """Start `count` live replicas in daemon threads (stable ids `demo-replica-N`, so a restarted process replays
+    their journals); `close()` the result to stop them."""
     stop = threading.Event()
-    for i in range(1, count + 1):
-        threading.Thread(target=run_replica, args=(db, settings, f"demo-replica-{i}", stop),
-                         kwargs={"every_s": every_s, "seed": i}, name=f"demo-replica-{i}", daemon=True).start()
-    return stop
+    threads = [threading.Thread(target=run_replica, args=(db, settings, f"demo-replica-{i}", stop),
+                                kwargs={"every_s": every_s, "seed": i, "customers": customers},
+                                name=f"demo-replica-{i}", daemon=True) for i in range(1, count + 1)]
+    for thread in threads:
+        thread.start()
+    return LiveReplicas(stop, threads)
 
 
 TRY_LOCK = "SELECT pg_try_advisory_lock(%s) AS locked"
@@ -277,12 +298,18 @@ def main(argv: list[str] | None = None) -> int:
     summary = ensure_demo(db, settings, customers=args.customers, seed=args.seed)
     print("database not empty: nothing seeded" if summary is None else f"seeded: {summary}")
     if args.replicas > 0:
-        stop = start_replicas(db, settings, args.replicas, every_s=args.every)
-        print(f"{args.replicas} live replica(s) running against {db.target}; Ctrl-C stops them")
+        replicas = start_replicas(db, settings, args.replicas, every_s=args.every)
+        print(f"{args.replicas} live replica(s) running against {db.target}; Ctrl-C or SIGTERM stops them")
+        signal.signal(signal.SIGTERM, _interrupt)  # a pod's stop: close the savers like Ctrl-C does
         try:
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
-            stop.set()
-            time.sleep(min(args.every, 5))  # let each replica close its saver (final heartbeat: stopped)
+            if not replicas.close():
+                log.error("a replica did not close its saver within 30 s")
+                return 1
     return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
