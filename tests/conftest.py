@@ -160,12 +160,19 @@ def own_embedded_server(tmp_path_factory, name: str):
 SLOW_FIXTURES = {"demo_db", "replica_pair", "article_agents"}
 
 
+def _slow(item) -> bool:
+    if item.get_closest_marker("browser") is not None or SLOW_FIXTURES & set(item.fixturenames):
+        return True
+    # A page driven through a flow (AppTest, fixture app_env), but the one smoke test of each page.
+    return "app_env" in item.fixturenames and item.get_closest_marker("page_smoke") is None
+
+
 def pytest_collection_modifyitems(config, items):
-    """Browser tests and the tests using SLOW_FIXTURES are slow. Browser tests last: pytest-playwright's
-    sync API leaves an event loop running in the main thread, after which `asyncio.run` (the async
-    checkpointer tests) refuses to start."""
+    """Browser tests, the tests using SLOW_FIXTURES and the page flows are slow (`_slow`). Browser tests
+    last: pytest-playwright's sync API leaves an event loop running in the main thread, after which
+    `asyncio.run` (the async checkpointer tests) refuses to start."""
     for item in items:
-        if item.get_closest_marker("browser") is not None or SLOW_FIXTURES & set(item.fixturenames):
+        if _slow(item):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 

@@ -48,6 +48,7 @@ def texts(at: AppTest) -> str:
                      + [h.value for h in at.title])
 
 
+@pytest.mark.page_smoke  # the access page in the fast tier
 def test_dpo_sees_counts_per_source_equal_to_sql(shop, app_env):
     app_env(shop.dsn)
     at = dashboard("app_pages/access.py")
@@ -105,6 +106,7 @@ def test_each_role_lands_on_its_first_page(shop, app_env, local_roles, landing):
         assert any("Barridos" in t.value or "barrido" in t.value.lower() for t in at.title), [t.value for t in at.title]
 
 
+@pytest.mark.page_smoke  # the registers' pages in the fast tier
 def test_register_pages_verify_and_name_an_edited_row(shop, app_env):
     app_env(shop.dsn)
     access.export(shop, "C9", fmt="json", lang="es", operator="dpo@example.com")

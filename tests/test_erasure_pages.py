@@ -54,6 +54,7 @@ def texts(at: AppTest) -> str:
                      + [c.value for c in at.caption])
 
 
+@pytest.mark.page_smoke  # the erasure page in the fast tier
 def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     app_env(shop.dsn)
     c90_before = footprint(shop, "C90")

@@ -15,6 +15,7 @@ GUIDANCE = {
 }
 
 
+@pytest.mark.page_smoke  # every page but access, access_register and erasure, in the fast tier
 @pytest.mark.parametrize("lang", ["es", "en"])
 def test_every_page_on_an_empty_database_says_what_to_do(db, app_env, lang):
     app_env(db.dsn)
