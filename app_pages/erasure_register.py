@@ -53,8 +53,8 @@ c1.metric(t("erasure_requests"), len(requests))
 c2.metric(t("erasure_completed"), int((requests["outcome"] == "complete").sum()))
 c3.metric(t("erasure_same_day"), f"{int(requests['same_day'].sum())} / {len(requests)}")
 c4.metric(t("erasure_came_back"), len(data_back))
-if len(data_back):  # first in the table, never shown as plain complete
-    st.error(t("erasure_data_back_banner", n=len(data_back), ids=", ".join(f"#{i}" for i in data_back["id"])),
+if len(data_back):  # first in the table, never shown as plain complete (a warning: st.error is the page failing)
+    st.warning(t("erasure_data_back_banner", n=len(data_back), ids=", ".join(f"#{i}" for i in data_back["id"])),
              icon=":material/restore_page:")
 
 table(  # the status column shows the outcome: a request whose data came back says so
@@ -123,7 +123,7 @@ if row["resumable"]:
         st.session_state[NEXT_PICK_KEY] = resumed.request_id  # picked before the selectbox exists, next run
         st.rerun()
 if row["outcome"] == erasure_register.DATA_BACK:
-    st.error(t("erasure_again_help", rid=request_id), icon=":material/restore_page:")
+    st.warning(t("erasure_again_help", rid=request_id), icon=":material/restore_page:")
     if st.button(t("erasure_again_button"), key="erasure_register.erase_again", type="primary",
                  icon=":material/delete_forever:"):
         try:

@@ -50,7 +50,8 @@ def dashboard(page: str | None = None) -> AppTest:
 
 
 def texts(at: AppTest) -> str:
-    return "\n".join([m.value for m in at.markdown] + [e.value for e in at.error] + [s.value for s in at.success]
+    return "\n".join([m.value for m in at.markdown] + [e.value for e in at.error] + [w.value for w in at.warning]
+                     + [s.value for s in at.success]
                      + [c.value for c in at.caption])
 
 

@@ -85,7 +85,7 @@ def test_a_page_read_runs_on_the_replica(app_env, replica_pair, rdb):
     # the server that holds that connection (backend pid) is in recovery
     assert one(used.dsn, "SELECT pg_is_in_recovery() AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)",
                (used.backend_pid,)) is True
-    assert as_int(metric(at, "Documentos")) == one(rdb.dsn, "SELECT count(*) FROM store") == 7
+    assert as_int(metric(at, "Documentos guardados")) == one(rdb.dsn, "SELECT count(*) FROM store") == 7
     assert replica_notes(at) == []
 
 
@@ -102,7 +102,7 @@ def test_the_lag_is_displayed_and_pages_say_as_of(app_env, replica_pair, rdb, pa
     note = replica_notes(at)
     assert len(note) == 1 and note[0].startswith("Datos de la réplica de lectura a las") and re.search(r"a las \d\d:\d\d:\d\d", note[0])
     # the page shows what the replica has replayed: C2's documents are not there yet
-    assert as_int(metric(at, "Documentos")) == one(rdb.read_dsn, "SELECT count(*) FROM store") == 0
+    assert as_int(metric(at, "Documentos guardados")) == one(rdb.read_dsn, "SELECT count(*) FROM store") == 0
 
     paused.resume_replay()
     replica_pair.wait_replayed()
@@ -110,7 +110,7 @@ def test_the_lag_is_displayed_and_pages_say_as_of(app_env, replica_pair, rdb, pa
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "retraso 0 bytes, 0.0 s" in captions, captions
     assert replica_notes(at) == []
-    assert as_int(metric(at, "Documentos")) == 5
+    assert as_int(metric(at, "Documentos guardados")) == 5
     paused.pause_replay()  # the fixture resumes it
 
 
@@ -120,7 +120,7 @@ def test_reads_fall_back_to_the_primary_and_return(app_env, replica_pair, rdb):
     router = read_replica.router_for(rdb)
     with replica_pair.standby.stopped():
         at = run_app(app_env, rdb)
-        assert as_int(metric(at, "Documentos")) == 4
+        assert as_int(metric(at, "Documentos guardados")) == 4
         assert router.last_read.source == "primary"
         assert one(router.last_read.dsn, "SELECT pg_is_in_recovery()") is False
         assert len(replica_notes(at)) == 1 and replica_notes(at)[0].startswith("La réplica de lectura no responde")
@@ -133,7 +133,7 @@ def test_reads_fall_back_to_the_primary_and_return(app_env, replica_pair, rdb):
 
     wait_until(back_on_replica, timeout=60)
     assert one(router.last_read.dsn, "SELECT pg_is_in_recovery()") is True
-    assert as_int(metric(at, "Documentos")) == 4
+    assert as_int(metric(at, "Documentos guardados")) == 4
 
 
 def test_erasure_evidence_on_the_primary_and_recheck_waits_for_the_replica(monkeypatch, replica_pair, rdb, paused):
