@@ -13,6 +13,8 @@ The plaintext never goes back to PostgreSQL, not even as a query parameter.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
@@ -147,7 +149,12 @@ class Decryptor:
     def __init__(self, keys: Iterable[bytes] = ()):
         from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
+        keys = list(keys)
         self._ciphers = [EncryptedSerializer.from_pycryptodome_aes(key=k).cipher for k in keys]
+        # which keys were tried, for the token index (a hash of each key's hash: a key cannot be read back from it)
+        self.key_set = hashlib.blake2b(b"".join(sorted(hashlib.blake2b(k, digest_size=16, person=b"lg-aes-key")
+                                                       .digest() for k in keys)), digest_size=8).hexdigest() \
+            if keys else None
 
     def __bool__(self) -> bool:
         return bool(self._ciphers)
@@ -173,6 +180,11 @@ class Decryptor:
             return {"undecodable": str(exc), "encrypted": True, "blob_type": blob_type, "size": len(blob or b"")}
 
 
+def unread(payload: Any) -> bool:
+    """Whether `Decryptor.payload` gave the marker of a row it could not read."""
+    return isinstance(payload, dict) and payload.get("encrypted") is True and "undecodable" in payload
+
+
 def decryptor(settings: Any = None) -> Decryptor:
     """A Decryptor with the operator's keys (core.config: LANGGRAPH_AES_KEYS / LANGGRAPH_AES_KEY)."""
     if settings is None:
@@ -185,11 +197,13 @@ def decryptor(settings: Any = None) -> Decryptor:
 SELECT_ENCRYPTED_WRITES = """
 SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, type, blob FROM checkpoint_writes
 WHERE thread_id = ANY(%(threads)s) AND type LIKE '%%+%%'"""
-# Every encrypted row outside `left`, newest thread first (the residue scan reads them in Python).
+# The encrypted rows outside `left` (of the threads `only`, NULL: every thread); the residue scan reads them in Python.
 SELECT_ENCRYPTED_ROWS = """
 SELECT thread_id, type, blob FROM checkpoint_writes WHERE type LIKE '%%+%%' AND NOT (thread_id = ANY(%(left)s))
+  AND (%(only)s::text[] IS NULL OR thread_id = ANY(%(only)s))
 UNION ALL
 SELECT thread_id, type, blob FROM checkpoint_blobs WHERE type LIKE '%%+%%' AND NOT (thread_id = ANY(%(left)s))
+  AND (%(only)s::text[] IS NULL OR thread_id = ANY(%(only)s))
 ORDER BY thread_id"""
 
 
@@ -201,25 +215,26 @@ def decrypted_writes(conn: Any, decryptor: Decryptor, threads: Iterable[str]) ->
     out = {}
     for r in conn.execute(SELECT_ENCRYPTED_WRITES, {"threads": list(threads)}):
         payload = decryptor.payload(r["type"], r["blob"])
-        if not (isinstance(payload, dict) and "undecodable" in payload):
+        if not unread(payload):
             out[(r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"])] = payload
     return out
 
 
-def encrypted_texts(conn: Any, decryptor: Decryptor, left: Iterable[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """For every thread outside `left` holding encrypted rows: the decoded JSON text of those rows, when a
-    configured key opens every one of them; the other threads are returned as not scanned."""
-    import json
-
+def encrypted_texts(conn: Any, decryptor: Decryptor, left: Iterable[str],
+                    only: Iterable[str] | None = None) -> tuple[dict[str, list[str]], list[str]]:
+    """For every thread outside `left` (and in `only`, when given: the token index's candidates) holding encrypted
+    rows: the decoded JSON text of those rows, when a configured key opens every one of them; the other threads
+    are returned as not scanned."""
     texts: dict[str, list[str]] = {}
-    unread: set[str] = set()
-    for r in conn.execute(SELECT_ENCRYPTED_ROWS, {"left": sorted(set(left))}):
+    closed: set[str] = set()
+    params = {"left": sorted(set(left)), "only": None if only is None else sorted(set(only))}
+    for r in conn.execute(SELECT_ENCRYPTED_ROWS, params):
         payload = decryptor.payload(r["type"], r["blob"])
-        if isinstance(payload, dict) and "undecodable" in payload:
-            unread.add(r["thread_id"])
+        if unread(payload):
+            closed.add(r["thread_id"])
         else:
             texts.setdefault(r["thread_id"], []).append(json.dumps(payload, ensure_ascii=False))
-    return {t: v for t, v in texts.items() if t not in unread}, sorted(unread)
+    return {t: v for t, v in texts.items() if t not in closed}, sorted(closed)
 
 
 def messages_of(payload: Any) -> list[dict]:

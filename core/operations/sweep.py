@@ -144,6 +144,7 @@ class SweepResult:
     erasure_recheck: str | None = None
     tool_calls_extracted: int | None = None  # tool calls newly extracted from checkpoints (None: step not run)
     threads_tokenized: int | None = None  # threads (re)indexed for the residue scan (None: step not run)
+    threads_not_readable: int = 0  # threads of the index with encrypted rows no configured key opens
     prune: history.PruneResult | None = None  # history pruning (None: no policy given, or the step failed)
     error: str | None = None
 
@@ -165,6 +166,9 @@ class SweepResult:
             text += f"; {self.tool_calls_extracted} tool calls extracted from checkpoints"
         if self.threads_tokenized is not None:
             text += f"; {self.threads_tokenized} threads indexed for the residue scan"
+            if self.threads_not_readable:
+                text += (f" ({self.threads_not_readable} threads with encrypted rows not readable: no configured "
+                         f"key opens them; the residue scan names them as not scanned)")
         if self.erasure_recheck:
             text += f"; erasure register: {self.erasure_recheck}"
         return text + (f"; error: {self.error}" if self.error else "")
@@ -363,7 +367,8 @@ def run_sweep(
                     log.exception("sweep: tool-call extraction failed")
                     errors.append(f"tool-call extraction: {exc}")
                 try:  # before the erasure re-check, whose residue scan reads this index
-                    result.threads_tokenized = token_index.sweep_step(db).threads
+                    indexed = token_index.sweep_step(db)
+                    result.threads_tokenized, result.threads_not_readable = indexed.threads, indexed.unread_threads
                     step("tokens", 0.94, f"{result.threads_tokenized}")
                 except Exception as exc:
                     log.exception("sweep: token index failed")

@@ -253,8 +253,10 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
             hit = next(((text, m) for text in texts if (m := rx.search(text))), None)
             if hit is not None:
                 matches.append(ResidueMatch(thread_id, term, t.kind, t.customers, False, _snippet(*hit)))
-    # encrypted rows: the raw bytes hold no term; read in Python with the configured keys, or named as not scanned
-    opened, not_scanned = formats.encrypted_texts(conn, decryptor or formats.decryptor(), attributed)
+    # encrypted rows: the raw bytes hold no term; those of the index's candidates (which name the threads whose
+    # encrypted rows the sweep could not read) read in Python with the configured keys, or named as not scanned
+    opened, not_scanned = formats.encrypted_texts(conn, decryptor or formats.decryptor(), attributed,
+                                                  only=narrowed.threads)
     distinctive_terms = [t for t in terms if not t.common]
     for thread_id, texts in sorted(opened.items()):
         for t in distinctive_terms:

@@ -169,8 +169,8 @@ def find_threads(conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: st
                                                                            {"thread_id": thread}) if r["text"]))
         if refs:
             found[thread] = refs
-    # encrypted rows hold no token the index knows: read with the configured keys, as the residue scan reads them
-    opened, _ = formats.encrypted_texts(conn, formats.decryptor(), exclude)
+    # encrypted rows: those of the index's candidates read with the configured keys, as the residue scan reads them
+    opened, _ = formats.encrypted_texts(conn, formats.decryptor(), exclude, only=narrowed.threads)
     for thread, texts in opened.items():
         refs = set().union(*(matcher.found(text) for text in texts))
         if refs:

@@ -17,11 +17,18 @@ in every text form the decoder's jsonb can give them, and the words the decoder 
 `bytes`, ...) are added where it adds them. What the walk does not know (another blob type, an ext code
 other than langgraph's constructors, a payload it cannot read) is tokenized from the SQL decoder's own
 text. tests/test_token_index.py checks the walk against the decoder's text on real payloads.
+
+Encrypted rows (EncryptedSerializer) are decrypted here, in Python, with the configured keys
+(core.checkpoints.formats.Decryptor), and their tokens are taken from the decoded JSON text the residue scan
+matches (formats.encrypted_texts); only their hashes are stored, as for plaintext rows. A thread's rows no
+configured key opens are counted (`encrypted_unread`, with the keys tried: `key_set`): the residue scan reads such
+threads and names them as not scanned, and the sweep lists them again for indexing only when the keys change.
 """
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -31,6 +38,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import ormsgpack
 import psycopg
 
+from core.checkpoints import formats
 from core.db import Database
 
 log = logging.getLogger(__name__)
@@ -157,9 +165,18 @@ SELECT thread_id, (checkpoint -> 'channel_values')::text AS text FROM checkpoint
 WHERE thread_id = ANY(%(threads)s) AND checkpoint -> 'channel_values' <> '{}'::jsonb"""
 SELECT_DECODED = "SELECT core_checkpoint_payload(%(type)s, %(blob)s)::text AS text"
 UPSERT_TOKENS = """
-INSERT INTO core_thread_tokens (thread_id, tokens) SELECT t.thread_id, string_to_array(t.tokens, ',')::integer[]
-FROM unnest(%(threads)s::text[], %(tokens)s::text[]) AS t(thread_id, tokens)
-ON CONFLICT (thread_id) DO UPDATE SET tokens = EXCLUDED.tokens, indexed_at = now()"""
+INSERT INTO core_thread_tokens (thread_id, tokens, encrypted_unread, key_set)
+SELECT t.thread_id, string_to_array(t.tokens, ',')::integer[], t.unread, %(key_set)s
+FROM unnest(%(threads)s::text[], %(tokens)s::text[], %(unread)s::integer[]) AS t(thread_id, tokens, unread)
+ON CONFLICT (thread_id) DO UPDATE SET tokens = EXCLUDED.tokens, encrypted_unread = EXCLUDED.encrypted_unread,
+                                      key_set = EXCLUDED.key_set, indexed_at = now()"""
+# Threads with encrypted rows no key opened when they were indexed, listed again when the configured keys differ.
+RELIST_UNREAD = """
+INSERT INTO core_token_dirty (thread_id)
+SELECT thread_id FROM core_thread_tokens WHERE encrypted_unread > 0 AND key_set IS DISTINCT FROM %(key_set)s
+ON CONFLICT (thread_id) DO NOTHING"""
+SELECT_UNREAD = "SELECT thread_id FROM core_thread_tokens WHERE encrypted_unread > 0"
+COUNT_UNREAD = "SELECT count(*) AS n FROM core_thread_tokens WHERE encrypted_unread > 0"
 DELETE_TOKENS = "DELETE FROM core_thread_tokens WHERE thread_id = ANY(%(threads)s)"
 RELEASE = "DELETE FROM core_token_dirty WHERE thread_id = ANY(%(threads)s) AND claimed_at IS NOT NULL"
 COUNT_PENDING = "SELECT count(*) AS n FROM (SELECT 1 FROM core_token_dirty LIMIT %(cap)s) d"
@@ -181,15 +198,31 @@ class IndexResult:
     decoded_in_sql: int = 0  # payloads only the SQL decoder could read
     batches: int = 0
     pending: int = 0      # threads still waiting when it stopped (capped)
+    encrypted_read: int = 0    # encrypted rows decrypted with a configured key
+    encrypted_unread: int = 0  # encrypted rows no configured key opens
+    unread_threads: int = 0    # threads of the index holding such rows after the run (named as not readable)
 
 
-def _thread_tokens(conn: psycopg.Connection, threads: list[str], result: IndexResult) -> dict[str, set[str]]:
+def _thread_tokens(conn: psycopg.Connection, threads: list[str], result: IndexResult,
+                   decryptor: formats.Decryptor, unread: dict[str, int] | None = None) -> dict[str, set[str]]:
+    """Each thread's tokens; encrypted rows decrypted with `decryptor`, those it cannot open counted in `unread`."""
     found: dict[str, set[str]] = {}
     with conn.cursor(name="core_token_payloads") as cur:
         cur.itersize = 2000
         cur.execute(SELECT_PAYLOADS, {"threads": threads})
         for row in cur:
             into = found.setdefault(row["thread_id"], set())
+            result.payloads += 1
+            if formats.is_encrypted(row["type"]):  # never sent back to PostgreSQL, not even to its decoder
+                payload = decryptor.payload(row["type"], row["blob"])
+                if formats.unread(payload):
+                    result.encrypted_unread += 1
+                    if unread is not None:
+                        unread[row["thread_id"]] = unread.get(row["thread_id"], 0) + 1
+                else:
+                    result.encrypted_read += 1
+                    tokens_of_json_text(json.dumps(payload, ensure_ascii=False), into)
+                continue
             tokens = payload_tokens(row["type"], row["blob"])
             if tokens is None:
                 result.decoded_in_sql += 1
@@ -197,21 +230,24 @@ def _thread_tokens(conn: psycopg.Connection, threads: list[str], result: IndexRe
                 tokens_of_json_text(text, into)
             else:
                 into |= tokens
-            result.payloads += 1
     for row in conn.execute(SELECT_INLINE, {"threads": threads}):
         tokens_of_json_text(row["text"], found.setdefault(row["thread_id"], set()))
     return found
 
 
-def index_claimed(conn: psycopg.Connection, claimed: list[str], result: IndexResult) -> None:
-    """Index `claimed` threads (in the caller's transaction, begun after the claim was committed), then
-    un-list those not written since their claim."""
-    found = _thread_tokens(conn, claimed, result)
+def index_claimed(conn: psycopg.Connection, claimed: list[str], result: IndexResult,
+                  decryptor: formats.Decryptor | None = None) -> None:
+    """Index `claimed` threads (in the caller's transaction, begun after the claim was committed; encrypted rows
+    read with `decryptor`, default the configured keys), then un-list those not written since their claim."""
+    decryptor = decryptor if decryptor is not None else formats.decryptor()
+    unread: dict[str, int] = {}
+    found = _thread_tokens(conn, claimed, result, decryptor, unread)
     present = sorted(found)
     if present:
         conn.execute(UPSERT_TOKENS, {
-            "threads": present,
+            "threads": present, "key_set": decryptor.key_set, "unread": [unread.get(th, 0) for th in present],
             "tokens": [",".join(str(h) for h in sorted({token_hash(t) for t in found[th]})) for th in present]})
+
     gone = sorted(set(claimed) - set(found))
     if gone:
         conn.execute(DELETE_TOKENS, {"threads": gone})
@@ -220,10 +256,13 @@ def index_claimed(conn: psycopg.Connection, claimed: list[str], result: IndexRes
 
 
 def index_pending(db: Database, *, max_threads: int | None = None, batch: int = BATCH_THREADS,
-                  on_batch: Callable[[IndexResult], None] | None = None) -> IndexResult:
-    """Index the threads written since they were last indexed (all of them, or up to `max_threads`).
-    Safe beside writers and other indexers: a thread written after its claim stays listed."""
+                  on_batch: Callable[[IndexResult], None] | None = None,
+                  decryptor: formats.Decryptor | None = None) -> IndexResult:
+    """Index the threads written since they were last indexed (all of them, or up to `max_threads`), encrypted
+    rows read with `decryptor` (default: the configured keys). Safe beside writers and other indexers: a thread
+    written after its claim stays listed."""
     result = IndexResult()
+    decryptor = decryptor if decryptor is not None else formats.decryptor()
     while max_threads is None or result.threads < max_threads:
         limit = batch if max_threads is None else min(batch, max_threads - result.threads)
         with db.connection() as conn:
@@ -232,15 +271,21 @@ def index_pending(db: Database, *, max_threads: int | None = None, batch: int = 
             if not claimed:
                 break
             with conn.transaction():  # a snapshot taken after the claim was committed
-                index_claimed(conn, claimed, result)
+                index_claimed(conn, claimed, result, decryptor)
         result.batches += 1
         if on_batch:
             on_batch(result)
         if len(claimed) < limit:
             break
     result.pending = pending(db)
-    log.info("token index: %d threads (%d payloads, %d through the SQL decoder) in %d batches, %d pending",
-             result.threads, result.payloads, result.decoded_in_sql, result.batches, result.pending)
+    result.unread_threads = db.fetch_one(COUNT_UNREAD, read_only=False)["n"]
+    log.info("token index: %d threads (%d payloads, %d through the SQL decoder, %d encrypted read with the keys) "
+             "in %d batches, %d pending", result.threads, result.payloads, result.decoded_in_sql,
+             result.encrypted_read, result.batches, result.pending)
+    if result.unread_threads:
+        log.warning("token index: %d threads hold encrypted rows not readable (%s); the residue scan names them as "
+                    "not scanned", result.unread_threads,
+                    "no configured key opens them" if decryptor else "no AES key configured: LANGGRAPH_AES_KEYS")
     return result
 
 
@@ -248,10 +293,14 @@ def pending(db: Database, cap: int = 100_000) -> int:
     return db.fetch_one(COUNT_PENDING, {"cap": cap}, read_only=False)["n"]
 
 
-def sweep_step(db: Database) -> IndexResult:
-    """The sweep job's step: drop the tokens of deleted threads, then index every pending thread."""
+def sweep_step(db: Database, decryptor: formats.Decryptor | None = None) -> IndexResult:
+    """The sweep job's step: drop the tokens of deleted threads, list again the threads whose encrypted rows no
+    key opened when the configured keys have changed since, then index every pending thread."""
+    decryptor = decryptor if decryptor is not None else formats.decryptor()
     db.execute(PRUNE_ORPHANS)
-    return index_pending(db)
+    if decryptor:
+        db.execute(RELIST_UNREAD, {"key_set": decryptor.key_set})
+    return index_pending(db, decryptor=decryptor)
 
 
 @dataclass(frozen=True)
@@ -262,12 +311,18 @@ class Candidates:
     hits: int = 0        # threads the index gave
     unindexed: frozenset[str] = frozenset()  # threads written since they were last indexed
     why_full: str = ""   # why every thread is read, when it is
+    # indexed threads with encrypted rows the index could not read (no configured key opened them): in `threads`
+    encrypted_unread: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         if self.threads is None:
             return f"every thread ({self.why_full})"
-        return (f"{len(self.threads)} threads: {self.hits} from the token index (core_thread_tokens), "
+        text = (f"{len(self.threads)} threads: {self.hits} from the token index (core_thread_tokens), "
                 f"{len(self.unindexed)} not indexed yet (core_token_dirty)")
+        if self.encrypted_unread:
+            text += (f"; {len(self.encrypted_unread)} threads hold encrypted rows the index could not read (no "
+                     f"configured key opened them): read with the keys, else named as not scanned")
+        return text
 
 
 def term_hashes(term: str) -> list[int]:
@@ -327,14 +382,18 @@ def candidates_of(conn: psycopg.Connection, hashes: Mapping[str, Sequence[int]])
     if len(unindexed) > DIRTY_SCAN_MAX:
         return Candidates(None, why_full=f"more than {DIRTY_SCAN_MAX:,} threads wait for the token indexer")
     hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": list(keys.values())})} if keys else set()
-    return Candidates(frozenset(hits | set(unindexed)), len(hits), frozenset(unindexed))
+    unread = {r["thread_id"] for r in conn.execute(SELECT_UNREAD)}
+    return Candidates(frozenset(hits | set(unindexed) | unread), len(hits), frozenset(unindexed), "",
+                      frozenset(unread))
 
 
-def thread_token_hashes(conn: psycopg.Connection, threads: Iterable[str]) -> dict[str, set[int]]:
-    """Each thread's token hashes as the indexer would store them now (for threads it has not read yet);
-    a thread without rows is absent."""
+def thread_token_hashes(conn: psycopg.Connection, threads: Iterable[str],
+                        decryptor: formats.Decryptor | None = None) -> dict[str, set[int]]:
+    """Each thread's token hashes as the indexer would store them now (for threads it has not read yet; encrypted
+    rows read with `decryptor`, default the configured keys); a thread without rows is absent."""
+    decryptor = decryptor if decryptor is not None else formats.decryptor()
     with conn.transaction():  # the payloads are streamed by a server-side cursor
-        found = _thread_tokens(conn, sorted(set(threads)), IndexResult())
+        found = _thread_tokens(conn, sorted(set(threads)), IndexResult(), decryptor)
     return {thread: {token_hash(t) for t in tokens} for thread, tokens in found.items()}
 
 
