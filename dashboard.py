@@ -20,7 +20,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from core.db import DatabaseUnavailable, describe_dsn
-from core.migrate import SchemaMismatch
+from core.migrate import SchemaMismatch, ShallowCheckpointSchema
 from ui.common import (DatabaseStarting, bootstrap, current_user, forget_all, local_mode_refusal,
                        seed_progress, start_demo_seed)
 from ui import navigation
@@ -41,7 +41,8 @@ except (DatabaseUnavailable, psycopg.Error, PoolTimeout, SchemaMismatch) as exc:
     cfg = settings()
     st.title(t("startup_failed"))
     st.error(str(exc).strip() or type(exc).__name__)
-    hint = "startup_schema_hint" if isinstance(exc, SchemaMismatch) else "startup_hint"
+    hint = ("startup_shallow_hint" if isinstance(exc, ShallowCheckpointSchema)
+            else "startup_schema_hint" if isinstance(exc, SchemaMismatch) else "startup_hint")
     st.markdown(t(hint, target=describe_dsn(cfg.dsn) if cfg.dsn else t("embedded")))
     if st.button(t("retry"), key="startup.retry"):
         database_startup(retry=True)

@@ -123,7 +123,7 @@ def thread_formats(fp: formats.Fingerprint) -> None:
     parts = [f"{label} {n:,}" for label, n in (
         (t("ckpt_fmt_encrypted"), fp.encrypted), (t("ckpt_fmt_delta"), fp.delta_snapshots + fp.delta_checkpoints),
         (t("ckpt_fmt_pickle"), fp.pickle), (t("ckpt_fmt_json_older"), fp.json + fp.older_checkpoints),
-        (t("ckpt_fmt_undecodable"), fp.undecodable)) if n]
+        (t("ckpt_fmt_pending_sends"), fp.pending_sends), (t("ckpt_fmt_undecodable"), fp.undecodable)) if n]
     if parts:
         st.info(t("ckpt_fmt_thread", what=" · ".join(parts)), icon=":material/database:")
         _encryption_notice(fp)

@@ -177,10 +177,12 @@ def check_applied(conn: psycopg.Connection, files: list[Migration], *, pending_o
 
 
 def check_schema(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> None:
-    """What a start without AUTO_MIGRATE checks, reading only: the embedding dims and that every migration
-    is applied with the text of its file. Raises EmbeddingDimsMismatch or MigrationMismatch."""
+    """What a start without AUTO_MIGRATE checks, reading only: the embedding dims, ShallowPostgresSaver's schema
+    (named, rather than as migrations never applied) and that every migration is applied with the text of its
+    file. Raises EmbeddingDimsMismatch, ShallowCheckpointSchema or MigrationMismatch."""
     with psycopg.connect(dsn, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:
         check_dims(conn, dims)
+        check_not_shallow(conn)
         check_applied(conn, migration_files(sql_dir), pending_ok=False, sql_dir=sql_dir)
 
 

@@ -169,3 +169,41 @@ def shallow_database(dsn: str, thread_id: str) -> None:
         checkpoint["channel_values"] = {"messages": ["hola"]}
         checkpoint["channel_versions"] = {"messages": 1}
         saver.put(config, checkpoint, {"source": "loop", "step": 1}, {"messages": 1})
+
+
+def older_checkpoints_thread(dsn: str, thread_id: str) -> dict:
+    """Two checkpoints of format v < 4 (base.empty_checkpoint) through PostgresSaver: the first with a Send written
+    to its TASKS channel, which langgraph moves into the second's state on read (`_migrate_pending_sends`).
+    Returns langgraph's own channel values of the second."""
+    from langgraph.checkpoint.serde.types import TASKS
+    from langgraph.types import Send
+
+    with _conn(dsn) as conn:
+        saver = PostgresSaver(conn)
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        first = saver.put(config, empty_checkpoint(), {"source": "loop", "step": 1}, {})
+        saver.put_writes(first, [(TASKS, Send("trabajador", {"pedido": "P-77"}))], task_id="t-send")
+        second = saver.put(first, empty_checkpoint(), {"source": "loop", "step": 2}, {})
+        return saver.get_tuple(second).checkpoint["channel_values"]
+
+
+class JsonSerializer(JsonPlusSerializer):
+    """Writes `json` rows, as langgraph before 2.0 did for some values; reading stays JsonPlusSerializer's own."""
+
+    def dumps_typed(self, obj):
+        import json
+
+        from langchain_core.load import dumpd
+
+        return "json", json.dumps(dumpd(obj)).encode()
+
+
+def json_thread(dsn: str, thread_id: str) -> object:
+    """A pending write stored as a `json` row (a HumanMessage in langchain's lc format) through PostgresSaver;
+    returns what langgraph's own reader gives back for it."""
+    with _conn(dsn) as conn:
+        saver = PostgresSaver(conn, serde=JsonSerializer())
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        saved = PostgresSaver(conn).put(config, empty_checkpoint(), {"source": "loop", "step": 1}, {})
+        saver.put_writes(saved, [("messages", HumanMessage(content="hola, soy C77", id="h-json"))], task_id="t-json")
+        return saver.get_tuple(saved).pending_writes[0][2]

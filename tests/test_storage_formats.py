@@ -7,8 +7,8 @@ import pytest
 
 from core.checkpoints import formats, views
 from apptools import metric
-from format_agents import (AES_KEY, OLD_AES_KEY, delta_thread, encrypted_agent, pickle_thread,
-                           shallow_database)
+from format_agents import (AES_KEY, OLD_AES_KEY, delta_thread, encrypted_agent, json_thread,
+                           older_checkpoints_thread, pickle_thread, shallow_database)
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +83,66 @@ def test_the_shallow_saver_schema_is_named_clearly(create_database):
         migrate(dsn, 64)
     with psycopg.connect(dsn) as conn:  # nothing of ours was created
         assert conn.execute("SELECT to_regclass('core_schema_migrations')").fetchone()[0] is None
+
+
+def test_a_start_without_auto_migrate_names_the_shallow_schema(create_database):
+    dsn = create_database(migrated=False)
+    shallow_database(dsn, "shallow-1")
+    from core.migrate import ShallowCheckpointSchema, check_schema
+
+    with pytest.raises(ShallowCheckpointSchema, match="ShallowPostgresSaver"):
+        check_schema(dsn, 64)
+
+
+def test_the_dashboard_on_a_shallow_database_says_why_it_cannot_open(create_database, app_env):
+    from streamlit.testing.v1 import AppTest
+
+    dsn = create_database(migrated=False)
+    shallow_database(dsn, "shallow-1")
+    app_env(dsn)
+    at = AppTest.from_file("../dashboard.py", default_timeout=60).run()
+    assert not at.exception
+    assert any("ShallowPostgresSaver" in e.value for e in at.error), [e.value for e in at.error]
+    hint = " ".join(m.value for m in at.markdown)
+    assert "ShallowPostgresSaver" in hint and "PostgresSaver" in hint and "historial" in hint, hint
+
+
+@pytest.fixture(scope="module")
+def older_db(create_database):
+    """Rows of the formats langgraph no longer writes: checkpoints v < 4 with a pending send, and a json row."""
+    from core.db import Database
+
+    database = Database(create_database(prefix="older"))
+    database.sends_state = older_checkpoints_thread(database.dsn, "v2-sends")
+    database.json_value = json_thread(database.dsn, "json-1")
+    yield database
+    database.close()
+
+
+def test_older_checkpoints_with_pending_sends_are_counted_decoded_and_named(older_db, app_env):
+    from langgraph.checkpoint.serde.types import TASKS
+
+    # langgraph itself reads the first checkpoint's Send into the second one's state
+    assert [s.node for s in older_db.sends_state[TASKS]] == ["trabajador"]
+    fp = formats.fingerprint(older_db, "v2-sends")
+    assert fp.older_checkpoints == 2 and fp.pending_sends == 1 and fp.special
+    writes = views.step_writes(older_db, "v2-sends")
+    send = writes[writes["channel"] == TASKS]
+    assert len(send) == 1 and send["undecodable"].isna().all()
+    assert "langgraph.types.Send" in send["payload"].iloc[0] and "P-77" in send["payload"].iloc[0]
+    at = _page(older_db.dsn, app_env, {"thread": "v2-sends"})
+    infos = [i.value for i in at.info]
+    assert any("Envíos pendientes (leídos de las escrituras del padre) 1" in i for i in infos), infos
+
+
+def test_json_rows_are_counted_and_decoded_as_langgraph_reads_them(older_db):
+    assert older_db.json_value.content == "hola, soy C77"  # langgraph's own reader
+    fp = formats.fingerprint(older_db, "json-1")
+    assert fp.json == 1 and fp.undecodable == 0 and fp.special
+    writes = views.step_writes(older_db, "json-1")
+    row = writes[writes["blob_type"] == "json"]
+    assert len(row) == 1 and row["undecodable"].isna().all()
+    assert '"hola, soy C77"' in row["payload"].iloc[0] and '"HumanMessage"' in row["payload"].iloc[0]
 
 
 # --- the Checkpoints page ----------------------------------------------------------------------------------
