@@ -55,9 +55,12 @@ def test_the_sweep_indexes_encrypted_rows_with_the_key_and_writes_no_plaintext(d
     assert preview.residue_threads == ["hilo-libre"] and preview.residue.not_scanned == []
     assert PHONE in preview.residue.matches_of("hilo-libre")[0].snippet
 
-    # no column of any table holds the value but where the store put it before the sweep
+    # no column of any table holds the value but where the store put it before the sweep, and the index does not
+    # confirm a guess without the key: the encrypted thread holds no plain hash of its tokens
     after = scan(db, [PHONE])
     assert after == before and not any(c.startswith(("checkpoint", "core_thread_tokens")) for c in after), after
+    guesses = [token_index.token_hash(t) for t in (PHONE, "llámame", "tarde")]
+    assert db.fetch("SELECT thread_id FROM core_thread_tokens WHERE tokens && %s::integer[]", [guesses]) == []
 
     # incremental: a run with nothing written decrypts nothing again
     again = run_sweep(db, trigger="manual")
@@ -90,3 +93,9 @@ def test_rows_no_key_opens_are_named_not_readable_and_read_once_the_key_is_confi
     assert found.threads == {"hilo-viejo"} and found.hits == 1 and "could not read" not in found.describe()
     preview = evidence.preview(db, "C82")
     assert preview.residue.not_scanned == [] and preview.residue_threads == ["hilo-viejo"]
+
+    # the keys taken away again: the index cannot answer for the thread, the erasure names it as not scanned
+    monkeypatch.delenv("LANGGRAPH_AES_KEYS")
+    found = _candidates(db, "C82")
+    assert "hilo-viejo" in found.threads and "could not read" in found.describe()
+    assert evidence.preview(db, "C82").residue.not_scanned == ["hilo-viejo"]

@@ -151,13 +151,20 @@ class Decryptor:
 
         keys = list(keys)
         self._ciphers = [EncryptedSerializer.from_pycryptodome_aes(key=k).cipher for k in keys]
-        # which keys were tried, for the token index (a hash of each key's hash: a key cannot be read back from it)
-        self.key_set = hashlib.blake2b(b"".join(sorted(hashlib.blake2b(k, digest_size=16, person=b"lg-aes-key")
-                                                       .digest() for k in keys)), digest_size=8).hexdigest() \
-            if keys else None
+        # The token index keys the hashes of encrypted rows' tokens with a key derived from the key set, so that
+        # whoever reads the index without the keys cannot confirm a guessed value; `key_set` names the set (a hash
+        # of that derived key: neither can be read back from it).
+        self._index_key = hashlib.blake2b(b"\0".join(sorted(keys)), digest_size=32, person=b"lg-token-index").digest()
+        self.key_set = hashlib.blake2b(self._index_key, digest_size=8).hexdigest() if keys else None
 
     def __bool__(self) -> bool:
         return bool(self._ciphers)
+
+    def keyed(self, token_hash: int) -> int:
+        """A token hash (core.privacy.token_index.token_hash) keyed with the key set: what the token index stores
+        for the tokens of encrypted rows."""
+        digest = hashlib.blake2b(token_hash.to_bytes(4, "big", signed=True), key=self._index_key, digest_size=4)
+        return int.from_bytes(digest.digest(), "big", signed=True)
 
     def plaintext(self, blob_type: str, blob: bytes) -> tuple[str, bytes]:
         """The inner (type, bytes) of an encrypted row; raises Undecodable when no key opens it."""

@@ -85,11 +85,12 @@ def residue_threads_shown(n_terms: int) -> str:
 
 
 def scan(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str],
-         narrow_by: Iterable[str] | None = None) -> tuple[set[tuple[str, str]], str, token_index.Candidates]:
+         narrow_by: Iterable[str] | None = None, decryptor: formats.Decryptor | None = None
+         ) -> tuple[set[tuple[str, str]], str, token_index.Candidates]:
     """(term, thread) pairs whose bytes match, over the threads the token index names for `narrow_by` (default:
     the terms; every thread when it cannot answer), threads in `exclude` excepted; what ran; the candidates."""
     terms = set(terms)
-    narrowed = token_index.candidates(conn, terms if narrow_by is None else narrow_by)
+    narrowed = token_index.candidates(conn, terms if narrow_by is None else narrow_by, decryptor)
     pairs = raw_scan.candidates(conn, terms, exclude, only=narrowed.threads)
     return pairs, raw_scan.describe(len(terms), narrowed.describe(), narrowed.threads is not None), narrowed
 
@@ -229,9 +230,11 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
     Python with `decryptor` (default: the configured keys); a thread with rows no key opens is `not_scanned`."""
     customer_id = validate_label(customer_id, "customer id")
     attributed = set(attributed)
+    decryptor = decryptor or formats.decryptor()
     terms = terms if terms is not None else customer_terms(conn, customer_id)
     by_term = {t.term: t for t in terms}
-    pairs, ran, narrowed = scan(conn, by_term, attributed, narrow_by=[t.term for t in terms if not t.common])
+    pairs, ran, narrowed = scan(conn, by_term, attributed, narrow_by=[t.term for t in terms if not t.common],
+                                decryptor=decryptor)
     threads: dict[str, set[str]] = {}
     for term, thread_id in pairs:
         threads.setdefault(thread_id, set()).add(term)
@@ -255,8 +258,7 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
                 matches.append(ResidueMatch(thread_id, term, t.kind, t.customers, False, _snippet(*hit)))
     # encrypted rows: the raw bytes hold no term; those of the index's candidates (which name the threads whose
     # encrypted rows the sweep could not read) read in Python with the configured keys, or named as not scanned
-    opened, not_scanned = formats.encrypted_texts(conn, decryptor or formats.decryptor(), attributed,
-                                                  only=narrowed.threads)
+    opened, not_scanned = formats.encrypted_texts(conn, decryptor, attributed, only=narrowed.threads)
     distinctive_terms = [t for t in terms if not t.common]
     for thread_id, texts in sorted(opened.items()):
         for t in distinctive_terms:
@@ -272,7 +274,7 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
     if narrowed.threads is not None and not count_common:  # not counted: said as such, never as 0
         counts = {term: None for term in common}
     elif narrowed.threads is not None:  # only some threads were read: the index counts each common term's threads
-        indexed = token_index.count_hits(conn, common, attributed | narrowed.unindexed)
+        indexed = token_index.count_hits(conn, common, attributed | narrowed.unindexed, decryptor)
         counts = {term: indexed.get(term, 0) + len(raw_threads.get(term, set()) & narrowed.unindexed) for term in common}
     else:
         counts = {term: len(raw_threads.get(term, ())) for term in common}

@@ -157,7 +157,8 @@ def find_threads(conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: st
     if not terms:
         return {}
     exclude = set(exclude)
-    narrowed = token_index.candidates_of(conn, {t.ref: t.tokens for t in terms})
+    decryptor = formats.decryptor()
+    narrowed = token_index.candidates_of(conn, {t.ref: t.tokens for t in terms}, decryptor)
     if narrowed.threads is None:
         candidates = _holding(conn, (r["thread_id"] for r in conn.execute(SELECT_ALL_THREADS)), terms)
     else:
@@ -170,7 +171,7 @@ def find_threads(conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: st
         if refs:
             found[thread] = refs
     # encrypted rows: those of the index's candidates read with the configured keys, as the residue scan reads them
-    opened, _ = formats.encrypted_texts(conn, formats.decryptor(), exclude, only=narrowed.threads)
+    opened, _ = formats.encrypted_texts(conn, decryptor, exclude, only=narrowed.threads)
     for thread, texts in opened.items():
         refs = set().union(*(matcher.found(text) for text in texts))
         if refs:
@@ -190,6 +191,7 @@ def describe(conn: psycopg.Connection, terms: Iterable[HashedTerm], left: Iterab
     """What `find_threads` runs, for the evidence: the index lookup as literal SQL (token hashes, never a value)."""
     shares = token_index.token_shares(conn)
     keys = [k for k in (token_index.lookup_key(t.tokens, shares) for t in terms if not t.common) if k]
+    keys += token_index.sealed_keys(keys, formats.decryptor())
     lookup = psycopg.ClientCursor(conn).mogrify(token_index.SELECT_HITS, {"keys": keys}).strip()
     return SEARCH_DESCRIPTION.format(left=", ".join(sorted(set(left))) or "none") + lookup
 

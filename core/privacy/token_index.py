@@ -20,9 +20,12 @@ text. tests/test_token_index.py checks the walk against the decoder's text on re
 
 Encrypted rows (EncryptedSerializer) are decrypted here, in Python, with the configured keys
 (core.checkpoints.formats.Decryptor), and their tokens are taken from the decoded JSON text the residue scan
-matches (formats.encrypted_texts); only their hashes are stored, as for plaintext rows. A thread's rows no
-configured key opens are counted (`encrypted_unread`, with the keys tried: `key_set`): the residue scan reads such
-threads and names them as not scanned, and the sweep lists them again for indexing only when the keys change.
+matches (formats.encrypted_texts). Their token hashes are stored keyed with the key set (`Decryptor.keyed`): a
+plain 32-bit hash of a short token (a customer id, a phone number) is confirmed by hashing guesses, which would
+give away what the encryption hides to whoever reads the index. A lookup asks for both forms of a term. A thread's
+rows no configured key opens are counted (`encrypted_unread`) and the key set it was read with is kept (`key_set`,
+a fingerprint): the residue scan reads such threads, and those indexed under another key set, and names what no
+key opens as not scanned; the sweep lists them again for indexing only when the configured keys change.
 """
 from __future__ import annotations
 
@@ -166,16 +169,20 @@ WHERE thread_id = ANY(%(threads)s) AND checkpoint -> 'channel_values' <> '{}'::j
 SELECT_DECODED = "SELECT core_checkpoint_payload(%(type)s, %(blob)s)::text AS text"
 UPSERT_TOKENS = """
 INSERT INTO core_thread_tokens (thread_id, tokens, encrypted_unread, key_set)
-SELECT t.thread_id, string_to_array(t.tokens, ',')::integer[], t.unread, %(key_set)s
-FROM unnest(%(threads)s::text[], %(tokens)s::text[], %(unread)s::integer[]) AS t(thread_id, tokens, unread)
+SELECT t.thread_id, string_to_array(t.tokens, ',')::integer[], t.unread, t.key_set
+FROM unnest(%(threads)s::text[], %(tokens)s::text[], %(unread)s::integer[], %(key_sets)s::text[])
+     AS t(thread_id, tokens, unread, key_set)
 ON CONFLICT (thread_id) DO UPDATE SET tokens = EXCLUDED.tokens, encrypted_unread = EXCLUDED.encrypted_unread,
                                       key_set = EXCLUDED.key_set, indexed_at = now()"""
-# Threads with encrypted rows no key opened when they were indexed, listed again when the configured keys differ.
-RELIST_UNREAD = """
+# Threads the index cannot answer for under the configured key set: encrypted rows no key opened when they were
+# indexed, or encrypted rows indexed under another key set (their token hashes are keyed with it).
+UNANSWERED = "(encrypted_unread > 0 OR key_set IS NOT NULL) AND key_set IS DISTINCT FROM %(key_set)s"
+RELIST_UNANSWERED = f"""
 INSERT INTO core_token_dirty (thread_id)
-SELECT thread_id FROM core_thread_tokens WHERE encrypted_unread > 0 AND key_set IS DISTINCT FROM %(key_set)s
+SELECT thread_id FROM core_thread_tokens WHERE {UNANSWERED}
 ON CONFLICT (thread_id) DO NOTHING"""
-SELECT_UNREAD = "SELECT thread_id FROM core_thread_tokens WHERE encrypted_unread > 0"
+SELECT_UNANSWERED = f"""
+SELECT thread_id FROM core_thread_tokens WHERE encrypted_unread > 0 OR ({UNANSWERED})"""
 COUNT_UNREAD = "SELECT count(*) AS n FROM core_thread_tokens WHERE encrypted_unread > 0"
 DELETE_TOKENS = "DELETE FROM core_thread_tokens WHERE thread_id = ANY(%(threads)s)"
 RELEASE = "DELETE FROM core_token_dirty WHERE thread_id = ANY(%(threads)s) AND claimed_at IS NOT NULL"
@@ -204,8 +211,10 @@ class IndexResult:
 
 
 def _thread_tokens(conn: psycopg.Connection, threads: list[str], result: IndexResult,
-                   decryptor: formats.Decryptor, unread: dict[str, int] | None = None) -> dict[str, set[str]]:
-    """Each thread's tokens; encrypted rows decrypted with `decryptor`, those it cannot open counted in `unread`."""
+                   decryptor: formats.Decryptor, unread: dict[str, int] | None = None,
+                   sealed: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """Each thread's tokens; encrypted rows decrypted with `decryptor` (their tokens in `sealed` when given), those
+    it cannot open counted in `unread`. A thread with rows is in the result, even when all its rows are sealed."""
     found: dict[str, set[str]] = {}
     with conn.cursor(name="core_token_payloads") as cur:
         cur.itersize = 2000
@@ -221,7 +230,8 @@ def _thread_tokens(conn: psycopg.Connection, threads: list[str], result: IndexRe
                         unread[row["thread_id"]] = unread.get(row["thread_id"], 0) + 1
                 else:
                     result.encrypted_read += 1
-                    tokens_of_json_text(json.dumps(payload, ensure_ascii=False), into)
+                    tokens_of_json_text(json.dumps(payload, ensure_ascii=False),
+                                        into if sealed is None else sealed.setdefault(row["thread_id"], set()))
                 continue
             tokens = payload_tokens(row["type"], row["blob"])
             if tokens is None:
@@ -241,12 +251,18 @@ def index_claimed(conn: psycopg.Connection, claimed: list[str], result: IndexRes
     read with `decryptor`, default the configured keys), then un-list those not written since their claim."""
     decryptor = decryptor if decryptor is not None else formats.decryptor()
     unread: dict[str, int] = {}
-    found = _thread_tokens(conn, claimed, result, decryptor, unread)
+    sealed: dict[str, set[str]] = {}
+    found = _thread_tokens(conn, claimed, result, decryptor, unread, sealed)
     present = sorted(found)
+
+    def hashes(thread: str) -> str:
+        plain = {token_hash(t) for t in found[thread]}
+        return ",".join(map(str, sorted(plain | {decryptor.keyed(token_hash(t)) for t in sealed.get(thread, ())})))
     if present:
         conn.execute(UPSERT_TOKENS, {
-            "threads": present, "key_set": decryptor.key_set, "unread": [unread.get(th, 0) for th in present],
-            "tokens": [",".join(str(h) for h in sorted({token_hash(t) for t in found[th]})) for th in present]})
+            "threads": present, "tokens": [hashes(th) for th in present],
+            "unread": [unread.get(th, 0) for th in present],
+            "key_sets": [decryptor.key_set if th in unread or th in sealed else None for th in present]})
 
     gone = sorted(set(claimed) - set(found))
     if gone:
@@ -299,7 +315,7 @@ def sweep_step(db: Database, decryptor: formats.Decryptor | None = None) -> Inde
     decryptor = decryptor if decryptor is not None else formats.decryptor()
     db.execute(PRUNE_ORPHANS)
     if decryptor:
-        db.execute(RELIST_UNREAD, {"key_set": decryptor.key_set})
+        db.execute(RELIST_UNANSWERED, {"key_set": decryptor.key_set})
     return index_pending(db, decryptor=decryptor)
 
 
@@ -311,7 +327,8 @@ class Candidates:
     hits: int = 0        # threads the index gave
     unindexed: frozenset[str] = frozenset()  # threads written since they were last indexed
     why_full: str = ""   # why every thread is read, when it is
-    # indexed threads with encrypted rows the index could not read (no configured key opened them): in `threads`
+    # indexed threads with encrypted rows the index cannot answer for (no configured key opened them, or indexed
+    # under another key set): in `threads`
     encrypted_unread: frozenset[str] = frozenset()
 
     def describe(self) -> str:
@@ -321,7 +338,8 @@ class Candidates:
                 f"{len(self.unindexed)} not indexed yet (core_token_dirty)")
         if self.encrypted_unread:
             text += (f"; {len(self.encrypted_unread)} threads hold encrypted rows the index could not read (no "
-                     f"configured key opened them): read with the keys, else named as not scanned")
+                     f"configured key opened them, or read under other keys): read with the keys, else named as "
+                     f"not scanned")
         return text
 
 
@@ -364,15 +382,29 @@ def token_shares(conn: psycopg.Connection) -> dict[int, float]:
     return dict(zip(row["tokens"], row["shares"])) if row and row["tokens"] else {}
 
 
-def candidates(conn: psycopg.Connection, terms: Iterable[str]) -> Candidates:
+def candidates(conn: psycopg.Connection, terms: Iterable[str], decryptor: formats.Decryptor | None = None) -> Candidates:
     """The threads that may hold any of `terms` (a superset: the scan confirms), or every thread when a
     term has no token or too many threads wait for the indexer."""
-    return candidates_of(conn, {term: term_hashes(term) for term in set(terms)})
+    return candidates_of(conn, {term: term_hashes(term) for term in set(terms)}, decryptor)
 
 
-def candidates_of(conn: psycopg.Connection, hashes: Mapping[str, Sequence[int]]) -> Candidates:
+def _sealed_key(key: str, decryptor: formats.Decryptor) -> str:
+    """A lookup key as the index stores the tokens of encrypted rows (keyed with the key set)."""
+    return ",".join(str(decryptor.keyed(int(h))) for h in key.split(","))
+
+
+def sealed_keys(keys: Iterable[str], decryptor: formats.Decryptor) -> list[str]:
+    """The lookup keys of encrypted rows' tokens for these lookup keys (none without configured keys)."""
+    return [_sealed_key(k, decryptor) for k in keys] if decryptor else []
+
+
+def candidates_of(conn: psycopg.Connection, hashes: Mapping[str, Sequence[int]],
+                  decryptor: formats.Decryptor | None = None) -> Candidates:
     """`candidates` for terms known by their token hashes only (`term_hashes`; keyed by a term or a reference
-    to it): the threads holding every token of one of them, plus the threads not indexed yet."""
+    to it): the threads holding every token of one of them (in plaintext rows, or in encrypted rows read with the
+    configured keys: `decryptor`, by default), plus the threads not indexed yet and those whose encrypted rows the
+    index cannot answer for."""
+    decryptor = decryptor if decryptor is not None else formats.decryptor()
     shares = token_shares(conn)
     keys = {name: lookup_key(h, shares) for name, h in hashes.items()}
     missing = sorted(name for name, key in keys.items() if key is None)
@@ -381,8 +413,9 @@ def candidates_of(conn: psycopg.Connection, hashes: Mapping[str, Sequence[int]])
     unindexed = [r["thread_id"] for r in conn.execute(SELECT_PENDING, {"cap": DIRTY_SCAN_MAX + 1})]
     if len(unindexed) > DIRTY_SCAN_MAX:
         return Candidates(None, why_full=f"more than {DIRTY_SCAN_MAX:,} threads wait for the token indexer")
-    hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": list(keys.values())})} if keys else set()
-    unread = {r["thread_id"] for r in conn.execute(SELECT_UNREAD)}
+    lookups = list(keys.values()) + sealed_keys(keys.values(), decryptor)
+    hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": lookups})} if keys else set()
+    unread = {r["thread_id"] for r in conn.execute(SELECT_UNANSWERED, {"key_set": decryptor.key_set})}
     return Candidates(frozenset(hits | set(unindexed) | unread), len(hits), frozenset(unindexed), "",
                       frozenset(unread))
 
@@ -392,23 +425,32 @@ def thread_token_hashes(conn: psycopg.Connection, threads: Iterable[str],
     """Each thread's token hashes as the indexer would store them now (for threads it has not read yet; encrypted
     rows read with `decryptor`, default the configured keys); a thread without rows is absent."""
     decryptor = decryptor if decryptor is not None else formats.decryptor()
-    with conn.transaction():  # the payloads are streamed by a server-side cursor
+    with conn.transaction():  # the payloads are streamed by a server-side cursor (hashes kept in memory only)
         found = _thread_tokens(conn, sorted(set(threads)), IndexResult(), decryptor)
     return {thread: {token_hash(t) for t in tokens} for thread, tokens in found.items()}
 
 
 # Per term, the indexed threads (but `exclude`) holding every token of it: counted in SQL, never listed.
+# (`sealed` is each key as encrypted rows' tokens are stored, NULL without keys)
 COUNT_HITS = """
-SELECT q.term, count(t.thread_id) AS n FROM unnest(%(terms)s::text[], %(keys)s::text[]) AS q(term, key)
+SELECT q.term, count(t.thread_id) AS n
+FROM unnest(%(terms)s::text[], %(keys)s::text[], %(sealed)s::text[]) AS q(term, key, sealed)
 LEFT JOIN LATERAL (SELECT thread_id FROM core_thread_tokens
-                   WHERE tokens @> string_to_array(q.key, ',')::integer[] AND NOT (thread_id = ANY(%(exclude)s))) t ON true
+                   WHERE (tokens @> string_to_array(q.key, ',')::integer[]
+                          OR tokens @> string_to_array(q.sealed, ',')::integer[])
+                     AND NOT (thread_id = ANY(%(exclude)s))) t ON true
 GROUP BY q.term"""
 
 
-def count_hits(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str]) -> dict[str, int]:
-    """How many indexed threads (but `exclude`) hold every token of each term (a term without a token: 0)."""
+def count_hits(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str],
+               decryptor: formats.Decryptor | None = None) -> dict[str, int]:
+    """How many indexed threads (but `exclude`) hold every token of each term, in plaintext rows or in encrypted
+    rows read with the configured keys (a term without a token: 0)."""
     keys = _keys(terms)
     if not keys:
         return {}
-    rows = conn.execute(COUNT_HITS, {"terms": list(keys), "keys": list(keys.values()), "exclude": sorted(set(exclude))})
+    decryptor = decryptor if decryptor is not None else formats.decryptor()
+    sealed = [_sealed_key(k, decryptor) if decryptor else None for k in keys.values()]
+    rows = conn.execute(COUNT_HITS, {"terms": list(keys), "keys": list(keys.values()), "sealed": sealed,
+                                     "exclude": sorted(set(exclude))})
     return {r["term"]: int(r["n"]) for r in rows}
