@@ -26,3 +26,21 @@ def test_an_edited_migration_stops_the_dashboard_naming_the_file(db, page, scree
         screenshot("migration-mismatch")
     finally:
         stop_streamlit(proc)
+
+
+def test_a_shallow_saver_database_stops_the_dashboard_saying_what_needs_its_history(create_database, page, screenshot):
+    from format_agents import shallow_database
+
+    dsn = create_database(migrated=False)
+    shallow_database(dsn, "shallow-1")
+    proc, url = start_streamlit({"PG_AGENTES": dsn})
+    try:
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto(url)
+        expect(page.get_by_role("heading", name="No se puede abrir la base de datos de los agentes")).to_be_visible(
+            timeout=60_000)
+        expect(page.get_by_text("the checkpoint tables were created by ShallowPostgresSaver")).to_be_visible()
+        expect(page.get_by_text("Sus tablas de checkpoints las creó")).to_be_visible()
+        screenshot("shallow-saver")
+    finally:
+        stop_streamlit(proc)

@@ -14,7 +14,7 @@ from core.agents.retail import ContextoCliente, run_turn
 from core.db import Database, reset_pool
 from core.memory.store import put_memory
 from core.migrate import migrate
-from core.privacy import chain, erasure_register
+from core.privacy import chain, erasure_register, raw_scan
 from core.privacy import residue as res
 from core.privacy.redaction import REASON
 from tests.conftest import DIMS
@@ -48,7 +48,9 @@ def legacy(create_database, monkeypatch):
     untagged_turn(agent, "soporte-1", f"Un cliente dicta su dirección: {ADDRESS}")
     with db.connection() as conn:
         terms = res.customer_terms(conn, "C9")
-        params = res.residue_count_params(conn, terms, [])
+        # the raw-bytes candidates as that code found them (today's token index needs migration 073)
+        raw = {thread for _, thread in raw_scan.candidates(conn, [t.term for t in terms if not t.common], [])}
+        params = res.residue_count_params(conn, terms, [], candidates=raw)
         legacy_sql = psycopg.ClientCursor(conn).mogrify(res.RESIDUE_THREADS_SQL.replace(
             "SELECT DISTINCT r.thread_id FROM", "SELECT count(DISTINCT r.thread_id) AS n FROM"), params).strip()
     db.values = [t.term for t in terms if t.kind == "value"]
