@@ -206,7 +206,6 @@ class IndexResult:
     batches: int = 0
     pending: int = 0      # threads still waiting when it stopped (capped)
     encrypted_read: int = 0    # encrypted rows decrypted with a configured key
-    encrypted_unread: int = 0  # encrypted rows no configured key opens
     unread_threads: int = 0    # threads of the index holding such rows after the run (named as not readable)
 
 
@@ -225,7 +224,6 @@ def _thread_tokens(conn: psycopg.Connection, threads: list[str], result: IndexRe
             if formats.is_encrypted(row["type"]):  # never sent back to PostgreSQL, not even to its decoder
                 payload = decryptor.payload(row["type"], row["blob"])
                 if formats.unread(payload):
-                    result.encrypted_unread += 1
                     if unread is not None:
                         unread[row["thread_id"]] = unread.get(row["thread_id"], 0) + 1
                 else:
