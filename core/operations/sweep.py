@@ -166,9 +166,8 @@ class SweepResult:
             text += f"; {self.tool_calls_extracted} tool calls extracted from checkpoints"
         if self.threads_tokenized is not None:
             text += f"; {self.threads_tokenized} threads indexed for the residue scan"
-            if self.threads_not_readable:
-                text += (f" ({self.threads_not_readable} threads with encrypted rows not readable: no configured "
-                         f"key opens them; the residue scan names them as not scanned)")
+            if self.threads_not_readable:  # no configured key opens them: the residue scan names them not scanned
+                text += f" ({self.threads_not_readable} threads with encrypted rows not readable)"
         if self.erasure_recheck:
             text += f"; erasure register: {self.erasure_recheck}"
         return text + (f"; error: {self.error}" if self.error else "")
