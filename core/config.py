@@ -57,6 +57,9 @@ class Settings:
     subject_metadata_keys: tuple[str, ...] = DEFAULT_SUBJECT_METADATA_KEYS
     subject_thread_patterns: tuple[str, ...] = DEFAULT_SUBJECT_THREAD_PATTERNS
     subject_thread_query: str | None = None
+    # An optional read-only SQL query on the application's own tables returning `thread_id` for every thread the
+    # application knows (no parameters): the Storage view's orphans name the checkpoint threads it does not return.
+    known_threads_query: str | None = None
     # EncryptedSerializer keys (LANGGRAPH_AES_KEYS, several for rotation, and langgraph's LANGGRAPH_AES_KEY):
     # encrypted checkpoints are decrypted in Python for single-thread reads, never written back in clear.
     aes_keys: tuple[bytes, ...] = field(default=(), repr=False)
@@ -134,6 +137,7 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         subject_metadata_keys=_list(_pick("SUBJECT_METADATA_KEYS", secrets, DEFAULT_SUBJECT_METADATA_KEYS)),
         subject_thread_patterns=_list(_pick("SUBJECT_THREAD_PATTERNS", secrets, DEFAULT_SUBJECT_THREAD_PATTERNS)),
         subject_thread_query=_pick("SUBJECT_THREAD_QUERY", secrets),
+        known_threads_query=_pick("KNOWN_THREADS_QUERY", secrets),
         aes_keys=_aes_keys(secrets),
         demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
     )

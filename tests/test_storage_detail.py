@@ -163,3 +163,125 @@ def test_storage_view_shows_where_the_bytes_go(db, app_env):
     assert metric(at, "La poda liberaría") == human_bytes(expected.bytes)
     shown = frame(at, "thread_id", "checkpoints", "writes", "blobs", "bytes")
     assert sorted(shown["thread_id"]) == sorted(t.thread_id for t in expected.threads)
+
+
+# --- threads the application no longer knows (KNOWN_THREADS_QUERY) -------------------------------------------------
+
+KNOWN = "SELECT thread_id FROM hilos_app"
+UNKNOWN_COLUMNS = ["thread_id", "cliente_id", "checkpoints", "total_bytes", "last_ts"]
+THREAD_BYTES = """
+SELECT thread_id, sum(bytes) AS bytes FROM (
+    SELECT thread_id, pg_column_size(checkpoint) + pg_column_size(metadata) AS bytes FROM checkpoints
+    UNION ALL SELECT thread_id, coalesce(octet_length(blob), 0) FROM checkpoint_blobs
+    UNION ALL SELECT thread_id, coalesce(octet_length(blob), 0) FROM checkpoint_writes) x
+GROUP BY thread_id"""
+
+
+def app_knows(db, every_other: int = 2) -> dict[str, int]:
+    """The application's own table of threads (every other checkpoint thread, plus one it holds no checkpoint for);
+    returns the bytes of the threads it does not know, per thread, counted by SQL over the three tables."""
+    by_thread = {r["thread_id"]: int(r["bytes"]) for r in db.fetch(THREAD_BYTES)}
+    known = sorted(by_thread)[::every_other] + ["solo-en-la-app"]
+    db.execute("CREATE TABLE hilos_app (thread_id text PRIMARY KEY, cliente_id text)")
+    db.execute("INSERT INTO hilos_app (thread_id) SELECT unnest(%(t)s::text[])", {"t": known})
+    return {t: b for t, b in by_thread.items() if t not in known}
+
+
+def test_unknown_threads_are_the_checkpoint_threads_the_query_does_not_return(db):
+    write(db)
+    unknown = app_knows(db)
+    assert len(unknown) >= 4
+    for batch_rows in (storage.STORAGE_BATCH_ROWS, 7):  # one range, and many (the query runs once per range)
+        storage.refresh_thread_storage(db, batch_rows=batch_rows, known_query=KNOWN + " ;\n")
+        found = storage_detail.unknown_threads(db)
+        assert (found["threads"], found["bytes"], found["error"]) == (len(unknown), sum(unknown.values()), None)
+        listed = storage_detail.unknown_thread_list(db, 100)
+        assert dict(zip(listed["thread_id"], listed["total_bytes"])) == unknown
+        assert list(listed["total_bytes"]) == sorted(unknown.values(), reverse=True)
+    assert len(storage_detail.unknown_thread_list(db, 2)) == 2
+
+    # No query configured: nothing is counted, and nothing says 0.
+    storage.refresh_thread_storage(db, known_query=None)
+    found = storage_detail.unknown_threads(db)
+    assert found["threads"] is None and found["bytes"] is None and found["error"] is None
+    assert storage_detail.unknown_thread_list(db, 100).empty
+
+
+def test_a_bad_known_threads_query_is_reported_and_changes_nothing(db):
+    write(db)
+    app_knows(db)
+    db.execute("CREATE FUNCTION borra_hilos() RETURNS SETOF text LANGUAGE sql "
+               "AS 'DELETE FROM hilos_app RETURNING thread_id'")
+    for query, said in (("SELECT thread_id FROM no_existe", "no_existe"),
+                        ("SELECT b AS thread_id FROM borra_hilos() b", "read-only transaction"),
+                        ("SELECT cliente_id FROM hilos_app", "thread_id"),
+                        ("SELECT thread_id FROM hilos_app WHERE cliente_id = %(id)s", "SUBJECT_THREAD_QUERY"),
+                        ("SELECT thread_id FROM hilos_app, pg_sleep(6)", "statement timeout")):
+        storage.refresh_thread_storage(db, batch_rows=7, known_query=query)
+        found = storage_detail.unknown_threads(db)
+        assert found["threads"] is None and found["bytes"] is None and said in found["error"], (query, found)
+        assert storage_detail.unknown_thread_list(db, 100).empty
+        # The rest of the refresh went on: the other orphans and the bytes per channel are there.
+        assert storage_detail.orphans(db)["blobs"] == 1 and not storage_detail.channel_totals(db).empty
+    assert db.fetch_one("SELECT count(*) AS n FROM hilos_app")["n"] > 1
+
+
+def test_the_sweep_reads_known_threads_query_from_the_settings(db, monkeypatch):
+    from core.operations.sweep import run_sweep
+
+    write(db)
+    unknown = app_knows(db)
+    monkeypatch.setenv("KNOWN_THREADS_QUERY", KNOWN)
+    run_sweep(db, trigger="manual")
+    found = storage_detail.unknown_threads(db)
+    assert (found["threads"], found["bytes"]) == (len(unknown), sum(unknown.values()))
+
+
+def test_storage_view_names_the_threads_the_application_no_longer_knows(db, app_env):
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from apptools import as_int, ids, metric
+
+    write(db)
+    unknown = app_knows(db)
+    storage.refresh_thread_storage(db, known_query=KNOWN)
+    app_env(db.dsn)
+
+    def storage_view(lang: str = "es") -> AppTest:
+        st.cache_data.clear()
+        at = AppTest.from_file("../dashboard.py", default_timeout=60)
+        at.query_params["lang"] = lang
+        at.session_state["checkpoints.view"] = "storage"
+        at.run()
+        at.switch_page("app_pages/checkpoints.py").run()
+        assert not at.exception
+        return at
+
+    def unknown_tables(at) -> list:  # a plain dataframe carries no key: known by its columns
+        return [d.value for d in at.dataframe if list(d.value.columns) == UNKNOWN_COLUMNS]
+
+    def listed(at) -> dict:
+        (shown,) = unknown_tables(at)
+        return dict(zip(ids(shown)["thread_id"], shown["total_bytes"].astype(int)))
+
+    at = storage_view()
+    assert as_int(metric(at, "Hilos que la aplicación ya no conoce")) == len(unknown)
+    assert listed(at) == unknown
+    assert any("KNOWN_THREADS_QUERY" in c.value for c in at.caption)
+    at = storage_view("en")
+    assert as_int(metric(at, "Threads the application no longer knows")) == len(unknown)
+
+    # Without a query nothing can tell: said in words, never a 0.
+    storage.refresh_thread_storage(db, known_query=None)
+    at = storage_view()
+    assert not [m for m in at.metric if m.label == "Hilos que la aplicación ya no conoce"]
+    assert any(i.value.startswith("Hilos que la aplicación ya no conoce: no se puede saber") for i in at.info)
+    assert not unknown_tables(at)
+
+    # A failing query: its error is shown, never hidden.
+    storage.refresh_thread_storage(db, known_query="SELECT thread_id FROM no_existe")
+    at = storage_view("en")
+    assert any(e.value.startswith("Threads the application no longer knows: `KNOWN_THREADS_QUERY` failed")
+               for e in at.warning)
+    assert any("no_existe" in c.value for c in at.code)

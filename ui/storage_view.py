@@ -1,5 +1,6 @@
 """The Checkpoints page's Storage view, where the bytes go (core/checkpoints/storage_detail.py): PostgreSQL's table
-statistics, bytes per channel, threads growing faster than linearly, orphans, one thread's channels and curve per
+statistics, bytes per channel, threads growing faster than linearly, orphans (threads the application no longer
+knows included), one thread's channels and curve per
 step, and what a prune policy would free. Layout only; values from the database are shown in tables and charts,
 never interpolated into Markdown."""
 from __future__ import annotations
@@ -10,11 +11,13 @@ import streamlit as st
 
 from core.checkpoints import prune, storage_detail
 from ui.common import read
+from ui.fmt import number
 from ui.i18n import t
 from ui.safe import plot_frame
 from ui.tables import human_bytes, table
 
 GROWING_N = 20
+UNKNOWN_N = 20
 KEY = "checkpoints.storage"
 
 
@@ -68,6 +71,26 @@ def growth_and_orphans() -> None:
     right.metric(t("ckpt_orphan_writes"), f"{found['writes']:,}", human_bytes(found["write_bytes"]),
                  delta_color="off", delta_arrow="off")
     st.caption(t("ckpt_orphans_caption", at=_as_of(found["as_of"])))
+    unknown_threads()
+
+
+def unknown_threads() -> None:
+    """The threads the application no longer knows, when KNOWN_THREADS_QUERY can say so; otherwise why not."""
+    found = read(storage_detail.unknown_threads)
+    at = _as_of(found["as_of"])
+    if found["error"] is not None:
+        st.warning(t("ckpt_unknown_threads_failed", at=at))
+        st.code(found["error"], language=None)
+        return
+    if found["threads"] is None:
+        st.info(t("ckpt_unknown_threads_unconfigured", at=at))
+        return
+    st.metric(t("ckpt_unknown_threads"), number(found["threads"]), human_bytes(found["bytes"]), delta_color="off",
+              delta_arrow="off")
+    st.caption(t("ckpt_unknown_threads_caption", at=at, n=UNKNOWN_N))
+    listed = read(storage_detail.unknown_thread_list, UNKNOWN_N)
+    if not listed.empty:
+        table(listed, key=f"{KEY}.unknown")
 
 
 def one_thread(thread_id: str) -> None:

@@ -35,7 +35,8 @@ SELECT least((SELECT thread_id FROM checkpoints WHERE {after} ORDER BY thread_id
 
 # LIVE_THREAD_STORAGE restricted to one range, plus the configured subject metadata keys the thread's
 # checkpoints carry (`{flags}`: `metadata ? 'k' AS k0, ...`; `{keys}`: an array of `CASE WHEN bool_or(k0) THEN
-# 'k' END`; literals so the planner sees the key). Each table's sizes are computed in a subquery the planner
+# 'k' END`; literals so the planner sees the key), and `{known}`: whether KNOWN_THREADS_QUERY returns the thread
+# (storage_detail.Orphans.known_column). Each table's sizes are computed in a subquery the planner
 # keeps (OFFSET 0) before any sort or hash on thread_id, so those handle narrow rows, not whole payloads
 # (a batch of 37k checkpoints sorted with their jsonb spilled 40 MB at 1M). Returns the batch's threads and
 # rows per table.
@@ -57,18 +58,19 @@ WITH c AS (
     GROUP BY thread_id
 ), ins AS (
     INSERT INTO core_thread_storage (thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, writes,
-                                     write_bytes, total_bytes, last_ts, metadata_keys)
+                                     write_bytes, total_bytes, last_ts, metadata_keys, known)
     SELECT coalesce(c.thread_id, b.thread_id, w.thread_id), c.cliente_id,
            coalesce(c.checkpoints, 0), coalesce(c.checkpoint_bytes, 0),
            coalesce(b.blobs, 0), coalesce(b.blob_bytes, 0),
            coalesce(w.writes, 0), coalesce(w.write_bytes, 0),
            coalesce(c.checkpoint_bytes, 0) + coalesce(b.blob_bytes, 0) + coalesce(w.write_bytes, 0),
-           core_try_timestamptz(c.last_ts), coalesce(c.metadata_keys, '{{}}')
+           core_try_timestamptz(c.last_ts), coalesce(c.metadata_keys, '{{}}'), {known}
     FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
-    RETURNING checkpoints, blobs, writes
+    RETURNING checkpoints, blobs, writes, total_bytes, known
 )
 SELECT count(*) AS threads, coalesce(sum(checkpoints), 0) AS checkpoints, coalesce(sum(blobs), 0) AS blobs,
-       coalesce(sum(writes), 0) AS writes
+       coalesce(sum(writes), 0) AS writes, count(*) FILTER (WHERE NOT known) AS unknown_threads,
+       coalesce(sum(total_bytes) FILTER (WHERE NOT known), 0) AS unknown_thread_bytes
 FROM ins"""
 
 UPSERT_STORAGE_REFRESH = """
@@ -145,6 +147,9 @@ def default_metadata_keys() -> tuple[str, ...]:
     return tuple(load_settings().subject_metadata_keys)
 
 
+FROM_SETTINGS = object()  # refresh_thread_storage's default KNOWN_THREADS_QUERY: the configured one
+
+
 @dataclass(frozen=True)
 class StorageRefresh:
     """What a refresh wrote: threads, the three tables' rows at its snapshot, how many batches."""
@@ -159,10 +164,11 @@ class StorageRefresh:
 
 def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...],
                          batch_rows: int = STORAGE_BATCH_ROWS,
-                         on_batch: Callable[[int, str | None], None] | None = None) -> StorageRefresh:
+                         on_batch: Callable[[int, str | None], None] | None = None,
+                         known_query: str | None = None) -> StorageRefresh:
     """The refresh on `conn` (dict rows; inside a transaction the caller opened and commits, before any other
     statement of it: the first one sets its isolation level). `on_batch(n, hi)` is called after batch n (from 1),
-    `hi` its upper bound (None for the last)."""
+    `hi` its upper bound (None for the last). `known_query`: KNOWN_THREADS_QUERY, run per batch on its range."""
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     for sql in REFRESH_THREAD_STORAGE:
@@ -170,10 +176,13 @@ def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...
     storage_detail.clear(conn)
     flags, keys = _key_flags(metadata_keys)
     totals = {"threads": 0, "checkpoints": 0, "blobs": 0, "writes": 0}
-    orphans = storage_detail.Orphans()
+    orphans = storage_detail.Orphans.configured(known_query)
     batches = 0
     for lo, hi in thread_ranges(conn, SELECT_BATCH_END, batch_rows - 1):
-        row = conn.execute(pgsql.SQL(INSERT_STORAGE_BATCH).format(flags=flags, keys=keys, range=key_ranges(lo, hi))).fetchone()
+        known = orphans.known_column(conn, key_ranges(lo, hi, storage_detail.KNOWN_RANGE))
+        row = conn.execute(pgsql.SQL(INSERT_STORAGE_BATCH).format(flags=flags, keys=keys, range=key_ranges(lo, hi),
+                                                                  known=known), prepare=False).fetchone()
+        orphans.add_batch(row)
         storage_detail.refresh_range(conn, key_ranges(lo, hi), orphans)  # bytes per channel and step, orphans
         batches += 1
         for k in totals:
@@ -188,14 +197,18 @@ def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...
 
 
 def refresh_thread_storage(db: Database, metadata_keys: tuple[str, ...] | None = None,
-                           batch_rows: int = STORAGE_BATCH_ROWS) -> int:
+                           batch_rows: int = STORAGE_BATCH_ROWS, known_query: str | None | object = FROM_SETTINGS) -> int:
     """Recompute `core_thread_storage` from the three checkpoint tables in one transaction (readers see the old
     rows until it commits), in batches of thread_id ranges of at most `batch_rows` rows per table (bounded temp
     space and memory), recording per thread which `metadata_keys` (default: SUBJECT_METADATA_KEYS) its
-    checkpoints carry; returns the number of threads."""
+    checkpoints carry and whether `known_query` (default: KNOWN_THREADS_QUERY; None: none) returns it; returns the
+    number of threads."""
+    from core.config import load_settings
+
     keys = default_metadata_keys() if metadata_keys is None else tuple(metadata_keys)
+    query = load_settings().known_threads_query if known_query is FROM_SETTINGS else known_query
     with db.connection() as conn, conn.transaction():
-        return refresh_storage_conn(conn, keys, batch_rows).threads
+        return refresh_storage_conn(conn, keys, batch_rows, known_query=query).threads
 
 
 def storage_refresh(db: Database) -> dict | None:

@@ -2,8 +2,8 @@
 and the threads that grow faster than linearly, orphans, and PostgreSQL's own table statistics.
 
 The sweep's storage refresh (core/checkpoints/storage.py) keeps `core_channel_storage`, `core_thread_growth` and the
-orphan totals in the same batches of thread_id ranges and the same snapshot as `core_thread_storage`; one thread is
-also read live. Only keys, sizes and versions are read, never a payload (`octet_length` of a TOASTed value reads its
+orphan totals in the same batches of thread_id ranges and the same snapshot as `core_thread_storage`, and, when
+`KNOWN_THREADS_QUERY` is configured, which threads the application no longer knows; one thread is also read live. Only keys, sizes and versions are read, never a payload (`octet_length` of a TOASTed value reads its
 header)."""
 from __future__ import annotations
 
@@ -102,18 +102,86 @@ WITH refs AS (
 )
 SELECT b.n AS blobs, b.bytes AS blob_bytes, w.n AS writes, w.bytes AS write_bytes FROM b, w"""
 
+# Threads the application no longer knows: the configured KNOWN_THREADS_QUERY (every thread_id the application
+# knows; SUBJECT_THREAD_QUERY cannot say it: it answers for one customer) restricted to one range, run in the refresh's
+# snapshot inside a savepoint that is rolled back, READ ONLY and under a statement timeout. The range is put on the
+# query's `thread_id` (as text: a no-op on a text column, whose index it can then use), so each batch reads only its
+# own range of the application's threads.
+KNOWN_QUERY_TIMEOUT_MS = 5000  # per range
+SELECT_KNOWN = "SELECT DISTINCT (q.thread_id)::text AS thread_id FROM ({query}) q WHERE {range}"
+KNOWN_RANGE = "(q.thread_id)::text"
+KNOWN_COLUMN = "coalesce(c.thread_id, b.thread_id, w.thread_id) = ANY({}::text[])"  # in storage.INSERT_STORAGE_BATCH
+NOT_CHECKED = pgsql.SQL("NULL::boolean")
+FORGET_KNOWN = "UPDATE core_thread_storage SET known = NULL WHERE known IS NOT NULL"
+
 CLEAR = ("DELETE FROM core_channel_storage", "DELETE FROM core_thread_growth")
 RECORD_ORPHANS = """
 UPDATE core_thread_storage_refresh SET orphan_blobs = %(blobs)s, orphan_blob_bytes = %(blob_bytes)s,
-       orphan_writes = %(writes)s, orphan_write_bytes = %(write_bytes)s"""
+       orphan_writes = %(writes)s, orphan_write_bytes = %(write_bytes)s, unknown_threads = %(unknown_threads)s,
+       unknown_thread_bytes = %(unknown_thread_bytes)s, unknown_threads_error = %(unknown_threads_error)s"""
+
+
+class KnownThreadsQueryError(ValueError):
+    """KNOWN_THREADS_QUERY is unusable as configured (says why)."""
+
+
+def known_threads_query(query: str | None) -> str | None:
+    """The configured query ready to wrap (trailing `;` removed), None when none is configured;
+    KnownThreadsQueryError for a per-customer query."""
+    query = (query or "").strip().rstrip(";").strip()
+    if "%(id)s" in query:
+        raise KnownThreadsQueryError("KNOWN_THREADS_QUERY lists every thread the application knows and takes no "
+                                     "%(id)s (a query for one customer is SUBJECT_THREAD_QUERY)")
+    return query or None
 
 
 @dataclass
 class Orphans:
+    """The refresh's orphans, added up batch by batch. `known_query`: KNOWN_THREADS_QUERY (None: nothing can tell
+    which threads the application no longer knows); `unknown_threads_error`: why it could not run."""
+
     blobs: int = 0
     blob_bytes: int = 0
     writes: int = 0
     write_bytes: int = 0
+    known_query: str | None = None
+    unknown_threads: int = 0
+    unknown_thread_bytes: int = 0
+    unknown_threads_error: str | None = None
+
+    @classmethod
+    def configured(cls, query: str | None) -> "Orphans":
+        try:
+            return cls(known_query=known_threads_query(query))
+        except KnownThreadsQueryError as exc:
+            return cls(known_query=query, unknown_threads_error=str(exc))
+
+    @property
+    def checking(self) -> bool:
+        return self.known_query is not None and self.unknown_threads_error is None
+
+    def known_column(self, conn: psycopg.Connection, known_range: pgsql.Composable) -> pgsql.Composable:
+        """The `known` value of a batch's threads for its INSERT: whether the query returns each (NULL when nothing
+        checks); `known_range`: the batch's range on `(q.thread_id)::text`. A failure of the query is kept in
+        `unknown_threads_error`."""
+        if not self.checking:
+            return NOT_CHECKED
+        query = pgsql.SQL(SELECT_KNOWN).format(query=pgsql.SQL(self.known_query), range=known_range)
+        try:
+            with conn.transaction(force_rollback=True):  # a savepoint: READ ONLY and the timeout end with it
+                conn.execute("SET TRANSACTION READ ONLY")
+                conn.execute(pgsql.SQL("SET LOCAL statement_timeout = {}").format(
+                    pgsql.Literal(KNOWN_QUERY_TIMEOUT_MS)))
+                known = [r["thread_id"] for r in conn.execute(query, prepare=False)]
+        except psycopg.Error as exc:  # shown on the page, never hidden
+            self.unknown_threads_error = f"KNOWN_THREADS_QUERY: {type(exc).__name__}: {str(exc).strip()}"
+            return NOT_CHECKED
+        return pgsql.SQL(KNOWN_COLUMN).format(pgsql.Literal(known))
+
+    def add_batch(self, row: dict) -> None:
+        """A batch's unknown threads and bytes (storage.INSERT_STORAGE_BATCH's totals)."""
+        self.unknown_threads += int(row["unknown_threads"])
+        self.unknown_thread_bytes += int(row["unknown_thread_bytes"])
 
 
 def clear(conn: psycopg.Connection) -> None:
@@ -132,7 +200,14 @@ def refresh_range(conn: psycopg.Connection, thread_range: pgsql.Composable, orph
 
 
 def record_orphans(conn: psycopg.Connection, orphans: Orphans) -> None:
-    conn.execute(RECORD_ORPHANS, orphans.__dict__)
+    """The refresh's orphan totals; the unknown threads' as NULL when no query ran to the end (a failure forgets the
+    ranges it had checked)."""
+    if orphans.unknown_threads_error is not None:
+        conn.execute(FORGET_KNOWN)
+    checked = orphans.checking
+    conn.execute(RECORD_ORPHANS, {**orphans.__dict__,
+                                  "unknown_threads": orphans.unknown_threads if checked else None,
+                                  "unknown_thread_bytes": orphans.unknown_thread_bytes if checked else None})
 
 
 # --- reads -------------------------------------------------------------------------------------------------------------
@@ -148,6 +223,12 @@ SELECT_ORPHAN_TOTALS = """
 SELECT orphan_blobs AS blobs, orphan_blob_bytes AS blob_bytes, orphan_writes AS writes,
        orphan_write_bytes AS write_bytes, computed_at AS as_of
 FROM core_thread_storage_refresh WHERE orphan_blobs IS NOT NULL"""
+SELECT_UNKNOWN_TOTALS = """
+SELECT unknown_threads AS threads, unknown_thread_bytes AS bytes, unknown_threads_error AS error, computed_at AS as_of
+FROM core_thread_storage_refresh"""
+SELECT_UNKNOWN_THREADS = """
+SELECT thread_id, cliente_id, checkpoints, total_bytes, last_ts FROM core_thread_storage
+WHERE known = false ORDER BY total_bytes DESC, thread_id LIMIT %s"""
 THREAD_RANGE = "thread_id = {}"
 # PostgreSQL's statistics of the three tables, read now (the collector's counters are themselves approximate).
 SELECT_TABLE_STATS = """
@@ -209,6 +290,19 @@ def growing_threads(db: Database, limit: int = 20) -> pd.DataFrame:
 def orphans(db: Database) -> dict | None:
     """Orphan blobs and writes (counts, bytes) as of the last storage refresh (`as_of`); None before one."""
     return db.fetch_one(SELECT_ORPHAN_TOTALS)
+
+
+def unknown_threads(db: Database) -> dict | None:
+    """The threads the application no longer knows (`threads`, their `bytes`) as of the last storage refresh
+    (`as_of`): both None when no KNOWN_THREADS_QUERY was configured then, or when it failed (`error`); None before
+    any refresh."""
+    return db.fetch_one(SELECT_UNKNOWN_TOTALS)
+
+
+def unknown_thread_list(db: Database, limit: int = 20) -> pd.DataFrame:
+    """The largest of those threads (id, customer, checkpoints, bytes, last checkpoint), as of the last refresh."""
+    return _ints(pd.DataFrame(db.fetch(SELECT_UNKNOWN_THREADS, (limit,)),
+                              columns=["thread_id", "cliente_id", "checkpoints", "total_bytes", "last_ts"]))
 
 
 def table_stats(db: Database) -> pd.DataFrame:
