@@ -112,7 +112,6 @@ SELECT_KNOWN = "SELECT DISTINCT (q.thread_id)::text AS thread_id FROM ({query}) 
 KNOWN_RANGE = "(q.thread_id)::text"
 KNOWN_COLUMN = "coalesce(c.thread_id, b.thread_id, w.thread_id) = ANY({}::text[])"  # in storage.INSERT_STORAGE_BATCH
 NOT_CHECKED = pgsql.SQL("NULL::boolean")
-FORGET_KNOWN = "UPDATE core_thread_storage SET known = NULL WHERE known IS NOT NULL"
 
 CLEAR = ("DELETE FROM core_channel_storage", "DELETE FROM core_thread_growth")
 RECORD_ORPHANS = """
@@ -200,10 +199,8 @@ def refresh_range(conn: psycopg.Connection, thread_range: pgsql.Composable, orph
 
 
 def record_orphans(conn: psycopg.Connection, orphans: Orphans) -> None:
-    """The refresh's orphan totals; the unknown threads' as NULL when no query ran to the end (a failure forgets the
-    ranges it had checked)."""
-    if orphans.unknown_threads_error is not None:
-        conn.execute(FORGET_KNOWN)
+    """The refresh's orphan totals; the unknown threads' as NULL when no query ran to the end (then the ranges it had
+    checked before failing are not listed either: SELECT_UNKNOWN_THREADS)."""
     checked = orphans.checking
     conn.execute(RECORD_ORPHANS, {**orphans.__dict__,
                                   "unknown_threads": orphans.unknown_threads if checked else None,
@@ -228,7 +225,8 @@ SELECT unknown_threads AS threads, unknown_thread_bytes AS bytes, unknown_thread
 FROM core_thread_storage_refresh"""
 SELECT_UNKNOWN_THREADS = """
 SELECT thread_id, cliente_id, checkpoints, total_bytes, last_ts FROM core_thread_storage
-WHERE known = false ORDER BY total_bytes DESC, thread_id LIMIT %s"""
+WHERE known = false AND EXISTS (SELECT 1 FROM core_thread_storage_refresh WHERE unknown_threads IS NOT NULL)
+ORDER BY total_bytes DESC, thread_id LIMIT %s"""
 THREAD_RANGE = "thread_id = {}"
 # PostgreSQL's statistics of the three tables, read now (the collector's counters are themselves approximate).
 SELECT_TABLE_STATS = """
