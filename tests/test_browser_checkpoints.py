@@ -40,7 +40,8 @@ def test_thread_history_from_the_url(page, dashboard_url, demo_db, screenshot):
 
 
 def test_storage_view_shows_where_the_bytes_go(page, dashboard_url, demo_db, screenshot):
-    """The Storage view on the demo: PostgreSQL's statistics, bytes per channel, growth, orphans, one thread's curve and
+    """The Storage view on the demo: PostgreSQL's statistics, bytes per channel, growth, orphans (the threads the
+    application no longer knows said to be unknowable: the demo has no KNOWN_THREADS_QUERY), one thread's curve and
     what a prune would free (a dry run: the shared demo database is not changed)."""
     thread = demo_db.fetch_one("SELECT thread_id FROM checkpoints GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")["thread_id"]
     before = demo_db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"]
@@ -52,6 +53,12 @@ def test_storage_view_shows_where_the_bytes_go(page, dashboard_url, demo_db, scr
     expect(page.get_by_role("heading", name="Bytes por canal (blobs y escrituras, todos los hilos)")).to_be_visible()
     page.get_by_role("heading", name="Bytes por canal (blobs y escrituras, todos los hilos)").scroll_into_view_if_needed()
     screenshot("checkpoints-storage-channels")
+    # The demo configures no KNOWN_THREADS_QUERY: the page says it cannot tell, never a 0.
+    unknowable = page.get_by_text("Hilos que la aplicación ya no conoce: no se puede saber")
+    unknowable.scroll_into_view_if_needed()
+    expect(unknowable).to_be_visible()
+    expect(page.get_by_test_id("stMetric").filter(has_text="Hilos que la aplicación ya no conoce")).to_have_count(0)
+    screenshot("checkpoints-storage-orphans")
     page.get_by_role("heading", name="Un hilo: bytes por paso y por canal (ahora)").scroll_into_view_if_needed()
     expect(page.get_by_test_id("stTextInput").filter(has_text="Hilo").locator("input")).to_have_value(thread)
     page.get_by_role("button", name="Calcular").click()
