@@ -3,8 +3,8 @@ and the threads that grow faster than linearly, orphans, and PostgreSQL's own ta
 
 The sweep's storage refresh (core/checkpoints/storage.py) keeps `core_channel_storage`, `core_thread_growth` and the
 orphan totals in the same batches of thread_id ranges and the same snapshot as `core_thread_storage`, and, when
-`KNOWN_THREADS_QUERY` is configured, which threads the application no longer knows; one thread is also read live. Only keys, sizes and versions are read, never a payload (`octet_length` of a TOASTed value reads its
-header)."""
+`KNOWN_THREADS_QUERY` is configured, which threads the application no longer knows; one thread is also read live.
+Only keys, sizes and versions are read, never a payload (`octet_length` of a TOASTed value reads its header)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
