@@ -100,3 +100,9 @@ $$;
 
 REVOKE ALL ON FUNCTION core_message_usages(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION core_try_bigint(text) FROM PUBLIC;
+
+-- A database upgraded to this migration has its history extracted already: rewind the extraction once, so the next
+-- sweep (or `python -m core.operations.sweep_cli`) re-reads it and fills these tables. Idempotent for the tool calls
+-- (primary keys); until it is done the pages say how many checkpoints are behind.
+UPDATE core_extract_watermark SET ts = '', thread_id = '', checkpoint_ns = '', checkpoint_id = '', updated_at = now()
+WHERE name = 'tool_calls' AND NOT EXISTS (SELECT 1 FROM core_thread_summary);
