@@ -205,29 +205,8 @@ def database_bytes(base: str, name: str) -> int:
         return int(conn.execute("SELECT pg_database_size(%s)", (name,)).fetchone()[0])
 
 
-def database(base: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
-             log: Callable[[str], None], rebuild: bool = False, build_only: bool = False,
-             temp_file_limit: str | None = None, in_place: bool = False) -> tuple[str, dict]:
-    """A fresh copy of the production-sized database (built first if its template does not exist,
-    or if `rebuild`); with `in_place`, the template itself (for a disk without room for a copy)."""
-    template = f"bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}"
-    building = f"{template}_building"
-    info: dict[str, Any] = {"template": template}
-    if rebuild:
-        _sql(base, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
-    if not _exists(base, template):
-        log(f"building {template} ...")
-        _sql(base, f'DROP DATABASE IF EXISTS "{building}" WITH (FORCE)')
-        _sql(base, f'CREATE DATABASE "{building}"')
-        migrate(dsn_for(base, building), DIMS)
-        info.update(build(dsn_for(base, building), docs, customers, threads, writes, erasure_docs, log))
-        reset_pool(dsn_for(base, building))
-        _sql(base, f'ALTER DATABASE "{building}" RENAME TO "{template}"')
-    # The Preferences page reads the tool calls the sweep job extracts from the checkpoints
-    # (incrementally, from a watermark): done once on the template, as production would have done it
-    # over time; a run then measures the incremental step on its copy (bench/bench_tool_calls.py
-    # measures a full extraction against the live decode).
-    # The same for the residue scan's token index (migration 042 lists every thread of an older template).
+def _prepare_template(base: str, template: str, info: dict, log: Callable[[str], None]) -> None:
+    """Migrations added since the template was built, its tool calls extracted and its token index built."""
     migrate(dsn_for(base, template), DIMS)
     t = time.perf_counter()
     template_db = Database(dsn_for(base, template))
@@ -248,9 +227,40 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
     reset_pool(dsn_for(base, template))
     info["template_bytes"] = database_bytes(base, template)
     log(f"template {template}: {info['template_bytes'] / 1e9:.2f} GB")
+
+
+def database(base: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
+             log: Callable[[str], None], rebuild: bool = False, build_only: bool = False,
+             temp_file_limit: str | None = None, in_place: bool = False,
+             touch_template: bool = True) -> tuple[str, dict]:
+    """A fresh copy of the production-sized database (built first if its template does not exist,
+    or if `rebuild`); with `in_place`, the template itself (for a disk without room for a copy). Without
+    `touch_template`, an existing template is copied as it is (new migrations and their work only on the copy)."""
+    template = f"bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}"
+    building = f"{template}_building"
+    info: dict[str, Any] = {"template": template}
+    if rebuild:
+        _sql(base, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+    built = not _exists(base, template)
+    if built:
+        log(f"building {template} ...")
+        _sql(base, f'DROP DATABASE IF EXISTS "{building}" WITH (FORCE)')
+        _sql(base, f'CREATE DATABASE "{building}"')
+        migrate(dsn_for(base, building), DIMS)
+        info.update(build(dsn_for(base, building), docs, customers, threads, writes, erasure_docs, log))
+        reset_pool(dsn_for(base, building))
+        _sql(base, f'ALTER DATABASE "{building}" RENAME TO "{template}"')
+    # The Preferences page reads the tool calls the sweep job extracts from the checkpoints
+    # (incrementally, from a watermark): done once on the template, as production would have done it
+    # over time; a run then measures the incremental step on its copy (bench/bench_tool_calls.py
+    # measures a full extraction against the live decode).
+    # The same for the residue scan's token index (migration 042 lists every thread of an older template).
+    if touch_template or built:
+        _prepare_template(base, template, info, log)
     if build_only:
         return "", info
-    work = template if in_place else f"{template}_run"
+    work = template if in_place else f"{template}_run" + (f"_{os.environ['BENCH_RUN_NAME']}"
+                                                          if os.environ.get("BENCH_RUN_NAME") else "")
     if not in_place:
         _sql(base, f'DROP DATABASE IF EXISTS "{work}" WITH (FORCE)')
         t = time.perf_counter()
@@ -422,7 +432,7 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     With `server_log` (the embedded server's log file), each query over its target is run once more
     under auto_explain and its plans are kept in info["explain"]."""
     dsn, info = database(base, docs, customers, threads, writes, erasure_docs, log, rebuild,
-                         temp_file_limit=temp_file_limit, in_place=in_place)
+                         temp_file_limit=temp_file_limit, in_place=in_place, touch_template=only is None)
     db = Database(dsn)
     info["rows"] = counts(db)
     log(f"rows: {info['rows']}")

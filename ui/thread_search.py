@@ -117,7 +117,8 @@ def search_view() -> None:
         return
     shown = found.threads.assign(status=found.threads["status"].map(lambda s: t(f"search_status_{s}")))
     colours = {"status": {t(f"search_status_{s}"): c for s, c in STATUS_COLOURS.items()}}
-    table(shown, key=f"{KEY}.results", colours=colours, config={"metadata": {"width": "large"}})
+    table(shown, key=f"{KEY}.results", colours=colours, config={"metadata": {"width": "large"},
+                                                                    "status": {"label": t("search_status")}})
     _pager(q, found.total)
     st.caption(t("search_share"))
 
