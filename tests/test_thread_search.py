@@ -86,6 +86,9 @@ def test_metadata_agent_time_sort_paging_and_total(written):
     assert not set(everything.threads["thread_id"]) & set(second.threads["thread_id"])
     times = list(everything.threads["updated_at"]) + list(second.threads["updated_at"])
     assert times == sorted(times, reverse=True)
+    capped = ts.search_threads(db, ts.ThreadQuery(limit=25), count_cap=30)
+    assert capped.total == 30 and capped.capped and not everything.capped
+    assert ts.agents(db) == sorted({"atencion-cliente", STOCK_GRAPH})
     oldest = ts.search_threads(db, ts.ThreadQuery(order="asc", sort="created_at"))
     assert oldest.threads["thread_id"].iloc[0] == "conv-usage"
     today = date.today().isoformat()
@@ -217,6 +220,7 @@ def test_exporter_metrics_pass_promtool(written):
     text = generate_latest(make_registry(db.dsn, prices=PRICES)).decode()
     assert 'agent_memory_threads{status="interrupted"} 2.0' in text
     assert 'agent_memory_threads{status="error"} 2.0' in text
+    assert 'agent_memory_threads{status="idle"}' not in text  # counting the idle million would be linear
     assert f'agent_memory_llm_tokens{{agent="{STOCK_GRAPH}",kind="input",model="{PRICED_MODEL}"}} 3400.0' in text
     assert f'agent_memory_llm_cost_usd{{agent="{STOCK_GRAPH}",model="{UNPRICED_MODEL}"}}' not in text
     assert "agent_memory_llm_unpriced_models 1.0" in text

@@ -68,17 +68,19 @@ def _form(q: ts.ThreadQuery, agents: list[str]) -> None:
             st.rerun()
 
 
-def _pager(q: ts.ThreadQuery, total: int) -> None:
-    pages = max(1, -(-total // q.limit))
+def _pager(q: ts.ThreadQuery, found: ts.SearchResult) -> None:
+    pages = max(1, -(-found.total // q.limit))  # with a capped total: at least that many
+    more = q.page < pages or (found.capped and len(found.threads) == q.limit)
     c = st.columns([1, 1, 3, 2])
     if c[0].button(t("search_previous"), key=f"{KEY}.prev", disabled=q.page <= 1):
         _apply({**q.params(), "page": str(q.page - 1)} if q.page > 2 else
                {k: v for k, v in q.params().items() if k != "page"})
         st.rerun()
-    if c[1].button(t("search_next"), key=f"{KEY}.next", disabled=q.page >= pages):
+    if c[1].button(t("search_next"), key=f"{KEY}.next", disabled=not more):
         _apply({**q.params(), "page": str(q.page + 1)})
         st.rerun()
-    c[2].caption(t("search_page", page=fmt.number(q.page), pages=fmt.number(pages)))
+    c[2].caption(t("search_page", page=fmt.number(q.page),
+                   pages=t("search_more_than", n=fmt.number(pages)) if found.capped else fmt.number(pages)))
     size = c[3].selectbox(t("search_page_size"), list(ts.PAGE_SIZES), index=ts.PAGE_SIZES.index(q.limit),
                           key=f"{KEY}.limit")
     if size != q.limit:
@@ -111,7 +113,8 @@ def search_view() -> None:
     as_of = "—" if found.as_of is None else f"{pd.Timestamp(found.as_of).tz_convert('UTC'):%Y-%m-%d %H:%M:%S} UTC"
     behind = t("search_behind", n=fmt.number(extracted.behind)) if extracted.behind else ""
     st.caption(t("search_as_of", at=as_of) + behind)
-    st.metric(t("search_total"), fmt.number(found.total))
+    st.metric(t("search_total"), t("search_more_than", n=fmt.number(found.total)) if found.capped
+              else fmt.number(found.total))
     if found.threads.empty:
         st.info(t("search_none"))
         return
@@ -119,6 +122,6 @@ def search_view() -> None:
     colours = {"status": {t(f"search_status_{s}"): c for s, c in STATUS_COLOURS.items()}}
     table(shown, key=f"{KEY}.results", colours=colours, config={"metadata": {"width": "large"},
                                                                     "status": {"label": t("search_status")}})
-    _pager(q, found.total)
+    _pager(q, found)
     st.caption(t("search_share"))
 

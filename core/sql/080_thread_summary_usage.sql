@@ -19,11 +19,12 @@ CREATE TABLE IF NOT EXISTS core_thread_summary (
 );
 -- interrupted: an `__interrupt__` write on the latest root checkpoint; error: an `__error__` write there
 -- (a resumed or retried thread has a newer checkpoint, so it is idle again).
-CREATE INDEX IF NOT EXISTS core_thread_summary_updated_idx ON core_thread_summary (updated_at DESC, thread_id);
-CREATE INDEX IF NOT EXISTS core_thread_summary_created_idx ON core_thread_summary (created_at DESC, thread_id);
-CREATE INDEX IF NOT EXISTS core_thread_summary_status_idx ON core_thread_summary (status, updated_at DESC)
+-- Ascending columns: a search sorts on (time, thread_id) both ways, which a forward or backward scan gives.
+CREATE INDEX IF NOT EXISTS core_thread_summary_updated_idx ON core_thread_summary (updated_at, thread_id);
+CREATE INDEX IF NOT EXISTS core_thread_summary_created_idx ON core_thread_summary (created_at, thread_id);
+CREATE INDEX IF NOT EXISTS core_thread_summary_status_idx ON core_thread_summary (status, updated_at, thread_id)
     WHERE status <> 'idle';
-CREATE INDEX IF NOT EXISTS core_thread_summary_agent_idx ON core_thread_summary (agent, updated_at DESC);
+CREATE INDEX IF NOT EXISTS core_thread_summary_agent_idx ON core_thread_summary (agent, updated_at, thread_id);
 CREATE INDEX IF NOT EXISTS core_thread_summary_metadata_idx ON core_thread_summary USING gin (metadata jsonb_path_ops);
 CREATE INDEX IF NOT EXISTS core_thread_summary_refreshed_idx ON core_thread_summary (refreshed_at);
 
