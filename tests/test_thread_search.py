@@ -228,3 +228,15 @@ def test_exporter_metrics_pass_promtool(written):
     run = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
 
+
+
+def test_the_demo_shows_tokens_and_cost(demo_db):
+    """The demo's scripted model reports usage like a hosted model, priced by the embedded default's table."""
+    from core.config import DEMO_PRICES
+
+    tool_calls.extract(demo_db)  # what the sweep job / a page view does
+    by_agent = usage.usage_by_agent(demo_db, date.today() - timedelta(days=60), date.today(), DEMO_PRICES)
+    assert not by_agent.empty and set(by_agent["models"]) == {"scripted-retail"}
+    assert (by_agent["note"] == "").all() and (by_agent["cost_usd"] > 0).all()
+    assert (by_agent["cached_tokens"] > 0).any() and (by_agent["output_tokens"] > 0).all()
+    assert load_settings({}).model_prices == DEMO_PRICES  # no PG_AGENTES: the embedded demo prices its model
