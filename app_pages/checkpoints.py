@@ -13,6 +13,8 @@ from core.checkpoints import formats, storage, views
 from core.privacy import subjects as subj
 from ui.attribution import coverage_notice
 from ui.storage_view import storage_detail_view
+from ui.thread_cost import cost_view, thread_cost
+from ui.thread_search import search_view
 from ui.common import read, read_or_unknown, require_role, settings
 from ui.safe import md, md_code, plot_frame
 from ui.tables import table
@@ -23,13 +25,14 @@ VIEW_KEY = "checkpoints.view"
 LARGEST_N = 20
 MESSAGES_SHOWN = 60
 SOURCE_COLORS = {"input": "#1f77b4", "loop": "#2ca02c", "update": "#ff7f0e", "fork": "#9467bd"}
+VIEWS = ["thread", "search", "cost", "storage"]
 KIND_AVATAR = {"human": "user", "ai": "assistant", "tool": ":material/build:", "system": ":material/settings:"}
 
 require_role(roles.SRE)
 if THREAD_KEY not in st.session_state:
     st.session_state[THREAD_KEY] = st.query_params.get("thread", "")
 if VIEW_KEY not in st.session_state:
-    st.session_state[VIEW_KEY] = "thread"
+    st.session_state[VIEW_KEY] = st.query_params.get("view") if st.query_params.get("view") in VIEWS else "thread"
 if "checkpoints.find_by" not in st.session_state and st.query_params.get("cliente"):  # a customer's link
     st.session_state["checkpoints.find_by"] = "customer"
     st.session_state["checkpoints.customer"] = st.query_params["cliente"]
@@ -44,8 +47,11 @@ def _open_thread(table_key: str, frame: pd.DataFrame) -> None:
 
 st.title(t("ckpt_title"))
 st.caption(t("ckpt_caption"))
-view = st.radio(t("ckpt_view"), ["thread", "storage"], key=VIEW_KEY, horizontal=True,
-                format_func=lambda v: t(f"ckpt_view_{v}"))
+view = st.radio(t("ckpt_view"), VIEWS, key=VIEW_KEY, horizontal=True, format_func=lambda v: t(f"ckpt_view_{v}"))
+if view == "thread":
+    st.query_params.pop("view", None)
+else:
+    st.query_params["view"] = view
 
 
 def storage_view() -> None:
@@ -302,6 +308,7 @@ def thread_view() -> None:
     c[3].metric(t("ckpt_writes"), f"{storage['writes']:,}")
     c[4].metric(t("ckpt_blob_bytes"), f"{storage['blob_bytes']:,}")
     c[5].metric(t("ckpt_write_bytes"), f"{storage['write_bytes']:,}")
+    thread_cost(thread_id)
     thread_formats(read(formats.fingerprint, thread_id))
     delta_channels(thread_id)
     timeline = read(views.thread_timeline, thread_id)
@@ -326,5 +333,9 @@ def thread_view() -> None:
 if view == "storage":
     storage_view()
     storage_detail_view(st.session_state[THREAD_KEY])
+elif view == "search":
+    search_view()
+elif view == "cost":
+    cost_view()
 else:
     thread_view()

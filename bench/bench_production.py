@@ -205,29 +205,8 @@ def database_bytes(base: str, name: str) -> int:
         return int(conn.execute("SELECT pg_database_size(%s)", (name,)).fetchone()[0])
 
 
-def database(base: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
-             log: Callable[[str], None], rebuild: bool = False, build_only: bool = False,
-             temp_file_limit: str | None = None, in_place: bool = False) -> tuple[str, dict]:
-    """A fresh copy of the production-sized database (built first if its template does not exist,
-    or if `rebuild`); with `in_place`, the template itself (for a disk without room for a copy)."""
-    template = f"bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}"
-    building = f"{template}_building"
-    info: dict[str, Any] = {"template": template}
-    if rebuild:
-        _sql(base, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
-    if not _exists(base, template):
-        log(f"building {template} ...")
-        _sql(base, f'DROP DATABASE IF EXISTS "{building}" WITH (FORCE)')
-        _sql(base, f'CREATE DATABASE "{building}"')
-        migrate(dsn_for(base, building), DIMS)
-        info.update(build(dsn_for(base, building), docs, customers, threads, writes, erasure_docs, log))
-        reset_pool(dsn_for(base, building))
-        _sql(base, f'ALTER DATABASE "{building}" RENAME TO "{template}"')
-    # The Preferences page reads the tool calls the sweep job extracts from the checkpoints
-    # (incrementally, from a watermark): done once on the template, as production would have done it
-    # over time; a run then measures the incremental step on its copy (bench/bench_tool_calls.py
-    # measures a full extraction against the live decode).
-    # The same for the residue scan's token index (migration 042 lists every thread of an older template).
+def _prepare_template(base: str, template: str, info: dict, log: Callable[[str], None]) -> None:
+    """Migrations added since the template was built, its tool calls extracted and its token index built."""
     migrate(dsn_for(base, template), DIMS)
     t = time.perf_counter()
     template_db = Database(dsn_for(base, template))
@@ -248,9 +227,40 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
     reset_pool(dsn_for(base, template))
     info["template_bytes"] = database_bytes(base, template)
     log(f"template {template}: {info['template_bytes'] / 1e9:.2f} GB")
+
+
+def database(base: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
+             log: Callable[[str], None], rebuild: bool = False, build_only: bool = False,
+             temp_file_limit: str | None = None, in_place: bool = False,
+             touch_template: bool = True) -> tuple[str, dict]:
+    """A fresh copy of the production-sized database (built first if its template does not exist,
+    or if `rebuild`); with `in_place`, the template itself (for a disk without room for a copy). Without
+    `touch_template`, an existing template is copied as it is (new migrations and their work only on the copy)."""
+    template = f"bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}"
+    building = f"{template}_building"
+    info: dict[str, Any] = {"template": template}
+    if rebuild:
+        _sql(base, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+    built = not _exists(base, template)
+    if built:
+        log(f"building {template} ...")
+        _sql(base, f'DROP DATABASE IF EXISTS "{building}" WITH (FORCE)')
+        _sql(base, f'CREATE DATABASE "{building}"')
+        migrate(dsn_for(base, building), DIMS)
+        info.update(build(dsn_for(base, building), docs, customers, threads, writes, erasure_docs, log))
+        reset_pool(dsn_for(base, building))
+        _sql(base, f'ALTER DATABASE "{building}" RENAME TO "{template}"')
+    # The Preferences page reads the tool calls the sweep job extracts from the checkpoints
+    # (incrementally, from a watermark): done once on the template, as production would have done it
+    # over time; a run then measures the incremental step on its copy (bench/bench_tool_calls.py
+    # measures a full extraction against the live decode).
+    # The same for the residue scan's token index (migration 042 lists every thread of an older template).
+    if touch_template or built:
+        _prepare_template(base, template, info, log)
     if build_only:
         return "", info
-    work = template if in_place else f"{template}_run"
+    work = template if in_place else f"{template}_run" + (f"_{os.environ['BENCH_RUN_NAME']}"
+                                                          if os.environ.get("BENCH_RUN_NAME") else "")
     if not in_place:
         _sql(base, f'DROP DATABASE IF EXISTS "{work}" WITH (FORCE)')
         t = time.perf_counter()
@@ -327,10 +337,94 @@ def explained(dsn: str, server_log: Path, fn: Callable[[], Any]) -> str:
     return text.strip() or f"(no single statement over {QUERY_TARGET_MS:.0f} ms: the time is in many shorter ones)"
 
 
+# Baseline of "which threads are stuck on an interrupt?" without the summary: the live checkpoint tables.
+LIVE_INTERRUPTED = """
+SELECT w.thread_id FROM checkpoint_writes w
+WHERE w.channel = '__interrupt__' AND w.checkpoint_ns = ''
+  AND w.checkpoint_id = (SELECT max(c.checkpoint_id) FROM checkpoints c
+                         WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = '')"""
+# The summary at 10x: every row again under 9 more thread ids (what 10M writes / 1M threads would hold), plus 1 % of
+# the threads interrupted and 0.5 % errored so the status searches find something.
+SYNTHETIC_10X = """
+INSERT INTO core_thread_summary (thread_id, created_at, updated_at, checkpoint_id, step, status, agent, metadata)
+SELECT s.thread_id || '-x' || k, s.created_at - k * interval '1 minute', s.updated_at - k * interval '1 minute',
+       s.checkpoint_id, s.step, s.status, s.agent, s.metadata
+FROM core_thread_summary s CROSS JOIN generate_series(1, 9) AS k"""
+MARK_STATUSES = """
+UPDATE core_thread_summary SET status = CASE WHEN hashtext(thread_id) % 200 = 0 THEN 'error' ELSE 'interrupted' END
+WHERE hashtext(thread_id) % 100 = 0"""
+
+
+def measure_thread_search(db: Database, query: Callable[..., Any], log: Callable[[str], None], info: dict,
+                          label: str) -> None:
+    """Issue 31: every thread search and the token/cost reads (core/checkpoints/thread_search.py, usage.py)."""
+    from core.checkpoints import thread_search as ts, usage
+    from core.config import DEMO_PRICES
+    from core.operations.exporter import usage_metrics
+
+    n = db.fetch_one("SELECT count(*) AS n, count(*) FILTER (WHERE status <> 'idle') AS flagged "
+                     "FROM core_thread_summary")
+    info[f"thread_summary_{label}"] = n
+    log(f"thread summary ({label}): {n['n']:,} threads, {n['flagged']:,} interrupted or errored")
+    page = f"Buscar hilos ({label})"
+    customer = db.fetch_one("SELECT metadata ->> 'cliente_id' AS c FROM core_thread_summary "
+                            "WHERE metadata ? 'cliente_id' ORDER BY thread_id LIMIT 1")
+    agent = db.fetch_one("SELECT agent FROM core_thread_summary WHERE agent IS NOT NULL LIMIT 1")
+    searches = {
+        "stuck on an interrupt (preset)": ts.preset("stuck"),
+        "errored in the last hour (preset)": ts.preset("failed"),
+        "no filter, page 1 + total": ts.ThreadQuery(),
+        "no filter, page 400 (offset 9,975)": ts.ThreadQuery(offset=9_975),
+        "metadata cliente_id = one customer": ts.ThreadQuery(metadata_key="cliente_id",
+                                                             metadata_value=(customer or {}).get("c") or "C9"),
+        "metadata key cliente_id present": ts.ThreadQuery(metadata_key="cliente_id"),
+        "agent = one agent, oldest first": ts.ThreadQuery(agent=(agent or {}).get("agent") or "x", order="asc"),
+        "active in the last 24 h, by creation": ts.ThreadQuery(window="24h", sort="created_at"),
+        "interrupted, one agent, 30 days": ts.ThreadQuery(status="interrupted", window="30d",
+                                                          agent=(agent or {}).get("agent") or "x"),
+    }
+    for name, q in searches.items():
+        baseline = ("live checkpoint tables (latest root checkpoint with an __interrupt__ write)", lambda: db.fetch(
+            LIVE_INTERRUPTED)) if name.startswith("stuck") and label == "1M" else ("-", None)
+        query(page, f"search_threads: {name}", lambda q=q: ts.search_threads(db, q), baseline[0], baseline[1])
+    query(page, "agents (picker)", lambda: ts.agents(db))
+    today = date.today()
+    month = (today - timedelta(days=29), today)
+    query(page, "usage_by_agent(30 days)", lambda: usage.usage_by_agent(db, *month, DEMO_PRICES))
+    query(page, "usage_by_day(30 days)", lambda: usage.usage_by_day(db, *month, DEMO_PRICES))
+    query(page, "usage_by_thread(30 days, 100)", lambda: usage.usage_by_thread(db, *month, DEMO_PRICES, 100))
+
+    def scrape() -> Any:
+        with db.connection() as conn:
+            return usage_metrics(conn, DEMO_PRICES)
+    query(page, "exporter: threads by status + LLM tokens/cost", scrape)
+
+
+def thread_search_section(db: Database, query: Callable[..., Any], log: Callable[[str], None], info: dict) -> None:
+    """Fill the summary on this copy (migration 080 rewinds the extraction once on an upgraded database: the
+    backfill a production upgrade runs in its next sweep), measure at 1M, then on a 10x summary (synthetic)."""
+    t = time.perf_counter()
+    done = tool_calls.extract(db, on_batch=lambda r: r.batches % 100 == 0 and log(
+        f"  backfill: {r.checkpoints:,} checkpoints, {r.threads:,} thread summaries"))
+    info["thread_summary_backfill"] = {"s": round(time.perf_counter() - t, 1), "checkpoints": done.checkpoints,
+                                       "writes": done.writes, "threads": done.threads, "usages": done.usages}
+    log(f"thread summary backfill (full re-extraction): {info['thread_summary_backfill']}")
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        conn.execute(MARK_STATUSES)
+        conn.execute("VACUUM ANALYZE core_thread_summary")
+    measure_thread_search(db, query, log, info, "1M")
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        t = time.perf_counter()
+        conn.execute(SYNTHETIC_10X)
+        conn.execute("VACUUM ANALYZE core_thread_summary")
+        info["synthetic_10x_s"] = round(time.perf_counter() - t, 1)
+    measure_thread_search(db, query, log, info, "synthetic 10x summary")
+
+
 def run(base: str, *, docs: int, customers: int, threads: int, writes: int, erasure_docs: int = 2500,
         runs: int = 5, renders: int = 3, rebuild: bool = False, server_log: Path | None = None,
         log: Callable[[str], None] = print, temp_file_limit: str | None = None,
-        in_place: bool = False) -> tuple[list[Figure], dict]:
+        in_place: bool = False, only: str | None = None) -> tuple[list[Figure], dict]:
     """Build (or reuse) the database, measure everything on a fresh copy; returns (figures, info).
     With `in_place`, on the template itself: every read, the erasure of the large customer (then restored by
     the builder's own code path, so the template stays as built) and the sweep job's storage and coverage
@@ -338,7 +432,7 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     With `server_log` (the embedded server's log file), each query over its target is run once more
     under auto_explain and its plans are kept in info["explain"]."""
     dsn, info = database(base, docs, customers, threads, writes, erasure_docs, log, rebuild,
-                         temp_file_limit=temp_file_limit, in_place=in_place)
+                         temp_file_limit=temp_file_limit, in_place=in_place, touch_template=only is None)
     db = Database(dsn)
     info["rows"] = counts(db)
     log(f"rows: {info['rows']}")
@@ -373,6 +467,12 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
 
     def naive(name: str) -> Callable[[], Any]:
         return lambda: db.fetch(bench_pages.NAIVE[name].replace("%", "%%"))
+
+    if only == "search" and in_place:
+        raise SystemExit("--only search writes a synthetic summary: not on the template (--in-place)")
+    if only == "search":  # issue 31's section alone (`--only search`): the rest of the run takes hours at 1M
+        thread_search_section(db, query, log, info)
+        return figures, info
 
     # Memoria
     log("Memoria")
@@ -589,6 +689,8 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
                               bench_pages.page_render_ms(dsn, PAGES["Barridos"][0], runs=renders,
                                                          timeout=RENDER_TIMEOUT_S),
                               target_ms=RENDER_TARGET_MS))
+    log("Buscar hilos")  # last: its synthetic 10x summary must not reach the other sections
+    thread_search_section(db, query, log, info)
     db.close()
     return figures, info
 
@@ -661,6 +763,8 @@ def main(argv: list[str] | None = None) -> int:
                         "query that would fill the disk fails instead")
     parser.add_argument("--in-place", action="store_true", help="measure on the template itself (no copy: for a "
                         "disk without room for one); no seed loop, register or sweep deletions")
+    parser.add_argument("--only", choices=["search"], help="measure one section only (search: thread search and "
+                        "token usage, issue 31, including the summary's backfill and a synthetic 10x summary)")
     parser.add_argument("--compare", type=Path, help="the --json of a run at another size: print how each figure grew")
     args = parser.parse_args(argv)
     sizes = dict(SMOKE) if args.smoke else {
@@ -677,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     figures, info = run(base, log=lambda s: print(s, flush=True), rebuild=args.rebuild or args.smoke,
                         server_log=args.data / "pg" / "log", temp_file_limit=args.temp_file_limit,
-                        in_place=args.in_place, **sizes)
+                        in_place=args.in_place, only=args.only, **sizes)
     info["total_s"] = round(time.perf_counter() - started, 1)
     info["load_after"] = os.getloadavg()
     command = "python -m bench.bench_production " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -5,6 +5,7 @@ with tomllib (the same file Streamlit reads), or passed in by the dashboard.
 """
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -26,6 +27,20 @@ def _read_secrets_file(path: Path = SECRETS_FILE) -> dict[str, Any]:
         return {}
     with path.open("rb") as fh:
         return tomllib.load(fh)
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    """What a model costs, in USD per million tokens (`cached_input`: cache reads; the input price when unset)."""
+
+    model: str
+    input: float
+    output: float
+    cached_input: float | None = None
+
+
+# The embedded demo's scripted model, priced like a small hosted model so the demo shows costs.
+DEMO_PRICES = (ModelPrice("scripted-retail", 0.15, 0.60, 0.075),)
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,8 @@ class Settings:
     # EncryptedSerializer keys (LANGGRAPH_AES_KEYS, several for rotation, and langgraph's LANGGRAPH_AES_KEY):
     # encrypted checkpoints are decrypted in Python for single-thread reads, never written back in clear.
     aes_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    # Token prices per model (MODEL_PRICES): a model not listed is shown "without price", never as free.
+    model_prices: tuple[ModelPrice, ...] = ()
 
     @property
     def embedded(self) -> bool:
@@ -110,6 +127,45 @@ def _aes_keys(secrets: Mapping[str, Any]) -> tuple[bytes, ...]:
     return tuple(dict.fromkeys(k.encode() for k in keys))
 
 
+def _price(model: str, raw: Any, name: str) -> ModelPrice:
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{name}: the price of {model!r} must be a table with input and output, got {raw!r}")
+    unknown = set(raw) - {"input", "output", "cached_input"}
+    if unknown or not {"input", "output"} <= set(raw):
+        raise ValueError(f"{name}: the price of {model!r} needs input and output (and optionally cached_input), "
+                         f"got {sorted(raw)}")
+    values = {}
+    for key, value in raw.items():
+        try:
+            values[key] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: {model}.{key} must be a number, got {value!r}") from None
+        if not values[key] >= 0:
+            raise ValueError(f"{name}: {model}.{key} must be >= 0, got {value!r}")
+    return ModelPrice(model, values["input"], values["output"], values.get("cached_input"))
+
+
+def _model_prices(secrets: Mapping[str, Any], embedded: bool) -> tuple[ModelPrice, ...]:
+    """MODEL_PRICES: JSON in the environment (`{"gpt-4o": {"input": 2.5, "output": 10, "cached_input": 1.25}}`) or
+    a `[model_prices."gpt-4o"]` table in secrets; USD per million tokens. The embedded demo prices its own model."""
+    raw = os.environ.get("MODEL_PRICES")
+    if raw:
+        try:
+            table = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"MODEL_PRICES must be a JSON object: {exc}") from None
+    else:
+        table = secrets.get("model_prices") or secrets.get("MODEL_PRICES") or {}
+        if isinstance(table, str):
+            table = json.loads(table)
+    if not isinstance(table, Mapping):
+        raise ValueError(f"MODEL_PRICES must map model names to prices, got {type(table).__name__}")
+    prices = tuple(_price(str(model), value, "MODEL_PRICES") for model, value in sorted(table.items()))
+    if embedded:
+        prices += tuple(p for p in DEMO_PRICES if p.model not in table)
+    return prices
+
+
 def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
     """Read settings. `secrets` defaults to `.streamlit/secrets.toml`.
 
@@ -139,5 +195,6 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         subject_thread_query=_pick("SUBJECT_THREAD_QUERY", secrets),
         known_threads_query=_pick("KNOWN_THREADS_QUERY", secrets),
         aes_keys=_aes_keys(secrets),
+        model_prices=_model_prices(secrets, embedded=dsn is None),
         demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
     )

@@ -11,6 +11,8 @@
 --   checkpoints, checkpoint_blobs, checkpoint_writes, core_conversations
 --                           attribution coverage (core.privacy.subjects.coverage), in the background
 --                           at most every 15 min, never at scrape time
+--   core_thread_summary, core_usage_days
+--                           threads by status, LLM tokens and cost per agent and model
 --   checkpoint_migrations   with the three checkpoint tables: the storage-format fingerprint
 --                           (core.checkpoints.formats), in the background like the coverage
 DO $$
@@ -26,6 +28,8 @@ GRANT SELECT ON core_replica_heartbeat, store, core_expiry_days, core_sweep_log,
     core_prefix_counts TO agent_memory_exporter;
 GRANT SELECT ON checkpoints, checkpoint_blobs, checkpoint_writes, checkpoint_migrations, core_conversations
     TO agent_memory_exporter;
+-- Threads by status and LLM tokens/cost (migration 080, kept by the extraction).
+GRANT SELECT ON core_thread_summary, core_usage_days TO agent_memory_exporter;
 
 -- Our functions are not executable by PUBLIC (migration 050); the coverage reads the SQL decoder through our
 -- views. Definer functions are triggers only and stay out. Re-run this file after a migration adds functions.

@@ -52,6 +52,9 @@ GRANT SELECT, INSERT, DELETE ON core_channel_storage, core_thread_growth TO agen
 -- Tool-call extraction step (core/checkpoints/tool_calls.py): extracted rows, orphans pruned, watermark.
 GRANT SELECT, INSERT, UPDATE, DELETE ON core_tool_calls, core_thread_days, core_refused_payloads TO agent_memory_sweeper;
 GRANT SELECT, INSERT, UPDATE ON core_extract_watermark TO agent_memory_sweeper;
+-- The same pass keeps the thread search's summary and the token usage with its rollups (migration 080).
+GRANT SELECT, INSERT, UPDATE, DELETE ON core_thread_summary, core_message_usage, core_usage_threads, core_usage_days
+    TO agent_memory_sweeper;
 -- Their rollups for the Preferences page (migration 047), kept by statement triggers on those two tables, which run
 -- with the privileges of the role that extracts or prunes (TRUNCATE: a TRUNCATE of the base tables empties them).
 DO $$

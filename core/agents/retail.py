@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Sequence
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, dynamic_prompt
@@ -276,14 +276,15 @@ AGENTS: dict[str, tuple[type, list, str]] = {
 
 
 def build_agent(kind: str, model: BaseChatModel, *, store: BaseStore | None, checkpointer: Any = None,
-                guard: FailClosedGuard | None = None):
+                guard: FailClosedGuard | None = None, middleware: Sequence[AgentMiddleware] = ()):
     """A compiled agent of `kind` (a key of AGENTS) on the given store and checkpointer.
 
     With a dual checkpoint saver (anything exposing a live `degraded` state) the fail-closed
-    guard is added on it unless `guard` is given.
+    guard is added on it unless `guard` is given. `middleware` is added after ours (e.g. LangChain's
+    HumanInTheLoopMiddleware, which pauses the thread with langgraph's `interrupt()`).
     """
     context_schema, tools, system_prompt = AGENTS[kind]
-    middleware: list[AgentMiddleware] = [RegistroConversacion(), MemoriaNoDisponible()]
+    extra, middleware = middleware, [RegistroConversacion(), MemoriaNoDisponible()]
     if context_schema is ContextoCliente:
         middleware.append(prompt_con_preferencias)
     if guard is None and hasattr(checkpointer, "degraded") and hasattr(checkpointer, "record_denial"):
@@ -294,7 +295,7 @@ def build_agent(kind: str, model: BaseChatModel, *, store: BaseStore | None, che
         model,
         tools=tools,
         system_prompt=system_prompt or None,
-        middleware=middleware,
+        middleware=[*middleware, *extra],
         context_schema=context_schema,
         checkpointer=checkpointer,
         store=store,

@@ -54,6 +54,26 @@ RULES: list[tuple[re.Pattern[str], str, Callable[[re.Match[str]], dict[str, Any]
 ]
 
 
+MODEL_NAME = "scripted-retail"
+
+
+def _tokens(text: str) -> int:
+    return len(text) // 4 + 1  # about 4 characters a token, as hosted models count Spanish text
+
+
+def with_usage(reply: AIMessage, messages: list[BaseMessage]) -> AIMessage:
+    """`reply` with the usage a hosted model reports (LangChain's `usage_metadata`, model in `response_metadata`),
+    deterministic: input counts every message sent, of which all but the last are a cached prefix after the first
+    call of a turn; output counts the reply's text and tool calls."""
+    sent = [_tokens(str(m.content)) for m in messages]
+    out = _tokens(str(reply.content) + "".join(f"{c['name']}{c['args']}" for c in reply.tool_calls))
+    cached = sum(sent[:-1]) if len(sent) > 2 else 0
+    reply.usage_metadata = {"input_tokens": sum(sent), "output_tokens": out, "total_tokens": sum(sent) + out,
+                            "input_token_details": {"cache_read": cached}}
+    reply.response_metadata = {**reply.response_metadata, "model_name": MODEL_NAME}
+    return reply
+
+
 class ScriptedChatModel(BaseChatModel):
     """Rule-based stand-in for a chat model; `bind_tools` is accepted and ignored."""
 
@@ -63,13 +83,13 @@ class ScriptedChatModel(BaseChatModel):
 
     @property
     def _llm_type(self) -> str:
-        return "scripted-retail"
+        return MODEL_NAME
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> "ScriptedChatModel":
         return self
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self.respond(messages))])
+        return ChatResult(generations=[ChatGeneration(message=with_usage(self.respond(messages), messages))])
 
     def respond(self, messages: list[BaseMessage]) -> AIMessage:
         last = messages[-1]

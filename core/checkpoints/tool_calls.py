@@ -18,6 +18,10 @@ its step runs) and the dual saver resyncs buffered checkpoints with their origin
 sweep job re-reads a look-back window before the watermark (default 24 h); the primary keys make that
 re-read a no-op for what was already extracted. The page only moves forward, bounded.
 
+The same pass keeps the thread search's summary (one row per thread, its latest root checkpoint: times, status,
+agent, metadata; migration 080) and the AI messages' token usage (`usage_metadata`, model from
+`response_metadata`) with its per-thread and per-day rollups (core/checkpoints/usage.py reads them).
+
 Clock: a row's `ts` is the checkpoint's own `ts` (real time, written by the checkpointer). Only our
 demo, which replays past days, tags its runs with metadata `core_replayed_at` (core.agents.retail
 run_turn, inside core.clock.simulated); when present that time is used and `clock` says 'replayed'.
@@ -39,6 +43,9 @@ WATERMARK = "tool_calls"
 BATCH_CHECKPOINTS = 2_000        # checkpoints decoded per transaction
 PAGE_MAX_CHECKPOINTS = 4_000     # what one page view may extract before it shows "behind" instead
 SWEEP_LOOKBACK = timedelta(hours=24)
+# A write (an interrupt, an error) lands on a checkpoint after it was created, maybe after the checkpoint was
+# extracted: every run re-checks the status of the thread rows it wrote this long ago or less.
+STATUS_RECHECK = timedelta(minutes=15)
 REPLAYED_KEY = "core_replayed_at"
 
 SELECT_WATERMARK = """
@@ -46,6 +53,18 @@ SELECT ts, thread_id, checkpoint_ns, checkpoint_id, updated_at FROM core_extract
 
 ENSURE_WATERMARK = "INSERT INTO core_extract_watermark (name) VALUES (%(name)s) ON CONFLICT (name) DO NOTHING"
 LOCK_WATERMARK = "SELECT 1 FROM core_extract_watermark WHERE name = %(name)s FOR UPDATE"
+
+
+
+def thread_status(alias: str) -> str:
+    """SQL: a thread's status from the pending writes of its latest root checkpoint (`alias`.thread_id,
+    `alias`.checkpoint_id): 'error' (an `__error__` write), 'interrupted' (an `__interrupt__` write), else 'idle'.
+    Index lookups on checkpoint_writes' primary key (thread, ns, checkpoint): a few rows each."""
+    pending = ("EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = {a}.thread_id AND w.checkpoint_ns = '' "
+               "AND w.checkpoint_id = {a}.checkpoint_id AND w.channel = '{c}')")
+    return (f"CASE WHEN {pending.format(a=alias, c='__error__')} THEN 'error' "
+            f"WHEN {pending.format(a=alias, c='__interrupt__')} THEN 'interrupted' ELSE 'idle' END")
+
 
 # One batch: the next checkpoints after the key, their writes filtered on the raw bytes (only blobs
 # that can hold a chat message are decoded), the messages decoded by the canonical SQL decoder, the
@@ -68,7 +87,8 @@ WITH cps AS MATERIALIZED (
            CASE WHEN core_try_timestamptz(cps.metadata ->> 'core_replayed_at') IS NOT NULL
                 THEN 'replayed' ELSE 'checkpoint' END AS clock,
            cps.metadata ->> 'cliente_id' AS cliente_id,
-           cps.metadata ->> 'agente' AS agent
+           cps.metadata ->> 'agente' AS agent,
+           coalesce(cps.metadata ->> 'agente', cps.metadata ->> 'graph_id') AS run_agent
     FROM cps
     JOIN checkpoint_writes w
       ON w.thread_id = cps.thread_id AND w.checkpoint_ns = cps.checkpoint_ns AND w.checkpoint_id = cps.checkpoint_id
@@ -106,6 +126,57 @@ WITH cps AS MATERIALIZED (
     WHERE r.refused_type IS NOT NULL
     ON CONFLICT DO NOTHING
     RETURNING 1
+), latest AS (
+    -- each thread's latest root checkpoint in this batch (checkpoint ids are time-ordered uuid6 text)
+    SELECT DISTINCT ON (thread_id) thread_id, checkpoint_id, metadata, ts, min(ts) OVER (PARTITION BY thread_id) AS first_ts
+    FROM (SELECT thread_id, checkpoint_ns, checkpoint_id, metadata,
+                 coalesce(core_try_timestamptz(metadata ->> 'core_replayed_at'), core_try_timestamptz(ts_text)) AS ts
+          FROM cps) c
+    WHERE checkpoint_ns = '' AND ts IS NOT NULL
+    ORDER BY thread_id, checkpoint_id DESC
+), summary AS (
+    INSERT INTO core_thread_summary AS s (thread_id, created_at, updated_at, checkpoint_id, step, status, agent, metadata)
+    SELECT l.thread_id, l.first_ts, l.ts, l.checkpoint_id, core_try_bigint(l.metadata ->> 'step')::integer,
+           """ + thread_status("l") + r""", coalesce(l.metadata ->> 'agente', l.metadata ->> 'graph_id'), l.metadata
+    FROM latest l
+    ON CONFLICT (thread_id) DO UPDATE
+    SET created_at = least(s.created_at, EXCLUDED.created_at), updated_at = EXCLUDED.updated_at,
+        checkpoint_id = EXCLUDED.checkpoint_id, step = EXCLUDED.step, status = EXCLUDED.status,
+        agent = EXCLUDED.agent, metadata = EXCLUDED.metadata, refreshed_at = now()
+    WHERE EXCLUDED.checkpoint_id >= s.checkpoint_id
+    RETURNING 1
+), usage_rows AS (
+    -- AI messages' usage_metadata, once per message and thread (PRIMARY KEY (thread_id, message_key))
+    INSERT INTO core_message_usage (thread_id, message_key, checkpoint_ns, checkpoint_id, ts, clock, agent, cliente_id,
+                                    model, input_tokens, output_tokens, cached_tokens)
+    SELECT d.thread_id,
+           coalesce(u ->> 'id', concat_ws('/', d.checkpoint_ns, d.checkpoint_id, d.task_id, d.idx, u ->> 'position')),
+           d.checkpoint_ns, d.checkpoint_id, d.ts, d.clock, d.run_agent, d.cliente_id, u ->> 'model',
+           (u ->> 'input')::bigint, (u ->> 'output')::bigint, (u ->> 'cached')::bigint
+    FROM decoded d CROSS JOIN LATERAL jsonb_array_elements(core_message_usages(d.payload)) AS u
+    WHERE d.ts IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING thread_id, ts, coalesce(agent, '') AS agent, coalesce(model, '') AS model,
+              input_tokens, output_tokens, cached_tokens
+), usage_threads AS (
+    INSERT INTO core_usage_threads AS t (thread_id, model, agent, messages, input_tokens, output_tokens, cached_tokens,
+                                         last_ts)
+    SELECT thread_id, model, max(agent), count(*), sum(input_tokens), sum(output_tokens), sum(cached_tokens), max(ts)
+    FROM usage_rows GROUP BY thread_id, model
+    ON CONFLICT (thread_id, model) DO UPDATE
+    SET agent = EXCLUDED.agent, messages = t.messages + EXCLUDED.messages,
+        input_tokens = t.input_tokens + EXCLUDED.input_tokens, output_tokens = t.output_tokens + EXCLUDED.output_tokens,
+        cached_tokens = t.cached_tokens + EXCLUDED.cached_tokens, last_ts = greatest(t.last_ts, EXCLUDED.last_ts)
+    RETURNING 1
+), usage_days AS (
+    INSERT INTO core_usage_days AS u (day, agent, model, messages, input_tokens, output_tokens, cached_tokens)
+    SELECT (ts AT TIME ZONE 'UTC')::date, agent, model, count(*), sum(input_tokens), sum(output_tokens),
+           sum(cached_tokens)
+    FROM usage_rows GROUP BY 1, 2, 3
+    ON CONFLICT (day, agent, model) DO UPDATE
+    SET messages = u.messages + EXCLUDED.messages, input_tokens = u.input_tokens + EXCLUDED.input_tokens,
+        output_tokens = u.output_tokens + EXCLUDED.output_tokens, cached_tokens = u.cached_tokens + EXCLUDED.cached_tokens
+    RETURNING 1
 ), last AS (
     SELECT ts_text, thread_id, checkpoint_ns, checkpoint_id FROM cps
     ORDER BY ts_text DESC, thread_id DESC, checkpoint_ns DESC, checkpoint_id DESC LIMIT 1
@@ -115,6 +186,9 @@ SELECT (SELECT count(*) FROM cps) AS checkpoints,
        (SELECT count(*) FROM calls) AS calls,
        (SELECT count(*) FROM humans) AS thread_days,
        (SELECT count(*) FROM refused_writes) AS refused,
+       (SELECT count(*) FROM summary) AS threads,
+       (SELECT count(*) FROM usage_rows) AS usages,
+       (SELECT count(*) FROM usage_threads) + (SELECT count(*) FROM usage_days) AS usage_rollups,
        l.ts_text AS ts, l.thread_id, l.checkpoint_ns, l.checkpoint_id
 FROM (SELECT 1) one LEFT JOIN last l ON true"""
 
@@ -125,6 +199,10 @@ SET ts = %(ts)s, thread_id = %(thread_id)s, checkpoint_ns = %(checkpoint_ns)s, c
     updated_at = now()
 WHERE name = %(name)s
   AND (ts, thread_id, checkpoint_ns, checkpoint_id) < (%(ts)s, %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)"""
+
+RECHECK_STATUS = """
+UPDATE core_thread_summary s SET status = """ + thread_status("s") + """
+WHERE s.refreshed_at >= now() - %(window)s::interval AND s.status IS DISTINCT FROM (""" + thread_status("s") + ")"
 
 # Checkpoints after the watermark (capped: the page only needs "behind by about N").
 COUNT_BEHIND = """
@@ -147,8 +225,20 @@ WITH gone_refused AS (
 ), gone_days AS (
     DELETE FROM core_thread_days t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
     RETURNING 1
+), gone_summary AS (
+    DELETE FROM core_thread_summary t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
+    RETURNING 1
+), gone_usage AS (
+    DELETE FROM core_message_usage t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
+    RETURNING 1
+), gone_usage_threads AS (
+    -- per-day totals stay: what deleted threads cost was spent
+    DELETE FROM core_usage_threads t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
+    RETURNING 1
 )
-SELECT (SELECT count(*) FROM gone_calls) + (SELECT count(*) FROM gone_days) + (SELECT count(*) FROM gone_refused) AS n"""
+SELECT (SELECT count(*) FROM gone_calls) + (SELECT count(*) FROM gone_days) + (SELECT count(*) FROM gone_refused)
+       + (SELECT count(*) FROM gone_summary) + (SELECT count(*) FROM gone_usage)
+       + (SELECT count(*) FROM gone_usage_threads) AS n"""
 
 
 @dataclass(frozen=True)
@@ -177,6 +267,9 @@ class ExtractResult:
     calls: int = 0              # tool calls inserted (already extracted ones are not counted)
     refused: int = 0            # payloads newly found that the serializer would refuse (core_refused_payloads)
     thread_days: int = 0        # thread-days inserted or widened
+    threads: int = 0            # thread summaries written (core_thread_summary: search, status)
+    usages: int = 0             # AI messages with usage_metadata newly extracted (core_message_usage)
+    statuses: int = 0           # thread statuses changed by the re-check (a late interrupt or error write)
     batches: int = 0
     behind: int = 0             # checkpoints still after the watermark when it stopped (capped)
     pruned: int = 0
@@ -227,15 +320,20 @@ def extract(db: Database, *, max_checkpoints: int | None = None, lookback: timed
         result.calls += row["calls"]
         result.refused += row["refused"]
         result.thread_days += row["thread_days"]
+        result.threads += row["threads"]
+        result.usages += row["usages"]
         result.batches += 1
         if on_batch:
             on_batch(result)
         if row["checkpoints"] < limit:
             break
+    with db.connection() as conn, conn.transaction():
+        result.statuses = conn.execute(RECHECK_STATUS, {"window": STATUS_RECHECK}).rowcount
     result.behind = checkpoints_behind(db)
-    log.info("tool calls: %d checkpoints (%d writes) read, %d calls, %d thread-days and %d refused payloads "
-             "extracted in %d batches, %d behind", result.checkpoints, result.writes, result.calls,
-             result.thread_days, result.refused, result.batches, result.behind)
+    log.info("tool calls: %d checkpoints (%d writes) read, %d calls, %d thread-days, %d refused payloads, "
+             "%d thread summaries (%d statuses re-checked) and %d usages extracted in %d batches, %d behind",
+             result.checkpoints, result.writes, result.calls, result.thread_days, result.refused, result.threads,
+             result.statuses, result.usages, result.batches, result.behind)
     return result
 
 

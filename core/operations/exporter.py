@@ -8,7 +8,8 @@ complete and re-checks that found data back, customers above the closed 4-docume
 Cheap at 1M documents / 100k threads (see BENCHMARKS.md): the counts come from the small tables
 (heartbeats, sweep log, erasure register, core_prefix_counts kept by triggers) and the expired
 count is an index-only range scan of `core_store_expires_at_prefix_idx` (expired rows only). No
-query touches the checkpoint tables at scrape time. The attribution coverage
+query touches the checkpoint tables at scrape time; threads by status and LLM tokens/cost come from the tables the
+extraction keeps (core_thread_summary, core_usage_days). The attribution coverage
 (`core.privacy.subjects.coverage`, which reads the three checkpoint tables) is too costly for a scrape:
 it is computed in a background thread at most every COVERAGE_EVERY_S and exposed with the time it was
 computed (`agent_memory_attribution_computed_timestamp_seconds`); so is the checkpoint storage-format fingerprint
@@ -27,13 +28,16 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pandas as pd
 import psycopg
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from psycopg.rows import dict_row
 
+from core.checkpoints import usage
 from core.checkpoints.replica_health import SELECT_REPLICAS
+from core.config import ModelPrice
 from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
 from core.privacy.erasure_register import DATA_BACK_OPEN
@@ -70,9 +74,38 @@ def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricF
     return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
 
 
-def database_metrics(conn: psycopg.Connection) -> list[Metric]:
+# Through the partial status index: the flagged threads only (counting the idle million would be linear).
+SELECT_THREAD_STATUS = """
+SELECT status, count(*) AS n FROM core_thread_summary WHERE status <> 'idle' GROUP BY status"""
+
+
+def usage_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...]) -> list[Metric]:
+    """Threads by status (the thread search's summary) and LLM tokens and cost per agent and model, from the
+    rollups the extraction keeps (small tables: days x agents x models). A model without a configured price has
+    no cost sample (never 0) and is counted in `llm_unpriced_models`."""
+    threads = _gauge("threads", "Threads by the status of their latest checkpoint (interrupted: a pending interrupt; "
+                     "error: the last step raised), as of the last extraction.", ["status"])
+    found = {r["status"]: r["n"] for r in conn.execute(SELECT_THREAD_STATUS)}
+    for status in ("interrupted", "error"):
+        threads.add_metric([status], float(found.get(status, 0)))
+    totals = usage.priced_totals(conn.execute(usage.SELECT_TOTALS).fetchall(), prices)
+    tokens = _gauge("llm_tokens", "LLM tokens from the AI messages' usage_metadata (input includes cached).",
+                    ["agent", "model", "kind"])
+    cost = _gauge("llm_cost_usd", "LLM cost in USD at the configured prices (MODEL_PRICES); models without a price "
+                  "have no sample.", ["agent", "model"])
+    for row in totals.itertuples():
+        for kind in ("input", "output", "cached"):
+            tokens.add_metric([row.agent, row.model, kind], float(getattr(row, f"{kind}_tokens")))
+        if not pd.isna(row.cost_usd):
+            cost.add_metric([row.agent, row.model], float(row.cost_usd))
+    unpriced = _gauge("llm_unpriced_models", "Models with token usage but no configured price.")
+    unpriced.add_metric([], float(totals.loc[totals["cost_usd"].isna(), "model"].nunique()))
+    return [threads, tokens, cost, unpriced]
+
+
+def database_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...] = ()) -> list[Metric]:
     """Every database-side metric, read on `conn` (read-only)."""
-    out: list[Metric] = []
+    out: list[Metric] = usage_metrics(conn, prices)
     replicas = conn.execute(SELECT_REPLICAS).fetchall()
     by_state = _gauge("replicas", "Agent replicas by state from their heartbeats (silent: heartbeat overdue).",
                       ["state"])
@@ -215,8 +248,8 @@ def _formats_gauges(fp: Any) -> list[tuple[str, str, float]]:
 class DatabaseCollector(Collector):
     """Queries PostgreSQL at each scrape; one scrape at a time (a slow database never piles them up)."""
 
-    def __init__(self, dsn: str, coverage_every_s: float = COVERAGE_EVERY_S):
-        self.dsn = dsn
+    def __init__(self, dsn: str, coverage_every_s: float = COVERAGE_EVERY_S, prices: tuple[ModelPrice, ...] = ()):
+        self.dsn, self.prices = dsn, prices
         self._lock = threading.Lock()
         self.coverage = BackgroundCache(dsn, coverage_every_s, _coverage, _coverage_gauges, "attribution")
         self.formats = BackgroundCache(dsn, coverage_every_s, _formats, _formats_gauges, "checkpoint_formats")
@@ -229,7 +262,7 @@ class DatabaseCollector(Collector):
                 with psycopg.connect(self.dsn, connect_timeout=CONNECT_TIMEOUT_S, row_factory=dict_row,
                                      options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}") as conn:
                     conn.read_only = True
-                    found = database_metrics(conn)
+                    found = database_metrics(conn, self.prices)
                 up.add_metric([], 1)
                 found += self.coverage.metrics() + self.formats.metrics()
             except psycopg.Error as exc:
@@ -243,9 +276,10 @@ class DatabaseCollector(Collector):
         yield took
 
 
-def make_registry(dsn: str, coverage_every_s: float = COVERAGE_EVERY_S) -> CollectorRegistry:
+def make_registry(dsn: str, coverage_every_s: float = COVERAGE_EVERY_S,
+                  prices: tuple[ModelPrice, ...] = ()) -> CollectorRegistry:
     registry = CollectorRegistry()
-    registry.register(DatabaseCollector(dsn, coverage_every_s))
+    registry.register(DatabaseCollector(dsn, coverage_every_s, prices))
     return registry
 
 
@@ -269,8 +303,9 @@ def main(argv: list[str] | None = None, *, block: bool = True) -> Any:
     parser.add_argument("--addr", default="0.0.0.0")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    dsn = resolve_dsn(load_settings())
-    server, thread = start_http_server(args.port, addr=args.addr, registry=make_registry(dsn))
+    settings = load_settings()
+    server, thread = start_http_server(args.port, addr=args.addr,
+                                       registry=make_registry(resolve_dsn(settings), prices=settings.model_prices))
     log.info("exporter on %s:%d", args.addr, args.port)
     if not block:
         return server, thread
