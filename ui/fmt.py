@@ -4,10 +4,10 @@ Spanish 40.894 / 0,117 / 30 nov 2026, English 40,894 / 0.117 / Nov 30, 2026. Tab
 from __future__ import annotations
 
 import math
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from typing import Any, Iterable
 
-from babel.dates import format_date
+from babel.dates import format_date, format_datetime, format_skeleton
 from babel.numbers import format_decimal, format_percent, get_decimal_symbol, get_group_symbol
 
 from ui.i18n import lang, t
@@ -31,6 +31,21 @@ def percent(value: float) -> str:
 def day(value: date | datetime, pattern: str = "medium") -> str:
     """A date in the language: "30 nov 2026" / "Nov 30, 2026" (`pattern`: Babel's, e.g. "d MMM")."""
     return format_date(value, pattern, locale=lang())
+
+
+def moment(value: datetime) -> str:
+    """An instant in the language, in UTC and saying so: "4 dic 2026, 16:52:03 UTC" / "Dec 4, 2026, 4:52:03 PM UTC"."""
+    return format_datetime(value, "medium", tzinfo=timezone.utc, locale=lang()) + " UTC"
+
+
+def time_ticks(start: datetime, end: datetime, n: int = 6) -> dict[str, Any]:
+    """A plotly date axis from `start` to `end` (UTC) labelled in the language, `n` ticks
+    (plotly's own labels are English month names): "3 nov 14:05" / "Nov 3 14:05"."""
+    span = (end - start) / max(n - 1, 1)
+    shown = [start + span * i for i in range(n)]
+    return dict(tickmode="array", tickvals=shown,
+                ticktext=[format_skeleton("MMMd", v, tzinfo=timezone.utc, locale=lang())
+                          + format_datetime(v, " HH:mm", tzinfo=timezone.utc, locale=lang()) for v in shown])
 
 
 def plot_separators() -> str:
