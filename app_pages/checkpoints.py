@@ -67,7 +67,7 @@ def storage_view() -> None:
     fig = px.bar(plot_frame(parts), x="bytes", y="thread_id", color="table", orientation="h",
                  labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
     fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10), separators=fmt.plot_separators(),
-                      xaxis=dict(rangemode="nonnegative"))
+                      xaxis=dict(rangemode="nonnegative", tickformat=",d"))
     st.plotly_chart(fig, key="checkpoints.largest_chart")
     st.caption(t("ckpt_open_hint"))
     table(largest, key="checkpoints.largest", selection_mode="single-row",

@@ -41,6 +41,9 @@ STATE_CELL = {"ok": "#d4edda", "degraded": "#ffe0b2", "silent": "#f8d7da", "stop
               "unknown": "#fff3cd"}
 STATE_COLORS = {"resynced": "#2ca02c", "ongoing": "#ff7f0e"}
 RISKS = frozenset(r.value for r in Risk)
+# what happened first (number, when, how long, why), then what it cost and where
+EPISODE_COLUMNS = ["n", "replica_id", "degraded_from", "degraded_to", "seconds_degraded", "reason", "checkpoints_buffered",
+                   "writes_buffered", "ops_resynced", "resync_ms", "denials_count", "host", "pid", "recorded_at"]
 
 require_role(roles.SRE)
 
@@ -139,7 +142,7 @@ def episodes_timeline(reading: Reading) -> None:
     bars = []
     if not reading.episodes.empty:
         done = reading.episodes.assign(status=t("degr_recorded"))
-        bars.append(done[["replica_id", "degraded_from", "degraded_to", "status", "reason", "checkpoints_buffered",
+        bars.append(done[["n", "replica_id", "degraded_from", "degraded_to", "status", "reason", "checkpoints_buffered",
                           "writes_buffered", "ops_resynced", "denials_count"]])
     replicas = reading.replicas
     if not replicas.empty:
@@ -162,7 +165,8 @@ def episodes_timeline(reading: Reading) -> None:
     fig = px.timeline(plot_frame(frame), x_start="degraded_from", x_end="degraded_to", y="replica_id", color="status",
                       color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"],
                                           t("degr_ongoing"): STATE_COLORS["ongoing"]},
-                      hover_data=hover, labels={c: column_label(c) for c in ["degraded_from", "degraded_to", *hover]})
+                      hover_data=hover,
+                      labels={c: column_label(c) for c in ["replica_id", "status", "degraded_from", "degraded_to", *hover]})
     # an outline in the bar's own colour keeps seconds-long episodes visible on a long axis
     fig.for_each_trace(lambda tr: tr.update(marker_line_width=6, marker_line_color=tr.marker.color))
     start, end = frame["degraded_from"].min(), frame["degraded_to"].max()
@@ -172,8 +176,7 @@ def episodes_timeline(reading: Reading) -> None:
     st.plotly_chart(fig, key="degradation.timeline")
     if not reading.episodes.empty:
         st.caption(t("degr_episodes_numbered"))
-        shown = reading.episodes.drop(columns=["denials", "id"])
-        table(shown, key="degradation.episodes", config={"reason": {"width": "large"}})
+        table(reading.episodes, key="degradation.episodes", columns=EPISODE_COLUMNS, config={"reason": {"width": "large"}})
 
 
 def risk_label(risk) -> str:

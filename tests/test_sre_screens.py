@@ -17,7 +17,6 @@ from conftest import DIMS
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints import replica_health, storage as ckpt_storage, views
-from core.checkpoints.message_diff import message_diff
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
@@ -39,6 +38,8 @@ def ai(id_, text, calls=()):
 # --- the message diff (pure) ---------------------------------------------------------------------------------
 
 def test_message_diff_by_id():
+    from core.checkpoints.message_diff import message_diff
+
     old = [human("h1", "Hola"), ai("a1", "¿En qué puedo ayudar?"), human("h2", "Prefiero Sierpes")]
     new = [human("h1", "Hola"), ai("a1", "¿En qué le puedo ayudar?"),
            ai("a2", "", [{"name": "recordar_preferencia", "args": {"tipo": "recogida"}, "id": "c1"}])]
@@ -55,6 +56,8 @@ def test_message_diff_by_id():
 
 
 def test_message_diff_is_only_for_message_lists():
+    from core.checkpoints.message_diff import message_diff
+
     assert message_diff(None, [human("h1", "Hola")]).count("added") == 1  # the channel appears
     assert message_diff({"a": 1}, {"a": 2}) is None
     assert message_diff([1, 2], [1, 2, 3]) is None

@@ -146,7 +146,7 @@ def test_storage_view_shows_where_the_bytes_go(db, app_env):
     stats = frame(at, "table_name", "toast_bytes", "dead_tuples", "last_autovacuum")
     assert list(stats["table_name"])[:3] == ["checkpoints", "checkpoint_blobs", "checkpoint_writes"]
     assert int(stats["total_bytes"].iloc[3]) == int(stats["total_bytes"].iloc[:3].astype(int).sum())
-    assert any(c.value.startswith("Estadísticas de PostgreSQL leídas a las") for c in at.caption)
+    assert any(c.value.startswith("Estadísticas de PostgreSQL leídas el ") for c in at.caption)
     channels = frame(at, "channel", "blob_bytes", "write_bytes", "total_bytes")
     totals = storage_detail.channel_totals(db)
     assert len(channels) >= len(totals) and channels["channel"].tolist()[:len(totals)] == totals["channel"].tolist()

@@ -45,8 +45,11 @@ def message_changes(channel: str, found: MessageDiff, key: str) -> None:
         return
     frame = found.changes.assign(change=found.changes["change"].map(change_label),
                                  kind=found.changes["kind"].map(kind_label))
-    table(frame, key=key, columns=["change", "position", "kind", "old_content", "new_content", "fields", "message_id"],
-          config={"old_content": {"width": "large"}, "new_content": {"width": "large"}})
+    before = found.count("removed") + found.count("changed")  # a side only added (or only removed) messages lack
+    after = found.count("added") + found.count("changed")
+    columns = ["change", "position", "kind", *(["old_content"] if before else []), *(["new_content"] if after else []),
+               *(["fields"] if found.count("changed") else []), "message_id"]
+    table(frame, key=key, columns=columns, config={"old_content": {"width": "large"}, "new_content": {"width": "large"}})
 
 
 def diff_view(thread_id: str, timeline: pd.DataFrame, label) -> None:

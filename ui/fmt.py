@@ -43,7 +43,8 @@ def time_ticks(start: datetime, end: datetime, n: int = 6) -> dict[str, Any]:
     (plotly's own labels are English month names): "3 nov 14:05" / "Nov 3 14:05"."""
     span = (end - start) / max(n - 1, 1)
     shown = [start + span * i for i in range(n)]
-    return dict(tickmode="array", tickvals=shown,
+    # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
+    return dict(tickmode="array", tickvals=[v.astimezone(timezone.utc).replace(tzinfo=None) for v in shown],
                 ticktext=[format_skeleton("MMMd", v, tzinfo=timezone.utc, locale=lang())
                           + format_datetime(v, " HH:mm", tzinfo=timezone.utc, locale=lang()) for v in shown])
 
@@ -66,4 +67,5 @@ def count_axis(largest: float) -> dict[str, Any]:
 def date_ticks(days: Iterable[date], every: int = 7) -> dict[str, Any]:
     """A plotly axis over `days` labelled in the language ("30 nov"), one tick every `every` days."""
     shown = list(days)[::every]
-    return dict(tickmode="array", tickvals=shown, ticktext=[day(d, "d MMM") for d in shown])
+    # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
+    return dict(tickmode="array", tickvals=[v.astimezone(timezone.utc).replace(tzinfo=None) for v in shown], ticktext=[day(d, "d MMM") for d in shown])
