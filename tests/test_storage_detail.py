@@ -152,7 +152,9 @@ def test_storage_view_shows_where_the_bytes_go(db, app_env):
     assert len(channels) >= len(totals) and channels["channel"].tolist()[:len(totals)] == totals["channel"].tolist()
     growing = frame(at, "thread_id", "slope", "steps")
     assert "cuadratico" in set(growing["thread_id"]) and "lineal" not in set(growing["thread_id"])
-    assert metric(at, "Blobs huérfanos") == "1" and metric(at, "Escrituras huérfanas") == "1"
+    orphans = storage_detail.orphans(db)  # the count and its bytes in one figure, not the bytes as a delta
+    assert metric(at, "Blobs huérfanos") == f"1 · {human_bytes(orphans['blob_bytes'])}"
+    assert metric(at, "Escrituras huérfanas") == f"1 · {human_bytes(orphans['write_bytes'])}"
     assert at.get("plotly_chart") and any("steps_chart" in (c.proto.id or "") for c in at.get("plotly_chart"))
 
     at.number_input(key="checkpoints.storage.keep_latest").set_value(3).run()
