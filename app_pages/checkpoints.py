@@ -12,12 +12,14 @@ from core import roles
 from core.checkpoints import formats, storage, views
 from core.privacy import subjects as subj
 from ui.attribution import coverage_notice
-from ui.storage_view import storage_detail_view
+from ui.checkpoint_diff import diff_view
+from ui.storage_view import storage_detail_view, table_totals
 from ui.thread_cost import cost_view, thread_cost
 from ui.thread_search import search_view
 from ui.common import read, read_or_unknown, require_role, settings
 from ui.safe import md, md_code, plot_frame
-from ui.tables import table
+from ui import fmt
+from ui.tables import column_label, human_bytes, table
 from ui.i18n import t
 
 THREAD_KEY = "checkpoints.thread"
@@ -26,6 +28,7 @@ LARGEST_N = 20
 MESSAGES_SHOWN = 60
 SOURCE_COLORS = {"input": "#1f77b4", "loop": "#2ca02c", "update": "#ff7f0e", "fork": "#9467bd"}
 VIEWS = ["thread", "search", "cost", "storage"]
+BYTE_PARTS = ["checkpoint_bytes", "blob_bytes", "write_bytes"]
 KIND_AVATAR = {"human": "user", "ai": "assistant", "tool": ":material/build:", "system": ":material/settings:"}
 
 require_role(roles.SRE)
@@ -57,29 +60,24 @@ else:
 def storage_view() -> None:
     st.subheader(t("ckpt_storage_title"))
     st.caption(t("ckpt_storage_caption"))
-    totals = read(storage.table_totals)
-    for col, row in zip(st.columns(len(totals)), totals.itertuples()):
-        col.metric(t("ckpt_table_rows", table=row.table_name), f"{row.rows:,}", f"{row.total_bytes / 1e6:,.1f} MB",
-                   delta_color="off")
-    as_of = totals["as_of"].iloc[0] if len(totals) else None
-    if as_of is None or pd.isna(as_of):
-        st.caption(t("ckpt_totals_live"))
-    else:
-        st.caption(t("ckpt_totals_as_of", at=f"{pd.Timestamp(as_of).tz_convert('UTC'):%Y-%m-%d %H:%M} UTC"))
+    table_totals()
     formats_panel()
     st.subheader(t("ckpt_largest", n=LARGEST_N))
     largest = read(views.largest_threads, LARGEST_N)
     if largest.empty:
         st.info(t("ckpt_no_recent"))
         return
-    parts = largest.iloc[::-1].melt(id_vars="thread_id", value_vars=["checkpoint_bytes", "blob_bytes", "write_bytes"],
-                                    var_name="table", value_name="bytes")
+    st.caption(t("ckpt_largest_as_of", at=fmt.moment(largest["computed_at"].iloc[0])))
+    parts = largest.iloc[::-1].melt(id_vars="thread_id", value_vars=BYTE_PARTS, var_name="table", value_name="bytes")
+    parts["table"] = parts["table"].map(column_label)
     fig = px.bar(plot_frame(parts), x="bytes", y="thread_id", color="table", orientation="h",
                  labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
-    fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10))
+    fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10), separators=fmt.plot_separators(),
+                      xaxis=dict(rangemode="nonnegative", tickformat=",d"))
     st.plotly_chart(fig, key="checkpoints.largest_chart")
     st.caption(t("ckpt_open_hint"))
     table(largest, key="checkpoints.largest", selection_mode="single-row",
+          columns=[c for c in largest.columns if c != "computed_at"],
           on_select=lambda: _open_thread("checkpoints.largest", largest))
 
 
@@ -104,11 +102,11 @@ def formats_panel() -> None:
     st.caption(t("ckpt_fmt_as_of", at=f"{at:%Y-%m-%d %H:%M:%S} UTC"))
     c = st.columns(6)
     c[0].metric(t("ckpt_fmt_migration"), "—" if fp.migration_version is None else f"v{fp.migration_version}")
-    c[1].metric(t("ckpt_fmt_encrypted"), f"{fp.encrypted:,} ({fp.encrypted_threads:,})")
-    c[2].metric(t("ckpt_fmt_delta"), f"{fp.delta_snapshots:,} / {fp.delta_checkpoints:,}")
-    c[3].metric(t("ckpt_fmt_pickle"), f"{fp.pickle:,}")
-    c[4].metric(t("ckpt_fmt_json_older"), f"{fp.json:,} / {fp.older_checkpoints:,}")
-    c[5].metric(t("ckpt_fmt_undecodable"), f"{fp.undecodable:,}")
+    c[1].metric(t("ckpt_fmt_encrypted"), f"{fmt.number(fp.encrypted)} ({fmt.number(fp.encrypted_threads)})")
+    c[2].metric(t("ckpt_fmt_delta"), f"{fmt.number(fp.delta_snapshots)} / {fmt.number(fp.delta_checkpoints)}")
+    c[3].metric(t("ckpt_fmt_pickle"), f"{fmt.number(fp.pickle)}")
+    c[4].metric(t("ckpt_fmt_json_older"), f"{fmt.number(fp.json)} / {fmt.number(fp.older_checkpoints)}")
+    c[5].metric(t("ckpt_fmt_undecodable"), f"{fmt.number(fp.undecodable)}")
     _encryption_notice(fp)
     if not fp.special:
         st.caption(t("ckpt_fmt_classic"))
@@ -126,7 +124,7 @@ def _encryption_notice(fp: formats.Fingerprint) -> None:
 
 def thread_formats(fp: formats.Fingerprint) -> None:
     """One line naming what this thread holds beyond the classic format (nothing when it holds nothing else)."""
-    parts = [f"{label} {n:,}" for label, n in (
+    parts = [f"{label} {fmt.number(n)}" for label, n in (
         (t("ckpt_fmt_encrypted"), fp.encrypted), (t("ckpt_fmt_delta"), fp.delta_snapshots + fp.delta_checkpoints),
         (t("ckpt_fmt_pickle"), fp.pickle), (t("ckpt_fmt_json_older"), fp.json + fp.older_checkpoints),
         (t("ckpt_fmt_pending_sends"), fp.pending_sends), (t("ckpt_fmt_undecodable"), fp.undecodable)) if n]
@@ -159,17 +157,25 @@ def search() -> None:
               on_select=lambda: _open_thread("checkpoints.found", found))
 
 
+def source_label(source) -> str:
+    """A checkpoint's source (langgraph's metadata `source`) in words."""
+    return t(f"ckpt_source_{source}") if source in SOURCE_COLORS else str(source)
+
+
 def timeline_chart(timeline: pd.DataFrame) -> None:
     st.subheader(t("ckpt_timeline"))
     fig = go.Figure(go.Scatter(x=timeline["ts"], y=timeline["step"], mode="lines",
                                line=dict(color="#bbbbbb"), showlegend=False, hoverinfo="skip"))
-    dots = px.scatter(plot_frame(timeline), x="ts", y="step", color="source", color_discrete_map=SOURCE_COLORS,
-                      hover_data=["checkpoint_id", "updated_channels", "tools", "pending_writes"])
+    hover = ["checkpoint_id", "updated_channels", "tools", "pending_writes"]
+    dots = px.scatter(plot_frame(timeline.assign(source=timeline["source"].map(source_label))), x="ts", y="step",
+                      color="source", color_discrete_map={source_label(k): v for k, v in SOURCE_COLORS.items()},
+                      hover_data=hover, labels={c: column_label(c) for c in ["ts", "step", "source", *hover]})
     dots.update_traces(marker=dict(size=11))
     for trace in dots.data:
         fig.add_trace(trace)
     fig.update_layout(height=320, margin=dict(t=10, b=10), xaxis_title=t("ckpt_time"), yaxis_title=t("ckpt_step"),
-                      legend_title_text="source")
+                      legend_title_text=t("ckpt_source"), separators=fmt.plot_separators(),
+                      yaxis=fmt.count_axis(timeline["step"].max() + 1))
     st.plotly_chart(fig, key="checkpoints.timeline_chart")
 
 
@@ -267,26 +273,6 @@ def step_writes(thread_id: str, timeline: pd.DataFrame) -> None:
     )
 
 
-def diff(thread_id: str, timeline: pd.DataFrame) -> None:
-    st.subheader(t("ckpt_diff"))
-    if len(timeline) < 2:
-        st.info(t("ckpt_diff_need_two"))
-        return
-    labels = {row.checkpoint_id: _label(row) for row in timeline.itertuples()}
-    ids = list(labels)
-    left, right, flag = st.columns([2, 2, 1])
-    old = left.selectbox(t("ckpt_diff_old"), ids, index=len(ids) - 2, key="checkpoints.diff_old", format_func=labels.get)
-    new = right.selectbox(t("ckpt_diff_new"), ids, index=len(ids) - 1, key="checkpoints.diff_new", format_func=labels.get)
-    only_changes = flag.toggle(t("ckpt_diff_only_changes"), value=True, key="checkpoints.diff_changes")
-    ns = timeline.loc[timeline["checkpoint_id"] == new, "checkpoint_ns"].iloc[0]
-    changes = read(views.checkpoint_diff, thread_id, old, new, ns)
-    changed = changes[changes["change"].isin(["added", "removed", "changed"])]
-    st.caption(t("ckpt_diff_summary", n=len(changed), total=len(changes)))
-    table(changed if only_changes else changes, key="checkpoints.diff",
-          columns=["channel", "change", "old_value", "new_value", "old_version", "new_version"],
-          config={"old_value": {"width": "large"}, "new_value": {"width": "large"}})
-
-
 def thread_view() -> None:
     search()
     thread_id = st.text_input(t("ckpt_thread_id"), key=THREAD_KEY)
@@ -303,11 +289,12 @@ def thread_view() -> None:
     storage = read(views.thread_storage, thread_id)
     c = st.columns(6)
     c[0].metric(t("ckpt_customer"), md(summary["cliente_id"] or "—"))
-    c[1].metric(t("ckpt_checkpoints"), f"{storage['checkpoints']:,}")
+    c[1].metric(t("ckpt_checkpoints"), fmt.number(storage["checkpoints"]))
     c[2].metric(t("ckpt_steps"), f"{summary['last_step']}")
-    c[3].metric(t("ckpt_writes"), f"{storage['writes']:,}")
-    c[4].metric(t("ckpt_blob_bytes"), f"{storage['blob_bytes']:,}")
-    c[5].metric(t("ckpt_write_bytes"), f"{storage['write_bytes']:,}")
+    c[3].metric(t("ckpt_writes"), fmt.number(storage["writes"]))
+    c[4].metric(t("ckpt_blob_bytes"), human_bytes(storage["blob_bytes"]), help=fmt.count("ckpt_n_bytes", storage["blob_bytes"]))
+    c[5].metric(t("ckpt_write_bytes"), human_bytes(storage["write_bytes"]),
+                help=fmt.count("ckpt_n_bytes", storage["write_bytes"]))
     thread_cost(thread_id)
     thread_formats(read(formats.fingerprint, thread_id))
     delta_channels(thread_id)
@@ -327,7 +314,7 @@ def thread_view() -> None:
                    "pending_write_bytes", "undecodable_writes", "refused_writes", "refused_value",
                    "checkpoint_bytes", "checkpoint_id", "parent_checkpoint_id", "checkpoint_ns"])
     step_writes(thread_id, timeline)
-    diff(thread_id, timeline)
+    diff_view(thread_id, timeline, _label)
 
 
 if view == "storage":

@@ -18,9 +18,11 @@ from psycopg_pool import PoolTimeout
 
 from core import roles
 from core.checkpoints import replica_health, replica_view
+from core.checkpoints.guard import Risk
 from core.db import Database, DatabaseUnavailable
 from ui.common import get_db, require_role, secrets
-from ui.tables import table
+from ui import fmt
+from ui.tables import column_label, table
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
 
@@ -38,6 +40,10 @@ SOURCE_LABEL = {
 STATE_CELL = {"ok": "#d4edda", "degraded": "#ffe0b2", "silent": "#f8d7da", "stopped": "#e2e3e5",
               "unknown": "#fff3cd"}
 STATE_COLORS = {"resynced": "#2ca02c", "ongoing": "#ff7f0e"}
+RISKS = frozenset(r.value for r in Risk)
+# what happened first (number, when, how long, why), then what it cost and where
+EPISODE_COLUMNS = ["n", "replica_id", "degraded_from", "degraded_to", "seconds_degraded", "reason", "checkpoints_buffered",
+                   "writes_buffered", "ops_resynced", "resync_ms", "denials_count", "host", "pid", "recorded_at"]
 
 require_role(roles.SRE)
 
@@ -88,20 +94,21 @@ def _clock(ts: float) -> str:
 def tiles(reading: Reading, states: pd.DataFrame, probe) -> None:
     s = reading.summary
     count = states["state"].value_counts()
+    n = fmt.number
     c = st.columns(5)
-    c[0].metric(t("degr_replicas"), int((states["state"] != "stopped").sum()))
-    c[1].metric(t("degr_degraded"), int(count.get("degraded", 0)))
-    c[2].metric(t("degr_silent"), int(count.get("silent", 0)))
-    c[4].metric(t("degr_unknown"), int(count.get("unknown", 0)))
-    c[3].metric(t("degr_probe"), t("degr_probe_ok", ms=probe.latency_ms) if probe.ok else t("degr_probe_down"),
+    c[0].metric(t("degr_replicas"), n(int((states["state"] != "stopped").sum())))
+    c[1].metric(t("degr_degraded"), n(int(count.get("degraded", 0))))
+    c[2].metric(t("degr_silent"), n(int(count.get("silent", 0))))
+    c[4].metric(t("degr_unknown"), n(int(count.get("unknown", 0))))
+    c[3].metric(t("degr_probe"), t("degr_probe_ok", ms=n(probe.latency_ms, 0)) if probe.ok else t("degr_probe_down"),
                 help=md(f"PostgreSQL {probe.server_version}" if probe.ok else probe.error))
     c = st.columns(4)
-    c[0].metric(t("degr_episodes"), s.get("episodes", 0))
-    c[1].metric(t("degr_denials"), s.get("denials", 0))
-    c[2].metric(t("degr_refusals"), s.get("refusals", 0))
+    c[0].metric(t("degr_episodes"), n(s.get("episodes", 0)))
+    c[1].metric(t("degr_denials"), n(s.get("denials", 0)))
+    c[2].metric(t("degr_refusals"), n(s.get("refusals", 0)))
     scanned = s.get("refused_scanned_at")
-    c[3].metric(t("degr_refused_sql"), s.get("refused_in_sql", 0),
-                help=t("degr_refused_sql_help", at="—" if scanned is None else f"{scanned:%Y-%m-%d %H:%M:%S %Z}"))
+    c[3].metric(t("degr_refused_sql"), n(s.get("refused_in_sql", 0)),
+                help=t("degr_refused_sql_help", at="—" if scanned is None else fmt.moment(scanned)))
 
 
 def replicas_table(reading: Reading, states: pd.DataFrame, fresh: bool) -> None:
@@ -135,7 +142,7 @@ def episodes_timeline(reading: Reading) -> None:
     bars = []
     if not reading.episodes.empty:
         done = reading.episodes.assign(status=t("degr_recorded"))
-        bars.append(done[["replica_id", "degraded_from", "degraded_to", "status", "reason", "checkpoints_buffered",
+        bars.append(done[["n", "replica_id", "degraded_from", "degraded_to", "status", "reason", "checkpoints_buffered",
                           "writes_buffered", "ops_resynced", "denials_count"]])
     replicas = reading.replicas
     if not replicas.empty:
@@ -152,19 +159,29 @@ def episodes_timeline(reading: Reading) -> None:
     # the database's timestamps and the ongoing bar's "now" must be one dtype for plotly
     for column in ("degraded_from", "degraded_to"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
+    # an ongoing episode alone has no reason, resync or denials yet
+    hover = [c for c in ("n", "reason", "checkpoints_buffered", "writes_buffered", "ops_resynced", "denials_count")
+             if c in frame.columns]
     fig = px.timeline(plot_frame(frame), x_start="degraded_from", x_end="degraded_to", y="replica_id", color="status",
                       color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"],
                                           t("degr_ongoing"): STATE_COLORS["ongoing"]},
-                      # an ongoing episode alone has no reason, resync or denials yet
-                      hover_data=[c for c in ("reason", "checkpoints_buffered", "writes_buffered", "ops_resynced",
-                                              "denials_count") if c in frame.columns])
+                      hover_data=hover,
+                      labels={c: column_label(c) for c in ["replica_id", "status", "degraded_from", "degraded_to", *hover]})
     # an outline in the bar's own colour keeps seconds-long episodes visible on a long axis
     fig.for_each_trace(lambda tr: tr.update(marker_line_width=6, marker_line_color=tr.marker.color))
+    start, end = frame["degraded_from"].min(), frame["degraded_to"].max()
     fig.update_layout(height=160 + 40 * frame["replica_id"].nunique(), margin=dict(t=10, b=10),
-                      xaxis_title=t("degr_time"), yaxis_title="", legend_title_text="")
+                      xaxis=dict(title=t("degr_time"), **fmt.time_ticks(start.to_pydatetime(), end.to_pydatetime())),
+                      yaxis_title="", legend_title_text="", separators=fmt.plot_separators())
     st.plotly_chart(fig, key="degradation.timeline")
     if not reading.episodes.empty:
-        table(reading.episodes.drop(columns=["denials"]), key="degradation.episodes")
+        st.caption(t("degr_episodes_numbered"))
+        table(reading.episodes, key="degradation.episodes", columns=EPISODE_COLUMNS, config={"reason": {"width": "large"}})
+
+
+def risk_label(risk) -> str:
+    """A guard risk level (core.checkpoints.guard.Risk) in the UI's words, the ones its caption uses."""
+    return t(f"risk_{str(risk).lower()}") if str(risk) in RISKS else str(risk)
 
 
 def events(reading: Reading) -> None:
@@ -174,8 +191,8 @@ def events(reading: Reading) -> None:
         if reading.denials.empty:
             st.info(t("degr_no_denials"))
         else:
-            table(reading.denials, key="degradation.denials",
-                  columns=["denied_at", "tool", "risk", "thread_id", "customer_id", "replica_id", "episode_id"])
+            table(reading.denials.assign(risk=reading.denials["risk"].map(risk_label)), key="degradation.denials",
+                  columns=["denied_at", "tool", "risk", "thread_id", "customer_id", "replica_id", "episode_n"])
     with right:
         st.subheader(t("degr_refusals_title"))
         if reading.refusals.empty:

@@ -3,6 +3,7 @@ in force, and a manual "sweep now" (with history pruning) that shows its dry run
 every figure comes from core.operations.sweep_reads."""
 from __future__ import annotations
 
+import pandas as pd
 import plotly.express as px
 import streamlit as st
 
@@ -10,7 +11,7 @@ from core import roles
 from core.memory import reads
 from core.checkpoints import prune
 from core.operations import sweep, sweep_reads
-from ui import common
+from ui import common, fmt
 from ui.common import ROOT_COLORS, get_db, read, require_role
 from ui.tables import human_bytes, table
 from ui.i18n import t
@@ -194,7 +195,11 @@ else:
     st.plotly_chart(fig, key="sweeps.forecast_chart")
 
 with st.expander(t("sweeps_config"), expanded=True):
-    table(sweep_reads.ttl_configuration(), key="sweeps.config")
+    config = sweep_reads.ttl_configuration()
+    sweeper = config.pop("in_process_sweeper_minutes")
+    config["in_process_sweeper"] = sweeper.map(
+        lambda m: t("sweeps_in_process_off") if m is None or pd.isna(m) else t("sweeps_in_process_every", n=fmt.number(m)))
+    table(config, key="sweeps.config")
 
 st.subheader(t("sweeps_log"))
 st.caption(t("sweeps_log_caption"))

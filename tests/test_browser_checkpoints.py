@@ -2,6 +2,8 @@
 a thread's checkpoint history opened from a shareable URL."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -33,7 +35,7 @@ def test_thread_history_from_the_url(page, dashboard_url, demo_db, screenshot):
     screenshot("checkpoints-thread")
 
     page.get_by_role("heading", name="Diferencias entre dos checkpoints").scroll_into_view_if_needed()
-    expect(page.get_by_text("canales cambiados de")).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^\d+ canal(es)? cambiados? de \d+"))).to_be_visible()
     expect(page.get_by_test_id("stDataFrame").last.get_by_text("messages").first).to_be_attached()
     screenshot("checkpoints-diff")
     assert f"thread={thread}" in page.url
@@ -49,7 +51,7 @@ def test_storage_view_shows_where_the_bytes_go(page, dashboard_url, demo_db, scr
     expect(page.get_by_role("heading", name="Historial de checkpoints de un hilo")).to_be_visible(timeout=30_000)
     page.get_by_text("Almacenamiento", exact=True).click()
     expect(page.get_by_role("heading", name="Tablas según PostgreSQL")).to_be_visible(timeout=30_000)
-    expect(page.get_by_text("Estadísticas de PostgreSQL leídas a las")).to_be_visible()
+    expect(page.get_by_text("Estadísticas de PostgreSQL leídas el")).to_be_visible()
     expect(page.get_by_role("heading", name="Bytes por canal (blobs y escrituras, todos los hilos)")).to_be_visible()
     page.get_by_role("heading", name="Bytes por canal (blobs y escrituras, todos los hilos)").scroll_into_view_if_needed()
     screenshot("checkpoints-storage-channels")

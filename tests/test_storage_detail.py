@@ -146,13 +146,15 @@ def test_storage_view_shows_where_the_bytes_go(db, app_env):
     stats = frame(at, "table_name", "toast_bytes", "dead_tuples", "last_autovacuum")
     assert list(stats["table_name"])[:3] == ["checkpoints", "checkpoint_blobs", "checkpoint_writes"]
     assert int(stats["total_bytes"].iloc[3]) == int(stats["total_bytes"].iloc[:3].astype(int).sum())
-    assert any(c.value.startswith("Estadísticas de PostgreSQL leídas a las") for c in at.caption)
+    assert any(c.value.startswith("Estadísticas de PostgreSQL leídas el ") for c in at.caption)
     channels = frame(at, "channel", "blob_bytes", "write_bytes", "total_bytes")
     totals = storage_detail.channel_totals(db)
     assert len(channels) >= len(totals) and channels["channel"].tolist()[:len(totals)] == totals["channel"].tolist()
     growing = frame(at, "thread_id", "slope", "steps")
     assert "cuadratico" in set(growing["thread_id"]) and "lineal" not in set(growing["thread_id"])
-    assert metric(at, "Blobs huérfanos") == "1" and metric(at, "Escrituras huérfanas") == "1"
+    orphans = storage_detail.orphans(db)  # the count and its bytes in one figure, not the bytes as a delta
+    assert metric(at, "Blobs huérfanos") == f"1 · {human_bytes(orphans['blob_bytes'])}"
+    assert metric(at, "Escrituras huérfanas") == f"1 · {human_bytes(orphans['write_bytes'])}"
     assert at.get("plotly_chart") and any("steps_chart" in (c.proto.id or "") for c in at.get("plotly_chart"))
 
     at.number_input(key="checkpoints.storage.keep_latest").set_value(3).run()

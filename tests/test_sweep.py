@@ -322,7 +322,7 @@ def test_page_reads_match_sql(db, store):
         {"root": "proveedores", "documents": 1}]
     config = sweep_reads.ttl_configuration().set_index("root")
     assert config.loc["clientes", "ttl_days"] == 365 and config.loc["proveedores", "refresh_on_read"] == False  # noqa: E712
-    assert (config["in_process_sweeper"] == "off").all() and config["omit_expired"].all()
+    assert config["in_process_sweeper_minutes"].isna().all() and config["omit_expired"].all()
 
 
 def test_the_job_runs_as_the_least_privileged_role_of_the_readme(db, store):

@@ -4,10 +4,10 @@ Spanish 40.894 / 0,117 / 30 nov 2026, English 40,894 / 0.117 / Nov 30, 2026. Tab
 from __future__ import annotations
 
 import math
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from typing import Any, Iterable
 
-from babel.dates import format_date
+from babel.dates import format_date, format_datetime, format_skeleton
 from babel.numbers import format_decimal, format_percent, get_decimal_symbol, get_group_symbol
 
 from ui.i18n import lang, t
@@ -33,6 +33,22 @@ def day(value: date | datetime, pattern: str = "medium") -> str:
     return format_date(value, pattern, locale=lang())
 
 
+def moment(value: datetime) -> str:
+    """An instant in the language, in UTC and saying so: "4 dic 2026, 16:52:03 UTC" / "Dec 4, 2026, 4:52:03 PM UTC"."""
+    return format_datetime(value, "medium", tzinfo=timezone.utc, locale=lang()) + " UTC"
+
+
+def time_ticks(start: datetime, end: datetime, n: int = 6) -> dict[str, Any]:
+    """A plotly date axis from `start` to `end` (UTC) labelled in the language, `n` ticks
+    (plotly's own labels are English month names): "3 nov 14:05" / "Nov 3 14:05"."""
+    span = (end - start) / max(n - 1, 1)
+    shown = [start + span * i for i in range(n)]
+    # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
+    return dict(tickmode="array", tickvals=[v.astimezone(timezone.utc).replace(tzinfo=None) for v in shown],
+                ticktext=[format_skeleton("MMMd", v, tzinfo=timezone.utc, locale=lang())
+                          + format_datetime(v, " HH:mm", tzinfo=timezone.utc, locale=lang()) for v in shown])
+
+
 def plot_separators() -> str:
     """plotly's layout.separators for the language: decimal mark then thousands separator."""
     return get_decimal_symbol(lang()) + get_group_symbol(lang())
@@ -51,4 +67,5 @@ def count_axis(largest: float) -> dict[str, Any]:
 def date_ticks(days: Iterable[date], every: int = 7) -> dict[str, Any]:
     """A plotly axis over `days` labelled in the language ("30 nov"), one tick every `every` days."""
     shown = list(days)[::every]
-    return dict(tickmode="array", tickvals=shown, ticktext=[day(d, "d MMM") for d in shown])
+    # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
+    return dict(tickmode="array", tickvals=[v.astimezone(timezone.utc).replace(tzinfo=None) for v in shown], ticktext=[day(d, "d MMM") for d in shown])

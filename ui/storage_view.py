@@ -9,7 +9,8 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from core.checkpoints import prune, storage_detail
+from core.checkpoints import prune, storage, storage_detail
+from ui import fmt
 from ui.common import read
 from ui.fmt import number
 from ui.i18n import t
@@ -22,7 +23,28 @@ KEY = "checkpoints.storage"
 
 
 def _as_of(value) -> str:
-    return f"{pd.Timestamp(value).tz_convert('UTC'):%Y-%m-%d %H:%M:%S} UTC"
+    return fmt.moment(pd.Timestamp(value).to_pydatetime())
+
+
+def table_totals() -> None:
+    """Rows and on-disk size of each checkpoint table and in all, each row of figures with its own time: the rows
+    as of the last sweep (or counted now before the first), the sizes as read now."""
+    totals = read(storage.table_totals)
+    if totals.empty:
+        return
+    names = [*totals["table_name"], t("ckpt_total")]
+    rows = [*totals["rows"], totals["rows"].sum()]
+    sizes = [*totals["total_bytes"], totals["total_bytes"].sum()]
+    for col, name, n in zip(st.columns(len(names)), names, rows):
+        col.metric(t("ckpt_table_rows", table=name), fmt.number(int(n)))
+    as_of = totals["as_of"].iloc[0]
+    if as_of is None or pd.isna(as_of):
+        st.caption(t("ckpt_totals_live", at=fmt.moment(totals["sized_at"].iloc[0])))
+    else:
+        st.caption(t("ckpt_totals_as_of", at=fmt.moment(as_of)))
+    for col, name, n in zip(st.columns(len(names)), names, sizes):
+        col.metric(t("ckpt_table_size", table=name), human_bytes(int(n)))
+    st.caption(t("ckpt_sizes_at", at=fmt.moment(totals["sized_at"].iloc[0])))
 
 
 def table_statistics() -> None:
@@ -66,10 +88,8 @@ def growth_and_orphans() -> None:
         st.info(t("ckpt_orphans_unknown"))
         return
     left, right = st.columns(2)
-    left.metric(t("ckpt_orphan_blobs"), f"{found['blobs']:,}", human_bytes(found["blob_bytes"]), delta_color="off",
-                delta_arrow="off")
-    right.metric(t("ckpt_orphan_writes"), f"{found['writes']:,}", human_bytes(found["write_bytes"]),
-                 delta_color="off", delta_arrow="off")
+    left.metric(t("ckpt_orphan_blobs"), f"{fmt.number(found['blobs'])} · {human_bytes(found['blob_bytes'])}")
+    right.metric(t("ckpt_orphan_writes"), f"{fmt.number(found['writes'])} · {human_bytes(found['write_bytes'])}")
     st.caption(t("ckpt_orphans_caption", at=_as_of(found["as_of"])))
     unknown_threads()
 

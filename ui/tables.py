@@ -3,7 +3,8 @@ person reads, through `st.column_config`:
 
 - column labels in the UI language (`col_<name>` strings in ui/i18n.py; a column without one keeps its
   raw name, which tests/test_tables.py catches on every page);
-- numbers formatted (thousands separators of the viewer's locale); ids plain;
+- numbers formatted in the UI's language (ui.fmt, whatever the browser's locale): integers stay sortable numbers
+  with that language's thousands separator, decimals are text; ids plain;
 - dates in the viewer's time zone (st.context.timezone, UTC when the browser does not say), the zone
   named in the column's label;
 - empty cells as "—", never "None";
@@ -23,6 +24,7 @@ import pandas as pd
 import streamlit as st
 
 from core import roles
+from ui import fmt
 from ui.i18n import STRINGS, lang, t
 
 EMPTY = "—"
@@ -32,6 +34,8 @@ CUSTOMER_COLUMNS = frozenset({"customer_id", "cliente_id"})
 PLAIN_NUMBERS = frozenset({"id", "pid", "step", "idx", "episode_id", "request_id", "version", "old_version",
                            "new_version", "ttl_days", "ttl_minutes", "refresh_on_read_minutes"})
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+# Streamlit's printf formats: `,` groups thousands with a comma, `'.` before it makes the separator a dot
+INTEGER_FORMAT = {"es": "%'.,d", "en": "%,d"}
 MERGED_KEYS = frozenset({"label", "width", "help", "pinned", "hidden"})
 
 
@@ -55,10 +59,11 @@ def viewer_timezone() -> str:
 
 
 def human_bytes(n: int) -> str:
-    """A byte count as a person reads it: `512 B`, `1.5 kB`, `3.2 MB`, `1.0 GB` (1024 steps)."""
+    """A byte count as a person reads it in the UI's language: `512 B`, `1,5 kB` / `1.5 kB`, `3,2 MB`, `1,0 GB`
+    (1024 steps)."""
     for unit in ("B", "kB", "MB", "GB"):
         if n < 1024 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+            return f"{fmt.number(n, 0 if unit == 'B' else 1)} {unit}"
         n /= 1024
     return str(n)
 
@@ -78,12 +83,16 @@ def _is_empty(value: Any) -> bool:
 
 
 def _number(value: Any, plain: bool) -> str:
+    """A number in the UI's language (ui.fmt): Spanish 1.234,5; English 1,234.5; identifiers without separators."""
     if isinstance(value, float) and not value.is_integer():
-        text = f"{value:,.2f}"
-    else:
-        text = f"{int(value):d}" if plain else f"{int(value):,d}"
-    # Spanish: 1.234,5; English: 1,234.5
-    return text.translate(str.maketrans(",.", ".,")) if lang() == "es" else text
+        return fmt.number(value, 2)
+    return str(int(value)) if plain else fmt.number(int(value))
+
+
+def _whole(s: pd.Series) -> bool:
+    """Only integers in it (a float column may hold them: a PID read through a float, 3249.0)."""
+    values = s.dropna()
+    return pd.api.types.is_integer_dtype(s) or bool((values == values.round()).all())
 
 
 def _text(value: Any) -> str:
@@ -150,11 +159,13 @@ def prepare(df: pd.DataFrame, columns: list[str] | None = None, config: Mapping[
             column_config[col] = st.column_config.CheckboxColumn(label)
         elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
             plain = col in PLAIN_NUMBERS
-            if s.isna().any():  # the grid would show "None": text, formatted in the UI language
+            if s.isna().any() or not _whole(s):
+                # the grid would show "None", and writes decimals in the browser's language: text, in the UI's
                 out[col] = s.map(lambda v: EMPTY if _is_empty(v) else _number(v, plain))
                 column_config[col] = st.column_config.TextColumn(label, alignment="right")
-            else:  # sortable numbers, separators of the viewer's locale
-                column_config[col] = st.column_config.NumberColumn(label, format="plain" if plain else "localized")
+            else:  # sortable integers, with the UI language's thousands separator (never the browser's)
+                out[col] = s.astype("int64")
+                column_config[col] = st.column_config.NumberColumn(label, format="%d" if plain else INTEGER_FORMAT[lang()])
         else:
             out[col] = s.map(_text)
             column_config[col] = st.column_config.TextColumn(label)

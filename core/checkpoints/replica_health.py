@@ -133,19 +133,23 @@ SELECT replica_id, host, pid,
 FROM core_replica_heartbeat
 ORDER BY (state = 'degraded') DESC, updated_at DESC"""
 
-SELECT_EPISODES = """
-SELECT id, replica_id, host, pid, degraded_from, degraded_to,
+# `n` numbers the episodes 1, 2, 3... in the order they began (`id` is the table's key: a sequence, whose gaps
+# mean nothing to a reader)
+NUMBERED_EPISODES = """
+SELECT *, row_number() OVER (ORDER BY degraded_from, id) AS n FROM core_degradation_episodes"""
+SELECT_EPISODES = f"""
+SELECT id, n, replica_id, host, pid, degraded_from, degraded_to,
        extract(epoch FROM degraded_to - degraded_from)::float8 AS seconds_degraded,
        reason, checkpoints_buffered, writes_buffered, ops_resynced, resync_ms,
        jsonb_array_length(denials) AS denials_count, denials, recorded_at
-FROM core_degradation_episodes
+FROM ({NUMBERED_EPISODES}) e
 WHERE degraded_from >= %(since)s
 ORDER BY degraded_from DESC LIMIT %(limit)s"""
 
-SELECT_DENIALS = """
+SELECT_DENIALS = f"""
 SELECT d.denied_at, d.tool, d.risk, d.thread_id, d.customer_id, d.subject_root, d.subject_id,
-       d.replica_id, d.episode_id, d.reason
-FROM core_guard_denials d
+       d.replica_id, d.episode_id, e.n AS episode_n, d.reason
+FROM core_guard_denials d LEFT JOIN ({NUMBERED_EPISODES}) e ON e.id = d.episode_id
 WHERE d.denied_at >= %(since)s AND (%(episode_id)s::bigint IS NULL OR d.episode_id = %(episode_id)s)
 ORDER BY d.denied_at DESC LIMIT %(limit)s"""
 

@@ -91,18 +91,19 @@ REFRESH_THREAD_STORAGE = [
 
 # Exact counts now (three full counts: 3.8 s at 10M): only when no refresh has kept them yet.
 SELECT_TABLE_TOTALS = """
-SELECT t.name AS table_name, t.rows, pg_total_relation_size(t.name::regclass) AS total_bytes
+SELECT t.name AS table_name, t.rows, pg_total_relation_size(t.name::regclass) AS total_bytes, now() AS sized_at
 FROM (VALUES ('checkpoints', (SELECT count(*) FROM checkpoints)),
              ('checkpoint_blobs', (SELECT count(*) FROM checkpoint_blobs)),
              ('checkpoint_writes', (SELECT count(*) FROM checkpoint_writes))) AS t(name, rows)"""
 # The rows as of the last refresh (exact at its snapshot), the sizes now.
 SELECT_KEPT_TABLE_TOTALS = """
-SELECT t.name AS table_name, t.rows, pg_total_relation_size(t.name::regclass) AS total_bytes, r.computed_at AS as_of
+SELECT t.name AS table_name, t.rows, pg_total_relation_size(t.name::regclass) AS total_bytes, now() AS sized_at,
+       r.computed_at AS as_of
 FROM core_thread_storage_refresh r
 CROSS JOIN LATERAL (VALUES ('checkpoints', r.checkpoints), ('checkpoint_blobs', r.blobs),
                            ('checkpoint_writes', r.writes)) AS t(name, rows)
 ORDER BY array_position(ARRAY['checkpoints', 'checkpoint_blobs', 'checkpoint_writes'], t.name)"""
-TOTALS_COLUMNS = ["table_name", "rows", "total_bytes", "as_of"]
+TOTALS_COLUMNS = ["table_name", "rows", "total_bytes", "sized_at", "as_of"]
 SELECT_STORAGE_REFRESH = "SELECT * FROM core_thread_storage_refresh"
 
 
@@ -217,11 +218,12 @@ def storage_refresh(db: Database) -> dict | None:
 
 
 def table_totals(db: Database) -> pd.DataFrame:
-    """Rows and on-disk size (with indexes and TOAST, now) of each checkpoint table. The rows are exact as of the
-    last storage refresh (`as_of`, the sweep's); before any refresh they are counted now (`as_of` None)."""
+    """Rows and on-disk size (with indexes and TOAST, read at `sized_at`: now) of each checkpoint table. The rows are
+    exact as of the last storage refresh (`as_of`, the sweep's); before any refresh they are counted now (`as_of`
+    None)."""
     kept = db.fetch(SELECT_KEPT_TABLE_TOTALS)
     if kept:
         return pd.DataFrame(kept, columns=TOTALS_COLUMNS)
-    frame = pd.DataFrame(db.fetch(SELECT_TABLE_TOTALS), columns=["table_name", "rows", "total_bytes"])
+    frame = pd.DataFrame(db.fetch(SELECT_TABLE_TOTALS), columns=TOTALS_COLUMNS[:-1])
     frame["as_of"] = None
     return frame

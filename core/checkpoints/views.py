@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.checkpoints import delta, formats
+from core.checkpoints import delta, formats, message_diff
 from core.db import Database
 
 RECENT_WINDOW = 5000  # newest checkpoints scanned (by the ts index) to list recently active threads
@@ -254,11 +254,26 @@ def checkpoint_diff(db: Database, thread_id: str, old_checkpoint_id: str, new_ch
             if a and b:
                 df.at[i, "change"] = ("changed" if a.shown != b.shown
                                       else "version" if row["old_version"] != row["new_version"] else "unchanged")
-        df = df.sort_values("change", key=lambda c: c.isin(["added", "removed", "changed"]).map({True: 0, False: 1}),
-                            kind="stable").reset_index(drop=True)
     for column in ("old_value", "new_value"):
         df[column] = df[column].map(_json_text)
-    return df
+    # a trigger channel (`branch:to:...`) holds no value: a new version of it is not a changed value
+    same = df["old_value"].fillna("\0") == df["new_value"].fillna("\0")
+    df.loc[same & (df["change"] == "changed"), "change"] = "version"
+    df.loc[same & (df["change"] == "version") & (df["old_version"] == df["new_version"]), "change"] = "unchanged"
+    order = df["change"].isin(["added", "removed", "changed"]).map({True: 0, False: 1})
+    return df.assign(_order=order).sort_values(["_order", "channel"], kind="stable").drop(columns="_order") \
+        .reset_index(drop=True)
+
+
+def message_diffs(diff: pd.DataFrame) -> dict[str, message_diff.MessageDiff]:
+    """For each channel of a `checkpoint_diff` whose values are lists of chat messages (`messages`, any
+    add_messages channel) and that changed: the messages added, removed and changed, by message id."""
+    out = {}
+    for row in diff[diff["change"].isin(["added", "removed", "changed"])].itertuples():
+        found = message_diff.message_diff(*(None if pd.isna(v) else json.loads(v) for v in (row.old_value, row.new_value)))
+        if found is not None:
+            out[row.channel] = found
+    return out
 
 
 SELECT_VALUES = """

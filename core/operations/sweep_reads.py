@@ -151,13 +151,14 @@ def expiration_forecast(db: Database, months: int = 12) -> pd.DataFrame:
 
 
 def ttl_configuration() -> pd.DataFrame:
-    """The TTL configuration in force: one row per namespace root, with the store-wide settings."""
+    """The TTL configuration in force: one row per namespace root, with the store-wide settings
+    (`in_process_sweeper_minutes`: the store's own sweeper's interval, None when it is off)."""
     sweeper = TTL_CONFIG.get("sweep_interval_minutes")
     return pd.DataFrame([
         {"root": p.root, "ttl_days": p.ttl_days, "ttl_minutes": p.ttl_minutes,
          "refresh_on_read": p.refresh_on_read, "omit_expired": bool(TTL_CONFIG.get("omit_expired")),
          "default_ttl_minutes": TTL_CONFIG.get("default_ttl"),
-         "in_process_sweeper": "off" if sweeper is None else f"every {sweeper} min"}
+         "in_process_sweeper_minutes": sweeper}
         for p in POLICIES.values()
     ])
 
