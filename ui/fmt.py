@@ -4,10 +4,10 @@ Spanish 40.894 / 0,117 / 30 nov 2026, English 40,894 / 0.117 / Nov 30, 2026. Tab
 from __future__ import annotations
 
 import math
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from typing import Any, Iterable
 
-from babel.dates import format_date
+from babel.dates import format_date, format_datetime
 from babel.numbers import format_decimal, format_percent, get_decimal_symbol, get_group_symbol
 
 from ui.i18n import lang, t
@@ -52,3 +52,8 @@ def date_ticks(days: Iterable[date], every: int = 7) -> dict[str, Any]:
     """A plotly axis over `days` labelled in the language ("30 nov"), one tick every `every` days."""
     shown = list(days)[::every]
     return dict(tickmode="array", tickvals=shown, ticktext=[day(d, "d MMM") for d in shown])
+
+
+def moment(value: datetime) -> str:
+    """A point in time in the language, to the second, in UTC: "4 dic 2026, 16:43:05 UTC"."""
+    return format_datetime(value.astimezone(timezone.utc), "medium", tzinfo=timezone.utc, locale=lang()) + " UTC"
