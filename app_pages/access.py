@@ -15,7 +15,7 @@ import streamlit as st
 
 from core import roles
 from core.memory.store import InvalidIdentifier
-from core.privacy import access
+from core.privacy import access, access_notice
 from ui.common import call_now, get_db, require_role
 from ui.i18n import LANGUAGES, lang, t
 from ui.safe import md, md_code
@@ -95,6 +95,15 @@ c1, c2 = st.columns([2, 1])
 fmt = c1.radio(t("access_format"), list(access.FORMATS), key=FORMAT_KEY, horizontal=True,
                format_func=lambda f: t(f"access_format_{f}"))
 doc_lang = c2.selectbox(t("access_lang"), list(LANGUAGES), format_func=LANGUAGES.get, key=LANG_KEY)
+
+
+try:
+    _, _, configured = access_notice.texts(doc_lang)
+except access_notice.NoticeConfigError as exc:  # the export would fail: say why, offer nothing
+    st.error(t("access_notice_broken", error=md(exc)))
+    st.stop()
+if not configured:
+    st.warning(t("access_notice_defaults"), icon=":material/edit_note:")
 
 
 def make_export(cid: str = summary.customer_id, fmt: str = fmt, doc_lang: str = doc_lang) -> bytes:
