@@ -11,6 +11,7 @@ import streamlit as st
 from core import roles
 from core.checkpoints import formats, storage, views
 from core.privacy import subjects as subj
+from ui import charts
 from ui.attribution import coverage_notice
 from ui.storage_view import storage_detail_view
 from ui.common import read, read_or_unknown, require_role, settings
@@ -71,7 +72,7 @@ def storage_view() -> None:
     fig = px.bar(plot_frame(parts), x="bytes", y="thread_id", color="table", orientation="h",
                  labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
     fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10))
-    st.plotly_chart(fig, key="checkpoints.largest_chart")
+    charts.show(fig, key="checkpoints.largest_chart", counts=(), amounts=("x",))
     st.caption(t("ckpt_open_hint"))
     table(largest, key="checkpoints.largest", selection_mode="single-row",
           on_select=lambda: _open_thread("checkpoints.largest", largest))
@@ -164,7 +165,7 @@ def timeline_chart(timeline: pd.DataFrame) -> None:
         fig.add_trace(trace)
     fig.update_layout(height=320, margin=dict(t=10, b=10), xaxis_title=t("ckpt_time"), yaxis_title=t("ckpt_step"),
                       legend_title_text="source")
-    st.plotly_chart(fig, key="checkpoints.timeline_chart")
+    charts.show(fig, key="checkpoints.timeline_chart", counts=())
 
 
 def _label(row) -> str:

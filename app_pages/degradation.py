@@ -19,6 +19,7 @@ from psycopg_pool import PoolTimeout
 from core import roles
 from core.checkpoints import replica_health, replica_view
 from core.db import Database, DatabaseUnavailable
+from ui import charts
 from ui.common import get_db, require_role, secrets
 from ui.tables import table
 from ui.i18n import lang, t
@@ -162,7 +163,7 @@ def episodes_timeline(reading: Reading) -> None:
     fig.for_each_trace(lambda tr: tr.update(marker_line_width=6, marker_line_color=tr.marker.color))
     fig.update_layout(height=160 + 40 * frame["replica_id"].nunique(), margin=dict(t=10, b=10),
                       xaxis_title=t("degr_time"), yaxis_title="", legend_title_text="")
-    st.plotly_chart(fig, key="degradation.timeline")
+    charts.show(fig, key="degradation.timeline", counts=())
     if not reading.episodes.empty:
         table(reading.episodes.drop(columns=["denials"]), key="degradation.episodes")
 

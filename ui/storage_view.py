@@ -9,6 +9,7 @@ import plotly.express as px
 import streamlit as st
 
 from core.checkpoints import prune, storage_detail
+from ui import charts
 from ui.common import read
 from ui.i18n import t
 from ui.safe import plot_frame
@@ -45,7 +46,7 @@ def channels() -> None:
     fig = px.bar(plot_frame(parts), x="bytes", y="channel", color="kind", orientation="h",
                  labels={"channel": "", "bytes": t("ckpt_bytes"), "kind": ""})
     fig.update_layout(height=160 + 22 * min(len(totals), 15), margin=dict(t=10, b=10))
-    st.plotly_chart(fig, key=f"{KEY}.channels_chart")
+    charts.show(fig, key=f"{KEY}.channels_chart", counts=(), amounts=("x",))
     table(totals, key=f"{KEY}.channels")
 
 
@@ -84,7 +85,7 @@ def one_thread(thread_id: str) -> None:
                   labels={"n": t("ckpt_checkpoint_n"), "cumulative": t("ckpt_cumulative_bytes")})
     fig.add_bar(x=steps["n"], y=steps["bytes"], name=t("ckpt_step_bytes"), opacity=0.5)
     fig.update_layout(height=320, margin=dict(t=10, b=10))
-    st.plotly_chart(fig, key=f"{KEY}.steps_chart")
+    charts.show(fig, key=f"{KEY}.steps_chart", counts=(), amounts=("y",))
     table(read(storage_detail.thread_channels, thread_id), key=f"{KEY}.thread_channels")
 
 
