@@ -1,8 +1,6 @@
 """Erasure register (DPO): every request, its status, time to zero, re-checks, and a manual re-check."""
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
 from core import roles
@@ -17,6 +15,7 @@ from ui.safe import md
 PICK_KEY = "erasure_register.request"
 NOTICE_KEY = "erasure_register.notice"
 NEXT_PICK_KEY = "erasure_register.next_pick"
+TRIGGERS = ("manual", "sweep")  # what starts a re-check (core.privacy.erasure_register): the button, the sweep job
 QUERY = "solicitud"  # ?solicitud=<request id> opens the page on that request (the Erasure page links to it)
 
 user = require_role(roles.DPO)
@@ -159,6 +158,8 @@ if checks.empty:
     st.caption(t("erasure_no_rechecks"))
 else:
     checks["found"] = checks["counts"].map(lambda c: sum(c.values()))
-    checks["counts"] = checks["counts"].map(lambda c: json.dumps({k: v for k, v in c.items() if v}) or "{}")
+    checks["counts"] = checks["counts"].map(lambda c: ", ".join(f"{k}: {fmt.number(v)}" for k, v in c.items() if v)
+                                            or t("erasure_recheck_nothing"))
+    checks["trigger"] = checks["trigger"].map(lambda x: t(f"erasure_trigger_{x}") if x in TRIGGERS else x)
     table(checks, key="erasure_register.rechecks",
           columns=["id", "checked_at", "trigger", "operator", "clean", "found", "counts"])

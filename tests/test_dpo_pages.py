@@ -91,7 +91,7 @@ def test_an_erasure_result_survives_a_reload_as_a_link_to_its_register_entry(sho
     assert any(p.page == "erasure-register" and f"solicitud={rid}" in p.query_string for p in links), links
 
     reloaded = dashboard("app_pages/erasure.py", cliente="C7", solicitud=str(rid))  # a new session, same URL
-    assert any(f"#{rid}" in i.value for i in reloaded.info), [i.value for i in reloaded.info]
+    assert any(f"solicitud n.º {rid}:" in i.value for i in reloaded.info), [i.value for i in reloaded.info]
     links = [p.proto for p in reloaded.get("page_link")]
     assert any(p.page == "erasure-register" and f"solicitud={rid}" in p.query_string for p in links), links
 
@@ -112,3 +112,5 @@ def test_a_recheck_result_is_shown_with_its_request_and_the_chain_message_stays(
     picked = next(i for i, (kind, _) in enumerate(shown) if kind == "selectbox")
     result = next(i for i, text in enumerate(texts) if text.startswith("Limpio: todas las consultas dan 0"))
     assert chain < picked < result, shown
+    checks = frame(at, "checked_at", "trigger", "counts")  # in words, not keys and JSON
+    assert list(checks["trigger"]) == ["a mano (botón)"] and list(checks["counts"]) == ["nada"]
