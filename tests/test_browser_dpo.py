@@ -88,14 +88,14 @@ def test_an_erasure_survives_a_reload_as_its_register_entry(page, dpo_shop, scre
     page.get_by_text(f"Ver la solicitud n.º {rid} en el registro de borrados").click()
     verify = page.get_by_role("button", name="Verificar la cadena de hashes")
     expect(verify).to_be_visible(timeout=60_000)
-    expect(page.get_by_test_id("stSelectbox")).to_contain_text(f"n.º {rid} · C7")
+    expect(page.get_by_test_id("stMain").get_by_test_id("stSelectbox")).to_contain_text(f"n.º {rid} · C7")
     verify.click()
     expect(page.get_by_text("Cadena íntegra")).to_be_visible(timeout=30_000)
     page.get_by_role("button", name="Re-comprobar ahora").click()
     expect(page.get_by_text("Limpio: todas las consultas dan 0")).to_be_visible(timeout=30_000)
     expect(page.get_by_text("Cadena íntegra")).to_be_visible()
     chain_y = page.get_by_text("Cadena íntegra").bounding_box()["y"]
-    picked_y = page.get_by_test_id("stSelectbox").bounding_box()["y"]
+    picked_y = page.get_by_test_id("stMain").get_by_test_id("stSelectbox").bounding_box()["y"]
     result_y = page.get_by_text("Limpio: todas las consultas dan 0").bounding_box()["y"]
     assert chain_y < picked_y < result_y
     screenshot("dpo_erasure_register_recheck")
