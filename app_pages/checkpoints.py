@@ -9,8 +9,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
-from core.checkpoints import formats, storage, views
+from core.checkpoints import formats, views
 from core.privacy import subjects as subj
+from ui import charts, fmt
 from ui.attribution import coverage_notice
 from ui.checkpoint_diff import diff_view
 from ui.storage_view import storage_detail_view, table_totals
@@ -18,7 +19,6 @@ from ui.thread_cost import cost_view, thread_cost
 from ui.thread_search import search_view
 from ui.common import read, read_or_unknown, require_role, settings
 from ui.safe import md, md_code, plot_frame
-from ui import fmt
 from ui.tables import column_label, human_bytes, table
 from ui.i18n import t
 
@@ -72,9 +72,8 @@ def storage_view() -> None:
     parts["table"] = parts["table"].map(column_label)
     fig = px.bar(plot_frame(parts), x="bytes", y="thread_id", color="table", orientation="h",
                  labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
-    fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10), separators=fmt.plot_separators(),
-                      xaxis=dict(rangemode="nonnegative", tickformat=",d"))
-    st.plotly_chart(fig, key="checkpoints.largest_chart")
+    fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10), xaxis=dict(tickformat=",d"))
+    charts.show(fig, key="checkpoints.largest_chart", counts=(), amounts=("x",))
     st.caption(t("ckpt_open_hint"))
     table(largest, key="checkpoints.largest", selection_mode="single-row",
           columns=[c for c in largest.columns if c != "computed_at"],
@@ -176,7 +175,7 @@ def timeline_chart(timeline: pd.DataFrame) -> None:
     fig.update_layout(height=320, margin=dict(t=10, b=10), xaxis_title=t("ckpt_time"), yaxis_title=t("ckpt_step"),
                       legend_title_text=t("ckpt_source"), separators=fmt.plot_separators(),
                       yaxis=fmt.count_axis(timeline["step"].max() + 1))
-    st.plotly_chart(fig, key="checkpoints.timeline_chart")
+    charts.show(fig, key="checkpoints.timeline_chart", counts=())
 
 
 def _label(row) -> str:

@@ -20,6 +20,7 @@ from core import roles
 from core.checkpoints import replica_health, replica_view
 from core.checkpoints.guard import Risk
 from core.db import Database, DatabaseUnavailable
+from ui import charts
 from ui.common import get_db, require_role, secrets
 from ui import fmt
 from ui.tables import column_label, table
@@ -173,7 +174,7 @@ def episodes_timeline(reading: Reading) -> None:
     fig.update_layout(height=160 + 40 * frame["replica_id"].nunique(), margin=dict(t=10, b=10),
                       xaxis=dict(title=t("degr_time"), **fmt.time_ticks(start.to_pydatetime(), end.to_pydatetime())),
                       yaxis_title="", legend_title_text="", separators=fmt.plot_separators())
-    st.plotly_chart(fig, key="degradation.timeline")
+    charts.show(fig, key="degradation.timeline", counts=())
     if not reading.episodes.empty:
         st.caption(t("degr_episodes_numbered"))
         table(reading.episodes, key="degradation.episodes", columns=EPISODE_COLUMNS, config={"reason": {"width": "large"}})

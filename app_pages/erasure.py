@@ -10,7 +10,7 @@ from core import roles
 from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj
 from core.memory.store import InvalidIdentifier
-from ui.common import call_now, forget_all, read, read_or_unknown, require_role, settings
+from ui.common import call_now, forget_all, read_or_unknown, require_role, settings
 from ui.attribution import coverage_notice, decisions_of, show_residue, show_sources
 from ui.tables import table
 from ui.i18n import t
@@ -23,6 +23,7 @@ PENDING_KEY = "erasure.pending"
 RESULT_KEY = "erasure.result"
 FAILED_KEY = "erasure.failed"
 RUNNING_KEY = "erasure.running"  # set while an erasure runs: a rerun that cuts it short finds it still set
+REQUEST_QUERY = "solicitud"  # ?solicitud=<request id>: the erasure this URL ran, as the register page reads it
 
 user = require_role(roles.DPO)
 operator = user.email or "local"
@@ -75,6 +76,7 @@ def run_erasure(customer_id: str, decisions: dict) -> None:
     st.session_state.pop(RUNNING_KEY, None)
     forget_all()  # every store figure on the other pages may have changed
     st.session_state[RESULT_KEY] = result
+    st.query_params[REQUEST_QUERY] = str(result.request_id)  # a reload finds the result in its register entry
     st.toast(t("erasure_toast", id=md(customer_id), rid=result.request_id), icon=":material/task_alt:")
 
 
@@ -115,7 +117,12 @@ def show_result(result: erasure.ErasureResult) -> None:
         file_name=f"erasure-{result.request_id}-{time.strftime('%Y%m%d')}.json", mime="application/json",
         key="erasure.download", icon=":material/download:",
     )
-    st.page_link("app_pages/erasure_register.py", label=t("erasure_to_register"), icon=":material/fact_check:")
+    register_link(result.request_id)
+
+
+def register_link(request_id: int) -> None:
+    st.page_link("app_pages/erasure_register.py", label=t("erasure_to_request", rid=request_id),
+                 icon=":material/fact_check:", query_params={REQUEST_QUERY: str(request_id)})
 
 
 def keep_preview(customer_id: str, count_common: bool = False) -> None:
@@ -147,6 +154,7 @@ elif "cliente" in st.query_params:
 
 if st.button(t("erasure_preview"), key="erasure.preview", icon=":material/preview:", disabled=not customer_id):
     st.session_state.pop(RESULT_KEY, None)
+    st.query_params.pop(REQUEST_QUERY, None)
     st.session_state.pop(FAILED_KEY, None)
     for key in [k for k in st.session_state if str(k).startswith("erasure.residue.")]:
         del st.session_state[key]  # decisions belong to one preview
@@ -191,3 +199,6 @@ if FAILED_KEY in st.session_state:
 result = st.session_state.get(RESULT_KEY)
 if result is not None:
     show_result(result)
+elif st.query_params.get(REQUEST_QUERY, "").isdigit():  # a reload: the result lives in the register
+    st.info(t("erasure_result_in_register", rid=int(st.query_params[REQUEST_QUERY])), icon=":material/fact_check:")
+    register_link(int(st.query_params[REQUEST_QUERY]))

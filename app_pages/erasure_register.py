@@ -1,12 +1,11 @@
 """Erasure register (DPO): every request, its status, time to zero, re-checks, and a manual re-check."""
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
 from core import roles
 from core.privacy import erasure, erasure_register, follow_up
+from ui import fmt
 from ui.common import call_now, forget_all, require_role
 from ui.tables import table
 from ui.i18n import t
@@ -16,6 +15,8 @@ from ui.safe import md
 PICK_KEY = "erasure_register.request"
 NOTICE_KEY = "erasure_register.notice"
 NEXT_PICK_KEY = "erasure_register.next_pick"
+TRIGGERS = ("manual", "sweep")  # what starts a re-check (core.privacy.erasure_register): the button, the sweep job
+QUERY = "solicitud"  # ?solicitud=<request id> opens the page on that request (the Erasure page links to it)
 
 user = require_role(roles.DPO)
 operator = user.email or "local"
@@ -30,17 +31,22 @@ st.title(t("erasure_register_title"))
 st.caption(t("erasure_register_caption"))
 verify_button("erasure", key="erasure_register.verify")
 
-notice = st.session_state.pop(NOTICE_KEY, None)  # the outcome of a re-check, shown after its rerun
-if notice:
-    kind, text = notice
-    (st.success if kind == "ok" else st.error)(text)
+# The outcome of an action, shown after its rerun next to what it was about: ("all" | request id, kind, text)
+notice = st.session_state.pop(NOTICE_KEY, None)
+
+
+def show_notice(about: object) -> None:
+    if notice and notice[0] == about:
+        (st.success if notice[1] == "ok" else st.error)(notice[2])
+
 
 if st.button(t("erasure_recheck_all"), key="erasure_register.recheck_all", icon=":material/published_with_changes:"):
     results = call_now(erasure_register.recheck_all, trigger="manual", operator=operator)
     dirty = [r for r in results if not r.clean]
-    st.session_state[NOTICE_KEY] = ("ok" if not dirty else "error",
+    st.session_state[NOTICE_KEY] = ("all", "ok" if not dirty else "error",
                                     t("erasure_rechecked_all", n=len(results), dirty=len(dirty)))
     st.rerun()
+show_notice("all")
 
 requests = call_now(erasure_register.register)
 if requests.empty:
@@ -88,9 +94,12 @@ labels = {int(r.id): t("erasure_pick_label", rid=int(r.id), id=r.customer_id, at
           for r in requests.itertuples()}
 if st.session_state.get(NEXT_PICK_KEY) in labels:
     st.session_state[PICK_KEY] = st.session_state.pop(NEXT_PICK_KEY)
+if PICK_KEY not in st.session_state and st.query_params.get(QUERY, "").isdigit():
+    st.session_state[PICK_KEY] = int(st.query_params[QUERY])
 if st.session_state.get(PICK_KEY) not in labels:
     st.session_state[PICK_KEY] = next(iter(labels))
 request_id = st.selectbox(t("erasure_pick"), list(labels), format_func=labels.get, key=PICK_KEY)
+st.query_params[QUERY] = str(request_id)  # the URL names the request shown
 row = requests.set_index("id").loc[request_id]
 if row["report"]:
     st.warning(md(row["report"]))
@@ -101,10 +110,10 @@ with left:
                  icon=":material/fact_check:"):
         result = call_now(erasure_register.recheck, request_id, trigger="manual", operator=operator)
         if result.clean:
-            st.session_state[NOTICE_KEY] = ("ok", t("erasure_recheck_clean", at=f"{result.checked_at:%Y-%m-%d %H:%M:%S %Z}"))
+            st.session_state[NOTICE_KEY] = (request_id, "ok", t("erasure_recheck_clean", at=fmt.moment(result.checked_at)))
         else:
-            st.session_state[NOTICE_KEY] = ("error", t("erasure_recheck_dirty", id=md(result.customer_id),
-                                                       counts=_dirty_text(result)))
+            st.session_state[NOTICE_KEY] = (request_id, "error", t("erasure_recheck_dirty", id=md(result.customer_id),
+                                                                   counts=_dirty_text(result)))
         st.rerun()
 with right:
     st.download_button(
@@ -112,13 +121,14 @@ with right:
         file_name=f"erasure-{request_id}.json", mime="application/json", key="erasure_register.download",
         icon=":material/download:",
     )
+show_notice(request_id)
 if row["resumable"]:
     st.caption(t("erasure_resume_help"))
     if st.button(t("erasure_resume_button"), key="erasure_register.resume", icon=":material/play_circle:"):
         with st.spinner(t("erasure_running", id=md(row["customer_id"]))):
             resumed = call_now(follow_up.resume, request_id, operator=operator)
         forget_all()
-        st.session_state[NOTICE_KEY] = ("ok" if resumed.complete else "error",
+        st.session_state[NOTICE_KEY] = (resumed.request_id, "ok" if resumed.complete else "error",
                                         t("erasure_resumed", rid=resumed.request_id, status=md(resumed.status)))
         st.session_state[NEXT_PICK_KEY] = resumed.request_id  # picked before the selectbox exists, next run
         st.rerun()
@@ -130,10 +140,10 @@ if row["outcome"] == erasure_register.DATA_BACK:
             with st.spinner(t("erasure_again_running", rid=request_id)):
                 again = call_now(follow_up.erase_again, request_id, operator=operator)
         except erasure.ErasureError as exc:
-            st.session_state[NOTICE_KEY] = ("error", md(exc))
+            st.session_state[NOTICE_KEY] = (request_id, "error", md(exc))
         else:
             forget_all()
-            st.session_state[NOTICE_KEY] = ("ok" if again.complete else "error",
+            st.session_state[NOTICE_KEY] = (again.request_id, "ok" if again.complete else "error",
                                             t("erasure_again_done", old=request_id, rid=again.request_id,
                                               status=t(f"erasure_outcome_{again.status}")))
             st.session_state[NEXT_PICK_KEY] = again.request_id
@@ -148,6 +158,8 @@ if checks.empty:
     st.caption(t("erasure_no_rechecks"))
 else:
     checks["found"] = checks["counts"].map(lambda c: sum(c.values()))
-    checks["counts"] = checks["counts"].map(lambda c: json.dumps({k: v for k, v in c.items() if v}) or "{}")
+    checks["counts"] = checks["counts"].map(lambda c: ", ".join(f"{k}: {fmt.number(v)}" for k, v in c.items() if v)
+                                            or t("erasure_recheck_nothing"))
+    checks["trigger"] = checks["trigger"].map(lambda x: t(f"erasure_trigger_{x}") if x in TRIGGERS else x)
     table(checks, key="erasure_register.rechecks",
           columns=["id", "checked_at", "trigger", "operator", "clean", "found", "counts"])

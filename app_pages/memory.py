@@ -10,6 +10,7 @@ from core import roles
 from core.memory import reads
 from core.memory.embeddings import embeddings_label
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
+from ui import charts
 from ui import fmt
 from ui.common import ROOT_COLORS, read, require_role, settings
 from ui.safe import md, md_code, plot_frame
@@ -58,9 +59,8 @@ with left:
         fig = px.bar(shown, x="holder", y="documents", color="root", color_discrete_map=ROOT_COLORS,
                      labels={"holder": "", "documents": t("mem_documents")})
         fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
-        fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10), separators=fmt.plot_separators(),
-                          yaxis=fmt.count_axis(by_root["documents"].max()))
-        st.plotly_chart(fig, key="memory.by_root_chart")
+        fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10))
+        charts.show(fig, key="memory.by_root_chart")
         table(by_root.assign(root=by_root["root"].map(root_label)), key="memory.by_root",
               config={"root": t("mem_holder"), "documents": t("mem_documents"), "namespaces": t("mem_holders"),
                       "expired": t("mem_expired_short")})
@@ -77,10 +77,9 @@ with right:
         fig.update_traces(hovertemplate="%{y}: %{x:,d}<extra></extra>")
         # the largest on top, in the order SQL gave, whatever trace (root) each bar belongs to
         fig.update_yaxes(categoryorder="array", categoryarray=shown["prefix"].iloc[::-1].tolist())
-        fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10), separators=fmt.plot_separators(),
-                          xaxis=fmt.count_axis(top["documents"].max()),
+        fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10),
                           legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0))
-        st.plotly_chart(fig, key="memory.top_chart")
+        charts.show(fig, key="memory.top_chart", counts=("x",))
 
 with st.expander(t("mem_policy")):
     st.caption(t("mem_policy_caption"))

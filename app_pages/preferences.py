@@ -10,6 +10,7 @@ import streamlit as st
 from core import roles
 from core.checkpoints import tool_calls
 from core.memory import preferences
+from ui import charts
 from ui import fmt
 from ui.common import call_now, forget, read, require_role
 from ui.tables import table
@@ -99,12 +100,10 @@ fig.add_scatter(x=daily["day"], y=daily["ratio"], name=t("ratio"), mode="lines+m
                 hovertemplate="%{y:.3f}<extra></extra>")
 fig.add_hline(y=TARGET_RATIO, line_dash="dash", line_color="red",
               annotation_text=f"{t('target')} {fmt.number(TARGET_RATIO)}")
-fig.update_layout(height=360, margin=dict(t=10, b=10), legend=dict(orientation="h"), separators=fmt.plot_separators(),
-                  xaxis=fmt.date_ticks(daily["day"]),
-                  yaxis=dict(title=t("ratio"), rangemode="nonnegative"),
-                  yaxis2=dict(title=t("conversations"), overlaying="y", side="right", showgrid=False,
-                              **fmt.count_axis(daily["conversations"].max())))
-st.plotly_chart(fig, key="preferences.daily_chart")
+fig.update_layout(height=360, margin=dict(t=10, b=10), legend=dict(orientation="h"), xaxis=fmt.date_ticks(daily["day"]),
+                  yaxis=dict(title=t("ratio")),
+                  yaxis2=dict(title=t("conversations"), overlaying="y", side="right", showgrid=False))
+charts.show(fig, key="preferences.daily_chart", counts=("y2",), amounts=("y",))
 
 left, right = st.columns([1, 2])
 with left:
@@ -117,9 +116,8 @@ with left:
         fig = px.bar(shown, x="tipo", y="writes", labels={"tipo": "", "writes": t("pref_writes")})
         fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
         fig.update_xaxes(categoryorder="array", categoryarray=shown["tipo"].tolist())  # most first
-        fig.update_layout(height=300, margin=dict(t=10, b=10), separators=fmt.plot_separators(),
-                          yaxis=fmt.count_axis(by_tipo["writes"].max()))
-        st.plotly_chart(fig, key="preferences.tipo_chart")
+        fig.update_layout(height=300, margin=dict(t=10, b=10))
+        charts.show(fig, key="preferences.tipo_chart")
 with right:
     st.subheader(t("writers"))
     total = read(preferences.writing_conversation_count, since, until)

@@ -11,7 +11,7 @@ from core import roles
 from core.memory import reads
 from core.checkpoints import prune
 from core.operations import sweep, sweep_reads
-from ui import common, fmt
+from ui import charts, common, fmt
 from ui.common import ROOT_COLORS, get_db, read, require_role
 from ui.tables import human_bytes, table
 from ui.i18n import t
@@ -172,7 +172,7 @@ with left:
                      labels={"run": t("sweeps_run_start"), "documents": t("sweeps_documents"), "root": ""})
         fig.update_xaxes(type="category")
         fig.update_layout(height=340, margin=dict(t=10, b=10), barmode="stack")
-        st.plotly_chart(fig, key="sweeps.runs_chart")
+        charts.show(fig, key="sweeps.runs_chart")
 with right:
     st.subheader(t("sweeps_expired_now"))
     if not expired["expired"].any():  # an empty bar chart draws a meaningless axis
@@ -181,7 +181,7 @@ with right:
         fig = px.bar(plot_frame(expired), x="root", y="expired", color="root", text="expired", color_discrete_map=ROOT_COLORS,
                      labels={"root": "", "expired": t("sweeps_documents")})
         fig.update_layout(height=340, margin=dict(t=10, b=10), showlegend=False)
-        st.plotly_chart(fig, key="sweeps.expired_chart")
+        charts.show(fig, key="sweeps.expired_chart")
 
 st.subheader(t("sweeps_forecast"))
 st.caption(t("sweeps_forecast_caption"))
@@ -192,7 +192,7 @@ else:
     fig = px.bar(plot_frame(forecast), x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
                  labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
     fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
-    st.plotly_chart(fig, key="sweeps.forecast_chart")
+    charts.show(fig, key="sweeps.forecast_chart")
 
 with st.expander(t("sweeps_config"), expanded=True):
     config = sweep_reads.ttl_configuration()

@@ -10,11 +10,12 @@ import time
 
 import ormsgpack
 import pytest
+from babel.dates import format_datetime
 from langgraph.store.base import PutOp
 
 from core.db import Database, reset_pool
 from core.memory.store import InvalidIdentifier
-from core.privacy import access, access_render, chain
+from core.privacy import access, access_notice, access_render, chain
 from core.privacy.access_report import MARKER_KINDS
 from tests.test_erasure import LOOK_ALIKES, agents_for, converse, make_store, write_docs
 
@@ -101,16 +102,17 @@ def test_export_holds_every_document_and_message_and_nothing_of_look_alikes(popu
         assert {"human", "ai", "tool"} <= kinds
         assert any(m.get("tool_calls") for m in thread["messages"])
     # nothing of a look-alike, anywhere in the file
-    text = access_render.export_json(report, requested_by="dpo@example.com").decode()
+    text = access_render.export_json(report, requested_by="dpo@example.com", lang="es", notice=access_notice.notice(db, "es")).decode()
     for other in LOOK_ALIKES:
         assert f"clientes.{other}" not in text and f"cliente-{other}-" not in text, other
     doc = json.loads(text)
     assert {d["prefix"] for d in doc["store_documents"]} == {"clientes.C9", "clientes.C9.pedidos"}
     assert doc["cover"]["counts"] == counts and doc["cover"]["nothing_found"] is False
     # the readable document holds the same: every document (expired one marked) and every message
-    html = access_render.export_html(report, requested_by="dpo@example.com", lang="es").decode()
-    assert all(f"{d['prefix']} / {d['key']}" in html for d in report.documents)
-    assert html.count("caducado (pendiente de barrido)") == 1
+    html = access_render.export_html(report, requested_by="dpo@example.com", lang="es", notice=access_notice.notice(db, "es")).decode()
+    assert all(f"{d['prefix'][len('clientes.C9.'):] + ' / ' if d['prefix'] != 'clientes.C9' else ''}{d['key']}"
+               in html for d in report.documents)
+    assert html.count("caducado (se borrará en el próximo barrido)") == 1
     assert html.count("<div class='msg ") == sum(len(t["messages"]) for t in report.threads)
     for other in LOOK_ALIKES:
         assert f"clientes.{other}" not in html and f"cliente-{other}-" not in html, other
@@ -132,8 +134,8 @@ def test_a_refused_payload_is_marked_in_place_not_dropped(populated):
     thread = next(t for t in report.threads if t["thread_id"] == "cliente-C9-2")
     markers = [m for m in thread["messages"] if m["kind"] == "refused"]
     assert len(markers) == 1 and markers[0]["refused_type"] == "os.system"
-    html = access_render.export_html(report, requested_by="dpo", lang="en").decode()
-    assert "content the serializer would refuse (os.system); not shown" in html
+    html = access_render.export_html(report, requested_by="dpo", lang="en", notice=access_notice.notice(populated, "en")).decode()
+    assert "content the system refuses to save (os.system); not shown" in html
     # the rest of the thread is there: every message of the view, none dropped
     n = populated.fetch_one("SELECT count(*) AS n FROM core_checkpoint_messages_view WHERE thread_id = 'cliente-C9-2'")
     assert sum(1 for m in thread["messages"] if m["kind"] not in MARKER_KINDS) == n["n"] > 0
@@ -158,10 +160,10 @@ def test_exporting_refreshes_no_ttl_and_changes_nothing(populated):
 def test_a_customer_with_no_data_gets_an_export_that_says_so(populated):
     report = access.gather(populated, "C404")
     assert report.empty and report.counts["documents"] == 0 and report.counts["threads"] == 0
-    doc = access_render.export_document(report, requested_by="dpo", lang="es")
+    doc = access_render.export_document(report, requested_by="dpo", lang="es", notice=access_notice.notice(populated, "es"))
     assert doc["cover"]["nothing_found"] is True
-    assert "No hay ningún dato sobre este cliente" in access_render.export_html(report, requested_by="dpo", lang="es").decode()
-    assert "There is no data about this customer" in access_render.export_html(report, requested_by="dpo", lang="en").decode()
+    assert "No hay ningún dato sobre este cliente" in access_render.export_html(report, requested_by="dpo", lang="es", notice=access_notice.notice(populated, "es")).decode()
+    assert "There is no data about this customer" in access_render.export_html(report, requested_by="dpo", lang="en", notice=access_notice.notice(populated, "en")).decode()
 
 
 def test_the_cover_names_who_when_sources_and_the_coverage_caveat(populated):
@@ -173,9 +175,10 @@ def test_the_cover_names_who_when_sources_and_the_coverage_caveat(populated):
     report = access.gather(db, BIG)
     assert report.unattributed_threads >= 1
     for lang, words in (("es", "no pueden atribuirse"), ("en", "cannot be attributed")):
-        html = access_render.export_html(report, requested_by="dpo@example.com", lang=lang).decode()
+        html = access_render.export_html(report, requested_by="dpo@example.com", lang=lang, notice=access_notice.notice(db, lang)).decode()
         assert "dpo@example.com" in html and words in html and "core_conversations" in html
-        assert str(report.generated_at.isoformat()) in html
+        zone = access_notice.notice(db, lang).timezone
+        assert format_datetime(report.generated_at, "d MMM y, HH:mm", tzinfo=zone, locale=lang) in html
 
 
 @pytest.mark.parametrize("bad", ["", "   ", "C.9", "C\x009", "x" * 10_000, " C9", None])
@@ -209,7 +212,7 @@ def test_export_on_demo_agents_matches_sql(demo_db):
     expected = sql_counts(demo_db, customer)
     assert expected["documents"] > 0 and expected["messages"] > 0
     assert {k: report.counts[k] for k in expected} == expected
-    doc = json.loads(access_render.export_json(report, requested_by="dpo"))
+    doc = json.loads(access_render.export_json(report, requested_by="dpo", lang="es", notice=access_notice.notice(demo_db, "es")))
     assert sum(len(t["messages"]) for t in doc["threads"]) == report.counts["messages"] + report.counts["marked_payloads"]
     assert chain.verify(demo_db, "erasure").ok  # the demo's own erasure was sealed by the migration's triggers
 
@@ -233,7 +236,7 @@ def test_export_on_the_article_agents_fixture(article_agents_db):
             residue = {r["thread_id"] for r in report.residue}
             assert residue == set(article_agents_db.threads_of(customer, "read")
                                   + article_agents_db.threads_of(customer, "chat")), customer
-            text = access_render.export_json(report, requested_by="dpo").decode()
+            text = access_render.export_json(report, requested_by="dpo", lang="es", notice=access_notice.notice(db, "es")).decode()
             mine = set(article_agents_db.threads_of(customer))
             others = {c.thread_id for c in article_agents_db.conversations} - mine
             assert not any(t in text for t in others), customer

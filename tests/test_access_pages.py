@@ -11,6 +11,7 @@ from core.privacy import access, erasure
 from tests.test_access import sql_counts
 from tests.test_erasure import agents_for, converse, make_store, write_docs
 from apptools import frame, shown
+from ui.i18n import CATALOGUES
 
 TIMEOUT = 60
 
@@ -55,7 +56,8 @@ def test_dpo_sees_counts_per_source_equal_to_sql(shop, app_env):
     at.text_input(key="access.customer").input("C9").run()
     assert not at.exception, at.exception
     counts = frame(at, "Fuente", "Elementos")
-    by_source = dict(zip(counts.iloc[:, 0], counts.iloc[:, 1]))
+    labels = {CATALOGUES["es"][f"access_count_{k}"]: k for k in access.AccessReport.COUNT_KEYS}
+    by_source = {labels[label]: n for label, n in zip(counts.iloc[:, 0], counts.iloc[:, 1])}  # every source named
     expected = sql_counts(shop, "C9")
     assert {k: by_source[k] for k in expected} == expected
     assert by_source["threads"] == 2 and by_source["documents"] > 30
@@ -82,7 +84,7 @@ def test_english_labels(shop, app_env):
     at = dashboard("app_pages/access.py", lang="en")
     at.text_input(key="access.customer").input("C9").run()
     assert "Right of access" in texts(at)
-    assert set(frame(at, "Source", "Items").iloc[:, 0]) >= {"documents", "messages", "threads"}
+    assert set(frame(at, "Source", "Items").iloc[:, 0]) >= {"Memory documents", "Messages", "Conversations"}
 
 
 def test_a_manager_is_refused_with_the_role_named(shop, app_env):

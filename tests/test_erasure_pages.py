@@ -123,7 +123,7 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     assert not at.exception, at.exception
     assert "Han vuelto datos de **C9**" in texts(at) and "checkpoints=" in texts(at)
     checks = frame(at, "checked_at", "trigger", "clean")
-    assert list(checks["clean"]) == [False] and list(checks["trigger"]) == ["manual"]
+    assert list(checks["clean"]) == [False] and list(checks["trigger"]) == ["a mano (botón)"]
     assert bool(frame(at, "customer_id", "same_day")["came_back"].iloc[0])
 
 

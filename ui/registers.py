@@ -12,9 +12,12 @@ from ui.safe import md
 
 
 def verify_button(name: str, key: str) -> None:
-    """A "verify" button for chain `name`; shows the outcome (the first broken row, by table and id)."""
+    """A "verify" button for chain `name`; shows the outcome (the first broken row, by table and id), kept under the
+    button while the page's other buttons rerun it."""
     if st.button(t("chain_verify"), key=key, icon=":material/verified_user:", help=t("chain_help")):
-        result = call_now(chain.verify, name)
+        st.session_state[f"{key}.result"] = call_now(chain.verify, name)
+    result = st.session_state.get(f"{key}.result")
+    if result is not None:
         if result.ok:
             st.success(t("chain_ok", n=result.links, head=result.head_hash), icon=":material/verified:")
             if result.redactions:  # what a documented redaction replaced in sealed rows, and when

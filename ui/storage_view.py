@@ -10,7 +10,7 @@ import plotly.express as px
 import streamlit as st
 
 from core.checkpoints import prune, storage, storage_detail
-from ui import fmt
+from ui import charts, fmt
 from ui.common import read
 from ui.fmt import number
 from ui.i18n import t
@@ -70,7 +70,7 @@ def channels() -> None:
     fig = px.bar(plot_frame(parts), x="bytes", y="channel", color="kind", orientation="h",
                  labels={"channel": "", "bytes": t("ckpt_bytes"), "kind": ""})
     fig.update_layout(height=160 + 22 * min(len(totals), 15), margin=dict(t=10, b=10))
-    st.plotly_chart(fig, key=f"{KEY}.channels_chart")
+    charts.show(fig, key=f"{KEY}.channels_chart", counts=(), amounts=("x",))
     table(totals, key=f"{KEY}.channels")
 
 
@@ -127,7 +127,7 @@ def one_thread(thread_id: str) -> None:
                   labels={"n": t("ckpt_checkpoint_n"), "cumulative": t("ckpt_cumulative_bytes")})
     fig.add_bar(x=steps["n"], y=steps["bytes"], name=t("ckpt_step_bytes"), opacity=0.5)
     fig.update_layout(height=320, margin=dict(t=10, b=10))
-    st.plotly_chart(fig, key=f"{KEY}.steps_chart")
+    charts.show(fig, key=f"{KEY}.steps_chart", counts=(), amounts=("y",))
     table(read(storage_detail.thread_channels, thread_id), key=f"{KEY}.thread_channels")
 
 

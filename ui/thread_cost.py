@@ -10,7 +10,7 @@ import plotly.express as px
 import streamlit as st
 
 from core.checkpoints import usage
-from ui import fmt
+from ui import charts, fmt
 from ui.common import read, settings
 from ui.i18n import lang, t
 from ui.safe import md_code, plot_frame
@@ -73,8 +73,8 @@ def cost_view() -> None:
                             tokens=days["input_tokens"] + days["output_tokens"])
         fig = px.bar(plot_frame(chart), x="day", y="tokens", color="agent",
                      labels={"day": "", "tokens": t("cost_tokens"), "agent": ""})
-        fig.update_layout(height=280, margin=dict(t=10, b=10), separators=fmt.plot_separators())
-        st.plotly_chart(fig, key=f"{KEY}.days_chart")
+        fig.update_layout(height=280, margin=dict(t=10, b=10))
+        charts.show(fig, key=f"{KEY}.days_chart")
         table(_notes(chart.drop(columns="tokens")), key=f"{KEY}.days", columns=["day", "agent", *COLUMNS])
     st.markdown(f"**{t('cost_by_thread', n=THREADS_SHOWN)}**")
     threads = read(usage.usage_by_thread, since, until, prices, THREADS_SHOWN)

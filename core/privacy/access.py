@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 
 from core.checkpoints import formats
 from core.db import Database
-from core.privacy import subjects
+from core.privacy import access_notice, subjects
 from core.privacy.access_render import FORMATS, LANGS, render
 from core.privacy.access_report import AccessReport
 from core.privacy import residue as res
@@ -263,8 +263,9 @@ def export(db: Database, customer_id: str, *, fmt: str, lang: str, operator: str
         raise ValueError(f"unknown language {lang!r}; known: {', '.join(LANGS)}")
     if not isinstance(operator, str) or not operator.strip():
         raise ValueError("operator identity is required for the access register")
+    info = access_notice.notice(db, lang)
     report = gather(db, customer_id)
-    data = render(report, fmt, requested_by=operator.strip(), lang=lang)
+    data = render(report, fmt, requested_by=operator.strip(), lang=lang, notice=info)
     register_id, at, digest = record_export(db, report, data, fmt=fmt, lang=lang, operator=operator)
     stamp = report.generated_at.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Export(data, digest, register_id, at, f"access-{register_id}-{stamp}.{fmt}",

@@ -1,16 +1,22 @@
 """The access export as the file handed to the customer: JSON (`export_json`) or HTML that prints to PDF
-(`export_html`), in Spanish or English, from a `core.privacy.access_report.AccessReport`."""
+(`export_html`), in Spanish or English, from a `core.privacy.access_report.AccessReport` and the art. 15 information
+(`core.privacy.access_notice.Notice`) in the requester's language."""
 from __future__ import annotations
 
 import html
 import json
-from datetime import datetime
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 
+from babel.dates import format_datetime
+from babel.numbers import format_decimal
+
+from core.privacy.access_notice import Notice
 from core.privacy.access_report import AccessReport
 
 FORMATS = ("json", "html")
 LANGS = ("es", "en")
+LOCAL_OPERATORS = ("local",)  # the operator of local mode (no identity provider): no one's name
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
@@ -20,11 +26,13 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def export_document(report: AccessReport, *, requested_by: str, lang: str = "es") -> dict[str, Any]:
-    """The export as a JSON-ready dict: a cover (who asked, when, sources searched, coverage caveat) and
-    every item found."""
+def export_document(report: AccessReport, *, requested_by: str, lang: str = "es", notice: Notice) -> dict[str, Any]:
+    """The export as a JSON-ready dict: a cover (who asked, when, sources searched, coverage caveat), the art. 15
+    information and every item found."""
     if lang not in LANGS:
         raise ValueError(f"unknown language {lang!r}; known: {', '.join(LANGS)}")
+    if notice.lang != lang:
+        raise ValueError(f"the notice is in {notice.lang!r}, the export in {lang!r}")
     doc = {
         "kind": "agent-memory access export (GDPR art. 15)",
         "cover": {
@@ -44,6 +52,8 @@ def export_document(report: AccessReport, *, requested_by: str, lang: str = "es"
                 "possible_threads_note": STRINGS[lang]["residue"].format(n=len({r["thread_id"] for r in report.residue})),
             },
         },
+        "information": {**notice.texts, "timezone": str(notice.timezone),
+                        "retention": [{"data": kind, "period": period} for kind, period in notice.retention]},
         "store_documents": report.documents,
         "threads": report.threads,
         "logs": report.logs,
@@ -53,138 +63,351 @@ def export_document(report: AccessReport, *, requested_by: str, lang: str = "es"
     return json.loads(json.dumps(doc, default=_json_default))
 
 
-def export_json(report: AccessReport, *, requested_by: str, lang: str = "es") -> bytes:
-    return json.dumps(export_document(report, requested_by=requested_by, lang=lang), ensure_ascii=False,
+def export_json(report: AccessReport, *, requested_by: str, lang: str = "es", notice: Notice) -> bytes:
+    return json.dumps(export_document(report, requested_by=requested_by, lang=lang, notice=notice), ensure_ascii=False,
                       indent=2).encode("utf-8")
 
 
 STRINGS = {
     "es": {
-        "title": "Datos que los agentes guardan sobre el cliente {id}",
-        "cover": "Portada", "requested_by": "Solicitado por", "generated_at": "Generado el",
-        "sources": "Fuentes consultadas", "counts": "Recuentos", "coverage": "Cobertura",
-        "formats": "Formatos de almacenamiento de sus hilos",
+        "title": "Sus datos en nuestros asistentes de atención (cliente {id})",
+        "intro": "Respuesta a su solicitud de acceso (artículo 15 del RGPD): qué datos suyos guardan nuestros asistentes "
+                 "conversacionales y nuestros registros, para qué, durante cuánto tiempo y qué derechos tiene.",
+        "request": "Su solicitud", "requested_by": "Solicitado por", "requester": "el cliente {id} (derecho de acceso)",
+        "prepared_by": "Preparado por", "prepared": "{who}, en nombre de {controller}",
+        "dpo_office": "el delegado de protección de datos", "generated_at": "Fecha",
+        "controller": "Responsable del tratamiento", "contact": "Contacto", "dpo": "Delegado de protección de datos",
+        "purposes": "Para qué tratamos sus datos", "recipients": "Destinatarios", "transfers": "Transferencias internacionales",
+        "automated": "Decisiones automatizadas", "retention": "Cuánto tiempo los conservamos", "kind_of_data": "Datos",
+        "period": "Plazo", "source": "De dónde proceden", "rights": "Sus derechos", "complaint": "Reclamación",
+        "summary": "Resumen", "what": "Qué", "how_many": "Cuántos",
         "caveat": "{n} hilos de conversación de la base de datos no pueden atribuirse a ningún sujeto con las fuentes "
                   "consultadas; si alguno fuera de este cliente, no está en esta exportación.",
         "nothing": "No hay ningún dato sobre este cliente en las fuentes consultadas.",
         "residue": "{n} hilos sin atribuir contienen el id del cliente o valores propios de sus documentos; no se incluyen "
                    "hasta que el DPO decida (se listan con el término encontrado).",
-        "documents": "Documentos de memoria", "threads": "Conversaciones", "logs": "Nuestros registros",
-        "erasures": "Registro de borrados", "exports": "Exportaciones anteriores",
-        "expired": "caducado (pendiente de barrido)", "thread": "Hilo", "found_by": "encontrado por",
-        "refused": "contenido que el serializador rechazaría ({types}); no se muestra",
-        "undecodable": "contenido ilegible ({reason})", "none": "Ninguno.",
-        "created": "creado", "updated": "actualizado", "expires": "caduca",
+        "documents": "Sus preferencias guardadas (memoria de los asistentes)", "threads": "Sus conversaciones",
+        "logs": "Nuestros registros sobre usted", "erasures": "Sus solicitudes de borrado",
+        "rechecks": "Comprobaciones posteriores de esos borrados", "exports": "Sus solicitudes de acceso anteriores",
+        "annex": "Anexo técnico (para el delegado de protección de datos)", "sources": "Fuentes consultadas",
+        "formats": "Formatos de almacenamiento de sus conversaciones", "coverage": "Cobertura",
+        "expired": "caducado (se borrará en el próximo barrido)", "thread": "Conversación {n}", "found_by": "encontrada por",
+        "refused": "contenido que el sistema rechaza al guardar ({types}); no se muestra",
+        "undecodable": "contenido ilegible ({reason})",
+        "none_documents": "No guardamos ninguna preferencia suya.", "none_threads": "No hay conversaciones suyas.",
+        "none_logs": "Ninguno de nuestros registros contiene datos suyos.",
+        "none_erasures": "No ha pedido ningún borrado.", "none_exports": "Esta es su primera solicitud de acceso.",
+        "created": "creado", "updated": "actualizado", "expires": "caduca", "never": "no caduca",
+        "from_to": "del {first} al {last}", "checkpoints": "{n} estados guardados",
+        "you": "Usted", "assistant": "Asistente", "tool": "Herramienta", "system": "Sistema",
+        "calls": "Usa la herramienta", "result_of": "Resultado de {name}", "yes": "sí", "no": "no",
     },
     "en": {
-        "title": "Data the agents hold about customer {id}",
-        "cover": "Cover", "requested_by": "Requested by", "generated_at": "Generated at",
-        "sources": "Sources searched", "counts": "Counts", "coverage": "Coverage",
-        "formats": "Storage formats of their threads",
+        "title": "Your data in our customer-service assistants (customer {id})",
+        "intro": "Answer to your access request (GDPR article 15): what data about you our conversational assistants and "
+                 "our logs hold, what for, for how long, and your rights.",
+        "request": "Your request", "requested_by": "Requested by", "requester": "customer {id} (right of access)",
+        "prepared_by": "Prepared by", "prepared": "{who}, on behalf of {controller}",
+        "dpo_office": "the data protection officer", "generated_at": "Date",
+        "controller": "Controller", "contact": "Contact", "dpo": "Data protection officer",
+        "purposes": "What we process your data for", "recipients": "Recipients", "transfers": "International transfers",
+        "automated": "Automated decisions", "retention": "How long we keep it", "kind_of_data": "Data",
+        "period": "Period", "source": "Where it comes from", "rights": "Your rights", "complaint": "Complaint",
+        "summary": "Summary", "what": "What", "how_many": "How many",
         "caveat": "{n} conversation threads in the database cannot be attributed to any subject by the sources "
                   "searched; if any of them is this customer's, it is not in this export.",
         "nothing": "There is no data about this customer in the sources searched.",
         "residue": "{n} unattributed threads hold the customer's id or values of their own documents; they are not "
                    "included until the DPO decides (listed with the term found).",
-        "documents": "Memory documents", "threads": "Conversations", "logs": "Our logs",
-        "erasures": "Erasure register", "exports": "Earlier exports",
-        "expired": "expired (not yet swept)", "thread": "Thread", "found_by": "found by",
-        "refused": "content the serializer would refuse ({types}); not shown",
-        "undecodable": "unreadable content ({reason})", "none": "None.",
-        "created": "created", "updated": "updated", "expires": "expires",
+        "documents": "Your saved preferences (the assistants' memory)", "threads": "Your conversations",
+        "logs": "Our logs about you", "erasures": "Your erasure requests",
+        "rechecks": "Later checks of those erasures", "exports": "Your earlier access requests",
+        "annex": "Technical annex (for the data protection officer)", "sources": "Sources searched",
+        "formats": "Storage formats of your conversations", "coverage": "Coverage",
+        "expired": "expired (deleted by the next sweep)", "thread": "Conversation {n}", "found_by": "found by",
+        "refused": "content the system refuses to save ({types}); not shown",
+        "undecodable": "unreadable content ({reason})",
+        "none_documents": "We keep no preference of yours.", "none_threads": "There are no conversations of yours.",
+        "none_logs": "None of our logs holds data about you.",
+        "none_erasures": "You have not asked for any erasure.", "none_exports": "This is your first access request.",
+        "created": "created", "updated": "updated", "expires": "expires", "never": "does not expire",
+        "from_to": "from {first} to {last}", "checkpoints": "{n} saved states",
+        "you": "You", "assistant": "Assistant", "tool": "Tool", "system": "System",
+        "calls": "Uses the tool", "result_of": "Result of {name}", "yes": "yes", "no": "no",
     },
+}
+
+# What each count, log, register and column is called in the export (keys as the report and SQL name them).
+LABELS = {
+    "es": {
+        "documents": "Preferencias guardadas", "expired_documents": "Preferencias caducadas (pendientes de barrido)",
+        "threads": "Conversaciones", "messages": "Mensajes", "marked_payloads": "Contenidos que no se pueden mostrar",
+        "memory_writes": "Escrituras en la memoria", "conversations": "Registro de conversaciones",
+        "guard_denials": "Acciones denegadas por el control de seguridad",
+        "episode_denials": "Acciones denegadas durante una avería", "serde_refusals": "Contenidos rechazados al guardar",
+        "erasure_requests": "Solicitudes de borrado", "erasure_rechecks": "Comprobaciones de borrados",
+        "access_exports": "Solicitudes de acceso anteriores",
+        "store": "Memoria (documentos)", "logs": "Nuestros registros", "registers": "Registros de protección de datos",
+        "threads_not_searched": "Fuentes de conversaciones que no se pudieron consultar",
+        "written_at": "Escrito", "key": "Clave", "thread_id": "Conversación", "agent": "Asistente",
+        "started_at": "Empezó", "last_turn_at": "Último mensaje", "turns": "Turnos", "denied_at": "Fecha",
+        "tool": "Herramienta", "risk": "Riesgo", "reason": "Motivo", "degraded_from": "Avería desde",
+        "degraded_to": "Avería hasta", "thread": "Conversación", "denial": "Acción denegada", "refused_at": "Fecha", "type_name": "Tipo de contenido",
+        "kind": "Clase", "requested_at": "Pedido", "finished_at": "Terminado", "status": "Estado",
+        "operator": "Atendido por", "deleted": "Borrado", "checked_at": "Comprobado", "trigger": "Motivo",
+        "clean": "Sin datos", "counts": "Encontrado", "exported_at": "Fecha", "format": "Formato", "lang": "Idioma",
+        "size_bytes": "Tamaño (bytes)", "sha256": "Huella sha256", "term": "Término", "customer_id": "Cliente",
+        "complete": "completo", "failed": "fallido", "interrupted": "interrumpido", "running": "en curso",
+        "manual": "a mano", "sweep": "barrido periódico", "HIGH": "alto", "MEDIUM": "medio", "LOW": "bajo",
+        "checkpoints": "estados de conversación", "checkpoint_blobs": "contenidos de conversación",
+        "checkpoint_writes": "escrituras de conversación", "store_vectors": "índice de búsqueda",
+        "core_memory_writes": "escrituras en la memoria", "core_conversations": "registro de conversaciones",
+        "core_guard_denials": "acciones denegadas", "core_serde_refusals": "contenidos rechazados",
+    },
+    "en": {
+        "documents": "Saved preferences", "expired_documents": "Expired preferences (not yet swept)",
+        "threads": "Conversations", "messages": "Messages", "marked_payloads": "Contents that cannot be shown",
+        "memory_writes": "Writes to the memory", "conversations": "Conversation log",
+        "guard_denials": "Actions refused by the safety check", "episode_denials": "Actions refused during an outage",
+        "serde_refusals": "Contents refused when saved", "erasure_requests": "Erasure requests",
+        "erasure_rechecks": "Erasure checks", "access_exports": "Earlier access requests",
+        "store": "Memory (documents)", "logs": "Our logs", "registers": "Data-protection registers",
+        "threads_not_searched": "Conversation sources that could not be searched",
+        "written_at": "Written", "key": "Key", "thread_id": "Conversation", "agent": "Assistant",
+        "started_at": "Started", "last_turn_at": "Last message", "turns": "Turns", "denied_at": "Date",
+        "tool": "Tool", "risk": "Risk", "reason": "Reason", "degraded_from": "Outage from", "degraded_to": "Outage to", "thread": "Conversation",
+        "denial": "Refused action", "refused_at": "Date", "type_name": "Content type", "kind": "Kind",
+        "requested_at": "Requested", "finished_at": "Finished", "status": "Status", "operator": "Handled by",
+        "deleted": "Deleted", "checked_at": "Checked", "trigger": "Why", "clean": "No data", "counts": "Found",
+        "exported_at": "Date", "format": "Format", "lang": "Language", "size_bytes": "Size (bytes)",
+        "sha256": "sha256 fingerprint", "term": "Term", "customer_id": "Customer",
+        "complete": "complete", "failed": "failed", "interrupted": "interrupted", "running": "running",
+        "manual": "by hand", "sweep": "periodic sweep", "HIGH": "high", "MEDIUM": "medium", "LOW": "low",
+        "checkpoints": "conversation states", "checkpoint_blobs": "conversation contents",
+        "checkpoint_writes": "conversation writes", "store_vectors": "search index",
+        "core_memory_writes": "writes to the memory", "core_conversations": "conversation log",
+        "core_guard_denials": "refused actions", "core_serde_refusals": "refused contents",
+    },
+}
+
+# The columns a person reads, per log and register (the JSON export keeps every column).
+COLUMNS = {
+    "memory_writes": ("written_at", "key", "thread_id", "agent"),
+    "conversations": ("thread", "agent", "turns"),  # dated once, in the conversation's heading (one clock)
+    "guard_denials": ("denied_at", "tool", "risk", "reason", "thread_id"),
+    "episode_denials": ("degraded_from", "degraded_to", "denial"),
+    "serde_refusals": ("refused_at", "type_name", "kind", "thread_id"),
+    "erasures": ("requested_at", "finished_at", "status", "operator", "deleted"),
+    "rechecks": ("checked_at", "trigger", "clean", "counts"),
+    "exports": ("exported_at", "operator", "format", "lang", "size_bytes", "sha256"),
+    "residue": ("thread_id", "term", "kind"),
 }
 
 HTML_STYLE = """
 body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#111;line-height:1.4}
 h1{font-size:1.5rem} h2{font-size:1.2rem;border-bottom:1px solid #ccc;margin-top:2rem} h3{font-size:1rem}
-table{border-collapse:collapse;width:100%;font-size:.85rem} td,th{border:1px solid #ccc;padding:.25rem;vertical-align:top}
-pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:.8rem} .marker{color:#a00;font-weight:bold}
-.msg{margin:.3rem 0;padding:.3rem .5rem;border-left:3px solid #999} .human{border-color:#1f77b4}
+table{border-collapse:collapse;width:100%;font-size:.85rem} td,th{border:1px solid #ccc;padding:.25rem;vertical-align:top;text-align:left}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.1rem 1rem;margin:.3rem 0} dt{font-weight:bold} dd{margin:0}
+.marker{color:#a00;font-weight:bold} .muted{color:#555;font-size:.85rem}
+.msg{margin:.3rem 0;padding:.3rem .5rem;border-left:3px solid #999;white-space:pre-wrap} .human{border-color:#1f77b4}
 .ai{border-color:#2ca02c} .tool{border-color:#ff7f0e} .cover{background:#f5f5f5;padding:1rem}
 @media print{body{margin:0} h2{page-break-after:avoid} .msg{page-break-inside:avoid}}
 """
 
 
+class _Writer:
+    """Formats values for one export: dates in the notice's time zone and the requester's language, no raw keys."""
+
+    def __init__(self, lang: str, zone: tzinfo, labels: dict[str, str]) -> None:
+        self.lang, self.zone, self.labels = lang, zone, labels
+
+    def label(self, key: str) -> str:
+        return self.labels.get(key, key)
+
+    def moment(self, value: Any) -> str:
+        when = _as_datetime(value)
+        if when is None:
+            return self.text(value)
+        return format_datetime(when, "d MMM y, HH:mm", tzinfo=self.zone, locale=self.lang)
+
+    def number(self, value: float) -> str:
+        return format_decimal(value, locale=self.lang)
+
+    def text(self, value: Any) -> str:
+        """Any value as words: booleans, numbers, dates, and dicts/lists as "label: value" lines."""
+        if value is None or value == "":
+            return "—"
+        if isinstance(value, bool):
+            return STRINGS[self.lang]["yes" if value else "no"]
+        if isinstance(value, (int, float)):
+            return self.number(value)
+        if isinstance(value, datetime):
+            return self.moment(value)
+        if isinstance(value, dict):
+            shown = {k: v for k, v in value.items() if v not in (None, "", 0, [], {})}
+            return "; ".join(f"{self.label(k)}: {self.text(v)}" for k, v in shown.items()) or "—"
+        if isinstance(value, list):
+            return ", ".join(self.text(v) for v in value) or "—"
+        return self.label(str(value)) if str(value) in self.labels else str(value)
+
+    def cell(self, column: str, value: Any) -> str:
+        if column.endswith("_at") or column in ("degraded_from", "degraded_to"):
+            return self.moment(value) if value else "—"
+        if column == "operator" and value in LOCAL_OPERATORS:
+            return STRINGS[self.lang]["dpo_office"]
+        if column == "denial" and isinstance(value, dict):
+            return self.text({k: value.get(k) for k in ("tool", "risk", "reason", "thread_id")})
+        return self.text(value)
+
+
+def _as_datetime(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if isinstance(value, str):
+        try:
+            return _as_datetime(datetime.fromisoformat(value))
+        except ValueError:
+            return None
+    return None
+
+
 def _e(value: Any) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        value = json.dumps(value, ensure_ascii=False, default=_json_default)
-    return html.escape(value)
+    return html.escape("" if value is None else str(value))
 
 
-def _table(rows: list[dict], s: dict) -> str:
-    if not rows:
-        return f"<p>{s['none']}</p>"
-    columns = list(rows[0])
-    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td><pre>{_e(r.get(c))}</pre></td>" for c in columns) + "</tr>" for r in rows)
+def _table(rows: list[dict], columns: tuple[str, ...], w: _Writer) -> str:
+    head = "".join(f"<th>{_e(w.label(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{_e(w.cell(c, r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def export_html(report: AccessReport, *, requested_by: str, lang: str = "es") -> bytes:
-    """A readable document (prints to PDF from the browser) with the same content as the JSON."""
-    doc = export_document(report, requested_by=requested_by, lang=lang)
-    s, cover = STRINGS[lang], doc["cover"]
-    parts = [f"<!DOCTYPE html><html lang='{lang}'><head><meta charset='utf-8'>"
-             f"<title>{_e(s['title'].format(id=report.customer_id))}</title><style>{HTML_STYLE}</style></head><body>",
-             f"<h1>{_e(s['title'].format(id=report.customer_id))}</h1>",
-             f"<div class='cover'><h2>{s['cover']}</h2>",
-             f"<p><b>{s['requested_by']}:</b> {_e(requested_by)}<br><b>{s['generated_at']}:</b> "
-             f"{_e(cover['generated_at'])}</p>",
-             f"<h3>{s['sources']}</h3><ul>"
-             + "".join(f"<li>{_e(k)}: {_e(', '.join(v))}</li>" for k, v in cover["sources_searched"].items())
-             + "</ul>",
-             f"<h3>{s['counts']}</h3><ul>" + "".join(f"<li>{_e(k)}: {v}</li>" for k, v in cover["counts"].items())
-             + "</ul>",
-             f"<h3>{s['formats']}</h3><ul>" + "".join(f"<li>{_e(k)}: {_e(v)}</li>"
-                                                     for k, v in (cover["storage_formats"] or {}).items()) + "</ul>",
-             f"<h3>{s['coverage']}</h3><p>{_e(cover['coverage']['caveat'])}</p>"
-             f"<p>{_e(cover['coverage']['possible_threads_note'])}</p>"
-             + _table(cover["coverage"]["possible_threads_not_included"], s)]
-    if cover["nothing_found"]:
-        parts.append(f"<p class='marker'>{s['nothing']}</p>")
-    parts.append("</div>")
-    parts.append(f"<h2>{s['documents']} ({len(doc['store_documents'])})</h2>")
+def _list(items: list[str]) -> str:
+    return "<ul>" + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>"
+
+
+def _content(content: Any) -> str:
+    """A message's text: a string, or the text blocks of a list of content blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b if isinstance(b, str) else str(b.get("text", "")) for b in content
+                         if isinstance(b, str) or isinstance(b, dict) and b.get("type") == "text")
+    return "" if content is None else json.dumps(content, ensure_ascii=False)
+
+
+def _tool_call(call: dict, w: _Writer) -> str:
+    args = call.get("args") if isinstance(call.get("args"), dict) else {}
+    shown = ", ".join(f"{k} = {w.text(v)}" for k, v in args.items())
+    return f"{call.get('name') or '?'}" + (f" ({shown})" if shown else "")
+
+
+def _message(m: dict, s: dict, w: _Writer) -> str:
+    if m["kind"] == "refused":
+        return f"<div class='msg marker'>{_e(s['refused'].format(types=m['refused_type']))}</div>"
+    if m["kind"] == "undecodable":
+        return f"<div class='msg marker'>{_e(s['undecodable'].format(reason=m['reason']))}</div>"
+    who = {"human": s["you"], "ai": s["assistant"], "system": s["system"]}.get(
+        m["kind"], s["result_of"].format(name=m.get("tool_name") or s["tool"]) if m["kind"] == "tool" else m["kind"])
+    parts = [f"<b>{_e(who)}</b> <span class='muted'>{_e(w.moment(m['ts']))}</span>"]
+    text = _content(m.get("content"))
+    if text:
+        parts.append(f"<div>{_e(text)}</div>")
+    for call in m.get("tool_calls") or []:
+        parts.append(f"<div class='muted'>{_e(s['calls'])}: {_e(_tool_call(call, w))}</div>")
+    if m.get("refused_type"):
+        parts.append(f"<p class='marker'>{_e(s['refused'].format(types=m['refused_type']))}</p>")
+    return f"<div class='msg {_e(m['kind'])}'>" + "".join(parts) + "</div>"
+
+
+def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", notice: Notice) -> bytes:
+    """A document to hand to the customer (prints to PDF from the browser): the art. 15 information, then the data,
+    in `lang`, dates in the notice's time zone; the same data as the JSON, without internal keys."""
+    doc = export_document(report, requested_by=requested_by, lang=lang, notice=notice)
+    s, cover, info = STRINGS[lang], doc["cover"], notice.texts
+    w = _Writer(lang, notice.timezone, LABELS[lang])
+    who = s["dpo_office"] if requested_by in LOCAL_OPERATORS else f"{s['dpo_office']} ({requested_by})"
+    title = s["title"].format(id=report.customer_id)
+    p = [f"<!DOCTYPE html><html lang='{lang}'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+         f"<style>{HTML_STYLE}</style></head><body><h1>{_e(title)}</h1><p>{_e(s['intro'])}</p>",
+         f"<div class='cover'><h2>{s['request']}</h2><dl>"
+         f"<dt>{s['requested_by']}</dt><dd>{_e(s['requester'].format(id=report.customer_id))}</dd>"
+         f"<dt>{s['prepared_by']}</dt><dd>{_e(s['prepared'].format(who=who, controller=info['controller_name']))}</dd>"
+         f"<dt>{s['generated_at']}</dt><dd>{_e(w.moment(report.generated_at))} ({_e(str(notice.timezone))})</dd>"
+         f"<dt>{s['controller']}</dt><dd>{_e(info['controller_name'])}</dd>"
+         f"<dt>{s['contact']}</dt><dd>{_e(info['controller_contact'])}</dd>"
+         f"<dt>{s['dpo']}</dt><dd>{_e(info['dpo_contact'])}</dd></dl>",
+         f"<h3>{s['purposes']}</h3>{_list(info['purposes'])}<h3>{s['recipients']}</h3>{_list(info['recipients'])}",
+         f"<h3>{s['transfers']}</h3><p>{_e(info['transfers'])}</p><h3>{s['automated']}</h3>"
+         f"<p>{_e(info['automated_decisions'])}</p>",
+         f"<h3>{s['retention']}</h3><table><tr><th>{s['kind_of_data']}</th><th>{s['period']}</th></tr>"
+         + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in notice.retention) + "</table>",
+         f"<h3>{s['source']}</h3><p>{_e(info['source'])}</p>",
+         f"<h3>{s['rights']}</h3><p>{_e(info['rights'])}</p><p>{_e(info['complaint'])}</p>",
+         f"<h3>{s['summary']}</h3>",
+         "<p class='marker'>" + _e(s["nothing"]) + "</p>" if cover["nothing_found"] else
+         f"<table><tr><th>{s['what']}</th><th>{s['how_many']}</th></tr>"
+         + "".join(f"<tr><td>{_e(w.label(k))}</td><td>{_e(w.number(v))}</td></tr>" for k, v in cover["counts"].items() if v)
+         + "</table>", "</div>"]
+    p.append(f"<h2>{s['documents']} ({w.number(len(doc['store_documents']))})</h2>")
+    if not doc["store_documents"]:
+        p.append(f"<p>{s['none_documents']}</p>")
     for d in doc["store_documents"]:
         flag = f" <span class='marker'>{s['expired']}</span>" if d["expired"] else ""
-        parts.append(f"<h3>{_e(d['prefix'])} / {_e(d['key'])}{flag}</h3><p>{s['created']} {_e(d['created_at'])} · "
-                     f"{s['updated']} {_e(d['updated_at'])} · {s['expires']} {_e(d['expires_at']) or '—'}</p>"
-                     f"<pre>{_e(d['value'])}</pre>")
-    parts.append(f"<h2>{s['threads']} ({len(doc['threads'])})</h2>")
-    for t in doc["threads"]:
-        parts.append(f"<h3>{s['thread']} {_e(t['thread_id'])}</h3><p>{s['found_by']}: {_e(', '.join(t['sources']))}"
-                     f" · {_e(t['first_ts'])} – {_e(t['last_ts'])}</p>")
-        for m in t["messages"]:
-            if m["kind"] == "refused":
-                parts.append(f"<div class='msg marker'>{_e(s['refused'].format(types=m['refused_type']))}</div>")
-            elif m["kind"] == "undecodable":
-                parts.append(f"<div class='msg marker'>{_e(s['undecodable'].format(reason=m['reason']))}</div>")
-            else:
-                text = m["content"] if isinstance(m["content"], str) else json.dumps(m["content"], ensure_ascii=False)
-                extra = ""
-                if m.get("tool_calls"):
-                    extra += "<pre>" + _e(m["tool_calls"]) + "</pre>"
-                if m.get("refused_type"):
-                    extra += f"<p class='marker'>{_e(s['refused'].format(types=m['refused_type']))}</p>"
-                label = m["kind"] + (f" · {m['tool_name']}" if m.get("tool_name") else "")
-                parts.append(f"<div class='msg {_e(m['kind'])}'><b>{_e(label)}</b> <small>{_e(m['ts'])}</small>"
-                             f"<pre>{_e(text)}</pre>{extra}</div>")
-    parts.append(f"<h2>{s['logs']}</h2>")
-    for name, rows in doc["logs"].items():
-        parts.append(f"<h3>{_e(name)} ({len(rows)})</h3>" + _table(rows, s))
-    parts.append(f"<h2>{s['erasures']}</h2>" + _table(doc["erasure_register"]["requests"], s)
-                 + _table(doc["erasure_register"]["rechecks"], s))
-    parts.append(f"<h2>{s['exports']}</h2>" + _table(doc["access_register"], s))
-    parts.append("</body></html>")
-    return "".join(parts).encode("utf-8")
+        value = d["value"] if isinstance(d["value"], dict) else {"valor": d["value"]}
+        place = d["prefix"][len(report.namespace_prefix) + 1:].replace(".", " / ")  # a nested namespace's own part
+        p.append(f"<h3>{_e(place + ' / ' if place else '')}{_e(d['key'])}{flag}</h3><dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(w.text(v))}</dd>"
+                                                              for k, v in value.items()) + "</dl>"
+                 f"<p class='muted'>{s['created']} {_e(w.moment(d['created_at']))} · {s['updated']} "
+                 f"{_e(w.moment(d['updated_at']))} · "
+                 + (f"{s['expires']} {_e(w.moment(d['expires_at']))}" if d["expires_at"] else s["never"]) + "</p>")
+    p.append(f"<h2>{s['threads']} ({w.number(len(doc['threads']))})</h2>")
+    if not doc["threads"]:
+        p.append(f"<p>{s['none_threads']}</p>")
+    numbers = {thread["thread_id"]: n for n, thread in enumerate(doc["threads"], start=1)}
+    for thread in doc["threads"]:
+        # dated by its checkpoints, the clock of its messages (a log's clock may differ: the demo replays its days)
+        first, last = w.moment(thread["first_ts"]), w.moment(thread["last_ts"])
+        p.append(f"<h3 id='conversation-{numbers[thread['thread_id']]}'>"
+                 f"{_e(s['thread'].format(n=numbers[thread['thread_id']]))} "
+                 f"<span class='muted'>({_e(thread['thread_id'])})</span></h3>"
+                 f"<p class='muted'>{_e(s['from_to'].format(first=first, last=last))} · "
+                 f"{_e(s['checkpoints'].format(n=w.number(thread['checkpoints'])))}</p>")
+        p.extend(_message(m, s, w) for m in thread["messages"])
+    p.append(f"<h2>{s['logs']}</h2>")
+    logged = {name: rows for name, rows in doc["logs"].items() if rows}
+    if not logged:
+        p.append(f"<p>{s['none_logs']}</p>")
+    for name, rows in logged.items():
+        if name == "conversations":  # named as the conversations above, which date them
+            rows = [{**r, "thread": s["thread"].format(n=numbers[r["thread_id"]]) if r["thread_id"] in numbers
+                     else r["thread_id"]} for r in rows]
+        p.append(f"<h3>{_e(w.label(name))} ({w.number(len(rows))})</h3>" + _table(rows, COLUMNS[name], w))
+    erasures = doc["erasure_register"]
+    p.append(f"<h2>{s['erasures']}</h2>")
+    if erasures["requests"]:
+        p.append(_table(erasures["requests"], COLUMNS["erasures"], w))
+        if erasures["rechecks"]:
+            p.append(f"<h3>{s['rechecks']}</h3>" + _table(erasures["rechecks"], COLUMNS["rechecks"], w))
+    else:
+        p.append(f"<p>{s['none_erasures']}</p>")
+    p.append(f"<h2>{s['exports']}</h2>" + (_table(doc["access_register"], COLUMNS["exports"], w)
+                                           if doc["access_register"] else f"<p>{s['none_exports']}</p>"))
+    p.append(f"<h2>{s['annex']}</h2><h3>{s['sources']}</h3>"
+             + _list([f"{w.label(k)}: {', '.join(v)}" for k, v in cover["sources_searched"].items()]))
+    if cover["storage_formats"]:
+        p.append(f"<h3>{s['formats']}</h3><p>{_e(w.text(cover['storage_formats']))}</p>")
+    p.append(f"<h3>{s['coverage']}</h3><p>{_e(cover['coverage']['caveat'])}</p>")
+    if cover["coverage"]["possible_threads_not_included"]:
+        p.append(f"<p>{_e(cover['coverage']['possible_threads_note'])}</p>"
+                 + _table(cover["coverage"]["possible_threads_not_included"], COLUMNS["residue"], w))
+    p.append("</body></html>")
+    return "".join(p).encode("utf-8")
 
 
-def render(report: AccessReport, fmt: str, *, requested_by: str, lang: str = "es") -> bytes:
+def render(report: AccessReport, fmt: str, *, requested_by: str, lang: str = "es", notice: Notice) -> bytes:
     """The export file in `fmt` ('json' or 'html'); raises ValueError for another format or language."""
     if fmt == "json":
-        return export_json(report, requested_by=requested_by, lang=lang)
+        return export_json(report, requested_by=requested_by, lang=lang, notice=notice)
     if fmt == "html":
-        return export_html(report, requested_by=requested_by, lang=lang)
+        return export_html(report, requested_by=requested_by, lang=lang, notice=notice)
     raise ValueError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")

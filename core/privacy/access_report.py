@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 # Messages kept as a marker in their place: a payload the serializer would refuse, or one the decoder cannot read.
 MARKER_KINDS = ("refused", "undecodable")
@@ -27,6 +27,10 @@ class AccessReport:
     unattributed_threads: int
     residue: list[dict]
     formats: dict[str, Any] | None = None  # the storage formats of the customer's threads (core.checkpoints.formats)
+    # every key of `counts`, in its order (the logs' names are core.privacy.access.gather's)
+    COUNT_KEYS: ClassVar[tuple[str, ...]] = (
+        "documents", "expired_documents", "threads", "messages", "marked_payloads", "memory_writes", "conversations",
+        "guard_denials", "episode_denials", "serde_refusals", "erasure_requests", "erasure_rechecks", "access_exports")
 
     @property
     def counts(self) -> dict[str, int]:

@@ -1,0 +1,118 @@
+"""The access export's HTML is a document to hand to the customer (issue 30): no internal keys or ISO timestamps, tool
+calls in words, the art. 15 information (controller, DPO, purposes, retention from the policy in force, recipients,
+rights, complaint, source) in the requester's language, configurable, and bad configuration refused before anything
+is registered."""
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import pytest
+from babel.dates import format_datetime
+
+from core.memory.store import POLICIES
+from core.privacy import access, access_notice, access_render
+from tests.test_access import BIG, populated  # noqa: F401  (the module's fixture)
+
+RAW_KEYS = ("serde_refusals", "memory_writes", "guard_denials", "episode_denials", "expired_documents",
+            "marked_payloads", "erasure_rechecks", "access_exports", "thread_id", "written_at", "last_turn_at",
+            "started_at", "denied_at", "tool_calls", "namespace_prefix", "sources_searched")
+
+
+def html_of(db, lang: str = "es", operator: str = "local") -> str:
+    return access.export(db, BIG, fmt="html", lang=lang, operator=operator).data.decode()
+
+
+def body(html: str) -> str:
+    """What a person reads before the technical annex, tags stripped."""
+    return re.sub(r"<[^>]+>", " ", html.split("<h2>Anexo técnico")[0].split("<h2>Technical annex")[0])
+
+
+@pytest.mark.parametrize("lang", ["es", "en"])
+def test_the_html_reads_as_a_document_for_the_customer(populated, lang):  # noqa: F811
+    html = html_of(populated, lang)
+    text = body(html)
+    for key in RAW_KEYS:
+        assert key not in text, key
+    assert not re.search(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}", html), "an ISO timestamp"
+    assert not re.search(r":\d{2}\.\d{3,6}", html), "fractions of a second"
+    assert '"args"' not in html and "{&quot;" not in html and '{"' not in text, "JSON in the document"
+    assert ("Usa la herramienta: recordar_preferencia (" if lang == "es" else "Uses the tool: recordar_preferencia (") in text
+    prepared = re.search(r"<dt>(?:Preparado por|Prepared by)</dt><dd>([^<]*)</dd>", html)[1]
+    assert "local" not in prepared and ("delegado de protección de datos" in prepared or "data protection officer" in prepared)
+    assert ("el cliente C9 (derecho de acceso)" if lang == "es" else "customer C9 (right of access)") in text
+    assert "Ninguno. Ninguno." not in text and "None. None." not in text
+
+
+def test_a_thread_is_dated_once_by_the_clock_of_its_messages(populated):  # noqa: F811
+    """The conversation log names each thread as its heading does and dates it nowhere else (the demo's log runs on
+    a replayed clock, the checkpoints on the real one: two dates for one conversation)."""
+    html = html_of(populated)
+    report = access.gather(populated, BIG)
+    zone = access_notice.notice(populated, "es").timezone
+    assert report.logs["conversations"]
+    for n, thread in enumerate(report.threads, start=1):
+        first = format_datetime(datetime.fromisoformat(thread["first_ts"]), "d MMM y, HH:mm", tzinfo=zone, locale="es")
+        last = format_datetime(datetime.fromisoformat(thread["last_ts"]), "d MMM y, HH:mm", tzinfo=zone, locale="es")
+        assert f"Conversación {n} <span class='muted'>({thread['thread_id']})</span></h3><p class='muted'>del {first} al {last} ·" in html
+        log = next(r for r in report.logs["conversations"] if r["thread_id"] == thread["thread_id"])
+        assert f"<tr><td>Conversación {n}</td><td>{log['agent']}</td><td>{log['turns']}</td></tr>" in html
+
+
+@pytest.mark.parametrize("lang, words", [
+    ("es", ["Responsable del tratamiento", "Delegado de protección de datos", "Para qué tratamos sus datos",
+            "Destinatarios", "Cuánto tiempo los conservamos", "De dónde proceden", "rectificación", "supresión",
+            "limitación", "oponerse", "Agencia Española de Protección de Datos (AEPD)"]),
+    ("en", ["Controller", "Data protection officer", "What we process your data for", "Recipients",
+            "How long we keep it", "Where it comes from", "rectified", "erasure", "restriction", "object",
+            "Agencia Española de Protección de Datos (AEPD)"]),
+])
+def test_the_export_says_what_article_15_requires_in_the_requesters_language(populated, lang, words):  # noqa: F811
+    text = body(html_of(populated, lang))
+    for word in words:
+        assert word in text, word
+    days = POLICIES["clientes"].ttl_days
+    assert (f"{days} días desde la última vez" if lang == "es" else f"{days} days after an assistant last uses") in text
+
+
+def test_the_retention_of_conversations_is_the_one_the_last_sweep_applied(populated):  # noqa: F811
+    db = populated
+    db.execute("INSERT INTO core_sweep_log (trigger, operator, host, status, dry_run, retention_days, started_at, "
+               "finished_at) VALUES ('manual', 'sre', 'h', 'ok', false, 37, now(), now())")
+    try:
+        assert "37 días desde el último mensaje de la conversación" in body(html_of(db))
+        assert access.export(db, BIG, fmt="json", lang="en", operator="dpo").data.count(b"37 days after") == 1
+    finally:
+        db.execute("DELETE FROM core_sweep_log WHERE retention_days = 37")
+
+
+def test_the_texts_are_configurable_and_bad_configuration_registers_nothing(populated, tmp_path, monkeypatch):  # noqa: F811
+    db = populated
+    good = tmp_path / "notice.toml"
+    good.write_text('timezone = "America/Mexico_City"\n[es]\ncontroller_name = "Tiendas Sol, S.A."\n'
+                    'purposes = ["Vender zapatos."]\n[en]\ncontroller_name = "Sol Shops Inc."\n', encoding="utf-8")
+    monkeypatch.setenv("ACCESS_NOTICE_FILE", str(good))
+    monkeypatch.setenv("DPO_CONTACT", "dpd@sol.example")
+    es, en = body(html_of(db, "es")), body(html_of(db, "en"))
+    assert "Tiendas Sol, S.A." in es and "Vender zapatos." in es and "dpd@sol.example" in es
+    assert "Para qué" in es and "Atender sus consultas" not in es
+    assert "Sol Shops Inc." in en and "Answering your questions" in en and "America/Mexico_City" in en
+    assert access_notice.notice(db, "es").configured
+
+    n = db.fetch_one("SELECT count(*) AS n FROM core_access_register")["n"]
+    for content, error in (('[es]\ncontroler_name = "x"\n', "unknown key [es].controler_name"),
+                           ('[es]\npurposes = "one"\n', "[es].purposes must be a non-empty list of texts"),
+                           ('timezone = "Mars/Olympus"\n', "unknown time zone 'Mars/Olympus'"),
+                           ("[es\n", "cannot read the access notice file")):
+        good.write_text(content, encoding="utf-8")
+        with pytest.raises(access_notice.NoticeConfigError, match=re.escape(error)):
+            access.export(db, BIG, fmt="html", lang="es", operator="dpo")
+    assert db.fetch_one("SELECT count(*) AS n FROM core_access_register")["n"] == n
+
+
+def test_without_configuration_the_defaults_say_they_are_examples(populated, monkeypatch):  # noqa: F811
+    for env in ("ACCESS_NOTICE_FILE", *access_notice.IDENTITY_ENV.values()):
+        monkeypatch.delenv(env, raising=False)
+    info = access_notice.notice(populated, "es")
+    assert not info.configured and "configure CONTROLLER_NAME" in info.texts["controller_name"]
+    assert access_render.LANGS == tuple(access_notice.PERIODS)

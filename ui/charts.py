@@ -1,0 +1,65 @@
+"""Every page's charts go through `show`: a chart with nothing to draw says so in words instead of drawing empty axes,
+count axes start at zero and never go below it, counts get integer ticks, and numbers use the UI's separators."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from ui import fmt
+from ui.i18n import t
+
+
+def _values(trace, axis: str) -> list[float]:
+    """The numbers a trace draws on `axis` ("x", "y", "y2"...): its own x or y when it uses that axis."""
+    letter = axis[0]
+    if (getattr(trace, f"{letter}axis", None) or letter) != axis:
+        return []
+    values = getattr(trace, letter, None)
+    return [] if values is None else [float(v) for v in values if v is not None and v == v]
+
+
+def largest(fig: go.Figure, axis: str) -> float:
+    """The highest value drawn on `axis`, stacked bars summed per category (plotly express stacks by default)."""
+    stacked = fig.layout.barmode in (None, "stack", "relative")
+    sums: dict[object, float] = defaultdict(float)
+    top = 0.0
+    for trace in fig.data:
+        values = _values(trace, axis)
+        if not values:
+            continue
+        if trace.type == "bar" and stacked:
+            other = "y" if axis[0] == "x" else "x"
+            positions = getattr(trace, other, None)
+            for at, v in zip(range(len(values)) if positions is None else positions, values):
+                sums[at] += max(v, 0.0)
+        else:
+            top = max(top, *values)
+    return max([top, *sums.values()])
+
+
+def _has_points(fig: go.Figure, counts: Iterable[str]) -> bool:
+    counts = list(counts)
+    if counts:  # a count chart of zeros only has nothing to show
+        return any(v > 0 for trace in fig.data for axis in counts for v in _values(trace, axis))
+    return any(getattr(trace, letter, None) is not None and len(getattr(trace, letter)) for trace in fig.data
+               for letter in ("x", "y"))
+
+
+def show(fig: go.Figure, *, key: str, counts: Iterable[str] = ("y",), amounts: Iterable[str] = (),
+         empty: str | None = None) -> None:
+    """Draw `fig`, or `empty` (default: the catalogue's chart_empty) when it has nothing to draw. `counts`: axes of
+    counts (from 0, integer ticks); `amounts`: axes of other non-negative quantities such as bytes (from 0)."""
+    counts, amounts = list(counts), list(amounts)
+    if not _has_points(fig, counts):
+        st.info(empty or t("chart_empty"), icon=":material/bar_chart:")
+        return
+    layout = {"separators": fmt.plot_separators()}
+    for axis in counts:
+        layout[f"{axis[0]}axis{axis[1:]}"] = fmt.count_axis(largest(fig, axis))
+    for axis in amounts:
+        layout[f"{axis[0]}axis{axis[1:]}"] = dict(rangemode="nonnegative")
+    fig.update_layout(**layout)
+    st.plotly_chart(fig, key=key)
