@@ -7,11 +7,11 @@ import plotly.express as px
 import streamlit as st
 
 from core import roles
-from core.memory import reads
+from core.memory import reads, semantic
 from core.memory.embeddings import embeddings_label
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from ui import fmt
-from ui.common import ROOT_COLORS, read, require_role, settings
+from ui.common import ROOT_COLORS, call_now, read, require_role, settings
 from ui.safe import md, md_code, plot_frame
 from ui.tables import Link, table
 from ui.i18n import t
@@ -20,6 +20,7 @@ TOP_N = 20
 PAGE_SIZE = 50
 NS_KEY = "memory.ns"
 SUGGEST_KEY = "memory.suggest"
+SEMANTIC_KEY = "memory.semantic"  # the last search's (root, frame): shown again on reruns, never re-embedded
 
 require_role(roles.MANAGER)
 if NS_KEY not in st.session_state:
@@ -107,6 +108,38 @@ else:
           columns=["cliente_id", "documents", "keys", "last_write"],
           links={"cliente_id": Link("memory", "ns", source="prefix", strip="clientes.")},
           config={"documents": t("mem_documents"), "keys": t("mem_keys"), "last_write": t("mem_last_write")})
+
+
+st.subheader(t("sem_title"))
+st.caption(t("sem_caption"))
+with st.form("memory.semantic_form", border=False):
+    q_col, root_col, k_col = st.columns([4, 1.2, 0.8])
+    sem_query = q_col.text_input(t("sem_query"), key="memory.semantic_query", placeholder=t("sem_placeholder"),
+                                 max_chars=semantic.MAX_QUERY_LENGTH)
+    sem_root = root_col.selectbox(t("sem_root"), list(POLICIES), key="memory.semantic_root", format_func=root_label)
+    sem_k = k_col.number_input(t("sem_k"), 1, semantic.MAX_K, 10, key="memory.semantic_k")
+    if st.form_submit_button(t("sem_search"), icon=":material/manage_search:"):
+        st.session_state.pop(SEMANTIC_KEY, None)
+        try:
+            st.session_state[SEMANTIC_KEY] = (sem_root, call_now(semantic.search, settings(), sem_query, sem_root,
+                                                                 int(sem_k)))
+        except semantic.SearchInputError as exc:
+            st.error(md(exc))
+        except semantic.EmbeddingUnavailable as exc:
+            st.error(t("sem_embedding_failed", error=md(exc), emb=md(embeddings_label(settings()))),
+                     icon=":material/cloud_off:")
+if SEMANTIC_KEY in st.session_state:
+    sem_root, hits = st.session_state[SEMANTIC_KEY]
+    if hits.empty:
+        st.info(t("sem_none") if totals.vectors else t("sem_no_vectors"), icon=":material/info:")
+    else:
+        table(hits, key="memory.semantic_hits", columns=["holder", "tipo", "valor", "similarity", "expires_at"],
+              links={"holder": Link("memory", "ns", source="prefix", strip=f"{sem_root}.")},
+              config={"holder": root_label(sem_root), "tipo": t("mem_tipo"),
+                      "valor": {"label": t("mem_value"), "width": "large"},
+                      "similarity": {"label": t("sem_similarity"), "help": t("sem_similarity_help")},
+                      "expires_at": t("mem_expires")})
+        st.caption(t("sem_explained", emb=md(embeddings_label(settings()))))
 
 
 def _take_suggestion() -> None:
