@@ -60,6 +60,10 @@ class Settings:
     # EncryptedSerializer keys (LANGGRAPH_AES_KEYS, several for rotation, and langgraph's LANGGRAPH_AES_KEY):
     # encrypted checkpoints are decrypted in Python for single-thread reads, never written back in clear.
     aes_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    # Who looked at a customer's data (core.privacy.data_views): a purpose is required before a customer's data is
+    # shown (DATA_VIEWS_PURPOSE), and the log's rows are kept this many days (DATA_VIEWS_RETENTION_DAYS, the sweep).
+    data_views_purpose: bool = False
+    data_views_retention_days: int = 365
 
     @property
     def embedded(self) -> bool:
@@ -135,5 +139,8 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         subject_thread_patterns=_list(_pick("SUBJECT_THREAD_PATTERNS", secrets, DEFAULT_SUBJECT_THREAD_PATTERNS)),
         subject_thread_query=_pick("SUBJECT_THREAD_QUERY", secrets),
         aes_keys=_aes_keys(secrets),
+        data_views_purpose=_flag(_pick("DATA_VIEWS_PURPOSE", secrets, "0")),
+        data_views_retention_days=_int("DATA_VIEWS_RETENTION_DAYS", _pick("DATA_VIEWS_RETENTION_DAYS", secrets, 365),
+                                       minimum=1),
         demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
     )
