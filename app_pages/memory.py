@@ -10,6 +10,8 @@ from core import roles
 from core.memory import reads, semantic
 from core.memory.embeddings import embeddings_label
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
+from core.privacy.data_views import customer_of
+from ui import data_views as views_log
 from ui import fmt
 from ui.common import ROOT_COLORS, call_now, read, require_role, settings
 from ui.safe import md, md_code, plot_frame
@@ -110,6 +112,9 @@ else:
           config={"documents": t("mem_documents"), "keys": t("mem_keys"), "last_write": t("mem_last_write")})
 
 
+# Below, customers' documents themselves: each look is logged (who looked at a customer's data), with the purpose
+# when the configuration asks for one.
+purpose = views_log.purpose_input()
 st.subheader(t("sem_title"))
 st.caption(t("sem_caption"))
 with st.form("memory.semantic_form", border=False):
@@ -132,7 +137,8 @@ if SEMANTIC_KEY in st.session_state:
     sem_root, hits = st.session_state[SEMANTIC_KEY]
     if hits.empty:
         st.info(t("sem_none") if totals.vectors else t("sem_no_vectors"), icon=":material/info:")
-    else:
+    elif views_log.allowed(purpose):
+        views_log.record(roles.MANAGER, "search", [(p, customer_of(p)) for p in hits["prefix"]], purpose)
         table(hits, key="memory.semantic_hits", columns=["holder", "tipo", "valor", "similarity", "expires_at"],
               links={"holder": Link("memory", "ns", source="prefix", strip=f"{sem_root}.")},
               config={"holder": root_label(sem_root), "tipo": t("mem_tipo"),
@@ -163,7 +169,7 @@ if query:
         counts = dict(zip(suggestions["prefix"], suggestions["documents"]))
         st.pills(t("drill_suggestions"), suggestions["prefix"].tolist(), key=SUGGEST_KEY, on_change=_take_suggestion,
                  format_func=lambda p: f"{md(p)} ({fmt.number(counts[p])})")
-    if found is not None and not found.empty:
+    if found is not None and not found.empty and views_log.allowed(purpose):
         prefix = found["prefix"].iloc[0]
         if len(found) > 1:
             prefix = st.radio(t("drill_pick"), found["prefix"].tolist(), key="memory.pick", horizontal=True,
@@ -171,6 +177,7 @@ if query:
         count = int(found.set_index("prefix").loc[prefix, "documents"])
         pages = max(1, -(-count // PAGE_SIZE))
         page = st.number_input(t("page_of", n=fmt.number(pages)), 1, pages, 1, key="memory.page") if pages > 1 else 1
+        views_log.record(roles.MANAGER, "namespace", [(prefix, customer_of(prefix))], purpose)
         items = read(reads.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE)
         first = (page - 1) * PAGE_SIZE + 1
         st.markdown(t("drill_items", prefix=md_code(prefix), first=fmt.number(first),

@@ -42,6 +42,11 @@ SELECT_VIEWS = """
 SELECT id, viewed_at, viewer, role, kind, customer_id, target, purpose FROM core_data_views
 WHERE %(customer)s::text IS NULL OR customer_id = %(customer)s OR (kind = 'thread' AND target = ANY(%(threads)s))
 ORDER BY viewed_at DESC, id DESC LIMIT %(limit)s"""
+# The same, oldest first and whole, with the access export's parameters (core.privacy.access: art. 15 lists them).
+SELECT_FOR_EXPORT = """
+SELECT id, viewed_at, viewer, role, kind, target, purpose FROM core_data_views
+WHERE customer_id = %(cliente_id)s OR (kind = 'thread' AND target = ANY(%(threads)s))
+ORDER BY viewed_at, id"""
 
 CHAIN = "views"
 LOCK_CHAIN = "SELECT pg_advisory_xact_lock(hashtext('core_register_chain'), hashtext(%(chain)s))"
