@@ -121,7 +121,8 @@ with st.form("memory.semantic_form", border=False):
     q_col, root_col, k_col = st.columns([4, 1.2, 0.8])
     sem_query = q_col.text_input(t("sem_query"), key="memory.semantic_query", placeholder=t("sem_placeholder"),
                                  max_chars=semantic.MAX_QUERY_LENGTH)
-    sem_root = root_col.selectbox(t("sem_root"), list(POLICIES), key="memory.semantic_root", format_func=root_label)
+    # the roots as namespaces name them: a translated format_func breaks AppTest's page switches in English
+    sem_root = root_col.selectbox(t("sem_root"), list(POLICIES), key="memory.semantic_root")
     sem_k = k_col.number_input(t("sem_k"), 1, semantic.MAX_K, 10, key="memory.semantic_k")
     if st.form_submit_button(t("sem_search"), icon=":material/manage_search:"):
         st.session_state.pop(SEMANTIC_KEY, None)
