@@ -15,7 +15,8 @@ import streamlit as st
 
 from core import roles
 from core.memory.store import InvalidIdentifier
-from core.privacy import access, access_notice
+from core.privacy import access, access_notice, data_views
+from ui import data_views as views_log
 from ui.common import call_now, get_db, require_role
 from ui.i18n import LANGUAGES, lang, t
 from ui.safe import md, md_code
@@ -71,6 +72,10 @@ if customer_id and (refresh or summary is None or summary.customer_id != custome
     st.session_state[SUMMARY_KEY] = summary
 if not customer_id or summary is None or summary.customer_id != customer_id:
     st.stop()
+purpose = views_log.purpose_input()
+if not views_log.allowed(purpose):
+    st.stop()
+views_log.record(roles.DPO, "access_preview", [(f"art15:{summary.customer_id}", summary.customer_id)], purpose)
 
 st.subheader(t("access_counts_title", prefix=md_code(summary.prefix)))
 st.caption(t("access_read_at", at=summary.read_at))
@@ -106,9 +111,16 @@ if not configured:
     st.warning(t("access_notice_defaults"), icon=":material/edit_note:")
 
 
-def make_export(cid: str = summary.customer_id, fmt: str = fmt, doc_lang: str = doc_lang) -> bytes:
+def make_export(cid: str = summary.customer_id, fmt: str = fmt, doc_lang: str = doc_lang,
+                purpose: str | None = purpose) -> bytes:
     # runs when the button is clicked, outside the page script: no Streamlit calls, nothing cached
-    return access.export(get_db(), cid, fmt=fmt, lang=doc_lang, operator=operator).data
+    done = access.export(get_db(), cid, fmt=fmt, lang=doc_lang, operator=operator)
+    try:  # who looked: the export names its access-register row; a failed log is counted and logged by core
+        data_views.log_views(get_db(), [data_views.View(operator, roles.DPO, "access_export",
+                                                        f"access_register:{done.register_id}", cid, purpose)])
+    except data_views.DataViewLogError:
+        pass
+    return done.data
 
 
 def await_export(cid: str, last_id: int) -> None:

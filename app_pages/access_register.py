@@ -1,32 +1,60 @@
-"""Access register (DPO): every export, who made it, of whom, when, and the sha256 of the file; chain verification."""
+"""Access register (DPO): every export, who made it, of whom, when, and the sha256 of the file; and who looked at a
+customer's data on this dashboard (core.privacy.data_views), filterable by customer; chain verification of both."""
 from __future__ import annotations
 
 import streamlit as st
 
 from core import roles
-from core.privacy import access
-from ui.common import call_now, require_role
+from core.memory.store import InvalidIdentifier
+from core.privacy import access, data_views
+from ui.common import call_now, require_role, settings
 from ui.i18n import t
 from ui.registers import verify_button
+from ui.safe import md
+from ui.tables import table
 
 require_role(roles.DPO)
 
 st.title(t("access_register_title"))
 st.caption(t("access_register_caption"))
-verify_button("access", key="access_register.verify")
+exports_tab, views_tab = st.tabs([t("access_register_exports"), t("views_title")])
 
-exports = call_now(access.register)
-if exports.empty:
-    st.info(t("access_register_empty"))
-    st.stop()
-st.dataframe(
-    exports[["id", "customer_id", "operator", "exported_at", "format", "lang", "items", "size_bytes", "sha256"]],
-    hide_index=True, key="access_register.table",
-    column_config={
-        "id": st.column_config.NumberColumn("#", format="%d"),
-        "customer_id": t("access_col_customer"), "operator": t("access_col_operator"),
-        "exported_at": st.column_config.DatetimeColumn(t("access_col_at"), format="YYYY-MM-DD HH:mm:ss z"),
-        "format": t("access_col_format"), "lang": t("access_col_lang"), "items": t("access_col_items"),
-        "size_bytes": t("access_col_size"), "sha256": "sha256",
-    },
-)
+with exports_tab:
+    verify_button("access", key="access_register.verify")
+    exports = call_now(access.register)
+    if exports.empty:
+        st.info(t("access_register_empty"))
+    else:
+        st.dataframe(
+            exports[["id", "customer_id", "operator", "exported_at", "format", "lang", "items", "size_bytes", "sha256"]],
+            hide_index=True, key="access_register.table",
+            column_config={
+                "id": st.column_config.NumberColumn("#", format="%d"),
+                "customer_id": t("access_col_customer"), "operator": t("access_col_operator"),
+                "exported_at": st.column_config.DatetimeColumn(t("access_col_at"), format="YYYY-MM-DD HH:mm:ss z"),
+                "format": t("access_col_format"), "lang": t("access_col_lang"), "items": t("access_col_items"),
+                "size_bytes": t("access_col_size"), "sha256": "sha256",
+            },
+        )
+
+with views_tab:
+    cfg = settings()
+    st.caption(t("views_caption", days=cfg.data_views_retention_days,
+                 purpose=t("views_purpose_on") if cfg.data_views_purpose else t("views_purpose_off")))
+    verify_button("views", key="access_register.verify_views")
+    customer = st.text_input(t("views_filter"), key="access_register.views_customer",
+                             placeholder=t("views_filter_placeholder")).strip()
+    try:
+        seen = call_now(data_views.customer_views, customer) if customer else call_now(data_views.views)
+    except InvalidIdentifier as exc:
+        st.error(md(exc))
+        st.stop()
+    if seen.empty:
+        st.info(t("views_none_of", id=md(customer)) if customer else t("views_none"))
+    else:
+        table(seen.assign(kind=seen["kind"].map(lambda k: t(f"views_kind_{k}"))), key="access_register.views",
+              columns=["viewed_at", "viewer", "role", "kind", "customer_id", "target", "purpose", "id"],
+              config={"viewed_at": t("views_col_at"), "viewer": t("views_col_viewer"), "role": t("views_col_role"),
+                      "kind": t("views_col_kind"), "customer_id": t("access_col_customer"),
+                      "target": {"label": t("views_col_target"), "width": "large"},
+                      "purpose": t("views_col_purpose"), "id": "#"})

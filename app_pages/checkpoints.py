@@ -17,6 +17,7 @@ from ui.checkpoint_diff import diff_view
 from ui.storage_view import storage_detail_view, table_totals
 from ui.thread_cost import cost_view, thread_cost
 from ui.thread_search import search_view
+from ui import data_views as views_log
 from ui.common import read, read_or_unknown, require_role, settings
 from ui.safe import md, md_code, plot_frame
 from ui.tables import column_label, human_bytes, table
@@ -285,6 +286,11 @@ def thread_view() -> None:
         st.info(t("ckpt_no_thread", q=md(thread_id)))
         return
     summary = found.iloc[0]
+    purpose = views_log.purpose_input()
+    if not views_log.allowed(purpose):
+        return
+    customer = summary["cliente_id"] if isinstance(summary["cliente_id"], str) and summary["cliente_id"] else None
+    views_log.record(roles.SRE, "thread", [(thread_id, customer)], purpose)
     storage = read(views.thread_storage, thread_id)
     c = st.columns(6)
     c[0].metric(t("ckpt_customer"), md(summary["cliente_id"] or "—"))

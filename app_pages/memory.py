@@ -7,12 +7,14 @@ import plotly.express as px
 import streamlit as st
 
 from core import roles
-from core.memory import reads
+from core.memory import reads, semantic
 from core.memory.embeddings import embeddings_label
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
+from core.privacy.data_views import customer_of
 from ui import charts
+from ui import data_views as views_log
 from ui import fmt
-from ui.common import ROOT_COLORS, read, require_role, settings
+from ui.common import ROOT_COLORS, call_now, read, require_role, settings
 from ui.safe import md, md_code, plot_frame
 from ui.tables import Link, table
 from ui.i18n import t
@@ -21,6 +23,7 @@ TOP_N = 20
 PAGE_SIZE = 50
 NS_KEY = "memory.ns"
 SUGGEST_KEY = "memory.suggest"
+SEMANTIC_KEY = "memory.semantic"  # the last search's (root, frame): shown again on reruns, never re-embedded
 
 require_role(roles.MANAGER)
 if NS_KEY not in st.session_state:
@@ -108,6 +111,43 @@ else:
           config={"documents": t("mem_documents"), "keys": t("mem_keys"), "last_write": t("mem_last_write")})
 
 
+# Below, customers' documents themselves: each look is logged (who looked at a customer's data), with the purpose
+# when the configuration asks for one.
+purpose = views_log.purpose_input()
+st.subheader(t("sem_title"))
+st.caption(t("sem_caption"))
+with st.form("memory.semantic_form", border=False):
+    q_col, root_col, k_col = st.columns([4, 1.2, 0.8])
+    sem_query = q_col.text_input(t("sem_query"), key="memory.semantic_query", placeholder=t("sem_placeholder"),
+                                 max_chars=semantic.MAX_QUERY_LENGTH)
+    # the roots as namespaces name them: a translated format_func breaks AppTest's page switches in English
+    sem_root = root_col.selectbox(t("sem_root"), list(POLICIES), key="memory.semantic_root")
+    sem_k = k_col.number_input(t("sem_k"), 1, semantic.MAX_K, 10, key="memory.semantic_k")
+    if st.form_submit_button(t("sem_search"), icon=":material/manage_search:"):
+        st.session_state.pop(SEMANTIC_KEY, None)
+        try:
+            st.session_state[SEMANTIC_KEY] = (sem_root, call_now(semantic.search, settings(), sem_query, sem_root,
+                                                                 int(sem_k)))
+        except semantic.SearchInputError as exc:
+            st.error(md(exc))
+        except semantic.EmbeddingUnavailable as exc:
+            st.error(t("sem_embedding_failed", error=md(exc), emb=md(embeddings_label(settings()))),
+                     icon=":material/cloud_off:")
+if SEMANTIC_KEY in st.session_state:
+    sem_root, hits = st.session_state[SEMANTIC_KEY]
+    if hits.empty:
+        st.info(t("sem_none") if totals.vectors else t("sem_no_vectors"), icon=":material/info:")
+    elif views_log.allowed(purpose):
+        views_log.record(roles.MANAGER, "search", [(p, customer_of(p)) for p in hits["prefix"]], purpose)
+        table(hits, key="memory.semantic_hits", columns=["holder", "tipo", "valor", "similarity", "expires_at"],
+              links={"holder": Link("memory", "ns", source="prefix", strip=f"{sem_root}.")},
+              config={"holder": root_label(sem_root), "tipo": t("mem_tipo"),
+                      "valor": {"label": t("mem_value"), "width": "large"},
+                      "similarity": {"label": t("sem_similarity"), "help": t("sem_similarity_help")},
+                      "expires_at": t("mem_expires")})
+        st.caption(t("sem_explained", emb=md(embeddings_label(settings()))))
+
+
 def _take_suggestion() -> None:
     if st.session_state.get(SUGGEST_KEY):
         st.session_state[NS_KEY] = st.session_state[SUGGEST_KEY]
@@ -129,7 +169,7 @@ if query:
         counts = dict(zip(suggestions["prefix"], suggestions["documents"]))
         st.pills(t("drill_suggestions"), suggestions["prefix"].tolist(), key=SUGGEST_KEY, on_change=_take_suggestion,
                  format_func=lambda p: f"{md(p)} ({fmt.number(counts[p])})")
-    if found is not None and not found.empty:
+    if found is not None and not found.empty and views_log.allowed(purpose):
         prefix = found["prefix"].iloc[0]
         if len(found) > 1:
             prefix = st.radio(t("drill_pick"), found["prefix"].tolist(), key="memory.pick", horizontal=True,
@@ -137,6 +177,7 @@ if query:
         count = int(found.set_index("prefix").loc[prefix, "documents"])
         pages = max(1, -(-count // PAGE_SIZE))
         page = st.number_input(t("page_of", n=fmt.number(pages)), 1, pages, 1, key="memory.page") if pages > 1 else 1
+        views_log.record(roles.MANAGER, "namespace", [(prefix, customer_of(prefix))], purpose)
         items = read(reads.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE)
         first = (page - 1) * PAGE_SIZE + 1
         st.markdown(t("drill_items", prefix=md_code(prefix), first=fmt.number(first),

@@ -80,6 +80,10 @@ class Settings:
     aes_keys: tuple[bytes, ...] = field(default=(), repr=False)
     # Token prices per model (MODEL_PRICES): a model not listed is shown "without price", never as free.
     model_prices: tuple[ModelPrice, ...] = ()
+    # Who looked at a customer's data (core.privacy.data_views): a purpose is required before a customer's data is
+    # shown (DATA_VIEWS_PURPOSE), and the log's rows are kept this many days (DATA_VIEWS_RETENTION_DAYS, the sweep).
+    data_views_purpose: bool = False
+    data_views_retention_days: int = 365
 
     @property
     def embedded(self) -> bool:
@@ -196,5 +200,8 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         known_threads_query=_pick("KNOWN_THREADS_QUERY", secrets),
         aes_keys=_aes_keys(secrets),
         model_prices=_model_prices(secrets, embedded=dsn is None),
+        data_views_purpose=_flag(_pick("DATA_VIEWS_PURPOSE", secrets, "0")),
+        data_views_retention_days=_int("DATA_VIEWS_RETENTION_DAYS", _pick("DATA_VIEWS_RETENTION_DAYS", secrets, 365),
+                                       minimum=1),
         demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
     )

@@ -72,6 +72,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON core_thread_tokens, core_token_dirty TO 
 -- The attribution coverage as of this sweep (migration 045).
 GRANT SELECT, INSERT, UPDATE ON core_coverage_snapshot TO agent_memory_sweeper;
 
+-- Retention of the log of who looked at a customer's data (core/privacy/data_views.py, migration 085): its oldest
+-- rows and their chain links deleted, the cut recorded.
+GRANT SELECT, DELETE ON core_data_views, core_register_chain TO agent_memory_sweeper;
+GRANT SELECT, INSERT ON core_register_cuts TO agent_memory_sweeper;
+
 -- The erasure register's re-check, which the job runs after the sweep (core.erasure.recheck_all):
 -- it counts a customer's rows again in every table that can name one (store, checkpoints and our
 -- core_* logs, found by column), and records the result. Read access to the schema, plus its own rows.

@@ -20,6 +20,9 @@ def verify_button(name: str, key: str) -> None:
     if result is not None:
         if result.ok:
             st.success(t("chain_ok", n=result.links, head=result.head_hash), icon=":material/verified:")
+            if result.cut_position:  # the oldest links went with their rows, by the configured retention
+                st.caption(t("chain_cut", n=result.cut_position,
+                             at=f"{result.cut_at.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC"))
             if result.redactions:  # what a documented redaction replaced in sealed rows, and when
                 rows = "; ".join(f"{md(r.table)} #{r.row_id} ({md(', '.join(r.fields))}) "
                                  f"{r.redacted_at.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC" for r in result.redactions)

@@ -47,7 +47,9 @@ class OfflineHashEmbeddings(Embeddings):
         return self._embed(text)
 
 
-def make_embeddings(settings: Settings) -> Embeddings:
+def make_embeddings(settings: Settings, *, timeout_s: float | None = None) -> Embeddings:
+    """The configured embeddings. `timeout_s`: a deadline per request and no retries (a page waiting on a person),
+    instead of the client's defaults (the agents')."""
     if settings.offline_embeddings:
         return OfflineHashEmbeddings(settings.embeddings_dims)
     from langchain_openai import OpenAIEmbeddings
@@ -59,6 +61,7 @@ def make_embeddings(settings: Settings) -> Embeddings:
         dimensions=settings.embeddings_dims,
         # The endpoint may not be OpenAI: do not tokenise with tiktoken's OpenAI vocabularies.
         check_embedding_ctx_length=False,
+        **({"timeout": timeout_s, "max_retries": 0} if timeout_s is not None else {}),
     )
 
 

@@ -33,10 +33,10 @@ import psycopg
 from psycopg.rows import dict_row
 
 from core import clock
-from core.config import DEFAULT_DIMS
+from core.config import DEFAULT_DIMS, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
 from core.checkpoints import tool_calls
-from core.privacy import subjects, token_index
+from core.privacy import data_views, subjects, token_index
 from core.checkpoints import prune as history
 from core.checkpoints.storage import refresh_thread_storage
 from core.memory.store import build_store
@@ -72,7 +72,7 @@ UPDATE core_sweep_log
 SET finished_at = now() + %(shift)s::interval, status = %(status)s, documents_deleted = %(documents)s, vectors_deleted = %(vectors)s,
     deleted_by_root = %(by_root)s, threads_found = %(threads_found)s, threads_deleted = %(threads_deleted)s,
     threads_sample = %(threads_sample)s, erasure_recheck = %(erasure)s, error = %(error)s,
-    tool_calls_extracted = %(tool_calls)s, threads_tokenized = %(tokenized)s
+    tool_calls_extracted = %(tool_calls)s, threads_tokenized = %(tokenized)s, data_views_deleted = %(views)s
 WHERE id = %(id)s RETURNING finished_at"""
 
 # Locks the expired rows so nothing refreshes or rewrites them before sweep_ttl() deletes them;
@@ -145,6 +145,7 @@ class SweepResult:
     tool_calls_extracted: int | None = None  # tool calls newly extracted from checkpoints (None: step not run)
     threads_tokenized: int | None = None  # threads (re)indexed for the residue scan (None: step not run)
     threads_not_readable: int = 0  # threads of the index with encrypted rows no configured key opens
+    data_views_deleted: int | None = None  # views of customer data past their retention (None: step not run)
     prune: history.PruneResult | None = None  # history pruning (None: no policy given, or the step failed)
     error: str | None = None
 
@@ -168,6 +169,8 @@ class SweepResult:
             text += f"; {self.threads_tokenized} threads indexed for the residue scan"
             if self.threads_not_readable:  # no configured key opens them: the residue scan names them not scanned
                 text += f" ({self.threads_not_readable} threads with encrypted rows not readable)"
+        if self.data_views_deleted:
+            text += f"; {self.data_views_deleted} views of customer data past their retention deleted"
         if self.erasure_recheck:
             text += f"; erasure register: {self.erasure_recheck}"
         return text + (f"; error: {self.error}" if self.error else "")
@@ -372,6 +375,11 @@ def run_sweep(
                 except Exception as exc:
                     log.exception("sweep: token index failed")
                     errors.append(f"token index: {exc}")
+                try:  # who looked at a customer's data: kept DATA_VIEWS_RETENTION_DAYS (core.privacy.data_views)
+                    result.data_views_deleted = data_views.sweep_step(db, load_settings().data_views_retention_days)
+                except Exception as exc:
+                    log.exception("sweep: data views retention failed")
+                    errors.append(f"data views retention: {exc}")
             try:
                 result.erasure_recheck = recheck_erasures(db)
                 step("erasure", 0.95, result.erasure_recheck or "")
@@ -386,7 +394,7 @@ def run_sweep(
                 "threads_found": len(result.threads), "threads_deleted": result.threads_deleted,
                 "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
                 "erasure": result.erasure_recheck, "error": result.error, "tool_calls": result.tool_calls_extracted,
-                "tokenized": result.threads_tokenized,
+                "tokenized": result.threads_tokenized, "views": result.data_views_deleted,
                 "shift": shift,
             }).fetchone()["finished_at"]
         finally:

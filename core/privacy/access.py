@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 
 from core.checkpoints import formats
 from core.db import Database
-from core.privacy import access_notice, subjects
+from core.privacy import access_notice, data_views, subjects
 from core.privacy.access_render import FORMATS, LANGS, render
 from core.privacy.access_report import AccessReport
 from core.privacy import residue as res
@@ -98,7 +98,7 @@ REGISTER_COLUMNS = ["id", "customer_id", "operator", "exported_at", "format", "l
                     "sources"]
 
 LOG_SOURCES = ("core_memory_writes", "core_conversations", "core_guard_denials", "core_degradation_episodes.denials",
-               "core_serde_refusals")
+               "core_serde_refusals", "core_data_views")
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,8 @@ def gather(db: Database, customer_id: str) -> AccessReport:
                 "guard_denials": conn.execute(SELECT_GUARD_DENIALS, params).fetchall(),
                 "episode_denials": conn.execute(SELECT_EPISODE_DENIALS, params).fetchall(),
                 "serde_refusals": conn.execute(SELECT_SERDE_REFUSALS, params).fetchall(),
+                # who looked at the customer's data on this dashboard (art. 15: the recipients of the data)
+                "data_views": conn.execute(data_views.SELECT_FOR_EXPORT, params).fetchall(),
             }
             erasures = conn.execute(SELECT_ERASURES, params).fetchall()
             rechecks = conn.execute(SELECT_RECHECKS, params).fetchall()

@@ -24,6 +24,7 @@ from core.db import Database
 CHAINS: dict[str, tuple[str, ...]] = {
     "access": ("core_access_register",),
     "erasure": ("core_erasure_register", "core_erasure_rechecks", "core_register_redactions"),
+    "views": ("core_data_views",),  # who looked at a customer's data (migration 085)
 }
 
 # The text a link's content_sha256 is the hash of, for the row as it is now (NULL: gone), in the form the link was
@@ -38,6 +39,9 @@ SELECT c.position, c.table_name, c.row_id, c.content_sha256, c.prev_hash, c.row_
 FROM core_register_chain c
 LEFT JOIN core_register_redactions d ON d.table_name = c.table_name AND d.row_id = c.row_id
 WHERE c.chain = %(chain)s ORDER BY c.position"""
+# The chain's last retention cut (migration 085): its links up to `position` went with their rows.
+SELECT_CUT = """
+SELECT position, row_hash, cut_at FROM core_register_cuts WHERE chain = %(chain)s ORDER BY position DESC LIMIT 1"""
 # One sealed row: the hash its link holds, and its content now (a redaction records both around its change).
 SELECT_SEALED = f"""
 SELECT c.content_sha256, {LINK_CONTENT} AS content FROM core_register_chain c
@@ -56,6 +60,9 @@ SELECT_UNSEALED = {
     "core_register_redactions": "SELECT id FROM core_register_redactions r WHERE NOT EXISTS ("
                                 "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_register_redactions' "
                                 "AND c.row_id = r.id) ORDER BY id",
+    "core_data_views": "SELECT id FROM core_data_views r WHERE NOT EXISTS ("
+                       "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_data_views' "
+                       "AND c.row_id = r.id) ORDER BY id",
 }
 
 
@@ -84,6 +91,8 @@ class Verification:
     problem: str | None = None
     detail: str | None = None
     redactions: tuple[Redaction, ...] = ()  # sealed rows redacted since, each proven by its own sealed record
+    cut_position: int = 0  # links up to here were deleted by retention (the chain verifies from the next one)
+    cut_at: datetime | None = None
 
 
 def sha256_hex(text: str) -> str:
@@ -96,13 +105,14 @@ def link_hash(prev_hash: str, table: str, row_id: int, content_sha256: str) -> s
 
 
 def verify(db: Database, chain: str) -> Verification:
-    """Recompute chain `chain` ('access' or 'erasure') from the rows as they are now; raise ValueError
+    """Recompute chain `chain` ('access', 'erasure' or 'views') from the rows as they are now; raise ValueError
     for an unknown chain."""
     if chain not in CHAINS:
         raise ValueError(f"unknown register chain {chain!r}; known: {', '.join(CHAINS)}")
     with db.connection() as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # links and rows of one instant
         links = conn.execute(SELECT_LINKS, {"chain": chain}).fetchall()
+        cut = conn.execute(SELECT_CUT, {"chain": chain}).fetchone()
         unsealed = {table: [r["id"] for r in conn.execute(SELECT_UNSEALED[table]).fetchall()]
                     for table in CHAINS[chain]}
 
@@ -110,7 +120,7 @@ def verify(db: Database, chain: str) -> Verification:
 
     def broken(link_table: str, row_id: int, problem: str, detail: str) -> Verification:
         return Verification(chain, False, len(links), links[-1]["row_hash"] if links else "", link_table, row_id,
-                            problem, detail, tuple(redactions))
+                            problem, detail, tuple(redactions), first - 1, cut_at)
 
     def redacted(link: dict, now_sha256: str) -> bool:
         """The row changed only by its redaction: a record (sealed itself, checked at its own position) saying
@@ -118,8 +128,8 @@ def verify(db: Database, chain: str) -> Verification:
         return (link["redaction_id"] is not None and link["redacted_intact"]
                 and link["redacted_from"] == link["content_sha256"] and link["redacted_sha256"] == now_sha256)
 
-    prev = ""
-    for expected_position, link in enumerate(links, start=1):
+    first, prev, cut_at = (cut["position"] + 1, cut["row_hash"], cut["cut_at"]) if cut else (1, "", None)
+    for expected_position, link in enumerate(links, start=first):
         table, row_id = link["table_name"], int(link["row_id"])
         if link["position"] != expected_position:
             return broken(table, row_id, "link_removed",
@@ -141,7 +151,8 @@ def verify(db: Database, chain: str) -> Verification:
             return broken(table, ids[0], "unsealed",
                           f"{table} #{ids[0]} is final but not in the chain (written around the seal, or its "
                           f"link deleted)")
-    return Verification(chain, True, len(links), prev, redactions=tuple(redactions))
+    return Verification(chain, True, len(links), prev, redactions=tuple(redactions), cut_position=first - 1,
+                        cut_at=cut_at)
 
 
 def sealed_state(conn, table: str, row_id: int) -> tuple[str, str] | None:

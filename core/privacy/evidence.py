@@ -25,11 +25,12 @@ log = logging.getLogger(__name__)
 ROOT = "clientes"
 CLIENTE_KEY = METADATA_KEY[ROOT]  # "cliente_id": what run_turn puts in checkpoint metadata
 
-# Tables erasure must never touch: the proofs (both registers, their hash chain and its redaction records: they
-# name the subject and digests, not data) and the migrations bookkeeping.
+# Tables erasure must never touch: the proofs (both registers, the log of who looked at a customer's data, their
+# hash chain, its redaction records and retention cuts: they name the subject by id, and digests, not data) and the
+# migrations bookkeeping.
 PROTECTED_TABLES = frozenset({"core_erasure_register", "core_erasure_rechecks", "core_access_register",
-                              "core_register_chain", "core_register_redactions", "core_schema_migrations",
-                              "core_thread_tombstones"})
+                              "core_data_views", "core_register_chain", "core_register_redactions",
+                              "core_register_cuts", "core_schema_migrations", "core_thread_tombstones"})
 # Our bookkeeping that names a thread is not customer data: its row is kept and the thread id rewritten. The
 # extraction watermark (core.checkpoints.tool_calls) moves to just before the erased checkpoint's time: the next
 # extraction re-reads the checkpoints of that instant (idempotent), never the whole history again.

@@ -1,0 +1,93 @@
+"""The Memory page's search by meaning (issue 31 item 3), AppTest on the demo data and on the article's agents."""
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from apptools import frame
+from conftest import DIMS, free_port, settings_for
+from core.memory.semantic import search
+from core.memory.store import POLICIES
+from embedding_server import embeddings_endpoint
+
+APP = "../dashboard.py"
+QUESTION = "¿qué clientes prefieren WhatsApp?"
+SNAPSHOT = "SELECT prefix, key, expires_at FROM store ORDER BY prefix, key"
+
+
+def page(app_env, dsn: str, **env) -> AppTest:
+    app_env(dsn, **env)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def hits_shown(at: AppTest) -> bool:
+    return any("similarity" in d.value.columns for d in at.dataframe)
+
+
+def ask(at: AppTest, query: str, root: str = "clientes", k: int = 10) -> AppTest:
+    """Ask the page; the submit button's key names its label (Spanish or English)."""
+    at.text_input(key="memory.semantic_query").input(query)
+    at.selectbox(key="memory.semantic_root").select_index(list(POLICIES).index(root))
+    at.number_input(key="memory.semantic_k").set_value(k)
+    next(b for b in at.button if b.key.startswith("FormSubmitter:memory.semantic_form-")).click().run()
+    assert not at.exception
+    return at
+
+
+def test_whatsapp_customers_with_scores_and_links_to_their_memory(demo_db, app_env):
+    before = demo_db.fetch(SNAPSHOT)
+    at = ask(page(app_env, demo_db.dsn), QUESTION, k=8)
+    hits = frame(at, "holder", "similarity")
+    expected = search(demo_db, settings_for(demo_db.dsn), QUESTION, "clientes", 8)
+    assert [parse_qs(urlsplit(u).query)["ns"][0] for u in hits["holder"]] == expected["prefix"].tolist()
+    assert all(urlsplit(u).path == "/memory" for u in hits["holder"])
+    assert hits["similarity"].tolist() == expected["similarity"].tolist()
+    whatsapp = demo_db.fetch_one("SELECT count(*) AS n FROM store WHERE value->>'texto' = 'contacto: WhatsApp' "
+                                 "AND expires_at > now()")["n"]
+    assert whatsapp and set(hits["valor"].head(min(8, whatsapp))) == {"WhatsApp"}
+    assert any("1 − distancia coseno" in c.value for c in at.caption)
+    assert demo_db.fetch(SNAPSHOT) == before  # the page's search refreshed no TTL
+    # the link opens that customer's memory on this page
+    at.session_state["memory.ns"] = expected["prefix"].iloc[0]
+    at.run()
+    assert not at.exception and "WhatsApp" in frame(at, "key", "valor")["valor"].tolist()
+
+
+@pytest.mark.parametrize("query, message", [("   ", "type what to look for"), ("whats\x00app", "NUL character")])
+def test_bad_query_is_a_clear_error(demo_db, app_env, query, message):
+    at = page(app_env, demo_db.dsn)
+    at.session_state["memory.semantic_query"] = query
+    at.button(key="FormSubmitter:memory.semantic_form-Buscar").click().run()
+    assert not at.exception
+    assert any(message in e.value for e in at.error) and not hits_shown(at)
+
+
+def test_endpoint_down_or_other_dims_is_said_and_nothing_is_shown(demo_db, app_env):
+    before = demo_db.fetch(SNAPSHOT)
+    at = ask(page(app_env, demo_db.dsn, EMBEDDINGS_BASE_URL=f"http://127.0.0.1:{free_port()}/v1"), QUESTION)
+    assert any("No se pudo calcular el embedding" in e.value and "endpoint failed" in e.value for e in at.error)
+    assert not hits_shown(at)
+    with embeddings_endpoint(DIMS * 2) as url:
+        at = ask(page(app_env, demo_db.dsn, EMBEDDINGS_BASE_URL=url), QUESTION)
+    assert any(f"{DIMS * 2} dimensions" in e.value for e in at.error)
+    assert not hits_shown(at)
+    assert demo_db.fetch(SNAPSHOT) == before
+
+
+def test_article_agents_without_vectors_say_so(article_agents_db, app_env):
+    at = ask(page(app_env, article_agents_db.dsn), "correo")
+    assert any("no tiene vectores" in i.value for i in at.info)
+
+
+def test_english_labels(demo_db, app_env):
+    app_env(demo_db.dsn)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["lang"] = "en"
+    at = ask(at.run(), "WhatsApp", k=3)
+    assert any(c.value.startswith("Similarity = 1 − pgvector's cosine distance") for c in at.caption)
+    assert any(s.value == "Search the memory by meaning" for s in at.subheader)
