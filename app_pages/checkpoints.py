@@ -13,10 +13,10 @@ from core.checkpoints import formats, storage, views
 from core.privacy import subjects as subj
 from ui.attribution import coverage_notice
 from ui.storage_view import storage_detail_view
-from ui.common import read, read_or_unknown, require_role, settings
+from ui.common import read, read_or_unknown, require_role, settings, shared_figure
 from ui.safe import md, md_code, plot_frame
 from ui.tables import table
-from ui.i18n import t
+from ui.i18n import lang, t
 
 THREAD_KEY = "checkpoints.thread"
 VIEW_KEY = "checkpoints.view"
@@ -48,6 +48,16 @@ view = st.radio(t("ckpt_view"), ["thread", "storage"], key=VIEW_KEY, horizontal=
                 format_func=lambda v: t(f"ckpt_view_{v}"))
 
 
+@shared_figure
+def largest_figure(largest: pd.DataFrame, language: str) -> go.Figure:
+    parts = largest.iloc[::-1].melt(id_vars="thread_id", value_vars=["checkpoint_bytes", "blob_bytes", "write_bytes"],
+                                    var_name="table", value_name="bytes")
+    fig = px.bar(plot_frame(parts), x="bytes", y="thread_id", color="table", orientation="h",
+                 labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
+    fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10))
+    return fig
+
+
 def storage_view() -> None:
     st.subheader(t("ckpt_storage_title"))
     st.caption(t("ckpt_storage_caption"))
@@ -66,12 +76,7 @@ def storage_view() -> None:
     if largest.empty:
         st.info(t("ckpt_no_recent"))
         return
-    parts = largest.iloc[::-1].melt(id_vars="thread_id", value_vars=["checkpoint_bytes", "blob_bytes", "write_bytes"],
-                                    var_name="table", value_name="bytes")
-    fig = px.bar(plot_frame(parts), x="bytes", y="thread_id", color="table", orientation="h",
-                 labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
-    fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10))
-    st.plotly_chart(fig, key="checkpoints.largest_chart")
+    st.plotly_chart(largest_figure(largest, lang()), key="checkpoints.largest_chart")
     st.caption(t("ckpt_open_hint"))
     table(largest, key="checkpoints.largest", selection_mode="single-row",
           on_select=lambda: _open_thread("checkpoints.largest", largest))
