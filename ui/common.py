@@ -26,9 +26,11 @@ log = logging.getLogger(__name__)
 
 CACHE_TTL = 30  # seconds a read is reused; the pages are for humans, not alarms
 # Bounds of the process-wide caches (every session shares them): reads (a page's read with its arguments, e.g. one
-# customer's documents) and charts (one per data and language); the least recently used entry goes first.
+# customer's documents) and charts (one per data and language); the least recently used entry goes first. A chart is
+# keyed by the data it shows, so its ttl only frees memory: new data is a new key.
 CACHE_ENTRIES = 512
 FIGURE_ENTRIES = 128
+DERIVED_TTL = 600  # seconds a chart or a prepared table (ui.tables) is kept
 # One colour per namespace root on every chart.
 ROOT_COLORS = {"clientes": "#1f77b4", "proveedores": "#ff7f0e", "empleados": "#2ca02c", "unknown": "#7f7f7f"}
 
@@ -134,13 +136,13 @@ def _cached(fn_name: str, module: str, dsn: str, args: tuple, kwargs: tuple, sou
 
 def shared_figure(build: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator: a chart built once per process for its arguments (frames hashed by value) and shared by every
-    session that shows the same data, for CACHE_TTL at most. Building a plotly figure costs tens of milliseconds,
+    session that shows the same data. Building a plotly figure costs tens of milliseconds,
     showing one only its serialisation (st.plotly_chart reads a figure, never changes it: return the finished figure
     and never modify it afterwards). The builder's texts come from t(), in the session's language, so `language`
     must be one of its parameters: a Spanish chart is never shown to an English session."""
     if "language" not in inspect.signature(build).parameters:
         raise TypeError(f"{build.__qualname__}: a shared chart takes the `language` its labels are in")
-    return st.cache_resource(ttl=CACHE_TTL, max_entries=FIGURE_ENTRIES, show_spinner=False)(build)
+    return st.cache_resource(ttl=DERIVED_TTL, max_entries=FIGURE_ENTRIES, show_spinner=False)(build)
 
 
 def _key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple:

@@ -23,7 +23,7 @@ import pandas as pd
 import streamlit as st
 
 from core import roles
-from ui.common import CACHE_TTL
+from ui.common import DERIVED_TTL
 from ui.i18n import STRINGS, lang, t
 
 EMPTY = "—"
@@ -131,7 +131,7 @@ def prepare(df: pd.DataFrame, columns: list[str] | None = None, config: Mapping[
 # Prepared once per process for the same frame (hashed by value) and everything the result depends on: the
 # viewer's roles (which links a column gets: a manager never receives a frame prepared for a DPO), time zone and
 # language. Every session on a page shows the same few frames; formatting them is a good part of a page's time.
-@st.cache_data(ttl=CACHE_TTL, max_entries=TABLE_ENTRIES, show_spinner=False)
+@st.cache_data(ttl=DERIVED_TTL, max_entries=TABLE_ENTRIES, show_spinner=False)
 def _prepared(df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], links: dict[str, Link], tz: str,
               viewer: tuple[str, ...], language: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     out = df[shown].copy()
