@@ -21,11 +21,12 @@ from psycopg_pool import PoolTimeout
 
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import SchemaMismatch, ShallowCheckpointSchema
-from ui.common import (DatabaseStarting, bootstrap, current_user, forget_all, local_mode_refusal,
-                       seed_progress, start_demo_seed)
+from ui.common import (PROBE_INTERVAL_S, DatabaseStarting, bootstrap, current_user, database_probe, forget_all,
+                       local_mode_refusal, seed_progress, start_demo_seed)
 from ui import navigation
 from ui import replica
 from ui.i18n import LANGUAGES, t
+from ui.safe import md
 
 if "lang" not in st.session_state:
     st.session_state.lang = st.query_params.get("lang", "es") if st.query_params.get("lang") in LANGUAGES else "es"
@@ -81,15 +82,18 @@ with st.sidebar:
         st.caption(":orange[●] " + t("startup_status", step=t(f"startup_{startup.state}"),
                                       s=time.time() - startup.started_at))
 
-    @st.fragment(run_every=15)
+    @st.fragment(run_every=PROBE_INTERVAL_S)
     def database_status() -> None:
-        probe = db.probe()
-        st.caption(f"**{t('db')}:** {t('embedded') if db.embedded else probe.target}")
-        if probe.ok:
+        shared = database_probe()  # one probe per process per interval, for every session
+        probe = shared.value
+        st.caption(f"**{t('db')}:** {t('embedded') if db.embedded else db.target}")
+        if probe is None:
+            st.caption(":grey[●] " + t("db_unknown", error=md(shared.error)))
+        elif probe.ok:
             st.caption(":green[●] " + t("db_ok", ms=probe.latency_ms, version=probe.server_version))
         else:
             st.caption(":red[●] " + t("db_down", error=probe.error))
-        st.caption(t("db_checked", at=time.strftime("%H:%M:%S", time.localtime(probe.checked_at))))
+        st.caption(t("db_checked", at=time.strftime("%H:%M:%S", time.localtime(shared.at))))
 
     if db is None:
         database_starting()

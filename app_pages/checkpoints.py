@@ -18,10 +18,10 @@ from ui.storage_view import storage_detail_view, table_totals
 from ui.thread_cost import cost_view, thread_cost
 from ui.thread_search import search_view
 from ui import data_views as views_log
-from ui.common import read, read_or_unknown, require_role, settings
+from ui.common import read, read_or_unknown, require_role, settings, shared_figure
 from ui.safe import md, md_code, plot_frame
 from ui.tables import column_label, human_bytes, table
-from ui.i18n import t
+from ui.i18n import lang, t
 
 THREAD_KEY = "checkpoints.thread"
 VIEW_KEY = "checkpoints.view"
@@ -58,6 +58,16 @@ else:
     st.query_params["view"] = view
 
 
+@shared_figure
+def largest_figure(largest: pd.DataFrame, language: str) -> go.Figure:
+    parts = largest.iloc[::-1].melt(id_vars="thread_id", value_vars=BYTE_PARTS, var_name="table", value_name="bytes")
+    parts["table"] = parts["table"].map(column_label)
+    fig = px.bar(plot_frame(parts), x="bytes", y="thread_id", color="table", orientation="h",
+                 labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
+    fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10), xaxis=dict(tickformat=",d"))
+    return charts.finish(fig, counts=(), amounts=("x",))
+
+
 def storage_view() -> None:
     st.subheader(t("ckpt_storage_title"))
     st.caption(t("ckpt_storage_caption"))
@@ -69,12 +79,7 @@ def storage_view() -> None:
         st.info(t("ckpt_no_recent"))
         return
     st.caption(t("ckpt_largest_as_of", at=fmt.moment(largest["computed_at"].iloc[0])))
-    parts = largest.iloc[::-1].melt(id_vars="thread_id", value_vars=BYTE_PARTS, var_name="table", value_name="bytes")
-    parts["table"] = parts["table"].map(column_label)
-    fig = px.bar(plot_frame(parts), x="bytes", y="thread_id", color="table", orientation="h",
-                 labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
-    fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10), xaxis=dict(tickformat=",d"))
-    charts.show(fig, key="checkpoints.largest_chart", counts=(), amounts=("x",))
+    charts.draw(largest_figure(largest, lang()), key="checkpoints.largest_chart")
     st.caption(t("ckpt_open_hint"))
     table(largest, key="checkpoints.largest", selection_mode="single-row",
           columns=[c for c in largest.columns if c != "computed_at"],

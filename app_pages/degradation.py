@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 import plotly.express as px
+import plotly.graph_objects as go
 import psycopg
 import streamlit as st
 from psycopg_pool import PoolTimeout
@@ -19,15 +20,16 @@ from psycopg_pool import PoolTimeout
 from core import roles
 from core.checkpoints import replica_health, replica_view
 from core.checkpoints.guard import Risk
-from core.db import Database, DatabaseUnavailable
-from ui import charts
-from ui.common import get_db, require_role, secrets
-from ui import fmt
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, Probe
+from ui import charts, fmt
+from ui.common import get_db, require_role, secrets, shared_figure
 from ui.tables import column_label, table
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
+from ui.shared import SharedReading
 
 REFRESH_S = 5
+SHARE_S = 2  # one sample (probe and health tables) per this many seconds for all the sessions on the page
 READ_DEADLINE_S = 4  # a hung server blocks a query forever: the page stops waiting after this
 LIMIT = 200
 STATE_LABEL = {
@@ -92,7 +94,7 @@ def _clock(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
-def tiles(reading: Reading, states: pd.DataFrame, probe) -> None:
+def tiles(reading: Reading, states: pd.DataFrame, probe: Probe | None) -> None:
     s = reading.summary
     count = states["state"].value_counts()
     n = fmt.number
@@ -101,8 +103,11 @@ def tiles(reading: Reading, states: pd.DataFrame, probe) -> None:
     c[1].metric(t("degr_degraded"), n(int(count.get("degraded", 0))))
     c[2].metric(t("degr_silent"), n(int(count.get("silent", 0))))
     c[4].metric(t("degr_unknown"), n(int(count.get("unknown", 0))))
-    c[3].metric(t("degr_probe"), t("degr_probe_ok", ms=n(probe.latency_ms, 0)) if probe.ok else t("degr_probe_down"),
-                help=md(f"PostgreSQL {probe.server_version}" if probe.ok else probe.error))
+    if probe is None:  # this run has no probe of its own time: unknown, never the previous one
+        c[3].metric(t("degr_probe"), t("degr_probe_unknown"))
+    else:
+        c[3].metric(t("degr_probe"), t("degr_probe_ok", ms=n(probe.latency_ms, 0)) if probe.ok else t("degr_probe_down"),
+                    help=md(f"PostgreSQL {probe.server_version}" if probe.ok else probe.error))
     c = st.columns(4)
     c[0].metric(t("degr_episodes"), n(s.get("episodes", 0)))
     c[1].metric(t("degr_denials"), n(s.get("denials", 0)))
@@ -138,6 +143,25 @@ def replicas_table(reading: Reading, states: pd.DataFrame, fresh: bool) -> None:
     table(shown, key="degradation.replicas", colours={"state": colours})
 
 
+@shared_figure
+def timeline_figure(frame: pd.DataFrame, language: str) -> go.Figure:
+    # an ongoing episode alone has no reason, resync or denials yet
+    hover = [c for c in ("n", "reason", "checkpoints_buffered", "writes_buffered", "ops_resynced", "denials_count")
+             if c in frame.columns]
+    fig = px.timeline(plot_frame(frame), x_start="degraded_from", x_end="degraded_to", y="replica_id", color="status",
+                      color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"],
+                                          t("degr_ongoing"): STATE_COLORS["ongoing"]},
+                      hover_data=hover,
+                      labels={c: column_label(c) for c in ["replica_id", "status", "degraded_from", "degraded_to", *hover]})
+    # an outline in the bar's own colour keeps seconds-long episodes visible on a long axis
+    fig.for_each_trace(lambda tr: tr.update(marker_line_width=6, marker_line_color=tr.marker.color))
+    start, end = frame["degraded_from"].min(), frame["degraded_to"].max()
+    fig.update_layout(height=160 + 40 * frame["replica_id"].nunique(), margin=dict(t=10, b=10),
+                      xaxis=dict(title=t("degr_time"), **fmt.time_ticks(start.to_pydatetime(), end.to_pydatetime())),
+                      yaxis_title="", legend_title_text="", separators=fmt.plot_separators())
+    return charts.finish(fig, counts=())
+
+
 def episodes_timeline(reading: Reading) -> None:
     st.subheader(t("degr_timeline"))
     bars = []
@@ -160,21 +184,7 @@ def episodes_timeline(reading: Reading) -> None:
     # the database's timestamps and the ongoing bar's "now" must be one dtype for plotly
     for column in ("degraded_from", "degraded_to"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
-    # an ongoing episode alone has no reason, resync or denials yet
-    hover = [c for c in ("n", "reason", "checkpoints_buffered", "writes_buffered", "ops_resynced", "denials_count")
-             if c in frame.columns]
-    fig = px.timeline(plot_frame(frame), x_start="degraded_from", x_end="degraded_to", y="replica_id", color="status",
-                      color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"],
-                                          t("degr_ongoing"): STATE_COLORS["ongoing"]},
-                      hover_data=hover,
-                      labels={c: column_label(c) for c in ["replica_id", "status", "degraded_from", "degraded_to", *hover]})
-    # an outline in the bar's own colour keeps seconds-long episodes visible on a long axis
-    fig.for_each_trace(lambda tr: tr.update(marker_line_width=6, marker_line_color=tr.marker.color))
-    start, end = frame["degraded_from"].min(), frame["degraded_to"].max()
-    fig.update_layout(height=160 + 40 * frame["replica_id"].nunique(), margin=dict(t=10, b=10),
-                      xaxis=dict(title=t("degr_time"), **fmt.time_ticks(start.to_pydatetime(), end.to_pydatetime())),
-                      yaxis_title="", legend_title_text="", separators=fmt.plot_separators())
-    charts.show(fig, key="degradation.timeline", counts=())
+    charts.draw(timeline_figure(frame, lang()), key="degradation.timeline")
     if not reading.episodes.empty:
         st.caption(t("degr_episodes_numbered"))
         table(reading.episodes, key="degradation.episodes", columns=EPISODE_COLUMNS, config={"reason": {"width": "large"}})
@@ -218,21 +228,42 @@ st.title(t("degr_title"))
 st.caption(t("degr_caption", every=REFRESH_S))
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One look at the database: the dashboard's probe, and the health tables' reading when the probe answered."""
+    probe: Probe
+    reading: Reading | None
+    error: str | None
+
+
+def _sample(db: Database) -> Sample:
+    probe = db.probe()
+    if not probe.ok:
+        return Sample(probe, None, probe.error)
+    future = _reader().submit(_read, db)
+    try:
+        return Sample(probe, future.result(timeout=READ_DEADLINE_S), None)
+    except FutureTimeout:
+        return Sample(probe, None, f"no answer in {READ_DEADLINE_S} s")
+    except (DatabaseUnavailable, psycopg.OperationalError, PoolTimeout) as exc:
+        return Sample(probe, None, str(exc).strip() or type(exc).__name__)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _shared_sample(dsn: str) -> SharedReading[Sample]:
+    """The sample every session on this page shows: taken once per SHARE_S for the process, not per session."""
+    return SharedReading(lambda: _sample(get_db()), SHARE_S, wait_s=CONNECT_TIMEOUT_S + READ_DEADLINE_S)
+
+
 @st.fragment(run_every=REFRESH_S)
 def live() -> None:
     db = get_db()
-    probe = db.probe()
-    reading, error = None, None
-    if probe.ok:
-        future = _reader().submit(_read, db)
-        try:
-            reading = future.result(timeout=READ_DEADLINE_S)
-        except FutureTimeout:
-            error = f"no answer in {READ_DEADLINE_S} s"
-        except (DatabaseUnavailable, psycopg.OperationalError, PoolTimeout) as exc:
-            error = str(exc).strip() or type(exc).__name__
+    shared = _shared_sample(db.dsn).get()
+    if shared.unknown:  # not sampled now (another session's sample hangs, or it failed): nothing is ok
+        probe = None
+        reading, error = None, shared.error
     else:
-        error = probe.error
+        probe, reading, error = shared.value.probe, shared.value.reading, shared.value.error
     last_good = _last_good()
     fresh = reading is not None
     if fresh:

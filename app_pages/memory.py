@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import plotly.express as px
+import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
@@ -14,10 +15,10 @@ from core.privacy.data_views import customer_of
 from ui import charts
 from ui import data_views as views_log
 from ui import fmt
-from ui.common import ROOT_COLORS, call_now, read, require_role, settings
+from ui.common import ROOT_COLORS, call_now, read, require_role, settings, shared_figure
 from ui.safe import md, md_code, plot_frame
 from ui.tables import Link, table
-from ui.i18n import t
+from ui.i18n import lang, t
 
 TOP_N = 20
 PAGE_SIZE = 50
@@ -33,6 +34,30 @@ if NS_KEY not in st.session_state:
 def root_label(root: str) -> str:
     """A namespace root in words ("Clientes"), or the root itself when the page does not know it."""
     return t(f"mem_root_{root}") if root in POLICIES else root
+
+
+@shared_figure
+def by_root_figure(by_root: pd.DataFrame, language: str) -> go.Figure:
+    shown = plot_frame(by_root.assign(holder=by_root["root"].map(root_label)))
+    fig = px.bar(shown, x="holder", y="documents", color="root", color_discrete_map=ROOT_COLORS,
+                 labels={"holder": "", "documents": t("mem_documents")})
+    fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
+    fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10))
+    return charts.finish(fig)
+
+
+@shared_figure
+def top_figure(top: pd.DataFrame, language: str) -> go.Figure:
+    shown = plot_frame(top.assign(holder=top["root"].map(root_label)))
+    fig = px.bar(shown, x="documents", y="prefix", color="holder", orientation="h",
+                 color_discrete_map={root_label(r): c for r, c in ROOT_COLORS.items()},
+                 labels={"prefix": "", "documents": t("mem_documents"), "holder": ""})  # the legend names the roots
+    fig.update_traces(hovertemplate="%{y}: %{x:,d}<extra></extra>")
+    # the largest on top, in the order SQL gave, whatever trace (root) each bar belongs to
+    fig.update_yaxes(categoryorder="array", categoryarray=shown["prefix"].iloc[::-1].tolist())
+    fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10),
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0))
+    return charts.finish(fig, counts=("x",))
 
 
 st.title(t("memory_title"))
@@ -58,12 +83,7 @@ with left:
     if by_root.empty:
         st.info(t("chart_empty"))
     else:
-        shown = plot_frame(by_root.assign(holder=by_root["root"].map(root_label)))
-        fig = px.bar(shown, x="holder", y="documents", color="root", color_discrete_map=ROOT_COLORS,
-                     labels={"holder": "", "documents": t("mem_documents")})
-        fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
-        fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10))
-        charts.show(fig, key="memory.by_root_chart")
+        charts.draw(by_root_figure(by_root, lang()), key="memory.by_root_chart")
         table(by_root.assign(root=by_root["root"].map(root_label)), key="memory.by_root",
               config={"root": t("mem_holder"), "documents": t("mem_documents"), "namespaces": t("mem_holders"),
                       "expired": t("mem_expired_short")})
@@ -73,16 +93,7 @@ with right:
     if top.empty:
         st.info(t("chart_empty"))
     else:
-        shown = plot_frame(top.assign(holder=top["root"].map(root_label)))
-        fig = px.bar(shown, x="documents", y="prefix", color="holder", orientation="h",
-                     color_discrete_map={root_label(r): c for r, c in ROOT_COLORS.items()},
-                     labels={"prefix": "", "documents": t("mem_documents"), "holder": ""})  # the legend names the roots
-        fig.update_traces(hovertemplate="%{y}: %{x:,d}<extra></extra>")
-        # the largest on top, in the order SQL gave, whatever trace (root) each bar belongs to
-        fig.update_yaxes(categoryorder="array", categoryarray=shown["prefix"].iloc[::-1].tolist())
-        fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10),
-                          legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0))
-        charts.show(fig, key="memory.top_chart", counts=("x",))
+        charts.draw(top_figure(top, lang()), key="memory.top_chart")
 
 with st.expander(t("mem_policy")):
     st.caption(t("mem_policy_caption"))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
+import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
@@ -12,7 +13,7 @@ from core.checkpoints import tool_calls
 from core.memory import preferences
 from ui import charts
 from ui import fmt
-from ui.common import call_now, forget, read, require_role
+from ui.common import call_now, forget, read, require_role, shared_figure
 from ui.tables import table
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
@@ -21,6 +22,32 @@ TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversa
 PAGE_SIZE = 50
 DATE_INPUT_FORMAT = {"es": "DD/MM/YYYY", "en": "YYYY-MM-DD"}
 APPLIED_THREADS = 500  # the period's most recent conversations decoded for "preferences applied"
+
+
+@shared_figure
+def daily_figure(daily: pd.DataFrame, language: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_bar(x=daily["day"], y=daily["conversations"], name=t("conversations"), yaxis="y2", opacity=0.25,
+                hovertemplate="%{y:,d}<extra></extra>")
+    fig.add_scatter(x=daily["day"], y=daily["ratio"], name=t("ratio"), mode="lines+markers",
+                    hovertemplate="%{y:.3f}<extra></extra>")
+    fig.add_hline(y=TARGET_RATIO, line_dash="dash", line_color="red",
+                  annotation_text=f"{t('target')} {fmt.number(TARGET_RATIO)}")
+    fig.update_layout(height=360, margin=dict(t=10, b=10), legend=dict(orientation="h"), xaxis=fmt.date_ticks(daily["day"]),
+                      yaxis=dict(title=t("ratio")),
+                      yaxis2=dict(title=t("conversations"), overlaying="y", side="right", showgrid=False))
+    return charts.finish(fig, counts=("y2",), amounts=("y",))
+
+
+@shared_figure
+def tipo_figure(by_tipo: pd.DataFrame, language: str) -> go.Figure:
+    shown = plot_frame(by_tipo)
+    fig = px.bar(shown, x="tipo", y="writes", labels={"tipo": "", "writes": t("pref_writes")})
+    fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
+    fig.update_xaxes(categoryorder="array", categoryarray=shown["tipo"].tolist())  # most first
+    fig.update_layout(height=300, margin=dict(t=10, b=10))
+    return charts.finish(fig)
+
 
 require_role(roles.MANAGER)
 st.title(t("prefs_title"))
@@ -93,17 +120,7 @@ if conversations == 0:
     st.info(t("no_data"))
     st.stop()
 
-fig = go.Figure()
-fig.add_bar(x=daily["day"], y=daily["conversations"], name=t("conversations"), yaxis="y2", opacity=0.25,
-            hovertemplate="%{y:,d}<extra></extra>")
-fig.add_scatter(x=daily["day"], y=daily["ratio"], name=t("ratio"), mode="lines+markers",
-                hovertemplate="%{y:.3f}<extra></extra>")
-fig.add_hline(y=TARGET_RATIO, line_dash="dash", line_color="red",
-              annotation_text=f"{t('target')} {fmt.number(TARGET_RATIO)}")
-fig.update_layout(height=360, margin=dict(t=10, b=10), legend=dict(orientation="h"), xaxis=fmt.date_ticks(daily["day"]),
-                  yaxis=dict(title=t("ratio")),
-                  yaxis2=dict(title=t("conversations"), overlaying="y", side="right", showgrid=False))
-charts.show(fig, key="preferences.daily_chart", counts=("y2",), amounts=("y",))
+charts.draw(daily_figure(daily, lang()), key="preferences.daily_chart")
 
 left, right = st.columns([1, 2])
 with left:
@@ -112,12 +129,7 @@ with left:
     if by_tipo.empty:
         st.info(t("chart_empty"))
     else:
-        shown = plot_frame(by_tipo)
-        fig = px.bar(shown, x="tipo", y="writes", labels={"tipo": "", "writes": t("pref_writes")})
-        fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
-        fig.update_xaxes(categoryorder="array", categoryarray=shown["tipo"].tolist())  # most first
-        fig.update_layout(height=300, margin=dict(t=10, b=10))
-        charts.show(fig, key="preferences.tipo_chart")
+        charts.draw(tipo_figure(by_tipo, lang()), key="preferences.tipo_chart")
 with right:
     st.subheader(t("writers"))
     total = read(preferences.writing_conversation_count, since, until)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import plotly.express as px
+import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
@@ -12,9 +13,9 @@ from core.memory import reads
 from core.checkpoints import prune
 from core.operations import sweep, sweep_reads
 from ui import charts, common, fmt
-from ui.common import ROOT_COLORS, get_db, read, require_role
+from ui.common import ROOT_COLORS, get_db, read, require_role, shared_figure
 from ui.tables import human_bytes, table
-from ui.i18n import t
+from ui.i18n import lang, t
 from ui.safe import md, plot_frame
 
 
@@ -160,6 +161,33 @@ if st.session_state.get(DIALOG_KEY):
     # Stays open across full reruns until the sweep ran or the user dismissed it.
     sweep_dialog()
 
+
+@shared_figure
+def runs_figure(per_run: pd.DataFrame, language: str) -> go.Figure:
+    fig = px.bar(plot_frame(per_run), x="run", y="documents", color="root", hover_data=["started_at", "trigger"],
+                 color_discrete_map=ROOT_COLORS,
+                 labels={"run": t("sweeps_run_start"), "documents": t("sweeps_documents"), "root": ""})
+    fig.update_xaxes(type="category")
+    fig.update_layout(height=340, margin=dict(t=10, b=10), barmode="stack")
+    return charts.finish(fig)
+
+
+@shared_figure
+def expired_figure(expired: pd.DataFrame, language: str) -> go.Figure:
+    fig = px.bar(plot_frame(expired), x="root", y="expired", color="root", text="expired", color_discrete_map=ROOT_COLORS,
+                 labels={"root": "", "expired": t("sweeps_documents")})
+    fig.update_layout(height=340, margin=dict(t=10, b=10), showlegend=False)
+    return charts.finish(fig)
+
+
+@shared_figure
+def forecast_figure(forecast: pd.DataFrame, language: str) -> go.Figure:
+    fig = px.bar(plot_frame(forecast), x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
+                 labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
+    fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
+    return charts.finish(fig)
+
+
 left, right = st.columns(2)
 with left:
     st.subheader(t("sweeps_runs_chart"))
@@ -167,21 +195,13 @@ with left:
     if per_run.empty:
         st.info(t("sweeps_no_runs"))
     else:
-        fig = px.bar(plot_frame(per_run), x="run", y="documents", color="root", hover_data=["started_at", "trigger"],
-                     color_discrete_map=ROOT_COLORS,
-                     labels={"run": t("sweeps_run_start"), "documents": t("sweeps_documents"), "root": ""})
-        fig.update_xaxes(type="category")
-        fig.update_layout(height=340, margin=dict(t=10, b=10), barmode="stack")
-        charts.show(fig, key="sweeps.runs_chart")
+        charts.draw(runs_figure(per_run, lang()), key="sweeps.runs_chart")
 with right:
     st.subheader(t("sweeps_expired_now"))
     if not expired["expired"].any():  # an empty bar chart draws a meaningless axis
         st.info(t("sweeps_no_expired"))
     else:
-        fig = px.bar(plot_frame(expired), x="root", y="expired", color="root", text="expired", color_discrete_map=ROOT_COLORS,
-                     labels={"root": "", "expired": t("sweeps_documents")})
-        fig.update_layout(height=340, margin=dict(t=10, b=10), showlegend=False)
-        charts.show(fig, key="sweeps.expired_chart")
+        charts.draw(expired_figure(expired, lang()), key="sweeps.expired_chart")
 
 st.subheader(t("sweeps_forecast"))
 st.caption(t("sweeps_forecast_caption"))
@@ -189,10 +209,7 @@ forecast = read(sweep_reads.expiration_forecast)
 if not forecast["documents"].any():
     st.info(t("sweeps_no_forecast"))
 else:
-    fig = px.bar(plot_frame(forecast), x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
-                 labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
-    fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
-    charts.show(fig, key="sweeps.forecast_chart")
+    charts.draw(forecast_figure(forecast, lang()), key="sweeps.forecast_chart")
 
 with st.expander(t("sweeps_config"), expanded=True):
     config = sweep_reads.ttl_configuration()

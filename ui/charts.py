@@ -48,18 +48,30 @@ def _has_points(fig: go.Figure, counts: Iterable[str]) -> bool:
                for letter in ("x", "y"))
 
 
-def show(fig: go.Figure, *, key: str, counts: Iterable[str] = ("y",), amounts: Iterable[str] = (),
-         empty: str | None = None) -> None:
-    """Draw `fig`, or `empty` (default: the catalogue's chart_empty) when it has nothing to draw. `counts`: axes of
-    counts (from 0, integer ticks); `amounts`: axes of other non-negative quantities such as bytes (from 0)."""
+def finish(fig: go.Figure, *, counts: Iterable[str] = ("y",), amounts: Iterable[str] = ()) -> go.Figure | None:
+    """`fig` with its count axes (`counts`: from 0, integer ticks), its other non-negative axes (`amounts`, such as
+    bytes: from 0) and the language's separators; None when it has nothing to draw. Pure: a chart builder shared by
+    every session (ui.common.shared_figure) returns this."""
     counts, amounts = list(counts), list(amounts)
     if not _has_points(fig, counts):
-        st.info(empty or t("chart_empty"), icon=":material/bar_chart:")
-        return
+        return None
     layout = {"separators": fmt.plot_separators()}
     for axis in counts:
         layout[f"{axis[0]}axis{axis[1:]}"] = fmt.count_axis(largest(fig, axis))
     for axis in amounts:
         layout[f"{axis[0]}axis{axis[1:]}"] = dict(rangemode="nonnegative")
-    fig.update_layout(**layout)
-    st.plotly_chart(fig, key=key)
+    return fig.update_layout(**layout)
+
+
+def draw(fig: go.Figure | None, *, key: str, empty: str | None = None) -> None:
+    """Draw a finished figure, or `empty` (default: the catalogue's chart_empty) for None (nothing to draw)."""
+    if fig is None:
+        st.info(empty or t("chart_empty"), icon=":material/bar_chart:")
+    else:
+        st.plotly_chart(fig, key=key)
+
+
+def show(fig: go.Figure, *, key: str, counts: Iterable[str] = ("y",), amounts: Iterable[str] = (),
+         empty: str | None = None) -> None:
+    """finish() then draw(), for a figure built by this session."""
+    draw(finish(fig, counts=counts, amounts=amounts), key=key, empty=empty)

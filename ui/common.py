@@ -1,6 +1,7 @@
 """What every page shares: the database handle, cached reads, the signed-in user, role checks."""
 from __future__ import annotations
 
+import inspect
 import ipaddress
 import logging
 import re
@@ -14,15 +15,22 @@ from streamlit.runtime.context import StreamlitHeaders
 
 from core import roles
 from core.config import Settings, load_settings
-from core.db import Database, DatabaseUnavailable
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, Probe, probe
 from core.migrate import SchemaMismatch
 from core.read_replica import ReadRouter, router_for
 from ui.i18n import t
 from ui.safe import md
+from ui.shared import Shared, SharedReading
 
 log = logging.getLogger(__name__)
 
 CACHE_TTL = 30  # seconds a read is reused; the pages are for humans, not alarms
+# Bounds of the process-wide caches (every session shares them): reads (a page's read with its arguments, e.g. one
+# customer's documents) and charts (one per data and language); the least recently used entry goes first. A chart is
+# keyed by the data it shows, so its ttl only frees memory: new data is a new key.
+CACHE_ENTRIES = 512
+FIGURE_ENTRIES = 128
+DERIVED_TTL = 600  # seconds a chart or a prepared table (ui.tables) is kept
 # One colour per namespace root on every chart.
 ROOT_COLORS = {"clientes": "#1f77b4", "proveedores": "#ff7f0e", "empleados": "#2ca02c", "unknown": "#7f7f7f"}
 
@@ -99,17 +107,42 @@ def get_db() -> Database:
     return bootstrap()
 
 
+PROBE_INTERVAL_S = 15  # the sidebar's database status: one probe per process per interval, shown to every session
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _probe_reading(dsn: str) -> SharedReading[Probe]:
+    return SharedReading(lambda: probe(dsn), PROBE_INTERVAL_S, wait_s=CONNECT_TIMEOUT_S + 1)
+
+
+def database_probe() -> Shared[Probe]:
+    """The database's probe (a direct connection, not the pool), shared by every session of the process: taken
+    at most once per PROBE_INTERVAL_S; unknown (never the previous "ok") when it cannot be taken now."""
+    return _probe_reading(get_db().dsn).get()
+
+
 def read_router() -> ReadRouter:
     """Where page reads go: the replica (PG_AGENTES_REPLICA) while it answers, else the primary."""
     return router_for(get_db())
 
 
-@st.cache_data(ttl=CACHE_TTL, show_spinner=False)
+@st.cache_data(ttl=CACHE_TTL, max_entries=CACHE_ENTRIES, show_spinner=False)
 def _cached(fn_name: str, module: str, dsn: str, args: tuple, kwargs: tuple, source: str = "primary") -> Any:
     import importlib
 
     fn = getattr(importlib.import_module(module), fn_name)
     return fn(read_router().database(source), *args, **dict(kwargs))
+
+
+def shared_figure(build: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: a chart built once per process for its arguments (frames hashed by value) and shared by every
+    session that shows the same data. Building a plotly figure costs tens of milliseconds,
+    showing one only its serialisation (st.plotly_chart reads a figure, never changes it: return the finished figure
+    and never modify it afterwards). The builder's texts come from t(), in the session's language, so `language`
+    must be one of its parameters: a Spanish chart is never shown to an English session."""
+    if "language" not in inspect.signature(build).parameters:
+        raise TypeError(f"{build.__qualname__}: a shared chart takes the `language` its labels are in")
+    return st.cache_resource(ttl=DERIVED_TTL, max_entries=FIGURE_ENTRIES, show_spinner=False)(build)
 
 
 def _key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple:
@@ -170,7 +203,11 @@ class User:
 
 
 def auth_configured() -> bool:
-    return bool(secrets().get("auth"))
+    """An `[auth]` section in the secrets (asked on every run: st.secrets.get reads one key, to_dict copies all)."""
+    try:
+        return bool(st.secrets.get("auth"))
+    except (StreamlitSecretNotFoundError, FileNotFoundError):
+        return False
 
 
 LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "localhost", "::1"})

@@ -25,6 +25,7 @@ import streamlit as st
 
 from core import roles
 from ui import fmt
+from ui.common import DERIVED_TTL
 from ui.i18n import STRINGS, lang, t
 
 EMPTY = "—"
@@ -37,6 +38,7 @@ DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 # Streamlit's printf formats: `,` groups thousands with a comma, `'.` before it makes the separator a dot
 INTEGER_FORMAT = {"es": "%'.,d", "en": "%,d"}
 MERGED_KEYS = frozenset({"label", "width", "help", "pinned", "hidden"})
+TABLE_ENTRIES = 256  # prepared tables kept by the process (see _prepared)
 
 
 class Link(NamedTuple):
@@ -131,16 +133,22 @@ def _viewer_roles() -> tuple[str, ...]:
 def prepare(df: pd.DataFrame, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
             links: Mapping[str, Link] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The frame as shown (only `columns`, values formatted) and its column_config."""
-    shown = list(columns) if columns is not None else list(df.columns)
+    return _prepared(df, list(columns) if columns is not None else list(df.columns), dict(config or {}),
+                     dict(links or {}), viewer_timezone(), _viewer_roles(), lang())
+
+
+# Prepared once per process for the same frame (hashed by value) and everything the result depends on: the
+# viewer's roles (which links a column gets: a manager never receives a frame prepared for a DPO), time zone and
+# language. Every session on a page shows the same few frames; formatting them is a good part of a page's time.
+@st.cache_data(ttl=DERIVED_TTL, max_entries=TABLE_ENTRIES, show_spinner=False)
+def _prepared(df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], links: dict[str, Link], tz: str,
+              viewer: tuple[str, ...], language: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     out = df[shown].copy()
-    overrides = dict(config or {})
-    tz = viewer_timezone()
-    viewer = _viewer_roles()
     column_config: dict[str, Any] = {}
     for col in shown:
         label = column_label(col)
         s = out[col]
-        link = (links or {}).get(col)
+        link = links.get(col)
         if link:
             out[col] = df[link.source or col].map(lambda v, ln=link: _link(ln.page, ln.param, v))
             shown_text = rf"{re.escape(link.param)}={re.escape(quote(link.strip, safe=''))}([^&]*)"
@@ -169,7 +177,7 @@ def prepare(df: pd.DataFrame, columns: list[str] | None = None, config: Mapping[
         else:
             out[col] = s.map(_text)
             column_config[col] = st.column_config.TextColumn(label)
-        extra = overrides.pop(col, None)
+        extra = overrides.get(col)
         if isinstance(extra, str):  # a label of the page's own
             extra = {"label": extra}
         if extra:  # the page's label, width, help; the type stays the one chosen here
