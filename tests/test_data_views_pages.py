@@ -58,7 +58,8 @@ def test_memory_checkpoints_and_access_each_log_one_view(shop, app_env):
         ("namespace", "clientes.C9"), ("thread", thread), ("access_preview", "art15:C9")]
     assert report.counts["data_views"] == 3
     html = access.export(shop, "C9", fmt="html", lang="es", operator="dpo@example.com").data.decode()
-    assert "data_views (3)" in html and thread in html
+    assert "Consultas de sus datos por nuestro personal (3)" in html and thread in html
+    assert "data_views (3)" not in html and "personal de la empresa (modo local, sin identificar)" in html
 
 
 def test_a_required_purpose_gates_the_data_and_is_logged(shop, app_env):

@@ -289,7 +289,7 @@ def test_the_access_export_reads_encrypted_messages_and_names_the_formats(create
         fmt = doc["cover"]["storage_formats"]
         assert fmt["encrypted"] > 0 and fmt["encrypted_threads"] == 1 and fmt["encrypted_writes_read"] > 0
         html = access.export(db, "C79", fmt="html", lang="en", operator="dpo@test").data.decode()
-        assert "Storage formats of their threads" in html and "encrypted_threads: 1" in html
+        assert "Storage formats of your conversations" in html and "Encrypted conversations: 1" in html
         monkeypatch.delenv("LANGGRAPH_AES_KEYS")
         blind = json.loads(access.export(db, "C79", fmt="json", lang="es", operator="dpo@test").data)
         kinds = [m["kind"] for t in blind["threads"] for m in t["messages"]]

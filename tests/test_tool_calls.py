@@ -146,10 +146,18 @@ def test_rows_of_deleted_threads_are_pruned_by_the_sweep_step(db):
     for cid, thread, text in SCRIPT:
         run_turn(agent, ContextoCliente(cid), thread, text)
     tool_calls.extract(db)
+    derived = ("core_tool_calls", "core_thread_days", "core_refused_payloads", "core_thread_summary",
+               "core_message_usage", "core_usage_threads")
+    held = {table: db.fetch_one(f"SELECT count(*) AS n FROM {table} WHERE thread_id = 'cliente-C2-1'")["n"]
+            for table in derived}
+    # two calls, one thread-day, its summary, its AI messages' usage and its per-model usage total
+    assert held["core_tool_calls"] == 2 and held["core_thread_days"] == 1 and held["core_thread_summary"] == 1
+    assert held["core_message_usage"] > 0 and held["core_usage_threads"] == 1
     PostgresSaver(db.pool).delete_thread("cliente-C2-1")
     result = tool_calls.sweep_step(db)
-    assert result.pruned == 3  # two calls and one thread-day
-    assert db.fetch_one("SELECT count(*) AS n FROM core_tool_calls WHERE thread_id = 'cliente-C2-1'")["n"] == 0
+    assert result.pruned == sum(held.values())
+    for table in derived:
+        assert db.fetch_one(f"SELECT count(*) AS n FROM {table} WHERE thread_id = 'cliente-C2-1'")["n"] == 0, table
     assert as_multiset(db.fetch(EXTRACTED)) == as_multiset(db.fetch(LIVE_CALLS))
 
 

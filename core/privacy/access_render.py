@@ -163,6 +163,20 @@ LABELS = {
         "checkpoint_writes": "escrituras de conversación", "store_vectors": "índice de búsqueda",
         "core_memory_writes": "escrituras en la memoria", "core_conversations": "registro de conversaciones",
         "core_guard_denials": "acciones denegadas", "core_serde_refusals": "contenidos rechazados",
+        "data_views": "Consultas de sus datos por nuestro personal", "viewed_at": "Fecha", "viewer": "Quién",
+        "role": "Función", "target": "Qué", "purpose": "Finalidad", "namespace": "su memoria",
+        "search": "una búsqueda por significado", "access_preview": "la vista previa de una solicitud de acceso",
+        "access_export": "una exportación de sus datos", "manager": "responsable de tienda",
+        "sre": "operaciones (SRE)", "dpo": "delegado de protección de datos",
+        "migration_version": "Versión del formato de LangGraph", "shallow": "Solo el último estado",
+        "rows": "Filas", "encrypted": "Filas cifradas", "encrypted_threads": "Conversaciones cifradas",
+        "encrypted_writes_read": "Escrituras cifradas leídas con la clave",
+        "delta_snapshots": "Instantáneas de canales delta", "delta_checkpoints": "Estados con canales delta",
+        "delta_threads": "Conversaciones con canales delta", "pickle": "Filas pickle (nunca se leen)",
+        "pickle_threads": "Conversaciones con filas pickle", "json": "Filas JSON", "undecodable": "Filas ilegibles",
+        "older_checkpoints": "Estados en un formato anterior", "pending_sends": "Envíos pendientes (formato anterior)",
+        "decoded": "Todo leído",
+        "local_viewer": "personal de la empresa (modo local, sin identificar)",
     },
     "en": {
         "documents": "Saved preferences", "expired_documents": "Expired preferences (not yet swept)",
@@ -187,6 +201,18 @@ LABELS = {
         "checkpoint_writes": "conversation writes", "store_vectors": "search index",
         "core_memory_writes": "writes to the memory", "core_conversations": "conversation log",
         "core_guard_denials": "refused actions", "core_serde_refusals": "refused contents",
+        "data_views": "Views of your data by our staff", "viewed_at": "Date", "viewer": "Who", "role": "Role",
+        "target": "What", "purpose": "Purpose", "namespace": "your memory", "search": "a search by meaning",
+        "access_preview": "the preview of an access request", "access_export": "an export of your data",
+        "manager": "store manager", "sre": "operations (SRE)", "dpo": "data protection officer",
+        "migration_version": "LangGraph format version", "shallow": "Latest state only", "rows": "Rows",
+        "encrypted": "Encrypted rows", "encrypted_threads": "Encrypted conversations",
+        "encrypted_writes_read": "Encrypted writes read with the key", "delta_snapshots": "Delta channel snapshots",
+        "delta_checkpoints": "States with delta channels", "delta_threads": "Conversations with delta channels",
+        "pickle": "Pickle rows (never read)", "pickle_threads": "Conversations with pickle rows", "json": "JSON rows",
+        "undecodable": "Unreadable rows", "older_checkpoints": "States in an older format",
+        "pending_sends": "Pending sends (older format)", "decoded": "Everything read",
+        "local_viewer": "company staff (local mode, not identified)",
     },
 }
 
@@ -201,6 +227,7 @@ COLUMNS = {
     "rechecks": ("checked_at", "trigger", "clean", "counts"),
     "exports": ("exported_at", "operator", "format", "lang", "size_bytes", "sha256"),
     "residue": ("thread_id", "term", "kind"),
+    "data_views": ("viewed_at", "viewer", "role", "kind", "target", "purpose"),
 }
 
 HTML_STYLE = """
@@ -255,6 +282,8 @@ class _Writer:
             return self.moment(value) if value else "—"
         if column == "operator" and value in LOCAL_OPERATORS:
             return STRINGS[self.lang]["dpo_office"]
+        if column == "viewer" and value in LOCAL_OPERATORS:  # the dashboard in local mode: nobody signed in
+            return self.label("local_viewer")
         if column == "denial" and isinstance(value, dict):
             return self.text({k: value.get(k) for k in ("tool", "risk", "reason", "thread_id")})
         return self.text(value)

@@ -30,7 +30,8 @@ class AccessReport:
     # every key of `counts`, in its order (the logs' names are core.privacy.access.gather's)
     COUNT_KEYS: ClassVar[tuple[str, ...]] = (
         "documents", "expired_documents", "threads", "messages", "marked_payloads", "memory_writes", "conversations",
-        "guard_denials", "episode_denials", "serde_refusals", "erasure_requests", "erasure_rechecks", "access_exports")
+        "guard_denials", "episode_denials", "serde_refusals", "data_views", "erasure_requests", "erasure_rechecks",
+        "access_exports")
 
     @property
     def counts(self) -> dict[str, int]:
