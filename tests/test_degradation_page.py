@@ -6,6 +6,8 @@ An embedded server of its own, so the outage never touches the session's server.
 from __future__ import annotations
 
 
+import time
+
 import psycopg
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -77,6 +79,9 @@ def test_replica_through_a_real_outage(outage_server, app_env, monkeypatch):
                               "aviso retraso: Los vaqueros llegan con retraso")  # HIGH: the guard denies it
             assert "deneg" in str(denied["messages"][-1].content).lower() or saver.status()["denials_total"] >= 1
             run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Prefiero que me atendáis en catalán.")  # LOW: runs, buffered
+            # the page shares one sample among its sessions per SHARE_S (2 s, app_pages/degradation.py), shown with
+            # its time: the next run after that takes a new one, during the outage
+            time.sleep(2.1)
             at.run()
             assert not at.exception
             errors = [e.value for e in at.error]
@@ -106,6 +111,7 @@ def test_replica_through_a_real_outage(outage_server, app_env, monkeypatch):
         assert saver.wait_for("healthy", 15)
         wait_until(lambda: not replica_health.episodes(db).empty and not replica_health.denials(db).empty)
 
+        time.sleep(2.1)  # past the shared sample taken during the outage (SHARE_S)
         at.run()
         assert not at.exception
         assert not at.error

@@ -4,6 +4,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from babel.numbers import format_decimal
 from streamlit.testing.v1 import AppTest
 
 from apptools import frame
@@ -46,7 +47,10 @@ def test_whatsapp_customers_with_scores_and_links_to_their_memory(demo_db, app_e
     expected = search(demo_db, settings_for(demo_db.dsn), QUESTION, "clientes", 8)
     assert [parse_qs(urlsplit(u).query)["ns"][0] for u in hits["holder"]] == expected["prefix"].tolist()
     assert all(urlsplit(u).path == "/memory" for u in hits["holder"])
-    assert hits["similarity"].tolist() == expected["similarity"].tolist()
+    # shown in the page's language to two decimals, as every table shows a fraction (ui.tables)
+    shown = [format_decimal(s, "#,##0.00" if not float(s).is_integer() else None, locale="es")
+             for s in expected["similarity"]]
+    assert hits["similarity"].tolist() == shown
     whatsapp = demo_db.fetch_one("SELECT count(*) AS n FROM store WHERE value->>'texto' = 'contacto: WhatsApp' "
                                  "AND expires_at > now()")["n"]
     assert whatsapp and set(hits["valor"].head(min(8, whatsapp))) == {"WhatsApp"}

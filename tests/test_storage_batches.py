@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from babel.dates import format_datetime
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 from streamlit.testing.v1 import AppTest
@@ -265,13 +266,16 @@ def test_table_totals_are_the_refresh_counts_as_of_its_time(create_database, app
         assert (totals["as_of"] == refreshed_at).all()
         sizes = {t: db.fetch_one("SELECT pg_total_relation_size(%s::regclass) AS n", (t,))["n"] for t in live}
         assert dict(zip(totals["table_name"], totals["total_bytes"])) == sizes
-        stamp = f"{refreshed_at.astimezone(__import__('datetime').timezone.utc):%Y-%m-%d %H:%M} UTC"
+        utc = __import__('datetime').timezone.utc
+        stamp = {lang: format_datetime(refreshed_at, "medium", tzinfo=utc, locale=lang) + " UTC" for lang in ("es", "en")}
         at = open_storage(db.dsn, app_env)
-        assert any(c.value.startswith(f"Filas a fecha de {stamp}") for c in at.caption), [c.value for c in at.caption]
+        assert any(c.value.startswith(f"Filas exactas a fecha del último barrido, {stamp['es']}") for c in at.caption), \
+            [c.value for c in at.caption]
         for table, n in live.items():
             assert as_int(metric(at, f"{table}: filas")) == n
         at = open_storage(db.dsn, app_env, "en")
-        assert any(c.value.startswith(f"Rows as of {stamp}") for c in at.caption), [c.value for c in at.caption]
+        assert any(c.value.startswith(f"Rows exact as of the last sweep, {stamp['en']}") for c in at.caption), \
+            [c.value for c in at.caption]
         assert as_int(metric(at, "checkpoints: rows")) == live["checkpoints"]
     finally:
         db.close()

@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store, put_memory
 from apptools import as_int, decode, frame, metric
+from ui.i18n import CATALOGUES
 
 APP = "../dashboard.py"
 PAGE = "app_pages/sweeps.py"
@@ -77,7 +78,7 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
     assert weeks_with_clientes and min(weeks_with_clientes) >= clientes["x"][48]
 
     config = frame(at, "root", "ttl_days", "in_process_sweeper").set_index("root")
-    assert config.loc["clientes", "ttl_days"] == 365 and (config["in_process_sweeper"] == "off").all()
+    assert config.loc["clientes", "ttl_days"] == 365 and (config["in_process_sweeper"] == CATALOGUES["es"]["sweeps_in_process_off"]).all()
 
 
 def test_sre_runs_a_manual_sweep_from_the_dialog_after_its_dry_run(create_database, app_env):

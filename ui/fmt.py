@@ -67,5 +67,6 @@ def count_axis(largest: float) -> dict[str, Any]:
 def date_ticks(days: Iterable[date], every: int = 7) -> dict[str, Any]:
     """A plotly axis over `days` labelled in the language ("30 nov"), one tick every `every` days."""
     shown = list(days)[::every]
-    # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
-    return dict(tickmode="array", tickvals=[v.astimezone(timezone.utc).replace(tzinfo=None) for v in shown], ticktext=[day(d, "d MMM") for d in shown])
+    # plotly.js reads no UTC offset in a date: instants as naive UTC, as plotly.py writes the bars' own dates
+    values = [v.astimezone(timezone.utc).replace(tzinfo=None) if isinstance(v, datetime) else v for v in shown]
+    return dict(tickmode="array", tickvals=values, ticktext=[day(d, "d MMM") for d in shown])
