@@ -40,8 +40,9 @@ def test_an_html_export_is_listed_and_counted_by_its_click_and_reads_as_a_docume
     page.get_by_text("Documento legible (HTML, imprimible a PDF)").click()
     page.wait_for_timeout(1000)  # the format's rerun
     counts = page.get_by_test_id("stDataFrame").first
-    label = counts.get_by_role("gridcell", name="Exportaciones anteriores")
-    expect(label).to_be_attached(timeout=30_000)  # the grid is drawn on a canvas: its cells are accessible, hidden
+    label = counts.get_by_role("gridcell", name="Exportaciones anteriores", include_hidden=True)
+    expect(label).to_be_attached(timeout=30_000)  # the grid is drawn on a canvas: its cells are
+    # in an accessible table inside it, which Playwright counts as hidden
     row_no = label.get_attribute("id").rsplit("-", 1)[1]
     exports_count = counts.locator(f"#glide-cell-1-{row_no}")
     expect(exports_count).to_have_text("0")
@@ -53,13 +54,14 @@ def test_an_html_export_is_listed_and_counted_by_its_click_and_reads_as_a_docume
     expect(page.get_by_text("Exportaciones registradas de C9")).to_be_visible(timeout=45_000)
     row = dpo_shop.fetch_one("SELECT id, sha256 FROM core_access_register ORDER BY id DESC LIMIT 1")
     exports = page.get_by_test_id("stDataFrame").nth(1)
-    expect(exports.get_by_role("gridcell", name=row["sha256"])).to_be_attached(timeout=30_000)
+    expect(exports.get_by_role("gridcell", name=row["sha256"], include_hidden=True)).to_be_attached(timeout=30_000)
     expect(exports_count).to_have_text("1", timeout=30_000)
     screenshot("dpo_access_after_export")
 
     page.goto(path.as_uri())
     expect(page.get_by_role("heading", name="Sus datos en nuestros asistentes de atención (cliente C9)")).to_be_visible()
-    for heading in ("Responsable del tratamiento", "Cuánto tiempo los conservamos", "Sus derechos", "Sus conversaciones"):
+    for heading in ("Responsable del tratamiento", "Cuánto tiempo los conservamos", "Sus derechos",
+                    "Sus conversaciones (1)"):  # a section's heading carries its count
         expect(page.get_by_text(heading, exact=True).first).to_be_visible()
     text = page.inner_text("body")
     assert "Agencia Española de Protección de Datos" in text and "Usa la herramienta: recordar_preferencia (" in text
@@ -88,7 +90,9 @@ def test_an_erasure_survives_a_reload_as_its_register_entry(page, dpo_shop, scre
     page.get_by_text(f"Ver la solicitud n.º {rid} en el registro de borrados").click()
     verify = page.get_by_role("button", name="Verificar la cadena de hashes")
     expect(verify).to_be_visible(timeout=60_000)
-    expect(page.get_by_test_id("stMain").get_by_test_id("stSelectbox")).to_contain_text(f"n.º {rid} · C7")
+    # the picked option is the value of the selectbox's (searchable) combobox input, not text of the widget
+    picked = page.get_by_test_id("stMain").get_by_test_id("stSelectbox").get_by_role("combobox", name="Solicitud")
+    expect(picked).to_have_value(re.compile(rf"^n\.º {rid} · C7 · "))
     verify.click()
     expect(page.get_by_text("Cadena íntegra")).to_be_visible(timeout=30_000)
     page.get_by_role("button", name="Re-comprobar ahora").click()
