@@ -62,8 +62,9 @@ def cost_view() -> None:
         c[2].metric(t("col_cached_tokens"), fmt.number(int(agents["cached_tokens"].sum())))
         c[3].metric(t("col_output_tokens"), fmt.number(int(agents["output_tokens"].sum())))
         if (agents["note"] == "no_price").any():
-            st.warning(t("cost_unpriced", models=", ".join(sorted({m for v in agents["no_price"] for m in v.split(", ")
-                                                                    if m}))), icon=":material/sell:")
+            unpriced = sorted({m for v in agents["no_price"] for m in v.split(", ") if m})
+            # model names come from the agents' messages: escaped, never read as Markdown
+            st.warning(t("cost_unpriced", models=", ".join(md_code(m) for m in unpriced)), icon=":material/sell:")
         st.markdown(f"**{t('cost_by_agent')}**")
         table(_notes(agents.assign(agent=agents["agent"].replace("", t("cost_no_agent")))), key=f"{KEY}.agents",
               columns=["agent", *COLUMNS])
