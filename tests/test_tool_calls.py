@@ -146,8 +146,7 @@ def test_rows_of_deleted_threads_are_pruned_by_the_sweep_step(db):
     for cid, thread, text in SCRIPT:
         run_turn(agent, ContextoCliente(cid), thread, text)
     tool_calls.extract(db)
-    derived = ("core_tool_calls", "core_thread_days", "core_refused_payloads", "core_thread_summary",
-               "core_message_usage", "core_usage_threads")
+    derived = tool_calls.DERIVED_PER_THREAD
     held = {table: db.fetch_one(f"SELECT count(*) AS n FROM {table} WHERE thread_id = 'cliente-C2-1'")["n"]
             for table in derived}
     # two calls, one thread-day, its summary, its AI messages' usage and its per-model usage total

@@ -215,30 +215,13 @@ SELECT count(*) AS n FROM (
 
 # Rows of threads the checkpointer no longer holds (retention, delete_thread): args are what a
 # customer said, so they do not outlive the thread.
-PRUNE_ORPHANS = """
-WITH gone_refused AS (
-    DELETE FROM core_refused_payloads t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
-    RETURNING 1
-), gone_calls AS (
-    DELETE FROM core_tool_calls t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
-    RETURNING 1
-), gone_days AS (
-    DELETE FROM core_thread_days t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
-    RETURNING 1
-), gone_summary AS (
-    DELETE FROM core_thread_summary t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
-    RETURNING 1
-), gone_usage AS (
-    DELETE FROM core_message_usage t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
-    RETURNING 1
-), gone_usage_threads AS (
-    -- per-day totals stay: what deleted threads cost was spent
-    DELETE FROM core_usage_threads t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM gone_calls) + (SELECT count(*) FROM gone_days) + (SELECT count(*) FROM gone_refused)
-       + (SELECT count(*) FROM gone_summary) + (SELECT count(*) FROM gone_usage)
-       + (SELECT count(*) FROM gone_usage_threads) AS n"""
+# The per-day usage totals (core_usage_days) stay: what deleted threads cost was spent.
+DERIVED_PER_THREAD = ("core_refused_payloads", "core_tool_calls", "core_thread_days", "core_thread_summary",
+                      "core_message_usage", "core_usage_threads")
+PRUNE_ORPHANS = "WITH " + ",\n".join(
+    f"gone_{i} AS (DELETE FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)"
+    " RETURNING 1)" for i, table in enumerate(DERIVED_PER_THREAD)
+) + "\nSELECT " + " + ".join(f"(SELECT count(*) FROM gone_{i})" for i in range(len(DERIVED_PER_THREAD))) + " AS n"
 
 
 @dataclass(frozen=True)
