@@ -20,7 +20,6 @@ from ui.safe import md, plot_frame
 
 TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversations
 PAGE_SIZE = 50
-DATE_INPUT_FORMAT = {"es": "DD/MM/YYYY", "en": "YYYY-MM-DD"}
 APPLIED_THREADS = 500  # the period's most recent conversations decoded for "preferences applied"
 
 
@@ -57,7 +56,7 @@ with st.expander(t("prefs_technical")):
 
 today = date.today()
 period = st.date_input(t("period"), (today - timedelta(days=29), today), max_value=today, key="preferences.period",
-                       format=DATE_INPUT_FORMAT.get(lang(), "YYYY-MM-DD"))
+                       format=fmt.date_input_format())
 if not isinstance(period, tuple) or len(period) != 2:
     st.stop()  # the user is still picking the end date
 since, until = period

@@ -13,6 +13,14 @@ from babel.numbers import format_decimal, format_percent, get_decimal_symbol, ge
 from ui.i18n import lang, t
 
 
+DATE_INPUT_FORMATS = {"es": "DD/MM/YYYY", "en": "YYYY-MM-DD"}
+
+
+def date_input_format() -> str:
+    """st.date_input's `format` for the UI's language."""
+    return DATE_INPUT_FORMATS.get(lang(), "YYYY-MM-DD")
+
+
 def number(value: float | int, digits: int | None = None) -> str:
     """`value` with the language's separators; `digits` fixes the decimals (None: as many as it has, up to 3)."""
     pattern = None if digits is None else ("#,##0." + "0" * digits if digits else "#,##0")

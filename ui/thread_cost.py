@@ -12,12 +12,11 @@ import streamlit as st
 from core.checkpoints import usage
 from ui import charts, fmt
 from ui.common import read, settings
-from ui.i18n import lang, t
+from ui.i18n import t
 from ui.safe import md_code, plot_frame
 from ui.tables import EMPTY, table
 
 KEY = "checkpoints.cost"
-DATE_INPUT_FORMAT = {"es": "DD/MM/YYYY", "en": "YYYY-MM-DD"}
 THREADS_SHOWN = 100
 COLUMNS = ["messages", "input_tokens", "cached_tokens", "output_tokens", "models", "cost_usd", "note"]
 
@@ -48,7 +47,7 @@ def cost_view() -> None:
         st.warning(t("cost_no_prices"), icon=":material/sell:")
     today = date.today()
     period = st.date_input(t("period"), (today - timedelta(days=29), today), max_value=today, key=f"{KEY}.period",
-                           format=DATE_INPUT_FORMAT.get(lang(), "YYYY-MM-DD"))
+                           format=fmt.date_input_format())
     if not isinstance(period, tuple) or len(period) != 2:
         st.stop()  # the user is still picking the end date
     since, until = period
