@@ -8,7 +8,7 @@ import pytest
 from core.db import Database
 from core.memory.store import put_memory
 from core.operations.sweep import run_sweep
-from core.privacy import evidence, token_index
+from core.privacy import evidence, token_index, tokens
 from format_agents import AES_KEY, OLD_AES_KEY, encrypted_agent
 from tests.test_erasure import make_store
 from tests.test_erasure_keeps_nothing import scan
@@ -59,7 +59,7 @@ def test_the_sweep_indexes_encrypted_rows_with_the_key_and_writes_no_plaintext(d
     # confirm a guess without the key: the encrypted thread holds no plain hash of its tokens
     after = scan(db, [PHONE])
     assert after == before and not any(c.startswith(("checkpoint", "core_thread_tokens")) for c in after), after
-    guesses = [token_index.token_hash(t) for t in (PHONE, "llámame", "tarde")]
+    guesses = [tokens.token_hash(t) for t in (PHONE, "llámame", "tarde")]
     assert db.fetch("SELECT thread_id FROM core_thread_tokens WHERE tokens && %s::integer[]", [guesses]) == []
 
     # incremental: a run with nothing written decrypts nothing again

@@ -15,7 +15,7 @@ from langgraph.graph import MessagesState, StateGraph
 from psycopg_pool import ConnectionPool
 
 from core.db import Database
-from core.privacy import erasure, evidence, residue as res, subjects as subj, token_index as ti
+from core.privacy import erasure, evidence, residue as res, subjects as subj, token_index as ti, tokens as tok
 from conftest import login_role
 from foreign_agents import CUSTOMERS
 
@@ -27,14 +27,14 @@ UNION ALL SELECT type, blob, core_checkpoint_payload(type, blob)::text FROM chec
 
 def _decoder_tokens(text: str) -> set[str]:
     found: set[str] = set()
-    ti.tokens_of_json_text(text, found)
+    tok.tokens_of_json_text(text, found)
     return found
 
 
 def _assert_walk_covers_decoder(db: Database, rows) -> int:
     walked = 0
     for row in rows:
-        tokens = ti.payload_tokens(row["type"], row["blob"])
+        tokens = tok.payload_tokens(row["type"], row["blob"])
         if tokens is None:
             continue
         walked += 1
@@ -72,8 +72,8 @@ def test_the_walk_covers_numbers_bytes_escapes_and_constructors(db):
                             ("null", None)):
         text = db.fetch_one("SELECT core_checkpoint_payload(%s, %s)::text AS text", (blob_type, blob))["text"]
         assert _assert_walk_covers_decoder(db, [{"type": blob_type, "blob": blob, "text": text}]) == 1
-    assert ti.payload_tokens("pickle", b"\x80\x04K\x01.") is None
-    assert ti.payload_tokens("msgpack", b"\xc1") is None
+    assert tok.payload_tokens("pickle", b"\x80\x04K\x01.") is None
+    assert tok.payload_tokens("msgpack", b"\xc1") is None
 
 
 def _threads(db: Database, table: str = "core_token_dirty") -> set[str]:

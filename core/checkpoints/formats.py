@@ -161,7 +161,7 @@ class Decryptor:
         return bool(self._ciphers)
 
     def keyed(self, token_hash: int) -> int:
-        """A token hash (core.privacy.token_index.token_hash) keyed with the key set: what the token index stores
+        """A token hash (core.privacy.tokens.token_hash) keyed with the key set: what the token index stores
         for the tokens of encrypted rows."""
         digest = hashlib.blake2b(token_hash.to_bytes(4, "big", signed=True), key=self._index_key, digest_size=4)
         return int.from_bytes(digest.digest(), "big", signed=True)

@@ -29,7 +29,7 @@ import psycopg
 
 from core.checkpoints import formats
 from core.privacy import residue as res
-from core.privacy import token_index
+from core.privacy import token_index, tokens
 
 SALT_BYTES = 16
 DIGEST_BYTES = 16
@@ -79,10 +79,10 @@ class HashedTerm:
 
 def hash_term(term: res.Term, ref: str, salt: str) -> HashedTerm:
     text = res.json_text(term.term)
-    head = token_index.TOKEN.match(term.term)
+    head = tokens.TOKEN.match(term.term)
     return HashedTerm(ref, term.kind, term.customers, term.threads, term.common, _digest(bytes.fromhex(salt), text),
                       len(text), tuple(token_index.term_hashes(term.term)),
-                      token_index.token_hash(head.group()) if head else None,
+                      tokens.token_hash(head.group()) if head else None,
                       bool(res.TOKEN_CHAR.match(term.term[-1:])))
 
 
@@ -98,7 +98,7 @@ def by_reference(rows: Iterable[dict], refs: Mapping[str, str]) -> list[dict]:
 
 def _blank_escapes(text: str) -> str:
     """`text` with every JSON escape replaced by as many spaces: same positions, and an escape is a boundary."""
-    return token_index.JSON_ESCAPE.sub(lambda m: " " * len(m.group()), text)
+    return tokens.JSON_ESCAPE.sub(lambda m: " " * len(m.group()), text)
 
 
 class Matcher:
@@ -121,8 +121,8 @@ class Matcher:
         """References of the terms `text` holds."""
         blank = _blank_escapes(text)
         out: set[str] = set()
-        for m in token_index.TOKEN.finditer(blank):  # a term starting with a token character starts a token
-            for term in self.by_first.get(token_index.token_hash(m.group()), ()):
+        for m in tokens.TOKEN.finditer(blank):  # a term starting with a token character starts a token
+            for term in self.by_first.get(tokens.token_hash(m.group()), ()):
                 end = m.start() + term.chars
                 if (term.ref not in out and end <= len(text) and self._ends_well(blank, end, term)
                         and _digest(self.key, text[m.start():end]) == term.digest):
