@@ -4,9 +4,12 @@ and the threads that grow faster than linearly, orphans, and PostgreSQL's own ta
 The sweep's storage refresh (core/checkpoints/storage.py) keeps `core_channel_storage`, `core_thread_growth` and the
 orphan totals in the same batches of thread_id ranges and the same snapshot as `core_thread_storage`, and, when
 `KNOWN_THREADS_QUERY` is configured, which threads the application no longer knows; one thread is also read live.
+The detail is recomputed only for the threads whose rows changed since the last refresh (their fingerprint, a sum of
+hashes of what the detail reads, kept in core_thread_storage); the orphan totals are sums of per-thread rows.
 Only keys, sizes and versions are read, never a payload (`octet_length` of a TOASTed value reads its header)."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import pandas as pd
@@ -81,26 +84,43 @@ SELECT n, checkpoint_ns, checkpoint_id, step, checkpoint_bytes, blob_bytes, writ
        checkpoint_bytes + blob_bytes + write_bytes AS bytes
 FROM steps ORDER BY n"""
 
-# Orphans in one range: blobs whose (thread, namespace, channel, version) no checkpoint references; writes whose
-# checkpoint is not there.
-SELECT_ORPHANS = """
+# Orphans per thread, in one set of threads: blobs whose (thread, namespace, channel, version) no checkpoint references;
+# writes whose checkpoint is not there. Only threads that have any get a row.
+INSERT_ORPHANS = """
 WITH refs AS (
     SELECT DISTINCT thread_id, checkpoint_ns, e.key AS channel, e.value AS version
     FROM checkpoints CROSS JOIN LATERAL jsonb_each_text(coalesce(checkpoint -> 'channel_versions', '{{}}')) e
     WHERE {range}
 ), b AS (
-    SELECT count(*) AS n, coalesce(sum(x.bytes), 0) AS bytes
+    SELECT x.thread_id, count(*) AS blobs, sum(x.bytes) AS blob_bytes
     FROM (SELECT thread_id, checkpoint_ns, channel, version, coalesce(octet_length(blob), 0) AS bytes
           FROM checkpoint_blobs WHERE {range}) x
     LEFT JOIN refs r USING (thread_id, checkpoint_ns, channel, version)
     WHERE r.thread_id IS NULL
+    GROUP BY x.thread_id
 ), w AS (
-    SELECT count(*) AS n, coalesce(sum(coalesce(octet_length(w.blob), 0)), 0) AS bytes
+    SELECT thread_id, count(*) AS writes, sum(coalesce(octet_length(w.blob), 0)) AS write_bytes
     FROM checkpoint_writes w
     WHERE {range} AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = w.thread_id
                                   AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)
+    GROUP BY thread_id
 )
-SELECT b.n AS blobs, b.bytes AS blob_bytes, w.n AS writes, w.bytes AS write_bytes FROM b, w"""
+INSERT INTO core_thread_orphans (thread_id, blobs, blob_bytes, writes, write_bytes)
+SELECT thread_id, coalesce(b.blobs, 0), coalesce(b.blob_bytes, 0), coalesce(w.writes, 0), coalesce(w.write_bytes, 0)
+FROM b FULL JOIN w USING (thread_id)"""
+
+# What each detail row is computed from, per row of the three tables: a 64-bit hash of its keys and sizes (and of a
+# checkpoint's channel_versions), seeded by the detail's own SQL (DETAIL_SEEDS). Their sum per thread is the thread's
+# fingerprint (storage.INSERT_STORAGE_BATCH): a thread whose fingerprint did not change since the last refresh keeps
+# its detail rows. Every column hashed is NOT NULL in langgraph's schema (a NULL would drop the row from the sum).
+CHECKPOINT_HASH = """hashint8extended((pg_column_size(checkpoint) + pg_column_size(metadata))::bigint,
+                 hashtextextended(checkpoint_id, hashtextextended(checkpoint_ns,
+                 jsonb_hash_extended(coalesce(checkpoint -> 'channel_versions', 'null'), {seed}))))"""
+BLOB_HASH = """hashint8extended(coalesce(octet_length(blob), -1)::bigint, hashtextextended(version,
+           hashtextextended(channel, hashtextextended(checkpoint_ns, {seed}))))"""
+WRITE_HASH = """hashint8extended(coalesce(octet_length(blob), -1)::bigint, hashtextextended(channel,
+            hashint4extended(idx, hashtextextended(task_id, hashtextextended(checkpoint_id,
+            hashtextextended(checkpoint_ns, {seed}))))))"""
 
 # Threads the application no longer knows: the configured KNOWN_THREADS_QUERY (every thread_id the application
 # knows; SUBJECT_THREAD_QUERY cannot say it: it answers for one customer) restricted to one range, run in the refresh's
@@ -113,11 +133,24 @@ KNOWN_RANGE = "(q.thread_id)::text"
 KNOWN_COLUMN = "coalesce(c.thread_id, b.thread_id, w.thread_id) = ANY({}::text[])"  # in storage.INSERT_STORAGE_BATCH
 NOT_CHECKED = pgsql.SQL("NULL::boolean")
 
-CLEAR = ("DELETE FROM core_channel_storage", "DELETE FROM core_thread_growth")
+DETAIL_TABLES = ("core_channel_storage", "core_thread_growth", "core_thread_orphans")
+# In one range, after its summary rows were replaced: the detail of the changed threads and of threads no longer there.
+DELETE_DETAIL = """
+DELETE FROM {table} d WHERE {range} AND (d.thread_id = ANY({changed}::text[])
+    OR NOT EXISTS (SELECT 1 FROM core_thread_storage s WHERE s.thread_id = d.thread_id))"""
+CHANGED = "thread_id = ANY({}::text[])"
+DETAIL_SEEDS = tuple(int.from_bytes(hashlib.sha256("\n".join(
+    (CHANNELS, INSERT_CHANNELS, STEPS, INSERT_GROWTH, INSERT_ORPHANS, CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH)).encode()
+).digest()[i:i + 8], "big", signed=True) for i in (0, 8, 16))  # checkpoints, blobs, writes
+HASHES = {name: pgsql.SQL(sql).format(seed=pgsql.Literal(seed)) for name, sql, seed in zip(
+    ("checkpoint_hash", "blob_hash", "write_hash"), (CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH), DETAIL_SEEDS)}
+# The refresh's orphan totals: sums of the per-thread rows.
 RECORD_ORPHANS = """
-UPDATE core_thread_storage_refresh SET orphan_blobs = %(blobs)s, orphan_blob_bytes = %(blob_bytes)s,
-       orphan_writes = %(writes)s, orphan_write_bytes = %(write_bytes)s, unknown_threads = %(unknown_threads)s,
-       unknown_thread_bytes = %(unknown_thread_bytes)s, unknown_threads_error = %(unknown_threads_error)s"""
+UPDATE core_thread_storage_refresh SET (orphan_blobs, orphan_blob_bytes, orphan_writes, orphan_write_bytes) = (
+           SELECT coalesce(sum(blobs), 0), coalesce(sum(blob_bytes), 0), coalesce(sum(writes), 0),
+                  coalesce(sum(write_bytes), 0) FROM core_thread_orphans),
+       unknown_threads = %(unknown_threads)s, unknown_thread_bytes = %(unknown_thread_bytes)s,
+       unknown_threads_error = %(unknown_threads_error)s"""
 
 
 class KnownThreadsQueryError(ValueError):
@@ -136,13 +169,10 @@ def known_threads_query(query: str | None) -> str | None:
 
 @dataclass
 class Orphans:
-    """The refresh's orphans, added up batch by batch. `known_query`: KNOWN_THREADS_QUERY (None: nothing can tell
-    which threads the application no longer knows); `unknown_threads_error`: why it could not run."""
+    """The refresh's threads the application no longer knows, added up batch by batch. `known_query`:
+    KNOWN_THREADS_QUERY (None: nothing can tell which threads the application no longer knows);
+    `unknown_threads_error`: why it could not run."""
 
-    blobs: int = 0
-    blob_bytes: int = 0
-    writes: int = 0
-    write_bytes: int = 0
     known_query: str | None = None
     unknown_threads: int = 0
     unknown_thread_bytes: int = 0
@@ -183,28 +213,27 @@ class Orphans:
         self.unknown_thread_bytes += int(row["unknown_thread_bytes"])
 
 
-def clear(conn: psycopg.Connection) -> None:
-    """Empty the detail tables (in the refresh's transaction, after it locked core_thread_storage)."""
-    for sql in CLEAR:
-        conn.execute(sql)
-
-
-def refresh_range(conn: psycopg.Connection, thread_range: pgsql.Composable, orphans: Orphans) -> None:
-    """The detail of one range of threads (`thread_range`: a condition on `thread_id`), orphans added up."""
-    for sql in (INSERT_CHANNELS, INSERT_GROWTH):
-        conn.execute(pgsql.SQL(sql).format(range=thread_range))
-    row = conn.execute(pgsql.SQL(SELECT_ORPHANS).format(range=thread_range)).fetchone()
-    for name in ("blobs", "blob_bytes", "writes", "write_bytes"):
-        setattr(orphans, name, getattr(orphans, name) + int(row[name]))
+def refresh_range(conn: psycopg.Connection, thread_range: pgsql.Composable, changed: list[str], every: bool) -> None:
+    """The detail of one range of threads (`thread_range`: a condition on `thread_id`) whose summary rows were just
+    replaced: that of the `changed` threads recomputed (`every`: they are all the range's threads), that of threads
+    no longer there deleted, the others' kept."""
+    ids = pgsql.Literal(changed)
+    for table in DETAIL_TABLES:
+        conn.execute(pgsql.SQL(DELETE_DETAIL).format(table=pgsql.Identifier(table), range=thread_range, changed=ids))
+    if not changed:
+        return
+    threads = thread_range if every else pgsql.SQL(CHANGED).format(ids)
+    for sql in (INSERT_CHANNELS, INSERT_GROWTH, INSERT_ORPHANS):
+        conn.execute(pgsql.SQL(sql).format(range=threads), prepare=False)
 
 
 def record_orphans(conn: psycopg.Connection, orphans: Orphans) -> None:
-    """The refresh's orphan totals; the unknown threads' as NULL when no query ran to the end (then the ranges it had
-    checked before failing are not listed either: SELECT_UNKNOWN_THREADS)."""
+    """The refresh's orphan totals (sums of core_thread_orphans); the unknown threads' as NULL when no query ran to the
+    end (then the ranges it had checked before failing are not listed either: SELECT_UNKNOWN_THREADS)."""
     checked = orphans.checking
-    conn.execute(RECORD_ORPHANS, {**orphans.__dict__,
-                                  "unknown_threads": orphans.unknown_threads if checked else None,
-                                  "unknown_thread_bytes": orphans.unknown_thread_bytes if checked else None})
+    conn.execute(RECORD_ORPHANS, {"unknown_threads": orphans.unknown_threads if checked else None,
+                                  "unknown_thread_bytes": orphans.unknown_thread_bytes if checked else None,
+                                  "unknown_threads_error": orphans.unknown_threads_error})
 
 
 # --- reads -------------------------------------------------------------------------------------------------------------
