@@ -37,6 +37,67 @@ FIGURES = {
 }
 BATCH_ROWS = 7  # many batches: thread ranges cut inside the data
 
+# The reference for the rewritten detail: the statements the refresh ran before (git 32ce943), which expanded every
+# checkpoint's channel_versions twice (growth, then orphans), read per thread over the whole database.
+OLD_STEPS = """
+WITH c AS MATERIALIZED (
+    SELECT thread_id, checkpoint_ns, checkpoint_id, metadata ->> 'step' AS step,
+           checkpoint -> 'channel_versions' AS versions,
+           lag(checkpoint -> 'channel_versions') OVER (PARTITION BY thread_id, checkpoint_ns ORDER BY checkpoint_id)
+               AS previous,
+           pg_column_size(checkpoint) + pg_column_size(metadata) AS checkpoint_bytes
+    FROM checkpoints
+), blobs AS (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, sum(coalesce(octet_length(b.blob), 0)) AS bytes
+    FROM c
+    CROSS JOIN LATERAL jsonb_each_text(coalesce(c.versions, '{}')) AS e(channel, version)
+    JOIN checkpoint_blobs b ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+                           AND b.channel = e.channel AND b.version = e.version
+    WHERE c.previous ->> e.channel IS DISTINCT FROM e.version
+    GROUP BY 1, 2, 3
+), w AS (
+    SELECT thread_id, checkpoint_ns, checkpoint_id, sum(coalesce(octet_length(blob), 0)) AS bytes
+    FROM checkpoint_writes GROUP BY 1, 2, 3
+), steps AS (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.step,
+           row_number() OVER (PARTITION BY c.thread_id ORDER BY c.checkpoint_id) AS n,
+           c.checkpoint_bytes, coalesce(b.bytes, 0) AS blob_bytes, coalesce(w.bytes, 0) AS write_bytes
+    FROM c
+    LEFT JOIN blobs b USING (thread_id, checkpoint_ns, checkpoint_id)
+    LEFT JOIN w USING (thread_id, checkpoint_ns, checkpoint_id)
+)"""
+OLD_GROWTH = OLD_STEPS + f"""
+SELECT thread_id, count(*)::integer AS steps, sum(bytes)::bigint AS bytes, (array_agg(bytes ORDER BY n))[1] AS
+       first_step_bytes, (array_agg(bytes ORDER BY n DESC))[1] AS last_step_bytes, regr_slope(bytes, n) AS slope,
+       coalesce(count(*) >= {storage_detail.MIN_STEPS} AND regr_slope(bytes, n) * count(*) > avg(bytes), false)
+           AS superlinear
+FROM (SELECT thread_id, n, checkpoint_bytes + blob_bytes + write_bytes AS bytes FROM steps) s
+GROUP BY thread_id ORDER BY thread_id"""
+OLD_STEP_ROWS = OLD_STEPS + """
+SELECT n, checkpoint_ns, checkpoint_id, step, checkpoint_bytes, blob_bytes, write_bytes FROM steps
+WHERE thread_id = %s ORDER BY n"""
+OLD_ORPHANS = """
+WITH refs AS (
+    SELECT DISTINCT thread_id, checkpoint_ns, e.key AS channel, e.value AS version
+    FROM checkpoints CROSS JOIN LATERAL jsonb_each_text(coalesce(checkpoint -> 'channel_versions', '{}')) e
+), b AS (
+    SELECT x.thread_id, count(*) AS blobs, sum(x.bytes) AS blob_bytes
+    FROM (SELECT thread_id, checkpoint_ns, channel, version, coalesce(octet_length(blob), 0) AS bytes
+          FROM checkpoint_blobs) x
+    LEFT JOIN refs r USING (thread_id, checkpoint_ns, channel, version)
+    WHERE r.thread_id IS NULL
+    GROUP BY x.thread_id
+), w AS (
+    SELECT thread_id, count(*) AS writes, sum(coalesce(octet_length(w.blob), 0)) AS write_bytes
+    FROM checkpoint_writes w
+    WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = w.thread_id
+                      AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)
+    GROUP BY thread_id
+)
+SELECT thread_id, coalesce(b.blobs, 0) AS blobs, coalesce(b.blob_bytes, 0) AS blob_bytes, coalesce(w.writes, 0) AS
+       writes, coalesce(w.write_bytes, 0) AS write_bytes
+FROM b FULL JOIN w USING (thread_id) ORDER BY thread_id"""
+
 
 def figures(conn: psycopg.Connection) -> dict[str, list[dict]]:
     return {name: conn.execute(sql).fetchall() for name, sql in FIGURES.items()}
@@ -232,3 +293,34 @@ def test_two_refreshes_at_once_count_nothing_twice(db):
     assert second["done"].detailed == 1 and second["done"].threads == first.threads  # the turn, nothing else
     r.expect(set())  # and a full recomputation agrees with every figure the two kept
     assert storage_detail.orphans(db)["blobs"] == 1 and storage_detail.orphans(db)["writes"] == 1
+
+
+def same_detail_as_before(db: Database) -> None:
+    """The refresh's growth and orphans per thread, and one thread's steps read live, equal the old statements'."""
+    storage.refresh_thread_storage(db, KEYS, batch_rows=BATCH_ROWS, known_query=None, full=True)
+    assert db.fetch(FIGURES["growth"], read_only=False) == db.fetch(OLD_GROWTH, read_only=False)
+    old_orphans = db.fetch(OLD_ORPHANS, read_only=False)
+    assert db.fetch(FIGURES["orphans"], read_only=False) == old_orphans
+    for thread in [r["thread_id"] for r in db.fetch("SELECT DISTINCT thread_id FROM checkpoints")]:
+        live = storage_detail.thread_steps(db, thread).drop(columns=["bytes", "cumulative"])
+        assert live.to_dict("records") == db.fetch(OLD_STEP_ROWS, (thread,), read_only=False), thread
+
+
+def test_the_detail_equals_the_statements_it_replaced(db, article_agents):
+    """Growth per step and orphans, now from one expansion of each checkpoint's versions, are those of the two
+    statements before, on our agents' threads (growing, DeltaChannel, orphans by hand, a pruned history, checkpoints
+    gone from the middle of a thread) and on the article agents' database."""
+    write(db)
+    same_detail_as_before(db)
+    with psycopg.connect(db.dsn, autocommit=True, row_factory=dict_row) as conn:
+        assert prune.prune_history(conn, prune.validate_policy(4)).threads
+    db.execute("DELETE FROM checkpoints WHERE thread_id = 'cuadratico' AND checkpoint_id IN (SELECT checkpoint_id FROM "
+               "checkpoints WHERE thread_id = 'cuadratico' ORDER BY checkpoint_id LIMIT 2)")
+    assert db.fetch_one("SELECT count(*) AS n FROM core_thread_orphans", read_only=False)["n"] >= 1
+    same_detail_as_before(db)
+    assert db.fetch_one("SELECT sum(blobs) AS n FROM core_thread_orphans", read_only=False)["n"] > 1
+    foreign = Database(article_agents().dsn)
+    try:
+        same_detail_as_before(foreign)
+    finally:
+        foreign.close()

@@ -45,69 +45,69 @@ ORDER BY total_bytes DESC, channel"""
 
 # What each checkpoint added, in order: its own row, the blobs of the channels whose version changed since the
 # previous checkpoint of its namespace, and its writes. `n` numbers a thread's checkpoints (all namespaces) by id.
+# `changed`: one row per checkpoint and (channel, version) pair it changed (one with NULLs when it changed none), each
+# checkpoint's channel_versions expanded once; every version a checkpoint references is among them (at the first
+# checkpoint of its namespace that references it), so the orphan blobs are read from them too
+# (INSERT_GROWTH_AND_ORPHANS). `b`: the blobs' keys and sizes only, read once by a range scan, never their payload.
 STEPS = """
-WITH c AS MATERIALIZED (
+WITH b AS MATERIALIZED (
+    SELECT thread_id, checkpoint_ns, channel, version, coalesce(octet_length(blob), 0) AS bytes
+    FROM checkpoint_blobs WHERE {range}
+), c AS (
     SELECT thread_id, checkpoint_ns, checkpoint_id, metadata ->> 'step' AS step,
+           row_number() OVER (PARTITION BY thread_id ORDER BY checkpoint_id) AS n,
+           pg_column_size(checkpoint) + pg_column_size(metadata) AS checkpoint_bytes,
            checkpoint -> 'channel_versions' AS versions,
            lag(checkpoint -> 'channel_versions') OVER (PARTITION BY thread_id, checkpoint_ns ORDER BY checkpoint_id)
-               AS previous,
-           pg_column_size(checkpoint) + pg_column_size(metadata) AS checkpoint_bytes
+               AS previous
     FROM checkpoints WHERE {range}
-), blobs AS (
-    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, sum(coalesce(octet_length(b.blob), 0)) AS bytes
-    FROM c
-    CROSS JOIN LATERAL jsonb_each_text(coalesce(c.versions, '{{}}')) AS e(channel, version)
-    JOIN checkpoint_blobs b ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
-                           AND b.channel = e.channel AND b.version = e.version
-    WHERE c.previous ->> e.channel IS DISTINCT FROM e.version
-    GROUP BY 1, 2, 3
+), changed AS MATERIALIZED (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.step, c.n, c.checkpoint_bytes, e.channel, e.version
+    FROM c LEFT JOIN LATERAL (
+        SELECT x.channel, x.version FROM jsonb_each_text(coalesce(c.versions, '{{}}')) AS x(channel, version)
+        WHERE c.previous ->> x.channel IS DISTINCT FROM x.version) e ON true
 ), w AS (
     SELECT thread_id, checkpoint_ns, checkpoint_id, sum(coalesce(octet_length(blob), 0)) AS bytes
     FROM checkpoint_writes WHERE {range} GROUP BY 1, 2, 3
 ), steps AS (
-    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.step,
-           row_number() OVER (PARTITION BY c.thread_id ORDER BY c.checkpoint_id) AS n,
-           c.checkpoint_bytes, coalesce(b.bytes, 0) AS blob_bytes, coalesce(w.bytes, 0) AS write_bytes
-    FROM c
-    LEFT JOIN blobs b USING (thread_id, checkpoint_ns, checkpoint_id)
+    SELECT s.thread_id, s.checkpoint_ns, s.checkpoint_id, s.step, s.n, s.checkpoint_bytes, s.blob_bytes,
+           coalesce(w.bytes, 0) AS write_bytes
+    FROM (SELECT thread_id, checkpoint_ns, checkpoint_id, step, n, checkpoint_bytes,
+                 coalesce(sum(b.bytes), 0) AS blob_bytes
+          FROM changed LEFT JOIN b USING (thread_id, checkpoint_ns, channel, version)
+          GROUP BY 1, 2, 3, 4, 5, 6) s
     LEFT JOIN w USING (thread_id, checkpoint_ns, checkpoint_id)
 )"""
 MIN_STEPS = 5  # fewer steps say nothing about a thread's growth
-INSERT_GROWTH = STEPS + f"""
-INSERT INTO core_thread_growth (thread_id, steps, bytes, first_step_bytes, last_step_bytes, slope, superlinear)
-SELECT thread_id, count(*), sum(bytes), (array_agg(bytes ORDER BY n))[1], (array_agg(bytes ORDER BY n DESC))[1],
-       regr_slope(bytes, n), coalesce(count(*) >= {MIN_STEPS} AND regr_slope(bytes, n) * count(*) > avg(bytes), false)
-FROM (SELECT thread_id, n, checkpoint_bytes + blob_bytes + write_bytes AS bytes FROM steps) s
-GROUP BY thread_id"""
+# The growth of each thread, and its orphans: blobs whose (thread, namespace, channel, version) no checkpoint
+# references, writes whose checkpoint is not there (only threads that have any get a row).
+INSERT_GROWTH_AND_ORPHANS = STEPS + f""", growth AS (
+    INSERT INTO core_thread_growth (thread_id, steps, bytes, first_step_bytes, last_step_bytes, slope, superlinear)
+    SELECT thread_id, count(*), sum(bytes), (array_agg(bytes ORDER BY n))[1], (array_agg(bytes ORDER BY n DESC))[1],
+           regr_slope(bytes, n),
+           coalesce(count(*) >= {MIN_STEPS} AND regr_slope(bytes, n) * count(*) > avg(bytes), false)
+    FROM (SELECT thread_id, n, checkpoint_bytes + blob_bytes + write_bytes AS bytes FROM steps) s
+    GROUP BY thread_id
+), orphan_blobs AS (
+    SELECT thread_id, count(*) AS blobs, sum(bytes) AS blob_bytes
+    FROM b
+    WHERE NOT EXISTS (SELECT 1 FROM changed r WHERE r.thread_id = b.thread_id AND r.checkpoint_ns = b.checkpoint_ns
+                      AND r.channel = b.channel AND r.version = b.version)
+    GROUP BY thread_id
+), orphan_writes AS (
+    SELECT thread_id, count(*) AS writes, sum(coalesce(octet_length(cw.blob), 0)) AS write_bytes
+    FROM checkpoint_writes cw
+    WHERE {{range}} AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = cw.thread_id
+                                    AND c.checkpoint_ns = cw.checkpoint_ns AND c.checkpoint_id = cw.checkpoint_id)
+    GROUP BY thread_id
+)
+INSERT INTO core_thread_orphans (thread_id, blobs, blob_bytes, writes, write_bytes)
+SELECT thread_id, coalesce(ob.blobs, 0), coalesce(ob.blob_bytes, 0), coalesce(ow.writes, 0), coalesce(ow.write_bytes, 0)
+FROM orphan_blobs ob FULL JOIN orphan_writes ow USING (thread_id)"""
 SELECT_STEPS = STEPS + """
 SELECT n, checkpoint_ns, checkpoint_id, step, checkpoint_bytes, blob_bytes, write_bytes,
        checkpoint_bytes + blob_bytes + write_bytes AS bytes
 FROM steps ORDER BY n"""
-
-# Orphans per thread, in one set of threads: blobs whose (thread, namespace, channel, version) no checkpoint references;
-# writes whose checkpoint is not there. Only threads that have any get a row.
-INSERT_ORPHANS = """
-WITH refs AS (
-    SELECT DISTINCT thread_id, checkpoint_ns, e.key AS channel, e.value AS version
-    FROM checkpoints CROSS JOIN LATERAL jsonb_each_text(coalesce(checkpoint -> 'channel_versions', '{{}}')) e
-    WHERE {range}
-), b AS (
-    SELECT x.thread_id, count(*) AS blobs, sum(x.bytes) AS blob_bytes
-    FROM (SELECT thread_id, checkpoint_ns, channel, version, coalesce(octet_length(blob), 0) AS bytes
-          FROM checkpoint_blobs WHERE {range}) x
-    LEFT JOIN refs r USING (thread_id, checkpoint_ns, channel, version)
-    WHERE r.thread_id IS NULL
-    GROUP BY x.thread_id
-), w AS (
-    SELECT thread_id, count(*) AS writes, sum(coalesce(octet_length(w.blob), 0)) AS write_bytes
-    FROM checkpoint_writes w
-    WHERE {range} AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = w.thread_id
-                                  AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)
-    GROUP BY thread_id
-)
-INSERT INTO core_thread_orphans (thread_id, blobs, blob_bytes, writes, write_bytes)
-SELECT thread_id, coalesce(b.blobs, 0), coalesce(b.blob_bytes, 0), coalesce(w.writes, 0), coalesce(w.write_bytes, 0)
-FROM b FULL JOIN w USING (thread_id)"""
 
 # What each detail row is computed from, per row of the three tables: a 64-bit hash of its keys and sizes (and of a
 # checkpoint's channel_versions), seeded by the detail's own SQL (DETAIL_SEEDS). Their sum per thread is the thread's
@@ -140,7 +140,7 @@ DELETE FROM {table} d WHERE {range} AND (d.thread_id = ANY({changed}::text[])
     OR NOT EXISTS (SELECT 1 FROM core_thread_storage s WHERE s.thread_id = d.thread_id))"""
 CHANGED = "thread_id = ANY({}::text[])"
 DETAIL_SEEDS = tuple(int.from_bytes(hashlib.sha256("\n".join(
-    (CHANNELS, INSERT_CHANNELS, STEPS, INSERT_GROWTH, INSERT_ORPHANS, CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH)).encode()
+    (CHANNELS, INSERT_CHANNELS, INSERT_GROWTH_AND_ORPHANS, CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH)).encode()
 ).digest()[i:i + 8], "big", signed=True) for i in (0, 8, 16))  # checkpoints, blobs, writes
 HASHES = {name: pgsql.SQL(sql).format(seed=pgsql.Literal(seed)) for name, sql, seed in zip(
     ("checkpoint_hash", "blob_hash", "write_hash"), (CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH), DETAIL_SEEDS)}
@@ -223,7 +223,7 @@ def refresh_range(conn: psycopg.Connection, thread_range: pgsql.Composable, chan
     if not changed:
         return
     threads = thread_range if every else pgsql.SQL(CHANGED).format(ids)
-    for sql in (INSERT_CHANNELS, INSERT_GROWTH, INSERT_ORPHANS):
+    for sql in (INSERT_CHANNELS, INSERT_GROWTH_AND_ORPHANS):
         conn.execute(pgsql.SQL(sql).format(range=threads), prepare=False)
 
 
