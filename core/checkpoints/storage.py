@@ -207,7 +207,8 @@ def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...
             old_threads=pgsql.Literal(old["threads"]), old_fingerprints=pgsql.Literal(old["fingerprints"]),
             **storage_detail.HASHES), prepare=False).fetchone()
         orphans.add_batch(row)
-        storage_detail.refresh_range(conn, thread_range, row["changed"], len(row["changed"]) == row["threads"])
+        storage_detail.refresh_range(conn, thread_range, key_ranges(lo, hi, "s.thread_id"), row["changed"],
+                                     len(row["changed"]) == row["threads"])
         batches += 1
         detailed += len(row["changed"])
         for k in totals:

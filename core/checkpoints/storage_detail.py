@@ -134,10 +134,11 @@ KNOWN_COLUMN = "coalesce(c.thread_id, b.thread_id, w.thread_id) = ANY({}::text[]
 NOT_CHECKED = pgsql.SQL("NULL::boolean")
 
 DETAIL_TABLES = ("core_channel_storage", "core_thread_growth", "core_thread_orphans")
-# In one range, after its summary rows were replaced: the detail of the changed threads and of threads no longer there.
+# In one range, after its summary rows were replaced: the detail of the changed threads and of threads no longer there
+# (`{summary_range}`: the range on s.thread_id, so that even a hashed subplan reads only the range's summary rows).
 DELETE_DETAIL = """
 DELETE FROM {table} d WHERE {range} AND (d.thread_id = ANY({changed}::text[])
-    OR NOT EXISTS (SELECT 1 FROM core_thread_storage s WHERE s.thread_id = d.thread_id))"""
+    OR NOT EXISTS (SELECT 1 FROM core_thread_storage s WHERE {summary_range} AND s.thread_id = d.thread_id))"""
 CHANGED = "thread_id = ANY({}::text[])"
 DETAIL_SEEDS = tuple(int.from_bytes(hashlib.sha256("\n".join(
     (CHANNELS, INSERT_CHANNELS, INSERT_GROWTH_AND_ORPHANS, CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH)).encode()
@@ -213,13 +214,15 @@ class Orphans:
         self.unknown_thread_bytes += int(row["unknown_thread_bytes"])
 
 
-def refresh_range(conn: psycopg.Connection, thread_range: pgsql.Composable, changed: list[str], every: bool) -> None:
-    """The detail of one range of threads (`thread_range`: a condition on `thread_id`) whose summary rows were just
-    replaced: that of the `changed` threads recomputed (`every`: they are all the range's threads), that of threads
-    no longer there deleted, the others' kept."""
+def refresh_range(conn: psycopg.Connection, thread_range: pgsql.Composable, summary_range: pgsql.Composable,
+                  changed: list[str], every: bool) -> None:
+    """The detail of one range of threads (`thread_range`: a condition on `thread_id`, `summary_range` the same on
+    `s.thread_id`) whose summary rows were just replaced: that of the `changed` threads recomputed (`every`: they are
+    all the range's threads), that of threads no longer there deleted, the others' kept."""
     ids = pgsql.Literal(changed)
     for table in DETAIL_TABLES:
-        conn.execute(pgsql.SQL(DELETE_DETAIL).format(table=pgsql.Identifier(table), range=thread_range, changed=ids))
+        conn.execute(pgsql.SQL(DELETE_DETAIL).format(table=pgsql.Identifier(table), range=thread_range,
+                                                     summary_range=summary_range, changed=ids))
     if not changed:
         return
     threads = thread_range if every else pgsql.SQL(CHANGED).format(ids)
