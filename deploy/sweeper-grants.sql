@@ -47,8 +47,9 @@ GRANT SELECT, INSERT ON core_sweep_documents TO agent_memory_sweeper;
 GRANT SELECT, INSERT, DELETE ON core_thread_storage TO agent_memory_sweeper;
 -- The last refresh's time, keys and row counts (migration 048: the Storage view's totals "as of").
 GRANT SELECT, INSERT, UPDATE ON core_thread_storage_refresh TO agent_memory_sweeper;
--- Bytes per channel and thread, growth per step (migration 062), recomputed with the summary.
-GRANT SELECT, INSERT, DELETE ON core_channel_storage, core_thread_growth TO agent_memory_sweeper;
+-- Bytes per channel and thread, growth per step (migration 062) and orphans per thread (090), recomputed with the
+-- summary for the threads whose rows changed.
+GRANT SELECT, INSERT, DELETE ON core_channel_storage, core_thread_growth, core_thread_orphans TO agent_memory_sweeper;
 -- Tool-call extraction step (core/checkpoints/tool_calls.py): extracted rows, orphans pruned, watermark.
 GRANT SELECT, INSERT, UPDATE, DELETE ON core_tool_calls, core_thread_days, core_refused_payloads TO agent_memory_sweeper;
 GRANT SELECT, INSERT, UPDATE ON core_extract_watermark TO agent_memory_sweeper;

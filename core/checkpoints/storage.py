@@ -5,6 +5,8 @@ The refresh runs in batches of thread_id key ranges inside one REPEATABLE READ t
 GROUP BY thread_id over the three tables (core.checkpoints.views.LIVE_THREAD_STORAGE) needed more than 3 GB of
 temp space at 10M checkpoint writes / 1M threads. A batch holds at most `batch_rows` rows of each table (plus the
 rest of its last thread), so temp space and memory are bounded by the batch, not by the number of threads.
+Every thread's row is recomputed at every refresh; the detail of issue 27 (core/checkpoints/storage_detail.py, 9x the
+cost of the rows at 1M) only for the threads whose rows changed since the last refresh (their fingerprint).
 """
 from __future__ import annotations
 
@@ -35,43 +37,57 @@ SELECT least((SELECT thread_id FROM checkpoints WHERE {after} ORDER BY thread_id
 
 # LIVE_THREAD_STORAGE restricted to one range, plus the configured subject metadata keys the thread's
 # checkpoints carry (`{flags}`: `metadata ? 'k' AS k0, ...`; `{keys}`: an array of `CASE WHEN bool_or(k0) THEN
-# 'k' END`; literals so the planner sees the key), and `{known}`: whether KNOWN_THREADS_QUERY returns the thread
-# (storage_detail.Orphans.known_column). Each table's sizes are computed in a subquery the planner
-# keeps (OFFSET 0) before any sort or hash on thread_id, so those handle narrow rows, not whole payloads
-# (a batch of 37k checkpoints sorted with their jsonb spilled 40 MB at 1M). Returns the batch's threads and
-# rows per table.
+# 'k' END`; literals so the planner sees the key), `{known}`: whether KNOWN_THREADS_QUERY returns the thread
+# (storage_detail.Orphans.known_column), and the thread's fingerprint: the sum of a hash of each of its rows over
+# what the detail reads (storage_detail.CHECKPOINT_HASH, ...), so that a thread whose fingerprint did not change keeps
+# its detail. Each table's sizes are computed in a subquery the planner keeps (OFFSET 0) before any sort or hash on
+# thread_id, so those handle narrow rows, not whole payloads (a batch of 37k checkpoints sorted with their jsonb
+# spilled 40 MB at 1M). The range's old rows, deleted first (DELETE_STORAGE_RANGE: their thread ids and fingerprints,
+# `{old_threads}` and `{old_fingerprints}` here), are replaced. Returns the batch's threads, rows per table, unknown
+# threads, and `changed`: the threads whose fingerprint is new or differs from their old row's (all when `{full}`).
+DELETE_STORAGE_RANGE = """
+WITH old AS (DELETE FROM core_thread_storage WHERE {range} RETURNING thread_id, fingerprint)
+SELECT coalesce(array_agg(thread_id), '{{}}') AS threads, coalesce(array_agg(fingerprint), '{{}}') AS fingerprints
+FROM old"""
 INSERT_STORAGE_BATCH = """
 WITH c AS (
     SELECT thread_id, count(*) AS checkpoints, sum(bytes) AS checkpoint_bytes, max(cliente_id) AS cliente_id,
-           max(ts) AS last_ts, array_remove({keys}, NULL) AS metadata_keys
+           max(ts) AS last_ts, array_remove({keys}, NULL) AS metadata_keys, sum(fp) AS fp
     FROM (SELECT thread_id, pg_column_size(checkpoint) + pg_column_size(metadata) AS bytes,
-                 metadata ->> 'cliente_id' AS cliente_id, checkpoint ->> 'ts' AS ts{flags}
+                 metadata ->> 'cliente_id' AS cliente_id, checkpoint ->> 'ts' AS ts{flags},
+                 {checkpoint_hash} AS fp
           FROM checkpoints WHERE {range} OFFSET 0) x
     GROUP BY thread_id
 ), b AS (
-    SELECT thread_id, count(*) AS blobs, sum(coalesce(bytes, 0)) AS blob_bytes
-    FROM (SELECT thread_id, octet_length(blob) AS bytes FROM checkpoint_blobs WHERE {range} OFFSET 0) x
+    SELECT thread_id, count(*) AS blobs, sum(coalesce(bytes, 0)) AS blob_bytes, sum(fp) AS fp
+    FROM (SELECT thread_id, octet_length(blob) AS bytes, {blob_hash} AS fp FROM checkpoint_blobs WHERE {range} OFFSET 0) x
     GROUP BY thread_id
 ), w AS (
-    SELECT thread_id, count(*) AS writes, sum(bytes) AS write_bytes
-    FROM (SELECT thread_id, octet_length(blob) AS bytes FROM checkpoint_writes WHERE {range} OFFSET 0) x
+    SELECT thread_id, count(*) AS writes, sum(bytes) AS write_bytes, sum(fp) AS fp
+    FROM (SELECT thread_id, octet_length(blob) AS bytes, {write_hash} AS fp FROM checkpoint_writes WHERE {range}
+          OFFSET 0) x
     GROUP BY thread_id
+), old AS (
+    SELECT * FROM unnest({old_threads}::text[], {old_fingerprints}::numeric[]) AS o(thread_id, fingerprint)
 ), ins AS (
     INSERT INTO core_thread_storage (thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, writes,
-                                     write_bytes, total_bytes, last_ts, metadata_keys, known)
+                                     write_bytes, total_bytes, last_ts, metadata_keys, known, fingerprint)
     SELECT coalesce(c.thread_id, b.thread_id, w.thread_id), c.cliente_id,
            coalesce(c.checkpoints, 0), coalesce(c.checkpoint_bytes, 0),
            coalesce(b.blobs, 0), coalesce(b.blob_bytes, 0),
            coalesce(w.writes, 0), coalesce(w.write_bytes, 0),
            coalesce(c.checkpoint_bytes, 0) + coalesce(b.blob_bytes, 0) + coalesce(w.write_bytes, 0),
-           core_try_timestamptz(c.last_ts), coalesce(c.metadata_keys, '{{}}'), {known}
+           core_try_timestamptz(c.last_ts), coalesce(c.metadata_keys, '{{}}'), {known},
+           coalesce(c.fp, 0) + coalesce(b.fp, 0) + coalesce(w.fp, 0)
     FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
-    RETURNING checkpoints, blobs, writes, total_bytes, known
+    RETURNING thread_id, checkpoints, blobs, writes, total_bytes, known, fingerprint
 )
 SELECT count(*) AS threads, coalesce(sum(checkpoints), 0) AS checkpoints, coalesce(sum(blobs), 0) AS blobs,
        coalesce(sum(writes), 0) AS writes, count(*) FILTER (WHERE NOT known) AS unknown_threads,
-       coalesce(sum(total_bytes) FILTER (WHERE NOT known), 0) AS unknown_thread_bytes
-FROM ins"""
+       coalesce(sum(total_bytes) FILTER (WHERE NOT known), 0) AS unknown_thread_bytes,
+       coalesce(array_agg(ins.thread_id) FILTER (WHERE {full} OR old.fingerprint IS DISTINCT FROM ins.fingerprint),
+                '{{}}') AS changed
+FROM ins LEFT JOIN old USING (thread_id)"""
 
 UPSERT_STORAGE_REFRESH = """
 INSERT INTO core_thread_storage_refresh AS r (metadata_keys, threads, checkpoints, blobs, writes, batches, batch_rows,
@@ -85,8 +101,9 @@ ON CONFLICT (singleton) DO UPDATE SET computed_at = now(), metadata_keys = EXCLU
 REFRESH_THREAD_STORAGE = [
     "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",  # one snapshot for every batch
     "SET LOCAL plan_cache_mode = force_custom_plan",  # each range planned with its bounds, never generically
-    "LOCK TABLE core_thread_storage IN EXCLUSIVE MODE",  # one refresh at a time; readers go on
-    "DELETE FROM core_thread_storage",
+    # One refresh at a time; readers go on. LOCK takes no snapshot: a refresh that waited here reads the rows of the
+    # one it waited for, and recomputes the detail only of threads changed since.
+    "LOCK TABLE core_thread_storage IN EXCLUSIVE MODE",
 ]
 
 # Exact counts now (three full counts: 3.8 s at 10M): only when no refresh has kept them yet.
@@ -161,31 +178,39 @@ class StorageRefresh:
     writes: int
     batches: int
     metadata_keys: tuple[str, ...]
+    detailed: int  # threads whose detail (bytes per channel and step, orphans) was recomputed
 
 
 def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...],
                          batch_rows: int = STORAGE_BATCH_ROWS,
                          on_batch: Callable[[int, str | None], None] | None = None,
-                         known_query: str | None = None) -> StorageRefresh:
+                         known_query: str | None = None, full: bool = False) -> StorageRefresh:
     """The refresh on `conn` (dict rows; inside a transaction the caller opened and commits, before any other
     statement of it: the first one sets its isolation level). `on_batch(n, hi)` is called after batch n (from 1),
-    `hi` its upper bound (None for the last). `known_query`: KNOWN_THREADS_QUERY, run per batch on its range."""
+    `hi` its upper bound (None for the last). `known_query`: KNOWN_THREADS_QUERY, run per batch on its range.
+    Every thread's summary row is recomputed; its detail only when its rows changed since the last refresh (its
+    fingerprint), or for every thread when `full`."""
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     for sql in REFRESH_THREAD_STORAGE:
         conn.execute(sql)
-    storage_detail.clear(conn)
     flags, keys = _key_flags(metadata_keys)
     totals = {"threads": 0, "checkpoints": 0, "blobs": 0, "writes": 0}
     orphans = storage_detail.Orphans.configured(known_query)
-    batches = 0
+    batches = detailed = 0
     for lo, hi in thread_ranges(conn, SELECT_BATCH_END, batch_rows - 1):
+        thread_range = key_ranges(lo, hi)
         known = orphans.known_column(conn, key_ranges(lo, hi, storage_detail.KNOWN_RANGE))
-        row = conn.execute(pgsql.SQL(INSERT_STORAGE_BATCH).format(flags=flags, keys=keys, range=key_ranges(lo, hi),
-                                                                  known=known), prepare=False).fetchone()
+        old = conn.execute(pgsql.SQL(DELETE_STORAGE_RANGE).format(range=thread_range), prepare=False).fetchone()
+        row = conn.execute(pgsql.SQL(INSERT_STORAGE_BATCH).format(
+            flags=flags, keys=keys, range=thread_range, known=known, full=pgsql.Literal(full),
+            old_threads=pgsql.Literal(old["threads"]), old_fingerprints=pgsql.Literal(old["fingerprints"]),
+            **storage_detail.HASHES), prepare=False).fetchone()
         orphans.add_batch(row)
-        storage_detail.refresh_range(conn, key_ranges(lo, hi), orphans)  # bytes per channel and step, orphans
+        storage_detail.refresh_range(conn, thread_range, key_ranges(lo, hi, "s.thread_id"), row["changed"],
+                                     len(row["changed"]) == row["threads"])
         batches += 1
+        detailed += len(row["changed"])
         for k in totals:
             totals[k] += int(row[k])
         if on_batch is not None:
@@ -194,22 +219,24 @@ def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...
                                           "batch_rows": batch_rows})
     storage_detail.record_orphans(conn, orphans)
     return StorageRefresh(totals["threads"], totals["checkpoints"], totals["blobs"], totals["writes"], batches,
-                          tuple(metadata_keys))
+                          tuple(metadata_keys), detailed)
 
 
 def refresh_thread_storage(db: Database, metadata_keys: tuple[str, ...] | None = None,
-                           batch_rows: int = STORAGE_BATCH_ROWS, known_query: str | None | object = FROM_SETTINGS) -> int:
+                           batch_rows: int = STORAGE_BATCH_ROWS, known_query: str | None | object = FROM_SETTINGS,
+                           full: bool = False) -> int:
     """Recompute `core_thread_storage` from the three checkpoint tables in one transaction (readers see the old
     rows until it commits), in batches of thread_id ranges of at most `batch_rows` rows per table (bounded temp
     space and memory), recording per thread which `metadata_keys` (default: SUBJECT_METADATA_KEYS) its
-    checkpoints carry and whether `known_query` (default: KNOWN_THREADS_QUERY; None: none) returns it; returns the
-    number of threads."""
+    checkpoints carry and whether `known_query` (default: KNOWN_THREADS_QUERY; None: none) returns it, and the
+    detail (storage_detail) of the threads whose rows changed since the last refresh (of every thread when `full`);
+    returns the number of threads."""
     from core.config import load_settings
 
     keys = default_metadata_keys() if metadata_keys is None else tuple(metadata_keys)
     query = load_settings().known_threads_query if known_query is FROM_SETTINGS else known_query
     with db.connection() as conn, conn.transaction():
-        return refresh_storage_conn(conn, keys, batch_rows, known_query=query).threads
+        return refresh_storage_conn(conn, keys, batch_rows, known_query=query, full=full).threads
 
 
 def storage_refresh(db: Database) -> dict | None:

@@ -4,9 +4,12 @@ and the threads that grow faster than linearly, orphans, and PostgreSQL's own ta
 The sweep's storage refresh (core/checkpoints/storage.py) keeps `core_channel_storage`, `core_thread_growth` and the
 orphan totals in the same batches of thread_id ranges and the same snapshot as `core_thread_storage`, and, when
 `KNOWN_THREADS_QUERY` is configured, which threads the application no longer knows; one thread is also read live.
+The detail is recomputed only for the threads whose rows changed since the last refresh (their fingerprint, a sum of
+hashes of what the detail reads, kept in core_thread_storage); the orphan totals are sums of per-thread rows.
 Only keys, sizes and versions are read, never a payload (`octet_length` of a TOASTed value reads its header)."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import pandas as pd
@@ -42,65 +45,82 @@ ORDER BY total_bytes DESC, channel"""
 
 # What each checkpoint added, in order: its own row, the blobs of the channels whose version changed since the
 # previous checkpoint of its namespace, and its writes. `n` numbers a thread's checkpoints (all namespaces) by id.
+# `changed`: one row per checkpoint and (channel, version) pair it changed (one with NULLs when it changed none), each
+# checkpoint's channel_versions expanded once; every version a checkpoint references is among them (at the first
+# checkpoint of its namespace that references it), so the orphan blobs are read from them too
+# (INSERT_GROWTH_AND_ORPHANS). `b`: the blobs' keys and sizes only, read once by a range scan, never their payload.
 STEPS = """
-WITH c AS MATERIALIZED (
+WITH b AS MATERIALIZED (
+    SELECT thread_id, checkpoint_ns, channel, version, coalesce(octet_length(blob), 0) AS bytes
+    FROM checkpoint_blobs WHERE {range}
+), c AS (
     SELECT thread_id, checkpoint_ns, checkpoint_id, metadata ->> 'step' AS step,
+           row_number() OVER (PARTITION BY thread_id ORDER BY checkpoint_id) AS n,
+           pg_column_size(checkpoint) + pg_column_size(metadata) AS checkpoint_bytes,
            checkpoint -> 'channel_versions' AS versions,
            lag(checkpoint -> 'channel_versions') OVER (PARTITION BY thread_id, checkpoint_ns ORDER BY checkpoint_id)
-               AS previous,
-           pg_column_size(checkpoint) + pg_column_size(metadata) AS checkpoint_bytes
+               AS previous
     FROM checkpoints WHERE {range}
-), blobs AS (
-    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, sum(coalesce(octet_length(b.blob), 0)) AS bytes
-    FROM c
-    CROSS JOIN LATERAL jsonb_each_text(coalesce(c.versions, '{{}}')) AS e(channel, version)
-    JOIN checkpoint_blobs b ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
-                           AND b.channel = e.channel AND b.version = e.version
-    WHERE c.previous ->> e.channel IS DISTINCT FROM e.version
-    GROUP BY 1, 2, 3
+), changed AS MATERIALIZED (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.step, c.n, c.checkpoint_bytes, e.channel, e.version
+    FROM c LEFT JOIN LATERAL (
+        SELECT x.channel, x.version FROM jsonb_each_text(coalesce(c.versions, '{{}}')) AS x(channel, version)
+        WHERE c.previous ->> x.channel IS DISTINCT FROM x.version) e ON true
 ), w AS (
     SELECT thread_id, checkpoint_ns, checkpoint_id, sum(coalesce(octet_length(blob), 0)) AS bytes
     FROM checkpoint_writes WHERE {range} GROUP BY 1, 2, 3
 ), steps AS (
-    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.step,
-           row_number() OVER (PARTITION BY c.thread_id ORDER BY c.checkpoint_id) AS n,
-           c.checkpoint_bytes, coalesce(b.bytes, 0) AS blob_bytes, coalesce(w.bytes, 0) AS write_bytes
-    FROM c
-    LEFT JOIN blobs b USING (thread_id, checkpoint_ns, checkpoint_id)
+    SELECT s.thread_id, s.checkpoint_ns, s.checkpoint_id, s.step, s.n, s.checkpoint_bytes, s.blob_bytes,
+           coalesce(w.bytes, 0) AS write_bytes
+    FROM (SELECT thread_id, checkpoint_ns, checkpoint_id, step, n, checkpoint_bytes,
+                 coalesce(sum(b.bytes), 0) AS blob_bytes
+          FROM changed LEFT JOIN b USING (thread_id, checkpoint_ns, channel, version)
+          GROUP BY 1, 2, 3, 4, 5, 6) s
     LEFT JOIN w USING (thread_id, checkpoint_ns, checkpoint_id)
 )"""
 MIN_STEPS = 5  # fewer steps say nothing about a thread's growth
-INSERT_GROWTH = STEPS + f"""
-INSERT INTO core_thread_growth (thread_id, steps, bytes, first_step_bytes, last_step_bytes, slope, superlinear)
-SELECT thread_id, count(*), sum(bytes), (array_agg(bytes ORDER BY n))[1], (array_agg(bytes ORDER BY n DESC))[1],
-       regr_slope(bytes, n), coalesce(count(*) >= {MIN_STEPS} AND regr_slope(bytes, n) * count(*) > avg(bytes), false)
-FROM (SELECT thread_id, n, checkpoint_bytes + blob_bytes + write_bytes AS bytes FROM steps) s
-GROUP BY thread_id"""
+# The growth of each thread, and its orphans: blobs whose (thread, namespace, channel, version) no checkpoint
+# references, writes whose checkpoint is not there (only threads that have any get a row).
+INSERT_GROWTH_AND_ORPHANS = STEPS + f""", growth AS (
+    INSERT INTO core_thread_growth (thread_id, steps, bytes, first_step_bytes, last_step_bytes, slope, superlinear)
+    SELECT thread_id, count(*), sum(bytes), (array_agg(bytes ORDER BY n))[1], (array_agg(bytes ORDER BY n DESC))[1],
+           regr_slope(bytes, n),
+           coalesce(count(*) >= {MIN_STEPS} AND regr_slope(bytes, n) * count(*) > avg(bytes), false)
+    FROM (SELECT thread_id, n, checkpoint_bytes + blob_bytes + write_bytes AS bytes FROM steps) s
+    GROUP BY thread_id
+), orphan_blobs AS (
+    SELECT thread_id, count(*) AS blobs, sum(bytes) AS blob_bytes
+    FROM b
+    WHERE NOT EXISTS (SELECT 1 FROM changed r WHERE r.thread_id = b.thread_id AND r.checkpoint_ns = b.checkpoint_ns
+                      AND r.channel = b.channel AND r.version = b.version)
+    GROUP BY thread_id
+), orphan_writes AS (
+    SELECT thread_id, count(*) AS writes, sum(coalesce(octet_length(cw.blob), 0)) AS write_bytes
+    FROM checkpoint_writes cw
+    WHERE {{range}} AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = cw.thread_id
+                                    AND c.checkpoint_ns = cw.checkpoint_ns AND c.checkpoint_id = cw.checkpoint_id)
+    GROUP BY thread_id
+)
+INSERT INTO core_thread_orphans (thread_id, blobs, blob_bytes, writes, write_bytes)
+SELECT thread_id, coalesce(ob.blobs, 0), coalesce(ob.blob_bytes, 0), coalesce(ow.writes, 0), coalesce(ow.write_bytes, 0)
+FROM orphan_blobs ob FULL JOIN orphan_writes ow USING (thread_id)"""
 SELECT_STEPS = STEPS + """
 SELECT n, checkpoint_ns, checkpoint_id, step, checkpoint_bytes, blob_bytes, write_bytes,
        checkpoint_bytes + blob_bytes + write_bytes AS bytes
 FROM steps ORDER BY n"""
 
-# Orphans in one range: blobs whose (thread, namespace, channel, version) no checkpoint references; writes whose
-# checkpoint is not there.
-SELECT_ORPHANS = """
-WITH refs AS (
-    SELECT DISTINCT thread_id, checkpoint_ns, e.key AS channel, e.value AS version
-    FROM checkpoints CROSS JOIN LATERAL jsonb_each_text(coalesce(checkpoint -> 'channel_versions', '{{}}')) e
-    WHERE {range}
-), b AS (
-    SELECT count(*) AS n, coalesce(sum(x.bytes), 0) AS bytes
-    FROM (SELECT thread_id, checkpoint_ns, channel, version, coalesce(octet_length(blob), 0) AS bytes
-          FROM checkpoint_blobs WHERE {range}) x
-    LEFT JOIN refs r USING (thread_id, checkpoint_ns, channel, version)
-    WHERE r.thread_id IS NULL
-), w AS (
-    SELECT count(*) AS n, coalesce(sum(coalesce(octet_length(w.blob), 0)), 0) AS bytes
-    FROM checkpoint_writes w
-    WHERE {range} AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = w.thread_id
-                                  AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)
-)
-SELECT b.n AS blobs, b.bytes AS blob_bytes, w.n AS writes, w.bytes AS write_bytes FROM b, w"""
+# What each detail row is computed from, per row of the three tables: a 64-bit hash of its keys and sizes (and of a
+# checkpoint's channel_versions), seeded by the detail's own SQL (DETAIL_SEEDS). Their sum per thread is the thread's
+# fingerprint (storage.INSERT_STORAGE_BATCH): a thread whose fingerprint did not change since the last refresh keeps
+# its detail rows. Every column hashed is NOT NULL in langgraph's schema (a NULL would drop the row from the sum).
+CHECKPOINT_HASH = """hashint8extended((pg_column_size(checkpoint) + pg_column_size(metadata))::bigint,
+                 hashtextextended(checkpoint_id, hashtextextended(checkpoint_ns,
+                 jsonb_hash_extended(coalesce(checkpoint -> 'channel_versions', 'null'), {seed}))))"""
+BLOB_HASH = """hashint8extended(coalesce(octet_length(blob), -1)::bigint, hashtextextended(version,
+           hashtextextended(channel, hashtextextended(checkpoint_ns, {seed}))))"""
+WRITE_HASH = """hashint8extended(coalesce(octet_length(blob), -1)::bigint, hashtextextended(channel,
+            hashint4extended(idx, hashtextextended(task_id, hashtextextended(checkpoint_id,
+            hashtextextended(checkpoint_ns, {seed}))))))"""
 
 # Threads the application no longer knows: the configured KNOWN_THREADS_QUERY (every thread_id the application
 # knows; SUBJECT_THREAD_QUERY cannot say it: it answers for one customer) restricted to one range, run in the refresh's
@@ -113,11 +133,25 @@ KNOWN_RANGE = "(q.thread_id)::text"
 KNOWN_COLUMN = "coalesce(c.thread_id, b.thread_id, w.thread_id) = ANY({}::text[])"  # in storage.INSERT_STORAGE_BATCH
 NOT_CHECKED = pgsql.SQL("NULL::boolean")
 
-CLEAR = ("DELETE FROM core_channel_storage", "DELETE FROM core_thread_growth")
+DETAIL_TABLES = ("core_channel_storage", "core_thread_growth", "core_thread_orphans")
+# In one range, after its summary rows were replaced: the detail of the changed threads and of threads no longer there
+# (`{summary_range}`: the range on s.thread_id, so that even a hashed subplan reads only the range's summary rows).
+DELETE_DETAIL = """
+DELETE FROM {table} d WHERE {range} AND (d.thread_id = ANY({changed}::text[])
+    OR NOT EXISTS (SELECT 1 FROM core_thread_storage s WHERE {summary_range} AND s.thread_id = d.thread_id))"""
+CHANGED = "thread_id = ANY({}::text[])"
+DETAIL_SEEDS = tuple(int.from_bytes(hashlib.sha256("\n".join(
+    (CHANNELS, INSERT_CHANNELS, INSERT_GROWTH_AND_ORPHANS, CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH)).encode()
+).digest()[i:i + 8], "big", signed=True) for i in (0, 8, 16))  # checkpoints, blobs, writes
+HASHES = {name: pgsql.SQL(sql).format(seed=pgsql.Literal(seed)) for name, sql, seed in zip(
+    ("checkpoint_hash", "blob_hash", "write_hash"), (CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH), DETAIL_SEEDS)}
+# The refresh's orphan totals: sums of the per-thread rows.
 RECORD_ORPHANS = """
-UPDATE core_thread_storage_refresh SET orphan_blobs = %(blobs)s, orphan_blob_bytes = %(blob_bytes)s,
-       orphan_writes = %(writes)s, orphan_write_bytes = %(write_bytes)s, unknown_threads = %(unknown_threads)s,
-       unknown_thread_bytes = %(unknown_thread_bytes)s, unknown_threads_error = %(unknown_threads_error)s"""
+UPDATE core_thread_storage_refresh SET (orphan_blobs, orphan_blob_bytes, orphan_writes, orphan_write_bytes) = (
+           SELECT coalesce(sum(blobs), 0), coalesce(sum(blob_bytes), 0), coalesce(sum(writes), 0),
+                  coalesce(sum(write_bytes), 0) FROM core_thread_orphans),
+       unknown_threads = %(unknown_threads)s, unknown_thread_bytes = %(unknown_thread_bytes)s,
+       unknown_threads_error = %(unknown_threads_error)s"""
 
 
 class KnownThreadsQueryError(ValueError):
@@ -136,13 +170,10 @@ def known_threads_query(query: str | None) -> str | None:
 
 @dataclass
 class Orphans:
-    """The refresh's orphans, added up batch by batch. `known_query`: KNOWN_THREADS_QUERY (None: nothing can tell
-    which threads the application no longer knows); `unknown_threads_error`: why it could not run."""
+    """The refresh's threads the application no longer knows, added up batch by batch. `known_query`:
+    KNOWN_THREADS_QUERY (None: nothing can tell which threads the application no longer knows);
+    `unknown_threads_error`: why it could not run."""
 
-    blobs: int = 0
-    blob_bytes: int = 0
-    writes: int = 0
-    write_bytes: int = 0
     known_query: str | None = None
     unknown_threads: int = 0
     unknown_thread_bytes: int = 0
@@ -183,28 +214,29 @@ class Orphans:
         self.unknown_thread_bytes += int(row["unknown_thread_bytes"])
 
 
-def clear(conn: psycopg.Connection) -> None:
-    """Empty the detail tables (in the refresh's transaction, after it locked core_thread_storage)."""
-    for sql in CLEAR:
-        conn.execute(sql)
-
-
-def refresh_range(conn: psycopg.Connection, thread_range: pgsql.Composable, orphans: Orphans) -> None:
-    """The detail of one range of threads (`thread_range`: a condition on `thread_id`), orphans added up."""
-    for sql in (INSERT_CHANNELS, INSERT_GROWTH):
-        conn.execute(pgsql.SQL(sql).format(range=thread_range))
-    row = conn.execute(pgsql.SQL(SELECT_ORPHANS).format(range=thread_range)).fetchone()
-    for name in ("blobs", "blob_bytes", "writes", "write_bytes"):
-        setattr(orphans, name, getattr(orphans, name) + int(row[name]))
+def refresh_range(conn: psycopg.Connection, thread_range: pgsql.Composable, summary_range: pgsql.Composable,
+                  changed: list[str], every: bool) -> None:
+    """The detail of one range of threads (`thread_range`: a condition on `thread_id`, `summary_range` the same on
+    `s.thread_id`) whose summary rows were just replaced: that of the `changed` threads recomputed (`every`: they are
+    all the range's threads), that of threads no longer there deleted, the others' kept."""
+    ids = pgsql.Literal(changed)
+    for table in DETAIL_TABLES:
+        conn.execute(pgsql.SQL(DELETE_DETAIL).format(table=pgsql.Identifier(table), range=thread_range,
+                                                     summary_range=summary_range, changed=ids))
+    if not changed:
+        return
+    threads = thread_range if every else pgsql.SQL(CHANGED).format(ids)
+    for sql in (INSERT_CHANNELS, INSERT_GROWTH_AND_ORPHANS):
+        conn.execute(pgsql.SQL(sql).format(range=threads), prepare=False)
 
 
 def record_orphans(conn: psycopg.Connection, orphans: Orphans) -> None:
-    """The refresh's orphan totals; the unknown threads' as NULL when no query ran to the end (then the ranges it had
-    checked before failing are not listed either: SELECT_UNKNOWN_THREADS)."""
+    """The refresh's orphan totals (sums of core_thread_orphans); the unknown threads' as NULL when no query ran to the
+    end (then the ranges it had checked before failing are not listed either: SELECT_UNKNOWN_THREADS)."""
     checked = orphans.checking
-    conn.execute(RECORD_ORPHANS, {**orphans.__dict__,
-                                  "unknown_threads": orphans.unknown_threads if checked else None,
-                                  "unknown_thread_bytes": orphans.unknown_thread_bytes if checked else None})
+    conn.execute(RECORD_ORPHANS, {"unknown_threads": orphans.unknown_threads if checked else None,
+                                  "unknown_thread_bytes": orphans.unknown_thread_bytes if checked else None,
+                                  "unknown_threads_error": orphans.unknown_threads_error})
 
 
 # --- reads -------------------------------------------------------------------------------------------------------------
