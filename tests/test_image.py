@@ -1,10 +1,16 @@
 """The container image (Dockerfile, .dockerignore) and what deploy/ runs in it.
 
-No base image can be pulled on this network, so the slow test builds what the Dockerfile builds the way it
-builds it: its own RUN commands (a virtualenv from requirements.txt), its COPY lines filtered by .dockerignore,
-its ENV, into a folder standing for the image's root; then runs there every command deploy/ gives the image
-(migrations Job, dashboard, exporter, sweep CronJob) with the manifests' own environment, and the Dockerfile's
-HEALTHCHECK and CMD."""
+Two slow tests run the image's commands with deploy/'s own environment against a real database:
+- the real image: python:3.11.7-slim-bookworm cannot be pulled on this network (no Docker Hub; Debian's mirrors and
+  PyPI only), so scripts/build_image_offline.sh makes a base from Debian 12's own packages (debootstrap; Python
+  3.11.2, not 3.11.7) and builds the Dockerfile, unchanged, on it with podman. The test builds it, checks its
+  user, contents and HEALTHCHECK, and runs in containers the migrations Job and the sweep CronJob (read-only root),
+  and the image's CMD until its HEALTHCHECK says healthy. It is skipped, saying why, where podman, runc or root
+  are missing (CI installs neither); where they are, a failed build fails it.
+- everywhere: what the Dockerfile builds, built the way it builds it (its own RUN commands: a virtualenv from
+  requirements.txt; its COPY lines filtered by .dockerignore; its ENV) into a folder standing for the image's
+  root, then every command deploy/ gives the image (migrations Job, dashboard, exporter, sweep CronJob), and the
+  Dockerfile's HEALTHCHECK and CMD."""
 from __future__ import annotations
 
 import asyncio
