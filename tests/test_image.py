@@ -1,14 +1,21 @@
 """The container image (Dockerfile, .dockerignore) and what deploy/ runs in it.
 
-No base image can be pulled on this network, so the slow test builds what the Dockerfile builds the way it
-builds it: its own RUN commands (a virtualenv from requirements.txt), its COPY lines filtered by .dockerignore,
-its ENV, into a folder standing for the image's root; then runs there every command deploy/ gives the image
-(migrations Job, dashboard, exporter, sweep CronJob) with the manifests' own environment, and the Dockerfile's
-HEALTHCHECK and CMD."""
+Two slow tests run the image's commands with deploy/'s own environment against a real database:
+- the real image: python:3.11.7-slim-bookworm cannot be pulled on this network (no Docker Hub; Debian's mirrors and
+  PyPI only), so scripts/build_image_offline.sh makes a base from Debian 12's own packages (debootstrap; Python
+  3.11.2, not 3.11.7) and builds the Dockerfile, unchanged, on it with podman. The test builds it, checks its
+  user, contents and HEALTHCHECK, and runs in containers the migrations Job and the sweep CronJob (read-only root),
+  and the image's CMD until its HEALTHCHECK says healthy. It is skipped, saying why, where podman, runc or root
+  are missing (CI installs neither); where they are, a failed build fails it.
+- everywhere: what the Dockerfile builds, built the way it builds it (its own RUN commands: a virtualenv from
+  requirements.txt; its COPY lines filtered by .dockerignore; its ENV) into a folder standing for the image's
+  root, then every command deploy/ gives the image (migrations Job, dashboard, exporter, sweep CronJob), and the
+  Dockerfile's HEALTHCHECK and CMD."""
 from __future__ import annotations
 
 import asyncio
 import fnmatch
+import json
 import os
 import re
 import shlex
@@ -211,8 +218,9 @@ def image(tmp_path_factory) -> ImageRoot:
     return root
 
 
-def container_env(image: ImageRoot, container: dict, secrets: dict[str, str]) -> dict[str, str]:
-    env = dict(image.env)
+def manifest_env(container: dict, secrets: dict[str, str]) -> dict[str, str]:
+    """The container's environment as its manifest sets it, each Secret's `dsn` given by `secrets`."""
+    env = {}
     for item in container.get("env", []):
         if "value" in item:
             env[item["name"]] = item["value"]
@@ -221,6 +229,10 @@ def container_env(image: ImageRoot, container: dict, secrets: dict[str, str]) ->
         else:
             assert item["valueFrom"]["secretKeyRef"].get("optional"), item
     return env
+
+
+def container_env(image: ImageRoot, container: dict, secrets: dict[str, str]) -> dict[str, str]:
+    return {**image.env, **manifest_env(container, secrets)}
 
 
 def localised(command: list[str], ports: dict[str, str]) -> list[str]:
@@ -324,3 +336,159 @@ def test_the_images_entrypoints_run_from_a_clean_virtualenv(image, create_databa
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(30)
+
+
+# --- the real image: the Dockerfile, unchanged, built with podman on a base made from Debian's packages, then run
+# the way deploy/ runs it --------------------------------------------------------------------------------------
+
+# This machine's crun 1.8 refuses to start any container ("cgroups in hybrid mode not supported"), and the sandbox
+# lets a container set its open-files and process limits only up to these values: scripts/build_image_offline.sh
+# defaults to the same settings.
+PODMAN = ["podman", "--runtime", "runc"]
+ULIMITS = ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"]
+OFFLINE_BASE = "localhost/bookworm-python:3.11"  # the script's default base
+IMAGE_TAG = "localhost/agent-memory-dashboard:pytest"
+
+
+def why_no_real_image() -> str | None:
+    """Why the real image cannot be built on this machine, or None when it can (the test then must pass)."""
+    missing = [tool for tool in ("podman", "runc") if shutil.which(tool) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed (apt-get install podman runc debootstrap, as root)"
+    if os.geteuid() != 0:
+        return "scripts/build_image_offline.sh runs as root (debootstrap, chroot, rootful podman)"
+    has_base = subprocess.run(["podman", "image", "exists", OFFLINE_BASE]).returncode == 0
+    if not has_base and shutil.which("debootstrap") is None:
+        return f"no base image: {OFFLINE_BASE} is not in podman's storage and debootstrap is not installed to make it"
+    return None
+
+
+def podman(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*PODMAN, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def env_args(env: dict[str, str]) -> list[str]:
+    return [a for key, value in env.items() for a in ("-e", f"{key}={value}")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # the base (~1.5 min) and the virtualenv (a few min) when not cached
+def test_the_real_image_builds_and_runs_what_deploy_runs(create_database, tmp_path):
+    reason = why_no_real_image()
+    if reason:
+        pytest.skip(f"the real image cannot be built here: {reason}; "
+                    "test_the_images_entrypoints_run_from_a_clean_virtualenv runs its commands without it")
+    built = subprocess.run(["scripts/build_image_offline.sh", IMAGE_TAG], cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "PODMAN_RUNTIME": PODMAN[-1], "ULIMITS": " ".join(ULIMITS)},
+                           timeout=1500)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+
+    # the image's configuration is the Dockerfile's (--format docker keeps the HEALTHCHECK)
+    inspected = json.loads(podman("image", "inspect", IMAGE_TAG).stdout)[0]
+    config = inspected["Config"]
+    (cmd,) = FINAL.all("CMD")
+    (check,) = FINAL.all("HEALTHCHECK")
+    assert config["User"] == FINAL.all("USER")[-1] and config["Cmd"] == exec_form(cmd), config
+    assert inspected["Healthcheck"]["Test"] == ["CMD", *exec_form(check.split("CMD", 1)[1])], inspected["Healthcheck"]
+
+    # its contents: the user, /app holds only what the Dockerfile copies, no test tools, the base's own CA bundle
+    # (the build mounted this machine's over it)
+    workdir = FINAL.all("WORKDIR")[-1]
+    copied = {shlex.split(args)[-1].removeprefix("./").split("/")[0] or shlex.split(args)[0]
+              for args in FINAL.all("COPY") if "--from=" not in args}
+    probe = podman("run", "--rm", *ULIMITS, IMAGE_TAG, "sh", "-c",
+                   f"id -u; id -g; ls -A {workdir} | sort | tr '\\n' ' '; echo; ls -A {workdir}/.streamlit; "
+                   "sha256sum /etc/ssl/certs/ca-certificates.crt; python -c 'import pytest' 2>&1 | tail -1")
+    assert probe.returncode == 0, probe.stderr
+    uid, gid, listing, streamlit_dir, bundle, no_pytest = probe.stdout.splitlines()
+    base_bundle = podman("run", "--rm", *ULIMITS, OFFLINE_BASE, "sha256sum", "/etc/ssl/certs/ca-certificates.crt")
+    assert (uid, gid) == ("10001", "10001"), probe.stdout
+    assert set(listing.split()) == copied | {"__pycache__"}, listing  # + dashboard.py's bytecode (compileall)
+    assert not {"tests", "bench", ".data", "deploy", "scripts", ".git"} & copied, copied
+    assert streamlit_dir == "config.toml" and bundle == base_bundle.stdout.strip(), (probe.stdout, base_bundle)
+    assert "No module named 'pytest'" in no_pytest, no_pytest
+
+    # a real database, its socket handed to the containers (the embedded server listens on no TCP port)
+    dsn = create_database(migrated=False, prefix="realimage")
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    socket_file = Path(info["host"]) / f".s.PGSQL.{info.get('port') or 5432}"
+    database = ["-v", f"{socket_file}:/run/postgresql/{socket_file.name}"]
+    secrets = dict.fromkeys(("agent-memory-owner-db", "agent-memory-dashboard-db", "agent-memory-exporter-db",
+                             "agent-memory-sweeper-db"), psycopg.conninfo.make_conninfo(dsn, host="/run/postgresql"))
+    containers = manifest_containers()
+
+    def job(name: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        """The manifest's container as Kubernetes runs it: its command and env, a read-only root when it asks for
+        one (and no writable /tmp: the manifests mount none), no privilege escalation."""
+        container = containers[name]
+        read_only = ["--read-only", "--read-only-tmpfs=false"] \
+            if container.get("securityContext", {}).get("readOnlyRootFilesystem") else []
+        return podman("run", "--rm", *ULIMITS, *read_only, "--security-opt", "no-new-privileges", *database,
+                      *env_args(manifest_env(container, secrets)), IMAGE_TAG, *container["command"], *extra)
+
+    migrated = job("migrate-job.yaml")
+    assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
+    with psycopg.connect(dsn) as conn:
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert {"store", "store_vectors", "checkpoints", "core_sweep_log", "core_erasure_register"} <= tables
+    helped = job("sweep-cronjob.yaml", ("--help",))
+    assert helped.returncode == 0 and "--dry-run" in helped.stdout, helped.stdout + helped.stderr
+    for extra in (("--dry-run",), ()):
+        swept = job("sweep-cronjob.yaml", extra)
+        assert swept.returncode == 0, swept.stdout + swept.stderr
+    with psycopg.connect(dsn) as conn:
+        runs = conn.execute("SELECT dry_run, status FROM core_sweep_log ORDER BY id").fetchall()
+    assert runs == [(True, "dry_run"), (False, "ok")], runs
+
+    # the dashboard, as the Deployment starts it but without its Secret (no [auth]): the image's own CMD on 0.0.0.0,
+    # healthy by the image's HEALTHCHECK; with no identity provider and not on loopback it grants nobody a role.
+    # Then the same CMD on loopback, as on a laptop: the pages read the database. Both stop cleanly on SIGTERM.
+    env = manifest_env(containers["dashboard-deployment.yaml"], secrets)
+    env["STREAMLIT_SERVER_ALLOWED_HOSTS"] = "127.0.0.1"  # the name this test opens, not the Ingress host
+    names = [f"agent-memory-pytest-{os.getpid()}-{label}" for label in ("deployment", "loopback")]
+    try:
+        port = free_port()
+        started = time.monotonic()
+        run = podman("run", "-d", "--name", names[0], *ULIMITS, "--security-opt", "no-new-privileges", *database,
+                     "-p", f"127.0.0.1:{port}:8501", *env_args(env), IMAGE_TAG)
+        assert run.returncode == 0, run.stderr
+        while (health := podman("healthcheck", "run", names[0])).returncode != 0:
+            assert time.monotonic() - started < 90, (health.stdout, health.stderr, podman("logs", names[0]).stdout)
+            time.sleep(0.5)
+        healthy_s = time.monotonic() - started
+        assert json.loads(podman("inspect", names[0]).stdout)[0]["State"]["Health"]["Status"] == "healthy"
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).read() == b"ok"
+        refused = asyncio.run(first_page(f"http://127.0.0.1:{port}"))
+        assert refused.status == "FINISHED_SUCCESSFULLY" and not refused.exceptions, refused
+        assert len(refused.errors) == 1 and "0.0.0.0" in refused.errors[0] \
+            and "no se concede ningún rol" in refused.errors[0], refused
+
+        port = free_port()
+        run = podman("run", "-d", "--name", names[1], *ULIMITS, "--security-opt", "no-new-privileges", *database,
+                     "--network", "host", *env_args(env), IMAGE_TAG, *localised(exec_form(cmd), {"8501": str(port)}))
+        assert run.returncode == 0, run.stderr
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                assert urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).read() == b"ok"
+                break
+            except OSError:
+                assert time.monotonic() < deadline, podman("logs", names[1]).stderr[-3000:]
+                time.sleep(0.3)
+        first = asyncio.run(first_page(f"http://127.0.0.1:{port}"))
+        assert first.status == "FINISHED_SUCCESSFULLY" and not first.exceptions and not first.errors, first
+        assert first.says("Memoria entre conversaciones") and first.says("accesible"), first.texts
+
+        for name in names:
+            stop_started = time.monotonic()
+            stopped = podman("stop", "--time", "30", name)
+            assert stopped.returncode == 0, stopped.stderr
+            state = json.loads(podman("inspect", name).stdout)[0]["State"]
+            logs = podman("logs", name)
+            assert state["ExitCode"] == 0 and time.monotonic() - stop_started < 30, (name, state, logs.stderr[-3000:])
+            assert "Traceback" not in logs.stdout + logs.stderr, logs.stderr[-3000:]
+        size = json.loads(podman("image", "inspect", IMAGE_TAG).stdout)[0]["Size"]
+        print(f"image {IMAGE_TAG}: {size / 1e6:.0f} MB; start to healthy (HEALTHCHECK) {healthy_s:.1f} s")
+    finally:
+        for name in names:
+            podman("rm", "-f", name)
