@@ -6,11 +6,15 @@ cd "$(dirname "$0")/.."
 
 python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 if ! command -v chromium >/dev/null 2>&1 || ! command -v faketime >/dev/null 2>&1 \
-   || ! command -v promtool >/dev/null 2>&1 || ! command -v haproxy >/dev/null 2>&1; then
+   || ! command -v promtool >/dev/null 2>&1 || ! command -v haproxy >/dev/null 2>&1 \
+   || ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 \
+   || ! command -v debootstrap >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  # prometheus: promtool; haproxy: the sticky proxy in front of two dashboards (tests/test_browser_sticky_proxy.py)
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium faketime prometheus haproxy >/dev/null
+  # prometheus: promtool; haproxy: the sticky proxy in front of two dashboards (tests/test_browser_sticky_proxy.py);
+  # podman, runc, debootstrap: the real container image built and run (tests/test_image.py, scripts/build_image_offline.sh)
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium faketime prometheus haproxy \
+    podman runc debootstrap >/dev/null
 fi
 
 # pytest exits 5 when no test ran: that is a failure here, like any other non-zero code.
