@@ -53,3 +53,7 @@ BEGIN
     RETURN n;
 END $$;
 REVOKE ALL ON FUNCTION core_redact_view_purposes(text, text[], bigint) FROM PUBLIC;
+
+-- The evidence query (and the DPO's filter by customer) find a customer's thread views by target: an index, so that
+-- every erasure and every re-check does not read the whole log (a BitmapOr with core_data_views_customer_idx).
+CREATE INDEX IF NOT EXISTS core_data_views_thread_idx ON core_data_views (target) WHERE kind = 'thread';
