@@ -231,20 +231,23 @@ def test_an_agent_role_can_call_none_of_the_new_functions(written):
 
 
 def test_the_page_names_the_pause_and_its_node(written, app_env):
+    import tomllib
+
     from streamlit.testing.v1 import AppTest
 
     from apptools import frame
 
     db, threads, _ = written
     app_env(db.dsn)
-    for lang, label in (("es", "En pausa antes de un nodo"), ("en", "Paused before a node")):
-        at = AppTest.from_file("../dashboard.py", default_timeout=60)
-        at.query_params["view"], at.query_params["lang"] = "search", lang
-        at.run()
-        at.switch_page("app_pages/checkpoints.py").run()
-        at.button(key="checkpoints.search.stuck").click().run()
-        assert not at.exception and at.query_params["status"] == "stuck"
-        shown = frame(at, "thread_id", "status")
-        assert set(shown["thread_id"]) == {t for t, (_, s, _) in threads.items() if s in ("paused", "interrupted")}
-        paused = shown[shown["thread_id"] == "antes-de-revisar"].iloc[0]
-        assert paused["status"] == label and paused["next_nodes"] == "revisar"
+    at = AppTest.from_file("../dashboard.py", default_timeout=60)
+    at.query_params["view"] = "search"
+    at.run()
+    at.switch_page("app_pages/checkpoints.py").run()
+    at.button(key="checkpoints.search.stuck").click().run()
+    assert not at.exception and at.query_params["status"] == "stuck"
+    shown = frame(at, "thread_id", "status")
+    assert set(shown["thread_id"]) == {t for t, (_, s, _) in threads.items() if s in ("paused", "interrupted")}
+    paused = shown[shown["thread_id"] == "antes-de-revisar"].iloc[0]
+    assert paused["status"] == "En pausa antes de un nodo" and paused["next_nodes"] == "revisar"
+    english = tomllib.loads((Path(__file__).parent.parent / "ui/locales/en.toml").read_text())
+    assert english["search_status_paused"] == "Paused before a node" and english["col_next_nodes"] == "Next node"

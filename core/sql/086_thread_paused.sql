@@ -42,7 +42,7 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
           AND jsonb_typeof(checkpoint -> 'channel_values') = 'object' AND (checkpoint -> 'channel_values') ? v.key
           AND core_channel_version_newer(v.value, checkpoint #> ARRAY['versions_seen', substr(v.key, 11), v.key])
         UNION ALL
-        SELECT s.send #>> '{value,node}'
+        SELECT coalesce(s.send #>> '{value,node}', s.send #>> '{value,0}')  -- Send(node, arg): [node, arg] encoded
         FROM checkpoint_blobs b
         CROSS JOIN LATERAL jsonb_path_query(core_checkpoint_payload(b.type, b.blob),
                                             'strict $.** ? (@.type == "langgraph.types.Send")') AS s(send)
