@@ -215,7 +215,7 @@ def test_an_upgraded_database_finds_its_paused_threads(written):
 def test_a_bad_status_is_refused_and_reads_nothing():
     with pytest.raises(ts.BadQuery, match="status must be one of"):
         ts.ThreadQuery.from_params({"status": "pausado"})
-    assert ts.ThreadQuery.from_params({"status": "stuck"}).status == "stuck"
+    assert ts.ThreadQuery.from_params({"status": "stopped"}).status == "stopped"
 
 
 def test_an_agent_role_can_call_none_of_the_new_functions(written):
@@ -244,7 +244,7 @@ def test_the_page_names_the_pause_and_its_node(written, app_env):
     at.run()
     at.switch_page("app_pages/checkpoints.py").run()
     at.button(key="checkpoints.search.stuck").click().run()
-    assert not at.exception and at.query_params["status"] == "stuck"
+    assert not at.exception and at.query_params["status"] == "stopped"
     shown = frame(at, "thread_id", "status")
     assert set(shown["thread_id"]) == {t for t, (_, s, _) in threads.items() if s in ("paused", "interrupted")}
     paused = shown[shown["thread_id"] == "antes-de-revisar"].iloc[0]

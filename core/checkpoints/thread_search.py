@@ -10,7 +10,7 @@ never scans the checkpoint tables (at 10M writes a scan is seconds; BENCHMARKS.m
   its step, or one whose process died in it (migration 086);
 - `error`: an `__error__` write there (a node raised);
 - `idle`: none of these (the run finished);
-- `stuck` and `active` (filters, not stored statuses): interrupted or paused; a checkpoint in the last ACTIVE_WINDOW.
+- `stopped` and `active` (filters, not stored statuses): interrupted or paused; a checkpoint in the last ACTIVE_WINDOW.
 The rows are as current as the extraction: `SearchResult.as_of` is its watermark's time.
 
 `ThreadQuery.from_params` reads a query from URL parameters (strings) and is the one place that validates them.
@@ -26,9 +26,9 @@ import pandas as pd
 
 from core.db import Database
 
-STATUSES = ("stuck", "interrupted", "paused", "error", "idle", "active")
+STATUSES = ("stopped", "interrupted", "paused", "error", "idle", "active")
 # Filters that stand for several stored statuses.
-GROUPS = {"stuck": ("interrupted", "paused")}
+GROUPS = {"stopped": ("interrupted", "paused")}
 WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 SORTS = ("updated_at", "created_at")
 ORDERS = ("desc", "asc")
@@ -227,7 +227,7 @@ def preset(name: str) -> ThreadQuery:
     """The SRE's first questions, one click each: 'stuck' (threads waiting on an interrupt or paused before a node,
     oldest activity first) and 'failed' (threads whose last step raised, in the last hour)."""
     if name == "stuck":
-        return ThreadQuery(status="stuck", order="asc")
+        return ThreadQuery(status="stopped", order="asc")
     if name == "failed":
         return ThreadQuery(status="error", window="1h")
     raise BadQuery(f"unknown preset {name!r}")
