@@ -13,6 +13,7 @@ from ui.i18n import t
 
 PURPOSE_KEY = "data_views.purpose"
 LOGGED_KEY = "data_views.logged"
+LOST_KEY = "data_views.lost"
 MAX_PURPOSE = 500
 
 
@@ -36,18 +37,20 @@ def allowed(purpose: str | None) -> bool:
 def record(role: str, kind: str, targets: Iterable[tuple[str, str | None]], purpose: str | None) -> None:
     """Log that the signed-in user (in `role`) viewed each (target, customer id) of `kind` (queued, written in the
     background); what this session already logged with the same purpose is not logged again (a rerun is not another
-    look)."""
+    look). A view the log could not queue (lost, counted by core) is said on every run that shows it."""
     user = current_user()
     if user is None:
         return
     logged: set = st.session_state.setdefault(LOGGED_KEY, set())
+    lost: set = st.session_state.setdefault(LOST_KEY, set())
     viewer = user.email or user.name
+    shown = [(viewer, kind, target, purpose) for target, _ in dict.fromkeys(targets)]
     fresh = [(target, customer) for target, customer in dict.fromkeys(targets)
              if (viewer, kind, target, purpose) not in logged]
-    if not fresh:
-        return
-    lost = data_views.record(get_db(), [data_views.View(viewer, role, kind, target, customer, purpose)
-                                        for target, customer in fresh])
-    if lost:
-        st.warning(t("views_log_failed", n=lost), icon=":material/report:")
-    logged.update((viewer, kind, target, purpose) for target, _ in fresh)
+    if fresh:
+        dropped = data_views.record(get_db(), [data_views.View(viewer, role, kind, target, customer, purpose)
+                                               for target, customer in fresh])
+        logged.update((viewer, kind, target, purpose) for target, _ in fresh)
+        lost.update((viewer, kind, target, purpose) for target, _ in fresh[len(fresh) - dropped:])
+    if n := sum(1 for key in shown if key in lost):
+        st.warning(t("views_log_failed", n=n), icon=":material/report:")
