@@ -115,11 +115,9 @@ def make_export(cid: str = summary.customer_id, fmt: str = fmt, doc_lang: str = 
                 purpose: str | None = purpose) -> bytes:
     # runs when the button is clicked, outside the page script: no Streamlit calls, nothing cached
     done = access.export(get_db(), cid, fmt=fmt, lang=doc_lang, operator=operator)
-    try:  # who looked: the export names its access-register row; a failed log is counted and logged by core
-        data_views.log_views(get_db(), [data_views.View(operator, roles.DPO, "access_export",
-                                                        f"access_register:{done.register_id}", cid, purpose)])
-    except data_views.DataViewLogError:
-        pass
+    # who looked: the export names its access-register row (queued; a view that cannot be is counted by core)
+    data_views.record(get_db(), [data_views.View(operator, roles.DPO, "access_export",
+                                                 f"access_register:{done.register_id}", cid, purpose)])
     return done.data
 
 

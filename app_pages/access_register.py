@@ -7,6 +7,7 @@ import streamlit as st
 from core import roles
 from core.memory.store import InvalidIdentifier
 from core.privacy import access, data_views
+from ui import fmt
 from ui.common import call_now, require_role, settings
 from ui.i18n import t
 from ui.registers import verify_button
@@ -41,6 +42,13 @@ with views_tab:
     cfg = settings()
     st.caption(t("views_caption", days=cfg.data_views_retention_days,
                  purpose=t("views_purpose_on") if cfg.data_views_purpose else t("views_purpose_off")))
+    missing = call_now(data_views.unrecorded)
+    if missing.views:
+        st.warning(t("views_unrecorded", n=fmt.number(missing.views), since=fmt.moment(missing.since)),
+                   icon=":material/report:")
+    if missing.waiting:
+        st.warning(t("views_waiting", n=fmt.number(missing.waiting), since=fmt.moment(missing.waiting_since),
+                     error=md(missing.error or "—")), icon=":material/hourglass_top:")
     verify_button("views", key="access_register.verify_views")
     customer = st.text_input(t("views_filter"), key="access_register.views_customer",
                              placeholder=t("views_filter_placeholder")).strip()

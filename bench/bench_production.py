@@ -344,14 +344,15 @@ WHERE w.channel = '__interrupt__' AND w.checkpoint_ns = ''
   AND w.checkpoint_id = (SELECT max(c.checkpoint_id) FROM checkpoints c
                          WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = '')"""
 # The summary at 10x: every row again under 9 more thread ids (what 10M writes / 1M threads would hold), plus 1 % of
-# the threads interrupted and 0.5 % errored so the status searches find something.
+# the threads stopped (interrupted, a third of them paused) and 0.5 % errored so the status searches find something.
 SYNTHETIC_10X = """
 INSERT INTO core_thread_summary (thread_id, created_at, updated_at, checkpoint_id, step, status, agent, metadata)
 SELECT s.thread_id || '-x' || k, s.created_at - k * interval '1 minute', s.updated_at - k * interval '1 minute',
        s.checkpoint_id, s.step, s.status, s.agent, s.metadata
 FROM core_thread_summary s CROSS JOIN generate_series(1, 9) AS k"""
 MARK_STATUSES = """
-UPDATE core_thread_summary SET status = CASE WHEN hashtext(thread_id) % 200 = 0 THEN 'error' ELSE 'interrupted' END
+UPDATE core_thread_summary SET status = CASE WHEN hashtext(thread_id) % 200 = 0 THEN 'error'
+                                            WHEN hashtext(thread_id) % 300 = 0 THEN 'paused' ELSE 'interrupted' END
 WHERE hashtext(thread_id) % 100 = 0"""
 
 
@@ -365,7 +366,7 @@ def measure_thread_search(db: Database, query: Callable[..., Any], log: Callable
     n = db.fetch_one("SELECT count(*) AS n, count(*) FILTER (WHERE status <> 'idle') AS flagged "
                      "FROM core_thread_summary")
     info[f"thread_summary_{label}"] = n
-    log(f"thread summary ({label}): {n['n']:,} threads, {n['flagged']:,} interrupted or errored")
+    log(f"thread summary ({label}): {n['n']:,} threads, {n['flagged']:,} interrupted, paused or errored")
     page = f"Buscar hilos ({label})"
     customer = db.fetch_one("SELECT metadata ->> 'cliente_id' AS c FROM core_thread_summary "
                             "WHERE metadata ? 'cliente_id' ORDER BY thread_id LIMIT 1")

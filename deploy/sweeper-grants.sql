@@ -77,6 +77,8 @@ GRANT SELECT, INSERT, UPDATE ON core_coverage_snapshot TO agent_memory_sweeper;
 -- rows and their chain links deleted, the cut recorded.
 GRANT SELECT, DELETE ON core_data_views, core_register_chain TO agent_memory_sweeper;
 GRANT SELECT, INSERT ON core_register_cuts TO agent_memory_sweeper;
+-- ... with the records of views not recorded (migration 087) older than the same retention.
+GRANT SELECT, DELETE ON core_data_view_gaps TO agent_memory_sweeper;
 
 -- The erasure register's re-check, which the job runs after the sweep (core.erasure.recheck_all):
 -- it counts a customer's rows again in every table that can name one (store, checkpoints and our

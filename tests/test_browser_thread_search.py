@@ -34,12 +34,12 @@ def test_stuck_and_errored_in_one_click_and_by_url(page, search_url, screenshot,
     page.goto(f"{search_url}/checkpoints")
     expect(page.get_by_role("heading", name="Historial de checkpoints de un hilo")).to_be_visible(timeout=30_000)
     page.get_by_text("Buscar y filtrar", exact=True).click()
-    page.get_by_role("button", name="Atascados en una interrupción").click()
+    page.get_by_role("button", name="Detenidos en una interrupción o pausa").click()
     expect(page.get_by_test_id("stMetric").filter(has_text="Hilos encontrados")).to_contain_text("2", timeout=30_000)
     expect(results(page).get_by_text("conv-hitl")).to_be_attached()
     expect(results(page).get_by_text("cliente-C2-1")).to_be_attached()
     expect(results(page).get_by_text("conv-roto")).to_have_count(0)
-    assert "status=interrupted" in page.url and "view=search" in page.url
+    assert "status=stopped" in page.url and "view=search" in page.url
     screenshot("checkpoints-search-stuck")
 
     page.get_by_role("button", name="Con error en la última hora").click()

@@ -1,12 +1,15 @@
 """Who looked at a customer's data (issue 31 item 4): the log, its hash chain, its retention, erasure, grants."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import psycopg
 import pytest
 
-from conftest import login_role
+from conftest import ROOT, login_role
 from core.db import Database
 from core.operations.sweep import run_sweep
 from core.privacy import chain, data_views, erasure
@@ -52,20 +55,112 @@ def test_bad_views_are_refused_before_anything_is_written(db, bad):
         view(**bad)
 
 
-def test_a_locked_table_fails_the_log_quickly_and_counts_it(db):
-    failures = data_views.LOG_FAILURES._value.get()
+def test_a_locked_table_fails_one_write_quickly_and_writes_nothing(db):
     holder = psycopg.connect(db.dsn)
     holder.execute("LOCK TABLE core_data_views IN ACCESS EXCLUSIVE MODE")
     try:
         started = time.monotonic()
         with pytest.raises(DataViewLogError, match="2 view"):
             log_views(db, [view(), view("clientes.C2", "C2")])
-        assert time.monotonic() - started < 5  # lock_timeout 1 s: a page never waits on the log for long
+        assert time.monotonic() - started < 5  # lock_timeout 1 s: the writer thread is never held for long
     finally:
         holder.rollback()
         holder.close()
-    assert data_views.LOG_FAILURES._value.get() == failures + 2
     assert db.fetch_one("SELECT count(*) AS n FROM core_data_views")["n"] == 0
+
+
+def test_recording_never_waits_on_a_hung_database_and_the_views_arrive_once_it_is_free(db):
+    holder = psycopg.connect(db.dsn)
+    holder.execute("LOCK TABLE core_data_views IN ACCESS EXCLUSIVE MODE")  # every INSERT waits on this lock
+    try:
+        batch = [view(), view("cliente-C1-1", kind="thread", role="sre", purpose="incidencia 42")]
+        started = time.monotonic()
+        assert data_views.record(db, batch) == 0
+        assert time.monotonic() - started < 0.05  # a page pays a queue append, never the database
+        time.sleep(1.5)  # the writer tried (lock_timeout 1 s) and keeps them
+        missing = data_views.unrecorded(db)
+        assert (missing.views, missing.waiting, missing.waiting_since) == (0, 2, batch[0].viewed_at)
+        assert "lock timeout" in missing.error
+    finally:
+        holder.rollback()
+        holder.close()
+    assert data_views.flush(db, 10)
+    rows = db.fetch("SELECT viewed_at, target, purpose FROM core_data_views ORDER BY id")
+    assert [(r["viewed_at"], r["target"], r["purpose"]) for r in rows] == [
+        (v.viewed_at, v.target, v.purpose) for v in batch]  # when they were viewed, not when written
+    assert chain.verify(db, "views").ok and data_views.unrecorded(db) == data_views.Unrecorded()
+
+
+def test_views_are_written_in_batches(db):
+    queue = data_views.queue_for(db, every_s=0.3)
+    started = time.monotonic()
+    for i in range(20):
+        data_views.record(db, [view(f"clientes.C{i}", f"C{i}")])
+    assert time.monotonic() - started < 0.1
+    assert queue.flush(5)
+    # one INSERT for all twenty: one transaction id (xmin) for every row
+    assert db.fetch_one("SELECT count(DISTINCT xmin::text) AS n, count(*) AS rows FROM core_data_views") == {
+        "n": 1, "rows": 20}
+
+
+def test_views_that_do_not_fit_are_counted_shown_and_recorded_as_a_gap(db):
+    from core.operations.exporter import database_metrics
+
+    data_views.queue_for(db, capacity=3, retry_s=0.2)
+    failures = data_views.LOG_FAILURES._value.get()
+    holder = psycopg.connect(db.dsn)
+    holder.execute("LOCK TABLE core_data_views IN ACCESS EXCLUSIVE MODE")
+    try:
+        batch = [view(f"clientes.C{i}", f"C{i}") for i in range(5)]
+        assert data_views.record(db, batch) == 2  # the queue holds 3: two are lost, and counted at once
+        assert data_views.LOG_FAILURES._value.get() == failures + 2
+        missing = data_views.unrecorded(db)
+        assert (missing.views, missing.since, missing.waiting) == (2, batch[3].viewed_at, 3)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert data_views.flush(db, 10)
+    assert [r["target"] for r in db.fetch("SELECT target FROM core_data_views ORDER BY id")] == [
+        v.target for v in batch[:3]]
+    gap = db.fetch_one("SELECT views, since, until, process, reason FROM core_data_view_gaps")
+    assert (gap["views"], gap["since"], gap["until"]) == (2, batch[3].viewed_at, batch[4].viewed_at)
+    assert "queue" in gap["reason"] and gap["process"].endswith(f":{os.getpid()}")
+    assert data_views.unrecorded(db) == data_views.Unrecorded(2, batch[3].viewed_at)  # from the database now
+    with psycopg.connect(db.dsn, row_factory=psycopg.rows.dict_row) as conn:
+        (metric,) = [m for m in database_metrics(conn) if m.name == "agent_memory_data_views_unrecorded"]
+    assert metric.samples[0].value == 2.0
+    assert chain.verify(db, "views").ok
+
+
+EXITING = """
+import sys
+from core.db import Database
+from core.privacy import data_views
+db = Database(sys.argv[1])
+data_views.record(db, [data_views.View("ana@example.com", "manager", "namespace", f"clientes.C{i}", f"C{i}")
+                       for i in range(3)])
+"""  # and exits at once: the queue is flushed at exit
+
+
+def test_views_queued_at_exit_are_written_or_said_lost(db):
+    run = [sys.executable, "-c", EXITING, db.dsn]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(run, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert db.fetch_one("SELECT count(*) AS n FROM core_data_views")["n"] == 3
+    holder = psycopg.connect(db.dsn)
+    holder.execute("LOCK TABLE core_data_views IN ACCESS EXCLUSIVE MODE")
+    try:
+        started = time.monotonic()
+        done = subprocess.run(run, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+        took = time.monotonic() - started
+    finally:
+        holder.rollback()
+        holder.close()
+    assert done.returncode == 0 and took < data_views.EXIT_WAIT_S + 10, (took, done.stderr)
+    # a database that does not answer at exit cannot be told: the process says it (never silently)
+    assert "3 view(s) of customer data" in done.stderr and "not recorded" in done.stderr, done.stderr
+    assert db.fetch_one("SELECT count(*) AS n FROM core_data_views")["n"] == 3
 
 
 def test_customer_of_a_namespace():
@@ -134,7 +229,9 @@ def test_customer_views_include_their_threads_viewed_without_a_customer(db):
 def test_an_agent_role_has_no_grant_on_the_log(db):
     agent = login_role(db.dsn, "agent", AGENT_TABLES)
     with psycopg.connect(agent, autocommit=True) as conn:
-        for statement in ("SELECT * FROM core_data_views",
+        for statement in ("SELECT * FROM core_data_views", "SELECT * FROM core_data_view_gaps",
+                          "INSERT INTO core_data_view_gaps (views, since, until, process, reason) "
+                          "VALUES (1, now(), now(), 'x', 'y')",
                           "INSERT INTO core_data_views (viewer, role, kind, target) VALUES ('x', 'y', 'thread', 't')",
                           "DELETE FROM core_data_views", "DELETE FROM core_register_cuts",
                           "SELECT core_register_seal('views', 'core_data_views', 1)"):

@@ -38,7 +38,7 @@ def test_stuck_and_failed_are_one_click_and_live_in_the_url(written, app_env):
     at.button(key="checkpoints.search.stuck").click().run()
     assert not at.exception
     assert threads(at) == {"conv-hitl", "cliente-C2-1"} and as_int(metric(at, "Hilos encontrados")) == 2
-    assert at.query_params["status"] == "interrupted" and at.query_params["view"] == "search"
+    assert at.query_params["status"] == "stopped" and at.query_params["view"] == "search"
     at.button(key="checkpoints.search.failed").click().run()
     assert threads(at) == {"conv-roto", "cliente-C3-1"}
     assert at.query_params["window"] == "1h"

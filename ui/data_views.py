@@ -1,20 +1,19 @@
 """What the pages showing a customer's data share: the purpose asked for when the configuration requires one, and
-the log of each view (core.privacy.data_views), once per session and thing viewed; a failed log is a warning, the
-page goes on."""
+the log of each view (core.privacy.data_views), once per session and thing viewed. Logging never waits on the
+database (a background writer does); a view the log could not even queue is a warning, and the page goes on."""
 from __future__ import annotations
 
 from typing import Iterable
 
 import streamlit as st
 
-from core.db import DatabaseUnavailable
 from core.privacy import data_views
 from ui.common import current_user, get_db, settings
 from ui.i18n import t
-from ui.safe import md
 
 PURPOSE_KEY = "data_views.purpose"
 LOGGED_KEY = "data_views.logged"
+LOST_KEY = "data_views.lost"
 MAX_PURPOSE = 500
 
 
@@ -36,21 +35,22 @@ def allowed(purpose: str | None) -> bool:
 
 
 def record(role: str, kind: str, targets: Iterable[tuple[str, str | None]], purpose: str | None) -> None:
-    """Log that the signed-in user (in `role`) viewed each (target, customer id) of `kind`, in one insert; what this
-    session already logged with the same purpose is not logged again (a rerun is not another look)."""
+    """Log that the signed-in user (in `role`) viewed each (target, customer id) of `kind` (queued, written in the
+    background); what this session already logged with the same purpose is not logged again (a rerun is not another
+    look). A view the log could not queue (lost, counted by core) is said on every run that shows it."""
     user = current_user()
     if user is None:
         return
     logged: set = st.session_state.setdefault(LOGGED_KEY, set())
+    lost: set = st.session_state.setdefault(LOST_KEY, set())
     viewer = user.email or user.name
+    shown = [(viewer, kind, target, purpose) for target, _ in dict.fromkeys(targets)]
     fresh = [(target, customer) for target, customer in dict.fromkeys(targets)
              if (viewer, kind, target, purpose) not in logged]
-    if not fresh:
-        return
-    try:
-        data_views.log_views(get_db(), [data_views.View(viewer, role, kind, target, customer, purpose)
-                                        for target, customer in fresh])
-    except (data_views.DataViewLogError, DatabaseUnavailable) as exc:
-        st.warning(t("views_log_failed", error=md(exc)), icon=":material/report:")
-        return
-    logged.update((viewer, kind, target, purpose) for target, _ in fresh)
+    if fresh:
+        dropped = data_views.record(get_db(), [data_views.View(viewer, role, kind, target, customer, purpose)
+                                               for target, customer in fresh])
+        logged.update((viewer, kind, target, purpose) for target, _ in fresh)
+        lost.update((viewer, kind, target, purpose) for target, _ in fresh[len(fresh) - dropped:])
+    if n := sum(1 for key in shown if key in lost):
+        st.warning(t("views_log_failed", n=n), icon=":material/report:")

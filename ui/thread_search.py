@@ -18,7 +18,7 @@ from ui.tables import table
 KEY = "checkpoints.search"
 # URL parameters of a search (everything else in the URL, e.g. `view` and `lang`, is kept as it is).
 PARAMS = ("meta_key", "meta_value", "status", "agent", "window", "from", "to", "sort", "order", "limit", "page")
-STATUS_COLOURS = {"interrupted": "#fff3cd", "error": "#f8d7da"}
+STATUS_COLOURS = {"interrupted": "#fff3cd", "paused": "#fff3cd", "error": "#f8d7da"}
 
 
 def _apply(params: dict[str, str]) -> None:

@@ -5,9 +5,12 @@ It reads `core_thread_summary` (migration 080): one row per thread, kept by the 
 (core/checkpoints/tool_calls.py) from each thread's latest root checkpoint and its pending writes, so a search
 never scans the checkpoint tables (at 10M writes a scan is seconds; BENCHMARKS.md). Statuses:
 - `interrupted`: an `__interrupt__` write on the latest checkpoint (a graph paused by `interrupt()`);
+- `paused`: nodes scheduled next (`next_nodes`) and neither write: a static breakpoint (`interrupt_before` /
+  `interrupt_after`, compiled in or given at run time; resumed with `invoke(None, config)`), or a run still inside
+  its step, or one whose process died in it (migration 086);
 - `error`: an `__error__` write there (a node raised);
-- `idle`: neither;
-- `active` (a filter, not a stored status): a checkpoint in the last ACTIVE_WINDOW.
+- `idle`: none of these (the run finished);
+- `stopped` and `active` (filters, not stored statuses): interrupted or paused; a checkpoint in the last ACTIVE_WINDOW.
 The rows are as current as the extraction: `SearchResult.as_of` is its watermark's time.
 
 `ThreadQuery.from_params` reads a query from URL parameters (strings) and is the one place that validates them.
@@ -23,7 +26,9 @@ import pandas as pd
 
 from core.db import Database
 
-STATUSES = ("interrupted", "error", "idle", "active")
+STATUSES = ("stopped", "interrupted", "paused", "error", "idle", "active")
+# Filters that stand for several stored statuses.
+GROUPS = {"stopped": ("interrupted", "paused")}
 WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 SORTS = ("updated_at", "created_at")
 ORDERS = ("desc", "asc")
@@ -31,7 +36,7 @@ ACTIVE_WINDOW = timedelta(minutes=15)
 PAGE_SIZES = (25, 50, 100)
 MAX_TEXT = 200
 
-COLUMNS = ["thread_id", "status", "agent", "updated_at", "created_at", "step", "metadata"]
+COLUMNS = ["thread_id", "status", "next_nodes", "agent", "updated_at", "created_at", "step", "metadata"]
 
 SELECT_AS_OF = "SELECT updated_at FROM core_extract_watermark WHERE name = 'tool_calls'"
 # Counting a million matches is linear (~0.8 s at 10M writes): the total is exact up to COUNT_CAP, else "more than".
@@ -176,6 +181,8 @@ def _where(q: ThreadQuery, now: datetime) -> tuple[str, dict[str, Any]]:
     if q.status == "active":
         params["active_since"] = now - ACTIVE_WINDOW
         conds.append("updated_at >= %(active_since)s")
+    elif q.status in GROUPS:  # our own constants, written in: the planner sees the partial status index applies
+        conds.append("status IN (" + ", ".join(f"'{s}'" for s in GROUPS[q.status]) + ")")
     elif q.status:
         params["status"] = q.status
         conds.append("status = %(status)s")
@@ -207,6 +214,7 @@ def search_threads(db: Database, q: ThreadQuery, now: datetime | None = None,
     as_of = db.fetch_one(SELECT_AS_OF)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["metadata"] = [json.dumps(m, ensure_ascii=False, sort_keys=True) for m in frame["metadata"]]
+    frame["next_nodes"] = [", ".join(n) for n in frame["next_nodes"]]
     return SearchResult(frame, min(total, count_cap), as_of["updated_at"] if as_of else None, total > count_cap)
 
 
@@ -216,10 +224,10 @@ def agents(db: Database) -> list[str]:
 
 
 def preset(name: str) -> ThreadQuery:
-    """The SRE's first questions, one click each: 'stuck' (threads paused on an interrupt, oldest activity
-    first) and 'failed' (threads whose last step raised, in the last hour)."""
+    """The SRE's first questions, one click each: 'stuck' (threads waiting on an interrupt or paused before a node,
+    oldest activity first) and 'failed' (threads whose last step raised, in the last hour)."""
     if name == "stuck":
-        return ThreadQuery(status="interrupted", order="asc")
+        return ThreadQuery(status="stopped", order="asc")
     if name == "failed":
         return ThreadQuery(status="error", window="1h")
     raise BadQuery(f"unknown preset {name!r}")

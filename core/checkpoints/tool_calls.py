@@ -56,14 +56,26 @@ LOCK_WATERMARK = "SELECT 1 FROM core_extract_watermark WHERE name = %(name)s FOR
 
 
 
-def thread_status(alias: str) -> str:
-    """SQL: a thread's status from the pending writes of its latest root checkpoint (`alias`.thread_id,
-    `alias`.checkpoint_id): 'error' (an `__error__` write), 'interrupted' (an `__interrupt__` write), else 'idle'.
-    Index lookups on checkpoint_writes' primary key (thread, ns, checkpoint): a few rows each."""
+def next_nodes(alias: str) -> str:
+    """SQL: the nodes the latest root checkpoint (`alias`.thread_id, `alias`.checkpoint_id) schedules next, as
+    langgraph's `StateSnapshot.next` (migration 086: core_next_nodes); '{}' for a finished run. One primary-key
+    lookup on checkpoints (and on checkpoint_blobs for pending Sends)."""
+    return ("coalesce((SELECT core_next_nodes(c.thread_id, c.checkpoint_ns, c.checkpoint) FROM checkpoints c "
+            f"WHERE c.thread_id = {alias}.thread_id AND c.checkpoint_ns = '' "
+            f"AND c.checkpoint_id = {alias}.checkpoint_id), '{{}}')")
+
+
+def thread_status(alias: str, nodes: str) -> str:
+    """SQL: a thread's status from its latest root checkpoint (`alias`.thread_id, `alias`.checkpoint_id), its
+    pending writes and `nodes` (the SQL of its next nodes): 'error' (an `__error__` write), 'interrupted' (an
+    `__interrupt__` write: langgraph's `interrupt()`), 'paused' (nodes scheduled next and neither write: a static
+    `interrupt_before`/`interrupt_after`, or a run inside its step), else 'idle'. Index lookups on
+    checkpoint_writes' primary key (thread, ns, checkpoint): a few rows each."""
     pending = ("EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = {a}.thread_id AND w.checkpoint_ns = '' "
                "AND w.checkpoint_id = {a}.checkpoint_id AND w.channel = '{c}')")
     return (f"CASE WHEN {pending.format(a=alias, c='__error__')} THEN 'error' "
-            f"WHEN {pending.format(a=alias, c='__interrupt__')} THEN 'interrupted' ELSE 'idle' END")
+            f"WHEN {pending.format(a=alias, c='__interrupt__')} THEN 'interrupted' "
+            f"WHEN cardinality({nodes}) > 0 THEN 'paused' ELSE 'idle' END")
 
 
 # One batch: the next checkpoints after the key, their writes filtered on the raw bytes (only blobs
@@ -135,14 +147,16 @@ WITH cps AS MATERIALIZED (
     WHERE checkpoint_ns = '' AND ts IS NOT NULL
     ORDER BY thread_id, checkpoint_id DESC
 ), summary AS (
-    INSERT INTO core_thread_summary AS s (thread_id, created_at, updated_at, checkpoint_id, step, status, agent, metadata)
+    INSERT INTO core_thread_summary AS s (thread_id, created_at, updated_at, checkpoint_id, step, status, agent, metadata,
+                                          next_nodes)
     SELECT l.thread_id, l.first_ts, l.ts, l.checkpoint_id, core_try_bigint(l.metadata ->> 'step')::integer,
-           """ + thread_status("l") + r""", coalesce(l.metadata ->> 'agente', l.metadata ->> 'graph_id'), l.metadata
-    FROM latest l
+           """ + thread_status("l", "n.next_nodes") + r""", coalesce(l.metadata ->> 'agente', l.metadata ->> 'graph_id'),
+           l.metadata, n.next_nodes
+    FROM latest l CROSS JOIN LATERAL (SELECT """ + next_nodes("l") + r""" AS next_nodes) n
     ON CONFLICT (thread_id) DO UPDATE
     SET created_at = least(s.created_at, EXCLUDED.created_at), updated_at = EXCLUDED.updated_at,
         checkpoint_id = EXCLUDED.checkpoint_id, step = EXCLUDED.step, status = EXCLUDED.status,
-        agent = EXCLUDED.agent, metadata = EXCLUDED.metadata, refreshed_at = now()
+        agent = EXCLUDED.agent, metadata = EXCLUDED.metadata, next_nodes = EXCLUDED.next_nodes, refreshed_at = now()
     WHERE EXCLUDED.checkpoint_id >= s.checkpoint_id
     RETURNING 1
 ), usage_rows AS (
@@ -201,8 +215,13 @@ WHERE name = %(name)s
   AND (ts, thread_id, checkpoint_ns, checkpoint_id) < (%(ts)s, %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)"""
 
 RECHECK_STATUS = """
-UPDATE core_thread_summary s SET status = """ + thread_status("s") + """
-WHERE s.refreshed_at >= now() - %(window)s::interval AND s.status IS DISTINCT FROM (""" + thread_status("s") + ")"
+WITH now_is AS (
+    SELECT s.thread_id, n.next_nodes, """ + thread_status("s", "n.next_nodes") + """ AS status
+    FROM core_thread_summary s CROSS JOIN LATERAL (SELECT """ + next_nodes("s") + """ AS next_nodes) n
+    WHERE s.refreshed_at >= now() - %(window)s::interval)
+UPDATE core_thread_summary s SET status = now_is.status, next_nodes = now_is.next_nodes
+FROM now_is
+WHERE s.thread_id = now_is.thread_id AND (s.status, s.next_nodes) IS DISTINCT FROM (now_is.status, now_is.next_nodes)"""
 
 # Checkpoints after the watermark (capped: the page only needs "behind by about N").
 COUNT_BEHIND = """

@@ -40,6 +40,7 @@ from core.checkpoints.replica_health import SELECT_REPLICAS
 from core.config import ModelPrice
 from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
+from core.privacy.data_views import SELECT_GAPS
 from core.privacy.erasure_register import DATA_BACK_OPEN
 
 log = logging.getLogger(__name__)
@@ -84,9 +85,10 @@ def usage_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...]) -> l
     rollups the extraction keeps (small tables: days x agents x models). A model without a configured price has
     no cost sample (never 0) and is counted in `llm_unpriced_models`."""
     threads = _gauge("threads", "Threads by the status of their latest checkpoint (interrupted: a pending interrupt; "
-                     "error: the last step raised), as of the last extraction.", ["status"])
+                     "paused: a node scheduled next without one, e.g. interrupt_before/after; error: the last step "
+                     "raised), as of the last extraction.", ["status"])
     found = {r["status"]: r["n"] for r in conn.execute(SELECT_THREAD_STATUS)}
-    for status in ("interrupted", "error"):
+    for status in ("interrupted", "paused", "error"):
         threads.add_metric([status], float(found.get(status, 0)))
     totals = usage.priced_totals(conn.execute(usage.SELECT_TOTALS).fetchall(), prices)
     tokens = _gauge("llm_tokens", "LLM tokens from the AI messages' usage_metadata (input includes cached).",
@@ -153,6 +155,13 @@ def database_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...] = 
                   "(the closed preference schema was opened).")
     over.add_metric([], float(conn.execute(SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]))
     out.append(over)
+
+    unrecorded = _gauge("data_views_unrecorded",
+                        "Views of customer data the dashboards could not record in the access log (queue full or "
+                        "process exit), as they reported once the database took writes again (core_data_view_gaps, "
+                        "within the log's retention).")
+    unrecorded.add_metric([], float(conn.execute(SELECT_GAPS).fetchone()["views"]))
+    out.append(unrecorded)
     return out
 
 

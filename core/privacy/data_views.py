@@ -2,16 +2,31 @@
 exports, one row each in `core_data_views` (migration 085), hash-chained like the registers (chain 'views',
 core/privacy/chain.py).
 
-Logging is one INSERT per batch of views under short timeouts: it never holds a page for long, and a failure is
-raised as DataViewLogError (the page shows it as a warning and goes on) and counted in
-`agent_memory_data_view_log_failures_total`. Rows name ids only (namespace, thread, customer), never a value of the
-customer's data; an erasure keeps them (core.privacy.evidence.PROTECTED_TABLES) as it keeps the registers. The sweep
-job deletes rows older than the configured retention with their chain links and records the cut (`sweep_step`).
+Logging never blocks a page: `record` puts the views in this process's bounded queue (one per database) and
+returns; a background thread writes them every FLUSH_EVERY_S (or FLUSH_ROWS at once) in one multi-row INSERT through
+the pool, under short timeouts, each row with the time it was viewed and sealed in the chain by the table's trigger
+(in insertion order). While the database does not take them (down, hung, locked) they wait and are retried every
+RETRY_EVERY_S; at exit the queue is flushed for up to EXIT_WAIT_S. Views that do not fit in the queue, or are still
+in it at exit, are counted (`agent_memory_data_view_log_failures_total`, an ERROR log line) and, at the next write
+that succeeds, recorded in `core_data_view_gaps` (migration 087) in the same transaction: the DPO's page says "N views
+were not recorded since ..." (`unrecorded`). Rows name ids only (namespace, thread, customer), never a value of the
+customer's data; the purpose typed by the viewer may hold some, and an erasure of the customer redacts it
+(migration 088); an erasure keeps the rows (core.privacy.evidence.PROTECTED_TABLES) as it keeps the registers. The
+sweep job deletes rows older than the configured retention with their chain links and records the cut
+(`sweep_step`).
 """
 from __future__ import annotations
 
+import atexit
+import itertools
 import logging
-from dataclasses import dataclass
+import os
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Iterable
 
 import pandas as pd
@@ -26,15 +41,28 @@ KINDS = ("namespace", "thread", "search", "access_preview", "access_export")
 MAX_TEXT = 1000
 CUSTOMER_ROOT = "clientes"
 
-LOG_FAILURES = Counter("agent_memory_data_view_log_failures",
-                       "Views of customer data the dashboard could not log (the page was shown, with a warning).")
+QUEUE_CAPACITY = 10_000   # views waiting per process and database; more are not recorded (counted, recorded as a gap)
+FLUSH_EVERY_S = 0.2       # a view waits at most this long for others to share its INSERT
+FLUSH_ROWS = 500          # ... or until this many are waiting
+RETRY_EVERY_S = 1.0       # after a failed write
+EXIT_WAIT_S = 5.0         # at exit: how long the last writes may take
 
-# Bounded: a slow or locked database costs the page at most this, never a hang.
+LOG_FAILURES = Counter("agent_memory_data_view_log_failures",
+                       "Views of customer data the dashboard could not record (queue full or still queued at exit; "
+                       "the page was shown).")
+
+# Bounded: a slow or locked database holds the writer thread (never a page) at most this long per attempt.
 LOG_TIMEOUTS = "SELECT set_config('statement_timeout', '2s', true), set_config('lock_timeout', '1s', true)"
 INSERT_VIEWS = """
-INSERT INTO core_data_views (viewer, role, kind, customer_id, target, purpose)
-SELECT * FROM unnest(%(viewer)s::text[], %(role)s::text[], %(kind)s::text[], %(customer)s::text[], %(target)s::text[],
-                     %(purpose)s::text[])"""
+INSERT INTO core_data_views (viewed_at, viewer, role, kind, customer_id, target, purpose)
+SELECT coalesce(at, now()), viewer, role, kind, customer_id, target, purpose
+FROM unnest(%(at)s::timestamptz[], %(viewer)s::text[], %(role)s::text[], %(kind)s::text[], %(customer)s::text[],
+            %(target)s::text[], %(purpose)s::text[]) AS v(at, viewer, role, kind, customer_id, target, purpose)"""
+INSERT_GAP = """
+INSERT INTO core_data_view_gaps (views, since, until, process, reason)
+VALUES (%(views)s, %(since)s, %(until)s, %(process)s, %(reason)s)"""
+SELECT_GAPS = "SELECT coalesce(sum(views), 0) AS views, min(since) AS since FROM core_data_view_gaps"
+DELETE_OLD_GAPS = "DELETE FROM core_data_view_gaps WHERE until < now() - make_interval(days => %(days)s)"
 COLUMNS = ["id", "viewed_at", "viewer", "role", "kind", "customer_id", "target", "purpose"]
 # A customer's views: the rows naming them, and views of threads the subject resolver attributes to them (a thread
 # viewed before it could be attributed, or of agents that tag no customer).
@@ -69,13 +97,14 @@ VALUES (%(chain)s, %(position)s, %(row_hash)s, %(rows)s, %(days)s)"""
 
 
 class DataViewLogError(RuntimeError):
-    """A view could not be logged (the database refused or did not answer); counted in LOG_FAILURES."""
+    """Views could not be written (the database refused or did not answer within the timeouts)."""
 
 
 @dataclass(frozen=True)
 class View:
     """One look at a customer's data: who (`viewer`, `role`), what (`kind`, `target`: a namespace prefix, a thread
-    id, a request), whose (`customer_id`, None when not a customer's), why (`purpose`, when required)."""
+    id, a request), whose (`customer_id`, None when not a customer's), why (`purpose`, when required), when
+    (`viewed_at`: set when it is recorded; written as is however late the database takes it)."""
 
     viewer: str
     role: str
@@ -83,6 +112,7 @@ class View:
     target: str
     customer_id: str | None = None
     purpose: str | None = None
+    viewed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -93,6 +123,8 @@ class View:
                 continue
             if not isinstance(value, str) or not value.strip() or "\x00" in value or len(value) > MAX_TEXT:
                 raise ValueError(f"view {name} must be non-empty text without NUL, at most {MAX_TEXT} characters")
+        if not isinstance(self.viewed_at, datetime) or self.viewed_at.tzinfo is None:
+            raise ValueError("view viewed_at must be a datetime with a time zone")
 
 
 def customer_of(prefix: str) -> str | None:
@@ -101,24 +133,206 @@ def customer_of(prefix: str) -> str | None:
     return parts[1] if len(parts) > 1 and parts[0] == CUSTOMER_ROOT and parts[1] else None
 
 
-def log_views(db: Database, views: Iterable[View]) -> int:
-    """Write `views` in one INSERT (each row sealed in the 'views' chain by its trigger); returns how many.
-    Raises DataViewLogError (and counts it) when the database does not take them within the timeouts."""
+@dataclass(frozen=True)
+class Gap:
+    """Views not recorded: how many, viewed between `since` and `until`, and why."""
+
+    views: int
+    since: datetime
+    until: datetime
+    reason: str
+
+
+PROCESS = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def log_views(db: Database, views: Iterable[View], gap: Gap | None = None) -> int:
+    """Write `views` in one INSERT (each row sealed in the 'views' chain by its trigger), and `gap` (views this
+    process could not record) in the same transaction; returns how many views. Raises DataViewLogError when the
+    database does not take them within the timeouts (nothing is written). What the background writer runs."""
     batch = list(views)
-    if not batch:
+    if not batch and gap is None:
         return 0
-    params = {"viewer": [v.viewer for v in batch], "role": [v.role for v in batch], "kind": [v.kind for v in batch],
+    params = {"at": [v.viewed_at for v in batch], "viewer": [v.viewer for v in batch],
+              "role": [v.role for v in batch], "kind": [v.kind for v in batch],
               "customer": [v.customer_id for v in batch], "target": [v.target for v in batch],
               "purpose": [v.purpose for v in batch]}
     try:
         with db.connection() as conn, conn.transaction():
             conn.execute(LOG_TIMEOUTS)
-            conn.execute(INSERT_VIEWS, params)
+            if batch:
+                conn.execute(INSERT_VIEWS, params)
+            if gap is not None:
+                conn.execute(INSERT_GAP, {"views": gap.views, "since": gap.since, "until": gap.until,
+                                          "process": PROCESS, "reason": gap.reason})
     except (psycopg.Error, DatabaseUnavailable) as exc:
-        LOG_FAILURES.inc(len(batch))
-        log.warning("data views: %d view(s) not logged: %s", len(batch), exc)
-        raise DataViewLogError(f"{len(batch)} view(s) not logged: {exc}") from exc
+        raise DataViewLogError(f"{len(batch)} view(s) not written: {exc}") from exc
     return len(batch)
+
+
+class ViewQueue:
+    """This process's views of one database waiting to be written (at most `capacity`), and the thread that writes
+    them: every `every_s` (or as soon as `rows` wait), one INSERT of up to `rows`, the oldest first; a failed write
+    keeps them and is retried after `retry_s`. Views that do not fit are lost: counted at once, recorded as a gap
+    with the next write that succeeds."""
+
+    def __init__(self, db: Database, *, capacity: int = QUEUE_CAPACITY, every_s: float = FLUSH_EVERY_S,
+                 rows: int = FLUSH_ROWS, retry_s: float = RETRY_EVERY_S):
+        if capacity < 1 or rows < 1 or every_s <= 0 or retry_s <= 0:
+            raise ValueError("capacity and rows must be >= 1, every_s and retry_s > 0")
+        self.db, self.capacity, self.every_s, self.rows, self.retry_s = db, capacity, every_s, rows, retry_s
+        self._cond = threading.Condition()
+        self._waiting: deque[View] = deque()
+        self._lost: Gap | None = None        # lost, not yet recorded in the database
+        self._failing: tuple[datetime, str] | None = None  # since when writes fail, and the last error
+        self._flushing = False
+        self.closed = False
+        self._thread = threading.Thread(target=self._run, name="data-views-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, views: Iterable[View]) -> int:
+        """Queue `views` (never waits on the database); returns how many did not fit (lost, counted)."""
+        batch = list(views)
+        with self._cond:
+            room = 0 if self.closed else max(0, self.capacity - len(self._waiting))
+            self._waiting.extend(batch[:room])
+            if batch[room:]:
+                self._lose(batch[room:], "the dashboard's queue of views was full: the database did not take them")
+            self._cond.notify_all()
+        return len(batch[room:])
+
+    def _lose(self, views: list[View], reason: str) -> None:
+        """Count views that will not be written (caller holds the lock)."""
+        times = [v.viewed_at for v in views]
+        lost = self._lost
+        self._lost = Gap(len(views) + (lost.views if lost else 0), min(times + ([lost.since] if lost else [])),
+                         max(times + ([lost.until] if lost else [])), reason)
+        LOG_FAILURES.inc(len(views))
+        log.error("data views: %d view(s) of customer data not recorded (%s)", len(views), reason)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self.closed and not self._waiting and self._lost is None:
+                    self._cond.wait()
+                deadline = time.monotonic() + self.every_s  # let the views of the next moments share the INSERT
+                while (not self.closed and not self._flushing and len(self._waiting) < self.rows
+                       and (left := deadline - time.monotonic()) > 0):
+                    self._cond.wait(left)
+                if not self._waiting and self._lost is None:
+                    if self.closed:
+                        return
+                    continue
+                batch, gap = list(itertools.islice(self._waiting, self.rows)), self._lost
+            try:
+                log_views(self.db, batch, gap)
+            except Exception as exc:  # noqa: BLE001 - whatever it was, the views wait and the thread goes on
+                with self._cond:
+                    if self._failing is None:
+                        log.warning("data views: %d view(s) waiting, the database does not take them: %s",
+                                    len(self._waiting), exc)
+                    self._failing = (self._failing[0] if self._failing else datetime.now(timezone.utc),
+                                     str(exc).splitlines()[0])
+                    if self.closed:
+                        return
+                    self._cond.wait(self.retry_s)
+                continue
+            with self._cond:
+                for _ in range(min(len(batch), len(self._waiting))):  # close() may have given them up meanwhile
+                    self._waiting.popleft()
+                if gap is not None:
+                    now_lost = self._lost
+                    # views lost while the gap was being written stay counted (from the gap's end: never later)
+                    self._lost = None if now_lost is gap else Gap(now_lost.views - gap.views, gap.until,
+                                                                  now_lost.until, now_lost.reason)
+                self._failing = None
+                self._cond.notify_all()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Write what is waiting now, without the batching delay; True when nothing waits (within `timeout_s`)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._flushing = True
+            self._cond.notify_all()
+            try:
+                while (self._waiting or self._lost is not None) and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+                return not self._waiting and self._lost is None
+            finally:
+                self._flushing = False
+
+    def close(self, wait_s: float = EXIT_WAIT_S) -> None:
+        """At exit: write what waits (for up to `wait_s`), then count what is left as lost and say so."""
+        self.flush(wait_s)
+        with self._cond:
+            self.closed = True
+            if self._waiting:
+                self._lose(list(self._waiting), "the dashboard process exited before the database took them")
+                self._waiting.clear()
+            if self._lost is not None:
+                log.error("data views: %d view(s) of customer data viewed %s..%s were not recorded and the database "
+                          "cannot be told (%s)", self._lost.views, self._lost.since.isoformat(),
+                          self._lost.until.isoformat(), self._lost.reason)
+            self._cond.notify_all()
+        self._thread.join(1.0)
+
+    def state(self) -> tuple[int, datetime | None, Gap | None, tuple[datetime, str] | None]:
+        """(views waiting, the oldest one's time, lost not yet recorded, (failing since, last error))."""
+        with self._cond:
+            return (len(self._waiting), self._waiting[0].viewed_at if self._waiting else None, self._lost,
+                    self._failing)
+
+
+_queues: dict[str, ViewQueue] = {}
+_queues_lock = threading.Lock()
+
+
+def queue_for(db: Database, **options) -> ViewQueue:
+    """This process's queue for `db` (by its DSN), started on first use (with `options`, ViewQueue's) and flushed
+    at exit."""
+    with _queues_lock:
+        queue = _queues.get(db.dsn)
+        if queue is None or queue.closed:
+            queue = _queues[db.dsn] = ViewQueue(db, **options)
+            atexit.register(queue.close)
+        return queue
+
+
+def record(db: Database, views: Iterable[View]) -> int:
+    """Log `views` without waiting for the database (what pages call); returns how many could not be queued (lost:
+    counted, and recorded as not recorded with the next write)."""
+    return queue_for(db).put(views)
+
+
+def flush(db: Database, timeout_s: float = EXIT_WAIT_S) -> bool:
+    """Write this process's waiting views of `db` now; True when none is left waiting within `timeout_s`."""
+    with _queues_lock:
+        queue = _queues.get(db.dsn)
+    return True if queue is None else queue.flush(timeout_s)
+
+
+@dataclass(frozen=True)
+class Unrecorded:
+    """Views of customer data not in the log: `views` were lost since `since` (gaps recorded by every dashboard,
+    plus this process's not recorded yet); `waiting` wait in this process's queue since `waiting_since` because
+    the database has not taken them (`error`)."""
+
+    views: int = 0
+    since: datetime | None = None
+    waiting: int = 0
+    waiting_since: datetime | None = None
+    error: str | None = None
+
+
+def unrecorded(db: Database) -> Unrecorded:
+    """What the DPO must know is missing from the log (see Unrecorded)."""
+    row = db.fetch_one(SELECT_GAPS)
+    with _queues_lock:
+        queue = _queues.get(db.dsn)
+    waiting, oldest, lost, failing = queue.state() if queue is not None else (0, None, None, None)
+    since = [t for t in (row["since"], lost.since if lost else None) if t is not None]
+    return Unrecorded(int(row["views"]) + (lost.views if lost else 0), min(since) if since else None, waiting,
+                      oldest, failing[1] if failing else None)
 
 
 def views(db: Database, customer_id: str | None = None, thread_ids: Iterable[str] = (),
@@ -140,6 +354,7 @@ def sweep_step(db: Database, retention_days: int) -> int:
     in one transaction under the chain's seal lock; returns how many rows went."""
     params = {"chain": CHAIN, "days": int(retention_days)}
     with db.connection() as conn, conn.transaction():
+        conn.execute(DELETE_OLD_GAPS, params)  # what was not recorded, as long as what was
         conn.execute(LOCK_CHAIN, params)
         cut = conn.execute(SELECT_CUT, params).fetchone()
         if cut is None:
@@ -153,5 +368,5 @@ def sweep_step(db: Database, retention_days: int) -> int:
     return params["rows"]
 
 
-__all__ = ["DataViewLogError", "KINDS", "LOG_FAILURES", "View", "customer_of", "customer_views", "log_views",
-           "sweep_step", "views"]
+__all__ = ["DataViewLogError", "Gap", "KINDS", "LOG_FAILURES", "Unrecorded", "View", "ViewQueue", "customer_of",
+           "customer_views", "flush", "log_views", "queue_for", "record", "sweep_step", "unrecorded", "views"]

@@ -14,6 +14,8 @@ What is deleted, in each pass, until a pass ends with every evidence query at ze
 3. our own tables that name the customer: every `core_*` table with a `prefix`, `thread_id`,
    `subject_root`+`subject_id` or `cliente_id` column (the memory-write log, conversations, guard
    denials once that table exists, ...), except the erasure register itself.
+   The log of who looked at the customer's data stays (a proof), with the purposes typed for those views
+   redacted (migration 088: each redaction recorded, the chains still verify).
 Writes that arrive meanwhile (a live agent) are caught by the next pass; after MAX_PASSES the
 request is recorded as incomplete with the counts still found.
 
@@ -36,6 +38,7 @@ from psycopg.types.json import Jsonb
 
 from core import clock, read_replica
 from core.db import Database
+from core.privacy import data_views
 from core.privacy import subjects as subj
 from core.privacy import residue as res
 from core.privacy import term_hashes
@@ -47,6 +50,7 @@ log = logging.getLogger(__name__)
 
 PAGE_SIZE = 1000  # keys per listed page and per delete batch
 MAX_PASSES = 5  # rounds of "delete everything, count again" before reporting live writes
+VIEWS_FLUSH_S = 2.0  # how long the erasure waits for this process's queued views (core.privacy.data_views)
 ERASURE_LOCK_NS = 0x6572  # advisory lock (ns, hashtext(customer)): one erasure of a customer at a time
 
 
@@ -159,9 +163,10 @@ def _erase_threads(saver: PostgresSaver, thread_ids: Iterable[str]) -> int:
 
 
 def _erase_own(conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str,
-               thread_ids: Iterable[str]) -> dict[str, int]:
-    """Delete (or scrub from JSON arrays) what our tables hold about the customer; counts per target."""
-    params = _params(customer_id, thread_ids)
+               thread_ids: Iterable[str], request_id: int) -> dict[str, int]:
+    """Delete (or scrub from JSON arrays, or redact: the purposes typed when viewing the customer) what our tables
+    hold about the customer, for erasure request `request_id`; counts per target."""
+    params = _params(customer_id, thread_ids) | {"request_id": request_id}
     deleted: dict[str, int] = {}
     for target in targets:
         if target.erase_sql is None:
@@ -210,6 +215,7 @@ def erase(
     if max_passes < 1:
         raise ValueError(f"max_passes must be at least 1, got {max_passes}")
     chosen = _validate_decisions(decisions)
+    data_views.flush(db, VIEWS_FLUSH_S)  # this process's views of the customer, queued a moment ago, are redacted too
     config = _config(config)
     notify = progress or (lambda _p: None)
     prefix = f"{ROOT}.{customer_id}"
@@ -273,7 +279,8 @@ def erase(
                     conn.execute(INSERT_TOMBSTONES, {"threads": sorted(threads), "id": request_id})
                     _erase_threads(saver, sorted(threads))
                     notify(Progress("threads", passes, sum(deleted.values()), {"threads": len(threads)}))
-                    _add(deleted, _erase_own(conn, [t for t in targets if found.get(t.name)], customer_id, threads))
+                    _add(deleted, _erase_own(conn, [t for t in targets if found.get(t.name)], customer_id, threads,
+                                             request_id))
                     notify(Progress("logs", passes, sum(deleted.values()), dict(deleted)))
                     evidence = evidence_now()
                     found = {e.table: e.result for e in evidence}

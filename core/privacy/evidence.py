@@ -25,12 +25,21 @@ log = logging.getLogger(__name__)
 ROOT = "clientes"
 CLIENTE_KEY = METADATA_KEY[ROOT]  # "cliente_id": what run_turn puts in checkpoint metadata
 
-# Tables erasure must never touch: the proofs (both registers, the log of who looked at a customer's data, their
-# hash chain, its redaction records and retention cuts: they name the subject by id, and digests, not data) and the
-# migrations bookkeeping.
+# Tables erasure must never delete from: the proofs (both registers, the log of who looked at a customer's data, their
+# hash chain, its redaction records and retention cuts: they name the subject by id, and digests, not data; the one
+# free text, a view's typed purpose, is redacted: VIEW_PURPOSES) and the migrations bookkeeping.
 PROTECTED_TABLES = frozenset({"core_erasure_register", "core_erasure_rechecks", "core_access_register",
                               "core_data_views", "core_register_chain", "core_register_redactions",
                               "core_register_cuts", "core_schema_migrations", "core_thread_tombstones"})
+# The one value a protected table may hold about the customer: the purpose typed when viewing their data (free
+# text). Not deleted: redacted, each row's redaction recorded so the 'views' chain still verifies (migration 088).
+VIEW_PURPOSES = "core_data_views.purpose"
+VIEW_PURPOSES_COUNT_SQL = (
+    "SELECT count(*) AS n FROM core_data_views v "
+    "WHERE (v.customer_id = %(cliente_id)s OR (v.kind = 'thread' AND v.target = ANY(%(threads)s))) "
+    "AND v.purpose IS NOT NULL AND NOT EXISTS (SELECT 1 FROM core_register_redactions r "
+    "WHERE r.table_name = 'core_data_views' AND r.row_id = v.id)")
+VIEW_PURPOSES_REDACT_SQL = "SELECT core_redact_view_purposes(%(cliente_id)s, %(threads)s, %(request_id)s)"
 # Our bookkeeping that names a thread is not customer data: its row is kept and the thread id rewritten. The
 # extraction watermark (core.checkpoints.tool_calls) moves to just before the erased checkpoint's time: the next
 # extraction re-reads the checkpoints of that instant (idempotent), never the whole history again.
@@ -233,6 +242,8 @@ def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
                 target = OwnTarget(table, target.count_sql, REWRITTEN_TABLES[table])
             targets.append(target)
     targets += [_json_array_target(*found) for found in json_found]
+    if "core_data_views" in columns_of:
+        targets.append(OwnTarget(VIEW_PURPOSES, VIEW_PURPOSES_COUNT_SQL, VIEW_PURPOSES_REDACT_SQL))
     names = {t.name for t in targets}
     for optional in OPTIONAL_TABLES:  # present but not understood must be said, not skipped silently
         if optional not in names and conn.execute(SELECT_REGCLASS, (optional,)).fetchone()["present"]:
@@ -344,6 +355,6 @@ def preview(db: Database, customer_id: str, config: subj.Attribution | None = No
 
 
 __all__ = [
-    "CLIENTE_KEY", "DERIVED_TABLES", "EvidenceQuery", "OwnTarget", "PROTECTED_TABLES", "Preview", "ROOT",
+    "CLIENTE_KEY", "DERIVED_TABLES", "EvidenceQuery", "OwnTarget", "PROTECTED_TABLES", "Preview", "ROOT", "VIEW_PURPOSES",
     "STORE_TABLES", "escape_like", "find_threads", "own_targets", "preview", "run_evidence", "validate_customer_id",
 ]
