@@ -169,6 +169,7 @@ def source_label(source) -> str:
 
 def timeline_chart(timeline: pd.DataFrame) -> None:
     st.subheader(t("ckpt_timeline"))
+    timeline = timeline.assign(ts=pd.to_datetime(timeline["ts"], utc=True))  # the axis's ticks are UTC
     fig = go.Figure(go.Scatter(x=timeline["ts"], y=timeline["step"], mode="lines",
                                line=dict(color="#bbbbbb"), showlegend=False, hoverinfo="skip"))
     hover = ["checkpoint_id", "updated_channels", "tools", "pending_writes"]
@@ -178,8 +179,10 @@ def timeline_chart(timeline: pd.DataFrame) -> None:
     dots.update_traces(marker=dict(size=11))
     for trace in dots.data:
         fig.add_trace(trace)
-    fig.update_layout(height=320, margin=dict(t=10, b=10), xaxis_title=t("ckpt_time"), yaxis_title=t("ckpt_step"),
-                      legend_title_text=t("ckpt_source"), separators=fmt.plot_separators(),
+    ts = timeline["ts"].dropna()
+    axis = fmt.time_ticks(ts.min().to_pydatetime(), ts.max().to_pydatetime()) if len(ts) else {}
+    fig.update_layout(height=320, margin=dict(t=10, b=10), xaxis=dict(title=t("ckpt_time"), **axis),
+                      yaxis_title=t("ckpt_step"), legend_title_text=t("ckpt_source"), separators=fmt.plot_separators(),
                       yaxis=fmt.count_axis(timeline["step"].max() + 1))
     charts.show(fig, key="checkpoints.timeline_chart", counts=())
 

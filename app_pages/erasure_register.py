@@ -90,7 +90,7 @@ table(  # the status column shows the outcome: a request whose data came back sa
     },
 )
 
-labels = {int(r.id): t("erasure_pick_label", rid=int(r.id), id=r.customer_id, at=f"{r.requested_at:%Y-%m-%d %H:%M:%S}")
+labels = {int(r.id): t("erasure_pick_label", rid=int(r.id), id=r.customer_id, at=fmt.moment(r.requested_at))
           for r in requests.itertuples()}
 if st.session_state.get(NEXT_PICK_KEY) in labels:
     st.session_state[PICK_KEY] = st.session_state.pop(NEXT_PICK_KEY)

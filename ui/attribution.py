@@ -8,6 +8,7 @@ import streamlit as st
 from core.privacy.decisions import ERASE, LEAVE
 from core.privacy import subjects as subj
 from core.privacy import residue as res
+from ui import fmt
 from ui.i18n import t
 from ui.safe import md, md_code
 from ui.tables import human_bytes
@@ -25,11 +26,11 @@ def coverage_notice(cov: subj.Coverage | None) -> None:
     None: it could not be read, which the read already said)."""
     if cov is None or not cov.unattributed_threads:
         return
-    st.warning(t("erasure_coverage", threads=f"{cov.unattributed_threads:,} / {cov.threads:,}",
-                 t_share=f"{cov.thread_share:.0%}", bytes=human_bytes(cov.unattributed_bytes),
-                 b_share=f"{cov.byte_share:.0%}"), icon=":material/visibility_off:")
+    st.warning(t("erasure_coverage", threads=f"{fmt.number(cov.unattributed_threads)} / {fmt.number(cov.threads)}",
+                 t_share=fmt.percent(cov.thread_share), bytes=human_bytes(cov.unattributed_bytes),
+                 b_share=fmt.percent(cov.byte_share)), icon=":material/visibility_off:")
     st.caption(t("erasure_coverage_fix") + (" " + t("erasure_coverage_query") if cov.query_configured else "")
-               + (" " + t("erasure_coverage_as_of", at=f"{cov.as_of:%Y-%m-%d %H:%M} UTC") if cov.as_of else ""))
+               + (" " + t("erasure_coverage_as_of", at=fmt.moment(cov.as_of)) if cov.as_of else ""))
 
 
 def show_sources(subjects: subj.Subjects | None) -> None:

@@ -1,12 +1,16 @@
-"""Numbers and dates as the UI's language writes them (Babel's CLDR data), in metrics, captions and charts:
-Spanish 40.894 / 0,117 / 30 nov 2026, English 40,894 / 0.117 / Nov 30, 2026. Tables format theirs in ui/tables.py.
+"""Numbers, dates and durations as the UI's language writes them (Babel's CLDR data), in metrics, captions, charts
+and (through ui/tables.py) table cells: Spanish 40.894 / 0,117 / 30 nov 2026 / 2 min 5 s, English 40,894 / 0.117 /
+Nov 30, 2026 / 2 min 5 s. Instants in the viewer's time zone (the browser's; UTC when it does not say), named.
 """
 from __future__ import annotations
 
 import math
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, Iterable
 
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import streamlit as st
 from babel.dates import format_date, format_datetime, format_skeleton
 from babel.numbers import format_decimal, format_percent, get_decimal_symbol, get_group_symbol
 
@@ -41,20 +45,60 @@ def day(value: date | datetime, pattern: str = "medium") -> str:
     return format_date(value, pattern, locale=lang())
 
 
-def moment(value: datetime) -> str:
-    """An instant in the language, in UTC and saying so: "4 dic 2026, 16:52:03 UTC" / "Dec 4, 2026, 4:52:03 PM UTC"."""
-    return format_datetime(value, "medium", tzinfo=timezone.utc, locale=lang()) + " UTC"
+def viewer_timezone() -> str:
+    """The browser's IANA time zone (UTC when unknown, e.g. headless tests without a browser)."""
+    try:
+        tz = st.context.timezone
+        ZoneInfo(tz or "UTC")
+    except (ZoneInfoNotFoundError, ValueError, RuntimeError, AttributeError):
+        return "UTC"
+    return tz or "UTC"
+
+
+def when(value: datetime | str, tz: str | None = None) -> str:
+    """An instant (a datetime, or an ISO 8601 text as evidence records it) in the language and in time zone `tz`
+    (default: the viewer's), without naming the zone: "4 dic 2026, 17:52:03" / "Dec 4, 2026, 5:52:03 PM"."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:  # the database's and the evidence's instants are UTC
+        value = value.replace(tzinfo=timezone.utc)
+    return format_datetime(value, "medium", tzinfo=ZoneInfo(tz or viewer_timezone()), locale=lang())
+
+
+def moment(value: datetime | str) -> str:
+    """An instant in the language and the viewer's time zone, naming it: "4 dic 2026, 17:52:03 Europe/Madrid" /
+    "Dec 4, 2026, 5:52:03 PM UTC"."""
+    tz = viewer_timezone()
+    return f"{when(value, tz)} {tz}"
+
+
+DURATION_UNITS = (("unit_day", 86400), ("unit_hour", 3600), ("unit_minute", 60), ("unit_second", 1))
+
+
+def duration(seconds: float) -> str:
+    """A number of seconds as a person reads it, its two largest units: "0,42 s", "12 s", "2 min 5 s", "1 h 3 min",
+    "2 d 4 h" (unit symbols from the catalogue)."""
+    if seconds < 60:
+        return f"{number(seconds, 0 if float(seconds).is_integer() else 2)} {t('unit_second')}"
+    left, parts = round(seconds), []
+    for key, size in DURATION_UNITS:
+        n, left = divmod(left, size)
+        if n or parts:
+            parts.append((n, key))
+    return " ".join(f"{number(n)} {t(key)}" for n, key in parts[:2] if n)
 
 
 def time_ticks(start: datetime, end: datetime, n: int = 6) -> dict[str, Any]:
-    """A plotly date axis from `start` to `end` (UTC) labelled in the language, `n` ticks
-    (plotly's own labels are English month names): "3 nov 14:05" / "Nov 3 14:05"."""
+    """A plotly date axis from `start` to `end` (UTC) labelled in the language, up to `n` ticks
+    (plotly's own labels are English month names): "3 nov 14:05" / "Nov 3 14:05", with seconds ("3 nov 14:05:09")
+    when ticks are less than a minute apart; one tick when `start` is `end`."""
     span = (end - start) / max(n - 1, 1)
-    shown = [start + span * i for i in range(n)]
+    shown = [start + span * i for i in range(n)] if span else [start]
+    clock = " HH:mm:ss" if span < timedelta(minutes=1) else " HH:mm"
     # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
     return dict(tickmode="array", tickvals=[v.astimezone(timezone.utc).replace(tzinfo=None) for v in shown],
                 ticktext=[format_skeleton("MMMd", v, tzinfo=timezone.utc, locale=lang())
-                          + format_datetime(v, " HH:mm", tzinfo=timezone.utc, locale=lang()) for v in shown])
+                          + format_datetime(v, clock, tzinfo=timezone.utc, locale=lang()) for v in shown])
 
 
 def plot_separators() -> str:
