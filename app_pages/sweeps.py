@@ -24,6 +24,13 @@ DIALOG_KEY = "sweeps.dialog"
 FLASH_KEY = "sweeps.flash"
 PREVIEW_KEY = "sweeps.preview_result"  # (parameters, the dry run's SweepResult) shown in the dialog
 MEMORY_TOP_N = 20  # the Memory page's top prefixes, refreshed after a sweep
+
+
+def trigger_label(trigger: str) -> str:
+    """What started a sweep (core.operations.sweep.TRIGGERS) in the UI's words."""
+    return t(f"sweeps_trigger_{trigger}") if trigger in sweep.TRIGGERS else str(trigger)
+
+
 # One colour per namespace root on every chart of the page.
 
 user = require_role(roles.SRE)
@@ -41,10 +48,10 @@ runs = read(sweep_reads.sweep_runs, RUNS_LIMIT)
 st.subheader(t("sweeps_state_now"))
 cols = st.columns(len(expired) + 1)
 for col, row in zip(cols, expired.itertuples()):
-    col.metric(t("sweeps_expired_metric", root=md(row.root)), f"{row.expired:,}")
+    col.metric(t("sweeps_expired_metric", root=md(row.root)), fmt.number(row.expired))
 last = read(sweep_reads.last_sweep)  # a dry run is not a sweep
 cols[-1].metric(t("sweeps_last_run"), t("sweeps_never") if last is None else f"{last['started_at']:%d/%m %H:%M}",
-                None if last is None else md(f"{t('sweeps_status_' + last['status'])} · {last['trigger']}"),
+                None if last is None else md(f"{t('sweeps_status_' + last['status'])} · {trigger_label(last['trigger'])}"),
                 delta_color="off", delta_arrow="off")
 
 
@@ -164,6 +171,7 @@ if st.session_state.get(DIALOG_KEY):
 
 @shared_figure
 def runs_figure(per_run: pd.DataFrame, language: str) -> go.Figure:
+    per_run = per_run.assign(trigger=per_run["trigger"].map(trigger_label))
     fig = px.bar(plot_frame(per_run), x="run", y="documents", color="root", hover_data=["started_at", "trigger"],
                  color_discrete_map=ROOT_COLORS,
                  labels={"run": t("sweeps_run_start"), "documents": t("sweeps_documents"), "root": ""})
@@ -220,12 +228,12 @@ with st.expander(t("sweeps_config"), expanded=True):
 
 st.subheader(t("sweeps_log"))
 st.caption(t("sweeps_log_caption"))
-log = runs.assign(status=[t(f"sweeps_status_{s}") for s in runs["status"]])
+log = runs.assign(status=[t(f"sweeps_status_{s}") for s in runs["status"]], trigger=runs["trigger"].map(trigger_label))
 table(log, key="sweeps.log", columns=[c for c in log.columns if c != "dry_run"])
 if not runs.empty:
     st.subheader(t("sweeps_run_detail"))
     by_id = runs.set_index("id")
     run_id = st.selectbox(t("sweeps_run_pick"), by_id.index.tolist(), key="sweeps.detail_run",
-                          format_func=lambda i: t("sweeps_run_option", id=i, at=f"{by_id.at[i, 'started_at']:%Y-%m-%d %H:%M}",
+                          format_func=lambda i: t("sweeps_run_option", id=i, at=fmt.moment(by_id.at[i, 'started_at']),
                                                   status=t("sweeps_status_" + by_id.at[i, "status"])))
     _run_lists(read(sweep_reads.run_details, int(run_id)), f"sweeps.run.{run_id}")

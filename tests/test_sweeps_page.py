@@ -149,7 +149,8 @@ def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_delet
     assert not at.exception
     shown = metric(at, "Último barrido")
     assert shown == f"{real.started_at:%d/%m %H:%M}"
-    assert next(m for m in at.metric if m.label == "Último barrido").proto.delta.startswith("Hecho")
+    assert next(m for m in at.metric if m.label == "Último barrido").proto.delta == "Hecho · programado"
+    assert frame(at, "id", "trigger")["trigger"].tolist() == ["a mano", "programado"]  # words, not the job's keys
     # The newest run is the dry run: its detail lists the document it would delete.
     assert at.selectbox(key="sweeps.detail_run").value == dry.run_id
     assert frame(at, "prefix", "key").values.tolist() == [["proveedores.P2", "aviso-promo"]]
