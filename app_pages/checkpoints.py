@@ -322,7 +322,7 @@ def thread_view() -> None:
         st.error(t("ckpt_refused", n=len(refused), steps=", ".join(str(s) for s in refused["step"].tolist()),
                    types=", ".join(md_code(x) for x in types)), icon=":material/block:")
     timeline_chart(timeline)
-    table(timeline, key="checkpoints.timeline",
+    table(timeline.assign(source=timeline["source"].map(source_label)), key="checkpoints.timeline",
           columns=["step", "ts", "source", "updated_channels", "tools", "pending_writes",
                    "pending_write_bytes", "undecodable_writes", "refused_writes", "refused_value",
                    "checkpoint_bytes", "checkpoint_id", "parent_checkpoint_id", "checkpoint_ns"])

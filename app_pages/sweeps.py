@@ -50,7 +50,7 @@ cols = st.columns(len(expired) + 1)
 for col, row in zip(cols, expired.itertuples()):
     col.metric(t("sweeps_expired_metric", root=md(row.root)), fmt.number(row.expired))
 last = read(sweep_reads.last_sweep)  # a dry run is not a sweep
-cols[-1].metric(t("sweeps_last_run"), t("sweeps_never") if last is None else f"{last['started_at']:%d/%m %H:%M}",
+cols[-1].metric(t("sweeps_last_run", tz=fmt.viewer_timezone()), t("sweeps_never") if last is None else fmt.short(last["started_at"]),
                 None if last is None else md(f"{t('sweeps_status_' + last['status'])} · {trigger_label(last['trigger'])}"),
                 delta_color="off", delta_arrow="off")
 
@@ -170,11 +170,13 @@ if st.session_state.get(DIALOG_KEY):
 
 
 @shared_figure
-def runs_figure(per_run: pd.DataFrame, language: str) -> go.Figure:
-    per_run = per_run.assign(trigger=per_run["trigger"].map(trigger_label))
+def runs_figure(per_run: pd.DataFrame, language: str, tz: str) -> go.Figure:
+    # `tz`: the viewer's time zone, which the run labels are in (a chart shared only with viewers in the same one)
+    per_run = per_run.assign(trigger=per_run["trigger"].map(trigger_label),
+                             run=[f"#{i} · {fmt.short(at)}" for i, at in zip(per_run["run_id"], per_run["started_at"])])
     fig = px.bar(plot_frame(per_run), x="run", y="documents", color="root", hover_data=["started_at", "trigger"],
                  color_discrete_map=ROOT_COLORS,
-                 labels={"run": t("sweeps_run_start"), "documents": t("sweeps_documents"), "root": ""})
+                 labels={"run": t("sweeps_run_start", tz=tz), "documents": t("sweeps_documents"), "root": ""})
     fig.update_xaxes(type="category")
     fig.update_layout(height=340, margin=dict(t=10, b=10), barmode="stack")
     return charts.finish(fig)
@@ -203,7 +205,7 @@ with left:
     if per_run.empty:
         st.info(t("sweeps_no_runs"))
     else:
-        charts.draw(runs_figure(per_run, lang()), key="sweeps.runs_chart")
+        charts.draw(runs_figure(per_run, lang(), fmt.viewer_timezone()), key="sweeps.runs_chart")
 with right:
     st.subheader(t("sweeps_expired_now"))
     if not expired["expired"].any():  # an empty bar chart draws a meaningless axis
@@ -228,7 +230,9 @@ with st.expander(t("sweeps_config"), expanded=True):
 
 st.subheader(t("sweeps_log"))
 st.caption(t("sweeps_log_caption"))
-log = runs.assign(status=[t(f"sweeps_status_{s}") for s in runs["status"]], trigger=runs["trigger"].map(trigger_label))
+log = runs.assign(status=[t(f"sweeps_status_{s}") for s in runs["status"]], trigger=runs["trigger"].map(trigger_label),
+                  deleted_by_root=runs["deleted_by_root"].map(
+                      lambda d: ", ".join(f"{k}: {fmt.number(v)}" for k, v in (d or {}).items() if v) or "—"))
 table(log, key="sweeps.log", columns=[c for c in log.columns if c != "dry_run"])
 if not runs.empty:
     st.subheader(t("sweeps_run_detail"))

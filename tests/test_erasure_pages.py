@@ -153,7 +153,7 @@ def test_a_request_whose_data_came_back_is_shown_first_as_such_and_erased_again(
     assert list(requests["id"]) == [first.request_id, later.request_id]
     assert list(requests["status"]) == ["datos reaparecidos", "completa"]
     assert metric(at, "Con datos reaparecidos") == "1" and metric(at, "Completas") == "1"
-    assert f"1 solicitudes con datos reaparecidos (al principio de la tabla): #{first.request_id}" in texts(at)
+    assert f"1 solicitud con datos reaparecidos (al principio de la tabla): #{first.request_id}" in texts(at)
     assert at.selectbox(key="erasure_register.request").value == first.request_id  # picked first
     assert not [b for b in at.button if b.key == "erasure_register.resume"]
 
@@ -212,7 +212,7 @@ def test_register_page_empty_and_recheck_all(shop, app_env):
     erasure.erase(shop, "C90", operator="dpo@example.com")
     at.button(key="erasure_register.recheck_all").click().run()
     assert not at.exception, at.exception
-    assert "1 solicitudes re-comprobadas, 0 con datos reaparecidos." in texts(at)
+    assert "1 solicitud re-comprobada, 0 con datos reaparecidos." in texts(at)
     assert shop.fetch_one("SELECT trigger, clean FROM core_erasure_rechecks") == {"trigger": "manual", "clean": True}
 
 

@@ -258,10 +258,15 @@ def test_checkpoint_timeline_axis_says_date_and_time_in_the_ui_language(agents_d
         fig = json.loads(next(c for c in at.get("plotly_chart") if c.key == "checkpoints.timeline_chart").proto.spec)
         axis = fig["layout"]["xaxis"]
         assert axis["title"]["text"] == title  # not "Hora": the axis may span days
-        # the day in the language, and seconds: these checkpoints are seconds apart
+        # the day in the language, and the time as precise as the ticks are close (these checkpoints are within
+        # seconds): no two ticks read the same
         day = format_skeleton("MMMd", first, tzinfo=timezone.utc, locale=lang)
-        assert axis["ticktext"][0] == f"{day} {first.astimezone(timezone.utc):%H:%M:%S}", axis["ticktext"]
-        assert axis["ticktext"][-1].endswith(f"{last.astimezone(timezone.utc):%H:%M:%S}")
+        ticks = axis["ticktext"]
+        assert ticks[0].startswith(f"{day} {first.astimezone(timezone.utc):%H:%M:%S}"), ticks
+        assert f"{last.astimezone(timezone.utc):%H:%M:%S}" in ticks[-1] and len(set(ticks)) == len(ticks) > 1, ticks
+    # the table under it names each checkpoint's origin in words, as the chart's legend does
+    timeline = next(df for df in at.dataframe if "updated_channels" in df.value.columns)
+    assert set(timeline.value["source"]) == {"input (message received)", "graph step"}, set(timeline.value["source"])
 
 
 def test_time_degraded_reads_as_a_duration_and_sorts_as_seconds(episodes_db, app_env):
@@ -274,3 +279,12 @@ def test_time_degraded_reads_as_a_duration_and_sorts_as_seconds(episodes_db, app
         assert episodes.value["seconds_degraded"].tolist() == [38 * 60.0] * 3
         texts = dataframe_util.convert_arrow_bytes_to_pandas_df(episodes.proto.arrow_data.styler.display_values)
         assert texts["seconds_degraded"].tolist() == ["38 min"] * 3
+
+
+def test_times_of_day_name_the_viewers_zone(episodes_db, app_env):
+    """The page's reading time and the sidebar's database check: the viewer's zone (UTC without a browser), named,
+    not the server's clock unnamed."""
+    at = open_page(episodes_db.dsn, app_env, "app_pages/degradation.py")
+    captions = [c.value for c in at.caption] + [c.value for c in at.sidebar.caption]
+    assert any(re.fullmatch(r"Leído a las \d\d:\d\d:\d\d UTC", c) for c in captions), captions
+    assert any(re.fullmatch(r"comprobado a las \d\d:\d\d:\d\d UTC", c) for c in captions), captions

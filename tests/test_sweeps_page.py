@@ -2,9 +2,12 @@
 from the dialog, and a manager refused. Real embedded PostgreSQL, real demo data."""
 from __future__ import annotations
 
+import json
 import time
+from datetime import timezone
 
 import pytest
+from babel.dates import format_datetime, format_skeleton
 from streamlit.testing.v1 import AppTest
 
 from core.memory.embeddings import OfflineHashEmbeddings
@@ -147,10 +150,16 @@ def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_delet
 
     at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
     assert not at.exception
-    shown = metric(at, "Último barrido")
-    assert shown == f"{real.started_at:%d/%m %H:%M}"
-    assert next(m for m in at.metric if m.label == "Último barrido").proto.delta == "Hecho · programado"
-    assert frame(at, "id", "trigger")["trigger"].tolist() == ["a mano", "programado"]  # words, not the job's keys
+    # in the viewer's zone (UTC without a browser), named in the label, the date as Spanish writes it
+    shown = metric(at, "Último barrido (UTC)")
+    assert shown == (format_skeleton("MMMd", real.started_at, tzinfo=timezone.utc, locale="es")
+                     + format_datetime(real.started_at, " H:mm", tzinfo=timezone.utc, locale="es"))
+    assert next(m for m in at.metric if m.label == "Último barrido (UTC)").proto.delta == "Hecho · programado"
+    log = frame(at, "id", "trigger", "deleted_by_root")
+    assert log["trigger"].tolist() == ["a mano", "programado"]  # words, not the job's keys
+    assert log["deleted_by_root"].tolist() == ["proveedores: 1", "proveedores: 1"]  # not JSON
+    ttl = next(df for df in at.dataframe if "ttl_minutes" in df.value.columns)
+    assert json.loads(ttl.proto.columns)["ttl_minutes"]["type_config"]["format"] == "%'.,d"  # 525.600, not 525600
     # The newest run is the dry run: its detail lists the document it would delete.
     assert at.selectbox(key="sweeps.detail_run").value == dry.run_id
     assert frame(at, "prefix", "key").values.tolist() == [["proveedores.P2", "aviso-promo"]]

@@ -65,7 +65,7 @@ def show_residue(residue: res.Residue | None) -> None:
                 st.warning(t("erasure_residue_not_scanned", thread=md_code(thread_id)), icon=":material/lock:")
             else:
                 st.markdown(t("erasure_residue_thread", thread=md_code(thread_id), term=md(matches[0].term),
-                              kind=md(matches[0].kind)))
+                              kind=term_kind(matches[0].kind)))
             st.dataframe(pd.DataFrame({
                 t("erasure_col_term"): [m.term for m in matches],
                 t("erasure_col_customers"): [_holders(m.customers) for m in matches],
@@ -81,12 +81,17 @@ def show_residue(residue: res.Residue | None) -> None:
     with st.expander(t("erasure_terms_title")):
         st.dataframe(pd.DataFrame({
             t("erasure_col_term"): [x.term for x in residue.terms],
-            t("erasure_col_kind"): [x.kind for x in residue.terms],
+            t("erasure_col_kind"): [term_kind(x.kind) for x in residue.terms],
             t("erasure_col_customers"): [_holders(x.customers) for x in residue.terms],
             t("erasure_col_threads_matched"): [t("erasure_not_counted") if x.threads is None else str(x.threads)
                                                for x in residue.terms],
             t("erasure_col_common"): [x.common for x in residue.terms],
         }), hide_index=True, key="erasure.terms")
+
+
+def term_kind(kind: str) -> str:
+    """What kind of residue term (core.privacy.residue: the customer's id or a value of their documents), in words."""
+    return t(f"erasure_term_kind_{kind}") if kind in ("id", "value") else md(kind)
 
 
 def decisions_of(residue: res.Residue | None) -> tuple[dict[str, tuple[str, str]], int]:

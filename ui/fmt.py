@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import streamlit as st
-from babel.dates import format_date, format_datetime, format_skeleton
+from babel.dates import format_date, format_datetime, format_skeleton, format_time
 from babel.numbers import format_decimal, format_percent, get_decimal_symbol, get_group_symbol
 
 from ui.i18n import lang, t
@@ -31,9 +31,10 @@ def number(value: float | int, digits: int | None = None) -> str:
     return format_decimal(value, format=pattern, locale=lang())
 
 
-def count(key: str, n: int) -> str:
-    """The catalogue's `key_one` or `key_other` text for `n` things ("1 llamada", "33 llamadas"), `{n}` formatted."""
-    return t(f"{key}_one" if n == 1 else f"{key}_other", n=number(n))
+def count(key: str, n: int, **kwargs: object) -> str:
+    """The catalogue's `key_one` or `key_other` text for `n` things ("1 llamada", "33 llamadas"), `{n}` formatted;
+    `kwargs` fill its other placeholders."""
+    return t(f"{key}_one" if n == 1 else f"{key}_other", n=number(n), **kwargs)
 
 
 def percent(value: float) -> str:
@@ -65,11 +66,28 @@ def when(value: datetime | str, tz: str | None = None) -> str:
     return format_datetime(value, "medium", tzinfo=ZoneInfo(tz or viewer_timezone()), locale=lang())
 
 
+def short(value: datetime) -> str:
+    """An instant in few characters, in the language and the viewer's time zone (named elsewhere, e.g. in a label):
+    "3 dic 4:00" / "Dec 3 4:00"."""
+    tz = ZoneInfo(viewer_timezone())
+    return format_skeleton("MMMd", value, tzinfo=tz, locale=lang()) + format_datetime(value, " H:mm", tzinfo=tz,
+                                                                                       locale=lang())
+
+
 def moment(value: datetime | str) -> str:
     """An instant in the language and the viewer's time zone, naming it: "4 dic 2026, 17:52:03 Europe/Madrid" /
     "Dec 4, 2026, 5:52:03 PM UTC"."""
     tz = viewer_timezone()
     return f"{when(value, tz)} {tz}"
+
+
+def clock(value: datetime | float) -> str:
+    """A time of day (a datetime or a Unix time) in the language and the viewer's time zone, naming it: "21:52:03
+    Europe/Madrid" / "9:52:03 PM Europe/Madrid" (the day is today's: readings the page just took)."""
+    if not isinstance(value, datetime):
+        value = datetime.fromtimestamp(value, timezone.utc)
+    tz = viewer_timezone()
+    return f"{format_time(value, 'medium', tzinfo=ZoneInfo(tz), locale=lang())} {tz}"
 
 
 DURATION_UNITS = (("unit_day", 86400), ("unit_hour", 3600), ("unit_minute", 60), ("unit_second", 1))
@@ -91,10 +109,12 @@ def duration(seconds: float) -> str:
 def time_ticks(start: datetime, end: datetime, n: int = 6) -> dict[str, Any]:
     """A plotly date axis from `start` to `end` (UTC) labelled in the language, up to `n` ticks
     (plotly's own labels are English month names): "3 nov 14:05" / "Nov 3 14:05", with seconds ("3 nov 14:05:09")
-    when ticks are less than a minute apart; one tick when `start` is `end`."""
+    when ticks are less than a minute apart and milliseconds ("3 nov 14:05:09.250") when less than a second, so no
+    two ticks read the same; one tick when `start` is `end`."""
     span = (end - start) / max(n - 1, 1)
     shown = [start + span * i for i in range(n)] if span else [start]
-    clock = " HH:mm:ss" if span < timedelta(minutes=1) else " HH:mm"
+    clock = (" HH:mm:ss.SSS" if span < timedelta(seconds=1) else " HH:mm:ss" if span < timedelta(minutes=1)
+             else " HH:mm")
     # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
     return dict(tickmode="array", tickvals=[v.astimezone(timezone.utc).replace(tzinfo=None) for v in shown],
                 ticktext=[format_skeleton("MMMd", v, tzinfo=timezone.utc, locale=lang())

@@ -35,7 +35,7 @@ THREAD_COLUMNS = frozenset({"thread_id"})
 CUSTOMER_COLUMNS = frozenset({"customer_id", "cliente_id"})
 # Numbers that are identifiers or steps: no thousands separator.
 PLAIN_NUMBERS = frozenset({"id", "pid", "step", "idx", "episode_id", "request_id", "version", "old_version",
-                           "new_version", "ttl_days", "ttl_minutes", "refresh_on_read_minutes"})
+                           "new_version"})
 # Seconds shown as a duration ("2 min 5 s"), still sorted as the number they are
 DURATION_COLUMNS = frozenset({"seconds_degraded", "seconds_to_zero", "heartbeat_age_s", "reading_age_s"})
 # Streamlit's printf formats: `,` groups thousands with a comma, `'.` before it makes the separator a dot
