@@ -194,7 +194,9 @@ def expired_figure(expired: pd.DataFrame, language: str) -> go.Figure:
 def forecast_figure(forecast: pd.DataFrame, language: str) -> go.Figure:
     fig = px.bar(plot_frame(forecast), x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
                  labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
-    fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
+    # plotly's own date ticks are English month names: the language's, one every eight weeks
+    fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack",
+                      xaxis=fmt.date_ticks(sorted(forecast["week"].unique()), every=8))
     return charts.finish(fig)
 
 

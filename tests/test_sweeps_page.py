@@ -7,7 +7,8 @@ import time
 from datetime import timezone
 
 import pytest
-from babel.dates import format_datetime, format_skeleton
+import pandas as pd
+from babel.dates import format_date, format_datetime, format_skeleton
 from streamlit.testing.v1 import AppTest
 
 from core.memory.embeddings import OfflineHashEmbeddings
@@ -79,6 +80,9 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
     clientes = next(t for t in spec["data"] if t["name"] == "clientes")
     weeks_with_clientes = [x for x, y in zip(clientes["x"], decode(clientes["y"])) if y > 0]
     assert weeks_with_clientes and min(weeks_with_clientes) >= clientes["x"][48]
+    # its axis in Spanish ("4 ene"), not plotly's English month names ("Jan 2027")
+    weeks = sorted({pd.Timestamp(x).date() for trace in spec["data"] for x in trace["x"]})
+    assert spec["layout"]["xaxis"]["ticktext"] == [format_date(w, "d MMM", locale="es") for w in weeks[::8]]
 
     config = frame(at, "root", "ttl_days", "in_process_sweeper").set_index("root")
     assert config.loc["clientes", "ttl_days"] == 365 and (config["in_process_sweeper"] == CATALOGUES["es"]["sweeps_in_process_off"]).all()
