@@ -23,7 +23,7 @@ from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import SchemaMismatch, ShallowCheckpointSchema
 from ui.common import (PROBE_INTERVAL_S, DatabaseStarting, bootstrap, current_user, database_probe, forget_all,
                        local_mode_refusal, seed_progress, start_demo_seed)
-from ui import navigation
+from ui import fmt, navigation
 from ui import replica
 from ui.i18n import LANGUAGES, t
 from ui.safe import md
@@ -93,7 +93,7 @@ with st.sidebar:
             st.caption(":green[●] " + t("db_ok", ms=probe.latency_ms, version=probe.server_version))
         else:
             st.caption(":red[●] " + t("db_down", error=probe.error))
-        st.caption(t("db_checked", at=time.strftime("%H:%M:%S", time.localtime(shared.at))))
+        st.caption(t("db_checked", at=fmt.clock(shared.at)))
 
     if db is None:
         database_starting()

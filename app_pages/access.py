@@ -13,13 +13,15 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from core import roles
+from core import clock, roles
 from core.memory.store import InvalidIdentifier
 from core.privacy import access, access_notice, data_views
 from ui import data_views as views_log
 from ui.common import call_now, get_db, require_role
+from ui.fmt import moment
 from ui.i18n import LANGUAGES, lang, t
 from ui.safe import md, md_code
+from ui.tables import table
 
 ID_KEY = "access.customer"
 SUMMARY_KEY = "access.summary"
@@ -53,7 +55,7 @@ def read_summary(customer_id: str) -> Summary | None:
         st.error(md(exc))
         return None
     return Summary(report.customer_id, report.namespace_prefix, report.counts, report.empty,
-                   report.unattributed_threads, report.sources, time.strftime("%H:%M:%S"))
+                   report.unattributed_threads, report.sources, moment(clock.now()))
 
 
 st.title(t("access_title"))
@@ -146,10 +148,8 @@ st.download_button(
 
 if not exports.empty:
     st.subheader(t("access_exports_of", id=md(summary.customer_id)))
-    st.dataframe(exports[["id", "exported_at", "operator", "format", "lang", "size_bytes", "sha256"]], hide_index=True,
-                 key="access.exports", column_config={
-                     "id": st.column_config.NumberColumn("#", format="%d"),
-                     "exported_at": st.column_config.DatetimeColumn(t("access_col_at"), format="YYYY-MM-DD HH:mm:ss z"),
-                     "operator": t("access_col_operator"), "format": t("access_col_format"),
-                     "lang": t("access_col_lang"), "size_bytes": t("access_col_size"), "sha256": "sha256"})
+    table(exports, key="access.exports", columns=["id", "exported_at", "operator", "format", "lang", "size_bytes", "sha256"],
+          config={"id": "#", "exported_at": t("access_col_at"), "operator": t("access_col_operator"),
+                  "format": t("access_col_format"), "lang": t("access_col_lang"), "size_bytes": t("access_col_size"),
+                  "sha256": "sha256"})
 st.page_link("app_pages/access_register.py", label=t("access_to_register"), icon=":material/receipt_long:")

@@ -26,17 +26,11 @@ with exports_tab:
     if exports.empty:
         st.info(t("access_register_empty"))
     else:
-        st.dataframe(
-            exports[["id", "customer_id", "operator", "exported_at", "format", "lang", "items", "size_bytes", "sha256"]],
-            hide_index=True, key="access_register.table",
-            column_config={
-                "id": st.column_config.NumberColumn("#", format="%d"),
-                "customer_id": t("access_col_customer"), "operator": t("access_col_operator"),
-                "exported_at": st.column_config.DatetimeColumn(t("access_col_at"), format="YYYY-MM-DD HH:mm:ss z"),
-                "format": t("access_col_format"), "lang": t("access_col_lang"), "items": t("access_col_items"),
-                "size_bytes": t("access_col_size"), "sha256": "sha256",
-            },
-        )
+        table(exports, key="access_register.table",
+              columns=["id", "customer_id", "operator", "exported_at", "format", "lang", "items", "size_bytes", "sha256"],
+              config={"id": "#", "customer_id": t("access_col_customer"), "operator": t("access_col_operator"),
+                      "exported_at": t("access_col_at"), "format": t("access_col_format"), "lang": t("access_col_lang"),
+                      "items": t("access_col_items"), "size_bytes": t("access_col_size"), "sha256": "sha256"})
 
 with views_tab:
     cfg = settings()

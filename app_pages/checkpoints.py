@@ -169,6 +169,7 @@ def source_label(source) -> str:
 
 def timeline_chart(timeline: pd.DataFrame) -> None:
     st.subheader(t("ckpt_timeline"))
+    timeline = timeline.assign(ts=pd.to_datetime(timeline["ts"], utc=True))  # the axis's ticks are UTC
     fig = go.Figure(go.Scatter(x=timeline["ts"], y=timeline["step"], mode="lines",
                                line=dict(color="#bbbbbb"), showlegend=False, hoverinfo="skip"))
     hover = ["checkpoint_id", "updated_channels", "tools", "pending_writes"]
@@ -178,8 +179,10 @@ def timeline_chart(timeline: pd.DataFrame) -> None:
     dots.update_traces(marker=dict(size=11))
     for trace in dots.data:
         fig.add_trace(trace)
-    fig.update_layout(height=320, margin=dict(t=10, b=10), xaxis_title=t("ckpt_time"), yaxis_title=t("ckpt_step"),
-                      legend_title_text=t("ckpt_source"), separators=fmt.plot_separators(),
+    ts = timeline["ts"].dropna()
+    axis = fmt.time_ticks(ts.min().to_pydatetime(), ts.max().to_pydatetime()) if len(ts) else {}
+    fig.update_layout(height=320, margin=dict(t=10, b=10), xaxis=dict(title=t("ckpt_time"), **axis),
+                      yaxis_title=t("ckpt_step"), legend_title_text=t("ckpt_source"), separators=fmt.plot_separators(),
                       yaxis=fmt.count_axis(timeline["step"].max() + 1))
     charts.show(fig, key="checkpoints.timeline_chart", counts=())
 
@@ -319,7 +322,7 @@ def thread_view() -> None:
         st.error(t("ckpt_refused", n=len(refused), steps=", ".join(str(s) for s in refused["step"].tolist()),
                    types=", ".join(md_code(x) for x in types)), icon=":material/block:")
     timeline_chart(timeline)
-    table(timeline, key="checkpoints.timeline",
+    table(timeline.assign(source=timeline["source"].map(source_label)), key="checkpoints.timeline",
           columns=["step", "ts", "source", "updated_channels", "tools", "pending_writes",
                    "pending_write_bytes", "undecodable_writes", "refused_writes", "refused_value",
                    "checkpoint_bytes", "checkpoint_id", "parent_checkpoint_id", "checkpoint_ns"])

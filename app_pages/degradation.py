@@ -90,10 +90,6 @@ def _read_once(db: Database) -> Reading:
                    replica_health.dead_letters(db, limit=LIMIT))
 
 
-def _clock(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts))
-
-
 def tiles(reading: Reading, states: pd.DataFrame, probe: Probe | None) -> None:
     s = reading.summary
     count = states["state"].value_counts()
@@ -268,13 +264,13 @@ def live() -> None:
     fresh = reading is not None
     if fresh:
         last_good[db.dsn] = reading
-        st.caption(t("degr_read_at", at=_clock(reading.at)))
+        st.caption(t("degr_read_at", at=fmt.clock(reading.at)))
     else:
         reading = last_good.get(db.dsn)
         if reading is None:
             st.error(t("degr_db_down_never", error=md(error)), icon=":material/cloud_off:")
         else:
-            st.error(t("degr_db_down", error=md(error), at=_clock(reading.at), ago=int(time.time() - reading.at)),
+            st.error(t("degr_db_down", error=md(error), at=fmt.clock(reading.at), ago=int(time.time() - reading.at)),
                      icon=":material/cloud_off:")
     try:
         endpoints = replica_view.read_endpoints(replica_view.configured_endpoints(secrets()))

@@ -6,10 +6,11 @@ import time
 import pandas as pd
 import streamlit as st
 
-from core import roles
+from core import clock, roles
 from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj
 from core.memory.store import InvalidIdentifier
+from ui import fmt
 from ui.common import call_now, forget_all, read_or_unknown, require_role, settings
 from ui.attribution import coverage_notice, decisions_of, show_residue, show_sources
 from ui.tables import table
@@ -39,7 +40,7 @@ def _close_dialog() -> None:
 
 @st.dialog(t("erasure_confirm_title"), on_dismiss=_close_dialog)
 def confirm(preview: evidence.Preview, decisions: dict) -> None:
-    st.markdown(t("erasure_confirm_body", total=f"{preview.total:,}", id=md(preview.customer_id)))
+    st.markdown(t("erasure_confirm_body", total=fmt.number(preview.total), id=md(preview.customer_id)))
     typed = st.text_input(t("erasure_confirm_input"), key="erasure.confirm_id")
     if st.button(t("erasure_confirm_button"), key="erasure.confirm", type="primary", icon=":material/delete_forever:"):
         if typed != preview.customer_id:
@@ -54,9 +55,9 @@ def confirm(preview: evidence.Preview, decisions: dict) -> None:
 def run_erasure(customer_id: str, decisions: dict) -> None:
     step_text = {
         "counting": lambda p: t("erasure_step_counting"),
-        "store": lambda p: t("erasure_step_store", p=p.pass_no, n=f"{p.deleted:,}"),
+        "store": lambda p: t("erasure_step_store", p=p.pass_no, n=fmt.number(p.deleted)),
         "threads": lambda p: t("erasure_step_threads", p=p.pass_no, n=p.detail.get("threads", 0)),
-        "logs": lambda p: t("erasure_step_logs", p=p.pass_no, n=f"{p.deleted:,}"),
+        "logs": lambda p: t("erasure_step_logs", p=p.pass_no, n=fmt.number(p.deleted)),
         "evidence": lambda p: t("erasure_step_evidence", p=p.pass_no, n=sum(p.detail.values())),
         "done": lambda p: t("erasure_step_done"),
     }
@@ -88,20 +89,20 @@ def show_result(result: erasure.ErasureResult) -> None:
         st.success(t("erasure_complete", id=md(result.customer_id)), icon=":material/verified:")
     else:
         st.error(t("erasure_incomplete", id=md(result.customer_id), report=md(result.report)))
-    seconds = (result.finished_at - result.requested_at).total_seconds() if result.finished_at else float("nan")
+    took = fmt.duration((result.finished_at - result.requested_at).total_seconds()) if result.finished_at else "—"
     st.caption(t("erasure_request", rid=result.request_id, operator=md(result.operator), passes=result.passes,
-                 seconds=seconds))
+                 took=took))
 
     st.subheader(t("erasure_evidence_title"))
     st.caption(t("erasure_evidence_caption"))
     for ev in result.store_evidence:
         st.code(ev.sql, language="sql", wrap_lines=True)
-        st.markdown(t("erasure_result_line", n=ev.result, at=ev.at))
+        st.markdown(t("erasure_result_line", n=fmt.number(ev.result), at=fmt.moment(ev.at)))
     with st.expander(t("erasure_other_evidence")):
         for ev in result.evidence:
             if ev.table not in evidence.STORE_TABLES:
                 st.code(ev.sql, language="sql", wrap_lines=True)
-                st.markdown(t("erasure_result_line", n=ev.result, at=ev.at))
+                st.markdown(t("erasure_result_line", n=fmt.number(ev.result), at=fmt.moment(ev.at)))
 
     tables = list(result.counts_before) + [k for k in result.counts_after if k not in result.counts_before]
     st.subheader(t("erasure_counts"))
@@ -128,7 +129,7 @@ def register_link(request_id: int) -> None:
 def keep_preview(customer_id: str, count_common: bool = False) -> None:
     """The preview read now on the primary, kept for the next runs with the time it was read."""
     st.session_state[PREVIEW_KEY] = (call_now(evidence.preview, customer_id, attribution, count_common=count_common),
-                                      time.strftime("%H:%M:%S"))
+                                      fmt.moment(clock.now()))
 
 
 st.title(t("erasure_title"))

@@ -44,7 +44,7 @@ if st.button(t("erasure_recheck_all"), key="erasure_register.recheck_all", icon=
     results = call_now(erasure_register.recheck_all, trigger="manual", operator=operator)
     dirty = [r for r in results if not r.clean]
     st.session_state[NOTICE_KEY] = ("all", "ok" if not dirty else "error",
-                                    t("erasure_rechecked_all", n=len(results), dirty=len(dirty)))
+                                    fmt.count("erasure_rechecked_all", len(results), dirty=fmt.number(len(dirty))))
     st.rerun()
 show_notice("all")
 
@@ -60,7 +60,7 @@ c2.metric(t("erasure_completed"), int((requests["outcome"] == "complete").sum())
 c3.metric(t("erasure_same_day"), f"{int(requests['same_day'].sum())} / {len(requests)}")
 c4.metric(t("erasure_came_back"), len(data_back))
 if len(data_back):  # first in the table, never shown as plain complete (a warning: st.error is the page failing)
-    st.warning(t("erasure_data_back_banner", n=len(data_back), ids=", ".join(f"#{i}" for i in data_back["id"])),
+    st.warning(fmt.count("erasure_data_back_banner", len(data_back), ids=", ".join(f"#{i}" for i in data_back["id"])),
              icon=":material/restore_page:")
 
 table(  # the status column shows the outcome: a request whose data came back says so
@@ -90,7 +90,7 @@ table(  # the status column shows the outcome: a request whose data came back sa
     },
 )
 
-labels = {int(r.id): t("erasure_pick_label", rid=int(r.id), id=r.customer_id, at=f"{r.requested_at:%Y-%m-%d %H:%M:%S}")
+labels = {int(r.id): t("erasure_pick_label", rid=int(r.id), id=r.customer_id, at=fmt.moment(r.requested_at))
           for r in requests.itertuples()}
 if st.session_state.get(NEXT_PICK_KEY) in labels:
     st.session_state[PICK_KEY] = st.session_state.pop(NEXT_PICK_KEY)

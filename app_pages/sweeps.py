@@ -24,6 +24,13 @@ DIALOG_KEY = "sweeps.dialog"
 FLASH_KEY = "sweeps.flash"
 PREVIEW_KEY = "sweeps.preview_result"  # (parameters, the dry run's SweepResult) shown in the dialog
 MEMORY_TOP_N = 20  # the Memory page's top prefixes, refreshed after a sweep
+
+
+def trigger_label(trigger: str) -> str:
+    """What started a sweep (core.operations.sweep.TRIGGERS) in the UI's words."""
+    return t(f"sweeps_trigger_{trigger}") if trigger in sweep.TRIGGERS else str(trigger)
+
+
 # One colour per namespace root on every chart of the page.
 
 user = require_role(roles.SRE)
@@ -41,10 +48,10 @@ runs = read(sweep_reads.sweep_runs, RUNS_LIMIT)
 st.subheader(t("sweeps_state_now"))
 cols = st.columns(len(expired) + 1)
 for col, row in zip(cols, expired.itertuples()):
-    col.metric(t("sweeps_expired_metric", root=md(row.root)), f"{row.expired:,}")
+    col.metric(t("sweeps_expired_metric", root=md(row.root)), fmt.number(row.expired))
 last = read(sweep_reads.last_sweep)  # a dry run is not a sweep
-cols[-1].metric(t("sweeps_last_run"), t("sweeps_never") if last is None else f"{last['started_at']:%d/%m %H:%M}",
-                None if last is None else md(f"{t('sweeps_status_' + last['status'])} · {last['trigger']}"),
+cols[-1].metric(t("sweeps_last_run", tz=fmt.viewer_timezone()), t("sweeps_never") if last is None else fmt.short(last["started_at"]),
+                None if last is None else md(f"{t('sweeps_status_' + last['status'])} · {trigger_label(last['trigger'])}"),
                 delta_color="off", delta_arrow="off")
 
 
@@ -163,10 +170,13 @@ if st.session_state.get(DIALOG_KEY):
 
 
 @shared_figure
-def runs_figure(per_run: pd.DataFrame, language: str) -> go.Figure:
+def runs_figure(per_run: pd.DataFrame, language: str, tz: str) -> go.Figure:
+    # `tz`: the viewer's time zone, which the run labels are in (a chart shared only with viewers in the same one)
+    per_run = per_run.assign(trigger=per_run["trigger"].map(trigger_label),
+                             run=[f"#{i} · {fmt.short(at)}" for i, at in zip(per_run["run_id"], per_run["started_at"])])
     fig = px.bar(plot_frame(per_run), x="run", y="documents", color="root", hover_data=["started_at", "trigger"],
                  color_discrete_map=ROOT_COLORS,
-                 labels={"run": t("sweeps_run_start"), "documents": t("sweeps_documents"), "root": ""})
+                 labels={"run": t("sweeps_run_start", tz=tz), "documents": t("sweeps_documents"), "root": ""})
     fig.update_xaxes(type="category")
     fig.update_layout(height=340, margin=dict(t=10, b=10), barmode="stack")
     return charts.finish(fig)
@@ -184,7 +194,9 @@ def expired_figure(expired: pd.DataFrame, language: str) -> go.Figure:
 def forecast_figure(forecast: pd.DataFrame, language: str) -> go.Figure:
     fig = px.bar(plot_frame(forecast), x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
                  labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
-    fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack")
+    # plotly's own date ticks are English month names: the language's, one every eight weeks
+    fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack",
+                      xaxis=fmt.date_ticks(sorted(forecast["week"].unique()), every=8))
     return charts.finish(fig)
 
 
@@ -195,7 +207,7 @@ with left:
     if per_run.empty:
         st.info(t("sweeps_no_runs"))
     else:
-        charts.draw(runs_figure(per_run, lang()), key="sweeps.runs_chart")
+        charts.draw(runs_figure(per_run, lang(), fmt.viewer_timezone()), key="sweeps.runs_chart")
 with right:
     st.subheader(t("sweeps_expired_now"))
     if not expired["expired"].any():  # an empty bar chart draws a meaningless axis
@@ -220,12 +232,14 @@ with st.expander(t("sweeps_config"), expanded=True):
 
 st.subheader(t("sweeps_log"))
 st.caption(t("sweeps_log_caption"))
-log = runs.assign(status=[t(f"sweeps_status_{s}") for s in runs["status"]])
+log = runs.assign(status=[t(f"sweeps_status_{s}") for s in runs["status"]], trigger=runs["trigger"].map(trigger_label),
+                  deleted_by_root=runs["deleted_by_root"].map(
+                      lambda d: ", ".join(f"{k}: {fmt.number(v)}" for k, v in (d or {}).items() if v) or "—"))
 table(log, key="sweeps.log", columns=[c for c in log.columns if c != "dry_run"])
 if not runs.empty:
     st.subheader(t("sweeps_run_detail"))
     by_id = runs.set_index("id")
     run_id = st.selectbox(t("sweeps_run_pick"), by_id.index.tolist(), key="sweeps.detail_run",
-                          format_func=lambda i: t("sweeps_run_option", id=i, at=f"{by_id.at[i, 'started_at']:%Y-%m-%d %H:%M}",
+                          format_func=lambda i: t("sweeps_run_option", id=i, at=fmt.moment(by_id.at[i, 'started_at']),
                                                   status=t("sweeps_status_" + by_id.at[i, "status"])))
     _run_lists(read(sweep_reads.run_details, int(run_id)), f"sweeps.run.{run_id}")

@@ -209,8 +209,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_streamlit(env_extra: dict[str, str], args: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
-    """A dashboard process on a free loopback port; `args` go to `streamlit run` (e.g. --secrets.files)."""
+def start_streamlit(env_extra: dict[str, str], args: tuple[str, ...] = (),
+                    script: str = "dashboard.py") -> tuple[subprocess.Popen, str]:
+    """A dashboard process (or another `script` of the repository) on a free loopback port; `args` go to
+    `streamlit run` (e.g. --secrets.files)."""
     port = free_port()
     env = {**os.environ, "EMBEDDINGS_DIMS": str(DIMS), "AUTO_MIGRATE": "0", "SEED_DEMO": "0",
            "DEMO_REPLICAS": "0", **env_extra}
@@ -218,7 +220,7 @@ def start_streamlit(env_extra: dict[str, str], args: tuple[str, ...] = ()) -> tu
     # pipe, stop answering and not exit on SIGTERM.
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "dashboard.py", "--server.headless", "true",
+        [sys.executable, "-m", "streamlit", "run", script, "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
          "--browser.gatherUsageStats", "false", *args],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -52,7 +52,7 @@ def test_data_back_is_first_and_erased_again_in_the_browser(page, server, came_b
     nav = page.get_by_test_id("stSidebarNav")
     nav.get_by_role("link", name=re.compile("Registro de borrados")).click()
     expect(page.get_by_role("heading", name="Registro de borrados")).to_be_visible(timeout=30_000)
-    banner = page.get_by_text(f"1 solicitudes con datos reaparecidos (al principio de la tabla): #{db.first}")
+    banner = page.get_by_text(f"1 solicitud con datos reaparecidos (al principio de la tabla): #{db.first}")
     expect(banner).to_be_visible(timeout=20_000)
     expect(page.get_by_test_id("stMetric").filter(has_text="Con datos reaparecidos")).to_contain_text("1")
     grid = page.get_by_test_id("stDataFrame").first

@@ -3,6 +3,7 @@ Degradation page (issue 30), with screenshots under test-artifacts/ to look at."
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -67,3 +68,23 @@ def test_degradation_page_in_words(page, dashboard_url, demo_db, screenshot):
         expect(page.get_by_text("Episodios numerados por orden de inicio", exact=False)).to_be_visible()
         _scroll_to(page, "Episodios de degradación")
     screenshot("sre-degradation")
+
+
+def test_times_of_day_in_the_viewers_zone(browser, dashboard_url, browser_context_args):
+    """A viewer in Madrid reads Madrid's time, named, on the page and in the sidebar (the server runs in UTC)."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    context = browser.new_context(**{**browser_context_args, "timezone_id": "Europe/Madrid"})
+    try:
+        page = context.new_page()
+        page.goto(f"{dashboard_url}/degradation")
+        expect(page.get_by_role("heading", name="Persistencia degradada de las réplicas")).to_be_visible(timeout=180_000)
+        hour = datetime.now(ZoneInfo("Europe/Madrid")).strftime("%H")
+        for text in ("Leído a las", "comprobado a las"):
+            shown = page.get_by_text(re.compile(rf"^{text} \d\d:\d\d:\d\d Europe/Madrid$")).first
+            expect(shown).to_be_visible(timeout=30_000)
+            assert shown.inner_text().split()[-2][:2] in (hour, f"{(int(hour) + 1) % 24:02d}"), shown.inner_text()
+        page.screenshot(path=str(Path(__file__).resolve().parent.parent / "test-artifacts" / "sre-degradation-madrid.png"))
+    finally:
+        context.close()

@@ -4,10 +4,12 @@ refusals (a manager, an id that does not match, local mode off loopback)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
-from babel.numbers import parse_decimal
+from babel.numbers import format_decimal
 from streamlit import config as st_config
+from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 from core.privacy import erasure, erasure_register, follow_up
@@ -93,7 +95,10 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     assert ("SELECT count(*) AS n FROM store_vectors WHERE prefix = 'clientes.C9' "
             "OR prefix LIKE 'clientes.C9.%' ESCAPE '\\'") in code
     results = [m.value for m in at.markdown if m.value.startswith("Resultado:")]
-    assert len(results) >= 2 and all(r.startswith("Resultado: **0** · ejecutada el 20") for r in results)
+    # when each ran, as a person reads a date in Spanish, in the viewer's zone (UTC without a browser), not ISO
+    assert len(results) >= 2 and all(re.fullmatch(r"Resultado: \*\*0\*\* · ejecutada el \d{1,2} [a-z]{3} 20\d\d, "
+                                                  r"\d\d:\d\d:\d\d UTC", r) for r in results), results
+    assert any(re.search(r"pasada\(s\) · [\d,]+ s hasta cero$", c.value) for c in at.caption)
     assert "Borrado completo" in texts(at)
     for sql in code:  # every query shown still returns 0 when run exactly as shown, but the residue's, whose terms
         if ":residue_terms" in sql:  # are named by reference (issue 25): a re-check proves it through the hashes
@@ -118,9 +123,15 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     assert not at.exception, at.exception
     table = frame(at, "customer_id", "same_day")
     assert list(table["customer_id"]) == ["C9"] and bool(table["same_day"].iloc[0])
-    # decimals are shown as text in the page's language ("0,42")
-    seconds = parse_decimal(table["seconds_to_zero"].iloc[0], locale="es")
-    assert table["status"].iloc[0] == "completa" and seconds >= 0
+    # the time to zero stays a number (the grid sorts it as one) and reads as a duration in the page's language
+    seconds = table["seconds_to_zero"].iloc[0]
+    assert isinstance(seconds, float) and table["status"].iloc[0] == "completa" and seconds >= 0
+    register = next(df for df in at.dataframe if "same_day" in df.value.columns)
+    shown_as = dataframe_util.convert_arrow_bytes_to_pandas_df(register.proto.arrow_data.styler.display_values)
+    assert 0 < seconds < 60 and shown_as["seconds_to_zero"].iloc[0] == format_decimal(seconds, "0.00", locale="es") + " s"
+    assert re.fullmatch(r"\d{1,2} [a-z]{3} 20\d\d, \d\d:\d\d:\d\d", shown_as["requested_at"].iloc[0])
+    pick = at.selectbox(key="erasure_register.request")
+    assert re.fullmatch(r"n\.º \d+ · C9 · \d{1,2} [a-z]{3} 20\d\d, \d\d:\d\d:\d\d UTC", pick.format_func(pick.value))
     run_turn(shop.agent, ContextoCliente("C9"), "cliente-C9-1", "Prefiero que me atendáis en gallego.")
     at.button(key="erasure_register.recheck").click().run()
     assert not at.exception, at.exception
@@ -142,7 +153,7 @@ def test_a_request_whose_data_came_back_is_shown_first_as_such_and_erased_again(
     assert list(requests["id"]) == [first.request_id, later.request_id]
     assert list(requests["status"]) == ["datos reaparecidos", "completa"]
     assert metric(at, "Con datos reaparecidos") == "1" and metric(at, "Completas") == "1"
-    assert f"1 solicitudes con datos reaparecidos (al principio de la tabla): #{first.request_id}" in texts(at)
+    assert f"1 solicitud con datos reaparecidos (al principio de la tabla): #{first.request_id}" in texts(at)
     assert at.selectbox(key="erasure_register.request").value == first.request_id  # picked first
     assert not [b for b in at.button if b.key == "erasure_register.resume"]
 
@@ -201,7 +212,7 @@ def test_register_page_empty_and_recheck_all(shop, app_env):
     erasure.erase(shop, "C90", operator="dpo@example.com")
     at.button(key="erasure_register.recheck_all").click().run()
     assert not at.exception, at.exception
-    assert "1 solicitudes re-comprobadas, 0 con datos reaparecidos." in texts(at)
+    assert "1 solicitud re-comprobada, 0 con datos reaparecidos." in texts(at)
     assert shop.fetch_one("SELECT trigger, clean FROM core_erasure_rechecks") == {"trigger": "manual", "clean": True}
 
 

@@ -5,8 +5,11 @@ the links sealed before keep their hashes (head hashes handed out stay valid), a
 hashes, and a row edited before or after the redaction is still reported as edited."""
 from __future__ import annotations
 
+from datetime import timezone
+
 import psycopg
 import pytest
+from babel.dates import format_datetime
 from psycopg.types.json import Jsonb
 
 from core import migrate as migrate_module
@@ -172,7 +175,10 @@ def test_verifying_the_chain_on_the_register_page_says_what_was_redacted_and_whe
     assert not at.exception, at.exception
     assert any(s.value.startswith("Cadena íntegra: 6 filas selladas") for s in at.success), texts(at)
     (info,) = [shown(i.value) for i in at.info if i.value.startswith("Filas selladas redactadas después")]
-    day = legacy.fetch_one("SELECT to_char(redacted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS d "
-                           "FROM core_register_redactions LIMIT 1")["d"]
-    assert (f"core_erasure_register #{legacy.erased} (residue_terms, residue, evidence, term_salt) {day}" in info
-            and all(f"core_erasure_rechecks #{k} (evidence) {day}" in info for k in legacy.rechecks)), info
+    # when, as a person reads it in Spanish (the viewer's zone: UTC without a browser), not ISO
+    when = {(r["table_name"], r["row_id"]): format_datetime(r["redacted_at"], "medium", tzinfo=timezone.utc, locale="es")
+            + " UTC" for r in legacy.fetch("SELECT table_name, row_id, redacted_at FROM core_register_redactions")}
+    assert (f"core_erasure_register #{legacy.erased} (residue_terms, residue, evidence, term_salt) "
+            f"{when['core_erasure_register', legacy.erased]}" in info
+            and all(f"core_erasure_rechecks #{k} (evidence) {when['core_erasure_rechecks', k]}" in info
+                    for k in legacy.rechecks)), info

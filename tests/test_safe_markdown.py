@@ -112,6 +112,6 @@ def test_erasure_residue_term_and_thread_are_shown_escaped(hostile, app_env):
     at.button(key="erasure.preview").click().run()
     assert not at.exception, at.exception
     (line,) = [m.value for m in at.markdown if m.value.startswith("Hilo ")]
-    assert line == f"Hilo {md_code(hostile.thread_residue)} — término «{md('a ' + LINKS)}» (value)"
+    assert line == f"Hilo {md_code(hostile.thread_residue)} — término «{md('a ' + LINKS)}» (valor de sus documentos)"  # the kind in words, not the key
     (title,) = [s.value for s in at.subheader if s.value.startswith("Qué se borraría")]
     assert title == f"Qué se borraría de {md_code('clientes.' + ID)}"

@@ -9,7 +9,9 @@ import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from babel.dates import format_skeleton
 from langgraph.checkpoint.postgres import PostgresSaver
+from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 from apptools import as_int, frame, metric
@@ -246,3 +248,43 @@ def test_sweeps_settings_in_words(db, app_env):
     at = open_page(db.dsn, app_env, "app_pages/sweeps.py")
     config = frame(at, "root", "ttl_days", "in_process_sweeper")
     assert set(config["in_process_sweeper"]) == {"no (lo hace el barrido programado)"}
+
+
+def test_checkpoint_timeline_axis_says_date_and_time_in_the_ui_language(agents_db, app_env):
+    first, last = (agents_db.fetch_one(f"SELECT {f}((checkpoint->>'ts')::timestamptz) AS ts FROM checkpoints "
+                                       "WHERE thread_id = %s", (THREAD,))["ts"] for f in ("min", "max"))
+    for lang, title in (("es", "Fecha y hora (UTC)"), ("en", "Date and time (UTC)")):
+        at = open_page(agents_db.dsn, app_env, "app_pages/checkpoints.py", {"thread": THREAD, "lang": lang})
+        fig = json.loads(next(c for c in at.get("plotly_chart") if c.key == "checkpoints.timeline_chart").proto.spec)
+        axis = fig["layout"]["xaxis"]
+        assert axis["title"]["text"] == title  # not "Hora": the axis may span days
+        # the day in the language, and the time as precise as the ticks are close (these checkpoints are within
+        # seconds): no two ticks read the same
+        day = format_skeleton("MMMd", first, tzinfo=timezone.utc, locale=lang)
+        ticks = axis["ticktext"]
+        assert ticks[0].startswith(f"{day} {first.astimezone(timezone.utc):%H:%M:%S}"), ticks
+        assert f"{last.astimezone(timezone.utc):%H:%M:%S}" in ticks[-1] and len(set(ticks)) == len(ticks) > 1, ticks
+    # the table under it names each checkpoint's origin in words, as the chart's legend does
+    timeline = next(df for df in at.dataframe if "updated_channels" in df.value.columns)
+    assert set(timeline.value["source"]) == {"input (message received)", "graph step"}, set(timeline.value["source"])
+
+
+def test_time_degraded_reads_as_a_duration_and_sorts_as_seconds(episodes_db, app_env):
+    for lang, label in (("es", "Tiempo degradada"), ("en", "Time degraded")):
+        at = open_page(episodes_db.dsn, app_env, "app_pages/degradation.py", {"lang": lang})
+        episodes = next(df for df in at.dataframe if "degraded_from" in df.value.columns)
+        config = json.loads(episodes.proto.columns)["seconds_degraded"]
+        assert config["label"] == label and config["type_config"]["type"] == "number"
+        assert "format" not in config["type_config"]  # the duration text below is what the grid writes
+        assert episodes.value["seconds_degraded"].tolist() == [38 * 60.0] * 3
+        texts = dataframe_util.convert_arrow_bytes_to_pandas_df(episodes.proto.arrow_data.styler.display_values)
+        assert texts["seconds_degraded"].tolist() == ["38 min"] * 3
+
+
+def test_times_of_day_name_the_viewers_zone(episodes_db, app_env):
+    """The page's reading time and the sidebar's database check: the viewer's zone (UTC without a browser), named,
+    not the server's clock unnamed."""
+    at = open_page(episodes_db.dsn, app_env, "app_pages/degradation.py")
+    captions = [c.value for c in at.caption] + [c.value for c in at.sidebar.caption]
+    assert any(re.fullmatch(r"Leído a las \d\d:\d\d:\d\d UTC", c) for c in captions), captions
+    assert any(re.fullmatch(r"comprobado a las \d\d:\d\d:\d\d UTC", c) for c in captions), captions

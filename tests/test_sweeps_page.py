@@ -2,9 +2,13 @@
 from the dialog, and a manager refused. Real embedded PostgreSQL, real demo data."""
 from __future__ import annotations
 
+import json
 import time
+from datetime import timezone
 
 import pytest
+import pandas as pd
+from babel.dates import format_date, format_datetime, format_skeleton
 from streamlit.testing.v1 import AppTest
 
 from core.memory.embeddings import OfflineHashEmbeddings
@@ -76,6 +80,9 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
     clientes = next(t for t in spec["data"] if t["name"] == "clientes")
     weeks_with_clientes = [x for x, y in zip(clientes["x"], decode(clientes["y"])) if y > 0]
     assert weeks_with_clientes and min(weeks_with_clientes) >= clientes["x"][48]
+    # its axis in Spanish ("4 ene"), not plotly's English month names ("Jan 2027")
+    weeks = sorted({pd.Timestamp(x).date() for trace in spec["data"] for x in trace["x"]})
+    assert spec["layout"]["xaxis"]["ticktext"] == [format_date(w, "d MMM", locale="es") for w in weeks[::8]]
 
     config = frame(at, "root", "ttl_days", "in_process_sweeper").set_index("root")
     assert config.loc["clientes", "ttl_days"] == 365 and (config["in_process_sweeper"] == CATALOGUES["es"]["sweeps_in_process_off"]).all()
@@ -147,9 +154,16 @@ def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_delet
 
     at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
     assert not at.exception
-    shown = metric(at, "Último barrido")
-    assert shown == f"{real.started_at:%d/%m %H:%M}"
-    assert next(m for m in at.metric if m.label == "Último barrido").proto.delta.startswith("Hecho")
+    # in the viewer's zone (UTC without a browser), named in the label, the date as Spanish writes it
+    shown = metric(at, "Último barrido (UTC)")
+    assert shown == (format_skeleton("MMMd", real.started_at, tzinfo=timezone.utc, locale="es")
+                     + format_datetime(real.started_at, " H:mm", tzinfo=timezone.utc, locale="es"))
+    assert next(m for m in at.metric if m.label == "Último barrido (UTC)").proto.delta == "Hecho · programado"
+    log = frame(at, "id", "trigger", "deleted_by_root")
+    assert log["trigger"].tolist() == ["a mano", "programado"]  # words, not the job's keys
+    assert log["deleted_by_root"].tolist() == ["proveedores: 1", "proveedores: 1"]  # not JSON
+    ttl = next(df for df in at.dataframe if "ttl_minutes" in df.value.columns)
+    assert json.loads(ttl.proto.columns)["ttl_minutes"]["type_config"]["format"] == "%'.,d"  # 525.600, not 525600
     # The newest run is the dry run: its detail lists the document it would delete.
     assert at.selectbox(key="sweeps.detail_run").value == dry.run_id
     assert frame(at, "prefix", "key").values.tolist() == [["proveedores.P2", "aviso-promo"]]

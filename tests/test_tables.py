@@ -1,11 +1,14 @@
 """Every dataframe on every page, in both languages, on the demo data: no raw snake_case column name
-(every shown column has a label in the UI language) and no "None" (or NaN) cell."""
+(every shown column has a label in the UI language) and no "None" (or NaN) cell. And how one table shows its
+numbers, durations and dates: still numbers and instants (the grid sorts them as such), read in the UI's language."""
 from __future__ import annotations
 
 import json
 import re
 
+import pandas as pd
 import pytest
+from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 RAW_NAME = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
@@ -27,14 +30,24 @@ def shown_columns(df) -> list[tuple[str, str]]:
 
 
 def bad_cells(df) -> list[str]:
+    """Cells the grid shows as "None" (or NaN): a missing value, but for a missing number or instant in a grid whose
+    placeholder (what it draws for those) is "—"."""
     frame = df.value
+    placeholder = df.proto.placeholder == "—"
     found = []
     for col in frame.columns:
+        typed = pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_datetime64_any_dtype(frame[col])
         for value in frame[col]:
-            if value is None or (not isinstance(value, (list, dict, str)) and value != value) or value == "None":
+            missing = value is None or (not isinstance(value, (list, dict, str)) and value != value)
+            if (missing and not (placeholder and typed)) or value == "None":
                 found.append(f"{col}={value!r}")
                 break
     return found
+
+
+def display_texts(df) -> pd.DataFrame:
+    """What the grid writes in each cell of a table shown through a Styler (its display values)."""
+    return dataframe_util.convert_arrow_bytes_to_pandas_df(df.proto.arrow_data.styler.display_values)
 
 
 def scan(at: AppTest, page: str) -> list[str]:
@@ -68,3 +81,47 @@ def test_no_raw_column_name_nor_none_on_any_page(demo_db, app_env, lang):
         problems += scan(at, page)
     assert tables >= 14
     assert not problems, "\n".join(problems)
+
+
+def _mixed_table() -> None:
+    import pandas as pd
+
+    from ui.tables import table
+
+    table(pd.DataFrame({
+        "ratio": [9.25, 10.5, None, 2.5],
+        "seconds_degraded": [125.0, 3780.0, 12.0, 0.42],
+        "requested_at": pd.to_datetime(["2026-12-04 16:52:03", "2026-11-30 09:05:00", None, "2026-12-01 00:00:00"],
+                                       utc=True),
+        "turns": [1234, 5, 60, 7],
+    }), key="mixed")
+
+
+@pytest.mark.parametrize("lang, ratio, seconds, at", [
+    ("es", ["9,25", "10,50", "—", "2,50"], ["2 min 5 s", "1 h 3 min", "12 s", "0,42 s"], "4 dic 2026, 16:52:03"),
+    ("en", ["9.25", "10.50", "—", "2.50"], ["2 min 5 s", "1 h 3 min", "12 s", "0.42 s"], "Dec 4, 2026, 4:52:03\u202fPM"),
+])
+def test_decimals_durations_and_dates_stay_sortable_and_read_in_the_ui_language(monkeypatch, lang, ratio, seconds, at):
+    monkeypatch.delenv("PG_AGENTES", raising=False)
+    monkeypatch.setenv("LOCAL_ROLES", "manager")
+    app = AppTest.from_function(_mixed_table, default_timeout=30)
+    app.query_params["lang"] = lang
+    app.run()
+    assert not app.exception
+    df = app.dataframe[0]
+    frame, config = df.value, json.loads(df.proto.columns)
+    # the grid sorts what it holds: numbers and instants, never their text ("10,50" before "9,25")
+    assert str(frame["ratio"].dtype) == "float64" and str(frame["seconds_degraded"].dtype) == "float64"
+    assert pd.api.types.is_datetime64_any_dtype(frame["requested_at"])
+    for col in ("ratio", "seconds_degraded"):
+        # a printf or named format of its own would win over the text in the UI's language
+        assert config[col]["type_config"]["type"] == "number" and "format" not in config[col]["type_config"]
+    assert config["requested_at"]["type_config"]["type"] == "datetime"
+    assert "format" not in config["requested_at"]["type_config"]
+    assert config["requested_at"]["label"].endswith("(UTC)")
+    texts = display_texts(df)
+    assert texts["ratio"].tolist() == ratio
+    assert texts["seconds_degraded"].tolist() == seconds
+    assert texts["requested_at"].iloc[0] == at
+    assert df.proto.placeholder == "—"  # a missing number or date
+    assert config["turns"]["type_config"]["format"] == {"es": "%'.,d", "en": "%,d"}[lang]

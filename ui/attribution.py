@@ -8,6 +8,7 @@ import streamlit as st
 from core.privacy.decisions import ERASE, LEAVE
 from core.privacy import subjects as subj
 from core.privacy import residue as res
+from ui import fmt
 from ui.i18n import t
 from ui.safe import md, md_code
 from ui.tables import human_bytes
@@ -25,11 +26,11 @@ def coverage_notice(cov: subj.Coverage | None) -> None:
     None: it could not be read, which the read already said)."""
     if cov is None or not cov.unattributed_threads:
         return
-    st.warning(t("erasure_coverage", threads=f"{cov.unattributed_threads:,} / {cov.threads:,}",
-                 t_share=f"{cov.thread_share:.0%}", bytes=human_bytes(cov.unattributed_bytes),
-                 b_share=f"{cov.byte_share:.0%}"), icon=":material/visibility_off:")
+    st.warning(t("erasure_coverage", threads=f"{fmt.number(cov.unattributed_threads)} / {fmt.number(cov.threads)}",
+                 t_share=fmt.percent(cov.thread_share), bytes=human_bytes(cov.unattributed_bytes),
+                 b_share=fmt.percent(cov.byte_share)), icon=":material/visibility_off:")
     st.caption(t("erasure_coverage_fix") + (" " + t("erasure_coverage_query") if cov.query_configured else "")
-               + (" " + t("erasure_coverage_as_of", at=f"{cov.as_of:%Y-%m-%d %H:%M} UTC") if cov.as_of else ""))
+               + (" " + t("erasure_coverage_as_of", at=fmt.moment(cov.as_of)) if cov.as_of else ""))
 
 
 def show_sources(subjects: subj.Subjects | None) -> None:
@@ -64,7 +65,7 @@ def show_residue(residue: res.Residue | None) -> None:
                 st.warning(t("erasure_residue_not_scanned", thread=md_code(thread_id)), icon=":material/lock:")
             else:
                 st.markdown(t("erasure_residue_thread", thread=md_code(thread_id), term=md(matches[0].term),
-                              kind=md(matches[0].kind)))
+                              kind=term_kind(matches[0].kind)))
             st.dataframe(pd.DataFrame({
                 t("erasure_col_term"): [m.term for m in matches],
                 t("erasure_col_customers"): [_holders(m.customers) for m in matches],
@@ -80,12 +81,17 @@ def show_residue(residue: res.Residue | None) -> None:
     with st.expander(t("erasure_terms_title")):
         st.dataframe(pd.DataFrame({
             t("erasure_col_term"): [x.term for x in residue.terms],
-            t("erasure_col_kind"): [x.kind for x in residue.terms],
+            t("erasure_col_kind"): [term_kind(x.kind) for x in residue.terms],
             t("erasure_col_customers"): [_holders(x.customers) for x in residue.terms],
             t("erasure_col_threads_matched"): [t("erasure_not_counted") if x.threads is None else str(x.threads)
                                                for x in residue.terms],
             t("erasure_col_common"): [x.common for x in residue.terms],
         }), hide_index=True, key="erasure.terms")
+
+
+def term_kind(kind: str) -> str:
+    """What kind of residue term (core.privacy.residue: the customer's id or a value of their documents), in words."""
+    return t(f"erasure_term_kind_{kind}") if kind in ("id", "value") else md(kind)
 
 
 def decisions_of(residue: res.Residue | None) -> tuple[dict[str, tuple[str, str]], int]:

@@ -1,13 +1,17 @@
-"""Numbers and dates as the UI's language writes them (Babel's CLDR data), in metrics, captions and charts:
-Spanish 40.894 / 0,117 / 30 nov 2026, English 40,894 / 0.117 / Nov 30, 2026. Tables format theirs in ui/tables.py.
+"""Numbers, dates and durations as the UI's language writes them (Babel's CLDR data), in metrics, captions, charts
+and (through ui/tables.py) table cells: Spanish 40.894 / 0,117 / 30 nov 2026 / 2 min 5 s, English 40,894 / 0.117 /
+Nov 30, 2026 / 2 min 5 s. Instants in the viewer's time zone (the browser's; UTC when it does not say), named.
 """
 from __future__ import annotations
 
 import math
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, Iterable
 
-from babel.dates import format_date, format_datetime, format_skeleton
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import streamlit as st
+from babel.dates import format_date, format_datetime, format_skeleton, format_time
 from babel.numbers import format_decimal, format_percent, get_decimal_symbol, get_group_symbol
 
 from ui.i18n import lang, t
@@ -27,9 +31,10 @@ def number(value: float | int, digits: int | None = None) -> str:
     return format_decimal(value, format=pattern, locale=lang())
 
 
-def count(key: str, n: int) -> str:
-    """The catalogue's `key_one` or `key_other` text for `n` things ("1 llamada", "33 llamadas"), `{n}` formatted."""
-    return t(f"{key}_one" if n == 1 else f"{key}_other", n=number(n))
+def count(key: str, n: int, **kwargs: object) -> str:
+    """The catalogue's `key_one` or `key_other` text for `n` things ("1 llamada", "33 llamadas"), `{n}` formatted;
+    `kwargs` fill its other placeholders."""
+    return t(f"{key}_one" if n == 1 else f"{key}_other", n=number(n), **kwargs)
 
 
 def percent(value: float) -> str:
@@ -41,20 +46,79 @@ def day(value: date | datetime, pattern: str = "medium") -> str:
     return format_date(value, pattern, locale=lang())
 
 
-def moment(value: datetime) -> str:
-    """An instant in the language, in UTC and saying so: "4 dic 2026, 16:52:03 UTC" / "Dec 4, 2026, 4:52:03 PM UTC"."""
-    return format_datetime(value, "medium", tzinfo=timezone.utc, locale=lang()) + " UTC"
+def viewer_timezone() -> str:
+    """The browser's IANA time zone (UTC when unknown, e.g. headless tests without a browser)."""
+    try:
+        tz = st.context.timezone
+        ZoneInfo(tz or "UTC")
+    except (ZoneInfoNotFoundError, ValueError, RuntimeError, AttributeError):
+        return "UTC"
+    return tz or "UTC"
+
+
+def when(value: datetime | str, tz: str | None = None) -> str:
+    """An instant (a datetime, or an ISO 8601 text as evidence records it) in the language and in time zone `tz`
+    (default: the viewer's), without naming the zone: "4 dic 2026, 17:52:03" / "Dec 4, 2026, 5:52:03 PM"."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:  # the database's and the evidence's instants are UTC
+        value = value.replace(tzinfo=timezone.utc)
+    return format_datetime(value, "medium", tzinfo=ZoneInfo(tz or viewer_timezone()), locale=lang())
+
+
+def short(value: datetime) -> str:
+    """An instant in few characters, in the language and the viewer's time zone (named elsewhere, e.g. in a label):
+    "3 dic 4:00" / "Dec 3 4:00"."""
+    tz = ZoneInfo(viewer_timezone())
+    return format_skeleton("MMMd", value, tzinfo=tz, locale=lang()) + format_datetime(value, " H:mm", tzinfo=tz,
+                                                                                       locale=lang())
+
+
+def moment(value: datetime | str) -> str:
+    """An instant in the language and the viewer's time zone, naming it: "4 dic 2026, 17:52:03 Europe/Madrid" /
+    "Dec 4, 2026, 5:52:03 PM UTC"."""
+    tz = viewer_timezone()
+    return f"{when(value, tz)} {tz}"
+
+
+def clock(value: datetime | float) -> str:
+    """A time of day (a datetime or a Unix time) in the language and the viewer's time zone, naming it: "21:52:03
+    Europe/Madrid" / "9:52:03 PM Europe/Madrid" (the day is today's: readings the page just took)."""
+    if not isinstance(value, datetime):
+        value = datetime.fromtimestamp(value, timezone.utc)
+    tz = viewer_timezone()
+    return f"{format_time(value, 'medium', tzinfo=ZoneInfo(tz), locale=lang())} {tz}"
+
+
+DURATION_UNITS = (("unit_day", 86400), ("unit_hour", 3600), ("unit_minute", 60), ("unit_second", 1))
+
+
+def duration(seconds: float) -> str:
+    """A number of seconds as a person reads it, its two largest units: "0,42 s", "12 s", "2 min 5 s", "1 h 3 min",
+    "2 d 4 h" (unit symbols from the catalogue)."""
+    if seconds < 60:
+        return f"{number(seconds, 0 if float(seconds).is_integer() else 2)} {t('unit_second')}"
+    left, parts = round(seconds), []
+    for key, size in DURATION_UNITS:
+        n, left = divmod(left, size)
+        if n or parts:
+            parts.append((n, key))
+    return " ".join(f"{number(n)} {t(key)}" for n, key in parts[:2] if n)
 
 
 def time_ticks(start: datetime, end: datetime, n: int = 6) -> dict[str, Any]:
-    """A plotly date axis from `start` to `end` (UTC) labelled in the language, `n` ticks
-    (plotly's own labels are English month names): "3 nov 14:05" / "Nov 3 14:05"."""
+    """A plotly date axis from `start` to `end` (UTC) labelled in the language, up to `n` ticks
+    (plotly's own labels are English month names): "3 nov 14:05" / "Nov 3 14:05", with seconds ("3 nov 14:05:09")
+    when ticks are less than a minute apart and milliseconds ("3 nov 14:05:09.250") when less than a second, so no
+    two ticks read the same; one tick when `start` is `end`."""
     span = (end - start) / max(n - 1, 1)
-    shown = [start + span * i for i in range(n)]
+    shown = [start + span * i for i in range(n)] if span else [start]
+    clock = (" HH:mm:ss.SSS" if span < timedelta(seconds=1) else " HH:mm:ss" if span < timedelta(minutes=1)
+             else " HH:mm")
     # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
     return dict(tickmode="array", tickvals=[v.astimezone(timezone.utc).replace(tzinfo=None) for v in shown],
                 ticktext=[format_skeleton("MMMd", v, tzinfo=timezone.utc, locale=lang())
-                          + format_datetime(v, " HH:mm", tzinfo=timezone.utc, locale=lang()) for v in shown])
+                          + format_datetime(v, clock, tzinfo=timezone.utc, locale=lang()) for v in shown])
 
 
 def plot_separators() -> str:

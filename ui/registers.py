@@ -1,11 +1,10 @@
 """What both register pages share: the button that verifies a register's hash chain."""
 from __future__ import annotations
 
-from datetime import timezone
-
 import streamlit as st
 
 from core.privacy import chain
+from ui import fmt
 from ui.common import call_now
 from ui.i18n import t
 from ui.safe import md
@@ -22,10 +21,10 @@ def verify_button(name: str, key: str) -> None:
             st.success(t("chain_ok", n=result.links, head=result.head_hash), icon=":material/verified:")
             if result.cut_position:  # the oldest links went with their rows, by the configured retention
                 st.caption(t("chain_cut", n=result.cut_position,
-                             at=f"{result.cut_at.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC"))
+                             at=fmt.moment(result.cut_at)))
             if result.redactions:  # what a documented redaction replaced in sealed rows, and when
                 rows = "; ".join(f"{md(r.table)} #{r.row_id} ({md(', '.join(r.fields))}) "
-                                 f"{r.redacted_at.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC" for r in result.redactions)
+                                 f"{fmt.moment(r.redacted_at)}" for r in result.redactions)
                 st.info(t("chain_redacted", rows=rows), icon=":material/ink_eraser:")
         else:
             st.error(t("chain_broken", table=result.table, row=result.row_id,

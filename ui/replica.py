@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.read_replica import ReplicaStatus
+from ui import fmt
 from ui.common import read_router, settings
 from ui.i18n import t
 from ui.safe import md
@@ -24,10 +25,6 @@ def status(*, fresh: bool = False) -> ReplicaStatus:
     if fresh:
         _status.clear(key)
     return _status(key)
-
-
-def _clock(at) -> str:
-    return at.astimezone().strftime("%H:%M:%S")
 
 
 def sidebar_status() -> None:
@@ -57,5 +54,5 @@ def page_note() -> None:
     if not s.up or router.fallback_error:
         st.warning(t("replica_fallback", error=md(s.error or router.fallback_error)), icon=":material/sync_problem:")
     elif s.stale(bound):
-        st.info(t("replica_as_of", at=_clock(s.replayed_at), seconds=s.lag_seconds, bound=bound),
+        st.info(t("replica_as_of", at=fmt.clock(s.replayed_at), seconds=s.lag_seconds, bound=bound),
                 icon=":material/schedule:")

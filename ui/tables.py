@@ -1,13 +1,16 @@
 """Every table of every page goes through `table()`: one place that turns a core DataFrame into what a
-person reads, through `st.column_config`:
+person reads, through `st.column_config` and a pandas Styler's display texts:
 
 - column labels in the UI language (`col_<name>` strings in ui/i18n.py; a column without one keeps its
   raw name, which tests/test_tables.py catches on every page);
-- numbers formatted in the UI's language (ui.fmt, whatever the browser's locale): integers stay sortable numbers
-  with that language's thousands separator, decimals are text; ids plain;
+- numbers, durations and dates stay numbers and datetimes, so the grid sorts them as such, and read in the UI's
+  language whatever the browser's locale: integers through a printf format with that language's thousands
+  separator, decimals and durations ("2 min 5 s") through the Styler's texts from ui.fmt (Streamlit shows a
+  Styler's text in a number or datetime column that has no `format` of its own; its "localized" format would
+  follow the browser's language, and printf has no decimal comma); ids plain;
 - dates in the viewer's time zone (st.context.timezone, UTC when the browser does not say), the zone
   named in the column's label;
-- empty cells as "—", never "None";
+- empty cells as "—", never "None" (the grid's placeholder for a missing number or date);
 - thread ids linking to the Checkpoints page (`?thread=`) and customer ids to the pages the viewer's
   roles may open (Erasure `?cliente=` for the DPO, else Checkpoints `?cliente=` for the SRE), unless the page
   names its own `links` (e.g. the Memory page's customers link to their memory).
@@ -18,7 +21,6 @@ import json
 import re
 from typing import Any, Mapping, NamedTuple
 from urllib.parse import quote
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pandas as pd
 import streamlit as st
@@ -33,8 +35,9 @@ THREAD_COLUMNS = frozenset({"thread_id"})
 CUSTOMER_COLUMNS = frozenset({"customer_id", "cliente_id"})
 # Numbers that are identifiers or steps: no thousands separator.
 PLAIN_NUMBERS = frozenset({"id", "pid", "step", "idx", "episode_id", "request_id", "version", "old_version",
-                           "new_version", "ttl_days", "ttl_minutes", "refresh_on_read_minutes"})
-DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+                           "new_version"})
+# Seconds shown as a duration ("2 min 5 s"), still sorted as the number they are
+DURATION_COLUMNS = frozenset({"seconds_degraded", "seconds_to_zero", "heartbeat_age_s", "reading_age_s"})
 # Streamlit's printf formats: `,` groups thousands with a comma, `'.` before it makes the separator a dot
 INTEGER_FORMAT = {"es": "%'.,d", "en": "%,d"}
 MERGED_KEYS = frozenset({"label", "width", "help", "pinned", "hidden"})
@@ -48,16 +51,6 @@ class Link(NamedTuple):
     param: str
     source: str | None = None
     strip: str = ""
-
-
-def viewer_timezone() -> str:
-    """The browser's IANA time zone (UTC when unknown, e.g. headless tests without a browser)."""
-    tz = getattr(st.context, "timezone", None)
-    try:
-        ZoneInfo(tz or "UTC")
-        return tz or "UTC"
-    except (ZoneInfoNotFoundError, ValueError):
-        return "UTC"
 
 
 def human_bytes(n: int) -> str:
@@ -91,6 +84,15 @@ def _number(value: Any, plain: bool) -> str:
     return str(int(value)) if plain else fmt.number(int(value))
 
 
+def _display(kind: str, tz: str):
+    """The text of one cell of a column shown through the Styler (`kind` as `_prepared` names it)."""
+    if kind == "date":
+        return lambda v: fmt.when(pd.Timestamp(v).to_pydatetime(), tz)
+    if kind == "duration":
+        return fmt.duration
+    return lambda v: _number(v, kind == "plain")
+
+
 def _whole(s: pd.Series) -> bool:
     """Only integers in it (a float column may hold them: a PID read through a float, 3249.0)."""
     values = s.dropna()
@@ -105,11 +107,6 @@ def _text(value: Any) -> str:
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(value, ensure_ascii=False, default=str)
     return str(value)
-
-
-def _dates(series: pd.Series, tz: str) -> pd.Series:
-    s = pd.to_datetime(series, utc=True, errors="coerce")
-    return s.dt.tz_convert(tz).dt.strftime(DATE_FORMAT).fillna(EMPTY)
 
 
 def _looks_like_dates(series: pd.Series) -> bool:
@@ -131,10 +128,11 @@ def _viewer_roles() -> tuple[str, ...]:
 
 
 def prepare(df: pd.DataFrame, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
-            links: Mapping[str, Link] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The frame as shown (only `columns`, values formatted) and its column_config."""
+            links: Mapping[str, Link] | None = None) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
+    """The frame as shown (only `columns`; text values formatted, numbers and dates kept), its column_config and
+    the columns whose cells read as the Styler writes them: {column: "date" | "duration" | "number" | "plain"}."""
     return _prepared(df, list(columns) if columns is not None else list(df.columns), dict(config or {}),
-                     dict(links or {}), viewer_timezone(), _viewer_roles(), lang())
+                     dict(links or {}), fmt.viewer_timezone(), _viewer_roles(), lang())
 
 
 # Prepared once per process for the same frame (hashed by value) and everything the result depends on: the
@@ -142,9 +140,10 @@ def prepare(df: pd.DataFrame, columns: list[str] | None = None, config: Mapping[
 # language. Every session on a page shows the same few frames; formatting them is a good part of a page's time.
 @st.cache_data(ttl=DERIVED_TTL, max_entries=TABLE_ENTRIES, show_spinner=False)
 def _prepared(df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], links: dict[str, Link], tz: str,
-              viewer: tuple[str, ...], language: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+              viewer: tuple[str, ...], language: str) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
     out = df[shown].copy()
     column_config: dict[str, Any] = {}
+    display: dict[str, str] = {}
     for col in shown:
         label = column_label(col)
         s = out[col]
@@ -161,16 +160,18 @@ def _prepared(df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], lin
             out[col] = s.map(lambda v: _link(page, "cliente", v))
             column_config[col] = st.column_config.LinkColumn(label, display_text=r"cliente=([^&]*)")
         elif pd.api.types.is_datetime64_any_dtype(s) or (s.dtype == object and _looks_like_dates(s)):
-            out[col] = _dates(s, tz)
-            column_config[col] = st.column_config.TextColumn(f"{label} ({tz})")
+            out[col] = pd.to_datetime(s, utc=True, errors="coerce")  # sorted as instants; read in `tz`
+            column_config[col] = st.column_config.DatetimeColumn(f"{label} ({tz})")
+            display[col] = "date"
         elif pd.api.types.is_bool_dtype(s) and not s.isna().any():
             column_config[col] = st.column_config.CheckboxColumn(label)
         elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
             plain = col in PLAIN_NUMBERS
-            if s.isna().any() or not _whole(s):
-                # the grid would show "None", and writes decimals in the browser's language: text, in the UI's
-                out[col] = s.map(lambda v: EMPTY if _is_empty(v) else _number(v, plain))
-                column_config[col] = st.column_config.TextColumn(label, alignment="right")
+            if col in DURATION_COLUMNS or s.isna().any() or not _whole(s):
+                # printf has no decimal comma and "localized" is the browser's language: the Styler's text
+                out[col] = s.astype("float64")
+                column_config[col] = st.column_config.NumberColumn(label)
+                display[col] = "duration" if col in DURATION_COLUMNS else "plain" if plain else "number"
             else:  # sortable integers, with the UI language's thousands separator (never the browser's)
                 out[col] = s.astype("int64")
                 column_config[col] = st.column_config.NumberColumn(label, format="%d" if plain else INTEGER_FORMAT[lang()])
@@ -185,7 +186,7 @@ def _prepared(df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], lin
             if "label" in extra and column_config[col].get("label", "").endswith(f"({tz})"):
                 merged["label"] = f"{extra['label']} ({tz})"
             column_config[col] = merged
-    return out, column_config
+    return out.reset_index(drop=True), column_config, display  # the Styler needs a unique index
 
 
 def table(df: pd.DataFrame, key: str, *, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
@@ -195,11 +196,12 @@ def table(df: pd.DataFrame, key: str, *, columns: list[str] | None = None, confi
     to show, in order; `config`: per-column extras (e.g. {"payload": {"width": "large"}});
     `colours`: {column: {value: css colour}} cell backgrounds; `links`: {column: Link} links of the page's own;
     other kwargs go to st.dataframe."""
-    out, column_config = prepare(df, columns, config, links)
+    out, column_config, display = prepare(df, columns, config, links)
     data: Any = out
-    if colours:
-        styler = out.style
-        for col, mapping in colours.items():
+    if display or colours:
+        tz = fmt.viewer_timezone()
+        styler = out.style.format({col: _display(kind, tz) for col, kind in display.items()}, na_rep=EMPTY)
+        for col, mapping in (colours or {}).items():
             styler = styler.map(lambda v, m=mapping: f"background-color: {m.get(v, '')}", subset=[col])
         data = styler
-    return st.dataframe(data, key=key, hide_index=True, column_config=column_config, **kwargs)
+    return st.dataframe(data, key=key, hide_index=True, column_config=column_config, placeholder=EMPTY, **kwargs)

@@ -1,0 +1,49 @@
+"""Real browser: a decimal column of a table (ui.tables.table) sorts as numbers, not as their text, and reads in
+the UI's language (a Spanish decimal comma in a browser set to English)."""
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from conftest import start_streamlit, stop_streamlit
+from table_sort_app import RATIOS
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def sort_app_url():
+    proc, url = start_streamlit({"LOCAL_ROLES": "manager", "PG_AGENTES": ""}, script="tests/table_sort_app.py")
+    yield url
+    stop_streamlit(proc)
+
+
+@pytest.fixture
+def browser_context_args(browser_context_args):
+    return {**browser_context_args, "locale": "en-US"}  # the UI's language decides, never the browser's
+
+
+def _column(page) -> list[str]:
+    """The cells of the grid's one column, top to bottom, as its accessibility tree holds them."""
+    return [page.get_by_test_id(f"glide-cell-0-{row}").inner_text() for row in range(len(RATIOS))]
+
+
+def _number(text: str) -> float | None:
+    if not text.strip() or text.strip() == "—":
+        return None
+    return float(text.replace(".", "").replace(",", ".") if "," in text else text)
+
+
+def test_a_decimal_column_sorts_numerically(page, sort_app_url, screenshot):
+    page.goto(f"{sort_app_url}/?lang=es")
+    grid = page.get_by_test_id("stDataFrame")
+    expect(grid).to_be_visible(timeout=60_000)
+    first = page.get_by_test_id("glide-cell-0-0")
+    expect(first).to_be_attached()
+    unsorted = first.inner_text()
+    box = grid.bounding_box()
+    page.mouse.click(box["x"] + 40, box["y"] + 17)  # the column's header: sort ascending
+    expect(first).not_to_have_text(unsorted)
+    shown = [v for v in map(_number, _column(page)) if v is not None]
+    screenshot("table-sort-decimals")
+    assert shown == sorted(v for v in RATIOS if v is not None), shown
