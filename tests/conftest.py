@@ -170,11 +170,19 @@ def _slow(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """Browser tests, the tests using SLOW_FIXTURES and the page flows are slow (`_slow`). Browser tests
     last: pytest-playwright's sync API leaves an event loop running in the main thread, after which
-    `asyncio.run` (the async checkpointer tests) refuses to start."""
+    `asyncio.run` (the async checkpointer tests) refuses to start.
+
+    With pytest-xdist (scripts/test.sh: `-n 2 --dist loadgroup --no-loadscope-reorder`) each module is one unit
+    of work, so its module fixtures are set up once, and a module's browser tests are a unit of their own: the
+    units go out in this order, so a worker takes a browser unit only when no other kind is left."""
     for item in items:
         if _slow(item):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            browser = item.get_closest_marker("browser") is not None
+            item.add_marker(pytest.mark.xdist_group(("browser:" if browser else "") + item.module.__name__))
 
 
 def login_role(dsn: str, prefix: str, tables: str) -> str:
