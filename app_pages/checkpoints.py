@@ -3,6 +3,8 @@ calls, diff two checkpoints, and see what the checkpoint tables weigh. Layout on
 comes from core.checkpoints (SQL over the canonical views)."""
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
@@ -13,7 +15,7 @@ from core.checkpoints import formats, views
 from core.privacy import subjects as subj
 from ui import charts, fmt
 from ui.attribution import coverage_notice
-from ui.checkpoint_diff import diff_view
+from ui.checkpoint_diff import diff_view, kind_label
 from ui.storage_view import storage_detail_view, table_totals
 from ui.thread_cost import cost_view, thread_cost
 from ui.thread_search import search_view
@@ -215,16 +217,37 @@ def messages(writes: pd.DataFrame) -> None:
                         st.error(t("ckpt_undecodable_message", reason=md(row.undecodable), step=row.step),
                                  icon=":material/warning:")
                 continue
-            kind = row.message_kind.split(",")[0]
-            with st.chat_message(kind, avatar=KIND_AVATAR.get(kind)):
-                head = f"**{md(row.message_kind)}** · {t('ckpt_step')} {row.step}"
+            kinds = row.message_kind.split(",")
+            with st.chat_message(kinds[0], avatar=KIND_AVATAR.get(kinds[0])):
+                head = f"**{md(', '.join(map(kind_label, kinds)))}** · {t('ckpt_step')} {row.step}"
                 if _present(row.tool_name):
                     head += f" · {md_code(row.tool_name)}"
                 st.markdown(head)
                 if _present(row.content):
                     st.text(row.content)
                 if _present(row.tool_calls):
-                    st.code(row.tool_calls, language="json")
+                    words = _calls_in_words(row.tool_calls)
+                    if words is None:  # not the list of calls LangChain writes: shown as it is
+                        st.code(row.tool_calls, language="json")
+                    else:
+                        st.markdown(t("ckpt_tool_calls", calls=md_code(words)))
+
+
+def _calls_in_words(text: str) -> str | None:
+    """LangChain's tool calls ([{"name", "args", "id"}]) as `name(arg = value, ...)`; None for anything else
+    (the exact JSON stays in the writes table below)."""
+    try:
+        calls = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("args", {}), dict)
+                                              for c in calls):
+        return None
+
+    def value(v) -> str:
+        return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+    return "; ".join(f"{c.get('name') or '?'}({', '.join(f'{k} = {value(v)}' for k, v in c.get('args', {}).items())})"
+                     for c in calls)
 
 
 def _reducer(name) -> str:

@@ -140,6 +140,14 @@ def test_thread_from_the_url_figures_equal_sql(agents_db, app_env):
     assert "recordar_preferencia" in set(writes["tool_name"].dropna())
     assert any("Sierpes" in (c or "") for c in writes["content"])
     assert any(cm for cm in at.get("chat_message"))
+    # the conversation reads in Spanish: kinds in words, a tool call as its name and arguments, never raw JSON
+    heads = [m.value for m in at.markdown]
+    assert any(h.startswith("**persona**") for h in heads) and any(h.startswith("**IA**") for h in heads)
+    assert not any(h.startswith(("**human", "**ai")) for h in heads)
+    calls = [h for h in heads if h.startswith("Llama a:")]
+    assert calls and all("recordar_preferencia(" in c or "(" in c for c in calls), calls
+    assert any("recordar_preferencia(" in c and "tipo = " in c for c in calls), calls
+    assert not [c for c in at.get("code") if '"args"' in c.value]
     diff = frame(at, "change", "old_value", "new_value")
     assert "messages" in set(diff["channel"]) and set(diff["change"]) <= {"añadido", "eliminado", "cambiado"}
     assert at.query_params["thread"] == PLAIN_THREAD
