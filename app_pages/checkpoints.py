@@ -190,7 +190,7 @@ def timeline_chart(timeline: pd.DataFrame) -> None:
 
 
 def _label(row) -> str:
-    ts = "" if pd.isna(row.ts) else f"{row.ts:%H:%M:%S.%f}"[:-3]
+    ts = "—" if pd.isna(row.ts) else fmt.moment(row.ts)
     return t("ckpt_step_label", step=row.step, ts=ts, id=row.checkpoint_id[-12:])
 
 

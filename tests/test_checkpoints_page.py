@@ -3,6 +3,7 @@ SQL on the same database, the thread id in the URL, bad input finding exactly no
 that thread. Real embedded PostgreSQL, checkpoints written by the real agents."""
 from __future__ import annotations
 
+import re
 
 import pandas as pd
 import pytest
@@ -158,7 +159,12 @@ def test_one_step_writes_and_diff_toggle(agents_db, app_env):
     step = agents_db.fetch_one(
         "SELECT checkpoint_id, count(*) AS n FROM checkpoint_writes WHERE thread_id = %s AND channel = 'messages' "
         "GROUP BY checkpoint_id ORDER BY checkpoint_id LIMIT 1", (PLAIN_THREAD,))
-    at.selectbox(key="checkpoints.step").set_value(step["checkpoint_id"]).run()
+    picker = at.selectbox(key="checkpoints.step")
+    # each checkpoint named by its step and its time in the viewer's zone, the zone named (UTC here)
+    labels = picker.options[1:]
+    assert labels and all(re.fullmatch(r"paso -?\d+ · .*20\d\d.*\d\d:\d\d:\d\d UTC · \w{12}", label)
+                          for label in labels), labels[:3]
+    picker.set_value(step["checkpoint_id"]).run()
     assert not at.exception
     writes = frame(at, "channel", "message_kind", "payload")
     assert set(writes["checkpoint_id"]) == {step["checkpoint_id"]}
