@@ -21,7 +21,7 @@ def test_preview_shows_sources_residue_and_coverage_and_waits_for_each_decision(
     try:
         at = dashboard("app_pages/erasure.py")
         warnings = "\n".join(w.value for w in at.warning)
-        assert "Cobertura de atribución: 12 / 30 de los hilos (40%)" in warnings
+        assert "Cobertura de atribución: 12 / 30 de los hilos (40\xa0%)" in warnings
         assert 'config={"metadata": {"cliente_id": cliente_id}}' in texts(at)  # the fix: tag runs
         at.text_input(key="erasure.customer").input("C9").run()
         at.button(key="erasure.preview").click().run()
@@ -124,7 +124,7 @@ def test_checkpoints_by_customer_uses_the_resolver_and_shows_coverage(article_ag
     assert sorted(found["thread_id"]) == article_agents_db.threads_of("C9", "write")
     assert set(found["sources"]) == {"store:hilo"}
     warnings = "\n".join(w.value for w in at.warning)
-    assert "12 / 30 de los hilos (40%)" in warnings
+    assert "12 / 30 de los hilos (40\xa0%)" in warnings
     assert 'config={"metadata": {"cliente_id"' in texts(at)
     reset_pool(article_agents_db.dsn)
 
