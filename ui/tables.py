@@ -40,6 +40,10 @@ PLAIN_NUMBERS = frozenset({"id", "pid", "step", "idx", "episode_id", "request_id
 DURATION_COLUMNS = frozenset({"seconds_degraded", "seconds_to_zero", "heartbeat_age_s", "reading_age_s"})
 # Streamlit's printf formats: `,` groups thousands with a comma, `'.` before it makes the separator a dot
 INTEGER_FORMAT = {"es": "%'.,d", "en": "%,d"}
+# Instants drawn by the grid itself (moment.js formats, in the viewer's zone): no Styler, whose per-cell rendering
+# on every run cost a 50-session dashboard most of its CPU (BENCHMARKS.md, "Many sessions"). moment.js writes
+# English month names, so Spanish reads its numeric form.
+DATE_FORMAT = {"es": "DD/MM/YYYY, HH:mm:ss", "en": "MMM D, YYYY, h:mm:ss A"}
 MERGED_KEYS = frozenset({"label", "width", "help", "pinned", "hidden"})
 TABLE_ENTRIES = 256  # prepared tables kept by the process (see _prepared)
 
@@ -84,10 +88,8 @@ def _number(value: Any, plain: bool) -> str:
     return str(int(value)) if plain else fmt.number(int(value))
 
 
-def _display(kind: str, tz: str):
+def _display(kind: str):
     """The text of one cell of a column shown through the Styler (`kind` as `_prepared` names it)."""
-    if kind == "date":
-        return lambda v: fmt.when(pd.Timestamp(v).to_pydatetime(), tz)
     if kind == "duration":
         return fmt.duration
     return lambda v: _number(v, kind == "plain")
@@ -130,7 +132,7 @@ def _viewer_roles() -> tuple[str, ...]:
 def prepare(df: pd.DataFrame, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
             links: Mapping[str, Link] | None = None) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
     """The frame as shown (only `columns`; text values formatted, numbers and dates kept), its column_config and
-    the columns whose cells read as the Styler writes them: {column: "date" | "duration" | "number" | "plain"}."""
+    the columns whose cells read as the Styler writes them: {column: "duration" | "number" | "plain"}."""
     return _prepared(df, list(columns) if columns is not None else list(df.columns), dict(config or {}),
                      dict(links or {}), fmt.viewer_timezone(), _viewer_roles(), lang())
 
@@ -161,8 +163,8 @@ def _prepared(df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], lin
             column_config[col] = st.column_config.LinkColumn(label, display_text=r"cliente=([^&]*)")
         elif pd.api.types.is_datetime64_any_dtype(s) or (s.dtype == object and _looks_like_dates(s)):
             out[col] = pd.to_datetime(s, utc=True, errors="coerce")  # sorted as instants; read in `tz`
-            column_config[col] = st.column_config.DatetimeColumn(f"{label} ({tz})")
-            display[col] = "date"
+            column_config[col] = st.column_config.DatetimeColumn(f"{label} ({tz})", format=DATE_FORMAT[language],
+                                                                 timezone=tz)
         elif pd.api.types.is_bool_dtype(s) and not s.isna().any():
             column_config[col] = st.column_config.CheckboxColumn(label)
         elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
@@ -199,8 +201,7 @@ def table(df: pd.DataFrame, key: str, *, columns: list[str] | None = None, confi
     out, column_config, display = prepare(df, columns, config, links)
     data: Any = out
     if display or colours:
-        tz = fmt.viewer_timezone()
-        styler = out.style.format({col: _display(kind, tz) for col, kind in display.items()}, na_rep=EMPTY)
+        styler = out.style.format({col: _display(kind) for col, kind in display.items()}, na_rep=EMPTY)
         for col, mapping in (colours or {}).items():
             styler = styler.map(lambda v, m=mapping: f"background-color: {m.get(v, '')}", subset=[col])
         data = styler
