@@ -43,7 +43,7 @@ def test_dpo_decides_each_residue_thread_in_the_browser(page, server, foreign, s
     page.goto(f"{server}/erasure?cliente=C9")
     # the first page view migrates nothing but may catch up the tool-call extraction: generous on a loaded machine
     expect(page.get_by_text("Borrar todo lo que los agentes recuerdan de un cliente")).to_be_visible(timeout=120_000)
-    expect(page.get_by_text(re.compile(r"Cobertura de atribución: 12 / 30 de los hilos \(40%\)"))).to_be_visible()
+    expect(page.get_by_text(re.compile(r"Cobertura de atribución: 12 / 30 de los hilos \(40\s%\)"))).to_be_visible()
     field = page.get_by_label("Id del cliente (p. ej. C9)")
     if field.input_value() != "C9":
         field.fill("C9")

@@ -63,3 +63,30 @@ def test_an_empty_chart_says_so_and_stacked_counts_fit_their_axis():
 
     axis = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]
     assert axis["range"][0] == 0 and axis["range"][1] >= 7 and axis["dtick"] == 2  # 3 + 4 stacked, ticks 0, 2, 4, 6
+
+
+def _dated(lang: str, midnight: bool) -> None:
+    from datetime import datetime, timezone
+
+    import plotly.graph_objects as go
+    import streamlit as st
+
+    from ui import charts
+
+    st.query_params["lang"] = lang
+    hour = 0 if midnight else 17
+    x = [datetime(2026, 12, d, hour, 5 if hour else 0, tzinfo=timezone.utc) for d in (3, 4)]
+    charts.show(go.Figure(go.Scatter(x=x, y=[1, 2], mode="markers")), key="chart")
+
+
+def test_a_date_axis_hovers_in_the_ui_language_naming_utc():
+    # plotly.js writes English month names and no zone: the hover reads numeric in Spanish and names UTC
+    import json
+
+    for lang, midnight, expected in (("es", False, "%d/%m/%Y %H:%M:%S UTC"), ("en", False, "%b %-d, %Y, %H:%M:%S UTC"),
+                                     ("es", True, "%d/%m/%Y"), ("en", True, "%b %-d, %Y")):
+        at = AppTest.from_function(_dated, args=(lang, midnight)).run()
+        assert not at.exception, at.exception
+        layout = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]
+        assert layout["xaxis"]["hoverformat"] == expected, (lang, midnight)
+        assert "hoverformat" not in layout.get("yaxis", {})

@@ -129,7 +129,9 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     register = next(df for df in at.dataframe if "same_day" in df.value.columns)
     shown_as = dataframe_util.convert_arrow_bytes_to_pandas_df(register.proto.arrow_data.styler.display_values)
     assert 0 < seconds < 60 and shown_as["seconds_to_zero"].iloc[0] == format_decimal(seconds, "0.00", locale="es") + " s"
-    assert re.fullmatch(r"\d{1,2} [a-z]{3} 20\d\d, \d\d:\d\d:\d\d", shown_as["requested_at"].iloc[0])
+    # the instant drawn by the grid in the viewer's zone, in Spanish's numeric form (ui.tables.DATE_FORMAT)
+    assert json.loads(register.proto.columns)["requested_at"]["type_config"] == {
+        "type": "datetime", "format": "DD/MM/YYYY, HH:mm:ss", "timezone": "UTC"}
     pick = at.selectbox(key="erasure_register.request")
     assert re.fullmatch(r"n\.º \d+ · C9 · \d{1,2} [a-z]{3} 20\d\d, \d\d:\d\d:\d\d UTC", pick.format_func(pick.value))
     run_turn(shop.agent, ContextoCliente("C9"), "cliente-C9-1", "Prefiero que me atendáis en gallego.")

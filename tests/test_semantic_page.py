@@ -8,6 +8,7 @@ from babel.numbers import format_decimal
 from streamlit.testing.v1 import AppTest
 
 from apptools import frame
+from test_tables import display_texts
 from conftest import DIMS, free_port, settings_for
 from core.memory.semantic import search
 from core.memory.store import POLICIES
@@ -47,10 +48,13 @@ def test_whatsapp_customers_with_scores_and_links_to_their_memory(demo_db, app_e
     expected = search(demo_db, settings_for(demo_db.dsn), QUESTION, "clientes", 8)
     assert [parse_qs(urlsplit(u).query)["ns"][0] for u in hits["holder"]] == expected["prefix"].tolist()
     assert all(urlsplit(u).path == "/memory" for u in hits["holder"])
-    # shown in the page's language to two decimals, as every table shows a fraction (ui.tables)
+    # kept as numbers (the grid sorts them as numbers), read in the page's language to two decimals, as every table
+    # shows a fraction (ui.tables)
+    assert hits["similarity"].tolist() == pytest.approx(expected["similarity"].astype(float).tolist())
+    grid = next(d for d in at.dataframe if "similarity" in d.value.columns)
     shown = [format_decimal(s, "#,##0.00" if not float(s).is_integer() else None, locale="es")
              for s in expected["similarity"]]
-    assert hits["similarity"].tolist() == shown
+    assert display_texts(grid)["similarity"].tolist() == shown
     whatsapp = demo_db.fetch_one("SELECT count(*) AS n FROM store WHERE value->>'texto' = 'contacto: WhatsApp' "
                                  "AND expires_at > now()")["n"]
     assert whatsapp and set(hits["valor"].head(min(8, whatsapp))) == {"WhatsApp"}

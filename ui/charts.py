@@ -3,13 +3,16 @@ count axes start at zero and never go below it, counts get integer ticks, and nu
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import date, datetime
 from typing import Iterable
 
+import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from ui import fmt
-from ui.i18n import t
+from ui.i18n import lang, t
 
 
 def _values(trace, axis: str) -> list[float]:
@@ -40,6 +43,31 @@ def largest(fig: go.Figure, axis: str) -> float:
     return max([top, *sums.values()])
 
 
+# plotly.js hovers a date in English and without a zone: numeric in Spanish, and the axes' instants are UTC
+HOVER_INSTANT = {"es": "%d/%m/%Y %H:%M:%S UTC", "en": "%b %-d, %Y, %H:%M:%S UTC"}
+HOVER_DAY = {"es": "%d/%m/%Y", "en": "%b %-d, %Y"}
+
+
+def _dates(values) -> list[pd.Timestamp] | None:
+    """The values as instants when they are dates (datetime, date, numpy datetime64), else None."""
+    found = [v for v in ([] if values is None else values) if v is not None and not (isinstance(v, float) and v != v)]
+    if not found or not all(isinstance(v, (datetime, date, np.datetime64)) for v in found):
+        return None
+    return [pd.Timestamp(v) for v in found]
+
+
+def _hover_dates(fig: go.Figure, language: str) -> dict:
+    """hoverformat of the primary x and y axes that hold dates: a day's form when every value is a midnight."""
+    layout = {}
+    for letter in ("x", "y"):
+        stamps = [s for trace in fig.data if (getattr(trace, f"{letter}axis", None) or letter) == letter
+                  for s in (_dates(getattr(trace, letter, None)) or [])]
+        if stamps:
+            days = all(s == s.normalize() for s in stamps)
+            layout[f"{letter}axis"] = dict(hoverformat=(HOVER_DAY if days else HOVER_INSTANT)[language])
+    return layout
+
+
 def _has_points(fig: go.Figure, counts: Iterable[str]) -> bool:
     counts = list(counts)
     if counts:  # a count chart of zeros only has nothing to show
@@ -55,11 +83,12 @@ def finish(fig: go.Figure, *, counts: Iterable[str] = ("y",), amounts: Iterable[
     counts, amounts = list(counts), list(amounts)
     if not _has_points(fig, counts):
         return None
-    layout = {"separators": fmt.plot_separators()}
+    layout = {"separators": fmt.plot_separators(), **_hover_dates(fig, lang())}
     for axis in counts:
-        layout[f"{axis[0]}axis{axis[1:]}"] = fmt.count_axis(largest(fig, axis))
+        layout[f"{axis[0]}axis{axis[1:]}"] = {**layout.get(f"{axis[0]}axis{axis[1:]}", {}),
+                                              **fmt.count_axis(largest(fig, axis))}
     for axis in amounts:
-        layout[f"{axis[0]}axis{axis[1:]}"] = dict(rangemode="nonnegative")
+        layout[f"{axis[0]}axis{axis[1:]}"] = {**layout.get(f"{axis[0]}axis{axis[1:]}", {}), "rangemode": "nonnegative"}
     return fig.update_layout(**layout)
 
 
