@@ -136,7 +136,10 @@ def test_late_interrupt_write_is_seen_by_the_next_run(create_database):
 
         agent = create_agent(ModeloGuion(responses=[llamada("aprobar", 1, importe=30)]), tools=[aprobar],
                              checkpointer=PostgresSaver(db.pool))
-        agent.invoke({"messages": [HumanMessage("Reembolso de 30")]}, config={"configurable": {"thread_id": "late"}})
+        # durability="sync": the step's checkpoint is saved before its tools run (the default saves it in the
+        # background, so under load the extraction inside the tool could run before it lands)
+        agent.invoke({"messages": [HumanMessage("Reembolso de 30")]}, config={"configurable": {"thread_id": "late"}},
+                     durability="sync")
         assert found(db, status="interrupted") == set()  # extracted before the write
         again = tool_calls.extract(db)
         assert again.checkpoints == 0 and again.statuses == 1

@@ -1,5 +1,5 @@
 """Every table of every page goes through `table()`: one place that turns a core DataFrame into what a
-person reads, through `st.column_config` and a pandas Styler's display texts:
+person reads, through `st.column_config` and, for decimals and durations, a pandas Styler's display texts:
 
 - column labels in the UI language (`col_<name>` strings in ui/i18n.py; a column without one keeps its
   raw name, which tests/test_tables.py catches on every page);
@@ -8,8 +8,8 @@ person reads, through `st.column_config` and a pandas Styler's display texts:
   separator, decimals and durations ("2 min 5 s") through the Styler's texts from ui.fmt (Streamlit shows a
   Styler's text in a number or datetime column that has no `format` of its own; its "localized" format would
   follow the browser's language, and printf has no decimal comma); ids plain;
-- dates in the viewer's time zone (st.context.timezone, UTC when the browser does not say), the zone
-  named in the column's label;
+- dates drawn by the grid in the viewer's time zone (st.context.timezone, UTC when the browser does not say), the
+  zone named in the column's label, in the UI language's form (DATE_FORMAT);
 - empty cells as "—", never "None" (the grid's placeholder for a missing number or date);
 - thread ids linking to the Checkpoints page (`?thread=`) and customer ids to the pages the viewer's
   roles may open (Erasure `?cliente=` for the DPO, else Checkpoints `?cliente=` for the SRE), unless the page
