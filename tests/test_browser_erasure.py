@@ -79,7 +79,7 @@ def test_dpo_erases_a_demo_customer_in_the_browser(page, server, erasure_demo, s
     vectors_sql = store_sql.replace("FROM store ", "FROM store_vectors ")
     expect(codes.filter(has_text=store_sql)).to_have_count(1)
     expect(codes.filter(has_text=vectors_sql)).to_have_count(1)
-    results = page.get_by_text(re.compile(r"^Resultado: 0 · ejecutada el \d{1,2} [a-z]{3} 20\d\d, \d\d:\d\d:\d\d")
+    results = page.get_by_text(re.compile(r"^Resultado: 0 · ejecutada el \d{1,2} [a-z]{3} 20\d\d, \d{1,2}:\d\d:\d\d")
                                ).filter(visible=True)
     expect(results).to_have_count(2)
     expect(page.get_by_test_id("stDownloadButton")).to_be_visible()

@@ -162,7 +162,7 @@ def test_one_step_writes_and_diff_toggle(agents_db, app_env):
     picker = at.selectbox(key="checkpoints.step")
     # each checkpoint named by its step and its time in the viewer's zone, the zone named (UTC here)
     labels = picker.options[1:]
-    assert labels and all(re.fullmatch(r"paso -?\d+ · .*20\d\d.*\d\d:\d\d:\d\d UTC · \w{12}", label)
+    assert labels and all(re.fullmatch(r"paso -?\d+ · .*20\d\d, \d{1,2}:\d\d:\d\d UTC · \w{12}", label)
                           for label in labels), labels[:3]
     picker.set_value(step["checkpoint_id"]).run()
     assert not at.exception
