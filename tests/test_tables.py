@@ -67,6 +67,18 @@ def test_no_raw_column_name_nor_none_on_any_page(demo_db, app_env, lang):
         "SELECT subject_id FROM core_conversations WHERE subject_root = 'clientes' ORDER BY thread_id LIMIT 1")["subject_id"]
     thread = demo_db.fetch_one("SELECT thread_id FROM core_conversations WHERE subject_id = %s LIMIT 1",
                                (customer,))["thread_id"]
+    assert not (problems := every_page(lang, thread, customer, at_least=14)), "\n".join(problems)
+
+
+@pytest.mark.parametrize("lang", ["es", "en"])
+def test_every_page_on_the_article_agents_database(article_agents_db, app_env, lang):
+    """The same scan on a database only the articles' stock agents wrote (no metadata, `conv-<uuid>` threads)."""
+    app_env(article_agents_db.dsn, LOCAL_ROLES="manager,sre,dpo")
+    written = next(c for c in article_agents_db.conversations if c.kind == "write")
+    assert not (problems := every_page(lang, written.thread_id, written.customer, at_least=16)), "\n".join(problems)
+
+
+def every_page(lang: str, thread: str, customer: str, at_least: int) -> list[str]:
     problems, tables = [], 0
     # each page as it opens, then with a thread and a customer picked (their own tables)
     for page, params in [(p, {}) for p in PAGES] + [(p, {"thread": thread, "cliente": customer}) for p in PAGES]:
@@ -79,8 +91,8 @@ def test_no_raw_column_name_nor_none_on_any_page(demo_db, app_env, lang):
         assert not at.exception, (page, at.exception)
         tables += len(at.dataframe)
         problems += scan(at, page)
-    assert tables >= 14
-    assert not problems, "\n".join(problems)
+    assert tables >= at_least
+    return problems
 
 
 def _mixed_table() -> None:
