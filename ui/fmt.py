@@ -56,16 +56,6 @@ def viewer_timezone() -> str:
     return tz or "UTC"
 
 
-def when(value: datetime | str, tz: str | None = None) -> str:
-    """An instant (a datetime, or an ISO 8601 text as evidence records it) in the language and in time zone `tz`
-    (default: the viewer's), without naming the zone: "4 dic 2026, 17:52:03" / "Dec 4, 2026, 5:52:03 PM"."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if value.tzinfo is None:  # the database's and the evidence's instants are UTC
-        value = value.replace(tzinfo=timezone.utc)
-    return format_datetime(value, "medium", tzinfo=ZoneInfo(tz or viewer_timezone()), locale=lang())
-
-
 def short(value: datetime) -> str:
     """An instant in few characters, in the language and the viewer's time zone (named elsewhere, e.g. in a label):
     "3 dic 4:00" / "Dec 3 4:00"."""
@@ -75,10 +65,15 @@ def short(value: datetime) -> str:
 
 
 def moment(value: datetime | str) -> str:
-    """An instant in the language and the viewer's time zone, naming it: "4 dic 2026, 17:52:03 Europe/Madrid" /
+    """An instant (a datetime, or an ISO 8601 text as evidence records it; naive ones are UTC, as the database's are)
+    in the language and the viewer's time zone, naming it: "4 dic 2026, 17:52:03 Europe/Madrid" /
     "Dec 4, 2026, 5:52:03 PM UTC"."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
     tz = viewer_timezone()
-    return f"{when(value, tz)} {tz}"
+    return f"{format_datetime(value, 'medium', tzinfo=ZoneInfo(tz), locale=lang())} {tz}"
 
 
 def clock(value: datetime | float) -> str:
@@ -113,12 +108,12 @@ def time_ticks(start: datetime, end: datetime, n: int = 6) -> dict[str, Any]:
     two ticks read the same; one tick when `start` is `end`."""
     span = (end - start) / max(n - 1, 1)
     shown = [start + span * i for i in range(n)] if span else [start]
-    clock = (" HH:mm:ss.SSS" if span < timedelta(seconds=1) else " HH:mm:ss" if span < timedelta(minutes=1)
-             else " HH:mm")
+    time_of_day = (" HH:mm:ss.SSS" if span < timedelta(seconds=1) else " HH:mm:ss" if span < timedelta(minutes=1)
+                   else " HH:mm")
     # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
     return dict(tickmode="array", tickvals=[v.astimezone(timezone.utc).replace(tzinfo=None) for v in shown],
                 ticktext=[format_skeleton("MMMd", v, tzinfo=timezone.utc, locale=lang())
-                          + format_datetime(v, clock, tzinfo=timezone.utc, locale=lang()) for v in shown])
+                          + format_datetime(v, time_of_day, tzinfo=timezone.utc, locale=lang()) for v in shown])
 
 
 def plot_separators() -> str:
