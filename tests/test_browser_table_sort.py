@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import expect
 
 from conftest import start_streamlit, stop_streamlit
-from table_sort_app import RATIOS
+from table_sort_app import DURATIONS, RATIOS
 
 pytestmark = pytest.mark.browser
 
@@ -23,9 +23,9 @@ def browser_context_args(browser_context_args):
     return {**browser_context_args, "locale": "en-US"}  # the UI's language decides, never the browser's
 
 
-def _column(page) -> list[str]:
-    """The cells of the grid's one column, top to bottom, as its accessibility tree holds them."""
-    return [page.get_by_test_id(f"glide-cell-0-{row}").inner_text() for row in range(len(RATIOS))]
+def _column(page, col: int = 0) -> list[str]:
+    """The cells of one column of the grid, top to bottom, as its accessibility tree holds them."""
+    return [page.get_by_test_id(f"glide-cell-{col}-{row}").inner_text() for row in range(len(RATIOS))]
 
 
 def _number(text: str) -> float | None:
@@ -47,3 +47,20 @@ def test_a_decimal_column_sorts_numerically(page, sort_app_url, screenshot):
     shown = [v for v in map(_number, _column(page)) if v is not None]
     screenshot("table-sort-decimals")
     assert shown == sorted(v for v in RATIOS if v is not None), shown
+
+
+def test_a_duration_column_sorts_as_durations(page, sort_app_url, screenshot):
+    """Durations are the grid's clock ("100:00:00", "00:02:05"), sorted as the durations they hold (as text,
+    "100:00:00" would come before "25:00:00")."""
+    page.goto(f"{sort_app_url}/?lang=es")
+    grid = page.get_by_test_id("stDataFrame")
+    expect(grid).to_be_visible(timeout=60_000)
+    first = page.get_by_test_id("glide-cell-1-0")
+    expect(first).to_be_attached()
+    unsorted = first.inner_text()
+    box = grid.bounding_box()
+    page.mouse.click(box["x"] + box["width"] - 40, box["y"] + 17)  # the last (second) column's header: ascending
+    expect(first).not_to_have_text(unsorted)
+    shown = [float(v) for v in _column(page, 1) if v.strip() and v.strip() != "—"]  # the seconds each cell holds
+    screenshot("table-sort-durations")
+    assert shown == sorted(v for v in DURATIONS if v is not None), shown

@@ -11,7 +11,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from babel.dates import format_skeleton
 from langgraph.checkpoint.postgres import PostgresSaver
-from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 from apptools import as_int, frame, metric
@@ -269,16 +268,15 @@ def test_checkpoint_timeline_axis_says_date_and_time_in_the_ui_language(agents_d
     assert set(timeline.value["source"]) == {"input (message received)", "graph step"}, set(timeline.value["source"])
 
 
-def test_time_degraded_reads_as_a_duration_and_sorts_as_seconds(episodes_db, app_env):
-    for lang, label in (("es", "Tiempo degradada"), ("en", "Time degraded")):
+def test_time_degraded_reads_as_a_duration_and_sorts_as_one(episodes_db, app_env):
+    for lang, label in (("es", "Tiempo degradada (h:mm:ss)"), ("en", "Time degraded (h:mm:ss)")):
         at = open_page(episodes_db.dsn, app_env, "app_pages/degradation.py", {"lang": lang})
         episodes = next(df for df in at.dataframe if "degraded_from" in df.value.columns)
         config = json.loads(episodes.proto.columns)["seconds_degraded"]
-        assert config["label"] == label and config["type_config"]["type"] == "number"
-        assert "format" not in config["type_config"]  # the duration text below is what the grid writes
-        assert episodes.value["seconds_degraded"].tolist() == [38 * 60.0] * 3
-        texts = dataframe_util.convert_arrow_bytes_to_pandas_df(episodes.proto.arrow_data.styler.display_values)
-        assert texts["seconds_degraded"].tolist() == ["38 min"] * 3
+        # a duration the grid draws as a clock ("00:38:00") and sorts as durations, not a number of seconds
+        assert config["label"] == label and config["type_config"] == {"type": "number", "format": "compact"}
+        assert episodes.value["seconds_degraded"].dt.total_seconds().tolist() == [38 * 60.0] * 3
+        assert not episodes.proto.arrow_data.styler.display_values  # no per-cell text rendered on every refresh
 
 
 def test_times_of_day_name_the_viewers_zone(episodes_db, app_env):

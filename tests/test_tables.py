@@ -102,18 +102,20 @@ def _mixed_table() -> None:
 
     table(pd.DataFrame({
         "ratio": [9.25, 10.5, None, 2.5],
-        "seconds_degraded": [125.0, 3780.0, 12.0, 0.42],
+        "seconds_degraded": [125.0, 3780.0, None, 0.42],
         "requested_at": pd.to_datetime(["2026-12-04 16:52:03", "2026-11-30 09:05:00", None, "2026-12-01 00:00:00"],
                                        utc=True),
         "turns": [1234, 5, 60, 7],
+        "denials_count": [3, None, 1200, 0],  # an integer column with a missing value stays integers
     }), key="mixed")
 
 
-@pytest.mark.parametrize("lang, ratio, seconds, at", [
-    ("es", ["9,25", "10,50", "—", "2,50"], ["2 min 5 s", "1 h 3 min", "12 s", "0,42 s"], "DD/MM/YYYY, HH:mm:ss"),
-    ("en", ["9.25", "10.50", "—", "2.50"], ["2 min 5 s", "1 h 3 min", "12 s", "0.42 s"], "MMM D, YYYY, h:mm:ss A"),
+@pytest.mark.parametrize("lang, ratio, at, turns, duration", [
+    ("es", ["9,25", "10,50", "—", "2,50"], "DD/MM/YYYY, HH:mm:ss", "%'.,d", "Tiempo degradada (h:mm:ss)"),
+    ("en", ["9.25", "10.50", "—", "2.50"], "MMM D, YYYY, h:mm:ss A", "%,d", "Time degraded (h:mm:ss)"),
 ])
-def test_decimals_durations_and_dates_stay_sortable_and_read_in_the_ui_language(monkeypatch, lang, ratio, seconds, at):
+def test_decimals_durations_and_dates_stay_sortable_and_read_in_the_ui_language(monkeypatch, lang, ratio, at, turns,
+                                                                                duration):
     monkeypatch.delenv("PG_AGENTES", raising=False)
     monkeypatch.setenv("LOCAL_ROLES", "manager")
     app = AppTest.from_function(_mixed_table, default_timeout=30)
@@ -122,18 +124,43 @@ def test_decimals_durations_and_dates_stay_sortable_and_read_in_the_ui_language(
     assert not app.exception
     df = app.dataframe[0]
     frame, config = df.value, json.loads(df.proto.columns)
-    # the grid sorts what it holds: numbers and instants, never their text ("10,50" before "9,25")
-    assert str(frame["ratio"].dtype) == "float64" and str(frame["seconds_degraded"].dtype) == "float64"
+    # the grid sorts what it holds: numbers, durations and instants, never their text ("10,50" before "9,25")
+    assert str(frame["ratio"].dtype) == "float64"
+    assert pd.api.types.is_timedelta64_dtype(frame["seconds_degraded"])
+    assert frame["seconds_degraded"].dt.total_seconds().tolist()[:2] == [125.0, 3780.0]
+    assert pd.isna(frame["seconds_degraded"][2]) and frame["seconds_degraded"][3].total_seconds() == 0.42
     assert pd.api.types.is_datetime64_any_dtype(frame["requested_at"])
-    for col in ("ratio", "seconds_degraded"):
-        # a printf or named format of its own would win over the text in the UI's language
-        assert config[col]["type_config"]["type"] == "number" and "format" not in config[col]["type_config"]
+    assert pd.api.types.is_integer_dtype(frame["denials_count"]) and pd.isna(frame["denials_count"][1])
+    # a decimal: a printf or named format of its own would win over the text in the UI's language
+    assert config["ratio"]["type_config"]["type"] == "number" and "format" not in config["ratio"]["type_config"]
+    # a duration: the grid's clock, the same in every language, named in the label (no per-cell Styler text)
+    assert config["seconds_degraded"]["type_config"] == {"type": "number", "format": "compact"}
+    assert config["seconds_degraded"]["label"] == duration
     # instants drawn by the grid (no per-cell Styler text: its cost per run, BENCHMARKS.md "Many sessions"), in the
     # viewer's zone, in the UI language's form (numeric in Spanish: the grid's moment.js knows English months only)
     assert config["requested_at"]["type_config"] == {"type": "datetime", "format": at, "timezone": "UTC"}
     assert config["requested_at"]["label"].endswith("(UTC)")
-    texts = display_texts(df)
+    texts = display_texts(df)  # only the decimals go through the Styler
     assert texts["ratio"].tolist() == ratio
-    assert texts["seconds_degraded"].tolist() == seconds
-    assert df.proto.placeholder == "—"  # a missing number or date
-    assert config["turns"]["type_config"]["format"] == {"es": "%'.,d", "en": "%,d"}[lang]
+    assert df.proto.placeholder == "—"  # a missing number, duration or date
+    assert config["turns"]["type_config"]["format"] == turns
+    assert config["denials_count"]["type_config"]["format"] == turns
+
+
+def _integers_and_durations() -> None:
+    import pandas as pd
+
+    from ui.tables import table
+
+    table(pd.DataFrame({"seconds_degraded": [125.0, 3780.0], "denials_count": [3, None]}), key="no styler")
+
+
+def test_a_table_without_decimals_is_no_styler(monkeypatch):
+    """Durations and integers with missing values are drawn by the grid itself: no Styler display values, whose
+    cell-by-cell rendering on every run is what a busy dashboard spent its time on."""
+    monkeypatch.delenv("PG_AGENTES", raising=False)
+    monkeypatch.setenv("LOCAL_ROLES", "manager")
+    app = AppTest.from_function(_integers_and_durations, default_timeout=30)
+    app.run()
+    assert not app.exception
+    assert not app.dataframe[0].proto.arrow_data.styler.display_values

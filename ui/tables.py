@@ -1,13 +1,15 @@
 """Every table of every page goes through `table()`: one place that turns a core DataFrame into what a
-person reads, through `st.column_config` and, for decimals and durations, a pandas Styler's display texts:
+person reads, through `st.column_config` and, for decimals only, a pandas Styler's display texts:
 
 - column labels in the UI language (`col_<name>` strings in ui/i18n.py; a column without one keeps its
   raw name, which tests/test_tables.py catches on every page);
-- numbers, durations and dates stay numbers and datetimes, so the grid sorts them as such, and read in the UI's
-  language whatever the browser's locale: integers through a printf format with that language's thousands
-  separator, decimals and durations ("2 min 5 s") through the Styler's texts from ui.fmt (Streamlit shows a
-  Styler's text in a number or datetime column that has no `format` of its own; its "localized" format would
-  follow the browser's language, and printf has no decimal comma); ids plain;
+- numbers, durations and dates stay numbers, durations and datetimes, so the grid sorts them as such, and read in
+  the UI's language whatever the browser's locale: integers (also with missing values) through a printf format with
+  that language's thousands separator; durations as the grid's clock, `h:mm:ss` (the same in every language, named in
+  the label); decimals through the Styler's texts from ui.fmt (Streamlit shows a Styler's text in a number column
+  that has no `format` of its own; its "localized" formats follow the browser's language, and printf has no decimal
+  comma). The Styler is the one per-run cost that grows with a table (Streamlit re-renders it cell by cell on every
+  run: BENCHMARKS.md, "Many sessions"), so nothing else goes through it; ids plain;
 - dates drawn by the grid in the viewer's time zone (st.context.timezone, UTC when the browser does not say), the
   zone named in the column's label, in the UI language's form (DATE_FORMAT);
 - empty cells as "—", never "None" (the grid's placeholder for a missing number or date);
@@ -17,7 +19,9 @@ person reads, through `st.column_config` and, for decimals and durations, a pand
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import pickle
 import re
 from typing import Any, Mapping, NamedTuple
 from urllib.parse import quote
@@ -36,8 +40,9 @@ CUSTOMER_COLUMNS = frozenset({"customer_id", "cliente_id"})
 # Numbers that are identifiers or steps: no thousands separator.
 PLAIN_NUMBERS = frozenset({"id", "pid", "step", "idx", "episode_id", "request_id", "version", "old_version",
                            "new_version"})
-# Seconds shown as a duration ("2 min 5 s"), still sorted as the number they are
-DURATION_COLUMNS = frozenset({"seconds_degraded", "seconds_to_zero", "heartbeat_age_s", "reading_age_s"})
+# Seconds shown as a duration, the grid's clock ("00:02:05", "25:01:01", "00:00:00.42"), sorted as durations
+DURATION_COLUMNS = frozenset({"seconds", "seconds_degraded", "seconds_to_zero", "heartbeat_age_s", "reading_age_s"})
+DURATION_FORMAT = "h:mm:ss"  # named in the label: a clock alone could read as a time of day
 # Streamlit's printf formats: `,` groups thousands with a comma, `'.` before it makes the separator a dot
 INTEGER_FORMAT = {"es": "%'.,d", "en": "%,d"}
 # Instants drawn by the grid itself (moment.js formats, in the viewer's zone): no Styler, whose per-cell rendering
@@ -89,9 +94,7 @@ def _number(value: Any, plain: bool) -> str:
 
 
 def _display(kind: str):
-    """The text of one cell of a column shown through the Styler (`kind` as `_prepared` names it)."""
-    if kind == "duration":
-        return fmt.duration
+    """The text of one cell of a decimal column shown through the Styler (`kind` as `_prepared` names it)."""
     return lambda v: _number(v, kind == "plain")
 
 
@@ -132,17 +135,26 @@ def _viewer_roles() -> tuple[str, ...]:
 def prepare(df: pd.DataFrame, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
             links: Mapping[str, Link] | None = None) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
     """The frame as shown (only `columns`; text values formatted, numbers and dates kept), its column_config and
-    the columns whose cells read as the Styler writes them: {column: "duration" | "number" | "plain"}."""
-    return _prepared(df, list(columns) if columns is not None else list(df.columns), dict(config or {}),
-                     dict(links or {}), fmt.viewer_timezone(), _viewer_roles(), lang())
+    the decimal columns whose cells read as the Styler writes them: {column: "number" | "plain"}."""
+    return _prepared(_frame_key(df), df, list(columns) if columns is not None else list(df.columns),
+                     dict(config or {}), dict(links or {}), fmt.viewer_timezone(), _viewer_roles(), lang())
 
 
-# Prepared once per process for the same frame (hashed by value) and everything the result depends on: the
-# viewer's roles (which links a column gets: a manager never receives a frame prepared for a DPO), time zone and
-# language. Every session on a page shows the same few frames; formatting them is a good part of a page's time.
+def _frame_key(df: pd.DataFrame) -> bytes:
+    """The frame's value as a cache key: a digest of its pickle (values, index, columns, dtypes), ~14x cheaper than
+    Streamlit's hash of a frame (`hash_pandas_object` column by column), which cost a 50-session dashboard a sixth of
+    its time. Equal frames read from the same cache entry pickle alike; two that pickle apart only miss the cache."""
+    return hashlib.blake2b(pickle.dumps(df, protocol=pickle.HIGHEST_PROTOCOL), digest_size=20).digest()
+
+
+# Prepared once per process for the same frame (keyed by value: `_frame_key`) and everything the result depends
+# on: the viewer's roles (which links a column gets: a manager never receives a frame prepared for a DPO), time
+# zone and language. Every session on a page shows the same few frames; formatting them is a good part of a
+# page's time.
 @st.cache_data(ttl=DERIVED_TTL, max_entries=TABLE_ENTRIES, show_spinner=False)
-def _prepared(df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], links: dict[str, Link], tz: str,
-              viewer: tuple[str, ...], language: str) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
+def _prepared(frame_key: bytes, _df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], links: dict[str, Link],
+              tz: str, viewer: tuple[str, ...], language: str) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
+    df = _df
     out = df[shown].copy()
     column_config: dict[str, Any] = {}
     display: dict[str, str] = {}
@@ -169,14 +181,17 @@ def _prepared(df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], lin
             column_config[col] = st.column_config.CheckboxColumn(label)
         elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
             plain = col in PLAIN_NUMBERS
-            if col in DURATION_COLUMNS or s.isna().any() or not _whole(s):
+            if col in DURATION_COLUMNS:
+                out[col] = pd.to_timedelta(s.astype("float64"), unit="s")
+                column_config[col] = st.column_config.NumberColumn(f"{label} ({DURATION_FORMAT})", format="compact")
+            elif not _whole(s):
                 # printf has no decimal comma and "localized" is the browser's language: the Styler's text
                 out[col] = s.astype("float64")
                 column_config[col] = st.column_config.NumberColumn(label)
-                display[col] = "duration" if col in DURATION_COLUMNS else "plain" if plain else "number"
-            else:  # sortable integers, with the UI language's thousands separator (never the browser's)
-                out[col] = s.astype("int64")
-                column_config[col] = st.column_config.NumberColumn(label, format="%d" if plain else INTEGER_FORMAT[lang()])
+                display[col] = "plain" if plain else "number"
+            else:  # sortable integers (nullable: a missing one is the grid's "—"), the UI language's thousands separator
+                out[col] = s.astype("Int64" if s.isna().any() else "int64")
+                column_config[col] = st.column_config.NumberColumn(label, format="%d" if plain else INTEGER_FORMAT[language])
         else:
             out[col] = s.map(_text)
             column_config[col] = st.column_config.TextColumn(label)
@@ -185,8 +200,9 @@ def _prepared(df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], lin
             extra = {"label": extra}
         if extra:  # the page's label, width, help; the type stays the one chosen here
             merged = {**column_config[col], **{k: v for k, v in extra.items() if k in MERGED_KEYS and v is not None}}
-            if "label" in extra and column_config[col].get("label", "").endswith(f"({tz})"):
-                merged["label"] = f"{extra['label']} ({tz})"
+            for suffix in (f" ({tz})", f" ({DURATION_FORMAT})"):  # the zone or clock the column is read in stays named
+                if "label" in extra and column_config[col].get("label", "").endswith(suffix):
+                    merged["label"] = f"{extra['label']}{suffix}"
             column_config[col] = merged
     return out.reset_index(drop=True), column_config, display  # the Styler needs a unique index
 
