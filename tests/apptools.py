@@ -24,11 +24,14 @@ def frame(at, *columns: str):
 
 
 def ids(frame):
-    """The frame with its thread/customer link columns read back as ids (see `plain`)."""
+    """The frame with its thread/customer link columns read back as ids (see `plain`), and its coloured labels
+    (ui.tables' `colours`: one-label lists) as the label they show."""
     frame = frame.copy()
     for col in frame.columns:
         if col in ("thread_id", "cliente_id", "customer_id"):
             frame[col] = plain(frame[col])
+        elif len(frame) and all(isinstance(v, (list, np.ndarray)) and len(v) == 1 for v in frame[col]):
+            frame[col] = [v[0] for v in frame[col]]
     return frame
 
 

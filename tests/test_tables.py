@@ -107,6 +107,7 @@ def _mixed_table() -> None:
                                        utc=True),
         "turns": [1234, 5, 60, 7],
         "denials_count": [3, None, 1200, 0],  # an integer column with a missing value stays integers
+        "resync_ms": [1234.4, 0.6, None, 12.0],  # milliseconds read whole
     }), key="mixed")
 
 
@@ -145,6 +146,8 @@ def test_decimals_durations_and_dates_stay_sortable_and_read_in_the_ui_language(
     assert df.proto.placeholder == "—"  # a missing number, duration or date
     assert config["turns"]["type_config"]["format"] == turns
     assert config["denials_count"]["type_config"]["format"] == turns
+    assert config["resync_ms"]["type_config"]["format"] == turns
+    assert frame["resync_ms"].tolist()[:2] == [1234, 1] and frame["resync_ms"].tolist()[3] == 12
 
 
 def _integers_and_durations() -> None:
@@ -152,7 +155,8 @@ def _integers_and_durations() -> None:
 
     from ui.tables import table
 
-    table(pd.DataFrame({"seconds_degraded": [125.0, 3780.0], "denials_count": [3, None]}), key="no styler")
+    table(pd.DataFrame({"seconds_degraded": [125.0, 3780.0], "denials_count": [3, None], "resync_ms": [0.4, 1.6]}),
+          key="no styler")
 
 
 def test_a_table_without_decimals_is_no_styler(monkeypatch):

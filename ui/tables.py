@@ -181,6 +181,8 @@ def _prepared(frame_key: bytes, _df: pd.DataFrame, shown: list[str], overrides: 
             column_config[col] = st.column_config.CheckboxColumn(label)
         elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
             plain = col in PLAIN_NUMBERS
+            if col.endswith("_ms"):  # milliseconds read whole (a resync of 1.234 ms): an integer, no Styler
+                s = s.round()
             if col in DURATION_COLUMNS:
                 out[col] = pd.to_timedelta(s.astype("float64"), unit="s")
                 column_config[col] = st.column_config.NumberColumn(f"{label} ({DURATION_FORMAT})", format="compact")
@@ -207,18 +209,31 @@ def _prepared(frame_key: bytes, _df: pd.DataFrame, shown: list[str], overrides: 
     return out.reset_index(drop=True), column_config, display  # the Styler needs a unique index
 
 
+def _labels(out: pd.DataFrame, column_config: dict[str, Any], colours: Mapping[str, Mapping[str, str]]) -> pd.DataFrame:
+    """Columns of states shown as coloured labels: the grid's read-only multiselect cells, each value one label in
+    its colour ({value: css colour}; a value without one in the grid's grey). Drawn by the grid, no Styler."""
+    out = out.copy()
+    for col, mapping in colours.items():
+        out[col] = out[col].map(lambda v: [v])  # prepared text: a missing value already reads "—"
+        options = list(dict.fromkeys([*mapping, *out[col].str[0]]))
+        column_config[col] = {**st.column_config.MultiselectColumn(
+            options=options, color=[mapping.get(o, "#f0f2f6") for o in options]),
+            **{k: v for k, v in column_config[col].items() if k in MERGED_KEYS}}
+    return out
+
+
 def table(df: pd.DataFrame, key: str, *, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
           colours: Mapping[str, Mapping[str, str]] | None = None, links: Mapping[str, Link] | None = None,
           **kwargs: Any) -> Any:
     """`st.dataframe` of `df` as a person reads it (see the module's docstring). `columns`: which
     to show, in order; `config`: per-column extras (e.g. {"payload": {"width": "large"}});
-    `colours`: {column: {value: css colour}} cell backgrounds; `links`: {column: Link} links of the page's own;
-    other kwargs go to st.dataframe."""
+    `colours`: {column: {value: css colour}} values shown as coloured labels; `links`: {column: Link} links of the
+    page's own; other kwargs go to st.dataframe."""
     out, column_config, display = prepare(df, columns, config, links)
+    if colours:
+        column_config = dict(column_config)  # the prepared one is shared by the process's sessions
+        out = _labels(out, column_config, colours)
     data: Any = out
-    if display or colours:
-        styler = out.style.format({col: _display(kind) for col, kind in display.items()}, na_rep=EMPTY)
-        for col, mapping in (colours or {}).items():
-            styler = styler.map(lambda v, m=mapping: f"background-color: {m.get(v, '')}", subset=[col])
-        data = styler
+    if display:  # decimals only
+        data = out.style.format({col: _display(kind) for col, kind in display.items()}, na_rep=EMPTY)
     return st.dataframe(data, key=key, hide_index=True, column_config=column_config, placeholder=EMPTY, **kwargs)
