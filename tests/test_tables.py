@@ -102,7 +102,7 @@ def _mixed_table() -> None:
 
     table(pd.DataFrame({
         "ratio": [9.25, 10.5, None, 2.5],
-        "seconds_degraded": [125.0, 3780.0, None, 0.42],
+        "seconds_degraded": [125.0, 3780.0, None, 0.421518999],
         "requested_at": pd.to_datetime(["2026-12-04 16:52:03", "2026-11-30 09:05:00", None, "2026-12-01 00:00:00"],
                                        utc=True),
         "turns": [1234, 5, 60, 7],

@@ -184,7 +184,8 @@ def _prepared(frame_key: bytes, _df: pd.DataFrame, shown: list[str], overrides: 
             if col.endswith("_ms"):  # milliseconds read whole (a resync of 1.234 ms): an integer, no Styler
                 s = s.round()
             if col in DURATION_COLUMNS:
-                out[col] = pd.to_timedelta(s.astype("float64"), unit="s")
+                # to the hundredth of a second, in whole milliseconds (a float's 3.531518999 s would print all its digits)
+                out[col] = pd.to_timedelta((s.astype("float64") * 100).round() * 10, unit="ms")
                 column_config[col] = st.column_config.NumberColumn(f"{label} ({DURATION_FORMAT})", format="compact")
             elif not _whole(s):
                 # printf has no decimal comma and "localized" is the browser's language: the Styler's text
