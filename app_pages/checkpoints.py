@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
-from core.checkpoints import formats, views
+from core.checkpoints import formats, tool_calls, views
 from core.privacy import subjects as subj
 from ui import charts, fmt
 from ui.attribution import coverage_notice
@@ -246,8 +246,7 @@ def _calls_in_words(text: str) -> str | None:
 
     def value(v) -> str:
         return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-    return "; ".join(f"{c.get('name') or '?'}({', '.join(f'{k} = {value(v)}' for k, v in c.get('args', {}).items())})"
-                     for c in calls)
+    return "; ".join(f"{c.get('name') or '?'}({tool_calls.args_in_words(c, value)})" for c in calls)
 
 
 def _reducer(name) -> str:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Any, Callable
 
 import psycopg
 
@@ -356,3 +356,10 @@ def sweep_step(db: Database) -> ExtractResult:
     result = extract(db, lookback=SWEEP_LOOKBACK)
     result.pruned = pruned
     return result
+
+
+def args_in_words(call: dict, value: Callable[[Any], str]) -> str:
+    """A LangChain tool call's arguments as a person reads them, `tipo = recogida, valor = ...` (each value written by
+    `value`): the one convention of the Checkpoints page and the art. 15 export."""
+    args = call.get("args") if isinstance(call.get("args"), dict) else {}
+    return ", ".join(f"{k} = {value(v)}" for k, v in args.items())

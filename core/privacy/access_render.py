@@ -11,6 +11,7 @@ from typing import Any
 from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
+from core.checkpoints.tool_calls import args_in_words
 from core.privacy.access_notice import Notice
 from core.privacy.access_report import AccessReport
 
@@ -325,8 +326,7 @@ def _content(content: Any) -> str:
 
 
 def _tool_call(call: dict, w: _Writer) -> str:
-    args = call.get("args") if isinstance(call.get("args"), dict) else {}
-    shown = ", ".join(f"{k} = {w.text(v)}" for k, v in args.items())
+    shown = args_in_words(call, w.text)
     return f"{call.get('name') or '?'}" + (f" ({shown})" if shown else "")
 
 
