@@ -3,6 +3,7 @@
 Opens the agents' database (the embedded one with demo data when nothing is configured),
 signs the user in, and builds the navigation from the user's roles.
 """
+
 from __future__ import annotations
 
 import time
@@ -21,10 +22,18 @@ from psycopg_pool import PoolTimeout
 
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import SchemaMismatch, ShallowCheckpointSchema
-from ui.common import (PROBE_INTERVAL_S, DatabaseStarting, bootstrap, current_user, database_probe, forget_all,
-                       local_mode_refusal, seed_progress, start_demo_seed)
-from ui import fmt, navigation
-from ui import replica
+from ui import fmt, navigation, replica
+from ui.common import (
+    PROBE_INTERVAL_S,
+    DatabaseStarting,
+    bootstrap,
+    current_user,
+    database_probe,
+    forget_all,
+    local_mode_refusal,
+    seed_progress,
+    start_demo_seed,
+)
 from ui.i18n import LANGUAGES, t
 from ui.safe import md
 
@@ -42,8 +51,13 @@ except (DatabaseUnavailable, psycopg.Error, PoolTimeout, SchemaMismatch) as exc:
     cfg = settings()
     st.title(t("startup_failed"))
     st.error(str(exc).strip() or type(exc).__name__)
-    hint = ("startup_shallow_hint" if isinstance(exc, ShallowCheckpointSchema)
-            else "startup_schema_hint" if isinstance(exc, SchemaMismatch) else "startup_hint")
+    hint = (
+        "startup_shallow_hint"
+        if isinstance(exc, ShallowCheckpointSchema)
+        else "startup_schema_hint"
+        if isinstance(exc, SchemaMismatch)
+        else "startup_hint"
+    )
     st.markdown(t(hint, target=describe_dsn(cfg.dsn) if cfg.dsn else t("embedded")))
     if st.button(t("retry"), key="startup.retry"):
         database_startup(retry=True)
@@ -79,8 +93,9 @@ with st.sidebar:
     def database_starting() -> None:
         """The embedded database's start in the sidebar, until it is ready (the page's shell reruns the app)."""
         st.caption(f"**{t('db')}:** {t('embedded')}")
-        st.caption(":orange[●] " + t("startup_status", step=t(f"startup_{startup.state}"),
-                                      s=time.time() - startup.started_at))
+        st.caption(
+            ":orange[●] " + t("startup_status", step=t(f"startup_{startup.state}"), s=time.time() - startup.started_at)
+        )
 
     @st.fragment(run_every=PROBE_INTERVAL_S)
     def database_status() -> None:
@@ -106,6 +121,7 @@ with st.sidebar:
         st.session_state["seed.was_running"] = True
 
     if progress is not None and progress.state != "skipped":
+
         @st.fragment(run_every=1.5 if not progress.finished else None)
         def seed_status() -> None:
             """The background demo seed's progress; when it ends, the cached reads are dropped and
@@ -116,16 +132,24 @@ with st.sidebar:
             elif progress.state in ("idle", "seeding"):
                 step = t(f"seed_step_{progress.step}") if progress.step else "…"
                 if progress.total:
-                    st.progress(progress.done / progress.total,
-                                text=t("seed_seeding", step=step, done=progress.done, total=progress.total))
+                    st.progress(
+                        progress.done / progress.total,
+                        text=t("seed_seeding", step=step, done=progress.done, total=progress.total),
+                    )
                 else:
                     st.caption(t("seed_step_only", step=step))
                 st.caption(t("seed_partial"))
             elif progress.state == "failed":
                 st.error(t("seed_failed", error=progress.error))
             elif progress.summary is not None:
-                st.caption(t("seed_done", s=progress.summary.seconds, turns=progress.summary.turns,
-                             conversations=progress.summary.conversations))
+                st.caption(
+                    t(
+                        "seed_done",
+                        s=progress.summary.seconds,
+                        turns=progress.summary.turns,
+                        conversations=progress.summary.conversations,
+                    )
+                )
             if progress.finished and st.session_state.get("seed.was_running"):
                 st.session_state["seed.was_running"] = False
                 forget_all()

@@ -4,6 +4,7 @@ The export is generated only when the DPO clicks the download button (a callable
 st.download_button), registered with its sha256 and never cached server-side: no st.cache_data, and
 only the counts (no personal data) stay in the session.
 """
+
 from __future__ import annotations
 
 import re
@@ -54,8 +55,15 @@ def read_summary(customer_id: str) -> Summary | None:
     except InvalidIdentifier as exc:
         st.error(md(exc))
         return None
-    return Summary(report.customer_id, report.namespace_prefix, report.counts, report.empty,
-                   report.unattributed_threads, report.sources, moment(clock.now()))
+    return Summary(
+        report.customer_id,
+        report.namespace_prefix,
+        report.counts,
+        report.empty,
+        report.unattributed_threads,
+        report.sources,
+        moment(clock.now()),
+    )
 
 
 st.title(t("access_title"))
@@ -83,9 +91,17 @@ st.subheader(t("access_counts_title", prefix=md_code(summary.prefix)))
 st.caption(t("access_read_at", at=summary.read_at))
 left, right = st.columns([1, 1])
 with left:
-    st.dataframe(pd.DataFrame({t("access_source"): [t(f"access_count_{k}") for k in summary.counts],
-                               t("access_items"): list(summary.counts.values())}),
-                 hide_index=True, key="access.counts", height=35 * (len(summary.counts) + 1) + 3)
+    st.dataframe(
+        pd.DataFrame(
+            {
+                t("access_source"): [t(f"access_count_{k}") for k in summary.counts],
+                t("access_items"): list(summary.counts.values()),
+            }
+        ),
+        hide_index=True,
+        key="access.counts",
+        height=35 * (len(summary.counts) + 1) + 3,
+    )
 with right:
     st.markdown(f"**{t('access_sources')}**")
     for kind, names in summary.sources.items():
@@ -99,8 +115,13 @@ if FORMAT_KEY not in st.session_state:
 if st.session_state.get(LANG_KEY) not in LANGUAGES:
     st.session_state[LANG_KEY] = lang()
 c1, c2 = st.columns([2, 1])
-fmt = c1.radio(t("access_format"), list(access.FORMATS), key=FORMAT_KEY, horizontal=True,
-               format_func=lambda f: t(f"access_format_{f}"))
+fmt = c1.radio(
+    t("access_format"),
+    list(access.FORMATS),
+    key=FORMAT_KEY,
+    horizontal=True,
+    format_func=lambda f: t(f"access_format_{f}"),
+)
 doc_lang = c2.selectbox(t("access_lang"), list(LANGUAGES), format_func=LANGUAGES.get, key=LANG_KEY)
 
 
@@ -113,13 +134,16 @@ if not configured:
     st.warning(t("access_notice_defaults"), icon=":material/edit_note:")
 
 
-def make_export(cid: str = summary.customer_id, fmt: str = fmt, doc_lang: str = doc_lang,
-                purpose: str | None = purpose) -> bytes:
+def make_export(
+    cid: str = summary.customer_id, fmt: str = fmt, doc_lang: str = doc_lang, purpose: str | None = purpose
+) -> bytes:
     # runs when the button is clicked, outside the page script: no Streamlit calls, nothing cached
     done = access.export(get_db(), cid, fmt=fmt, lang=doc_lang, operator=operator)
     # who looked: the export names its access-register row (queued; a view that cannot be is counted by core)
-    data_views.record(get_db(), [data_views.View(operator, roles.DPO, "access_export",
-                                                 f"access_register:{done.register_id}", cid, purpose)])
+    data_views.record(
+        get_db(),
+        [data_views.View(operator, roles.DPO, "access_export", f"access_register:{done.register_id}", cid, purpose)],
+    )
     return done.data
 
 
@@ -140,16 +164,32 @@ def _last_export_id(cid: str) -> int:
 exports = call_now(access.register, 20, summary.customer_id)
 safe_id = re.sub(r"[^A-Za-z0-9_-]", "_", summary.customer_id)
 st.download_button(
-    t("access_download"), data=make_export, file_name=f"acceso-{safe_id}-{time.strftime('%Y%m%d')}.{fmt}",
-    mime="application/json" if fmt == "json" else "text/html", key="access.download", type="primary",
-    icon=":material/download:", help=t("access_download_help"), on_click=await_export,
+    t("access_download"),
+    data=make_export,
+    file_name=f"acceso-{safe_id}-{time.strftime('%Y%m%d')}.{fmt}",
+    mime="application/json" if fmt == "json" else "text/html",
+    key="access.download",
+    type="primary",
+    icon=":material/download:",
+    help=t("access_download_help"),
+    on_click=await_export,
     args=(summary.customer_id, 0 if exports.empty else int(exports["id"].iloc[0])),
 )
 
 if not exports.empty:
     st.subheader(t("access_exports_of", id=md(summary.customer_id)))
-    table(exports, key="access.exports", columns=["id", "exported_at", "operator", "format", "lang", "size_bytes", "sha256"],
-          config={"id": "#", "exported_at": t("access_col_at"), "operator": t("access_col_operator"),
-                  "format": t("access_col_format"), "lang": t("access_col_lang"), "size_bytes": t("access_col_size"),
-                  "sha256": "sha256"})
+    table(
+        exports,
+        key="access.exports",
+        columns=["id", "exported_at", "operator", "format", "lang", "size_bytes", "sha256"],
+        config={
+            "id": "#",
+            "exported_at": t("access_col_at"),
+            "operator": t("access_col_operator"),
+            "format": t("access_col_format"),
+            "lang": t("access_col_lang"),
+            "size_bytes": t("access_col_size"),
+            "sha256": "sha256",
+        },
+    )
 st.page_link("app_pages/access_register.py", label=t("access_to_register"), icon=":material/receipt_long:")

@@ -1,6 +1,7 @@
 """Checkpoints (SRE): find a thread, read its history step by step with decoded messages and tool
 calls, diff two checkpoints, and see what the checkpoint tables weigh. Layout only: every figure
 comes from core.checkpoints (SQL over the canonical views)."""
+
 from __future__ import annotations
 
 import json
@@ -14,16 +15,16 @@ from core import roles
 from core.checkpoints import formats, tool_calls, views
 from core.privacy import subjects as subj
 from ui import charts, fmt
+from ui import data_views as views_log
 from ui.attribution import coverage_notice
 from ui.checkpoint_diff import diff_view, kind_label
+from ui.common import read, read_or_unknown, require_role, settings, shared_figure
+from ui.i18n import lang, t
+from ui.safe import md, md_code, plot_frame
 from ui.storage_view import storage_detail_view, table_totals
+from ui.tables import column_label, human_bytes, table
 from ui.thread_cost import cost_view, thread_cost
 from ui.thread_search import search_view
-from ui import data_views as views_log
-from ui.common import read, read_or_unknown, require_role, settings, shared_figure
-from ui.safe import md, md_code, plot_frame
-from ui.tables import column_label, human_bytes, table
-from ui.i18n import lang, t
 
 THREAD_KEY = "checkpoints.thread"
 VIEW_KEY = "checkpoints.view"
@@ -64,8 +65,14 @@ else:
 def largest_figure(largest: pd.DataFrame, language: str) -> go.Figure:
     parts = largest.iloc[::-1].melt(id_vars="thread_id", value_vars=BYTE_PARTS, var_name="table", value_name="bytes")
     parts["table"] = parts["table"].map(column_label)
-    fig = px.bar(plot_frame(parts), x="bytes", y="thread_id", color="table", orientation="h",
-                 labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""})
+    fig = px.bar(
+        plot_frame(parts),
+        x="bytes",
+        y="thread_id",
+        color="table",
+        orientation="h",
+        labels={"thread_id": "", "bytes": t("ckpt_bytes"), "table": ""},
+    )
     fig.update_layout(height=220 + 18 * len(largest), margin=dict(t=10, b=10), xaxis=dict(tickformat=",d"))
     return charts.finish(fig, counts=(), amounts=("x",))
 
@@ -83,9 +90,13 @@ def storage_view() -> None:
     st.caption(t("ckpt_largest_as_of", at=fmt.moment(largest["computed_at"].iloc[0])))
     charts.draw(largest_figure(largest, lang()), key="checkpoints.largest_chart")
     st.caption(t("ckpt_open_hint"))
-    table(largest, key="checkpoints.largest", selection_mode="single-row",
-          columns=[c for c in largest.columns if c != "computed_at"],
-          on_select=lambda: _open_thread("checkpoints.largest", largest))
+    table(
+        largest,
+        key="checkpoints.largest",
+        selection_mode="single-row",
+        columns=[c for c in largest.columns if c != "computed_at"],
+        on_select=lambda: _open_thread("checkpoints.largest", largest),
+    )
 
 
 # --- storage formats (issue 28) ---------------------------------------------------------------------------
@@ -131,10 +142,18 @@ def _encryption_notice(fp: formats.Fingerprint) -> None:
 
 def thread_formats(fp: formats.Fingerprint) -> None:
     """One line naming what this thread holds beyond the classic format (nothing when it holds nothing else)."""
-    parts = [f"{label} {fmt.number(n)}" for label, n in (
-        (t("ckpt_fmt_encrypted"), fp.encrypted), (t("ckpt_fmt_delta"), fp.delta_snapshots + fp.delta_checkpoints),
-        (t("ckpt_fmt_pickle"), fp.pickle), (t("ckpt_fmt_json_older"), fp.json + fp.older_checkpoints),
-        (t("ckpt_fmt_pending_sends"), fp.pending_sends), (t("ckpt_fmt_undecodable"), fp.undecodable)) if n]
+    parts = [
+        f"{label} {fmt.number(n)}"
+        for label, n in (
+            (t("ckpt_fmt_encrypted"), fp.encrypted),
+            (t("ckpt_fmt_delta"), fp.delta_snapshots + fp.delta_checkpoints),
+            (t("ckpt_fmt_pickle"), fp.pickle),
+            (t("ckpt_fmt_json_older"), fp.json + fp.older_checkpoints),
+            (t("ckpt_fmt_pending_sends"), fp.pending_sends),
+            (t("ckpt_fmt_undecodable"), fp.undecodable),
+        )
+        if n
+    ]
     if parts:
         st.info(t("ckpt_fmt_thread", what=" · ".join(parts)), icon=":material/database:")
         _encryption_notice(fp)
@@ -142,8 +161,13 @@ def thread_formats(fp: formats.Fingerprint) -> None:
 
 def search() -> None:
     with st.expander(t("ckpt_find"), expanded=not st.session_state[THREAD_KEY]):
-        mode = st.radio(t("ckpt_find_by"), ["recent", "customer"], key="checkpoints.find_by", horizontal=True,
-                        format_func=lambda m: t(f"ckpt_by_{m}"))
+        mode = st.radio(
+            t("ckpt_find_by"),
+            ["recent", "customer"],
+            key="checkpoints.find_by",
+            horizontal=True,
+            format_func=lambda m: t(f"ckpt_by_{m}"),
+        )
         if mode == "customer":
             customer = st.text_input(t("ckpt_customer_id"), key="checkpoints.customer")
             if not customer:
@@ -160,8 +184,12 @@ def search() -> None:
                 st.info(t("ckpt_no_recent"))
                 return
         st.caption(t("ckpt_pick_hint"))
-        table(found, key="checkpoints.found", selection_mode="single-row",
-              on_select=lambda: _open_thread("checkpoints.found", found))
+        table(
+            found,
+            key="checkpoints.found",
+            selection_mode="single-row",
+            on_select=lambda: _open_thread("checkpoints.found", found),
+        )
 
 
 def source_label(source) -> str:
@@ -172,20 +200,40 @@ def source_label(source) -> str:
 def timeline_chart(timeline: pd.DataFrame) -> None:
     st.subheader(t("ckpt_timeline"))
     timeline = timeline.assign(ts=pd.to_datetime(timeline["ts"], utc=True))  # the axis's ticks are UTC
-    fig = go.Figure(go.Scatter(x=timeline["ts"], y=timeline["step"], mode="lines",
-                               line=dict(color="#bbbbbb"), showlegend=False, hoverinfo="skip"))
+    fig = go.Figure(
+        go.Scatter(
+            x=timeline["ts"],
+            y=timeline["step"],
+            mode="lines",
+            line=dict(color="#bbbbbb"),
+            showlegend=False,
+            hoverinfo="skip",
+        )
+    )
     hover = ["checkpoint_id", "updated_channels", "tools", "pending_writes"]
-    dots = px.scatter(plot_frame(timeline.assign(source=timeline["source"].map(source_label))), x="ts", y="step",
-                      color="source", color_discrete_map={source_label(k): v for k, v in SOURCE_COLORS.items()},
-                      hover_data=hover, labels={c: column_label(c) for c in ["ts", "step", "source", *hover]})
+    dots = px.scatter(
+        plot_frame(timeline.assign(source=timeline["source"].map(source_label))),
+        x="ts",
+        y="step",
+        color="source",
+        color_discrete_map={source_label(k): v for k, v in SOURCE_COLORS.items()},
+        hover_data=hover,
+        labels={c: column_label(c) for c in ["ts", "step", "source", *hover]},
+    )
     dots.update_traces(marker=dict(size=11))
     for trace in dots.data:
         fig.add_trace(trace)
     ts = timeline["ts"].dropna()
     axis = fmt.time_ticks(ts.min().to_pydatetime(), ts.max().to_pydatetime()) if len(ts) else {}
-    fig.update_layout(height=320, margin=dict(t=10, b=10), xaxis=dict(title=t("ckpt_time"), **axis),
-                      yaxis_title=t("ckpt_step"), legend_title_text=t("ckpt_source"), separators=fmt.plot_separators(),
-                      yaxis=fmt.count_axis(timeline["step"].max() + 1))
+    fig.update_layout(
+        height=320,
+        margin=dict(t=10, b=10),
+        xaxis=dict(title=t("ckpt_time"), **axis),
+        yaxis_title=t("ckpt_step"),
+        legend_title_text=t("ckpt_source"),
+        separators=fmt.plot_separators(),
+        yaxis=fmt.count_axis(timeline["step"].max() + 1),
+    )
     charts.show(fig, key="checkpoints.timeline_chart", counts=())
 
 
@@ -210,12 +258,20 @@ def messages(writes: pd.DataFrame) -> None:
             if _present(row.refused_type) or not _present(row.message_kind):
                 with st.chat_message("refused", avatar=":material/block:"):
                     if _present(row.refused_type):
-                        st.error(t("ckpt_refused_message", type=md_code(row.refused_type), step=row.step,
-                                   channel=md_code(row.channel)),
-                                 icon=":material/block:")
+                        st.error(
+                            t(
+                                "ckpt_refused_message",
+                                type=md_code(row.refused_type),
+                                step=row.step,
+                                channel=md_code(row.channel),
+                            ),
+                            icon=":material/block:",
+                        )
                     else:
-                        st.error(t("ckpt_undecodable_message", reason=md(row.undecodable), step=row.step),
-                                 icon=":material/warning:")
+                        st.error(
+                            t("ckpt_undecodable_message", reason=md(row.undecodable), step=row.step),
+                            icon=":material/warning:",
+                        )
                 continue
             kinds = row.message_kind.split(",")
             with st.chat_message(kinds[0], avatar=KIND_AVATAR.get(kinds[0])):
@@ -240,12 +296,14 @@ def _calls_in_words(text: str) -> str | None:
         calls = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("args", {}), dict)
-                                              for c in calls):
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("args", {}), dict) for c in calls
+    ):
         return None
 
     def value(v) -> str:
         return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
     return "; ".join(f"{c.get('name') or '?'}({tool_calls.args_in_words(c, value)})" for c in calls)
 
 
@@ -268,8 +326,12 @@ def checkpoint_values(thread_id: str, checkpoint_id: str, ns: str) -> None:
     st.markdown(f"**{t('ckpt_values')}**")
     values = read(views.checkpoint_values, thread_id, checkpoint_id, ns)
     shown = values.assign(source=[_how(row) for row in values.itertuples()])
-    table(shown, key="checkpoints.values", columns=["channel", "source", "value", "version"],
-          config={"value": {"width": "large"}})
+    table(
+        shown,
+        key="checkpoints.values",
+        columns=["channel", "source", "value", "version"],
+        config={"value": {"width": "large"}},
+    )
 
 
 def delta_channels(thread_id: str) -> None:
@@ -278,16 +340,23 @@ def delta_channels(thread_id: str) -> None:
         return
     st.subheader(t("ckpt_delta_channels"))
     st.caption(t("ckpt_delta_caption"))
-    table(channels.assign(reducer=channels["reducer"].map(_reducer)), key="checkpoints.delta",
-          columns=["channel", "reducer", "snapshots_checked", "contradicted"])
+    table(
+        channels.assign(reducer=channels["reducer"].map(_reducer)),
+        key="checkpoints.delta",
+        columns=["channel", "reducer", "snapshots_checked", "contradicted"],
+    )
 
 
 def step_writes(thread_id: str, timeline: pd.DataFrame) -> None:
     st.subheader(t("ckpt_step_writes"))
     st.caption(t("ckpt_step_writes_caption"))
     labels = {row.checkpoint_id: _label(row) for row in timeline.itertuples()}
-    choice = st.selectbox(t("ckpt_checkpoint"), ["", *labels], key="checkpoints.step",
-                          format_func=lambda c: labels.get(c, t("ckpt_all_steps")))
+    choice = st.selectbox(
+        t("ckpt_checkpoint"),
+        ["", *labels],
+        key="checkpoints.step",
+        format_func=lambda c: labels.get(c, t("ckpt_all_steps")),
+    )
     if choice:
         checkpoint_values(thread_id, choice, timeline.loc[timeline["checkpoint_id"] == choice, "checkpoint_ns"].iloc[0])
     writes = read(views.step_writes, thread_id, choice or None)
@@ -296,9 +365,25 @@ def step_writes(thread_id: str, timeline: pd.DataFrame) -> None:
         return
     messages(writes)
     table(
-        writes, key="checkpoints.writes",
-        columns=["step", "channel", "message_kind", "tool_name", "content", "tool_calls", "size_bytes", "blob_type",
-                 "task_path", "idx", "payload", "refused_type", "undecodable", "checkpoint_id", "task_id"],
+        writes,
+        key="checkpoints.writes",
+        columns=[
+            "step",
+            "channel",
+            "message_kind",
+            "tool_name",
+            "content",
+            "tool_calls",
+            "size_bytes",
+            "blob_type",
+            "task_path",
+            "idx",
+            "payload",
+            "refused_type",
+            "undecodable",
+            "checkpoint_id",
+            "task_id",
+        ],
         config={"payload": {"width": "large"}, "content": {"width": "medium"}},
     )
 
@@ -327,9 +412,14 @@ def thread_view() -> None:
     c[1].metric(t("ckpt_checkpoints"), fmt.number(storage["checkpoints"]))
     c[2].metric(t("ckpt_steps"), f"{summary['last_step']}")
     c[3].metric(t("ckpt_writes"), fmt.number(storage["writes"]))
-    c[4].metric(t("ckpt_blob_bytes"), human_bytes(storage["blob_bytes"]), help=fmt.count("ckpt_n_bytes", storage["blob_bytes"]))
-    c[5].metric(t("ckpt_write_bytes"), human_bytes(storage["write_bytes"]),
-                help=fmt.count("ckpt_n_bytes", storage["write_bytes"]))
+    c[4].metric(
+        t("ckpt_blob_bytes"), human_bytes(storage["blob_bytes"]), help=fmt.count("ckpt_n_bytes", storage["blob_bytes"])
+    )
+    c[5].metric(
+        t("ckpt_write_bytes"),
+        human_bytes(storage["write_bytes"]),
+        help=fmt.count("ckpt_n_bytes", storage["write_bytes"]),
+    )
     thread_cost(thread_id)
     thread_formats(read(formats.fingerprint, thread_id))
     delta_channels(thread_id)
@@ -339,15 +429,43 @@ def thread_view() -> None:
         st.warning(t("ckpt_undecodable", n=bad), icon=":material/warning:")
     refused = timeline[timeline["refused_writes"].notna() | timeline["refused_value"].notna()]
     if not refused.empty:
-        types = sorted({x for v in refused["refused_writes"].dropna().tolist() + refused["refused_value"].dropna().tolist()
-                        for x in v.split(",")})
-        st.error(t("ckpt_refused", n=len(refused), steps=", ".join(str(s) for s in refused["step"].tolist()),
-                   types=", ".join(md_code(x) for x in types)), icon=":material/block:")
+        types = sorted(
+            {
+                x
+                for v in refused["refused_writes"].dropna().tolist() + refused["refused_value"].dropna().tolist()
+                for x in v.split(",")
+            }
+        )
+        st.error(
+            t(
+                "ckpt_refused",
+                n=len(refused),
+                steps=", ".join(str(s) for s in refused["step"].tolist()),
+                types=", ".join(md_code(x) for x in types),
+            ),
+            icon=":material/block:",
+        )
     timeline_chart(timeline)
-    table(timeline.assign(source=timeline["source"].map(source_label)), key="checkpoints.timeline",
-          columns=["step", "ts", "source", "updated_channels", "tools", "pending_writes",
-                   "pending_write_bytes", "undecodable_writes", "refused_writes", "refused_value",
-                   "checkpoint_bytes", "checkpoint_id", "parent_checkpoint_id", "checkpoint_ns"])
+    table(
+        timeline.assign(source=timeline["source"].map(source_label)),
+        key="checkpoints.timeline",
+        columns=[
+            "step",
+            "ts",
+            "source",
+            "updated_channels",
+            "tools",
+            "pending_writes",
+            "pending_write_bytes",
+            "undecodable_writes",
+            "refused_writes",
+            "refused_value",
+            "checkpoint_bytes",
+            "checkpoint_id",
+            "parent_checkpoint_id",
+            "checkpoint_ns",
+        ],
+    )
     step_writes(thread_id, timeline)
     diff_view(thread_id, timeline, _label)
 

@@ -3,6 +3,7 @@ resynced, the episodes, the guard's denials and the serializer's refusals. Refre
 database does not answer it says so, keeps showing the last good reading with its replicas as
 unknown (never ok), and reads the replicas' metrics endpoints (AGENT_METRICS_URLS) directly. Layout
 only: every figure comes from core.checkpoints (replica_health, replica_view) and the database probe."""
+
 from __future__ import annotations
 
 import time
@@ -23,10 +24,10 @@ from core.checkpoints.guard import Risk
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, Probe
 from ui import charts, fmt
 from ui.common import get_db, require_role, secrets, shared_figure
-from ui.tables import column_label, table
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
 from ui.shared import SharedReading
+from ui.tables import column_label, table
 
 REFRESH_S = 5
 SHARE_S = 2  # one sample (probe and health tables) per this many seconds for all the sessions on the page
@@ -40,13 +41,26 @@ SOURCE_LABEL = {
     "es": {"tables": "tablas de salud", "last_reading": "última lectura", "endpoint": "endpoint de métricas"},
     "en": {"tables": "health tables", "last_reading": "last reading", "endpoint": "metrics endpoint"},
 }
-STATE_CELL = {"ok": "#d4edda", "degraded": "#ffe0b2", "silent": "#f8d7da", "stopped": "#e2e3e5",
-              "unknown": "#fff3cd"}
+STATE_CELL = {"ok": "#d4edda", "degraded": "#ffe0b2", "silent": "#f8d7da", "stopped": "#e2e3e5", "unknown": "#fff3cd"}
 STATE_COLORS = {"resynced": "#2ca02c", "ongoing": "#ff7f0e"}
 RISKS = frozenset(r.value for r in Risk)
 # what happened first (number, when, how long, why), then what it cost and where
-EPISODE_COLUMNS = ["n", "replica_id", "degraded_from", "degraded_to", "seconds_degraded", "reason", "checkpoints_buffered",
-                   "writes_buffered", "ops_resynced", "resync_ms", "denials_count", "host", "pid", "recorded_at"]
+EPISODE_COLUMNS = [
+    "n",
+    "replica_id",
+    "degraded_from",
+    "degraded_to",
+    "seconds_degraded",
+    "reason",
+    "checkpoints_buffered",
+    "writes_buffered",
+    "ops_resynced",
+    "resync_ms",
+    "denials_count",
+    "host",
+    "pid",
+    "recorded_at",
+]
 
 require_role(roles.SRE)
 
@@ -84,10 +98,16 @@ def _read(db: Database) -> Reading:
 
 
 def _read_once(db: Database) -> Reading:
-    return Reading(time.time(), replica_health.summary(db), replica_health.replicas(db),
-                   replica_health.episodes(db, limit=LIMIT), replica_health.denials(db, limit=LIMIT),
-                   replica_health.refusals(db, limit=LIMIT), replica_health.refused_in_sql(db, limit=LIMIT),
-                   replica_health.dead_letters(db, limit=LIMIT))
+    return Reading(
+        time.time(),
+        replica_health.summary(db),
+        replica_health.replicas(db),
+        replica_health.episodes(db, limit=LIMIT),
+        replica_health.denials(db, limit=LIMIT),
+        replica_health.refusals(db, limit=LIMIT),
+        replica_health.refused_in_sql(db, limit=LIMIT),
+        replica_health.dead_letters(db, limit=LIMIT),
+    )
 
 
 def tiles(reading: Reading, states: pd.DataFrame, probe: Probe | None) -> None:
@@ -102,15 +122,21 @@ def tiles(reading: Reading, states: pd.DataFrame, probe: Probe | None) -> None:
     if probe is None:  # this run has no probe of its own time: unknown, never the previous one
         c[3].metric(t("degr_probe"), t("degr_probe_unknown"))
     else:
-        c[3].metric(t("degr_probe"), t("degr_probe_ok", ms=n(probe.latency_ms, 0)) if probe.ok else t("degr_probe_down"),
-                    help=md(f"PostgreSQL {probe.server_version}" if probe.ok else probe.error))
+        c[3].metric(
+            t("degr_probe"),
+            t("degr_probe_ok", ms=n(probe.latency_ms, 0)) if probe.ok else t("degr_probe_down"),
+            help=md(f"PostgreSQL {probe.server_version}" if probe.ok else probe.error),
+        )
     c = st.columns(4)
     c[0].metric(t("degr_episodes"), n(s.get("episodes", 0)))
     c[1].metric(t("degr_denials"), n(s.get("denials", 0)))
     c[2].metric(t("degr_refusals"), n(s.get("refusals", 0)))
     scanned = s.get("refused_scanned_at")
-    c[3].metric(t("degr_refused_sql"), n(s.get("refused_in_sql", 0)),
-                help=t("degr_refused_sql_help", at="—" if scanned is None else fmt.moment(scanned)))
+    c[3].metric(
+        t("degr_refused_sql"),
+        n(s.get("refused_in_sql", 0)),
+        help=t("degr_refused_sql_help", at="—" if scanned is None else fmt.moment(scanned)),
+    )
 
 
 def replicas_table(reading: Reading, states: pd.DataFrame, fresh: bool) -> None:
@@ -127,34 +153,64 @@ def replicas_table(reading: Reading, states: pd.DataFrame, fresh: bool) -> None:
     if replica_view.all_clear(states, fresh=fresh):
         st.success(t("degr_all_ok"))
     df = states.copy()
-    last = reading.episodes.sort_values("degraded_from").groupby("replica_id").last() if not reading.episodes.empty else None
+    last = (
+        reading.episodes.sort_values("degraded_from").groupby("replica_id").last()
+        if not reading.episodes.empty
+        else None
+    )
     df["resynced_last_episode"] = df["replica_id"].map(last["ops_resynced"]) if last is not None else None
     labels = STATE_LABEL.get(lang(), STATE_LABEL["es"])
     colours = {labels.get(k, k): v for k, v in STATE_CELL.items()}
     df["state"] = df["state"].map(lambda v: labels.get(v, v))
     df["source"] = df["source"].map(lambda v: SOURCE_LABEL.get(lang(), SOURCE_LABEL["es"]).get(v, v))
     # what the SRE acts on first; where the reading comes from after
-    shown = df[["replica_id", "state", "heartbeat_age_s", "degraded_since", "buffered_checkpoints", "buffered_writes",
-                "resynced_last_episode", "source", "reading_age_s", "endpoint", "error"]]
+    shown = df[
+        [
+            "replica_id",
+            "state",
+            "heartbeat_age_s",
+            "degraded_since",
+            "buffered_checkpoints",
+            "buffered_writes",
+            "resynced_last_episode",
+            "source",
+            "reading_age_s",
+            "endpoint",
+            "error",
+        ]
+    ]
     table(shown, key="degradation.replicas", colours={"state": colours})
 
 
 @shared_figure
 def timeline_figure(frame: pd.DataFrame, language: str) -> go.Figure:
     # an ongoing episode alone has no reason, resync or denials yet
-    hover = [c for c in ("n", "reason", "checkpoints_buffered", "writes_buffered", "ops_resynced", "denials_count")
-             if c in frame.columns]
-    fig = px.timeline(plot_frame(frame), x_start="degraded_from", x_end="degraded_to", y="replica_id", color="status",
-                      color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"],
-                                          t("degr_ongoing"): STATE_COLORS["ongoing"]},
-                      hover_data=hover,
-                      labels={c: column_label(c) for c in ["replica_id", "status", "degraded_from", "degraded_to", *hover]})
+    hover = [
+        c
+        for c in ("n", "reason", "checkpoints_buffered", "writes_buffered", "ops_resynced", "denials_count")
+        if c in frame.columns
+    ]
+    fig = px.timeline(
+        plot_frame(frame),
+        x_start="degraded_from",
+        x_end="degraded_to",
+        y="replica_id",
+        color="status",
+        color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"], t("degr_ongoing"): STATE_COLORS["ongoing"]},
+        hover_data=hover,
+        labels={c: column_label(c) for c in ["replica_id", "status", "degraded_from", "degraded_to", *hover]},
+    )
     # an outline in the bar's own colour keeps seconds-long episodes visible on a long axis
     fig.for_each_trace(lambda tr: tr.update(marker_line_width=6, marker_line_color=tr.marker.color))
     start, end = frame["degraded_from"].min(), frame["degraded_to"].max()
-    fig.update_layout(height=160 + 40 * frame["replica_id"].nunique(), margin=dict(t=10, b=10),
-                      xaxis=dict(title=t("degr_time"), **fmt.time_ticks(start.to_pydatetime(), end.to_pydatetime())),
-                      yaxis_title="", legend_title_text="", separators=fmt.plot_separators())
+    fig.update_layout(
+        height=160 + 40 * frame["replica_id"].nunique(),
+        margin=dict(t=10, b=10),
+        xaxis=dict(title=t("degr_time"), **fmt.time_ticks(start.to_pydatetime(), end.to_pydatetime())),
+        yaxis_title="",
+        legend_title_text="",
+        separators=fmt.plot_separators(),
+    )
     return charts.finish(fig, counts=())
 
 
@@ -163,16 +219,38 @@ def episodes_timeline(reading: Reading) -> None:
     bars = []
     if not reading.episodes.empty:
         done = reading.episodes.assign(status=t("degr_recorded"))
-        bars.append(done[["n", "replica_id", "degraded_from", "degraded_to", "status", "reason", "checkpoints_buffered",
-                          "writes_buffered", "ops_resynced", "denials_count"]])
+        bars.append(
+            done[
+                [
+                    "n",
+                    "replica_id",
+                    "degraded_from",
+                    "degraded_to",
+                    "status",
+                    "reason",
+                    "checkpoints_buffered",
+                    "writes_buffered",
+                    "ops_resynced",
+                    "denials_count",
+                ]
+            ]
+        )
     replicas = reading.replicas
     if not replicas.empty:
         ongoing = replicas[(replicas["reported_state"] == "degraded") & replicas["degraded_since"].notna()]
         if not ongoing.empty:
-            bars.append(pd.DataFrame({
-                "replica_id": ongoing["replica_id"], "degraded_from": ongoing["degraded_since"],
-                "degraded_to": pd.Timestamp(reading.at, unit="s", tz="UTC"), "status": t("degr_ongoing"),
-                "checkpoints_buffered": ongoing["buffered_checkpoints"], "writes_buffered": ongoing["buffered_writes"]}))
+            bars.append(
+                pd.DataFrame(
+                    {
+                        "replica_id": ongoing["replica_id"],
+                        "degraded_from": ongoing["degraded_since"],
+                        "degraded_to": pd.Timestamp(reading.at, unit="s", tz="UTC"),
+                        "status": t("degr_ongoing"),
+                        "checkpoints_buffered": ongoing["buffered_checkpoints"],
+                        "writes_buffered": ongoing["buffered_writes"],
+                    }
+                )
+            )
     if not bars:
         st.info(t("degr_no_episodes"))
         return
@@ -183,7 +261,9 @@ def episodes_timeline(reading: Reading) -> None:
     charts.draw(timeline_figure(frame, lang()), key="degradation.timeline")
     if not reading.episodes.empty:
         st.caption(t("degr_episodes_numbered"))
-        table(reading.episodes, key="degradation.episodes", columns=EPISODE_COLUMNS, config={"reason": {"width": "large"}})
+        table(
+            reading.episodes, key="degradation.episodes", columns=EPISODE_COLUMNS, config={"reason": {"width": "large"}}
+        )
 
 
 def risk_label(risk) -> str:
@@ -198,8 +278,11 @@ def events(reading: Reading) -> None:
         if reading.denials.empty:
             st.info(t("degr_no_denials"))
         else:
-            table(reading.denials.assign(risk=reading.denials["risk"].map(risk_label)), key="degradation.denials",
-                  columns=["denied_at", "tool", "risk", "thread_id", "customer_id", "replica_id", "episode_n"])
+            table(
+                reading.denials.assign(risk=reading.denials["risk"].map(risk_label)),
+                key="degradation.denials",
+                columns=["denied_at", "tool", "risk", "thread_id", "customer_id", "replica_id", "episode_n"],
+            )
     with right:
         st.subheader(t("degr_refusals_title"))
         if reading.refusals.empty:
@@ -227,6 +310,7 @@ st.caption(t("degr_caption", every=REFRESH_S))
 @dataclass(frozen=True)
 class Sample:
     """One look at the database: the dashboard's probe, and the health tables' reading when the probe answered."""
+
     probe: Probe
     reading: Reading | None
     error: str | None
@@ -270,8 +354,10 @@ def live() -> None:
         if reading is None:
             st.error(t("degr_db_down_never", error=md(error)), icon=":material/cloud_off:")
         else:
-            st.error(t("degr_db_down", error=md(error), at=fmt.clock(reading.at), ago=int(time.time() - reading.at)),
-                     icon=":material/cloud_off:")
+            st.error(
+                t("degr_db_down", error=md(error), at=fmt.clock(reading.at), ago=int(time.time() - reading.at)),
+                icon=":material/cloud_off:",
+            )
     try:
         endpoints = replica_view.read_endpoints(replica_view.configured_endpoints(secrets()))
     except replica_view.BadEndpoints as exc:
@@ -279,8 +365,9 @@ def live() -> None:
         endpoints = None
     if reading is None and (endpoints is None or endpoints.empty):
         return
-    states = replica_view.replica_states(reading.replicas if reading else None, fresh=fresh,
-                                         read_at=reading.at if reading else None, endpoints=endpoints)
+    states = replica_view.replica_states(
+        reading.replicas if reading else None, fresh=fresh, read_at=reading.at if reading else None, endpoints=endpoints
+    )
     if reading is None:  # never read the tables: the endpoints alone
         reading = Reading(time.time(), {}, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
     tiles(reading, states, probe)

@@ -1,4 +1,5 @@
 """Erasure (DPO): customer id -> dry-run preview -> confirm by typing the id -> progress -> evidence."""
+
 from __future__ import annotations
 
 import time
@@ -7,15 +8,15 @@ import pandas as pd
 import streamlit as st
 
 from core import clock, roles
+from core.memory.store import InvalidIdentifier
 from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj
-from core.memory.store import InvalidIdentifier
 from ui import fmt
-from ui.common import call_now, forget_all, read_or_unknown, require_role, settings
 from ui.attribution import coverage_notice, decisions_of, show_residue, show_sources
-from ui.tables import table
+from ui.common import call_now, forget_all, read_or_unknown, require_role, settings
 from ui.i18n import t
 from ui.safe import md, md_code
+from ui.tables import table
 
 ID_KEY = "erasure.customer"
 PREVIEW_KEY = "erasure.preview_result"
@@ -31,7 +32,6 @@ operator = user.email or "local"
 attribution = subj.Attribution.from_settings(settings())
 if ID_KEY not in st.session_state:
     st.session_state[ID_KEY] = st.query_params.get("cliente", "")
-
 
 
 def _close_dialog() -> None:
@@ -65,15 +65,24 @@ def run_erasure(customer_id: str, decisions: dict) -> None:
     with st.status(t("erasure_running", id=md(customer_id)), expanded=True) as status:
         try:
             # a click meanwhile makes status.write raise Streamlit's rerun: core records `interrupted`
-            result = call_now(erasure.erase, customer_id, operator=operator, decisions=decisions, config=attribution,
-                              progress=lambda p: status.write(step_text[p.step](p)))
+            result = call_now(
+                erasure.erase,
+                customer_id,
+                operator=operator,
+                decisions=decisions,
+                config=attribution,
+                progress=lambda p: status.write(step_text[p.step](p)),
+            )
         except Exception as exc:  # recorded as failed by core; shown, never hidden
             status.update(label=t("erasure_failed", error=md(exc)), state="error")
             st.session_state[FAILED_KEY] = f"{type(exc).__name__}: {exc}"
             st.session_state.pop(RUNNING_KEY, None)
             return
-        status.update(label=t("erasure_done_label", id=md(customer_id)),
-                      state="complete" if result.complete else "error", expanded=False)
+        status.update(
+            label=t("erasure_done_label", id=md(customer_id)),
+            state="complete" if result.complete else "error",
+            expanded=False,
+        )
     st.session_state.pop(RUNNING_KEY, None)
     forget_all()  # every store figure on the other pages may have changed
     st.session_state[RESULT_KEY] = result
@@ -90,8 +99,9 @@ def show_result(result: erasure.ErasureResult) -> None:
     else:
         st.error(t("erasure_incomplete", id=md(result.customer_id), report=md(result.report)))
     took = fmt.duration((result.finished_at - result.requested_at).total_seconds()) if result.finished_at else "—"
-    st.caption(t("erasure_request", rid=result.request_id, operator=md(result.operator), passes=result.passes,
-                 took=took))
+    st.caption(
+        t("erasure_request", rid=result.request_id, operator=md(result.operator), passes=result.passes, took=took)
+    )
 
     st.subheader(t("erasure_evidence_title"))
     st.caption(t("erasure_evidence_caption"))
@@ -106,30 +116,49 @@ def show_result(result: erasure.ErasureResult) -> None:
 
     tables = list(result.counts_before) + [k for k in result.counts_after if k not in result.counts_before]
     st.subheader(t("erasure_counts"))
-    table(pd.DataFrame({
-        "table": tables,
-        "before": [result.counts_before.get(k, 0) for k in tables],
-        "deleted": [result.deleted.get(k, 0) for k in tables],
-        "after": [result.counts_after.get(k, 0) for k in tables],
-    }), key="erasure.counts", config={"table": t("erasure_table"), "before": t("erasure_before"),
-                                      "deleted": t("erasure_deleted"), "after": t("erasure_after")})
+    table(
+        pd.DataFrame(
+            {
+                "table": tables,
+                "before": [result.counts_before.get(k, 0) for k in tables],
+                "deleted": [result.deleted.get(k, 0) for k in tables],
+                "after": [result.counts_after.get(k, 0) for k in tables],
+            }
+        ),
+        key="erasure.counts",
+        config={
+            "table": t("erasure_table"),
+            "before": t("erasure_before"),
+            "deleted": t("erasure_deleted"),
+            "after": t("erasure_after"),
+        },
+    )
     st.download_button(
-        t("erasure_download"), data=call_now(erasure_register.evidence_json, result.request_id),
-        file_name=f"erasure-{result.request_id}-{time.strftime('%Y%m%d')}.json", mime="application/json",
-        key="erasure.download", icon=":material/download:",
+        t("erasure_download"),
+        data=call_now(erasure_register.evidence_json, result.request_id),
+        file_name=f"erasure-{result.request_id}-{time.strftime('%Y%m%d')}.json",
+        mime="application/json",
+        key="erasure.download",
+        icon=":material/download:",
     )
     register_link(result.request_id)
 
 
 def register_link(request_id: int) -> None:
-    st.page_link("app_pages/erasure_register.py", label=t("erasure_to_request", rid=request_id),
-                 icon=":material/fact_check:", query_params={REQUEST_QUERY: str(request_id)})
+    st.page_link(
+        "app_pages/erasure_register.py",
+        label=t("erasure_to_request", rid=request_id),
+        icon=":material/fact_check:",
+        query_params={REQUEST_QUERY: str(request_id)},
+    )
 
 
 def keep_preview(customer_id: str, count_common: bool = False) -> None:
     """The preview read now on the primary, kept for the next runs with the time it was read."""
-    st.session_state[PREVIEW_KEY] = (call_now(evidence.preview, customer_id, attribution, count_common=count_common),
-                                      fmt.moment(clock.now()))
+    st.session_state[PREVIEW_KEY] = (
+        call_now(evidence.preview, customer_id, attribution, count_common=count_common),
+        fmt.moment(clock.now()),
+    )
 
 
 st.title(t("erasure_title"))
@@ -172,12 +201,18 @@ if preview is not None and preview.customer_id == customer_id:
     st.caption(t("erasure_preview_at", at=read_at))
     left, right = st.columns(2)
     with left:
-        table(pd.DataFrame({"table": list(preview.counts), "rows": list(preview.counts.values())}),
-              key="erasure.preview_counts", config={"table": t("erasure_table"), "rows": t("erasure_rows")})
+        table(
+            pd.DataFrame({"table": list(preview.counts), "rows": list(preview.counts.values())}),
+            key="erasure.preview_counts",
+            config={"table": t("erasure_table"), "rows": t("erasure_rows")},
+        )
     with right:
         if preview.namespaces:
-            table(pd.DataFrame(preview.namespaces, columns=["namespace", "documents"]), key="erasure.preview_namespaces",
-                  config={"namespace": t("erasure_namespace"), "documents": t("erasure_documents")})
+            table(
+                pd.DataFrame(preview.namespaces, columns=["namespace", "documents"]),
+                key="erasure.preview_namespaces",
+                config={"namespace": t("erasure_namespace"), "documents": t("erasure_documents")},
+            )
     show_sources(preview.subjects)
     show_residue(preview.residue)
     if preview.residue and any(x.threads is None for x in preview.residue.terms):
@@ -189,8 +224,13 @@ if preview is not None and preview.customer_id == customer_id:
         st.info(t("erasure_nothing", id=md(preview.customer_id)))
     if undecided:
         st.warning(t("erasure_residue_undecided", n=undecided))
-    if st.button(t("erasure_start"), key="erasure.start", type="primary", icon=":material/delete_forever:",
-                 disabled=bool(undecided)):
+    if st.button(
+        t("erasure_start"),
+        key="erasure.start",
+        type="primary",
+        icon=":material/delete_forever:",
+        disabled=bool(undecided),
+    ):
         st.session_state[DIALOG_KEY] = True
     if st.session_state.get(DIALOG_KEY):
         confirm(preview, decisions)

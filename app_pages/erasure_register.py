@@ -1,4 +1,5 @@
 """Erasure register (DPO): every request, its status, time to zero, re-checks, and a manual re-check."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -7,10 +8,10 @@ from core import roles
 from core.privacy import erasure, erasure_register, follow_up
 from ui import fmt
 from ui.common import call_now, forget_all, require_role
-from ui.tables import table
 from ui.i18n import t
 from ui.registers import verify_button
 from ui.safe import md
+from ui.tables import table
 
 PICK_KEY = "erasure_register.request"
 NOTICE_KEY = "erasure_register.notice"
@@ -20,7 +21,6 @@ QUERY = "solicitud"  # ?solicitud=<request id> opens the page on that request (t
 
 user = require_role(roles.DPO)
 operator = user.email or "local"
-
 
 
 def _dirty_text(result: erasure_register.RecheckResult) -> str:
@@ -43,8 +43,11 @@ def show_notice(about: object) -> None:
 if st.button(t("erasure_recheck_all"), key="erasure_register.recheck_all", icon=":material/published_with_changes:"):
     results = call_now(erasure_register.recheck_all, trigger="manual", operator=operator)
     dirty = [r for r in results if not r.clean]
-    st.session_state[NOTICE_KEY] = ("all", "ok" if not dirty else "error",
-                                    fmt.count("erasure_rechecked_all", len(results), dirty=fmt.number(len(dirty))))
+    st.session_state[NOTICE_KEY] = (
+        "all",
+        "ok" if not dirty else "error",
+        fmt.count("erasure_rechecked_all", len(results), dirty=fmt.number(len(dirty))),
+    )
     st.rerun()
 show_notice("all")
 
@@ -60,12 +63,16 @@ c2.metric(t("erasure_completed"), int((requests["outcome"] == "complete").sum())
 c3.metric(t("erasure_same_day"), f"{int(requests['same_day'].sum())} / {len(requests)}")
 c4.metric(t("erasure_came_back"), len(data_back))
 if len(data_back):  # first in the table, never shown as plain complete (a warning: st.error is the page failing)
-    st.warning(fmt.count("erasure_data_back_banner", len(data_back), ids=", ".join(f"#{i}" for i in data_back["id"])),
-             icon=":material/restore_page:")
+    st.warning(
+        fmt.count("erasure_data_back_banner", len(data_back), ids=", ".join(f"#{i}" for i in data_back["id"])),
+        icon=":material/restore_page:",
+    )
 
 table(  # the status column shows the outcome: a request whose data came back says so
     requests.assign(status=requests["outcome"].map(lambda o: t(f"erasure_outcome_{o}"))).drop(
-        columns=["report", "outcome"]), key="erasure_register.table",
+        columns=["report", "outcome"]
+    ),
+    key="erasure_register.table",
     config={
         "id": "#",
         "customer_id": t("erasure_col_customer"),
@@ -90,8 +97,10 @@ table(  # the status column shows the outcome: a request whose data came back sa
     },
 )
 
-labels = {int(r.id): t("erasure_pick_label", rid=int(r.id), id=r.customer_id, at=fmt.moment(r.requested_at))
-          for r in requests.itertuples()}
+labels = {
+    int(r.id): t("erasure_pick_label", rid=int(r.id), id=r.customer_id, at=fmt.moment(r.requested_at))
+    for r in requests.itertuples()
+}
 if st.session_state.get(NEXT_PICK_KEY) in labels:
     st.session_state[PICK_KEY] = st.session_state.pop(NEXT_PICK_KEY)
 if PICK_KEY not in st.session_state and st.query_params.get(QUERY, "").isdigit():
@@ -106,19 +115,30 @@ if row["report"]:
 
 left, right = st.columns([1, 1])
 with left:
-    if st.button(t("erasure_recheck_button"), key="erasure_register.recheck", type="primary",
-                 icon=":material/fact_check:"):
+    if st.button(
+        t("erasure_recheck_button"), key="erasure_register.recheck", type="primary", icon=":material/fact_check:"
+    ):
         result = call_now(erasure_register.recheck, request_id, trigger="manual", operator=operator)
         if result.clean:
-            st.session_state[NOTICE_KEY] = (request_id, "ok", t("erasure_recheck_clean", at=fmt.moment(result.checked_at)))
+            st.session_state[NOTICE_KEY] = (
+                request_id,
+                "ok",
+                t("erasure_recheck_clean", at=fmt.moment(result.checked_at)),
+            )
         else:
-            st.session_state[NOTICE_KEY] = (request_id, "error", t("erasure_recheck_dirty", id=md(result.customer_id),
-                                                                   counts=_dirty_text(result)))
+            st.session_state[NOTICE_KEY] = (
+                request_id,
+                "error",
+                t("erasure_recheck_dirty", id=md(result.customer_id), counts=_dirty_text(result)),
+            )
         st.rerun()
 with right:
     st.download_button(
-        t("erasure_download"), data=call_now(erasure_register.evidence_json, request_id),
-        file_name=f"erasure-{request_id}.json", mime="application/json", key="erasure_register.download",
+        t("erasure_download"),
+        data=call_now(erasure_register.evidence_json, request_id),
+        file_name=f"erasure-{request_id}.json",
+        mime="application/json",
+        key="erasure_register.download",
         icon=":material/download:",
     )
 show_notice(request_id)
@@ -128,14 +148,18 @@ if row["resumable"]:
         with st.spinner(t("erasure_running", id=md(row["customer_id"]))):
             resumed = call_now(follow_up.resume, request_id, operator=operator)
         forget_all()
-        st.session_state[NOTICE_KEY] = (resumed.request_id, "ok" if resumed.complete else "error",
-                                        t("erasure_resumed", rid=resumed.request_id, status=md(resumed.status)))
+        st.session_state[NOTICE_KEY] = (
+            resumed.request_id,
+            "ok" if resumed.complete else "error",
+            t("erasure_resumed", rid=resumed.request_id, status=md(resumed.status)),
+        )
         st.session_state[NEXT_PICK_KEY] = resumed.request_id  # picked before the selectbox exists, next run
         st.rerun()
 if row["outcome"] == erasure_register.DATA_BACK:
     st.warning(t("erasure_again_help", rid=request_id), icon=":material/restore_page:")
-    if st.button(t("erasure_again_button"), key="erasure_register.erase_again", type="primary",
-                 icon=":material/delete_forever:"):
+    if st.button(
+        t("erasure_again_button"), key="erasure_register.erase_again", type="primary", icon=":material/delete_forever:"
+    ):
         try:
             with st.spinner(t("erasure_again_running", rid=request_id)):
                 again = call_now(follow_up.erase_again, request_id, operator=operator)
@@ -143,14 +167,25 @@ if row["outcome"] == erasure_register.DATA_BACK:
             st.session_state[NOTICE_KEY] = (request_id, "error", md(exc))
         else:
             forget_all()
-            st.session_state[NOTICE_KEY] = (again.request_id, "ok" if again.complete else "error",
-                                            t("erasure_again_done", old=request_id, rid=again.request_id,
-                                              status=t(f"erasure_outcome_{again.status}")))
+            st.session_state[NOTICE_KEY] = (
+                again.request_id,
+                "ok" if again.complete else "error",
+                t(
+                    "erasure_again_done",
+                    old=request_id,
+                    rid=again.request_id,
+                    status=t(f"erasure_outcome_{again.status}"),
+                ),
+            )
             st.session_state[NEXT_PICK_KEY] = again.request_id
         st.rerun()
 if row["came_back"] or row["status"] != "complete":
-    st.page_link("app_pages/erasure.py", label=t("erasure_page"), icon=":material/delete_forever:",
-                 query_params={"cliente": row["customer_id"]})
+    st.page_link(
+        "app_pages/erasure.py",
+        label=t("erasure_page"),
+        icon=":material/delete_forever:",
+        query_params={"cliente": row["customer_id"]},
+    )
 
 st.subheader(t("erasure_rechecks_title"))
 checks = call_now(erasure_register.rechecks, request_id)
@@ -158,8 +193,12 @@ if checks.empty:
     st.caption(t("erasure_no_rechecks"))
 else:
     checks["found"] = checks["counts"].map(lambda c: sum(c.values()))
-    checks["counts"] = checks["counts"].map(lambda c: ", ".join(f"{k}: {fmt.number(v)}" for k, v in c.items() if v)
-                                            or t("erasure_recheck_nothing"))
+    checks["counts"] = checks["counts"].map(
+        lambda c: ", ".join(f"{k}: {fmt.number(v)}" for k, v in c.items() if v) or t("erasure_recheck_nothing")
+    )
     checks["trigger"] = checks["trigger"].map(lambda x: t(f"erasure_trigger_{x}") if x in TRIGGERS else x)
-    table(checks, key="erasure_register.rechecks",
-          columns=["id", "checked_at", "trigger", "operator", "clean", "found", "counts"])
+    table(
+        checks,
+        key="erasure_register.rechecks",
+        columns=["id", "checked_at", "trigger", "operator", "clean", "found", "counts"],
+    )

@@ -1,4 +1,5 @@
 """Home (the navigation's default page, served at `/`): sends the user on to the first page of their roles."""
+
 from __future__ import annotations
 
 import streamlit as st

@@ -1,5 +1,6 @@
 """Memory (store managers): what the agents remember per customer, supplier and employee, the >4 documents
 alarm, and one customer's (or supplier's, employee's) memory in detail."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -12,13 +13,12 @@ from core.memory import reads, semantic
 from core.memory.embeddings import embeddings_label
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from core.privacy.data_views import customer_of
-from ui import charts
+from ui import charts, fmt
 from ui import data_views as views_log
-from ui import fmt
 from ui.common import ROOT_COLORS, call_now, read, require_role, settings, shared_figure
+from ui.i18n import lang, t
 from ui.safe import md, md_code, plot_frame
 from ui.tables import Link, table
-from ui.i18n import lang, t
 
 TOP_N = 20
 PAGE_SIZE = 50
@@ -39,8 +39,14 @@ def root_label(root: str) -> str:
 @shared_figure
 def by_root_figure(by_root: pd.DataFrame, language: str) -> go.Figure:
     shown = plot_frame(by_root.assign(holder=by_root["root"].map(root_label)))
-    fig = px.bar(shown, x="holder", y="documents", color="root", color_discrete_map=ROOT_COLORS,
-                 labels={"holder": "", "documents": t("mem_documents")})
+    fig = px.bar(
+        shown,
+        x="holder",
+        y="documents",
+        color="root",
+        color_discrete_map=ROOT_COLORS,
+        labels={"holder": "", "documents": t("mem_documents")},
+    )
     fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
     fig.update_layout(showlegend=False, height=320, margin=dict(t=10, b=10))
     return charts.finish(fig)
@@ -49,14 +55,21 @@ def by_root_figure(by_root: pd.DataFrame, language: str) -> go.Figure:
 @shared_figure
 def top_figure(top: pd.DataFrame, language: str) -> go.Figure:
     shown = plot_frame(top.assign(holder=top["root"].map(root_label)))
-    fig = px.bar(shown, x="documents", y="prefix", color="holder", orientation="h",
-                 color_discrete_map={root_label(r): c for r, c in ROOT_COLORS.items()},
-                 labels={"prefix": "", "documents": t("mem_documents"), "holder": ""})  # the legend names the roots
+    fig = px.bar(
+        shown,
+        x="documents",
+        y="prefix",
+        color="holder",
+        orientation="h",
+        color_discrete_map={root_label(r): c for r, c in ROOT_COLORS.items()},
+        labels={"prefix": "", "documents": t("mem_documents"), "holder": ""},
+    )  # the legend names the roots
     fig.update_traces(hovertemplate="%{y}: %{x:,d}<extra></extra>")
     # the largest on top, in the order SQL gave, whatever trace (root) each bar belongs to
     fig.update_yaxes(categoryorder="array", categoryarray=shown["prefix"].iloc[::-1].tolist())
-    fig.update_layout(height=320 + 12 * len(top), margin=dict(t=10, b=10),
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0))
+    fig.update_layout(
+        height=320 + 12 * len(top), margin=dict(t=10, b=10), legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0)
+    )
     return charts.finish(fig, counts=("x",))
 
 
@@ -84,9 +97,16 @@ with left:
         st.info(t("chart_empty"))
     else:
         charts.draw(by_root_figure(by_root, lang()), key="memory.by_root_chart")
-        table(by_root.assign(root=by_root["root"].map(root_label)), key="memory.by_root",
-              config={"root": t("mem_holder"), "documents": t("mem_documents"), "namespaces": t("mem_holders"),
-                      "expired": t("mem_expired_short")})
+        table(
+            by_root.assign(root=by_root["root"].map(root_label)),
+            key="memory.by_root",
+            config={
+                "root": t("mem_holder"),
+                "documents": t("mem_documents"),
+                "namespaces": t("mem_holders"),
+                "expired": t("mem_expired_short"),
+            },
+        )
 with right:
     st.subheader(t("mem_top", n=TOP_N))
     top = read(reads.top_prefixes, TOP_N)  # most documents first
@@ -97,9 +117,16 @@ with right:
 
 with st.expander(t("mem_policy")):
     st.caption(t("mem_policy_caption"))
-    table(pd.DataFrame([{"root": root_label(p.root), "ttl_days": p.ttl_days, "refresh_on_read": p.refresh_on_read}
-                        for p in POLICIES.values()]), key="memory.policy",
-          config={"root": t("mem_holder"), "ttl_days": t("mem_keep_days"), "refresh_on_read": t("mem_refresh")})
+    table(
+        pd.DataFrame(
+            [
+                {"root": root_label(p.root), "ttl_days": p.ttl_days, "refresh_on_read": p.refresh_on_read}
+                for p in POLICIES.values()
+            ]
+        ),
+        key="memory.policy",
+        config={"root": t("mem_holder"), "ttl_days": t("mem_keep_days"), "refresh_on_read": t("mem_refresh")},
+    )
 
 st.subheader(t("alarm_title", n=MAX_DOCS_PER_CUSTOMER))
 st.caption(t("alarm_caption", n=MAX_DOCS_PER_CUSTOMER))
@@ -116,10 +143,15 @@ if oversized.empty:
     st.success(t("alarm_none", n=MAX_DOCS_PER_CUSTOMER))
 else:
     # a manager's link opens that customer's memory on this page (not the DPO's erasure page)
-    table(oversized, key="memory.alarm", on_select=_open_selected, selection_mode="single-row",
-          columns=["cliente_id", "documents", "keys", "last_write"],
-          links={"cliente_id": Link("memory", "ns", source="prefix", strip="clientes.")},
-          config={"documents": t("mem_documents"), "keys": t("mem_keys"), "last_write": t("mem_last_write")})
+    table(
+        oversized,
+        key="memory.alarm",
+        on_select=_open_selected,
+        selection_mode="single-row",
+        columns=["cliente_id", "documents", "keys", "last_write"],
+        links={"cliente_id": Link("memory", "ns", source="prefix", strip="clientes.")},
+        config={"documents": t("mem_documents"), "keys": t("mem_keys"), "last_write": t("mem_last_write")},
+    )
 
 
 # Below, customers' documents themselves: each look is logged (who looked at a customer's data), with the purpose
@@ -129,33 +161,48 @@ st.subheader(t("sem_title"))
 st.caption(t("sem_caption"))
 with st.form("memory.semantic_form", border=False):
     q_col, root_col, k_col = st.columns([4, 1.2, 0.8])
-    sem_query = q_col.text_input(t("sem_query"), key="memory.semantic_query", placeholder=t("sem_placeholder"),
-                                 max_chars=semantic.MAX_QUERY_LENGTH)
+    sem_query = q_col.text_input(
+        t("sem_query"),
+        key="memory.semantic_query",
+        placeholder=t("sem_placeholder"),
+        max_chars=semantic.MAX_QUERY_LENGTH,
+    )
     # the roots as namespaces name them: a translated format_func breaks AppTest's page switches in English
     sem_root = root_col.selectbox(t("sem_root"), list(POLICIES), key="memory.semantic_root")
     sem_k = k_col.number_input(t("sem_k"), 1, semantic.MAX_K, 10, key="memory.semantic_k")
     if st.form_submit_button(t("sem_search"), icon=":material/manage_search:"):
         st.session_state.pop(SEMANTIC_KEY, None)
         try:
-            st.session_state[SEMANTIC_KEY] = (sem_root, call_now(semantic.search, settings(), sem_query, sem_root,
-                                                                 int(sem_k)))
+            st.session_state[SEMANTIC_KEY] = (
+                sem_root,
+                call_now(semantic.search, settings(), sem_query, sem_root, int(sem_k)),
+            )
         except semantic.SearchInputError as exc:
             st.error(md(exc))
         except semantic.EmbeddingUnavailable as exc:
-            st.error(t("sem_embedding_failed", error=md(exc), emb=md(embeddings_label(settings()))),
-                     icon=":material/cloud_off:")
+            st.error(
+                t("sem_embedding_failed", error=md(exc), emb=md(embeddings_label(settings()))),
+                icon=":material/cloud_off:",
+            )
 if SEMANTIC_KEY in st.session_state:
     sem_root, hits = st.session_state[SEMANTIC_KEY]
     if hits.empty:
         st.info(t("sem_none") if totals.vectors else t("sem_no_vectors"), icon=":material/info:")
     elif views_log.allowed(purpose):
         views_log.record(roles.MANAGER, "search", [(p, customer_of(p)) for p in hits["prefix"]], purpose)
-        table(hits, key="memory.semantic_hits", columns=["holder", "tipo", "valor", "similarity", "expires_at"],
-              links={"holder": Link("memory", "ns", source="prefix", strip=f"{sem_root}.")},
-              config={"holder": root_label(sem_root), "tipo": t("mem_tipo"),
-                      "valor": {"label": t("mem_value"), "width": "large"},
-                      "similarity": {"label": t("sem_similarity"), "help": t("sem_similarity_help")},
-                      "expires_at": t("mem_expires")})
+        table(
+            hits,
+            key="memory.semantic_hits",
+            columns=["holder", "tipo", "valor", "similarity", "expires_at"],
+            links={"holder": Link("memory", "ns", source="prefix", strip=f"{sem_root}.")},
+            config={
+                "holder": root_label(sem_root),
+                "tipo": t("mem_tipo"),
+                "valor": {"label": t("mem_value"), "width": "large"},
+                "similarity": {"label": t("sem_similarity"), "help": t("sem_similarity_help")},
+                "expires_at": t("mem_expires"),
+            },
+        )
         st.caption(t("sem_explained", emb=md(embeddings_label(settings()))))
 
 
@@ -178,26 +225,49 @@ if query:
         st.info(t("drill_none", q=md(query)))
     if found is not None and not suggestions.empty and suggestions["prefix"].tolist() != found["prefix"].tolist():
         counts = dict(zip(suggestions["prefix"], suggestions["documents"]))
-        st.pills(t("drill_suggestions"), suggestions["prefix"].tolist(), key=SUGGEST_KEY, on_change=_take_suggestion,
-                 format_func=lambda p: f"{md(p)} ({fmt.number(counts[p])})")
+        st.pills(
+            t("drill_suggestions"),
+            suggestions["prefix"].tolist(),
+            key=SUGGEST_KEY,
+            on_change=_take_suggestion,
+            format_func=lambda p: f"{md(p)} ({fmt.number(counts[p])})",
+        )
     if found is not None and not found.empty and views_log.allowed(purpose):
         prefix = found["prefix"].iloc[0]
         if len(found) > 1:
-            prefix = st.radio(t("drill_pick"), found["prefix"].tolist(), key="memory.pick", horizontal=True,
-                              format_func=md_code)
+            prefix = st.radio(
+                t("drill_pick"), found["prefix"].tolist(), key="memory.pick", horizontal=True, format_func=md_code
+            )
         count = int(found.set_index("prefix").loc[prefix, "documents"])
         pages = max(1, -(-count // PAGE_SIZE))
         page = st.number_input(t("page_of", n=fmt.number(pages)), 1, pages, 1, key="memory.page") if pages > 1 else 1
         views_log.record(roles.MANAGER, "namespace", [(prefix, customer_of(prefix))], purpose)
         items = read(reads.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE)
         first = (page - 1) * PAGE_SIZE + 1
-        st.markdown(t("drill_items", prefix=md_code(prefix), first=fmt.number(first),
-                      last=fmt.number(first + len(items) - 1), n=fmt.number(count)))
-        table(items, key="memory.items",
-              config={"tipo": t("mem_tipo"), "valor": {"label": t("mem_value"), "width": "large"},
-                      "expires_at": t("mem_expires"), "ttl_days": t("mem_keep_days"),
-                      "thread_id": t("mem_written_by"), "created_at": t("mem_created"),
-                      "updated_at": t("mem_last_write"), "expired": t("mem_is_expired"),
-                      "vector": t("mem_is_searchable"), "key": t("mem_key")})
+        st.markdown(
+            t(
+                "drill_items",
+                prefix=md_code(prefix),
+                first=fmt.number(first),
+                last=fmt.number(first + len(items) - 1),
+                n=fmt.number(count),
+            )
+        )
+        table(
+            items,
+            key="memory.items",
+            config={
+                "tipo": t("mem_tipo"),
+                "valor": {"label": t("mem_value"), "width": "large"},
+                "expires_at": t("mem_expires"),
+                "ttl_days": t("mem_keep_days"),
+                "thread_id": t("mem_written_by"),
+                "created_at": t("mem_created"),
+                "updated_at": t("mem_last_write"),
+                "expired": t("mem_is_expired"),
+                "vector": t("mem_is_searchable"),
+                "key": t("mem_key"),
+            },
+        )
 elif "ns" in st.query_params:
     del st.query_params["ns"]

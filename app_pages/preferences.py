@@ -1,4 +1,5 @@
 """Preferences (store managers): preference writes per customer conversation, daily, by tipo."""
+
 from __future__ import annotations
 
 from datetime import date, timedelta
@@ -11,12 +12,11 @@ import streamlit as st
 from core import roles
 from core.checkpoints import tool_calls
 from core.memory import preferences
-from ui import charts
-from ui import fmt
+from ui import charts, fmt
 from ui.common import call_now, forget, read, require_role, shared_figure
-from ui.tables import table
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
+from ui.tables import table
 
 TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversations
 PAGE_SIZE = 50
@@ -26,15 +26,28 @@ APPLIED_THREADS = 500  # the period's most recent conversations decoded for "pre
 @shared_figure
 def daily_figure(daily: pd.DataFrame, language: str) -> go.Figure:
     fig = go.Figure()
-    fig.add_bar(x=daily["day"], y=daily["conversations"], name=t("conversations"), yaxis="y2", opacity=0.25,
-                hovertemplate="%{y:,d}<extra></extra>")
-    fig.add_scatter(x=daily["day"], y=daily["ratio"], name=t("ratio"), mode="lines+markers",
-                    hovertemplate="%{y:.3f}<extra></extra>")
-    fig.add_hline(y=TARGET_RATIO, line_dash="dash", line_color="red",
-                  annotation_text=f"{t('target')} {fmt.number(TARGET_RATIO)}")
-    fig.update_layout(height=360, margin=dict(t=10, b=10), legend=dict(orientation="h"), xaxis=fmt.date_ticks(daily["day"]),
-                      yaxis=dict(title=t("ratio")),
-                      yaxis2=dict(title=t("conversations"), overlaying="y", side="right", showgrid=False))
+    fig.add_bar(
+        x=daily["day"],
+        y=daily["conversations"],
+        name=t("conversations"),
+        yaxis="y2",
+        opacity=0.25,
+        hovertemplate="%{y:,d}<extra></extra>",
+    )
+    fig.add_scatter(
+        x=daily["day"], y=daily["ratio"], name=t("ratio"), mode="lines+markers", hovertemplate="%{y:.3f}<extra></extra>"
+    )
+    fig.add_hline(
+        y=TARGET_RATIO, line_dash="dash", line_color="red", annotation_text=f"{t('target')} {fmt.number(TARGET_RATIO)}"
+    )
+    fig.update_layout(
+        height=360,
+        margin=dict(t=10, b=10),
+        legend=dict(orientation="h"),
+        xaxis=fmt.date_ticks(daily["day"]),
+        yaxis=dict(title=t("ratio")),
+        yaxis2=dict(title=t("conversations"), overlaying="y", side="right", showgrid=False),
+    )
     return charts.finish(fig, counts=("y2",), amounts=("y",))
 
 
@@ -55,8 +68,13 @@ with st.expander(t("prefs_technical")):
     st.caption(t("prefs_technical_text"))
 
 today = date.today()
-period = st.date_input(t("period"), (today - timedelta(days=29), today), max_value=today, key="preferences.period",
-                       format=fmt.date_input_format())
+period = st.date_input(
+    t("period"),
+    (today - timedelta(days=29), today),
+    max_value=today,
+    key="preferences.period",
+    format=fmt.date_input_format(),
+)
 if not isinstance(period, tuple) or len(period) != 2:
     st.stop()  # the user is still picking the end date
 since, until = period
@@ -64,8 +82,11 @@ since, until = period
 
 def extracted_text(result: tool_calls.ExtractResult) -> str:
     """What an extraction just read, said as new calls already counted in the figures below."""
-    return t("prefs_extracted", calls=fmt.count("prefs_calls", result.calls),
-             checkpoints=fmt.count("prefs_checkpoints", result.checkpoints))
+    return t(
+        "prefs_extracted",
+        calls=fmt.count("prefs_calls", result.calls),
+        checkpoints=fmt.count("prefs_checkpoints", result.checkpoints),
+    )
 
 
 def _forget_reads() -> None:
@@ -92,8 +113,10 @@ elif not extracted.caught_up:
     st.warning(t("prefs_behind", n=fmt.number(extracted.behind)))
     if st.button(t("prefs_extract_now"), key="preferences.extract"):
         with st.status(t("prefs_extracting")) as status:
-            done = call_now(tool_calls.extract, on_batch=lambda r: status.update(
-                label=f"{t('prefs_extracting')} {fmt.number(r.checkpoints)}"))
+            done = call_now(
+                tool_calls.extract,
+                on_batch=lambda r: status.update(label=f"{t('prefs_extracting')} {fmt.number(r.checkpoints)}"),
+            )
             status.update(label=extracted_text(done), state="complete")
         _forget_reads()
         st.rerun()
@@ -108,9 +131,13 @@ if ratio is None:
     c3.metric(t("ratio"), "–")
 else:  # the distance to the target in words: neither green nor red, the target is a level, not a score
     side = "prefs_above_target" if ratio >= TARGET_RATIO else "prefs_below_target"
-    c3.metric(t("ratio"), fmt.number(ratio, 3), t(side, diff=fmt.number(abs(ratio - TARGET_RATIO), 3),
-                                                   target=fmt.number(TARGET_RATIO)), delta_color="off",
-              delta_arrow="off")
+    c3.metric(
+        t("ratio"),
+        fmt.number(ratio, 3),
+        t(side, diff=fmt.number(abs(ratio - TARGET_RATIO), 3), target=fmt.number(TARGET_RATIO)),
+        delta_color="off",
+        delta_arrow="off",
+    )
 
 replayed = read(preferences.clocks, since, until).get("replayed", 0)
 st.caption(t("prefs_clock", replayed=fmt.count("prefs_clock_replayed", replayed) if replayed else ""))
@@ -139,14 +166,22 @@ with right:
         st.info(t("prefs_no_writers"))
     else:
         first = (page - 1) * PAGE_SIZE + 1
-        st.caption(t("rows_of", first=fmt.number(first), last=fmt.number(first + len(writers) - 1),
-                     n=fmt.number(total)))
+        st.caption(
+            t("rows_of", first=fmt.number(first), last=fmt.number(first + len(writers) - 1), n=fmt.number(total))
+        )
         table(writers, key="preferences.writers", config={"tipos": t("prefs_tipos")})
 
 st.subheader(t("applied_title"))
 applied = read(preferences.preferences_applied, APPLIED_THREADS, since, until)
-st.caption(t("applied_caption", n=fmt.number(APPLIED_THREADS), since=fmt.day(since), until=fmt.day(until),
-             proposals=fmt.count("applied_proposals", len(applied.proposals))))
+st.caption(
+    t(
+        "applied_caption",
+        n=fmt.number(APPLIED_THREADS),
+        since=fmt.day(since),
+        until=fmt.day(until),
+        proposals=fmt.count("applied_proposals", len(applied.proposals)),
+    )
+)
 c1, c2, c3 = st.columns(3)
 c1.metric(t("applied_rate"), "–" if applied.rate is None else fmt.percent(applied.rate))
 c2.metric(t("applied_with_pref"), fmt.number(applied.with_preference))
@@ -156,7 +191,9 @@ if applied.with_preference == 0:
 elif applied.changed_by_memory == 0:
     st.error(t("applied_useless"))
 else:
-    shown = applied.proposals[applied.proposals["followed"].notna()].sort_values(["followed", "ts"], ascending=[True, False])
+    shown = applied.proposals[applied.proposals["followed"].notna()].sort_values(
+        ["followed", "ts"], ascending=[True, False]
+    )
     # which clock dates a call: the demo's replayed day, or the checkpoint's own write time (as Checkpoints shows)
     shown = shown.assign(clock=shown["clock"].map(lambda c: t(f"clock_name_{c}")))
     st.caption(t("prefs_clocks_named"))

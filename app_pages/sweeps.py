@@ -1,6 +1,7 @@
 """Sweeps (SRE): the sweep job's runs and what each deleted, what is expired now, what will expire, the TTL policy
 in force, and a manual "sweep now" (with history pruning) that shows its dry run before it may run. Layout only:
 every figure comes from core.operations.sweep_reads."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -9,15 +10,14 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
-from core.memory import reads
 from core.checkpoints import prune
+from core.memory import reads
 from core.operations import sweep, sweep_reads
 from ui import charts, common, fmt
 from ui.common import ROOT_COLORS, get_db, read, require_role, shared_figure
-from ui.tables import human_bytes, table
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
-
+from ui.tables import human_bytes, table
 
 RUNS_LIMIT = 200
 DIALOG_KEY = "sweeps.dialog"
@@ -50,17 +50,28 @@ cols = st.columns(len(expired) + 1)
 for col, row in zip(cols, expired.itertuples()):
     col.metric(t("sweeps_expired_metric", root=md(row.root)), fmt.number(row.expired))
 last = read(sweep_reads.last_sweep)  # a dry run is not a sweep
-cols[-1].metric(t("sweeps_last_run", tz=fmt.viewer_timezone()), t("sweeps_never") if last is None else fmt.short(last["started_at"]),
-                None if last is None else md(f"{t('sweeps_status_' + last['status'])} · {trigger_label(last['trigger'])}"),
-                delta_color="off", delta_arrow="off")
+cols[-1].metric(
+    t("sweeps_last_run", tz=fmt.viewer_timezone()),
+    t("sweeps_never") if last is None else fmt.short(last["started_at"]),
+    None if last is None else md(f"{t('sweeps_status_' + last['status'])} · {trigger_label(last['trigger'])}"),
+    delta_color="off",
+    delta_arrow="off",
+)
 
 
 def _forget_affected() -> None:
     """Drop the cached reads a sweep changes: this page's and the Memory page's store figures."""
-    for fn, args in [(sweep_reads.expired_by_root, ()), (sweep_reads.sweep_runs, (RUNS_LIMIT,)),
-                     (sweep_reads.deleted_per_run, (RUNS_LIMIT,)), (sweep_reads.expiration_forecast, ()),
-                     (sweep_reads.last_sweep, ()), (reads.memory_totals, ()), (reads.documents_by_root, ()),
-                     (reads.oversized_customers, ()), (reads.top_prefixes, (MEMORY_TOP_N,))]:
+    for fn, args in [
+        (sweep_reads.expired_by_root, ()),
+        (sweep_reads.sweep_runs, (RUNS_LIMIT,)),
+        (sweep_reads.deleted_per_run, (RUNS_LIMIT,)),
+        (sweep_reads.expiration_forecast, ()),
+        (sweep_reads.last_sweep, ()),
+        (reads.memory_totals, ()),
+        (reads.documents_by_root, ()),
+        (reads.oversized_customers, ()),
+        (reads.top_prefixes, (MEMORY_TOP_N,)),
+    ]:
         common.forget(fn, *args)
 
 
@@ -78,26 +89,42 @@ def _run(params: dict, dry_run: bool) -> sweep.SweepResult:
             bar.progress(min(max(fraction, 0.0), 1.0))
             st.write(t(f"sweeps_step_{stage}", detail=md(detail)))
 
-        result = sweep.run_sweep(get_db(), trigger="manual", dry_run=dry_run, operator=user.email or user.name,
-                                 on_step=on_step, **params)
-        status.update(label=t("sweeps_step_done", detail=t(f"sweeps_status_{result.status}")),
-                      state="error" if result.status == "error" else "complete", expanded=False)
+        result = sweep.run_sweep(
+            get_db(), trigger="manual", dry_run=dry_run, operator=user.email or user.name, on_step=on_step, **params
+        )
+        status.update(
+            label=t("sweeps_step_done", detail=t(f"sweeps_status_{result.status}")),
+            state="error" if result.status == "error" else "complete",
+            expanded=False,
+        )
     return result
 
 
 def _what_goes(result: sweep.SweepResult) -> None:
     """What a dry run found: the totals, then the documents' keys and the threads, listed."""
     pruned = result.prune
-    st.write(t("sweeps_preview_totals", id=result.run_id, docs=result.documents_deleted, threads=len(result.threads),
-               checkpoints=pruned.checkpoints if pruned else 0, writes=pruned.writes if pruned else 0,
-               blobs=pruned.blobs if pruned else 0, pruned=len(pruned.threads) if pruned else 0,
-               bytes=human_bytes(pruned.bytes if pruned else 0)))
+    st.write(
+        t(
+            "sweeps_preview_totals",
+            id=result.run_id,
+            docs=result.documents_deleted,
+            threads=len(result.threads),
+            checkpoints=pruned.checkpoints if pruned else 0,
+            writes=pruned.writes if pruned else 0,
+            blobs=pruned.blobs if pruned else 0,
+            pruned=len(pruned.threads) if pruned else 0,
+            bytes=human_bytes(pruned.bytes if pruned else 0),
+        )
+    )
     _run_lists(read(sweep_reads.run_details, result.run_id), f"sweeps.preview.{result.run_id}")
 
 
 def _run_lists(details: dict, key: str) -> None:
-    for name, title in (("documents", "sweeps_list_documents"), ("threads", "sweeps_list_threads"),
-                        ("pruned", "sweeps_list_pruned")):
+    for name, title in (
+        ("documents", "sweeps_list_documents"),
+        ("threads", "sweeps_list_threads"),
+        ("pruned", "sweeps_list_pruned"),
+    ):
         frame = details[name]
         with st.expander(t(title, n=len(frame)), expanded=False):
             if frame.empty:
@@ -105,9 +132,14 @@ def _run_lists(details: dict, key: str) -> None:
             else:
                 table(frame, key=f"{key}.{name}")
     if not details["pruned"].empty:
-        st.download_button(t("sweeps_download_pruned"), details["pruned"].to_csv(index=False).encode(),
-                           file_name=f"{key.replace('.', '-')}-pruned-threads.csv", mime="text/csv",
-                           key=f"{key}.download", icon=":material/download:")
+        st.download_button(
+            t("sweeps_download_pruned"),
+            details["pruned"].to_csv(index=False).encode(),
+            file_name=f"{key.replace('.', '-')}-pruned-threads.csv",
+            mime="text/csv",
+            key=f"{key}.download",
+            icon=":material/download:",
+        )
 
 
 @st.dialog(t("sweeps_dialog_title"), on_dismiss=_close_dialog, width="large")
@@ -118,15 +150,18 @@ def sweep_dialog() -> None:
     except sweep.SweepInputError as exc:  # a bad SWEEP_RETENTION_DAYS: say so, offer the built-in default
         st.warning(md(exc))
         default_days = sweep.DEFAULT_RETENTION_DAYS
-    days = st.number_input(t("sweeps_retention_days"), min_value=1, max_value=3650,
-                           value=default_days, step=1, key="sweeps.days")
+    days = st.number_input(
+        t("sweeps_retention_days"), min_value=1, max_value=3650, value=default_days, step=1, key="sweeps.days"
+    )
     params: dict = {"retention_days": int(days), "prune": None}
     if st.checkbox(t("sweeps_prune"), key="sweeps.prune", help=t("sweeps_prune_help")):
         left, right = st.columns(2)
-        keep = left.number_input(t("sweeps_keep_latest"), min_value=1, max_value=100_000, value=20, step=1,
-                                 key="sweeps.keep_latest")
-        idle = right.number_input(t("sweeps_idle_minutes"), min_value=0, max_value=525_600, value=60, step=5,
-                                  key="sweeps.idle_minutes")
+        keep = left.number_input(
+            t("sweeps_keep_latest"), min_value=1, max_value=100_000, value=20, step=1, key="sweeps.keep_latest"
+        )
+        idle = right.number_input(
+            t("sweeps_idle_minutes"), min_value=0, max_value=525_600, value=60, step=5, key="sweeps.idle_minutes"
+        )
         params["prune"] = prune.validate_policy(int(keep), int(idle))
     # Dry run first: the sweep is offered only for the parameters whose dry run the user has just seen.
     if st.button(t("sweeps_preview"), key="sweeps.preview", icon=":material/visibility:"):
@@ -152,10 +187,18 @@ def sweep_dialog() -> None:
     elif result.status == "error":
         flash = (":material/error:", t("sweeps_failed", id=result.run_id, error=md(result.error)))
     else:
-        flash = (":material/cleaning_services:", t(
-            "sweeps_done", id=result.run_id, docs=result.documents_deleted, vectors=result.vectors_deleted,
-            threads=result.threads_deleted, checkpoints=result.prune.checkpoints if result.prune else 0,
-            bytes=human_bytes(result.prune.bytes if result.prune else 0)))
+        flash = (
+            ":material/cleaning_services:",
+            t(
+                "sweeps_done",
+                id=result.run_id,
+                docs=result.documents_deleted,
+                vectors=result.vectors_deleted,
+                threads=result.threads_deleted,
+                checkpoints=result.prune.checkpoints if result.prune else 0,
+                bytes=human_bytes(result.prune.bytes if result.prune else 0),
+            ),
+        )
     st.session_state[FLASH_KEY] = flash
     _close_dialog()
     st.rerun()
@@ -172,11 +215,19 @@ if st.session_state.get(DIALOG_KEY):
 @shared_figure
 def runs_figure(per_run: pd.DataFrame, language: str, tz: str) -> go.Figure:
     # `tz`: the viewer's time zone, which the run labels are in (a chart shared only with viewers in the same one)
-    per_run = per_run.assign(trigger=per_run["trigger"].map(trigger_label),
-                             run=[f"#{i} · {fmt.short(at)}" for i, at in zip(per_run["run_id"], per_run["started_at"])])
-    fig = px.bar(plot_frame(per_run), x="run", y="documents", color="root", hover_data=["started_at", "trigger"],
-                 color_discrete_map=ROOT_COLORS,
-                 labels={"run": t("sweeps_run_start", tz=tz), "documents": t("sweeps_documents"), "root": ""})
+    per_run = per_run.assign(
+        trigger=per_run["trigger"].map(trigger_label),
+        run=[f"#{i} · {fmt.short(at)}" for i, at in zip(per_run["run_id"], per_run["started_at"])],
+    )
+    fig = px.bar(
+        plot_frame(per_run),
+        x="run",
+        y="documents",
+        color="root",
+        hover_data=["started_at", "trigger"],
+        color_discrete_map=ROOT_COLORS,
+        labels={"run": t("sweeps_run_start", tz=tz), "documents": t("sweeps_documents"), "root": ""},
+    )
     fig.update_xaxes(type="category")
     fig.update_layout(height=340, margin=dict(t=10, b=10), barmode="stack")
     return charts.finish(fig)
@@ -184,19 +235,36 @@ def runs_figure(per_run: pd.DataFrame, language: str, tz: str) -> go.Figure:
 
 @shared_figure
 def expired_figure(expired: pd.DataFrame, language: str) -> go.Figure:
-    fig = px.bar(plot_frame(expired), x="root", y="expired", color="root", text="expired", color_discrete_map=ROOT_COLORS,
-                 labels={"root": "", "expired": t("sweeps_documents")})
+    fig = px.bar(
+        plot_frame(expired),
+        x="root",
+        y="expired",
+        color="root",
+        text="expired",
+        color_discrete_map=ROOT_COLORS,
+        labels={"root": "", "expired": t("sweeps_documents")},
+    )
     fig.update_layout(height=340, margin=dict(t=10, b=10), showlegend=False)
     return charts.finish(fig)
 
 
 @shared_figure
 def forecast_figure(forecast: pd.DataFrame, language: str) -> go.Figure:
-    fig = px.bar(plot_frame(forecast), x="week", y="documents", color="root", color_discrete_map=ROOT_COLORS,
-                 labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""})
+    fig = px.bar(
+        plot_frame(forecast),
+        x="week",
+        y="documents",
+        color="root",
+        color_discrete_map=ROOT_COLORS,
+        labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""},
+    )
     # plotly's own date ticks are English month names: the language's, one every eight weeks
-    fig.update_layout(height=360, margin=dict(t=10, b=10), barmode="stack",
-                      xaxis=fmt.date_ticks(sorted(forecast["week"].unique()), every=8))
+    fig.update_layout(
+        height=360,
+        margin=dict(t=10, b=10),
+        barmode="stack",
+        xaxis=fmt.date_ticks(sorted(forecast["week"].unique()), every=8),
+    )
     return charts.finish(fig)
 
 
@@ -227,19 +295,34 @@ with st.expander(t("sweeps_config"), expanded=True):
     config = sweep_reads.ttl_configuration()
     sweeper = config.pop("in_process_sweeper_minutes")
     config["in_process_sweeper"] = sweeper.map(
-        lambda m: t("sweeps_in_process_off") if m is None or pd.isna(m) else t("sweeps_in_process_every", n=fmt.number(m)))
+        lambda m: (
+            t("sweeps_in_process_off") if m is None or pd.isna(m) else t("sweeps_in_process_every", n=fmt.number(m))
+        )
+    )
     table(config, key="sweeps.config")
 
 st.subheader(t("sweeps_log"))
 st.caption(t("sweeps_log_caption"))
-log = runs.assign(status=[t(f"sweeps_status_{s}") for s in runs["status"]], trigger=runs["trigger"].map(trigger_label),
-                  deleted_by_root=runs["deleted_by_root"].map(
-                      lambda d: ", ".join(f"{k}: {fmt.number(v)}" for k, v in (d or {}).items() if v) or "—"))
+log = runs.assign(
+    status=[t(f"sweeps_status_{s}") for s in runs["status"]],
+    trigger=runs["trigger"].map(trigger_label),
+    deleted_by_root=runs["deleted_by_root"].map(
+        lambda d: ", ".join(f"{k}: {fmt.number(v)}" for k, v in (d or {}).items() if v) or "—"
+    ),
+)
 table(log, key="sweeps.log", columns=[c for c in log.columns if c != "dry_run"])
 if not runs.empty:
     st.subheader(t("sweeps_run_detail"))
     by_id = runs.set_index("id")
-    run_id = st.selectbox(t("sweeps_run_pick"), by_id.index.tolist(), key="sweeps.detail_run",
-                          format_func=lambda i: t("sweeps_run_option", id=i, at=fmt.moment(by_id.at[i, 'started_at']),
-                                                  status=t("sweeps_status_" + by_id.at[i, "status"])))
+    run_id = st.selectbox(
+        t("sweeps_run_pick"),
+        by_id.index.tolist(),
+        key="sweeps.detail_run",
+        format_func=lambda i: t(
+            "sweeps_run_option",
+            id=i,
+            at=fmt.moment(by_id.at[i, "started_at"]),
+            status=t("sweeps_status_" + by_id.at[i, "status"]),
+        ),
+    )
     _run_lists(read(sweep_reads.run_details, int(run_id)), f"sweeps.run.{run_id}")

@@ -12,6 +12,7 @@ pattern matches, plus the customer's own store documents (the article's preferen
 - coverage (`core.privacy.subjects.coverage`) vs the live storage aggregate it extends
   (`core.checkpoints.views.LIVE_THREAD_STORAGE`: the same three full scans, no attribution).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,8 @@ from bench.bench_decoder import database, median_s, replicate, write_templates
 from core.checkpoints import views
 from core.db import Database, embedded_dsn
 from core.migrate import migrate
-from core.privacy import subjects as subj
 from core.privacy import residue as res
+from core.privacy import subjects as subj
 
 CUSTOMER = "C7"
 NAIVE_RESIDUE = """
@@ -49,15 +50,38 @@ def run(writes: int, data: Path, runs: int) -> None:
         print(f"built {writes:,} writes, {info['threads']:,} threads in {info['load_s']:.1f} s")
         with psycopg.connect(dsn, autocommit=True) as conn:
             for k in range(1000):  # every customer picks up at the same store: T002 is common
-                conn.execute("INSERT INTO store (prefix, key, value) VALUES (%s, 'pref-recogida', %s) "
-                             "ON CONFLICT DO NOTHING", (f"clientes.C{k}", Jsonb({
-                                 "texto": "recogida: T002", "tipo": "recogida", "valor": "T002", "origen": "cliente",
-                                 "hilo": f"conv-{k:07d}-tpl-a"})))
+                conn.execute(
+                    "INSERT INTO store (prefix, key, value) VALUES (%s, 'pref-recogida', %s) ON CONFLICT DO NOTHING",
+                    (
+                        f"clientes.C{k}",
+                        Jsonb(
+                            {
+                                "texto": "recogida: T002",
+                                "tipo": "recogida",
+                                "valor": "T002",
+                                "origen": "cliente",
+                                "hilo": f"conv-{k:07d}-tpl-a",
+                            }
+                        ),
+                    ),
+                )
             for tipo, valor in (("recogida", "T002"), ("contacto", "correo c7@ejemplo.es"), ("horario", "tardes")):
-                conn.execute("INSERT INTO store (prefix, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                             (f"clientes.{CUSTOMER}", f"pref-{tipo}", Jsonb({
-                                 "texto": f"{tipo}: {valor}", "tipo": tipo, "valor": valor, "origen": "cliente",
-                                 "hilo": "conv-0000007-tpl-a"})))
+                conn.execute(
+                    "INSERT INTO store (prefix, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                    (
+                        f"clientes.{CUSTOMER}",
+                        f"pref-{tipo}",
+                        Jsonb(
+                            {
+                                "texto": f"{tipo}: {valor}",
+                                "tipo": tipo,
+                                "valor": valor,
+                                "origen": "cliente",
+                                "hilo": "conv-0000007-tpl-a",
+                            }
+                        ),
+                    ),
+                )
     n = db.fetch_one("SELECT count(*) AS n FROM checkpoint_writes")["n"]
     config = subj.Attribution()
     with db.connection() as conn:
@@ -79,15 +103,21 @@ def run(writes: int, data: Path, runs: int) -> None:
 
     cov_s = median_s(coverage, runs)
     live_s = median_s(lambda: db.fetch("SELECT count(*) FROM (" + views.LIVE_THREAD_STORAGE + ") x"), runs)
-    print(f"\n{n:,} checkpoint writes; customer {CUSTOMER}: {len(residue.terms)} terms "
-          f"({sum(t.common for t in residue.terms)} common), {residue.candidates:,} raw candidates, "
-          f"{len(residue.proposed):,} proposed; coverage {cov.unattributed_threads:,}/{cov.threads:,} threads\n")
+    print(
+        f"\n{n:,} checkpoint writes; customer {CUSTOMER}: {len(residue.terms)} terms "
+        f"({sum(t.common for t in residue.terms)} common), {residue.candidates:,} raw candidates, "
+        f"{len(residue.proposed):,} proposed; coverage {cov.unattributed_threads:,}/{cov.threads:,} threads\n"
+    )
     print("| figure | ms | baseline | baseline ms | ratio |")
     print("|---|---|---|---|---|")
-    print(f"| residue scan, one customer | {scan_s * 1000:,.0f} | naive: decode every payload, match the same terms "
-          f"| {naive_s * 1000:,.0f} | {naive_s / scan_s:.1f}x faster |")
-    print(f"| attribution coverage | {cov_s * 1000:,.0f} | live storage aggregate (same three scans, no attribution) "
-          f"| {live_s * 1000:,.0f} | {cov_s / live_s:.2f}x its time |")
+    print(
+        f"| residue scan, one customer | {scan_s * 1000:,.0f} | naive: decode every payload, match the same terms "
+        f"| {naive_s * 1000:,.0f} | {naive_s / scan_s:.1f}x faster |"
+    )
+    print(
+        f"| attribution coverage | {cov_s * 1000:,.0f} | live storage aggregate (same three scans, no attribution) "
+        f"| {live_s * 1000:,.0f} | {cov_s / live_s:.2f}x its time |"
+    )
 
 
 def main() -> None:

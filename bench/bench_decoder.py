@@ -14,6 +14,7 @@ langgraph's own `JsonPlusSerializer.loads_typed`, which constructs the objects);
 and with decoded columns); each read function of the Checkpoints page for one thread; and the page's
 full AppTest render for one thread with an empty data cache. Prints markdown tables.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,12 +35,33 @@ from core.migrate import migrate
 
 DIMS = 64
 TEMPLATE_TURNS = {
-    "tpl-a": ("C1", ["Prefiero recoger mis pedidos en la tienda Gran Vía.", "¿Qué preferencias tengo guardadas?",
-                     "Gracias, eso es todo."]),
+    "tpl-a": (
+        "C1",
+        [
+            "Prefiero recoger mis pedidos en la tienda Gran Vía.",
+            "¿Qué preferencias tengo guardadas?",
+            "Gracias, eso es todo.",
+        ],
+    ),
     "tpl-b": ("C2", ["¿Hay avisos sobre vaqueros?", "Por favor, contactadme siempre por WhatsApp."]),
-    "tpl-c": ("C3", ["Hola, quería saber el estado de mi pedido.", "Prefiero que me atendáis en catalán.", "¿Puedo cambiar una prenda sin ticket?"]),
+    "tpl-c": (
+        "C3",
+        [
+            "Hola, quería saber el estado de mi pedido.",
+            "Prefiero que me atendáis en catalán.",
+            "¿Puedo cambiar una prenda sin ticket?",
+        ],
+    ),
 }
-CHECKPOINT_COLS = ["thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type", "checkpoint", "metadata"]
+CHECKPOINT_COLS = [
+    "thread_id",
+    "checkpoint_ns",
+    "checkpoint_id",
+    "parent_checkpoint_id",
+    "type",
+    "checkpoint",
+    "metadata",
+]
 BLOB_COLS = ["thread_id", "checkpoint_ns", "channel", "version", "type", "blob"]
 UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 WRITE_COLS = ["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path", "idx", "channel", "type", "blob"]
@@ -69,9 +91,9 @@ def write_templates(db: Database, turns: dict[str, tuple[str, list[str]]] | None
     from langgraph.checkpoint.postgres import PostgresSaver
 
     from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+    from core.agents.scripted_model import ScriptedChatModel
     from core.memory.embeddings import OfflineHashEmbeddings
     from core.memory.store import build_store
-    from core.agents.scripted_model import ScriptedChatModel
 
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
     saver = PostgresSaver(db.pool)
@@ -99,8 +121,9 @@ def _copy(conn: psycopg.Connection, table: str, cols: list[str], rows) -> None:
             copy.write_row(row)
 
 
-def replicate(dsn: str, target_writes: int, *, threads: int | None = None, thread_id=None, customer=None,
-              age=None) -> dict:
+def replicate(
+    dsn: str, target_writes: int, *, threads: int | None = None, thread_id=None, customer=None, age=None
+) -> dict:
     """COPY the template threads to new thread ids until checkpoint_writes holds `target_writes` rows.
 
     Optional (defaults give the decoder benchmark's data): `threads`, total threads to make (else as
@@ -109,10 +132,20 @@ def replicate(dsn: str, target_writes: int, *, threads: int | None = None, threa
     `age(k, template)`, how far back its `ts` is moved (a timedelta)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.row_factory = psycopg.rows.dict_row
-        tpl = {t: {"c": conn.execute(f"SELECT {', '.join(CHECKPOINT_COLS)} FROM checkpoints WHERE thread_id = %s", (t,)).fetchall(),
-                   "b": conn.execute(f"SELECT {', '.join(BLOB_COLS)} FROM checkpoint_blobs WHERE thread_id = %s", (t,)).fetchall(),
-                   "w": conn.execute(f"SELECT {', '.join(WRITE_COLS)} FROM checkpoint_writes WHERE thread_id = %s", (t,)).fetchall()}
-               for t in ["tpl-a", "tpl-b", "tpl-c", "tpl-d"]}
+        tpl = {
+            t: {
+                "c": conn.execute(
+                    f"SELECT {', '.join(CHECKPOINT_COLS)} FROM checkpoints WHERE thread_id = %s", (t,)
+                ).fetchall(),
+                "b": conn.execute(
+                    f"SELECT {', '.join(BLOB_COLS)} FROM checkpoint_blobs WHERE thread_id = %s", (t,)
+                ).fetchall(),
+                "w": conn.execute(
+                    f"SELECT {', '.join(WRITE_COLS)} FROM checkpoint_writes WHERE thread_id = %s", (t,)
+                ).fetchall(),
+            }
+            for t in ["tpl-a", "tpl-b", "tpl-c", "tpl-d"]
+        }
         per_round = sum(len(v["w"]) for v in tpl.values())
         rounds = -(-target_writes // per_round) if threads is None else -(-threads // len(tpl))
         thread_id = thread_id or (lambda k, name: f"{name}-{k:07d}")
@@ -135,8 +168,15 @@ def replicate(dsn: str, target_writes: int, *, threads: int | None = None, threa
                     meta = dict(r["metadata"])
                     if "cliente_id" in meta:
                         meta["cliente_id"] = cliente
-                    yield (tid, r["checkpoint_ns"], r["checkpoint_id"], r["parent_checkpoint_id"], r["type"],
-                           json.dumps(ckpt), json.dumps(meta))
+                    yield (
+                        tid,
+                        r["checkpoint_ns"],
+                        r["checkpoint_id"],
+                        r["parent_checkpoint_id"],
+                        r["type"],
+                        json.dumps(ckpt),
+                        json.dumps(meta),
+                    )
 
         def blob_rows():
             for k, name, rows in copies():
@@ -212,12 +252,17 @@ def run(writes: int, data: Path) -> None:
         print(f"writing templates with the real agents, then COPY to {writes:,} writes ...", flush=True)
         write_templates(db)
         print(replicate(dsn, writes), flush=True)
-    counts = db.fetch_one("SELECT (SELECT count(*) FROM checkpoints) AS c, (SELECT count(*) FROM checkpoint_blobs) AS b, "
-                          "(SELECT count(*) FROM checkpoint_writes) AS w, "
-                          "(SELECT count(*) FROM checkpoint_writes WHERE type = 'msgpack') AS wm, "
-                          "(SELECT sum(octet_length(blob)) FROM checkpoint_writes) AS wbytes")
-    print(f"\nrows: checkpoints {counts['c']:,}, blobs {counts['b']:,}, writes {counts['w']:,} "
-          f"({counts['wm']:,} msgpack, {counts['wbytes']:,} payload bytes)\n", flush=True)
+    counts = db.fetch_one(
+        "SELECT (SELECT count(*) FROM checkpoints) AS c, (SELECT count(*) FROM checkpoint_blobs) AS b, "
+        "(SELECT count(*) FROM checkpoint_writes) AS w, "
+        "(SELECT count(*) FROM checkpoint_writes WHERE type = 'msgpack') AS wm, "
+        "(SELECT sum(octet_length(blob)) FROM checkpoint_writes) AS wbytes"
+    )
+    print(
+        f"\nrows: checkpoints {counts['c']:,}, blobs {counts['b']:,}, writes {counts['w']:,} "
+        f"({counts['wm']:,} msgpack, {counts['wbytes']:,} payload bytes)\n",
+        flush=True,
+    )
 
     print("| decoding every checkpoint write | seconds | rows/s | payload MB/s | vs SQL |")
     print("|---|---:|---:|---:|---:|")
@@ -233,20 +278,34 @@ def run(writes: int, data: Path) -> None:
 
     serial_s = median_s(serial, 1)
     mb = counts["wbytes"] / 1e6
-    print(f"| SQL `core_checkpoint_payload` (parallel query as planned) | {sql_s:.1f} | {counts['w'] / sql_s:,.0f} | {mb / sql_s:.2f} | 1.00 |")
-    print(f"| SQL `core_checkpoint_payload`, one backend (no parallel workers) | {serial_s:.1f} | {counts['w'] / serial_s:,.0f} | {mb / serial_s:.2f} | {serial_s / sql_s:.2f} |")
+    print(
+        f"| SQL `core_checkpoint_payload` (parallel query as planned) | {sql_s:.1f} | {counts['w'] / sql_s:,.0f} | {mb / sql_s:.2f} | 1.00 |"
+    )
+    print(
+        f"| SQL `core_checkpoint_payload`, one backend (no parallel workers) | {serial_s:.1f} | {counts['w'] / serial_s:,.0f} | {mb / serial_s:.2f} | {serial_s / sql_s:.2f} |"
+    )
     ref_s, n, _ = python_baseline(dsn, lambda t, b: json.dumps(payload_json(t, b)))
-    print(f"| **baseline** Python: fetch + `core.checkpoint_json` (same JSON, nothing constructed) | {ref_s:.1f} | {n / ref_s:,.0f} | {mb / ref_s:.2f} | {ref_s / sql_s:.2f} |")
+    print(
+        f"| **baseline** Python: fetch + `core.checkpoint_json` (same JSON, nothing constructed) | {ref_s:.1f} | {n / ref_s:,.0f} | {mb / ref_s:.2f} | {ref_s / sql_s:.2f} |"
+    )
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     serde = JsonPlusSerializer()
     lg_s, n, _ = python_baseline(dsn, lambda t, b: serde.loads_typed((t, b)))
-    print(f"| **baseline** Python: fetch + langgraph `JsonPlusSerializer.loads_typed` (constructs objects) | {lg_s:.1f} | {n / lg_s:,.0f} | {mb / lg_s:.2f} | {lg_s / sql_s:.2f} |")
+    print(
+        f"| **baseline** Python: fetch + langgraph `JsonPlusSerializer.loads_typed` (constructs objects) | {lg_s:.1f} | {n / lg_s:,.0f} | {mb / lg_s:.2f} | {lg_s / sql_s:.2f} |"
+    )
     fetch_s, n, _ = python_baseline(dsn, lambda t, b: None)
-    print(f"| fetch only (what both Python baselines pay before decoding) | {fetch_s:.1f} | {n / fetch_s:,.0f} | {mb / fetch_s:.2f} | {fetch_s / sql_s:.2f} |")
+    print(
+        f"| fetch only (what both Python baselines pay before decoding) | {fetch_s:.1f} | {n / fetch_s:,.0f} | {mb / fetch_s:.2f} | {fetch_s / sql_s:.2f} |"
+    )
 
-    thread = db.fetch_one("SELECT thread_id FROM checkpoints WHERE thread_id LIKE 'tpl-a-%' ORDER BY thread_id DESC LIMIT 1")["thread_id"]
-    customer = db.fetch_one("SELECT metadata->>'cliente_id' AS c FROM checkpoints WHERE thread_id = %s LIMIT 1", (thread,))["c"]
+    thread = db.fetch_one(
+        "SELECT thread_id FROM checkpoints WHERE thread_id LIKE 'tpl-a-%' ORDER BY thread_id DESC LIMIT 1"
+    )["thread_id"]
+    customer = db.fetch_one(
+        "SELECT metadata->>'cliente_id' AS c FROM checkpoints WHERE thread_id = %s LIMIT 1", (thread,)
+    )["c"]
     view_queries = {
         "`count(*)` over `core_checkpoint_writes_view` (no decoded column)": "SELECT count(*) FROM core_checkpoint_writes_view",
         "`count(payload)` over `core_checkpoint_writes_view` (decodes every write)": "SELECT count(payload) FROM core_checkpoint_writes_view",
@@ -268,7 +327,8 @@ def run(writes: int, data: Path) -> None:
         "thread_timeline": lambda: views.thread_timeline(db, thread),
         "step_writes (all steps)": lambda: views.step_writes(db, thread),
         "checkpoint_diff (last two)": lambda: views.checkpoint_diff(
-            db, thread, *views.thread_timeline(db, thread)["checkpoint_id"].iloc[-2:].tolist()),
+            db, thread, *views.thread_timeline(db, thread)["checkpoint_id"].iloc[-2:].tolist()
+        ),
         "thread_storage": lambda: views.thread_storage(db, thread),
         "largest_threads (Storage view; scans the three tables)": lambda: views.largest_threads(db, 20),
         "table_totals (Storage view)": lambda: storage.table_totals(db),
@@ -277,7 +337,9 @@ def run(writes: int, data: Path) -> None:
     for label, call in calls.items():
         call()
         print(f"| {label} | {median_s(call):.3f} |", flush=True)
-    print(f"| **page render**: AppTest of the Checkpoints page for one thread, empty data cache | {page_render_s(dsn, thread):.3f} |")
+    print(
+        f"| **page render**: AppTest of the Checkpoints page for one thread, empty data cache | {page_render_s(dsn, thread):.3f} |"
+    )
 
 
 def main() -> None:

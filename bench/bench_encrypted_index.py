@@ -8,6 +8,7 @@ token indexer's time for each set (every thread re-listed, `--rounds` times, med
 scan with the index (decrypts only its candidates) against the scan reading every encrypted row (as it did before).
 The load average is printed: on a shared machine read the ratios, not the times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,11 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         token_index.index_pending(db)
         plain_s, plain = index_time(db, "plain", args.rounds)
         enc_s, enc = index_time(db, "enc", args.rounds)
-        print(f"load average {os.getloadavg()[0]:.1f}; {args.threads} threads x {args.turns} turns per set, "
-              f"median of {args.rounds}")
+        print(
+            f"load average {os.getloadavg()[0]:.1f}; {args.threads} threads x {args.turns} turns per set, "
+            f"median of {args.rounds}"
+        )
         print(f"token index, plaintext threads: {plain_s:.2f} s ({plain.payloads} rows)")
-        print(f"token index, encrypted threads: {enc_s:.2f} s ({enc.payloads} rows, {enc.encrypted_read} decrypted); "
-              f"ratio {enc_s / plain_s:.2f}")
+        print(
+            f"token index, encrypted threads: {enc_s:.2f} s ({enc.payloads} rows, {enc.encrypted_read} decrypted); "
+            f"ratio {enc_s / plain_s:.2f}"
+        )
         decryptor = formats.decryptor()
         with db.connection() as conn:
             start = time.perf_counter()
@@ -94,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             formats.encrypted_texts(conn, decryptor, [])
             every_s = time.perf_counter() - start
-        print(f"residue scan of C7 through the index: {narrowed_s * 1000:.0f} ms, threads {found.proposed}; "
-              f"decrypting every encrypted row alone (before): {every_s * 1000:.0f} ms")
+        print(
+            f"residue scan of C7 through the index: {narrowed_s * 1000:.0f} ms, threads {found.proposed}; "
+            f"decrypting every encrypted row alone (before): {every_s * 1000:.0f} ms"
+        )
     finally:
         db.close()
         with psycopg.connect(base, autocommit=True) as conn:

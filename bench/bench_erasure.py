@@ -19,6 +19,7 @@ Measured per round, each on a fresh copy:
 - erasure: `core.erasure.erase` end to end: dry counts, paged search + batched deletes until empty,
   delete_thread per thread, our logs, the literal evidence queries, the register row.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,13 +41,13 @@ sys.path.insert(0, str(ROOT))
 from langgraph.checkpoint.postgres import PostgresSaver  # noqa: E402
 from langgraph.store.base import PutOp  # noqa: E402
 
-from core.privacy import erasure, evidence
 from core.agents.retail import ContextoCliente, build_agent, run_turn  # noqa: E402
+from core.agents.scripted_model import ScriptedChatModel  # noqa: E402
 from core.db import Database, embedded_dsn, reset_pool  # noqa: E402
 from core.memory.embeddings import OfflineHashEmbeddings  # noqa: E402
 from core.memory.store import build_store, ttl_for  # noqa: E402
 from core.migrate import migrate  # noqa: E402
-from core.agents.scripted_model import ScriptedChatModel  # noqa: E402
+from core.privacy import erasure, evidence
 
 DIMS = 64
 CUSTOMER = "C9"
@@ -62,15 +63,29 @@ def populate(db: Database, docs: int, others: int, customer: str = CUSTOMER) -> 
     ops = []
     for i in range(docs):
         ns = ("clientes", customer, "pedidos") if i % 5 == 0 else ("clientes", customer)
-        ops.append(PutOp(ns, f"doc-{i}", {"texto": f"pedido {i} recogida en la tienda Gran Vía"},
-                         index=["texto"], ttl=ttl_for(ns)))
+        ops.append(
+            PutOp(
+                ns,
+                f"doc-{i}",
+                {"texto": f"pedido {i} recogida en la tienda Gran Vía"},
+                index=["texto"],
+                ttl=ttl_for(ns),
+            )
+        )
     for n in range(others):
         cid = LOOK_ALIKES[n] if n < len(LOOK_ALIKES) else f"C{1000 + n}"
         for k in range(4):
-            ops.append(PutOp(("clientes", cid), f"pref-{k}", {"texto": f"preferencia {k} de {cid}"},
-                             index=["texto"], ttl=ttl_for(("clientes", cid))))
+            ops.append(
+                PutOp(
+                    ("clientes", cid),
+                    f"pref-{k}",
+                    {"texto": f"preferencia {k} de {cid}"},
+                    index=["texto"],
+                    ttl=ttl_for(("clientes", cid)),
+                )
+            )
     for start in range(0, len(ops), 1000):
-        store.batch(ops[start:start + 1000])
+        store.batch(ops[start : start + 1000])
     agent = build_agent("atencion-cliente", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(db.pool))
     for k in range(1, 4):
         run_turn(agent, ContextoCliente(customer), f"cliente-{customer}-{k}", "Prefiero que me atendáis en catalán.")
@@ -103,8 +118,10 @@ def remaining(db: Database) -> dict[str, int]:
 
 
 def others_total(db: Database) -> int:
-    return db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix <> %s AND prefix NOT LIKE %s",
-                        (f"clientes.{CUSTOMER}", f"clientes.{CUSTOMER}.%"))["n"]
+    return db.fetch_one(
+        "SELECT count(*) AS n FROM store WHERE prefix <> %s AND prefix NOT LIKE %s",
+        (f"clientes.{CUSTOMER}", f"clientes.{CUSTOMER}.%"),
+    )["n"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,31 +176,48 @@ def main(argv: list[str] | None = None) -> int:
             assert result.status == "complete" and not ours_left, (result.report, ours_left)
             for db in (seed_db, full_db, ours_db):
                 assert others_total(db) == others_before
-            rows.append({"round": r + 1, "seed_s": seed_s, "seed_deleted": seed_n, "seed_left": seed_left,
-                         "until_empty_s": full_s, "until_empty_deleted": full_n, "until_empty_left": full_left,
-                         "erasure_s": ours_s, "erasure_deleted_store": result.deleted["store"],
-                         "erasure_left": ours_left})
+            rows.append(
+                {
+                    "round": r + 1,
+                    "seed_s": seed_s,
+                    "seed_deleted": seed_n,
+                    "seed_left": seed_left,
+                    "until_empty_s": full_s,
+                    "until_empty_deleted": full_n,
+                    "until_empty_left": full_left,
+                    "erasure_s": ours_s,
+                    "erasure_deleted_store": result.deleted["store"],
+                    "erasure_left": ours_left,
+                }
+            )
             for db in (seed_db, full_db, ours_db):
                 reset_pool(db.dsn)
 
     med = {k: statistics.median(r[k] for r in rows) for k in ("seed_s", "until_empty_s", "erasure_s")}
     summary = {
         "load_average_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        "docs": args.docs, "other_customers": args.others, "rounds": args.rounds, "setup_s": round(setup_s, 2),
+        "docs": args.docs,
+        "other_customers": args.others,
+        "rounds": args.rounds,
+        "setup_s": round(setup_s, 2),
         "before": {k: v for k, v in before.items() if v},
-        "seed_loop_median_s": round(med["seed_s"], 4), "seed_loop_deleted": rows[0]["seed_deleted"],
+        "seed_loop_median_s": round(med["seed_s"], 4),
+        "seed_loop_deleted": rows[0]["seed_deleted"],
         "seed_loop_left_behind": rows[0]["seed_left"],
         "seed_until_empty_median_s": round(med["until_empty_s"], 4),
         "seed_until_empty_left_behind": rows[0]["until_empty_left"],
-        "erasure_median_s": round(med["erasure_s"], 4), "erasure_left_behind": rows[0]["erasure_left"],
+        "erasure_median_s": round(med["erasure_s"], 4),
+        "erasure_left_behind": rows[0]["erasure_left"],
         "speedup_vs_seed_loop": round(med["seed_s"] / med["erasure_s"], 1),
         "speedup_vs_seed_until_empty": round(med["until_empty_s"] / med["erasure_s"], 1),
     }
     for r in rows:
-        print(f"round {r['round']}: seed loop {r['seed_s']:.3f} s ({r['seed_deleted']} deleted, left behind "
-              f"{r['seed_left']}); seed loop until empty {r['until_empty_s']:.3f} s ({r['until_empty_deleted']} "
-              f"deleted, left behind {r['until_empty_left']}); erasure {r['erasure_s']:.3f} s "
-              f"({r['erasure_deleted_store']} documents, left behind: {r['erasure_left'] or 'nothing'})")
+        print(
+            f"round {r['round']}: seed loop {r['seed_s']:.3f} s ({r['seed_deleted']} deleted, left behind "
+            f"{r['seed_left']}); seed loop until empty {r['until_empty_s']:.3f} s ({r['until_empty_deleted']} "
+            f"deleted, left behind {r['until_empty_left']}); erasure {r['erasure_s']:.3f} s "
+            f"({r['erasure_deleted_store']} documents, left behind: {r['erasure_left'] or 'nothing'})"
+        )
     print(json.dumps(summary))
     return 0
 

@@ -9,6 +9,7 @@ baseline: the same figures computed naively from the store (customers over the s
 A scrape = connect + every query + the text exposition (`generate_latest`), as Prometheus sees it.
 Prints the median of --runs warm scrapes, the first (cold) scrape, each query's median, and the baseline.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,10 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bench_production  # noqa: E402
+from core.checkpoints.replica_health import SELECT_REPLICAS  # noqa: E402
 from core.db import embedded_dsn  # noqa: E402
 from core.memory.store import MAX_DOCS_PER_CUSTOMER  # noqa: E402
 from core.operations import exporter  # noqa: E402
-from core.checkpoints.replica_health import SELECT_REPLICAS  # noqa: E402
 
 BASELINE_OVER_SCHEMA = """
 SELECT count(*) AS customers FROM (
@@ -56,9 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=Path(".data/bench_production"))
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
-    sizes = dict(docs=2000, customers=400, threads=200, writes=2000, erasure_docs=50) if args.smoke else dict(
-        docs=args.docs, customers=args.customers, threads=args.threads, writes=args.writes,
-        erasure_docs=args.erasure_docs)
+    sizes = (
+        dict(docs=2000, customers=400, threads=200, writes=2000, erasure_docs=50)
+        if args.smoke
+        else dict(
+            docs=args.docs,
+            customers=args.customers,
+            threads=args.threads,
+            writes=args.writes,
+            erasure_docs=args.erasure_docs,
+        )
+    )
     args.data.mkdir(parents=True, exist_ok=True)
     base = embedded_dsn(args.data)
     print(f"embedded PostgreSQL in {args.data}; load {os.getloadavg()}", flush=True)
@@ -66,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     bench_production.seed_health(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE core_replica_heartbeat")
-        rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                for t in ("store", "core_prefix_counts", "checkpoints", "checkpoint_writes", "core_sweep_log")}
+        rows = {
+            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("store", "core_prefix_counts", "checkpoints", "checkpoint_writes", "core_sweep_log")
+        }
         rows["threads"] = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints").fetchone()[0]
         rows["expired"] = conn.execute("SELECT count(*) FROM store WHERE expires_at < now()").fetchone()[0]
     from prometheus_client import CollectorRegistry
@@ -89,16 +100,21 @@ def main(argv: list[str] | None = None) -> int:
     with psycopg.connect(dsn, row_factory=dict_row) as conn:
         conn.read_only = True
         for name, sql, params in (
-                ("replicas", SELECT_REPLICAS, None), ("expired per root", exporter.SELECT_EXPIRED_BY_ROOT, None),
-                ("last sweeps", exporter.SELECT_LAST_SWEEPS, None), ("erasure", exporter.SELECT_ERASURE, None),
-                ("over schema (core_prefix_counts)", exporter.SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)),
-                ("BASELINE over schema (GROUP BY store)", BASELINE_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,))):
+            ("replicas", SELECT_REPLICAS, None),
+            ("expired per root", exporter.SELECT_EXPIRED_BY_ROOT, None),
+            ("last sweeps", exporter.SELECT_LAST_SWEEPS, None),
+            ("erasure", exporter.SELECT_ERASURE, None),
+            ("over schema (core_prefix_counts)", exporter.SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)),
+            ("BASELINE over schema (GROUP BY store)", BASELINE_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)),
+        ):
             per_query[name] = median_ms(lambda: conn.execute(sql, params).fetchall(), args.runs)
             conn.rollback()
         over = conn.execute(exporter.SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]
         over_baseline = conn.execute(BASELINE_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]
     assert over == over_baseline, (over, over_baseline)
-    baseline = scrape - per_query["over schema (core_prefix_counts)"] + per_query["BASELINE over schema (GROUP BY store)"]
+    baseline = (
+        scrape - per_query["over schema (core_prefix_counts)"] + per_query["BASELINE over schema (GROUP BY store)"]
+    )
     command = "python -m bench.bench_exporter " + " ".join(argv if argv is not None else sys.argv[1:])
     print(f"\nrows: {rows}; template: {info['template']}")
     print(f"\n`{command.strip()}`\n")
@@ -107,9 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| one scrape, first | {cold:.1f} |")
     for name, ms in per_query.items():
         print(f"| query: {name} | {ms:.1f} |")
-    print(f"| attribution coverage, background (every {exporter.COVERAGE_EVERY_S // 60} min, not in a scrape) | {coverage_s * 1000:.0f} |")
+    print(
+        f"| attribution coverage, background (every {exporter.COVERAGE_EVERY_S // 60} min, not in a scrape) | {coverage_s * 1000:.0f} |"
+    )
     print(f"| BASELINE scrape (same, customers over schema from the store) | {baseline:.1f} |")
-    print(f"\ntarget < 300 ms: {'met' if scrape < 300 else 'MISSED'}; ratio baseline / scrape = {baseline / scrape:.1f}")
+    print(
+        f"\ntarget < 300 ms: {'met' if scrape < 300 else 'MISSED'}; ratio baseline / scrape = {baseline / scrape:.1f}"
+    )
     return 0
 
 

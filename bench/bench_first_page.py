@@ -9,6 +9,7 @@ first figures (the Memory page's metrics, read once the database is ready), and 
 background seed finished (the sidebar's status). `--no-seed` (SEED_DEMO=0) stops at the filled
 page: the first page does not depend on the seed, which starts after it, and a run takes seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,15 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 
 def free_port() -> int:
@@ -38,9 +46,26 @@ def launch(data_dir: Path, port: int, extra_env: dict[str, str] | None = None) -
     env = {k: v for k, v in os.environ.items() if k not in ("PG_AGENTES", "SEED_DEMO", "AUTO_MIGRATE", "DEMO_REPLICAS")}
     env.update({"AGENT_MEMORY_DATA": str(data_dir), **(extra_env or {})})
     return subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "dashboard.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "dashboard.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def wait_health(url: str, timeout: float = 60) -> None:
@@ -96,9 +121,11 @@ def main() -> None:
             up, first, filled, seeded = one_run(browser, seed=not args.no_seed)
             firsts.append(first)
             filled_all.append(filled)
-            print(f"run {n + 1}: server up {up:.2f} s, first page {first:.2f} s, page filled {filled:.2f} s"
-                  + (f", seed finished {seeded:.1f} s" if seeded is not None else ""),
-                  flush=True)
+            print(
+                f"run {n + 1}: server up {up:.2f} s, first page {first:.2f} s, page filled {filled:.2f} s"
+                + (f", seed finished {seeded:.1f} s" if seeded is not None else ""),
+                flush=True,
+            )
         browser.close()
     print(f"first page: median {statistics.median(firsts):.2f} s, max {max(firsts):.2f} s over {args.runs} runs")
     print(f"page filled: median {statistics.median(filled_all):.2f} s, max {max(filled_all):.2f} s")

@@ -7,6 +7,7 @@ migrations, bulk data from bench/generate_store.py, then for each store page's c
 median of 5 warm runs next to the naive query it replaced (live GROUP BY over `store`), and each
 page's full AppTest render with an empty data cache. Prints a markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,8 @@ from pathlib import Path
 import psycopg
 
 from bench.generate_store import generate
-from core.memory import reads, preferences
 from core.db import Database, embedded_dsn
+from core.memory import preferences, reads
 from core.migrate import migrate
 
 DIMS = 64
@@ -61,8 +62,14 @@ def database(base_dsn: str, size: int) -> tuple[str, bool]:
     return psycopg.conninfo.make_conninfo(base_dsn, dbname=name), fresh
 
 
-def page_render_ms(dsn: str, page: str | None, query_params: dict[str, str] | None = None,
-                   click: str | None = None, runs: int = 3, timeout: float = 120) -> float:
+def page_render_ms(
+    dsn: str,
+    page: str | None,
+    query_params: dict[str, str] | None = None,
+    click: str | None = None,
+    runs: int = 3,
+    timeout: float = 120,
+) -> float:
     """Median ms of `runs` full AppTest runs of `page` with an empty data cache; `query_params` are set
     before the first run, `click` is the key of a button clicked in each timed run (else a plain rerun).
     A run over SLOW_MS ends the series; `timeout` bounds each run (AppTest raises past it)."""
@@ -122,7 +129,10 @@ def run(sizes: list[int], data: Path) -> list[tuple]:
             naive = NAIVE.get(name)
             base_ms = median_ms(lambda: db.fetch(naive.replace("%", "%%"))) if naive else None
             rows.append((size, f"query {name}", ms, "naive live GROUP BY" if naive else "-", base_ms))
-        for label, page in (("page Memoria (render)", None), ("page Preferencias (render)", "app_pages/preferences.py")):
+        for label, page in (
+            ("page Memoria (render)", None),
+            ("page Preferencias (render)", "app_pages/preferences.py"),
+        ):
             rows.append((size, label, page_render_ms(dsn, page), "-", None))
     return rows
 
@@ -138,7 +148,9 @@ def main() -> None:
     print("|---:|---|---:|---|---:|---:|")
     for size, label, ms, base_label, base_ms in rows:
         ratio = f"{base_ms / ms:.1f}x" if base_ms else "-"
-        print(f"| {size:,} | {label} | {ms:.1f} | {base_label} | {'-' if base_ms is None else f'{base_ms:.1f}'} | {ratio} |")
+        print(
+            f"| {size:,} | {label} | {ms:.1f} | {base_label} | {'-' if base_ms is None else f'{base_ms:.1f}'} | {ratio} |"
+        )
 
 
 if __name__ == "__main__":

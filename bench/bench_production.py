@@ -31,6 +31,7 @@ retention delete (both run first in a transaction that is rolled back), then the
 after the sweep and after `VACUUM ANALYZE store`. Prints a markdown table (figure, value, baseline, ratio =
 baseline / value, target); results and findings in BENCHMARKS.md, "Production-scale run (all pages)".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,11 +39,12 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
@@ -52,15 +54,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
-from core.checkpoints import storage, tool_calls, views  # noqa: E402
-from core.privacy import subjects, token_index  # noqa: E402
-from core.privacy import erasure, erasure_register, evidence
-from core.memory import reads, preferences
-from core.checkpoints import replica_health
-from core.operations import sweep, sweep_reads
+from core.checkpoints import replica_health, storage, tool_calls, views  # noqa: E402
 from core.checkpoints.payload_json import payload_json  # noqa: E402
 from core.db import Database, DatabaseUnavailable, embedded_dsn, reset_pool  # noqa: E402
+from core.memory import preferences, reads
 from core.migrate import migrate  # noqa: E402
+from core.operations import sweep, sweep_reads
+from core.privacy import erasure, erasure_register, evidence, subjects, token_index  # noqa: E402
 
 DIMS = 64
 QUERY_TARGET_MS = 300.0
@@ -93,8 +93,8 @@ PAGES = {  # label -> (page file, query params, button clicked in the timed runs
 
 @dataclass
 class Figure:
-    page: str                 # the page (or job) it belongs to
-    name: str                 # what was measured
+    page: str  # the page (or job) it belongs to
+    name: str  # what was measured
     ms: float
     baseline: str = "-"
     baseline_ms: float | None = None
@@ -108,7 +108,6 @@ class Figure:
     @property
     def meets_target(self) -> bool | None:
         return None if self.target_ms is None else self.ms < self.target_ms
-
 
 
 def timed_ms(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -133,6 +132,7 @@ def _sql(base: str, statement: str) -> None:
 
 # --- the production-sized database ---------------------------------------------------------------
 
+
 def _thread_id(k: int, template: str) -> str:
     j = CUSTOMER_TEMPLATES.get(template)
     return f"compras-bench-{k}" if j is None else f"cliente-bench-{3 * k + j}"
@@ -146,34 +146,77 @@ def _age(k: int, template: str) -> timedelta:
 
 def seed_health(dsn: str, episodes: int = 200, refusals: int = 100) -> None:
     """The Degradation page's tables, through core.replica_health's writers (what the dual saver calls)."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         for r in range(3):
-            replica_health.publish_heartbeat(conn, {
-                "replica_id": f"replica-{r}", "host": f"agents-{r}", "pid": 100 + r,
-                # all healthy: a replica degraded now next to recorded episodes crashes the page's
-                # timeline (tz-aware datetimes of two kinds in one column; reported, not ours to fix)
-                "state": "healthy", "degraded_since": None, "buffered_checkpoints": 0, "buffered_writes": 0,
-                "last_success": now, "started_at": now - timedelta(days=2), "heartbeat_interval_s": 5,
-                "episodes_total": episodes, "denials_total": episodes, "refusals_total": refusals})
+            replica_health.publish_heartbeat(
+                conn,
+                {
+                    "replica_id": f"replica-{r}",
+                    "host": f"agents-{r}",
+                    "pid": 100 + r,
+                    # all healthy: a replica degraded now next to recorded episodes crashes the page's
+                    # timeline (tz-aware datetimes of two kinds in one column; reported, not ours to fix)
+                    "state": "healthy",
+                    "degraded_since": None,
+                    "buffered_checkpoints": 0,
+                    "buffered_writes": 0,
+                    "last_success": now,
+                    "started_at": now - timedelta(days=2),
+                    "heartbeat_interval_s": 5,
+                    "episodes_total": episodes,
+                    "denials_total": episodes,
+                    "refusals_total": refusals,
+                },
+            )
         for e in range(episodes):
             start = now - timedelta(hours=3 * e + 1)
-            denial = {"tool": "publicar_aviso", "risk": "HIGH", "thread_id": f"cliente-bench-{e}",
-                      "subject_root": "clientes", "subject_id": f"C{e + 1}", "customer_id": f"C{e + 1}",
-                      "reason": "checkpoint store degraded", "denied_at": start + timedelta(seconds=5)}
-            replica_health.write_episode(conn, replica_health.Episode(
-                replica_id=f"replica-{e % 3}", host=f"agents-{e % 3}", pid=100 + e % 3, degraded_from=start,
-                degraded_to=start + timedelta(seconds=20 + e % 40), reason="connection refused",
-                checkpoints_buffered=e % 9, writes_buffered=3 * (e % 9), ops_resynced=4 * (e % 9), resync_ms=12.5,
-                denials=[denial]))
-        replica_health.write_refusals(conn, "replica-0", [SimpleNamespace(
-            key=f"00000000-0000-4000-8000-{i:012d}", qualified_name="os.system", kind="msgpack_blocked",
-            thread_id=f"cliente-bench-{i}", checkpoint_id=None, refused_at=now - timedelta(hours=i))
-            for i in range(refusals)])
+            denial = {
+                "tool": "publicar_aviso",
+                "risk": "HIGH",
+                "thread_id": f"cliente-bench-{e}",
+                "subject_root": "clientes",
+                "subject_id": f"C{e + 1}",
+                "customer_id": f"C{e + 1}",
+                "reason": "checkpoint store degraded",
+                "denied_at": start + timedelta(seconds=5),
+            }
+            replica_health.write_episode(
+                conn,
+                replica_health.Episode(
+                    replica_id=f"replica-{e % 3}",
+                    host=f"agents-{e % 3}",
+                    pid=100 + e % 3,
+                    degraded_from=start,
+                    degraded_to=start + timedelta(seconds=20 + e % 40),
+                    reason="connection refused",
+                    checkpoints_buffered=e % 9,
+                    writes_buffered=3 * (e % 9),
+                    ops_resynced=4 * (e % 9),
+                    resync_ms=12.5,
+                    denials=[denial],
+                ),
+            )
+        replica_health.write_refusals(
+            conn,
+            "replica-0",
+            [
+                SimpleNamespace(
+                    key=f"00000000-0000-4000-8000-{i:012d}",
+                    qualified_name="os.system",
+                    kind="msgpack_blocked",
+                    thread_id=f"cliente-bench-{i}",
+                    checkpoint_id=None,
+                    refused_at=now - timedelta(hours=i),
+                )
+                for i in range(refusals)
+            ],
+        )
 
 
-def build(dsn: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
-          log: Callable[[str], None]) -> dict:
+def build(
+    dsn: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int, log: Callable[[str], None]
+) -> dict:
     """Fill the (migrated, empty) database at `dsn`; returns what was loaded and how long it took."""
     info: dict[str, Any] = {}
     t = time.perf_counter()
@@ -182,8 +225,13 @@ def build(dsn: str, docs: int, customers: int, threads: int, writes: int, erasur
     db = Database(dsn)
     bench_decoder.write_templates(db, TEMPLATE_TURNS)
     info["checkpoints"] = bench_decoder.replicate(
-        dsn, writes, threads=threads, thread_id=_thread_id, age=_age,
-        customer=lambda k, template: f"C{int(_thread_id(k, template).rsplit('-', 1)[1]) % customers + 1}")
+        dsn,
+        writes,
+        threads=threads,
+        thread_id=_thread_id,
+        age=_age,
+        customer=lambda k, template: f"C{int(_thread_id(k, template).rsplit('-', 1)[1]) % customers + 1}",
+    )
     log(f"checkpoints: {info['checkpoints']}")
     for customer in (ERASED, SEED_LOOP_CUSTOMER):
         bench_erasure.populate(db, erasure_docs, 0, customer=customer)
@@ -212,16 +260,27 @@ def _prepare_template(base: str, template: str, info: dict, log: Callable[[str],
     template_db = Database(dsn_for(base, template))
     extracted = tool_calls.extract(template_db)
     if extracted.writes:
-        info["template_tool_call_extraction"] = {"s": round(time.perf_counter() - t, 1), "writes": extracted.writes,
-                                                 "calls": extracted.calls}
+        info["template_tool_call_extraction"] = {
+            "s": round(time.perf_counter() - t, 1),
+            "writes": extracted.writes,
+            "calls": extracted.calls,
+        }
         log(f"tool calls extracted on the template: {info['template_tool_call_extraction']}")
     t = time.perf_counter()
     indexed = token_index.index_pending(
-        template_db, batch=2000,
-        on_batch=lambda r: r.batches % 50 == 0 and log(f"  token index: {r.threads:,} threads, {r.payloads:,} payloads"))
+        template_db,
+        batch=2000,
+        on_batch=lambda r: (
+            r.batches % 50 == 0 and log(f"  token index: {r.threads:,} threads, {r.payloads:,} payloads")
+        ),
+    )
     if indexed.threads:
-        info["template_token_index"] = {"s": round(time.perf_counter() - t, 1), "threads": indexed.threads,
-                                        "payloads": indexed.payloads, "decoded_in_sql": indexed.decoded_in_sql}
+        info["template_token_index"] = {
+            "s": round(time.perf_counter() - t, 1),
+            "threads": indexed.threads,
+            "payloads": indexed.payloads,
+            "decoded_in_sql": indexed.decoded_in_sql,
+        }
         log(f"token index built on the template: {info['template_token_index']}")
     template_db.close()
     reset_pool(dsn_for(base, template))
@@ -229,10 +288,20 @@ def _prepare_template(base: str, template: str, info: dict, log: Callable[[str],
     log(f"template {template}: {info['template_bytes'] / 1e9:.2f} GB")
 
 
-def database(base: str, docs: int, customers: int, threads: int, writes: int, erasure_docs: int,
-             log: Callable[[str], None], rebuild: bool = False, build_only: bool = False,
-             temp_file_limit: str | None = None, in_place: bool = False,
-             touch_template: bool = True) -> tuple[str, dict]:
+def database(
+    base: str,
+    docs: int,
+    customers: int,
+    threads: int,
+    writes: int,
+    erasure_docs: int,
+    log: Callable[[str], None],
+    rebuild: bool = False,
+    build_only: bool = False,
+    temp_file_limit: str | None = None,
+    in_place: bool = False,
+    touch_template: bool = True,
+) -> tuple[str, dict]:
     """A fresh copy of the production-sized database (built first if its template does not exist,
     or if `rebuild`); with `in_place`, the template itself (for a disk without room for a copy). Without
     `touch_template`, an existing template is copied as it is (new migrations and their work only on the copy)."""
@@ -259,16 +328,23 @@ def database(base: str, docs: int, customers: int, threads: int, writes: int, er
         _prepare_template(base, template, info, log)
     if build_only:
         return "", info
-    work = template if in_place else f"{template}_run" + (f"_{os.environ['BENCH_RUN_NAME']}"
-                                                          if os.environ.get("BENCH_RUN_NAME") else "")
+    work = (
+        template
+        if in_place
+        else f"{template}_run" + (f"_{os.environ['BENCH_RUN_NAME']}" if os.environ.get("BENCH_RUN_NAME") else "")
+    )
     if not in_place:
         _sql(base, f'DROP DATABASE IF EXISTS "{work}" WITH (FORCE)')
         t = time.perf_counter()
         _sql(base, f'CREATE DATABASE "{work}" TEMPLATE "{template}" STRATEGY FILE_COPY')
         info["copy_s"] = round(time.perf_counter() - t, 1)
     # a query that would fill the disk fails instead (a failed baseline is reported); reset on a template
-    _sql(base, f"ALTER DATABASE \"{work}\" SET temp_file_limit = '{temp_file_limit}'" if temp_file_limit
-         else f'ALTER DATABASE "{work}" RESET temp_file_limit')
+    _sql(
+        base,
+        f"ALTER DATABASE \"{work}\" SET temp_file_limit = '{temp_file_limit}'"
+        if temp_file_limit
+        else f'ALTER DATABASE "{work}" RESET temp_file_limit',
+    )
     dsn = dsn_for(base, work)
     migrate(dsn, DIMS)  # migrations added since the template was built (no-op otherwise)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -298,19 +374,26 @@ def counts(db: Database) -> dict[str, int]:
 
 # --- measurements ------------------------------------------------------------------------------
 
+
 def python_decode_ms(db: Database, sql: str, params: dict, decode: Callable[[str, bytes], Any], runs: int) -> float:
     """Fetch rows (type, blob) and decode each in Python: the baseline of a decoder in SQL."""
+
     def go() -> None:
         for r in db.fetch(sql, params):
             decode(r["type"], r["blob"])
+
     return bench_pages.median_ms(go, runs)
 
 
 # auto_explain for one more call of a query over its target: the plans of its statements over the target
 # (nested ones too: the SQL decoder is PL/pgSQL), from the server's log
-EXPLAIN_SETTINGS = {"session_preload_libraries": "auto_explain", "auto_explain.log_min_duration": f"{QUERY_TARGET_MS:.0f}ms",
-                    "auto_explain.log_analyze": "on", "auto_explain.log_buffers": "on",
-                    "auto_explain.log_nested_statements": "on"}
+EXPLAIN_SETTINGS = {
+    "session_preload_libraries": "auto_explain",
+    "auto_explain.log_min_duration": f"{QUERY_TARGET_MS:.0f}ms",
+    "auto_explain.log_analyze": "on",
+    "auto_explain.log_buffers": "on",
+    "auto_explain.log_nested_statements": "on",
+}
 
 
 def explained(dsn: str, server_log: Path, fn: Callable[[], Any]) -> str:
@@ -321,8 +404,11 @@ def explained(dsn: str, server_log: Path, fn: Callable[[], Any]) -> str:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for setting, value in EXPLAIN_SETTINGS.items():
                 db, guc = pgsql.Identifier(name), pgsql.SQL(setting)
-                conn.execute(pgsql.SQL("ALTER DATABASE {} SET {} = {}").format(db, guc, pgsql.Literal(value)) if on
-                             else pgsql.SQL("ALTER DATABASE {} RESET {}").format(db, guc))
+                conn.execute(
+                    pgsql.SQL("ALTER DATABASE {} SET {} = {}").format(db, guc, pgsql.Literal(value))
+                    if on
+                    else pgsql.SQL("ALTER DATABASE {} RESET {}").format(db, guc)
+                )
         reset_pool(dsn)  # database settings apply to new connections
 
     configure(True)
@@ -356,37 +442,50 @@ UPDATE core_thread_summary SET status = CASE WHEN hashtext(thread_id) % 200 = 0 
 WHERE hashtext(thread_id) % 100 = 0"""
 
 
-def measure_thread_search(db: Database, query: Callable[..., Any], log: Callable[[str], None], info: dict,
-                          label: str) -> None:
+def measure_thread_search(
+    db: Database, query: Callable[..., Any], log: Callable[[str], None], info: dict, label: str
+) -> None:
     """Issue 31: every thread search and the token/cost reads (core/checkpoints/thread_search.py, usage.py)."""
-    from core.checkpoints import thread_search as ts, usage
+    from core.checkpoints import thread_search as ts
+    from core.checkpoints import usage
     from core.config import DEMO_PRICES
     from core.operations.exporter import usage_metrics
 
-    n = db.fetch_one("SELECT count(*) AS n, count(*) FILTER (WHERE status <> 'idle') AS flagged "
-                     "FROM core_thread_summary")
+    n = db.fetch_one(
+        "SELECT count(*) AS n, count(*) FILTER (WHERE status <> 'idle') AS flagged FROM core_thread_summary"
+    )
     info[f"thread_summary_{label}"] = n
     log(f"thread summary ({label}): {n['n']:,} threads, {n['flagged']:,} interrupted, paused or errored")
     page = f"Buscar hilos ({label})"
-    customer = db.fetch_one("SELECT metadata ->> 'cliente_id' AS c FROM core_thread_summary "
-                            "WHERE metadata ? 'cliente_id' ORDER BY thread_id LIMIT 1")
+    customer = db.fetch_one(
+        "SELECT metadata ->> 'cliente_id' AS c FROM core_thread_summary "
+        "WHERE metadata ? 'cliente_id' ORDER BY thread_id LIMIT 1"
+    )
     agent = db.fetch_one("SELECT agent FROM core_thread_summary WHERE agent IS NOT NULL LIMIT 1")
     searches = {
         "stuck on an interrupt (preset)": ts.preset("stuck"),
         "errored in the last hour (preset)": ts.preset("failed"),
         "no filter, page 1 + total": ts.ThreadQuery(),
         "no filter, page 400 (offset 9,975)": ts.ThreadQuery(offset=9_975),
-        "metadata cliente_id = one customer": ts.ThreadQuery(metadata_key="cliente_id",
-                                                             metadata_value=(customer or {}).get("c") or "C9"),
+        "metadata cliente_id = one customer": ts.ThreadQuery(
+            metadata_key="cliente_id", metadata_value=(customer or {}).get("c") or "C9"
+        ),
         "metadata key cliente_id present": ts.ThreadQuery(metadata_key="cliente_id"),
         "agent = one agent, oldest first": ts.ThreadQuery(agent=(agent or {}).get("agent") or "x", order="asc"),
         "active in the last 24 h, by creation": ts.ThreadQuery(window="24h", sort="created_at"),
-        "interrupted, one agent, 30 days": ts.ThreadQuery(status="interrupted", window="30d",
-                                                          agent=(agent or {}).get("agent") or "x"),
+        "interrupted, one agent, 30 days": ts.ThreadQuery(
+            status="interrupted", window="30d", agent=(agent or {}).get("agent") or "x"
+        ),
     }
     for name, q in searches.items():
-        baseline = ("live checkpoint tables (latest root checkpoint with an __interrupt__ write)", lambda: db.fetch(
-            LIVE_INTERRUPTED)) if name.startswith("stuck") and label == "1M" else ("-", None)
+        baseline = (
+            (
+                "live checkpoint tables (latest root checkpoint with an __interrupt__ write)",
+                lambda: db.fetch(LIVE_INTERRUPTED),
+            )
+            if name.startswith("stuck") and label == "1M"
+            else ("-", None)
+        )
         query(page, f"search_threads: {name}", lambda q=q: ts.search_threads(db, q), baseline[0], baseline[1])
     query(page, "agents (picker)", lambda: ts.agents(db))
     today = date.today()
@@ -398,6 +497,7 @@ def measure_thread_search(db: Database, query: Callable[..., Any], log: Callable
     def scrape() -> Any:
         with db.connection() as conn:
             return usage_metrics(conn, DEMO_PRICES)
+
     query(page, "exporter: threads by status + LLM tokens/cost", scrape)
 
 
@@ -405,10 +505,19 @@ def thread_search_section(db: Database, query: Callable[..., Any], log: Callable
     """Fill the summary on this copy (migration 080 rewinds the extraction once on an upgraded database: the
     backfill a production upgrade runs in its next sweep), measure at 1M, then on a 10x summary (synthetic)."""
     t = time.perf_counter()
-    done = tool_calls.extract(db, on_batch=lambda r: r.batches % 100 == 0 and log(
-        f"  backfill: {r.checkpoints:,} checkpoints, {r.threads:,} thread summaries"))
-    info["thread_summary_backfill"] = {"s": round(time.perf_counter() - t, 1), "checkpoints": done.checkpoints,
-                                       "writes": done.writes, "threads": done.threads, "usages": done.usages}
+    done = tool_calls.extract(
+        db,
+        on_batch=lambda r: (
+            r.batches % 100 == 0 and log(f"  backfill: {r.checkpoints:,} checkpoints, {r.threads:,} thread summaries")
+        ),
+    )
+    info["thread_summary_backfill"] = {
+        "s": round(time.perf_counter() - t, 1),
+        "checkpoints": done.checkpoints,
+        "writes": done.writes,
+        "threads": done.threads,
+        "usages": done.usages,
+    }
     log(f"thread summary backfill (full re-extraction): {info['thread_summary_backfill']}")
     with psycopg.connect(db.dsn, autocommit=True) as conn:
         conn.execute(MARK_STATUSES)
@@ -422,18 +531,42 @@ def thread_search_section(db: Database, query: Callable[..., Any], log: Callable
     measure_thread_search(db, query, log, info, "synthetic 10x summary")
 
 
-def run(base: str, *, docs: int, customers: int, threads: int, writes: int, erasure_docs: int = 2500,
-        runs: int = 5, renders: int = 3, rebuild: bool = False, server_log: Path | None = None,
-        log: Callable[[str], None] = print, temp_file_limit: str | None = None,
-        in_place: bool = False, only: str | None = None) -> tuple[list[Figure], dict]:
+def run(
+    base: str,
+    *,
+    docs: int,
+    customers: int,
+    threads: int,
+    writes: int,
+    erasure_docs: int = 2500,
+    runs: int = 5,
+    renders: int = 3,
+    rebuild: bool = False,
+    server_log: Path | None = None,
+    log: Callable[[str], None] = print,
+    temp_file_limit: str | None = None,
+    in_place: bool = False,
+    only: str | None = None,
+) -> tuple[list[Figure], dict]:
     """Build (or reuse) the database, measure everything on a fresh copy; returns (figures, info).
     With `in_place`, on the template itself: every read, the erasure of the large customer (then restored by
     the builder's own code path, so the template stays as built) and the sweep job's storage and coverage
     steps, but not the seed loop, the register or the sweep's deletions, which a copy would absorb.
     With `server_log` (the embedded server's log file), each query over its target is run once more
     under auto_explain and its plans are kept in info["explain"]."""
-    dsn, info = database(base, docs, customers, threads, writes, erasure_docs, log, rebuild,
-                         temp_file_limit=temp_file_limit, in_place=in_place, touch_template=only is None)
+    dsn, info = database(
+        base,
+        docs,
+        customers,
+        threads,
+        writes,
+        erasure_docs,
+        log,
+        rebuild,
+        temp_file_limit=temp_file_limit,
+        in_place=in_place,
+        touch_template=only is None,
+    )
     db = Database(dsn)
     info["rows"] = counts(db)
     log(f"rows: {info['rows']}")
@@ -441,8 +574,14 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     today = date.today()
     month = (today - timedelta(days=29), today)
 
-    def query(page: str, name: str, fn: Callable[[], Any], baseline: str = "-",
-              baseline_fn: Callable[[], Any] | None = None, target: float | None = QUERY_TARGET_MS) -> Figure:
+    def query(
+        page: str,
+        name: str,
+        fn: Callable[[], Any],
+        baseline: str = "-",
+        baseline_fn: Callable[[], Any] | None = None,
+        target: float | None = QUERY_TARGET_MS,
+    ) -> Figure:
         ms, baseline_ms = bench_pages.median_ms(fn, runs), None
         if baseline_fn:
             try:
@@ -459,9 +598,12 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     def render(page: str, thread: str | None = None) -> Figure:
         path, params, click = PAGES[page]
         params = dict(params, **({"thread": thread} if thread else {}))
-        fig = Figure(page, "page render (AppTest, empty data cache)",
-                     bench_pages.page_render_ms(dsn, path, params, click, runs=renders, timeout=RENDER_TIMEOUT_S),
-                     target_ms=RENDER_TARGET_MS)
+        fig = Figure(
+            page,
+            "page render (AppTest, empty data cache)",
+            bench_pages.page_render_ms(dsn, path, params, click, runs=renders, timeout=RENDER_TIMEOUT_S),
+            target_ms=RENDER_TARGET_MS,
+        )
         figures.append(fig)
         log(f"  {page}: render {fig.ms:.1f} ms")
         return fig
@@ -478,15 +620,29 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     # Memoria
     log("Memoria")
     query("Memoria", "memory_totals", lambda: reads.memory_totals(db), "naive live count", naive("memory_totals"))
-    query("Memoria", "documents_by_root", lambda: reads.documents_by_root(db), "naive live GROUP BY",
-          naive("documents_by_root"))
-    query("Memoria", "top_prefixes(20)", lambda: reads.top_prefixes(db, 20), "naive live GROUP BY",
-          naive("top_prefixes"))
-    query("Memoria", "oversized_customers", lambda: reads.oversized_customers(db), "naive live GROUP BY",
-          naive("oversized_customers"))
+    query(
+        "Memoria",
+        "documents_by_root",
+        lambda: reads.documents_by_root(db),
+        "naive live GROUP BY",
+        naive("documents_by_root"),
+    )
+    query(
+        "Memoria", "top_prefixes(20)", lambda: reads.top_prefixes(db, 20), "naive live GROUP BY", naive("top_prefixes")
+    )
+    query(
+        "Memoria",
+        "oversized_customers",
+        lambda: reads.oversized_customers(db),
+        "naive live GROUP BY",
+        naive("oversized_customers"),
+    )
     query("Memoria", f"find_namespaces('{SEED_LOOP_CUSTOMER}')", lambda: reads.find_namespaces(db, SEED_LOOP_CUSTOMER))
-    query("Memoria", f"namespace_items(clientes.{SEED_LOOP_CUSTOMER}, 50)",
-          lambda: reads.namespace_items(db, f"clientes.{SEED_LOOP_CUSTOMER}", 50, 0))
+    query(
+        "Memoria",
+        f"namespace_items(clientes.{SEED_LOOP_CUSTOMER}, 50)",
+        lambda: reads.namespace_items(db, f"clientes.{SEED_LOOP_CUSTOMER}", 50, 0),
+    )
     render("Memoria")
 
     # Preferencias
@@ -498,21 +654,39 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     log(f"tool-call extraction step: {extracted.writes:,} writes in {extract_s:,.0f} ms")
     query("Preferencias", "preference_daily(30 days)", lambda: preferences.preference_daily(db, *month))
     query("Preferencias", "preference_by_tipo(30 days)", lambda: preferences.preference_by_tipo(db, *month))
-    query("Preferencias", "writing_conversations(30 days, 50)",
-          lambda: preferences.writing_conversations(db, *month, 50, 0))
-    query("Preferencias", "writing_conversation_count(30 days)",
-          lambda: preferences.writing_conversation_count(db, *month))
+    query(
+        "Preferencias",
+        "writing_conversations(30 days, 50)",
+        lambda: preferences.writing_conversations(db, *month, 50, 0),
+    )
+    query(
+        "Preferencias",
+        "writing_conversation_count(30 days)",
+        lambda: preferences.writing_conversation_count(db, *month),
+    )
     recent_threads = [r["thread_id"] for r in db.fetch(preferences.RECENT_THREADS, {"threads": 500})]
     applied = preferences.preferences_applied(db, 500)
-    info["preferences_applied"] = {"threads": len(recent_threads), "proposals": len(applied.proposals),
-                                   "with_preference": applied.with_preference, "followed": applied.followed}
-    query("Preferencias", "preferences_applied(500 recent threads, extracted tool calls)",
-          lambda: preferences.preferences_applied(db, 500),
-          "fetch + Python decode (core.checkpoint_json) of the same threads' writes",
-          lambda: [payload_json(r["type"], r["blob"]) for r in db.fetch(
-              "SELECT type, blob FROM checkpoint_writes WHERE thread_id = ANY(%s)", (recent_threads,))])
-    query("Preferencias", "preferences_applied(30 days, its 500 most recent threads)",
-          lambda: preferences.preferences_applied(db, 500, *month))
+    info["preferences_applied"] = {
+        "threads": len(recent_threads),
+        "proposals": len(applied.proposals),
+        "with_preference": applied.with_preference,
+        "followed": applied.followed,
+    }
+    query(
+        "Preferencias",
+        "preferences_applied(500 recent threads, extracted tool calls)",
+        lambda: preferences.preferences_applied(db, 500),
+        "fetch + Python decode (core.checkpoint_json) of the same threads' writes",
+        lambda: [
+            payload_json(r["type"], r["blob"])
+            for r in db.fetch("SELECT type, blob FROM checkpoint_writes WHERE thread_id = ANY(%s)", (recent_threads,))
+        ],
+    )
+    query(
+        "Preferencias",
+        "preferences_applied(30 days, its 500 most recent threads)",
+        lambda: preferences.preferences_applied(db, 500, *month),
+    )
     render("Preferencias")
 
     # Barridos (before the sweep: expired documents waiting, empty log)
@@ -533,15 +707,24 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     timeline = views.thread_timeline(db, thread)
     old_id, new_id = timeline["checkpoint_id"].iloc[-2:].tolist()
     customer = timeline["cliente_id"].dropna().iloc[0]
-    info["checkpoints_thread"] = {"thread": thread, "checkpoints": len(timeline),
-                                  "writes": int(views.thread_storage(db, thread)["writes"])}
+    info["checkpoints_thread"] = {
+        "thread": thread,
+        "checkpoints": len(timeline),
+        "writes": int(views.thread_storage(db, thread)["writes"]),
+    }
     query("Checkpoints", "find_thread", lambda: views.find_thread(db, thread))
     query("Checkpoints", "thread_storage", lambda: views.thread_storage(db, thread))
     query("Checkpoints", "thread_timeline", lambda: views.thread_timeline(db, thread))
-    query("Checkpoints", "step_writes (all steps, decoded in SQL)", lambda: views.step_writes(db, thread),
-          "fetch + Python decode (core.checkpoint_json)",
-          lambda: [payload_json(r["type"], r["blob"]) for r in db.fetch(
-              "SELECT type, blob FROM checkpoint_writes WHERE thread_id = %s", (thread,))])
+    query(
+        "Checkpoints",
+        "step_writes (all steps, decoded in SQL)",
+        lambda: views.step_writes(db, thread),
+        "fetch + Python decode (core.checkpoint_json)",
+        lambda: [
+            payload_json(r["type"], r["blob"])
+            for r in db.fetch("SELECT type, blob FROM checkpoint_writes WHERE thread_id = %s", (thread,))
+        ],
+    )
     query("Checkpoints", "checkpoint_diff (last two)", lambda: views.checkpoint_diff(db, thread, old_id, new_id))
     query("Checkpoints", "threads_of_customer (search)", lambda: views.threads_of_customer(db, customer))
     query("Checkpoints", "recent_threads (search)", lambda: views.recent_threads(db))
@@ -549,14 +732,29 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     # (three full scans) is a job cost, measured here once with no page target.
     started = time.perf_counter()
     refreshed = storage.refresh_thread_storage(db)
-    figures.append(Figure("Checkpoints", f"refresh_thread_storage ({refreshed:,} threads; sweep job, not a page read)",
-                          (time.perf_counter() - started) * 1000, target_ms=None))
+    figures.append(
+        Figure(
+            "Checkpoints",
+            f"refresh_thread_storage ({refreshed:,} threads; sweep job, not a page read)",
+            (time.perf_counter() - started) * 1000,
+            target_ms=None,
+        )
+    )
     # the rows as of that refresh (what the page shows once a sweep ran), vs counting them now
-    query("Checkpoints", "table_totals (Storage view, rows as of the last refresh)", lambda: storage.table_totals(db),
-          "three exact count(*) now", lambda: db.fetch(storage.SELECT_TABLE_TOTALS))
-    query("Checkpoints", "largest_threads(20) (Storage view, from core_thread_storage)",
-          lambda: views.largest_threads(db, 20), "live aggregate over the three tables",
-          lambda: db.fetch(views.LIVE_THREAD_STORAGE + " ORDER BY total_bytes DESC, thread_id LIMIT 20"))
+    query(
+        "Checkpoints",
+        "table_totals (Storage view, rows as of the last refresh)",
+        lambda: storage.table_totals(db),
+        "three exact count(*) now",
+        lambda: db.fetch(storage.SELECT_TABLE_TOTALS),
+    )
+    query(
+        "Checkpoints",
+        "largest_threads(20) (Storage view, from core_thread_storage)",
+        lambda: views.largest_threads(db, 20),
+        "live aggregate over the three tables",
+        lambda: db.fetch(views.LIVE_THREAD_STORAGE + " ORDER BY total_bytes DESC, thread_id LIMIT 20"),
+    )
     render("Checkpoints", thread)
 
     # The SQL decoder over that thread's history (every write and blob), vs Python
@@ -567,25 +765,46 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     history = {"thread": thread}
     writes_sql = "SELECT type, blob FROM checkpoint_writes WHERE thread_id = %(thread)s"
     blobs_sql = "SELECT type, blob FROM checkpoint_blobs WHERE thread_id = %(thread)s"
-    sql_ms = bench_pages.median_ms(lambda: (
-        db.fetch("SELECT core_checkpoint_payload(type, blob) FROM checkpoint_writes WHERE thread_id = %(thread)s", history),
-        db.fetch("SELECT core_checkpoint_payload(type, blob) FROM checkpoint_blobs WHERE thread_id = %(thread)s", history)),
-        runs)
-    ref_ms = (python_decode_ms(db, writes_sql, history, payload_json, runs)
-              + python_decode_ms(db, blobs_sql, history, payload_json, runs))
-    lg_ms = (python_decode_ms(db, writes_sql, history, lambda t, b: serde.loads_typed((t, b)), runs)
-             + python_decode_ms(db, blobs_sql, history, lambda t, b: serde.loads_typed((t, b)), runs))
-    n = db.fetch_one("SELECT (SELECT count(*) FROM checkpoint_writes WHERE thread_id = %(thread)s) + "
-                     "(SELECT count(*) FROM checkpoint_blobs WHERE thread_id = %(thread)s) AS n", history)["n"]
+    sql_ms = bench_pages.median_ms(
+        lambda: (
+            db.fetch(
+                "SELECT core_checkpoint_payload(type, blob) FROM checkpoint_writes WHERE thread_id = %(thread)s",
+                history,
+            ),
+            db.fetch(
+                "SELECT core_checkpoint_payload(type, blob) FROM checkpoint_blobs WHERE thread_id = %(thread)s", history
+            ),
+        ),
+        runs,
+    )
+    ref_ms = python_decode_ms(db, writes_sql, history, payload_json, runs) + python_decode_ms(
+        db, blobs_sql, history, payload_json, runs
+    )
+    lg_ms = python_decode_ms(db, writes_sql, history, lambda t, b: serde.loads_typed((t, b)), runs) + python_decode_ms(
+        db, blobs_sql, history, lambda t, b: serde.loads_typed((t, b)), runs
+    )
+    n = db.fetch_one(
+        "SELECT (SELECT count(*) FROM checkpoint_writes WHERE thread_id = %(thread)s) + "
+        "(SELECT count(*) FROM checkpoint_blobs WHERE thread_id = %(thread)s) AS n",
+        history,
+    )["n"]
     name = f"SQL core_checkpoint_payload over one thread's history ({n} writes + blobs)"
     figures.append(Figure("Decoder", name, sql_ms, "fetch + Python core.checkpoint_json", ref_ms, QUERY_TARGET_MS))
-    figures.append(Figure("Decoder", name, sql_ms, "fetch + langgraph JsonPlusSerializer.loads_typed", lg_ms,
-                          QUERY_TARGET_MS))
+    figures.append(
+        Figure("Decoder", name, sql_ms, "fetch + langgraph JsonPlusSerializer.loads_typed", lg_ms, QUERY_TARGET_MS)
+    )
     log(f"  decoder {sql_ms:.1f} ms vs {ref_ms:.1f} / {lg_ms:.1f} ms")
-    figures.append(Figure("Decoder", "one thread's writes from core_checkpoint_writes_view",
-                          bench_pages.median_ms(lambda: db.fetch("SELECT * FROM core_checkpoint_writes_view "
-                                                     "WHERE thread_id = %(thread)s", history), runs),
-                          target_ms=QUERY_TARGET_MS))
+    figures.append(
+        Figure(
+            "Decoder",
+            "one thread's writes from core_checkpoint_writes_view",
+            bench_pages.median_ms(
+                lambda: db.fetch("SELECT * FROM core_checkpoint_writes_view WHERE thread_id = %(thread)s", history),
+                runs,
+            ),
+            target_ms=QUERY_TARGET_MS,
+        )
+    )
 
     # Degradación
     log("Degradación")
@@ -602,12 +821,21 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     # the page reads the coverage the sweep job computed (without one it counts it live, for at most
     # subjects.LIVE_COVERAGE_TIMEOUT_MS): that step, after the storage refresh above, as the sweep runs it
     ms, cov = timed_ms(lambda: subjects.refresh_coverage(db, storage_refreshed=True))
-    figures.append(Figure("Borrado", f"refresh_coverage ({cov.threads:,} threads; sweep job step, not a page read)",
-                          ms, target_ms=None))
+    figures.append(
+        Figure(
+            "Borrado",
+            f"refresh_coverage ({cov.threads:,} threads; sweep job step, not a page read)",
+            ms,
+            target_ms=None,
+        )
+    )
     render("Borrado")
     before = evidence.preview(db, ERASED)
-    info["erased_customer"] = {"customer": ERASED, "rows": {k: v for k, v in before.counts.items() if v},
-                               "threads": len(before.thread_ids)}
+    info["erased_customer"] = {
+        "customer": ERASED,
+        "rows": {k: v for k, v in before.counts.items() if v},
+        "threads": len(before.thread_ids),
+    }
     if in_place:
         _erase_and_restore(db, figures, info, erasure_docs, log)
         db.close()
@@ -617,24 +845,46 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     erase_ms, result = timed_ms(lambda: erasure.erase(db, ERASED, operator="bench"))
     left = {e.table: e.result for e in evidence.run_evidence(db, ERASED, evidence.find_threads(db, ERASED)) if e.result}
     assert result.status == "complete" and not left, (result.report, left)
-    seed_left = {e.table: e.result for e in evidence.run_evidence(
-        db, SEED_LOOP_CUSTOMER, evidence.find_threads(db, SEED_LOOP_CUSTOMER)) if e.result}
-    info["erasure"] = {"deleted": {k: v for k, v in result.deleted.items() if v}, "passes": result.passes,
-                       "seed_loop_deleted": seed_once_n + seed_rest_n, "seed_loop_left_behind": seed_left}
-    figures.append(Figure("Erasure job", f"erase('{ERASED}') complete ({result.deleted.get('store', 0):,} documents, "
-                          f"{len(result.thread_ids)} threads, every evidence query 0)", erase_ms,
-                          f"seed's loop on '{SEED_LOOP_CUSTOMER}', once ({seed_once_n:,} documents, nothing else)",
-                          seed_once_ms))
-    figures.append(Figure("Erasure job", f"erase('{ERASED}') complete", erase_ms,
-                          f"seed's loop on '{SEED_LOOP_CUSTOMER}' until its search is empty "
-                          f"({seed_once_n + seed_rest_n:,} documents; threads and logs left)", seed_once_ms + seed_rest_ms))
+    seed_left = {
+        e.table: e.result
+        for e in evidence.run_evidence(db, SEED_LOOP_CUSTOMER, evidence.find_threads(db, SEED_LOOP_CUSTOMER))
+        if e.result
+    }
+    info["erasure"] = {
+        "deleted": {k: v for k, v in result.deleted.items() if v},
+        "passes": result.passes,
+        "seed_loop_deleted": seed_once_n + seed_rest_n,
+        "seed_loop_left_behind": seed_left,
+    }
+    figures.append(
+        Figure(
+            "Erasure job",
+            f"erase('{ERASED}') complete ({result.deleted.get('store', 0):,} documents, "
+            f"{len(result.thread_ids)} threads, every evidence query 0)",
+            erase_ms,
+            f"seed's loop on '{SEED_LOOP_CUSTOMER}', once ({seed_once_n:,} documents, nothing else)",
+            seed_once_ms,
+        )
+    )
+    figures.append(
+        Figure(
+            "Erasure job",
+            f"erase('{ERASED}') complete",
+            erase_ms,
+            f"seed's loop on '{SEED_LOOP_CUSTOMER}' until its search is empty "
+            f"({seed_once_n + seed_rest_n:,} documents; threads and logs left)",
+            seed_once_ms + seed_rest_ms,
+        )
+    )
     log(f"  erase {erase_ms:.0f} ms vs seed loop {seed_once_ms:.0f} / {seed_once_ms + seed_rest_ms:.0f} ms")
 
     # Registro de borrados (one request now, plus its re-check)
     log("Registro de borrados")
     query("Registro de borrados", "register(500)", lambda: erasure_register.register(db))
     query("Registro de borrados", "rechecks(request)", lambda: erasure_register.rechecks(db, result.request_id))
-    query("Registro de borrados", "evidence_json(request)", lambda: erasure_register.evidence_json(db, result.request_id))
+    query(
+        "Registro de borrados", "evidence_json(request)", lambda: erasure_register.evidence_json(db, result.request_id)
+    )
     render("Registro de borrados")
 
     # A sweep: the job vs the bare store sweep + a set-based retention delete, each rolled back
@@ -658,7 +908,7 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     def set_based_retention(conn: psycopg.Connection) -> int:
         old = [r["thread_id"] for r in conn.execute(sweep.SELECT_OLD_THREADS, (RETENTION_DAYS,)).fetchall()]
         for start in range(0, len(old), bench_sweep.BATCH):
-            batch = old[start:start + bench_sweep.BATCH]
+            batch = old[start : start + bench_sweep.BATCH]
             for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = ANY(%s)", (batch,))
         return len(old)
@@ -669,43 +919,67 @@ def run(base: str, *, docs: int, customers: int, threads: int, writes: int, eras
     assert job.status == "ok", job.error
     assert job.documents_deleted == ttl_n == expired_before, (job.documents_deleted, ttl_n, expired_before)
     assert job.threads_deleted == ret_n, (job.threads_deleted, ret_n)
-    info["sweep"] = {"documents": job.documents_deleted, "vectors": job.vectors_deleted,
-                     "threads_deleted": job.threads_deleted}
-    figures.append(Figure("Sweep job", f"run_sweep: {job.documents_deleted:,} expired documents + "
-                          f"{job.threads_deleted:,} threads older than {RETENTION_DAYS} days, logged", job_ms,
-                          "bare sweep_ttl() + list + set-based DELETE of the same threads", ttl_ms + ret_ms))
+    info["sweep"] = {
+        "documents": job.documents_deleted,
+        "vectors": job.vectors_deleted,
+        "threads_deleted": job.threads_deleted,
+    }
+    figures.append(
+        Figure(
+            "Sweep job",
+            f"run_sweep: {job.documents_deleted:,} expired documents + "
+            f"{job.threads_deleted:,} threads older than {RETENTION_DAYS} days, logged",
+            job_ms,
+            "bare sweep_ttl() + list + set-based DELETE of the same threads",
+            ttl_ms + ret_ms,
+        )
+    )
     log(f"  sweep job {job_ms:.0f} ms vs {ttl_ms:.0f} + {ret_ms:.0f} ms")
 
     # The Sweeps page right after that sweep (what an SRE sees after "sweep now"), then once `store`
     # is vacuumed (what autovacuum does later): a mass delete clears the visibility map, which the
     # index-only scans of the expiry reads depend on.
-    for group, prepare in (("Barridos (right after the sweep)", None), ("Barridos (after the sweep + VACUUM)", "VACUUM ANALYZE store")):
+    for group, prepare in (
+        ("Barridos (right after the sweep)", None),
+        ("Barridos (after the sweep + VACUUM)", "VACUUM ANALYZE store"),
+    ):
         log(group)
         if prepare:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(prepare)
         for name, fn in sweeps_calls.items():
             query(group, name, fn)
-        figures.append(Figure(group, "page render (AppTest, empty data cache)",
-                              bench_pages.page_render_ms(dsn, PAGES["Barridos"][0], runs=renders,
-                                                         timeout=RENDER_TIMEOUT_S),
-                              target_ms=RENDER_TARGET_MS))
+        figures.append(
+            Figure(
+                group,
+                "page render (AppTest, empty data cache)",
+                bench_pages.page_render_ms(dsn, PAGES["Barridos"][0], runs=renders, timeout=RENDER_TIMEOUT_S),
+                target_ms=RENDER_TARGET_MS,
+            )
+        )
     log("Buscar hilos")  # last: its synthetic 10x summary must not reach the other sections
     thread_search_section(db, query, log, info)
     db.close()
     return figures, info
 
 
-def _erase_and_restore(db: Database, figures: list[Figure], info: dict, erasure_docs: int,
-                       log: Callable[[str], None]) -> None:
+def _erase_and_restore(
+    db: Database, figures: list[Figure], info: dict, erasure_docs: int, log: Callable[[str], None]
+) -> None:
     """In place: the erasure of the large customer, checked complete, then the customer written again by the
     builder's own code (bench_erasure.populate) and its threads token-indexed."""
     erase_ms, result = timed_ms(lambda: erasure.erase(db, ERASED, operator="bench"))
     left = {e.table: e.result for e in evidence.run_evidence(db, ERASED, evidence.find_threads(db, ERASED)) if e.result}
     assert result.status == "complete" and not left, (result.report, left)
     info["erasure"] = {"deleted": {k: v for k, v in result.deleted.items() if v}, "passes": result.passes}
-    figures.append(Figure("Erasure job", f"erase('{ERASED}') complete ({result.deleted.get('store', 0):,} documents, "
-                          f"{len(result.thread_ids)} threads, every evidence query 0)", erase_ms))
+    figures.append(
+        Figure(
+            "Erasure job",
+            f"erase('{ERASED}') complete ({result.deleted.get('store', 0):,} documents, "
+            f"{len(result.thread_ids)} threads, every evidence query 0)",
+            erase_ms,
+        )
+    )
     log(f"  erase {erase_ms:.0f} ms; restoring {ERASED}")
     bench_erasure.populate(db, erasure_docs, 0, customer=ERASED)
     token_index.index_pending(db)
@@ -713,12 +987,17 @@ def _erase_and_restore(db: Database, figures: list[Figure], info: dict, erasure_
 
 # --- output --------------------------------------------------------------------------------------
 
+
 def table(figures: list[Figure], size: str, command: str) -> str:
-    lines = ["| size | page / job | figure | ms (median) | baseline | baseline ms | ratio | target |",
-             "|---|---|---|---:|---|---:|---:|---|"]
+    lines = [
+        "| size | page / job | figure | ms (median) | baseline | baseline ms | ratio | target |",
+        "|---|---|---|---:|---|---:|---:|---|",
+    ]
     for f in figures:
         ratio = f"{f.ratio:.1f}x" if f.ratio else "-"
-        target = "-" if f.target_ms is None else (f"< {f.target_ms:.0f} ms " + ("ok" if f.meets_target else "**missed**"))
+        target = (
+            "-" if f.target_ms is None else (f"< {f.target_ms:.0f} ms " + ("ok" if f.meets_target else "**missed**"))
+        )
         base = "-" if f.baseline_ms is None else f"{f.baseline_ms:.1f}"
         lines.append(f"| {size} | {f.page} | {f.name} | {f.ms:.1f} | {f.baseline} | {base} | {ratio} | {target} |")
     lines.append(f"\nCommand: `{command}`")
@@ -735,14 +1014,21 @@ def growth(figures: list[Figure], other: Path) -> str:
     then = json.loads(other.read_text())
     there = {_key(f["page"], f["name"], f["baseline"]): f["ms"] for f in then["figures"]}
     rows = then["info"]["rows"]
-    lines = [f"Growth against {other} ({rows['store']:,} docs / {rows['threads']:,} threads / "
-             f"{rows['checkpoint_writes']:,} writes):", "",
-             "| page / job | figure | ms there | ms here | here / there |", "|---|---|---:|---:|---:|"]
+    lines = [
+        f"Growth against {other} ({rows['store']:,} docs / {rows['threads']:,} threads / "
+        f"{rows['checkpoint_writes']:,} writes):",
+        "",
+        "| page / job | figure | ms there | ms here | here / there |",
+        "|---|---|---:|---:|---:|",
+    ]
     for f in figures:
         was = there.get(_key(f.page, f.name, f.baseline))
         if was is not None:
-            lines.append(f"| {f.page} | {f.name} | {was:.1f} | {f.ms:.1f} | {f.ms / was:.1f}x |" if was else
-                         f"| {f.page} | {f.name} | {was:.1f} | {f.ms:.1f} | - |")
+            lines.append(
+                f"| {f.page} | {f.name} | {was:.1f} | {f.ms:.1f} | {f.ms / was:.1f}x |"
+                if was
+                else f"| {f.page} | {f.name} | {was:.1f} | {f.ms:.1f} | - |"
+            )
     return "\n".join(lines)
 
 
@@ -760,29 +1046,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rebuild", action="store_true", help="build the database again even if it exists")
     parser.add_argument("--json", type=Path, help="also write the figures and row counts here")
     parser.add_argument("--build-only", action="store_true", help="build the template (if missing) and stop")
-    parser.add_argument("--temp-file-limit", help="PostgreSQL temp_file_limit of the run copy (e.g. 4GB): a "
-                        "query that would fill the disk fails instead")
-    parser.add_argument("--in-place", action="store_true", help="measure on the template itself (no copy: for a "
-                        "disk without room for one); no seed loop, register or sweep deletions")
-    parser.add_argument("--only", choices=["search"], help="measure one section only (search: thread search and "
-                        "token usage, issue 31, including the summary's backfill and a synthetic 10x summary)")
+    parser.add_argument(
+        "--temp-file-limit",
+        help="PostgreSQL temp_file_limit of the run copy (e.g. 4GB): a query that would fill the disk fails instead",
+    )
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="measure on the template itself (no copy: for a "
+        "disk without room for one); no seed loop, register or sweep deletions",
+    )
+    parser.add_argument(
+        "--only",
+        choices=["search"],
+        help="measure one section only (search: thread search and "
+        "token usage, issue 31, including the summary's backfill and a synthetic 10x summary)",
+    )
     parser.add_argument("--compare", type=Path, help="the --json of a run at another size: print how each figure grew")
     args = parser.parse_args(argv)
-    sizes = dict(SMOKE) if args.smoke else {
-        "docs": args.docs, "customers": args.customers, "threads": args.threads, "writes": args.writes,
-        "erasure_docs": args.erasure_docs, "runs": args.runs, "renders": args.renders}
+    sizes = (
+        dict(SMOKE)
+        if args.smoke
+        else {
+            "docs": args.docs,
+            "customers": args.customers,
+            "threads": args.threads,
+            "writes": args.writes,
+            "erasure_docs": args.erasure_docs,
+            "runs": args.runs,
+            "renders": args.renders,
+        }
+    )
     args.data.mkdir(parents=True, exist_ok=True)
     base = embedded_dsn(args.data)
     print(f"embedded PostgreSQL in {args.data}; python {sys.version.split()[0]}; load {os.getloadavg()}", flush=True)
     started = time.perf_counter()
     if args.build_only:
-        _, info = database(base, sizes["docs"], sizes["customers"], sizes["threads"], sizes["writes"],
-                           sizes["erasure_docs"], lambda s: print(s, flush=True), args.rebuild, build_only=True)
+        _, info = database(
+            base,
+            sizes["docs"],
+            sizes["customers"],
+            sizes["threads"],
+            sizes["writes"],
+            sizes["erasure_docs"],
+            lambda s: print(s, flush=True),
+            args.rebuild,
+            build_only=True,
+        )
         print(json.dumps(info, default=str))
         return 0
-    figures, info = run(base, log=lambda s: print(s, flush=True), rebuild=args.rebuild or args.smoke,
-                        server_log=args.data / "pg" / "log", temp_file_limit=args.temp_file_limit,
-                        in_place=args.in_place, only=args.only, **sizes)
+    figures, info = run(
+        base,
+        log=lambda s: print(s, flush=True),
+        rebuild=args.rebuild or args.smoke,
+        server_log=args.data / "pg" / "log",
+        temp_file_limit=args.temp_file_limit,
+        in_place=args.in_place,
+        only=args.only,
+        **sizes,
+    )
     info["total_s"] = round(time.perf_counter() - started, 1)
     info["load_after"] = os.getloadavg()
     command = "python -m bench.bench_production " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -798,7 +1120,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         print("\n" + growth(figures, args.compare))
     if args.json:
-        args.json.write_text(json.dumps({"info": info, "figures": [f.__dict__ for f in figures]}, default=str, indent=1))
+        args.json.write_text(
+            json.dumps({"info": info, "figures": [f.__dict__ for f in figures]}, default=str, indent=1)
+        )
     return 0
 
 

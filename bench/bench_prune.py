@@ -9,6 +9,7 @@ replicated by COPY (bench/bench_decoder.replicate) until `checkpoint_writes` hol
 of an embedded PostgreSQL (folder --data), then VACUUM ANALYZE. The writer is a stock PostgresSaver on its own pool
 saving a 3-channel checkpoint (one list blob) and 2 writes per step on its own threads, as fast as it can.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ from core.migrate import migrate  # noqa: E402
 DIMS = 64
 BASELINE_S = 10.0
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
-SIZES = "SELECT " + ", ".join(f"(SELECT count(*) FROM {t}) AS {t}_rows, pg_total_relation_size('{t}') AS {t}_bytes"
-                              for t in TABLES)
+SIZES = "SELECT " + ", ".join(
+    f"(SELECT count(*) FROM {t}) AS {t}_rows, pg_total_relation_size('{t}') AS {t}_bytes" for t in TABLES
+)
 
 
 class Writer:
@@ -44,8 +46,13 @@ class Writer:
         from langgraph.checkpoint.postgres import PostgresSaver
         from psycopg_pool import ConnectionPool
 
-        self.pool = ConnectionPool(dsn, min_size=1, max_size=2, open=True,
-                                   kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
+        self.pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=2,
+            open=True,
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        )
         self.saver = PostgresSaver(self.pool)
         self.stop = threading.Event()
         self.latencies: list[float] = []
@@ -55,12 +62,19 @@ class Writer:
 
         checkpoint = empty_checkpoint()
         version = f"{n + 1:032d}.0.5"
-        checkpoint["channel_values"] = {"messages": [f"mensaje {i}" for i in range(n % 20 + 1)], "step": n,
-                                        "tool": "recordar_preferencia"}
+        checkpoint["channel_values"] = {
+            "messages": [f"mensaje {i}" for i in range(n % 20 + 1)],
+            "step": n,
+            "tool": "recordar_preferencia",
+        }
         checkpoint["channel_versions"] = {"messages": version, "step": version, "tool": version}
         t = time.perf_counter()
-        saved = self.saver.put(config, checkpoint, {"source": "loop", "step": n, "parents": {}},
-                               {"messages": version, "step": version, "tool": version})
+        saved = self.saver.put(
+            config,
+            checkpoint,
+            {"source": "loop", "step": n, "parents": {}},
+            {"messages": version, "step": version, "tool": version},
+        )
         self.saver.put_writes(saved, [("messages", [f"nuevo {n}"]), ("step", n + 1)], str(uuid.uuid4()))
         self.latencies.append((time.perf_counter() - t) * 1000)
         return saved
@@ -133,20 +147,30 @@ def main(argv: list[str] | None = None) -> int:
     assert (dry.checkpoints, dry.writes, dry.blobs) == (done.checkpoints, done.writes, done.blobs)
     assert written == len(during), (written, len(during))  # every checkpoint the writer saved meanwhile is there
     mb = lambda row: sum(row[f"{t}_bytes"] for t in TABLES) / 1e6  # noqa: E731
-    print(f"\n## keep latest {args.keep}, {before['checkpoint_writes_rows']:,} checkpoint writes, "
-          f"{before['checkpoints_rows']:,} checkpoints, {before['checkpoint_blobs_rows']:,} blobs ({mb(before):.1f} MB)")
+    print(
+        f"\n## keep latest {args.keep}, {before['checkpoint_writes_rows']:,} checkpoint writes, "
+        f"{before['checkpoints_rows']:,} checkpoints, {before['checkpoint_blobs_rows']:,} blobs ({mb(before):.1f} MB)"
+    )
     print("| step | seconds | result |\n|---|---:|---|")
-    print(f"| dry run (plan only) | {dry_s:.1f} | {dry.candidates:,} candidate threads, would free {dry.bytes / 1e6:.1f} MB |")
-    print(f"| prune ({done.batches} batches of {prune.PRUNE_BATCH_THREADS} threads) | {prune_s:.1f} | "
-          f"{len(done.threads):,} threads: {done.checkpoints:,} checkpoints, {done.writes:,} writes, {done.blobs:,} blobs "
-          f"deleted; {done.bytes / 1e6:.1f} MB of payload |")
-    print(f"| VACUUM (ANALYZE) of the three tables | {vacuum_s:.1f} | on-disk {mb(before):.1f} MB before, "
-          f"{mb(after):.1f} MB after the prune, {mb(vacuumed):.1f} MB after VACUUM (space reusable, not returned) |")
+    print(
+        f"| dry run (plan only) | {dry_s:.1f} | {dry.candidates:,} candidate threads, would free {dry.bytes / 1e6:.1f} MB |"
+    )
+    print(
+        f"| prune ({done.batches} batches of {prune.PRUNE_BATCH_THREADS} threads) | {prune_s:.1f} | "
+        f"{len(done.threads):,} threads: {done.checkpoints:,} checkpoints, {done.writes:,} writes, {done.blobs:,} blobs "
+        f"deleted; {done.bytes / 1e6:.1f} MB of payload |"
+    )
+    print(
+        f"| VACUUM (ANALYZE) of the three tables | {vacuum_s:.1f} | on-disk {mb(before):.1f} MB before, "
+        f"{mb(after):.1f} MB after the prune, {mb(vacuumed):.1f} MB after VACUUM (space reusable, not returned) |"
+    )
     print("\n| concurrent stock saver put + put_writes | latency |\n|---|---|")
     print(f"| without the prune ({BASELINE_S:.0f} s) | {summary(baseline)} |")
     print(f"| during the prune ({prune_s:.1f} s) | {summary(during)} |")
-    print(f"\nThe writer's {written:,} checkpoints saved during the prune (after its cut) were all kept, and are in the "
-          f"sizes after it.")
+    print(
+        f"\nThe writer's {written:,} checkpoints saved during the prune (after its cut) were all kept, and are in the "
+        f"sizes after it."
+    )
     return 0
 
 

@@ -12,6 +12,7 @@ page with Preview clicked (AppTest, as bench_production does), erases the custom
 is 0; --sweep runs the sweep job (TTL sweep, retention, storage refresh, tool calls, token index, the erasure
 register's re-check) once. Both refuse a database whose name does not end in `_run` (bench_production's copy).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,9 @@ import psycopg
 from bench import bench_pages
 from core.db import Database, embedded_dsn
 from core.operations import sweep
-from core.privacy import erasure, evidence, residue as res, subjects as subj, token_index
+from core.privacy import erasure, evidence, token_index
+from core.privacy import residue as res
+from core.privacy import subjects as subj
 
 
 def timed(fn):
@@ -61,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         ms, everything = timed(lambda: token_index.candidates(conn, [t.term for t in terms]))
         row("baseline: threads to read for every term", ms, everything.describe())
         ms, residue = timed(lambda: res.residue_conn(conn, args.customer, subjects.threads, terms))
-        row("residue scan (read, match, decode, count common terms)", ms,
-                     f"{residue.candidates} raw candidates, {len(residue.matches)} confirmed")
+        row(
+            "residue scan (read, match, decode, count common terms)",
+            ms,
+            f"{residue.candidates} raw candidates, {len(residue.matches)} confirmed",
+        )
         ms, _ = timed(lambda: res.residue_conn(conn, args.customer, subjects.threads, terms, count_common=False))
         row("residue scan as the erasure runs it (common terms not counted)", ms, "")
     for n in range(args.runs):
@@ -71,13 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     ms, _ = timed(lambda: evidence.preview(db, args.customer, count_common=True))
     row(f"preview('{args.customer}', count_common=True): the page's button", ms, "")
     if args.erase:
-        ms = bench_pages.page_render_ms(dsn, "app_pages/erasure.py", {"cliente": args.customer}, "erasure.preview",
-                                        runs=args.runs, timeout=3600)
+        ms = bench_pages.page_render_ms(
+            dsn, "app_pages/erasure.py", {"cliente": args.customer}, "erasure.preview", runs=args.runs, timeout=3600
+        )
         row("Erasure page render with Preview clicked (AppTest, median)", ms, "")
         ms, result = timed(lambda: erasure.erase(db, args.customer, operator="bench"))
         nonzero = {e.table: e.result for e in result.evidence if e.result}
-        row(f"erase('{args.customer}')", ms, f"status {result.status}; {result.deleted.get('store', 0):,} "
-                     f"documents; evidence queries not 0: {nonzero or 'none'}")
+        row(
+            f"erase('{args.customer}')",
+            ms,
+            f"status {result.status}; {result.deleted.get('store', 0):,} "
+            f"documents; evidence queries not 0: {nonzero or 'none'}",
+        )
     if args.sweep:
         ms, swept = timed(lambda: sweep.run_sweep(db, trigger="manual", operator="bench_residue"))
         row("sweep job (with the erasure register's re-check)", ms, swept.summary()[:300])

@@ -16,13 +16,13 @@ BENCHMARKS.md, "Many sessions on one process", and the sizing advice in README's
 
 Only reads: the sessions never erase or sweep (a --production run reads the template in place, unchanged).
 """
+
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,8 +38,17 @@ from bench.st_client import StreamlitSession
 
 ROOT = Path(__file__).resolve().parent.parent
 # the pages a person opens, by URL path; the Degradation page is the refreshing sessions' own
-PAGES = ["memory", "preferences", "sweeps", "checkpoints", "degradation", "erasure", "erasure-register", "access",
-         "access-register"]
+PAGES = [
+    "memory",
+    "preferences",
+    "sweeps",
+    "checkpoints",
+    "degradation",
+    "erasure",
+    "erasure-register",
+    "access",
+    "access-register",
+]
 DEGRADATION = "degradation"
 
 
@@ -77,13 +86,38 @@ def free_port() -> int:
 
 def start_dashboard(dsn: str, dims: int, extra_env: dict[str, str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "PG_AGENTES": dsn, "EMBEDDINGS_DIMS": str(dims), "AUTO_MIGRATE": "0", "SEED_DEMO": "0",
-           "DEMO_REPLICAS": "0", **extra_env}
+    env = {
+        **os.environ,
+        "PG_AGENTES": dsn,
+        "EMBEDDINGS_DIMS": str(dims),
+        "AUTO_MIGRATE": "0",
+        "SEED_DEMO": "0",
+        "DEMO_REPLICAS": "0",
+        **extra_env,
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "dashboard.py", "--server.headless", "true", "--server.port",
-         str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=tempfile.TemporaryFile(), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "dashboard.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.fileWatcherType",
+            "none",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=tempfile.TemporaryFile(),
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -112,8 +146,9 @@ def postgres_cpu_s(dsn: str) -> float:
     return total
 
 
-async def person(url: str, level: Level, stop_at: float, rng: random.Random, think: tuple[float, float],
-                 refreshing: bool) -> None:
+async def person(
+    url: str, level: Level, stop_at: float, rng: random.Random, think: tuple[float, float], refreshing: bool
+) -> None:
     """One person: a page, a think time, another page... (`refreshing`: the Degradation page, and stays). Between
     pages, as the browser does, each fragment of the open page with a run_every (the sidebar's status, the
     Degradation page's live part) is rerun at its interval."""
@@ -166,8 +201,9 @@ async def person(url: str, level: Level, stop_at: float, rng: random.Random, thi
         level.failures.append(f"{type(exc).__name__}: {exc}")
 
 
-async def drive(url: str, level: Level, duration: float, ramp: float, think: tuple[float, float],
-                refresh_every: int, seed: int) -> None:
+async def drive(
+    url: str, level: Level, duration: float, ramp: float, think: tuple[float, float], refresh_every: int, seed: int
+) -> None:
     stop_at = time.monotonic() + ramp + duration
     tasks = []
     for i in range(level.sessions):
@@ -178,8 +214,19 @@ async def drive(url: str, level: Level, duration: float, ramp: float, think: tup
     await asyncio.gather(*tasks)
 
 
-def run_level(dsn: str, dims: int, sessions: int, *, duration: float, ramp: float, think: tuple[float, float],
-              refresh_every: int, seed: int, extra_env: dict[str, str], profile: Path | None = None) -> Level:
+def run_level(
+    dsn: str,
+    dims: int,
+    sessions: int,
+    *,
+    duration: float,
+    ramp: float,
+    think: tuple[float, float],
+    refresh_every: int,
+    seed: int,
+    extra_env: dict[str, str],
+    profile: Path | None = None,
+) -> Level:
     """One level; with `profile`, py-spy samples the dashboard over the steady part into that file (collapsed
     stacks), summarised by `where_the_time_goes`."""
     level = Level(sessions)
@@ -187,9 +234,25 @@ def run_level(dsn: str, dims: int, sessions: int, *, duration: float, ramp: floa
     spy = None
     try:
         if profile:
-            spy = subprocess.Popen(["py-spy", "record", "--pid", str(proc.pid), "--rate", "20", "--duration",
-                                    str(int(duration)), "--format", "raw", "--nonblocking", "--output", str(profile)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = subprocess.Popen(
+                [
+                    "py-spy",
+                    "record",
+                    "--pid",
+                    str(proc.pid),
+                    "--rate",
+                    "20",
+                    "--duration",
+                    str(int(duration)),
+                    "--format",
+                    "raw",
+                    "--nonblocking",
+                    "--output",
+                    str(profile),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         dashboard = psutil.Process(proc.pid)
         level.rss_idle_mb = dashboard.memory_info().rss / 1e6
         cpu0, pg0, t0 = sum(dashboard.cpu_times()[:2]), postgres_cpu_s(dsn), time.monotonic()
@@ -222,22 +285,32 @@ def run_level(dsn: str, dims: int, sessions: int, *, duration: float, ramp: floa
 
 
 def report(levels: list[Level], header: str) -> str:
-    lines = [header, "",
-             "| sessions | page loads | p50 s | p95 s | max s | fragment reruns (p50 / p95 s) | failures "
-             "| RSS idle / peak / end MB | CPU s: dashboard / PostgreSQL (wall s) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        header,
+        "",
+        "| sessions | page loads | p50 s | p95 s | max s | fragment reruns (p50 / p95 s) | failures "
+        "| RSS idle / peak / end MB | CPU s: dashboard / PostgreSQL (wall s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for lv in levels:
         pages = lv.all_pages()
-        fragments = "; ".join(f"{k}: {len(v)} ({pct(v, 50):.2f} / {pct(v, 95):.2f})"
-                              for k, v in sorted(lv.fragment_s.items()))
-        lines.append(f"| {lv.sessions} | {len(pages)} | {pct(pages, 50):.2f} | {pct(pages, 95):.2f} | "
-                     f"{max(pages, default=float('nan')):.2f} | {fragments or '-'} | "
-                     f"{len(lv.failures)} | {lv.rss_idle_mb:.0f} / {lv.rss_peak_mb:.0f} / {lv.rss_end_mb:.0f} | "
-                     f"{lv.dashboard_cpu_s:.0f} / {lv.postgres_cpu_s:.0f} ({lv.wall_s:.0f}) |")
+        fragments = "; ".join(
+            f"{k}: {len(v)} ({pct(v, 50):.2f} / {pct(v, 95):.2f})" for k, v in sorted(lv.fragment_s.items())
+        )
+        lines.append(
+            f"| {lv.sessions} | {len(pages)} | {pct(pages, 50):.2f} | {pct(pages, 95):.2f} | "
+            f"{max(pages, default=float('nan')):.2f} | {fragments or '-'} | "
+            f"{len(lv.failures)} | {lv.rss_idle_mb:.0f} / {lv.rss_peak_mb:.0f} / {lv.rss_end_mb:.0f} | "
+            f"{lv.dashboard_cpu_s:.0f} / {lv.postgres_cpu_s:.0f} ({lv.wall_s:.0f}) |"
+        )
     pages = sorted({p for lv in levels for p in lv.page_s})
-    lines += ["", "Per page, p50 / p95 s (loads) at each level:", "",
-              "| page | " + " | ".join(f"{lv.sessions} sessions" for lv in levels) + " |",
-              "|---|" + "---|" * len(levels)]
+    lines += [
+        "",
+        "Per page, p50 / p95 s (loads) at each level:",
+        "",
+        "| page | " + " | ".join(f"{lv.sessions} sessions" for lv in levels) + " |",
+        "|---|" + "---|" * len(levels),
+    ]
     for page in pages:
         cells = []
         for lv in levels:
@@ -270,8 +343,10 @@ def where_the_time_goes(profile: Path, top: int = 20) -> str:
         key = f"{frames[ours[-1]]} -> {callee}"
         counts[key] = counts.get(key, 0) + int(n)
     rows = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
-    return "\n".join([f"{total} samples in script runs, by our deepest frame -> the call it was in:"] +
-                      [f"{100 * n / total:5.1f}%  {frame}" for frame, n in rows])
+    return "\n".join(
+        [f"{total} samples in script runs, by our deepest frame -> the call it was in:"]
+        + [f"{100 * n / total:5.1f}%  {frame}" for frame, n in rows]
+    )
 
 
 def production_dsn(data: Path) -> tuple[str, int]:
@@ -280,9 +355,13 @@ def production_dsn(data: Path) -> tuple[str, int]:
 
     base = embedded_dsn(data)
     with psycopg.connect(base) as conn:
-        names = [r[0] for r in conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_prod\\_%' AND datname NOT LIKE '%\\_building' "
-            "AND datname NOT LIKE '%\\_run' ORDER BY pg_database_size(datname) DESC")]
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_prod\\_%' AND datname NOT LIKE '%\\_building' "
+                "AND datname NOT LIKE '%\\_run' ORDER BY pg_database_size(datname) DESC"
+            )
+        ]
     if not names:
         raise SystemExit(f"no bench_production template in {data}: python -m bench.bench_production --build-only")
     return psycopg.conninfo.make_conninfo(base, dbname=names[0]), DIMS
@@ -298,8 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=90, help="seconds of steady load per level")
     parser.add_argument("--ramp", type=float, default=10, help="seconds over which the sessions open")
     parser.add_argument("--think", type=float, nargs=2, default=(3.0, 12.0), help="think time range, seconds")
-    parser.add_argument("--refresh-every", type=int, default=5,
-                        help="every Nth session sits on the Degradation page (0: none)")
+    parser.add_argument(
+        "--refresh-every", type=int, default=5, help="every Nth session sits on the Degradation page (0: none)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the dashboard (repeatable)")
     parser.add_argument("--profile", type=Path, help="folder: py-spy samples the dashboard at each level")
@@ -314,17 +394,32 @@ def main(argv: list[str] | None = None) -> int:
         profile = args.profile / f"sessions-{n}.txt" if args.profile else None
         if profile:
             args.profile.mkdir(parents=True, exist_ok=True)
-        level = run_level(dsn, dims, n, duration=args.duration, ramp=args.ramp, think=tuple(args.think),
-                          refresh_every=args.refresh_every, seed=args.seed, extra_env=extra_env, profile=profile)
+        level = run_level(
+            dsn,
+            dims,
+            n,
+            duration=args.duration,
+            ramp=args.ramp,
+            think=tuple(args.think),
+            refresh_every=args.refresh_every,
+            seed=args.seed,
+            extra_env=extra_env,
+            profile=profile,
+        )
         levels.append(level)
         if profile and profile.exists():
             print(where_the_time_goes(profile), flush=True)
-        print(f"{n} sessions: {len(level.all_pages())} page loads, p95 {pct(level.all_pages(), 95):.2f} s, "
-              f"{len(level.failures)} failures; load {os.getloadavg()}", flush=True)
-    header = (f"`python -m bench.bench_sessions {' '.join(argv if argv is not None else sys.argv[1:])}`: "
-              f"{docs:,} documents, {writes:,} checkpoint writes; {os.cpu_count()} cores, load at the end "
-              f"{tuple(round(x, 1) for x in os.getloadavg())}; think {args.think[0]:g}-{args.think[1]:g} s, "
-              f"every {args.refresh_every}th session on the Degradation page; --duration {args.duration:g} s")
+        print(
+            f"{n} sessions: {len(level.all_pages())} page loads, p95 {pct(level.all_pages(), 95):.2f} s, "
+            f"{len(level.failures)} failures; load {os.getloadavg()}",
+            flush=True,
+        )
+    header = (
+        f"`python -m bench.bench_sessions {' '.join(argv if argv is not None else sys.argv[1:])}`: "
+        f"{docs:,} documents, {writes:,} checkpoint writes; {os.cpu_count()} cores, load at the end "
+        f"{tuple(round(x, 1) for x in os.getloadavg())}; think {args.think[0]:g}-{args.think[1]:g} s, "
+        f"every {args.refresh_every}th session on the Degradation page; --duration {args.duration:g} s"
+    )
     print(report(levels, header))
     return 1 if any(lv.failures for lv in levels) else 0
 

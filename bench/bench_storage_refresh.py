@@ -11,6 +11,7 @@ measured, then dropped. The summary alone (first: it also warms the cache) and t
 incremental runs commit, as the sweep does (the second reads the first's fingerprints). The load average is printed
 with each figure: on a shared machine the ratios to the baseline are the comparable figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,11 @@ BASELINE_REV = "32ce943"
 def old_storage(rev: str = BASELINE_REV) -> types.ModuleType:
     """core/checkpoints/storage.py with its storage_detail as of `rev`, loaded from git (they run on today's schema:
     the old refresh leaves the new columns NULL and the new table alone)."""
+
     def load(name: str, path: str, **extra) -> types.ModuleType:
-        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True, capture_output=True,
-                              text=True).stdout
+        text = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True, capture_output=True, text=True
+        ).stdout
         module = types.ModuleType(name)
         module.__dict__.update(extra)
         sys.modules[name] = module  # dataclasses look their module up
@@ -68,8 +71,11 @@ def alone(old: types.ModuleType, conn: psycopg.Connection, keys: tuple[str, ...]
     flags, array = old._key_flags(keys)
     threads = batches = 0
     for lo, hi in old.thread_ranges(conn, old.SELECT_BATCH_END, batch_rows - 1):
-        row = conn.execute(pgsql.SQL(old.INSERT_STORAGE_BATCH).format(
-            flags=flags, keys=array, range=old.key_ranges(lo, hi), known=old.storage_detail.NOT_CHECKED)).fetchone()
+        row = conn.execute(
+            pgsql.SQL(old.INSERT_STORAGE_BATCH).format(
+                flags=flags, keys=array, range=old.key_ranges(lo, hi), known=old.storage_detail.NOT_CHECKED
+            )
+        ).fetchone()
         threads += int(row["threads"])
         batches += 1
     return {"threads": threads, "batches": batches, "detailed": None}
@@ -88,13 +94,20 @@ def agent_turns(dsn: str, existing: int, new: int) -> list[str]:
 
     db = Database(dsn)
     try:
-        picked = db.fetch("SELECT thread_id, cliente_id FROM core_thread_storage WHERE cliente_id IS NOT NULL "
-                          "ORDER BY hashtext(thread_id) LIMIT %s", (existing,), read_only=False)
+        picked = db.fetch(
+            "SELECT thread_id, cliente_id FROM core_thread_storage WHERE cliente_id IS NOT NULL "
+            "ORDER BY hashtext(thread_id) LIMIT %s",
+            (existing,),
+            read_only=False,
+        )
         threads = [(r["thread_id"], r["cliente_id"]) for r in picked]
         threads += [(f"cliente-bench{k}-refresh", f"bench{k}") for k in range(new)]
-        agent = build_agent("atencion-cliente", ScriptedChatModel(),
-                            store=build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS),
-                            checkpointer=PostgresSaver(db.pool))
+        agent = build_agent(
+            "atencion-cliente",
+            ScriptedChatModel(),
+            store=build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS),
+            checkpointer=PostgresSaver(db.pool),
+        )
         for thread, customer in threads:
             run_turn(agent, ContextoCliente(customer), thread, "Hola, ¿y mi pedido?")
         return [t for t, _ in threads]
@@ -126,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         migrate(dsn, DIMS)
         with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
             conn.execute("ANALYZE")
-            counts = conn.execute("SELECT (SELECT count(*) FROM checkpoints) AS checkpoints, (SELECT count(*) FROM "
-                                  "checkpoint_blobs) AS blobs, (SELECT count(*) FROM checkpoint_writes) AS writes"
-                                  ).fetchone()
+            counts = conn.execute(
+                "SELECT (SELECT count(*) FROM checkpoints) AS checkpoints, (SELECT count(*) FROM "
+                "checkpoint_blobs) AS blobs, (SELECT count(*) FROM checkpoint_writes) AS writes"
+            ).fetchone()
             print(f"rows: {counts}", flush=True)
 
             def measure(label: str, run, rollback: bool) -> None:
@@ -141,34 +155,56 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((label, seconds, load, done, orphans))
                 print(f"{label}: {seconds:.1f} s (load {load:.1f})", flush=True)
 
-            measure("core_thread_storage alone (before issue 27's detail)",
-                    lambda: alone(old, conn, keys, args.batch_rows), True)
-            measure("baseline: the old full refresh (every thread's detail, every run)",
-                    lambda: old.refresh_storage_conn(conn, keys, args.batch_rows, known_query=None), True)
-            measure("incremental refresh, first run (no fingerprints yet: every thread)",
-                    lambda: storage.refresh_storage_conn(conn, keys, args.batch_rows, known_query=None), False)
+            measure(
+                "core_thread_storage alone (before issue 27's detail)",
+                lambda: alone(old, conn, keys, args.batch_rows),
+                True,
+            )
+            measure(
+                "baseline: the old full refresh (every thread's detail, every run)",
+                lambda: old.refresh_storage_conn(conn, keys, args.batch_rows, known_query=None),
+                True,
+            )
+            measure(
+                "incremental refresh, first run (no fingerprints yet: every thread)",
+                lambda: storage.refresh_storage_conn(conn, keys, args.batch_rows, known_query=None),
+                False,
+            )
             t = time.perf_counter()
             written = agent_turns(dsn, args.existing, args.new)
-            print(f"{len(written)} agent turns ({args.existing} existing threads, {args.new} new) in "
-                  f"{time.perf_counter() - t:.0f} s", flush=True)
-            measure(f"incremental refresh, second run after {len(written)} agent turns",
-                    lambda: storage.refresh_storage_conn(conn, keys, args.batch_rows, known_query=None), False)
-            measure("incremental refresh, third run (nothing written since)",
-                    lambda: storage.refresh_storage_conn(conn, keys, args.batch_rows, known_query=None), False)
+            print(
+                f"{len(written)} agent turns ({args.existing} existing threads, {args.new} new) in "
+                f"{time.perf_counter() - t:.0f} s",
+                flush=True,
+            )
+            measure(
+                f"incremental refresh, second run after {len(written)} agent turns",
+                lambda: storage.refresh_storage_conn(conn, keys, args.batch_rows, known_query=None),
+                False,
+            )
+            measure(
+                "incremental refresh, third run (nothing written since)",
+                lambda: storage.refresh_storage_conn(conn, keys, args.batch_rows, known_query=None),
+                False,
+            )
     finally:
         with psycopg.connect(base, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     baseline = rows[1][1]
-    print(f"\n## storage refresh, {counts['writes']:,} checkpoint writes, {counts['checkpoints']:,} checkpoints, "
-          f"{counts['blobs']:,} blobs (batches of {args.batch_rows:,} rows per table, no KNOWN_THREADS_QUERY)")
+    print(
+        f"\n## storage refresh, {counts['writes']:,} checkpoint writes, {counts['checkpoints']:,} checkpoints, "
+        f"{counts['blobs']:,} blobs (batches of {args.batch_rows:,} rows per table, no KNOWN_THREADS_QUERY)"
+    )
     print("| run | seconds | x baseline | load (1 min) | result |\n|---|---:|---:|---:|---|")
     for label, seconds, load, done, orphans in rows:
         if isinstance(done, dict):
             result = f"{done['threads']:,} threads, {done['batches']} batches"
         else:
             detailed = getattr(done, "detailed", done.threads)
-            result = (f"{done.threads:,} threads ({detailed:,} detailed), {done.batches} batches; orphans "
-                      f"{orphans['blobs']:,} blobs, {orphans['writes']:,} writes")
+            result = (
+                f"{done.threads:,} threads ({detailed:,} detailed), {done.batches} batches; orphans "
+                f"{orphans['blobs']:,} blobs, {orphans['writes']:,} writes"
+            )
         print(f"| {label} | {seconds:.1f} | {seconds / baseline:.2f} | {load:.1f} | {result} |")
     return 0
 

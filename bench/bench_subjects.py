@@ -8,6 +8,7 @@ the database is left as it was (the DROP holds an exclusive lock on `checkpoints
 benchmark copy, never on a live database). Prints, per customer id, the median ms of `subjects.resolve_conn`
 (every source: metadata keys, thread-id pattern, store back-links, conversations, register) with and without.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,12 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dsn = psycopg.conninfo.make_conninfo(embedded_dsn(args.data), dbname=args.dbname)
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
-        missing = set(INDEXES) - {r["indexname"] for r in conn.execute(
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'checkpoints'").fetchall()}
+        missing = set(INDEXES) - {
+            r["indexname"]
+            for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'checkpoints'").fetchall()
+        }
         if missing:
             raise SystemExit(f"{args.dbname} lacks {sorted(missing)}: migrate it first (core.migrate)")
-        rows = conn.execute("SELECT (SELECT count(*) FROM checkpoints) AS checkpoints, "
-                            "(SELECT count(DISTINCT thread_id) FROM checkpoints) AS threads").fetchone()
+        rows = conn.execute(
+            "SELECT (SELECT count(*) FROM checkpoints) AS checkpoints, "
+            "(SELECT count(DISTINCT thread_id) FROM checkpoints) AS threads"
+        ).fetchone()
         with_ms = {c: median_ms(conn, c, args.runs) for c in CUSTOMERS}
         without_ms = {}
         with conn.transaction(force_rollback=True):

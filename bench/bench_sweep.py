@@ -23,6 +23,7 @@ Baselines:
 - retention: a set-based DELETE of the same threads, 500 per statement, in the three tables
   (what the job would cost without going through the checkpointer's `delete_thread`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,7 @@ import random
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -42,8 +43,9 @@ sys.path.insert(0, str(ROOT))
 
 import langgraph.checkpoint.postgres  # noqa: E402,F401  (imported before any timing)
 
-from core.operations import sweep  # noqa: E402
 from core.memory import embeddings  # noqa: E402,F401
+from core.operations import sweep  # noqa: E402
+
 try:  # the job's erasure re-check hook imports it; import it before any timing too
     import core.privacy.erasure_register  # noqa: E402,F401
 except ModuleNotFoundError:
@@ -79,10 +81,11 @@ def copy_rows(conn: psycopg.Connection, sql: str, rows) -> int:
 
 # --- store data ---------------------------------------------------------------------------------
 
+
 def load_store(dsn: str, docs: int, expired: int, seed: int = 11) -> dict[str, int]:
     """COPY `docs` store rows (exactly `expired` expired) and one vector per row; returns expired per root."""
     rng = random.Random(seed)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     expired_idx = set(rng.sample(range(docs), expired))
     expired_by_root: dict[str, int] = {}
     shares = [("clientes", 0.8), ("proveedores", 0.1), ("empleados", 0.1)]
@@ -124,10 +127,16 @@ def load_store(dsn: str, docs: int, expired: int, seed: int = 11) -> dict[str, i
         conn.execute("SET synchronous_commit = off")
         conn.execute("DROP INDEX IF EXISTS store_vectors_embedding_idx")
         with conn.transaction():
-            copy_rows(conn, "COPY store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) "
-                            "FROM STDIN", store_rows())
-            copy_rows(conn, "COPY store_vectors (prefix, key, field_name, embedding, created_at, updated_at) "
-                            "FROM STDIN", ((*doc(i)[:2], "texto", vector, now, now) for i in range(docs)))
+            copy_rows(
+                conn,
+                "COPY store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) FROM STDIN",
+                store_rows(),
+            )
+            copy_rows(
+                conn,
+                "COPY store_vectors (prefix, key, field_name, embedding, created_at, updated_at) FROM STDIN",
+                ((*doc(i)[:2], "texto", vector, now, now) for i in range(docs)),
+            )
         conn.execute("VACUUM ANALYZE store")
         conn.execute("VACUUM ANALYZE store_vectors")
     return expired_by_root
@@ -135,20 +144,23 @@ def load_store(dsn: str, docs: int, expired: int, seed: int = 11) -> dict[str, i
 
 # --- checkpoint data ----------------------------------------------------------------------------
 
+
 def seed_threads(dsn: str) -> dict[str, dict[str, list[dict]]]:
     """Four real threads written by the real agents; returns their rows per table."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
     from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+    from core.agents.scripted_model import ScriptedChatModel
     from core.memory.embeddings import OfflineHashEmbeddings
     from core.memory.store import build_store
-    from core.agents.scripted_model import ScriptedChatModel
 
     db = Database(dsn)
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
     saver, model = PostgresSaver(db.pool), ScriptedChatModel()
-    agents = {k: build_agent(k, model, store=store, checkpointer=saver)
-              for k in ("atencion-cliente", "compras", "ajustes-personal")}
+    agents = {
+        k: build_agent(k, model, store=store, checkpointer=saver)
+        for k in ("atencion-cliente", "compras", "ajustes-personal")
+    }
     run_turn(agents["atencion-cliente"], ContextoCliente("C1"), "seed-0", "Prefiero que me atendáis en catalán.")
     run_turn(agents["atencion-cliente"], ContextoCliente("C1"), "seed-0", "Gracias, eso es todo.")
     run_turn(agents["atencion-cliente"], ContextoCliente("C2"), "seed-1", "¿Puedo cambiar una prenda sin ticket?")
@@ -159,8 +171,15 @@ def seed_threads(dsn: str) -> dict[str, dict[str, list[dict]]]:
         for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
             for row in conn.execute(f"SELECT * FROM {table} WHERE thread_id LIKE 'seed-%%'").fetchall():
                 out.setdefault(row["thread_id"], {}).setdefault(table, []).append(row)
-        for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "store", "store_vectors",
-                      "core_conversations", "core_memory_writes"):
+        for table in (
+            "checkpoints",
+            "checkpoint_blobs",
+            "checkpoint_writes",
+            "store",
+            "store_vectors",
+            "core_conversations",
+            "core_memory_writes",
+        ):
             conn.execute(f"DELETE FROM {table}")
     reset_pool(dsn)
     return out
@@ -188,11 +207,27 @@ def load_threads(dsn: str, seeds: dict, threads: int, old_share: float, seed: in
                 yield tuple(row[c] for c in columns)
 
     columns = {
-        "checkpoints": ["thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type", "checkpoint",
-                        "metadata"],
+        "checkpoints": [
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "parent_checkpoint_id",
+            "type",
+            "checkpoint",
+            "metadata",
+        ],
         "checkpoint_blobs": ["thread_id", "checkpoint_ns", "channel", "version", "type", "blob"],
-        "checkpoint_writes": ["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "type",
-                              "blob", "task_path"],
+        "checkpoint_writes": [
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "task_id",
+            "idx",
+            "channel",
+            "type",
+            "blob",
+            "task_path",
+        ],
     }
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
@@ -212,6 +247,7 @@ def count_threads(dsn: str) -> int:
 
 # --- runs ---------------------------------------------------------------------------------------
 
+
 def timed(fn):
     started = time.perf_counter()
     result = fn()
@@ -229,7 +265,7 @@ def bare_sweep_ttl(dsn: str) -> int:
 def set_based_delete(dsn: str, thread_ids: list[str]) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for start in range(0, len(thread_ids), BATCH):
-            batch = thread_ids[start:start + BATCH]
+            batch = thread_ids[start : start + BATCH]
             with conn.transaction():
                 for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
                     conn.execute(f"DELETE FROM {table} WHERE thread_id = ANY(%s)", (batch,))
@@ -252,8 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         tpl = create_db(base, "bench_store_tpl")
         migrate(tpl, DIMS)
         t_load, expected = timed(lambda: load_store(tpl, args.docs, args.expired))
-        print(f"\n## TTL sweep: {args.docs:,} documents, {args.expired:,} expired, one vector each "
-              f"(loaded by COPY in {t_load:.1f} s); expired per root {expected}")
+        print(
+            f"\n## TTL sweep: {args.docs:,} documents, {args.expired:,} expired, one vector each "
+            f"(loaded by COPY in {t_load:.1f} s); expired per root {expected}"
+        )
         job_dsn = create_db(base, "bench_store_job", "bench_store_tpl")
         base_dsn = create_db(base, "bench_store_base", "bench_store_tpl")
         t_base, n_base = timed(lambda: bare_sweep_ttl(base_dsn))
@@ -266,12 +304,18 @@ def main(argv: list[str] | None = None) -> int:
         t_job_empty, again = timed(lambda: sweep.run_sweep(job_db, trigger="manual", retention_days=3650))
         assert again.documents_deleted == 0
         print("| run | seconds | deleted | ratio to baseline |\n|---|---:|---:|---:|")
-        print(f"| baseline: bare `store.sweep_ttl()` (one replica's in-process sweeper) | {t_base:.2f} | "
-              f"{n_base:,} | 1.00 |")
-        print(f"| `core.sweep` job: lock + exact per-root/vector counts + `sweep_ttl()` + log | {t_job:.2f} | "
-              f"{result.documents_deleted:,} docs, {result.vectors_deleted:,} vectors | {t_job / t_base:.2f} |")
-        print(f"| baseline: bare `sweep_ttl()` with nothing expired (each extra replica, each interval) | "
-              f"{t_empty:.3f} | 0 | {t_empty / t_base:.3f} |")
+        print(
+            f"| baseline: bare `store.sweep_ttl()` (one replica's in-process sweeper) | {t_base:.2f} | "
+            f"{n_base:,} | 1.00 |"
+        )
+        print(
+            f"| `core.sweep` job: lock + exact per-root/vector counts + `sweep_ttl()` + log | {t_job:.2f} | "
+            f"{result.documents_deleted:,} docs, {result.vectors_deleted:,} vectors | {t_job / t_base:.2f} |"
+        )
+        print(
+            f"| baseline: bare `sweep_ttl()` with nothing expired (each extra replica, each interval) | "
+            f"{t_empty:.3f} | 0 | {t_empty / t_base:.3f} |"
+        )
         print(f"| `core.sweep` job with nothing expired | {t_job_empty:.3f} | 0 | {t_job_empty / t_base:.3f} |")
         reset_pool(job_dsn)
 
@@ -281,13 +325,16 @@ def main(argv: list[str] | None = None) -> int:
         seeds = seed_threads(tpl)
         rows_per = {t: {k: len(v) for k, v in tables.items()} for t, tables in seeds.items()}
         t_load, old = timed(lambda: load_threads(tpl, seeds, args.threads, args.old_share))
-        print(f"\n## Checkpoint retention: {args.threads:,} threads, {len(old):,} older than {RETENTION_DAYS} days "
-              f"(COPY of real serialized rows in {t_load:.1f} s; rows per seed thread {rows_per})")
+        print(
+            f"\n## Checkpoint retention: {args.threads:,} threads, {len(old):,} older than {RETENTION_DAYS} days "
+            f"(COPY of real serialized rows in {t_load:.1f} s; rows per seed thread {rows_per})"
+        )
         job_dsn = create_db(base, "bench_ckpt_job", "bench_ckpt_tpl")
         base_dsn = create_db(base, "bench_ckpt_base", "bench_ckpt_tpl")
         job_db = Database(job_dsn)
-        t_dry, dry = timed(lambda: sweep.run_sweep(job_db, trigger="manual", retention_days=RETENTION_DAYS,
-                                                   dry_run=True))
+        t_dry, dry = timed(
+            lambda: sweep.run_sweep(job_db, trigger="manual", retention_days=RETENTION_DAYS, dry_run=True)
+        )
         assert sorted(dry.threads) == sorted(old), "dry run must list exactly the old threads"
         t_job, result = timed(lambda: sweep.run_sweep(job_db, trigger="manual", retention_days=RETENTION_DAYS))
         assert result.status == "ok", result.error
@@ -297,14 +344,21 @@ def main(argv: list[str] | None = None) -> int:
         assert count_threads(base_dsn) == args.threads - len(old)
         t_base_total = t_list + t_base
         print("| run | seconds | threads | ratio to baseline |\n|---|---:|---:|---:|")
-        print(f"| baseline: list + set-based DELETE, {BATCH} threads per statement | {t_base_total:.2f} | "
-              f"{len(old):,} | 1.00 |")
-        print(f"| `core.sweep` job: list + re-check + `PostgresSaver.delete_thread` per thread + log | {t_job:.2f} | "
-              f"{result.threads_deleted:,} | {t_job / t_base_total:.2f} |")
-        print(f"| `core.sweep --dry-run` (list only) | {t_dry:.2f} | {len(dry.threads):,} | "
-              f"{t_dry / t_base_total:.2f} |")
-        print(f"| per thread: job {1000 * t_job / max(1, len(old)):.2f} ms, baseline "
-              f"{1000 * t_base_total / max(1, len(old)):.2f} ms | | | |")
+        print(
+            f"| baseline: list + set-based DELETE, {BATCH} threads per statement | {t_base_total:.2f} | "
+            f"{len(old):,} | 1.00 |"
+        )
+        print(
+            f"| `core.sweep` job: list + re-check + `PostgresSaver.delete_thread` per thread + log | {t_job:.2f} | "
+            f"{result.threads_deleted:,} | {t_job / t_base_total:.2f} |"
+        )
+        print(
+            f"| `core.sweep --dry-run` (list only) | {t_dry:.2f} | {len(dry.threads):,} | {t_dry / t_base_total:.2f} |"
+        )
+        print(
+            f"| per thread: job {1000 * t_job / max(1, len(old)):.2f} ms, baseline "
+            f"{1000 * t_base_total / max(1, len(old)):.2f} ms | | | |"
+        )
         reset_pool(job_dsn)
     return 0
 

@@ -20,6 +20,7 @@ Measured, in this order:
    24 h look-back), each against re-extracting everything from scratch would cost (item 2).
 Prints a markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_decoder import (BLOB_COLS, CHECKPOINT_COLS, DIMS, WRITE_COLS, _copy, _unique,  # noqa: E402
-                                 replicate, write_templates)
+from bench.bench_decoder import BLOB_COLS, CHECKPOINT_COLS, DIMS, WRITE_COLS, _copy, _unique, replicate, write_templates  # noqa: E402
 from core.checkpoints import tool_calls  # noqa: E402
 from core.db import Database, embedded_dsn  # noqa: E402
 from core.memory import preferences  # noqa: E402
@@ -47,11 +47,13 @@ SELECT count(*) AS n
 FROM core_checkpoint_messages_view m CROSS JOIN LATERAL jsonb_array_elements(m.tool_calls) AS call
 WHERE m.kind = 'ai' AND call ->> 'name' = 'recordar_preferencia'"""
 EXTRACTED_COUNT = "SELECT count(*) AS n FROM core_tool_calls WHERE tool = 'recordar_preferencia'"
-RESET = ["DELETE FROM checkpoint_writes WHERE thread_id LIKE 'new-%'",  # a previous run's appended threads
-         "DELETE FROM checkpoint_blobs WHERE thread_id LIKE 'new-%'",
-         "DELETE FROM checkpoints WHERE thread_id LIKE 'new-%'",
-         "TRUNCATE core_tool_calls, core_thread_days, core_refused_payloads",
-         "UPDATE core_extract_watermark SET ts = '', thread_id = '', checkpoint_ns = '', checkpoint_id = ''"]
+RESET = [
+    "DELETE FROM checkpoint_writes WHERE thread_id LIKE 'new-%'",  # a previous run's appended threads
+    "DELETE FROM checkpoint_blobs WHERE thread_id LIKE 'new-%'",
+    "DELETE FROM checkpoints WHERE thread_id LIKE 'new-%'",
+    "TRUNCATE core_tool_calls, core_thread_days, core_refused_payloads",
+    "UPDATE core_extract_watermark SET ts = '', thread_id = '', checkpoint_ns = '', checkpoint_id = ''",
+]
 
 
 def timed(fn):
@@ -73,12 +75,26 @@ def append(dsn: str, writes: int, start: int) -> int:
     """COPY `writes` more checkpoint writes as new threads (copies of round 0), a minute newer than now."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.row_factory = psycopg.rows.dict_row
-        names = [r["thread_id"] for r in conn.execute(
-            "SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id LIKE 'tpl-_-0000000' ORDER BY 1")]
-        tpl = {t: {"c": conn.execute(f"SELECT {', '.join(CHECKPOINT_COLS)} FROM checkpoints WHERE thread_id = %s", (t,)).fetchall(),
-                   "b": conn.execute(f"SELECT {', '.join(BLOB_COLS)} FROM checkpoint_blobs WHERE thread_id = %s", (t,)).fetchall(),
-                   "w": conn.execute(f"SELECT {', '.join(WRITE_COLS)} FROM checkpoint_writes WHERE thread_id = %s", (t,)).fetchall()}
-               for t in names}
+        names = [
+            r["thread_id"]
+            for r in conn.execute(
+                "SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id LIKE 'tpl-_-0000000' ORDER BY 1"
+            )
+        ]
+        tpl = {
+            t: {
+                "c": conn.execute(
+                    f"SELECT {', '.join(CHECKPOINT_COLS)} FROM checkpoints WHERE thread_id = %s", (t,)
+                ).fetchall(),
+                "b": conn.execute(
+                    f"SELECT {', '.join(BLOB_COLS)} FROM checkpoint_blobs WHERE thread_id = %s", (t,)
+                ).fetchall(),
+                "w": conn.execute(
+                    f"SELECT {', '.join(WRITE_COLS)} FROM checkpoint_writes WHERE thread_id = %s", (t,)
+                ).fetchall(),
+            }
+            for t in names
+        }
         per_round = sum(len(v["w"]) for v in tpl.values())
         rounds = -(-writes // per_round)
         base_ts = datetime.now().astimezone() + timedelta(minutes=1)
@@ -90,9 +106,18 @@ def append(dsn: str, writes: int, start: int) -> int:
                 first = min(datetime.fromisoformat(r["checkpoint"]["ts"]) for r in tpl[name]["c"])
                 for r in tpl[name]["c"]:
                     c = dict(r["checkpoint"])
-                    c["ts"] = (base_ts + (datetime.fromisoformat(c["ts"]) - first) + timedelta(milliseconds=k)).isoformat()
-                    yield (f"new-{k}-{name}", r["checkpoint_ns"], r["checkpoint_id"], r["parent_checkpoint_id"], r["type"],
-                           json.dumps(c), json.dumps(r["metadata"]))
+                    c["ts"] = (
+                        base_ts + (datetime.fromisoformat(c["ts"]) - first) + timedelta(milliseconds=k)
+                    ).isoformat()
+                    yield (
+                        f"new-{k}-{name}",
+                        r["checkpoint_ns"],
+                        r["checkpoint_id"],
+                        r["parent_checkpoint_id"],
+                        r["type"],
+                        json.dumps(c),
+                        json.dumps(r["metadata"]),
+                    )
 
         def blobs():
             for k, name in plan:
@@ -132,14 +157,25 @@ def run(base: str, writes: int, new: int, log=print) -> list[tuple]:
     rows: list[tuple] = []
 
     live_s, live = timed(lambda: db.fetch_one(LIVE_COUNT)["n"])
-    rows.append(("baseline: live decode of core_checkpoint_messages_view (count recordar_preferencia calls)",
-                 live_s, n["w"] / live_s, f"{live:,} calls"))
+    rows.append(
+        (
+            "baseline: live decode of core_checkpoint_messages_view (count recordar_preferencia calls)",
+            live_s,
+            n["w"] / live_s,
+            f"{live:,} calls",
+        )
+    )
     full_s, full = timed(lambda: tool_calls.extract(db))
     extracted = db.fetch_one(EXTRACTED_COUNT)["n"]
     assert extracted == live, (extracted, live)
-    rows.append((f"full extraction, empty watermark ({full.batches} batches of {tool_calls.BATCH_CHECKPOINTS:,} checkpoints)",
-                 full_s, full.writes / full_s, f"{full.calls:,} calls, {full.thread_days:,} thread-days, "
-                                               f"{full.writes:,} writes decoded"))
+    rows.append(
+        (
+            f"full extraction, empty watermark ({full.batches} batches of {tool_calls.BATCH_CHECKPOINTS:,} checkpoints)",
+            full_s,
+            full.writes / full_s,
+            f"{full.calls:,} calls, {full.thread_days:,} thread-days, {full.writes:,} writes decoded",
+        )
+    )
     count_s, _ = timed(lambda: db.fetch_one(EXTRACTED_COUNT))
     rows.append(("same count from core_tool_calls", count_s, None, f"{extracted:,} calls (= baseline)"))
     since, until = date.today() - timedelta(days=29), date.today()
@@ -150,19 +186,32 @@ def run(base: str, writes: int, new: int, log=print) -> list[tuple]:
         preferences.preference_by_tipo(db, since, until)
         preferences.writing_conversations(db, since, until)
         preferences.preferences_applied(db)
+
     reads = [timed(page_reads)[0] for _ in range(5)]
     rows.append(("Preferences page reads on the extracted tables (median of 5)", statistics.median(reads), None, "-"))
 
     append(dsn, new, start=10_000_000)
     behind = tool_calls.checkpoints_behind(db)
     inc_s, inc = timed(lambda: tool_calls.extract(db))
-    rows.append((f"incremental step after {new:,} new writes ({behind:,} checkpoints behind)", inc_s,
-                 inc.writes / inc_s if inc_s else None, f"{inc.calls:,} calls; vs full: {full_s / inc_s:.0f}x faster"))
+    rows.append(
+        (
+            f"incremental step after {new:,} new writes ({behind:,} checkpoints behind)",
+            inc_s,
+            inc.writes / inc_s if inc_s else None,
+            f"{inc.calls:,} calls; vs full: {full_s / inc_s:.0f}x faster",
+        )
+    )
     idle_s, _ = timed(lambda: tool_calls.catch_up(db))
     rows.append(("page view when caught up (catch_up: nothing to do)", idle_s, None, "-"))
     sweep_s, sw = timed(lambda: tool_calls.sweep_step(db))
-    rows.append(("sweep step: orphans + 24 h look-back (re-reads the last day, idempotent)", sweep_s,
-                 sw.writes / sweep_s if sweep_s else None, f"{sw.writes:,} writes re-read, {sw.calls} new calls"))
+    rows.append(
+        (
+            "sweep step: orphans + 24 h look-back (re-reads the last day, idempotent)",
+            sweep_s,
+            sw.writes / sweep_s if sweep_s else None,
+            f"{sw.writes:,} writes re-read, {sw.calls} new calls",
+        )
+    )
     assert db.fetch_one(EXTRACTED_COUNT)["n"] == db.fetch_one(LIVE_COUNT)["n"]
     return rows
 

@@ -12,6 +12,7 @@ the ratio is the median of the per-round ratios (enabled / disabled, ops per sec
   who holds each value).
 Nothing in it depends on the time it runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,13 +33,15 @@ from core.migrate import migrate
 
 DIMS = 16
 
+
 def our_triggers(dsn: str, tables: tuple[str, ...]) -> list[tuple[str, str]]:
     """Every trigger of ours (core_*) on `tables`, as (table, trigger)."""
     with psycopg.connect(dsn) as conn:
         return conn.execute(
             "SELECT tgrelid::regclass::text, tgname FROM pg_trigger "
             "WHERE NOT tgisinternal AND tgname LIKE 'core\\_%%' AND tgrelid = ANY(%s::regclass[]) ORDER BY 1, 2",
-            (list(tables),)).fetchall()
+            (list(tables),),
+        ).fetchall()
 
 
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
@@ -72,8 +75,15 @@ def store_batch(store: PostgresStore, ops: int) -> float:
     start = time.perf_counter()
     for n in range(ops):
         customer = f"B{uuid.uuid4().hex[:8]}"
-        store.batch([PutOp(("clientes", customer), "pref-recogida",
-                           {"texto": f"recoger en T00{n % 9}", "tienda": "T002", "hilo": f"conv-{customer}"})])
+        store.batch(
+            [
+                PutOp(
+                    ("clientes", customer),
+                    "pref-recogida",
+                    {"texto": f"recoger en T00{n % 9}", "tienda": "T002", "hilo": f"conv-{customer}"},
+                )
+            ]
+        )
     return ops / (time.perf_counter() - start)
 
 
@@ -87,15 +97,21 @@ def compare(name: str, dsn: str, triggers: list[tuple[str, str]], batch, rounds:
     ratios, on_all, off_all = [], [], []
     for r in range(rounds):
         result = {}
-        for enabled in ((True, False) if r % 2 == 0 else (False, True)):
+        for enabled in (True, False) if r % 2 == 0 else (False, True):
             switch(enabled)
             result[enabled] = batch()
         switch(True)
         ratios.append(result[True] / result[False])
         on_all.append(result[True])
         off_all.append(result[False])
-    return {"name": name, "on": statistics.median(on_all), "off": statistics.median(off_all),
-            "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios)}
+    return {
+        "name": name,
+        "on": statistics.median(on_all),
+        "off": statistics.median(off_all),
+        "ratio": statistics.median(ratios),
+        "low": min(ratios),
+        "high": max(ratios),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,24 +132,43 @@ def main(argv: list[str] | None = None) -> int:
         on_checkpoints, on_store = our_triggers(dsn, CHECKPOINT_TABLES), our_triggers(dsn, STORE_TABLES)
         print("toggled:", ", ".join(f"{t}.{g}" for t, g in on_checkpoints + on_store), "\n")
         rows = [
-            compare("stock PostgresSaver put + put_writes, each on a new thread", dsn,
-                    on_checkpoints, lambda: checkpoint_batch(saver, args.ops, 1), args.rounds),
-            compare("stock PostgresSaver put + put_writes, 10 per thread (a conversation)", dsn,
-                    on_checkpoints, lambda: checkpoint_batch(saver, args.ops, 10), args.rounds),
-            compare("stock PostgresStore put (customer document, 3 string values)", dsn,
-                    on_store, lambda: store_batch(store, args.ops), args.rounds),
+            compare(
+                "stock PostgresSaver put + put_writes, each on a new thread",
+                dsn,
+                on_checkpoints,
+                lambda: checkpoint_batch(saver, args.ops, 1),
+                args.rounds,
+            ),
+            compare(
+                "stock PostgresSaver put + put_writes, 10 per thread (a conversation)",
+                dsn,
+                on_checkpoints,
+                lambda: checkpoint_batch(saver, args.ops, 10),
+                args.rounds,
+            ),
+            compare(
+                "stock PostgresStore put (customer document, 3 string values)",
+                dsn,
+                on_store,
+                lambda: store_batch(store, args.ops),
+                args.rounds,
+            ),
         ]
     finally:
         pool.close()
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-    print(f"median of {args.rounds} rounds of {args.ops} ops; baseline: the same database, every trigger of ours on "
-          "the written tables disabled\n")
+    print(
+        f"median of {args.rounds} rounds of {args.ops} ops; baseline: the same database, every trigger of ours on "
+        "the written tables disabled\n"
+    )
     print("| writes | with our triggers (ops/s) | triggers disabled (ops/s) | ratio (lowest-highest round) |")
     print("|---|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['name']} | {row['on']:,.0f} | {row['off']:,.0f} | "
-              f"{row['ratio']:.3f} ({row['low']:.3f}-{row['high']:.3f}) |")
+        print(
+            f"| {row['name']} | {row['on']:,.0f} | {row['off']:,.0f} | "
+            f"{row['ratio']:.3f} ({row['low']:.3f}-{row['high']:.3f}) |"
+        )
     return 0
 
 

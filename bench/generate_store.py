@@ -6,13 +6,14 @@ vectors for --vector-share of the rows; one `core_memory_writes` row per custome
 overwrites, and `core_conversations` threads over the last 365 days. Values have the shape the
 tools write. This is bulk data (COPY), not the agents' code path: the tests and the demo use that.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import random
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 
@@ -34,11 +35,18 @@ def _copy(conn: psycopg.Connection, sql: str, rows) -> int:
     return n
 
 
-def generate(dsn: str, docs: int, customers: int, vector_share: float = 0.1, dims: int = 64, seed: int = 11,
-             threads: int | None = None) -> dict:
+def generate(
+    dsn: str,
+    docs: int,
+    customers: int,
+    vector_share: float = 0.1,
+    dims: int = 64,
+    seed: int = 11,
+    threads: int | None = None,
+) -> dict:
     """`threads`: rows of core_conversations (default docs // 10)."""
     rng = random.Random(seed)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     started = time.monotonic()
     n_cli = int(docs * 0.8)
     n_sup = int(docs * 0.1)
@@ -68,14 +76,25 @@ def generate(dsn: str, docs: int, customers: int, vector_share: float = 0.1, dim
                 yield row(f"clientes.{cid}", key, {"tipo": key[5:], "valor": "x", "texto": f"{key}: x"}, "clientes")
                 made += 1
         for i in range(n_sup):
-            yield row(f"proveedores.P{i % 5000}", f"aviso-{i // 5000}", {"tema": "retraso", "texto": "retraso"}, "proveedores")
+            yield row(
+                f"proveedores.P{i % 5000}", f"aviso-{i // 5000}", {"tema": "retraso", "texto": "retraso"}, "proveedores"
+            )
         for i in range(n_emp):
-            yield row(f"empleados.E{i % 25000}", f"ajuste-{i // 25000}", {"ajuste": "turno", "valor": "x", "texto": "turno"}, "empleados")
+            yield row(
+                f"empleados.E{i % 25000}",
+                f"ajuste-{i // 25000}",
+                {"ajuste": "turno", "valor": "x", "texto": "turno"},
+                "empleados",
+            )
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
         with conn.transaction():
-            n = _copy(conn, "COPY store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) FROM STDIN", store_rows())
+            n = _copy(
+                conn,
+                "COPY store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) FROM STDIN",
+                store_rows(),
+            )
         vec = "[" + ",".join(["0.125"] * dims) + "]"
         conn.execute(
             "INSERT INTO store_vectors (prefix, key, field_name, embedding, created_at, updated_at) "
@@ -87,10 +106,22 @@ def generate(dsn: str, docs: int, customers: int, vector_share: float = 0.1, dim
         def conv_rows():
             for t in range(threads):
                 started_at = now - timedelta(minutes=rng.randint(0, 365 * 1440))
-                yield (f"cliente-bench-{t}", "atencion-cliente", "clientes", f"C{t % customers + 1}", started_at, started_at, 1)
+                yield (
+                    f"cliente-bench-{t}",
+                    "atencion-cliente",
+                    "clientes",
+                    f"C{t % customers + 1}",
+                    started_at,
+                    started_at,
+                    1,
+                )
 
         with conn.transaction():
-            _copy(conn, "COPY core_conversations (thread_id, agent, subject_root, subject_id, started_at, last_turn_at, turns) FROM STDIN", conv_rows())
+            _copy(
+                conn,
+                "COPY core_conversations (thread_id, agent, subject_root, subject_id, started_at, last_turn_at, turns) FROM STDIN",
+                conv_rows(),
+            )
         conn.execute(
             "INSERT INTO core_memory_writes (prefix, key, thread_id, agent, written_at) "
             "SELECT s.prefix, s.key, 'cliente-bench-' || (abs(hashtext(s.prefix || s.key)) %% %s), 'atencion-cliente', s.created_at "

@@ -8,6 +8,7 @@ run the app's script, switch pages, and read what the server sends back.
 A run ends at the server's `script_finished`; `Run` keeps the elements' text (markdown, headings, metrics,
 exceptions) so a caller can check what the page said, and how long the server took. No browser: no
 JavaScript, no rendering, no components; the server's work per page is the same as for a browser."""
+
 from __future__ import annotations
 
 import asyncio
@@ -49,8 +50,15 @@ def _element_text(element) -> str | None:
 class StreamlitSession:
     def __init__(self, base_url: str, *, headers: dict[str, str] | None = None, timeout: float = 120):
         parts = urllib.parse.urlsplit(base_url)
-        self.ws_url = urllib.parse.urlunsplit(("ws" if parts.scheme == "http" else "wss", parts.netloc,
-                                               parts.path.rstrip("/") + "/_stcore/stream", "", ""))
+        self.ws_url = urllib.parse.urlunsplit(
+            (
+                "ws" if parts.scheme == "http" else "wss",
+                parts.netloc,
+                parts.path.rstrip("/") + "/_stcore/stream",
+                "",
+                "",
+            )
+        )
         self.headers = headers or {}
         self.timeout = timeout
         self.pages: dict[str, str] = {}  # url path -> page script hash, from the server's navigation message
@@ -58,8 +66,13 @@ class StreamlitSession:
         self._ws = None
 
     async def __aenter__(self) -> StreamlitSession:
-        self._ws = await websockets.connect(self.ws_url, subprotocols=["streamlit"], additional_headers=self.headers,
-                                            max_size=None, open_timeout=self.timeout)
+        self._ws = await websockets.connect(
+            self.ws_url,
+            subprotocols=["streamlit"],
+            additional_headers=self.headers,
+            max_size=None,
+            open_timeout=self.timeout,
+        )
         return self
 
     async def __aexit__(self, *exc) -> None:

@@ -8,21 +8,23 @@ own (the dual saver's degradation episodes): the demo sets and moves it.
 
 The store and LangGraph's checkpoints always carry the database's real clock.
 """
+
 from __future__ import annotations
 
 import contextvars
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
-from typing import Iterator
+from datetime import UTC, datetime, timedelta
 
 # (replayed time, time.time() when it started running, or None when it stands still)
 _simulated: contextvars.ContextVar[tuple[datetime, float | None] | None] = contextvars.ContextVar(
-    "simulated_now", default=None)
+    "simulated_now", default=None
+)
 
 
 def real_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def now() -> datetime:

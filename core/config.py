@@ -3,14 +3,16 @@
 core/ never imports streamlit, so secrets are read from `.streamlit/secrets.toml`
 with tomllib (the same file Streamlit reads), or passed in by the dashboard.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS_FILE = ROOT / ".streamlit" / "secrets.toml"
@@ -136,8 +138,9 @@ def _price(model: str, raw: Any, name: str) -> ModelPrice:
         raise ValueError(f"{name}: the price of {model!r} must be a table with input and output, got {raw!r}")
     unknown = set(raw) - {"input", "output", "cached_input"}
     if unknown or not {"input", "output"} <= set(raw):
-        raise ValueError(f"{name}: the price of {model!r} needs input and output (and optionally cached_input), "
-                         f"got {sorted(raw)}")
+        raise ValueError(
+            f"{name}: the price of {model!r} needs input and output (and optionally cached_input), got {sorted(raw)}"
+        )
     values = {}
     for key, value in raw.items():
         try:
@@ -201,7 +204,8 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         aes_keys=_aes_keys(secrets),
         model_prices=_model_prices(secrets, embedded=dsn is None),
         data_views_purpose=_flag(_pick("DATA_VIEWS_PURPOSE", secrets, "0")),
-        data_views_retention_days=_int("DATA_VIEWS_RETENTION_DAYS", _pick("DATA_VIEWS_RETENTION_DAYS", secrets, 365),
-                                       minimum=1),
+        data_views_retention_days=_int(
+            "DATA_VIEWS_RETENTION_DAYS", _pick("DATA_VIEWS_RETENTION_DAYS", secrets, 365), minimum=1
+        ),
         demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
     )

@@ -5,15 +5,17 @@ have short timeouts so a dead database is reported in seconds (facts measured in
 shared/PERSISTENCE-FACTS.md: the pool default waits 30 s, and its own reconnect
 backoff takes tens of seconds, so callers probe directly and rebuild the pool).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import psycopg
@@ -72,8 +74,9 @@ def describe_dsn(dsn: str) -> str:
     return f"{host}:{port}{url.path or '/'}"
 
 
-def make_pool(dsn: str, *, max_size: int = 8, name: str = "core", min_size: int = 1,
-              timeout: float = POOL_TIMEOUT_S) -> ConnectionPool:
+def make_pool(
+    dsn: str, *, max_size: int = 8, name: str = "core", min_size: int = 1, timeout: float = POOL_TIMEOUT_S
+) -> ConnectionPool:
     """A new, opened pool. Opening does not wait: a dead server shows up at first use."""
     pool = ConnectionPool(
         conninfo=dsn,
@@ -140,7 +143,7 @@ class Database:
         self.embedded = embedded
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "Database":
+    def from_settings(cls, settings: Settings) -> Database:
         return cls(resolve_dsn(settings), settings.replica_dsn, embedded=settings.embedded)
 
     @property

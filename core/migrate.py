@@ -10,6 +10,7 @@ an applied file edited since, a version the files do not have, or a row applied 
 kept whose file is none of the texts that file had in this repository's history (`HISTORY.sha256`) stop
 the run with MigrationMismatch naming each file. A fix to an applied migration is a new migration.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,7 +83,8 @@ def check_not_shallow(conn: psycopg.Connection) -> None:
             "checkpoint of each thread, with no checkpoint_id, history or pending writes per step. The dashboard's "
             "checkpoint views, timeline, diff, tool-call extraction, residue scan and erasure evidence need "
             "PostgresSaver's schema; nothing was changed. Migrate the agents to PostgresSaver (langgraph's "
-            "recommendation) or point the dashboard at another database.")
+            "recommendation) or point the dashboard at another database."
+        )
 
 
 class EmbeddingDimsMismatch(SchemaMismatch):
@@ -133,8 +135,9 @@ def released_checksums(sql_dir: Path = SQL_DIR) -> dict[str, frozenset[str]]:
     return {name: frozenset(shas) for name, shas in texts.items()}
 
 
-def check_applied(conn: psycopg.Connection, files: list[Migration], *, pending_ok: bool,
-                  sql_dir: Path = SQL_DIR) -> list[Migration]:
+def check_applied(
+    conn: psycopg.Connection, files: list[Migration], *, pending_ok: bool, sql_dir: Path = SQL_DIR
+) -> list[Migration]:
     """Compare the database's applied migrations with `files`; return those applied before checksums were
     kept (to record). Raises MigrationMismatch naming every file that differs: edited after it was applied,
     renamed, unknown to this code, a pre-checksum row whose file is no text in HISTORY.sha256, and (unless
@@ -150,29 +153,42 @@ def check_applied(conn: psycopg.Connection, files: list[Migration], *, pending_o
         recorded = f"{row['version']:03d}_{row['name']}.sql"
         m = by_version.get(row["version"])
         if m is None:
-            problems.append(f"{recorded}: the database applied migration {row['version']}, which core/sql does not "
-                            f"have: it was migrated by a newer release; run that release or a later one")
+            problems.append(
+                f"{recorded}: the database applied migration {row['version']}, which core/sql does not "
+                f"have: it was migrated by a newer release; run that release or a later one"
+            )
         elif m.name != row["name"]:
-            problems.append(f"{recorded}: the database applied it under that name, core/sql has {m.path.name} "
-                            f"instead: restore the released file name")
+            problems.append(
+                f"{recorded}: the database applied it under that name, core/sql has {m.path.name} "
+                f"instead: restore the released file name"
+            )
         elif row.get("sha256") is None:
             if m.sha256 in released.get(m.path.name, ()):
                 legacy.append(m)
             else:
-                problems.append(f"{m.path.name}: applied before checksums were kept, and its text (sha256 "
-                                f"{m.sha256[:12]}) is none of the texts it had in this repository "
-                                f"({HISTORY_NAME}): restore the released text and put the change in a new migration")
+                problems.append(
+                    f"{m.path.name}: applied before checksums were kept, and its text (sha256 "
+                    f"{m.sha256[:12]}) is none of the texts it had in this repository "
+                    f"({HISTORY_NAME}): restore the released text and put the change in a new migration"
+                )
         elif row["sha256"] != m.sha256:
-            problems.append(f"{m.path.name} was edited after it was applied (applied sha256 {row['sha256'][:12]}, "
-                            f"the file now {m.sha256[:12]}): restore the applied text and put the change in a new "
-                            f"migration")
+            problems.append(
+                f"{m.path.name} was edited after it was applied (applied sha256 {row['sha256'][:12]}, "
+                f"the file now {m.sha256[:12]}): restore the applied text and put the change in a new "
+                f"migration"
+            )
     if not pending_ok:
         done = {row["version"] for row in applied}
-        problems += [f"{m.path.name} is not applied yet: run `python -m core.migrate` (the migrations Job) first"
-                     for m in files if m.version not in done]
+        problems += [
+            f"{m.path.name} is not applied yet: run `python -m core.migrate` (the migrations Job) first"
+            for m in files
+            if m.version not in done
+        ]
     if problems:
-        raise MigrationMismatch("the database's migrations do not match core/sql; nothing was changed:\n"
-                                + "\n".join(f"- {p}" for p in problems))
+        raise MigrationMismatch(
+            "the database's migrations do not match core/sql; nothing was changed:\n"
+            + "\n".join(f"- {p}" for p in problems)
+        )
     return legacy
 
 
@@ -286,7 +302,9 @@ def repair_register(conn: psycopg.Connection) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.migrate", description="Apply the store, checkpointer and dashboard migrations.")
+    parser = argparse.ArgumentParser(
+        prog="python -m core.migrate", description="Apply the store, checkpointer and dashboard migrations."
+    )
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     settings = load_settings()

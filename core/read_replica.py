@@ -7,15 +7,17 @@ evidence and the registers stay on the primary (ui.common.call_now, jobs). While
 not answer, reads fall back to the primary and the router tries the replica again every
 `RETRY_S` seconds. No Streamlit here.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -24,8 +26,8 @@ from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, describe_d
 
 log = logging.getLogger(__name__)
 
-RETRY_S = 5.0            # a replica marked down is tried again after this long
-REPLAY_WAIT_S = 10.0     # bound on waiting for the replica to replay a write (erasure re-check)
+RETRY_S = 5.0  # a replica marked down is tried again after this long
+REPLAY_WAIT_S = 10.0  # bound on waiting for the replica to replay a write (erasure re-check)
 REPLAY_POLL_S = 0.05
 
 SELECT_PRIMARY_LSN = "SELECT pg_current_wal_lsn()::text AS lsn"
@@ -36,7 +38,7 @@ SELECT pg_is_in_recovery()              AS in_recovery,
        now()                            AS now
 """
 # Bytes of WAL the replica has not replayed yet, up to a given primary LSN (0 once it is past it).
-SELECT_REPLAY_BEHIND = ("SELECT greatest(0, pg_wal_lsn_diff(%(lsn)s::pg_lsn, pg_last_wal_replay_lsn()))::bigint AS n")
+SELECT_REPLAY_BEHIND = "SELECT greatest(0, pg_wal_lsn_diff(%(lsn)s::pg_lsn, pg_last_wal_replay_lsn()))::bigint AS n"
 REPLAY_EVIDENCE_TABLE = "replica_replay"
 
 
@@ -54,7 +56,7 @@ def _connect(dsn: str) -> psycopg.Connection:
 class ReadUse:
     """The connection one read ran on: the server role, its target and backend pid."""
 
-    source: str                # "replica" | "primary"
+    source: str  # "replica" | "primary"
     target: str
     dsn: str
     backend_pid: int
@@ -65,7 +67,7 @@ class ReadUse:
 class _RoutedDatabase(Database):
     """A Database on one server that tells its router which connection each read used."""
 
-    def __init__(self, dsn: str, router: "ReadRouter", source: str, *, embedded: bool = False):
+    def __init__(self, dsn: str, router: ReadRouter, source: str, *, embedded: bool = False):
         super().__init__(dsn, embedded=embedded)
         self._router, self.source = router, source
 
@@ -85,7 +87,7 @@ class ReplicaStatus:
     target: str | None
     lag_bytes: int | None = None
     lag_seconds: float | None = None
-    replayed_at: datetime | None = None    # the primary's commit time of the last replayed transaction
+    replayed_at: datetime | None = None  # the primary's commit time of the last replayed transaction
     error: str | None = None
     checked_at: float = 0.0
 
@@ -108,7 +110,7 @@ class ReadRouter:
         self.last_read: ReadUse | None = None
 
     @classmethod
-    def for_database(cls, db: Database, **kwargs: Any) -> "ReadRouter":
+    def for_database(cls, db: Database, **kwargs: Any) -> ReadRouter:
         """The router for a Database built from settings (its `read_dsn` is the replica when configured)."""
         return cls(db, db.read_dsn, **kwargs)
 
@@ -134,8 +136,11 @@ class ReadRouter:
     def mark_down(self, error: BaseException | str) -> None:
         with self._lock:
             if self._down_error is None:
-                log.warning("read replica %s not reachable, reads fall back to the primary: %s",
-                            self.replica.target if self.replica else "-", error)
+                log.warning(
+                    "read replica %s not reachable, reads fall back to the primary: %s",
+                    self.replica.target if self.replica else "-",
+                    error,
+                )
             self._down_error = str(error).strip() or type(error).__name__
             self._next_try = time.monotonic() + self.retry_s
 
@@ -148,8 +153,14 @@ class ReadRouter:
     def _used(self, db: _RoutedDatabase, conn: psycopg.Connection) -> None:
         if db.source == "replica":
             self.mark_up()  # a connection to it was just made: reads go to it again
-        self.last_read = ReadUse(db.source, describe_dsn(db.dsn), db.dsn, conn.info.backend_pid,
-                                 conn.info.parameter_status("in_hot_standby"), time.time())
+        self.last_read = ReadUse(
+            db.source,
+            describe_dsn(db.dsn),
+            db.dsn,
+            conn.info.backend_pid,
+            conn.info.parameter_status("in_hot_standby"),
+            time.time(),
+        )
 
     def run(self, call: Callable[[Database, str], Any]) -> Any:
         """`call(database, source)` on the replica, or on the primary when the replica does not answer."""
@@ -179,8 +190,16 @@ class ReadRouter:
             self.mark_down(exc)
             return ReplicaStatus(True, False, target, error=str(exc).strip(), checked_at=time.time())
         if not state["in_recovery"]:
-            return ReplicaStatus(True, True, target, 0, 0.0, state["now"], checked_at=time.time(),
-                                 error="not in recovery: the replica DSN names a primary")
+            return ReplicaStatus(
+                True,
+                True,
+                target,
+                0,
+                0.0,
+                state["now"],
+                checked_at=time.time(),
+                error="not in recovery: the replica DSN names a primary",
+            )
         self.mark_up()
         behind = max(0, lsn_int(primary_lsn) - lsn_int(state["replayed_lsn"] or "0/0"))
         replayed_at = state["replayed_at"]
@@ -213,9 +232,9 @@ def router_for(db: Database) -> ReadRouter:
 
 @dataclass(frozen=True)
 class ReplayWait:
-    lsn: str               # the primary's WAL position after the write
+    lsn: str  # the primary's WAL position after the write
     behind_bytes: int | None  # what the replica still had to replay when the wait ended (None: unreachable)
-    sql: str               # the literal query run on the replica
+    sql: str  # the literal query run on the replica
     waited_s: float
     target: str
 
@@ -249,8 +268,9 @@ def wait_replayed(db: Database, *, timeout_s: float | None = None) -> ReplayWait
         behind = None
     wait = ReplayWait(lsn, behind, sql, time.monotonic() - started, target)
     if not wait.caught_up:
-        log.warning("replica %s had not replayed LSN %s after %.1f s (%s bytes behind)",
-                    target, lsn, wait.waited_s, behind)
+        log.warning(
+            "replica %s had not replayed LSN %s after %.1f s (%s bytes behind)", target, lsn, wait.waited_s, behind
+        )
     return wait
 
 
@@ -262,4 +282,4 @@ def replay_evidence(db: Database, *, timeout_s: float | None = None) -> list[tup
     wait = wait_replayed(db, timeout_s=timeout_s)
     if wait is None or wait.behind_bytes is None:
         return []
-    return [(REPLAY_EVIDENCE_TABLE, wait.sql, wait.behind_bytes, datetime.now(timezone.utc).isoformat(timespec="milliseconds"))]
+    return [(REPLAY_EVIDENCE_TABLE, wait.sql, wait.behind_bytes, datetime.now(UTC).isoformat(timespec="milliseconds"))]

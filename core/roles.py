@@ -1,7 +1,8 @@
 """Roles and who has them. The dashboard enforces them on every page, server-side."""
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 MANAGER, SRE, DPO = "manager", "sre", "dpo"
 ROLES: tuple[str, ...] = (MANAGER, SRE, DPO)

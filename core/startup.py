@@ -4,15 +4,16 @@ so the dashboard renders its first page while initdb, the server's start and the
 
 Light on purpose (no langgraph, no pandas): the dashboard imports this before its first page.
 """
+
 from __future__ import annotations
 
 import importlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from core.config import Settings
 from core.db import Database
@@ -50,6 +51,7 @@ class Startup:
     """Where this process's background start of the database is (read from other threads).
 
     state: starting (the embedded server: initdb, start) | migrating | ready | failed."""
+
     state: str = "starting"
     db: Database | None = None
     error: BaseException | None = None
@@ -113,4 +115,3 @@ def warm_imports(modules: tuple[str, ...] = WARM_MODULES) -> None:
                 log.debug("warm import of %s failed", name, exc_info=True)
 
     threading.Thread(target=run, name="warm-imports", daemon=True).start()
-

@@ -1,4 +1,5 @@
 """Helpers shared by the page tests: reading AppTest elements and waiting on the database."""
+
 from __future__ import annotations
 
 import base64

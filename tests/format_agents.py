@@ -1,5 +1,6 @@
 """Threads written by langgraph's own classes in each storage format (issue 28): a DeltaChannel graph, an agent
 whose saver has an EncryptedSerializer, a saver with a `pickle_fallback` serializer, and ShallowPostgresSaver."""
+
 from __future__ import annotations
 
 import warnings

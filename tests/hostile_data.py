@@ -7,18 +7,23 @@ savers, a stock store put, core's erasure, access export, sweep and health write
 HTML (an <a> also for plotly's labels), Streamlit's colour directive and math. An id cannot hold '.' (the
 store's namespace separator), so the ids carry dotless hosts.
 """
+
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 HOST = "attacker.example"
-LINKS = (f"![x](https://{HOST}/p.png) [Verify your SSO session](https://{HOST}/sso) https://{HOST}/bare "
-         f"www.{HOST} sso@{HOST} <a href='https://{HOST}/html'>html link</a> <img src='https://{HOST}/i.png'> "
-         ":red[red] $x$ **bold**")
-ID = ("![x](https://attacker-example/p) [Verify your SSO session](https://attacker-example/sso) "
-      "<a href='https://attacker-example/h'>h</a>")
+LINKS = (
+    f"![x](https://{HOST}/p.png) [Verify your SSO session](https://{HOST}/sso) https://{HOST}/bare "
+    f"www.{HOST} sso@{HOST} <a href='https://{HOST}/html'>html link</a> <img src='https://{HOST}/i.png'> "
+    ":red[red] $x$ **bold**"
+)
+ID = (
+    "![x](https://attacker-example/p) [Verify your SSO session](https://attacker-example/sso) "
+    "<a href='https://attacker-example/h'>h</a>"
+)
 ID2 = "B" + ID  # erased by core, its residue thread left undecided: an incomplete register row with a report
 # What a page shows of a hostile text when it is escaped, never as a link (a Markdown link shows only its label).
 LITERAL = "[Verify your SSO session]"
@@ -46,10 +51,13 @@ def write_hostile(dsn: str) -> HostileDb:
     from tests.conftest import DIMS
 
     written, residue, written2, residue2 = ("w-" + LINKS, "r-" + LINKS, "w2-" + LINKS, "r2-" + LINKS)
-    convs = [Conversation(written, ID, "write", "contacto", "a " + LINKS),
-             Conversation(written2, ID2, "write", "contacto", "b " + LINKS),
-             Conversation("t-" + LINKS, ID, "write", LINKS, "c " + LINKS),  # a tool argument out of its schema
-             Conversation(residue, ID, "read"), Conversation(residue2, ID2, "read")]
+    convs = [
+        Conversation(written, ID, "write", "contacto", "a " + LINKS),
+        Conversation(written2, ID2, "write", "contacto", "b " + LINKS),
+        Conversation("t-" + LINKS, ID, "write", LINKS, "c " + LINKS),  # a tool argument out of its schema
+        Conversation(residue, ID, "read"),
+        Conversation(residue2, ID2, "read"),
+    ]
     attributed = {written, written2, "t-" + LINKS}
     run_conversations(dsn, convs, lambda conv, n: {"cliente_id": conv.customer} if conv.thread_id in attributed else {})
     with ConnectionPool(dsn, min_size=1, max_size=2, kwargs={"autocommit": True}) as pool:
@@ -61,19 +69,53 @@ def write_hostile(dsn: str) -> HostileDb:
         access.export(db, ID, fmt="json", lang="es", operator=LINKS)
         erasure.erase(db, ID2, operator=LINKS)  # the residue thread undecided: incomplete, named in the report
         sweep.run_sweep(db, trigger="manual", operator=LINKS)  # also sizes the threads for the Checkpoints page
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with db.connection() as conn:
-            replica_health.publish_heartbeat(conn, {
-                "replica_id": LINKS, "host": LINKS, "pid": 1, "state": "degraded",
-                "degraded_since": now - timedelta(seconds=30), "buffered_checkpoints": 1, "buffered_writes": 2,
-                "last_success": now - timedelta(seconds=31), "started_at": now - timedelta(hours=1),
-                "heartbeat_interval_s": 2.0, "episodes_total": 1, "denials_total": 1, "refusals_total": 0})
-            denial = {"key": str(uuid.uuid4()), "tool": LINKS, "risk": "HIGH", "thread_id": residue, "subject_root": "clientes",
-                      "subject_id": ID, "customer_id": ID, "reason": LINKS, "denied_at": now - timedelta(minutes=8)}
-            replica_health.write_episode(conn, replica_health.Episode(
-                replica_id=LINKS, host=LINKS, pid=1, degraded_from=now - timedelta(minutes=9),
-                degraded_to=now - timedelta(minutes=8), reason=LINKS, checkpoints_buffered=3, writes_buffered=5,
-                ops_resynced=8, resync_ms=4.0, denials=[denial]))
+            replica_health.publish_heartbeat(
+                conn,
+                {
+                    "replica_id": LINKS,
+                    "host": LINKS,
+                    "pid": 1,
+                    "state": "degraded",
+                    "degraded_since": now - timedelta(seconds=30),
+                    "buffered_checkpoints": 1,
+                    "buffered_writes": 2,
+                    "last_success": now - timedelta(seconds=31),
+                    "started_at": now - timedelta(hours=1),
+                    "heartbeat_interval_s": 2.0,
+                    "episodes_total": 1,
+                    "denials_total": 1,
+                    "refusals_total": 0,
+                },
+            )
+            denial = {
+                "key": str(uuid.uuid4()),
+                "tool": LINKS,
+                "risk": "HIGH",
+                "thread_id": residue,
+                "subject_root": "clientes",
+                "subject_id": ID,
+                "customer_id": ID,
+                "reason": LINKS,
+                "denied_at": now - timedelta(minutes=8),
+            }
+            replica_health.write_episode(
+                conn,
+                replica_health.Episode(
+                    replica_id=LINKS,
+                    host=LINKS,
+                    pid=1,
+                    degraded_from=now - timedelta(minutes=9),
+                    degraded_to=now - timedelta(minutes=8),
+                    reason=LINKS,
+                    checkpoints_buffered=3,
+                    writes_buffered=5,
+                    ops_resynced=8,
+                    resync_ms=4.0,
+                    denials=[denial],
+                ),
+            )
     finally:
         db.close()
     return HostileDb(dsn, written, residue, residue2)

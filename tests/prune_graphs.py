@@ -1,5 +1,6 @@
 """Graphs for the prune proof (tests/test_prune.py): a subgraph that pauses on an interrupt, a DeltaChannel, and a
 description of what langgraph's own `get_state()` returns, to compare before and after pruning."""
+
 from __future__ import annotations
 
 import operator
@@ -65,7 +66,13 @@ def describe(snapshot: StateSnapshot) -> dict[str, Any]:
         "values": snapshot.values,
         "next": snapshot.next,
         "checkpoint_id": snapshot.config["configurable"].get("checkpoint_id"),
-        "tasks": [(t.name, [(i.value, i.id) for i in t.interrupts],
-                   describe(t.state) if isinstance(t.state, StateSnapshot) else None) for t in snapshot.tasks],
+        "tasks": [
+            (
+                t.name,
+                [(i.value, i.id) for i in t.interrupts],
+                describe(t.state) if isinstance(t.state, StateSnapshot) else None,
+            )
+            for t in snapshot.tasks
+        ],
         "interrupts": [(i.value, i.id) for i in snapshot.interrupts],
     }

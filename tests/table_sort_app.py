@@ -1,6 +1,7 @@
 """A page of one table through ui.tables.table: decimals whose text order is not their numeric order ("10,50"
 sorts before "9,25" as text), and durations whose clock text is not their order either ("100:00:00" before
 "25:00:00"), in the language of `?lang=`. Served by tests/test_browser_table_sort.py."""
+
 import sys
 from pathlib import Path
 

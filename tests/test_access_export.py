@@ -2,6 +2,7 @@
 calls in words, the art. 15 information (controller, DPO, purposes, retention from the policy in force, recipients,
 rights, complaint, source) in the requester's language, configurable, and bad configuration refused before anything
 is registered."""
+
 from __future__ import annotations
 
 import re
@@ -14,9 +15,24 @@ from core.memory.store import POLICIES
 from core.privacy import access, access_notice, access_render
 from tests.test_access import BIG, populated  # noqa: F401  (the module's fixture)
 
-RAW_KEYS = ("serde_refusals", "memory_writes", "guard_denials", "episode_denials", "expired_documents",
-            "marked_payloads", "erasure_rechecks", "access_exports", "thread_id", "written_at", "last_turn_at",
-            "started_at", "denied_at", "tool_calls", "namespace_prefix", "sources_searched")
+RAW_KEYS = (
+    "serde_refusals",
+    "memory_writes",
+    "guard_denials",
+    "episode_denials",
+    "expired_documents",
+    "marked_payloads",
+    "erasure_rechecks",
+    "access_exports",
+    "thread_id",
+    "written_at",
+    "last_turn_at",
+    "started_at",
+    "denied_at",
+    "tool_calls",
+    "namespace_prefix",
+    "sources_searched",
+)
 
 
 def html_of(db, lang: str = "es", operator: str = "local") -> str:
@@ -37,9 +53,13 @@ def test_the_html_reads_as_a_document_for_the_customer(populated, lang):  # noqa
     assert not re.search(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}", html), "an ISO timestamp"
     assert not re.search(r":\d{2}\.\d{3,6}", html), "fractions of a second"
     assert '"args"' not in html and "{&quot;" not in html and '{"' not in text, "JSON in the document"
-    assert ("Usa la herramienta: recordar_preferencia (" if lang == "es" else "Uses the tool: recordar_preferencia (") in text
+    assert (
+        "Usa la herramienta: recordar_preferencia (" if lang == "es" else "Uses the tool: recordar_preferencia ("
+    ) in text
     prepared = re.search(r"<dt>(?:Preparado por|Prepared by)</dt><dd>([^<]*)</dd>", html)[1]
-    assert "local" not in prepared and ("delegado de protección de datos" in prepared or "data protection officer" in prepared)
+    assert "local" not in prepared and (
+        "delegado de protección de datos" in prepared or "data protection officer" in prepared
+    )
     assert ("el cliente C9 (derecho de acceso)" if lang == "es" else "customer C9 (right of access)") in text
     assert "Ninguno. Ninguno." not in text and "None. None." not in text
 
@@ -54,19 +74,51 @@ def test_a_thread_is_dated_once_by_the_clock_of_its_messages(populated):  # noqa
     for n, thread in enumerate(report.threads, start=1):
         first = format_datetime(datetime.fromisoformat(thread["first_ts"]), "d MMM y, HH:mm", tzinfo=zone, locale="es")
         last = format_datetime(datetime.fromisoformat(thread["last_ts"]), "d MMM y, HH:mm", tzinfo=zone, locale="es")
-        assert f"Conversación {n} <span class='muted'>({thread['thread_id']})</span></h3><p class='muted'>del {first} al {last} ·" in html
+        assert (
+            f"Conversación {n} <span class='muted'>({thread['thread_id']})</span></h3><p class='muted'>del {first} al {last} ·"
+            in html
+        )
         log = next(r for r in report.logs["conversations"] if r["thread_id"] == thread["thread_id"])
         assert f"<tr><td>Conversación {n}</td><td>{log['agent']}</td><td>{log['turns']}</td></tr>" in html
 
 
-@pytest.mark.parametrize("lang, words", [
-    ("es", ["Responsable del tratamiento", "Delegado de protección de datos", "Para qué tratamos sus datos",
-            "Destinatarios", "Cuánto tiempo los conservamos", "De dónde proceden", "rectificación", "supresión",
-            "limitación", "oponerse", "Agencia Española de Protección de Datos (AEPD)"]),
-    ("en", ["Controller", "Data protection officer", "What we process your data for", "Recipients",
-            "How long we keep it", "Where it comes from", "rectified", "erasure", "restriction", "object",
-            "Agencia Española de Protección de Datos (AEPD)"]),
-])
+@pytest.mark.parametrize(
+    "lang, words",
+    [
+        (
+            "es",
+            [
+                "Responsable del tratamiento",
+                "Delegado de protección de datos",
+                "Para qué tratamos sus datos",
+                "Destinatarios",
+                "Cuánto tiempo los conservamos",
+                "De dónde proceden",
+                "rectificación",
+                "supresión",
+                "limitación",
+                "oponerse",
+                "Agencia Española de Protección de Datos (AEPD)",
+            ],
+        ),
+        (
+            "en",
+            [
+                "Controller",
+                "Data protection officer",
+                "What we process your data for",
+                "Recipients",
+                "How long we keep it",
+                "Where it comes from",
+                "rectified",
+                "erasure",
+                "restriction",
+                "object",
+                "Agencia Española de Protección de Datos (AEPD)",
+            ],
+        ),
+    ],
+)
 def test_the_export_says_what_article_15_requires_in_the_requesters_language(populated, lang, words):  # noqa: F811
     text = body(html_of(populated, lang))
     for word in words:
@@ -77,8 +129,10 @@ def test_the_export_says_what_article_15_requires_in_the_requesters_language(pop
 
 def test_the_retention_of_conversations_is_the_one_the_last_sweep_applied(populated):  # noqa: F811
     db = populated
-    db.execute("INSERT INTO core_sweep_log (trigger, operator, host, status, dry_run, retention_days, started_at, "
-               "finished_at) VALUES ('manual', 'sre', 'h', 'ok', false, 37, now(), now())")
+    db.execute(
+        "INSERT INTO core_sweep_log (trigger, operator, host, status, dry_run, retention_days, started_at, "
+        "finished_at) VALUES ('manual', 'sre', 'h', 'ok', false, 37, now(), now())"
+    )
     try:
         assert "37 días desde el último mensaje de la conversación" in body(html_of(db))
         assert access.export(db, BIG, fmt="json", lang="en", operator="dpo").data.count(b"37 days after") == 1
@@ -89,8 +143,11 @@ def test_the_retention_of_conversations_is_the_one_the_last_sweep_applied(popula
 def test_the_texts_are_configurable_and_bad_configuration_registers_nothing(populated, tmp_path, monkeypatch):  # noqa: F811
     db = populated
     good = tmp_path / "notice.toml"
-    good.write_text('timezone = "America/Mexico_City"\n[es]\ncontroller_name = "Tiendas Sol, S.A."\n'
-                    'purposes = ["Vender zapatos."]\n[en]\ncontroller_name = "Sol Shops Inc."\n', encoding="utf-8")
+    good.write_text(
+        'timezone = "America/Mexico_City"\n[es]\ncontroller_name = "Tiendas Sol, S.A."\n'
+        'purposes = ["Vender zapatos."]\n[en]\ncontroller_name = "Sol Shops Inc."\n',
+        encoding="utf-8",
+    )
     monkeypatch.setenv("ACCESS_NOTICE_FILE", str(good))
     monkeypatch.setenv("DPO_CONTACT", "dpd@sol.example")
     es, en = body(html_of(db, "es")), body(html_of(db, "en"))
@@ -100,10 +157,12 @@ def test_the_texts_are_configurable_and_bad_configuration_registers_nothing(popu
     assert access_notice.notice(db, "es").configured
 
     n = db.fetch_one("SELECT count(*) AS n FROM core_access_register")["n"]
-    for content, error in (('[es]\ncontroler_name = "x"\n', "unknown key [es].controler_name"),
-                           ('[es]\npurposes = "one"\n', "[es].purposes must be a non-empty list of texts"),
-                           ('timezone = "Mars/Olympus"\n', "unknown time zone 'Mars/Olympus'"),
-                           ("[es\n", "cannot read the access notice file")):
+    for content, error in (
+        ('[es]\ncontroler_name = "x"\n', "unknown key [es].controler_name"),
+        ('[es]\npurposes = "one"\n', "[es].purposes must be a non-empty list of texts"),
+        ('timezone = "Mars/Olympus"\n', "unknown time zone 'Mars/Olympus'"),
+        ("[es\n", "cannot read the access notice file"),
+    ):
         good.write_text(content, encoding="utf-8")
         with pytest.raises(access_notice.NoticeConfigError, match=re.escape(error)):
             access.export(db, BIG, fmt="html", lang="es", operator="dpo")

@@ -1,16 +1,17 @@
 """AppTest of the Access and Access register pages, the registers' verify button and the navigation on the
 real embedded PostgreSQL: counts per source equal SQL, an empty customer is said, a bad id is refused,
 a manager is refused with the role named, and each role lands on its own first page."""
+
 from __future__ import annotations
 
 import pytest
+from apptools import frame, shown
 from streamlit.testing.v1 import AppTest
 
 from core.db import Database, reset_pool
 from core.privacy import access, erasure
 from tests.test_access import sql_counts
 from tests.test_erasure import agents_for, converse, make_store, write_docs
-from apptools import frame, shown
 from ui.i18n import CATALOGUES
 
 TIMEOUT = 60
@@ -44,9 +45,15 @@ def dashboard(page: str | None = None, **query) -> AppTest:
 
 
 def texts(at: AppTest) -> str:
-    return "\n".join([m.value for m in at.markdown] + [e.value for e in at.error] + [s.value for s in at.success]
-                     + [c.value for c in at.caption] + [i.value for i in at.info] + [w.value for w in at.warning]
-                     + [h.value for h in at.title])
+    return "\n".join(
+        [m.value for m in at.markdown]
+        + [e.value for e in at.error]
+        + [s.value for s in at.success]
+        + [c.value for c in at.caption]
+        + [i.value for i in at.info]
+        + [w.value for w in at.warning]
+        + [h.value for h in at.title]
+    )
 
 
 @pytest.mark.page_smoke  # the access page in the fast tier
@@ -95,9 +102,14 @@ def test_a_manager_is_refused_with_the_role_named(shop, app_env):
         assert len(at.text_input) == 0 and len(at.get("download_button")) == 0
 
 
-@pytest.mark.parametrize("local_roles, landing", [("manager,sre,dpo", "Memoria entre conversaciones"),
-                                                  ("dpo", "Borrar todo lo que los agentes recuerdan de un cliente"),
-                                                  ("sre", None)])
+@pytest.mark.parametrize(
+    "local_roles, landing",
+    [
+        ("manager,sre,dpo", "Memoria entre conversaciones"),
+        ("dpo", "Borrar todo lo que los agentes recuerdan de un cliente"),
+        ("sre", None),
+    ],
+)
 def test_each_role_lands_on_its_first_page(shop, app_env, local_roles, landing):
     app_env(shop.dsn, LOCAL_ROLES=local_roles)
     at = dashboard()
@@ -123,5 +135,6 @@ def test_register_pages_verify_and_name_an_edited_row(shop, app_env):
     rid = shop.fetch_one("SELECT id FROM core_erasure_register WHERE customer_id = 'C7'")["id"]
     shop.execute("UPDATE core_erasure_register SET counts_after = '{}' WHERE id = %s", (rid,))
     at.button(key="erasure_register.verify").click().run()
-    assert any(f"Cadena ROTA en core_erasure_register #{rid}: editada después de sellarse" in e.value
-               for e in at.error), texts(at)
+    assert any(
+        f"Cadena ROTA en core_erasure_register #{rid}: editada después de sellarse" in e.value for e in at.error
+    ), texts(at)

@@ -1,5 +1,6 @@
 """Agent-side Prometheus metrics of the dual saver: naming, bounded labels, and the endpoints of
 running replicas during a real hang and a real stop of their PostgreSQL (embedded server)."""
+
 from __future__ import annotations
 
 import threading
@@ -9,14 +10,14 @@ import uuid
 
 import psycopg
 import pytest
+from apptools import wait_until
+from conftest import free_port, own_embedded_server
 from langgraph.checkpoint.base import empty_checkpoint
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import free_port, own_embedded_server
 from core.checkpoints import metrics
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.migrate import migrate
-from apptools import wait_until
 
 DIMS = 64
 
@@ -24,8 +25,11 @@ DIMS = 64
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def value(samples: dict, name: str, **labels) -> float | None:
@@ -33,9 +37,17 @@ def value(samples: dict, name: str, **labels) -> float | None:
 
 
 def test_names_follow_prometheus_conventions_and_labels_are_bounded():
-    status = {"replica_id": "r1", "state": "degraded", "degraded_since": None, "buffered_ops": 3,
-              "buffered_checkpoints": 2, "buffered_writes": 1, "last_success": None,
-              "last_resync_error": "boom", "episodes_total": 4}
+    status = {
+        "replica_id": "r1",
+        "state": "degraded",
+        "degraded_since": None,
+        "buffered_ops": 3,
+        "buffered_checkpoints": 2,
+        "buffered_writes": 1,
+        "last_success": None,
+        "last_resync_error": "boom",
+        "episodes_total": 4,
+    }
     names = [m.name for m in metrics.status_metrics([status])]
     assert all(n.startswith("agent_memory_") for n in names)
     fams = {m.name: m for m in metrics.status_metrics([status])}
@@ -48,10 +60,17 @@ def test_names_follow_prometheus_conventions_and_labels_are_bounded():
         metrics.refused(odd)
     metrics.observe("C123", "thread-9", 0.01)
     from prometheus_client import REGISTRY
-    text = {s.labels.get("tool") for m in REGISTRY.collect() if m.name == "agent_memory_guard_denials" for s in m.samples}
+
+    text = {
+        s.labels.get("tool") for m in REGISTRY.collect() if m.name == "agent_memory_guard_denials" for s in m.samples
+    }
     assert "other" in text and not any(t and ("." in t or "%" in t or "'" in t) for t in text)
-    assert REGISTRY.get_sample_value("agent_memory_checkpoint_call_duration_seconds_count",
-                                     {"backend": "other", "op": "other"}) >= 1
+    assert (
+        REGISTRY.get_sample_value(
+            "agent_memory_checkpoint_call_duration_seconds_count", {"backend": "other", "op": "other"}
+        )
+        >= 1
+    )
 
 
 def test_bad_metrics_port_is_a_clear_error(monkeypatch):
@@ -106,13 +125,24 @@ def test_replica_endpoints_report_degraded_during_hang_and_stop_and_zero_after_r
         worker.start()
         workers.append(worker)
     try:
+
         def degraded(port: int, rid: str) -> float | None:
             return value(scrape(port), "agent_memory_checkpoint_degraded", replica=rid)
 
         for port, saver in zip(ports, savers):
             wait_until(lambda: degraded(port, saver.replica_id) == 0, 20)
-        wait_until(lambda: (metrics.REGISTRY.get_sample_value(
-            "agent_memory_checkpoint_call_duration_seconds_count", {"backend": "postgres", "op": "put"}) or 0) > 0, 20)
+        wait_until(
+            lambda: (
+                (
+                    metrics.REGISTRY.get_sample_value(
+                        "agent_memory_checkpoint_call_duration_seconds_count", {"backend": "postgres", "op": "put"}
+                    )
+                    or 0
+                )
+                > 0
+            ),
+            20,
+        )
         resynced_before = metrics.REGISTRY.get_sample_value("agent_memory_checkpoint_resynced_operations_total") or 0
 
         # Hung (SIGSTOP): every replica's endpoint says degraded, with what it buffers.
@@ -122,10 +152,25 @@ def test_replica_endpoints_report_degraded_during_hang_and_stop_and_zero_after_r
             for port, saver in zip(ports, savers):
                 wait_until(lambda: degraded(port, saver.replica_id) == 1, 30)
             print(f"hang: all endpoints degraded after {time.monotonic() - hung_at:.2f} s")
-            wait_until(lambda: (value(scrape(ports[0]), "agent_memory_checkpoint_buffered_checkpoints",
-                                      replica=savers[0].replica_id) or 0) > 0, 20)
-            since = value(scrape(ports[0]), "agent_memory_checkpoint_degraded_since_timestamp_seconds",
-                          replica=savers[0].replica_id)
+            wait_until(
+                lambda: (
+                    (
+                        value(
+                            scrape(ports[0]),
+                            "agent_memory_checkpoint_buffered_checkpoints",
+                            replica=savers[0].replica_id,
+                        )
+                        or 0
+                    )
+                    > 0
+                ),
+                20,
+            )
+            since = value(
+                scrape(ports[0]),
+                "agent_memory_checkpoint_degraded_since_timestamp_seconds",
+                replica=savers[0].replica_id,
+            )
             assert since and abs(since - time.time()) < 120
         finally:
             control.resume()
@@ -147,13 +192,19 @@ def test_replica_endpoints_report_degraded_during_hang_and_stop_and_zero_after_r
             assert saver.wait_for("healthy", 60)
         for port, saver in zip(ports, savers):
             wait_until(lambda: degraded(port, saver.replica_id) == 0, 30)
-            wait_until(lambda: value(scrape(port), "agent_memory_checkpoint_buffered_operations",
-                                     replica=saver.replica_id) == 0, 30)
+            wait_until(
+                lambda: (
+                    value(scrape(port), "agent_memory_checkpoint_buffered_operations", replica=saver.replica_id) == 0
+                ),
+                30,
+            )
         after = scrape(ports[0])
         assert value(after, "agent_memory_checkpoint_resynced_operations_total") > resynced_before
         assert value(after, "agent_memory_checkpoint_resync_duration_seconds_count") >= 2
         assert value(after, "agent_memory_checkpoint_degraded_episodes_total", replica=savers[0].replica_id) >= 2
-        assert (value(after, "agent_memory_checkpoint_call_duration_seconds_count", backend="memory", op="put") or 0) > 0
+        assert (
+            value(after, "agent_memory_checkpoint_call_duration_seconds_count", backend="memory", op="put") or 0
+        ) > 0
         # No thread id in any label value.
         assert not any("cliente-" in v for _, labels in after for _, v in labels)
     finally:
@@ -193,16 +244,25 @@ def test_multiprocess_mode_one_endpoint_for_every_worker(db, tmp_path):
     workers = []
     try:
         for i in (1, 2):
-            proc = subprocess.Popen([sys.executable, "-c", WORKER, db.dsn, f"worker-{i}", str(port)], cwd=root,
-                                    env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", WORKER, db.dsn, f"worker-{i}", str(port)],
+                cwd=root,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             workers.append(proc)
             workers[-1].first_line = proc.stdout.readline().strip()
         assert [w.first_line for w in workers] == ["serving", "not serving"]
 
         def both_healthy():
             s = scrape(port)
-            return all(value(s, "agent_memory_checkpoint_degraded", replica=f"worker-{i}") == 0 for i in (1, 2)) \
+            return (
+                all(value(s, "agent_memory_checkpoint_degraded", replica=f"worker-{i}") == 0 for i in (1, 2))
                 and value(s, "agent_memory_checkpoint_call_duration_seconds_count", backend="postgres", op="put") == 2
+            )
+
         wait_until(both_healthy, 20)
     finally:
         for proc in workers:

@@ -1,5 +1,6 @@
 """Alert rules: Prometheus's own promtool checks and unit-tests them; the PrometheusRule holds the
 same rules as the plain file; the unit tests can fail (a rule without its `for: 1m` pages on a blip)."""
+
 from __future__ import annotations
 
 import shutil
@@ -44,7 +45,9 @@ def test_the_unit_tests_fail_when_degraded_pages_on_a_blip(tmp_path):
     shutil.copy(UNIT, tmp_path / UNIT.name)
     run = promtool("test", "rules", UNIT.name, cwd=tmp_path)
     assert run.returncode != 0
-    assert "AgentCheckpointDegraded" in run.stdout + run.stderr and 'replica="agentes-7f9c:13"' in run.stdout + run.stderr
+    assert (
+        "AgentCheckpointDegraded" in run.stdout + run.stderr and 'replica="agentes-7f9c:13"' in run.stdout + run.stderr
+    )
 
 
 def test_prometheusrule_is_generated_from_the_plain_file(tmp_path):

@@ -2,6 +2,7 @@
 -> core, no import upward), no import cycle between modules (late and type-checking imports included), no
 Streamlit in core, no SQL in pages, and the deploy manifests' commands that still run. A module's length is
 no design rule: a long one is only named in a warning."""
+
 from __future__ import annotations
 
 import ast
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT
 
 LONG_MODULE_LINES = 400  # a warning, never a failure
@@ -40,8 +40,12 @@ def module_name(path: Path) -> str:
 @pytest.fixture(scope="module")
 def modules() -> dict[str, Module]:
     """Every module of the app (core, ui, app_pages, dashboard.py), parsed once."""
-    paths = [*sorted((ROOT / "core").rglob("*.py")), *sorted((ROOT / "ui").rglob("*.py")),
-             *sorted((ROOT / "app_pages").glob("*.py")), ROOT / "dashboard.py"]
+    paths = [
+        *sorted((ROOT / "core").rglob("*.py")),
+        *sorted((ROOT / "ui").rglob("*.py")),
+        *sorted((ROOT / "app_pages").glob("*.py")),
+        ROOT / "dashboard.py",
+    ]
     out = {}
     for path in paths:
         text = path.read_text()
@@ -174,8 +178,10 @@ def test_no_sql_in_pages(modules):
         for node in ast.walk(mod.tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 text = node.value.upper()
-                assert not any(f"{kw} " in text and " FROM " in text or f"{kw} INTO" in text
-                               for kw in ("SELECT", "INSERT", "DELETE")), f"SQL in {mod.path.name}: {node.value[:60]}"
+                assert not any(
+                    f"{kw} " in text and " FROM " in text or f"{kw} INTO" in text
+                    for kw in ("SELECT", "INSERT", "DELETE")
+                ), f"SQL in {mod.path.name}: {node.value[:60]}"
 
 
 def manifest_commands() -> list[tuple[str, list[str]]]:

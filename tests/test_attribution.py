@@ -1,17 +1,18 @@
 """The subject resolver, the residue scan, coverage and the erasure on databases written by agents we did not
 write (issue 10 items 1-3 and 6): the memory article's agents on stock savers, and an Agent-Server-shaped one."""
+
 from __future__ import annotations
 
 import psycopg
 import pytest
+from foreign_agents import CUSTOMERS
 from psycopg import sql as pgsql
 
 from core.db import Database
 from core.memory.store import InvalidIdentifier
 from core.privacy import erasure, erasure_register, evidence, follow_up
-from core.privacy import subjects as subj
 from core.privacy import residue as res
-from foreign_agents import CUSTOMERS
+from core.privacy import subjects as subj
 
 DEFAULT = subj.Attribution()
 BAD_IDS = ["", " C9", "C9 ", "C9.x", "C\x009", "x" * 5000, 9, None]
@@ -26,16 +27,21 @@ def article_db(article_agents_db):
 
 def thread_rows(db: Database, threads) -> dict[str, int]:
     threads = sorted(threads)
-    return {t: db.fetch_one(f"SELECT count(*) AS n FROM {t} WHERE thread_id = ANY(%s)", (threads,))["n"]
-            for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")}
+    return {
+        t: db.fetch_one(f"SELECT count(*) AS n FROM {t} WHERE thread_id = ANY(%s)", (threads,))["n"]
+        for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+    }
 
 
 def raw_hits(db: Database, value: str) -> int:
     """Rows of any checkpoint table whose raw bytes hold `value`."""
-    return db.fetch_one("""
+    return db.fetch_one(
+        """
         SELECT (SELECT count(*) FROM checkpoint_writes WHERE position(convert_to(%(v)s, 'UTF8') IN blob) > 0)
              + (SELECT count(*) FROM checkpoint_blobs WHERE position(convert_to(%(v)s, 'UTF8') IN blob) > 0)
-             + (SELECT count(*) FROM checkpoints WHERE strpos(checkpoint::text, %(v)s) > 0) AS n""", {"v": value})["n"]
+             + (SELECT count(*) FROM checkpoints WHERE strpos(checkpoint::text, %(v)s) > 0) AS n""",
+        {"v": value},
+    )["n"]
 
 
 def distinctive_values(foreign, customer: str) -> list[str]:
@@ -116,8 +122,11 @@ def test_agent_server_metadata_is_found_by_the_metadata_source(agent_server_db):
 def test_patterns_keep_percent_and_underscore_literal(db):
     threads = ["cliente-C_9-1", "cliente-CX9-1", "cliente-C%-1", "cliente-C9-1", "cliente-C9x-1", "cliente-C9-2"]
     for t in threads:
-        db.execute("INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata) "
-                   "VALUES (%s, '', '1', '{}', '{}')", (t,))
+        db.execute(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata) "
+            "VALUES (%s, '', '1', '{}', '{}')",
+            (t,),
+        )
     assert subj.resolve(db, "C_9", DEFAULT).by_source["pattern:cliente-{id}-*"] == ["cliente-C_9-1"]
     assert subj.resolve(db, "C%", DEFAULT).by_source["pattern:cliente-{id}-*"] == ["cliente-C%-1"]
     assert subj.resolve(db, "C9", DEFAULT).by_source["pattern:cliente-{id}-*"] == ["cliente-C9-1", "cliente-C9-2"]
@@ -175,10 +184,18 @@ def test_erasure_including_the_residue_leaves_nothing(article_agents):
         assert sorted(preview.thread_ids + preview.residue_threads) == mine
         with db.connection() as conn:  # the residue evidence with its own full scan, before the erasure
             terms = [t for t in res.customer_terms(conn, "C9") if not t.common]
-            (scanned,) = [e for e in evidence._run_evidence(conn, [], "C9", [], DEFAULT.metadata_keys, terms)
-                          if e.table == "residue"]
-        result = erasure.erase(db, "C9", operator="dpo@example.com", config=DEFAULT,
-                               decisions={t: "erase" for t in preview.residue_threads})
+            (scanned,) = [
+                e
+                for e in evidence._run_evidence(conn, [], "C9", [], DEFAULT.metadata_keys, terms)
+                if e.table == "residue"
+            ]
+        result = erasure.erase(
+            db,
+            "C9",
+            operator="dpo@example.com",
+            config=DEFAULT,
+            decisions={t: "erase" for t in preview.residue_threads},
+        )
         # the erasure's "before" reuses its residue scan's candidates: the same count as a scan of its own
         assert result.counts_before["residue"] == scanned.result > 0
         assert result.status == "complete" and result.exclusions == [] and result.report is None
@@ -187,7 +204,8 @@ def test_erasure_including_the_residue_leaves_nothing(article_agents):
         assert {c: thread_rows(db, foreign.threads_of(c)) for c in others} == others  # neighbours untouched
         assert {t: s for t, s in result.sources.items()} == (
             {t: ["store:hilo"] for t in foreign.threads_of("C9", "write")}
-            | {t: ["residue"] for t in preview.residue_threads})
+            | {t: ["residue"] for t in preview.residue_threads}
+        )
         (res_ev,) = [e for e in result.evidence if e.table == "residue"]
         # recorded with its terms by reference, never the values (issue 25); a re-check proves it through the hashes
         assert res_ev.result == 0 and "correo c9@ejemplo.es" not in res_ev.sql and ":residue_terms" in res_ev.sql
@@ -214,8 +232,13 @@ def test_leaving_a_residue_thread_is_never_plain_complete(article_agents):
         assert db.fetch_one("SELECT count(*) AS n FROM core_erasure_register")["n"] == 0
         assert db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C9'")["n"] == 3
 
-        result = erasure.erase(db, "C9", operator="dpo", config=DEFAULT,
-                               decisions={read: ("leave", "legal hold: open claim 42"), chat: "erase"})
+        result = erasure.erase(
+            db,
+            "C9",
+            operator="dpo",
+            config=DEFAULT,
+            decisions={read: ("leave", "legal hold: open claim 42"), chat: "erase"},
+        )
         assert result.status == "complete" and result.exclusions  # complete, with the exclusion named
         assert result.exclusions[0]["thread_id"] == read and "open claim 42" in result.report and read in result.report
         assert thread_rows(db, [read])["checkpoint_writes"] > 0 and thread_rows(db, [chat])["checkpoints"] == 0
@@ -251,8 +274,9 @@ def test_a_value_shared_by_50_customers_is_common_and_pulls_in_nobody(article_ag
         assert {c.thread_id for c in shared} <= set(residue.common_only)  # listed, not proposed
         before = thread_rows(db, [c.thread_id for c in shared])
         others = {c: thread_rows(db, foreign.threads_of(c)) for c in CUSTOMERS if c != "C9"}
-        result = erasure.erase(db, "C9", operator="dpo", config=DEFAULT,
-                               decisions={t: "erase" for t in residue.proposed})
+        result = erasure.erase(
+            db, "C9", operator="dpo", config=DEFAULT, decisions={t: "erase" for t in residue.proposed}
+        )
         assert result.status == "complete"
         assert thread_rows(db, [c.thread_id for c in shared]) == before
         assert {c: thread_rows(db, foreign.threads_of(c)) for c in others} == others
@@ -276,8 +300,14 @@ def test_an_interrupted_erasure_is_recorded_rechecked_and_resumable(article_agen
                 raise Interrupt()
 
         with pytest.raises(Interrupt):
-            erasure.erase(db, "C9", operator="dpo", config=DEFAULT, progress=stop_after_store,
-                          decisions={t: "erase" for t in preview.residue_threads})
+            erasure.erase(
+                db,
+                "C9",
+                operator="dpo",
+                config=DEFAULT,
+                progress=stop_after_store,
+                decisions={t: "erase" for t in preview.residue_threads},
+            )
         row = db.fetch_one("SELECT * FROM core_erasure_register")
         assert row["status"] == "interrupted" and row["finished_at"] is not None
         assert row["deleted"] == {"store": 3} and row["counts_after"]["checkpoints"] > 0
@@ -288,10 +318,15 @@ def test_an_interrupted_erasure_is_recorded_rechecked_and_resumable(article_agen
         # the hilo links are gone with the store documents, but the register kept the threads it found
         result = follow_up.resume(db, row["id"], operator="dpo", config=DEFAULT)
         assert result.status == "complete", result.report
-        assert thread_rows(db, foreign.threads_of("C9")) == {"checkpoints": 0, "checkpoint_blobs": 0,
-                                                             "checkpoint_writes": 0}
-        assert db.fetch_one("SELECT resumed_by FROM core_erasure_register WHERE id = %s",
-                            (row["id"],))["resumed_by"] == result.request_id
+        assert thread_rows(db, foreign.threads_of("C9")) == {
+            "checkpoints": 0,
+            "checkpoint_blobs": 0,
+            "checkpoint_writes": 0,
+        }
+        assert (
+            db.fetch_one("SELECT resumed_by FROM core_erasure_register WHERE id = %s", (row["id"],))["resumed_by"]
+            == result.request_id
+        )
         with pytest.raises(erasure.ErasureError, match="nothing to resume"):
             follow_up.resume(db, result.request_id, operator="dpo")
     finally:
@@ -302,9 +337,12 @@ def test_a_running_row_left_by_a_dead_process_is_stuck_and_resumable(article_age
     foreign = article_agents()
     db = Database(foreign.dsn)
     try:
-        rid = db.fetch_one("INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator, thread_ids) "
-                           "VALUES ('C9', 'clientes.C9', 'dpo', %s) RETURNING id",
-                           (foreign.threads_of("C9", "write"),), read_only=False)["id"]
+        rid = db.fetch_one(
+            "INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator, thread_ids) "
+            "VALUES ('C9', 'clientes.C9', 'dpo', %s) RETURNING id",
+            (foreign.threads_of("C9", "write"),),
+            read_only=False,
+        )["id"]
         assert erasure.stuck_requests(db) == [rid]
         assert [r.request_id for r in erasure_register.recheck_all(db)] == [rid]
         frame = erasure_register.register(db)
@@ -338,15 +376,28 @@ def test_the_raw_scan_finds_exactly_what_the_sql_filter_found(article_agents_db,
     punctuation, look-alikes, `%`, `_` and a quote, with some threads excluded."""
     from core.privacy import raw_scan
 
-    terms = {"C9", "C19", "C9x", "C_9", "C%", "recogida", "Vía", "ñ", '"role"', "'", "no-such-term-anywhere",
-             'branch:to:model'}  # the last one is only in the checkpoints' inline channel values
+    terms = {
+        "C9",
+        "C19",
+        "C9x",
+        "C_9",
+        "C%",
+        "recogida",
+        "Vía",
+        "ñ",
+        '"role"',
+        "'",
+        "no-such-term-anywhere",
+        "branch:to:model",
+    }  # the last one is only in the checkpoints' inline channel values
     for customer in CUSTOMERS:
         terms |= set(article_agents_db.declared(customer).values())
     terms = sorted(terms)
     exclude = sorted(article_agents_db.threads_of("C9"))
     for excluded in ([], exclude):
-        expected = {(r["term"], r["thread_id"])
-                    for r in article_db.fetch(SQL_RAW_PAIRS, {"terms": terms, "exclude": excluded})}
+        expected = {
+            (r["term"], r["thread_id"]) for r in article_db.fetch(SQL_RAW_PAIRS, {"terms": terms, "exclude": excluded})
+        }
         with article_db.connection() as conn:
             found = raw_scan.candidates(conn, terms, excluded)
         assert found == expected, (len(found), len(expected))
@@ -367,8 +418,11 @@ def test_per_customer_lookups_can_use_an_index_whatever_the_id(article_agents_db
         def plan(sql: str) -> str:
             return "\n".join(r[0] for r in conn.execute(sql).fetchall())
 
-        indexes = {"cliente_id": "core_checkpoints_cliente_idx", "customer_id": "core_checkpoints_customer_id_idx",
-                   "user_id": "core_checkpoints_user_id_idx"}
+        indexes = {
+            "cliente_id": "core_checkpoints_cliente_idx",
+            "customer_id": "core_checkpoints_customer_id_idx",
+            "user_id": "core_checkpoints_user_id_idx",
+        }
         assert set(DEFAULT.metadata_keys) == set(indexes)
         for n, key in enumerate(DEFAULT.metadata_keys):
             query = pgsql.SQL(subj.SELECT_BY_METADATA).format(key=pgsql.Literal(key)).as_string(conn)

@@ -2,6 +2,7 @@
 session's embedded PostgreSQL: it builds its database (real agents, real serializer, COPY), then
 produces every figure of every page, the decoder, the erasure and the sweep without an exception.
 Timings are measured by the benchmark, never asserted here."""
+
 from __future__ import annotations
 
 import math
@@ -43,7 +44,11 @@ def test_production_benchmark_smoke(pg_dsn, monkeypatch):
         assert len(names) >= 2, (page, names)  # its core reads and its render
     # the figures compared against a baseline: naive queries, Python decoding, the seed's loop, the bare sweep
     assert {f.name for f in by_page["Memoria"] if f.baseline_ms} == {
-        "memory_totals", "documents_by_root", "top_prefixes(20)", "oversized_customers"}
+        "memory_totals",
+        "documents_by_root",
+        "top_prefixes(20)",
+        "oversized_customers",
+    }
     assert any(f.baseline_ms for f in by_page["Preferencias"] if f.name.startswith("preferences_applied"))
     assert len([f for f in by_page["Decoder"] if f.baseline_ms]) == 2
     assert len([f for f in by_page["Erasure job"] if f.baseline_ms]) == 2
@@ -86,10 +91,13 @@ def test_production_benchmark_in_place_keeps_the_template_as_built(pg_dsn, monke
     with psycopg.connect(bp.dsn_for(pg_dsn, "postgres"), autocommit=True) as conn:
         assert not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (f"{template}_run",)).fetchone()
     with psycopg.connect(bp.dsn_for(pg_dsn, template)) as conn:
-        n = conn.execute("SELECT count(*) FROM store WHERE prefix = %s OR prefix LIKE %s",
-                         (f"clientes.{bp.ERASED}", f"clientes.{bp.ERASED}.%")).fetchone()[0]
-        threads = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints WHERE thread_id LIKE %s",
-                               (f"cliente-{bp.ERASED}-%",)).fetchone()[0]
+        n = conn.execute(
+            "SELECT count(*) FROM store WHERE prefix = %s OR prefix LIKE %s",
+            (f"clientes.{bp.ERASED}", f"clientes.{bp.ERASED}.%"),
+        ).fetchone()[0]
+        threads = conn.execute(
+            "SELECT count(DISTINCT thread_id) FROM checkpoints WHERE thread_id LIKE %s", (f"cliente-{bp.ERASED}-%",)
+        ).fetchone()[0]
     # written again as the builder wrote it: its documents (and the preference its conversations save), 3 threads
     assert bp.SMOKE["erasure_docs"] <= n <= bp.SMOKE["erasure_docs"] + 1 and threads == 3
 

@@ -3,6 +3,7 @@ A DPO-only user opens /access?cliente=<id> directly, exports, and the downloaded
 SQL; the same user opens /erasure?cliente=<id> directly and lands on Erasure with the id filled in (before,
 Streamlit answered "Page not found" because Erasure was that user's default page); a manager opening
 either URL is refused with the role named."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,7 +31,8 @@ def access_demo(create_database):
     assert summary is not None
     row = database.fetch_one(
         "SELECT subject_id AS c FROM core_conversations WHERE subject_root = 'clientes' AND subject_id NOT IN "
-        "(SELECT customer_id FROM core_erasure_register) GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
+        "(SELECT customer_id FROM core_erasure_register) GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1"
+    )
     database.customer = row["c"]
     yield database
     reset_pool(database.dsn)
@@ -84,8 +86,11 @@ def test_a_dpo_opens_shareable_links_and_exports(page, server_for, access_demo, 
     expected = sql_counts(db, cid)
     assert {k: doc["cover"]["counts"][k] for k in expected} == expected
     assert len(doc["store_documents"]) == expected["documents"] > 0
-    assert sum(1 for t in doc["threads"] for m in t["messages"] if m["kind"] not in ("refused", "undecodable")) \
-        == expected["messages"] > 0
+    assert (
+        sum(1 for t in doc["threads"] for m in t["messages"] if m["kind"] not in ("refused", "undecodable"))
+        == expected["messages"]
+        > 0
+    )
     assert doc["cover"]["requested_by"] == "local" and doc["cover"]["customer_id"] == cid
     row = db.fetch_one("SELECT * FROM core_access_register ORDER BY id DESC LIMIT 1")
     assert db.fetch_one("SELECT count(*) AS n FROM core_access_register")["n"] == before + 1

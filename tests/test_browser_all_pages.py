@@ -1,6 +1,7 @@
 """Every page in both languages in a real browser, on the demo data: the page renders (its title,
 no exception box, its tables with translated headers) and a screenshot is saved for a person to
 look at (test-artifacts/page-<name>-<lang>.png)."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,7 +32,8 @@ def test_page_renders_in_both_languages(dashboard_url, page, screenshot, path, l
         expect(page.get_by_role("heading", name=title)).to_be_visible(timeout=30_000)
     # generous: on a loaded machine the sidebar's widgets may paint seconds after the page's heading
     expect(page.get_by_test_id("stSidebar").get_by_text("Idioma" if lang == "es" else "Language").first).to_be_visible(
-        timeout=30_000)
+        timeout=30_000
+    )
     page.wait_for_load_state("networkidle")
     page.wait_for_timeout(1500)  # let charts and grids paint for the screenshot (the checks above waited on conditions)
     expect(page.get_by_test_id("stException")).to_have_count(0)

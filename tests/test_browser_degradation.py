@@ -4,22 +4,22 @@ PostgreSQL (an embedded server of its own, stopped and started again), with a re
 While the server is down the page cannot read the health tables either (they live in the same
 database): it says so and keeps the last good reading. After the restart the replica resyncs and
 the page shows the episode (buffered, resynced, the guard's denial) and the replica back to ok."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import psycopg
 import pytest
+from apptools import wait_until
+from conftest import DIMS, dsn_for, off_loop, start_streamlit, stop_streamlit
 from playwright.sync_api import expect
 
-from conftest import DIMS, dsn_for, off_loop, start_streamlit, stop_streamlit
-from core.checkpoints import replica_health
 from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints import replica_health
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database, embedded_dsn
 from core.migrate import migrate
 from core.operations.outage import EmbeddedServerControl
-from core.agents.scripted_model import ScriptedChatModel
-from apptools import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -62,9 +62,16 @@ def test_degradation_page_through_a_real_outage(page, outage_dashboard, screensh
         control.stop()
         try:
             assert saver.wait_for("degraded", 10)
-            off_loop(run_turn, compras, ContextoProveedor("P3"), "compras-P3-retraso",
-                     "aviso retraso: Los vaqueros llegan con retraso")  # HIGH: denied while degraded
-            off_loop(run_turn, cliente, ContextoCliente("C7"), "cliente-C7-1", "Prefiero que me atendáis en euskera.")  # LOW: runs, buffered
+            off_loop(
+                run_turn,
+                compras,
+                ContextoProveedor("P3"),
+                "compras-P3-retraso",
+                "aviso retraso: Los vaqueros llegan con retraso",
+            )  # HIGH: denied while degraded
+            off_loop(
+                run_turn, cliente, ContextoCliente("C7"), "cliente-C7-1", "Prefiero que me atendáis en euskera."
+            )  # LOW: runs, buffered
             assert saver.status()["denials_total"] >= 1
             # the fragment refreshes by itself: no reload
             expect(page.get_by_text("La base de datos no responde")).to_be_visible(timeout=20_000)

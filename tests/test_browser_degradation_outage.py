@@ -3,19 +3,19 @@ Degradation page shows no green all-clear; the replica whose metrics endpoint is
 (AGENT_METRICS_URLS) is shown degraded, read live from its endpoint; the one without an endpoint
 is unknown (or silent once its heartbeat is overdue), with the age of the last reading. After the
 restart and the resync both are ok again. Nothing is mocked."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import psycopg
 import pytest
+from apptools import wait_until
+from conftest import DIMS, dsn_for, free_port, own_embedded_server, start_streamlit, stop_streamlit
 from playwright.sync_api import expect
 
-from conftest import DIMS, dsn_for, free_port, own_embedded_server, start_streamlit, stop_streamlit
 from core.checkpoints import metrics, replica_health
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database
 from core.migrate import migrate
-from apptools import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -57,7 +57,9 @@ def test_full_outage_no_all_clear_replicas_degraded_or_unknown(page, browser_out
             grid = page.get_by_test_id("stDataFrame").filter(has_text="agentes-endpoint").first
             expect(grid.get_by_text("degradada", exact=True)).to_be_attached(timeout=15_000)
             expect(grid.get_by_text("endpoint de métricas", exact=True).first).to_be_attached()
-            unknown_or_silent = grid.get_by_text("desconocido", exact=True).or_(grid.get_by_text("silenciosa", exact=True))
+            unknown_or_silent = grid.get_by_text("desconocido", exact=True).or_(
+                grid.get_by_text("silenciosa", exact=True)
+            )
             expect(unknown_or_silent.first).to_be_attached()
             expect(grid.get_by_text("ok", exact=True)).to_have_count(0)
             expect(page.get_by_text("Todas las réplicas persisten en PostgreSQL.")).to_have_count(0)

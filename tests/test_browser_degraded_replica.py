@@ -10,6 +10,7 @@ lock past its deadline, so the replica stays degraded. (A table lock alone is sl
 outage: issue 16 finding 5, tests/test_saver_slow_vs_gone.py.) Rolling the lock back lets the saver
 resync; the page shows the replica ok again and the episode with its resynced operations, and the
 checkpoints buffered during the fault are in PostgreSQL. Nothing is mocked."""
+
 from __future__ import annotations
 
 import os
@@ -19,17 +20,17 @@ import time
 
 import psycopg
 import pytest
+from apptools import wait_until
+from conftest import DIMS, off_loop, start_streamlit, stop_streamlit
 from playwright.sync_api import expect
 
-from conftest import DIMS, off_loop, start_streamlit, stop_streamlit
-from core.checkpoints import replica_health
 from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints import replica_health
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
-from core.agents.scripted_model import ScriptedChatModel
-from apptools import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -55,8 +56,10 @@ def _cell(grid, column: str):
 def hang_sessions_of(dsn: str, application_name: str) -> list[int]:
     """SIGSTOP the backends of every session with this application_name (the replica's own)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        pids = [r[0] for r in conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,))]
+        pids = [
+            r[0]
+            for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,))
+        ]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     return pids
@@ -79,8 +82,13 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
     # recovery attempt replays (under the saver's lock, which the agents' buffering also takes) and
     # waits on the table lock until this deadline; 1 s keeps such waits short here. The replica's
     # sessions carry its name as application_name, so the fault can find them.
-    saver = DualCheckpointSaver(psycopg.conninfo.make_conninfo(dsn, application_name=REPLICA), replica_id=REPLICA,
-                                call_timeout=1.0, heartbeat_interval=1.0, resync_timeout=1.0)
+    saver = DualCheckpointSaver(
+        psycopg.conninfo.make_conninfo(dsn, application_name=REPLICA),
+        replica_id=REPLICA,
+        call_timeout=1.0,
+        heartbeat_interval=1.0,
+        resync_timeout=1.0,
+    )
     locker: psycopg.Connection | None = None
     hung: list[int] = []
     proc = None
@@ -114,7 +122,9 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
 
         def turn() -> None:
             try:
-                answer["result"] = run_turn(cliente, ContextoCliente("C9"), FAULT_THREAD, "Prefiero que me atendáis en euskera.")
+                answer["result"] = run_turn(
+                    cliente, ContextoCliente("C9"), FAULT_THREAD, "Prefiero que me atendáis en euskera."
+                )
             except BaseException as exc:  # reported by the assertion below
                 answer["error"] = exc
 
@@ -130,8 +140,10 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         assert saver.degraded  # the lock is still held: nothing was resynced behind it
         status = saver.status()
         assert status["buffered_checkpoints"] > 0 and "deadline" in (status["reason"] or "").lower(), status
-        buffered_ids = {t.config["configurable"]["checkpoint_id"]
-                        for t in off_loop(lambda: list(saver.list({"configurable": {"thread_id": FAULT_THREAD}})))}
+        buffered_ids = {
+            t.config["configurable"]["checkpoint_id"]
+            for t in off_loop(lambda: list(saver.list({"configurable": {"thread_id": FAULT_THREAD}})))
+        }
         assert buffered_ids
 
         # the dashboard still reads the health tables; the fragment refreshes by itself (no reload)
@@ -164,7 +176,9 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
         expect(_metric_value(page, "Episodios")).to_have_text("1")
         expect(_cell(_replicas_grid(page), "Estado")).to_have_text("ok")
         # the replicas table shows the last episode's resynced operations (its resynced_last_episode cell)
-        expect(_cell(_replicas_grid(page), "Resincronizadas (último episodio)")).to_have_text(str(int(episode["ops_resynced"])))
+        expect(_cell(_replicas_grid(page), "Resincronizadas (último episodio)")).to_have_text(
+            str(int(episode["ops_resynced"]))
+        )
         grids = page.get_by_test_id("stDataFrame")
         expect(grids).to_have_count(2)  # replicas, then the recorded episodes
         grids.nth(1).scroll_into_view_if_needed()
@@ -176,8 +190,10 @@ def test_replica_degraded_by_a_table_lock_and_resynced(page, create_database, sc
 
         # the checkpoints buffered during the fault are in PostgreSQL now
         with psycopg.connect(dsn) as conn:
-            stored = {r[0] for r in conn.execute(
-                "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s", (FAULT_THREAD,))}
+            stored = {
+                r[0]
+                for r in conn.execute("SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s", (FAULT_THREAD,))
+            }
         assert buffered_ids <= stored, buffered_ids - stored
         timings["total"] = time.monotonic() - started
         print("timings (s):", {k: round(v, 1) for k, v in timings.items()})

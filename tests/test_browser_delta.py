@@ -1,12 +1,12 @@
 """Real browser (Debian chromium + Playwright) on a real Streamlit server: a DeltaChannel thread's values
 between snapshots on the Checkpoints page (issue 28)."""
+
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import expect
-
 from conftest import start_streamlit, stop_streamlit
 from format_agents import delta_thread
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 

@@ -2,6 +2,7 @@
 downloads it, and the downloaded file, opened in the browser, is a document for the customer; an erasure's result
 survives a reload as a link to its register entry, which opens on that request, where a re-check's result shows
 under the request and the chain verification stays."""
+
 from __future__ import annotations
 
 import re
@@ -30,8 +31,9 @@ def dpo_shop(create_database):
     reset_pool(db.dsn)
 
 
-def test_an_html_export_is_listed_and_counted_by_its_click_and_reads_as_a_document(page, dpo_shop, screenshot,
-                                                                                   tmp_path):
+def test_an_html_export_is_listed_and_counted_by_its_click_and_reads_as_a_document(
+    page, dpo_shop, screenshot, tmp_path
+):
     page.set_viewport_size({"width": 1280, "height": 1800})
     page.goto(f"{dpo_shop.url}/access?cliente=C9", timeout=120_000)
     expect(page.get_by_text("Qué se exportaría de clientes.C9")).to_be_visible(timeout=60_000)
@@ -59,9 +61,15 @@ def test_an_html_export_is_listed_and_counted_by_its_click_and_reads_as_a_docume
     screenshot("dpo_access_after_export")
 
     page.goto(path.as_uri())
-    expect(page.get_by_role("heading", name="Sus datos en nuestros asistentes de atención (cliente C9)")).to_be_visible()
-    for heading in ("Responsable del tratamiento", "Cuánto tiempo los conservamos", "Sus derechos",
-                    "Sus conversaciones (1)"):  # a section's heading carries its count
+    expect(
+        page.get_by_role("heading", name="Sus datos en nuestros asistentes de atención (cliente C9)")
+    ).to_be_visible()
+    for heading in (
+        "Responsable del tratamiento",
+        "Cuánto tiempo los conservamos",
+        "Sus derechos",
+        "Sus conversaciones (1)",
+    ):  # a section's heading carries its count
         expect(page.get_by_text(heading, exact=True).first).to_be_visible()
     text = page.inner_text("body")
     assert "Agencia Española de Protección de Datos" in text and "Usa la herramienta: recordar_preferencia (" in text

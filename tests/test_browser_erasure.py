@@ -1,6 +1,7 @@
 """Real browser (Debian chromium): a DPO erases a demo customer and the page shows both zero-count
 queries with 0; a manager's server does not serve the page. Runs its own server on its own demo
 database, so the session's shared demo data stays untouched for the other browser tests."""
+
 from __future__ import annotations
 
 import re
@@ -28,7 +29,8 @@ def erasure_demo(create_database):
     rows = database.fetch(
         "SELECT split_part(prefix, '.', 2) AS c FROM store WHERE prefix LIKE 'clientes.%%' "
         "AND split_part(prefix, '.', 2) <> ALL(%s) GROUP BY 1 ORDER BY count(*) DESC, 1",
-        (list(erased | set(summary.legacy_customers)),))
+        (list(erased | set(summary.legacy_customers)),),
+    )
     # The plain flow: the customer with most documents whose preview proposes no residue thread (a
     # pickup store another conversation mentions can make one; tests/test_browser_erasure_residue.py
     # decides those).
@@ -74,13 +76,15 @@ def test_dpo_erases_a_demo_customer_in_the_browser(page, server, erasure_demo, s
 
     expect(page.get_by_text(f"Borrado completo de {cid}")).to_be_visible(timeout=30_000)
     codes = page.get_by_test_id("stCode")
-    store_sql = (f"SELECT count(*) AS n FROM store WHERE prefix = 'clientes.{cid}' "
-                 f"OR prefix LIKE 'clientes.{cid}.%' ESCAPE '\\'")
+    store_sql = (
+        f"SELECT count(*) AS n FROM store WHERE prefix = 'clientes.{cid}' OR prefix LIKE 'clientes.{cid}.%' ESCAPE '\\'"
+    )
     vectors_sql = store_sql.replace("FROM store ", "FROM store_vectors ")
     expect(codes.filter(has_text=store_sql)).to_have_count(1)
     expect(codes.filter(has_text=vectors_sql)).to_have_count(1)
-    results = page.get_by_text(re.compile(r"^Resultado: 0 · ejecutada el \d{1,2} [a-z]{3} 20\d\d, \d{1,2}:\d\d:\d\d")
-                               ).filter(visible=True)
+    results = page.get_by_text(
+        re.compile(r"^Resultado: 0 · ejecutada el \d{1,2} [a-z]{3} 20\d\d, \d{1,2}:\d\d:\d\d")
+    ).filter(visible=True)
     expect(results).to_have_count(2)
     expect(page.get_by_test_id("stDownloadButton")).to_be_visible()
     page.wait_for_timeout(500)  # let the toast and the table settle for the screenshot
@@ -110,8 +114,11 @@ def test_a_manager_opening_the_erasure_url_is_refused(page, erasure_demo, screen
         for path in ("erasure", "erasure_register", "erasure-register"):
             page.goto(f"{url}/{path}")
             page.wait_for_load_state("networkidle")
-            expect(page.get_by_text("Esta página requiere el rol «dpo».").or_(
-                page.get_by_text("Memoria entre conversaciones"))).to_be_visible(timeout=30_000)
+            expect(
+                page.get_by_text("Esta página requiere el rol «dpo».").or_(
+                    page.get_by_text("Memoria entre conversaciones")
+                )
+            ).to_be_visible(timeout=30_000)
             expect(page.get_by_text("Borrar todo lo que los agentes recuerdan de un cliente")).to_have_count(0)
             expect(page.get_by_text("Registro de borrados", exact=True)).to_have_count(0)
             expect(page.get_by_label("Id del cliente (p. ej. C9)")).to_have_count(0)

@@ -1,6 +1,7 @@
 """Real browser (Debian chromium): in the Registro de borrados, a request whose re-check found data is shown as such
 (not as plain complete), first, with a banner, and "Borrar de nuevo" runs a new request linked to it (issue 25,
 point 5). "Verificar la cadena" still verifies after the erasures and re-checks."""
+
 from __future__ import annotations
 
 import re
@@ -58,18 +59,25 @@ def test_data_back_is_first_and_erased_again_in_the_browser(page, server, came_b
     grid = page.get_by_test_id("stDataFrame").first
     expect(grid.get_by_text("datos reaparecidos", exact=True)).to_have_count(1)
     expect(grid.get_by_text("completa", exact=True)).to_have_count(1)
-    expect(page.get_by_text(f"La última re-comprobación de la solicitud n.º {db.first} encontró datos")
-           ).to_be_visible()
+    expect(page.get_by_text(f"La última re-comprobación de la solicitud n.º {db.first} encontró datos")).to_be_visible()
     page.wait_for_timeout(500)
     screenshot("erasure_register_data_back")  # the row on top is the one that came back (order: AppTest)
 
     button(page, "Borrar de nuevo").click()
-    expect(page.get_by_text(re.compile(rf"Solicitud n\.º {db.first}: borrado de nuevo como solicitud n\.º \d+: "
-                                       r"completa"))).to_be_visible(timeout=60_000)
+    expect(
+        page.get_by_text(
+            re.compile(
+                rf"Solicitud n\.º {db.first}: borrado de nuevo como solicitud n\.º \d+: "
+                r"completa"
+            )
+        )
+    ).to_be_visible(timeout=60_000)
     again = db.fetch_one("SELECT * FROM core_erasure_register ORDER BY id DESC LIMIT 1")
     assert again["customer_id"] == "C9" and again["status"] == "complete"
-    assert db.fetch_one("SELECT resumed_by FROM core_erasure_register WHERE id = %s", (db.first,))["resumed_by"] \
+    assert (
+        db.fetch_one("SELECT resumed_by FROM core_erasure_register WHERE id = %s", (db.first,))["resumed_by"]
         == again["id"]
+    )
     assert db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE thread_id = 'cliente-C9-1'")["n"] == 0
     expect(page.get_by_test_id("stMetric").filter(has_text="Con datos reaparecidos")).to_contain_text("0")
     expect(banner).to_have_count(0)

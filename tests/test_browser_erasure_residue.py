@@ -1,6 +1,7 @@
 """Real browser (Debian chromium): on a database written by the memory article's agents (no metadata, `conv-<uuid>`
 threads), the DPO sees the coverage notice, the threads found by the `hilo` links, and the residue threads with
 their snippets; decides each one (erase / leave with a reason) and gets a complete erasure with a named exclusion."""
+
 from __future__ import annotations
 
 import re
@@ -50,7 +51,8 @@ def test_dpo_decides_each_residue_thread_in_the_browser(page, server, foreign, s
         field.press("Enter")
     button(page, "Vista previa").click()
     expect(page.get_by_text("Hilos residuales: sin atribuir, pero contienen datos del cliente")).to_be_visible(
-        timeout=30_000)
+        timeout=30_000
+    )
     boxes = page.get_by_test_id("stVerticalBlock")  # the innermost block holding a thread id is its bordered box
     chat_box, read_box = boxes.filter(has_text=chat).last, boxes.filter(has_text=read).last
     expect(chat_box).to_be_visible()
@@ -85,7 +87,8 @@ def test_dpo_decides_each_residue_thread_in_the_browser(page, server, foreign, s
     row = db.fetch_one("SELECT * FROM core_erasure_register")
     assert row["status"] == "complete" and [e["thread_id"] for e in row["exclusions"]] == [read]
     left = db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (read,))["n"]
-    gone = db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE thread_id = ANY(%s)",
-                        ([chat] + foreign.threads_of("C9", "write"),))["n"]
+    gone = db.fetch_one(
+        "SELECT count(*) AS n FROM checkpoints WHERE thread_id = ANY(%s)", ([chat] + foreign.threads_of("C9", "write"),)
+    )["n"]
     assert left > 0 and gone == 0
     db.close()

@@ -4,6 +4,7 @@ state in the sidebar, no figure), the page fills in once the database is ready, 
 still running (its progress in the sidebar), and when the seed ends the page reruns on the figures
 of the complete seed. The times are printed; speed is a benchmark (bench/bench_first_page.py), not
 asserted here."""
+
 from __future__ import annotations
 
 import os
@@ -12,15 +13,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 import urllib.request
+from pathlib import Path
 
 import psycopg
 import pytest
 from babel.numbers import format_decimal
-from playwright.sync_api import expect
-
 from conftest import ROOT, free_port
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 
@@ -44,9 +44,26 @@ def test_first_page_renders_before_the_seed_ends(page, screenshot):
     port = free_port()
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "dashboard.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "dashboard.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -66,7 +83,9 @@ def test_first_page_renders_before_the_seed_ends(page, screenshot):
         # no figure and no "accesible" (nothing was read yet). The start began in this very run and
         # takes seconds (initdb), so the first render is always the shell.
         expect(page.get_by_text("La base de datos se está preparando")).to_be_visible()
-        expect(sidebar.get_by_text("Iniciando PostgreSQL").or_(sidebar.get_by_text("Migrando el esquema"))).to_be_visible()
+        expect(
+            sidebar.get_by_text("Iniciando PostgreSQL").or_(sidebar.get_by_text("Migrando el esquema"))
+        ).to_be_visible()
         assert page.get_by_test_id("stMetric").count() == 0
         assert sidebar.get_by_text("accesible").count() == 0
         expect(sidebar.get_by_role("link", name="Checkpoints")).to_be_visible()
@@ -89,8 +108,10 @@ def test_first_page_renders_before_the_seed_ends(page, screenshot):
             documents = conn.execute("SELECT count(*) FROM store").fetchone()[0]
             demo_sweeps = conn.execute("SELECT count(*) FROM core_sweep_log WHERE trigger = 'demo'").fetchone()[0]
             erasures = conn.execute("SELECT count(*) FROM core_erasure_register").fetchone()[0]
-            episode_rows = conn.execute("SELECT replica_id, degraded_from, degraded_to, reason "
-                                        "FROM core_degradation_episodes ORDER BY degraded_from").fetchall()
+            episode_rows = conn.execute(
+                "SELECT replica_id, degraded_from, degraded_to, reason "
+                "FROM core_degradation_episodes ORDER BY degraded_from"
+            ).fetchall()
         episodes = len(episode_rows)
         # a complete seed: every step ran once, the last (the outages) included: the month's 8 sweeps, 2
         # erasures and 3 degradation episodes (listed on failure: once, under load 7, there were 4)
@@ -98,15 +119,18 @@ def test_first_page_renders_before_the_seed_ends(page, screenshot):
         # the page reran on fresh reads (the cache was dropped): its figures are the complete seed's,
         # down to the alarm the seed's legacy customers raise (none while the seed ran)
         expect(page.get_by_test_id("stMetric").filter(has_text="Documentos")).to_contain_text(
-            format_decimal(documents, locale="es"))
+            format_decimal(documents, locale="es")
+        )
         expect(page.get_by_text("Ningún cliente supera")).to_have_count(0, timeout=60_000)
         expect(sidebar.get_by_text("Sembrando")).to_have_count(0)
         expect(sidebar.get_by_text("Las páginas muestran lo que ya existe")).to_have_count(0)
         expect(page.locator(".js-plotly-plot .bars path").first).to_be_attached(timeout=30_000)
         screenshot("first-page-seeded")
         seeded_s = time.monotonic() - started
-        print(f"\nfresh clone: first page (shell) {first_page_s:.2f} s, page filled {filled_s:.2f} s, "
-              f"seed finished {seeded_s:.1f} s after `streamlit run`")
+        print(
+            f"\nfresh clone: first page (shell) {first_page_s:.2f} s, page filled {filled_s:.2f} s, "
+            f"seed finished {seeded_s:.1f} s after `streamlit run`"
+        )
     finally:
         proc.terminate()
         proc.wait(30)

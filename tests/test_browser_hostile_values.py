@@ -1,6 +1,7 @@
 """Real browser (Debian chromium), issue 24 part 4: on a database where every text the pages show is hostile
 (tests/hostile_data.py) and with hostile `?thread=` / `?cliente=` / `?ns=` parameters, no page renders an image
 or a link to a foreign host, and the hostile texts are shown as the literal text they are."""
+
 from __future__ import annotations
 
 from urllib.parse import quote
@@ -93,7 +94,9 @@ def test_checkpoints(page, server, hostile, screenshot):
     expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=30_000)
     inert(page)
     # the thread ids on the chart's axis: plotly shows the tags as text
-    expect(page.locator(".js-plotly-plot text", has_text="<a href='https://attacker.example/html'>").first).to_be_attached()
+    expect(
+        page.locator(".js-plotly-plot text", has_text="<a href='https://attacker.example/html'>").first
+    ).to_be_attached()
     screenshot("hostile-checkpoints-storage")
 
 

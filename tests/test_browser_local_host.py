@@ -6,6 +6,7 @@ Erasure page opened there with "Roles concedidos: ... dpo"). Streamlit refuses t
 (server.allowedHosts in .streamlit/config.toml); with that check relaxed (server.allowedHosts = "*", as
 someone serving another name might set it) the dashboard itself still grants no role and says why. A request
 with an X-Forwarded-For header (a proxy in front of 127.0.0.1) gets no role either."""
+
 from __future__ import annotations
 
 from urllib.parse import urlsplit

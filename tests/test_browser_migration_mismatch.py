@@ -1,12 +1,12 @@
 """The dashboard's start, in a real browser, on a database whose applied migration differs from its file
 (issue 24 #2): the failure page names the file and says what to do; no page of data behind it."""
+
 from __future__ import annotations
 
 import psycopg
 import pytest
-from playwright.sync_api import expect
-
 from conftest import start_streamlit, stop_streamlit
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 
@@ -19,7 +19,8 @@ def test_an_edited_migration_stops_the_dashboard_naming_the_file(db, page, scree
         page.set_viewport_size({"width": 1280, "height": 900})
         page.goto(url)
         expect(page.get_by_role("heading", name="No se puede abrir la base de datos de los agentes")).to_be_visible(
-            timeout=60_000)
+            timeout=60_000
+        )
         expect(page.get_by_text("036_register_chain.sql was edited after it was applied")).to_be_visible()
         expect(page.get_by_text("Su esquema no es el que espera esta versión")).to_be_visible()
         expect(page.get_by_role("button", name="Reintentar")).to_be_visible()
@@ -38,7 +39,8 @@ def test_a_shallow_saver_database_stops_the_dashboard_saying_what_needs_its_hist
         page.set_viewport_size({"width": 1280, "height": 900})
         page.goto(url)
         expect(page.get_by_role("heading", name="No se puede abrir la base de datos de los agentes")).to_be_visible(
-            timeout=60_000)
+            timeout=60_000
+        )
         expect(page.get_by_text("the checkpoint tables were created by ShallowPostgresSaver")).to_be_visible()
         expect(page.get_by_text("Sus tablas de checkpoints las creó")).to_be_visible()
         screenshot("shallow-saver")

@@ -2,6 +2,7 @@
 `[auth]` points at it (a secrets file through --secrets.files), and in chromium a store manager and a
 DPO sign in through st.login. Each sees only their own pages, and the erasure register records the
 DPO's e-mail as the operator."""
+
 from __future__ import annotations
 
 import re
@@ -23,6 +24,7 @@ from tests.test_browser_erasure import erasure_demo as _erasure_demo
 # The demo seed runs the agents synchronously; pytest-playwright's session loop may already be running
 # in this thread, so the seed runs in a thread of its own.
 
+
 @pytest.fixture(scope="module")
 def erasure_demo(create_database):
     from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +36,7 @@ def erasure_demo(create_database):
     with ThreadPoolExecutor(1) as pool:
         pool.submit(next, gen, None).result()
 
+
 pytestmark = pytest.mark.browser
 
 MANAGER = "gerente.centro@example.com"
@@ -44,8 +47,10 @@ DPO = "dpo@example.com"
 def idp():
     from oidc_provider_mock import User, run_server_in_thread
 
-    users = [User(sub=MANAGER, claims={"email": MANAGER, "email_verified": True, "name": "Gerente Centro"}),
-             User(sub=DPO, claims={"email": DPO, "email_verified": True, "name": "Delegada de protección de datos"})]
+    users = [
+        User(sub=MANAGER, claims={"email": MANAGER, "email_verified": True, "name": "Gerente Centro"}),
+        User(sub=DPO, claims={"email": DPO, "email_verified": True, "name": "Delegada de protección de datos"}),
+    ]
     with run_server_in_thread(user_claims=users) as server:
         yield f"http://127.0.0.1:{server.server_port}"
 
@@ -68,13 +73,39 @@ server_metadata_url = "{idp}/.well-known/openid-configuration"
 "{MANAGER}" = ["manager"]
 "{DPO}" = ["dpo"]
 """)
-    env = {**__import__("os").environ, "PG_AGENTES": erasure_demo.dsn, "EMBEDDINGS_DIMS": str(DIMS),
-           "AUTO_MIGRATE": "0", "SEED_DEMO": "0", "DEMO_REPLICAS": "0"}
+    env = {
+        **__import__("os").environ,
+        "PG_AGENTES": erasure_demo.dsn,
+        "EMBEDDINGS_DIMS": str(DIMS),
+        "AUTO_MIGRATE": "0",
+        "SEED_DEMO": "0",
+        "DEMO_REPLICAS": "0",
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "dashboard.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false", "--secrets.files", str(secrets)],
-        cwd=ROOT, env=env, stdout=(log := tempfile.TemporaryFile()), stderr=subprocess.STDOUT)  # never a full pipe
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "dashboard.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.fileWatcherType",
+            "none",
+            "--browser.gatherUsageStats",
+            "false",
+            "--secrets.files",
+            str(secrets),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=(log := tempfile.TemporaryFile()),
+        stderr=subprocess.STDOUT,
+    )  # never a full pipe
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -138,8 +169,9 @@ def test_dpo_signs_in_erases_and_is_the_registered_operator(page, signed_server,
     dialog.get_by_test_id("stButton").filter(has_text="Borrar definitivamente").locator("button").click()
     expect(page.get_by_text(f"Borrado completo de {cid}")).to_be_visible(timeout=30_000)
     screenshot("oidc-dpo-erased")
-    row = db.fetch_one("SELECT status, operator FROM core_erasure_register WHERE customer_id = %s "
-                       "ORDER BY id DESC LIMIT 1", (cid,))
+    row = db.fetch_one(
+        "SELECT status, operator FROM core_erasure_register WHERE customer_id = %s ORDER BY id DESC LIMIT 1", (cid,)
+    )
     assert row == {"status": "complete", "operator": DPO}
     nav.get_by_role("link", name=re.compile("Registro de borrados")).click()
     expect(page.get_by_role("heading", name="Registro de borrados")).to_be_visible(timeout=30_000)

@@ -1,16 +1,17 @@
 """Real browser (Debian chromium + Playwright) on a real Streamlit server: threads paused by a static interrupt named
 as such with their next node on the Checkpoints page (tests/test_thread_paused.py's graphs), and the DPO told on
 Registro de accesos how many views of customer data were not recorded, and since when."""
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from playwright.sync_api import expect
-
 from conftest import start_streamlit, stop_streamlit
-from core.db import Database
+from playwright.sync_api import expect
 from test_thread_paused import written  # noqa: F401  (the module's database)
+
+from core.db import Database
 
 pytestmark = pytest.mark.browser
 
@@ -40,10 +41,12 @@ def test_paused_threads_are_named_with_their_next_node(page, server, screenshot)
 
 def test_the_dpo_sees_views_not_recorded(page, server, screenshot):
     db, url = server
-    since = datetime(2026, 12, 4, 9, 30, tzinfo=timezone.utc)
+    since = datetime(2026, 12, 4, 9, 30, tzinfo=UTC)
     # what a dashboard writes with its next write after losing views (core.privacy.data_views)
-    db.execute("INSERT INTO core_data_view_gaps (views, since, until, process, reason) VALUES (%s, %s, %s, %s, %s)",
-               (7, since, since + timedelta(minutes=5), "dashboard-0:41", "the dashboard's queue of views was full"))
+    db.execute(
+        "INSERT INTO core_data_view_gaps (views, since, until, process, reason) VALUES (%s, %s, %s, %s, %s)",
+        (7, since, since + timedelta(minutes=5), "dashboard-0:41", "the dashboard's queue of views was full"),
+    )
     page.set_viewport_size({"width": 1400, "height": 1300})
     page.goto(f"{url}/access-register")
     page.get_by_role("tab", name="Quién ha mirado los datos").click()

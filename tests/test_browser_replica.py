@@ -1,5 +1,6 @@
 """Real browser (Debian chromium + Playwright): the read replica's lag in the sidebar and the
 "as of" note above the page, on a real Streamlit server reading from a real streaming standby."""
+
 from __future__ import annotations
 
 import re
@@ -20,8 +21,9 @@ def lagging_dashboard(replica_pair):
     replica_pair.wait_replayed()
     replica_pair.standby.pause_replay()
     write_docs(database, "C2", 4)  # on the primary only, until replay resumes
-    proc, url = start_streamlit({"PG_AGENTES": database.dsn, "PG_AGENTES_REPLICA": database.read_dsn,
-                                 "REPLICA_MAX_LAG_S": "0"})
+    proc, url = start_streamlit(
+        {"PG_AGENTES": database.dsn, "PG_AGENTES_REPLICA": database.read_dsn, "REPLICA_MAX_LAG_S": "0"}
+    )
     yield url
     stop_streamlit(proc)
     replica_pair.standby.resume_replay()

@@ -1,14 +1,15 @@
 """Real browser (Debian chromium + Playwright): the Memory page's search by meaning on the demo data, and who looked
 at a customer's data on Registro de accesos (issue 31 items 3 and 4); on the article's agents, a page with a purpose
 required and the search saying there are no vectors."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
+from conftest import settings_for, start_streamlit, stop_streamlit
 from playwright.sync_api import expect
 
-from conftest import settings_for, start_streamlit, stop_streamlit
 from core.memory import semantic
 
 pytestmark = pytest.mark.browser

@@ -1,5 +1,6 @@
 """Real browser on the demo database: what an SRE reads on the Checkpoints diff and Storage view and on the
 Degradation page (issue 30), with screenshots under test-artifacts/ to look at."""
+
 from __future__ import annotations
 
 import re
@@ -14,21 +15,26 @@ pytestmark = pytest.mark.browser
 def _scroll_to(page, heading: str) -> None:
     """Scroll to a heading in one script (Playwright's own scrolling waits for the element to be stable, which a
     page re-rendering its charts on a loaded machine may not be within the timeout)."""
-    assert page.evaluate("""t => { const h = [...document.querySelectorAll('h1, h2, h3')].find(e => e.textContent.trim() === t);
-                                   if (h) h.scrollIntoView({block: 'start'}); return !!h; }""", heading)
+    assert page.evaluate(
+        """t => { const h = [...document.querySelectorAll('h1, h2, h3')].find(e => e.textContent.trim() === t);
+                                   if (h) h.scrollIntoView({block: 'start'}); return !!h; }""",
+        heading,
+    )
 
 
 def test_diff_lists_the_messages_and_the_toggle_reads_whole(page, dashboard_url, demo_db, screenshot):
     thread = demo_db.fetch_one(
         "SELECT thread_id FROM checkpoints WHERE metadata->>'cliente_id' IS NOT NULL "
-        "GROUP BY thread_id ORDER BY count(*) DESC, thread_id LIMIT 1")["thread_id"]
+        "GROUP BY thread_id ORDER BY count(*) DESC, thread_id LIMIT 1"
+    )["thread_id"]
     page.goto(f"{dashboard_url}/checkpoints?thread={thread}")
     heading = page.get_by_role("heading", name="Diferencias entre dos checkpoints")
     expect(heading).to_be_visible(timeout=180_000)
     _scroll_to(page, "Diferencias entre dos checkpoints")
     expect(page.get_by_text(re.compile(r"^\d+ canal(es)? cambiados? de \d+\.$"))).to_be_visible()
-    expect(page.get_by_text(re.compile(r"^Mensajes de\s*messages\s*: \d+ añadidos?, \d+ eliminados?, \d+ cambiados?"))
-           ).to_be_visible()
+    expect(
+        page.get_by_text(re.compile(r"^Mensajes de\s*messages\s*: \d+ añadidos?, \d+ eliminados?, \d+ cambiados?"))
+    ).to_be_visible()
     label = page.get_by_text("Solo canales cambiados", exact=True)
     expect(label).to_be_visible()
     # the whole label is shown: not cut, not wrapped into a narrow column
@@ -44,9 +50,13 @@ def test_storage_figures_are_plain_with_their_times(page, dashboard_url, screens
     expect(page.get_by_role("heading", name="Historial de checkpoints de un hilo")).to_be_visible(timeout=180_000)
     page.get_by_text("Almacenamiento", exact=True).click()
     expect(page.get_by_test_id("stMetric").filter(has_text="Total: filas")).to_be_visible(timeout=30_000)
-    expect(page.get_by_test_id("stMetric").filter(has_text="Total: en disco")).to_contain_text(re.compile(r"\d+,\d [kMG]?B"))
+    expect(page.get_by_test_id("stMetric").filter(has_text="Total: en disco")).to_contain_text(
+        re.compile(r"\d+,\d [kMG]?B")
+    )
     expect(page.get_by_text(re.compile(r"^Tamaño en disco con índices y TOAST, leído ahora: "))).to_be_visible()
-    expect(page.get_by_text(re.compile(r"^Filas (exactas a fecha del último barrido|contadas ahora), "))).to_be_visible()
+    expect(
+        page.get_by_text(re.compile(r"^Filas (exactas a fecha del último barrido|contadas ahora), "))
+    ).to_be_visible()
     expect(page.get_by_test_id("stMetricDelta")).to_have_count(0)  # a size is not growth
     expect(page.get_by_role("heading", name="Los 20 hilos más grandes")).to_be_attached()
     expect(page.get_by_text("computed_at")).to_have_count(0)
@@ -79,13 +89,17 @@ def test_times_of_day_in_the_viewers_zone(browser, dashboard_url, browser_contex
     try:
         page = context.new_page()
         page.goto(f"{dashboard_url}/degradation")
-        expect(page.get_by_role("heading", name="Persistencia degradada de las réplicas")).to_be_visible(timeout=180_000)
+        expect(page.get_by_role("heading", name="Persistencia degradada de las réplicas")).to_be_visible(
+            timeout=180_000
+        )
         hour = datetime.now(ZoneInfo("Europe/Madrid")).hour
         for text in ("Leído a las", "comprobado a las"):
             # Spanish writes the hour without a leading zero ("0:09:34" just after midnight)
             shown = page.get_by_text(re.compile(rf"^{text} \d{{1,2}}:\d\d:\d\d Europe/Madrid$")).first
             expect(shown).to_be_visible(timeout=30_000)
             assert int(shown.inner_text().split()[-2].split(":")[0]) in (hour, (hour + 1) % 24), shown.inner_text()
-        page.screenshot(path=str(Path(__file__).resolve().parent.parent / "test-artifacts" / "sre-degradation-madrid.png"))
+        page.screenshot(
+            path=str(Path(__file__).resolve().parent.parent / "test-artifacts" / "sre-degradation-madrid.png")
+        )
     finally:
         context.close()

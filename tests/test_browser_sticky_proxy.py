@@ -5,6 +5,7 @@ A store manager and a DPO sign in at the same time and are pinned to different p
 browser (page, websocket, the erasure report's download from /media/) reaches the process holding its session; the
 DPO erases a customer and downloads the report. Then the DPO's process stops, as a pod does in a rollout or a drain:
 the reloaded page lands on the other process and the DPO is still signed in (one [auth] cookie_secret for both)."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ HAPROXY_CFG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
 ROUTE_COOKIE = "agent-memory-route"
 SERVERS = {"d1": "dashboard-1", "d2": "dashboard-2"}  # cookie value -> server name in haproxy.cfg
 # httplog: client [time] frontend backend/server timers status bytes req-cookie resp-cookie ... "request"
-LOG_LINE = re.compile(r'^\S+ \[[^\]]+\] \S+ \S+/(?P<server>\S+) \S+ (?P<status>-?\d+) \S+ (?P<req_cookie>\S+) '
-                      r'(?P<resp_cookie>\S+) .*"(?P<method>\S+) (?P<path>\S+)')
+LOG_LINE = re.compile(
+    r"^\S+ \[[^\]]+\] \S+ \S+/(?P<server>\S+) \S+ (?P<status>-?\d+) \S+ (?P<req_cookie>\S+) "
+    r'(?P<resp_cookie>\S+) .*"(?P<method>\S+) (?P<path>\S+)'
+)
 
 
 class Proxy:
@@ -56,10 +59,14 @@ server_metadata_url = "{idp}/.well-known/openid-configuration"
             proc, url = start_streamlit({"PG_AGENTES": dsn}, args=("--secrets.files", str(secrets)))
             self.dashboards[cookie] = proc, url
         self.log = folder / "haproxy.log"
-        env = {**os.environ, "DASHBOARD_BIND": f"127.0.0.1:{port}",
-               **{f"DASHBOARD_{i}": self.dashboards[c][1].removeprefix("http://") for i, c in ((1, "d1"), (2, "d2"))}}
-        self.haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(HAPROXY_CFG)], env=env,
-                                        stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        env = {
+            **os.environ,
+            "DASHBOARD_BIND": f"127.0.0.1:{port}",
+            **{f"DASHBOARD_{i}": self.dashboards[c][1].removeprefix("http://") for i, c in ((1, "d1"), (2, "d2"))},
+        }
+        self.haproxy = subprocess.Popen(
+            ["haproxy", "-db", "-f", str(HAPROXY_CFG)], env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -100,7 +107,8 @@ def route(context) -> str:
 
 
 def test_two_users_on_two_processes_sign_in_erase_and_survive_their_process_stopping(
-        browser, browser_context_args, proxy, erasure_demo):  # noqa: F811
+    browser, browser_context_args, proxy, erasure_demo
+):  # noqa: F811
     db, cid = erasure_demo, erasure_demo.customer
     manager_context = browser.new_context(**browser_context_args)
     dpo_context = browser.new_context(**browser_context_args, accept_downloads=True)
@@ -157,14 +165,20 @@ def test_two_users_on_two_processes_sign_in_erase_and_survive_their_process_stop
     # the manager, on the process still running, was never disturbed
     manager.get_by_test_id("stSidebarNav").get_by_role("link", name=re.compile("^Preferencias")).click()
     expect(manager.get_by_test_id("stSidebar").get_by_text(f"Sesión: {MANAGER} (manager)")).to_be_visible()
-    expect(manager.get_by_role("heading", name="Escrituras de preferencias por conversación")).to_be_visible(timeout=30_000)
+    expect(manager.get_by_role("heading", name="Escrituras de preferencias por conversación")).to_be_visible(
+        timeout=30_000
+    )
     screenshot(manager, "sticky-proxy-manager")
 
     manager_context.close()
     dpo_context.close()
     deadline = time.monotonic() + 10  # HAProxy logs a websocket when it closes
-    while not (sockets := [r for r in proxy.requests() if r["path"].startswith("/_stcore/stream")
-                           and r["status"] == "101"]) or len({s["server"] for s in sockets}) < 2:
+    while (
+        not (
+            sockets := [r for r in proxy.requests() if r["path"].startswith("/_stcore/stream") and r["status"] == "101"]
+        )
+        or len({s["server"] for s in sockets}) < 2
+    ):
         assert time.monotonic() < deadline, proxy.requests()[-30:]
         time.sleep(0.5)
     for s in sockets:

@@ -1,9 +1,10 @@
 """Real browser (Debian chromium + Playwright) on a real Streamlit server and the demo database."""
+
 from __future__ import annotations
 
-import pytest
 from datetime import date, timedelta
 
+import pytest
 from babel.dates import format_date
 from babel.numbers import format_decimal
 from playwright.sync_api import expect
@@ -43,8 +44,10 @@ def test_memory_page_and_one_namespace(page, dashboard_url, demo_db, screenshot)
     expect(pills).to_contain_text("clientes.C1", timeout=15_000)
     pills.scroll_into_view_if_needed()
     screenshot("memory-suggestions")
-    top = demo_db.fetch_one("WITH s AS (SELECT prefix, count(*) AS n FROM store WHERE prefix LIKE 'clientes.C1%%' "
-                            "GROUP BY prefix ORDER BY prefix LIMIT 10) SELECT * FROM s ORDER BY n DESC, prefix LIMIT 1")
+    top = demo_db.fetch_one(
+        "WITH s AS (SELECT prefix, count(*) AS n FROM store WHERE prefix LIKE 'clientes.C1%%' "
+        "GROUP BY prefix ORDER BY prefix LIMIT 10) SELECT * FROM s ORDER BY n DESC, prefix LIMIT 1"
+    )
     pills.get_by_text(f"{top['prefix']} ({top['n']})").click()
     expect(box).to_have_value(top["prefix"], timeout=15_000)
     expect(page.get_by_text(f"documentos 1–{top['n']} de {top['n']}")).to_be_visible(timeout=15_000)
@@ -52,7 +55,9 @@ def test_memory_page_and_one_namespace(page, dashboard_url, demo_db, screenshot)
 
 def test_preferences_page(page, dashboard_url, screenshot):
     page.goto(f"{dashboard_url}/preferences")
-    expect(page.get_by_role("heading", name="Escrituras de preferencias por conversación")).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("heading", name="Escrituras de preferencias por conversación")).to_be_visible(
+        timeout=30_000
+    )
     expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=15_000)
     expect(page.get_by_text("del objetivo (0,1)").first).to_be_visible()
     first_day = date.today() - timedelta(days=29)  # the period's first day labels the chart's axis, in Spanish

@@ -2,6 +2,7 @@
 
 The demo database is shared by the session, so this test opens the manual sweep dialog but does not
 run it (the AppTest in test_sweeps_page.py runs a manual sweep on its own database)."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,9 @@ def test_sweeps_page_renders_its_charts_and_the_dialog(page, dashboard_url, demo
     expect(page.get_by_role("heading", name="Barridos de TTL y retención de checkpoints")).to_be_visible(timeout=30_000)
     assert "/sweeps" in page.url
     expect(page.locator(".js-plotly-plot")).to_have_count(3, timeout=15_000)
-    expired = demo_db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix LIKE 'proveedores.%%' "
-                                "AND expires_at < now()")["n"]
+    expired = demo_db.fetch_one(
+        "SELECT count(*) AS n FROM store WHERE prefix LIKE 'proveedores.%%' AND expires_at < now()"
+    )["n"]
     assert expired > 0
     expect(page.get_by_test_id("stMetric").filter(has_text="proveedores: caducados")).to_contain_text(str(expired))
     # The forecast has bars (plotly draws one path per bar) and the log lists the demo's run.
@@ -42,10 +44,11 @@ def test_sre_prunes_after_seeing_the_dry_run_in_the_browser(page, create_databas
     import time
 
     from conftest import off_loop, start_streamlit, stop_streamlit
+    from test_sweep import _converse
+
     from core.db import Database
     from core.memory.embeddings import OfflineHashEmbeddings
     from core.memory.store import build_store, put_memory
-    from test_sweep import _converse
 
     db = Database(create_database())
     store = build_store(db.pool, OfflineHashEmbeddings(64), 64)
@@ -57,14 +60,17 @@ def test_sre_prunes_after_seeing_the_dry_run_in_the_browser(page, create_databas
     try:
         page.goto(f"{url}/sweeps")
         expect(page.get_by_role("heading", name="Barridos de TTL y retención de checkpoints")).to_be_visible(
-            timeout=30_000)
+            timeout=30_000
+        )
         expect(page.get_by_test_id("stMetric").filter(has_text="Último barrido")).to_contain_text("nunca")
         page.get_by_role("button", name="Barrer ahora").click()
         dialog = page.get_by_role("dialog")
         expect(dialog.get_by_role("button", name="Ejecutar barrido")).to_be_disabled()
         dialog.get_by_text("Podar también el historial de los hilos vivos").click()
-        for label, value in (("Checkpoints que se conservan por hilo y espacio de nombres", "1"),
-                             ("Solo hilos sin actividad desde hace (minutos; 0 = todos)", "0")):
+        for label, value in (
+            ("Checkpoints que se conservan por hilo y espacio de nombres", "1"),
+            ("Solo hilos sin actividad desde hace (minutos; 0 = todos)", "0"),
+        ):
             box = dialog.get_by_label(label)
             box.fill(value)
             box.press("Enter")

@@ -1,11 +1,11 @@
 """Real browser: a decimal column of a table (ui.tables.table) sorts as numbers, not as their text, and reads in
 the UI's language (a Spanish decimal comma in a browser set to English)."""
+
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import expect
-
 from conftest import start_streamlit, stop_streamlit
+from playwright.sync_api import expect
 from table_sort_app import DURATIONS, RATIOS
 
 pytestmark = pytest.mark.browser

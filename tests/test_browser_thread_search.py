@@ -2,14 +2,14 @@
 interrupt?" and "which errored in the last hour?" as one click each on the Checkpoints page, the search's URL opened
 in a fresh tab, and the tokens and cost view saying "no usage data" and "no price" (tests/search_agents.py's
 threads: a stock create_agent from the article and our retail agent)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-from playwright.sync_api import expect
-
 from conftest import ARTIFACTS, start_streamlit, stop_streamlit
+from playwright.sync_api import expect
 from search_agents import PRICED_MODEL, UNPRICED_MODEL
 from test_thread_search import written  # noqa: F401  (the module's database)
 

@@ -1,5 +1,6 @@
 """Charts everywhere (issue 30): every page draws through ui.charts.show; a chart with nothing to draw says so in words;
 count axes start at 0, never go negative and tick on integers (no 0.5 documents)."""
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_no_page_draws_a_chart_but_through_the_shared_helper():
-    direct = [str(p.relative_to(ROOT)) for p in [*ROOT.glob("app_pages/*.py"), *ROOT.glob("ui/*.py")]
-              if p.name != "charts.py" and re.search(r"\bst\.plotly_chart\(", p.read_text())]
+    direct = [
+        str(p.relative_to(ROOT))
+        for p in [*ROOT.glob("app_pages/*.py"), *ROOT.glob("ui/*.py")]
+        if p.name != "charts.py" and re.search(r"\bst\.plotly_chart\(", p.read_text())
+    ]
     assert direct == []
 
 
@@ -45,8 +49,9 @@ def _page(kind: str) -> None:
     figures = {
         "none": go.Figure(go.Bar(x=[], y=[])),
         "zeros": go.Figure(go.Bar(x=["a", "b"], y=[0, 0])),
-        "stacked": go.Figure([go.Bar(x=["a", "b"], y=[3, 1]), go.Bar(x=["a", "b"], y=[4, 1])],
-                             layout=dict(barmode="stack")),
+        "stacked": go.Figure(
+            [go.Bar(x=["a", "b"], y=[3, 1]), go.Bar(x=["a", "b"], y=[4, 1])], layout=dict(barmode="stack")
+        ),
         "timeline": go.Figure(go.Scatter(x=[], y=[])),
     }
     charts.show(figures[kind], key="chart", counts=() if kind == "timeline" else ("y",))
@@ -66,7 +71,7 @@ def test_an_empty_chart_says_so_and_stacked_counts_fit_their_axis():
 
 
 def _dated(lang: str, midnight: bool) -> None:
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
     import plotly.graph_objects as go
     import streamlit as st
@@ -75,7 +80,7 @@ def _dated(lang: str, midnight: bool) -> None:
 
     st.query_params["lang"] = lang
     hour = 0 if midnight else 17
-    x = [datetime(2026, 12, d, hour, 5 if hour else 0, tzinfo=timezone.utc) for d in (3, 4)]
+    x = [datetime(2026, 12, d, hour, 5 if hour else 0, tzinfo=UTC) for d in (3, 4)]
     charts.show(go.Figure(go.Scatter(x=x, y=[1, 2], mode="markers")), key="chart")
 
 
@@ -83,8 +88,12 @@ def test_a_date_axis_hovers_in_the_ui_language_naming_utc():
     # plotly.js writes English month names and no zone: the hover reads numeric in Spanish and names UTC
     import json
 
-    for lang, midnight, expected in (("es", False, "%d/%m/%Y %H:%M:%S UTC"), ("en", False, "%b %-d, %Y, %H:%M:%S UTC"),
-                                     ("es", True, "%d/%m/%Y"), ("en", True, "%b %-d, %Y")):
+    for lang, midnight, expected in (
+        ("es", False, "%d/%m/%Y %H:%M:%S UTC"),
+        ("en", False, "%b %-d, %Y, %H:%M:%S UTC"),
+        ("es", True, "%d/%m/%Y"),
+        ("en", True, "%b %-d, %Y"),
+    ):
         at = AppTest.from_function(_dated, args=(lang, midnight)).run()
         assert not at.exception, at.exception
         layout = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]

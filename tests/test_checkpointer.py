@@ -7,6 +7,7 @@ resynced in time and PostgreSQL holds exactly the checkpoints of a control run w
 fault. The store (cross-thread memory) lives on the session server, which is never stopped, so
 the LOW tool's write is real.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,20 +17,20 @@ import uuid
 
 import psycopg
 import pytest
+from conftest import own_embedded_server
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints.dual_saver import CheckpointUnavailable, DualCheckpointSaver, is_connection_failure
+from core.checkpoints.replica_health import denials, episodes, refusals, replicas
+from core.checkpoints.serde import SerializationRefused, make_serializer
 from core.db import Database, make_pool
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.migrate import migrate
 from core.operations.outage import EmbeddedServerControl
-from core.checkpoints.replica_health import denials, episodes, refusals, replicas
-from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints.serde import SerializationRefused, make_serializer
-from conftest import own_embedded_server
 
 DIMS = 64
 AGENTS = 4
@@ -70,9 +71,23 @@ def thread_structure(dsn: str) -> dict[str, list[tuple]]:
             rows = []
             for t in reversed(list(saver.list({"configurable": {"thread_id": thread}}))):
                 msgs = t.checkpoint["channel_values"].get("messages", [])
-                rows.append((t.metadata.get("source"), t.metadata.get("step"), tuple(
-                    (m.type, m.content, tuple((c["name"], tuple(sorted(c["args"].items()))) for c in getattr(m, "tool_calls", []) or []))
-                    for m in msgs)))
+                rows.append(
+                    (
+                        t.metadata.get("source"),
+                        t.metadata.get("step"),
+                        tuple(
+                            (
+                                m.type,
+                                m.content,
+                                tuple(
+                                    (c["name"], tuple(sorted(c["args"].items())))
+                                    for c in getattr(m, "tool_calls", []) or []
+                                ),
+                            )
+                            for m in msgs
+                        ),
+                    )
+                )
             out[thread] = rows
     finally:
         saver.conn.close()
@@ -82,8 +97,9 @@ def thread_structure(dsn: str) -> dict[str, list[tuple]]:
 def chain_ids(dsn: str) -> dict[str, list[str]]:
     """Per thread, checkpoint ids in order; asserts every parent id is itself stored."""
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT thread_id, checkpoint_id, parent_checkpoint_id FROM checkpoints "
-                            "ORDER BY thread_id, checkpoint_id").fetchall()
+        rows = conn.execute(
+            "SELECT thread_id, checkpoint_id, parent_checkpoint_id FROM checkpoints ORDER BY thread_id, checkpoint_id"
+        ).fetchall()
     ids: dict[str, list[str]] = {}
     for thread, cid, _ in rows:
         ids.setdefault(thread, []).append(cid)
@@ -108,7 +124,9 @@ def run_agents(saver, store, *, on_phase=None, answers=None, seen_ids=None) -> l
                 if answers is not None:
                     answers.append((time.monotonic(), i, n, result["messages"][-1].content))
                 if seen_ids is not None:
-                    seen_ids.add(agent.get_state({"configurable": {"thread_id": thread}}).config["configurable"]["checkpoint_id"])
+                    seen_ids.add(
+                        agent.get_state({"configurable": {"thread_id": thread}}).config["configurable"]["checkpoint_id"]
+                    )
         except BaseException as exc:  # reported by the test, never swallowed
             errors.append(exc)
 
@@ -161,8 +179,11 @@ def test_fault_agents_keep_answering_and_resync_exactly(fault_server, stores, ki
     answers: list[tuple] = []
     seen_ids: set[str] = set()
     result: dict = {}
-    runner = threading.Thread(target=lambda: result.setdefault(
-        "errors", run_agents(saver, fault_store, on_phase=on_phase, answers=answers, seen_ids=seen_ids)))
+    runner = threading.Thread(
+        target=lambda: result.setdefault(
+            "errors", run_agents(saver, fault_store, on_phase=on_phase, answers=answers, seen_ids=seen_ids)
+        )
+    )
     runner.start()
     try:
         deadline = time.monotonic() + 30
@@ -177,11 +198,16 @@ def test_fault_agents_keep_answering_and_resync_exactly(fault_server, stores, ki
             to_degraded = next(t for t, state in saver.transitions() if state == "degraded") - t_fault
             # While degraded: a HIGH tool is denied, a LOW tool runs (its store write is real).
             compras = build_agent("compras", ScriptedChatModel(), store=fault_store, checkpointer=saver)
-            high = run_turn(compras, ContextoProveedor("P7"), "compras-P7-retraso",
-                            "aviso retraso: Los pedidos de vaqueros llegan con retraso de una semana")
+            high = run_turn(
+                compras,
+                ContextoProveedor("P7"),
+                "compras-P7-retraso",
+                "aviso retraso: Los pedidos de vaqueros llegan con retraso de una semana",
+            )
             low_agent = build_agent("atencion-cliente", ScriptedChatModel(), store=fault_store, checkpointer=saver)
-            low = run_turn(low_agent, ContextoCliente("C99"), "cliente-C99-1",
-                           "Prefiero recoger mis pedidos en la tienda Sierpes.")
+            low = run_turn(
+                low_agent, ContextoCliente("C99"), "cliente-C99-1", "Prefiero recoger mis pedidos en la tienda Sierpes."
+            )
             deadline = time.monotonic() + 30
             while len(reached["after"]) < AGENTS and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -203,8 +229,10 @@ def test_fault_agents_keep_answering_and_resync_exactly(fault_server, stores, ki
     assert result.get("errors") == [], result.get("errors")
 
     with capsys.disabled():
-        print(f"\n    [{kind}] degraded after {to_degraded:.3f} s, resynced {to_resynced:.3f} s after the server was back; "
-              f"{len([a for a in answers if t_fault <= a[0] <= t_back])} agent answers while degraded")
+        print(
+            f"\n    [{kind}] degraded after {to_degraded:.3f} s, resynced {to_resynced:.3f} s after the server was back; "
+            f"{len([a for a in answers if t_fault <= a[0] <= t_back])} agent answers while degraded"
+        )
     # The times are figures (bench.bench_checkpointer, BENCHMARKS.md), not asserted on this shared machine.
     during = [a for a in answers if t_fault <= a[0] <= t_back]
     assert len({a[1] for a in during}) == AGENTS  # every agent answered while degraded
@@ -226,8 +254,9 @@ def test_fault_agents_keep_answering_and_resync_exactly(fault_server, stores, ki
         assert fault_structure[thread] == control_structure[thread], thread
     ids = chain_ids(dsn)
     control_ids = chain_ids(control_dsn)
-    assert {t: len(v) for t, v in ids.items() if t in customer_threads} == \
-           {t: len(v) for t, v in control_ids.items() if t in customer_threads}
+    assert {t: len(v) for t, v in ids.items() if t in customer_threads} == {
+        t: len(v) for t, v in control_ids.items() if t in customer_threads
+    }
     assert seen_ids <= {cid for v in ids.values() for cid in v}  # every id an agent saw is stored
     assert len(fault_structure["compras-P7-retraso"]) > 0 and len(fault_structure["cliente-C99-1"]) > 0
 
@@ -257,8 +286,9 @@ def test_async_path_degrades_on_hung_server_within_deadline(fault_server):
     config = {"configurable": {"thread_id": "async-1"}}
 
     async def turn(text: str) -> dict:
-        return await agent.ainvoke({"messages": [{"role": "user", "content": text}]}, config=config,
-                                   context=ContextoCliente("A1"))
+        return await agent.ainvoke(
+            {"messages": [{"role": "user", "content": text}]}, config=config, context=ContextoCliente("A1")
+        )
 
     async def scenario() -> str:
         await turn("Hola, quería saber el estado de mi pedido.")
@@ -314,8 +344,15 @@ def test_degraded_reads_see_postgres_and_buffer(fault_server):
             assert history[-1] == before.config["configurable"]["checkpoint_id"] and len(history) >= 3
             # A past checkpoint this replica never held cannot be served: refused loudly, not faked.
             with pytest.raises(CheckpointUnavailable):
-                saver.get_tuple({"configurable": {"thread_id": "reads-1", "checkpoint_ns": "",
-                                                  "checkpoint_id": "1ef00000-0000-6000-8000-000000000000"}})
+                saver.get_tuple(
+                    {
+                        "configurable": {
+                            "thread_id": "reads-1",
+                            "checkpoint_ns": "",
+                            "checkpoint_id": "1ef00000-0000-6000-8000-000000000000",
+                        }
+                    }
+                )
             with pytest.raises(CheckpointUnavailable):
                 saver.prune(["reads-1"])
         finally:
@@ -335,8 +372,9 @@ def test_failed_resync_keeps_buffer_then_succeeds(db):
     by an outage that ended); its probes answer but every resync waits on the lock past its
     deadline. Once the lock is released the resync goes through (the upserts: one row in the end).
     """
-    saver = DualCheckpointSaver(db.dsn, heartbeat_interval=0.5, lock_timeout=0.5, resync_timeout=0.5,
-                                replica_id="resync-fail")
+    saver = DualCheckpointSaver(
+        db.dsn, heartbeat_interval=0.5, lock_timeout=0.5, resync_timeout=0.5, replica_id="resync-fail"
+    )
     config = {"configurable": {"thread_id": "rf-1", "checkpoint_ns": ""}}
     checkpoint = empty_checkpoint()
     blocker = psycopg.connect(db.dsn)
@@ -365,8 +403,12 @@ def test_failed_resync_keeps_buffer_then_succeeds(db):
 def test_data_errors_raise_and_do_not_degrade(db):
     with DualCheckpointSaver(db.dsn, replica_id="data-errors") as saver:
         with pytest.raises(psycopg.DataError):
-            saver.put({"configurable": {"thread_id": "bad\x00id", "checkpoint_ns": ""}}, empty_checkpoint(),
-                      {"source": "input", "step": -1}, {})
+            saver.put(
+                {"configurable": {"thread_id": "bad\x00id", "checkpoint_ns": ""}},
+                empty_checkpoint(),
+                {"source": "input", "step": -1},
+                {},
+            )
         assert not saver.degraded
         assert not is_connection_failure(psycopg.errors.SerializationFailure())
         assert is_connection_failure(psycopg.errors.AdminShutdown())
@@ -380,7 +422,9 @@ def test_serializer_refusal_through_dual_saver_is_recorded(db, tmp_path):
         import ormsgpack
 
         blob = ormsgpack.packb([ormsgpack.Ext(0, ormsgpack.packb(["os", "system", f"touch {sentinel}"]))])
-        db.execute("UPDATE checkpoint_blobs SET blob = %s WHERE thread_id = 'refused-1' AND channel = 'messages'", (blob,))
+        db.execute(
+            "UPDATE checkpoint_blobs SET blob = %s WHERE thread_id = 'refused-1' AND channel = 'messages'", (blob,)
+        )
         with pytest.raises(SerializationRefused, match=r"os\.system"):
             agent.get_state({"configurable": {"thread_id": "refused-1"}})
         assert not saver.degraded and not sentinel.exists()
@@ -399,7 +443,10 @@ def test_with_allowlist_clone_passes_serde_to_wrapped_savers(db):
         assert clone.serde is not saver.serde and clone.serde.refusals is saver.serde.refusals
         assert ("core.agents", "ContextoCliente") in clone.serde._allowed_msgpack_modules
         assert clone._postgres.sync().serde is clone.serde and saver._postgres.sync().serde is saver.serde
-        assert clone._buffer._memory.serde is clone.serde and clone._buffer._memory.storage is saver._buffer._memory.storage
+        assert (
+            clone._buffer._memory.serde is clone.serde
+            and clone._buffer._memory.storage is saver._buffer._memory.storage
+        )
 
         async def inner_async():
             try:
@@ -435,7 +482,7 @@ def test_heartbeat_published_while_healthy(db):
 def test_demo_seed_includes_real_outage_episodes_across_the_month(tmp_path):
     """The embedded default: the demo seed hangs its own server briefly three times and resyncs (a few
     seconds each); the saver dates each episode on its replayed day, 4 min, 38 min and 2 h 10 min long."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import UTC, datetime, timedelta
 
     from core.config import Settings
     from core.demo.operations import MonthPlan
@@ -447,7 +494,7 @@ def test_demo_seed_includes_real_outage_episodes_across_the_month(tmp_path):
     try:
         migrate(db.dsn, DIMS)
         started = time.monotonic()
-        midnight = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         summary = ensure_demo(db, settings, customers=6, days=30)
         assert summary is not None and time.monotonic() - started < 90
         plan = MonthPlan.for_month(midnight, 30)
@@ -455,7 +502,10 @@ def test_demo_seed_includes_real_outage_episodes_across_the_month(tmp_path):
         assert len(ep) == 3 and set(ep["replica_id"]) == {"demo-seed"}
         assert [(r.degraded_from, r.degraded_to - r.degraded_from) for r in ep.itertuples()] == plan.outages
         assert [r.degraded_to - r.degraded_from for r in ep.itertuples()] == [
-            timedelta(minutes=4), timedelta(minutes=38), timedelta(hours=2, minutes=10)]
+            timedelta(minutes=4),
+            timedelta(minutes=38),
+            timedelta(hours=2, minutes=10),
+        ]
         assert ep["degraded_to"].max() - ep["degraded_from"].min() > timedelta(days=14)
         assert ep["degraded_to"].max() < midnight  # all in the past, whatever the hour
         assert (ep["checkpoints_buffered"] > 0).all() and (ep["ops_resynced"] > 0).all()
@@ -464,9 +514,15 @@ def test_demo_seed_includes_real_outage_episodes_across_the_month(tmp_path):
         assert list(den["thread_id"]) == [f"compras-P001-caida-{n}-3" for n in (1, 2, 3)]
         # each denial inside its episode, at its replayed minute
         assert all(e.degraded_from < d < e.degraded_to for d, e in zip(den["denied_at"], ep.itertuples()))
-        threads = {r["thread_id"] for r in db.fetch("SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id LIKE '%%caida%%'")}
-        assert threads == {f"{t}-caida-{n}-{k}" for n in (1, 2, 3)
-                           for k, t in ((1, "cliente-C1"), (2, "cliente-C2"), (3, "compras-P001"))}
+        threads = {
+            r["thread_id"]
+            for r in db.fetch("SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id LIKE '%%caida%%'")
+        }
+        assert threads == {
+            f"{t}-caida-{n}-{k}"
+            for n in (1, 2, 3)
+            for k, t in ((1, "cliente-C1"), (2, "cliente-C2"), (3, "compras-P001"))
+        }
         rep = replicas(db).set_index("replica_id")
         assert rep.loc["demo-seed", "reported_state"] == "stopped" and rep.loc["demo-seed", "episodes_total"] == 3
     finally:

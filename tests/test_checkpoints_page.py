@@ -1,23 +1,25 @@
 """AppTest of the Checkpoints page (SRE) and its read functions: no exception, every figure equal to
 SQL on the same database, the thread id in the URL, bad input finding exactly nothing or exactly
 that thread. Real embedded PostgreSQL, checkpoints written by the real agents."""
+
 from __future__ import annotations
 
 import re
 
 import pandas as pd
 import pytest
+from apptools import as_int, decode, frame, metric
+from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 from streamlit.testing.v1 import AppTest
 
-from conftest import DIMS
-from core.checkpoints import storage as ckpt_storage, views
 from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints import storage as ckpt_storage
+from core.checkpoints import views
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
-from core.agents.scripted_model import ScriptedChatModel
-from apptools import as_int, decode, frame, metric
 from ui.safe import md
 
 APP = "../dashboard.py"
@@ -25,8 +27,22 @@ PAGE = "app_pages/checkpoints.py"
 WEIRD_CUSTOMER = "C_%'\"1"
 WEIRD_THREAD = "cliente-C_%'\"1-1"
 PLAIN_THREAD = "cliente-C101-1"
-BAD_INPUT = ["%", "_", "cliente-%", "cliente-C_%", "cliente_C101_1", "' OR '1'='1", "\"", "C%", "C_", "x" * 10_000,
-             WEIRD_THREAD[:-1] + "_", PLAIN_THREAD.upper(), " " + PLAIN_THREAD, "a\x00b"]
+BAD_INPUT = [
+    "%",
+    "_",
+    "cliente-%",
+    "cliente-C_%",
+    "cliente_C101_1",
+    "' OR '1'='1",
+    '"',
+    "C%",
+    "C_",
+    "x" * 10_000,
+    WEIRD_THREAD[:-1] + "_",
+    PLAIN_THREAD.upper(),
+    " " + PLAIN_THREAD,
+    "a\x00b",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +72,7 @@ def open_page(dsn: str, app_env, query: dict | None = None, **env) -> AppTest:
 
 # --- read functions ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("text", BAD_INPUT)
 def test_bad_input_finds_nothing(agents_db, text):
     assert views.find_thread(agents_db, text).empty
@@ -76,8 +93,11 @@ def test_ids_with_wildcards_and_quotes_find_exactly_that_thread(agents_db):
 def test_read_functions_equal_sql(agents_db):
     q = agents_db.fetch_one
     timeline = views.thread_timeline(agents_db, PLAIN_THREAD)
-    sql = agents_db.fetch("SELECT checkpoint_id, (metadata->>'step')::int AS step FROM checkpoints "
-                          "WHERE thread_id = %s ORDER BY checkpoint->>'ts'", (PLAIN_THREAD,))
+    sql = agents_db.fetch(
+        "SELECT checkpoint_id, (metadata->>'step')::int AS step FROM checkpoints "
+        "WHERE thread_id = %s ORDER BY checkpoint->>'ts'",
+        (PLAIN_THREAD,),
+    )
     assert timeline["checkpoint_id"].tolist() == [r["checkpoint_id"] for r in sql]
     assert timeline["step"].tolist() == [r["step"] for r in sql]
     writes = views.step_writes(agents_db, PLAIN_THREAD)
@@ -86,15 +106,23 @@ def test_read_functions_equal_sql(agents_db):
     assert {"recordar_preferencia", "preferencias"} <= set(writes["tool_name"].dropna())
     assert {"human", "ai", "tool"} <= set(writes["message_kind"].dropna())
     storage = views.thread_storage(agents_db, PLAIN_THREAD)
-    assert storage["write_bytes"] == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_writes "
-                                       "WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
-    assert storage["blob_bytes"] == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_blobs "
-                                      "WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    assert (
+        storage["write_bytes"]
+        == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_writes WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    )
+    assert (
+        storage["blob_bytes"]
+        == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_blobs WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    )
     n = ckpt_storage.refresh_thread_storage(agents_db)
     assert n == agents_db.fetch_one("SELECT count(DISTINCT thread_id) AS n FROM checkpoints")["n"]
     largest = views.largest_threads(agents_db, 10)
-    assert (largest["total_bytes"] == largest["checkpoint_bytes"] + largest["blob_bytes"] + largest["write_bytes"]).all()
-    assert set(largest["thread_id"]) == {r["thread_id"] for r in agents_db.fetch("SELECT DISTINCT thread_id FROM checkpoints")}
+    assert (
+        largest["total_bytes"] == largest["checkpoint_bytes"] + largest["blob_bytes"] + largest["write_bytes"]
+    ).all()
+    assert set(largest["thread_id"]) == {
+        r["thread_id"] for r in agents_db.fetch("SELECT DISTINCT thread_id FROM checkpoints")
+    }
     assert largest["total_bytes"].is_monotonic_decreasing
 
 
@@ -112,6 +140,7 @@ def test_diff_between_first_and_last_checkpoint(agents_db):
 
 # --- the page ------------------------------------------------------------------------------
 
+
 def test_thread_from_the_url_figures_equal_sql(agents_db, app_env):
     at = open_page(agents_db.dsn, app_env, {"thread": PLAIN_THREAD})
     q = agents_db.fetch_one
@@ -120,11 +149,14 @@ def test_thread_from_the_url_figures_equal_sql(agents_db, app_env):
     assert as_int(metric(at, "Checkpoints")) == n_ckpt
     assert as_int(metric(at, "Escrituras")) == n_writes
     assert metric(at, "Cliente") == "C101"
-    assert metric(at, "Último paso") == str(q("SELECT max((metadata->>'step')::int) AS n FROM checkpoints "
-                                             "WHERE thread_id = %s", (PLAIN_THREAD,))["n"])
+    assert metric(at, "Último paso") == str(
+        q("SELECT max((metadata->>'step')::int) AS n FROM checkpoints WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    )
     written = next(m for m in at.metric if m.label == "Bytes de escrituras")  # "1,2 kB", the exact count in its help
-    assert as_int(written.proto.help.removesuffix(" bytes")) == q(
-        "SELECT sum(octet_length(blob)) AS n FROM checkpoint_writes WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    assert (
+        as_int(written.proto.help.removesuffix(" bytes"))
+        == q("SELECT sum(octet_length(blob)) AS n FROM checkpoint_writes WHERE thread_id = %s", (PLAIN_THREAD,))["n"]
+    )
     timeline = frame(at, "checkpoint_id", "step", "source", "updated_channels")
     assert len(timeline) == n_ckpt
     # the plotly timeline: one point per checkpoint, at its step
@@ -133,8 +165,12 @@ def test_thread_from_the_url_figures_equal_sql(agents_db, app_env):
 
     fig = json.loads(spec)
     points = [y for trace in fig["data"] if trace.get("mode") == "markers" for y in decode(trace["y"])]
-    steps = [r["s"] for r in agents_db.fetch("SELECT (metadata->>'step')::int AS s FROM checkpoints WHERE thread_id = %s",
-                                             (PLAIN_THREAD,))]
+    steps = [
+        r["s"]
+        for r in agents_db.fetch(
+            "SELECT (metadata->>'step')::int AS s FROM checkpoints WHERE thread_id = %s", (PLAIN_THREAD,)
+        )
+    ]
     assert sorted(points) == sorted(steps)
     writes = frame(at, "channel", "message_kind", "tool_name", "payload")
     assert len(writes) == n_writes
@@ -158,18 +194,26 @@ def test_one_step_writes_and_diff_toggle(agents_db, app_env):
     at = open_page(agents_db.dsn, app_env, {"thread": PLAIN_THREAD})
     step = agents_db.fetch_one(
         "SELECT checkpoint_id, count(*) AS n FROM checkpoint_writes WHERE thread_id = %s AND channel = 'messages' "
-        "GROUP BY checkpoint_id ORDER BY checkpoint_id LIMIT 1", (PLAIN_THREAD,))
+        "GROUP BY checkpoint_id ORDER BY checkpoint_id LIMIT 1",
+        (PLAIN_THREAD,),
+    )
     picker = at.selectbox(key="checkpoints.step")
     # each checkpoint named by its step and its time in the viewer's zone, the zone named (UTC here)
     labels = picker.options[1:]
-    assert labels and all(re.fullmatch(r"paso -?\d+ · .*20\d\d, \d{1,2}:\d\d:\d\d UTC · \w{12}", label)
-                          for label in labels), labels[:3]
+    assert labels and all(
+        re.fullmatch(r"paso -?\d+ · .*20\d\d, \d{1,2}:\d\d:\d\d UTC · \w{12}", label) for label in labels
+    ), labels[:3]
     picker.set_value(step["checkpoint_id"]).run()
     assert not at.exception
     writes = frame(at, "channel", "message_kind", "payload")
     assert set(writes["checkpoint_id"]) == {step["checkpoint_id"]}
-    assert len(writes) == agents_db.fetch_one("SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = %s AND "
-                                              "checkpoint_id = %s", (PLAIN_THREAD, step["checkpoint_id"]))["n"]
+    assert (
+        len(writes)
+        == agents_db.fetch_one(
+            "SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_id = %s",
+            (PLAIN_THREAD, step["checkpoint_id"]),
+        )["n"]
+    )
     at.toggle(key="checkpoints.diff_changes").set_value(False).run()
     diff = frame(at, "change", "old_value", "new_value")
     assert {"sin cambios", "solo versión nueva (mismo valor)"} & set(diff["change"])
@@ -218,19 +262,24 @@ def test_storage_view_equals_sql(agents_db, app_env):
     for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
         assert as_int(metric(at, f"{table}: filas")) == agents_db.fetch_one(f"SELECT count(*) AS n FROM {table}")["n"]
     largest = frame(at, "thread_id", "total_bytes", "write_bytes")
-    top = agents_db.fetch_one("SELECT thread_id, sum(octet_length(blob)) AS b FROM checkpoint_writes "
-                              "GROUP BY thread_id ORDER BY b DESC LIMIT 1")
+    top = agents_db.fetch_one(
+        "SELECT thread_id, sum(octet_length(blob)) AS b FROM checkpoint_writes "
+        "GROUP BY thread_id ORDER BY b DESC LIMIT 1"
+    )
     assert largest.set_index("thread_id").loc[top["thread_id"], "write_bytes"] == top["b"]
     assert [c.key for c in at.get("plotly_chart")][:1] == ["checkpoints.largest_chart"]
 
 
 def test_demo_data_in_english(demo_db, app_env):
-    thread = demo_db.fetch_one("SELECT thread_id FROM checkpoints WHERE metadata->>'cliente_id' IS NOT NULL "
-                               "ORDER BY thread_id LIMIT 1")["thread_id"]
+    thread = demo_db.fetch_one(
+        "SELECT thread_id FROM checkpoints WHERE metadata->>'cliente_id' IS NOT NULL ORDER BY thread_id LIMIT 1"
+    )["thread_id"]
     at = open_page(demo_db.dsn, app_env, {"thread": thread, "lang": "en"})
     assert any(t.value == "A thread's checkpoint history" for t in at.title)
-    assert as_int(metric(at, "Checkpoints")) == demo_db.fetch_one(
-        "SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (thread,))["n"]
+    assert (
+        as_int(metric(at, "Checkpoints"))
+        == demo_db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (thread,))["n"]
+    )
 
 
 def test_manager_is_refused(agents_db, app_env):

@@ -1,6 +1,7 @@
 """langgraph's checkpointer conformance suite (PyPI `langgraph-checkpoint-conformance`) against the
 dual saver on the embedded PostgreSQL: healthy, and with a real outage (server stopped or hung)
 and resync between every two capabilities, on a server of its own."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,12 +9,12 @@ import uuid
 
 import psycopg
 import pytest
+from conftest import own_embedded_server
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.migrate import migrate
-from conftest import own_embedded_server
 
 DIMS = 64
 
@@ -22,8 +23,7 @@ def _report(report, capsys) -> None:
     with capsys.disabled():
         report.print_report()
         for cap, result in report.results.items():
-            print(f"    {cap:<16} detected={result.detected} passed={result.tests_passed} "
-                  f"failed={result.tests_failed}")
+            print(f"    {cap:<16} detected={result.detected} passed={result.tests_passed} failed={result.tests_failed}")
 
 
 def _assert_all_base(report) -> None:
@@ -111,8 +111,12 @@ def test_conformance_through_outages_between_capabilities(outage_server, capsys)
     # Every checkpoint written while degraded reached PostgreSQL.
     with psycopg.connect(dsn) as conn:
         stored = {r[0] for r in conn.execute("SELECT checkpoint_id FROM checkpoints WHERE thread_id LIKE 'outage-%'")}
-        reasons = [r[0] for r in conn.execute("SELECT reason FROM core_degradation_episodes "
-                                              "WHERE replica_id = 'conformance-outages' ORDER BY id")]
+        reasons = [
+            r[0]
+            for r in conn.execute(
+                "SELECT reason FROM core_degradation_episodes WHERE replica_id = 'conformance-outages' ORDER BY id"
+            )
+        ]
         episodes = len(reasons)
     assert stored == {o["checkpoint_id"] for o in outages}
     assert episodes == len(outages), "\n".join(f"{i}: {r}" for i, r in enumerate(reasons))

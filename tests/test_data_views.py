@@ -1,4 +1,5 @@
 """Who looked at a customer's data (issue 31 item 4): the log, its hash chain, its retention, erasure, grants."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,8 @@ import time
 
 import psycopg
 import pytest
-
 from conftest import ROOT, login_role
+
 from core.db import Database
 from core.operations.sweep import run_sweep
 from core.privacy import chain, data_views, erasure
@@ -23,17 +24,29 @@ def view(target="clientes.C1", customer="C1", kind="namespace", **kw) -> View:
 
 
 def backdate(db: Database, ids, days: int) -> None:
-    db.execute("UPDATE core_data_views SET viewed_at = now() - make_interval(days => %s) WHERE id = ANY(%s)",
-               (days, list(ids)))
+    db.execute(
+        "UPDATE core_data_views SET viewed_at = now() - make_interval(days => %s) WHERE id = ANY(%s)", (days, list(ids))
+    )
 
 
 def test_views_are_logged_in_one_insert_and_sealed(db):
-    assert log_views(db, [view(), view("cliente-C1-1", kind="thread", role="sre", purpose="incidencia 42"),
-                          view("proveedores.P1", None)]) == 3
+    assert (
+        log_views(
+            db,
+            [
+                view(),
+                view("cliente-C1-1", kind="thread", role="sre", purpose="incidencia 42"),
+                view("proveedores.P1", None),
+            ],
+        )
+        == 3
+    )
     rows = db.fetch("SELECT viewer, role, kind, customer_id, target, purpose FROM core_data_views ORDER BY id")
     assert [(r["kind"], r["customer_id"], r["target"], r["purpose"]) for r in rows] == [
-        ("namespace", "C1", "clientes.C1", None), ("thread", "C1", "cliente-C1-1", "incidencia 42"),
-        ("namespace", None, "proveedores.P1", None)]
+        ("namespace", "C1", "clientes.C1", None),
+        ("thread", "C1", "cliente-C1-1", "incidencia 42"),
+        ("namespace", None, "proveedores.P1", None),
+    ]
     result = chain.verify(db, "views")
     assert result.ok and result.links == 3
 
@@ -48,8 +61,18 @@ def test_editing_or_deleting_a_view_breaks_the_chain_at_that_row(db):
     assert (chain.verify(db, "views").row_id, chain.verify(db, "views").problem) == (ids[1], "removed")
 
 
-@pytest.mark.parametrize("bad", [dict(viewer=""), dict(viewer="a\x00b"), dict(kind="peek"), dict(target=" "),
-                                 dict(purpose=""), dict(purpose="x" * 1001), dict(customer="C\x001")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(viewer=""),
+        dict(viewer="a\x00b"),
+        dict(kind="peek"),
+        dict(target=" "),
+        dict(purpose=""),
+        dict(purpose="x" * 1001),
+        dict(customer="C\x001"),
+    ],
+)
 def test_bad_views_are_refused_before_anything_is_written(db, bad):
     with pytest.raises(ValueError):
         view(**bad)
@@ -87,7 +110,8 @@ def test_recording_never_waits_on_a_hung_database_and_the_views_arrive_once_it_i
     assert data_views.flush(db, 10)
     rows = db.fetch("SELECT viewed_at, target, purpose FROM core_data_views ORDER BY id")
     assert [(r["viewed_at"], r["target"], r["purpose"]) for r in rows] == [
-        (v.viewed_at, v.target, v.purpose) for v in batch]  # when they were viewed, not when written
+        (v.viewed_at, v.target, v.purpose) for v in batch
+    ]  # when they were viewed, not when written
     assert chain.verify(db, "views").ok and data_views.unrecorded(db) == data_views.Unrecorded()
 
 
@@ -100,7 +124,9 @@ def test_views_are_written_in_batches(db):
     assert queue.flush(5)
     # one INSERT for all twenty: one transaction id (xmin) for every row
     assert db.fetch_one("SELECT count(DISTINCT xmin::text) AS n, count(*) AS rows FROM core_data_views") == {
-        "n": 1, "rows": 20}
+        "n": 1,
+        "rows": 20,
+    }
 
 
 def test_views_that_do_not_fit_are_counted_shown_and_recorded_as_a_gap(db):
@@ -121,7 +147,8 @@ def test_views_that_do_not_fit_are_counted_shown_and_recorded_as_a_gap(db):
         holder.close()
     assert data_views.flush(db, 10)
     assert [r["target"] for r in db.fetch("SELECT target FROM core_data_views ORDER BY id")] == [
-        v.target for v in batch[:3]]
+        v.target for v in batch[:3]
+    ]
     gap = db.fetch_one("SELECT views, since, until, process, reason FROM core_data_view_gaps")
     assert (gap["views"], gap["since"], gap["until"]) == (2, batch[3].viewed_at, batch[4].viewed_at)
     assert "queue" in gap["reason"] and gap["process"].endswith(f":{os.getpid()}")
@@ -173,7 +200,7 @@ def test_retention_deletes_the_oldest_views_and_the_chain_verifies_from_the_cut(
     ids = [r["id"] for r in db.fetch("SELECT id FROM core_data_views ORDER BY id")]
     # rows 0-2 old, 3 new, 4 old: only the oldest run goes (4 waits behind 3, so the chain stays whole)
     db.execute("ALTER TABLE core_data_views DISABLE TRIGGER USER")  # backdating is not an edit the chain should see:
-    backdate(db, ids[:3] + ids[4:], 400)                               # re-seal below with the old dates
+    backdate(db, ids[:3] + ids[4:], 400)  # re-seal below with the old dates
     db.execute("ALTER TABLE core_data_views ENABLE TRIGGER USER")
     db.execute("DELETE FROM core_register_chain WHERE chain = 'views'")
     for i in ids:
@@ -197,8 +224,12 @@ def test_the_sweep_job_applies_the_retention_and_all_gone_goes_on_from_the_cut(d
     monkeypatch.setenv("DATA_VIEWS_RETENTION_DAYS", "30")
     result = run_sweep(db, trigger="manual", operator="sre")
     assert result.status == "ok" and result.data_views_deleted == 2
-    assert db.fetch_one("SELECT data_views_deleted FROM core_sweep_log WHERE id = %s",
-                        (result.run_id,))["data_views_deleted"] == 2
+    assert (
+        db.fetch_one("SELECT data_views_deleted FROM core_sweep_log WHERE id = %s", (result.run_id,))[
+            "data_views_deleted"
+        ]
+        == 2
+    )
     assert db.fetch_one("SELECT count(*) AS n FROM core_data_views")["n"] == 0
     log_views(db, [view("clientes.C3", "C3")])
     verified = chain.verify(db, "views")
@@ -229,11 +260,14 @@ def test_customer_views_include_their_threads_viewed_without_a_customer(db):
 def test_an_agent_role_has_no_grant_on_the_log(db):
     agent = login_role(db.dsn, "agent", AGENT_TABLES)
     with psycopg.connect(agent, autocommit=True) as conn:
-        for statement in ("SELECT * FROM core_data_views", "SELECT * FROM core_data_view_gaps",
-                          "INSERT INTO core_data_view_gaps (views, since, until, process, reason) "
-                          "VALUES (1, now(), now(), 'x', 'y')",
-                          "INSERT INTO core_data_views (viewer, role, kind, target) VALUES ('x', 'y', 'thread', 't')",
-                          "DELETE FROM core_data_views", "DELETE FROM core_register_cuts",
-                          "SELECT core_register_seal('views', 'core_data_views', 1)"):
+        for statement in (
+            "SELECT * FROM core_data_views",
+            "SELECT * FROM core_data_view_gaps",
+            "INSERT INTO core_data_view_gaps (views, since, until, process, reason) VALUES (1, now(), now(), 'x', 'y')",
+            "INSERT INTO core_data_views (viewer, role, kind, target) VALUES ('x', 'y', 'thread', 't')",
+            "DELETE FROM core_data_views",
+            "DELETE FROM core_register_cuts",
+            "SELECT core_register_seal('views', 'core_data_views', 1)",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)

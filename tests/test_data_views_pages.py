@@ -1,19 +1,19 @@
 """Who looked at a customer's data (issue 31 item 4), AppTest: Memory, Checkpoints and Access log each look once,
 with the purpose when the configuration requires one; a failed log is a warning and the page still shows; the DPO
 reads the log by customer on Registro de accesos and verifies its chain; the art. 15 export lists it."""
+
 from __future__ import annotations
 
 import time
 
 import psycopg
 import pytest
-from streamlit.testing.v1 import AppTest
+from apptools import frame
 
 from core.db import Database, reset_pool
 from core.privacy import access, data_views
 from tests.test_access_pages import dashboard, texts
 from tests.test_erasure import agents_for, converse, make_store, write_docs
-from apptools import frame
 
 VIEWS = "SELECT viewer, role, kind, customer_id, target, purpose FROM core_data_views ORDER BY id"
 
@@ -35,8 +35,9 @@ def documents(db, customer: str) -> int:
 
 
 def thread_of(db, customer: str) -> str:
-    return db.fetch_one("SELECT thread_id FROM checkpoints WHERE metadata->>'cliente_id' = %s LIMIT 1",
-                        (customer,))["thread_id"]
+    return db.fetch_one("SELECT thread_id FROM checkpoints WHERE metadata->>'cliente_id' = %s LIMIT 1", (customer,))[
+        "thread_id"
+    ]
 
 
 def test_memory_checkpoints_and_access_each_log_one_view(shop, app_env):
@@ -50,15 +51,31 @@ def test_memory_checkpoints_and_access_each_log_one_view(shop, app_env):
     assert not at.exception
     assert data_views.flush(shop)  # written in the background, a moment later
     assert shop.fetch(VIEWS) == [
-        {"viewer": "local", "role": "manager", "kind": "namespace", "customer_id": "C9", "target": "clientes.C9",
-         "purpose": None},
+        {
+            "viewer": "local",
+            "role": "manager",
+            "kind": "namespace",
+            "customer_id": "C9",
+            "target": "clientes.C9",
+            "purpose": None,
+        },
         {"viewer": "local", "role": "sre", "kind": "thread", "customer_id": "C9", "target": thread, "purpose": None},
-        {"viewer": "local", "role": "dpo", "kind": "access_preview", "customer_id": "C9", "target": "art15:C9",
-         "purpose": None}]
+        {
+            "viewer": "local",
+            "role": "dpo",
+            "kind": "access_preview",
+            "customer_id": "C9",
+            "target": "art15:C9",
+            "purpose": None,
+        },
+    ]
     # the art. 15 export lists who looked (a log of its own, rendered like the others)
     report = access.gather(shop, "C9")
     assert [(v["kind"], v["target"]) for v in report.logs["data_views"]] == [
-        ("namespace", "clientes.C9"), ("thread", thread), ("access_preview", "art15:C9")]
+        ("namespace", "clientes.C9"),
+        ("thread", thread),
+        ("access_preview", "art15:C9"),
+    ]
     assert report.counts["data_views"] == 3
     html = access.export(shop, "C9", fmt="html", lang="es", operator="dpo@example.com").data.decode()
     assert "Consultas de sus datos por nuestro personal (3)" in html and thread in html

@@ -10,6 +10,7 @@ these tests try it the way an attacker with an agent's grants would, on a real s
 - Every SECURITY DEFINER function in the database: pinned `search_path = pg_catalog, pg_temp`, not executable
   by PUBLIC, owned by a NOLOGIN role that is not a superuser.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,16 +18,17 @@ import uuid
 
 import psycopg
 import pytest
+from conftest import login_role
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import TTLConfig
 from langgraph.store.postgres import PostgresStore
 from psycopg.rows import dict_row
 
-from conftest import login_role
-
-AGENT_TABLES = ("store, store_vectors, store_migrations, vector_migrations, "
-                "checkpoints, checkpoint_blobs, checkpoint_writes, checkpoint_migrations")
+AGENT_TABLES = (
+    "store, store_vectors, store_migrations, vector_migrations, "
+    "checkpoints, checkpoint_blobs, checkpoint_writes, checkpoint_migrations"
+)
 
 DEFINER_FUNCTIONS = """
 SELECT p.oid::regprocedure::text AS signature, p.prosrc, p.proconfig, r.rolname AS owner, r.rolsuper, r.rolcanlogin,
@@ -71,12 +73,15 @@ def _shadow_ddl(dsn: str, table: str) -> str:
         columns = conn.execute(
             "SELECT string_agg(format('%%I %%s', attname, format_type(atttypid, atttypmod)), ', ' ORDER BY attnum) "
             "FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
-            (table,)).fetchone()[0]
+            (table,),
+        ).fetchone()[0]
         key = conn.execute(
             "SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.n) FROM pg_index i "
             "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-            "WHERE i.indrelid = %s::regclass AND i.indisprimary", (table,)).fetchone()[0]
+            "WHERE i.indrelid = %s::regclass AND i.indisprimary",
+            (table,),
+        ).fetchone()[0]
     return f"CREATE TEMP TABLE {table} ({columns}{f', PRIMARY KEY ({key})' if key else ''})"
 
 
@@ -110,16 +115,23 @@ def test_an_agent_role_cannot_borrow_a_definer_through_shadow_temp_tables(db):
     role = _role_of(agent_dsn)
     tables = _touched_tables(db.dsn)
     # the tables the definer functions keep (a regression that renamed them would make this test vacuous)
-    assert {"core_token_dirty", "core_value_holders", "core_prefix_counts", "core_root_counts",
-            "core_expiry_days"} <= set(tables), tables
+    assert {
+        "core_token_dirty",
+        "core_value_holders",
+        "core_prefix_counts",
+        "core_root_counts",
+        "core_expiry_days",
+    } <= set(tables), tables
     thread = f"atk-{uuid.uuid4()}"
     with psycopg.connect(agent_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
         conn.execute(ESCALATE)
         for table in tables:
             conn.execute(_shadow_ddl(db.dsn, table))
             for event in ("INSERT OR UPDATE OR DELETE", "TRUNCATE"):
-                conn.execute(f"CREATE TRIGGER escalate_{abs(hash(event))} AFTER {event} ON pg_temp.{table} "
-                             "FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.escalate()")
+                conn.execute(
+                    f"CREATE TRIGGER escalate_{abs(hash(event))} AFTER {event} ON pg_temp.{table} "
+                    "FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.escalate()"
+                )
         _agent_writes(conn, thread)
         shadowed = {t: conn.execute(f"SELECT count(*) AS n FROM pg_temp.{t}").fetchone()["n"] for t in tables}
     assert db.fetch_one(SUPERUSER, (role,))["rolsuper"] is False
@@ -156,15 +168,21 @@ def test_an_agent_role_can_call_none_of_our_functions(db):
 def test_every_security_definer_function_is_pinned_revoked_and_owned_by_a_nologin_role(db):
     functions = _definer_functions(db.dsn)
     # what our triggers on langgraph's tables run: every one a definer (agents write with their own role), so checked
-    on_agent_tables = {r["fn"] for r in db.fetch(
-        "SELECT DISTINCT tgfoid::regprocedure::text AS fn FROM pg_trigger WHERE NOT tgisinternal "
-        "AND tgrelid = ANY('{store,store_vectors,checkpoints,checkpoint_blobs,checkpoint_writes}'::regclass[])")}
+    on_agent_tables = {
+        r["fn"]
+        for r in db.fetch(
+            "SELECT DISTINCT tgfoid::regprocedure::text AS fn FROM pg_trigger WHERE NOT tgisinternal "
+            "AND tgrelid = ANY('{store,store_vectors,checkpoints,checkpoint_blobs,checkpoint_writes}'::regclass[])"
+        )
+    }
     assert len(on_agent_tables) >= 5 and on_agent_tables <= {f["signature"] for f in functions}, on_agent_tables
     unsafe = [
         (f["signature"], f["proconfig"], f["owner"], f["public_execute"])
         for f in functions
         if f["proconfig"] != ["search_path=pg_catalog, pg_temp"]
-        or f["public_execute"] or f["rolsuper"] or f["rolcanlogin"]
+        or f["public_execute"]
+        or f["rolsuper"]
+        or f["rolcanlogin"]
     ]
     assert unsafe == []
 

@@ -3,25 +3,23 @@ dual saver publishes its heartbeat, the embedded server is stopped (the page say
 does not answer and keeps the last good reading), the agents keep answering degraded (the guard
 denies a HIGH tool), the server comes back, the replica resyncs and the page shows the episode.
 An embedded server of its own, so the outage never touches the session's server."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import time
 
 import psycopg
 import pytest
+from apptools import frame, metric, wait_until
+from conftest import DIMS, dsn_for, free_port, own_embedded_server
 from streamlit.testing.v1 import AppTest
 
-from conftest import DIMS, dsn_for
-from core.checkpoints import replica_health
 from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints import metrics, replica_health
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database
 from core.migrate import migrate
-from core.agents.scripted_model import ScriptedChatModel
-from apptools import frame, metric, wait_until
-from conftest import free_port, own_embedded_server
-from core.checkpoints import metrics
 
 APP = "../dashboard.py"
 PAGE = "app_pages/degradation.py"
@@ -75,17 +73,22 @@ def test_replica_through_a_real_outage(outage_server, app_env, monkeypatch):
         control.stop()  # the real outage
         try:
             assert saver.wait_for("degraded", 10)
-            denied = run_turn(compras, ContextoProveedor("P1"), "compras-P1-retraso",
-                              "aviso retraso: Los vaqueros llegan con retraso")  # HIGH: the guard denies it
+            denied = run_turn(
+                compras, ContextoProveedor("P1"), "compras-P1-retraso", "aviso retraso: Los vaqueros llegan con retraso"
+            )  # HIGH: the guard denies it
             assert "deneg" in str(denied["messages"][-1].content).lower() or saver.status()["denials_total"] >= 1
-            run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", "Prefiero que me atendáis en catalán.")  # LOW: runs, buffered
+            run_turn(
+                cliente, ContextoCliente("C1"), "cliente-C1-1", "Prefiero que me atendáis en catalán."
+            )  # LOW: runs, buffered
             # the page shares one sample among its sessions per SHARE_S (2 s, app_pages/degradation.py), shown with
             # its time: the next run after that takes a new one, during the outage
             time.sleep(2.1)
             at.run()
             assert not at.exception
             errors = [e.value for e in at.error]
-            assert any("La base de datos no responde" in e and read_at.removeprefix("Leído a las ") in e for e in errors), errors
+            assert any(
+                "La base de datos no responde" in e and read_at.removeprefix("Leído a las ") in e for e in errors
+            ), errors
             # still readable: the last good reading, and the dashboard's own probe says no answer
             assert metric(at, "Réplicas") == "1" and metric(at, "Sonda del panel") == "sin respuesta"
             assert frame(at, "replica_id", "state")["replica_id"].tolist() == ["replica-a"]
@@ -136,19 +139,43 @@ def test_replica_through_a_real_outage(outage_server, app_env, monkeypatch):
 def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
     """An ongoing degradation (heartbeat 'degraded') and a resynced episode on one timeline: the
     ongoing bar's end ("now") and the database's timestamps must plot together."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import UTC, datetime, timedelta
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with db.connection() as conn:
-        replica_health.write_episode(conn, replica_health.Episode(
-            replica_id="r-old", host="h", pid=1, degraded_from=now - timedelta(minutes=9),
-            degraded_to=now - timedelta(minutes=8), reason="test", checkpoints_buffered=3, writes_buffered=5,
-            ops_resynced=8, resync_ms=4.0))
-        replica_health.publish_heartbeat(conn, {
-            "replica_id": "r-now", "host": "h", "pid": 2, "state": "degraded", "degraded_since": now - timedelta(seconds=30),
-            "buffered_checkpoints": 4, "buffered_writes": 6, "last_success": now - timedelta(seconds=31),
-            "started_at": now - timedelta(hours=1), "heartbeat_interval_s": 2.0, "episodes_total": 0,
-            "denials_total": 0, "refusals_total": 0})
+        replica_health.write_episode(
+            conn,
+            replica_health.Episode(
+                replica_id="r-old",
+                host="h",
+                pid=1,
+                degraded_from=now - timedelta(minutes=9),
+                degraded_to=now - timedelta(minutes=8),
+                reason="test",
+                checkpoints_buffered=3,
+                writes_buffered=5,
+                ops_resynced=8,
+                resync_ms=4.0,
+            ),
+        )
+        replica_health.publish_heartbeat(
+            conn,
+            {
+                "replica_id": "r-now",
+                "host": "h",
+                "pid": 2,
+                "state": "degraded",
+                "degraded_since": now - timedelta(seconds=30),
+                "buffered_checkpoints": 4,
+                "buffered_writes": 6,
+                "last_success": now - timedelta(seconds=31),
+                "started_at": now - timedelta(hours=1),
+                "heartbeat_interval_s": 2.0,
+                "episodes_total": 0,
+                "denials_total": 0,
+                "refusals_total": 0,
+            },
+        )
     app_env(db.dsn)
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()

@@ -1,14 +1,14 @@
 """A DeltaChannel's value at every checkpoint, as langgraph's own `get_state` reads it (issue 28), on threads
 written by a stock PostgresSaver (tests/format_agents.py) on the real embedded server."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
+from format_agents import _merge, _unique, delta_other_state_at, delta_other_thread, delta_state_at, delta_thread
 
 from core.checkpoints import delta, views
-from format_agents import (_merge, _unique, delta_other_state_at, delta_other_thread, delta_state_at,
-                           delta_thread)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,7 @@ def _json(text):
 
 def _values(db, thread_id: str, checkpoint_id: str) -> dict[str, dict]:
     frame = views.checkpoint_values(db, thread_id, checkpoint_id)
-    return {r["channel"]: {**r, "value": _json(r["value"])}
-            for r in frame.to_dict("records")}
+    return {r["channel"]: {**r, "value": _json(r["value"])} for r in frame.to_dict("records")}
 
 
 def _shown(values: dict, channel: str):
@@ -76,7 +75,9 @@ def test_the_diff_compares_the_values_langgraph_reads(delta_db):
             continue
         assert _json(diff.loc["items", "new_value"]) == after["items"]
         assert _json(diff.loc["items", "old_value"]) in (before["items"], None if not before["items"] else "-")
-        assert (diff.loc["items", "change"] == "changed") == (before["items"] != after["items"] and before["items"] != [])
+        assert (diff.loc["items", "change"] == "changed") == (
+            before["items"] != after["items"] and before["items"] != []
+        )
     # the whole thread: first checkpoint with messages against the last one
     first = next(c for c in ids if "messages" in _values(delta_db, "delta-1", c))
     diff = views.checkpoint_diff(delta_db, "delta-1", first, ids[-1]).set_index("channel")
@@ -146,8 +147,11 @@ def _page(dsn: str, app_env, thread: str):
     return at
 
 
-COLUMNS = {"delta": ("channel", "reducer", "snapshots_checked"), "diff": ("channel", "change", "new_value"),
-           "values": ("channel", "source", "value")}
+COLUMNS = {
+    "delta": ("channel", "reducer", "snapshots_checked"),
+    "diff": ("channel", "change", "new_value"),
+    "values": ("channel", "source", "value"),
+}
 
 
 def _frame(at, table: str):
@@ -184,8 +188,10 @@ def test_the_page_names_an_unknown_reducers_snapshot_and_writes(delta_db, app_en
     values = _frame(at, "values").set_index("channel")
     row = views.checkpoint_values(delta_db, "delta-x", ids[-1]).set_index("channel").loc["counts"]
     assert row["source"] == "unrebuilt" and row["writes_since"] > 0
-    assert values.loc["counts", "source"] == (f"delta: instantánea en el paso {int(row['snapshot_step'])} + "
-                                              f"{int(row['writes_since'])} escrituras desde entonces")
+    assert values.loc["counts", "source"] == (
+        f"delta: instantánea en el paso {int(row['snapshot_step'])} + "
+        f"{int(row['writes_since'])} escrituras desde entonces"
+    )
     assert json.loads(values.loc["counts", "value"])["delta"]["writes"]
 
 
@@ -198,8 +204,14 @@ def test_the_access_export_of_a_delta_thread_holds_every_message_written(delta_d
     # everything held, in the order written: the message a RemoveMessage took out of the state is still held
     # (in the writes and a snapshot), so it is exported, and so is the removal
     assert [(m["kind"], m["id"]) for m in thread["messages"]] == [
-        ("human", "h-0"), ("ai", "ai-1"), ("human", "h-1"), ("ai", "ai-3"), ("remove", "ai-1"), ("human", "h-2"),
-        ("ai", "ai-5")]
+        ("human", "h-0"),
+        ("ai", "ai-1"),
+        ("human", "h-1"),
+        ("ai", "ai-3"),
+        ("remove", "ai-1"),
+        ("human", "h-2"),
+        ("ai", "ai-5"),
+    ]
     assert report.formats["delta_snapshots"] > 0 and report.formats["delta_checkpoints"] > 0
 
 

@@ -1,14 +1,15 @@
 """The demo seed in the background: one seed per database even when two processes start at once
 (the advisory lock), with its progress readable while it runs."""
+
 from __future__ import annotations
 
 import threading
 
 import pytest
-
 from conftest import settings_for
-from core.demo.seed_progress import SEED_STEPS, SeedProgress
+
 from core.demo.seed import ensure_demo
+from core.demo.seed_progress import SEED_STEPS, SeedProgress
 
 pytestmark = pytest.mark.slow  # two full demo seeds, each with its outage
 

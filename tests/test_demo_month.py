@@ -2,10 +2,11 @@
 over days, erasures in different weeks, a customer whose data came back after an erasure, dated on their
 replayed days (core.clock) and never in the future, whatever the hour the seed ran at. (The degradation
 episodes need the embedded server: tests/test_checkpointer.py::test_demo_seed_includes_real_outage_episodes_across_the_month.)"""
+
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,12 +16,12 @@ from core.privacy import erasure_register
 
 
 def _midnight(at: datetime) -> datetime:
-    return at.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    return at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 @pytest.mark.parametrize("hour", [0, 12, 23])
 def test_the_plan_depends_on_the_day_only_and_stays_in_the_past(hour):
-    day = datetime(2026, 12, 3, tzinfo=timezone.utc)
+    day = datetime(2026, 12, 3, tzinfo=UTC)
     plan = MonthPlan.for_month(_midnight(day + timedelta(hours=hour, minutes=30)), 30)
     assert plan == MonthPlan.for_month(day, 30)
     times = plan.sweeps + plan.erasures + [plan.comeback] + [at + length for at, length in plan.outages]
@@ -30,7 +31,7 @@ def test_the_plan_depends_on_the_day_only_and_stays_in_the_past(hour):
 
 
 def test_the_clock_replays_a_moment_or_runs_on_from_it():
-    at = datetime(2026, 11, 10, 3, 0, tzinfo=timezone.utc)
+    at = datetime(2026, 11, 10, 3, 0, tzinfo=UTC)
     assert clock.shift() == timedelta(0) and clock.simulated_now() is None
     with clock.simulated(at):
         time.sleep(0.02)
@@ -47,8 +48,9 @@ def test_the_clock_replays_a_moment_or_runs_on_from_it():
 
 
 def test_sweeps_every_four_days_dated_on_their_replayed_day(demo_db):
-    rows = demo_db.fetch("SELECT started_at, finished_at, status FROM core_sweep_log WHERE trigger = 'demo' "
-                         "ORDER BY started_at")
+    rows = demo_db.fetch(
+        "SELECT started_at, finished_at, status FROM core_sweep_log WHERE trigger = 'demo' ORDER BY started_at"
+    )
     plan = demo_db.summary.month.plan
     assert [r["started_at"].replace(second=0, microsecond=0) for r in rows] == plan.sweeps
     assert all(r["status"] == "ok" for r in rows)
@@ -62,7 +64,7 @@ def test_erasures_weeks_apart_and_a_customer_whose_data_came_back(demo_db):
     assert list(register["customer_id"]) == [e.customer_id for e in month.erasures] and len(register) == 2
     assert (register["status"] == "complete").all()
     assert register["requested_at"].iloc[1] - register["requested_at"].iloc[0] >= timedelta(days=7)
-    assert register["requested_at"].max() < _midnight(datetime.now(timezone.utc))
+    assert register["requested_at"].max() < _midnight(datetime.now(UTC))
 
     back = register.set_index("customer_id").loc[month.comeback_customer]
     assert bool(back["came_back"]) and back["rechecks_dirty"] > 0
@@ -71,12 +73,17 @@ def test_erasures_weeks_apart_and_a_customer_whose_data_came_back(demo_db):
     assert list(checks["trigger"].unique()) == ["sweep"]
     clean = list(checks["clean"])
     assert clean[0] and not clean[-1] and clean == sorted(clean, reverse=True)
-    returned = demo_db.fetch_one("SELECT min(started_at) AS at FROM core_conversations WHERE subject_id = %s",
-                                 (month.comeback_customer,))["at"]
+    returned = demo_db.fetch_one(
+        "SELECT min(started_at) AS at FROM core_conversations WHERE subject_id = %s", (month.comeback_customer,)
+    )["at"]
     assert checks[checks["clean"]]["checked_at"].max() < returned < checks[~checks["clean"]]["checked_at"].min()
     assert back["requested_at"] < returned
     # what came back is real: the customer's new conversation wrote a preference document again
-    assert demo_db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix = %s",
-                             (f"clientes.{month.comeback_customer}",))["n"] > 0
+    assert (
+        demo_db.fetch_one(
+            "SELECT count(*) AS n FROM store WHERE prefix = %s", (f"clientes.{month.comeback_customer}",)
+        )["n"]
+        > 0
+    )
     other = register.set_index("customer_id").drop(month.comeback_customer).iloc[0]
     assert not bool(other["came_back"]) and other["rechecks_dirty"] == 0

@@ -1,35 +1,60 @@
 """Live demo replicas: real agents on their own dual saver, heartbeats the operations pages read."""
+
 from __future__ import annotations
 
 import threading
 
 import pytest
-
+from apptools import wait_until
 from conftest import settings_for
+
 from core.config import load_settings
 from core.demo.seed import run_replica, start_replicas
-from apptools import wait_until
 
 
 def test_a_live_replica_converses_and_publishes_its_heartbeat(db):
     stop = threading.Event()
     result: list[int] = []
-    worker = threading.Thread(target=lambda: result.append(
-        run_replica(db, settings_for(db.dsn), "demo-replica-t", stop, every_s=0.1, customers=5, seed=1)))
+    worker = threading.Thread(
+        target=lambda: result.append(
+            run_replica(db, settings_for(db.dsn), "demo-replica-t", stop, every_s=0.1, customers=5, seed=1)
+        )
+    )
     worker.start()
     try:
-        wait_until(lambda: db.fetch_one(
-            "SELECT count(*) AS n FROM core_conversations WHERE thread_id LIKE 'cliente-%%-live-demo-replica-t-%%'")["n"] >= 2, 20)
-        wait_until(lambda: (db.fetch_one(
-            "SELECT state FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'") or {}).get("state") == "healthy", 10)
-        beat = db.fetch_one("SELECT now() - updated_at AS age FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'")
+        wait_until(
+            lambda: (
+                db.fetch_one(
+                    "SELECT count(*) AS n FROM core_conversations WHERE thread_id LIKE 'cliente-%%-live-demo-replica-t-%%'"
+                )["n"]
+                >= 2
+            ),
+            20,
+        )
+        wait_until(
+            lambda: (
+                (
+                    db.fetch_one("SELECT state FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'") or {}
+                ).get("state")
+                == "healthy"
+            ),
+            10,
+        )
+        beat = db.fetch_one(
+            "SELECT now() - updated_at AS age FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'"
+        )
         assert beat["age"].total_seconds() < 10
     finally:
         stop.set()
         worker.join(30)
     assert not worker.is_alive() and result and result[0] >= 2
-    assert db.fetch_one("SELECT state FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'")["state"] == "stopped"
-    threads = db.fetch_one("SELECT count(DISTINCT thread_id) AS n FROM checkpoints WHERE thread_id LIKE '%%-live-demo-replica-t-%%'")["n"]
+    assert (
+        db.fetch_one("SELECT state FROM core_replica_heartbeat WHERE replica_id = 'demo-replica-t'")["state"]
+        == "stopped"
+    )
+    threads = db.fetch_one(
+        "SELECT count(DISTINCT thread_id) AS n FROM checkpoints WHERE thread_id LIKE '%%-live-demo-replica-t-%%'"
+    )["n"]
     assert threads >= 1
 
 
@@ -55,8 +80,13 @@ def test_closing_the_replicas_waits_for_every_saver_to_close(db):
     ids = ("demo-replica-1", "demo-replica-2")
     states = "SELECT replica_id, state FROM core_replica_heartbeat WHERE replica_id = ANY(%s)"
     try:
-        wait_until(lambda: {r["state"] for r in db.fetch(states, (list(ids),))} == {"healthy"}
-                   and len(db.fetch(states, (list(ids),))) == 2, 30)
+        wait_until(
+            lambda: (
+                {r["state"] for r in db.fetch(states, (list(ids),))} == {"healthy"}
+                and len(db.fetch(states, (list(ids),))) == 2
+            ),
+            30,
+        )
     finally:
         closed = replicas.close()
     assert closed and not any(t.is_alive() for t in replicas.threads)

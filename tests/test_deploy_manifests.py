@@ -2,9 +2,8 @@
 a misspelt field is an error, not silently dropped by the API server. And what several dashboard replicas need:
 sticky sessions on the Ingress and the Service, websocket timeouts, one allowed host list matching the Ingress,
 the sign-in cookie secret shared by every replica, a PodDisruptionBudget that lets a drain proceed."""
-from __future__ import annotations
 
-from pathlib import Path
+from __future__ import annotations
 
 import kubernetes_validate
 import pytest
@@ -20,8 +19,12 @@ LABELS = {"app.kubernetes.io/name": "agent-memory", "app.kubernetes.io/component
 
 
 def documents() -> list[tuple[str, dict]]:
-    return [(path.name, doc) for path in sorted(DEPLOY.glob("*.yaml"))
-            for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [
+        (path.name, doc)
+        for path in sorted(DEPLOY.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
 
 
 def dashboard(kind: str) -> dict:

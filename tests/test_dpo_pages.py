@@ -1,18 +1,19 @@
 """AppTest of what the DPO stumbled on (issue 30): the Access page's export list and counts follow an export made
 by the download request itself, an erasure's result survives a reload as a link to its register entry (selected by
 the URL), and a request's re-check result is shown with that request, the chain verification kept."""
+
 from __future__ import annotations
 
 import threading
 import time
 
 import pytest
+from apptools import frame
 from streamlit.testing.v1 import AppTest
 
 from core.db import Database, reset_pool
 from core.privacy import access, erasure
 from tests.test_erasure import agents_for, converse, make_store, write_docs
-from apptools import frame
 
 TIMEOUT = 60
 
@@ -44,7 +45,9 @@ def in_order(block) -> list[tuple[str, str]]:
     out = []
     for child in getattr(block, "children", {}).values():
         value = getattr(child, "value", None)
-        out.append((child.type, value if isinstance(value, str) else getattr(getattr(child, "proto", None), "label", "")))
+        out.append(
+            (child.type, value if isinstance(value, str) else getattr(getattr(child, "proto", None), "label", ""))
+        )
         out.extend(in_order(child))
     return out
 

@@ -1,15 +1,16 @@
 """The sweep's decrypt step for the token index (issue 28): encrypted checkpoint rows written by an agent whose saver
 has langgraph's own EncryptedSerializer are read with the configured keys and indexed like plaintext rows (token
 hashes only); rows no configured key opens are named as not readable, by the index and by the erasure."""
+
 from __future__ import annotations
 
 import pytest
+from format_agents import AES_KEY, OLD_AES_KEY, encrypted_agent
 
 from core.db import Database
 from core.memory.store import put_memory
 from core.operations.sweep import run_sweep
 from core.privacy import evidence, token_index, tokens
-from format_agents import AES_KEY, OLD_AES_KEY, encrypted_agent
 from tests.test_erasure import make_store
 from tests.test_erasure_keeps_nothing import scan
 
@@ -31,8 +32,10 @@ def _candidates(db: Database, term: str) -> token_index.Candidates:
 
 
 def _indexed(db: Database) -> dict[str, int]:
-    return {r["thread_id"]: r["encrypted_unread"]
-            for r in db.fetch("SELECT thread_id, encrypted_unread FROM core_thread_tokens")}
+    return {
+        r["thread_id"]: r["encrypted_unread"]
+        for r in db.fetch("SELECT thread_id, encrypted_unread FROM core_thread_tokens")
+    }
 
 
 def test_the_sweep_indexes_encrypted_rows_with_the_key_and_writes_no_plaintext(db, monkeypatch):
@@ -75,7 +78,9 @@ def test_rows_no_key_opens_are_named_not_readable_and_read_once_the_key_is_confi
     assert blind.status == "ok" and _indexed(db)["hilo-viejo"] > 0
     assert "1 threads with encrypted rows not readable" in blind.summary()
     found = _candidates(db, "C82")
-    assert "hilo-viejo" in found.threads and "1 threads hold encrypted rows the index could not read" in found.describe()
+    assert (
+        "hilo-viejo" in found.threads and "1 threads hold encrypted rows the index could not read" in found.describe()
+    )
     assert evidence.preview(db, "C82").residue.not_scanned == ["hilo-viejo"]
 
     # rotation without the old key: still not readable, the sweep does not fail

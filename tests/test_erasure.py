@@ -1,26 +1,28 @@
 """Erasure of one customer on the real embedded PostgreSQL: store (nested namespaces, vectors,
 expired rows), checkpoint threads made by real agents, our logs; look-alike ids untouched; live
 writes caught; re-check after a late write; bad ids refused; erasing twice recorded."""
+
 from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import PutOp
 from psycopg.types.json import Jsonb
 
-from core.demo import operations as demo_operations
-from core.privacy import erasure, erasure_register, evidence
-from core.checkpoints import replica_health
 from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints import replica_health
 from core.db import Database, reset_pool
+from core.demo import operations as demo_operations
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import InvalidIdentifier, build_store, put_memory, ttl_for
-from core.agents.scripted_model import ScriptedChatModel
+from core.privacy import erasure, erasure_register, evidence
 from tests.conftest import DIMS
+
 
 @pytest.fixture
 def db(create_database):
@@ -47,10 +49,17 @@ def write_docs(store, customer: str, n: int, nested: int = 0, batch: int = 500) 
     ops = []
     for i in range(n):
         ns = ns_nested if i < nested else ns_top
-        ops.append(PutOp(ns, f"doc-{i}", {"texto": f"pedido {i} de {customer} en la tienda Gran Vía"},
-                         index=["texto"], ttl=ttl_for(ns)))
+        ops.append(
+            PutOp(
+                ns,
+                f"doc-{i}",
+                {"texto": f"pedido {i} de {customer} en la tienda Gran Vía"},
+                index=["texto"],
+                ttl=ttl_for(ns),
+            )
+        )
     for start in range(0, len(ops), batch):
-        store.batch(ops[start:start + batch])
+        store.batch(ops[start : start + batch])
 
 
 def agents_for(db, store):
@@ -72,8 +81,10 @@ def footprint(db, customer: str) -> dict[str, int]:
     """Every row that names `customer`, counted independently of core.erasure (exact prefixes only,
     so a look-alike id is never counted as this customer)."""
     prefixes = [f"clientes.{customer}", f"clientes.{customer}.pedidos"]
-    threads = [r["thread_id"] for r in db.fetch(
-        "SELECT DISTINCT thread_id FROM checkpoints WHERE metadata->>'cliente_id' = %s", (customer,))]
+    threads = [
+        r["thread_id"]
+        for r in db.fetch("SELECT DISTINCT thread_id FROM checkpoints WHERE metadata->>'cliente_id' = %s", (customer,))
+    ]
     one = lambda q, p: db.fetch_one(q, p)["n"]  # noqa: E731
     return {
         "store": one("SELECT count(*) AS n FROM store WHERE prefix = ANY(%s)", (prefixes,)),
@@ -85,7 +96,8 @@ def footprint(db, customer: str) -> dict[str, int]:
         "core_memory_writes": one("SELECT count(*) AS n FROM core_memory_writes WHERE prefix = ANY(%s)", (prefixes,)),
         "core_conversations": one(
             "SELECT count(*) AS n FROM core_conversations WHERE subject_root = 'clientes' AND subject_id = %s",
-            (customer,)),
+            (customer,),
+        ),
     }
 
 
@@ -134,8 +146,15 @@ def test_customer_erased_completely_and_look_alikes_keep_every_row(populated):
     assert result.counts_before["store"] == BIG_DOCS + 2
     assert result.deleted["store"] == BIG_DOCS + 2
     assert set(result.counts_after.values()) == {0}
-    assert {"store", "store_vectors", "checkpoints", "checkpoint_blobs", "checkpoint_writes",
-            "core_memory_writes", "core_conversations"} <= set(result.counts_after)
+    assert {
+        "store",
+        "store_vectors",
+        "checkpoints",
+        "checkpoint_blobs",
+        "checkpoint_writes",
+        "core_memory_writes",
+        "core_conversations",
+    } <= set(result.counts_after)
     assert [s.step for s in steps][:2] == ["counting", "store"] and steps[-1].step == "done"
 
     after = footprint(db, BIG)
@@ -147,8 +166,9 @@ def test_customer_erased_completely_and_look_alikes_keep_every_row(populated):
 
     # the store evidence is the seed's pair, corrected for nested namespaces, run literally
     store_q, vectors_q = result.store_evidence
-    assert store_q.sql == ("SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C9' "
-                           "OR prefix LIKE 'clientes.C9.%' ESCAPE '\\'")
+    assert store_q.sql == (
+        "SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C9' OR prefix LIKE 'clientes.C9.%' ESCAPE '\\'"
+    )
     assert vectors_q.table == "store_vectors" and "store_vectors" in vectors_q.sql
     assert store_q.result == vectors_q.result == 0
     for ev in result.evidence:  # each literal query still returns 0 when run again as shown ...
@@ -212,18 +232,26 @@ def test_unusable_ids_get_a_clear_error_and_delete_nothing(db, bad):
     write_docs(store, "C9", 4, nested=1)
     converse(agents_for(db, store), "C9")
     before = {c: footprint(db, c) for c in ("C9",)}
-    total_rows = db.fetch_one("SELECT (SELECT count(*) FROM store) + (SELECT count(*) FROM checkpoints) "
-                              "+ (SELECT count(*) FROM core_memory_writes) AS n")["n"]
+    total_rows = db.fetch_one(
+        "SELECT (SELECT count(*) FROM store) + (SELECT count(*) FROM checkpoints) "
+        "+ (SELECT count(*) FROM core_memory_writes) AS n"
+    )["n"]
     with pytest.raises(InvalidIdentifier) as info:
         erasure.erase(db, bad, operator="dpo@example.com")
     message = str(info.value)
     assert message.startswith("customer id ") and any(
-        w in message for w in ("empty", "whitespace", "'.'", "NUL", "characters long", "must be text")), message
+        w in message for w in ("empty", "whitespace", "'.'", "NUL", "characters long", "must be text")
+    ), message
     with pytest.raises(InvalidIdentifier):
         evidence.preview(db, bad)
     assert {c: footprint(db, c) for c in ("C9",)} == before
-    assert db.fetch_one("SELECT (SELECT count(*) FROM store) + (SELECT count(*) FROM checkpoints) "
-                        "+ (SELECT count(*) FROM core_memory_writes) AS n")["n"] == total_rows
+    assert (
+        db.fetch_one(
+            "SELECT (SELECT count(*) FROM store) + (SELECT count(*) FROM checkpoints) "
+            "+ (SELECT count(*) FROM core_memory_writes) AS n"
+        )["n"]
+        == total_rows
+    )
     assert db.fetch_one("SELECT count(*) AS n FROM core_erasure_register")["n"] == 0
 
 
@@ -247,8 +275,14 @@ class LiveWriter(threading.Thread):
     def run(self) -> None:
         try:
             while not self.stop.is_set():
-                put_memory(self.store, ("clientes", self.customer, "live"), f"live-{self.written}",
-                           {"texto": f"escritura en vivo {self.written}"}, thread_id=None, agent="live")
+                put_memory(
+                    self.store,
+                    ("clientes", self.customer, "live"),
+                    f"live-{self.written}",
+                    {"texto": f"escritura en vivo {self.written}"},
+                    thread_id=None,
+                    agent="live",
+                )
                 self.written += 1
                 time.sleep(0.005)
         except BaseException as exc:  # surfaced by the test, never swallowed
@@ -344,7 +378,9 @@ def test_recheck_reports_data_that_came_back(db):
     assert "C3" not in str(swept)
     doc = erasure_register.evidence_document(db, result.request_id)
     assert doc["request"]["customer_id"] == "C3" and len(doc["rechecks"]) == 3
-    assert "SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C3'" in erasure_register.evidence_json(db, result.request_id)
+    assert "SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C3'" in erasure_register.evidence_json(
+        db, result.request_id
+    )
 
     # erasing again clears what came back, including the recreated thread
     again = erasure.erase(db, "C3", operator="dpo@example.com")
@@ -365,21 +401,64 @@ def test_our_other_tables_naming_the_customer_are_erased_too(db):
     (thread,) = converse(agent, "C2")
     converse(agent, "C20")
     # Written as the dual saver writes them on recovery: one episode with its denials.
-    now = datetime.now(timezone.utc)
-    rows = [{"tool": "recordar_preferencia", "risk": "HIGH", "thread_id": thread, "subject_root": "clientes",
-             "subject_id": "C2", "customer_id": "C2", "reason": "degraded", "denied_at": now},
-            {"tool": "recordar_preferencia", "risk": "HIGH", "thread_id": "cliente-C20-1", "subject_root": "clientes",
-             "subject_id": "C20", "customer_id": "C20", "reason": "degraded", "denied_at": now},
-            {"tool": "publicar_aviso", "risk": "HIGH", "thread_id": "compras-P001-retraso", "subject_root": "proveedores",
-             "subject_id": "C2", "customer_id": None, "reason": "degraded", "denied_at": now}]
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "tool": "recordar_preferencia",
+            "risk": "HIGH",
+            "thread_id": thread,
+            "subject_root": "clientes",
+            "subject_id": "C2",
+            "customer_id": "C2",
+            "reason": "degraded",
+            "denied_at": now,
+        },
+        {
+            "tool": "recordar_preferencia",
+            "risk": "HIGH",
+            "thread_id": "cliente-C20-1",
+            "subject_root": "clientes",
+            "subject_id": "C20",
+            "customer_id": "C20",
+            "reason": "degraded",
+            "denied_at": now,
+        },
+        {
+            "tool": "publicar_aviso",
+            "risk": "HIGH",
+            "thread_id": "compras-P001-retraso",
+            "subject_root": "proveedores",
+            "subject_id": "C2",
+            "customer_id": None,
+            "reason": "degraded",
+            "denied_at": now,
+        },
+    ]
     with db.connection() as conn:
-        replica_health.write_episode(conn, replica_health.Episode(
-            replica_id="r1", host="h", pid=1, degraded_from=now, degraded_to=now, reason="test",
-            checkpoints_buffered=0, writes_buffered=0, ops_resynced=0, resync_ms=1.0, denials=rows))
-    denials = [{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in r.items() if k != "reason"}
-               for r in rows]
-    db.execute("""INSERT INTO core_sweep_log (trigger, host, status, threads_sample)
-                  VALUES ('scheduled', 'h', 'ok', %s)""", (Jsonb(["cliente-C20-1", thread, "personal-E001"]),))
+        replica_health.write_episode(
+            conn,
+            replica_health.Episode(
+                replica_id="r1",
+                host="h",
+                pid=1,
+                degraded_from=now,
+                degraded_to=now,
+                reason="test",
+                checkpoints_buffered=0,
+                writes_buffered=0,
+                ops_resynced=0,
+                resync_ms=1.0,
+                denials=rows,
+            ),
+        )
+    denials = [
+        {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in r.items() if k != "reason"} for r in rows
+    ]
+    db.execute(
+        """INSERT INTO core_sweep_log (trigger, host, status, threads_sample)
+                  VALUES ('scheduled', 'h', 'ok', %s)""",
+        (Jsonb(["cliente-C20-1", thread, "personal-E001"]),),
+    )
     db.execute("INSERT INTO core_customer_notes VALUES ('C2', 'x'), ('C20', 'y')")
 
     dry = evidence.preview(db, "C2")
@@ -387,15 +466,23 @@ def test_our_other_tables_naming_the_customer_are_erased_too(db):
     assert dry.counts["core_degradation_episodes.denials"] == 1 and dry.counts["core_sweep_log.threads_sample"] == 1
     result = erasure.erase(db, "C2", operator="dpo@example.com")
     assert result.status == "complete", result.report
-    for name in ("core_guard_denials", "core_customer_notes", "core_degradation_episodes.denials",
-                 "core_sweep_log.threads_sample"):
+    for name in (
+        "core_guard_denials",
+        "core_customer_notes",
+        "core_degradation_episodes.denials",
+        "core_sweep_log.threads_sample",
+    ):
         assert result.deleted[name] == 1 and result.counts_after[name] == 0, name
     # the supplier's denial that happens to carry subject_id C2 is not the customer's
     assert [r["customer_id"] for r in db.fetch("SELECT customer_id FROM core_guard_denials ORDER BY id")] == [
-        "C20", None]
+        "C20",
+        None,
+    ]
     assert db.fetch_one("SELECT denials FROM core_degradation_episodes")["denials"] == denials[1:]
     assert db.fetch_one("SELECT threads_sample FROM core_sweep_log")["threads_sample"] == [
-        "cliente-C20-1", "personal-E001"]
+        "cliente-C20-1",
+        "personal-E001",
+    ]
     assert db.fetch_one("SELECT customer_id FROM core_customer_notes")["customer_id"] == "C20"
 
 

@@ -1,14 +1,15 @@
 """AppTest of the Erasure pages with subject attribution (issue 10) and an interrupted erasure (issue 16 #9):
 sources per thread, residue threads decided one by one, the coverage notice, and a click during an erasure."""
+
 from __future__ import annotations
 
 import threading
 import time
 
+from apptools import frame
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
 from streamlit.runtime.scriptrunner_utils.script_run_context import SCRIPT_RUN_CONTEXT_ATTR_NAME
 
-from apptools import frame
 from core.db import Database, reset_pool
 from core.privacy import decisions, erasure_register, evidence
 from tests.test_erasure_pages import dashboard, db, shop, texts  # noqa: F401  (fixtures)
@@ -80,8 +81,9 @@ def _rerun_when_running(database: Database, done: threading.Event, deadline_s: f
 def test_a_click_during_an_erasure_ends_recorded_and_resumable(shop, app_env):
     app_env(shop.dsn, LOCAL_ROLES="dpo")
     # slow enough for a click to land mid-erasure: each checkpoint delete statement waits a second
-    shop.execute("CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(1); "
-                 "RETURN NULL; END $$")
+    shop.execute(
+        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$"
+    )
     shop.execute("CREATE TRIGGER slow AFTER DELETE ON checkpoints FOR EACH STATEMENT EXECUTE FUNCTION slow()")
     at = dashboard("app_pages/erasure.py")
     at.text_input(key="erasure.customer").input("C9").run()

@@ -3,6 +3,7 @@ protection): every column of every table is scanned (text, json/jsonb, arrays; b
 decoder) for the customer's values. Their id stays only where the registers need it; the access register's row
 of an earlier export survives; both hash chains verify; our bookkeeping (the extraction watermark) is kept;
 and a re-check, holding only hashes, still finds data that comes back."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,14 @@ CUSTOMER, NEIGHBOUR = "C9", "C90"
 ADDRESS = "Calle Mayor 5, 3B, 28013 Madrid"
 SUPPORT_THREAD = "soporte-2031"  # no metadata, no pattern, no back-link: found only by the residue scan
 # Where a customer id may stay after their erasure: the registers that prove it (and their chain / redactions)
-REGISTERS = {"core_erasure_register", "core_erasure_rechecks", "core_access_register", "core_thread_tombstones",
-             "core_register_chain", "core_register_redactions"}
+REGISTERS = {
+    "core_erasure_register",
+    "core_erasure_rechecks",
+    "core_access_register",
+    "core_thread_tombstones",
+    "core_register_chain",
+    "core_register_redactions",
+}
 DEFAULT = Attribution()
 
 
@@ -38,8 +45,11 @@ def db(create_database):
 
 def untagged_turn(agent, thread_id: str, text: str) -> None:
     """A turn written by an agent we did not write: no metadata, an app-chosen thread id."""
-    agent.invoke({"messages": [{"role": "user", "content": text}]},
-                 config={"configurable": {"thread_id": thread_id}}, context=ContextoCliente("SOPORTE"))
+    agent.invoke(
+        {"messages": [{"role": "user", "content": text}]},
+        config={"configurable": {"thread_id": thread_id}},
+        context=ContextoCliente("SOPORTE"),
+    )
 
 
 @pytest.fixture
@@ -48,12 +58,20 @@ def shop(db):
     support thread holding the address (residue); C90, a look-alike neighbour, with its own."""
     store = make_store(db)
     agent = agents_for(db, store)
-    put_memory(store, ("clientes", CUSTOMER), "direccion", {"texto": f"direccion: {ADDRESS}", "calle": ADDRESS},
-               thread_id="cliente-C9-1", agent="atencion-cliente")
-    run_turn(agent, ContextoCliente(CUSTOMER), "cliente-C9-1",
-             "Por favor contactadme siempre por whatsapp al 600 123 456.")
-    run_turn(agent, ContextoCliente(CUSTOMER), "cliente-C9-2",
-             "Quiero las entregas en la franja de 17 a 19 en el portal.")
+    put_memory(
+        store,
+        ("clientes", CUSTOMER),
+        "direccion",
+        {"texto": f"direccion: {ADDRESS}", "calle": ADDRESS},
+        thread_id="cliente-C9-1",
+        agent="atencion-cliente",
+    )
+    run_turn(
+        agent, ContextoCliente(CUSTOMER), "cliente-C9-1", "Por favor contactadme siempre por whatsapp al 600 123 456."
+    )
+    run_turn(
+        agent, ContextoCliente(CUSTOMER), "cliente-C9-2", "Quiero las entregas en la franja de 17 a 19 en el portal."
+    )
     run_turn(agent, ContextoCliente(NEIGHBOUR), "cliente-C90-1", "Por favor contactadme siempre por correo postal.")
     untagged_turn(agent, SUPPORT_THREAD, f"Un cliente dicta su dirección para el envío: {ADDRESS}")
     db.agent = agent
@@ -108,8 +126,10 @@ def scan(db, values: list[str]) -> dict[str, set[str]]:
                 cond += f" OR strpos(core_checkpoint_payload(t.type, t.{col})::text, x.v) > 0"
         else:
             cond = f"strpos(t.{col}::text, x.v) > 0"
-        rows = db.fetch(f"SELECT DISTINCT x.v FROM unnest(%(v)s::text[]) AS x(v) "
-                        f"WHERE EXISTS (SELECT 1 FROM {tbl} t WHERE {cond})", {"v": needles})
+        rows = db.fetch(
+            f"SELECT DISTINCT x.v FROM unnest(%(v)s::text[]) AS x(v) WHERE EXISTS (SELECT 1 FROM {tbl} t WHERE {cond})",
+            {"v": needles},
+        )
         if rows:
             found[f"{c['tbl']}.{c['col']}"] = {r["v"] for r in rows}
     return found
@@ -135,8 +155,9 @@ def tables_naming(db, customer: str) -> set[str]:
 def erase_with_residue(db, customer: str, config: Attribution = DEFAULT) -> erasure.ErasureResult:
     preview = evidence.preview(db, customer, config)
     assert preview.residue_threads, "the scenario needs a residue thread"
-    result = erasure.erase(db, customer, operator="dpo@example.com", config=config,
-                           decisions={t: "erase" for t in preview.residue_threads})
+    result = erasure.erase(
+        db, customer, operator="dpo@example.com", config=config, decisions={t: "erase" for t in preview.residue_threads}
+    )
     assert result.status == "complete", result.report
     return result
 
@@ -255,8 +276,9 @@ def test_a_value_back_in_an_encrypted_thread_is_found_through_the_hashes_with_th
     from format_agents import AES_KEY, encrypted_agent
 
     monkeypatch.setenv("LANGGRAPH_AES_KEYS", AES_KEY)
-    put_memory(make_store(db), ("clientes", CUSTOMER), "direccion",
-               {"texto": f"direccion: {ADDRESS}", "calle": ADDRESS})
+    put_memory(
+        make_store(db), ("clientes", CUSTOMER), "direccion", {"texto": f"direccion: {ADDRESS}", "calle": ADDRESS}
+    )
     result = erasure.erase(db, CUSTOMER, operator="dpo@example.com")
     assert result.status == "complete" and erasure_register.recheck(db, result.request_id).clean
     encrypted_agent(db.dsn, "enc-back", f"mi dirección: {ADDRESS}")

@@ -1,20 +1,22 @@
 """AppTest of the Erasure and Erasure register pages on the real embedded PostgreSQL: the DPO flow
 end to end (preview, confirm by typing the id, progress, evidence, download, register, re-check) and
 refusals (a manager, an id that does not match, local mode off loopback)."""
+
 from __future__ import annotations
 
 import json
 import re
 
 import pytest
+from apptools import frame, metric, shown
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from core.privacy import erasure, erasure_register, follow_up
 from core.agents.retail import ContextoCliente, run_turn
 from core.db import Database, reset_pool
+from core.privacy import erasure, erasure_register, follow_up
 from tests.test_erasure import agents_for, converse, footprint, make_store, write_docs
-from apptools import frame, metric, shown
+
 
 @pytest.fixture
 def db(create_database):
@@ -51,9 +53,13 @@ def dashboard(page: str | None = None) -> AppTest:
 
 
 def texts(at: AppTest) -> str:
-    return "\n".join([m.value for m in at.markdown] + [e.value for e in at.error] + [w.value for w in at.warning]
-                     + [s.value for s in at.success]
-                     + [c.value for c in at.caption])
+    return "\n".join(
+        [m.value for m in at.markdown]
+        + [e.value for e in at.error]
+        + [w.value for w in at.warning]
+        + [s.value for s in at.success]
+        + [c.value for c in at.caption]
+    )
 
 
 @pytest.mark.page_smoke  # the erasure page in the fast tier
@@ -84,18 +90,30 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     assert not at.exception, at.exception
 
     # progress, then both zero-count queries verbatim with result 0 and a timestamp
-    status_text = "\n".join(m.value for m in at.get("status")[0].children.values() if hasattr(m, "value")) \
-        if at.get("status") else ""
+    status_text = (
+        "\n".join(m.value for m in at.get("status")[0].children.values() if hasattr(m, "value"))
+        if at.get("status")
+        else ""
+    )
     assert "Pasada 1" in texts(at) + status_text
     code = [c.value for c in at.code]
-    assert ("SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C9' "
-            "OR prefix LIKE 'clientes.C9.%' ESCAPE '\\'") in code
-    assert ("SELECT count(*) AS n FROM store_vectors WHERE prefix = 'clientes.C9' "
-            "OR prefix LIKE 'clientes.C9.%' ESCAPE '\\'") in code
+    assert (
+        "SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C9' OR prefix LIKE 'clientes.C9.%' ESCAPE '\\'"
+    ) in code
+    assert (
+        "SELECT count(*) AS n FROM store_vectors WHERE prefix = 'clientes.C9' "
+        "OR prefix LIKE 'clientes.C9.%' ESCAPE '\\'"
+    ) in code
     results = [m.value for m in at.markdown if m.value.startswith("Resultado:")]
     # when each ran, as a person reads a date in Spanish, in the viewer's zone (UTC without a browser), not ISO
-    assert len(results) >= 2 and all(re.fullmatch(r"Resultado: \*\*0\*\* · ejecutada el \d{1,2} [a-z]{3} 20\d\d, "
-                                                  r"\d{1,2}:\d\d:\d\d UTC", r) for r in results), results
+    assert len(results) >= 2 and all(
+        re.fullmatch(
+            r"Resultado: \*\*0\*\* · ejecutada el \d{1,2} [a-z]{3} 20\d\d, "
+            r"\d{1,2}:\d\d:\d\d UTC",
+            r,
+        )
+        for r in results
+    ), results
     assert any(re.search(r"pasada\(s\) · [\d,]+ s hasta cero$", c.value) for c in at.caption)
     assert "Borrado completo" in texts(at)
     for sql in code:  # every query shown still returns 0 when run exactly as shown, but the residue's, whose terms
@@ -125,10 +143,16 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     seconds = table["seconds_to_zero"].iloc[0].total_seconds()
     assert table["status"].iloc[0] == "completa" and 0 < seconds < 60
     register = next(df for df in at.dataframe if "same_day" in df.value.columns)
-    assert json.loads(register.proto.columns)["seconds_to_zero"]["type_config"] == {"type": "number", "format": "compact"}
+    assert json.loads(register.proto.columns)["seconds_to_zero"]["type_config"] == {
+        "type": "number",
+        "format": "compact",
+    }
     # the instant drawn by the grid in the viewer's zone, in Spanish's numeric form (ui.tables.DATE_FORMAT)
     assert json.loads(register.proto.columns)["requested_at"]["type_config"] == {
-        "type": "datetime", "format": "DD/MM/YYYY, HH:mm:ss", "timezone": "UTC"}
+        "type": "datetime",
+        "format": "DD/MM/YYYY, HH:mm:ss",
+        "timezone": "UTC",
+    }
     pick = at.selectbox(key="erasure_register.request")
     assert re.fullmatch(r"n\.º \d+ · C9 · \d{1,2} [a-z]{3} 20\d\d, \d{1,2}:\d\d:\d\d UTC", pick.format_func(pick.value))
     run_turn(shop.agent, ContextoCliente("C9"), "cliente-C9-1", "Prefiero que me atendáis en gallego.")
@@ -160,10 +184,11 @@ def test_a_request_whose_data_came_back_is_shown_first_as_such_and_erased_again(
     assert not at.exception, at.exception
     again = shop.fetch_one("SELECT * FROM core_erasure_register ORDER BY id DESC LIMIT 1")
     assert again["customer_id"] == "C9" and again["status"] == "complete" and again["operator"] == "local"
-    assert shop.fetch_one("SELECT resumed_by FROM core_erasure_register WHERE id = %s",
-                          (first.request_id,))["resumed_by"] == again["id"]  # linked
-    assert (f"Solicitud n.º {first.request_id}: borrado de nuevo como solicitud n.º {again['id']}: completa"
-            in texts(at))
+    assert (
+        shop.fetch_one("SELECT resumed_by FROM core_erasure_register WHERE id = %s", (first.request_id,))["resumed_by"]
+        == again["id"]
+    )  # linked
+    assert f"Solicitud n.º {first.request_id}: borrado de nuevo como solicitud n.º {again['id']}: completa" in texts(at)
     assert footprint(shop, "C9") == dict.fromkeys(footprint(shop, "C9"), 0)
     requests = frame(at, "customer_id", "same_day")
     # no longer open: the request that came back says so, and that it was erased again
@@ -206,8 +231,10 @@ def test_manager_is_refused(shop, app_env):
 def test_register_page_empty_and_recheck_all(shop, app_env):
     app_env(shop.dsn, LOCAL_ROLES="dpo")
     at = dashboard("app_pages/erasure_register.py")
-    assert any(i.value.startswith("Aún no hay solicitudes de borrado. Tramite la primera en la página Borrado")
-               for i in at.info)
+    assert any(
+        i.value.startswith("Aún no hay solicitudes de borrado. Tramite la primera en la página Borrado")
+        for i in at.info
+    )
     erasure.erase(shop, "C90", operator="dpo@example.com")
     at.button(key="erasure_register.recheck_all").click().run()
     assert not at.exception, at.exception
@@ -238,7 +265,7 @@ def test_a_coverage_that_cannot_be_read_is_unknown_and_the_preview_still_works(s
 
     with psycopg.connect(shop.dsn, autocommit=True) as owner:
         name = owner.execute("SELECT current_database()").fetchone()[0]
-        owner.execute(f'ALTER DATABASE "{name}" SET lock_timeout = \'500ms\'')
+        owner.execute(f"ALTER DATABASE \"{name}\" SET lock_timeout = '500ms'")
     reset_pool(shop.dsn)  # new sessions take the setting
     app_env(shop.dsn)
     with psycopg.connect(shop.dsn) as locker:  # a transaction holding the lock for the page's first render

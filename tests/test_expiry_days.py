@@ -1,9 +1,10 @@
 """The expiration forecast from the per-day summary core_expiry_days (core/sql/040_expiry_days.sql)
 equals the live GROUP BY over `store` it replaced, after every kind of write the agents and the jobs
 make: batch inserts with each root's TTL, overwrites, TTL refreshes, deletes, a sweep, a truncate."""
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 from langgraph.store.base import PutOp
@@ -34,7 +35,9 @@ ORDER BY 1, 2"""
 
 
 def live(db) -> pd.DataFrame:
-    df = pd.DataFrame(db.fetch(LIVE_FORECAST, {"months": 12, "roots": list(ROOTS)}), columns=["week", "root", "documents"])
+    df = pd.DataFrame(
+        db.fetch(LIVE_FORECAST, {"months": 12, "roots": list(ROOTS)}), columns=["week", "root", "documents"]
+    )
     df["documents"] = df["documents"].astype(int)
     return df
 
@@ -56,9 +59,10 @@ def test_forecast_from_the_summary_equals_the_live_count(db):
     assert sweep_reads.expiration_forecast(db)["documents"].sum() == 80
 
     # expiries spread over the year, a few later today, a few already expired, one past the horizon
-    now = datetime.now(timezone.utc)
-    db.execute("UPDATE store SET expires_at = %s + make_interval(days => (abs(hashtext(key || prefix)) %% 400) - 20)",
-               (now,))
+    now = datetime.now(UTC)
+    db.execute(
+        "UPDATE store SET expires_at = %s + make_interval(days => (abs(hashtext(key || prefix)) %% 400) - 20)", (now,)
+    )
     db.execute("UPDATE store SET expires_at = %s + interval '1 minute' WHERE key IN ('k-1', 'k-2')", (now,))
     same_as_live(db)
     # overwrites and TTL refreshes (an UPDATE of expires_at), deletes, a sweep of the expired ones
@@ -70,11 +74,17 @@ def test_forecast_from_the_summary_equals_the_live_count(db):
     same_as_live(db)
     assert db.fetch_one("SELECT count(*) AS n FROM store WHERE expires_at < now()")["n"] == 0
     # the summary itself equals a GROUP BY of store, day by day
-    summary = {(r["day"], r["root"]): r["documents"] for r in db.fetch(
-        "SELECT day, root, documents FROM core_expiry_days WHERE documents <> 0")}
-    direct = {(r["day"], r["root"]): r["n"] for r in db.fetch(
-        "SELECT (expires_at AT TIME ZONE 'UTC')::date AS day, split_part(prefix, '.', 1) AS root, count(*) AS n "
-        "FROM store GROUP BY 1, 2")}
+    summary = {
+        (r["day"], r["root"]): r["documents"]
+        for r in db.fetch("SELECT day, root, documents FROM core_expiry_days WHERE documents <> 0")
+    }
+    direct = {
+        (r["day"], r["root"]): r["n"]
+        for r in db.fetch(
+            "SELECT (expires_at AT TIME ZONE 'UTC')::date AS day, split_part(prefix, '.', 1) AS root, count(*) AS n "
+            "FROM store GROUP BY 1, 2"
+        )
+    }
     assert summary == direct and summary
     db.execute("TRUNCATE store CASCADE")
     assert db.fetch_one("SELECT count(*) AS n FROM core_expiry_days")["n"] == 0

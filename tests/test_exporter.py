@@ -1,5 +1,6 @@
 """Database-side exporter: every metric compared with the rows behind it, the CLI served over HTTP,
 a database that does not answer reported as agent_memory_db_up 0."""
+
 from __future__ import annotations
 
 import os
@@ -10,13 +11,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from apptools import wait_until
+from conftest import free_port
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg.rows import dict_row
 
-from conftest import free_port
 from core.operations.exporter import DatabaseCollector, database_metrics, make_registry
-from apptools import wait_until
-from prometheus_client import generate_latest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +73,9 @@ def test_every_metric_matches_the_rows(db):
     expired_sql = db.fetch_one("SELECT count(*) AS n FROM store WHERE expires_at < now()")["n"]
     assert sum(v for k, v in s.items() if k[0] == "agent_memory_store_expired_documents") == expired_sql
     # The last real run (dry runs and locked ones do not count) and the last good one.
-    last = db.fetch_one("SELECT extract(epoch FROM started_at)::float8 AS t FROM core_sweep_log WHERE status = 'error'")["t"]
+    last = db.fetch_one(
+        "SELECT extract(epoch FROM started_at)::float8 AS t FROM core_sweep_log WHERE status = 'error'"
+    )["t"]
     assert s[("agent_memory_sweep_last_run_timestamp_seconds", (("status", "error"),))] == last
     ok = db.fetch_one("SELECT extract(epoch FROM started_at)::float8 AS t FROM core_sweep_log WHERE status = 'ok'")["t"]
     assert s[("agent_memory_sweep_last_success_timestamp_seconds", ())] == ok
@@ -103,15 +106,20 @@ def test_cli_serves_the_metrics_and_rejects_a_bad_port(db):
     seed(db)
     port = free_port()
     env = {**os.environ, "PG_AGENTES": db.dsn}
-    proc = subprocess.Popen([sys.executable, "-m", "core.operations.exporter", "--port", str(port),
-                             "--addr", "127.0.0.1"], cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "core.operations.exporter", "--port", str(port), "--addr", "127.0.0.1"],
+        cwd=ROOT,
+        env=env,
+    )
     try:
+
         def scraped():
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                     return r.read().decode()
             except OSError:
                 return None
+
         wait_until(lambda: scraped() is not None, 30)
         text = scraped()
         fams = {f.name: f for f in text_string_to_metric_families(text)}
@@ -120,8 +128,13 @@ def test_cli_serves_the_metrics_and_rejects_a_bad_port(db):
     finally:
         proc.terminate()
         proc.wait(10)
-    bad = subprocess.run([sys.executable, "-m", "core.operations.exporter", "--port", "70000"], cwd=ROOT,
-                         env=env, capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "core.operations.exporter", "--port", "70000"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "port out of range" in bad.stderr
 
 
@@ -155,6 +168,7 @@ def test_attribution_coverage_is_exported_from_the_background(db):
 
     def exported():
         return samples_of(collector.collect()).get(("agent_memory_attribution_threads", ()))
+
     wait_until(lambda: exported() is not None, 30)
     s = samples_of(collector.collect())
     expected = coverage(db)

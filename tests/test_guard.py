@@ -1,5 +1,6 @@
 """The fail-closed guard: declared risks, denial while degraded, and the saver's live state read at
 every tool call (a run that starts healthy and degrades before its tool call is denied)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,10 +11,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from core.agents.retail import AGENTS, ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.checkpoints.guard import TOOL_RISKS, FailClosedGuard, GuardDenial, Risk, declare_risk, risk_of
 from core.checkpoints.replica_health import denials, episodes
-from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints.serde import make_serializer
 
 EXPECTED = {
@@ -35,8 +36,14 @@ def herramienta_sin_declarar(texto: str) -> str:
 
 def request_for(tool_obj, context, thread_id="t-guard") -> ToolCallRequest:
     call = {"name": tool_obj.name, "args": {}, "id": "call-guard-1", "type": "tool_call"}
-    runtime = ToolRuntime(state={}, context=context, config={"configurable": {"thread_id": thread_id}},
-                          stream_writer=lambda _: None, tool_call_id="call-guard-1", store=None)
+    runtime = ToolRuntime(
+        state={},
+        context=context,
+        config={"configurable": {"thread_id": thread_id}},
+        stream_writer=lambda _: None,
+        tool_call_id="call-guard-1",
+        store=None,
+    )
     return ToolCallRequest(tool_call=call, tool=tool_obj, state={}, runtime=runtime)
 
 
@@ -75,7 +82,9 @@ def test_guard_denies_high_and_critical_only_while_degraded():
     assert "degradada" in denied.content and "HIGH" in denied.content and "herramienta_sin_declarar" in denied.content
     record = denied.artifact["guard_denial"]
     assert isinstance(record, GuardDenial) and record.customer_id == "C42" and record.thread_id == "cliente-C42-1"
-    assert guard.check(request_for(publicar_aviso, ContextoProveedor("P1"))).artifact["guard_denial"].customer_id is None
+    assert (
+        guard.check(request_for(publicar_aviso, ContextoProveedor("P1"))).artifact["guard_denial"].customer_id is None
+    )
     assert guard.check(request_for(recordar_preferencia, cliente)) is None  # LOW runs
     assert guard.check(request_for(preferencias, cliente)) is None  # READ_ONLY runs
     state["degraded"] = False
@@ -85,9 +94,12 @@ def test_guard_denies_high_and_critical_only_while_degraded():
 
 def test_denial_survives_the_checkpoint_round_trip():
     guard = FailClosedGuard(lambda: True)
-    agent = build_agent("compras", ScriptedChatModel(), store=None, guard=guard,
-                        checkpointer=InMemorySaver(serde=make_serializer()))
-    run_turn(agent, ContextoProveedor("P3"), "compras-P3-promocion", "aviso promocion: Segunda unidad a mitad de precio")
+    agent = build_agent(
+        "compras", ScriptedChatModel(), store=None, guard=guard, checkpointer=InMemorySaver(serde=make_serializer())
+    )
+    run_turn(
+        agent, ContextoProveedor("P3"), "compras-P3-promocion", "aviso promocion: Segunda unidad a mitad de precio"
+    )
     state = agent.get_state({"configurable": {"thread_id": "compras-P3-promocion"}})
     tool_msg = next(m for m in state.values["messages"] if m.type == "tool")
     assert tool_msg.status == "error"
@@ -119,8 +131,13 @@ def test_guard_reads_live_state_at_the_tool_call(db):
     saver = DualCheckpointSaver(db.dsn, heartbeat_interval=0.3, replica_id="guard-live", start=False)
     try:
         guard = FailClosedGuard(saver)
-        live = create_agent(ScriptedChatModel(), tools=[publicar_aviso], middleware=[DegradeAfterModel(saver), guard],
-                            context_schema=ContextoProveedor, checkpointer=saver)
+        live = create_agent(
+            ScriptedChatModel(),
+            tools=[publicar_aviso],
+            middleware=[DegradeAfterModel(saver), guard],
+            context_schema=ContextoProveedor,
+            checkpointer=saver,
+        )
         assert not saver.degraded
         result = run_turn(live, ContextoProveedor("P5"), "compras-P5-retraso", "aviso retraso: Llega tarde")
         tool_msg = next(m for m in result["messages"] if m.type == "tool")
@@ -144,8 +161,11 @@ def test_guard_reads_live_state_at_the_tool_call(db):
 def test_async_tool_calls_are_guarded_too():
     guard = FailClosedGuard(lambda: True)
     agent = build_agent("compras", ScriptedChatModel(), store=None, guard=guard)
-    result = asyncio.run(agent.ainvoke({"messages": [{"role": "user", "content": "aviso retraso: Llega tarde"}]},
-                                       context=ContextoProveedor("P6")))
+    result = asyncio.run(
+        agent.ainvoke(
+            {"messages": [{"role": "user", "content": "aviso retraso: Llega tarde"}]}, context=ContextoProveedor("P6")
+        )
+    )
     assert next(m for m in result["messages"] if m.type == "tool").status == "error"
     assert [d.tool for d in guard.denials] == ["publicar_aviso"]
 

@@ -1,4 +1,5 @@
 """The UI string catalogues (ui/locales/*.toml): same keys in both languages, no empty text, same placeholders."""
+
 from __future__ import annotations
 
 import string
@@ -15,10 +16,14 @@ def check_catalogues(es: dict[str, str], en: dict[str, str]) -> list[str]:
     problems = [f"only in es: {k}" for k in sorted(set(es) - set(en))]
     problems += [f"only in en: {k}" for k in sorted(set(en) - set(es))]
     for name, catalogue in (("es", es), ("en", en)):
-        problems += [f"empty in {name}: {k}" for k, v in sorted(catalogue.items()) if not isinstance(v, str) or not v.strip()]
+        problems += [
+            f"empty in {name}: {k}" for k, v in sorted(catalogue.items()) if not isinstance(v, str) or not v.strip()
+        ]
     for k in sorted(set(es) & set(en)):
         if isinstance(es[k], str) and isinstance(en[k], str) and placeholders(es[k]) != placeholders(en[k]):
-            problems.append(f"placeholders differ in {k}: es {sorted(placeholders(es[k]))} en {sorted(placeholders(en[k]))}")
+            problems.append(
+                f"placeholders differ in {k}: es {sorted(placeholders(es[k]))} en {sorted(placeholders(en[k]))}"
+            )
     return problems
 
 

@@ -11,6 +11,7 @@ Two slow tests run the image's commands with deploy/'s own environment against a
   requirements.txt; its COPY lines filtered by .dockerignore; its ENV) into a folder standing for the image's
   root, then every command deploy/ gives the image (migrations Job, dashboard, exporter, sweep CronJob), and the
   Dockerfile's HEALTHCHECK and CMD."""
+
 from __future__ import annotations
 
 import asyncio
@@ -103,8 +104,9 @@ FINAL = STAGES[-1]
 def test_the_base_is_pinned_and_the_image_runs_as_the_manifests_non_root_user():
     for stage in STAGES:
         image = stage.base
-        assert "@sha256:" in image or re.fullmatch(r"[\w./-]+:\d+\.\d+\.\d+[\w.-]*", image), \
+        assert "@sha256:" in image or re.fullmatch(r"[\w./-]+:\d+\.\d+\.\d+[\w.-]*", image), (
             f"base image not pinned to an exact version or digest: {image}"
+        )
     (user,) = FINAL.all("USER")[-1:]
     uid, _, gid = user.partition(":")
     assert uid.isdigit() and int(uid) != 0 and (not gid or int(gid) != 0), user  # numeric: runAsNonRoot can check it
@@ -123,8 +125,9 @@ def test_only_runtime_requirements_and_the_apps_files_go_in():
     runs = " ".join(args for stage in STAGES for args in stage.all("RUN"))
     copies = [args for stage in STAGES for args in stage.all("COPY")]
     assert "-r /tmp/requirements.txt" in runs and "requirements-dev" not in runs
-    sources = [src for args in copies if "--from=" not in args for src in shlex.split(args)[:-1]
-               if not src.startswith("--")]
+    sources = [
+        src for args in copies if "--from=" not in args for src in shlex.split(args)[:-1] if not src.startswith("--")
+    ]
     assert "requirements.txt" in sources and "requirements-dev.txt" not in sources
     for forbidden in (".", "tests", "bench", ".streamlit", ".streamlit/secrets.toml", ".data", "deploy", ".git"):
         assert forbidden not in sources, f"COPY {forbidden} puts more than the app in the image"
@@ -172,13 +175,18 @@ class ImageRoot:
             *sources, dest = [a for a in shlex.split(args) if not a.startswith("--")]
             target = Path(self.map(dest if dest.startswith("/") else f"{self.workdir.rstrip('/')}/{dest}"))
             for source in sources:
-                copy_context(ROOT / source, target if not dest.endswith("/") else target / Path(source).name,
-                             source)
+                copy_context(ROOT / source, target if not dest.endswith("/") else target / Path(source).name, source)
         elif instruction == "RUN":
             if re.match(r"(groupadd|useradd)\b", args):  # users of the image's /etc: the base image's business
                 return
-            done = subprocess.run(["bash", "-ec", self.map(args)], env=self.env, cwd=self.map(self.workdir),
-                                  capture_output=True, text=True, timeout=900)
+            done = subprocess.run(
+                ["bash", "-ec", self.map(args)],
+                env=self.env,
+                cwd=self.map(self.workdir),
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             assert done.returncode == 0, f"RUN {args}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
@@ -267,22 +275,39 @@ def test_the_images_entrypoints_run_from_a_clean_virtualenv(image, create_databa
         assert subprocess.run([venv_python, "-c", f"import {dev}"], capture_output=True).returncode != 0, dev
 
     dsn = create_database(migrated=False, prefix="image")
-    secrets = {name: dsn for name in ("agent-memory-owner-db", "agent-memory-dashboard-db",
-                                      "agent-memory-exporter-db", "agent-memory-sweeper-db")}
+    secrets = {
+        name: dsn
+        for name in (
+            "agent-memory-owner-db",
+            "agent-memory-dashboard-db",
+            "agent-memory-exporter-db",
+            "agent-memory-sweeper-db",
+        )
+    }
 
     def run(name: str, command: list[str] | None = None, **kw) -> subprocess.CompletedProcess:
         container = containers[name]
-        return subprocess.run(command or container["command"], cwd=app, env=container_env(image, container, secrets),
-                              capture_output=True, text=True, timeout=600, **kw)
+        return subprocess.run(
+            command or container["command"],
+            cwd=app,
+            env=container_env(image, container, secrets),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            **kw,
+        )
 
     migrated = run("migrate-job.yaml")
     assert migrated.returncode == 0, migrated.stderr[-3000:]
     with psycopg.connect(dsn) as conn:
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
-        dims = conn.execute("SELECT atttypmod FROM pg_attribute WHERE attrelid = 'store_vectors'::regclass "
-                            "AND attname = 'embedding'").fetchone()[0]
+        dims = conn.execute(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'store_vectors'::regclass AND attname = 'embedding'"
+        ).fetchone()[0]
     assert {"store", "store_vectors", "checkpoints", "core_sweep_log", "core_erasure_register"} <= tables
-    assert dims == int(next(e["value"] for e in containers["migrate-job.yaml"]["env"] if e["name"] == "EMBEDDINGS_DIMS"))
+    assert dims == int(
+        next(e["value"] for e in containers["migrate-job.yaml"]["env"] if e["name"] == "EMBEDDINGS_DIMS")
+    )
 
     sweep = containers["sweep-cronjob.yaml"]["command"]
     helped = run("sweep-cronjob.yaml", sweep + ["--help"])
@@ -300,9 +325,15 @@ def test_the_images_entrypoints_run_from_a_clean_virtualenv(image, create_databa
         exporter_port = str(free_port())
         container = containers["exporter-deployment.yaml"]
         log = tmp_path / "exporter.log"
-        procs.append(proc := subprocess.Popen(localised(container["command"], {"9188": exporter_port}), cwd=app,
-                                              env=container_env(image, container, secrets),
-                                              stdout=log.open("w"), stderr=subprocess.STDOUT))
+        procs.append(
+            proc := subprocess.Popen(
+                localised(container["command"], {"9188": exporter_port}),
+                cwd=app,
+                env=container_env(image, container, secrets),
+                stdout=log.open("w"),
+                stderr=subprocess.STDOUT,
+            )
+        )
         metrics = wait_http(f"http://127.0.0.1:{exporter_port}/metrics", proc, log).decode()
         assert re.search(r"^agent_memory_db_up 1\.0$", metrics, re.M), metrics[:2000]
 
@@ -310,19 +341,30 @@ def test_the_images_entrypoints_run_from_a_clean_virtualenv(image, create_databa
         (cmd,) = FINAL.all("CMD")
         (check,) = FINAL.all("HEALTHCHECK")
         check_cmd = exec_form(check.split("CMD", 1)[1])
-        for label, command in (("deployment", containers["dashboard-deployment.yaml"]["command"]),
-                               ("CMD", exec_form(cmd))):
+        for label, command in (
+            ("deployment", containers["dashboard-deployment.yaml"]["command"]),
+            ("CMD", exec_form(cmd)),
+        ):
             port = str(free_port())
             container = containers["dashboard-deployment.yaml"]
             env = container_env(image, container, secrets)
             # the Deployment's host name is not this machine's: answer the loopback name the test connects to
             env["STREAMLIT_SERVER_ALLOWED_HOSTS"] = "127.0.0.1"
             log = tmp_path / f"dashboard-{label}.log"
-            procs.append(proc := subprocess.Popen(localised(command, {"8501": port}), cwd=app, env=env,
-                                                  stdout=log.open("w"), stderr=subprocess.STDOUT))
+            procs.append(
+                proc := subprocess.Popen(
+                    localised(command, {"8501": port}), cwd=app, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
+                )
+            )
             assert wait_http(f"http://127.0.0.1:{port}/_stcore/health", proc, log) == b"ok"
-            healthy = subprocess.run([a.replace(":8501/", f":{port}/") for a in check_cmd], cwd=app,
-                                     env=image.env, capture_output=True, text=True, timeout=30)
+            healthy = subprocess.run(
+                [a.replace(":8501/", f":{port}/") for a in check_cmd],
+                cwd=app,
+                env=image.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             assert healthy.returncode == 0, (label, healthy.stderr)
             # a real session over Streamlit's websocket protocol: the app's pages, catalogues and database work
             first = asyncio.run(first_page(f"http://127.0.0.1:{port}"))
@@ -376,11 +418,18 @@ def env_args(env: dict[str, str]) -> list[str]:
 def test_the_real_image_builds_and_runs_what_deploy_runs(create_database, tmp_path):
     reason = why_no_real_image()
     if reason:
-        pytest.skip(f"the real image cannot be built here: {reason}; "
-                    "test_the_images_entrypoints_run_from_a_clean_virtualenv runs its commands without it")
-    built = subprocess.run(["scripts/build_image_offline.sh", IMAGE_TAG], cwd=ROOT, capture_output=True, text=True,
-                           env={**os.environ, "PODMAN_RUNTIME": PODMAN[-1], "ULIMITS": " ".join(ULIMITS)},
-                           timeout=1500)
+        pytest.skip(
+            f"the real image cannot be built here: {reason}; "
+            "test_the_images_entrypoints_run_from_a_clean_virtualenv runs its commands without it"
+        )
+    built = subprocess.run(
+        ["scripts/build_image_offline.sh", IMAGE_TAG],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PODMAN_RUNTIME": PODMAN[-1], "ULIMITS": " ".join(ULIMITS)},
+        timeout=1500,
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
 
     # the image's configuration is the Dockerfile's (--format docker keeps the HEALTHCHECK)
@@ -394,11 +443,21 @@ def test_the_real_image_builds_and_runs_what_deploy_runs(create_database, tmp_pa
     # its contents: the user, /app holds only what the Dockerfile copies, no test tools, the base's own CA bundle
     # (the build mounted this machine's over it)
     workdir = FINAL.all("WORKDIR")[-1]
-    copied = {shlex.split(args)[-1].removeprefix("./").split("/")[0] or shlex.split(args)[0]
-              for args in FINAL.all("COPY") if "--from=" not in args}
-    probe = podman("run", "--rm", *ULIMITS, IMAGE_TAG, "sh", "-c",
-                   f"id -u; id -g; ls -A {workdir} | sort | tr '\\n' ' '; echo; ls -A {workdir}/.streamlit; "
-                   "sha256sum /etc/ssl/certs/ca-certificates.crt; python -c 'import pytest' 2>&1 | tail -1")
+    copied = {
+        shlex.split(args)[-1].removeprefix("./").split("/")[0] or shlex.split(args)[0]
+        for args in FINAL.all("COPY")
+        if "--from=" not in args
+    }
+    probe = podman(
+        "run",
+        "--rm",
+        *ULIMITS,
+        IMAGE_TAG,
+        "sh",
+        "-c",
+        f"id -u; id -g; ls -A {workdir} | sort | tr '\\n' ' '; echo; ls -A {workdir}/.streamlit; "
+        "sha256sum /etc/ssl/certs/ca-certificates.crt; python -c 'import pytest' 2>&1 | tail -1",
+    )
     assert probe.returncode == 0, probe.stderr
     uid, gid, listing, streamlit_dir, bundle, no_pytest = probe.stdout.splitlines()
     base_bundle = podman("run", "--rm", *ULIMITS, OFFLINE_BASE, "sha256sum", "/etc/ssl/certs/ca-certificates.crt")
@@ -413,18 +472,34 @@ def test_the_real_image_builds_and_runs_what_deploy_runs(create_database, tmp_pa
     info = psycopg.conninfo.conninfo_to_dict(dsn)
     socket_file = Path(info["host"]) / f".s.PGSQL.{info.get('port') or 5432}"
     database = ["-v", f"{socket_file}:/run/postgresql/{socket_file.name}"]
-    secrets = dict.fromkeys(("agent-memory-owner-db", "agent-memory-dashboard-db", "agent-memory-exporter-db",
-                             "agent-memory-sweeper-db"), psycopg.conninfo.make_conninfo(dsn, host="/run/postgresql"))
+    secrets = dict.fromkeys(
+        ("agent-memory-owner-db", "agent-memory-dashboard-db", "agent-memory-exporter-db", "agent-memory-sweeper-db"),
+        psycopg.conninfo.make_conninfo(dsn, host="/run/postgresql"),
+    )
     containers = manifest_containers()
 
     def job(name: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
         """The manifest's container as Kubernetes runs it: its command and env, a read-only root when it asks for
         one (and no writable /tmp: the manifests mount none), no privilege escalation."""
         container = containers[name]
-        read_only = ["--read-only", "--read-only-tmpfs=false"] \
-            if container.get("securityContext", {}).get("readOnlyRootFilesystem") else []
-        return podman("run", "--rm", *ULIMITS, *read_only, "--security-opt", "no-new-privileges", *database,
-                      *env_args(manifest_env(container, secrets)), IMAGE_TAG, *container["command"], *extra)
+        read_only = (
+            ["--read-only", "--read-only-tmpfs=false"]
+            if container.get("securityContext", {}).get("readOnlyRootFilesystem")
+            else []
+        )
+        return podman(
+            "run",
+            "--rm",
+            *ULIMITS,
+            *read_only,
+            "--security-opt",
+            "no-new-privileges",
+            *database,
+            *env_args(manifest_env(container, secrets)),
+            IMAGE_TAG,
+            *container["command"],
+            *extra,
+        )
 
     migrated = job("migrate-job.yaml")
     assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
@@ -449,8 +524,20 @@ def test_the_real_image_builds_and_runs_what_deploy_runs(create_database, tmp_pa
     try:
         port = free_port()
         started = time.monotonic()
-        run = podman("run", "-d", "--name", names[0], *ULIMITS, "--security-opt", "no-new-privileges", *database,
-                     "-p", f"127.0.0.1:{port}:8501", *env_args(env), IMAGE_TAG)
+        run = podman(
+            "run",
+            "-d",
+            "--name",
+            names[0],
+            *ULIMITS,
+            "--security-opt",
+            "no-new-privileges",
+            *database,
+            "-p",
+            f"127.0.0.1:{port}:8501",
+            *env_args(env),
+            IMAGE_TAG,
+        )
         assert run.returncode == 0, run.stderr
         while (health := podman("healthcheck", "run", names[0])).returncode != 0:
             assert time.monotonic() - started < 90, (health.stdout, health.stderr, podman("logs", names[0]).stdout)
@@ -460,12 +547,28 @@ def test_the_real_image_builds_and_runs_what_deploy_runs(create_database, tmp_pa
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).read() == b"ok"
         refused = asyncio.run(first_page(f"http://127.0.0.1:{port}"))
         assert refused.status == "FINISHED_SUCCESSFULLY" and not refused.exceptions, refused
-        assert len(refused.errors) == 1 and "0.0.0.0" in refused.errors[0] \
-            and "no se concede ningún rol" in refused.errors[0], refused
+        assert (
+            len(refused.errors) == 1
+            and "0.0.0.0" in refused.errors[0]
+            and "no se concede ningún rol" in refused.errors[0]
+        ), refused
 
         port = free_port()
-        run = podman("run", "-d", "--name", names[1], *ULIMITS, "--security-opt", "no-new-privileges", *database,
-                     "--network", "host", *env_args(env), IMAGE_TAG, *localised(exec_form(cmd), {"8501": str(port)}))
+        run = podman(
+            "run",
+            "-d",
+            "--name",
+            names[1],
+            *ULIMITS,
+            "--security-opt",
+            "no-new-privileges",
+            *database,
+            "--network",
+            "host",
+            *env_args(env),
+            IMAGE_TAG,
+            *localised(exec_form(cmd), {"8501": str(port)}),
+        )
         assert run.returncode == 0, run.stderr
         deadline = time.monotonic() + 90
         while True:

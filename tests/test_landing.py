@@ -1,5 +1,6 @@
 """Landing states: on a database where nothing has happened yet (e.g. a production database on
 which no agent has talked and no sweep has run), every page says what to do, in both languages."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,10 +9,19 @@ from streamlit.testing.v1 import AppTest
 GUIDANCE = {
     "app_pages/memory.py": ("Conecte los agentes a esta base de datos", "Point the agents at this database"),
     "app_pages/preferences.py": ("elija un periodo más largo", "pick a longer period"),
-    "app_pages/sweeps.py": ("programe el CronJob (deploy/sweep-cronjob.yaml)", "schedule the CronJob (deploy/sweep-cronjob.yaml)"),
-    "app_pages/checkpoints.py": ("Aún no hay checkpoints: aparecen en cuanto un agente", "No checkpoints yet: they appear as soon as an agent"),
+    "app_pages/sweeps.py": (
+        "programe el CronJob (deploy/sweep-cronjob.yaml)",
+        "schedule the CronJob (deploy/sweep-cronjob.yaml)",
+    ),
+    "app_pages/checkpoints.py": (
+        "Aún no hay checkpoints: aparecen en cuanto un agente",
+        "No checkpoints yet: they appear as soon as an agent",
+    ),
     "app_pages/degradation.py": ("compruebe que las réplicas lo usan", "check that the replicas use it"),
-    "app_pages/erasure_register.py": ("Tramite la primera en la página Borrado", "Make the first one on the Erasure page"),
+    "app_pages/erasure_register.py": (
+        "Tramite la primera en la página Borrado",
+        "Make the first one on the Erasure page",
+    ),
 }
 
 

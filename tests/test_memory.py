@@ -1,5 +1,6 @@
 """The memory store and the agents' tools on a real PostgreSQL (TTL needs PostgresStore:
 InMemoryStore refuses `ttl=`, see test_in_memory_store_refuses_ttl, so every TTL test is here)."""
+
 from __future__ import annotations
 
 import threading
@@ -8,11 +9,11 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+from conftest import DIMS
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.memory import InMemoryStore
 
-from conftest import DIMS
 from core.agents.retail import (
     ContextoCliente,
     ContextoProveedor,
@@ -22,6 +23,7 @@ from core.agents.retail import (
     recordar_preferencia,
     run_turn,
 )
+from core.agents.scripted_model import ScriptedChatModel
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import (
     POLICIES,
@@ -34,7 +36,6 @@ from core.memory.store import (
     validate_label,
 )
 from core.migrate import EmbeddingDimsMismatch, migrate
-from core.agents.scripted_model import ScriptedChatModel
 
 
 @pytest.fixture
@@ -50,12 +51,16 @@ def agents(db, store):
 
 
 def row(db, prefix, key):
-    return db.fetch_one("SELECT ttl_minutes, expires_at, expires_at - now() AS left FROM store WHERE prefix=%s AND key=%s",
-                        (prefix, key))
+    return db.fetch_one(
+        "SELECT ttl_minutes, expires_at, expires_at - now() AS left FROM store WHERE prefix=%s AND key=%s",
+        (prefix, key),
+    )
 
 
 def test_preference_survives_the_thread_for_c9(agents, db):
-    run_turn(agents["atencion-cliente"], ContextoCliente("C9"), "t-1", "Prefiero recoger mis pedidos en la tienda Gran Vía.")
+    run_turn(
+        agents["atencion-cliente"], ContextoCliente("C9"), "t-1", "Prefiero recoger mis pedidos en la tienda Gran Vía."
+    )
     # A new thread of the same customer: the preference is in the prompt and in the tool.
     result = run_turn(agents["atencion-cliente"], ContextoCliente("C9"), "t-2", "¿Qué preferencias tengo guardadas?")
     tool_msgs = [m for m in result["messages"] if isinstance(m, ToolMessage)]
@@ -77,16 +82,27 @@ def test_c10_sees_nothing_from_another_thread_and_agent(agents, db):
 
 def test_tools_without_store_return_empty():
     agent = build_agent("atencion-cliente", ScriptedChatModel(), store=None)
-    for text in ("Prefiero que me atendáis en catalán.", "¿Qué preferencias tengo guardadas?", "¿Hay avisos sobre abrigos?"):
+    for text in (
+        "Prefiero que me atendáis en catalán.",
+        "¿Qué preferencias tengo guardadas?",
+        "¿Hay avisos sobre abrigos?",
+    ):
         result = agent.invoke({"messages": [{"role": "user", "content": text}]}, context=ContextoCliente("C9"))
         tool_msgs = [m for m in result["messages"] if isinstance(m, ToolMessage)]
         assert len(tool_msgs) == 1 and tool_msgs[0].content == "" and tool_msgs[0].status != "error"
-    assert {t.name for t in (recordar_preferencia, preferencias, avisos_proveedor)} <= set(agent.nodes["tools"].bound.tools_by_name)
+    assert {t.name for t in (recordar_preferencia, preferencias, avisos_proveedor)} <= set(
+        agent.nodes["tools"].bound.tools_by_name
+    )
 
 
 def test_overwrite_by_tipo_and_write_log(agents, db):
     for tienda in ("Gran Vía", "Diagonal"):
-        run_turn(agents["atencion-cliente"], ContextoCliente("C9"), f"t-{tienda}", f"Prefiero recoger mis pedidos en la tienda {tienda}.")
+        run_turn(
+            agents["atencion-cliente"],
+            ContextoCliente("C9"),
+            f"t-{tienda}",
+            f"Prefiero recoger mis pedidos en la tienda {tienda}.",
+        )
     docs = db.fetch("SELECT key, value->>'valor' AS valor FROM store WHERE prefix='clientes.C9'")
     assert docs == [{"key": "pref-recogida", "valor": "Diagonal"}]
     log = db.fetch("SELECT prefix, key, thread_id, agent FROM core_memory_writes ORDER BY id")
@@ -116,7 +132,10 @@ def test_ttl_written_per_namespace(store, db, root):
 def test_refresh_on_read_for_clientes_not_for_proveedores(store, db):
     put_memory(store, ("clientes", "C9"), "pref-idioma", {"texto": "idioma: catalán"})
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"})
-    before_c, before_p = row(db, "clientes.C9", "pref-idioma")["expires_at"], row(db, "proveedores.P1", "aviso-retraso")["expires_at"]
+    before_c, before_p = (
+        row(db, "clientes.C9", "pref-idioma")["expires_at"],
+        row(db, "proveedores.P1", "aviso-retraso")["expires_at"],
+    )
     time.sleep(0.05)
     assert get_memory(store, ("clientes", "C9"), "pref-idioma") is not None
     assert get_memory(store, ("proveedores", "P1"), "aviso-retraso") is not None
@@ -152,7 +171,9 @@ def test_bad_ids_are_refused_and_change_nothing(store, db, bad):
         put_memory(store, ("clientes", bad), "pref-idioma", {"texto": "M"})
     with pytest.raises(InvalidIdentifier):
         validate_label(bad)
-    assert db.fetch_one("SELECT (SELECT count(*) FROM store) + (SELECT count(*) FROM core_memory_writes) AS n")["n"] == 0
+    assert (
+        db.fetch_one("SELECT (SELECT count(*) FROM store) + (SELECT count(*) FROM core_memory_writes) AS n")["n"] == 0
+    )
 
 
 def test_metacharacters_are_plain_labels(store, db):
@@ -210,8 +231,12 @@ def test_agents_keep_answering_when_the_store_is_down():
 
     dead = make_pool("postgresql://postgres@127.0.0.1:1/agentes?connect_timeout=1", name="dead-store", timeout=0.5)
     try:
-        agent = build_agent("atencion-cliente", ScriptedChatModel(),
-                            store=build_store(dead, OfflineHashEmbeddings(DIMS), DIMS), checkpointer=InMemorySaver())
+        agent = build_agent(
+            "atencion-cliente",
+            ScriptedChatModel(),
+            store=build_store(dead, OfflineHashEmbeddings(DIMS), DIMS),
+            checkpointer=InMemorySaver(),
+        )
         result = run_turn(agent, ContextoCliente("C9"), "t-down", "Prefiero que me atendáis en catalán.")
         tool_msgs = [m for m in result["messages"] if isinstance(m, ToolMessage)]
         assert [(m.content, m.status) for m in tool_msgs] == [(MEMORY_DOWN, "error")]

@@ -4,6 +4,7 @@ dashboard's start stop, naming the file, when an applied file was edited, when t
 migration this code does not know, or (without AUTO_MIGRATE) when one is not applied yet. Rows applied
 before checksums were kept are accepted when the file's text is one it had in this repository's history
 (core/sql/HISTORY.sha256, checked against git here). The databases of older commits: test_migration_history.py."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,11 +13,10 @@ import subprocess
 
 import psycopg
 import pytest
+from conftest import DIMS, ROOT
 from streamlit.testing.v1 import AppTest
 
-from conftest import DIMS, ROOT
-from core.migrate import (SQL_DIR, MigrationMismatch, check_schema, main, migrate, migration_files,
-                          released_checksums)
+from core.migrate import SQL_DIR, MigrationMismatch, check_schema, main, migrate, migration_files, released_checksums
 
 APP = "../dashboard.py"
 # Migrations that runners keeping no checksum applied (every text they had is in HISTORY.sha256): up to 050,
@@ -64,7 +64,7 @@ def test_an_edited_applied_migration_stops_migrate_naming_the_file_and_changes_n
     migrate(dsn, DIMS, sql_dir=sql)
     newest = migration_files()[-1]
     shutil.move(tmp_path / newest.path.name, sql / newest.path.name)  # a pending migration...
-    edited = sql / "036_register_chain.sql"                            # ...and an applied one edited
+    edited = sql / "036_register_chain.sql"  # ...and an applied one edited
     edited.write_text(edited.read_text() + "\n-- a fix someone made in place\n")
     before = applied_rows(dsn)
 
@@ -81,7 +81,9 @@ def test_an_edited_applied_migration_stops_migrate_naming_the_file_and_changes_n
 
 def test_a_version_the_code_does_not_know_stops_migrate_and_the_check(db):
     with psycopg.connect(db.dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO core_schema_migrations (version, name, sha256) VALUES (998, 'from_a_newer_release', 'ab')")
+        conn.execute(
+            "INSERT INTO core_schema_migrations (version, name, sha256) VALUES (998, 'from_a_newer_release', 'ab')"
+        )
     for run in (lambda: migrate(db.dsn, DIMS), lambda: check_schema(db.dsn, DIMS)):
         with pytest.raises(MigrationMismatch) as caught:
             run()
@@ -140,8 +142,13 @@ def test_a_row_applied_before_checksums_with_an_unreleased_text_stops_migrate(cr
     assert "003_replica_health.sql" in str(caught.value) and "HISTORY.sha256" in str(caught.value)
     assert str(caught.value).count("\n- ") == 1  # the other files are released texts
     with psycopg.connect(dsn) as conn:  # nothing recorded, not even the column
-        assert conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = "
-                            "'core_schema_migrations' AND column_name = 'sha256'").fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM information_schema.columns WHERE table_name = "
+                "'core_schema_migrations' AND column_name = 'sha256'"
+            ).fetchone()[0]
+            == 0
+        )
 
 
 def test_the_cli_stops_with_the_message_and_a_nonzero_code(db, monkeypatch, capsys):
@@ -174,17 +181,25 @@ def git(*args: str) -> str:
 
 def history_texts(path: str) -> set[str]:
     """sha256 of every text `path` had in the commits reachable from HEAD."""
-    blobs = {git("rev-parse", f"{c}:{path}").strip() for c in git("rev-list", "--full-history", "HEAD", "--", path).split()}
-    return {sha256_of(subprocess.run(["git", "-C", str(ROOT), "cat-file", "blob", b], check=True,
-                                     capture_output=True).stdout) for b in blobs}
+    blobs = {
+        git("rev-parse", f"{c}:{path}").strip() for c in git("rev-list", "--full-history", "HEAD", "--", path).split()
+    }
+    return {
+        sha256_of(
+            subprocess.run(["git", "-C", str(ROOT), "cat-file", "blob", b], check=True, capture_output=True).stdout
+        )
+        for b in blobs
+    }
 
 
 def test_history_lists_every_text_each_unchecked_migration_had_in_git():
-    shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"], capture_output=True,
-                             text=True)
+    shallow = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"], capture_output=True, text=True
+    )
     assert shallow.stdout.strip() == "false", (
         f"HISTORY.sha256 is checked against the repository's full git history, which this checkout lacks "
-        f"({shallow.stdout.strip() or shallow.stderr.strip()}): use a full clone (git fetch --unshallow)")
+        f"({shallow.stdout.strip() or shallow.stderr.strip()}): use a full clone (git fetch --unshallow)"
+    )
     listed = released_checksums()
     unchecked = [m for m in migration_files() if m.version in UNCHECKED_VERSIONS]
     assert len(unchecked) > 20

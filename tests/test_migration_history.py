@@ -7,6 +7,7 @@ relations, columns, constraints, indexes, triggers, views...) must equal a fresh
 The commits are those where an applied migration had an earlier text (003, 005, 036, 042, 043, 046 were
 edited in place), and the last commit of each wave. Data tests: what the earlier 003 and 036 broke.
 Needs the full git history (a shallow clone fails here, saying so, rather than passing)."""
+
 from __future__ import annotations
 
 import io
@@ -15,17 +16,17 @@ import subprocess
 import sys
 import tarfile
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from conftest import DIMS, ROOT
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from schema_catalog import differences, schema_catalog
 
-from conftest import DIMS, ROOT
 from core.db import Database
 from core.migrate import migrate, migration_files
-from schema_catalog import differences, schema_catalog
 
 pytestmark = pytest.mark.slow
 
@@ -56,10 +57,13 @@ def git(*args: str) -> bytes:
 def require_commit(commit: str) -> None:
     found = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
     if found.returncode != 0:
-        shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
-                                 capture_output=True, text=True).stdout.strip()
-        pytest.fail(f"commit {commit} is not in this clone (shallow: {shallow}): these tests need the full "
-                    f"history of the repository (git fetch --unshallow)")
+        shallow = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"], capture_output=True, text=True
+        ).stdout.strip()
+        pytest.fail(
+            f"commit {commit} is not in this clone (shallow: {shallow}): these tests need the full "
+            f"history of the repository (git fetch --unshallow)"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +81,14 @@ def migrated_as_of(create_database, tmp_path):
         with tarfile.open(fileobj=io.BytesIO(git("archive", "--format=tar", commit, "core"))) as archive:
             archive.extractall(old, filter="data")
         dsn = create_database(migrated=False, prefix="old")
-        run = subprocess.run([sys.executable, "-c", OLD_RUNNER, dsn, str(DIMS)], cwd=old, capture_output=True,
-                             text=True, env={**os.environ, "PYTHONPATH": str(old)}, timeout=240)
+        run = subprocess.run(
+            [sys.executable, "-c", OLD_RUNNER, dsn, str(DIMS)],
+            cwd=old,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(old)},
+            timeout=240,
+        )
         assert run.returncode == 0, f"{commit}'s own migrate failed:\n{run.stderr[-3000:]}"
         return dsn
 
@@ -110,30 +120,48 @@ def test_the_earlier_003_database_writes_denials_after_an_upgrade(migrated_as_of
     from core.checkpoints.replica_health import Episode, write_denials, write_episode
 
     dsn = migrated_as_of(EARLIER_003)
-    at = datetime(2026, 12, 2, 12, tzinfo=timezone.utc)
+    at = datetime(2026, 12, 2, 12, tzinfo=UTC)
     with psycopg.connect(dsn, autocommit=True) as conn:
         episode_id = conn.execute(
             "INSERT INTO core_degradation_episodes (replica_id, host, pid, degraded_from, degraded_to, "
             "checkpoints_buffered, writes_buffered, ops_resynced) VALUES ('r0', 'h', 1, %s, %s, 1, 2, 3) RETURNING id",
-            (at, at + timedelta(minutes=4))).fetchone()[0]
+            (at, at + timedelta(minutes=4)),
+        ).fetchone()[0]
         for n in range(2):
-            conn.execute("INSERT INTO core_guard_denials (episode_id, replica_id, tool, risk, denied_at) "
-                         "VALUES (%s, 'r0', 'anular_pedido', 'HIGH', %s)", (episode_id, at))
-        conn.execute("INSERT INTO core_serde_refusals (replica_id, type_name, kind, refused_at) "
-                     "VALUES ('r0', 'os.system', 'msgpack_blocked', %s)", (at,))
+            conn.execute(
+                "INSERT INTO core_guard_denials (episode_id, replica_id, tool, risk, denied_at) "
+                "VALUES (%s, 'r0', 'anular_pedido', 'HIGH', %s)",
+                (episode_id, at),
+            )
+        conn.execute(
+            "INSERT INTO core_serde_refusals (replica_id, type_name, kind, refused_at) "
+            "VALUES ('r0', 'os.system', 'msgpack_blocked', %s)",
+            (at,),
+        )
 
     migrate(dsn, DIMS)
-    denial = {"tool": "anular_pedido", "risk": "HIGH", "thread_id": "cliente-C9-x", "subject_root": "clientes",
-              "subject_id": "C9", "customer_id": "C9", "reason": "degraded", "denied_at": at, "key": str(uuid.uuid4())}
+    denial = {
+        "tool": "anular_pedido",
+        "risk": "HIGH",
+        "thread_id": "cliente-C9-x",
+        "subject_root": "clientes",
+        "subject_id": "C9",
+        "customer_id": "C9",
+        "reason": "degraded",
+        "denied_at": at,
+        "key": str(uuid.uuid4()),
+    }
     episode = Episode("r1", "h", 2, at, at + timedelta(minutes=1), "down", 1, 1, 2, 5.0, denials=[denial])
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert write_episode(conn, episode) is not None
         assert write_episode(conn, episode) is None  # the retry is a no-op, by its key
-        write_denials(conn, "r1", [denial])           # same key: not doubled
-        counts = conn.execute("SELECT (SELECT count(DISTINCT denial_key) FROM core_guard_denials), "
-                              "(SELECT count(*) FROM core_guard_denials), "
-                              "(SELECT count(DISTINCT episode_key) FROM core_degradation_episodes), "
-                              "(SELECT count(refusal_key) FROM core_serde_refusals)").fetchone()
+        write_denials(conn, "r1", [denial])  # same key: not doubled
+        counts = conn.execute(
+            "SELECT (SELECT count(DISTINCT denial_key) FROM core_guard_denials), "
+            "(SELECT count(*) FROM core_guard_denials), "
+            "(SELECT count(DISTINCT episode_key) FROM core_degradation_episodes), "
+            "(SELECT count(refusal_key) FROM core_serde_refusals)"
+        ).fetchone()
     assert counts == (3, 3, 2, 1)
 
 
@@ -145,14 +173,23 @@ def seal_registers(dsn: str) -> None:
             request = conn.execute(
                 "INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator, status, thread_ids, "
                 "counts_before, deleted) VALUES ('C9', 'clientes.C9', 'dpo@example.com', 'running', "
-                "'{cliente-C9-a}', %s, '{}') RETURNING id", (Jsonb({"store": 4, "nested": None}),)).fetchone()[0]
-            conn.execute("UPDATE core_erasure_register SET status = %s, report = %s, finished_at = now(), "
-                         "deleted = %s, passes = 1 WHERE id = %s", (status, report, Jsonb({"store": 4}), request))
-        conn.execute("INSERT INTO core_erasure_rechecks (request_id, trigger, clean, counts, evidence) "
-                     "SELECT min(id), 'sweep', true, '{\"store\": 0}', '[]' FROM core_erasure_register")
-        conn.execute("INSERT INTO core_access_register (customer_id, operator, format, lang, sha256, size_bytes, "
-                     "counts, sources) VALUES ('C9', 'dpo', 'json', 'es', repeat('a', 64), 10, '{\"store\": 1}', "
-                     "'[\"store\"]')")
+                "'{cliente-C9-a}', %s, '{}') RETURNING id",
+                (Jsonb({"store": 4, "nested": None}),),
+            ).fetchone()[0]
+            conn.execute(
+                "UPDATE core_erasure_register SET status = %s, report = %s, finished_at = now(), "
+                "deleted = %s, passes = 1 WHERE id = %s",
+                (status, report, Jsonb({"store": 4}), request),
+            )
+        conn.execute(
+            "INSERT INTO core_erasure_rechecks (request_id, trigger, clean, counts, evidence) "
+            "SELECT min(id), 'sweep', true, '{\"store\": 0}', '[]' FROM core_erasure_register"
+        )
+        conn.execute(
+            "INSERT INTO core_access_register (customer_id, operator, format, lang, sha256, size_bytes, "
+            "counts, sources) VALUES ('C9', 'dpo', 'json', 'es', repeat('a', 64), 10, '{\"store\": 1}', "
+            "'[\"store\"]')"
+        )
 
 
 @pytest.mark.parametrize("commit", EARLIER_036, ids=["before 015", "015 after it"])
@@ -170,9 +207,11 @@ def test_registers_sealed_by_the_earlier_036_verify_after_an_upgrade(commit, mig
         with psycopg.connect(dsn, autocommit=True) as conn:
             # after the upgrade: a resumed request's forward link, and new rows sealed by today's text
             first, failed = conn.execute("SELECT min(id), max(id) FROM core_erasure_register").fetchone()
-            resumed = conn.execute("INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator, "
-                                   "status, finished_at) VALUES ('C9', 'clientes.C9', 'dpo', 'complete', now()) "
-                                   "RETURNING id").fetchone()[0]
+            resumed = conn.execute(
+                "INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator, "
+                "status, finished_at) VALUES ('C9', 'clientes.C9', 'dpo', 'complete', now()) "
+                "RETURNING id"
+            ).fetchone()[0]
             conn.execute("UPDATE core_erasure_register SET resumed_by = %s WHERE id = %s", (resumed, failed))
         assert verify(db, "erasure").ok
         links = db.fetch_one("SELECT count(*) AS n FROM core_register_chain WHERE chain = 'erasure'")["n"]
@@ -182,6 +221,10 @@ def test_registers_sealed_by_the_earlier_036_verify_after_an_upgrade(commit, mig
             conn.execute("UPDATE core_erasure_register SET counts_before = '{\"store\": 1}' WHERE id = %s", (first,))
         result = verify(db, "erasure")
         assert (result.ok, result.problem, result.table, result.row_id) == (
-            False, "edited", "core_erasure_register", first)
+            False,
+            "edited",
+            "core_erasure_register",
+            first,
+        )
     finally:
         db.close()

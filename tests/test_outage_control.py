@@ -3,6 +3,7 @@ backend forked while the hang begins. The suite once saw a replica never notice 
 connection, opened right before, kept answering) and the demo seed record 2 outage episodes instead of 3 (the
 liveness check reconnects right after each outage, and the next hang follows): hang() listed the backends
 before stopping the postmaster, so a backend forked meanwhile kept running."""
+
 from __future__ import annotations
 
 import threading
@@ -11,7 +12,6 @@ import time
 import psutil
 import psycopg
 import pytest
-
 from conftest import own_embedded_server
 
 pytestmark = pytest.mark.slow  # an outage drill

@@ -1,14 +1,15 @@
 """AppTest of the store managers' pages on the demo database: no exception, and every
 figure equal to a SQL count on the same database."""
+
 from __future__ import annotations
 
 from datetime import date, timedelta
 
 import pytest
+from apptools import as_int, frame, metric, plain
 from streamlit.testing.v1 import AppTest
 
 from core.memory.store import MAX_DOCS_PER_CUSTOMER
-from apptools import as_int, frame, metric, plain
 
 APP = "../dashboard.py"
 
@@ -31,7 +32,10 @@ def test_memory_page_figures_equal_sql(at, demo_db):
     assert expired > 0 and as_int(metric(at, "Caducados pendientes de borrar")) == expired
     by_root = frame(at, "root", "documents", "namespaces").set_index("root")["documents"].to_dict()
     holder = {"clientes": "Clientes", "proveedores": "Proveedores", "empleados": "Empleados"}
-    sql = {holder[r["root"]]: r["n"] for r in demo_db.fetch("SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store GROUP BY 1")}
+    sql = {
+        holder[r["root"]]: r["n"]
+        for r in demo_db.fetch("SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store GROUP BY 1")
+    }
     assert by_root == sql
     charts = at.get("plotly_chart")
     assert len(charts) == 2
@@ -39,9 +43,16 @@ def test_memory_page_figures_equal_sql(at, demo_db):
 
 def test_alarm_lists_exactly_the_oversized_customers(at, demo_db):
     alarm = at.dataframe(key="memory.alarm").value
-    sql = demo_db.fetch("SELECT split_part(prefix,'.',2) AS c FROM store WHERE prefix LIKE 'clientes.%%' "
-                        "GROUP BY prefix HAVING count(*) > %s", (MAX_DOCS_PER_CUSTOMER,))
-    assert sorted(p.removeprefix("clientes.") for p in plain(alarm["cliente_id"])) == sorted(r["c"] for r in sql) == sorted(demo_db.summary.legacy_customers)
+    sql = demo_db.fetch(
+        "SELECT split_part(prefix,'.',2) AS c FROM store WHERE prefix LIKE 'clientes.%%' "
+        "GROUP BY prefix HAVING count(*) > %s",
+        (MAX_DOCS_PER_CUSTOMER,),
+    )
+    assert (
+        sorted(p.removeprefix("clientes.") for p in plain(alarm["cliente_id"]))
+        == sorted(r["c"] for r in sql)
+        == sorted(demo_db.summary.legacy_customers)
+    )
 
 
 def test_drill_down_into_one_namespace(at, demo_db):
@@ -63,7 +74,9 @@ def test_drill_down_by_full_prefix(at, demo_db):
     assert len(frame(at, "key", "valor", "ttl_days")) == n
 
 
-@pytest.mark.parametrize("text", ["C%", "C_", "%", "_", "clientes.%", "clientes.C_1", "C1'; DROP TABLE store; --", '"C1"', "clientes.", "."])
+@pytest.mark.parametrize(
+    "text", ["C%", "C_", "%", "_", "clientes.%", "clientes.C_1", "C1'; DROP TABLE store; --", '"C1"', "clientes.", "."]
+)
 def test_namespace_search_metacharacters_find_nothing(at, demo_db, text):
     before = demo_db.fetch_one("SELECT count(*) AS n FROM store")["n"]
     at.text_input(key="memory.ns").input(text).run()
@@ -97,11 +110,15 @@ def test_preferences_page_figures_equal_sql(at, demo_db):
     assert not at.exception
     since, until = date.today() - timedelta(days=29), date.today()
     q = f"WITH live AS ({LIVE_MESSAGES}) "
-    conv = demo_db.fetch_one(q + "SELECT count(DISTINCT thread_id) AS n FROM live WHERE kind = 'human' "
-                             "AND day BETWEEN %s AND %s", (since, until))["n"]
-    calls = q + ("SELECT l.thread_id, l.day, call -> 'args' ->> 'tipo' AS tipo FROM live l "
-                 "CROSS JOIN LATERAL jsonb_array_elements(l.tool_calls) AS call "
-                 "WHERE l.kind = 'ai' AND call ->> 'name' = 'recordar_preferencia' AND l.day BETWEEN %s AND %s")
+    conv = demo_db.fetch_one(
+        q + "SELECT count(DISTINCT thread_id) AS n FROM live WHERE kind = 'human' AND day BETWEEN %s AND %s",
+        (since, until),
+    )["n"]
+    calls = q + (
+        "SELECT l.thread_id, l.day, call -> 'args' ->> 'tipo' AS tipo FROM live l "
+        "CROSS JOIN LATERAL jsonb_array_elements(l.tool_calls) AS call "
+        "WHERE l.kind = 'ai' AND call ->> 'name' = 'recordar_preferencia' AND l.day BETWEEN %s AND %s"
+    )
     live_calls = demo_db.fetch(calls, (since, until))
     writes = len(live_calls)
     assert conv > 0 and writes > 0
@@ -115,10 +132,16 @@ def test_preferences_page_figures_equal_sql(at, demo_db):
     assert len(at.get("plotly_chart")) == 2
     # where our exact fast path exists too, it agrees with the checkpoints: every call whose tool ran
     # wrote one row; a call answered with an error (memory unavailable during the demo's outage) wrote none
-    logged = demo_db.fetch_one("SELECT count(*) AS n FROM core_memory_writes WHERE root='clientes' AND key LIKE 'pref-%%' "
-                               "AND thread_id IS NOT NULL AND written_at::date BETWEEN %s AND %s", (since, until))["n"]
-    failed = demo_db.fetch_one(q + "SELECT count(*) AS n FROM live WHERE kind = 'tool' AND tool_name = 'recordar_preferencia' "
-                               "AND status = 'error' AND day BETWEEN %s AND %s", (since, until))["n"]
+    logged = demo_db.fetch_one(
+        "SELECT count(*) AS n FROM core_memory_writes WHERE root='clientes' AND key LIKE 'pref-%%' "
+        "AND thread_id IS NOT NULL AND written_at::date BETWEEN %s AND %s",
+        (since, until),
+    )["n"]
+    failed = demo_db.fetch_one(
+        q + "SELECT count(*) AS n FROM live WHERE kind = 'tool' AND tool_name = 'recordar_preferencia' "
+        "AND status = 'error' AND day BETWEEN %s AND %s",
+        (since, until),
+    )["n"]
     assert logged == writes - failed
     tipos = {c["tipo"] for c in live_calls}
     assert tipos <= {"recogida", "contacto", "idioma", "horario"} and len(tipos) == 4

@@ -4,17 +4,18 @@ the reference), on a database written by the memory article's agents (stock save
 without a cliente_id) and by ours (cliente_id metadata, replayed past days, threads active on several days),
 through the extraction step, after a prune of deleted threads, after erasures, and after a TRUNCATE; the
 trigger-kept rollups equal the migration's backfill; an erasure leaves no rollup row naming the customer."""
+
 from __future__ import annotations
 
 import contextlib
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
 import psycopg
+from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from conftest import DIMS
 from core import clock
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
@@ -81,23 +82,33 @@ WHERE t.tool IN ('proponer_entrega', 'recordar_preferencia')
   AND coalesce(t.cliente_id, 'thread:' || t.thread_id) IN (SELECT subject FROM subjects)
 ORDER BY t.ts, t.thread_id, t.checkpoint_id, t.task_id, t.idx, t.position, t.call_index"""
 
-OLD_SQL = {"SELECT_PREF_DAILY": OLD_PREF_DAILY, "SELECT_CONVERSATIONS": OLD_CONVERSATIONS,
-           "SELECT_CLOCKS": OLD_CLOCKS, "SELECT_PREF_BY_TIPO": OLD_PREF_BY_TIPO,
-           "SELECT_WRITING_CONVERSATIONS": OLD_WRITING_CONVERSATIONS,
-           "SELECT_PROPOSALS_AND_PREFERENCES": OLD_PROPOSALS_AND_PREFERENCES}
+OLD_SQL = {
+    "SELECT_PREF_DAILY": OLD_PREF_DAILY,
+    "SELECT_CONVERSATIONS": OLD_CONVERSATIONS,
+    "SELECT_CLOCKS": OLD_CLOCKS,
+    "SELECT_PREF_BY_TIPO": OLD_PREF_BY_TIPO,
+    "SELECT_WRITING_CONVERSATIONS": OLD_WRITING_CONVERSATIONS,
+    "SELECT_PROPOSALS_AND_PREFERENCES": OLD_PROPOSALS_AND_PREFERENCES,
+}
 
-ROLLUPS = ("core_tool_call_days", "core_tool_call_subject_days", "core_tool_call_day_pairs",
-           "core_tool_call_thread_days", "core_thread_last", "core_thread_day_pairs")
+ROLLUPS = (
+    "core_tool_call_days",
+    "core_tool_call_subject_days",
+    "core_tool_call_day_pairs",
+    "core_tool_call_thread_days",
+    "core_thread_last",
+    "core_thread_day_pairs",
+)
 NAMING = ("core_tool_call_subject_days", "core_tool_call_thread_days", "core_thread_last")  # cliente_id / thread_id
 MIGRATION = Path(__file__).resolve().parent.parent / "core" / "sql" / "047_preference_rollups.sql"
 DEFAULT = subj.Attribution()
 
-TODAY = datetime.now(timezone.utc).date()
+TODAY = datetime.now(UTC).date()
 
 
 def at(days_ago: int, hour: int, minute: int = 0) -> datetime:
     d = TODAY - timedelta(days=days_ago)
-    return datetime(d.year, d.month, d.day, hour, minute, tzinfo=timezone.utc)
+    return datetime(d.year, d.month, d.day, hour, minute, tzinfo=UTC)
 
 
 # Our agents on replayed past days (cliente_id in the metadata): several days, tipos and customers, threads
@@ -124,11 +135,19 @@ SCRIPT = [
 
 # Windows over those days and today's article agents: whole history, the page's 30 days, windows that start
 # inside a thread's or a customer's activity, single days, a day without any call, the future.
-WINDOWS = [(TODAY - timedelta(days=100), TODAY + timedelta(days=1)), (TODAY - timedelta(days=29), TODAY),
-           (TODAY - timedelta(days=20), TODAY - timedelta(days=10)), (TODAY - timedelta(days=19), TODAY),
-           (TODAY - timedelta(days=10), TODAY - timedelta(days=10)), (TODAY - timedelta(days=35), TODAY - timedelta(days=35)),
-           (TODAY - timedelta(days=9), TODAY - timedelta(days=2)), (TODAY - timedelta(days=2), TODAY - timedelta(days=2)),
-           (TODAY - timedelta(days=3), TODAY), (TODAY, TODAY), (TODAY + timedelta(days=1), TODAY + timedelta(days=5))]
+WINDOWS = [
+    (TODAY - timedelta(days=100), TODAY + timedelta(days=1)),
+    (TODAY - timedelta(days=29), TODAY),
+    (TODAY - timedelta(days=20), TODAY - timedelta(days=10)),
+    (TODAY - timedelta(days=19), TODAY),
+    (TODAY - timedelta(days=10), TODAY - timedelta(days=10)),
+    (TODAY - timedelta(days=35), TODAY - timedelta(days=35)),
+    (TODAY - timedelta(days=9), TODAY - timedelta(days=2)),
+    (TODAY - timedelta(days=2), TODAY - timedelta(days=2)),
+    (TODAY - timedelta(days=3), TODAY),
+    (TODAY, TODAY),
+    (TODAY + timedelta(days=1), TODAY + timedelta(days=5)),
+]
 
 
 @contextlib.contextmanager
@@ -188,8 +207,12 @@ def assert_equal_to_backfill(db: Database) -> dict[str, list]:
 
 
 def naming_rows(db: Database, customer: str, threads: list[str]) -> dict[str, int]:
-    return {t: db.fetch_one(f"SELECT count(*) AS n FROM {t} WHERE cliente_id = %s OR thread_id = ANY(%s)",
-                            (customer, threads))["n"] for t in NAMING}
+    return {
+        t: db.fetch_one(
+            f"SELECT count(*) AS n FROM {t} WHERE cliente_id = %s OR thread_id = ANY(%s)", (customer, threads)
+        )["n"]
+        for t in NAMING
+    }
 
 
 def our_agents(db: Database, script) -> None:
@@ -211,10 +234,12 @@ def test_rollup_reads_equal_the_live_queries_on_article_and_our_agents(article_a
         our_agents(db, SCRIPT[5:])
         tool_calls.extract(db, batch=7)
         assert tool_calls.checkpoints_behind(db) == 0
-        calls = db.fetch_one("SELECT count(*) AS n, count(*) FILTER (WHERE cliente_id IS NULL) AS anonymous, "
-                             "count(DISTINCT (ts AT TIME ZONE 'UTC')::date) AS days, "
-                             "count(DISTINCT args ->> 'tipo') AS tipos FROM core_tool_calls "
-                             "WHERE tool = 'recordar_preferencia'")
+        calls = db.fetch_one(
+            "SELECT count(*) AS n, count(*) FILTER (WHERE cliente_id IS NULL) AS anonymous, "
+            "count(DISTINCT (ts AT TIME ZONE 'UTC')::date) AS days, "
+            "count(DISTINCT args ->> 'tipo') AS tipos FROM core_tool_calls "
+            "WHERE tool = 'recordar_preferencia'"
+        )
         assert calls["anonymous"] == 18 and calls["n"] == 18 + 10 and calls["days"] == 6 and calls["tipos"] == 4
         new = assert_same_as_live(db)
         # the comparison is not vacuous: threads on several days, customers counted once per tipo
@@ -223,7 +248,9 @@ def test_rollup_reads_equal_the_live_queries_on_article_and_our_agents(article_a
         by_tipo = new[("by_tipo", WINDOWS[0])].set_index("tipo")
         assert by_tipo.loc["recogida", "writes"] == 4 + 6 and by_tipo.loc["recogida", "customers"] == 3 + 6
         writers = new[("writers", WINDOWS[0], 50, 0)].set_index("thread_id")
-        assert writers.loc["cliente-C1-1", "writes"] == 3 and writers.loc["cliente-C1-1", "tipos"] == "horario, recogida"
+        assert (
+            writers.loc["cliente-C1-1", "writes"] == 3 and writers.loc["cliente-C1-1", "tipos"] == "horario, recogida"
+        )
         assert new[("applied counts", 500)][0] > 0
         before = assert_equal_to_backfill(db)
 
@@ -238,8 +265,13 @@ def test_rollup_reads_equal_the_live_queries_on_article_and_our_agents(article_a
             threads = evidence.preview(db, customer, DEFAULT)
             everything = threads.thread_ids + threads.residue_threads
             assert all(n > 0 for n in naming_rows(db, customer, everything).values())
-            result = erasure.erase(db, customer, operator="dpo@example.com", config=DEFAULT,
-                                   decisions={t: "erase" for t in threads.residue_threads})
+            result = erasure.erase(
+                db,
+                customer,
+                operator="dpo@example.com",
+                config=DEFAULT,
+                decisions={t: "erase" for t in threads.residue_threads},
+            )
             assert result.status == "complete", result.report
             counted = {e.table: e.result for e in result.evidence}
             assert {t: counted[t] for t in NAMING} == dict.fromkeys(NAMING, 0)  # the evidence counts them: 0

@@ -1,17 +1,18 @@
 """Preferences applied: proposals against the preference in force, read from the canonical
 checkpoint views (decoded in SQL) of conversations held by the real agents."""
+
 from __future__ import annotations
 
+from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 from streamlit.testing.v1 import AppTest
 
-from conftest import DIMS
+from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints import tool_calls
 from core.memory import preferences
-from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
-from core.agents.scripted_model import ScriptedChatModel
 
 
 def converse(db, model, script):
@@ -23,11 +24,11 @@ def converse(db, model, script):
 
 SCRIPT = [
     ("C1", "c1-a", "Prefiero recoger mis pedidos en la tienda Diagonal."),
-    ("C1", "c1-b", "Quiero recoger un pedido, ¿qué me propones?"),               # follows: Diagonal
-    ("C1", "c1-c", "Solo esta vez, que lo recoja en la tienda Sierpes."),       # does not follow
-    ("C2", "c2-a", "Tengo un pedido listo, ¿qué me propones?"),                 # no preference: not counted
+    ("C1", "c1-b", "Quiero recoger un pedido, ¿qué me propones?"),  # follows: Diagonal
+    ("C1", "c1-c", "Solo esta vez, que lo recoja en la tienda Sierpes."),  # does not follow
+    ("C2", "c2-a", "Tengo un pedido listo, ¿qué me propones?"),  # no preference: not counted
     ("C_1", "c_1-a", "Por favor, contactadme siempre por SMS."),
-    ("C_1", "c_1-b", "Quiero recoger un pedido, ¿qué me propones?"),             # follows: SMS
+    ("C_1", "c_1-b", "Quiero recoger un pedido, ¿qué me propones?"),  # follows: SMS
 ]
 
 
@@ -45,11 +46,11 @@ def test_rate_follows_the_preference_in_force(db):
 
 
 def test_a_period_counts_only_its_own_conversations(db):
-    from datetime import datetime, timedelta, timezone
+    from datetime import UTC, datetime, timedelta
 
     converse(db, ScriptedChatModel(), SCRIPT)
     tool_calls.extract(db)
-    today = datetime.now(timezone.utc).date()
+    today = datetime.now(UTC).date()
     everything = preferences.preferences_applied(db)
     assert preferences.preferences_applied(db, 500, today, today).proposals.equals(everything.proposals)
     before = preferences.preferences_applied(db, 500, today - timedelta(days=7), today - timedelta(days=1))

@@ -1,12 +1,13 @@
 """`core_prefix_counts` (trigger-maintained) equals a live GROUP BY over `store` after every
 kind of write the system makes: puts, overwrites, TTL refreshes, batch deletes, sweeps."""
+
 from __future__ import annotations
 
 import time
 
+from conftest import DIMS
 from langgraph.store.base import PutOp
 
-from conftest import DIMS
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store, get_memory, put_memory
 from core.migrate import migrate
@@ -31,8 +32,13 @@ def test_counts_follow_every_write(db):
     assert db.fetch_one("SELECT last_write FROM core_prefix_counts WHERE prefix='clientes.C9'")["last_write"] > before
     get_memory(store, ("clientes", "C9"), "pref-idioma")  # TTL refresh is an UPDATE
     assert_exact(db)
-    store.batch([PutOp(("clientes", "C9"), "pref-idioma", None), PutOp(("clientes", "C_9"), "pref-idioma", None),
-                 PutOp(("clientes", "C_9"), "pref-contacto", None)])
+    store.batch(
+        [
+            PutOp(("clientes", "C9"), "pref-idioma", None),
+            PutOp(("clientes", "C_9"), "pref-idioma", None),
+            PutOp(("clientes", "C_9"), "pref-contacto", None),
+        ]
+    )
     assert_exact(db)
     assert db.fetch_one("SELECT count(*) AS n FROM core_prefix_counts WHERE prefix='clientes.C_9'")["n"] == 0
     put_memory(store, ("proveedores", "P1"), "aviso-promocion", {"texto": "flash"}, valid_for_minutes=0.005)

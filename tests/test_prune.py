@@ -3,21 +3,22 @@ by our agents, by agents built from the articles, by a graph with a subgraph pau
 with a DeltaChannel, `get_state()` returns the same before and after pruning, `get_state_history()` returns the kept
 checkpoints with the same values, the interrupted thread resumes, and a pruned thread goes on normally. Real embedded
 PostgreSQL, real graphs, stock savers; nothing is mocked."""
+
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import psycopg
 import pytest
+from conftest import settings_for
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.types import Command
+from prune_graphs import delta_graph, describe, subgraph_with_interrupt
 from psycopg.rows import dict_row
 
-from conftest import settings_for
 from core.checkpoints import prune
 from core.db import Database
-from prune_graphs import delta_graph, describe, subgraph_with_interrupt
 
 COUNTS = """
 SELECT (SELECT count(*) FROM checkpoints) AS checkpoints, (SELECT count(*) FROM checkpoint_writes) AS writes,
@@ -33,7 +34,10 @@ def read_all(graph_for: Callable[[str], object], threads: list[str]) -> dict[str
     out = {}
     for t in threads:
         graph, config = graph_for(t), {"configurable": {"thread_id": t}}
-        out[t] = (describe(graph.get_state(config, subgraphs=True)), [describe(s) for s in graph.get_state_history(config)])
+        out[t] = (
+            describe(graph.get_state(config, subgraphs=True)),
+            [describe(s) for s in graph.get_state_history(config)],
+        )
     return out
 
 
@@ -46,20 +50,28 @@ def prove(db: Database, graph_for: Callable[[str], object], keep: int, **policy)
     threads = threads_of(db)
     before = read_all(graph_for, threads)
     counts = db.fetch_one(COUNTS)
-    namespaces_before = {(r["thread_id"], r["checkpoint_ns"]): r["ids"] for r in db.fetch(
-        "SELECT thread_id, checkpoint_ns, array_agg(checkpoint_id ORDER BY checkpoint_id DESC) AS ids "
-        "FROM checkpoints GROUP BY 1, 2")}
+    namespaces_before = {
+        (r["thread_id"], r["checkpoint_ns"]): r["ids"]
+        for r in db.fetch(
+            "SELECT thread_id, checkpoint_ns, array_agg(checkpoint_id ORDER BY checkpoint_id DESC) AS ids "
+            "FROM checkpoints GROUP BY 1, 2"
+        )
+    }
     policy = prune.validate_policy(keep, **policy)
     with connect(db.dsn) as conn:
         dry = prune.prune_history(conn, policy, dry_run=True, batch_threads=3)
         assert db.fetch_one(COUNTS) == counts, "a dry run deleted something"
         done = prune.prune_history(conn, policy, batch_threads=3)
     assert done.checkpoints > 0, "the proof must prune something"
-    assert [(t.thread_id, t.checkpoints, t.writes, t.blobs, t.bytes) for t in dry.threads] == \
-           [(t.thread_id, t.checkpoints, t.writes, t.blobs, t.bytes) for t in done.threads]
+    assert [(t.thread_id, t.checkpoints, t.writes, t.blobs, t.bytes) for t in dry.threads] == [
+        (t.thread_id, t.checkpoints, t.writes, t.blobs, t.bytes) for t in done.threads
+    ]
     after = counts_now = db.fetch_one(COUNTS)
-    assert counts_now == {"checkpoints": counts["checkpoints"] - done.checkpoints,
-                          "writes": counts["writes"] - done.writes, "blobs": counts["blobs"] - done.blobs}
+    assert counts_now == {
+        "checkpoints": counts["checkpoints"] - done.checkpoints,
+        "writes": counts["writes"] - done.writes,
+        "blobs": counts["blobs"] - done.blobs,
+    }
     after = read_all(graph_for, threads)
     for t in threads:
         state_before, history_before = before[t]
@@ -71,14 +83,19 @@ def prove(db: Database, graph_for: Callable[[str], object], keep: int, **policy)
         for h in history_after:  # every kept checkpoint reads as it did
             assert h == by_id[h["checkpoint_id"]], (t, h["checkpoint_id"])
     for (t, ns), ids in namespaces_before.items():
-        left = {r["checkpoint_id"] for r in db.fetch(
-            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s", (t, ns))}
+        left = {
+            r["checkpoint_id"]
+            for r in db.fetch(
+                "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s", (t, ns)
+            )
+        }
         # the latest `keep` of every namespace are still there, but a finished subgraph call's (`node:task_id`)
         assert set(ids[:keep]) <= left or (":" in ns and not left), (t, ns)
     return done
 
 
 # --- graphs written here ---------------------------------------------------------------------------------------------
+
 
 def test_subgraph_paused_on_an_interrupt_reads_and_resumes_the_same_after_pruning(db):
     saver = PostgresSaver(db.pool)
@@ -102,8 +119,10 @@ def test_subgraph_paused_on_an_interrupt_reads_and_resumes_the_same_after_prunin
     assert len(before) == 3 and after == {paused.tasks[0].state.config["configurable"]["checkpoint_ns"]}
 
     # Resuming the pruned thread gives what resuming its unpruned twin gives.
-    outs = {t: graph.invoke(Command(resume="sí"), {"configurable": {"thread_id": t}})["log"]
-            for t in ("hilo-podado", "hilo-testigo")}
+    outs = {
+        t: graph.invoke(Command(resume="sí"), {"configurable": {"thread_id": t}})["log"]
+        for t in ("hilo-podado", "hilo-testigo")
+    }
     assert outs["hilo-podado"] == outs["hilo-testigo"]
     assert outs["hilo-podado"][-2:] == ["respuesta:sí", "fin"]
 
@@ -134,8 +153,10 @@ def test_writes_after_the_cut_are_never_deleted(db):
     with connect(db.dsn) as conn:
         cut = prune.take_cut(conn, policy)
         graph.invoke({"items": ["b"], "n": 0}, config)  # an agent writes after the cut, before the batch
-        new = {r["checkpoint_id"] for r in db.fetch(
-            "SELECT checkpoint_id FROM checkpoints WHERE checkpoint_id > %s", (cut["vivo"][""],))}
+        new = {
+            r["checkpoint_id"]
+            for r in db.fetch("SELECT checkpoint_id FROM checkpoints WHERE checkpoint_id > %s", (cut["vivo"][""],))
+        }
         assert new
         with conn.transaction():
             prune.apply_plans(conn, prune.plan_batch(conn, cut, ["vivo"], 1))
@@ -183,11 +204,17 @@ def test_erased_threads_stay_erased_and_are_never_listed(db):
     assert db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE thread_id = 'borrado'")["n"] == before
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"keep_latest": 0}, ">= 1"), ({"keep_latest": "dos"}, "whole number"), ({"keep_latest": True}, "whole number"),
-    ({"keep_latest": 2, "idle_minutes": -1}, ">= 0"), ({"keep_latest": 2, "root": "clients"}, "one of"),
-    ({"keep_latest": 2, "agent": " x"}, "surrounding"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"keep_latest": 0}, ">= 1"),
+        ({"keep_latest": "dos"}, "whole number"),
+        ({"keep_latest": True}, "whole number"),
+        ({"keep_latest": 2, "idle_minutes": -1}, ">= 0"),
+        ({"keep_latest": 2, "root": "clients"}, "one of"),
+        ({"keep_latest": 2, "agent": " x"}, "surrounding"),
+    ],
+)
 def test_bad_policy_is_a_clear_error(kwargs, message):
     with pytest.raises(prune.PruneInputError, match=message):
         prune.validate_policy(**kwargs)
@@ -208,6 +235,7 @@ def test_idle_minutes_and_root_filters(db):
 
 # --- databases written by agents ---------------------------------------------------------------------------------------
 
+
 def test_every_thread_of_our_agents_reads_the_same_after_pruning(db):
     from core.agents.retail import build_agent
     from core.agents.scripted_model import ScriptedChatModel
@@ -218,20 +246,25 @@ def test_every_thread_of_our_agents_reads_the_same_after_pruning(db):
     seed(db, settings_for(db.dsn), customers=6, days=3)
     store = build_store(db.pool, OfflineHashEmbeddings(64), 64)
     saver = PostgresSaver(db.pool)
-    agents = {k: build_agent(k, ScriptedChatModel(), store=store, checkpointer=saver)
-              for k in ("atencion-cliente", "compras", "ajustes-personal")}
-    kinds = {r["thread_id"]: r["agente"] for r in db.fetch(
-        "SELECT thread_id, max(metadata ->> 'agente') AS agente FROM checkpoints GROUP BY 1")}
+    agents = {
+        k: build_agent(k, ScriptedChatModel(), store=store, checkpointer=saver)
+        for k in ("atencion-cliente", "compras", "ajustes-personal")
+    }
+    kinds = {
+        r["thread_id"]: r["agente"]
+        for r in db.fetch("SELECT thread_id, max(metadata ->> 'agente') AS agente FROM checkpoints GROUP BY 1")
+    }
     assert len(kinds) > 20 and set(kinds.values()) == set(agents)
     prove(db, lambda t: agents[kinds[t]], keep=2)
     # A pruned thread goes on: one more turn adds its messages to those kept.
     from core.agents.retail import ContextoCliente, run_turn
+
     thread = next(t for t, k in kinds.items() if k == "atencion-cliente")
     config = {"configurable": {"thread_id": thread}}
     before = agents["atencion-cliente"].get_state(config).values["messages"]
     cid = thread.split("-")[1]
     after = run_turn(agents["atencion-cliente"], ContextoCliente(cid), thread, "¿Y el horario?")["messages"]
-    assert [m.id for m in after[:len(before)]] == [m.id for m in before] and len(after) > len(before)
+    assert [m.id for m in after[: len(before)]] == [m.id for m in before] and len(after) > len(before)
 
 
 def test_every_thread_of_the_articles_agents_reads_the_same_after_pruning(article_agents):

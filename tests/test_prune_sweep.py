@@ -1,6 +1,7 @@
 """History pruning as a step of the sweep job: the command line and the CronJob's environment, run as the least
 privileged role of deploy/sweeper-grants.sql, logged in core_sweep_log and core_prune_threads; bad input exits 2
 and changes nothing. Real agents on the real embedded PostgreSQL."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,17 +9,19 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
+from test_sweep import DIMS, _converse
 
 from core.checkpoints import prune
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.operations import sweep_cli
-from test_sweep import DIMS, _converse
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-COUNTS = ("SELECT (SELECT count(*) FROM checkpoints) AS c, (SELECT count(*) FROM checkpoint_writes) AS w, "
-          "(SELECT count(*) FROM checkpoint_blobs) AS b")
+COUNTS = (
+    "SELECT (SELECT count(*) FROM checkpoints) AS c, (SELECT count(*) FROM checkpoint_writes) AS w, "
+    "(SELECT count(*) FROM checkpoint_blobs) AS b"
+)
 
 
 @pytest.fixture
@@ -43,8 +46,13 @@ def test_dry_run_then_the_cronjob_environment_prunes_as_the_least_privileged_rol
     dry = db.fetch_one("SELECT * FROM core_sweep_log ORDER BY id DESC LIMIT 1")
     assert dry["status"] == "dry_run" and dry["prune_policy"] == {"keep_latest": 2}
     listed = db.fetch("SELECT * FROM core_prune_threads WHERE run_id = %s ORDER BY thread_id", (dry["id"],))
-    assert {r["thread_id"] for r in listed} == {"cliente-C1-1", "cliente-C2-1", "cliente-C3-1", "compras-P1-retraso",
-                                                "personal-E1"}
+    assert {r["thread_id"] for r in listed} == {
+        "cliente-C1-1",
+        "cliente-C2-1",
+        "cliente-C3-1",
+        "compras-P1-retraso",
+        "personal-E1",
+    }
     assert all(f"pruned thread: {r['thread_id']} ({r['checkpoints']} checkpoints" in out for r in listed)
     assert dry["prune_checkpoints"] == sum(r["checkpoints"] for r in listed) > 0
     assert dry["prune_bytes"] == sum(r["bytes"] for r in listed) > 0
@@ -53,21 +61,32 @@ def test_dry_run_then_the_cronjob_environment_prunes_as_the_least_privileged_rol
     assert sweep_cli.main(["--trigger", "scheduled"]) == 0
     run = db.fetch_one("SELECT * FROM core_sweep_log ORDER BY id DESC LIMIT 1")
     assert run["status"] == "ok", run["error"]
-    assert [run[k] for k in ("prune_threads", "prune_checkpoints", "prune_writes", "prune_blobs", "prune_bytes")] == \
-           [dry[k] for k in ("prune_threads", "prune_checkpoints", "prune_writes", "prune_blobs", "prune_bytes")]
+    assert [run[k] for k in ("prune_threads", "prune_checkpoints", "prune_writes", "prune_blobs", "prune_bytes")] == [
+        dry[k] for k in ("prune_threads", "prune_checkpoints", "prune_writes", "prune_blobs", "prune_bytes")
+    ]
     after = db.fetch_one(COUNTS)
-    assert after == {"c": before["c"] - run["prune_checkpoints"], "w": before["w"] - run["prune_writes"],
-                     "b": before["b"] - run["prune_blobs"]}
-    assert db.fetch_one("SELECT max(n) AS n FROM (SELECT count(*) AS n FROM checkpoints GROUP BY thread_id, "
-                        "checkpoint_ns) x")["n"] == 2
+    assert after == {
+        "c": before["c"] - run["prune_checkpoints"],
+        "w": before["w"] - run["prune_writes"],
+        "b": before["b"] - run["prune_blobs"],
+    }
+    assert (
+        db.fetch_one(
+            "SELECT max(n) AS n FROM (SELECT count(*) AS n FROM checkpoints GROUP BY thread_id, checkpoint_ns) x"
+        )["n"]
+        == 2
+    )
 
 
-@pytest.mark.parametrize("argv, env, message", [
-    (["--keep-latest", "0"], {}, ">= 1"),
-    ([], {"SWEEP_KEEP_LATEST": "muchos"}, "SWEEP_KEEP_LATEST='muchos'"),
-    (["--idle-minutes", "5"], {}, "needs --keep-latest"),
-    (["--keep-latest", "3", "--prune-root", "clients"], {}, "one of"),
-])
+@pytest.mark.parametrize(
+    "argv, env, message",
+    [
+        (["--keep-latest", "0"], {}, ">= 1"),
+        ([], {"SWEEP_KEEP_LATEST": "muchos"}, "SWEEP_KEEP_LATEST='muchos'"),
+        (["--idle-minutes", "5"], {}, "needs --keep-latest"),
+        (["--keep-latest", "3", "--prune-root", "clients"], {}, "one of"),
+    ],
+)
 def test_bad_prune_input_exits_2_and_changes_nothing(sweeper, monkeypatch, capsys, argv, env, message):
     db = sweeper
     for name, value in env.items():
@@ -82,8 +101,10 @@ def test_bad_prune_input_exits_2_and_changes_nothing(sweeper, monkeypatch, capsy
 
 def test_the_cronjob_sets_a_valid_prune_policy():
     docs = [d for d in yaml.safe_load_all((DEPLOY / "sweep-cronjob.yaml").read_text()) if d["kind"] == "CronJob"]
-    env = {e["name"]: e.get("value") for e in
-           docs[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for e in docs[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     policy = prune.validate_policy(env[prune.POLICY_ENV["keep_latest"]], env.get(prune.POLICY_ENV["idle_minutes"]))
     assert policy.keep_latest >= 1 and policy.idle_minutes is not None
 
@@ -99,6 +120,7 @@ def test_an_erasure_removes_the_customers_threads_and_keys_from_what_runs_listed
     put_memory(store, ("clientes", "C1"), "pref-idioma", {"texto": "idioma: catalán"}, valid_for_minutes=0.005)
     put_memory(store, ("clientes", "C2"), "pref-idioma", {"texto": "idioma: euskera"}, valid_for_minutes=0.005)
     import time
+
     time.sleep(0.4)
     assert sweep_cli.main(["--keep-latest", "1", "--dry-run"]) == 0
     assert {r["prefix"] for r in db.fetch("SELECT prefix FROM core_sweep_documents")} == {"clientes.C1", "clientes.C2"}

@@ -1,16 +1,17 @@
 """The read replica, for real: a streaming hot standby (pg_basebackup, the wheel's binaries) of a
 primary of the session's own. Page reads run on it, erasure evidence on the primary, its lag is on
 screen, and reads fall back to the primary while it is stopped and return when it is back."""
+
 from __future__ import annotations
 
 import re
 
 import psycopg
 import pytest
+from apptools import as_int, metric, wait_until
 from langgraph.store.base import PutOp
 from streamlit.testing.v1 import AppTest
 
-from apptools import as_int, metric, wait_until
 from core import read_replica
 from core.db import Database, reset_pool
 from core.memory.embeddings import OfflineHashEmbeddings
@@ -29,8 +30,12 @@ def one(dsn: str, sql: str, params=None):
 def write_docs(db: Database, customer: str, n: int) -> None:
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
     ns = ("clientes", customer)
-    store.batch([PutOp(ns, f"doc-{i}", {"texto": f"pedido {i} de {customer}"}, index=["texto"], ttl=ttl_for(ns))
-                 for i in range(n)])
+    store.batch(
+        [
+            PutOp(ns, f"doc-{i}", {"texto": f"pedido {i} de {customer}"}, index=["texto"], ttl=ttl_for(ns))
+            for i in range(n)
+        ]
+    )
 
 
 @pytest.fixture
@@ -83,16 +88,25 @@ def test_a_page_read_runs_on_the_replica(app_env, replica_pair, rdb):
     assert used is not None and used.source == "replica" and used.dsn == rdb.read_dsn
     assert used.in_hot_standby == "on"  # reported by the server on the very connection the read used
     # the server that holds that connection (backend pid) is in recovery
-    assert one(used.dsn, "SELECT pg_is_in_recovery() AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)",
-               (used.backend_pid,)) is True
+    assert (
+        one(
+            used.dsn,
+            "SELECT pg_is_in_recovery() AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)",
+            (used.backend_pid,),
+        )
+        is True
+    )
     assert as_int(metric(at, "Documentos guardados")) == one(rdb.dsn, "SELECT count(*) FROM store") == 7
     assert replica_notes(at) == []
 
 
 def test_the_lag_is_displayed_and_pages_say_as_of(app_env, replica_pair, rdb, paused):
     write_docs(rdb, "C2", 5)  # on the primary, not replayed by the paused standby
-    behind_before = one(rdb.dsn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)",
-                        (one(rdb.read_dsn, "SELECT pg_last_wal_replay_lsn()::text"),))
+    behind_before = one(
+        rdb.dsn,
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)",
+        (one(rdb.read_dsn, "SELECT pg_last_wal_replay_lsn()::text"),),
+    )
     assert behind_before > 0
     at = run_app(app_env, rdb, REPLICA_MAX_LAG_S="0")
     captions = " ".join(c.value for c in at.sidebar.caption)
@@ -100,7 +114,11 @@ def test_the_lag_is_displayed_and_pages_say_as_of(app_env, replica_pair, rdb, pa
     assert lag, captions
     assert as_int(lag.group(1)) >= behind_before and float(lag.group(2)) > 0
     note = replica_notes(at)
-    assert len(note) == 1 and note[0].startswith("Datos de la réplica de lectura a las") and re.search(r"a las \d{1,2}:\d\d:\d\d", note[0])
+    assert (
+        len(note) == 1
+        and note[0].startswith("Datos de la réplica de lectura a las")
+        and re.search(r"a las \d{1,2}:\d\d:\d\d", note[0])
+    )
     # the page shows what the replica has replayed: C2's documents are not there yet
     assert as_int(metric(at, "Documentos guardados")) == one(rdb.read_dsn, "SELECT count(*) FROM store") == 0
 

@@ -1,6 +1,7 @@
 """Tamper-evident registers: real erasures, re-checks and access exports are sealed into hash chains by
 the triggers of 036_register_chain.sql; editing or deleting one register row (or a link) by SQL makes
 `chain.verify` fail and name that row. The erasure code itself is unchanged."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,10 @@ def registers(create_database):
     db.erased = [erasure.erase(db, c, operator="dpo@example.com").request_id for c in ("C1", "C2")]
     erasure_register.recheck(db, db.erased[0], operator="dpo@example.com")
     erasure_register.recheck_all(db)
-    db.exports = [access.export(db, "C3", fmt=f, lang="es", operator="dpo@example.com").register_id
-                  for f in ("json", "html", "json")]
+    db.exports = [
+        access.export(db, "C3", fmt=f, lang="es", operator="dpo@example.com").register_id
+        for f in ("json", "html", "json")
+    ]
     yield db
     reset_pool(db.dsn)
 
@@ -37,16 +40,24 @@ def test_untouched_registers_verify_and_every_final_row_is_sealed(registers):
     erasure_links = links(db, "erasure")
     # 2 requests + 3 re-checks (one manual, two by recheck_all), in the order they were written
     assert [(l["table_name"]) for l in erasure_links] == [
-        "core_erasure_register", "core_erasure_register", "core_erasure_rechecks", "core_erasure_rechecks",
-        "core_erasure_rechecks"]
+        "core_erasure_register",
+        "core_erasure_register",
+        "core_erasure_rechecks",
+        "core_erasure_rechecks",
+        "core_erasure_rechecks",
+    ]
     assert [l["row_id"] for l in links(db, "access")] == registers.exports
     for name, n in (("erasure", 5), ("access", 3)):
         result = chain.verify(db, name)
         assert result.ok and result.links == n and result.problem is None, result
         assert result.head_hash == links(db, name)[-1]["row_hash"]
     # the re-checks' own updates of the request (last_recheck_*) are not an edit
-    assert db.fetch_one("SELECT last_recheck_at FROM core_erasure_register WHERE id = %s",
-                        (db.erased[0],))["last_recheck_at"] is not None
+    assert (
+        db.fetch_one("SELECT last_recheck_at FROM core_erasure_register WHERE id = %s", (db.erased[0],))[
+            "last_recheck_at"
+        ]
+        is not None
+    )
 
 
 def test_a_nullable_column_added_later_keeps_sealed_rows_valid(registers):
@@ -66,8 +77,11 @@ def test_a_nullable_column_added_later_keeps_sealed_rows_valid(registers):
 def test_a_dba_editing_an_erasures_counts_is_caught(registers):
     db = registers
     target = db.erased[1]
-    db.execute("UPDATE core_erasure_register SET counts_after = '{\"store\": 0}', deleted = deleted || "
-               "'{\"store\": 999}' WHERE id = %s", (target,))
+    db.execute(
+        "UPDATE core_erasure_register SET counts_after = '{\"store\": 0}', deleted = deleted || "
+        "'{\"store\": 999}' WHERE id = %s",
+        (target,),
+    )
     result = chain.verify(db, "erasure")
     assert not result.ok
     assert (result.table, result.row_id, result.problem) == ("core_erasure_register", target, "edited")
@@ -81,7 +95,11 @@ def test_deleting_a_recheck_row_is_caught(registers):
     db.execute("DELETE FROM core_erasure_rechecks WHERE id = %s", (victim,))
     result = chain.verify(db, "erasure")
     assert (result.ok, result.table, result.row_id, result.problem) == (
-        False, "core_erasure_rechecks", victim, "removed")
+        False,
+        "core_erasure_rechecks",
+        victim,
+        "removed",
+    )
 
 
 def test_deleting_or_editing_an_access_row_is_caught(registers):
@@ -91,44 +109,60 @@ def test_deleting_or_editing_an_access_row_is_caught(registers):
     result = chain.verify(db, "access")
     # the first broken row in chain order is named
     assert (result.ok, result.table, result.row_id, result.problem) == (
-        False, "core_access_register", db.exports[1], "removed")
+        False,
+        "core_access_register",
+        db.exports[1],
+        "removed",
+    )
 
 
 def test_deleting_a_row_with_its_link_or_forging_a_link_is_caught(registers):
     db = registers
     # remove an export and its link together: the chain has a gap at that position
-    db.execute("DELETE FROM core_register_chain WHERE table_name = 'core_access_register' AND row_id = %s",
-               (db.exports[1],))
+    db.execute(
+        "DELETE FROM core_register_chain WHERE table_name = 'core_access_register' AND row_id = %s", (db.exports[1],)
+    )
     db.execute("DELETE FROM core_access_register WHERE id = %s", (db.exports[1],))
     result = chain.verify(db, "access")
     assert (result.ok, result.problem, result.row_id) == (False, "link_removed", db.exports[2])
     # re-hash an edited erasure row into its own link: the next link no longer follows
     target = db.erased[0]
     db.execute("UPDATE core_erasure_register SET operator = 'someone else' WHERE id = %s", (target,))
-    db.execute("UPDATE core_register_chain SET content_sha256 = encode(sha256(convert_to("
-               "core_register_content(table_name, row_id), 'UTF8')), 'hex') "
-               "WHERE table_name = 'core_erasure_register' AND row_id = %s", (target,))
+    db.execute(
+        "UPDATE core_register_chain SET content_sha256 = encode(sha256(convert_to("
+        "core_register_content(table_name, row_id), 'UTF8')), 'hex') "
+        "WHERE table_name = 'core_erasure_register' AND row_id = %s",
+        (target,),
+    )
     result = chain.verify(db, "erasure")
     assert (result.ok, result.table, result.row_id, result.problem) == (
-        False, "core_erasure_register", target, "link_edited")
+        False,
+        "core_erasure_register",
+        target,
+        "link_edited",
+    )
 
 
 def test_a_final_row_written_around_the_seal_is_caught(registers):
     db = registers
     with db.connection() as conn, conn.transaction():
         conn.execute("SET LOCAL session_replication_role = replica")  # triggers off, as a DBA could
-        rid = conn.execute("INSERT INTO core_access_register (customer_id, operator, format, lang, sha256, "
-                           "size_bytes, counts, sources) VALUES ('C3', 'x', 'json', 'es', repeat('a', 64), 1, "
-                           "'{}', '{}') RETURNING id").fetchone()["id"]
+        rid = conn.execute(
+            "INSERT INTO core_access_register (customer_id, operator, format, lang, sha256, "
+            "size_bytes, counts, sources) VALUES ('C3', 'x', 'json', 'es', repeat('a', 64), 1, "
+            "'{}', '{}') RETURNING id"
+        ).fetchone()["id"]
     result = chain.verify(db, "access")
-    assert (result.ok, result.table, result.row_id, result.problem) == (
-        False, "core_access_register", rid, "unsealed")
+    assert (result.ok, result.table, result.row_id, result.problem) == (False, "core_access_register", rid, "unsealed")
 
 
 def test_a_running_erasure_is_not_sealed_until_final(registers):
     db = registers
-    row = db.fetch_one("INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator) "
-                       "VALUES ('C3', 'clientes.C3', 'dpo') RETURNING id", read_only=False)
+    row = db.fetch_one(
+        "INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator) "
+        "VALUES ('C3', 'clientes.C3', 'dpo') RETURNING id",
+        read_only=False,
+    )
     assert chain.verify(db, "erasure").ok  # running: may still change
     db.execute("UPDATE core_erasure_register SET passes = 1 WHERE id = %s", (row["id"],))
     db.execute("UPDATE core_erasure_register SET status = 'failed', report = 'x' WHERE id = %s", (row["id"],))

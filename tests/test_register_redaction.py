@@ -3,9 +3,10 @@ residue thread and exclusion, the residue query with its terms inlined, in the r
 in the hash chain. After `migrate` no value is left, the chain still verifies and names each redacted row with when,
 the links sealed before keep their hashes (head hashes handed out stay valid), a re-check still works through the
 hashes, and a row edited before or after the redaction is still reported as edited."""
+
 from __future__ import annotations
 
-from datetime import timezone
+from datetime import UTC
 
 import psycopg
 import pytest
@@ -38,15 +39,21 @@ def legacy(create_database, monkeypatch):
     dsn = create_database(migrated=False)
     every = migrate_module.migration_files
     with monkeypatch.context() as m:
-        m.setattr(migrate_module, "migration_files", lambda *a, **k: [f for f in every(*a, **k)
-                                                                      if _version(f) < BEFORE_056])
+        m.setattr(
+            migrate_module, "migration_files", lambda *a, **k: [f for f in every(*a, **k) if _version(f) < BEFORE_056]
+        )
         m.setattr(migrate_module, "repair_register", lambda conn: 0)
         migrate(dsn, DIMS)
     db = Database(dsn)
     store = make_store(db)
     agent = agents_for(db, store)
-    put_memory(store, ("clientes", "C9"), "direccion", {"texto": f"direccion: {ADDRESS}", "calle": ADDRESS},
-               thread_id="cliente-C9-1")
+    put_memory(
+        store,
+        ("clientes", "C9"),
+        "direccion",
+        {"texto": f"direccion: {ADDRESS}", "calle": ADDRESS},
+        thread_id="cliente-C9-1",
+    )
     run_turn(agent, ContextoCliente("C9"), "cliente-C9-1", "Por favor contactadme siempre por whatsapp al 600 123 456.")
     untagged_turn(agent, "soporte-1", f"Un cliente dicta su dirección: {ADDRESS}")
     with db.connection() as conn:
@@ -54,8 +61,16 @@ def legacy(create_database, monkeypatch):
         # the raw-bytes candidates as that code found them (today's token index needs migration 073)
         raw = {thread for _, thread in raw_scan.candidates(conn, [t.term for t in terms if not t.common], [])}
         params = res.residue_count_params(conn, terms, [], candidates=raw)
-        legacy_sql = psycopg.ClientCursor(conn).mogrify(res.RESIDUE_THREADS_SQL.replace(
-            "SELECT DISTINCT r.thread_id FROM", "SELECT count(DISTINCT r.thread_id) AS n FROM"), params).strip()
+        legacy_sql = (
+            psycopg.ClientCursor(conn)
+            .mogrify(
+                res.RESIDUE_THREADS_SQL.replace(
+                    "SELECT DISTINCT r.thread_id FROM", "SELECT count(DISTINCT r.thread_id) AS n FROM"
+                ),
+                params,
+            )
+            .strip()
+        )
     db.values = [t.term for t in terms if t.kind == "value"]
     assert ADDRESS in db.values and ADDRESS in legacy_sql
     # what the erasure then deleted (the old code deleted the same; only its register differed)
@@ -64,30 +79,57 @@ def legacy(create_database, monkeypatch):
     db.execute("DELETE FROM store WHERE prefix = 'clientes.C9'")
     for table in ("core_conversations", "core_memory_writes", "core_token_dirty"):
         db.execute(f"DELETE FROM {table} WHERE thread_id IN ('cliente-C9-1', 'soporte-1')")
-    evidence = [{"table": "store", "sql": "SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C9'", "result": 0,
-                 "at": "2026-12-01T10:00:00.000+00:00"},
-                {"table": "residue", "sql": legacy_sql, "result": 0, "at": "2026-12-01T10:00:00.000+00:00"}]
-    residue = [{"thread_id": "soporte-1", "terms": [ADDRESS, f"direccion: {ADDRESS}"], "decision": "erase",
-                "reason": None}]
-    old_terms = [{"term": t.term, "kind": t.kind, "customers": t.customers, "threads": t.threads, "common": t.common}
-                 for t in terms]
-    db.erased = db.fetch_one("""
+    evidence = [
+        {
+            "table": "store",
+            "sql": "SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C9'",
+            "result": 0,
+            "at": "2026-12-01T10:00:00.000+00:00",
+        },
+        {"table": "residue", "sql": legacy_sql, "result": 0, "at": "2026-12-01T10:00:00.000+00:00"},
+    ]
+    residue = [
+        {"thread_id": "soporte-1", "terms": [ADDRESS, f"direccion: {ADDRESS}"], "decision": "erase", "reason": None}
+    ]
+    old_terms = [
+        {"term": t.term, "kind": t.kind, "customers": t.customers, "threads": t.threads, "common": t.common}
+        for t in terms
+    ]
+    db.erased = db.fetch_one(
+        """
         INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator, status, finished_at, passes,
             thread_ids, counts_before, deleted, counts_after, evidence, sources, residue, residue_terms, exclusions)
         VALUES ('C9', 'clientes.C9', 'dpo@example.com', 'complete', now(), 1, %s, '{"store": 2}', '{"store": 2}',
                 '{"store": 0, "residue": 0}', %s, %s, %s, %s, '[]') RETURNING id""",
-        (["cliente-C9-1", "soporte-1"], Jsonb(evidence), Jsonb({"soporte-1": ["residue"]}), Jsonb(residue),
-         Jsonb(old_terms)), read_only=False)["id"]
-    db.rechecks = [db.fetch_one("""
+        (
+            ["cliente-C9-1", "soporte-1"],
+            Jsonb(evidence),
+            Jsonb({"soporte-1": ["residue"]}),
+            Jsonb(residue),
+            Jsonb(old_terms),
+        ),
+        read_only=False,
+    )["id"]
+    db.rechecks = [
+        db.fetch_one(
+            """
         INSERT INTO core_erasure_rechecks (request_id, trigger, clean, counts, evidence)
         VALUES (%s, 'sweep', true, '{"store": 0, "residue": 0}', %s) RETURNING id""",
-        (db.erased, Jsonb(evidence)), read_only=False)["id"] for _ in range(2)]
-    db.running = db.fetch_one("""
+            (db.erased, Jsonb(evidence)),
+            read_only=False,
+        )["id"]
+        for _ in range(2)
+    ]
+    db.running = db.fetch_one(
+        """
         INSERT INTO core_erasure_register (customer_id, namespace_prefix, operator, residue_terms, residue)
         VALUES ('C7', 'clientes.C7', 'dpo', %s, %s) RETURNING id""",
-        (Jsonb([{"term": "Plaza Nueva 1", "kind": "value", "customers": 1, "threads": 0, "common": False}]),
-         Jsonb([{"thread_id": "x", "terms": ["Plaza Nueva 1"], "decision": "undecided", "reason": None}])),
-        read_only=False)["id"]
+        (
+            Jsonb([{"term": "Plaza Nueva 1", "kind": "value", "customers": 1, "threads": 0, "common": False}]),
+            Jsonb([{"thread_id": "x", "terms": ["Plaza Nueva 1"], "decision": "undecided", "reason": None}]),
+        ),
+        read_only=False,
+    )["id"]
     db.values.append("Plaza Nueva 1")
     db.agent = agent
     yield db
@@ -100,12 +142,20 @@ def links(db) -> list[dict]:
 
 def test_the_repair_leaves_no_value_and_the_chain_verifies_naming_what_it_redacted(legacy):
     db = legacy
-    assert set(scan(db, db.values)) == {"core_erasure_register.evidence", "core_erasure_register.residue",
-                                        "core_erasure_register.residue_terms", "core_erasure_rechecks.evidence"}
+    assert set(scan(db, db.values)) == {
+        "core_erasure_register.evidence",
+        "core_erasure_register.residue",
+        "core_erasure_register.residue_terms",
+        "core_erasure_rechecks.evidence",
+    }
     sealed = links(db)
     assert len(sealed) == 3 and all(  # sealed as 036 seals (today's verifier needs 056's table)
-        l["content_sha256"] == chain.sha256_hex(db.fetch_one("SELECT core_register_content(%s, %s) AS c",
-                                                             (l["table_name"], l["row_id"]))["c"]) for l in sealed)
+        l["content_sha256"]
+        == chain.sha256_hex(
+            db.fetch_one("SELECT core_register_content(%s, %s) AS c", (l["table_name"], l["row_id"]))["c"]
+        )
+        for l in sealed
+    )
 
     migrate(db.dsn, DIMS)
 
@@ -113,7 +163,9 @@ def test_the_repair_leaves_no_value_and_the_chain_verifies_naming_what_it_redact
     result = chain.verify(db, "erasure")
     assert result.ok, result
     assert [(r.table, r.row_id) for r in result.redactions] == [
-        ("core_erasure_register", db.erased), *(("core_erasure_rechecks", k) for k in db.rechecks)]
+        ("core_erasure_register", db.erased),
+        *(("core_erasure_rechecks", k) for k in db.rechecks),
+    ]
     first = result.redactions[0]
     assert set(first.fields) == {"residue_terms", "residue", "evidence", "term_salt"} and first.reason == REASON
     assert first.redacted_at is not None and result.redactions[1].fields == ("evidence",)
@@ -158,14 +210,20 @@ def test_a_row_edited_before_the_repair_is_still_reported_edited(legacy):
     db.execute("UPDATE core_erasure_register SET counts_before = '{\"store\": 0}' WHERE id = %s", (db.erased,))
     migrate(db.dsn, DIMS)
     assert scan(db, db.values) == {}  # the values go anyway
-    assert db.fetch_one("SELECT intact FROM core_register_redactions WHERE row_id = %s AND "
-                        "table_name = 'core_erasure_register'", (db.erased,))["intact"] is False
+    assert (
+        db.fetch_one(
+            "SELECT intact FROM core_register_redactions WHERE row_id = %s AND table_name = 'core_erasure_register'",
+            (db.erased,),
+        )["intact"]
+        is False
+    )
     result = chain.verify(db, "erasure")
     assert (result.ok, result.row_id, result.problem) == (False, db.erased, "edited")
 
 
 def test_verifying_the_chain_on_the_register_page_says_what_was_redacted_and_when(legacy, app_env):
     from apptools import shown
+
     from tests.test_erasure_pages import dashboard, texts
 
     migrate(legacy.dsn, DIMS)
@@ -176,9 +234,15 @@ def test_verifying_the_chain_on_the_register_page_says_what_was_redacted_and_whe
     assert any(s.value.startswith("Cadena íntegra: 6 filas selladas") for s in at.success), texts(at)
     (info,) = [shown(i.value) for i in at.info if i.value.startswith("Filas selladas redactadas después")]
     # when, as a person reads it in Spanish (the viewer's zone: UTC without a browser), not ISO
-    when = {(r["table_name"], r["row_id"]): format_datetime(r["redacted_at"], "medium", tzinfo=timezone.utc, locale="es")
-            + " UTC" for r in legacy.fetch("SELECT table_name, row_id, redacted_at FROM core_register_redactions")}
-    assert (f"core_erasure_register #{legacy.erased} (residue_terms, residue, evidence, term_salt) "
-            f"{when['core_erasure_register', legacy.erased]}" in info
-            and all(f"core_erasure_rechecks #{k} (evidence) {when['core_erasure_rechecks', k]}" in info
-                    for k in legacy.rechecks)), info
+    when = {
+        (r["table_name"], r["row_id"]): format_datetime(r["redacted_at"], "medium", tzinfo=UTC, locale="es") + " UTC"
+        for r in legacy.fetch("SELECT table_name, row_id, redacted_at FROM core_register_redactions")
+    }
+    assert (
+        f"core_erasure_register #{legacy.erased} (residue_terms, residue, evidence, term_salt) "
+        f"{when['core_erasure_register', legacy.erased]}"
+        in info
+        and all(
+            f"core_erasure_rechecks #{k} (evidence) {when['core_erasure_rechecks', k]}" in info for k in legacy.rechecks
+        )
+    ), info

@@ -1,8 +1,9 @@
 """The Degradation page's honest replica states (core.checkpoints.replica_view): pure functions over
 a reading, and the exposition parser over a real agent endpoint's text."""
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
@@ -11,18 +12,29 @@ from prometheus_client import CollectorRegistry, generate_latest
 from core.checkpoints import replica_view
 from core.checkpoints.metrics import SaverCollector
 
-NOW = datetime(2026, 12, 3, 8, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
 
 
 def reading(state="healthy", age_s=2.0, reported=None):
-    return pd.DataFrame([{"replica_id": "r1", "state": state, "reported_state": reported or state,
-                          "last_heartbeat": NOW - timedelta(seconds=age_s), "degraded_since": None,
-                          "buffered_checkpoints": 0, "buffered_writes": 0}])
+    return pd.DataFrame(
+        [
+            {
+                "replica_id": "r1",
+                "state": state,
+                "reported_state": reported or state,
+                "last_heartbeat": NOW - timedelta(seconds=age_s),
+                "degraded_since": None,
+                "buffered_checkpoints": 0,
+                "buffered_writes": 0,
+            }
+        ]
+    )
 
 
 def states(df, fresh, read_ago=0.0, endpoints=None):
-    return replica_view.replica_states(df, fresh=fresh, read_at=NOW.timestamp() - read_ago,
-                                       endpoints=endpoints, now=NOW.timestamp())
+    return replica_view.replica_states(
+        df, fresh=fresh, read_at=NOW.timestamp() - read_ago, endpoints=endpoints, now=NOW.timestamp()
+    )
 
 
 def test_fresh_and_on_time_is_ok_and_all_clear():
@@ -54,9 +66,17 @@ class _Saver:
     replica_id = "agentes-1:42:1"
 
     def status(self):
-        return {"replica_id": self.replica_id, "state": "degraded", "degraded_since": NOW, "buffered_ops": 7,
-                "buffered_checkpoints": 3, "buffered_writes": 4, "last_success": None,
-                "last_resync_error": None, "episodes_total": 0}
+        return {
+            "replica_id": self.replica_id,
+            "state": "degraded",
+            "degraded_since": NOW,
+            "buffered_ops": 7,
+            "buffered_checkpoints": 3,
+            "buffered_writes": 4,
+            "last_success": None,
+            "last_resync_error": None,
+            "episodes_total": 0,
+        }
 
 
 def test_endpoint_exposition_wins_over_the_last_reading():
@@ -85,5 +105,7 @@ def test_bad_endpoint_setting_is_a_clear_error(bad):
 
 def test_endpoint_setting_lists():
     assert replica_view.parse_endpoints("http://a:1/metrics, https://b:2/metrics") == [
-        "http://a:1/metrics", "https://b:2/metrics"]
+        "http://a:1/metrics",
+        "https://b:2/metrics",
+    ]
     assert replica_view.parse_endpoints("") == [] and replica_view.parse_endpoints(None) == []

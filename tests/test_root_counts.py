@@ -3,24 +3,26 @@ from `core_root_counts` (migration 046) and `core_expiry_days` (040): always equ
 and `store_vectors` they replaced, through a stock PostgresStore (the memory article's TTL config) and our own
 store: puts with and without vectors, rewrites, TTL refreshes, deletes, expiries on past days and earlier today,
 the TTL sweep, an erasure, a truncate; concurrent writers of one root from several connections."""
+
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 import psycopg
 import pytest
+from conftest import DIMS, login_role
 from langgraph.store.base import PutOp, TTLConfig
 from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
-from conftest import DIMS, login_role
 from core.memory import reads
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store, ttl_for
 from core.operations import exporter, sweep, sweep_reads
-from core.privacy import erasure, subjects as subj
+from core.privacy import erasure
+from core.privacy import subjects as subj
 
 # The live queries the kept counts replaced (core/memory/reads.py and sweep_reads.py before 046).
 LIVE_TOTALS = """
@@ -55,9 +57,10 @@ def same_as_live(db) -> reads.MemoryTotals:
     # the page functions themselves, and the exporter's gauge, on the same data
     totals = reads.memory_totals(db)
     assert totals == reads.MemoryTotals(**db.fetch_one(LIVE_TOTALS))
-    pd.testing.assert_frame_equal(reads.documents_by_root(db),
-                                  pd.DataFrame(db.fetch(LIVE_BY_ROOT), columns=["root", "documents", "namespaces",
-                                                                                "expired"]))
+    pd.testing.assert_frame_equal(
+        reads.documents_by_root(db),
+        pd.DataFrame(db.fetch(LIVE_BY_ROOT), columns=["root", "documents", "namespaces", "expired"]),
+    )
     by_root = sweep_reads.expired_by_root(db).set_index("root")["expired"].to_dict()
     assert sum(by_root.values()) == totals.expired
     for r in db.fetch(LIVE_BY_ROOT):
@@ -79,9 +82,10 @@ def stock_store(db):
 
 def _spread_expiries(db) -> None:
     """Expiries on past days, earlier today, later today and on coming days (the clock cannot be moved)."""
-    now = datetime.now(timezone.utc)
-    db.execute("UPDATE store SET expires_at = %s + make_interval(days => (abs(hashtext(key || prefix)) %% 9) - 4)",
-               (now,))
+    now = datetime.now(UTC)
+    db.execute(
+        "UPDATE store SET expires_at = %s + make_interval(days => (abs(hashtext(key || prefix)) %% 9) - 4)", (now,)
+    )
     db.execute("UPDATE store SET expires_at = %s - interval '1 second' WHERE key LIKE '%%-1'", (now,))
     db.execute("UPDATE store SET expires_at = %s + interval '1 hour' WHERE key LIKE '%%-2'", (now,))
 
@@ -109,9 +113,17 @@ def test_kept_counts_equal_the_live_counts_through_a_stock_store(db, stock_store
 
 def test_kept_counts_equal_the_live_counts_with_vectors_the_sweep_and_a_truncate(db):
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
-    ops = [PutOp((root, f"X{i % 5}"), f"k-{i}", {"texto": f"{root} {i}"}, index=None if i % 2 else False,
-                 ttl=ttl_for((root, f"X{i % 5}")))
-           for root, n in (("clientes", 30), ("proveedores", 12), ("empleados", 8)) for i in range(n)]
+    ops = [
+        PutOp(
+            (root, f"X{i % 5}"),
+            f"k-{i}",
+            {"texto": f"{root} {i}"},
+            index=None if i % 2 else False,
+            ttl=ttl_for((root, f"X{i % 5}")),
+        )
+        for root, n in (("clientes", 30), ("proveedores", 12), ("empleados", 8))
+        for i in range(n)
+    ]
     store.batch(ops)
     totals = same_as_live(db)
     assert totals.vectors == 25 and totals.documents == 50
@@ -127,6 +139,7 @@ def test_kept_counts_equal_the_live_counts_with_vectors_the_sweep_and_a_truncate
 
 def test_concurrent_writers_of_one_root_keep_the_counts_exact(db):
     """Eight connections write and delete `clientes` documents at once: every shard's deltas add up."""
+
     def writer(n: int) -> None:
         with psycopg.connect(db.dsn, autocommit=True) as conn:
             store = PostgresStore(conn)
@@ -146,9 +159,11 @@ def test_concurrent_writers_of_one_root_keep_the_counts_exact(db):
 
 
 def test_an_agent_role_granted_on_the_store_only_keeps_the_counts(db):
-    pool = ConnectionPool(login_role(db.dsn, "memoria_raices", "store, store_vectors, store_migrations, "
-                                     "vector_migrations"),
-                          kwargs={"autocommit": True, "prepare_threshold": 0}, open=True)
+    pool = ConnectionPool(
+        login_role(db.dsn, "memoria_raices", "store, store_vectors, store_migrations, vector_migrations"),
+        kwargs={"autocommit": True, "prepare_threshold": 0},
+        open=True,
+    )
     try:
         store = PostgresStore(pool)
         store.put(("empleados", "E1"), "turno", {"texto": "mañana"}, index=False)
@@ -163,9 +178,9 @@ def test_the_memory_page_on_the_article_agents_database_equals_the_live_counts(a
     """Agents built from the articles alone (stock PostgresStore and PostgresSaver, none of our code): the Memory
     page's totals and per-root table, read from the kept counts, equal the live counts over their `store`, with
     documents expired on past days and earlier today."""
+    from apptools import as_int, frame, metric
     from streamlit.testing.v1 import AppTest
 
-    from apptools import as_int, frame, metric
     from core.db import Database
 
     written = article_agents()
@@ -179,12 +194,24 @@ def test_the_memory_page_on_the_article_agents_database_equals_the_live_counts(a
         at.run()
         at.switch_page("app_pages/memory.py").run()
         assert not at.exception, at.exception
-        shown = {k: as_int(metric(at, label)) for k, label in (
-            ("documents", "Documentos guardados"), ("namespaces", "Titulares con memoria"),
-            ("vectors", "Buscables por significado"), ("expired", "Caducados pendientes de borrar"))}
+        shown = {
+            k: as_int(metric(at, label))
+            for k, label in (
+                ("documents", "Documentos guardados"),
+                ("namespaces", "Titulares con memoria"),
+                ("vectors", "Buscables por significado"),
+                ("expired", "Caducados pendientes de borrar"),
+            )
+        }
         assert shown == {k: live[k] for k in shown}
         by_root = frame(at, "root", "documents", "namespaces", "expired")
-        holder = {"clientes": "Clientes", "proveedores": "Proveedores", "empleados": "Empleados"}  # as the page names them
-        assert by_root.to_dict("records") == [dict(r, root=holder.get(r["root"], r["root"])) for r in db.fetch(LIVE_BY_ROOT)]
+        holder = {
+            "clientes": "Clientes",
+            "proveedores": "Proveedores",
+            "empleados": "Empleados",
+        }  # as the page names them
+        assert by_root.to_dict("records") == [
+            dict(r, root=holder.get(r["root"], r["root"])) for r in db.fetch(LIVE_BY_ROOT)
+        ]
     finally:
         db.close()

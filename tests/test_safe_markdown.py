@@ -1,23 +1,37 @@
 """ui.safe (issue 24 part 4): values from the database or the URL reach Markdown escaped and plotly HTML-escaped,
 and still read as the same text; AppTest of the two reproduced holes (Checkpoints `?thread=`, the Erasure page's
 residue term). The browser test (tests/test_browser_hostile_values.py) shows what a person sees."""
+
 from __future__ import annotations
 
 import re
 
 import pandas as pd
 import pytest
+from apptools import resolve_escapes, shown
 from streamlit.testing.v1 import AppTest
 
-from apptools import resolve_escapes, shown
 from core.db import reset_pool
 from tests.hostile_data import ID, LINKS, write_hostile
 from ui.safe import WORD_JOINER, md, md_code, plot_frame
 
 SHORT = "![x](https://attacker.example/p.png) [Verify your SSO session](https://attacker.example)"
 # ids that must keep working: LIKE metacharacters, quotes, a backslash, a NUL, a dot, a line break
-ODD = ["C9", "clientes.C_9", "C%", "it's \"quoted\"", "back\\slash", "nul\x00byte", "two\nlines", "a`b``c", " `x` ",
-       SHORT, LINKS, ID, ""]
+ODD = [
+    "C9",
+    "clientes.C_9",
+    "C%",
+    'it\'s "quoted"',
+    "back\\slash",
+    "nul\x00byte",
+    "two\nlines",
+    "a`b``c",
+    " `x` ",
+    SHORT,
+    LINKS,
+    ID,
+    "",
+]
 
 
 PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")  # ASCII punctuation: what CommonMark lets a backslash escape
@@ -56,7 +70,7 @@ def test_md_breaks_the_autolinks_remark_gfm_finds_after_escapes():
 def test_md_code_is_one_code_span_holding_the_text(value):
     span = md_code(value)
     fence = re.match(r"`+", span).group()
-    inner = span[len(fence):-len(fence)]
+    inner = span[len(fence) : -len(fence)]
     assert span.endswith(fence)
     assert fence not in re.findall(r"`+", inner)  # no run of the fence's length inside: the span cannot end early
     assert "\n" not in span
@@ -112,6 +126,8 @@ def test_erasure_residue_term_and_thread_are_shown_escaped(hostile, app_env):
     at.button(key="erasure.preview").click().run()
     assert not at.exception, at.exception
     (line,) = [m.value for m in at.markdown if m.value.startswith("Hilo ")]
-    assert line == f"Hilo {md_code(hostile.thread_residue)} — término «{md('a ' + LINKS)}» (valor de sus documentos)"  # the kind in words, not the key
+    assert (
+        line == f"Hilo {md_code(hostile.thread_residue)} — término «{md('a ' + LINKS)}» (valor de sus documentos)"
+    )  # the kind in words, not the key
     (title,) = [s.value for s in at.subheader if s.value.startswith("Qué se borraría")]
     assert title == f"Qué se borraría de {md_code('clientes.' + ID)}"

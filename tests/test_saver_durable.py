@@ -1,5 +1,6 @@
 """Issue 25, the dual saver under process death and bad data: a real agent process killed mid-outage,
 torn journals, a bad buffered write. On an embedded server of its own (stopped and started)."""
+
 from __future__ import annotations
 
 import os
@@ -12,12 +13,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from conftest import own_embedded_server
+from test_saver_findings import DIMS, head
+
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.checkpoints.journal import Journal
 from core.migrate import migrate
-from test_saver_findings import DIMS, head
 
 pytestmark = pytest.mark.slow  # outage drills and agent processes
 
@@ -65,8 +66,14 @@ def control(server):
 class Agent:
     def __init__(self, dsn: str, replica_id: str, journal_dir: Path):
         env = {**os.environ, "DUAL_SAVER_JOURNAL_DIR": str(journal_dir)}
-        self.proc = subprocess.Popen([sys.executable, "-c", AGENT, dsn, replica_id], cwd=ROOT, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", AGENT, dsn, replica_id],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout.readline().strip() == "ready"
 
     def turn(self, thread: str, text: str) -> str:
@@ -116,8 +123,9 @@ def test_an_agent_killed_mid_outage_loses_no_turn(dsn, control, tmp_path, sig):
         assert head(dsn, "wal") == ["t1", "node"]  # the killed agent wrote nothing more
         again = Agent(dsn, "durable-1", tmp_path / "journal")
         try:
-            assert wait_until(lambda: head(dsn, "wal") == ["t1", "node", "t2", "node", "t3", "node"], 30), \
-                head(dsn, "wal")
+            assert wait_until(lambda: head(dsn, "wal") == ["t1", "node", "t2", "node", "t3", "node"], 30), head(
+                dsn, "wal"
+            )
             assert head(dsn, "wal-new") == ["n1", "node"]
             assert again.turn("wal", "t4") == "t4 healthy"
         finally:
@@ -151,13 +159,16 @@ def test_a_torn_record_mid_journal_is_skipped_and_the_rest_replayed(dsn, control
     second = journal_after_kill(dsn, control, journal_dir, "torn", "torn-b")
     # The last record of the first run cut short, then the second run's records.
     Journal(journal_dir, "torn", dsn).path.write_bytes(first[:-5] + second)
-    with caplog.at_level("ERROR", logger="core.checkpoints.dual_saver"), \
-            DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="torn", journal_dir=journal_dir):
+    with (
+        caplog.at_level("ERROR", logger="core.checkpoints.dual_saver"),
+        DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="torn", journal_dir=journal_dir),
+    ):
         assert head(dsn, "torn-b") == ["x", "node"]
     damaged = list(journal_dir.glob("*.damaged*"))
     assert len(damaged) == 1 and damaged[0].read_bytes() == first[:-5] + second
-    assert any(r.levelname == "ERROR" and str(damaged[0]) in r.getMessage() for r in caplog.records), \
-        [r.getMessage() for r in caplog.records]
+    assert any(r.levelname == "ERROR" and str(damaged[0]) in r.getMessage() for r in caplog.records), [
+        r.getMessage() for r in caplog.records
+    ]
     assert journal_files(journal_dir) == damaged  # replayed, then removed; the damaged copy stays
 
 
@@ -173,8 +184,15 @@ def test_a_journal_of_the_earlier_format_is_replayed(dsn, control, tmp_path):
     framed = journal_after_kill(dsn, control, journal_dir, "legacy", "legacy-a")
     records, skipped = journal_mod._read_framed(framed)
     assert records and not skipped
-    old = {"replica_id": "legacy", "since": records[0]["since"], "ops": [op for r in records for op in r["ops"]],
-           "checkpoints": 2, "writes": 2, "episodes": [], "denials": []}
+    old = {
+        "replica_id": "legacy",
+        "since": records[0]["since"],
+        "ops": [op for r in records for op in r["ops"]],
+        "checkpoints": 2,
+        "writes": 2,
+        "episodes": [],
+        "denials": [],
+    }
     body = ormsgpack.packb(old, default=journal_mod._default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
     Journal(journal_dir, "legacy", dsn).path.write_bytes(struct.pack(">I", len(body)) + body)
     with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="legacy", journal_dir=journal_dir):
@@ -234,7 +252,6 @@ def test_one_bad_buffered_write_goes_to_the_dead_letters_and_the_rest_through(ds
 
     from langgraph.graph import END, START, StateGraph
     from prometheus_client import REGISTRY
-
     from test_saver_findings import graph, turn
 
     class Note(TypedDict):
@@ -245,8 +262,9 @@ def test_one_bad_buffered_write_goes_to_the_dead_letters_and_the_rest_through(ds
     builder.add_edge(START, "node")
     builder.add_edge("node", END)
     before = REGISTRY.get_sample_value("agent_memory_checkpoint_dead_letters_total") or 0
-    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, probe_interval=0.2, replica_id="bad-data",
-                             journal_dir=tmp_path) as saver:
+    with DualCheckpointSaver(
+        dsn, heartbeat_interval=0.3, probe_interval=0.2, replica_id="bad-data", journal_dir=tmp_path
+    ) as saver:
         notes, app = builder.compile(checkpointer=saver), graph(saver)
         turn(app, "good", "g1")
         control.stop()
@@ -260,20 +278,23 @@ def test_one_bad_buffered_write_goes_to_the_dead_letters_and_the_rest_through(ds
         assert saver.wait_for("healthy", 30), saver.status()
         assert head(dsn, "good") == ["g1", "node", "g2", "node", "g3", "node"]
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT replica_id, thread_id, kind, error, octet_length(payload) > 0 "
-                            "FROM core_checkpoint_dead_letters ORDER BY id").fetchall()
+        rows = conn.execute(
+            "SELECT replica_id, thread_id, kind, error, octet_length(payload) > 0 "
+            "FROM core_checkpoint_dead_letters ORDER BY id"
+        ).fetchall()
     assert rows and {r[:3] for r in rows} <= {("bad-data", "bad", "put")}, rows
     assert all("UntranslatableCharacter" in r[3] and r[4] for r in rows), rows
     assert REGISTRY.get_sample_value("agent_memory_checkpoint_dead_letters_total") == before + len(rows)
 
 
 def test_the_degradation_page_lists_dead_letters(db, app_env):
+    from apptools import frame
     from streamlit.testing.v1 import AppTest
 
-    from apptools import frame
-
-    db.execute("INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) VALUES "
-               "('r-dl', 'cliente-DL-1', 'put', 'UntranslatableCharacter: **\\u0000** cannot be converted', '\\x00')")
+    db.execute(
+        "INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) VALUES "
+        "('r-dl', 'cliente-DL-1', 'put', 'UntranslatableCharacter: **\\u0000** cannot be converted', '\\x00')"
+    )
     app_env(db.dsn)
     at = AppTest.from_file("../dashboard.py", default_timeout=60)
     at.run()
@@ -281,18 +302,21 @@ def test_the_degradation_page_lists_dead_letters(db, app_env):
     assert not at.exception
     shown = frame(at, "error", "thread_id")
     assert shown[["replica_id", "thread_id", "kind", "error"]].values.tolist() == [
-        ["r-dl", "cliente-DL-1", "put", "UntranslatableCharacter: **\\u0000** cannot be converted"]]
+        ["r-dl", "cliente-DL-1", "put", "UntranslatableCharacter: **\\u0000** cannot be converted"]
+    ]
 
 
 def test_the_buffer_is_bounded_with_a_clear_refusal(dsn, control, tmp_path):
     """`max_buffered_ops`: at the bound a buffered call is refused (BufferFull, nothing changed), the status and
     the metrics give the bound; what was accepted reaches PostgreSQL."""
-    from core.checkpoints import metrics
-    from core.checkpoints.failures import BufferFull
     from test_saver_findings import graph, turn
 
-    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, probe_interval=0.2, replica_id="bounded",
-                             journal_dir=tmp_path, max_buffered_ops=6) as saver:
+    from core.checkpoints import metrics
+    from core.checkpoints.failures import BufferFull
+
+    with DualCheckpointSaver(
+        dsn, heartbeat_interval=0.3, probe_interval=0.2, replica_id="bounded", journal_dir=tmp_path, max_buffered_ops=6
+    ) as saver:
         app = graph(saver)
         turn(app, "bounded", "b1")
         control.stop()
@@ -317,17 +341,19 @@ def test_the_buffer_is_bounded_with_a_clear_refusal(dsn, control, tmp_path):
 
 @pytest.mark.browser
 def test_browser_degradation_page_shows_a_dead_letter(page, db, screenshot):
+    from conftest import start_streamlit, stop_streamlit
     from playwright.sync_api import expect
 
-    from conftest import start_streamlit, stop_streamlit
-
-    db.execute("INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) VALUES "
-               "('r-dl', 'cliente-DL-1', 'put', 'UntranslatableCharacter: <b>x</b> cannot be converted', '\\x00')")
+    db.execute(
+        "INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) VALUES "
+        "('r-dl', 'cliente-DL-1', 'put', 'UntranslatableCharacter: <b>x</b> cannot be converted', '\\x00')"
+    )
     proc, url = start_streamlit({"PG_AGENTES": db.dsn})
     try:
         page.goto(f"{url}/degradation")
-        expect(page.get_by_role("heading", name="Operaciones rechazadas al resincronizar (dead letters)")) \
-            .to_be_visible(timeout=30_000)
+        expect(
+            page.get_by_role("heading", name="Operaciones rechazadas al resincronizar (dead letters)")
+        ).to_be_visible(timeout=30_000)
         expect(page.get_by_test_id("stDataFrame").get_by_text("cliente-DL-1")).to_be_attached()
         page.get_by_test_id("stDataFrame").last.scroll_into_view_if_needed()
         screenshot("degradation-dead-letters")

@@ -4,6 +4,7 @@ A plain `StateGraph` with an `operator.add` list channel, as a new user would wr
 appends its input and the node's mark, so the head checkpoint of a thread lists every turn in order
 and a lost turn shows at once.
 """
+
 from __future__ import annotations
 
 import operator
@@ -12,10 +13,10 @@ from typing import Annotated, TypedDict
 
 import psycopg
 import pytest
+from conftest import own_embedded_server
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
-from conftest import own_embedded_server
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.checkpoints.serde import make_serializer
 from core.db import make_pool
@@ -76,8 +77,12 @@ def head(dsn: str, thread: str) -> list | None:
 
 def threads_like(dsn: str, prefix: str) -> list[str]:
     with psycopg.connect(dsn) as conn:
-        return [r[0] for r in conn.execute(
-            "SELECT DISTINCT thread_id FROM checkpoints WHERE starts_with(thread_id, %s) ORDER BY 1", (prefix,))]
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT DISTINCT thread_id FROM checkpoints WHERE starts_with(thread_id, %s) ORDER BY 1", (prefix,)
+            )
+        ]
 
 
 def outage(saver, control, *actions):
@@ -93,6 +98,7 @@ def outage(saver, control, *actions):
 
 
 # --- finding 1: stale reads after a second outage ---------------------------------------------
+
 
 def test_idle_thread_between_two_outages_keeps_every_turn(dsn, control):
     with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f1-idle") as saver:
@@ -132,8 +138,10 @@ def test_thread_never_read_before_the_outage_is_not_overwritten(dsn, control):
 
 
 def test_two_replicas_a_stale_cache_does_not_drop_the_other_replicas_turn(dsn, control):
-    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f1-a") as a, \
-            DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f1-b") as b:
+    with (
+        DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f1-a") as a,
+        DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f1-b") as b,
+    ):
         app_a, app_b = graph(a), graph(b)
         assert turn(app_a, "f1-two", "t1") == ["t1", "node"]  # A caches the thread here
         assert turn(app_b, "f1-two", "t2") == ["t1", "node", "t2", "node"]
@@ -153,16 +161,25 @@ def test_two_replicas_a_stale_cache_does_not_drop_the_other_replicas_turn(dsn, c
 
 # --- finding 2: close() while degraded ------------------------------------------------------------
 
+
 def episodes_of(dsn: str, replica_id: str) -> list[dict]:
     with psycopg.connect(dsn, row_factory=psycopg.rows.dict_row) as conn:
         return conn.execute("SELECT * FROM core_degradation_episodes WHERE replica_id = %s", (replica_id,)).fetchall()
 
 
 def denial(thread: str) -> dict:
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
-    return {"tool": "publicar_aviso", "risk": "HIGH", "thread_id": thread, "subject_root": None, "subject_id": None,
-            "customer_id": None, "reason": "degraded", "denied_at": datetime.now(timezone.utc)}
+    return {
+        "tool": "publicar_aviso",
+        "risk": "HIGH",
+        "thread_id": thread,
+        "subject_root": None,
+        "subject_id": None,
+        "customer_id": None,
+        "reason": "degraded",
+        "denied_at": datetime.now(UTC),
+    }
 
 
 def test_closed_mid_outage_then_restarted_keeps_every_turn(dsn, control, tmp_path, monkeypatch, caplog):
@@ -180,8 +197,10 @@ def test_closed_mid_outage_then_restarted_keeps_every_turn(dsn, control, tmp_pat
             saver.close()  # a rolling restart during the outage
     finally:
         control.start()
-    assert any(r.levelname == "ERROR" and "f2-rolling" in r.getMessage() and "journal" in r.getMessage()
-               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert any(
+        r.levelname == "ERROR" and "f2-rolling" in r.getMessage() and "journal" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
     # The next start with the same replica id replays what the closed one held.
     with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f2-rolling") as again:
         assert head(dsn, "f2") == ["t1", "node", "t2", "node"]
@@ -219,6 +238,7 @@ def test_close_tries_a_final_resync_when_postgres_is_back(dsn, control, tmp_path
 
 
 # --- finding 3: event loops' entries ---------------------------------------------------------------
+
 
 def test_closed_event_loops_are_released_and_a_new_loop_gets_a_working_pool(dsn):
     """`asyncio.run` after `asyncio.run`, with and without `aclose_loop`.
@@ -277,6 +297,7 @@ def test_a_clone_does_not_keep_the_pool_aclose_loop_closed(dsn):
 
 # --- finding 6: the watchdog thread, and the sync API on the event loop ------------------------------
 
+
 def saver_threads(replica_id: str) -> list[str]:
     import threading
 
@@ -311,8 +332,12 @@ def test_sync_calls_on_the_event_loop_thread_are_refused(dsn):
                 list(saver.list({"configurable": {"thread_id": "f6-loop"}}))
             # From another thread it is fine, and the async API is fine on the loop.
             assert await asyncio.to_thread(turn, app, "f6-loop", "t1") == ["t1", "node"]
-            assert (await app.ainvoke({"log": ["t2"]}, {"configurable": {"thread_id": "f6-loop"}}))["log"] == \
-                ["t1", "node", "t2", "node"]
+            assert (await app.ainvoke({"log": ["t2"]}, {"configurable": {"thread_id": "f6-loop"}}))["log"] == [
+                "t1",
+                "node",
+                "t2",
+                "node",
+            ]
             await saver.aclose_loop()
 
         asyncio.run(on_the_loop())
@@ -320,6 +345,7 @@ def test_sync_calls_on_the_event_loop_thread_are_refused(dsn):
 
 
 # --- finding 7: errors kept out of sight ------------------------------------------------------------
+
 
 def wait_until(predicate, timeout: float = 30.0) -> bool:
     import time
@@ -334,18 +360,25 @@ def wait_until(predicate, timeout: float = 30.0) -> bool:
 
 def test_a_monitor_error_that_clears_and_comes_back_is_logged_again(dsn, caplog):
     def errors() -> int:
-        return sum(1 for r in caplog.records if r.name == "core.checkpoints.dual_saver" and r.levelname == "ERROR"
-                   and "monitor" in r.getMessage())
+        return sum(
+            1
+            for r in caplog.records
+            if r.name == "core.checkpoints.dual_saver" and r.levelname == "ERROR" and "monitor" in r.getMessage()
+        )
 
     def beats(after) -> int:
         with psycopg.connect(dsn) as conn:
-            row = conn.execute("SELECT count(*) FROM core_replica_heartbeat WHERE replica_id = 'f7-monitor' "
-                               "AND updated_at > %s", (after,)).fetchone()
+            row = conn.execute(
+                "SELECT count(*) FROM core_replica_heartbeat WHERE replica_id = 'f7-monitor' AND updated_at > %s",
+                (after,),
+            ).fetchone()
         return row[0]
 
-    with caplog.at_level("WARNING", logger="core.checkpoints.dual_saver"), \
-            DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f7-monitor"), \
-            psycopg.connect(dsn, autocommit=True) as admin:
+    with (
+        caplog.at_level("WARNING", logger="core.checkpoints.dual_saver"),
+        DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f7-monitor"),
+        psycopg.connect(dsn, autocommit=True) as admin,
+    ):
         started = admin.execute("SELECT now()").fetchone()[0]
         assert wait_until(lambda: beats(started) == 1)
         admin.execute("ALTER TABLE core_replica_heartbeat RENAME TO core_replica_heartbeat_away")
@@ -359,14 +392,22 @@ def test_a_monitor_error_that_clears_and_comes_back_is_logged_again(dsn, caplog)
 
 
 def test_failed_probes_are_logged_while_degraded(dsn, control, caplog):
-    with caplog.at_level("WARNING", logger="core.checkpoints.dual_saver"), \
-            DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f7-probe") as saver:
+    with (
+        caplog.at_level("WARNING", logger="core.checkpoints.dual_saver"),
+        DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f7-probe") as saver,
+    ):
         turn(graph(saver), "f7", "t1")
         control.stop()
         try:
             turn(graph(saver), "f7", "t2")
-            assert wait_until(lambda: any(r.name == "core.checkpoints.dual_saver" and r.levelname == "WARNING"
-                                          and "probe failed" in r.getMessage() for r in caplog.records))
+            assert wait_until(
+                lambda: any(
+                    r.name == "core.checkpoints.dual_saver"
+                    and r.levelname == "WARNING"
+                    and "probe failed" in r.getMessage()
+                    for r in caplog.records
+                )
+            )
         finally:
             control.start()
         assert saver.wait_for("healthy", 30)
@@ -374,11 +415,15 @@ def test_failed_probes_are_logged_while_degraded(dsn, control, caplog):
 
 # --- finding 8 (saver side): erased data brought back by a replica -----------------------------------
 
+
 def erase(dsn: str, thread: str, request_id: int) -> None:
     """What the erasure does for a thread: a tombstone row, then langgraph's own delete_thread."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO core_thread_tombstones (thread_id, request_id) VALUES (%s, %s) "
-                     "ON CONFLICT (thread_id) DO NOTHING", (thread, request_id))
+        conn.execute(
+            "INSERT INTO core_thread_tombstones (thread_id, request_id) VALUES (%s, %s) "
+            "ON CONFLICT (thread_id) DO NOTHING",
+            (thread, request_id),
+        )
     pool = make_pool(dsn, name="erasure")
     try:
         PostgresSaver(pool).delete_thread(thread)
@@ -388,8 +433,10 @@ def erase(dsn: str, thread: str, request_id: int) -> None:
 
 def rows_of(dsn: str, thread: str) -> int:
     with psycopg.connect(dsn) as conn:
-        return sum(conn.execute(f"SELECT count(*) FROM {table} WHERE thread_id = %s", (thread,)).fetchone()[0]
-                   for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"))
+        return sum(
+            conn.execute(f"SELECT count(*) FROM {table} WHERE thread_id = %s", (thread,)).fetchone()[0]
+            for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+        )
 
 
 def test_a_replica_degraded_during_an_erasure_does_not_bring_it_back(dsn, control, caplog):
@@ -413,8 +460,10 @@ def test_a_replica_degraded_during_an_erasure_does_not_bring_it_back(dsn, contro
     assert status_before_close["state"] == "degraded"
     assert rows_of(dsn, "cliente-C9-1") == 0 and rows_of(dsn, "cliente-C9-2") == 0
     assert saver.status()["tombstoned_threads_total"] == 1 and saver.status()["tombstoned_ops_dropped_total"] >= 1
-    assert any(r.name == "core.checkpoints.dual_saver" and r.levelname == "WARNING" and "erased" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        r.name == "core.checkpoints.dual_saver" and r.levelname == "WARNING" and "erased" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_the_read_cache_does_not_seed_an_erased_thread(dsn, control):
@@ -434,6 +483,7 @@ def test_the_read_cache_does_not_seed_an_erased_thread(dsn, control):
 
 
 # --- finding 4: the resync held the shared lock during its network I/O ------------------------------
+
 
 def in_thread(fn):
     """Run fn in a daemon thread; returns (thread, box) where box gets "result" or "error"."""
@@ -458,8 +508,9 @@ def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn, 
     # Another session holds checkpoints (a migration) when a short hang of the server degrades the
     # saver (a table lock alone does not: slow is not gone, finding 5). Once the server answers again
     # the probe (SELECT 1) passes, and the resync's replay waits on the table lock for as long as it is held.
-    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.2, probe_interval=0.2, resync_timeout=120,
-                                replica_id="f4-resync")
+    saver = DualCheckpointSaver(
+        dsn, heartbeat_interval=0.2, probe_interval=0.2, resync_timeout=120, replica_id="f4-resync"
+    )
     saver.start()
     locker = psycopg.connect(dsn)
     try:
@@ -488,9 +539,16 @@ def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn, 
         actions = {
             "buffered turn": lambda: turn(app, thread, "t3"),
             "degraded read": lambda: saver.get_tuple(config).checkpoint["channel_values"]["log"],
-            "guard denial": lambda: saver.record_denial(GuardDenial(
-                tool="borrar_cliente", risk=Risk.CRITICAL, thread_id=thread, subject_root="clientes",
-                subject_id="F4", reason="checkpoint persistence degraded (PostgreSQL unreachable)")),
+            "guard denial": lambda: saver.record_denial(
+                GuardDenial(
+                    tool="borrar_cliente",
+                    risk=Risk.CRITICAL,
+                    thread_id=thread,
+                    subject_root="clientes",
+                    subject_id="F4",
+                    reason="checkpoint persistence degraded (PostgreSQL unreachable)",
+                )
+            ),
             "status": saver.status,
         }
         running = {"buffered turn": in_thread(actions.pop("buffered turn"))}
@@ -524,8 +582,13 @@ def replay_waiting_on_lock(dsn: str) -> bool:
     from core.checkpoints.thread_fates import HEAD_SQL
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
-                            "position(%s in query) > 0", (HEAD_SQL.strip().splitlines()[-1],)).fetchone()[0] > 0
+        return (
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position(%s in query) > 0",
+                (HEAD_SQL.strip().splitlines()[-1],),
+            ).fetchone()[0]
+            > 0
+        )
 
 
 def within(fn, timeout: float):

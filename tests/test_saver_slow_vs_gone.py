@@ -6,6 +6,7 @@ denies nothing): the call waits, or fails with a query error raised to the calle
 `statement_timeout` / `lock_timeout`). A hung server (SIGSTOP) is gone: the liveness check on the
 monitor's own connection degrades the saver and the watchdog cuts the calls blocked on it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -14,9 +15,9 @@ import uuid
 
 import psycopg
 import pytest
+from conftest import own_embedded_server
 from langgraph.checkpoint.base import empty_checkpoint
 
-from conftest import own_embedded_server
 from core.agents.retail import ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints.dual_saver import DualCheckpointSaver, is_connection_failure
@@ -55,6 +56,7 @@ def config_of(thread: str) -> dict:
 
 def hold_lock(dsn: str, seconds: float, taken: threading.Event, table: str = "checkpoints") -> threading.Thread:
     """Another session takes ACCESS EXCLUSIVE on `table` and keeps it for `seconds`."""
+
     def run() -> None:
         with psycopg.connect(dsn) as conn:
             conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
@@ -92,8 +94,9 @@ def test_a_table_lock_held_4_s_does_not_degrade_nor_deny_high_tools(dsn):
 
         def plain_calls(n: int) -> None:  # other agent threads queue on the saver's own lock
             config = config_of(f"f5-lock-{n}")
-            outcomes[f"put-{n}"] = slow_or_done(lambda: saver.put(
-                config, empty_checkpoint(), {"source": "loop", "step": n}, {}))
+            outcomes[f"put-{n}"] = slow_or_done(
+                lambda: saver.put(config, empty_checkpoint(), {"source": "loop", "step": n}, {})
+            )
             outcomes[f"get-{n}"] = slow_or_done(lambda: saver.get_tuple(config))
             outcomes[f"list-{n}"] = slow_or_done(lambda: list(saver.list(config)))
 
@@ -101,8 +104,9 @@ def test_a_table_lock_held_4_s_does_not_degrade_nor_deny_high_tools(dsn):
         for thread in threads:
             thread.start()
         turn: dict = {}
-        outcomes["turn"] = slow_or_done(lambda: turn.setdefault(
-            "result", run_turn(agent, ContextoProveedor("P5"), "compras-P5-2", HIGH_TURN)))
+        outcomes["turn"] = slow_or_done(
+            lambda: turn.setdefault("result", run_turn(agent, ContextoProveedor("P5"), "compras-P5-2", HIGH_TURN))
+        )
         for thread in threads:
             thread.join(60)
         holder.join(60)
@@ -120,10 +124,12 @@ def test_a_table_lock_held_4_s_does_not_degrade_nor_deny_high_tools(dsn):
 def test_a_locked_health_table_does_not_degrade_the_monitor(dsn):
     """The monitor's heartbeat waits behind a lock on its table (e.g. a migration): slow, not gone.
     (Found: the heartbeat's 2 s deadline degraded the saver, and HIGH tools were denied.)"""
+
     def beats_since(after) -> int:
         with psycopg.connect(dsn) as conn:
-            return conn.execute("SELECT count(*) FROM core_replica_heartbeat WHERE replica_id = 'f5-beat' "
-                                "AND updated_at > %s", (after,)).fetchone()[0]
+            return conn.execute(
+                "SELECT count(*) FROM core_replica_heartbeat WHERE replica_id = 'f5-beat' AND updated_at > %s", (after,)
+            ).fetchone()[0]
 
     with DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f5-beat") as saver:
         saver.put(config_of("f5-beat"), empty_checkpoint(), {"source": "input", "step": -1}, {})
@@ -171,7 +177,8 @@ def big_thread(dsn: str, saver: DualCheckpointSaver, thread: str) -> None:
     for text in ("Hola", "¿Qué pedidos tengo pendientes?"):
         run_turn(agent, ContextoProveedor("P6"), thread, text)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("""
+        conn.execute(
+            """
             INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type,
                                      checkpoint, metadata)
             SELECT c.thread_id, c.checkpoint_ns, new_id, c.checkpoint_id, c.type,
@@ -179,7 +186,9 @@ def big_thread(dsn: str, saver: DualCheckpointSaver, thread: str) -> None:
             FROM (SELECT * FROM checkpoints WHERE thread_id = %s ORDER BY checkpoint_id DESC LIMIT 1) c,
                  LATERAL (SELECT '1f0ff000-0000-6000-8000-' || lpad(n::text, 12, '0') AS new_id
                           FROM generate_series(1, %s) n) ids
-        """, (thread, BIG_THREAD))
+        """,
+            (thread, BIG_THREAD),
+        )
         conn.execute("ANALYZE checkpoints")
 
 
@@ -230,8 +239,11 @@ def test_a_hung_server_still_degrades_and_cuts_the_call_in_flight(dsn, server):
         listed: dict = {}
         control.hang()
         try:
-            lister = threading.Thread(target=lambda: listed.setdefault(
-                "n", sum(1 for _ in saver.list({"configurable": {"thread_id": "f5-hang"}}))))
+            lister = threading.Thread(
+                target=lambda: listed.setdefault(
+                    "n", sum(1 for _ in saver.list({"configurable": {"thread_id": "f5-hang"}}))
+                )
+            )
             lister.start()
             assert saver.wait_for("degraded", 30)
             lister.join(30)

@@ -1,18 +1,19 @@
 """The Memory page's search by meaning (issue 31 item 3), AppTest on the demo data and on the article's agents."""
+
 from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from babel.numbers import format_decimal
-from streamlit.testing.v1 import AppTest
-
 from apptools import frame
-from test_tables import display_texts
+from babel.numbers import format_decimal
 from conftest import DIMS, free_port, settings_for
+from embedding_server import embeddings_endpoint
+from streamlit.testing.v1 import AppTest
+from test_tables import display_texts
+
 from core.memory.semantic import search
 from core.memory.store import POLICIES
-from embedding_server import embeddings_endpoint
 
 APP = "../dashboard.py"
 QUESTION = "¿qué clientes prefieren WhatsApp?"
@@ -52,11 +53,14 @@ def test_whatsapp_customers_with_scores_and_links_to_their_memory(demo_db, app_e
     # shows a fraction (ui.tables)
     assert hits["similarity"].tolist() == pytest.approx(expected["similarity"].astype(float).tolist())
     grid = next(d for d in at.dataframe if "similarity" in d.value.columns)
-    shown = [format_decimal(s, "#,##0.00" if not float(s).is_integer() else None, locale="es")
-             for s in expected["similarity"]]
+    shown = [
+        format_decimal(s, "#,##0.00" if not float(s).is_integer() else None, locale="es")
+        for s in expected["similarity"]
+    ]
     assert display_texts(grid)["similarity"].tolist() == shown
-    whatsapp = demo_db.fetch_one("SELECT count(*) AS n FROM store WHERE value->>'texto' = 'contacto: WhatsApp' "
-                                 "AND expires_at > now()")["n"]
+    whatsapp = demo_db.fetch_one(
+        "SELECT count(*) AS n FROM store WHERE value->>'texto' = 'contacto: WhatsApp' AND expires_at > now()"
+    )["n"]
     assert whatsapp and set(hits["valor"].head(min(8, whatsapp))) == {"WhatsApp"}
     assert any("1 − distancia coseno" in c.value for c in at.caption)
     assert demo_db.fetch(SNAPSHOT) == before  # the page's search refreshed no TTL

@@ -1,16 +1,17 @@
 """Semantic search of the memory (issue 31 item 3): pgvector in SQL, read-only, never `store.search`."""
+
 from __future__ import annotations
 
 import math
 import time
 
 import pytest
-
 from conftest import DIMS, free_port, settings_for
+from embedding_server import embeddings_endpoint
+
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.semantic import MAX_K, MAX_QUERY_LENGTH, EmbeddingUnavailable, SearchInputError, search
 from core.memory.store import build_store, put_memory, search_memory
-from embedding_server import embeddings_endpoint
 
 QUESTION = "¿qué clientes prefieren WhatsApp?"
 SNAPSHOT = "SELECT prefix, key, expires_at, updated_at, ttl_minutes FROM store ORDER BY prefix, key"
@@ -19,14 +20,28 @@ SNAPSHOT = "SELECT prefix, key, expires_at, updated_at, ttl_minutes FROM store O
 @pytest.fixture
 def store(db):
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
-    put_memory(store, ("clientes", "C1"), "pref-contacto", {"tipo": "contacto", "valor": "WhatsApp",
-                                                            "texto": "contacto: WhatsApp"})
-    put_memory(store, ("clientes", "C2"), "pref-contacto", {"tipo": "contacto", "valor": "correo electrónico",
-                                                            "texto": "contacto: correo electrónico"})
-    put_memory(store, ("clientes", "C3"), "pref-recogida", {"tipo": "recogida", "valor": "T002",
-                                                            "texto": "recogida: T002"})
-    put_memory(store, ("clientes", "C_4"), "pref-contacto", {"tipo": "contacto", "valor": "WhatsApp",
-                                                             "texto": "contacto: WhatsApp"}, valid_for_minutes=0.005)
+    put_memory(
+        store,
+        ("clientes", "C1"),
+        "pref-contacto",
+        {"tipo": "contacto", "valor": "WhatsApp", "texto": "contacto: WhatsApp"},
+    )
+    put_memory(
+        store,
+        ("clientes", "C2"),
+        "pref-contacto",
+        {"tipo": "contacto", "valor": "correo electrónico", "texto": "contacto: correo electrónico"},
+    )
+    put_memory(
+        store, ("clientes", "C3"), "pref-recogida", {"tipo": "recogida", "valor": "T002", "texto": "recogida: T002"}
+    )
+    put_memory(
+        store,
+        ("clientes", "C_4"),
+        "pref-contacto",
+        {"tipo": "contacto", "valor": "WhatsApp", "texto": "contacto: WhatsApp"},
+        valid_for_minutes=0.005,
+    )
     put_memory(store, ("proveedores", "P1"), "aviso", {"texto": "WhatsApp de pedidos caído"})
     time.sleep(0.5)  # C_4's document has expired (not swept)
     return store
@@ -58,11 +73,21 @@ def test_looking_does_not_extend_retention(db, store):
     assert db.fetch(SNAPSHOT) != before
 
 
-@pytest.mark.parametrize("query, root, k", [
-    ("", "clientes", 5), ("   ", "clientes", 5), ("whats\x00app", "clientes", 5),
-    ("x" * (MAX_QUERY_LENGTH + 1), "clientes", 5), (QUESTION, "clientes.C1", 5), (QUESTION, "", 5),
-    (QUESTION, "clientes", 0), (QUESTION, "clientes", MAX_K + 1), (QUESTION, "clientes", True), (None, "clientes", 5),
-])
+@pytest.mark.parametrize(
+    "query, root, k",
+    [
+        ("", "clientes", 5),
+        ("   ", "clientes", 5),
+        ("whats\x00app", "clientes", 5),
+        ("x" * (MAX_QUERY_LENGTH + 1), "clientes", 5),
+        (QUESTION, "clientes.C1", 5),
+        (QUESTION, "", 5),
+        (QUESTION, "clientes", 0),
+        (QUESTION, "clientes", MAX_K + 1),
+        (QUESTION, "clientes", True),
+        (None, "clientes", 5),
+    ],
+)
 def test_bad_input_is_a_clear_error_and_reads_nothing(db, store, query, root, k):
     before = db.fetch(SNAPSHOT)
     with pytest.raises(SearchInputError):
@@ -84,7 +109,9 @@ def test_endpoint_down_or_with_other_dims_is_a_clear_error(db, store):
 def test_the_configured_endpoint_embeds_the_query(db, store):
     offline = search(db, settings_for(db.dsn), QUESTION, "clientes", 5)
     with embeddings_endpoint(DIMS) as url:
-        remote = search(db, settings_for(db.dsn, embeddings_base_url=url, embeddings_model="m"), QUESTION, "clientes", 5)
+        remote = search(
+            db, settings_for(db.dsn, embeddings_base_url=url, embeddings_model="m"), QUESTION, "clientes", 5
+        )
     assert remote["prefix"].tolist() == offline["prefix"].tolist()
     assert remote["similarity"].tolist() == pytest.approx(offline["similarity"].tolist(), abs=1e-3)
 
@@ -97,7 +124,8 @@ def test_demo_data_whatsapp_customers(demo_db):
     assert (best["valor"].str.contains("WhatsApp")).all() and len(best) >= 1
     whatsapp = demo_db.fetch_one(
         "SELECT count(*) AS n FROM store s JOIN store_vectors v USING (prefix, key) WHERE s.prefix LIKE 'clientes.%%' "
-        "AND s.value->>'texto' = 'contacto: WhatsApp' AND (s.expires_at IS NULL OR s.expires_at > now())")["n"]
+        "AND s.value->>'texto' = 'contacto: WhatsApp' AND (s.expires_at IS NULL OR s.expires_at > now())"
+    )["n"]
     assert set(found.head(min(20, whatsapp))["texto"]) == {"contacto: WhatsApp"}
 
 

@@ -1,6 +1,7 @@
 """The allowlisted serializer on the real embedded PostgreSQL: the real agents' checkpoints need
 nothing outside the allowlist, and a foreign payload in `checkpoint_blobs` is refused loudly
 without importing or calling anything (a sentinel file would show it ran)."""
+
 from __future__ import annotations
 
 import json
@@ -15,12 +16,12 @@ from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints.guard import FailClosedGuard
+from core.checkpoints.serde import ALLOWED_MSGPACK_MODULES, REFUSALS, SerializationRefused, make_serializer
 from core.db import make_pool
 from core.memory.embeddings import OfflineHashEmbeddings
-from core.checkpoints.guard import FailClosedGuard
 from core.memory.store import build_store
-from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints.serde import ALLOWED_MSGPACK_MODULES, REFUSALS, SerializationRefused, make_serializer
 
 DIMS = 64
 CUSTOMER_TURNS = [
@@ -50,7 +51,9 @@ def _run_all_agents(saver, store) -> None:
     for text in CUSTOMER_TURNS:
         run_turn(cliente, ContextoCliente("C1"), "serde-c1", text)
     compras = build_agent("compras", model, store=store, checkpointer=saver)
-    run_turn(compras, ContextoProveedor("P1"), "serde-p1", "aviso retraso (5 min): Los pedidos de vaqueros llegan tarde")
+    run_turn(
+        compras, ContextoProveedor("P1"), "serde-p1", "aviso retraso (5 min): Los pedidos de vaqueros llegan tarde"
+    )
     personal = build_agent("ajustes-personal", model, store=store, checkpointer=saver)
     run_turn(personal, ContextoEmpleado("E1"), "serde-e1", "ajuste idioma = es")
     # A HIGH tool denied by the guard leaves its denial (with the risk level) in the checkpoint.
@@ -73,8 +76,10 @@ def test_real_agent_checkpoints_need_only_allowlisted_types(db, pool):
     permissive = JsonPlusSerializer(allowed_msgpack_modules=True)
     try:
         with psycopg.connect(db.dsn) as conn:
-            rows = conn.execute("SELECT type, blob FROM checkpoint_blobs WHERE blob IS NOT NULL "
-                                "UNION ALL SELECT type, blob FROM checkpoint_writes").fetchall()
+            rows = conn.execute(
+                "SELECT type, blob FROM checkpoint_blobs WHERE blob IS NOT NULL "
+                "UNION ALL SELECT type, blob FROM checkpoint_writes"
+            ).fetchall()
             for type_, blob in rows:
                 permissive.loads_typed((type_, bytes(blob)))
     finally:
@@ -97,8 +102,9 @@ def test_payload_naming_the_guards_old_path_still_loads():
 
     from core.checkpoints.guard import Risk
 
-    old = ormsgpack.packb(ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG,
-                                        ormsgpack.packb(("core.guard", "Risk", Risk.HIGH.value))))
+    old = ormsgpack.packb(
+        ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(("core.guard", "Risk", Risk.HIGH.value)))
+    )
     assert make_serializer().loads_typed(("msgpack", old)) is Risk.HIGH
 
 
@@ -164,7 +170,7 @@ def test_method_ext_and_old_json_constructors_are_refused():
 
 
 def test_safe_and_allowlisted_types_round_trip():
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
     from uuid import uuid4
 
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -172,7 +178,7 @@ def test_safe_and_allowlisted_types_round_trip():
     serde = make_serializer()
     value = {
         "messages": [HumanMessage("hola"), AIMessage("¿qué tal?"), ToolMessage("ok", tool_call_id="c1")],
-        "when": datetime(2026, 1, 2, tzinfo=timezone.utc),
+        "when": datetime(2026, 1, 2, tzinfo=UTC),
         "id": uuid4(),
         "tags": {"a", "b"},
     }
@@ -186,8 +192,11 @@ def test_langgraphs_own_safe_types_stay_allowed_alongside_ours():
 
     from core.checkpoints.serde import ALLOWED_MSGPACK_MODULES
 
-    value = {"net": ipaddress.IPv4Network("10.0.0.0/8"), "address": ipaddress.IPv6Address("::1"),
-             "tz": ZoneInfo("Europe/Madrid")}
+    value = {
+        "net": ipaddress.IPv4Network("10.0.0.0/8"),
+        "address": ipaddress.IPv6Address("::1"),
+        "tz": ZoneInfo("Europe/Madrid"),
+    }
     for obj in value.values():
         key = (type(obj).__module__, type(obj).__name__)
         assert key in lg_msgpack.SAFE_MSGPACK_TYPES and key not in set(ALLOWED_MSGPACK_MODULES), key

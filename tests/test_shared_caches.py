@@ -1,6 +1,7 @@
 """What every session of the process shares (issue 29, many users at once) and what it must not: a prepared table is
 shared only between viewers of the same roles, time zone and language; a chart only within its language; the page
 reads' cache is bounded."""
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,10 @@ def test_a_prepared_table_is_never_shared_across_roles_nor_languages(monkeypatch
 
 
 def test_a_shared_chart_is_never_shown_in_another_language(db, app_env):
-    db.execute("INSERT INTO store (prefix, key, value) VALUES ('clientes.C1', 'pref-recogida', "
-               "'{\"tipo\": \"recogida\", \"valor\": \"T001\"}'::jsonb)")
+    db.execute(
+        "INSERT INTO store (prefix, key, value) VALUES ('clientes.C1', 'pref-recogida', "
+        '\'{"tipo": "recogida", "valor": "T001"}\'::jsonb)'
+    )
     app_env(db.dsn, LOCAL_ROLES="manager")
     charts = {}
     for lang in ("es", "en", "es"):

@@ -1,4 +1,5 @@
 """ui.shared.SharedReading: one reading per interval for every session of the process, and never a stale "ok"."""
+
 from __future__ import annotations
 
 import threading

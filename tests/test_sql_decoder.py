@@ -2,6 +2,7 @@
 (core.checkpoint_json, ormsgpack with a hook that never imports), on checkpoints written by the
 real agents and by a StateGraph that uses Send, Command, interrupts and rich state; every msgpack
 type; corrupted blobs. All on the embedded PostgreSQL."""
+
 from __future__ import annotations
 
 import base64
@@ -13,7 +14,7 @@ import operator
 import struct
 import sys
 import uuid
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, TypedDict
@@ -22,19 +23,19 @@ import numpy as np
 import ormsgpack
 import pydantic
 import pytest
+from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
-from conftest import DIMS
-from core.checkpoints import views
 from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
+from core.checkpoints import views
 from core.checkpoints.payload_json import Undecodable, payload_json
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
-from core.agents.scripted_model import ScriptedChatModel
 
 CANARY_MODULE = "core_canary_never_imported"
 
@@ -53,6 +54,7 @@ def sql_payload(db: Database, blob_type: str, blob: bytes | None):
 
 
 # --- a graph exercising what the retail agents do not: Send, Command, interrupts, rich state ---
+
 
 class Colour(enum.Enum):
     RED = "red"
@@ -90,26 +92,37 @@ class RichState(TypedDict, total=False):
 def prepare(state: RichState) -> dict:
     return {
         "log": ["prepare"],
-        "when": datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=timezone.utc),
+        "when": datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC),
         "tags": {"a", "b", "c"},
         "frozen": frozenset({1, 2}),
         "raw": b"\x00\x01\xfe\xff" * 10,
         "nested": {
             "level1": {"level2": [1, {"level3": (True, None, -1.5)}], "empty": {}, "list": []},
-            "day": date(2026, 1, 31), "span": timedelta(days=2, seconds=3, microseconds=4),
-            "clock": time(8, 30, tzinfo=timezone.utc), "id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
-            "amount": Decimal("12.50"), "colour": Colour.RED, "path": Path("/srv/x.txt"),
-            "big": 2**64 - 1, "small": -2**63, "nan": float("nan"), "inf": float("-inf"), "tiny": 5e-324,
-            "matrix": np.arange(6, dtype=np.int32).reshape(2, 3), "text": "ñandú 😀 \u2028",
-            7: "int key", True: "bool key", None: "nil key",
+            "day": date(2026, 1, 31),
+            "span": timedelta(days=2, seconds=3, microseconds=4),
+            "clock": time(8, 30, tzinfo=UTC),
+            "id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+            "amount": Decimal("12.50"),
+            "colour": Colour.RED,
+            "path": Path("/srv/x.txt"),
+            "big": 2**64 - 1,
+            "small": -(2**63),
+            "nan": float("nan"),
+            "inf": float("-inf"),
+            "tiny": 5e-324,
+            "matrix": np.arange(6, dtype=np.int32).reshape(2, 3),
+            "text": "ñandú 😀 \u2028",
+            7: "int key",
+            True: "bool key",
+            None: "nil key",
         },
-        "order": Order(ref="PED-1", lines=[1, 2], placed=datetime(2026, 1, 1, tzinfo=timezone.utc)),
+        "order": Order(ref="PED-1", lines=[1, 2], placed=datetime(2026, 1, 1, tzinfo=UTC)),
         "parcel": Parcel(weight=1.25, tags=["fragile"]),
     }
 
 
 def fan_out(state: RichState) -> list[Send]:
-    return [Send("worker", {"n": n, "at": datetime(2026, 1, 1, n, tzinfo=timezone.utc)}) for n in range(3)]
+    return [Send("worker", {"n": n, "at": datetime(2026, 1, 1, n, tzinfo=UTC)}) for n in range(3)]
 
 
 def worker(arg: dict) -> dict:
@@ -147,8 +160,12 @@ def ckpt_db(create_database) -> Database:
     model = ScriptedChatModel()
     cliente = build_agent("atencion-cliente", model, store=store, checkpointer=saver)
     compras = build_agent("compras", model, store=store, checkpointer=saver)
-    for text in ["Prefiero recoger mis pedidos en la tienda Gran Vía.", "¿Qué preferencias tengo guardadas?",
-                 "¿Hay avisos sobre vaqueros?", "Hola, quería saber el estado de mi pedido."]:
+    for text in [
+        "Prefiero recoger mis pedidos en la tienda Gran Vía.",
+        "¿Qué preferencias tengo guardadas?",
+        "¿Hay avisos sobre vaqueros?",
+        "Hola, quería saber el estado de mi pedido.",
+    ]:
         run_turn(cliente, ContextoCliente("C1"), "cliente-C1-1", text)
     run_turn(cliente, ContextoCliente("C_%'1"), "cliente-C_%'1-1", "Prefiero que me atendáis en catalán.")
     run_turn(compras, ContextoProveedor("P001"), "compras-P001-retraso", "aviso retraso: Los vaqueros llegan tarde")
@@ -167,7 +184,8 @@ def all_payload_rows(db: Database) -> list[dict]:
         "SELECT 'write' AS src, thread_id, channel, type, blob, core_checkpoint_payload(type, blob)::text AS j "
         "FROM checkpoint_writes "
         "UNION ALL SELECT 'blob', thread_id, channel, type, blob, core_checkpoint_payload(type, blob)::text "
-        "FROM checkpoint_blobs")
+        "FROM checkpoint_blobs"
+    )
 
 
 def _types_in(value, found: set) -> set:
@@ -197,11 +215,26 @@ def test_parity_with_python_reference_on_every_blob_and_write(ckpt_db):
     for r in rows:
         _types_in(json.loads(r["j"]), types)
     expected_types = {
-        "langchain_core.messages.human.HumanMessage", "langchain_core.messages.ai.AIMessage",
-        "langchain_core.messages.tool.ToolMessage", "langgraph.types.Send", "langgraph.types.Interrupt",
-        "datetime.datetime", "builtins.set", "builtins.frozenset", "bytes", "datetime.date", "datetime.timedelta",
-        "datetime.time", "datetime.timezone", "uuid.UUID", "decimal.Decimal", "test_sql_decoder.Colour",
-        "pathlib.PosixPath", "numpy.ndarray", "test_sql_decoder.Order", "test_sql_decoder.Parcel",
+        "langchain_core.messages.human.HumanMessage",
+        "langchain_core.messages.ai.AIMessage",
+        "langchain_core.messages.tool.ToolMessage",
+        "langgraph.types.Send",
+        "langgraph.types.Interrupt",
+        "datetime.datetime",
+        "builtins.set",
+        "builtins.frozenset",
+        "bytes",
+        "datetime.date",
+        "datetime.timedelta",
+        "datetime.time",
+        "datetime.timezone",
+        "uuid.UUID",
+        "decimal.Decimal",
+        "test_sql_decoder.Colour",
+        "pathlib.PosixPath",
+        "numpy.ndarray",
+        "test_sql_decoder.Order",
+        "test_sql_decoder.Parcel",
     }
     assert expected_types <= types, expected_types - types
     assert {r["type"] for r in rows} >= {"msgpack", "null"}
@@ -209,34 +242,41 @@ def test_parity_with_python_reference_on_every_blob_and_write(ckpt_db):
 
 def test_rich_state_decodes_to_readable_json(ckpt_db):
     values = ckpt_db.fetch_one(
-        "SELECT channel_values FROM core_checkpoints_view WHERE thread_id = 'rich-1' "
-        "ORDER BY step DESC LIMIT 1")["channel_values"]
-    assert values["when"] == {"type": "datetime.datetime", "value": "2026-03-04T05:06:07.890123+00:00",
-                              "method": "fromisoformat"}
+        "SELECT channel_values FROM core_checkpoints_view WHERE thread_id = 'rich-1' ORDER BY step DESC LIMIT 1"
+    )["channel_values"]
+    assert values["when"] == {
+        "type": "datetime.datetime",
+        "value": "2026-03-04T05:06:07.890123+00:00",
+        "method": "fromisoformat",
+    }
     assert values["tags"]["type"] == "builtins.set" and sorted(values["tags"]["value"]) == ["a", "b", "c"]
     assert values["raw"] == {"type": "bytes", "value": base64.b64encode(b"\x00\x01\xfe\xff" * 10).decode()}
     nested = values["nested"]
-    assert nested["big"] == 2**64 - 1 and nested["small"] == -2**63
+    assert nested["big"] == 2**64 - 1 and nested["small"] == -(2**63)
     assert nested["nan"] == "NaN" and nested["inf"] == "-Infinity" and nested["tiny"] == 5e-324
     assert nested["7"] == "int key" and nested["true"] == "bool key" and nested["null"] == "nil key"
     assert nested["level1"]["level2"][1]["level3"] == [True, None, -1.5]
     assert nested["id"] == {"type": "uuid.UUID", "value": "12345678123456781234567812345678"}
     assert values["order"]["type"] == "test_sql_decoder.Order" and values["order"]["value"]["ref"] == "PED-1"
     assert values["answer"] == "sí" and values["log"] == ["start", "prepare", "asked", "finish"]
-    sends = ckpt_db.fetch("SELECT payload FROM core_checkpoint_writes_view WHERE thread_id = 'rich-1' "
-                          "AND channel = '__pregel_tasks'")
+    sends = ckpt_db.fetch(
+        "SELECT payload FROM core_checkpoint_writes_view WHERE thread_id = 'rich-1' AND channel = '__pregel_tasks'"
+    )
     assert sorted(s["payload"]["value"][1]["n"] for s in sends) == [0, 1, 2]
     assert all(s["payload"]["value"][0] == "worker" for s in sends)
-    interrupts = ckpt_db.fetch("SELECT payload FROM core_checkpoint_writes_view WHERE thread_id = 'rich-1' "
-                               "AND channel = '__interrupt__'")
+    interrupts = ckpt_db.fetch(
+        "SELECT payload FROM core_checkpoint_writes_view WHERE thread_id = 'rich-1' AND channel = '__interrupt__'"
+    )
     assert interrupts and interrupts[0]["payload"][0]["type"] == "langgraph.types.Interrupt"
     assert interrupts[0]["payload"][0]["value"]["value"]["question"] == "¿Confirmas el pedido?"
 
 
 def test_message_columns_match_the_reference(ckpt_db):
-    rows = ckpt_db.fetch("SELECT w.type, w.blob, v.message_kind, v.tool_name, v.tool_calls "
-                         "FROM checkpoint_writes w JOIN core_checkpoint_writes_view v USING "
-                         "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) WHERE w.channel = 'messages'")
+    rows = ckpt_db.fetch(
+        "SELECT w.type, w.blob, v.message_kind, v.tool_name, v.tool_calls "
+        "FROM checkpoint_writes w JOIN core_checkpoint_writes_view v USING "
+        "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) WHERE w.channel = 'messages'"
+    )
     seen = set()
     for r in rows:
         ref = payload_json(r["type"], r["blob"])
@@ -249,8 +289,9 @@ def test_message_columns_match_the_reference(ckpt_db):
         assert (r["tool_name"] or "") == ",".join(names)
         seen.update(kinds)
     assert seen == {"human", "ai", "tool"}
-    tools = {r["tool_name"] for r in ckpt_db.fetch(
-        "SELECT tool_name FROM core_checkpoint_messages_view WHERE kind = 'tool'")}
+    tools = {
+        r["tool_name"] for r in ckpt_db.fetch("SELECT tool_name FROM core_checkpoint_messages_view WHERE kind = 'tool'")
+    }
     assert {"recordar_preferencia", "preferencias", "avisos_proveedor", "publicar_aviso"} <= tools
 
 
@@ -263,11 +304,13 @@ def test_sql_path_never_imports_or_calls_what_a_payload_names(ckpt_db, tmp_path)
     ]
     blob = ormsgpack.packb(evil)
     decoded = sql_payload(ckpt_db, "msgpack", blob)
-    assert decoded == as_json([
-        {"type": f"{CANARY_MODULE}.boom", "value": "x", "refused": True},
-        {"type": "os.system", "value": [f"touch {marker}"], "refused": True},
-        {"type": "builtins.eval", "value": "__import__('os')", "method": "__call__", "refused": True},
-    ])
+    assert decoded == as_json(
+        [
+            {"type": f"{CANARY_MODULE}.boom", "value": "x", "refused": True},
+            {"type": "os.system", "value": [f"touch {marker}"], "refused": True},
+            {"type": "builtins.eval", "value": "__import__('os')", "method": "__call__", "refused": True},
+        ]
+    )
     assert as_json(payload_json("msgpack", blob)) == decoded
     assert CANARY_MODULE not in sys.modules and not marker.exists()
 
@@ -275,20 +318,85 @@ def test_sql_path_never_imports_or_calls_what_a_payload_names(ckpt_db, tmp_path)
 # --- every msgpack type, packed by ormsgpack (or by hand where ormsgpack never writes it) ---
 
 EDGE_VALUES = [
-    None, True, False,
-    0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1,
-    -1, -32, -33, -128, -129, -32768, -32769, -2**31, -2**31 - 1, -2**63,
-    0.0, -0.0, 1.5, 0.1, -2.5e-7, 1e300, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308,
-    float("inf"), float("-inf"), float("nan"),
-    "", "a" * 31, "b" * 32, "c" * 255, "d" * 256, "é" * 40000, "e" * 70000, "\u2028 \" \\ / \t \n 😀",
-    b"", b"\x00", b"\xff" * 255, b"\x01" * 256, b"z" * 70000,
-    [], [1], list(range(15)), list(range(16)), list(range(65535)), list(range(65536)),
-    {}, {"k": 1}, {str(i): i for i in range(15)}, {str(i): i for i in range(16)}, {str(i): i for i in range(65536)},
+    None,
+    True,
+    False,
+    0,
+    1,
+    127,
+    128,
+    255,
+    256,
+    65535,
+    65536,
+    2**32 - 1,
+    2**32,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+    -1,
+    -32,
+    -33,
+    -128,
+    -129,
+    -32768,
+    -32769,
+    -(2**31),
+    -(2**31) - 1,
+    -(2**63),
+    0.0,
+    -0.0,
+    1.5,
+    0.1,
+    -2.5e-7,
+    1e300,
+    5e-324,
+    2.2250738585072014e-308,
+    1.7976931348623157e308,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    "",
+    "a" * 31,
+    "b" * 32,
+    "c" * 255,
+    "d" * 256,
+    "é" * 40000,
+    "e" * 70000,
+    '\u2028 " \\ / \t \n 😀',
+    b"",
+    b"\x00",
+    b"\xff" * 255,
+    b"\x01" * 256,
+    b"z" * 70000,
+    [],
+    [1],
+    list(range(15)),
+    list(range(16)),
+    list(range(65535)),
+    list(range(65536)),
+    {},
+    {"k": 1},
+    {str(i): i for i in range(15)},
+    {str(i): i for i in range(16)},
+    {str(i): i for i in range(65536)},
     {1: "one", -5: "minus", 2**64 - 1: "max", False: "f0", None: "n", 1.5: "f"},
     {"deep": [[[[[[[[[[{"x": [None]}]]]]]]]]]]},
 ]
-EXTS = [(code, b"\x07" * size) for code, size in   # fixext 1..16, ext 8/16/32, negative and max codes
-        [(42, 1), (42, 2), (42, 4), (42, 8), (42, 16), (100, 3), (100, 300), (100, 70000), (127, 0)]]
+EXTS = [
+    (code, b"\x07" * size)
+    for code, size in [  # fixext 1..16, ext 8/16/32, negative and max codes
+        (42, 1),
+        (42, 2),
+        (42, 4),
+        (42, 8),
+        (42, 16),
+        (100, 3),
+        (100, 300),
+        (100, 70000),
+        (127, 0),
+    ]
+]
 FLOAT32 = [0.1, -2.5, 3.4028234663852886e38, 1e-45, 1.17549435e-38, float("inf"), float("-inf"), float("nan"), -0.0]
 
 
@@ -298,8 +406,19 @@ def packed_edge_cases() -> list[tuple[str, bytes]]:
     # negative ext codes (msgpack reserves them; ormsgpack reads but never writes them)
     cases += [("ext -1 fixext 4", b"\xd6\xff" + b"\x01" * 4), ("ext -128 ext8", b"\xc7\x03\x80abc")]
     cases += [(f"float32 {f}", b"\xca" + struct.pack(">f", f)) for f in FLOAT32]
-    cases.append(("ext in ext", ormsgpack.packb(ormsgpack.Ext(2, ormsgpack.packb(
-        ["m", "Outer", {"inner": ormsgpack.Ext(0, ormsgpack.packb(["m", "Inner", b"\x01"]))}])))))
+    cases.append(
+        (
+            "ext in ext",
+            ormsgpack.packb(
+                ormsgpack.Ext(
+                    2,
+                    ormsgpack.packb(
+                        ["m", "Outer", {"inner": ormsgpack.Ext(0, ormsgpack.packb(["m", "Inner", b"\x01"]))}]
+                    ),
+                )
+            ),
+        )
+    )
     cases.append(("numpy ext 6", ormsgpack.packb(ormsgpack.Ext(6, ormsgpack.packb(["<f8", [2], "C", b"\x00" * 16])))))
     cases.append(("delta ext 7", ormsgpack.packb(ormsgpack.Ext(7, ormsgpack.packb({"a": [1]})))))
     # array 16/32 and map 32 headers with few items, and str/bin widths bigger than needed: valid msgpack
@@ -317,8 +436,11 @@ def packed_edge_cases() -> list[tuple[str, bytes]]:
 
 def test_every_msgpack_type_matches_the_reference(ckpt_db):
     cases = packed_edge_cases()
-    rows = ckpt_db.fetch("SELECT n, core_checkpoint_payload('msgpack', b)::text AS j FROM unnest(%s::bytea[]) "
-                         "WITH ORDINALITY AS t(b, n) ORDER BY n", ([c[1] for c in cases],))
+    rows = ckpt_db.fetch(
+        "SELECT n, core_checkpoint_payload('msgpack', b)::text AS j FROM unnest(%s::bytea[]) "
+        "WITH ORDINALITY AS t(b, n) ORDER BY n",
+        ([c[1] for c in cases],),
+    )
     assert len(rows) == len(cases)
     for (label, blob), row in zip(cases, rows):
         assert "undecodable" not in row["j"], (label, row["j"][:200])
@@ -327,23 +449,30 @@ def test_every_msgpack_type_matches_the_reference(ckpt_db):
 
 def test_edge_values_exact(ckpt_db):
     q = lambda v: sql_payload(ckpt_db, "msgpack", ormsgpack.packb(v, option=ormsgpack.OPT_NON_STR_KEYS))
-    assert q(2**64 - 1) == 18446744073709551615 and q(-2**63) == -9223372036854775808
+    assert q(2**64 - 1) == 18446744073709551615 and q(-(2**63)) == -9223372036854775808
     assert q(-32) == -32 and q(-33) == -33 and q(0.1) == Decimal("0.1") and q(1e300) == Decimal("1e300")
     assert q(b"\x00\xff") == {"type": "bytes", "value": "AP8="}
     assert q(float("nan")) == "NaN" and q(float("inf")) == "Infinity"
     assert q({1: "a", None: "b"}) == {"1": "a", "null": "b"}
     f32 = sql_payload(ckpt_db, "msgpack", b"\xca" + struct.pack(">f", 0.1))
     assert f32 == Decimal(repr(struct.unpack(">f", struct.pack(">f", 0.1))[0]))
-    assert sql_payload(ckpt_db, "msgpack", ormsgpack.packb(ormsgpack.Ext(42, b"\x01\x02"))) == \
-        {"type": "msgpack.ext", "code": 42, "value": "AQI="}
+    assert sql_payload(ckpt_db, "msgpack", ormsgpack.packb(ormsgpack.Ext(42, b"\x01\x02"))) == {
+        "type": "msgpack.ext",
+        "code": 42,
+        "value": "AQI=",
+    }
 
 
 def test_other_blob_types(ckpt_db):
     assert sql_payload(ckpt_db, "null", b"") is None
     assert sql_payload(ckpt_db, "empty", None) == {"type": "empty", "value": None}
     assert sql_payload(ckpt_db, "bytes", b"\x00\x01") == {"type": "bytes", "value": "AAE="}
-    lc = {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "HumanMessage"],
-          "kwargs": {"content": "hola"}}
+    lc = {
+        "lc": 1,
+        "type": "constructor",
+        "id": ["langchain", "schema", "messages", "HumanMessage"],
+        "kwargs": {"content": "hola"},
+    }
     assert sql_payload(ckpt_db, "json", json.dumps(lc).encode()) == as_json(lc)
     kinds = ckpt_db.fetch_one("SELECT core_checkpoint_messages(%s::jsonb) AS m", (json.dumps([lc]),))["m"]
     assert kinds == [{"kind": "human", "content": "hola"}]
@@ -385,16 +514,28 @@ def test_corrupted_blob_shows_marker_and_the_rest_of_the_history(ckpt_db, create
         rows = ckpt_db.fetch(f"SELECT * FROM {table} WHERE thread_id = 'cliente-C1-1'")
         cols = list(rows[0])
         with db.connection() as conn, conn.cursor() as cur:
-            cur.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})",
-                            [tuple(_jsonb(r[c]) for c in cols) for r in rows])
-    target = db.fetch_one("SELECT checkpoint_id, task_id, idx FROM checkpoint_writes WHERE thread_id = 'cliente-C1-1' "
-                          "AND channel = 'messages' AND type = 'msgpack' ORDER BY checkpoint_id DESC LIMIT 1")
-    db.execute("UPDATE checkpoint_writes SET blob = substring(blob FROM 1 FOR 7) WHERE thread_id = 'cliente-C1-1' "
-               "AND checkpoint_id = %(checkpoint_id)s AND task_id = %(task_id)s AND idx = %(idx)s", target)
-    blob_target = db.fetch_one("SELECT channel, version FROM checkpoint_blobs WHERE thread_id = 'cliente-C1-1' "
-                               "AND channel = 'messages' ORDER BY version DESC LIMIT 1")
-    db.execute("UPDATE checkpoint_blobs SET blob = '\\xc1'::bytea WHERE thread_id = 'cliente-C1-1' "
-               "AND channel = %(channel)s AND version = %(version)s", blob_target)
+            cur.executemany(
+                f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})",
+                [tuple(_jsonb(r[c]) for c in cols) for r in rows],
+            )
+    target = db.fetch_one(
+        "SELECT checkpoint_id, task_id, idx FROM checkpoint_writes WHERE thread_id = 'cliente-C1-1' "
+        "AND channel = 'messages' AND type = 'msgpack' ORDER BY checkpoint_id DESC LIMIT 1"
+    )
+    db.execute(
+        "UPDATE checkpoint_writes SET blob = substring(blob FROM 1 FOR 7) WHERE thread_id = 'cliente-C1-1' "
+        "AND checkpoint_id = %(checkpoint_id)s AND task_id = %(task_id)s AND idx = %(idx)s",
+        target,
+    )
+    blob_target = db.fetch_one(
+        "SELECT channel, version FROM checkpoint_blobs WHERE thread_id = 'cliente-C1-1' "
+        "AND channel = 'messages' ORDER BY version DESC LIMIT 1"
+    )
+    db.execute(
+        "UPDATE checkpoint_blobs SET blob = '\\xc1'::bytea WHERE thread_id = 'cliente-C1-1' "
+        "AND channel = %(channel)s AND version = %(version)s",
+        blob_target,
+    )
 
     writes = views.step_writes(db, "cliente-C1-1")
     expected = ckpt_db.fetch_one("SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = 'cliente-C1-1'")["n"]
@@ -406,11 +547,15 @@ def test_corrupted_blob_shows_marker_and_the_rest_of_the_history(ckpt_db, create
     assert (good["message_kind"].dropna() != "").all() and {"human", "ai", "tool"} <= set(good["message_kind"].dropna())
 
     timeline = views.thread_timeline(db, "cliente-C1-1")
-    assert len(timeline) == ckpt_db.fetch_one(
-        "SELECT count(*) AS n FROM checkpoints WHERE thread_id = 'cliente-C1-1'")["n"]
+    assert (
+        len(timeline)
+        == ckpt_db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE thread_id = 'cliente-C1-1'")["n"]
+    )
     assert timeline["undecodable_writes"].sum() == 1
-    latest = db.fetch_one("SELECT channel_values -> 'messages' AS m FROM core_checkpoints_view "
-                          "WHERE thread_id = 'cliente-C1-1' ORDER BY step DESC LIMIT 1")["m"]
+    latest = db.fetch_one(
+        "SELECT channel_values -> 'messages' AS m FROM core_checkpoints_view "
+        "WHERE thread_id = 'cliente-C1-1' ORDER BY step DESC LIMIT 1"
+    )["m"]
     assert "invalid msgpack byte 0xc1" in latest["undecodable"]
     assert db.fetch_one("SELECT count(*) AS n FROM core_checkpoint_messages_view")["n"] > 0
 

@@ -2,22 +2,24 @@
 removed and changed; no raw names (chart legends, risk levels, headings, settings); storage figures without
 fake deltas, each with its own time and a total; episodes numbered 1..n; integers as integers; numbers in the UI's
 language whatever the browser's. Real embedded PostgreSQL, checkpoints written by the real agents."""
+
 from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from apptools import as_int, frame, metric
 from babel.dates import format_skeleton
+from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 from streamlit.testing.v1 import AppTest
 
-from apptools import as_int, frame, metric
-from conftest import DIMS
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import replica_health, storage as ckpt_storage, views
+from core.checkpoints import replica_health, views
+from core.checkpoints import storage as ckpt_storage
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
@@ -27,28 +29,39 @@ THREAD = "cliente-C301-1"
 
 
 def human(id_, text):
-    return {"type": "langchain_core.messages.human.HumanMessage",
-            "value": {"id": id_, "type": "human", "content": text, "additional_kwargs": {}}}
+    return {
+        "type": "langchain_core.messages.human.HumanMessage",
+        "value": {"id": id_, "type": "human", "content": text, "additional_kwargs": {}},
+    }
 
 
 def ai(id_, text, calls=()):
-    return {"type": "langchain_core.messages.ai.AIMessage",
-            "value": {"id": id_, "type": "ai", "content": text, "tool_calls": list(calls), "response_metadata": {}}}
+    return {
+        "type": "langchain_core.messages.ai.AIMessage",
+        "value": {"id": id_, "type": "ai", "content": text, "tool_calls": list(calls), "response_metadata": {}},
+    }
 
 
 # --- the message diff (pure) ---------------------------------------------------------------------------------
+
 
 def test_message_diff_by_id():
     from core.checkpoints.message_diff import message_diff
 
     old = [human("h1", "Hola"), ai("a1", "¿En qué puedo ayudar?"), human("h2", "Prefiero Sierpes")]
-    new = [human("h1", "Hola"), ai("a1", "¿En qué le puedo ayudar?"),
-           ai("a2", "", [{"name": "recordar_preferencia", "args": {"tipo": "recogida"}, "id": "c1"}])]
+    new = [
+        human("h1", "Hola"),
+        ai("a1", "¿En qué le puedo ayudar?"),
+        ai("a2", "", [{"name": "recordar_preferencia", "args": {"tipo": "recogida"}, "id": "c1"}]),
+    ]
     found = message_diff(old, new)
     rows = found.changes.set_index("message_id")
     assert (found.old_count, found.new_count) == (3, 3)
     assert rows.loc["a1", "change"] == "changed" and rows.loc["a1", "fields"] == "content"
-    assert rows.loc["a1", "old_content"] == "¿En qué puedo ayudar?" and rows.loc["a1", "new_content"] == "¿En qué le puedo ayudar?"
+    assert (
+        rows.loc["a1", "old_content"] == "¿En qué puedo ayudar?"
+        and rows.loc["a1", "new_content"] == "¿En qué le puedo ayudar?"
+    )
     assert rows.loc["a2", "change"] == "added" and rows.loc["a2", "kind"] == "ai"
     assert rows.loc["a2", "new_content"] == 'recordar_preferencia({"tipo": "recogida"})'
     assert rows.loc["h2", "change"] == "removed" and rows.loc["h2", "old_content"] == "Prefiero Sierpes"
@@ -69,6 +82,7 @@ def test_message_diff_is_only_for_message_lists():
 
 
 # --- pages on a thread written by the real agents ------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def agents_db(create_database) -> Database:
@@ -94,9 +108,13 @@ def open_page(dsn: str, app_env, page: str, query: dict | None = None) -> AppTes
 
 
 def checkpoint_ids(db) -> list[str]:
-    return [r["checkpoint_id"] for r in db.fetch(
-        "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' ORDER BY checkpoint_id",
-        (THREAD,))]
+    return [
+        r["checkpoint_id"]
+        for r in db.fetch(
+            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' ORDER BY checkpoint_id",
+            (THREAD,),
+        )
+    ]
 
 
 def test_no_changed_row_without_a_changed_value(agents_db):
@@ -121,22 +139,32 @@ def test_diff_lists_messages_added_in_words(agents_db, app_env):
     assert messages_row["change"] == "añadido"
     n_messages = agents_db.fetch_one(
         "SELECT jsonb_array_length(channel_values->'messages') AS n FROM core_checkpoints_view "
-        "WHERE thread_id = %s AND checkpoint_id = %s", (THREAD, ids[-1]))["n"]
+        "WHERE thread_id = %s AND checkpoint_id = %s",
+        (THREAD, ids[-1]),
+    )["n"]
     assert messages_row["new_value"] == f"{n_messages} mensajes"  # not the JSON list
     assert set(channels["change"]) <= {"añadido", "eliminado", "cambiado"}
     listed = frame(at, "change", "position", "kind", "new_content")
     assert len(listed) == n_messages and set(listed["change"]) == {"añadido"}
     assert "Prefiero recoger mis pedidos en la tienda Sierpes." in set(listed["new_content"])
     assert {"persona", "IA", "herramienta"} <= set(listed["kind"])
-    assert any(m.value.startswith("Mensajes de `messages`: ") and f"{n_messages} añadidos, 0 eliminados, 0 cambiados"
-               in m.value for m in at.markdown)
+    assert any(
+        m.value.startswith("Mensajes de `messages`: ")
+        and f"{n_messages} añadidos, 0 eliminados, 0 cambiados" in m.value
+        for m in at.markdown
+    )
     summary = next(c.value for c in at.caption if re.match(r"^\d+ canal", c.value))
     n = len(channels)
     assert summary.startswith("1 canal cambiado de " if n == 1 else f"{n} canales cambiados de ")
     # every channel, the unchanged too: their change in words as well
     at.toggle(key="checkpoints.diff_changes").set_value(False).run()
     assert set(frame(at, "channel", "change", "old_value")["change"]) <= {
-        "añadido", "eliminado", "cambiado", "solo versión nueva (mismo valor)", "sin cambios"}
+        "añadido",
+        "eliminado",
+        "cambiado",
+        "solo versión nueva (mismo valor)",
+        "sin cambios",
+    }
 
 
 def test_diff_of_consecutive_checkpoints_in_english(agents_db, app_env):
@@ -166,8 +194,10 @@ def test_timeline_legend_and_largest_chart_in_words(agents_db, app_env):
 def test_storage_figures_plain_with_their_own_time_and_a_total(agents_db, app_env):
     at = open_page(agents_db.dsn, app_env, "app_pages/checkpoints.py", {"thread": THREAD})
     at.radio(key="checkpoints.view").set_value("storage").run()
-    rows = {t: agents_db.fetch_one(f"SELECT count(*) AS n FROM {t}")["n"]
-            for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")}
+    rows = {
+        t: agents_db.fetch_one(f"SELECT count(*) AS n FROM {t}")["n"]
+        for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+    }
     for table, n in rows.items():
         assert as_int(metric(at, f"{table}: filas")) == n
         assert re.match(r"^\d+(,\d)? (B|kB|MB|GB)$", metric(at, f"{table}: en disco"))
@@ -182,8 +212,9 @@ def test_storage_figures_plain_with_their_own_time_and_a_total(agents_db, app_en
 
 def test_thread_figures_and_tables_in_the_ui_language(agents_db, app_env):
     at = open_page(agents_db.dsn, app_env, "app_pages/checkpoints.py", {"thread": THREAD})
-    written = agents_db.fetch_one("SELECT sum(octet_length(blob)) AS n FROM checkpoint_writes WHERE thread_id = %s",
-                                  (THREAD,))["n"]
+    written = agents_db.fetch_one(
+        "SELECT sum(octet_length(blob)) AS n FROM checkpoint_writes WHERE thread_id = %s", (THREAD,)
+    )["n"]
     shown = next(m for m in at.metric if m.label == "Bytes de escrituras")
     assert re.match(r"^\d+,\d kB$", shown.value)  # a Spanish decimal comma, whatever the browser says
     assert shown.proto.help == f"{written:,} bytes".replace(",", ".")
@@ -197,24 +228,37 @@ def test_thread_figures_and_tables_in_the_ui_language(agents_db, app_env):
 
 # --- Degradation -----------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def episodes_db(db):
     """Three episodes of a month with a gap in their ids (a sequence value used by nothing), a denial of the last,
     and a heartbeat whose PID is read through a float."""
-    start = datetime(2026, 11, 3, 10, tzinfo=timezone.utc)
+    start = datetime(2026, 11, 3, 10, tzinfo=UTC)
     with db.connection() as conn:
         for i, day in enumerate((0, 12, 27)):
             if i == 2:
                 conn.execute("SELECT nextval(pg_get_serial_sequence('core_degradation_episodes', 'id'))")
-            replica_health.write_episode(conn, replica_health.Episode(
-                replica_id="replica-a", host="h", pid=3249, degraded_from=start + timedelta(days=day),
-                degraded_to=start + timedelta(days=day, minutes=38),
-                reason="liveness check: DeadlineExceeded: PostgreSQL call exceeded its 1.0 s deadline " * 2,
-                checkpoints_buffered=3, writes_buffered=5, ops_resynced=8, resync_ms=4.25))
+            replica_health.write_episode(
+                conn,
+                replica_health.Episode(
+                    replica_id="replica-a",
+                    host="h",
+                    pid=3249,
+                    degraded_from=start + timedelta(days=day),
+                    degraded_to=start + timedelta(days=day, minutes=38),
+                    reason="liveness check: DeadlineExceeded: PostgreSQL call exceeded its 1.0 s deadline " * 2,
+                    checkpoints_buffered=3,
+                    writes_buffered=5,
+                    ops_resynced=8,
+                    resync_ms=4.25,
+                ),
+            )
     last = db.fetch_one("SELECT max(id) AS id FROM core_degradation_episodes")["id"]
-    db.execute("INSERT INTO core_guard_denials (denial_key, episode_id, replica_id, tool, risk, thread_id, denied_at) "
-               "VALUES (gen_random_uuid(), %s, 'replica-a', 'publicar_aviso', 'HIGH', 'compras-P1-retraso', %s)",
-               (last, start + timedelta(days=27, minutes=5)))
+    db.execute(
+        "INSERT INTO core_guard_denials (denial_key, episode_id, replica_id, tool, risk, thread_id, denied_at) "
+        "VALUES (gen_random_uuid(), %s, 'replica-a', 'publicar_aviso', 'HIGH', 'compras-P1-retraso', %s)",
+        (last, start + timedelta(days=27, minutes=5)),
+    )
     return db
 
 
@@ -250,8 +294,12 @@ def test_sweeps_settings_in_words(db, app_env):
 
 
 def test_checkpoint_timeline_axis_says_date_and_time_in_the_ui_language(agents_db, app_env):
-    first, last = (agents_db.fetch_one(f"SELECT {f}((checkpoint->>'ts')::timestamptz) AS ts FROM checkpoints "
-                                       "WHERE thread_id = %s", (THREAD,))["ts"] for f in ("min", "max"))
+    first, last = (
+        agents_db.fetch_one(
+            f"SELECT {f}((checkpoint->>'ts')::timestamptz) AS ts FROM checkpoints WHERE thread_id = %s", (THREAD,)
+        )["ts"]
+        for f in ("min", "max")
+    )
     for lang, title in (("es", "Fecha y hora (UTC)"), ("en", "Date and time (UTC)")):
         at = open_page(agents_db.dsn, app_env, "app_pages/checkpoints.py", {"thread": THREAD, "lang": lang})
         fig = json.loads(next(c for c in at.get("plotly_chart") if c.key == "checkpoints.timeline_chart").proto.spec)
@@ -259,10 +307,10 @@ def test_checkpoint_timeline_axis_says_date_and_time_in_the_ui_language(agents_d
         assert axis["title"]["text"] == title  # not "Hora": the axis may span days
         # the day in the language, and the time as precise as the ticks are close (these checkpoints are within
         # seconds): no two ticks read the same
-        day = format_skeleton("MMMd", first, tzinfo=timezone.utc, locale=lang)
+        day = format_skeleton("MMMd", first, tzinfo=UTC, locale=lang)
         ticks = axis["ticktext"]
-        assert ticks[0].startswith(f"{day} {first.astimezone(timezone.utc):%H:%M:%S}"), ticks
-        assert f"{last.astimezone(timezone.utc):%H:%M:%S}" in ticks[-1] and len(set(ticks)) == len(ticks) > 1, ticks
+        assert ticks[0].startswith(f"{day} {first.astimezone(UTC):%H:%M:%S}"), ticks
+        assert f"{last.astimezone(UTC):%H:%M:%S}" in ticks[-1] and len(set(ticks)) == len(ticks) > 1, ticks
     # the table under it names each checkpoint's origin in words, as the chart's legend does
     timeline = next(df for df in at.dataframe if "updated_channels" in df.value.columns)
     assert set(timeline.value["source"]) == {"input (message received)", "graph step"}, set(timeline.value["source"])

@@ -2,16 +2,18 @@
 (bounded temp space at any size) with exactly the results of the single whole-table statements they replace,
 kept here as the reference; the Storage view's table totals are the refresh's counts "as of" its time.
 Real embedded PostgreSQL; checkpoints written by the real agents (ours and the article's, on stock savers)."""
+
 from __future__ import annotations
 
 import psycopg
 import pytest
+from apptools import as_int, metric
 from babel.dates import format_datetime
+from conftest import DIMS, grant_our_functions, login_role
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 from streamlit.testing.v1 import AppTest
 
-from conftest import DIMS, grant_our_functions, login_role
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints import storage, views
@@ -19,18 +21,31 @@ from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.privacy import subjects as subj
-from apptools import as_int, metric
 
 # The single whole-table statements the batches replace, the reference: the refresh's (kept in views for the benches)
 # and the coverage's (still the pages' live count before any sweep).
 OLD_LIVE_THREAD_STORAGE = views.LIVE_THREAD_STORAGE
 OLD_COVERAGE_SQL = subj.COVERAGE_SQL
 
-COLUMNS = ["thread_id", "cliente_id", "checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes", "write_bytes",
-           "total_bytes", "last_ts"]
+COLUMNS = [
+    "thread_id",
+    "cliente_id",
+    "checkpoints",
+    "checkpoint_bytes",
+    "blobs",
+    "blob_bytes",
+    "writes",
+    "write_bytes",
+    "total_bytes",
+    "last_ts",
+]
 KEYS = subj.Attribution().metadata_keys
-CONFIGS = [subj.Attribution(), subj.Attribution(metadata_keys=("cliente_id",)), subj.Attribution(thread_patterns=()),
-           subj.Attribution(metadata_keys=(), thread_patterns=())]
+CONFIGS = [
+    subj.Attribution(),
+    subj.Attribution(metadata_keys=("cliente_id",)),
+    subj.Attribution(thread_patterns=()),
+    subj.Attribution(metadata_keys=(), thread_patterns=()),
+]
 APP = "../dashboard.py"
 PAGE = "app_pages/checkpoints.py"
 
@@ -45,15 +60,20 @@ def kept(db: Database) -> list[dict]:
 
 def reference_keys(db: Database, keys) -> dict[str, list[str]]:
     """Per thread with checkpoints, the keys of `keys` any of its checkpoints' metadata carries."""
-    rows = db.fetch("SELECT thread_id, array(SELECT k FROM unnest(%(keys)s::text[]) k WHERE EXISTS ("
-                    "  SELECT 1 FROM checkpoints c2 WHERE c2.thread_id = c.thread_id AND c2.metadata ? k) ORDER BY k) AS ks"
-                    " FROM (SELECT DISTINCT thread_id FROM checkpoints) c", {"keys": list(keys)})
+    rows = db.fetch(
+        "SELECT thread_id, array(SELECT k FROM unnest(%(keys)s::text[]) k WHERE EXISTS ("
+        "  SELECT 1 FROM checkpoints c2 WHERE c2.thread_id = c.thread_id AND c2.metadata ? k) ORDER BY k) AS ks"
+        " FROM (SELECT DISTINCT thread_id FROM checkpoints) c",
+        {"keys": list(keys)},
+    )
     return {r["thread_id"]: r["ks"] for r in rows}
 
 
 def old_coverage(db: Database, config: subj.Attribution) -> tuple[int, int, int, int]:
-    row = db.fetch_one(OLD_COVERAGE_SQL, {"keys": list(config.metadata_keys),
-                                          "likes": [subj.like_for(p, None) for p in config.thread_patterns]})
+    row = db.fetch_one(
+        OLD_COVERAGE_SQL,
+        {"keys": list(config.metadata_keys), "likes": [subj.like_for(p, None) for p in config.thread_patterns]},
+    )
     return int(row["threads"]), int(row["unattributed_threads"]), int(row["bytes"]), int(row["unattributed_bytes"])
 
 
@@ -78,8 +98,10 @@ def ours(create_database) -> Database:
     threads = {f"cliente-C{i}-1": f"C{i}" for i in range(1, 7)}
     threads.update({"hilo-only-blobs-writes": "C1", "hilo-only-blobs": "C2", "hilo-only-writes": "C3"})
     turns(db, threads, ("Prefiero recoger mis pedidos en la tienda Sierpes.", "¿Qué preferencias tengo guardadas?"))
-    db.execute("DELETE FROM checkpoints WHERE thread_id = ANY(%s)",
-               (["hilo-only-blobs-writes", "hilo-only-blobs", "hilo-only-writes"],))
+    db.execute(
+        "DELETE FROM checkpoints WHERE thread_id = ANY(%s)",
+        (["hilo-only-blobs-writes", "hilo-only-blobs", "hilo-only-writes"],),
+    )
     db.execute("DELETE FROM checkpoint_writes WHERE thread_id = 'hilo-only-blobs'")
     db.execute("DELETE FROM checkpoint_blobs WHERE thread_id = 'hilo-only-writes'")
     saver = PostgresSaver(db.pool)
@@ -91,11 +113,16 @@ def ours(create_database) -> Database:
 
 def data_shapes(db: Database) -> None:
     """The cases the refresh must keep: threads in writes only, in blobs only, and threads of several rows."""
-    only = db.fetch_one("""
+    only = db.fetch_one(
+        """
         SELECT count(*) FILTER (WHERE checkpoints = 0 AND blobs = 0 AND writes > 0) AS writes_only,
                count(*) FILTER (WHERE checkpoints = 0 AND blobs > 0 AND writes = 0) AS blobs_only,
                count(*) FILTER (WHERE checkpoints > 2 AND blobs > 2 AND writes > 2) AS large
-        FROM (""" + OLD_LIVE_THREAD_STORAGE + ") s", read_only=False)
+        FROM ("""
+        + OLD_LIVE_THREAD_STORAGE
+        + ") s",
+        read_only=False,
+    )
     assert only["writes_only"] >= 1 and only["blobs_only"] >= 1 and only["large"] >= 2, only
 
 
@@ -106,14 +133,18 @@ def test_batched_refresh_equals_the_single_statement(ours, batch_rows):
     assert storage.refresh_thread_storage(ours, KEYS, batch_rows=batch_rows) == len(expected)
     assert kept(ours) == expected
     refresh = storage.storage_refresh(ours)
-    n_rows = {t: ours.fetch_one(f"SELECT count(*) AS n FROM {t}")["n"]
-              for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")}
+    n_rows = {
+        t: ours.fetch_one(f"SELECT count(*) AS n FROM {t}")["n"]
+        for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+    }
     assert (refresh["checkpoints"], refresh["blobs"], refresh["writes"]) == tuple(n_rows.values())
     assert refresh["threads"] == len(expected) and refresh["metadata_keys"] == list(KEYS)
     if batch_rows == 2:  # batch boundaries fall inside the data: many batches, threads of more rows than a batch
         assert refresh["batches"] > 5
-    keys = {r["thread_id"]: sorted(r["metadata_keys"]) for r in ours.fetch(
-        "SELECT thread_id, metadata_keys FROM core_thread_storage")}
+    keys = {
+        r["thread_id"]: sorted(r["metadata_keys"])
+        for r in ours.fetch("SELECT thread_id, metadata_keys FROM core_thread_storage")
+    }
     ref_keys = reference_keys(ours, KEYS)
     assert keys == {t: ref_keys.get(t, []) for t in keys}
     assert any(keys.values())  # our agents tag cliente_id
@@ -139,8 +170,13 @@ def test_on_the_article_agents_database(article_agents):
         write = foreign.threads_of("C9", "write")[0]
         db.execute("DELETE FROM checkpoints WHERE thread_id = ANY(%s)", ([chat, write],))
         db.execute("DELETE FROM checkpoint_blobs WHERE thread_id = %s", (chat,))
-        assert db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix LIKE 'clientes.%%' "
-                            "AND jsonb_typeof(value -> 'hilo') = 'string'")["n"] > 0
+        assert (
+            db.fetch_one(
+                "SELECT count(*) AS n FROM store WHERE prefix LIKE 'clientes.%%' "
+                "AND jsonb_typeof(value -> 'hilo') = 'string'"
+            )["n"]
+            > 0
+        )
         expected = reference(db)
         assert storage.refresh_thread_storage(db, KEYS, batch_rows=2) == len(expected)
         assert kept(db) == expected
@@ -163,14 +199,16 @@ def test_on_the_agent_server_database(agent_server_db):
         expected = reference(db)
         with db.connection() as conn, conn.transaction():
             storage.refresh_storage_conn(conn, KEYS, 2)
-            rows = conn.execute(f"SELECT {', '.join(COLUMNS)}, metadata_keys FROM core_thread_storage "
-                                "ORDER BY thread_id").fetchall()
+            rows = conn.execute(
+                f"SELECT {', '.join(COLUMNS)}, metadata_keys FROM core_thread_storage ORDER BY thread_id"
+            ).fetchall()
             raise psycopg.Rollback()  # a shared database: leave it as it was
         assert [{k: r[k] for k in COLUMNS} for r in rows] == expected
         assert any("user_id" in r["metadata_keys"] for r in rows)
         ref_keys = reference_keys(db, KEYS)
         assert {r["thread_id"]: sorted(r["metadata_keys"]) for r in rows} == {
-            r["thread_id"]: ref_keys.get(r["thread_id"], []) for r in rows}
+            r["thread_id"]: ref_keys.get(r["thread_id"], []) for r in rows
+        }
     finally:
         db.close()
 
@@ -203,9 +241,13 @@ def test_a_temp_file_limit_the_single_statement_exceeds(ours):
     the role also has hash aggregation off: the plan it takes at scale, a sort of every row of each table by thread.
     Under a role with work_mem 64kB and temp_file_limit 64kB both old statements fail; the batched refresh and the
     coverage from it succeed, under the same settings, with the same results."""
-    role_dsn = login_role(ours.dsn, "tmplimit", "checkpoints, checkpoint_blobs, checkpoint_writes, core_thread_storage, "
-                          "core_thread_storage_refresh, store, core_conversations, core_erasure_register, "
-                          "core_coverage_snapshot, core_channel_storage, core_thread_growth, core_thread_orphans")
+    role_dsn = login_role(
+        ours.dsn,
+        "tmplimit",
+        "checkpoints, checkpoint_blobs, checkpoint_writes, core_thread_storage, "
+        "core_thread_storage_refresh, store, core_conversations, core_erasure_register, "
+        "core_coverage_snapshot, core_channel_storage, core_thread_growth, core_thread_orphans",
+    )
     role = psycopg.conninfo.conninfo_to_dict(role_dsn)["user"]
     grant_our_functions(ours.dsn, role)  # the role is the sweep job's: the decoder's functions, as deployed
     ours.execute(f"ALTER ROLE {role} SET work_mem = '64kB'")
@@ -249,8 +291,10 @@ def test_table_totals_are_the_refresh_counts_as_of_its_time(create_database, app
     db = Database(create_database(prefix="totals"))
     try:
         turns(db, {"cliente-C1-1": "C1", "cliente-C2-1": "C2"})
-        live = {t: db.fetch_one(f"SELECT count(*) AS n FROM {t}")["n"]
-                for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")}
+        live = {
+            t: db.fetch_one(f"SELECT count(*) AS n FROM {t}")["n"]
+            for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+        }
         # before any refresh: counted now, and said so
         totals = storage.table_totals(db)
         assert dict(zip(totals["table_name"], totals["rows"])) == live and totals["as_of"].isna().all()
@@ -266,16 +310,20 @@ def test_table_totals_are_the_refresh_counts_as_of_its_time(create_database, app
         assert (totals["as_of"] == refreshed_at).all()
         sizes = {t: db.fetch_one("SELECT pg_total_relation_size(%s::regclass) AS n", (t,))["n"] for t in live}
         assert dict(zip(totals["table_name"], totals["total_bytes"])) == sizes
-        utc = __import__('datetime').timezone.utc
-        stamp = {lang: format_datetime(refreshed_at, "medium", tzinfo=utc, locale=lang) + " UTC" for lang in ("es", "en")}
+        utc = __import__("datetime").timezone.utc
+        stamp = {
+            lang: format_datetime(refreshed_at, "medium", tzinfo=utc, locale=lang) + " UTC" for lang in ("es", "en")
+        }
         at = open_storage(db.dsn, app_env)
-        assert any(c.value.startswith(f"Filas exactas a fecha del último barrido, {stamp['es']}") for c in at.caption), \
-            [c.value for c in at.caption]
+        assert any(
+            c.value.startswith(f"Filas exactas a fecha del último barrido, {stamp['es']}") for c in at.caption
+        ), [c.value for c in at.caption]
         for table, n in live.items():
             assert as_int(metric(at, f"{table}: filas")) == n
         at = open_storage(db.dsn, app_env, "en")
-        assert any(c.value.startswith(f"Rows exact as of the last sweep, {stamp['en']}") for c in at.caption), \
-            [c.value for c in at.caption]
+        assert any(c.value.startswith(f"Rows exact as of the last sweep, {stamp['en']}") for c in at.caption), [
+            c.value for c in at.caption
+        ]
         assert as_int(metric(at, "checkpoints: rows")) == live["checkpoints"]
     finally:
         db.close()

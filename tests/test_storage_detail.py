@@ -1,6 +1,7 @@
 """Where the checkpoint bytes go (core/checkpoints/storage_detail.py): bytes per channel, per step, threads growing
 faster than linearly, orphans and PostgreSQL's statistics, each equal to SQL over the three tables, the same batched
 or not; and the prune preview. Real graphs and agents on the real embedded PostgreSQL."""
+
 from __future__ import annotations
 
 import operator
@@ -8,12 +9,12 @@ from typing import Annotated, TypedDict
 
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
+from prune_graphs import delta_graph
+from test_sweep import DIMS, _converse
 
 from core.checkpoints import prune, storage, storage_detail
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
-from prune_graphs import delta_graph
-from test_sweep import DIMS, _converse
 
 ITEM = "x" * 400
 
@@ -34,15 +35,23 @@ def growth_graph(saver, key: str):
 
 def write(db) -> None:
     saver = PostgresSaver(db.pool)
-    growth_graph(saver, "history").invoke({"history": [], "latest": "", "n": 0}, {"configurable": {"thread_id": "cuadratico"}})
-    growth_graph(saver, "latest").invoke({"history": [], "latest": "", "n": 0}, {"configurable": {"thread_id": "lineal"}})
+    growth_graph(saver, "history").invoke(
+        {"history": [], "latest": "", "n": 0}, {"configurable": {"thread_id": "cuadratico"}}
+    )
+    growth_graph(saver, "latest").invoke(
+        {"history": [], "latest": "", "n": 0}, {"configurable": {"thread_id": "lineal"}}
+    )
     delta_graph(saver).invoke({"items": ["a"], "n": 0}, {"configurable": {"thread_id": "delta"}})
     _converse(db, build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS))
     # An orphan blob (no checkpoint references its version) and a write whose checkpoint is gone.
-    db.execute("INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) "
-               "VALUES ('lineal', '', 'latest', '99.huérfano', 'msgpack', '\\x0102030405'::bytea)")
-    db.execute("INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, "
-               "blob) VALUES ('lineal', '', 'no-existe', 't', 0, 'latest', 'msgpack', '\\x010203'::bytea)")
+    db.execute(
+        "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) "
+        "VALUES ('lineal', '', 'latest', '99.huérfano', 'msgpack', '\\x0102030405'::bytea)"
+    )
+    db.execute(
+        "INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, "
+        "blob) VALUES ('lineal', '', 'no-existe', 't', 0, 'latest', 'msgpack', '\\x010203'::bytea)"
+    )
 
 
 SQL_CHANNELS = """
@@ -60,33 +69,52 @@ def by_channel(frame) -> dict:
 
 def test_storage_detail_equals_sql_batched_or_not(db):
     write(db)
-    sql = {r["channel"]: (r["blobs"], r["blob_bytes"], r["writes"], r["write_bytes"])
-           for r in db.fetch(SQL_CHANNELS.format(where=""))}
+    sql = {
+        r["channel"]: (r["blobs"], r["blob_bytes"], r["writes"], r["write_bytes"])
+        for r in db.fetch(SQL_CHANNELS.format(where=""))
+    }
     snapshots = []
     for batch_rows in (storage.STORAGE_BATCH_ROWS, 7):
         storage.refresh_thread_storage(db, batch_rows=batch_rows)
         assert by_channel(storage_detail.channel_totals(db)) == sql
-        snapshots.append((db.fetch("SELECT * FROM core_channel_storage ORDER BY 1, 2"),
-                          db.fetch("SELECT * FROM core_thread_growth ORDER BY 1"), storage_detail.orphans(db)))
+        snapshots.append(
+            (
+                db.fetch("SELECT * FROM core_channel_storage ORDER BY 1, 2"),
+                db.fetch("SELECT * FROM core_thread_growth ORDER BY 1"),
+                storage_detail.orphans(db),
+            )
+        )
     assert snapshots[0][0] == snapshots[1][0] and snapshots[0][1] == snapshots[1][1]
-    assert {k: v for k, v in snapshots[0][2].items() if k != "as_of"} == \
-           {k: v for k, v in snapshots[1][2].items() if k != "as_of"} == \
-           {"blobs": 1, "blob_bytes": 5, "writes": 1, "write_bytes": 3}
+    assert (
+        {k: v for k, v in snapshots[0][2].items() if k != "as_of"}
+        == {k: v for k, v in snapshots[1][2].items() if k != "as_of"}
+        == {"blobs": 1, "blob_bytes": 5, "writes": 1, "write_bytes": 3}
+    )
 
     for thread in ("cuadratico", "delta", "cliente-C1-1"):
         live = by_channel(storage_detail.thread_channels(db, thread))
-        assert live == {r["channel"]: (r["blobs"], r["blob_bytes"], r["writes"], r["write_bytes"])
-                        for r in db.fetch(SQL_CHANNELS.format(where="WHERE thread_id = %(t)s"), {"t": thread})}
+        assert live == {
+            r["channel"]: (r["blobs"], r["blob_bytes"], r["writes"], r["write_bytes"])
+            for r in db.fetch(SQL_CHANNELS.format(where="WHERE thread_id = %(t)s"), {"t": thread})
+        }
         steps = storage_detail.thread_steps(db, thread)
         # Every referenced blob is counted once, at the step that first referenced it; every row and write once.
         referenced = db.fetch_one(
             "SELECT coalesce(sum(octet_length(b.blob)), 0) AS n FROM checkpoint_blobs b WHERE b.thread_id = %(t)s AND "
             "EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns "
-            "AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)", {"t": thread})["n"]
-        own = db.fetch_one("SELECT sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS n, count(*) AS c "
-                           "FROM checkpoints WHERE thread_id = %(t)s", {"t": thread})
-        writes = db.fetch_one("SELECT coalesce(sum(octet_length(w.blob)), 0) AS n FROM checkpoint_writes w "
-                              "WHERE thread_id = %(t)s AND checkpoint_id <> 'no-existe'", {"t": thread})["n"]
+            "AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)",
+            {"t": thread},
+        )["n"]
+        own = db.fetch_one(
+            "SELECT sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS n, count(*) AS c "
+            "FROM checkpoints WHERE thread_id = %(t)s",
+            {"t": thread},
+        )
+        writes = db.fetch_one(
+            "SELECT coalesce(sum(octet_length(w.blob)), 0) AS n FROM checkpoint_writes w "
+            "WHERE thread_id = %(t)s AND checkpoint_id <> 'no-existe'",
+            {"t": thread},
+        )["n"]
         assert len(steps) == own["c"] and list(steps["n"]) == list(range(1, own["c"] + 1))
         assert steps["blob_bytes"].sum() == referenced and steps["checkpoint_bytes"].sum() == own["n"]
         assert steps["write_bytes"].sum() == writes and steps["cumulative"].iloc[-1] == steps["bytes"].sum()
@@ -104,8 +132,10 @@ def test_table_stats_come_from_postgresql(db):
     stats = storage_detail.table_stats(db).set_index("table_name")
     assert list(stats.index) == ["checkpoints", "checkpoint_blobs", "checkpoint_writes"]
     for name, row in stats.iterrows():
-        sizes = db.fetch_one("SELECT pg_total_relation_size(%(t)s::regclass) AS total, "
-                             "pg_indexes_size(%(t)s::regclass) AS idx", {"t": name})
+        sizes = db.fetch_one(
+            "SELECT pg_total_relation_size(%(t)s::regclass) AS total, pg_indexes_size(%(t)s::regclass) AS idx",
+            {"t": name},
+        )
         assert row["index_bytes"] == sizes["idx"] and abs(row["total_bytes"] - sizes["total"]) <= 8192 * 4
         assert row["table_bytes"] + row["index_bytes"] + row["toast_bytes"] == row["total_bytes"]
     assert stats["as_of"].notna().all()
@@ -120,18 +150,25 @@ def test_prune_preview_is_the_dry_run_and_deletes_nothing(db):
     assert db.fetch("SELECT * FROM core_sweep_log") == []
     import psycopg
     from psycopg.rows import dict_row
+
     with psycopg.connect(db.dsn, autocommit=True, row_factory=dict_row) as conn:
         done = prune.prune_history(conn, policy)
-    assert (shown.checkpoints, shown.writes, shown.blobs, shown.bytes) == (done.checkpoints, done.writes, done.blobs,
-                                                                          done.bytes)
-    assert shown.checkpoints > 0 and before - done.checkpoints == db.fetch_one(
-        "SELECT count(*) AS n FROM checkpoints")["n"]
+    assert (shown.checkpoints, shown.writes, shown.blobs, shown.bytes) == (
+        done.checkpoints,
+        done.writes,
+        done.blobs,
+        done.bytes,
+    )
+    assert (
+        shown.checkpoints > 0
+        and before - done.checkpoints == db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"]
+    )
 
 
 def test_storage_view_shows_where_the_bytes_go(db, app_env):
+    from apptools import frame, metric
     from streamlit.testing.v1 import AppTest
 
-    from apptools import frame, metric
     from ui.tables import human_bytes
 
     write(db)
@@ -149,7 +186,7 @@ def test_storage_view_shows_where_the_bytes_go(db, app_env):
     assert any(c.value.startswith("Estadísticas de PostgreSQL leídas el ") for c in at.caption)
     channels = frame(at, "channel", "blob_bytes", "write_bytes", "total_bytes")
     totals = storage_detail.channel_totals(db)
-    assert len(channels) >= len(totals) and channels["channel"].tolist()[:len(totals)] == totals["channel"].tolist()
+    assert len(channels) >= len(totals) and channels["channel"].tolist()[: len(totals)] == totals["channel"].tolist()
     growing = frame(at, "thread_id", "slope", "steps")
     assert "cuadratico" in set(growing["thread_id"]) and "lineal" not in set(growing["thread_id"])
     orphans = storage_detail.orphans(db)  # the count and its bytes in one figure, not the bytes as a delta
@@ -212,16 +249,21 @@ def test_unknown_threads_are_the_checkpoint_threads_the_query_does_not_return(db
 def test_a_bad_known_threads_query_is_reported_and_changes_nothing(db):
     write(db)
     app_knows(db)
-    db.execute("CREATE FUNCTION borra_hilos() RETURNS SETOF text LANGUAGE sql "
-               "AS 'DELETE FROM hilos_app RETURNING thread_id'")
-    for query, said in (("SELECT thread_id FROM no_existe", "no_existe"),
-                        ("SELECT b AS thread_id FROM borra_hilos() b", "read-only transaction"),
-                        ("SELECT cliente_id FROM hilos_app", "thread_id"),
-                        ("SELECT thread_id FROM hilos_app WHERE cliente_id = %(id)s", "SUBJECT_THREAD_QUERY"),
-                        ("SELECT thread_id FROM hilos_app, pg_sleep(6)", "statement timeout"),
-                        # fails in a later range only: the ranges it had checked are not listed either
-                        ("SELECT thread_id FROM hilos_app WHERE 1 / (CASE WHEN thread_id > 'l' THEN 0 ELSE 1 END) = 1",
-                         "division by zero")):
+    db.execute(
+        "CREATE FUNCTION borra_hilos() RETURNS SETOF text LANGUAGE sql AS 'DELETE FROM hilos_app RETURNING thread_id'"
+    )
+    for query, said in (
+        ("SELECT thread_id FROM no_existe", "no_existe"),
+        ("SELECT b AS thread_id FROM borra_hilos() b", "read-only transaction"),
+        ("SELECT cliente_id FROM hilos_app", "thread_id"),
+        ("SELECT thread_id FROM hilos_app WHERE cliente_id = %(id)s", "SUBJECT_THREAD_QUERY"),
+        ("SELECT thread_id FROM hilos_app, pg_sleep(6)", "statement timeout"),
+        # fails in a later range only: the ranges it had checked are not listed either
+        (
+            "SELECT thread_id FROM hilos_app WHERE 1 / (CASE WHEN thread_id > 'l' THEN 0 ELSE 1 END) = 1",
+            "division by zero",
+        ),
+    ):
         storage.refresh_thread_storage(db, batch_rows=7, known_query=query)
         found = storage_detail.unknown_threads(db)
         assert found["threads"] is None and found["bytes"] is None and said in found["error"], (query, found)
@@ -233,9 +275,9 @@ def test_a_bad_known_threads_query_is_reported_and_changes_nothing(db):
 
 def test_the_sweep_job_finds_them_as_its_least_privileged_role(db, monkeypatch):
     import psycopg
+    from test_prune_sweep import DEPLOY
 
     from core.operations import sweep_cli
-    from test_prune_sweep import DEPLOY
 
     write(db)
     with psycopg.connect(db.dsn, autocommit=True) as owner:
@@ -258,9 +300,8 @@ def test_the_sweep_job_finds_them_as_its_least_privileged_role(db, monkeypatch):
 
 def test_storage_view_names_the_threads_the_application_no_longer_knows(db, app_env):
     import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
     from apptools import as_int, ids, metric
+    from streamlit.testing.v1 import AppTest
 
     write(db)
     unknown = app_knows(db)
@@ -301,6 +342,7 @@ def test_storage_view_names_the_threads_the_application_no_longer_knows(db, app_
     # A failing query: its error is shown, never hidden.
     storage.refresh_thread_storage(db, known_query="SELECT thread_id FROM no_existe")
     at = storage_view("en")
-    assert any(e.value.startswith("Threads the application no longer knows: `KNOWN_THREADS_QUERY` failed")
-               for e in at.warning)
+    assert any(
+        e.value.startswith("Threads the application no longer knows: `KNOWN_THREADS_QUERY` failed") for e in at.warning
+    )
     assert any("no_existe" in c.value for c in at.code)

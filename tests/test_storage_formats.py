@@ -1,14 +1,23 @@
 """Every storage format langgraph writes, named and shown right (issue 28), on databases written through
 langgraph's own classes (tests/format_agents.py) on the real embedded server."""
+
 from __future__ import annotations
 
 import psycopg
 import pytest
+from apptools import metric
+from format_agents import (
+    AES_KEY,
+    OLD_AES_KEY,
+    delta_thread,
+    encrypted_agent,
+    json_thread,
+    older_checkpoints_thread,
+    pickle_thread,
+    shallow_database,
+)
 
 from core.checkpoints import formats, views
-from apptools import metric
-from format_agents import (AES_KEY, OLD_AES_KEY, delta_thread, encrypted_agent, json_thread,
-                           older_checkpoints_thread, pickle_thread, shallow_database)
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +39,29 @@ def test_the_database_fingerprint_counts_each_format(formats_db):
     assert fp.migration_version is not None and fp.migration_version >= 9
     assert not fp.shallow
     with psycopg.connect(formats_db.dsn) as conn:
-        enc = conn.execute("SELECT (SELECT count(*) FROM checkpoint_blobs WHERE type LIKE '%+aes')"
-                           " + (SELECT count(*) FROM checkpoint_writes WHERE type LIKE '%+aes')").fetchone()[0]
-        pick = conn.execute("SELECT (SELECT count(*) FROM checkpoint_blobs WHERE type = 'pickle')"
-                            " + (SELECT count(*) FROM checkpoint_writes WHERE type = 'pickle')").fetchone()[0]
-        delta_ck = conn.execute("SELECT count(*) FROM checkpoints WHERE metadata ? 'counters_since_delta_snapshot'"
-                                ).fetchone()[0]
-        snapshots = conn.execute("SELECT count(*) FROM checkpoint_blobs WHERE core_checkpoint_payload(type, blob) "
-                                 "->> 'type' = 'langgraph.checkpoint.serde.types._DeltaSnapshot'").fetchone()[0]
+        enc = conn.execute(
+            "SELECT (SELECT count(*) FROM checkpoint_blobs WHERE type LIKE '%+aes')"
+            " + (SELECT count(*) FROM checkpoint_writes WHERE type LIKE '%+aes')"
+        ).fetchone()[0]
+        pick = conn.execute(
+            "SELECT (SELECT count(*) FROM checkpoint_blobs WHERE type = 'pickle')"
+            " + (SELECT count(*) FROM checkpoint_writes WHERE type = 'pickle')"
+        ).fetchone()[0]
+        delta_ck = conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE metadata ? 'counters_since_delta_snapshot'"
+        ).fetchone()[0]
+        snapshots = conn.execute(
+            "SELECT count(*) FROM checkpoint_blobs WHERE core_checkpoint_payload(type, blob) "
+            "->> 'type' = 'langgraph.checkpoint.serde.types._DeltaSnapshot'"
+        ).fetchone()[0]
     assert enc > 0 and fp.encrypted == enc and fp.encrypted_threads == 2
     assert pick == 2 and fp.pickle == 2 and fp.pickle_threads == 1
-    assert snapshots >= 4 and fp.delta_snapshots == snapshots and fp.delta_checkpoints == delta_ck > 0 and fp.delta_threads == 1
+    assert (
+        snapshots >= 4
+        and fp.delta_snapshots == snapshots
+        and fp.delta_checkpoints == delta_ck > 0
+        and fp.delta_threads == 1
+    )
     # the pickle thread's checkpoint is base.empty_checkpoint(): format v2, without sends
     assert fp.undecodable == 0 and fp.json == 0 and fp.older_checkpoints == 1 and fp.pending_sends == 0
     assert fp.special
@@ -67,9 +88,13 @@ def test_pickle_rows_are_refused_never_unpickled(formats_db):
 
 def test_a_delta_snapshot_reads_its_value_not_the_inline_marker(formats_db):
     with psycopg.connect(formats_db.dsn) as conn:
-        values = [r[0] for r in conn.execute(
-            "SELECT channel_values -> 'items' FROM core_checkpoints_view WHERE thread_id = 'delta-1' "
-            "AND channel_values ? 'items' ORDER BY checkpoint_id")]
+        values = [
+            r[0]
+            for r in conn.execute(
+                "SELECT channel_values -> 'items' FROM core_checkpoints_view WHERE thread_id = 'delta-1' "
+                "AND channel_values ? 'items' ORDER BY checkpoint_id"
+            )
+        ]
     assert values and all(v != True for v in values)  # noqa: E712 - the marker itself is `true`
     assert all(v["type"].endswith("_DeltaSnapshot") for v in values)
 
@@ -192,12 +217,14 @@ def test_the_thread_view_names_the_threads_formats(formats_db, app_env):
 
 def test_the_exporter_exposes_the_fingerprint_from_the_background(formats_db):
     from apptools import wait_until
+
     from core.operations.exporter import DatabaseCollector
 
     collector = DatabaseCollector(formats_db.dsn)
 
     def exported() -> dict:
         return {s.name: s.value for m in collector.collect() for s in m.samples}
+
     wait_until(lambda: "agent_memory_checkpoint_encrypted_rows" in exported(), 30)
     got, fp = exported(), formats.fingerprint(formats_db)
     assert got["agent_memory_checkpoint_encrypted_rows"] == fp.encrypted > 0
@@ -226,8 +253,12 @@ def test_encrypted_writes_read_with_the_configured_key_only(formats_db, monkeypa
     assert opened["content"].str.contains("mi teléfono es 600111222").any()
     # the plaintext never reached the database: every row is still encrypted there
     with psycopg.connect(formats_db.dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'enc-1' AND type NOT LIKE "
-                            "'%+aes'").fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'enc-1' AND type NOT LIKE '%+aes'"
+            ).fetchone()[0]
+            == 0
+        )
     monkeypatch.setenv("LANGGRAPH_AES_KEYS", "una-clave-erronea")
     with pytest.raises(ValueError, match="16, 24 or 32 bytes"):
         views.step_writes(formats_db, "enc-1")
@@ -284,8 +315,9 @@ def test_the_access_export_reads_encrypted_messages_and_names_the_formats(create
         encrypted_agent(db.dsn, "cliente-C79-1", "mi correo es c79@example.com")
         doc = json.loads(access.export(db, "C79", fmt="json", lang="es", operator="dpo@test").data)
         texts = [m.get("content") for t in doc["threads"] for m in t["messages"]]
-        assert "mi correo es c79@example.com" in texts and not any(m["kind"] == "undecodable"
-                                                                   for t in doc["threads"] for m in t["messages"])
+        assert "mi correo es c79@example.com" in texts and not any(
+            m["kind"] == "undecodable" for t in doc["threads"] for m in t["messages"]
+        )
         fmt = doc["cover"]["storage_formats"]
         assert fmt["encrypted"] > 0 and fmt["encrypted_threads"] == 1 and fmt["encrypted_writes_read"] > 0
         html = access.export(db, "C79", fmt="html", lang="en", operator="dpo@test").data.decode()

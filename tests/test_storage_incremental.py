@@ -3,32 +3,33 @@ recomputed only for the threads whose rows changed since the last refresh. Every
 recomputation at the same snapshot, after agent writes, prunes, erasures (tombstoned threads), deletions of whole
 threads, orphans made by hand and changes that leave every count and size as they were; on databases written by our
 agents and by the article's agents; and two refreshes at once count nothing twice. Real agents, real PostgreSQL."""
+
 from __future__ import annotations
 
 import threading
 
 import psycopg
+from foreign_agents import Conversation, run_conversations, thread_id_for
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
+from test_storage_batches import KEYS, turns
+from test_storage_detail import KNOWN, app_knows, write
 
 from core.checkpoints import prune, storage, storage_detail
 from core.db import Database
 from core.privacy import erasure
-from foreign_agents import Conversation, run_conversations, thread_id_for
-from test_storage_batches import KEYS, turns
-from test_storage_detail import KNOWN, app_knows, write
 
 # Every figure the refresh keeps (the Storage view reads these, and only these), each in a stable order; the
 # refresh's own time and duration left out.
 FIGURES = {
     "summary": "SELECT thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, writes, write_bytes, "
-               "total_bytes, last_ts, metadata_keys, known, fingerprint FROM core_thread_storage ORDER BY thread_id",
+    "total_bytes, last_ts, metadata_keys, known, fingerprint FROM core_thread_storage ORDER BY thread_id",
     "channels": "SELECT * FROM core_channel_storage ORDER BY thread_id, channel",
     "growth": "SELECT * FROM core_thread_growth ORDER BY thread_id",
     "orphans": "SELECT * FROM core_thread_orphans ORDER BY thread_id",
     "refresh": "SELECT metadata_keys, threads, checkpoints, blobs, writes, batches, batch_rows, orphan_blobs, "
-               "orphan_blob_bytes, orphan_writes, orphan_write_bytes, unknown_threads, unknown_thread_bytes, "
-               "unknown_threads_error FROM core_thread_storage_refresh",
+    "orphan_blob_bytes, orphan_writes, orphan_write_bytes, unknown_threads, unknown_thread_bytes, "
+    "unknown_threads_error FROM core_thread_storage_refresh",
     # the page's own reads of them
     "channel_totals": storage_detail.SELECT_CHANNEL_TOTALS,
     "growing": storage_detail.SELECT_GROWING.replace("%s", "1000"),
@@ -66,16 +67,22 @@ WITH c AS MATERIALIZED (
     LEFT JOIN blobs b USING (thread_id, checkpoint_ns, checkpoint_id)
     LEFT JOIN w USING (thread_id, checkpoint_ns, checkpoint_id)
 )"""
-OLD_GROWTH = OLD_STEPS + f"""
+OLD_GROWTH = (
+    OLD_STEPS
+    + f"""
 SELECT thread_id, count(*)::integer AS steps, sum(bytes)::bigint AS bytes, (array_agg(bytes ORDER BY n))[1] AS
        first_step_bytes, (array_agg(bytes ORDER BY n DESC))[1] AS last_step_bytes, regr_slope(bytes, n) AS slope,
        coalesce(count(*) >= {storage_detail.MIN_STEPS} AND regr_slope(bytes, n) * count(*) > avg(bytes), false)
            AS superlinear
 FROM (SELECT thread_id, n, checkpoint_bytes + blob_bytes + write_bytes AS bytes FROM steps) s
 GROUP BY thread_id ORDER BY thread_id"""
-OLD_STEP_ROWS = OLD_STEPS + """
+)
+OLD_STEP_ROWS = (
+    OLD_STEPS
+    + """
 SELECT n, checkpoint_ns, checkpoint_id, step, checkpoint_bytes, blob_bytes, write_bytes FROM steps
 WHERE thread_id = %s ORDER BY n"""
+)
 OLD_ORPHANS = """
 WITH refs AS (
     SELECT DISTINCT thread_id, checkpoint_ns, e.key AS channel, e.value AS version
@@ -137,13 +144,17 @@ class Refresher:
         return done
 
     def fingerprints(self) -> dict[str, object]:
-        return {r["thread_id"]: r["fingerprint"]
-                for r in self.db.fetch("SELECT thread_id, fingerprint FROM core_thread_storage", read_only=False)}
+        return {
+            r["thread_id"]: r["fingerprint"]
+            for r in self.db.fetch("SELECT thread_id, fingerprint FROM core_thread_storage", read_only=False)
+        }
 
 
 def threads(db: Database) -> int:
-    return db.fetch_one("SELECT count(DISTINCT thread_id) AS n FROM (SELECT thread_id FROM checkpoints UNION ALL "
-                        "SELECT thread_id FROM checkpoint_blobs UNION ALL SELECT thread_id FROM checkpoint_writes) t")["n"]
+    return db.fetch_one(
+        "SELECT count(DISTINCT thread_id) AS n FROM (SELECT thread_id FROM checkpoints UNION ALL "
+        "SELECT thread_id FROM checkpoint_blobs UNION ALL SELECT thread_id FROM checkpoint_writes) t"
+    )["n"]
 
 
 def test_incremental_refresh_equals_a_full_one_after_every_kind_of_change(db):
@@ -160,8 +171,11 @@ def test_incremental_refresh_equals_a_full_one_after_every_kind_of_change(db):
     r.expect({"cliente-C1-1", "cliente-C8-1"})
 
     # The application forgets a thread: no checkpoint row changed, the summary's `known` still follows.
-    (forgotten,) = db.fetch("DELETE FROM hilos_app WHERE thread_id = (SELECT min(thread_id) FROM hilos_app "
-                            "WHERE thread_id LIKE 'cliente-%') RETURNING thread_id", read_only=False)
+    (forgotten,) = db.fetch(
+        "DELETE FROM hilos_app WHERE thread_id = (SELECT min(thread_id) FROM hilos_app "
+        "WHERE thread_id LIKE 'cliente-%') RETURNING thread_id",
+        read_only=False,
+    )
     r.expect(set())
     assert forgotten["thread_id"] in {t["thread_id"] for t in db.fetch(FIGURES["unknown_list"])}
 
@@ -187,28 +201,49 @@ def test_incremental_refresh_equals_a_full_one_after_every_kind_of_change(db):
     # left behind.
     def thread_orphans(thread: str) -> dict:
         return db.fetch_one("SELECT blobs, writes FROM core_thread_orphans WHERE thread_id = %s", (thread,)) or {
-            "blobs": 0, "writes": 0}
+            "blobs": 0,
+            "writes": 0,
+        }
 
     delta, personal = thread_orphans("delta"), thread_orphans("personal-E1")
-    db.execute("INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) "
-               "VALUES ('delta', '', 'items', '99.huérfano', 'msgpack', '\\x0102'::bytea)")
-    assert db.execute("DELETE FROM checkpoints WHERE thread_id = 'personal-E1' AND checkpoint_id = (SELECT "
-                      "max(checkpoint_id) FROM checkpoint_writes WHERE thread_id = 'personal-E1')") == 1
+    db.execute(
+        "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) "
+        "VALUES ('delta', '', 'items', '99.huérfano', 'msgpack', '\\x0102'::bytea)"
+    )
+    assert (
+        db.execute(
+            "DELETE FROM checkpoints WHERE thread_id = 'personal-E1' AND checkpoint_id = (SELECT "
+            "max(checkpoint_id) FROM checkpoint_writes WHERE thread_id = 'personal-E1')"
+        )
+        == 1
+    )
     r.expect({"delta", "personal-E1"})
     assert thread_orphans("delta") == {"blobs": delta["blobs"] + 1, "writes": delta["writes"]}
     assert thread_orphans("personal-E1")["writes"] > personal["writes"]
 
     # A change no count or size shows: a referenced blob's version renamed (same length). The thread's rows, blobs
     # and bytes are the same; its orphans and growth per step are not.
-    sizes = db.fetch_one("SELECT checkpoints, blobs, blob_bytes, writes, total_bytes FROM core_thread_storage "
-                         "WHERE thread_id = 'cuadratico'")
+    sizes = db.fetch_one(
+        "SELECT checkpoints, blobs, blob_bytes, writes, total_bytes FROM core_thread_storage "
+        "WHERE thread_id = 'cuadratico'"
+    )
     orphans_before = storage_detail.orphans(db)["blobs"]
-    assert db.execute("UPDATE checkpoint_blobs SET version = overlay(version PLACING 'z' FROM 1 FOR 1) "
-                      "WHERE thread_id = 'cuadratico' AND channel = 'history' AND version = (SELECT max(version) "
-                      "FROM checkpoint_blobs WHERE thread_id = 'cuadratico' AND channel = 'history')") == 1
+    assert (
+        db.execute(
+            "UPDATE checkpoint_blobs SET version = overlay(version PLACING 'z' FROM 1 FOR 1) "
+            "WHERE thread_id = 'cuadratico' AND channel = 'history' AND version = (SELECT max(version) "
+            "FROM checkpoint_blobs WHERE thread_id = 'cuadratico' AND channel = 'history')"
+        )
+        == 1
+    )
     r.expect({"cuadratico"})
-    assert db.fetch_one("SELECT checkpoints, blobs, blob_bytes, writes, total_bytes FROM core_thread_storage "
-                        "WHERE thread_id = 'cuadratico'") == sizes
+    assert (
+        db.fetch_one(
+            "SELECT checkpoints, blobs, blob_bytes, writes, total_bytes FROM core_thread_storage "
+            "WHERE thread_id = 'cuadratico'"
+        )
+        == sizes
+    )
     assert storage_detail.orphans(db)["blobs"] == orphans_before + 1
 
     # Every thread gone: nothing left anywhere.
@@ -247,8 +282,11 @@ def test_on_the_article_agents_database(article_agents):
         write_thread = foreign.threads_of("C9", "write")[0]
         with PostgresSaver.from_conn_string(foreign.dsn) as saver:
             saver.delete_thread(write_thread)
-        db.execute("DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_id = (SELECT min(checkpoint_id) "
-                   "FROM checkpoints WHERE thread_id = %s)", (chat, chat))
+        db.execute(
+            "DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_id = (SELECT min(checkpoint_id) "
+            "FROM checkpoints WHERE thread_id = %s)",
+            (chat, chat),
+        )
         r.expect({chat})
         with psycopg.connect(db.dsn, autocommit=True, row_factory=dict_row) as conn:
             pruned = prune.prune_history(conn, prune.validate_policy(2))
@@ -279,8 +317,9 @@ def test_two_refreshes_at_once_count_nothing_twice(db):
             turns(db, {"cliente-C1-1": "C1"})  # after the first refresh's snapshot
             other.start()
             deadline = 100
-            while not db.fetch_one("SELECT count(*) AS n FROM pg_locks WHERE NOT granted AND "
-                                   "relation = 'core_thread_storage'::regclass")["n"]:
+            while not db.fetch_one(
+                "SELECT count(*) AS n FROM pg_locks WHERE NOT granted AND relation = 'core_thread_storage'::regclass"
+            )["n"]:
                 deadline -= 1
                 assert deadline, "the second refresh never waited for the first"
                 threading.Event().wait(0.05)
@@ -314,8 +353,10 @@ def test_the_detail_equals_the_statements_it_replaced(db, article_agents):
     same_detail_as_before(db)
     with psycopg.connect(db.dsn, autocommit=True, row_factory=dict_row) as conn:
         assert prune.prune_history(conn, prune.validate_policy(4)).threads
-    db.execute("DELETE FROM checkpoints WHERE thread_id = 'cuadratico' AND checkpoint_id IN (SELECT checkpoint_id FROM "
-               "checkpoints WHERE thread_id = 'cuadratico' ORDER BY checkpoint_id LIMIT 2)")
+    db.execute(
+        "DELETE FROM checkpoints WHERE thread_id = 'cuadratico' AND checkpoint_id IN (SELECT checkpoint_id FROM "
+        "checkpoints WHERE thread_id = 'cuadratico' ORDER BY checkpoint_id LIMIT 2)"
+    )
     assert db.fetch_one("SELECT count(*) AS n FROM core_thread_orphans", read_only=False)["n"] >= 1
     same_detail_as_before(db)
     assert db.fetch_one("SELECT sum(blobs) AS n FROM core_thread_orphans", read_only=False)["n"] > 1

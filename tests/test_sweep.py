@@ -1,6 +1,7 @@
 """The sweep job on the real embedded PostgreSQL: exact TTL sweeps, refresh on read, the advisory
 lock, checkpoint retention, the sweep log and bad input. Rows are written through the real put
 path and threads by the real agents; nothing is mocked."""
+
 from __future__ import annotations
 
 import subprocess
@@ -9,15 +10,15 @@ import threading
 import time
 
 import pytest
+from conftest import ROOT
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from conftest import ROOT
-from core.operations import sweep, sweep_cli, sweep_reads
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store, get_memory, put_memory
-from core.agents.scripted_model import ScriptedChatModel
+from core.operations import sweep, sweep_cli, sweep_reads
 
 DIMS = 64
 FLASH = 0.005  # minutes (0.3 s): the shortest validity a document can be given through the API
@@ -33,7 +34,9 @@ def rows(db: Database) -> set[tuple[str, str]]:
 
 
 def vectors(db: Database) -> set[tuple[str, str, str]]:
-    return {(r["prefix"], r["key"], r["field_name"]) for r in db.fetch("SELECT prefix, key, field_name FROM store_vectors")}
+    return {
+        (r["prefix"], r["key"], r["field_name"]) for r in db.fetch("SELECT prefix, key, field_name FROM store_vectors")
+    }
 
 
 def log_rows(db: Database) -> list[dict]:
@@ -52,13 +55,28 @@ def thread_rows(db: Database) -> dict[str, dict[str, int]]:
 def test_sweep_deletes_exactly_the_expired_rows_and_their_vectors(db, store):
     # Expired: two flash supplier notices, one customer document given a short validity, and one
     # supplier document without the indexed field `texto` (so it has no vector).
-    put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"tema": "retraso", "texto": "retraso de abrigos"},
-               valid_for_minutes=FLASH)
-    put_memory(store, ("proveedores", "P2"), "aviso-promocion", {"tema": "promocion", "texto": "promo vaqueros"},
-               valid_for_minutes=FLASH)
+    put_memory(
+        store,
+        ("proveedores", "P1"),
+        "aviso-retraso",
+        {"tema": "retraso", "texto": "retraso de abrigos"},
+        valid_for_minutes=FLASH,
+    )
+    put_memory(
+        store,
+        ("proveedores", "P2"),
+        "aviso-promocion",
+        {"tema": "promocion", "texto": "promo vaqueros"},
+        valid_for_minutes=FLASH,
+    )
     put_memory(store, ("proveedores", "P2"), "aviso-sin-texto", {"tema": "retraso"}, valid_for_minutes=FLASH)
-    put_memory(store, ("clientes", "C1"), "pref-idioma", {"tipo": "idioma", "valor": "M", "texto": "idioma: catalán"},
-               valid_for_minutes=FLASH)
+    put_memory(
+        store,
+        ("clientes", "C1"),
+        "pref-idioma",
+        {"tipo": "idioma", "valor": "M", "texto": "idioma: catalán"},
+        valid_for_minutes=FLASH,
+    )
     # Live: same namespaces and other roots, with their policy TTL.
     put_memory(store, ("proveedores", "P1"), "aviso-promocion", {"tema": "promocion", "texto": "promo mochilas"})
     put_memory(store, ("clientes", "C1"), "pref-contacto", {"tipo": "contacto", "texto": "contacto: SMS"})
@@ -66,8 +84,12 @@ def test_sweep_deletes_exactly_the_expired_rows_and_their_vectors(db, store):
     put_memory(store, ("empleados", "E1"), "ajuste-turno", {"ajuste": "turno", "texto": "turno: tarde"})
     time.sleep(0.5)
 
-    expired = {("proveedores.P1", "aviso-retraso"), ("proveedores.P2", "aviso-promocion"),
-               ("proveedores.P2", "aviso-sin-texto"), ("clientes.C1", "pref-idioma")}
+    expired = {
+        ("proveedores.P1", "aviso-retraso"),
+        ("proveedores.P2", "aviso-promocion"),
+        ("proveedores.P2", "aviso-sin-texto"),
+        ("clientes.C1", "pref-idioma"),
+    }
     before_rows, before_vectors = rows(db), vectors(db)
     assert expired < before_rows
     expired_vectors = {v for v in before_vectors if v[:2] in expired}
@@ -128,8 +150,9 @@ def test_rows_refreshed_on_read_survive_the_sweep(db, store):
     assert result.status == "ok", result.error
     assert rows(db) == {("clientes.C1", "pref-idioma"), ("empleados.E1", "ajuste-turno")}
     assert result.deleted_by_root == {"clientes": 1, "proveedores": 1}
-    left = db.fetch_one("SELECT (expires_at - now()) > interval '364 days' AS renewed FROM store "
-                        "WHERE prefix = 'clientes.C1'")
+    left = db.fetch_one(
+        "SELECT (expires_at - now()) > interval '364 days' AS renewed FROM store WHERE prefix = 'clientes.C1'"
+    )
     assert left["renewed"]
 
 
@@ -206,12 +229,17 @@ def _age(db: Database, thread_id: str, days: int, *, only_older_than_newest: boo
     so a test rewrites that one JSON field (nothing else) of checkpoints written by the real agents.
     With `only_older_than_newest`, the newest checkpoint keeps its real time (a thread that resumed).
     """
-    newest = "AND checkpoint_id < (SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = %(t)s)" \
-        if only_older_than_newest else ""
+    newest = (
+        "AND checkpoint_id < (SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = %(t)s)"
+        if only_older_than_newest
+        else ""
+    )
     n = db.execute(
         "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, '{ts}', "
         "to_jsonb(((checkpoint->>'ts')::timestamptz - make_interval(days => %(d)s))::text)) "
-        f"WHERE thread_id = %(t)s {newest}", {"t": thread_id, "d": days})
+        f"WHERE thread_id = %(t)s {newest}",
+        {"t": thread_id, "d": days},
+    )
     assert n > 0
 
 
@@ -240,7 +268,9 @@ def test_retention_dry_run_lists_exactly_the_old_threads_and_the_run_deletes_onl
 
     logged = log_rows(db)
     assert [(r["status"], r["threads_found"], r["threads_deleted"], r["retention_days"]) for r in logged] == [
-        ("dry_run", 2, 0, 30), ("ok", 2, 2, 30)]
+        ("dry_run", 2, 0, 30),
+        ("ok", 2, 2, 30),
+    ]
     assert logged[0]["threads_sample"] == ["cliente-C1-1", "compras-P1-retraso"]
     # The memory the conversations wrote is not retention's business.
     assert ("clientes.C1", "pref-idioma") in rows(db)
@@ -284,8 +314,9 @@ def test_the_old_command_fails_and_names_the_new_one(db, store, monkeypatch):
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
     time.sleep(0.4)
     before = rows(db)
-    run = subprocess.run([sys.executable, "-m", "core.operations.sweep"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "core.operations.sweep"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 1 and "python -m core.operations.sweep_cli" in run.stderr
     assert rows(db) == before and log_rows(db) == []
 
@@ -297,7 +328,10 @@ def test_page_reads_match_sql(db, store):
     put_memory(store, ("proveedores", "P2"), "aviso-promocion", {"texto": "promo"})
     time.sleep(0.4)
     assert sweep_reads.expired_by_root(db).set_index("root")["expired"].to_dict() == {
-        "clientes": 0, "proveedores": 1, "empleados": 0}
+        "clientes": 0,
+        "proveedores": 1,
+        "empleados": 0,
+    }
 
     forecast = sweep_reads.expiration_forecast(db)
     weeks = forecast["week"].drop_duplicates()
@@ -319,7 +353,8 @@ def test_page_reads_match_sql(db, store):
     sweep.run_sweep(db, trigger="manual")  # nothing left: in the run log, no bar (it was an 'unknown' root)
     assert len(sweep_reads.sweep_runs(db)) == 2
     assert sweep_reads.deleted_per_run(db)[["root", "documents"]].to_dict("records") == [
-        {"root": "proveedores", "documents": 1}]
+        {"root": "proveedores", "documents": 1}
+    ]
     config = sweep_reads.ttl_configuration().set_index("root")
     assert config.loc["clientes", "ttl_days"] == 365 and config.loc["proveedores", "refresh_on_read"] == False  # noqa: E712
     assert config["in_process_sweeper_minutes"].isna().all() and config["omit_expired"].all()
@@ -359,11 +394,20 @@ def test_kubernetes_manifests_run_the_real_entry_points():
     import yaml
 
     deploy = Path(__file__).resolve().parent.parent / "deploy"
-    by_name = {(d["kind"], d["metadata"]["name"]): d for f in sorted(deploy.glob("*.yaml"))
-               for d in yaml.safe_load_all(f.read_text())}
-    docs = {kind: by_name[(kind, name)] for kind, name in [
-        ("CronJob", "agent-memory-sweep"), ("Job", "agent-memory-migrate"),
-        ("Deployment", "agent-memory-dashboard"), ("Service", "agent-memory-dashboard")]}
+    by_name = {
+        (d["kind"], d["metadata"]["name"]): d
+        for f in sorted(deploy.glob("*.yaml"))
+        for d in yaml.safe_load_all(f.read_text())
+    }
+    docs = {
+        kind: by_name[(kind, name)]
+        for kind, name in [
+            ("CronJob", "agent-memory-sweep"),
+            ("Job", "agent-memory-migrate"),
+            ("Deployment", "agent-memory-dashboard"),
+            ("Service", "agent-memory-dashboard"),
+        ]
+    }
 
     cron = docs["CronJob"]["spec"]
     assert len(cron["schedule"].split()) == 5 and cron["concurrencyPolicy"] == "Forbid"

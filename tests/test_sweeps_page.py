@@ -1,19 +1,20 @@
 """AppTest of the Sweeps page: no exception, figures equal to SQL counts, a manual sweep by an SRE
 from the dialog, and a manager refused. Real embedded PostgreSQL, real demo data."""
+
 from __future__ import annotations
 
 import json
 import time
-from datetime import timezone
+from datetime import UTC
 
-import pytest
 import pandas as pd
+import pytest
+from apptools import as_int, decode, frame, metric
 from babel.dates import format_date, format_datetime, format_skeleton
 from streamlit.testing.v1 import AppTest
 
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store, put_memory
-from apptools import as_int, decode, frame, metric
 from ui.i18n import CATALOGUES
 
 APP = "../dashboard.py"
@@ -48,14 +49,19 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
     at = open_page(demo_db.dsn, app_env)
     assert not at.exception
     q = demo_db.fetch
-    expired = {r["root"]: r["n"] for r in q("SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store "
-                                            "WHERE expires_at < now() GROUP BY 1")}
+    expired = {
+        r["root"]: r["n"]
+        for r in q(
+            "SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store WHERE expires_at < now() GROUP BY 1"
+        )
+    }
     # The demo ran a real sweep and left fresh flash notices expired, not yet swept.
     assert expired.get("proveedores", 0) >= 2
     for root in ("clientes", "proveedores", "empleados"):
         assert as_int(metric(at, f"{root}: caducados")) == expired.get(root, 0)
     assert totals_by_trace(figure(at, "sweeps.expired_chart")) == {
-        r: expired.get(r, 0) for r in ("clientes", "proveedores", "empleados")}
+        r: expired.get(r, 0) for r in ("clientes", "proveedores", "empleados")
+    }
 
     log = frame(at, "id", "trigger", "status", "host")
     sql_log = q("SELECT id, trigger, status, documents_deleted FROM core_sweep_log ORDER BY id DESC")
@@ -64,15 +70,23 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
     assert demo_runs and demo_runs[-1]["status"] == "ok" and demo_runs[-1]["documents_deleted"] > 0
 
     deleted = totals_by_trace(figure(at, "sweeps.runs_chart"))
-    sql_deleted = {r["root"]: r["n"] for r in q(
-        "SELECT r.key AS root, sum(r.value::bigint) AS n FROM core_sweep_log l, jsonb_each_text(l.deleted_by_root) r "
-        "WHERE l.status IN ('ok', 'error') AND NOT l.dry_run GROUP BY 1")}
+    sql_deleted = {
+        r["root"]: r["n"]
+        for r in q(
+            "SELECT r.key AS root, sum(r.value::bigint) AS n FROM core_sweep_log l, jsonb_each_text(l.deleted_by_root) r "
+            "WHERE l.status IN ('ok', 'error') AND NOT l.dry_run GROUP BY 1"
+        )
+    }
     assert deleted == sql_deleted and sql_deleted.get("proveedores", 0) > 0
 
     forecast = totals_by_trace(figure(at, "sweeps.forecast_chart"))
-    sql_forecast = {r["root"]: r["n"] for r in q(
-        "SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store WHERE expires_at >= now() "
-        "AND expires_at < date_trunc('week', now() + interval '12 months') + interval '1 week' GROUP BY 1")}
+    sql_forecast = {
+        r["root"]: r["n"]
+        for r in q(
+            "SELECT split_part(prefix,'.',1) AS root, count(*) AS n FROM store WHERE expires_at >= now() "
+            "AND expires_at < date_trunc('week', now() + interval '12 months') + interval '1 week' GROUP BY 1"
+        )
+    }
     assert forecast == sql_forecast
     # Everything the demo wrote expires within the year: clientes at month 12, not before.
     assert sum(forecast.values()) == q("SELECT count(*) AS n FROM store WHERE expires_at >= now()")[0]["n"]
@@ -85,7 +99,10 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
     assert spec["layout"]["xaxis"]["ticktext"] == [format_date(w, "d MMM", locale="es") for w in weeks[::8]]
 
     config = frame(at, "root", "ttl_days", "in_process_sweeper").set_index("root")
-    assert config.loc["clientes", "ttl_days"] == 365 and (config["in_process_sweeper"] == CATALOGUES["es"]["sweeps_in_process_off"]).all()
+    assert (
+        config.loc["clientes", "ttl_days"] == 365
+        and (config["in_process_sweeper"] == CATALOGUES["es"]["sweeps_in_process_off"]).all()
+    )
 
 
 def test_sre_runs_a_manual_sweep_from_the_dialog_after_its_dry_run(create_database, app_env):
@@ -112,8 +129,10 @@ def test_sre_runs_a_manual_sweep_from_the_dialog_after_its_dry_run(create_databa
     assert db.fetch_one("SELECT count(*) AS n FROM store")["n"] == 3
     # The dialog lists what would go: the two documents' keys.
     listed = frame(at, "prefix", "key")
-    assert sorted(map(tuple, listed.values.tolist())) == [("clientes.C1", "pref-idioma"),
-                                                          ("proveedores.P1", "aviso-retraso")]
+    assert sorted(map(tuple, listed.values.tolist())) == [
+        ("clientes.C1", "pref-idioma"),
+        ("proveedores.P1", "aviso-retraso"),
+    ]
     assert any(f"Simulación {dry['id']}: se borrarían 2 documentos" in m.value for m in at.markdown)
     at.checkbox(key="sweeps.confirm").check().run()
     at.button(key="sweeps.run").click().run()
@@ -138,9 +157,8 @@ def test_sre_runs_a_manual_sweep_from_the_dialog_after_its_dry_run(create_databa
 
 
 def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_deleted(create_database, app_env):
-    from core.operations.sweep import run_sweep
-
     from core.db import Database
+    from core.operations.sweep import run_sweep
 
     db = Database(create_database())
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
@@ -156,8 +174,10 @@ def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_delet
     assert not at.exception
     # in the viewer's zone (UTC without a browser), named in the label, the date as Spanish writes it
     shown = metric(at, "Último barrido (UTC)")
-    assert shown == (format_skeleton("MMMd", real.started_at, tzinfo=timezone.utc, locale="es")
-                     + format_datetime(real.started_at, " H:mm", tzinfo=timezone.utc, locale="es"))
+    assert shown == (
+        format_skeleton("MMMd", real.started_at, tzinfo=UTC, locale="es")
+        + format_datetime(real.started_at, " H:mm", tzinfo=UTC, locale="es")
+    )
     assert next(m for m in at.metric if m.label == "Último barrido (UTC)").proto.delta == "Hecho · programado"
     log = frame(at, "id", "trigger", "deleted_by_root")
     assert log["trigger"].tolist() == ["a mano", "programado"]  # words, not the job's keys
@@ -176,8 +196,9 @@ def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_delet
 
 
 def test_sre_prunes_history_from_the_dialog_and_downloads_the_threads(create_database, app_env):
-    from core.db import Database
     from test_sweep import _converse
+
+    from core.db import Database
 
     db = Database(create_database())
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
@@ -204,8 +225,10 @@ def test_sre_prunes_history_from_the_dialog_and_downloads_the_threads(create_dat
     at.button(key="sweeps.run").click().run()
     assert not at.exception
     run = db.fetch_one("SELECT * FROM core_sweep_log WHERE NOT dry_run")
-    assert run["status"] == "ok" and run["prune_checkpoints"] == before - db.fetch_one(
-        "SELECT count(*) AS n FROM checkpoints")["n"] > 0
+    assert (
+        run["status"] == "ok"
+        and run["prune_checkpoints"] == before - db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"] > 0
+    )
     at.selectbox(key="sweeps.detail_run").set_value(run["id"]).run()
     assert at.get("download_button"), "the pruned threads are downloadable"
 
@@ -245,9 +268,13 @@ def test_sweeps_page_on_article_agents_equals_sql(article_agents, app_env):
         log = frame(at, "id", "trigger", "status")
         sql_log = db.fetch("SELECT id, trigger, status FROM core_sweep_log ORDER BY id DESC")
         assert list(log["id"]) == [r["id"] for r in sql_log] == [second.run_id, first.run_id]
-        sql_deleted = {r["root"]: int(r["n"]) for r in db.fetch(
-            "SELECT r.key AS root, sum(r.value::bigint) AS n FROM core_sweep_log l, jsonb_each_text(l.deleted_by_root) r "
-            "WHERE NOT l.dry_run GROUP BY 1 HAVING sum(r.value::bigint) > 0")}
+        sql_deleted = {
+            r["root"]: int(r["n"])
+            for r in db.fetch(
+                "SELECT r.key AS root, sum(r.value::bigint) AS n FROM core_sweep_log l, jsonb_each_text(l.deleted_by_root) r "
+                "WHERE NOT l.dry_run GROUP BY 1 HAVING sum(r.value::bigint) > 0"
+            )
+        }
         try:
             shown = totals_by_trace(figure(at, "sweeps.runs_chart"))
         except KeyError:  # nothing deleted: no chart, the page says so

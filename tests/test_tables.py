@@ -1,6 +1,7 @@
 """Every dataframe on every page, in both languages, on the demo data: no raw snake_case column name
 (every shown column has a label in the UI language) and no "None" (or NaN) cell. And how one table shows its
 numbers, durations and dates: still numbers and instants (the grid sorts them as such), read in the UI's language."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,15 @@ from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 RAW_NAME = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
-PAGES = ["app_pages/memory.py", "app_pages/preferences.py", "app_pages/sweeps.py", "app_pages/checkpoints.py",
-         "app_pages/degradation.py", "app_pages/erasure.py", "app_pages/erasure_register.py"]
+PAGES = [
+    "app_pages/memory.py",
+    "app_pages/preferences.py",
+    "app_pages/sweeps.py",
+    "app_pages/checkpoints.py",
+    "app_pages/degradation.py",
+    "app_pages/erasure.py",
+    "app_pages/erasure_register.py",
+]
 
 
 def shown_columns(df) -> list[tuple[str, str]]:
@@ -64,9 +72,11 @@ def scan(at: AppTest, page: str) -> list[str]:
 def test_no_raw_column_name_nor_none_on_any_page(demo_db, app_env, lang):
     app_env(demo_db.dsn, LOCAL_ROLES="manager,sre,dpo")
     customer = demo_db.fetch_one(
-        "SELECT subject_id FROM core_conversations WHERE subject_root = 'clientes' ORDER BY thread_id LIMIT 1")["subject_id"]
-    thread = demo_db.fetch_one("SELECT thread_id FROM core_conversations WHERE subject_id = %s LIMIT 1",
-                               (customer,))["thread_id"]
+        "SELECT subject_id FROM core_conversations WHERE subject_root = 'clientes' ORDER BY thread_id LIMIT 1"
+    )["subject_id"]
+    thread = demo_db.fetch_one("SELECT thread_id FROM core_conversations WHERE subject_id = %s LIMIT 1", (customer,))[
+        "thread_id"
+    ]
     assert not (problems := every_page(lang, thread, customer, at_least=14)), "\n".join(problems)
 
 
@@ -100,23 +110,33 @@ def _mixed_table() -> None:
 
     from ui.tables import table
 
-    table(pd.DataFrame({
-        "ratio": [9.25, 10.5, None, 2.5],
-        "seconds_degraded": [125.0, 3780.0, None, 0.421518999],
-        "requested_at": pd.to_datetime(["2026-12-04 16:52:03", "2026-11-30 09:05:00", None, "2026-12-01 00:00:00"],
-                                       utc=True),
-        "turns": [1234, 5, 60, 7],
-        "denials_count": [3, None, 1200, 0],  # an integer column with a missing value stays integers
-        "resync_ms": [1234.4, 0.6, None, 12.0],  # milliseconds read whole
-    }), key="mixed")
+    table(
+        pd.DataFrame(
+            {
+                "ratio": [9.25, 10.5, None, 2.5],
+                "seconds_degraded": [125.0, 3780.0, None, 0.421518999],
+                "requested_at": pd.to_datetime(
+                    ["2026-12-04 16:52:03", "2026-11-30 09:05:00", None, "2026-12-01 00:00:00"], utc=True
+                ),
+                "turns": [1234, 5, 60, 7],
+                "denials_count": [3, None, 1200, 0],  # an integer column with a missing value stays integers
+                "resync_ms": [1234.4, 0.6, None, 12.0],  # milliseconds read whole
+            }
+        ),
+        key="mixed",
+    )
 
 
-@pytest.mark.parametrize("lang, ratio, at, turns, duration", [
-    ("es", ["9,25", "10,50", "—", "2,50"], "DD/MM/YYYY, HH:mm:ss", "%'.,d", "Tiempo degradada (h:mm:ss)"),
-    ("en", ["9.25", "10.50", "—", "2.50"], "MMM D, YYYY, h:mm:ss A", "%,d", "Time degraded (h:mm:ss)"),
-])
-def test_decimals_durations_and_dates_stay_sortable_and_read_in_the_ui_language(monkeypatch, lang, ratio, at, turns,
-                                                                                duration):
+@pytest.mark.parametrize(
+    "lang, ratio, at, turns, duration",
+    [
+        ("es", ["9,25", "10,50", "—", "2,50"], "DD/MM/YYYY, HH:mm:ss", "%'.,d", "Tiempo degradada (h:mm:ss)"),
+        ("en", ["9.25", "10.50", "—", "2.50"], "MMM D, YYYY, h:mm:ss A", "%,d", "Time degraded (h:mm:ss)"),
+    ],
+)
+def test_decimals_durations_and_dates_stay_sortable_and_read_in_the_ui_language(
+    monkeypatch, lang, ratio, at, turns, duration
+):
     monkeypatch.delenv("PG_AGENTES", raising=False)
     monkeypatch.setenv("LOCAL_ROLES", "manager")
     app = AppTest.from_function(_mixed_table, default_timeout=30)
@@ -155,8 +175,10 @@ def _integers_and_durations() -> None:
 
     from ui.tables import table
 
-    table(pd.DataFrame({"seconds_degraded": [125.0, 3780.0], "denials_count": [3, None], "resync_ms": [0.4, 1.6]}),
-          key="no styler")
+    table(
+        pd.DataFrame({"seconds_degraded": [125.0, 3780.0], "denials_count": [3, None], "resync_ms": [0.4, 1.6]}),
+        key="no styler",
+    )
 
 
 def test_a_table_without_decimals_is_no_styler(monkeypatch):

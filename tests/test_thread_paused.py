@@ -4,6 +4,7 @@ leave no `__interrupt__` write: the extraction marks them `paused` with the node
 given them at run time, a finished thread (never marked), a dynamic `interrupt()` (still `interrupted`), our retail
 agent and the article's stock `create_agent` stopped before their tools (pending `Send`s); each resumed with
 langgraph, and the mark goes at the next extraction."""
+
 from __future__ import annotations
 
 import operator
@@ -13,6 +14,8 @@ from typing import Annotated, TypedDict
 
 import psycopg
 import pytest
+from conftest import DIMS, login_role
+from foreign_agents import ContextoCliente, ModeloGuion, build_cliente, llamada
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
@@ -20,11 +23,10 @@ from langgraph.store.postgres import PostgresStore
 from langgraph.types import Command, interrupt
 from prometheus_client import generate_latest
 
-from conftest import DIMS, login_role
-from core.checkpoints import thread_search as ts, tool_calls
+from core.checkpoints import thread_search as ts
+from core.checkpoints import tool_calls
 from core.db import Database
 from core.migrate import SQL_DIR
-from foreign_agents import ContextoCliente, ModeloGuion, build_cliente, llamada
 from tests.test_definer_safety import AGENT_TABLES
 
 MIGRATION = SQL_DIR / "086_thread_paused.sql"
@@ -159,7 +161,8 @@ def test_resumed_threads_lose_the_mark_at_the_next_extraction(create_database):
 def test_agents_stopped_before_their_tools_are_paused(create_database, article_agents):
     """`create_agent` sends each tool call to `tools` with a `Send`: the pending task is in `__pregel_tasks`.
     Our retail agent (run-time interrupt_before) and the article's stock agent on a database it wrote itself."""
-    from core.agents.retail import ContextoCliente as Ctx, build_agent
+    from core.agents.retail import ContextoCliente as Ctx
+    from core.agents.retail import build_agent
     from core.agents.scripted_model import ScriptedChatModel
     from core.memory.embeddings import OfflineHashEmbeddings
     from core.memory.store import build_store
@@ -169,9 +172,16 @@ def test_agents_stopped_before_their_tools_are_paused(create_database, article_a
     try:
         store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
         ours = build_agent("atencion-cliente", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(db.pool))
-        cfg = {"configurable": {"thread_id": "cliente-C7-1"}, "metadata": {"cliente_id": "C7", "agente": "atencion-cliente"}}
-        ours.invoke({"messages": [HumanMessage("Quiero recoger un pedido, ¿qué me propones?")]}, config=cfg,
-                    context=Ctx("C7"), interrupt_before=["tools"])
+        cfg = {
+            "configurable": {"thread_id": "cliente-C7-1"},
+            "metadata": {"cliente_id": "C7", "agente": "atencion-cliente"},
+        }
+        ours.invoke(
+            {"messages": [HumanMessage("Quiero recoger un pedido, ¿qué me propones?")]},
+            config=cfg,
+            context=Ctx("C7"),
+            interrupt_before=["tools"],
+        )
         assert ours.get_state(cfg).next == ("tools",)
         tool_calls.extract(db)
         assert summary(db, "cliente-C7-1") == {"status": "paused", "next_nodes": ["tools"]}
@@ -185,12 +195,17 @@ def test_agents_stopped_before_their_tools_are_paused(create_database, article_a
         assert [(r["status"], r["n"]) for r in written] == [("idle", 30)]
         thread = f"conv-{uuid.uuid4()}"
         saver, store = PostgresSaver(foreign.pool), PostgresStore(foreign.pool)
-        modelo = ModeloGuion(responses=[llamada("recordar_preferencia", 1, tipo="contacto", valor="SMS"),
-                                        AIMessage(content="Anotado.")])
+        modelo = ModeloGuion(
+            responses=[llamada("recordar_preferencia", 1, tipo="contacto", valor="SMS"), AIMessage(content="Anotado.")]
+        )
         agente = build_cliente(modelo, saver, store)
         acfg = {"configurable": {"thread_id": thread}}
-        agente.invoke({"messages": [HumanMessage("Quiero contacto: SMS")]}, config=acfg,
-                      context=ContextoCliente("C9", "T001"), interrupt_after=["model"])
+        agente.invoke(
+            {"messages": [HumanMessage("Quiero contacto: SMS")]},
+            config=acfg,
+            context=ContextoCliente("C9", "T001"),
+            interrupt_after=["model"],
+        )
         assert agente.get_state(acfg).next == ("tools",)
         tool_calls.extract(foreign)
         assert summary(foreign, thread) == {"status": "paused", "next_nodes": ["tools"]}
@@ -222,8 +237,10 @@ def test_an_agent_role_can_call_none_of_the_new_functions(written):
     db, _, _ = written
     agent = login_role(db.dsn, "agent", AGENT_TABLES)
     with psycopg.connect(agent, autocommit=True) as conn:
-        for statement in ("SELECT core_next_nodes('antes-de-revisar', '', '{}'::jsonb)",
-                          "SELECT core_channel_version_newer('1'::jsonb, '0'::jsonb)"):
+        for statement in (
+            "SELECT core_next_nodes('antes-de-revisar', '', '{}'::jsonb)",
+            "SELECT core_channel_version_newer('1'::jsonb, '0'::jsonb)",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -233,9 +250,8 @@ def test_an_agent_role_can_call_none_of_the_new_functions(written):
 def test_the_page_names_the_pause_and_its_node(written, app_env):
     import tomllib
 
-    from streamlit.testing.v1 import AppTest
-
     from apptools import frame
+    from streamlit.testing.v1 import AppTest
 
     db, threads, _ = written
     app_env(db.dsn)

@@ -2,23 +2,25 @@
 extraction pass: on threads written by real langgraph graphs (a stock `create_agent` from the article with stock
 savers, and our retail agent), statuses equal what langgraph's own `get_state` says, tokens equal the AI messages'
 `usage_metadata`, re-reads add nothing, bad input is refused, and the exporter's metrics pass promtool."""
+
 from __future__ import annotations
 
 import shutil
 import subprocess
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pandas as pd
 import pytest
+from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 from prometheus_client import generate_latest
+from search_agents import FILLER, PRICED_MODEL, STOCK_GRAPH, UNPRICED_MODEL, write_ours, write_stock
 
-from core.checkpoints import thread_search as ts, tool_calls, usage
+from core.checkpoints import thread_search as ts
+from core.checkpoints import tool_calls, usage
 from core.config import ModelPrice, load_settings
 from core.db import Database
 from core.migrate import migrate
-from conftest import DIMS
-from search_agents import FILLER, PRICED_MODEL, STOCK_GRAPH, UNPRICED_MODEL, write_ours, write_stock
 
 PRICES = (ModelPrice(PRICED_MODEL, 0.15, 0.60, 0.075), ModelPrice("scripted-retail", 1.0, 2.0))
 
@@ -50,8 +52,11 @@ def test_statuses_equal_langgraphs_own_state(written):
         channels = {w[1] for w in state.pending_writes}
         truth = "error" if "__error__" in channels else "interrupted" if "__interrupt__" in channels else "idle"
         assert truth == status, thread
-    assert found(db, status="interrupted") == {t for t, s in expected.items() if s == "interrupted"} \
+    assert (
+        found(db, status="interrupted")
+        == {t for t, s in expected.items() if s == "interrupted"}
         == {"conv-hitl", "cliente-C2-1"}
+    )
     assert found(db, status="error") == {"conv-roto", "cliente-C3-1"}
     assert found(db, status="error", window="1h") == {"conv-roto", "cliente-C3-1"}
     assert found(db, status="idle") == {t for t, s in expected.items() if s == "idle"}
@@ -65,7 +70,7 @@ def test_presets_answer_the_sres_first_questions(written):
     failed = ts.search_threads(db, ts.preset("failed"))
     assert set(failed.threads["thread_id"]) == {"conv-roto", "cliente-C3-1"}
     # "in the last hour": an hour and a minute later they are out of it
-    later = datetime.now(timezone.utc) + timedelta(minutes=61)
+    later = datetime.now(UTC) + timedelta(minutes=61)
     assert ts.search_threads(db, ts.preset("failed"), now=later).total == 0
     assert failed.as_of is not None
 
@@ -75,7 +80,8 @@ def test_metadata_agent_time_sort_paging_and_total(written):
     assert found(db, metadata_key="cliente_id", metadata_value="C2") == {"cliente-C2-1"}
     assert found(db, metadata_key="user_id") == {t for t in expected if t.startswith("conv-")}
     assert found(db, metadata_key="user_id", metadata_value="U1") == {
-        t for n, t in enumerate(t for t in expected if t.startswith("conv-")) if n % 3 == 1}
+        t for n, t in enumerate(t for t in expected if t.startswith("conv-")) if n % 3 == 1
+    }
     assert found(db, agent=STOCK_GRAPH) == {t for t in expected if t.startswith("conv-")}
     assert found(db, agent="atencion-cliente") == {t for t in expected if t.startswith("cliente-")}
     assert found(db, metadata_key="cliente_id", metadata_value="nadie") == set()
@@ -97,21 +103,41 @@ def test_metadata_agent_time_sort_paging_and_total(written):
     assert ts.search_threads(db, ts.ThreadQuery.from_params({"to": yesterday})).total == 0
 
 
-@pytest.mark.parametrize("params, error", [
-    ({"status": "stuck"}, "status"), ({"page": "0"}, "page"), ({"limit": "7"}, "limit"), ({"from": "2026-13-01"}, "from"),
-    ({"meta_value": "C1"}, "metadata_key"), ({"sort": "thread_id; DROP TABLE store"}, "sort"),
-    ({"window": "2y"}, "window"), ({"from": "2026-02-02", "to": "2026-02-01"}, "since"), ({"page": "x"}, "page"),
-    ({"agent": "a" * 201}, "agent"),
-])
+@pytest.mark.parametrize(
+    "params, error",
+    [
+        ({"status": "stuck"}, "status"),
+        ({"page": "0"}, "page"),
+        ({"limit": "7"}, "limit"),
+        ({"from": "2026-13-01"}, "from"),
+        ({"meta_value": "C1"}, "metadata_key"),
+        ({"sort": "thread_id; DROP TABLE store"}, "sort"),
+        ({"window": "2y"}, "window"),
+        ({"from": "2026-02-02", "to": "2026-02-01"}, "since"),
+        ({"page": "x"}, "page"),
+        ({"agent": "a" * 201}, "agent"),
+    ],
+)
 def test_bad_input_is_refused_with_its_name(params, error):
     with pytest.raises(ts.BadQuery, match=error):
         ts.ThreadQuery.from_params(params)
 
 
 def test_url_parameters_give_the_query_back():
-    q = ts.ThreadQuery.from_params({"meta_key": "cliente_id", "meta_value": "C'1%", "status": "error",
-                                    "agent": "x", "from": "2026-01-02", "to": "2026-01-03", "sort": "created_at",
-                                    "order": "asc", "limit": "50", "page": "3"})
+    q = ts.ThreadQuery.from_params(
+        {
+            "meta_key": "cliente_id",
+            "meta_value": "C'1%",
+            "status": "error",
+            "agent": "x",
+            "from": "2026-01-02",
+            "to": "2026-01-03",
+            "sort": "created_at",
+            "order": "asc",
+            "limit": "50",
+            "page": "3",
+        }
+    )
     assert ts.ThreadQuery.from_params(q.params()) == q
     assert q.offset == 100 and q.page == 3
     assert ts.ThreadQuery().params() == {}
@@ -120,26 +146,33 @@ def test_url_parameters_give_the_query_back():
 def test_late_interrupt_write_is_seen_by_the_next_run(create_database):
     """The checkpoint is extracted while its step runs; the interrupt lands afterwards: the next run's re-check
     (no new checkpoint to read) marks the thread interrupted. Red without the re-check."""
-    from langchain.tools import tool
-    from langgraph.types import interrupt
     from langchain.agents import create_agent
+    from langchain.tools import tool
     from langchain_core.messages import HumanMessage
+    from langgraph.types import interrupt
     from search_agents import ModeloGuion, llamada
 
     db = Database(create_database(prefix="search_late"))
     try:
+
         @tool
         def aprobar(importe: int) -> str:
             """Pide aprobación humana de un reembolso."""
             tool_calls.extract(db)  # the extraction runs while this step runs
             return str(interrupt({"importe": importe}))
 
-        agent = create_agent(ModeloGuion(responses=[llamada("aprobar", 1, importe=30)]), tools=[aprobar],
-                             checkpointer=PostgresSaver(db.pool))
+        agent = create_agent(
+            ModeloGuion(responses=[llamada("aprobar", 1, importe=30)]),
+            tools=[aprobar],
+            checkpointer=PostgresSaver(db.pool),
+        )
         # durability="sync": the step's checkpoint is saved before its tools run (the default saves it in the
         # background, so under load the extraction inside the tool could run before it lands)
-        agent.invoke({"messages": [HumanMessage("Reembolso de 30")]}, config={"configurable": {"thread_id": "late"}},
-                     durability="sync")
+        agent.invoke(
+            {"messages": [HumanMessage("Reembolso de 30")]},
+            config={"configurable": {"thread_id": "late"}},
+            durability="sync",
+        )
         assert found(db, status="interrupted") == set()  # extracted before the write
         again = tool_calls.extract(db)
         assert again.checkpoints == 0 and again.statuses == 1
@@ -149,6 +182,7 @@ def test_late_interrupt_write_is_seen_by_the_next_run(create_database):
 
 
 # --- tokens and cost -------------------------------------------------------------------------------------
+
 
 def test_tokens_equal_the_messages_usage_metadata(written):
     db, expected, first = written
@@ -160,10 +194,15 @@ def test_tokens_equal_the_messages_usage_metadata(written):
         assert int(got["input_tokens"].sum()) == sum(m.usage_metadata["input_tokens"] for m in msgs), thread
         assert int(got["output_tokens"].sum()) == sum(m.usage_metadata["output_tokens"] for m in msgs), thread
         assert int(got["cached_tokens"].sum()) == sum(
-            m.usage_metadata.get("input_token_details", {}).get("cache_read", 0) for m in msgs), thread
+            m.usage_metadata.get("input_token_details", {}).get("cache_read", 0) for m in msgs
+        ), thread
     usage_row = usage.thread_usage(db, "conv-usage", PRICES).iloc[0]
-    assert (usage_row.model, usage_row.input_tokens, usage_row.output_tokens, usage_row.cached_tokens) == \
-        (PRICED_MODEL, 2500, 50, 2200)
+    assert (usage_row.model, usage_row.input_tokens, usage_row.output_tokens, usage_row.cached_tokens) == (
+        PRICED_MODEL,
+        2500,
+        50,
+        2200,
+    )
     # (2500 - 2200) x 0.15 + 2200 x 0.075 + 50 x 0.60, per million
     assert usage_row.cost_usd == pytest.approx((300 * 0.15 + 2200 * 0.075 + 50 * 0.60) / 1e6)
     ours = usage.thread_usage(db, "cliente-C1-1", PRICES)
@@ -230,7 +269,6 @@ def test_exporter_metrics_pass_promtool(written):
     promtool = shutil.which("promtool") or "/usr/bin/promtool"
     run = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
-
 
 
 def test_the_demo_shows_tokens_and_cost(demo_db):

@@ -1,14 +1,14 @@
 """AppTest of the Checkpoints page's thread search and tokens/cost views (ui/thread_search.py, ui/thread_cost.py) on
 threads written by real graphs (tests/search_agents.py): the SRE's two questions one click each, the search in the
 URL, paging with the total, bad input refused with nothing read, "no usage data" and "no price" said in words."""
+
 from __future__ import annotations
 
 import json
 
-from streamlit.testing.v1 import AppTest
-
 from apptools import as_int, frame, metric
 from search_agents import PRICED_MODEL, UNPRICED_MODEL
+from streamlit.testing.v1 import AppTest
 from test_thread_search import written  # noqa: F401  (the module's database)
 
 APP = "../dashboard.py"

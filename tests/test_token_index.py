@@ -2,12 +2,15 @@
 the msgpack walk covers every token of the SQL decoder's text, the triggers list whatever any writer
 writes, a write during indexing is never lost, and a residue scan through the index finds exactly what a
 scan of every row finds, on databases written by agents we did not write."""
+
 from __future__ import annotations
 
 import math
 import uuid
 
 import pytest
+from conftest import login_role
+from foreign_agents import CUSTOMERS
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -15,9 +18,11 @@ from langgraph.graph import MessagesState, StateGraph
 from psycopg_pool import ConnectionPool
 
 from core.db import Database
-from core.privacy import erasure, evidence, residue as res, subjects as subj, token_index as ti, tokens as tok
-from conftest import login_role
-from foreign_agents import CUSTOMERS
+from core.privacy import erasure, evidence
+from core.privacy import residue as res
+from core.privacy import subjects as subj
+from core.privacy import token_index as ti
+from core.privacy import tokens as tok
 
 DEFAULT = subj.Attribution()
 SELECT_ROWS = """
@@ -53,12 +58,22 @@ def test_the_walk_covers_every_token_of_the_decoder_text_on_foreign_and_demo_pay
 def test_the_walk_covers_numbers_bytes_escapes_and_constructors(db):
     serde = JsonPlusSerializer()
     values = [
-        {"texto": "hola\nC9 \"citado\" tab\there \\ barra", 1: "clave entera", -7: -12345678901234},
+        {"texto": 'hola\nC9 "citado" tab\there \\ barra', 1: "clave entera", -7: -12345678901234},
         [1e20, 1e-07, 1.0, 0.1, 1.5e300, -2.5, math.nan, math.inf, 123456789012345680000.0, 7e15, 1e16],
         [b"\x00\xffbytes crudos"],  # msgpack bin inside a value (bytes alone are blob type "bytes")
-        [HumanMessage("Soy el cliente C9, teléfono 600123456"),
-         AIMessage("", tool_calls=[{"name": "recordar_preferencia", "id": "c1",
-                                    "args": {"tipo": "recogida", "valor": "Tienda Centro", "n": 3.25}}])],
+        [
+            HumanMessage("Soy el cliente C9, teléfono 600123456"),
+            AIMessage(
+                "",
+                tool_calls=[
+                    {
+                        "name": "recordar_preferencia",
+                        "id": "c1",
+                        "args": {"tipo": "recogida", "valor": "Tienda Centro", "n": 3.25},
+                    }
+                ],
+            ),
+        ],
         {"anidado": [{"x": None, "y": True, "z": False}], "ñandú": "mañana"},
     ]
     rows = []
@@ -68,8 +83,12 @@ def test_the_walk_covers_numbers_bytes_escapes_and_constructors(db):
         rows.append({"type": blob_type, "blob": blob, "text": text})
     assert _assert_walk_covers_decoder(db, rows) == len(rows)
     # the other blob types the decoder knows; what the walk does not reproduce goes through the decoder
-    for blob_type, blob in (serde.dumps_typed(b"bytes alone"), ("bytearray", b"\x01\x02"), ("empty", None),
-                            ("null", None)):
+    for blob_type, blob in (
+        serde.dumps_typed(b"bytes alone"),
+        ("bytearray", b"\x01\x02"),
+        ("empty", None),
+        ("null", None),
+    ):
         text = db.fetch_one("SELECT core_checkpoint_payload(%s, %s)::text AS text", (blob_type, blob))["text"]
         assert _assert_walk_covers_decoder(db, [{"type": blob_type, "blob": blob, "text": text}]) == 1
     assert tok.payload_tokens("pickle", b"\x80\x04K\x01.") is None
@@ -200,10 +219,17 @@ def test_an_id_after_a_newline_is_found_and_a_value_is_never_a_part_of_a_word(db
         graph.invoke({"messages": [HumanMessage("los Centrosdeventa abren")]}, {"configurable": {"thread_id": far}})
         ti.index_pending(db)
         with db.connection() as conn:
-            found = res.residue_conn(conn, "CNL7", {}, [res.Term("CNL7", "id", 1), res.Term("Centros", "value", 1),
-                                                        res.Term("Centrosdeventa abren", "value", 1)])
-        assert {(m.thread_id, m.term) for m in found.matches} == {
-            (near, "CNL7"), (far, "Centrosdeventa abren")}
+            found = res.residue_conn(
+                conn,
+                "CNL7",
+                {},
+                [
+                    res.Term("CNL7", "id", 1),
+                    res.Term("Centros", "value", 1),
+                    res.Term("Centrosdeventa abren", "value", 1),
+                ],
+            )
+        assert {(m.thread_id, m.term) for m in found.matches} == {(near, "CNL7"), (far, "Centrosdeventa abren")}
     finally:
         pool.close()
 
@@ -219,8 +245,13 @@ def test_an_erasure_deletes_the_tokens_of_the_erased_threads(article_agents):
         preview = evidence.preview(database, customer, DEFAULT)
         assert preview.counts["core_thread_tokens"] == len(preview.thread_ids)  # attributed threads' rows
         assert "token index" in preview.residue.sql and preview.residue_threads  # found through the index
-        result = erasure.erase(database, customer, operator="dpo@example.com", config=DEFAULT,
-                               decisions={t: "erase" for t in preview.residue_threads})
+        result = erasure.erase(
+            database,
+            customer,
+            operator="dpo@example.com",
+            config=DEFAULT,
+            decisions={t: "erase" for t in preview.residue_threads},
+        )
         assert result.status == "complete", result.report
         tables = {e.table: e.result for e in result.evidence}
         assert tables["core_thread_tokens"] == 0 and tables["core_token_dirty"] == 0
@@ -256,8 +287,9 @@ def test_an_agent_role_with_rights_on_the_checkpoint_tables_only_still_writes(db
     its definer, so their writes succeed and their threads are listed."""
     import psycopg
 
-    pool, graph = _stock_graph(login_role(db.dsn, "agente", "checkpoints, checkpoint_blobs, checkpoint_writes, "
-                                                           "checkpoint_migrations"))
+    pool, graph = _stock_graph(
+        login_role(db.dsn, "agente", "checkpoints, checkpoint_blobs, checkpoint_writes, checkpoint_migrations")
+    )
     thread = f"rol-{uuid.uuid4()}"
     try:
         graph.invoke({"messages": [HumanMessage("con su propio rol")]}, {"configurable": {"thread_id": thread}})

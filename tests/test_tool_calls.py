@@ -1,13 +1,16 @@
 """Tool calls extracted from checkpoint history (core/checkpoints/tool_calls.py): equal to what the
 canonical SQL views decode live, incremental, idempotent, right for an agent built without `core`,
 and the Preferences page reads them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import Literal
 
 import pytest
+from apptools import as_int, frame, metric
+from conftest import DIMS
 from langchain.agents import create_agent
 from langchain.tools import ToolRuntime, tool
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
@@ -16,8 +19,6 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.postgres import PostgresStore
 from streamlit.testing.v1 import AppTest
 
-from apptools import as_int, frame, metric
-from conftest import DIMS
 from core import clock
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
@@ -59,9 +60,15 @@ def test_demo_agents_write_the_articles_closed_literal(db):
     for cid, thread, text in SCRIPT:
         run_turn(agent, ContextoCliente(cid), thread, text)
     run_turn(agent, ContextoCliente("C4"), "cliente-C4-1", "Mi talla es la M.")  # fits no tipo: not saved
-    keys = {(r["prefix"], r["key"], r["tipo"]) for r in db.fetch("SELECT prefix, key, value->>'tipo' AS tipo FROM store")}
-    assert keys == {("clientes.C1", "pref-recogida", "recogida"), ("clientes.C2", "pref-contacto", "contacto"),
-                    ("clientes.C2", "pref-horario", "horario"), ("clientes.C3", "pref-idioma", "idioma")}
+    keys = {
+        (r["prefix"], r["key"], r["tipo"]) for r in db.fetch("SELECT prefix, key, value->>'tipo' AS tipo FROM store")
+    }
+    assert keys == {
+        ("clientes.C1", "pref-recogida", "recogida"),
+        ("clientes.C2", "pref-contacto", "contacto"),
+        ("clientes.C2", "pref-horario", "horario"),
+        ("clientes.C3", "pref-idioma", "idioma"),
+    }
     texto = db.fetch_one("SELECT value->>'texto' AS t FROM store WHERE key = 'pref-idioma'")["t"]
     assert texto == "idioma: gallego"  # the article's f"{tipo}: {valor}"
 
@@ -84,10 +91,18 @@ def test_extraction_equals_the_live_views_and_is_idempotent(db):
     # thread-days: one per thread with a human message, customer from the metadata our agents add
     days = db.fetch("SELECT thread_id, cliente_id, day FROM core_thread_days ORDER BY thread_id")
     assert [(d["thread_id"], d["cliente_id"]) for d in days] == [
-        ("cliente-C1-1", "C1"), ("cliente-C2-1", "C2"), ("cliente-C3-1", "C3"), ("cliente-C3-2", "C3")]
+        ("cliente-C1-1", "C1"),
+        ("cliente-C2-1", "C2"),
+        ("cliente-C3-1", "C3"),
+        ("cliente-C3-2", "C3"),
+    ]
     row = db.fetch_one("SELECT clock, cliente_id, agent, args FROM core_tool_calls WHERE thread_id = 'cliente-C3-1'")
-    assert row == {"clock": "checkpoint", "cliente_id": "C3", "agent": "atencion-cliente",
-                   "args": {"tipo": "idioma", "valor": "gallego"}}
+    assert row == {
+        "clock": "checkpoint",
+        "cliente_id": "C3",
+        "agent": "atencion-cliente",
+        "args": {"tipo": "idioma", "valor": "gallego"},
+    }
 
 
 def test_incremental_bounded_steps_and_watermark(db):
@@ -127,17 +142,20 @@ def test_a_late_write_is_found_by_the_sweeps_lookback(db):
 
 def test_demo_replayed_time_dates_the_calls(db):
     agent = our_agent(db)
-    replayed = datetime(2026, 11, 20, 10, 30, tzinfo=timezone.utc)
+    replayed = datetime(2026, 11, 20, 10, 30, tzinfo=UTC)
     with clock.simulated(replayed):
         run_turn(agent, ContextoCliente("C1"), "cliente-C1-1", SCRIPT[0][2])
     run_turn(agent, ContextoCliente("C2"), "cliente-C2-1", SCRIPT[2][2])
     tool_calls.extract(db)
     rows = {r["thread_id"]: r for r in db.fetch("SELECT thread_id, ts, clock FROM core_tool_calls")}
     assert rows["cliente-C1-1"]["clock"] == "replayed" and rows["cliente-C1-1"]["ts"] == replayed
-    real = db.fetch_one("SELECT max(core_try_timestamptz(checkpoint->>'ts')) AS ts FROM checkpoints "
-                        "WHERE thread_id = 'cliente-C2-1'")["ts"]
+    real = db.fetch_one(
+        "SELECT max(core_try_timestamptz(checkpoint->>'ts')) AS ts FROM checkpoints WHERE thread_id = 'cliente-C2-1'"
+    )["ts"]
     assert rows["cliente-C2-1"]["clock"] == "checkpoint" and rows["cliente-C2-1"]["ts"] <= real
-    assert db.fetch_one("SELECT day FROM core_thread_days WHERE thread_id = 'cliente-C1-1'")["day"] == date(2026, 11, 20)
+    assert db.fetch_one("SELECT day FROM core_thread_days WHERE thread_id = 'cliente-C1-1'")["day"] == date(
+        2026, 11, 20
+    )
     assert preferences.clocks(db, date(2026, 11, 1), date.today()) == {"checkpoint": 1, "replayed": 1}
 
 
@@ -147,8 +165,10 @@ def test_rows_of_deleted_threads_are_pruned_by_the_sweep_step(db):
         run_turn(agent, ContextoCliente(cid), thread, text)
     tool_calls.extract(db)
     derived = tool_calls.DERIVED_PER_THREAD
-    held = {table: db.fetch_one(f"SELECT count(*) AS n FROM {table} WHERE thread_id = 'cliente-C2-1'")["n"]
-            for table in derived}
+    held = {
+        table: db.fetch_one(f"SELECT count(*) AS n FROM {table} WHERE thread_id = 'cliente-C2-1'")["n"]
+        for table in derived
+    }
     # two calls, one thread-day, its summary, its AI messages' usage and its per-model usage total
     assert held["core_tool_calls"] == 2 and held["core_thread_days"] == 1 and held["core_thread_summary"] == 1
     assert held["core_message_usage"] > 0 and held["core_usage_threads"] == 1
@@ -163,6 +183,7 @@ def test_rows_of_deleted_threads_are_pruned_by_the_sweep_step(db):
 # --- an agent built exactly as the memory article shows: stock store and saver, no `core` -----
 # (until tests/foreign_agents.py lands on main; then these use it)
 
+
 class ArticleModel(FakeMessagesListChatModel):
     def bind_tools(self, tools, **kw):
         return self
@@ -175,35 +196,65 @@ class ContextoArticulo:  # the article's ContextoCliente: the customer id only h
 
 
 @tool("recordar_preferencia")
-def recordar_preferencia_articulo(tipo: Literal["recogida", "contacto", "idioma", "horario"], valor: str,
-                                  runtime: ToolRuntime[ContextoArticulo]) -> dict:
+def recordar_preferencia_articulo(
+    tipo: Literal["recogida", "contacto", "idioma", "horario"], valor: str, runtime: ToolRuntime[ContextoArticulo]
+) -> dict:
     """Guarda una preferencia que el cliente ha declarado explícitamente en esta conversación."""
     ns = ("clientes", runtime.context.cliente_id)
-    runtime.store.put(ns, f"pref-{tipo}", {"texto": f"{tipo}: {valor}", "tipo": tipo, "valor": valor,
-                                           "origen": "cliente", "hilo": runtime.config["configurable"]["thread_id"]})
+    runtime.store.put(
+        ns,
+        f"pref-{tipo}",
+        {
+            "texto": f"{tipo}: {valor}",
+            "tipo": tipo,
+            "valor": valor,
+            "origen": "cliente",
+            "hilo": runtime.config["configurable"]["thread_id"],
+        },
+    )
     return {"ok": True, "tipo": tipo}
 
 
 def article_agent(db, responses):
-    return create_agent(ArticleModel(responses=responses), tools=[recordar_preferencia_articulo],
-                        context_schema=ContextoArticulo, checkpointer=PostgresSaver(db.pool),
-                        store=PostgresStore(db.pool)), ContextoArticulo
+    return create_agent(
+        ArticleModel(responses=responses),
+        tools=[recordar_preferencia_articulo],
+        context_schema=ContextoArticulo,
+        checkpointer=PostgresSaver(db.pool),
+        store=PostgresStore(db.pool),
+    ), ContextoArticulo
 
 
 def call(tipo, valor, n):
-    return AIMessage(content="", tool_calls=[{"name": "recordar_preferencia", "args": {"tipo": tipo, "valor": valor},
-                                              "id": f"call-{n}", "type": "tool_call"}])
+    return AIMessage(
+        content="",
+        tool_calls=[
+            {
+                "name": "recordar_preferencia",
+                "args": {"tipo": tipo, "valor": valor},
+                "id": f"call-{n}",
+                "type": "tool_call",
+            }
+        ],
+    )
 
 
 def test_article_agents_preferences_page_equals_the_checkpoints(db, app_env):
-    conversations = [("C9", "conv-1", "recogida", "T002"), ("C9", "conv-2", None, None),
-                     ("C10", "conv-3", "contacto", "SMS"), ("C10", "conv-4", "horario", "tardes"),
-                     ("C11", "conv-5", None, None)]
+    conversations = [
+        ("C9", "conv-1", "recogida", "T002"),
+        ("C9", "conv-2", None, None),
+        ("C10", "conv-3", "contacto", "SMS"),
+        ("C10", "conv-4", "horario", "tardes"),
+        ("C11", "conv-5", None, None),
+    ]
     for n, (cid, thread, tipo, valor) in enumerate(conversations):
         responses = ([call(tipo, valor, n)] if tipo else []) + [AIMessage(content="De acuerdo.")]
         agent, Ctx = article_agent(db, responses)
-        agent.invoke({"messages": [{"role": "user", "content": "hola"}]}, context=Ctx(cid, "T001"),
-                     config={"configurable": {"thread_id": thread}})
+        agent.invoke(
+            {"messages": [{"role": "user", "content": "hola"}]},
+            context=Ctx(cid, "T001"),
+            config={"configurable": {"thread_id": thread}},
+        )
     assert db.fetch_one("SELECT count(*) AS n FROM core_memory_writes")["n"] == 0  # our log sees nothing
     assert db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE metadata ? 'cliente_id'")["n"] == 0
     live = db.fetch(LIVE_CALLS)
@@ -257,6 +308,7 @@ def test_a_read_only_role_sees_the_page_with_a_clear_warning(db, app_env):
     db.execute(f'CREATE ROLE "{role}" LOGIN')
     db.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
     ro_dsn = make_conninfo(db.dsn, user=role)
     assert conninfo_to_dict(ro_dsn)["user"] == role
     before = db.fetch_one("SELECT count(*) AS n FROM core_tool_calls")["n"]

@@ -2,16 +2,19 @@
 server through a stock PostgresStore (the memory article's TTL config): it always equals a pass over every
 customer document, through new documents, rewrites, TTL refreshes on read, deletes, the TTL sweep and an
 erasure; and the residue scan's commonness read from it is the one the pass gives."""
+
 from __future__ import annotations
 
 import psycopg
 import pytest
+from conftest import login_role
 from langgraph.store.base import TTLConfig
 from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
-from conftest import login_role
-from core.privacy import erasure, residue as res, subjects as subj
+from core.privacy import erasure
+from core.privacy import residue as res
+from core.privacy import subjects as subj
 
 # the naive pass the table replaces: every customer document's distinct string values, per customer
 PASS = """
@@ -54,9 +57,13 @@ def test_the_kept_holders_always_equal_a_pass_over_every_document(db, stock_stor
     _same(db)
     with db.connection() as conn:  # commonness read from the table, as a pass would count it
         terms = {t.term: t.customers for t in res.customer_terms(conn, "C5")}
-    holders = {r["term"]: r["n"] for r in db.fetch(
-        "SELECT l AS term, count(DISTINCT split_part(prefix, '.', 2)) AS n FROM store, core_string_leaves(value) l "
-        "WHERE prefix LIKE 'clientes.%%' GROUP BY 1")}
+    holders = {
+        r["term"]: r["n"]
+        for r in db.fetch(
+            "SELECT l AS term, count(DISTINCT split_part(prefix, '.', 2)) AS n FROM store, core_string_leaves(value) l "
+            "WHERE prefix LIKE 'clientes.%%' GROUP BY 1"
+        )
+    }
     assert terms == {"C5": 1} | {t: holders[t] for t in terms if t != "C5"}
     # C1 and C10-C19 were swept: 19 customers left hold T002; Gran Vía also left with C3's deleted document
     assert terms["T002"] == 19 and terms["Gran Vía"] == 18 and terms["propia de C5"] == 1
@@ -75,8 +82,11 @@ def test_commonness_is_counted_up_to_the_cap(db, stock_store):
 
 
 def test_an_agent_role_granted_on_the_store_only_still_writes_its_memory(db):
-    pool = ConnectionPool(login_role(db.dsn, "memoria", "store, store_vectors, store_migrations, vector_migrations"),
-                          kwargs={"autocommit": True, "prepare_threshold": 0}, open=True)
+    pool = ConnectionPool(
+        login_role(db.dsn, "memoria", "store, store_vectors, store_migrations, vector_migrations"),
+        kwargs={"autocommit": True, "prepare_threshold": 0},
+        open=True,
+    )
     try:
         store = PostgresStore(pool, ttl=TTLConfig(refresh_on_read=True, default_ttl=60))
         store.put(("clientes", "R1"), "pref-idioma", {"texto": "idioma: gallego"})

@@ -2,16 +2,17 @@
 redacts it in every view of theirs (by id, and of their threads), each redaction recorded so the 'views' chain still
 verifies (migration 088); the erasure's evidence counts such purposes (0 after), a re-check stays clean. On our
 agents and on the article's agents' database."""
+
 from __future__ import annotations
 
 import psycopg
 import pytest
-
 from conftest import login_role
+from foreign_agents import CUSTOMERS
+
 from core.db import Database
 from core.privacy import chain, erasure, erasure_register, evidence
 from core.privacy.data_views import View, log_views
-from foreign_agents import CUSTOMERS
 from tests.test_attribution import DEFAULT
 from tests.test_definer_safety import AGENT_TABLES
 from tests.test_erasure import agents_for, converse, make_store, write_docs
@@ -34,18 +35,26 @@ def test_erasure_redacts_the_purposes_typed_for_our_customer_and_the_chains_veri
     write_docs(store, "C2", 1)
     (thread,) = converse(agents_for(db, store), "C1")
     typed = "reclamación de Ana Pérez Gil, tel. 600 111 222"
-    log_views(db, [dpo_view("clientes.C1", "C1", typed),
-                   dpo_view(thread, None, f"{typed} (su conversación)", kind="thread"),  # a thread, no customer named
-                   dpo_view("clientes.C1", "C1", None),                                 # no purpose asked for
-                   dpo_view("clientes.C2", "C2", "incidencia 77 de C2")])
+    log_views(
+        db,
+        [
+            dpo_view("clientes.C1", "C1", typed),
+            dpo_view(thread, None, f"{typed} (su conversación)", kind="thread"),  # a thread, no customer named
+            dpo_view("clientes.C1", "C1", None),  # no purpose asked for
+            dpo_view("clientes.C2", "C2", "incidencia 77 de C2"),
+        ],
+    )
     assert holding(db, "Ana Pérez Gil") == 2
     result = erasure.erase(db, "C1", operator="dpo@example.com")
     assert result.status == "complete", result.report
     assert holding(db, "Ana Pérez Gil") == 0 and holding(db, "600 111 222") == 0
-    assert db.fetch_one("SELECT purpose FROM core_data_views WHERE customer_id = 'C2'")["purpose"] == \
-        "incidencia 77 de C2"  # another customer's view is not touched
-    redacted = [r["purpose"] for r in db.fetch("SELECT purpose FROM core_data_views WHERE purpose LIKE '[redacted%' "
-                                               "ORDER BY id")]
+    assert (
+        db.fetch_one("SELECT purpose FROM core_data_views WHERE customer_id = 'C2'")["purpose"] == "incidencia 77 de C2"
+    )  # another customer's view is not touched
+    redacted = [
+        r["purpose"]
+        for r in db.fetch("SELECT purpose FROM core_data_views WHERE purpose LIKE '[redacted%' ORDER BY id")
+    ]
     assert redacted == [f"[redacted: erasure request #{result.request_id}]"] * 2
     assert db.fetch_one("SELECT count(*) AS n FROM core_data_views")["n"] == 4  # the views stay: a proof
     # the evidence says so: counted before, redacted, 0 after; the register keeps the query, never the value
@@ -76,13 +85,23 @@ def test_the_article_agents_database(article_agents):
     try:
         mine, theirs = foreign.threads_of("C9"), foreign.threads_of("C19")
         value = foreign.declared("C9")["horario"]  # "tardes de C9 a las 17h": what the customer said
-        log_views(db, [dpo_view("clientes.C9", "C9", f"llamada sobre {value}"),
-                       dpo_view(mine[0], None, f"revisar {value}", kind="thread"),
-                       dpo_view(theirs[0], None, "revisar su horario", kind="thread")])
+        log_views(
+            db,
+            [
+                dpo_view("clientes.C9", "C9", f"llamada sobre {value}"),
+                dpo_view(mine[0], None, f"revisar {value}", kind="thread"),
+                dpo_view(theirs[0], None, "revisar su horario", kind="thread"),
+            ],
+        )
         preview = evidence.preview(db, "C9", DEFAULT)
         assert preview.counts[evidence.VIEW_PURPOSES] == 2
-        result = erasure.erase(db, "C9", operator="dpo@example.com", config=DEFAULT,
-                               decisions={t: "erase" for t in preview.residue_threads})
+        result = erasure.erase(
+            db,
+            "C9",
+            operator="dpo@example.com",
+            config=DEFAULT,
+            decisions={t: "erase" for t in preview.residue_threads},
+        )
         assert result.status == "complete", result.report
         assert holding(db, value) == 0 and holding(db, "revisar su horario") == 1  # C19's thread view stays
         assert result.deleted[evidence.VIEW_PURPOSES] == 2
@@ -93,10 +112,13 @@ def test_the_article_agents_database(article_agents):
         db.close()
 
 
-@pytest.mark.parametrize("args, error", [
-    (("", [], 1), "a customer id is required"),
-    (("C1", [], 999), "is not an erasure request of customer C1"),
-])
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (("", [], 1), "a customer id is required"),
+        (("C1", [], 999), "is not an erasure request of customer C1"),
+    ],
+)
 def test_bad_input_is_refused_and_changes_nothing(db, args, error):
     log_views(db, [dpo_view("clientes.C1", "C1", "Ana Pérez Gil")])
     with pytest.raises(psycopg.errors.InvalidParameterValue, match=error):

@@ -1,13 +1,14 @@
 """Page parts for subject attribution (core/privacy/subjects.py): the coverage notice with its fix, the
 attributed threads with their sources, and the residue threads with the DPO's decision per thread."""
+
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from core.privacy.decisions import ERASE, LEAVE
-from core.privacy import subjects as subj
 from core.privacy import residue as res
+from core.privacy import subjects as subj
+from core.privacy.decisions import ERASE, LEAVE
 from ui import fmt
 from ui.i18n import t
 from ui.safe import md, md_code
@@ -26,25 +27,43 @@ def coverage_notice(cov: subj.Coverage | None) -> None:
     None: it could not be read, which the read already said)."""
     if cov is None or not cov.unattributed_threads:
         return
-    st.warning(t("erasure_coverage", threads=f"{fmt.number(cov.unattributed_threads)} / {fmt.number(cov.threads)}",
-                 t_share=fmt.percent(cov.thread_share), bytes=human_bytes(cov.unattributed_bytes),
-                 b_share=fmt.percent(cov.byte_share)), icon=":material/visibility_off:")
-    st.caption(t("erasure_coverage_fix") + (" " + t("erasure_coverage_query") if cov.query_configured else "")
-               + (" " + t("erasure_coverage_as_of", at=fmt.moment(cov.as_of)) if cov.as_of else ""))
+    st.warning(
+        t(
+            "erasure_coverage",
+            threads=f"{fmt.number(cov.unattributed_threads)} / {fmt.number(cov.threads)}",
+            t_share=fmt.percent(cov.thread_share),
+            bytes=human_bytes(cov.unattributed_bytes),
+            b_share=fmt.percent(cov.byte_share),
+        ),
+        icon=":material/visibility_off:",
+    )
+    st.caption(
+        t("erasure_coverage_fix")
+        + (" " + t("erasure_coverage_query") if cov.query_configured else "")
+        + (" " + t("erasure_coverage_as_of", at=fmt.moment(cov.as_of)) if cov.as_of else "")
+    )
 
 
 def show_sources(subjects: subj.Subjects | None) -> None:
     if subjects is None:
         return
     st.subheader(t("erasure_sources_title"))
-    st.caption(t("erasure_sources_counts",
-                 counts=", ".join(f"{md_code(s)} {len(v)}" for s, v in subjects.by_source.items())))
+    st.caption(
+        t("erasure_sources_counts", counts=", ".join(f"{md_code(s)} {len(v)}" for s, v in subjects.by_source.items()))
+    )
     for source, error in subjects.errors.items():
         st.error(t("erasure_source_error", source=md(source), error=md(error)))
     if subjects.held:  # the threads held now, as every page counts them
-        st.dataframe(pd.DataFrame({t("erasure_col_thread"): subjects.held,
-                                   t("erasure_col_sources"): [", ".join(subjects.threads[h]) for h in subjects.held]}),
-                     hide_index=True, key="erasure.sources")
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    t("erasure_col_thread"): subjects.held,
+                    t("erasure_col_sources"): [", ".join(subjects.threads[h]) for h in subjects.held],
+                }
+            ),
+            hide_index=True,
+            key="erasure.sources",
+        )
     if len(subjects.threads) > len(subjects.held):
         st.caption(t("erasure_sources_gone", n=len(subjects.threads) - len(subjects.held)))
 
@@ -64,29 +83,53 @@ def show_residue(residue: res.Residue | None) -> None:
             if not matches:  # encrypted rows no configured key opens (core.privacy.residue: not_scanned)
                 st.warning(t("erasure_residue_not_scanned", thread=md_code(thread_id)), icon=":material/lock:")
             else:
-                st.markdown(t("erasure_residue_thread", thread=md_code(thread_id), term=md(matches[0].term),
-                              kind=term_kind(matches[0].kind)))
-            st.dataframe(pd.DataFrame({
-                t("erasure_col_term"): [m.term for m in matches],
-                t("erasure_col_customers"): [_holders(m.customers) for m in matches],
-                t("erasure_col_snippet"): [m.snippet for m in matches],
-            }), hide_index=True, key=f"{RESIDUE_KEY}.{n}.matches")
+                st.markdown(
+                    t(
+                        "erasure_residue_thread",
+                        thread=md_code(thread_id),
+                        term=md(matches[0].term),
+                        kind=term_kind(matches[0].kind),
+                    )
+                )
+            st.dataframe(
+                pd.DataFrame(
+                    {
+                        t("erasure_col_term"): [m.term for m in matches],
+                        t("erasure_col_customers"): [_holders(m.customers) for m in matches],
+                        t("erasure_col_snippet"): [m.snippet for m in matches],
+                    }
+                ),
+                hide_index=True,
+                key=f"{RESIDUE_KEY}.{n}.matches",
+            )
             left, right = st.columns([1, 2])
-            left.radio(t("erasure_residue_decision"), [ERASE, LEAVE], index=None,
-                       key=f"{RESIDUE_KEY}.{n}.decision", horizontal=True,
-                       format_func=lambda d: t("erasure_residue_erase" if d == ERASE else "erasure_residue_leave"))
+            left.radio(
+                t("erasure_residue_decision"),
+                [ERASE, LEAVE],
+                index=None,
+                key=f"{RESIDUE_KEY}.{n}.decision",
+                horizontal=True,
+                format_func=lambda d: t("erasure_residue_erase" if d == ERASE else "erasure_residue_leave"),
+            )
             right.text_input(t("erasure_residue_reason"), key=f"{RESIDUE_KEY}.{n}.reason")
     if residue.common_only:
         st.caption(t("erasure_common_only", n=len(residue.common_only)))
     with st.expander(t("erasure_terms_title")):
-        st.dataframe(pd.DataFrame({
-            t("erasure_col_term"): [x.term for x in residue.terms],
-            t("erasure_col_kind"): [term_kind(x.kind) for x in residue.terms],
-            t("erasure_col_customers"): [_holders(x.customers) for x in residue.terms],
-            t("erasure_col_threads_matched"): [t("erasure_not_counted") if x.threads is None else str(x.threads)
-                                               for x in residue.terms],
-            t("erasure_col_common"): [x.common for x in residue.terms],
-        }), hide_index=True, key="erasure.terms")
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    t("erasure_col_term"): [x.term for x in residue.terms],
+                    t("erasure_col_kind"): [term_kind(x.kind) for x in residue.terms],
+                    t("erasure_col_customers"): [_holders(x.customers) for x in residue.terms],
+                    t("erasure_col_threads_matched"): [
+                        t("erasure_not_counted") if x.threads is None else str(x.threads) for x in residue.terms
+                    ],
+                    t("erasure_col_common"): [x.common for x in residue.terms],
+                }
+            ),
+            hide_index=True,
+            key="erasure.terms",
+        )
 
 
 def term_kind(kind: str) -> str:

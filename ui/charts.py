@@ -1,10 +1,11 @@
 """Every page's charts go through `show`: a chart with nothing to draw says so in words instead of drawing empty axes,
 count axes start at zero and never go below it, counts get integer ticks, and numbers use the UI's separators."""
+
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import date, datetime
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -60,8 +61,12 @@ def _hover_dates(fig: go.Figure, language: str) -> dict:
     """hoverformat of the primary x and y axes that hold dates: a day's form when every value is a midnight."""
     layout = {}
     for letter in ("x", "y"):
-        stamps = [s for trace in fig.data if (getattr(trace, f"{letter}axis", None) or letter) == letter
-                  for s in (_dates(getattr(trace, letter, None)) or [])]
+        stamps = [
+            s
+            for trace in fig.data
+            if (getattr(trace, f"{letter}axis", None) or letter) == letter
+            for s in (_dates(getattr(trace, letter, None)) or [])
+        ]
         if stamps:
             days = all(s == s.normalize() for s in stamps)
             layout[f"{letter}axis"] = dict(hoverformat=(HOVER_DAY if days else HOVER_INSTANT)[language])
@@ -72,8 +77,11 @@ def _has_points(fig: go.Figure, counts: Iterable[str]) -> bool:
     counts = list(counts)
     if counts:  # a count chart of zeros only has nothing to show
         return any(v > 0 for trace in fig.data for axis in counts for v in _values(trace, axis))
-    return any(getattr(trace, letter, None) is not None and len(getattr(trace, letter)) for trace in fig.data
-               for letter in ("x", "y"))
+    return any(
+        getattr(trace, letter, None) is not None and len(getattr(trace, letter))
+        for trace in fig.data
+        for letter in ("x", "y")
+    )
 
 
 def finish(fig: go.Figure, *, counts: Iterable[str] = ("y",), amounts: Iterable[str] = ()) -> go.Figure | None:
@@ -85,8 +93,10 @@ def finish(fig: go.Figure, *, counts: Iterable[str] = ("y",), amounts: Iterable[
         return None
     layout = {"separators": fmt.plot_separators(), **_hover_dates(fig, lang())}
     for axis in counts:
-        layout[f"{axis[0]}axis{axis[1:]}"] = {**layout.get(f"{axis[0]}axis{axis[1:]}", {}),
-                                              **fmt.count_axis(largest(fig, axis))}
+        layout[f"{axis[0]}axis{axis[1:]}"] = {
+            **layout.get(f"{axis[0]}axis{axis[1:]}", {}),
+            **fmt.count_axis(largest(fig, axis)),
+        }
     for axis in amounts:
         layout[f"{axis[0]}axis{axis[1:]}"] = {**layout.get(f"{axis[0]}axis{axis[1:]}", {}), "rangemode": "nonnegative"}
     return fig.update_layout(**layout)
@@ -100,7 +110,8 @@ def draw(fig: go.Figure | None, *, key: str, empty: str | None = None) -> None:
         st.plotly_chart(fig, key=key)
 
 
-def show(fig: go.Figure, *, key: str, counts: Iterable[str] = ("y",), amounts: Iterable[str] = (),
-         empty: str | None = None) -> None:
+def show(
+    fig: go.Figure, *, key: str, counts: Iterable[str] = ("y",), amounts: Iterable[str] = (), empty: str | None = None
+) -> None:
     """finish() then draw(), for a figure built by this session."""
     draw(finish(fig, counts=counts, amounts=amounts), key=key, empty=empty)

@@ -1,12 +1,14 @@
 """What every page shares: the database handle, cached reads, the signed-in user, role checks."""
+
 from __future__ import annotations
 
 import inspect
 import ipaddress
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import psycopg
 import streamlit as st

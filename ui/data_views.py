@@ -1,9 +1,10 @@
 """What the pages showing a customer's data share: the purpose asked for when the configuration requires one, and
 the log of each view (core.privacy.data_views), once per session and thing viewed. Logging never waits on the
 database (a background writer does); a view the log could not even queue is a warning, and the page goes on."""
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import streamlit as st
 
@@ -22,8 +23,13 @@ def purpose_input() -> str | None:
     None. One per page run; the text stays for the session."""
     if not settings().data_views_purpose:
         return None
-    return st.text_input(t("views_purpose"), key=PURPOSE_KEY, max_chars=MAX_PURPOSE, help=t("views_purpose_help"),
-                         placeholder=t("views_purpose_placeholder")).strip()
+    return st.text_input(
+        t("views_purpose"),
+        key=PURPOSE_KEY,
+        max_chars=MAX_PURPOSE,
+        help=t("views_purpose_help"),
+        placeholder=t("views_purpose_placeholder"),
+    ).strip()
 
 
 def allowed(purpose: str | None) -> bool:
@@ -45,12 +51,16 @@ def record(role: str, kind: str, targets: Iterable[tuple[str, str | None]], purp
     lost: set = st.session_state.setdefault(LOST_KEY, set())
     viewer = user.email or user.name
     shown = [(viewer, kind, target, purpose) for target, _ in dict.fromkeys(targets)]
-    fresh = [(target, customer) for target, customer in dict.fromkeys(targets)
-             if (viewer, kind, target, purpose) not in logged]
+    fresh = [
+        (target, customer)
+        for target, customer in dict.fromkeys(targets)
+        if (viewer, kind, target, purpose) not in logged
+    ]
     if fresh:
-        dropped = data_views.record(get_db(), [data_views.View(viewer, role, kind, target, customer, purpose)
-                                               for target, customer in fresh])
+        dropped = data_views.record(
+            get_db(), [data_views.View(viewer, role, kind, target, customer, purpose) for target, customer in fresh]
+        )
         logged.update((viewer, kind, target, purpose) for target, _ in fresh)
-        lost.update((viewer, kind, target, purpose) for target, _ in fresh[len(fresh) - dropped:])
+        lost.update((viewer, kind, target, purpose) for target, _ in fresh[len(fresh) - dropped :])
     if n := sum(1 for key in shown if key in lost):
         st.warning(t("views_log_failed", n=n), icon=":material/report:")

@@ -2,12 +2,13 @@
 and (through ui/tables.py) table cells: Spanish 40.894 / 0,117 / 30 nov 2026 / 2 min 5 s, English 40,894 / 0.117 /
 Nov 30, 2026 / 2 min 5 s. Instants in the viewer's time zone (the browser's; UTC when it does not say), named.
 """
+
 from __future__ import annotations
 
 import math
-from datetime import date, datetime, timedelta, timezone
-from typing import Any, Iterable
-
+from collections.abc import Iterable
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import streamlit as st
@@ -15,7 +16,6 @@ from babel.dates import format_date, format_datetime, format_skeleton, format_ti
 from babel.numbers import format_decimal, format_percent, get_decimal_symbol, get_group_symbol
 
 from ui.i18n import lang, t
-
 
 DATE_INPUT_FORMATS = {"es": "DD/MM/YYYY", "en": "YYYY-MM-DD"}
 
@@ -60,8 +60,9 @@ def short(value: datetime) -> str:
     """An instant in few characters, in the language and the viewer's time zone (named elsewhere, e.g. in a label):
     "3 dic 4:00" / "Dec 3 4:00"."""
     tz = ZoneInfo(viewer_timezone())
-    return format_skeleton("MMMd", value, tzinfo=tz, locale=lang()) + format_datetime(value, " H:mm", tzinfo=tz,
-                                                                                       locale=lang())
+    return format_skeleton("MMMd", value, tzinfo=tz, locale=lang()) + format_datetime(
+        value, " H:mm", tzinfo=tz, locale=lang()
+    )
 
 
 def moment(value: datetime | str) -> str:
@@ -71,7 +72,7 @@ def moment(value: datetime | str) -> str:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     tz = viewer_timezone()
     return f"{format_datetime(value, 'medium', tzinfo=ZoneInfo(tz), locale=lang())} {tz}"
 
@@ -80,7 +81,7 @@ def clock(value: datetime | float) -> str:
     """A time of day (a datetime or a Unix time) in the language and the viewer's time zone, naming it: "21:52:03
     Europe/Madrid" / "9:52:03 PM Europe/Madrid" (the day is today's: readings the page just took)."""
     if not isinstance(value, datetime):
-        value = datetime.fromtimestamp(value, timezone.utc)
+        value = datetime.fromtimestamp(value, UTC)
     tz = viewer_timezone()
     return f"{format_time(value, 'medium', tzinfo=ZoneInfo(tz), locale=lang())} {tz}"
 
@@ -108,12 +109,19 @@ def time_ticks(start: datetime, end: datetime, n: int = 6) -> dict[str, Any]:
     two ticks read the same; one tick when `start` is `end`."""
     span = (end - start) / max(n - 1, 1)
     shown = [start + span * i for i in range(n)] if span else [start]
-    time_of_day = (" HH:mm:ss.SSS" if span < timedelta(seconds=1) else " HH:mm:ss" if span < timedelta(minutes=1)
-                   else " HH:mm")
+    time_of_day = (
+        " HH:mm:ss.SSS" if span < timedelta(seconds=1) else " HH:mm:ss" if span < timedelta(minutes=1) else " HH:mm"
+    )
     # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
-    return dict(tickmode="array", tickvals=[v.astimezone(timezone.utc).replace(tzinfo=None) for v in shown],
-                ticktext=[format_skeleton("MMMd", v, tzinfo=timezone.utc, locale=lang())
-                          + format_datetime(v, time_of_day, tzinfo=timezone.utc, locale=lang()) for v in shown])
+    return dict(
+        tickmode="array",
+        tickvals=[v.astimezone(UTC).replace(tzinfo=None) for v in shown],
+        ticktext=[
+            format_skeleton("MMMd", v, tzinfo=UTC, locale=lang())
+            + format_datetime(v, time_of_day, tzinfo=UTC, locale=lang())
+            for v in shown
+        ],
+    )
 
 
 def plot_separators() -> str:
@@ -127,13 +135,19 @@ def count_axis(largest: float) -> dict[str, Any]:
     raw = largest / 5
     magnitude = 10 ** math.floor(math.log10(raw)) if raw >= 1 else 1
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    return dict(rangemode="nonnegative", tickmode="linear", tick0=0, dtick=max(1, int(step)), tickformat=",d",
-                range=[0, largest * 1.08])
+    return dict(
+        rangemode="nonnegative",
+        tickmode="linear",
+        tick0=0,
+        dtick=max(1, int(step)),
+        tickformat=",d",
+        range=[0, largest * 1.08],
+    )
 
 
 def date_ticks(days: Iterable[date], every: int = 7) -> dict[str, Any]:
     """A plotly axis over `days` labelled in the language ("30 nov"), one tick every `every` days."""
     shown = list(days)[::every]
     # plotly.js reads no UTC offset in a date: instants as naive UTC, as plotly.py writes the bars' own dates
-    values = [v.astimezone(timezone.utc).replace(tzinfo=None) if isinstance(v, datetime) else v for v in shown]
+    values = [v.astimezone(UTC).replace(tzinfo=None) if isinstance(v, datetime) else v for v in shown]
     return dict(tickmode="array", tickvals=values, ticktext=[day(d, "d MMM") for d in shown])

@@ -4,6 +4,7 @@ Every visible string lives in one catalogue per language, `ui/locales/es.toml` a
 (flat `key = "text"`, keys sorted), loaded once on import. Add a string by adding its key to both files;
 tests/test_i18n.py checks that both have the same keys, no empty text and the same `{placeholders}`.
 """
+
 from __future__ import annotations
 
 import tomllib

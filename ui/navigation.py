@@ -9,6 +9,7 @@ first page of their roles. A real page must never be the default: Streamlit serv
 `/` and ignores its url_path, so `/erasure?cliente=C9` would be "not found" for a user whose default
 page is Erasure (checked with streamlit 1.67).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,22 +35,47 @@ class PageSpec:
 SECTIONS: dict[str, list[PageSpec]] = {
     "section_store": [
         PageSpec(roles.MANAGER, "app_pages/memory.py", "page_memory", ":material/database:", "memory", "memory_title"),
-        PageSpec(roles.MANAGER, "app_pages/preferences.py", "page_preferences", ":material/tune:", "preferences", "prefs_title"),
+        PageSpec(
+            roles.MANAGER,
+            "app_pages/preferences.py",
+            "page_preferences",
+            ":material/tune:",
+            "preferences",
+            "prefs_title",
+        ),
     ],
     "section_ops": [
-        PageSpec(roles.SRE, "app_pages/sweeps.py", "page_sweeps", ":material/cleaning_services:", "sweeps", "sweeps_title"),
-        PageSpec(roles.SRE, "app_pages/checkpoints.py", "ckpt_page", ":material/timeline:",
-                 "checkpoints", "ckpt_title"),
-        PageSpec(roles.SRE, "app_pages/degradation.py", "degr_page", ":material/monitor_heart:",
-                 "degradation", "degr_title"),
+        PageSpec(
+            roles.SRE, "app_pages/sweeps.py", "page_sweeps", ":material/cleaning_services:", "sweeps", "sweeps_title"
+        ),
+        PageSpec(
+            roles.SRE, "app_pages/checkpoints.py", "ckpt_page", ":material/timeline:", "checkpoints", "ckpt_title"
+        ),
+        PageSpec(
+            roles.SRE, "app_pages/degradation.py", "degr_page", ":material/monitor_heart:", "degradation", "degr_title"
+        ),
     ],
     "section_dp": [
-        PageSpec(roles.DPO, "app_pages/erasure.py", "erasure_page", ":material/delete_forever:", "erasure", "erasure_title"),
-        PageSpec(roles.DPO, "app_pages/erasure_register.py", "erasure_register_page",
-                 ":material/fact_check:", "erasure-register", "erasure_register_title"),
+        PageSpec(
+            roles.DPO, "app_pages/erasure.py", "erasure_page", ":material/delete_forever:", "erasure", "erasure_title"
+        ),
+        PageSpec(
+            roles.DPO,
+            "app_pages/erasure_register.py",
+            "erasure_register_page",
+            ":material/fact_check:",
+            "erasure-register",
+            "erasure_register_title",
+        ),
         PageSpec(roles.DPO, "app_pages/access.py", "access_page", ":material/person_search:", "access", "access_title"),
-        PageSpec(roles.DPO, "app_pages/access_register.py", "access_register_page",
-                 ":material/receipt_long:", "access-register", "access_register_title"),
+        PageSpec(
+            roles.DPO,
+            "app_pages/access_register.py",
+            "access_register_page",
+            ":material/receipt_long:",
+            "access-register",
+            "access_register_title",
+        ),
     ],
 }
 
@@ -66,11 +92,18 @@ def first_page(user_roles: tuple[str, ...]) -> PageSpec | None:
 
 def build(user_roles: tuple[str, ...]):
     """st.navigation over every page: the user's own listed, the others hidden, a hidden home as default."""
-    sections: dict[str, list] = {"": [st.Page(HOME, title=t("app_title"), icon=":material/home:", default=True,
-                                              visibility="hidden")]}
+    sections: dict[str, list] = {
+        "": [st.Page(HOME, title=t("app_title"), icon=":material/home:", default=True, visibility="hidden")]
+    }
     for section, pages in SECTIONS.items():
         sections[t(section)] = [
-            st.Page(p.path, title=t(p.title), icon=p.icon, url_path=p.url_path,
-                    visibility="visible" if p.role in user_roles else "hidden")
-            for p in pages]
+            st.Page(
+                p.path,
+                title=t(p.title),
+                icon=p.icon,
+                url_path=p.url_path,
+                visibility="visible" if p.role in user_roles else "hidden",
+            )
+            for p in pages
+        ]
     return st.navigation(sections)

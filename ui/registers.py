@@ -1,4 +1,5 @@
 """What both register pages share: the button that verifies a register's hash chain."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -20,12 +21,21 @@ def verify_button(name: str, key: str) -> None:
         if result.ok:
             st.success(t("chain_ok", n=result.links, head=result.head_hash), icon=":material/verified:")
             if result.cut_position:  # the oldest links went with their rows, by the configured retention
-                st.caption(t("chain_cut", n=result.cut_position,
-                             at=fmt.moment(result.cut_at)))
+                st.caption(t("chain_cut", n=result.cut_position, at=fmt.moment(result.cut_at)))
             if result.redactions:  # what a documented redaction replaced in sealed rows, and when
-                rows = "; ".join(f"{md(r.table)} #{r.row_id} ({md(', '.join(r.fields))}) "
-                                 f"{fmt.moment(r.redacted_at)}" for r in result.redactions)
+                rows = "; ".join(
+                    f"{md(r.table)} #{r.row_id} ({md(', '.join(r.fields))}) {fmt.moment(r.redacted_at)}"
+                    for r in result.redactions
+                )
                 st.info(t("chain_redacted", rows=rows), icon=":material/ink_eraser:")
         else:
-            st.error(t("chain_broken", table=result.table, row=result.row_id,
-                       problem=t(f"chain_problem_{result.problem}"), detail=result.detail), icon=":material/gpp_bad:")
+            st.error(
+                t(
+                    "chain_broken",
+                    table=result.table,
+                    row=result.row_id,
+                    problem=t(f"chain_problem_{result.problem}"),
+                    detail=result.detail,
+                ),
+                icon=":material/gpp_bad:",
+            )

@@ -1,7 +1,7 @@
 """The read replica on screen: its lag in the sidebar, and on every page a note when the data is
 older than the configured bound ("as of <time>") or when reads fell back to the primary."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import streamlit as st
 
@@ -54,5 +54,7 @@ def page_note() -> None:
     if not s.up or router.fallback_error:
         st.warning(t("replica_fallback", error=md(s.error or router.fallback_error)), icon=":material/sync_problem:")
     elif s.stale(bound):
-        st.info(t("replica_as_of", at=fmt.clock(s.replayed_at), seconds=s.lag_seconds, bound=bound),
-                icon=":material/schedule:")
+        st.info(
+            t("replica_as_of", at=fmt.clock(s.replayed_at), seconds=s.lag_seconds, bound=bound),
+            icon=":material/schedule:",
+        )

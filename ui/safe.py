@@ -7,6 +7,7 @@ a page did not write itself (ids, keys, document values, thread ids, operators, 
 `md` or `md_code` before it reaches Markdown, and every frame with such text through `plot_frame` before a chart.
 Dataframes, st.text, st.code and selectbox options show plain text already.
 """
+
 from __future__ import annotations
 
 import html

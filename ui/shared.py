@@ -6,12 +6,14 @@ Never a stale "ok": a session is given the shared reading only while it is young
 older and a new one cannot be had (the read raised, or another session's read has not answered within `wait_s`,
 e.g. a hung server), the result is *unknown*, with why, never the previous value.
 """
+
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -32,8 +34,9 @@ class SharedReading(Generic[T]):
     `wait_s` for the one read in progress. A failed read is shared (as unknown) for its interval too, so a
     dead server is not asked once per session."""
 
-    def __init__(self, read: Callable[[], T], interval: float, *, wait_s: float,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, read: Callable[[], T], interval: float, *, wait_s: float, clock: Callable[[], float] = time.monotonic
+    ):
         self._read, self.interval, self.wait_s, self._clock = read, interval, wait_s, clock
         self._lock = threading.Lock()
         self._last: Shared[T] | None = None

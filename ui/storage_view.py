@@ -3,6 +3,7 @@ statistics, bytes per channel, threads growing faster than linearly, orphans (th
 knows included), one thread's channels and curve per
 step, and what a prune policy would free. Layout only; values from the database are shown in tables and charts,
 never interpolated into Markdown."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -64,11 +65,20 @@ def channels() -> None:
         st.info(t("ckpt_channels_none"))
         return
     st.caption(t("ckpt_channels_caption"))
-    parts = totals.head(15).iloc[::-1].melt(id_vars="channel", value_vars=["blob_bytes", "write_bytes"],
-                                            var_name="kind", value_name="bytes")
+    parts = (
+        totals.head(15)
+        .iloc[::-1]
+        .melt(id_vars="channel", value_vars=["blob_bytes", "write_bytes"], var_name="kind", value_name="bytes")
+    )
     parts["kind"] = parts["kind"].map({"blob_bytes": t("col_blob_bytes"), "write_bytes": t("col_write_bytes")})
-    fig = px.bar(plot_frame(parts), x="bytes", y="channel", color="kind", orientation="h",
-                 labels={"channel": "", "bytes": t("ckpt_bytes"), "kind": ""})
+    fig = px.bar(
+        plot_frame(parts),
+        x="bytes",
+        y="channel",
+        color="kind",
+        orientation="h",
+        labels={"channel": "", "bytes": t("ckpt_bytes"), "kind": ""},
+    )
     fig.update_layout(height=160 + 22 * min(len(totals), 15), margin=dict(t=10, b=10))
     charts.show(fig, key=f"{KEY}.channels_chart", counts=(), amounts=("x",))
     table(totals, key=f"{KEY}.channels")
@@ -105,8 +115,13 @@ def unknown_threads() -> None:
     if found["threads"] is None:
         st.info(t("ckpt_unknown_threads_unconfigured", at=at))
         return
-    st.metric(t("ckpt_unknown_threads"), number(found["threads"]), human_bytes(found["bytes"]), delta_color="off",
-              delta_arrow="off")
+    st.metric(
+        t("ckpt_unknown_threads"),
+        number(found["threads"]),
+        human_bytes(found["bytes"]),
+        delta_color="off",
+        delta_arrow="off",
+    )
     st.caption(t("ckpt_unknown_threads_caption", at=at, n=UNKNOWN_N))
     listed = read(storage_detail.unknown_thread_list, UNKNOWN_N)
     if not listed.empty:
@@ -123,8 +138,14 @@ def one_thread(thread_id: str) -> None:
     if steps.empty:
         st.info(t("ckpt_thread_storage_none"))
         return
-    fig = px.line(plot_frame(steps), x="n", y="cumulative", markers=True, hover_data=["step", "checkpoint_ns", "bytes"],
-                  labels={"n": t("ckpt_checkpoint_n"), "cumulative": t("ckpt_cumulative_bytes")})
+    fig = px.line(
+        plot_frame(steps),
+        x="n",
+        y="cumulative",
+        markers=True,
+        hover_data=["step", "checkpoint_ns", "bytes"],
+        labels={"n": t("ckpt_checkpoint_n"), "cumulative": t("ckpt_cumulative_bytes")},
+    )
     fig.add_bar(x=steps["n"], y=steps["bytes"], name=t("ckpt_step_bytes"), opacity=0.5)
     fig.update_layout(height=320, margin=dict(t=10, b=10))
     charts.show(fig, key=f"{KEY}.steps_chart", counts=(), amounts=("y",))
@@ -135,17 +156,29 @@ def prune_preview() -> None:
     st.subheader(t("ckpt_prune_preview"))
     st.caption(t("ckpt_prune_preview_caption"))
     left, right = st.columns(2)
-    keep = left.number_input(t("sweeps_keep_latest"), min_value=1, max_value=100_000, value=20, step=1,
-                             key=f"{KEY}.keep_latest")
-    idle = right.number_input(t("sweeps_idle_minutes"), min_value=0, max_value=525_600, value=60, step=5,
-                              key=f"{KEY}.idle_minutes")
+    keep = left.number_input(
+        t("sweeps_keep_latest"), min_value=1, max_value=100_000, value=20, step=1, key=f"{KEY}.keep_latest"
+    )
+    idle = right.number_input(
+        t("sweeps_idle_minutes"), min_value=0, max_value=525_600, value=60, step=5, key=f"{KEY}.idle_minutes"
+    )
     if not st.button(t("ckpt_prune_compute"), key=f"{KEY}.prune_compute", icon=":material/calculate:"):
         return
     with st.spinner(t("ckpt_prune_computing")):
         result = read(prune.preview, prune.validate_policy(int(keep), int(idle)))
-    st.metric(t("ckpt_prune_frees"), human_bytes(result.bytes), t(
-        "ckpt_prune_frees_detail", threads=len(result.threads), checkpoints=result.checkpoints, writes=result.writes,
-        blobs=result.blobs), delta_color="off", delta_arrow="off")
+    st.metric(
+        t("ckpt_prune_frees"),
+        human_bytes(result.bytes),
+        t(
+            "ckpt_prune_frees_detail",
+            threads=len(result.threads),
+            checkpoints=result.checkpoints,
+            writes=result.writes,
+            blobs=result.blobs,
+        ),
+        delta_color="off",
+        delta_arrow="off",
+    )
     if result.threads:
         frame = pd.DataFrame([t_.__dict__ for t_ in result.threads]).sort_values("bytes", ascending=False)
         table(frame, key=f"{KEY}.prune_threads")

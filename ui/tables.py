@@ -17,13 +17,15 @@ person reads, through `st.column_config` and, for decimals only, a pandas Styler
   roles may open (Erasure `?cliente=` for the DPO, else Checkpoints `?cliente=` for the SRE), unless the page
   names its own `links` (e.g. the Memory page's customers link to their memory).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import pickle
 import re
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import pandas as pd
@@ -38,8 +40,9 @@ EMPTY = "—"
 THREAD_COLUMNS = frozenset({"thread_id"})
 CUSTOMER_COLUMNS = frozenset({"customer_id", "cliente_id"})
 # Numbers that are identifiers or steps: no thousands separator.
-PLAIN_NUMBERS = frozenset({"id", "pid", "step", "idx", "episode_id", "request_id", "version", "old_version",
-                           "new_version"})
+PLAIN_NUMBERS = frozenset(
+    {"id", "pid", "step", "idx", "episode_id", "request_id", "version", "old_version", "new_version"}
+)
 # Seconds shown as a duration, the grid's clock ("00:02:05", "25:01:01", "00:00:00.42"), sorted as durations
 DURATION_COLUMNS = frozenset({"seconds", "seconds_degraded", "seconds_to_zero", "heartbeat_age_s", "reading_age_s"})
 DURATION_FORMAT = "h:mm:ss"  # named in the label: a clock alone could read as a time of day
@@ -56,6 +59,7 @@ TABLE_ENTRIES = 256  # prepared tables kept by the process (see _prepared)
 class Link(NamedTuple):
     """A column shown as links to `/page?param=<value>`, the value read from column `source` (default: the column
     itself); the link's text is the value without its leading `strip`."""
+
     page: str
     param: str
     source: str | None = None
@@ -132,12 +136,24 @@ def _viewer_roles() -> tuple[str, ...]:
     return user.roles if user else ()
 
 
-def prepare(df: pd.DataFrame, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
-            links: Mapping[str, Link] | None = None) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
+def prepare(
+    df: pd.DataFrame,
+    columns: list[str] | None = None,
+    config: Mapping[str, Any] | None = None,
+    links: Mapping[str, Link] | None = None,
+) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
     """The frame as shown (only `columns`; text values formatted, numbers and dates kept), its column_config and
     the decimal columns whose cells read as the Styler writes them: {column: "number" | "plain"}."""
-    return _prepared(_frame_key(df), df, list(columns) if columns is not None else list(df.columns),
-                     dict(config or {}), dict(links or {}), fmt.viewer_timezone(), _viewer_roles(), lang())
+    return _prepared(
+        _frame_key(df),
+        df,
+        list(columns) if columns is not None else list(df.columns),
+        dict(config or {}),
+        dict(links or {}),
+        fmt.viewer_timezone(),
+        _viewer_roles(),
+        lang(),
+    )
 
 
 def _frame_key(df: pd.DataFrame) -> bytes:
@@ -152,8 +168,16 @@ def _frame_key(df: pd.DataFrame) -> bytes:
 # zone and language. Every session on a page shows the same few frames; formatting them is a good part of a
 # page's time.
 @st.cache_data(ttl=DERIVED_TTL, max_entries=TABLE_ENTRIES, show_spinner=False)
-def _prepared(frame_key: bytes, _df: pd.DataFrame, shown: list[str], overrides: dict[str, Any], links: dict[str, Link],
-              tz: str, viewer: tuple[str, ...], language: str) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
+def _prepared(
+    frame_key: bytes,
+    _df: pd.DataFrame,
+    shown: list[str],
+    overrides: dict[str, Any],
+    links: dict[str, Link],
+    tz: str,
+    viewer: tuple[str, ...],
+    language: str,
+) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
     df = _df
     out = df[shown].copy()
     column_config: dict[str, Any] = {}
@@ -175,8 +199,9 @@ def _prepared(frame_key: bytes, _df: pd.DataFrame, shown: list[str], overrides: 
             column_config[col] = st.column_config.LinkColumn(label, display_text=r"cliente=([^&]*)")
         elif pd.api.types.is_datetime64_any_dtype(s) or (s.dtype == object and _looks_like_dates(s)):
             out[col] = pd.to_datetime(s, utc=True, errors="coerce")  # sorted as instants; read in `tz`
-            column_config[col] = st.column_config.DatetimeColumn(f"{label} ({tz})", format=DATE_FORMAT[language],
-                                                                 timezone=tz)
+            column_config[col] = st.column_config.DatetimeColumn(
+                f"{label} ({tz})", format=DATE_FORMAT[language], timezone=tz
+            )
         elif pd.api.types.is_bool_dtype(s) and not s.isna().any():
             column_config[col] = st.column_config.CheckboxColumn(label)
         elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
@@ -194,7 +219,9 @@ def _prepared(frame_key: bytes, _df: pd.DataFrame, shown: list[str], overrides: 
                 display[col] = "plain" if plain else "number"
             else:  # sortable integers (nullable: a missing one is the grid's "—"), the UI language's thousands separator
                 out[col] = s.astype("Int64" if s.isna().any() else "int64")
-                column_config[col] = st.column_config.NumberColumn(label, format="%d" if plain else INTEGER_FORMAT[language])
+                column_config[col] = st.column_config.NumberColumn(
+                    label, format="%d" if plain else INTEGER_FORMAT[language]
+                )
         else:
             out[col] = s.map(_text)
             column_config[col] = st.column_config.TextColumn(label)
@@ -217,15 +244,23 @@ def _labels(out: pd.DataFrame, column_config: dict[str, Any], colours: Mapping[s
     for col, mapping in colours.items():
         out[col] = out[col].map(lambda v: [v])  # prepared text: a missing value already reads "—"
         options = list(dict.fromkeys([*mapping, *out[col].str[0]]))
-        column_config[col] = {**st.column_config.MultiselectColumn(
-            options=options, color=[mapping.get(o, "#f0f2f6") for o in options]),
-            **{k: v for k, v in column_config[col].items() if k in MERGED_KEYS}}
+        column_config[col] = {
+            **st.column_config.MultiselectColumn(options=options, color=[mapping.get(o, "#f0f2f6") for o in options]),
+            **{k: v for k, v in column_config[col].items() if k in MERGED_KEYS},
+        }
     return out
 
 
-def table(df: pd.DataFrame, key: str, *, columns: list[str] | None = None, config: Mapping[str, Any] | None = None,
-          colours: Mapping[str, Mapping[str, str]] | None = None, links: Mapping[str, Link] | None = None,
-          **kwargs: Any) -> Any:
+def table(
+    df: pd.DataFrame,
+    key: str,
+    *,
+    columns: list[str] | None = None,
+    config: Mapping[str, Any] | None = None,
+    colours: Mapping[str, Mapping[str, str]] | None = None,
+    links: Mapping[str, Link] | None = None,
+    **kwargs: Any,
+) -> Any:
     """`st.dataframe` of `df` as a person reads it (see the module's docstring). `columns`: which
     to show, in order; `config`: per-column extras (e.g. {"payload": {"width": "large"}});
     `colours`: {column: {value: css colour}} values shown as coloured labels; `links`: {column: Link} links of the

@@ -1,6 +1,7 @@
 """The Checkpoints page's tokens and cost (core/checkpoints/usage.py): per agent, per day and per thread over a
 period, and one thread's line in its view. A thread without usage metadata says so and a model without a price
 says "no price": neither is ever shown as 0. Prices come from the configuration (MODEL_PRICES). Layout only."""
+
 from __future__ import annotations
 
 from datetime import date, timedelta
@@ -28,8 +29,10 @@ def _money(value) -> str:
 
 def _notes(frame: pd.DataFrame) -> pd.DataFrame:
     """As shown: the cost as money text, `note` in words (no usage metadata / no price for <models>)."""
-    said = [t("cost_no_usage") if n == "no_usage" else t("cost_no_price", models=m) if n == "no_price" else ""
-            for n, m in zip(frame["note"], frame["no_price"])]
+    said = [
+        t("cost_no_usage") if n == "no_usage" else t("cost_no_price", models=m) if n == "no_price" else ""
+        for n, m in zip(frame["note"], frame["no_price"])
+    ]
     return frame.assign(note=said, cost_usd=frame["cost_usd"].map(_money))
 
 
@@ -46,8 +49,13 @@ def cost_view() -> None:
     else:
         st.warning(t("cost_no_prices"), icon=":material/sell:")
     today = date.today()
-    period = st.date_input(t("period"), (today - timedelta(days=29), today), max_value=today, key=f"{KEY}.period",
-                           format=fmt.date_input_format())
+    period = st.date_input(
+        t("period"),
+        (today - timedelta(days=29), today),
+        max_value=today,
+        key=f"{KEY}.period",
+        format=fmt.date_input_format(),
+    )
     if not isinstance(period, tuple) or len(period) != 2:
         st.stop()  # the user is still picking the end date
     since, until = period
@@ -65,14 +73,23 @@ def cost_view() -> None:
             # model names come from the agents' messages: escaped, never read as Markdown
             st.warning(t("cost_unpriced", models=", ".join(md_code(m) for m in unpriced)), icon=":material/sell:")
         st.markdown(f"**{t('cost_by_agent')}**")
-        table(_notes(agents.assign(agent=agents["agent"].replace("", t("cost_no_agent")))), key=f"{KEY}.agents",
-              columns=["agent", *COLUMNS])
+        table(
+            _notes(agents.assign(agent=agents["agent"].replace("", t("cost_no_agent")))),
+            key=f"{KEY}.agents",
+            columns=["agent", *COLUMNS],
+        )
         days = read(usage.usage_by_day, since, until, prices)
         st.markdown(f"**{t('cost_by_day')}**")
-        chart = days.assign(agent=days["agent"].replace("", t("cost_no_agent")),
-                            tokens=days["input_tokens"] + days["output_tokens"])
-        fig = px.bar(plot_frame(chart), x="day", y="tokens", color="agent",
-                     labels={"day": "", "tokens": t("cost_tokens"), "agent": ""})
+        chart = days.assign(
+            agent=days["agent"].replace("", t("cost_no_agent")), tokens=days["input_tokens"] + days["output_tokens"]
+        )
+        fig = px.bar(
+            plot_frame(chart),
+            x="day",
+            y="tokens",
+            color="agent",
+            labels={"day": "", "tokens": t("cost_tokens"), "agent": ""},
+        )
         fig.update_layout(height=280, margin=dict(t=10, b=10))
         charts.show(fig, key=f"{KEY}.days_chart")
         table(_notes(chart.drop(columns="tokens")), key=f"{KEY}.days", columns=["day", "agent", *COLUMNS])
@@ -83,8 +100,10 @@ def cost_view() -> None:
         return
     missing = int((threads["note"] == "no_usage").sum())
     if missing:
-        st.info(t("cost_threads_without_usage", n=fmt.number(missing), total=fmt.number(len(threads))),
-                icon=":material/help:")
+        st.info(
+            t("cost_threads_without_usage", n=fmt.number(missing), total=fmt.number(len(threads))),
+            icon=":material/help:",
+        )
     table(_notes(threads), key=f"{KEY}.threads", columns=["thread_id", "agent", "updated_at", *COLUMNS])
 
 
@@ -95,8 +114,14 @@ def thread_cost(thread_id: str) -> None:
         st.caption(t("cost_thread_no_usage"))
         return
     unpriced = rows.loc[rows["cost_usd"].isna(), "model"].tolist()
-    st.caption(t("cost_thread", input=fmt.number(int(rows["input_tokens"].sum())),
-                 cached=fmt.number(int(rows["cached_tokens"].sum())), output=fmt.number(int(rows["output_tokens"].sum())),
-                 models=", ".join(md_code(m or "?") for m in rows["model"]),
-                 cost=_money(rows["cost_usd"].sum(min_count=1)))
-               + (t("cost_no_price", models=", ".join(md_code(m or "?") for m in unpriced)) if unpriced else ""))
+    st.caption(
+        t(
+            "cost_thread",
+            input=fmt.number(int(rows["input_tokens"].sum())),
+            cached=fmt.number(int(rows["cached_tokens"].sum())),
+            output=fmt.number(int(rows["output_tokens"].sum())),
+            models=", ".join(md_code(m or "?") for m in rows["model"]),
+            cost=_money(rows["cost_usd"].sum(min_count=1)),
+        )
+        + (t("cost_no_price", models=", ".join(md_code(m or "?") for m in unpriced)) if unpriced else "")
+    )

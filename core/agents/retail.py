@@ -4,13 +4,14 @@ The namespace a tool writes to always comes from the runtime context (who the
 conversation is about), never from the model's arguments. Every tool returns an
 empty string instead of raising when the agent runs without a store.
 """
+
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, ClassVar, Literal, Sequence
+from typing import Any, ClassVar, Literal
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, dynamic_prompt
@@ -23,8 +24,8 @@ from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
 from core import clock
-from core.db import CONNECTION_ERRORS
 from core.checkpoints.guard import FailClosedGuard, Risk, declare_risk
+from core.db import CONNECTION_ERRORS
 from core.memory.store import (
     TipoPreferencia,
     get_memory,
@@ -238,8 +239,9 @@ class MemoriaNoDisponible(AgentMiddleware):
 
     def _unavailable(self, request: Any, exc: BaseException) -> ToolMessage:
         log.warning("tool %s: memory unavailable: %s", request.tool_call["name"], exc)
-        return ToolMessage(content=MEMORY_DOWN, tool_call_id=request.tool_call["id"],
-                           name=request.tool_call["name"], status="error")
+        return ToolMessage(
+            content=MEMORY_DOWN, tool_call_id=request.tool_call["id"], name=request.tool_call["name"], status="error"
+        )
 
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         try:
@@ -275,8 +277,15 @@ AGENTS: dict[str, tuple[type, list, str]] = {
 }
 
 
-def build_agent(kind: str, model: BaseChatModel, *, store: BaseStore | None, checkpointer: Any = None,
-                guard: FailClosedGuard | None = None, middleware: Sequence[AgentMiddleware] = ()):
+def build_agent(
+    kind: str,
+    model: BaseChatModel,
+    *,
+    store: BaseStore | None,
+    checkpointer: Any = None,
+    guard: FailClosedGuard | None = None,
+    middleware: Sequence[AgentMiddleware] = (),
+):
     """A compiled agent of `kind` (a key of AGENTS) on the given store and checkpointer.
 
     With a dual checkpoint saver (anything exposing a live `degraded` state) the fail-closed

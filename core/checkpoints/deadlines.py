@@ -6,6 +6,7 @@ liveness check has stopped), each with a deadline; and the agents' checkpoint ca
 heartbeat while the liveness check runs), which have none: a slow server is bounded server-side by
 statement_timeout / lock_timeout and raises a query error, and they are cut only when the saver
 finds PostgreSQL gone (`cut_all`, from the switch to degraded)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -26,6 +27,7 @@ from psycopg.rows import dict_row
 from core.checkpoints.failures import CheckpointUnavailable, DeadlineExceeded
 
 log = logging.getLogger("core.checkpoints.dual_saver")
+
 
 class _Call:
     """One PostgreSQL call the watchdog can cut; `conn` is the connection it is using right now.
@@ -69,7 +71,7 @@ class _Watchdog:
             self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
             self._thread.start()
 
-    def deadline(self, seconds: float | None) -> "_Deadline":
+    def deadline(self, seconds: float | None) -> _Deadline:
         """`with watchdog.deadline(s):` runs the block under a deadline; overdue, it raises DeadlineExceeded.
         `None`: no deadline, the block is cut (DeadlineExceeded too) only by `cut_all`."""
         return _Deadline(self, seconds)

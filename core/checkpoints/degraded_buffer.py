@@ -10,6 +10,7 @@ to it, fsynced, in `_buffer` before it enters the log (write-ahead; a failed app
 and changes nothing); `committed` rewrites it with what is left; `journal` adds a close's episodes and
 denials; `journaled` reads what an earlier run left (set aside at construction).
 """
+
 from __future__ import annotations
 
 import copy
@@ -76,8 +77,15 @@ class DegradedBuffer:
     buffer whose memory saver loads and dumps with the clone's serializer.
     """
 
-    def __init__(self, serde: SerializerProtocol, *, thread_cache_size: int, max_ops: int, journal: Journal,
-                 now: Callable[[], datetime]):
+    def __init__(
+        self,
+        serde: SerializerProtocol,
+        *,
+        thread_cache_size: int,
+        max_ops: int,
+        journal: Journal,
+        now: Callable[[], datetime],
+    ):
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # notified on every switch
         self._state = _State(journal)
@@ -88,7 +96,7 @@ class DegradedBuffer:
         self._storage = InMemorySaver()  # the buffer's dicts; each view's memory saver shares them
         self._bind(serde)
 
-    def with_serde(self, serde: SerializerProtocol) -> "DegradedBuffer":
+    def with_serde(self, serde: SerializerProtocol) -> DegradedBuffer:
         view = copy.copy(self)
         view._bind(serde)
         return view
@@ -136,10 +144,17 @@ class DegradedBuffer:
         """The buffer's part of the saver's `status()` (the counts are the last episode's)."""
         st = self._state
         with self._lock:
-            return {"state": "degraded" if st.degraded else "healthy", "degraded_since": st.since,
-                    "reason": st.reason, "buffered_ops": len(st.ops), "buffered_checkpoints": st.checkpoints,
-                    "buffered_writes": st.writes, "buffer_limit": self._max_ops, "tombstones_known": len(st.tombstoned),
-                    "degraded_seconds": (self._now() - st.since).total_seconds() if st.since else 0.0}
+            return {
+                "state": "degraded" if st.degraded else "healthy",
+                "degraded_since": st.since,
+                "reason": st.reason,
+                "buffered_ops": len(st.ops),
+                "buffered_checkpoints": st.checkpoints,
+                "buffered_writes": st.writes,
+                "buffer_limit": self._max_ops,
+                "tombstones_known": len(st.tombstoned),
+                "degraded_seconds": (self._now() - st.since).total_seconds() if st.since else 0.0,
+            }
 
     def open_episode(self) -> BufferedEpisode | None:
         """The episode so far, or None when healthy."""
@@ -162,8 +177,9 @@ class DegradedBuffer:
     def remember(self, tup: CheckpointTuple | None) -> None:
         self._cache.remember(tup)
 
-    def remember_put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                     next_config: RunnableConfig) -> None:
+    def remember_put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, next_config: RunnableConfig
+    ) -> None:
         self._cache.remember_put(config, checkpoint, metadata, next_config)
 
     def remember_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
@@ -220,7 +236,8 @@ class DegradedBuffer:
         if found is None and checkpoint_id:
             raise CheckpointUnavailable(
                 f"checkpoint {checkpoint_id} of thread {thread_id} is not in this replica's buffer and "
-                f"PostgreSQL is unreachable")
+                f"PostgreSQL is unreachable"
+            )
         return found
 
     def list(self, config: RunnableConfig | None, **kwargs: Any) -> list[CheckpointTuple] | None:
@@ -228,10 +245,16 @@ class DegradedBuffer:
         with self._lock:
             if not self._state.degraded:
                 return None
-            self._seed(str(config["configurable"]["thread_id"]) if config and config["configurable"].get("thread_id") is not None else None)
+            self._seed(
+                str(config["configurable"]["thread_id"])
+                if config and config["configurable"].get("thread_id") is not None
+                else None
+            )
             return list(self._memory.list(config, **kwargs))
 
-    def _buffer(self, kind: str, config: RunnableConfig | None, apply: Callable[[], Any], rows: Any) -> tuple[bool, Any]:
+    def _buffer(
+        self, kind: str, config: RunnableConfig | None, apply: Callable[[], Any], rows: Any
+    ) -> tuple[bool, Any]:
         """Apply to memory and append to the resync log, atomically; (False, None) if no longer degraded.
         Raises BufferFull, changing nothing, when the log holds `max_ops` operations."""
         st = self._state
@@ -239,9 +262,11 @@ class DegradedBuffer:
             if not st.degraded:
                 return False, None
             if len(st.ops) >= self._max_ops:
-                raise BufferFull(f"checkpoint buffer full: {len(st.ops)} operations buffered while PostgreSQL is "
-                                 f"unreachable (max_buffered_ops={self._max_ops}); this {kind} is refused and "
-                                 f"nothing was changed")
+                raise BufferFull(
+                    f"checkpoint buffer full: {len(st.ops)} operations buffered while PostgreSQL is "
+                    f"unreachable (max_buffered_ops={self._max_ops}); this {kind} is refused and "
+                    f"nothing was changed"
+                )
             if config is not None:
                 self._seed(thread_of(config)[0])
             self._journal.append(self._wal_record([(kind, rows)]))  # write-ahead: on disk before it counts
@@ -253,8 +278,13 @@ class DegradedBuffer:
                 st.writes += 1
             return True, result
 
-    def _put_rows(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                  new_versions: ChannelVersions) -> tuple[list[tuple], tuple]:
+    def _put_rows(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[list[tuple], tuple]:
         """The blob rows and the checkpoint row `PostgresSaver.put` would write, serialized now.
 
         Same split as PostgresSaver.put: primitives stay inline in the checkpoint JSON, the rest
@@ -275,16 +305,32 @@ class DegradedBuffer:
                 blob_values[k] = inline["channel_values"].pop(k)
         blob_versions = {k: v for k, v in new_versions.items() if k in blob_values}
         blobs = self._rows._dump_blobs(thread_id, ns, blob_values, blob_versions) if blob_versions else []
-        row = (thread_id, ns, checkpoint["id"], parent_id, json.loads(json.dumps(inline)),
-               json.loads(json.dumps(get_serializable_checkpoint_metadata(config, metadata))))
+        row = (
+            thread_id,
+            ns,
+            checkpoint["id"],
+            parent_id,
+            json.loads(json.dumps(inline)),
+            json.loads(json.dumps(get_serializable_checkpoint_metadata(config, metadata))),
+        )
         return blobs, row
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> tuple[bool, Any]:
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[bool, Any]:
         rows = self._put_rows(config, checkpoint, metadata, new_versions)
         conf = config["configurable"]
-        next_config = {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": conf["checkpoint_ns"],
-                                        "checkpoint_id": checkpoint["id"]}}
+        next_config = {
+            "configurable": {
+                "thread_id": conf["thread_id"],
+                "checkpoint_ns": conf["checkpoint_ns"],
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
 
         def apply() -> RunnableConfig:
             self._memory.put(config, checkpoint, metadata, new_versions)
@@ -295,12 +341,17 @@ class DegradedBuffer:
 
         return self._buffer("put", config, apply, rows)
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                   task_path: str) -> tuple[bool, Any]:
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> tuple[bool, Any]:
         conf = config["configurable"]
         upsert = all(w[0] in WRITES_IDX_MAP for w in writes)
-        rows = (upsert, self._rows._dump_writes(conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"],
-                                                task_id, task_path, writes))
+        rows = (
+            upsert,
+            self._rows._dump_writes(
+                conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"], task_id, task_path, writes
+            ),
+        )
 
         def apply() -> None:
             self._memory.put_writes(config, writes, task_id, task_path)
@@ -373,8 +424,7 @@ class DegradedBuffer:
         """Everything in the journal an earlier run left is in PostgreSQL: it goes."""
         self._state.journal_pending = self._journal.replayed()
 
-    def closing_record(self, *, episodes: list[dict[str, Any]],
-                       denials: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def closing_record(self, *, episodes: list[dict[str, Any]], denials: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The journal record of a close: the episodes and denials PostgreSQL does not have yet (the
         resync log is in the journal already); None when there is nothing to keep."""
         if not (episodes or denials):

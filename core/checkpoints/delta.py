@@ -20,10 +20,12 @@ checkpoint) plus the writes since, decoded.
 
 Payloads are decoded in SQL (core_checkpoint_payload): nothing is unpickled or executed.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from langchain_core.messages import ChatMessage, RemoveMessage
 from langgraph.checkpoint.base import writes_sort_key
@@ -93,8 +95,15 @@ class Value:
         """What a page shows as the channel's value: the value, or the snapshot and the writes since."""
         if self.kind != "unrebuilt":
             return self.value
-        return {"delta": {"snapshot_step": self.seed_step, "snapshot_checkpoint_id": self.seed_checkpoint_id,
-                          "snapshot": self.seed, "writes_since": len(self.writes), "writes": list(self.writes)}}
+        return {
+            "delta": {
+                "snapshot_step": self.seed_step,
+                "snapshot_checkpoint_id": self.seed_checkpoint_id,
+                "snapshot": self.seed,
+                "writes_since": len(self.writes),
+                "writes": list(self.writes),
+            }
+        }
 
 
 @dataclass(frozen=True)
@@ -122,8 +131,12 @@ class ThreadValues:
 
 
 def _is_message(item: Any) -> bool:
-    return (isinstance(item, dict) and isinstance(item.get("type"), str) and item["type"].startswith(MESSAGE_PREFIX)
-            and isinstance(item.get("value"), dict))
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("type"), str)
+        and item["type"].startswith(MESSAGE_PREFIX)
+        and isinstance(item.get("value"), dict)
+    )
 
 
 def _flat(writes: list) -> list:
@@ -152,8 +165,11 @@ def _concat(state: list, writes: list) -> list:
 
 
 def _fits_messages(stored: list, writes: list) -> bool:
-    return (all(isinstance(v, list) and all(_is_message(m) for m in v) for v in stored)
-            and all(_is_message(m) for m in _flat(writes)) and any(True for _ in _flat(writes) + stored))
+    return (
+        all(isinstance(v, list) and all(_is_message(m) for m in v) for v in stored)
+        and all(_is_message(m) for m in _flat(writes))
+        and any(True for _ in _flat(writes) + stored)
+    )
 
 
 def _fits_concat(stored: list, writes: list) -> bool:
@@ -194,11 +210,14 @@ def _load(db: Database, thread_id: str) -> tuple[list[str], list[_Checkpoint]]:
             return [], []
         params["channels"] = channels
         rows = conn.execute(SELECT_CHECKPOINTS, params).fetchall()
-        blobs = {(r["checkpoint_ns"], r["channel"], r["version"]): r["payload"]
-                 for r in conn.execute(SELECT_BLOBS, params)}
+        blobs = {
+            (r["checkpoint_ns"], r["channel"], r["version"]): r["payload"] for r in conn.execute(SELECT_BLOBS, params)
+        }
         writes: dict[tuple[str, str, str], list] = {}
-        for w in sorted(conn.execute(SELECT_WRITES, params).fetchall(),
-                        key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"])):
+        for w in sorted(
+            conn.execute(SELECT_WRITES, params).fetchall(),
+            key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
+        ):
             writes.setdefault((w["checkpoint_ns"], w["checkpoint_id"], w["channel"]), []).append(w["payload"])
     checkpoints = []
     for r in rows:
@@ -209,8 +228,17 @@ def _load(db: Database, thread_id: str) -> tuple[list[str], list[_Checkpoint]]:
                 stored[ch] = _unwrap(blobs[(ns, ch, version)])
             elif ch in r["inline"]:
                 stored[ch] = r["inline"][ch]
-        checkpoints.append(_Checkpoint(ns, r["checkpoint_id"], r["parent_checkpoint_id"], r["step"], versions, stored,
-                                       {ch: writes.get((ns, r["checkpoint_id"], ch), []) for ch in channels}))
+        checkpoints.append(
+            _Checkpoint(
+                ns,
+                r["checkpoint_id"],
+                r["parent_checkpoint_id"],
+                r["step"],
+                versions,
+                stored,
+                {ch: writes.get((ns, r["checkpoint_id"], ch), []) for ch in channels},
+            )
+        )
     return channels, checkpoints
 
 
@@ -298,7 +326,13 @@ def thread_values(db: Database, thread_id: str) -> ThreadValues:
                 value = Value(channel, "rebuilt", walk.values[chosen.reducer], chosen.reducer)
             else:
                 seed = walk.seed_checkpoint
-                value = Value(channel, "unrebuilt", seed=walk.seed, writes=tuple(walk.writes),
-                              seed_checkpoint_id=seed.id if seed else None, seed_step=seed.step if seed else None)
+                value = Value(
+                    channel,
+                    "unrebuilt",
+                    seed=walk.seed,
+                    writes=tuple(walk.writes),
+                    seed_checkpoint_id=seed.id if seed else None,
+                    seed_step=seed.step if seed else None,
+                )
             out.values.setdefault((c.ns, c.id), {})[channel] = value
     return out

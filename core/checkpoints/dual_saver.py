@@ -33,6 +33,7 @@ and the watchdog (deadlines.py) that cuts calls. `StateGraph.compile` may clone 
 `with_allowlist`: the clone shares the collaborators, and its wrapped savers and memory buffer use
 the clone's serializer.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -104,16 +105,18 @@ from core.checkpoints.wrapped_savers import WrappedSavers
 
 log = logging.getLogger("core.checkpoints.dual_saver")
 
-_OPEN: "weakref.WeakSet[DualCheckpointSaver]" = weakref.WeakSet()  # started, not closed
+_OPEN: weakref.WeakSet[DualCheckpointSaver] = weakref.WeakSet()  # started, not closed
 
 
-def _close_on_sigterm(saver: "DualCheckpointSaver") -> None:
+def _close_on_sigterm(saver: DualCheckpointSaver) -> None:
     """A SIGTERM (Kubernetes stopping the pod) closes every open saver (final resync, or the journal),
     then ends the process as SIGTERM does. Installed from the main thread when SIGTERM has no handler
     yet; a program with its own handler calls `close()` from it."""
     _OPEN.add(saver)
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         return
 
     def handler(signum: int, frame: Any) -> None:
@@ -131,7 +134,8 @@ def refuse_on_event_loop() -> None:
         return
     raise asyncio.InvalidStateError(
         "Synchronous calls to DualCheckpointSaver are only allowed from a thread without a running event "
-        "loop; use the async API (ainvoke, aget_tuple, ...) or asyncio.to_thread.")
+        "loop; use the async API (ainvoke, aget_tuple, ...) or asyncio.to_thread."
+    )
 
 
 class DualCheckpointSaver(BaseCheckpointSaver[str]):
@@ -145,23 +149,39 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
 
     _ids = itertools.count(1)
 
-    def __init__(self, dsn: str, *, serde: SerializerProtocol | None = None, replica_id: str | None = None,
-                 call_timeout: float = CALL_TIMEOUT_S, heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
-                 probe_interval: float = PROBE_INTERVAL_S, pool_size: int = POOL_SIZE,
-                 thread_cache_size: int = THREAD_CACHE_SIZE, max_buffered_ops: int = MAX_BUFFERED_OPS,
-                 resync_timeout: float = RESYNC_TIMEOUT_S,
-                 publish_health: bool = True, start: bool = True,
-                 close_resync_timeout: float = CLOSE_RESYNC_TIMEOUT_S, journal_dir: str | Path | None = None,
-                 liveness_interval: float = LIVENESS_INTERVAL_S, liveness_timeout: float = LIVENESS_TIMEOUT_S,
-                 statement_timeout: float | None = STATEMENT_TIMEOUT_S, lock_timeout: float | None = LOCK_TIMEOUT_S,
-                 clock: Callable[[], datetime] | None = None):
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        replica_id: str | None = None,
+        call_timeout: float = CALL_TIMEOUT_S,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        probe_interval: float = PROBE_INTERVAL_S,
+        pool_size: int = POOL_SIZE,
+        thread_cache_size: int = THREAD_CACHE_SIZE,
+        max_buffered_ops: int = MAX_BUFFERED_OPS,
+        resync_timeout: float = RESYNC_TIMEOUT_S,
+        publish_health: bool = True,
+        start: bool = True,
+        close_resync_timeout: float = CLOSE_RESYNC_TIMEOUT_S,
+        journal_dir: str | Path | None = None,
+        liveness_interval: float = LIVENESS_INTERVAL_S,
+        liveness_timeout: float = LIVENESS_TIMEOUT_S,
+        statement_timeout: float | None = STATEMENT_TIMEOUT_S,
+        lock_timeout: float | None = LOCK_TIMEOUT_S,
+        clock: Callable[[], datetime] | None = None,
+    ):
         # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the wrapped savers.
         self._host, self._pid = socket.gethostname(), os.getpid()
         self._replica_id = replica_id or f"{self._host}:{self._pid}:{next(self._ids)}"
         if replica_id is None:
-            log.warning("dual saver without a replica_id: %s is used, which no restart matches, so what it "
-                        "journals while PostgreSQL is unreachable is never replayed; give each replica a stable "
-                        "replica_id (e.g. the pod name of a StatefulSet)", self._replica_id)
+            log.warning(
+                "dual saver without a replica_id: %s is used, which no restart matches, so what it "
+                "journals while PostgreSQL is unreachable is never replayed; give each replica a stable "
+                "replica_id (e.g. the pod name of a StatefulSet)",
+                self._replica_id,
+            )
         # The time episodes and heartbeats carry: real time, or the demo's ManualClock (core.clock).
         self._now = clock or _now
         self._call_timeout = call_timeout
@@ -175,27 +195,63 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         self._resync_dsn = session_dsn(dsn, None, None)
         self._watchdog = _Watchdog(f"dual-saver-watchdog-{self._replica_id}")
         serde = maybe_add_typed_methods(serde if serde is not None else AllowlistSerializer(refusals=RefusalLog()))
-        journal = Journal(Path(journal_dir) if journal_dir is not None else default_journal_dir(), self._replica_id, dsn)
-        self._buffer = DegradedBuffer(serde, thread_cache_size=thread_cache_size,
-                                      max_ops=max_buffered_ops, journal=journal, now=self._now)
+        journal = Journal(
+            Path(journal_dir) if journal_dir is not None else default_journal_dir(), self._replica_id, dsn
+        )
+        self._buffer = DegradedBuffer(
+            serde, thread_cache_size=thread_cache_size, max_ops=max_buffered_ops, journal=journal, now=self._now
+        )
 
         def is_degraded() -> bool:  # what the wrapped savers, the liveness check and the monitor ask
             return self._buffer.degraded
 
-        self._postgres = WrappedSavers(session, serde=serde, replica_id=self._replica_id, pool_size=pool_size,
-                                       call_timeout=call_timeout, watchdog=self._watchdog, is_degraded=is_degraded)
-        self._liveness = Liveness(session, replica_id=self._replica_id, interval=liveness_interval,
-                                  timeout=liveness_timeout, watchdog=self._watchdog, is_degraded=is_degraded,
-                                  on_gone=self._degrade)
-        self._recovery = Recovery(session, self._resync_dsn, replica_id=self._replica_id, call_timeout=call_timeout,
-                                  resync_timeout=resync_timeout, watchdog=self._watchdog)
-        self._health = HealthPublisher(session, replica_id=self._replica_id, host=self._host, pid=self._pid,
-                                       started_at=self._now(), heartbeat_interval=heartbeat_interval,
-                                       call_timeout=call_timeout, watchdog=self._watchdog,
-                                       watched=lambda: self._liveness.running, live=self._live)
-        self._monitor = Monitor(replica_id=self._replica_id, heartbeat_interval=heartbeat_interval,
-                                probe_interval=probe_interval, is_degraded=is_degraded, beat=self._beat,
-                                recover=self._recover, on_gone=self._degrade)
+        self._postgres = WrappedSavers(
+            session,
+            serde=serde,
+            replica_id=self._replica_id,
+            pool_size=pool_size,
+            call_timeout=call_timeout,
+            watchdog=self._watchdog,
+            is_degraded=is_degraded,
+        )
+        self._liveness = Liveness(
+            session,
+            replica_id=self._replica_id,
+            interval=liveness_interval,
+            timeout=liveness_timeout,
+            watchdog=self._watchdog,
+            is_degraded=is_degraded,
+            on_gone=self._degrade,
+        )
+        self._recovery = Recovery(
+            session,
+            self._resync_dsn,
+            replica_id=self._replica_id,
+            call_timeout=call_timeout,
+            resync_timeout=resync_timeout,
+            watchdog=self._watchdog,
+        )
+        self._health = HealthPublisher(
+            session,
+            replica_id=self._replica_id,
+            host=self._host,
+            pid=self._pid,
+            started_at=self._now(),
+            heartbeat_interval=heartbeat_interval,
+            call_timeout=call_timeout,
+            watchdog=self._watchdog,
+            watched=lambda: self._liveness.running,
+            live=self._live,
+        )
+        self._monitor = Monitor(
+            replica_id=self._replica_id,
+            heartbeat_interval=heartbeat_interval,
+            probe_interval=probe_interval,
+            is_degraded=is_degraded,
+            beat=self._beat,
+            recover=self._recover,
+            on_gone=self._degrade,
+        )
         self.serde = serde
         if start:
             self.start()
@@ -235,8 +291,14 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         resync_seconds_total, denials_total, denials_by (tool, risk), refusals_total, refusals_by_type,
         conflicts_total, tombstoned_threads_total, tombstoned_ops_dropped_total.
         """
-        return {"replica_id": self._replica_id, **self._buffer.status(), "last_success": self._last_success(),
-                "generation": self._postgres.generation, **self._recovery.status(), **self._health.totals()}
+        return {
+            "replica_id": self._replica_id,
+            **self._buffer.status(),
+            "last_success": self._last_success(),
+            "generation": self._postgres.generation,
+            **self._recovery.status(),
+            **self._health.totals(),
+        }
 
     def transitions(self) -> list[tuple[float, str]]:
         """(time.monotonic(), "healthy"|"degraded") for every state change, oldest first."""
@@ -311,7 +373,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         await self.aclose_loop()
         await asyncio.to_thread(self.close)
 
-    def __enter__(self) -> "DualCheckpointSaver":
+    def __enter__(self) -> DualCheckpointSaver:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -344,8 +406,9 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         self._recovery.new_episode()
         self._monitor.wake()
         cut = self._watchdog.cut_all(f"PostgreSQL call cut: checkpoint persistence degraded ({reason})")
-        log.warning("checkpoint persistence DEGRADED (replica %s): %s; %d call(s) in flight cut",
-                    self._replica_id, reason, cut)
+        log.warning(
+            "checkpoint persistence DEGRADED (replica %s): %s; %d call(s) in flight cut", self._replica_id, reason, cut
+        )
 
     def _beat(self) -> None:
         """The monitor's work while healthy: a journal left to replay, the tombstones, the health rows."""
@@ -388,13 +451,18 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                     if time.monotonic() - started > self._resync_timeout:
                         # Agents buffer faster than the rounds drain: stay degraded, retry at the next probe.
                         self._recovery.resync_failed(f"buffer not drained within {self._resync_timeout:.0f} s")
-                        log.warning("resync of replica %s did not drain the buffer within %.0f s (%d operations "
-                                    "left, kept)", self._replica_id, self._resync_timeout, len(batch))
+                        log.warning(
+                            "resync of replica %s did not drain the buffer within %.0f s (%d operations left, kept)",
+                            self._replica_id,
+                            self._resync_timeout,
+                            len(batch),
+                        )
                         return False
                     try:
                         try:
-                            erased = self._recovery.replay(batch, since=episode.since,
-                                                           tombstoned=self._buffer.tombstoned())
+                            erased = self._recovery.replay(
+                                batch, since=episode.since, tombstoned=self._buffer.tombstoned()
+                            )
                         except Exception as exc:
                             if is_connection_failure(exc):
                                 raise
@@ -412,8 +480,12 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         finally:
             self._recovery.resyncing = False
         ms = self._recovery.last_resync_ms or 0.0
-        log.warning("checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
-                    self._replica_id, ended.resynced, ms)
+        log.warning(
+            "checkpoint persistence RECOVERED (replica %s): %d operations resynced in %.0f ms",
+            self._replica_id,
+            ended.resynced,
+            ms,
+        )
         metrics.resynced(ended.resynced, ms / 1000)
         if self._publish_health:
             try:
@@ -422,8 +494,9 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                 log.warning("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
         return True
 
-    def _replay_one_by_one(self, batch: list[tuple[str, Any]], *, since: datetime | None,
-                           episode: bool = True) -> set[str]:
+    def _replay_one_by_one(
+        self, batch: list[tuple[str, Any]], *, since: datetime | None, episode: bool = True
+    ) -> set[str]:
         """PostgreSQL refused the batch, not for want of a connection: replay it operation by operation and
         move each operation it refuses to the dead letters, so the rest goes through. A connection failure
         (or a dead letter not written) raises: the batch is kept."""
@@ -431,8 +504,9 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         dead = 0
         for op in batch:
             try:
-                erased |= self._recovery.replay([op], since=since, tombstoned=self._buffer.tombstoned() | erased,
-                                                episode=episode)
+                erased |= self._recovery.replay(
+                    [op], since=since, tombstoned=self._buffer.tombstoned() | erased, episode=episode
+                )
             except Exception as exc:
                 if is_connection_failure(exc):
                     raise
@@ -445,10 +519,18 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         """The row of a degradation episode of this replica, ending now."""
         now = self._now()
         return replica_health.Episode(
-            replica_id=self._replica_id, host=self._host, pid=self._pid, degraded_from=episode.since or now,
-            degraded_to=now, reason=episode.reason, checkpoints_buffered=episode.checkpoints,
-            writes_buffered=episode.writes, ops_resynced=ops_resynced, resync_ms=resync_ms,
-            denials=list(episode.denials))
+            replica_id=self._replica_id,
+            host=self._host,
+            pid=self._pid,
+            degraded_from=episode.since or now,
+            degraded_to=now,
+            reason=episode.reason,
+            checkpoints_buffered=episode.checkpoints,
+            writes_buffered=episode.writes,
+            ops_resynced=ops_resynced,
+            resync_ms=resync_ms,
+            denials=list(episode.denials),
+        )
 
     def _final_resync(self) -> None:
         """Try to resync the buffer until `close_resync_timeout` has passed (monitor already stopped)."""
@@ -470,20 +552,33 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             return
         status = self._buffer.status()
         buffered = status["buffered_ops"] if status["state"] == "degraded" else 0
-        what = (f"{buffered} operations ({status['buffered_checkpoints'] if buffered else 0} checkpoints, "
-                f"{status['buffered_writes'] if buffered else 0} writes), {len(record['episodes'])} degradation "
-                f"episodes, {len(record['denials']) + sum(len(e['denials']) for e in record['episodes'])} guard denials")
+        what = (
+            f"{buffered} operations ({status['buffered_checkpoints'] if buffered else 0} checkpoints, "
+            f"{status['buffered_writes'] if buffered else 0} writes), {len(record['episodes'])} degradation "
+            f"episodes, {len(record['denials']) + sum(len(e['denials']) for e in record['episodes'])} guard denials"
+        )
         journal = self._buffer.journal_path
         try:
             self._buffer.journal(record)
         except Exception as exc:
-            log.error("replica %s closed while PostgreSQL is unreachable: %s; its episodes and denials are LOST "
-                      "(journal %s not written: %s)", self._replica_id, what, journal, _describe(exc))
+            log.error(
+                "replica %s closed while PostgreSQL is unreachable: %s; its episodes and denials are LOST "
+                "(journal %s not written: %s)",
+                self._replica_id,
+                what,
+                journal,
+                _describe(exc),
+            )
             return
         self._health.forget_unsaved()
-        log.error("replica %s closed while PostgreSQL is unreachable: %s not saved to PostgreSQL; kept in the "
-                  "journal %s, replayed by the next start of replica %s", self._replica_id, what, journal,
-                  self._replica_id)
+        log.error(
+            "replica %s closed while PostgreSQL is unreachable: %s not saved to PostgreSQL; kept in the "
+            "journal %s, replayed by the next start of replica %s",
+            self._replica_id,
+            what,
+            journal,
+            self._replica_id,
+        )
 
     def _replay_journal(self) -> bool:
         """Replay the journal of this replica id, if any, then remove it; False if PostgreSQL refused."""
@@ -495,16 +590,21 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
             for since, group in itertools.groupby(records, key=lambda r: r["since"]):
                 ops = [op for r in group for op in r["ops"]]
                 try:
-                    erased = self._recovery.replay(ops, since=since, tombstoned=self._buffer.tombstoned(),
-                                                   episode=False)
+                    erased = self._recovery.replay(
+                        ops, since=since, tombstoned=self._buffer.tombstoned(), episode=False
+                    )
                 except Exception as exc:
                     if is_connection_failure(exc):
                         raise
                     erased = self._replay_one_by_one(ops, since=since, episode=False)
                 self._buffer.learn_tombstones(erased)
         except Exception as exc:
-            log.warning("journal %s of replica %s not replayed yet (kept, retried): %s", self._buffer.journal_path,
-                        self._replica_id, _describe(exc))
+            log.warning(
+                "journal %s of replica %s not replayed yet (kept, retried): %s",
+                self._buffer.journal_path,
+                self._replica_id,
+                _describe(exc),
+            )
             return False
         ops_of: dict[Any, int] = {}
         for record in records:
@@ -519,14 +619,19 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         ops = sum(len(r["ops"]) for r in records)
         self._recovery.journal_replayed(ops)
         self._buffer.journal_replayed()
-        log.warning("replica %s replayed its journal: %d operations from %d closes while PostgreSQL was unreachable",
-                    self._replica_id, ops, len(records))
+        log.warning(
+            "replica %s replayed its journal: %d operations from %d closes while PostgreSQL was unreachable",
+            self._replica_id,
+            ops,
+            len(records),
+        )
         if self._publish_health:
             try:
                 self._health.flush()
             except Exception as exc:  # kept in memory for the next heartbeat
-                log.warning("health flush after the journal replay failed (kept for the next heartbeat): %s",
-                            _describe(exc))
+                log.warning(
+                    "health flush after the journal replay failed (kept for the next heartbeat): %s", _describe(exc)
+                )
         return True
 
     # --- sync API ---------------------------------------------------------------------------
@@ -560,8 +665,14 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                     return found
         raise CheckpointUnavailable("checkpoint persistence flapping: read not served")
 
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
         refuse_on_event_loop()
         kwargs = {"filter": filter, "before": before, "limit": limit}
         for _ in range(3):
@@ -579,8 +690,13 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                 return
         raise CheckpointUnavailable("checkpoint persistence flapping: list not served")
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         refuse_on_event_loop()
         for _ in range(3):
             if not self._buffer.degraded:
@@ -598,8 +714,9 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                 return next_config
         raise CheckpointUnavailable("checkpoint persistence flapping: put not stored")
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                   task_path: str = "") -> None:
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
         refuse_on_event_loop()
         for _ in range(3):
             if not self._buffer.degraded:
@@ -666,8 +783,14 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                     return found
         raise CheckpointUnavailable("checkpoint persistence flapping: read not served")
 
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
         kwargs = {"filter": filter, "before": before, "limit": limit}
 
         async def collect(apg: AsyncPostgresSaver) -> list[CheckpointTuple]:
@@ -690,12 +813,19 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                 return
         raise CheckpointUnavailable("checkpoint persistence flapping: list not served")
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         for _ in range(3):
             if not self._buffer.degraded:
                 try:
-                    next_config = await self._postgres.acall(lambda apg: apg.aput(config, checkpoint, metadata, new_versions))
+                    next_config = await self._postgres.acall(
+                        lambda apg: apg.aput(config, checkpoint, metadata, new_versions)
+                    )
                 except Exception as exc:
                     self._handle(exc, config)
                 else:
@@ -706,8 +836,9 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                 return next_config
         raise CheckpointUnavailable("checkpoint persistence flapping: put not stored")
 
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                          task_path: str = "") -> None:
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
         for _ in range(3):
             if not self._buffer.degraded:
                 try:

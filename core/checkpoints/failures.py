@@ -1,7 +1,8 @@
 """What counts as "PostgreSQL is gone" for the dual saver, its exceptions and its tuning constants."""
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 from psycopg_pool import PoolClosed, PoolTimeout
@@ -18,8 +19,13 @@ STATEMENT_TIMEOUT_S = 10.0
 LOCK_TIMEOUT_S = 5.0
 # libpq TCP settings of every saver connection (ignored on Unix sockets): a peer that vanished
 # (host down, connection dropped by a NAT) breaks the connection instead of leaving a call waiting.
-TCP_SETTINGS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 2, "keepalives_count": 3,
-                "tcp_user_timeout": 10_000}
+TCP_SETTINGS = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
 PROBE_INTERVAL_S = 0.2  # while degraded
 PROBE_CONNECT_TIMEOUT_S = 1
 PROBE_LOG_EVERY_S = 30.0  # a failing probe is logged when its cause changes, else this often
@@ -73,14 +79,13 @@ def session_dsn(dsn: str, statement_timeout: float | None, lock_timeout: float |
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _ts(epoch: float | None) -> datetime | None:
-    return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
 
 
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
-

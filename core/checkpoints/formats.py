@@ -11,12 +11,14 @@ Encrypted rows are decrypted here, in Python, with langgraph's own cipher
 decoded by the Python twin of the SQL decoder (core.checkpoints.payload_json: nothing imported or called).
 The plaintext never goes back to PostgreSQL, not even as a query parameter.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from langgraph.checkpoint.serde.types import TASKS
 
@@ -98,8 +100,16 @@ class Fingerprint:
     @property
     def special(self) -> bool:
         """Anything but classic rows: what the dashboard must show differently."""
-        return bool(self.shallow or self.encrypted or self.delta_snapshots or self.delta_checkpoints or self.pickle
-                    or self.json or self.undecodable or self.older_checkpoints)
+        return bool(
+            self.shallow
+            or self.encrypted
+            or self.delta_snapshots
+            or self.delta_checkpoints
+            or self.pickle
+            or self.json
+            or self.undecodable
+            or self.older_checkpoints
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,8 +125,7 @@ def fingerprint(db: Database, threads: str | Iterable[str] | None = None) -> Fin
         head = conn.execute(SELECT_MIGRATION).fetchone()
         if head["shallow"]:  # our views and decoder functions cannot exist on that schema
             return Fingerprint(thread_id, head["migration_version"], True, *([0] * 13), False)
-        params = {"threads": chosen, "current": CURRENT_CHECKPOINT_V,
-                  "tasks": TASKS}
+        params = {"threads": chosen, "current": CURRENT_CHECKPOINT_V, "tasks": TASKS}
         by = {r["format"]: r for r in conn.execute(SELECT_ROW_FORMATS, params)}
         ck = conn.execute(SELECT_CHECKPOINT_FORMATS, params).fetchone()
         bad = 0 if chosen is None else conn.execute(SELECT_THREAD_UNDECODABLE, params).fetchone()["n"]
@@ -125,14 +134,24 @@ def fingerprint(db: Database, threads: str | Iterable[str] | None = None) -> Fin
         return int((by.get(fmt) or {}).get(key) or 0)
 
     return Fingerprint(
-        thread_id=thread_id, migration_version=head["migration_version"], shallow=False,
-        checkpoints=int(ck["checkpoints"]), rows=sum(int(r["n"]) for r in by.values()),
-        encrypted=n("encrypted"), encrypted_threads=n("encrypted", "threads"),
-        delta_snapshots=n("delta"), delta_checkpoints=int(ck["delta_checkpoints"]),
+        thread_id=thread_id,
+        migration_version=head["migration_version"],
+        shallow=False,
+        checkpoints=int(ck["checkpoints"]),
+        rows=sum(int(r["n"]) for r in by.values()),
+        encrypted=n("encrypted"),
+        encrypted_threads=n("encrypted", "threads"),
+        delta_snapshots=n("delta"),
+        delta_checkpoints=int(ck["delta_checkpoints"]),
         delta_threads=max(int(ck["delta_threads"]), n("delta", "threads")),
-        pickle=n("pickle"), pickle_threads=n("pickle", "threads"), json=n("json"),
-        undecodable=n("unknown") + int(bad), older_checkpoints=int(ck["older_checkpoints"]),
-        pending_sends=int(ck["pending_sends"]), decoded=chosen is not None)
+        pickle=n("pickle"),
+        pickle_threads=n("pickle", "threads"),
+        json=n("json"),
+        undecodable=n("unknown") + int(bad),
+        older_checkpoints=int(ck["older_checkpoints"]),
+        pending_sends=int(ck["pending_sends"]),
+        decoded=chosen is not None,
+    )
 
 
 # --- encrypted rows ----------------------------------------------------------------------------------------
@@ -227,8 +246,9 @@ def decrypted_writes(conn: Any, decryptor: Decryptor, threads: Iterable[str]) ->
     return out
 
 
-def encrypted_texts(conn: Any, decryptor: Decryptor, left: Iterable[str],
-                    only: Iterable[str] | None = None) -> tuple[dict[str, list[str]], list[str]]:
+def encrypted_texts(
+    conn: Any, decryptor: Decryptor, left: Iterable[str], only: Iterable[str] | None = None
+) -> tuple[dict[str, list[str]], list[str]]:
     """For every thread outside `left` (and in `only`, when given: the token index's candidates) holding encrypted
     rows: the decoded JSON text of those rows, when a configured key opens every one of them; the other threads
     are returned as not scanned."""
@@ -264,8 +284,15 @@ def messages_of(payload: Any) -> list[dict]:
             continue
         calls = v.get("tool_calls") if isinstance(v.get("tool_calls"), list) and v.get("tool_calls") else None
         names = v.get("name") if kind == "tool" else ",".join(c.get("name") or "" for c in calls) if calls else None
-        msg = {"kind": kind, "id": v.get("id"), "content": v.get("content"), "tool_calls": calls, "tool_name": names,
-               "tool_call_id": v.get("tool_call_id"), "status": v.get("status")}
+        msg = {
+            "kind": kind,
+            "id": v.get("id"),
+            "content": v.get("content"),
+            "tool_calls": calls,
+            "tool_name": names,
+            "tool_call_id": v.get("tool_call_id"),
+            "status": v.get("status"),
+        }
         out.append({k: val for k, val in msg.items() if val is not None})
     return out
 

@@ -7,14 +7,16 @@ saver is degraded, HIGH and CRITICAL calls are answered with an error ToolMessag
 and READ_ONLY/LOW calls run. Each denial is handed to the saver, which keeps it for the
 replica-health tables (flushed when PostgreSQL is back).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import ToolMessage
@@ -80,9 +82,16 @@ class GuardDenial:
         return self.subject_id if self.subject_root == "clientes" else None
 
     def as_row(self) -> dict[str, Any]:
-        return {"tool": self.tool, "risk": self.risk.value, "thread_id": self.thread_id,
-                "subject_root": self.subject_root, "subject_id": self.subject_id,
-                "customer_id": self.customer_id, "reason": self.reason, "denied_at": self.denied_at}
+        return {
+            "tool": self.tool,
+            "risk": self.risk.value,
+            "thread_id": self.thread_id,
+            "subject_root": self.subject_root,
+            "subject_id": self.subject_id,
+            "customer_id": self.customer_id,
+            "reason": self.reason,
+            "denied_at": self.denied_at,
+        }
 
 
 class PersistenceState(Protocol):

@@ -1,5 +1,6 @@
 """Health publishing: this replica's heartbeat, and the episodes, denials and refusals kept until they are
 written (core.checkpoints.replica_health); the erased threads learnt from the tombstones."""
+
 from __future__ import annotations
 
 import threading
@@ -34,13 +35,29 @@ class HealthPublisher:
     a health write has the `call_timeout` deadline.
     """
 
-    def __init__(self, dsn: str, *, replica_id: str, host: str, pid: int, started_at: datetime,
-                 heartbeat_interval: float, call_timeout: float, watchdog: _Watchdog,
-                 watched: Callable[[], bool], live: Callable[[], dict[str, Any]]):
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        replica_id: str,
+        host: str,
+        pid: int,
+        started_at: datetime,
+        heartbeat_interval: float,
+        call_timeout: float,
+        watchdog: _Watchdog,
+        watched: Callable[[], bool],
+        live: Callable[[], dict[str, Any]],
+    ):
         self._dsn = dsn
         self._replica_id = replica_id
-        self._identity = {"replica_id": replica_id, "host": host, "pid": pid, "started_at": started_at,
-                          "heartbeat_interval_s": heartbeat_interval}
+        self._identity = {
+            "replica_id": replica_id,
+            "host": host,
+            "pid": pid,
+            "started_at": started_at,
+            "heartbeat_interval_s": heartbeat_interval,
+        }
         self._call_timeout = call_timeout
         self._watchdog = watchdog
         self._watched = watched
@@ -99,28 +116,42 @@ class HealthPublisher:
 
     def totals(self) -> dict[str, Any]:
         with self._lock:
-            return {"episodes_total": self._episodes_total, "denials_total": self._denials_total,
-                    "refusals_total": self._refusals_total,
-                    "denials_by": [{"tool": t, "risk": r, "total": n} for (t, r), n in sorted(self._denials_by.items())],
-                    "refusals_by_type": dict(sorted(self._refusals_by_type.items()))}
+            return {
+                "episodes_total": self._episodes_total,
+                "denials_total": self._denials_total,
+                "refusals_total": self._refusals_total,
+                "denials_by": [{"tool": t, "risk": r, "total": n} for (t, r), n in sorted(self._denials_by.items())],
+                "refusals_by_type": dict(sorted(self._refusals_by_type.items())),
+            }
 
     # --- writing ----------------------------------------------------------------------------------
 
     def _heartbeat_row(self, state: str | None) -> dict[str, Any]:
         live = self._live()
         with self._lock:
-            totals = {"episodes_total": self._episodes_total, "denials_total": self._denials_total,
-                      "refusals_total": self._refusals_total}
+            totals = {
+                "episodes_total": self._episodes_total,
+                "denials_total": self._denials_total,
+                "refusals_total": self._refusals_total,
+            }
         degraded = live["state"] == "degraded"
-        return {**self._identity, **totals, "state": state or ("degraded" if degraded else "healthy"),
-                "degraded_since": live["degraded_since"],
-                "buffered_checkpoints": live["buffered_checkpoints"] if degraded else 0,
-                "buffered_writes": live["buffered_writes"] if degraded else 0, "last_success": live["last_success"]}
+        return {
+            **self._identity,
+            **totals,
+            "state": state or ("degraded" if degraded else "healthy"),
+            "degraded_since": live["degraded_since"],
+            "buffered_checkpoints": live["buffered_checkpoints"] if degraded else 0,
+            "buffered_writes": live["buffered_writes"] if degraded else 0,
+            "last_success": live["last_success"],
+        }
 
     def _with_conn(self, fn: Callable[[psycopg.Connection], Any]) -> Any:
         """Run `fn` on the health connection (see the class: its deadline depends on `watched()`)."""
-        with self._watchdog.deadline(None if self._watched() else self._call_timeout), \
-                self._pool.connection(timeout=self._call_timeout) as conn, self._watchdog.watching(conn):
+        with (
+            self._watchdog.deadline(None if self._watched() else self._call_timeout),
+            self._pool.connection(timeout=self._call_timeout) as conn,
+            self._watchdog.watching(conn),
+        ):
             result = fn(conn)
         self.last_success_ts = time.time()
         return result
@@ -144,9 +175,11 @@ class HealthPublisher:
     def publish_heartbeat(self, state: str) -> None:
         """The heartbeat alone, on a direct connection (before a resync, when the pool may still be broken)."""
         row = self._heartbeat_row(state)
-        with self._watchdog.deadline(self._call_timeout), \
-                psycopg.connect(self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn, \
-                self._watchdog.watching(conn):
+        with (
+            self._watchdog.deadline(self._call_timeout),
+            psycopg.connect(self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn,
+            self._watchdog.watching(conn),
+        ):
             replica_health.publish_heartbeat(conn, row)
 
     def flush(self, state: str | None = None) -> None:

@@ -17,6 +17,7 @@ is skipped and reading resynchronises at the next frame; the damaged file is mov
 file, so nothing is appended after a torn tail. Version 1 (length-prefixed msgpack, no magic, before
 issue 25) is still read.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -88,7 +89,7 @@ def _read_framed(raw: bytes) -> tuple[list[dict[str, Any]], int]:
         record = None
         if len(raw) - pos >= _HEADER.size:
             magic, version, size, crc = _HEADER.unpack_from(raw, pos)
-            body = raw[pos + _HEADER.size:pos + _HEADER.size + size]
+            body = raw[pos + _HEADER.size : pos + _HEADER.size + size]
             if magic == _MAGIC and version == _VERSION and len(body) == size and zlib.crc32(body) == crc:
                 record = _unpack(body)
         if record is None:  # resynchronise at the next frame
@@ -107,7 +108,7 @@ def _read_legacy(raw: bytes) -> tuple[list[dict[str, Any]], int]:
     records, pos = [], 0
     while pos + _LEGACY_HEADER.size <= len(raw):
         (size,) = _LEGACY_HEADER.unpack_from(raw, pos)
-        body = raw[pos + _LEGACY_HEADER.size:pos + _LEGACY_HEADER.size + size]
+        body = raw[pos + _LEGACY_HEADER.size : pos + _LEGACY_HEADER.size + size]
         record = _unpack(body) if len(body) == size else None
         if record is None:
             break
@@ -124,7 +125,9 @@ class Journal:
             raise ValueError("a journal needs a replica id")
         # The database in the name too: a replica id pointed at another database never replays here.
         info = psycopg.conninfo.conninfo_to_dict(dsn)
-        target = hashlib.sha256(repr((info.get("host"), info.get("port"), info.get("dbname"))).encode()).hexdigest()[:12]
+        target = hashlib.sha256(repr((info.get("host"), info.get("port"), info.get("dbname"))).encode()).hexdigest()[
+            :12
+        ]
         self.path = Path(directory) / f"{urllib.parse.quote(replica_id, safe='')}@{target}.journal"
 
         # Set aside before its replay: what any process appends meanwhile goes to a new `path`.
@@ -198,14 +201,19 @@ class Journal:
                 raw = self.aside.read_bytes()
             except FileNotFoundError:
                 return []
-            records, skipped = (_read_framed if raw[:len(_MAGIC)] == _MAGIC else _read_legacy)(raw)
+            records, skipped = (_read_framed if raw[: len(_MAGIC)] == _MAGIC else _read_legacy)(raw)
             if skipped:
                 damaged = self.path.with_name(f"{self.path.name}.damaged-{datetime.now():%Y%m%dT%H%M%S}-{os.getpid()}")
                 os.replace(self.aside, damaged)
                 raw = b"".join(self._frame(r) for r in records)
                 self._write(self.aside, raw)
-                log.error("journal of this replica was damaged (%d bytes skipped, a crash mid-write or a bad disk): "
-                          "moved aside to %s; its %d readable records are replayed", skipped, damaged, len(records))
+                log.error(
+                    "journal of this replica was damaged (%d bytes skipped, a crash mid-write or a bad disk): "
+                    "moved aside to %s; its %d readable records are replayed",
+                    skipped,
+                    damaged,
+                    len(records),
+                )
             self._aside_read = len(raw)
             return records
 
@@ -214,7 +222,7 @@ class Journal:
         process set more aside meanwhile (replayed next)."""
         with self._locked():
             try:
-                rest = self.aside.read_bytes()[self._aside_read:]
+                rest = self.aside.read_bytes()[self._aside_read :]
             except FileNotFoundError:
                 return False
             if rest:

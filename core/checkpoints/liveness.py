@@ -7,6 +7,7 @@ and the watchdog cuts every call in flight, which then goes to the buffer. A ser
 is only slow: the agents' calls wait, bounded server-side by statement_timeout / lock_timeout, and
 a timeout there is a query error raised to the caller, not an outage (the guard denies nothing).
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,17 @@ class Liveness:
     """The liveness check's thread. It decides "gone" and says so through `on_gone(reason)`; what
     degrading means (buffer, cutting calls in flight) is the saver's business."""
 
-    def __init__(self, dsn: str, *, replica_id: str, interval: float, timeout: float, watchdog: _Watchdog,
-                 is_degraded: Callable[[], bool], on_gone: Callable[[str], None]):
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        replica_id: str,
+        interval: float,
+        timeout: float,
+        watchdog: _Watchdog,
+        is_degraded: Callable[[], bool],
+        on_gone: Callable[[str], None],
+    ):
         self._dsn = dsn
         self._name = f"dual-saver-liveness-{replica_id}"
         self._interval = interval

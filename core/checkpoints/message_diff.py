@@ -1,6 +1,7 @@
 """What changed in a list of chat messages between two checkpoints (a `messages` channel, or any channel an
 add_messages reducer keeps): the messages added, removed and changed, matched by message id (by position when a
 message has none), each with its kind and a preview of its content. Pure: works on decoded channel values."""
+
 from __future__ import annotations
 
 import json

@@ -22,6 +22,7 @@ buffers), and the first worker that binds the port serves all workers' files thr
 `MultiProcessCollector` (the others find the port taken and serve nothing). Call
 `prometheus_client.multiprocess.mark_process_dead(pid)` from the worker manager when a worker exits.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,24 +49,32 @@ _SAFE_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,63}")
 CALL_SECONDS = Histogram(
     PREFIX + "checkpoint_call_duration_seconds",
     "Duration of checkpoint calls by backend (postgres or the in-memory buffer) and operation.",
-    ["backend", "op"], buckets=LATENCY_BUCKETS)
+    ["backend", "op"],
+    buckets=LATENCY_BUCKETS,
+)
 RESYNC_SECONDS = Histogram(
     PREFIX + "checkpoint_resync_duration_seconds",
-    "Duration of successful resyncs of the buffered operations to PostgreSQL.", buckets=RESYNC_BUCKETS)
+    "Duration of successful resyncs of the buffered operations to PostgreSQL.",
+    buckets=RESYNC_BUCKETS,
+)
 RESYNCED_OPERATIONS = Counter(
-    PREFIX + "checkpoint_resynced_operations",
-    "Buffered checkpoint operations written to PostgreSQL by resyncs.")
+    PREFIX + "checkpoint_resynced_operations", "Buffered checkpoint operations written to PostgreSQL by resyncs."
+)
 DEAD_LETTERS = Counter(
     PREFIX + "checkpoint_dead_letters",
     "Buffered operations PostgreSQL refused on replay (not a connection failure), moved to "
-    "core_checkpoint_dead_letters so the rest of the buffer went through.")
+    "core_checkpoint_dead_letters so the rest of the buffer went through.",
+)
 GUARD_DENIALS = Counter(
     PREFIX + "guard_denials",
     "Tool calls denied by the fail-closed guard while checkpoint persistence was degraded.",
-    ["tool", "risk"])
+    ["tool", "risk"],
+)
 SERIALIZER_REFUSALS = Counter(
     PREFIX + "serializer_refusals",
-    "Checkpoint payloads the allowlist serializer refused to load (possible tampering).", ["type"])
+    "Checkpoint payloads the allowlist serializer refused to load (possible tampering).",
+    ["type"],
+)
 # Known kinds start at 0, so that the first refusal is an increase the alert rule sees.
 REFUSAL_KINDS = ("msgpack_blocked", "msgpack_method_blocked", "json_blocked", "pickle")
 for _kind in REFUSAL_KINDS:
@@ -87,7 +96,8 @@ def observe(backend: str, op: str, seconds: float) -> None:
     child = _CALL_CHILDREN.get((backend, op))
     if child is None:
         child = _CALL_CHILDREN[(backend, op)] = CALL_SECONDS.labels(
-            backend if backend in BACKENDS else "other", op if op in OPS else "other")
+            backend if backend in BACKENDS else "other", op if op in OPS else "other"
+        )
     child.observe(seconds)
 
 
@@ -120,7 +130,7 @@ class timed:
     def __init__(self, backend: str, op: str):
         self.backend, self.op = backend, op
 
-    def __enter__(self) -> "timed":
+    def __enter__(self) -> timed:
         self.started = time.perf_counter()
         return self
 
@@ -130,6 +140,7 @@ class timed:
 
 # --- state at scrape time ------------------------------------------------------------------------
 
+
 def _epoch(value: Any) -> float:
     return value.timestamp() if value is not None else 0.0
 
@@ -137,29 +148,51 @@ def _epoch(value: Any) -> float:
 def status_metrics(statuses: Iterable[dict[str, Any]]) -> list[Metric]:
     """The gauges and counters of the savers' `status()` dicts, one `replica` label each."""
     fam = {
-        "degraded": GaugeMetricFamily(PREFIX + "checkpoint_degraded",
-                                      "1 while checkpoint persistence is degraded (PostgreSQL unreachable).",
-                                      labels=["replica"]),
-        "since": GaugeMetricFamily(PREFIX + "checkpoint_degraded_since_timestamp_seconds",
-                                   "Unix time the current degradation started; 0 when healthy.", labels=["replica"]),
-        "checkpoints": GaugeMetricFamily(PREFIX + "checkpoint_buffered_checkpoints",
-                                         "Checkpoints buffered in memory in the current degradation.",
-                                         labels=["replica"]),
-        "writes": GaugeMetricFamily(PREFIX + "checkpoint_buffered_writes",
-                                    "Pending writes buffered in memory in the current degradation.",
-                                    labels=["replica"]),
-        "ops": GaugeMetricFamily(PREFIX + "checkpoint_buffered_operations",
-                                 "Operations waiting for the resync to PostgreSQL.", labels=["replica"]),
-        "limit": GaugeMetricFamily(PREFIX + "checkpoint_buffer_limit_operations",
-                                   "Operations the buffer holds before it refuses more (max_buffered_ops).",
-                                   labels=["replica"]),
-        "failing": GaugeMetricFamily(PREFIX + "checkpoint_resync_failing",
-                                     "1 while degraded and the last resync attempt failed.", labels=["replica"]),
-        "success": GaugeMetricFamily(PREFIX + "checkpoint_last_success_timestamp_seconds",
-                                     "Unix time of the last call that reached PostgreSQL; 0 if none.",
-                                     labels=["replica"]),
-        "episodes": CounterMetricFamily(PREFIX + "checkpoint_degraded_episodes",
-                                        "Degradation episodes ended by a successful resync.", labels=["replica"]),
+        "degraded": GaugeMetricFamily(
+            PREFIX + "checkpoint_degraded",
+            "1 while checkpoint persistence is degraded (PostgreSQL unreachable).",
+            labels=["replica"],
+        ),
+        "since": GaugeMetricFamily(
+            PREFIX + "checkpoint_degraded_since_timestamp_seconds",
+            "Unix time the current degradation started; 0 when healthy.",
+            labels=["replica"],
+        ),
+        "checkpoints": GaugeMetricFamily(
+            PREFIX + "checkpoint_buffered_checkpoints",
+            "Checkpoints buffered in memory in the current degradation.",
+            labels=["replica"],
+        ),
+        "writes": GaugeMetricFamily(
+            PREFIX + "checkpoint_buffered_writes",
+            "Pending writes buffered in memory in the current degradation.",
+            labels=["replica"],
+        ),
+        "ops": GaugeMetricFamily(
+            PREFIX + "checkpoint_buffered_operations",
+            "Operations waiting for the resync to PostgreSQL.",
+            labels=["replica"],
+        ),
+        "limit": GaugeMetricFamily(
+            PREFIX + "checkpoint_buffer_limit_operations",
+            "Operations the buffer holds before it refuses more (max_buffered_ops).",
+            labels=["replica"],
+        ),
+        "failing": GaugeMetricFamily(
+            PREFIX + "checkpoint_resync_failing",
+            "1 while degraded and the last resync attempt failed.",
+            labels=["replica"],
+        ),
+        "success": GaugeMetricFamily(
+            PREFIX + "checkpoint_last_success_timestamp_seconds",
+            "Unix time of the last call that reached PostgreSQL; 0 if none.",
+            labels=["replica"],
+        ),
+        "episodes": CounterMetricFamily(
+            PREFIX + "checkpoint_degraded_episodes",
+            "Degradation episodes ended by a successful resync.",
+            labels=["replica"],
+        ),
     }
     for st in statuses:
         rid = [str(st["replica_id"])]
@@ -202,6 +235,7 @@ class SaverCollector(Collector):
 
 # --- multiprocess mode: the same state as multiprocess gauges ----------------------------------
 
+
 class _MultiprocessMirror:
     """Copies `status()` into multiprocess gauges every `interval` s (custom collectors do not cross
     processes: only the per-process files do)."""
@@ -216,8 +250,7 @@ class _MultiprocessMirror:
         name = metric.name
         if name not in self.gauges:
             mode = "livesum" if "buffered" in name else "livemax"
-            self.gauges[name] = Gauge(name, metric.documentation, ["replica"], multiprocess_mode=mode,
-                                      registry=None)
+            self.gauges[name] = Gauge(name, metric.documentation, ["replica"], multiprocess_mode=mode, registry=None)
         return self.gauges[name]
 
     def refresh(self) -> None:

@@ -3,6 +3,7 @@
 What a beat and a recovery do is the saver's business (it routes them to its collaborators); this is
 when they run, and what happens to their errors.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,9 +24,17 @@ class Monitor:
     every beat, and again if it comes back after it cleared.
     """
 
-    def __init__(self, *, replica_id: str, heartbeat_interval: float, probe_interval: float,
-                 is_degraded: Callable[[], bool], beat: Callable[[], None], recover: Callable[[], bool],
-                 on_gone: Callable[[str], None]):
+    def __init__(
+        self,
+        *,
+        replica_id: str,
+        heartbeat_interval: float,
+        probe_interval: float,
+        is_degraded: Callable[[], bool],
+        beat: Callable[[], None],
+        recover: Callable[[], bool],
+        on_gone: Callable[[str], None],
+    ):
         self._replica_id = replica_id
         self._heartbeat_interval = heartbeat_interval
         self._probe_interval = probe_interval
@@ -46,8 +55,9 @@ class Monitor:
     def start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name=f"dual-saver-monitor-{self._replica_id}",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name=f"dual-saver-monitor-{self._replica_id}", daemon=True
+            )
             self._thread.start()
 
     def wake(self) -> None:
@@ -70,8 +80,9 @@ class Monitor:
                     continue
                 self._beat()
                 if self._last_error is not None:
-                    log.warning("dual saver monitor of replica %s works again (was: %s)", self._replica_id,
-                                self._last_error)
+                    log.warning(
+                        "dual saver monitor of replica %s works again (was: %s)", self._replica_id, self._last_error
+                    )
                     self._last_error = None  # cleared: the next error is logged again
             except Exception as exc:
                 if is_connection_failure(exc):

@@ -9,6 +9,7 @@ numpy arrays and delta snapshots wrap their decoded payload, unknown ext codes k
 (base64), `bin` is `{"type": "bytes", "value": base64}`, NaN/infinities are strings, non-string map
 keys become their JSON text. Undecodable input raises `Undecodable` (SQL returns a marker instead).
 """
+
 from __future__ import annotations
 
 import base64
@@ -35,8 +36,12 @@ def _b64(data: bytes) -> str:
 def _ext_hook(code: int, data: bytes) -> Any:
     if 0 <= code <= 5:
         tup = ormsgpack.unpackb(data, ext_hook=_ext_hook, option=_OPTS)
-        if (not isinstance(tup, list) or len(tup) not in (3, 4)
-                or not isinstance(tup[0], str) or not isinstance(tup[1], str)):
+        if (
+            not isinstance(tup, list)
+            or len(tup) not in (3, 4)
+            or not isinstance(tup[0], str)
+            or not isinstance(tup[1], str)
+        ):
             raise Undecodable(f"ext {code} does not hold a [module, name, ...] array")
         out = {"type": f"{tup[0]}.{tup[1]}", "value": tup[2]}
         if len(tup) == 4:

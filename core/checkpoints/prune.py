@@ -23,12 +23,14 @@ deletes and updates old rows only). A kept checkpoint whose parent is deleted ge
 langgraph's `PostgresSaver.prune(strategy="keep_latest")` does; that prune refuses DeltaChannel threads, this one
 keeps their chains.
 """
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
@@ -80,7 +82,9 @@ def validate_policy(keep_latest: Any, idle_minutes: Any = None, agent: Any = Non
     idle = None if idle_minutes in (None, "") else _whole(idle_minutes, "idle minutes", 0)
     agent = None if agent in (None, "") else str(agent)
     if agent is not None and (agent != agent.strip() or len(agent) > 200):
-        raise PruneInputError(f"agent must be a name without surrounding spaces (at most 200 characters), got {agent!r}")
+        raise PruneInputError(
+            f"agent must be a name without surrounding spaces (at most 200 characters), got {agent!r}"
+        )
     root = None if root in (None, "") else str(root)
     if root is not None and root not in ROOT_KEYS:
         raise PruneInputError(f"root must be one of {', '.join(ROOT_KEYS)}, got {root!r}")
@@ -88,8 +92,12 @@ def validate_policy(keep_latest: Any, idle_minutes: Any = None, agent: Any = Non
 
 
 # The sweep CronJob's settings (deploy/sweep-cronjob.yaml); no SWEEP_KEEP_LATEST: the job does not prune.
-POLICY_ENV = {"keep_latest": "SWEEP_KEEP_LATEST", "idle_minutes": "SWEEP_IDLE_MINUTES", "agent": "SWEEP_PRUNE_AGENT",
-              "root": "SWEEP_PRUNE_ROOT"}
+POLICY_ENV = {
+    "keep_latest": "SWEEP_KEEP_LATEST",
+    "idle_minutes": "SWEEP_IDLE_MINUTES",
+    "agent": "SWEEP_PRUNE_AGENT",
+    "root": "SWEEP_PRUNE_ROOT",
+}
 
 
 def policy_from_env(**overrides: Any) -> PrunePolicy | None:
@@ -103,8 +111,9 @@ def policy_from_env(**overrides: Any) -> PrunePolicy | None:
     try:
         return validate_policy(**raw)
     except PruneInputError as exc:
-        sources = ", ".join(f"{v}={os.environ[v]!r}" for k, v in POLICY_ENV.items()
-                            if overrides.get(k) is None and os.environ.get(v))
+        sources = ", ".join(
+            f"{v}={os.environ[v]!r}" for k, v in POLICY_ENV.items() if overrides.get(k) is None and os.environ.get(v)
+        )
         raise PruneInputError(f"{exc}" + (f" (from {sources})" if sources else "")) from None
 
 
@@ -142,8 +151,12 @@ Cut = dict[str, dict[str, str]]  # thread_id -> {checkpoint_ns: newest checkpoin
 def take_cut(conn: psycopg.Connection, policy: PrunePolicy, batch_rows: int = CUT_BATCH_ROWS) -> Cut:
     """The candidate threads and their cut, read in one REPEATABLE READ snapshot (in ranges of thread_id of at most
     `batch_rows` checkpoints, so no statement sorts the whole table). `conn`: dict rows, autocommit."""
-    params = {"keep": policy.keep_latest, "idle": policy.idle_minutes, "agent": policy.agent,
-              "root_key": ROOT_KEYS.get(policy.root) if policy.root else None}
+    params = {
+        "keep": policy.keep_latest,
+        "idle": policy.idle_minutes,
+        "agent": policy.agent,
+        "root_key": ROOT_KEYS.get(policy.root) if policy.root else None,
+    }
     cut: Cut = {}
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -234,17 +247,31 @@ def plan_batch(conn: psycopg.Connection, cut: Cut, batch: list[str], keep_latest
     params = {"batch": batch, "threads": threads, "namespaces": namespaces, "cuts": cuts}
     rows: dict[str, list[Checkpoint]] = {}
     for r in conn.execute(SELECT_BATCH_CHECKPOINTS, params, prepare=False):
-        rows.setdefault(r["thread_id"], []).append(Checkpoint(
-            r["checkpoint_ns"], r["checkpoint_id"], r["parent_checkpoint_id"],
-            {k: str(v) for k, v in r["versions"].items()}, frozenset(r["value_keys"]), frozenset(r["true_keys"]),
-            frozenset(r["delta_counters"]), int(r["v"]), int(r["bytes"]), bool(r["after_cut"]), r["root"]))
+        rows.setdefault(r["thread_id"], []).append(
+            Checkpoint(
+                r["checkpoint_ns"],
+                r["checkpoint_id"],
+                r["parent_checkpoint_id"],
+                {k: str(v) for k, v in r["versions"].items()},
+                frozenset(r["value_keys"]),
+                frozenset(r["true_keys"]),
+                frozenset(r["delta_counters"]),
+                int(r["v"]),
+                int(r["bytes"]),
+                bool(r["after_cut"]),
+                r["root"],
+            )
+        )
     blobs: dict[str, dict[tuple[str, str, str], int]] = {}
     for r in conn.execute(SELECT_BATCH_BLOBS, params, prepare=False):
         blobs.setdefault(r["thread_id"], {})[(r["checkpoint_ns"], r["channel"], r["version"])] = int(r["bytes"])
     writes: dict[str, dict[tuple[str, str], tuple[int, int, bool]]] = {}
     for r in conn.execute(SELECT_BATCH_WRITES, params, prepare=False):
         writes.setdefault(r["thread_id"], {})[(r["checkpoint_ns"], r["checkpoint_id"])] = (
-            int(r["n"]), int(r["bytes"]), bool(r["tasks"]))
+            int(r["n"]),
+            int(r["bytes"]),
+            bool(r["tasks"]),
+        )
     return [plan_thread(t, rows[t], keep_latest, blobs.get(t, {}), writes.get(t, {})) for t in batch if t in rows]
 
 
@@ -302,13 +329,20 @@ class PruneResult:
 
     def summary(self) -> str:
         verb = "would delete" if self.dry_run else "deleted"
-        return (f"prune (keep latest {self.policy.keep_latest}) {verb} {self.checkpoints} checkpoints, {self.writes} "
-                f"writes and {self.blobs} blobs ({self.bytes} bytes) in {len(self.threads)} threads")
+        return (
+            f"prune (keep latest {self.policy.keep_latest}) {verb} {self.checkpoints} checkpoints, {self.writes} "
+            f"writes and {self.blobs} blobs ({self.bytes} bytes) in {len(self.threads)} threads"
+        )
 
 
-def prune_history(conn: psycopg.Connection, policy: PrunePolicy, *, dry_run: bool = False,
-                  batch_threads: int = PRUNE_BATCH_THREADS,
-                  on_batch: Callable[[int, int], None] | None = None) -> PruneResult:
+def prune_history(
+    conn: psycopg.Connection,
+    policy: PrunePolicy,
+    *,
+    dry_run: bool = False,
+    batch_threads: int = PRUNE_BATCH_THREADS,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> PruneResult:
     """Prune by `policy` on `conn` (dict rows, autocommit; the sweep job's connection): the cut in one snapshot, then
     one transaction per `batch_threads` threads. A dry run plans the same batches and deletes nothing.
     `on_batch(threads done, candidates)` after each batch."""
@@ -318,12 +352,15 @@ def prune_history(conn: psycopg.Connection, policy: PrunePolicy, *, dry_run: boo
     result = PruneResult(policy, dry_run, candidates=len(cut))
     threads = list(cut)
     for start in range(0, len(threads), batch_threads):
-        batch = threads[start:start + batch_threads]
+        batch = threads[start : start + batch_threads]
         with conn.transaction(force_rollback=dry_run):
             plans = plan_batch(conn, cut, batch, policy.keep_latest)
             if dry_run:
-                result.threads += [ThreadPruned(p.thread_id, p.checkpoints, p.writes, p.blob_count, p.bytes)
-                                   for p in plans if p.checkpoints]
+                result.threads += [
+                    ThreadPruned(p.thread_id, p.checkpoints, p.writes, p.blob_count, p.bytes)
+                    for p in plans
+                    if p.checkpoints
+                ]
             else:
                 result.threads += apply_plans(conn, plans)
         result.batches += 1
@@ -350,11 +387,16 @@ INSERT INTO core_prune_threads (run_id, thread_id, checkpoints, writes, blobs, b
 SELECT %s, * FROM unnest(%s::text[], %s::int[], %s::int[], %s::int[], %s::bigint[])"""
 
 
-def sweep_step(conn: psycopg.Connection, run_id: int, policy: PrunePolicy, dry_run: bool,
-               step: Callable[[str, float, str], None]) -> PruneResult:
+def sweep_step(
+    conn: psycopg.Connection, run_id: int, policy: PrunePolicy, dry_run: bool, step: Callable[[str, float, str], None]
+) -> PruneResult:
     """The sweep job's step: prune by `policy` (or plan it, in a dry run) and record it in run `run_id`'s log."""
-    result = prune_history(conn, policy, dry_run=dry_run,
-                           on_batch=lambda done, total: step("prune", 0.9 + 0.02 * done / total, f"{done}/{total}"))
+    result = prune_history(
+        conn,
+        policy,
+        dry_run=dry_run,
+        on_batch=lambda done, total: step("prune", 0.9 + 0.02 * done / total, f"{done}/{total}"),
+    )
     record_prune(conn, run_id, result)
     return result
 
@@ -362,9 +404,18 @@ def sweep_step(conn: psycopg.Connection, run_id: int, policy: PrunePolicy, dry_r
 def record_prune(conn: psycopg.Connection, run_id: int, result: PruneResult) -> None:
     """The run's totals in its `core_sweep_log` row and every thread it pruned in `core_prune_threads`."""
     with conn.transaction():
-        conn.execute(RECORD_PRUNE, {"run_id": run_id, "policy": json.dumps(result.policy.as_json()),
-                                    "threads": len(result.threads), "checkpoints": result.checkpoints,
-                                    "writes": result.writes, "blobs": result.blobs, "bytes": result.bytes})
+        conn.execute(
+            RECORD_PRUNE,
+            {
+                "run_id": run_id,
+                "policy": json.dumps(result.policy.as_json()),
+                "threads": len(result.threads),
+                "checkpoints": result.checkpoints,
+                "writes": result.writes,
+                "blobs": result.blobs,
+                "bytes": result.bytes,
+            },
+        )
         if result.threads:
             columns = _columns((t.thread_id, t.checkpoints, t.writes, t.blobs, t.bytes) for t in result.threads)
             conn.execute(INSERT_PRUNE_THREADS, [run_id, *columns], prepare=False)

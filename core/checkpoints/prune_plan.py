@@ -1,5 +1,6 @@
 """The plan of a history prune (core/checkpoints/prune.py): which checkpoints, writes and blobs of one thread go,
 from their keys alone. Pure: the batch reads the rows, this decides, the batch deletes."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,7 +17,9 @@ class Checkpoint:
     parent: str | None
     versions: dict[str, str]
     value_keys: frozenset[str]  # channels with a value inline in the checkpoint (or the snapshot marker `true`)
-    true_keys: frozenset[str]  # channels whose inline value is `true` (a DeltaChannel snapshot marker if a blob is there)
+    true_keys: frozenset[
+        str
+    ]  # channels whose inline value is `true` (a DeltaChannel snapshot marker if a blob is there)
     delta_counters: frozenset[str]  # channels named in metadata `counters_since_delta_snapshot`
     v: int
     bytes: int
@@ -36,8 +39,13 @@ class ThreadPlan:
     bytes: int = 0
 
 
-def plan_thread(thread_id: str, rows: list[Checkpoint], keep_latest: int,
-                blobs: dict[tuple[str, str, str], int], writes: dict[tuple[str, str], tuple[int, int, bool]]) -> ThreadPlan:
+def plan_thread(
+    thread_id: str,
+    rows: list[Checkpoint],
+    keep_latest: int,
+    blobs: dict[tuple[str, str, str], int],
+    writes: dict[tuple[str, str], tuple[int, int, bool]],
+) -> ThreadPlan:
     """What pruning `thread_id` deletes. `rows`: its checkpoints; `blobs`: (ns, channel, version) -> bytes of its
     non-empty blobs; `writes`: (ns, checkpoint_id) -> (count, bytes, has a `__pregel_tasks` write)."""
     plan = ThreadPlan(thread_id)
@@ -52,14 +60,17 @@ def plan_thread(thread_id: str, rows: list[Checkpoint], keep_latest: int,
         # A subgraph call's namespace (`node:task_id`, unlike a `checkpointer=True` subgraph's, whose state outlives
         # each call) goes whole with the root checkpoint its call started from, once that one is saved and deleted
         # now, as langgraph's own keep_latest does; otherwise it keeps its latest like any namespace.
-        call_done = (":" in ns and len(history) == len(ns_rows)
-                     and all(r.root in root_ids and r.root in root_deleted for r in ns_rows))
+        call_done = (
+            ":" in ns
+            and len(history) == len(ns_rows)
+            and all(r.root in root_ids and r.root in root_deleted for r in ns_rows)
+        )
         if len(history) <= keep_latest and not call_done:
             continue
-        kept = set() if call_done else (
-            {r.id for r in ns_rows if r.after_cut} | {r.id for r in history[:keep_latest]})
+        kept = set() if call_done else ({r.id for r in ns_rows if r.after_cut} | {r.id for r in history[:keep_latest]})
         delta = set().union(*(r.delta_counters for r in ns_rows)) | {
-            c for r in ns_rows for c in r.true_keys if (ns, c, r.versions.get(c)) in blobs}
+            c for r in ns_rows for c in r.true_keys if (ns, c, r.versions.get(c)) in blobs
+        }
 
         def has_value(r: Checkpoint, channel: str) -> bool:
             return channel in r.value_keys or (ns, channel, r.versions.get(channel)) in blobs
@@ -86,8 +97,9 @@ def plan_thread(thread_id: str, rows: list[Checkpoint], keep_latest: int,
         plan.delete[ns] = sorted(deleted_ids)
         if ns == "":
             root_deleted = deleted_ids
-        plan.orphaned_parents += [(ns, cid, index[cid].parent) for cid in sorted(kept)
-                                  if index[cid].parent in deleted_ids]
+        plan.orphaned_parents += [
+            (ns, cid, index[cid].parent) for cid in sorted(kept) if index[cid].parent in deleted_ids
+        ]
         referenced = {(c, v) for cid in kept for c, v in index[cid].versions.items()}
         freed = {(c, v) for r in deleted for c, v in r.versions.items()} - referenced
         plan.blobs[ns] = sorted(k for k in freed if (ns, *k) in blobs)

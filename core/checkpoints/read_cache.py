@@ -1,5 +1,6 @@
 """The read cache of the degraded buffer: the latest checkpoint of each recent thread as PostgreSQL has it,
 what a degraded read starts from."""
+
 from __future__ import annotations
 
 import threading
@@ -39,10 +40,18 @@ def _as_tuple(entry: CheckpointTuple | _RememberedPut) -> CheckpointTuple:
     if isinstance(entry, CheckpointTuple):
         return entry
     thread_id, ns, parent_id = thread_of(entry.put_config)
-    parent = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}} if parent_id else None
-    return CheckpointTuple(entry.config, entry.checkpoint,
-                           get_serializable_checkpoint_metadata(entry.put_config, entry.metadata), parent,
-                           list(entry.pending_writes))
+    parent = (
+        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}}
+        if parent_id
+        else None
+    )
+    return CheckpointTuple(
+        entry.config,
+        entry.checkpoint,
+        get_serializable_checkpoint_metadata(entry.put_config, entry.metadata),
+        parent,
+        list(entry.pending_writes),
+    )
 
 
 class ReadCache:
@@ -65,19 +74,26 @@ class ReadCache:
             return  # already known (a plain dict read: no lock needed on this hot path)
         with self._lock:
             current = self._entries.get(key)
-            if current is not None and current.config["configurable"]["checkpoint_id"] > tup.config["configurable"]["checkpoint_id"]:
+            if (
+                current is not None
+                and current.config["configurable"]["checkpoint_id"] > tup.config["configurable"]["checkpoint_id"]
+            ):
                 return
             self._entries[key] = tup
             self._entries.move_to_end(key)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
 
-    def remember_put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                     next_config: RunnableConfig) -> None:
+    def remember_put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, next_config: RunnableConfig
+    ) -> None:
         # A snapshot (shallow copies, as PostgresSaver.put makes); the CheckpointTuple is built only
         # if a degraded read ever needs it (_as_tuple).
-        snapshot = {**checkpoint, "channel_values": checkpoint["channel_values"].copy(),
-                    "channel_versions": checkpoint["channel_versions"].copy()}
+        snapshot = {
+            **checkpoint,
+            "channel_values": checkpoint["channel_values"].copy(),
+            "channel_versions": checkpoint["channel_versions"].copy(),
+        }
         self.remember(_RememberedPut(next_config, snapshot, config, metadata))
 
     def remember_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
@@ -86,8 +102,12 @@ class ReadCache:
             current = self._entries.get((thread_id, ns))
             if current is not None and current.config["configurable"]["checkpoint_id"] == checkpoint_id:
                 # A new list: the cached tuple may be the very object a caller got from get_tuple.
-                self._entries[(thread_id, ns)] = current._replace(pending_writes=[
-                    *(current.pending_writes or []), *((task_id, channel, value) for channel, value in writes)])
+                self._entries[(thread_id, ns)] = current._replace(
+                    pending_writes=[
+                        *(current.pending_writes or []),
+                        *((task_id, channel, value) for channel, value in writes),
+                    ]
+                )
 
     def forget(self, thread_ids: Collection[str]) -> None:
         with self._lock:
@@ -97,8 +117,11 @@ class ReadCache:
     def tuples(self, thread_id: str | None, *, skip: Collection[str]) -> list[CheckpointTuple]:
         """The cached checkpoints of `thread_id` (of every thread when None), but those of threads in `skip`."""
         with self._lock:
-            return [_as_tuple(t) for (tid, _), t in self._entries.items()
-                    if (thread_id is None or tid == thread_id) and tid not in skip]
+            return [
+                _as_tuple(t)
+                for (tid, _), t in self._entries.items()
+                if (thread_id is None or tid == thread_id) and tid not in skip
+            ]
 
     def threads(self) -> set[str]:
         with self._lock:

@@ -1,6 +1,7 @@
 """Recovery, PostgreSQL's side: the probe that says PostgreSQL answers again, and the replay (resync) of
 buffered operations with PostgresSaver's own statements, one transaction per replay, with what happens
 to each buffered thread (core.checkpoints.thread_fates) and the resync's counters."""
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,16 @@ class Recovery:
     diverted to a conflict thread, or dropped when erased) across the rounds of its resyncs, from
     `new_episode()` on."""
 
-    def __init__(self, dsn: str, resync_dsn: str, *, replica_id: str, call_timeout: float, resync_timeout: float,
-                 watchdog: _Watchdog):
+    def __init__(
+        self,
+        dsn: str,
+        resync_dsn: str,
+        *,
+        replica_id: str,
+        call_timeout: float,
+        resync_timeout: float,
+        watchdog: _Watchdog,
+    ):
         self._dsn = dsn
         # The replay is the monitor's own work under its resync_timeout deadline: it may wait on a lock
         # for that long (the DSN has the TCP settings only, no statement/lock timeout).
@@ -56,12 +65,17 @@ class Recovery:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {"resyncing": self.resyncing, "last_resync_ms": self._last_resync_ms,
-                    "last_resync_error": self._last_resync_error, "resynced_ops_total": self._resynced_ops_total,
-                    "resyncs_total": self._resyncs_total, "resync_seconds_total": self._resync_seconds_total,
-                    "conflicts_total": self._conflicts_total,
-                    "tombstoned_threads_total": self._tombstoned_threads_total,
-                    "tombstoned_ops_dropped_total": self._tombstoned_ops_dropped_total}
+            return {
+                "resyncing": self.resyncing,
+                "last_resync_ms": self._last_resync_ms,
+                "last_resync_error": self._last_resync_error,
+                "resynced_ops_total": self._resynced_ops_total,
+                "resyncs_total": self._resyncs_total,
+                "resync_seconds_total": self._resync_seconds_total,
+                "conflicts_total": self._conflicts_total,
+                "tombstoned_threads_total": self._tombstoned_threads_total,
+                "tombstoned_ops_dropped_total": self._tombstoned_ops_dropped_total,
+            }
 
     @property
     def last_resync_ms(self) -> float | None:
@@ -73,16 +87,23 @@ class Recovery:
         """True when PostgreSQL answers on a direct connection. A failure is logged once per episode and
         cause, then every PROBE_LOG_EVERY_S: visible, not one line per probe."""
         try:
-            with self._watchdog.deadline(PROBE_CONNECT_TIMEOUT_S + self._call_timeout), \
-                    psycopg.connect(self._dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S, autocommit=True) as conn, \
-                    self._watchdog.watching(conn):
+            with (
+                self._watchdog.deadline(PROBE_CONNECT_TIMEOUT_S + self._call_timeout),
+                psycopg.connect(self._dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S, autocommit=True) as conn,
+                self._watchdog.watching(conn),
+            ):
                 conn.execute("SELECT 1")
         except (psycopg.Error, DeadlineExceeded) as exc:
             message, now = _describe(exc), time.monotonic()
             if message != self._last_probe_error or now - self._last_probe_logged >= PROBE_LOG_EVERY_S:
                 self._last_probe_error, self._last_probe_logged = message, now
-                log.warning("replica %s: PostgreSQL probe failed, still degraded (since %s, %d operations buffered): %s",
-                            self._replica_id, degraded_since, buffered, message)
+                log.warning(
+                    "replica %s: PostgreSQL probe failed, still degraded (since %s, %d operations buffered): %s",
+                    self._replica_id,
+                    degraded_since,
+                    buffered,
+                    message,
+                )
             return False
         self._last_probe_error = None
         return True
@@ -118,19 +139,29 @@ class Recovery:
         core_checkpoint_dead_letters, as the saver stored it; raises if the row cannot be written."""
         kind, payload = op
         thread_id = payload if kind == "delete_thread" else payload[1][0] if kind == "put" else payload[1][0][0]
-        with psycopg.connect(self._resync_dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn, \
-                self._watchdog.watching(conn):
-            conn.execute("INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) "
-                         "VALUES (%s, %s, %s, %s, %s)", (self._replica_id, thread_id, kind, _describe(error),
-                                                         journal.pack(list(op))))
-        log.error("replica %s: PostgreSQL refused a buffered %s of thread %r on replay (%s): moved to "
-                  "core_checkpoint_dead_letters, the rest of the buffer goes on", self._replica_id, kind, thread_id,
-                  _describe(error))
+        with (
+            psycopg.connect(self._resync_dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn,
+            self._watchdog.watching(conn),
+        ):
+            conn.execute(
+                "INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                (self._replica_id, thread_id, kind, _describe(error), journal.pack(list(op))),
+            )
+        log.error(
+            "replica %s: PostgreSQL refused a buffered %s of thread %r on replay (%s): moved to "
+            "core_checkpoint_dead_letters, the rest of the buffer goes on",
+            self._replica_id,
+            kind,
+            thread_id,
+            _describe(error),
+        )
 
     # --- replay ----------------------------------------------------------------------------------
 
-    def replay(self, ops: list[tuple[str, Any]], *, since: datetime | None, tombstoned: frozenset[str],
-               episode: bool = True) -> set[str]:
+    def replay(
+        self, ops: list[tuple[str, Any]], *, since: datetime | None, tombstoned: frozenset[str], episode: bool = True
+    ) -> set[str]:
         """Write buffered operations in one transaction with PostgresSaver's own upsert statements; returns
         the erased threads whose operations it dropped.
 
@@ -153,9 +184,17 @@ class Recovery:
         fates = ThreadFates(ops, decided=decided, since=since, replica_id=self._replica_id, tombstoned=tombstoned)
 
         def run() -> None:
-            with psycopg.connect(self._resync_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
-                                 connect_timeout=CONNECT_TIMEOUT_S) as conn, self._watchdog.watching(conn), \
-                    conn.transaction():
+            with (
+                psycopg.connect(
+                    self._resync_dsn,
+                    autocommit=True,
+                    prepare_threshold=0,
+                    row_factory=dict_row,
+                    connect_timeout=CONNECT_TIMEOUT_S,
+                ) as conn,
+                self._watchdog.watching(conn),
+                conn.transaction(),
+            ):
                 with conn.cursor() as cur:
                     blobs: list[tuple] = []
                     checkpoints: list[tuple] = []
@@ -163,10 +202,12 @@ class Recovery:
                     inserts: list[tuple] = []
 
                     def flush() -> None:
-                        for statement, rows in ((sql.UPSERT_CHECKPOINT_BLOBS_SQL, blobs),
-                                                (sql.UPSERT_CHECKPOINTS_SQL, checkpoints),
-                                                (sql.UPSERT_CHECKPOINT_WRITES_SQL, upserts),
-                                                (sql.INSERT_CHECKPOINT_WRITES_SQL, inserts)):
+                        for statement, rows in (
+                            (sql.UPSERT_CHECKPOINT_BLOBS_SQL, blobs),
+                            (sql.UPSERT_CHECKPOINTS_SQL, checkpoints),
+                            (sql.UPSERT_CHECKPOINT_WRITES_SQL, upserts),
+                            (sql.INSERT_CHECKPOINT_WRITES_SQL, inserts),
+                        ):
                             if rows:
                                 cur.executemany(statement, rows)
                                 rows.clear()

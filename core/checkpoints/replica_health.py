@@ -5,12 +5,14 @@ is reachable; on recovery the degradation episode, the guard's denials and the s
 refusals kept in memory during the outage). Read back here as DataFrames for the Degradation
 page. Tables: migration 003_replica_health.sql.
 """
+
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 import psycopg
@@ -74,9 +76,11 @@ class Episode:
 
 
 def _json_denial(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.isoformat() if isinstance(v, datetime) else v)
-            for k, v in row.items() if k in ("tool", "risk", "thread_id", "customer_id", "subject_root",
-                                             "subject_id", "denied_at")}
+    return {
+        k: (v.isoformat() if isinstance(v, datetime) else v)
+        for k, v in row.items()
+        if k in ("tool", "risk", "thread_id", "customer_id", "subject_root", "subject_id", "denied_at")
+    }
 
 
 def publish_heartbeat(conn: psycopg.Connection, row: dict[str, Any]) -> None:
@@ -113,10 +117,18 @@ def write_denials(conn: psycopg.Connection, replica_id: str, denials: Sequence[d
 def write_refusals(conn: psycopg.Connection, replica_id: str, refusals: Sequence[Any]) -> None:
     with conn.transaction():
         for r in refusals:
-            conn.execute(INSERT_REFUSAL, {"key": r.key, "replica_id": replica_id, "type_name": r.qualified_name,
-                                          "kind": r.kind,
-                                          "thread_id": r.thread_id, "checkpoint_id": r.checkpoint_id,
-                                          "refused_at": r.refused_at})
+            conn.execute(
+                INSERT_REFUSAL,
+                {
+                    "key": r.key,
+                    "replica_id": replica_id,
+                    "type_name": r.qualified_name,
+                    "kind": r.kind,
+                    "thread_id": r.thread_id,
+                    "checkpoint_id": r.checkpoint_id,
+                    "refused_at": r.refused_at,
+                },
+            )
 
 
 # --- read side (the Degradation page) -------------------------------------------------------
@@ -193,11 +205,11 @@ def episodes(db: Database, since: datetime | None = None, limit: int = 200) -> p
     return pd.DataFrame(db.fetch(SELECT_EPISODES, {"since": since or EPOCH, "limit": limit}))
 
 
-def denials(db: Database, since: datetime | None = None, episode_id: int | None = None,
-            limit: int = 500) -> pd.DataFrame:
+def denials(
+    db: Database, since: datetime | None = None, episode_id: int | None = None, limit: int = 500
+) -> pd.DataFrame:
     """Tool calls the fail-closed guard denied, newest first (optionally of one episode)."""
-    return pd.DataFrame(db.fetch(SELECT_DENIALS, {"since": since or EPOCH, "episode_id": episode_id,
-                                                  "limit": limit}))
+    return pd.DataFrame(db.fetch(SELECT_DENIALS, {"since": since or EPOCH, "episode_id": episode_id, "limit": limit}))
 
 
 def refusals(db: Database, since: datetime | None = None, limit: int = 500) -> pd.DataFrame:
@@ -207,14 +219,18 @@ def refusals(db: Database, since: datetime | None = None, limit: int = 500) -> p
 
 def refused_in_sql(db: Database, limit: int = 500) -> pd.DataFrame:
     """Checkpoint payloads in the database that the serializer would refuse, newest found first."""
-    return pd.DataFrame(db.fetch(SELECT_REFUSED_IN_SQL, {"limit": limit}),
-                        columns=["found_at", "refused_type", "kind", "channel", "thread_id", "checkpoint_id"])
+    return pd.DataFrame(
+        db.fetch(SELECT_REFUSED_IN_SQL, {"limit": limit}),
+        columns=["found_at", "refused_type", "kind", "channel", "thread_id", "checkpoint_id"],
+    )
 
 
 def dead_letters(db: Database, limit: int = 500) -> pd.DataFrame:
     """Buffered operations PostgreSQL refused on replay (core_checkpoint_dead_letters), newest first."""
-    return pd.DataFrame(db.fetch(SELECT_DEAD_LETTERS, {"limit": limit}),
-                        columns=["created_at", "replica_id", "thread_id", "kind", "error"])
+    return pd.DataFrame(
+        db.fetch(SELECT_DEAD_LETTERS, {"limit": limit}),
+        columns=["created_at", "replica_id", "thread_id", "kind", "error"],
+    )
 
 
 def summary(db: Database, since: datetime | None = None) -> dict[str, Any]:

@@ -10,6 +10,7 @@
 Heartbeat ages are computed at display time; a heartbeat older than the silent threshold
 (3 intervals + 5 s, as replica_health's SQL) shows `silent`, also in the last good reading.
 """
+
 from __future__ import annotations
 
 import time
@@ -17,7 +18,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -29,8 +30,18 @@ ENDPOINTS_SETTING = "AGENT_METRICS_URLS"
 FETCH_TIMEOUT_S = 1.5
 MAX_ENDPOINTS = 200
 MAX_EXPOSITION_BYTES = 2_000_000
-COLUMNS = ["replica_id", "state", "source", "heartbeat_age_s", "reading_age_s", "degraded_since",
-           "buffered_checkpoints", "buffered_writes", "endpoint", "error"]
+COLUMNS = [
+    "replica_id",
+    "state",
+    "source",
+    "heartbeat_age_s",
+    "reading_age_s",
+    "degraded_since",
+    "buffered_checkpoints",
+    "buffered_writes",
+    "endpoint",
+    "error",
+]
 
 
 class BadEndpoints(ValueError):
@@ -67,11 +78,13 @@ def configured_endpoints(secrets: Mapping[str, Any] | None = None) -> list[str]:
 def parse_exposition(text: str, endpoint: str) -> list[dict[str, Any]]:
     """One row per replica in an agent's /metrics text (agent_memory_checkpoint_* gauges)."""
     rows: dict[str, dict[str, Any]] = {}
-    wanted = {"agent_memory_checkpoint_degraded": "degraded",
-              "agent_memory_checkpoint_degraded_since_timestamp_seconds": "since",
-              "agent_memory_checkpoint_buffered_checkpoints": "buffered_checkpoints",
-              "agent_memory_checkpoint_buffered_writes": "buffered_writes",
-              "agent_memory_checkpoint_resync_failing": "resync_failing"}
+    wanted = {
+        "agent_memory_checkpoint_degraded": "degraded",
+        "agent_memory_checkpoint_degraded_since_timestamp_seconds": "since",
+        "agent_memory_checkpoint_buffered_checkpoints": "buffered_checkpoints",
+        "agent_memory_checkpoint_buffered_writes": "buffered_writes",
+        "agent_memory_checkpoint_resync_failing": "resync_failing",
+    }
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             key = wanted.get(sample.name)
@@ -82,11 +95,19 @@ def parse_exposition(text: str, endpoint: str) -> list[dict[str, Any]]:
     for replica, values in rows.items():
         degraded = values.get("degraded") == 1
         since = values.get("since") or 0
-        out.append({"replica_id": replica, "state": "degraded" if degraded else "ok", "source": "endpoint",
-                    "degraded_since": datetime.fromtimestamp(since, timezone.utc) if degraded and since else None,
-                    "buffered_checkpoints": int(values.get("buffered_checkpoints", 0)),
-                    "buffered_writes": int(values.get("buffered_writes", 0)),
-                    "resync_failing": values.get("resync_failing") == 1, "endpoint": endpoint, "error": None})
+        out.append(
+            {
+                "replica_id": replica,
+                "state": "degraded" if degraded else "ok",
+                "source": "endpoint",
+                "degraded_since": datetime.fromtimestamp(since, UTC) if degraded and since else None,
+                "buffered_checkpoints": int(values.get("buffered_checkpoints", 0)),
+                "buffered_writes": int(values.get("buffered_writes", 0)),
+                "resync_failing": values.get("resync_failing") == 1,
+                "endpoint": endpoint,
+                "error": None,
+            }
+        )
     return out
 
 
@@ -96,12 +117,26 @@ def _fetch(url: str, timeout: float) -> list[dict[str, Any]]:
             text = resp.read(MAX_EXPOSITION_BYTES).decode("utf-8", "replace")
         rows = parse_exposition(text, url)
         if not rows:
-            return [{"replica_id": None, "state": "unknown", "source": "endpoint", "endpoint": url,
-                     "error": "no agent_memory_checkpoint_degraded in the exposition"}]
+            return [
+                {
+                    "replica_id": None,
+                    "state": "unknown",
+                    "source": "endpoint",
+                    "endpoint": url,
+                    "error": "no agent_memory_checkpoint_degraded in the exposition",
+                }
+            ]
         return rows
     except Exception as exc:  # noqa: BLE001 - an endpoint that does not answer is shown as such
-        return [{"replica_id": None, "state": "unknown", "source": "endpoint", "endpoint": url,
-                 "error": f"{type(exc).__name__}: {exc}"[:300]}]
+        return [
+            {
+                "replica_id": None,
+                "state": "unknown",
+                "source": "endpoint",
+                "endpoint": url,
+                "error": f"{type(exc).__name__}: {exc}"[:300],
+            }
+        ]
 
 
 def read_endpoints(urls: Sequence[str], timeout: float = FETCH_TIMEOUT_S) -> pd.DataFrame:
@@ -113,15 +148,21 @@ def read_endpoints(urls: Sequence[str], timeout: float = FETCH_TIMEOUT_S) -> pd.
     return pd.DataFrame(rows)
 
 
-def replica_states(db_replicas: pd.DataFrame | None, *, fresh: bool, read_at: float | None,
-                   endpoints: pd.DataFrame | None = None, now: float | None = None) -> pd.DataFrame:
+def replica_states(
+    db_replicas: pd.DataFrame | None,
+    *,
+    fresh: bool,
+    read_at: float | None,
+    endpoints: pd.DataFrame | None = None,
+    now: float | None = None,
+) -> pd.DataFrame:
     """One row per replica with the state the page may show: ok, degraded, silent, stopped, unknown.
 
     `db_replicas` is replica_health.replicas() from the reading taken at `read_at` (None: never read);
     `fresh` says whether that reading is from this refresh. Endpoint rows win over the tables
     (they are live); a table row is `ok`/`degraded` only when fresh and its heartbeat is on time."""
     now = time.time() if now is None else now
-    now_dt = datetime.fromtimestamp(now, timezone.utc)
+    now_dt = datetime.fromtimestamp(now, UTC)
     reading_age = None if read_at is None else round(now - read_at, 1)
     rows: dict[str, dict[str, Any]] = {}
     if db_replicas is not None and not db_replicas.empty:
@@ -139,10 +180,17 @@ def replica_states(db_replicas: pd.DataFrame | None, *, fresh: bool, read_at: fl
             else:
                 state = "ok" if reported == "healthy" else reported
             rows[r["replica_id"]] = {
-                "replica_id": r["replica_id"], "state": state, "source": "tables" if fresh else "last_reading",
-                "heartbeat_age_s": None if age is None else round(age, 1), "reading_age_s": reading_age,
-                "degraded_since": r.get("degraded_since"), "buffered_checkpoints": r.get("buffered_checkpoints"),
-                "buffered_writes": r.get("buffered_writes"), "endpoint": None, "error": None}
+                "replica_id": r["replica_id"],
+                "state": state,
+                "source": "tables" if fresh else "last_reading",
+                "heartbeat_age_s": None if age is None else round(age, 1),
+                "reading_age_s": reading_age,
+                "degraded_since": r.get("degraded_since"),
+                "buffered_checkpoints": r.get("buffered_checkpoints"),
+                "buffered_writes": r.get("buffered_writes"),
+                "endpoint": None,
+                "error": None,
+            }
     unmatched = []
     if endpoints is not None and not endpoints.empty:
         for e in endpoints.to_dict("records"):
@@ -151,14 +199,22 @@ def replica_states(db_replicas: pd.DataFrame | None, *, fresh: bool, read_at: fl
                 continue
             base = rows.get(e["replica_id"], {})
             rows[e["replica_id"]] = {
-                **{c: base.get(c) for c in COLUMNS}, "replica_id": e["replica_id"], "state": e["state"],
-                "source": "endpoint", "reading_age_s": 0.0, "degraded_since": e.get("degraded_since"),
-                "buffered_checkpoints": e.get("buffered_checkpoints"), "buffered_writes": e.get("buffered_writes"),
-                "endpoint": e.get("endpoint"), "error": None}
+                **{c: base.get(c) for c in COLUMNS},
+                "replica_id": e["replica_id"],
+                "state": e["state"],
+                "source": "endpoint",
+                "reading_age_s": 0.0,
+                "degraded_since": e.get("degraded_since"),
+                "buffered_checkpoints": e.get("buffered_checkpoints"),
+                "buffered_writes": e.get("buffered_writes"),
+                "endpoint": e.get("endpoint"),
+                "error": None,
+            }
     frame = pd.DataFrame(list(rows.values()) + unmatched, columns=COLUMNS)
     order = {"degraded": 0, "silent": 1, "unknown": 2, "ok": 3, "stopped": 4}
-    return frame.sort_values(["state", "replica_id"], key=lambda s: s.map(order) if s.name == "state" else s,
-                             ignore_index=True)
+    return frame.sort_values(
+        ["state", "replica_id"], key=lambda s: s.map(order) if s.name == "state" else s, ignore_index=True
+    )
 
 
 def all_clear(states: pd.DataFrame, *, fresh: bool) -> bool:

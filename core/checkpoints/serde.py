@@ -11,6 +11,7 @@ langgraph's strict mode itself only emits a `msgpack_blocked` serde event and re
 argument in place of the object; we listen to that event for the load running in this thread
 or task (a context variable) and turn it into the exception.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -18,9 +19,10 @@ import logging
 import threading
 import uuid
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
@@ -49,7 +51,6 @@ ALLOWED_MSGPACK_MODULES: tuple[tuple[str, str], ...] = (
 )
 
 
-
 def allowlist_rows() -> list[tuple[str, str, str, str]]:
     """Everything this serializer loads, as (module, name, method, source) rows: our pairs, langgraph's
     SAFE_MSGPACK_TYPES (constructors, method '') and SAFE_MSGPACK_METHODS. The one source of
@@ -74,7 +75,7 @@ MAX_PENDING_REFUSALS = 10_000  # kept for the health tables until flushed; oldes
 class SerializationRefused(ValueError):
     """A checkpoint payload names a type outside the allowlist; nothing was imported or called."""
 
-    def __init__(self, refusal: "SerdeRefusal"):
+    def __init__(self, refusal: SerdeRefusal):
         self.refusal = refusal
         super().__init__(
             f"refused to deserialize checkpoint payload: {refusal.qualified_name} is not in the "
@@ -156,8 +157,9 @@ class AllowlistSerializer(JsonPlusSerializer):
     mode) are of this class too and share the same refusal log.
     """
 
-    def __init__(self, *, allowed: Iterable[tuple[str, ...]] = ALLOWED_MSGPACK_MODULES,
-                 refusals: RefusalLog | None = None) -> None:
+    def __init__(
+        self, *, allowed: Iterable[tuple[str, ...]] = ALLOWED_MSGPACK_MODULES, refusals: RefusalLog | None = None
+    ) -> None:
         super().__init__(pickle_fallback=False, allowed_msgpack_modules=tuple(allowed))
         self.refusals = refusals or REFUSALS
 

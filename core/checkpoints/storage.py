@@ -8,10 +8,11 @@ rest of its last thread), so temp space and memory are bounded by the batch, not
 Every thread's row is recomputed at every refresh; the detail of issue 27 (core/checkpoints/storage_detail.py, 9x the
 cost of the rows at 1M) only for the threads whose rows changed since the last refresh (their fingerprint).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import pandas as pd
 import psycopg
@@ -128,11 +129,16 @@ def _key_flags(keys: tuple[str, ...]) -> tuple[pgsql.Composable, pgsql.Composabl
     """(`, metadata ? 'k' AS k0, ...`, `ARRAY[CASE WHEN bool_or(k0) THEN 'k' END, ...]::text[]`)."""
     if not keys:
         return pgsql.SQL(""), pgsql.SQL("ARRAY[]::text[]")
-    flags = pgsql.SQL("").join(pgsql.SQL(", metadata ? {k} AS {c}").format(k=pgsql.Literal(k), c=pgsql.Identifier(f"k{i}"))
-                               for i, k in enumerate(keys))
-    array = pgsql.SQL("ARRAY[{}]::text[]").format(pgsql.SQL(", ").join(
-        pgsql.SQL("CASE WHEN bool_or({c}) THEN {k} END").format(k=pgsql.Literal(k), c=pgsql.Identifier(f"k{i}"))
-        for i, k in enumerate(keys)))
+    flags = pgsql.SQL("").join(
+        pgsql.SQL(", metadata ? {k} AS {c}").format(k=pgsql.Literal(k), c=pgsql.Identifier(f"k{i}"))
+        for i, k in enumerate(keys)
+    )
+    array = pgsql.SQL("ARRAY[{}]::text[]").format(
+        pgsql.SQL(", ").join(
+            pgsql.SQL("CASE WHEN bool_or({c}) THEN {k} END").format(k=pgsql.Literal(k), c=pgsql.Identifier(f"k{i}"))
+            for i, k in enumerate(keys)
+        )
+    )
     return flags, array
 
 
@@ -181,10 +187,14 @@ class StorageRefresh:
     detailed: int  # threads whose detail (bytes per channel and step, orphans) was recomputed
 
 
-def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...],
-                         batch_rows: int = STORAGE_BATCH_ROWS,
-                         on_batch: Callable[[int, str | None], None] | None = None,
-                         known_query: str | None = None, full: bool = False) -> StorageRefresh:
+def refresh_storage_conn(
+    conn: psycopg.Connection,
+    metadata_keys: tuple[str, ...],
+    batch_rows: int = STORAGE_BATCH_ROWS,
+    on_batch: Callable[[int, str | None], None] | None = None,
+    known_query: str | None = None,
+    full: bool = False,
+) -> StorageRefresh:
     """The refresh on `conn` (dict rows; inside a transaction the caller opened and commits, before any other
     statement of it: the first one sets its isolation level). `on_batch(n, hi)` is called after batch n (from 1),
     `hi` its upper bound (None for the last). `known_query`: KNOWN_THREADS_QUERY, run per batch on its range.
@@ -202,29 +212,51 @@ def refresh_storage_conn(conn: psycopg.Connection, metadata_keys: tuple[str, ...
         thread_range = key_ranges(lo, hi)
         known = orphans.known_column(conn, key_ranges(lo, hi, storage_detail.KNOWN_RANGE))
         old = conn.execute(pgsql.SQL(DELETE_STORAGE_RANGE).format(range=thread_range), prepare=False).fetchone()
-        row = conn.execute(pgsql.SQL(INSERT_STORAGE_BATCH).format(
-            flags=flags, keys=keys, range=thread_range, known=known, full=pgsql.Literal(full),
-            old_threads=pgsql.Literal(old["threads"]), old_fingerprints=pgsql.Literal(old["fingerprints"]),
-            **storage_detail.HASHES), prepare=False).fetchone()
+        row = conn.execute(
+            pgsql.SQL(INSERT_STORAGE_BATCH).format(
+                flags=flags,
+                keys=keys,
+                range=thread_range,
+                known=known,
+                full=pgsql.Literal(full),
+                old_threads=pgsql.Literal(old["threads"]),
+                old_fingerprints=pgsql.Literal(old["fingerprints"]),
+                **storage_detail.HASHES,
+            ),
+            prepare=False,
+        ).fetchone()
         orphans.add_batch(row)
-        storage_detail.refresh_range(conn, thread_range, key_ranges(lo, hi, "s.thread_id"), row["changed"],
-                                     len(row["changed"]) == row["threads"])
+        storage_detail.refresh_range(
+            conn, thread_range, key_ranges(lo, hi, "s.thread_id"), row["changed"], len(row["changed"]) == row["threads"]
+        )
         batches += 1
         detailed += len(row["changed"])
         for k in totals:
             totals[k] += int(row[k])
         if on_batch is not None:
             on_batch(batches, hi)
-    conn.execute(UPSERT_STORAGE_REFRESH, {"keys": list(metadata_keys), **totals, "batches": batches,
-                                          "batch_rows": batch_rows})
+    conn.execute(
+        UPSERT_STORAGE_REFRESH, {"keys": list(metadata_keys), **totals, "batches": batches, "batch_rows": batch_rows}
+    )
     storage_detail.record_orphans(conn, orphans)
-    return StorageRefresh(totals["threads"], totals["checkpoints"], totals["blobs"], totals["writes"], batches,
-                          tuple(metadata_keys), detailed)
+    return StorageRefresh(
+        totals["threads"],
+        totals["checkpoints"],
+        totals["blobs"],
+        totals["writes"],
+        batches,
+        tuple(metadata_keys),
+        detailed,
+    )
 
 
-def refresh_thread_storage(db: Database, metadata_keys: tuple[str, ...] | None = None,
-                           batch_rows: int = STORAGE_BATCH_ROWS, known_query: str | None | object = FROM_SETTINGS,
-                           full: bool = False) -> int:
+def refresh_thread_storage(
+    db: Database,
+    metadata_keys: tuple[str, ...] | None = None,
+    batch_rows: int = STORAGE_BATCH_ROWS,
+    known_query: str | None | object = FROM_SETTINGS,
+    full: bool = False,
+) -> int:
     """Recompute `core_thread_storage` from the three checkpoint tables in one transaction (readers see the old
     rows until it commits), in batches of thread_id ranges of at most `batch_rows` rows per table (bounded temp
     space and memory), recording per thread which `metadata_keys` (default: SUBJECT_METADATA_KEYS) its

@@ -7,6 +7,7 @@ orphan totals in the same batches of thread_id ranges and the same snapshot as `
 The detail is recomputed only for the threads whose rows changed since the last refresh (their fingerprint, a sum of
 hashes of what the detail reads, kept in core_thread_storage); the orphan totals are sums of per-thread rows.
 Only keys, sizes and versions are read, never a payload (`octet_length` of a TOASTed value reads its header)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -36,12 +37,18 @@ WITH b AS (
            coalesce(w.write_bytes, 0) AS write_bytes
     FROM b FULL JOIN w ON w.thread_id = b.thread_id AND w.channel = b.channel
 )"""
-INSERT_CHANNELS = CHANNELS + """
+INSERT_CHANNELS = (
+    CHANNELS
+    + """
 INSERT INTO core_channel_storage (thread_id, channel, blobs, blob_bytes, writes, write_bytes)
 SELECT thread_id, channel, blobs, blob_bytes, writes, write_bytes FROM both_"""
-SELECT_THREAD_CHANNELS = CHANNELS + """
+)
+SELECT_THREAD_CHANNELS = (
+    CHANNELS
+    + """
 SELECT channel, blobs, blob_bytes, writes, write_bytes, blob_bytes + write_bytes AS total_bytes FROM both_
 ORDER BY total_bytes DESC, channel"""
+)
 
 # What each checkpoint added, in order: its own row, the blobs of the channels whose version changed since the
 # previous checkpoint of its namespace, and its writes. `n` numbers a thread's checkpoints (all namespaces) by id.
@@ -81,7 +88,9 @@ WITH b AS MATERIALIZED (
 MIN_STEPS = 5  # fewer steps say nothing about a thread's growth
 # The growth of each thread, and its orphans: blobs whose (thread, namespace, channel, version) no checkpoint
 # references, writes whose checkpoint is not there (only threads that have any get a row).
-INSERT_GROWTH_AND_ORPHANS = STEPS + f""", growth AS (
+INSERT_GROWTH_AND_ORPHANS = (
+    STEPS
+    + f""", growth AS (
     INSERT INTO core_thread_growth (thread_id, steps, bytes, first_step_bytes, last_step_bytes, slope, superlinear)
     SELECT thread_id, count(*), sum(bytes), (array_agg(bytes ORDER BY n))[1], (array_agg(bytes ORDER BY n DESC))[1],
            regr_slope(bytes, n),
@@ -104,10 +113,14 @@ INSERT_GROWTH_AND_ORPHANS = STEPS + f""", growth AS (
 INSERT INTO core_thread_orphans (thread_id, blobs, blob_bytes, writes, write_bytes)
 SELECT thread_id, coalesce(ob.blobs, 0), coalesce(ob.blob_bytes, 0), coalesce(ow.writes, 0), coalesce(ow.write_bytes, 0)
 FROM orphan_blobs ob FULL JOIN orphan_writes ow USING (thread_id)"""
-SELECT_STEPS = STEPS + """
+)
+SELECT_STEPS = (
+    STEPS
+    + """
 SELECT n, checkpoint_ns, checkpoint_id, step, checkpoint_bytes, blob_bytes, write_bytes,
        checkpoint_bytes + blob_bytes + write_bytes AS bytes
 FROM steps ORDER BY n"""
+)
 
 # What each detail row is computed from, per row of the three tables: a 64-bit hash of its keys and sizes (and of a
 # checkpoint's channel_versions), seeded by the detail's own SQL (DETAIL_SEEDS). Their sum per thread is the thread's
@@ -140,11 +153,24 @@ DELETE_DETAIL = """
 DELETE FROM {table} d WHERE {range} AND (d.thread_id = ANY({changed}::text[])
     OR NOT EXISTS (SELECT 1 FROM core_thread_storage s WHERE {summary_range} AND s.thread_id = d.thread_id))"""
 CHANGED = "thread_id = ANY({}::text[])"
-DETAIL_SEEDS = tuple(int.from_bytes(hashlib.sha256("\n".join(
-    (CHANNELS, INSERT_CHANNELS, INSERT_GROWTH_AND_ORPHANS, CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH)).encode()
-).digest()[i:i + 8], "big", signed=True) for i in (0, 8, 16))  # checkpoints, blobs, writes
-HASHES = {name: pgsql.SQL(sql).format(seed=pgsql.Literal(seed)) for name, sql, seed in zip(
-    ("checkpoint_hash", "blob_hash", "write_hash"), (CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH), DETAIL_SEEDS)}
+DETAIL_SEEDS = tuple(
+    int.from_bytes(
+        hashlib.sha256(
+            "\n".join(
+                (CHANNELS, INSERT_CHANNELS, INSERT_GROWTH_AND_ORPHANS, CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH)
+            ).encode()
+        ).digest()[i : i + 8],
+        "big",
+        signed=True,
+    )
+    for i in (0, 8, 16)
+)  # checkpoints, blobs, writes
+HASHES = {
+    name: pgsql.SQL(sql).format(seed=pgsql.Literal(seed))
+    for name, sql, seed in zip(
+        ("checkpoint_hash", "blob_hash", "write_hash"), (CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH), DETAIL_SEEDS
+    )
+}
 # The refresh's orphan totals: sums of the per-thread rows.
 RECORD_ORPHANS = """
 UPDATE core_thread_storage_refresh SET (orphan_blobs, orphan_blob_bytes, orphan_writes, orphan_write_bytes) = (
@@ -163,8 +189,10 @@ def known_threads_query(query: str | None) -> str | None:
     KnownThreadsQueryError for a per-customer query."""
     query = (query or "").strip().rstrip(";").strip()
     if "%(id)s" in query:
-        raise KnownThreadsQueryError("KNOWN_THREADS_QUERY lists every thread the application knows and takes no "
-                                     "%(id)s (a query for one customer is SUBJECT_THREAD_QUERY)")
+        raise KnownThreadsQueryError(
+            "KNOWN_THREADS_QUERY lists every thread the application knows and takes no "
+            "%(id)s (a query for one customer is SUBJECT_THREAD_QUERY)"
+        )
     return query or None
 
 
@@ -180,7 +208,7 @@ class Orphans:
     unknown_threads_error: str | None = None
 
     @classmethod
-    def configured(cls, query: str | None) -> "Orphans":
+    def configured(cls, query: str | None) -> Orphans:
         try:
             return cls(known_query=known_threads_query(query))
         except KnownThreadsQueryError as exc:
@@ -200,8 +228,9 @@ class Orphans:
         try:
             with conn.transaction(force_rollback=True):  # a savepoint: READ ONLY and the timeout end with it
                 conn.execute("SET TRANSACTION READ ONLY")
-                conn.execute(pgsql.SQL("SET LOCAL statement_timeout = {}").format(
-                    pgsql.Literal(KNOWN_QUERY_TIMEOUT_MS)))
+                conn.execute(
+                    pgsql.SQL("SET LOCAL statement_timeout = {}").format(pgsql.Literal(KNOWN_QUERY_TIMEOUT_MS))
+                )
                 known = [r["thread_id"] for r in conn.execute(query, prepare=False)]
         except psycopg.Error as exc:  # shown on the page, never hidden
             self.unknown_threads_error = f"KNOWN_THREADS_QUERY: {type(exc).__name__}: {str(exc).strip()}"
@@ -214,15 +243,23 @@ class Orphans:
         self.unknown_thread_bytes += int(row["unknown_thread_bytes"])
 
 
-def refresh_range(conn: psycopg.Connection, thread_range: pgsql.Composable, summary_range: pgsql.Composable,
-                  changed: list[str], every: bool) -> None:
+def refresh_range(
+    conn: psycopg.Connection,
+    thread_range: pgsql.Composable,
+    summary_range: pgsql.Composable,
+    changed: list[str],
+    every: bool,
+) -> None:
     """The detail of one range of threads (`thread_range`: a condition on `thread_id`, `summary_range` the same on
     `s.thread_id`) whose summary rows were just replaced: that of the `changed` threads recomputed (`every`: they are
     all the range's threads), that of threads no longer there deleted, the others' kept."""
     ids = pgsql.Literal(changed)
     for table in DETAIL_TABLES:
-        conn.execute(pgsql.SQL(DELETE_DETAIL).format(table=pgsql.Identifier(table), range=thread_range,
-                                                     summary_range=summary_range, changed=ids))
+        conn.execute(
+            pgsql.SQL(DELETE_DETAIL).format(
+                table=pgsql.Identifier(table), range=thread_range, summary_range=summary_range, changed=ids
+            )
+        )
     if not changed:
         return
     threads = thread_range if every else pgsql.SQL(CHANGED).format(ids)
@@ -234,9 +271,14 @@ def record_orphans(conn: psycopg.Connection, orphans: Orphans) -> None:
     """The refresh's orphan totals (sums of core_thread_orphans); the unknown threads' as NULL when no query ran to the
     end (then the ranges it had checked before failing are not listed either: SELECT_UNKNOWN_THREADS)."""
     checked = orphans.checking
-    conn.execute(RECORD_ORPHANS, {"unknown_threads": orphans.unknown_threads if checked else None,
-                                  "unknown_thread_bytes": orphans.unknown_thread_bytes if checked else None,
-                                  "unknown_threads_error": orphans.unknown_threads_error})
+    conn.execute(
+        RECORD_ORPHANS,
+        {
+            "unknown_threads": orphans.unknown_threads if checked else None,
+            "unknown_thread_bytes": orphans.unknown_thread_bytes if checked else None,
+            "unknown_threads_error": orphans.unknown_threads_error,
+        },
+    )
 
 
 # --- reads -------------------------------------------------------------------------------------------------------------
@@ -273,8 +315,7 @@ LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid
 WHERE c.oid IN ('checkpoints'::regclass, 'checkpoint_blobs'::regclass, 'checkpoint_writes'::regclass)
 ORDER BY array_position(ARRAY['checkpoints', 'checkpoint_blobs', 'checkpoint_writes'], c.relname::text)"""
 CHANNEL_COLUMNS = ["channel", "blobs", "blob_bytes", "writes", "write_bytes", "total_bytes"]
-STEP_COLUMNS = ["n", "checkpoint_ns", "checkpoint_id", "step", "checkpoint_bytes", "blob_bytes", "write_bytes",
-                "bytes"]
+STEP_COLUMNS = ["n", "checkpoint_ns", "checkpoint_id", "step", "checkpoint_bytes", "blob_bytes", "write_bytes", "bytes"]
 
 
 def _ints(frame: pd.DataFrame, skip: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -292,8 +333,9 @@ def channel_totals(db: Database) -> pd.DataFrame:
 def thread_channels(db: Database, thread_id: str) -> pd.DataFrame:
     """Bytes per channel of one thread, read now."""
     with db.connection(read_only=True) as conn:
-        rows = conn.execute(pgsql.SQL(SELECT_THREAD_CHANNELS).format(
-            range=pgsql.SQL(THREAD_RANGE).format(pgsql.Literal(thread_id)))).fetchall()
+        rows = conn.execute(
+            pgsql.SQL(SELECT_THREAD_CHANNELS).format(range=pgsql.SQL(THREAD_RANGE).format(pgsql.Literal(thread_id)))
+        ).fetchall()
     return _ints(pd.DataFrame(rows, columns=CHANNEL_COLUMNS))
 
 
@@ -301,8 +343,9 @@ def thread_steps(db: Database, thread_id: str) -> pd.DataFrame:
     """One thread's checkpoints in order (`n`), with the bytes each added and the running total (`cumulative`),
     read now."""
     with db.connection(read_only=True) as conn:
-        rows = conn.execute(pgsql.SQL(SELECT_STEPS).format(
-            range=pgsql.SQL(THREAD_RANGE).format(pgsql.Literal(thread_id)))).fetchall()
+        rows = conn.execute(
+            pgsql.SQL(SELECT_STEPS).format(range=pgsql.SQL(THREAD_RANGE).format(pgsql.Literal(thread_id)))
+        ).fetchall()
     frame = _ints(pd.DataFrame(rows, columns=STEP_COLUMNS))
     frame["cumulative"] = frame["bytes"].cumsum()
     return frame
@@ -311,8 +354,10 @@ def thread_steps(db: Database, thread_id: str) -> pd.DataFrame:
 def growing_threads(db: Database, limit: int = 20) -> pd.DataFrame:
     """Threads whose size grows faster than linearly with their steps, steepest first: steps, bytes, the bytes of
     their first and last step and the slope (bytes per step, per step), as of the last storage refresh."""
-    frame = pd.DataFrame(db.fetch(SELECT_GROWING, (limit,)),
-                         columns=["thread_id", "steps", "bytes", "first_step_bytes", "last_step_bytes", "slope"])
+    frame = pd.DataFrame(
+        db.fetch(SELECT_GROWING, (limit,)),
+        columns=["thread_id", "steps", "bytes", "first_step_bytes", "last_step_bytes", "slope"],
+    )
     frame["slope"] = frame["slope"].astype(float)
     return _ints(frame)
 
@@ -331,13 +376,31 @@ def unknown_threads(db: Database) -> dict | None:
 
 def unknown_thread_list(db: Database, limit: int = 20) -> pd.DataFrame:
     """The largest of those threads (id, customer, checkpoints, bytes, last checkpoint), as of the last refresh."""
-    return _ints(pd.DataFrame(db.fetch(SELECT_UNKNOWN_THREADS, (limit,)),
-                              columns=["thread_id", "cliente_id", "checkpoints", "total_bytes", "last_ts"]))
+    return _ints(
+        pd.DataFrame(
+            db.fetch(SELECT_UNKNOWN_THREADS, (limit,)),
+            columns=["thread_id", "cliente_id", "checkpoints", "total_bytes", "last_ts"],
+        )
+    )
 
 
 def table_stats(db: Database) -> pd.DataFrame:
     """Per checkpoint table: table, index and TOAST bytes, live and dead tuples, last (auto)vacuum and (auto)analyze,
     from PostgreSQL's statistics as of `as_of` (now)."""
-    return pd.DataFrame(db.fetch(SELECT_TABLE_STATS), columns=[
-        "table_name", "table_bytes", "index_bytes", "toast_bytes", "total_bytes", "live_tuples", "dead_tuples",
-        "last_vacuum", "last_autovacuum", "last_analyze", "last_autoanalyze", "as_of"])
+    return pd.DataFrame(
+        db.fetch(SELECT_TABLE_STATS),
+        columns=[
+            "table_name",
+            "table_bytes",
+            "index_bytes",
+            "toast_bytes",
+            "total_bytes",
+            "live_tuples",
+            "dead_tuples",
+            "last_vacuum",
+            "last_autovacuum",
+            "last_analyze",
+            "last_autoanalyze",
+            "as_of",
+        ],
+    )

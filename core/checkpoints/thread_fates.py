@@ -12,6 +12,7 @@ checkpoint is written:
   checkpoint they were based on (and the thread's blobs), logged at ERROR and counted;
 - otherwise the buffered operations are replayed on the thread itself.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,15 @@ class ThreadFates:
     episode; once the transaction has committed, the caller keeps `decided` and counts `conflicts`,
     `erased` and `dropped` (`log()` says what happened)."""
 
-    def __init__(self, ops: list[tuple[str, Any]], *, decided: dict[tuple[str, str], str | None], since: Any,
-                 replica_id: str, tombstoned: frozenset[str]):
+    def __init__(
+        self,
+        ops: list[tuple[str, Any]],
+        *,
+        decided: dict[tuple[str, str], str | None],
+        since: Any,
+        replica_id: str,
+        tombstoned: frozenset[str],
+    ):
         self.decided = dict(decided)
         self.since = since
         self.replica_id = replica_id
@@ -103,9 +111,21 @@ class ThreadFates:
 
     def log(self) -> None:
         for (thread_id, ns), head, base, target in self.conflicts:
-            log.error("thread %r (ns %r) changed in PostgreSQL while replica %s was degraded (head %s, buffered "
-                      "turns based on %s): the buffered turns are kept in thread %r, not put on top of the head",
-                      thread_id, ns, self.replica_id, head, base, target)
+            log.error(
+                "thread %r (ns %r) changed in PostgreSQL while replica %s was degraded (head %s, buffered "
+                "turns based on %s): the buffered turns are kept in thread %r, not put on top of the head",
+                thread_id,
+                ns,
+                self.replica_id,
+                head,
+                base,
+                target,
+            )
         if self.erased:
-            log.warning("replica %s dropped %d buffered operations of %d erased threads (tombstones): %s",
-                        self.replica_id, self.dropped, len(self.erased), sorted(self.erased))
+            log.warning(
+                "replica %s dropped %d buffered operations of %d erased threads (tombstones): %s",
+                self.replica_id,
+                self.dropped,
+                len(self.erased),
+                sorted(self.erased),
+            )

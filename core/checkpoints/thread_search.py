@@ -15,12 +15,14 @@ The rows are as current as the extraction: `SearchResult.as_of` is its watermark
 
 `ThreadQuery.from_params` reads a query from URL parameters (strings) and is the one place that validates them.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
-from typing import Any, Mapping
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 
 import pandas as pd
 
@@ -98,9 +100,10 @@ class ThreadQuery:
             raise BadQuery("since is not before until")
 
     @classmethod
-    def from_params(cls, params: Mapping[str, str]) -> "ThreadQuery":
+    def from_params(cls, params: Mapping[str, str]) -> ThreadQuery:
         """A query from URL parameters (`meta_key`, `meta_value`, `status`, `agent`, `window`, `from`, `to` as
         YYYY-MM-DD, UTC days, `to` inclusive, `sort`, `order`, `limit`, `page` from 1). Raises BadQuery."""
+
         def text(name: str) -> str:
             return str(params.get(name, "") or "").strip()
 
@@ -112,7 +115,7 @@ class ThreadQuery:
                 d = date.fromisoformat(raw)
             except ValueError:
                 raise BadQuery(f"{name} must be a date YYYY-MM-DD, got {raw!r}") from None
-            return datetime.combine(d + timedelta(days=1) if end else d, time(), timezone.utc)
+            return datetime.combine(d + timedelta(days=1) if end else d, time(), UTC)
 
         def number(name: str, default: int) -> int:
             raw = text(name)
@@ -125,20 +128,35 @@ class ThreadQuery:
         page = number("page", 1)
         if page < 1:
             raise BadQuery(f"page must be >= 1, got {page}")
-        return cls(metadata_key=text("meta_key"), metadata_value=text("meta_value"), status=text("status"),
-                   agent=text("agent"), window=text("window"), since=day("from", False), until=day("to", True),
-                   sort=text("sort") or "updated_at", order=text("order") or "desc", limit=limit,
-                   offset=(page - 1) * limit)
+        return cls(
+            metadata_key=text("meta_key"),
+            metadata_value=text("meta_value"),
+            status=text("status"),
+            agent=text("agent"),
+            window=text("window"),
+            since=day("from", False),
+            until=day("to", True),
+            sort=text("sort") or "updated_at",
+            order=text("order") or "desc",
+            limit=limit,
+            offset=(page - 1) * limit,
+        )
 
     def params(self) -> dict[str, str]:
         """The URL parameters that give this query back (defaults left out)."""
-        out = {"meta_key": self.metadata_key, "meta_value": self.metadata_value, "status": self.status,
-               "agent": self.agent, "window": self.window,
-               "from": self.since.date().isoformat() if self.since else "",
-               "to": (self.until - timedelta(days=1)).date().isoformat() if self.until else "",
-               "sort": "" if self.sort == "updated_at" else self.sort, "order": "" if self.order == "desc" else self.order,
-               "limit": "" if self.limit == 25 else str(self.limit),
-               "page": "" if not self.offset else str(self.offset // self.limit + 1)}
+        out = {
+            "meta_key": self.metadata_key,
+            "meta_value": self.metadata_value,
+            "status": self.status,
+            "agent": self.agent,
+            "window": self.window,
+            "from": self.since.date().isoformat() if self.since else "",
+            "to": (self.until - timedelta(days=1)).date().isoformat() if self.until else "",
+            "sort": "" if self.sort == "updated_at" else self.sort,
+            "order": "" if self.order == "desc" else self.order,
+            "limit": "" if self.limit == 25 else str(self.limit),
+            "page": "" if not self.offset else str(self.offset // self.limit + 1),
+        }
         return {k: v for k, v in out.items() if v}
 
     @property
@@ -148,10 +166,10 @@ class ThreadQuery:
 
 @dataclass(frozen=True)
 class SearchResult:
-    threads: pd.DataFrame      # COLUMNS, one page
-    total: int                 # threads matching, all pages, counted up to the cap
-    as_of: datetime | None     # the extraction's time (None: never ran)
-    capped: bool = False       # more than `total` match
+    threads: pd.DataFrame  # COLUMNS, one page
+    total: int  # threads matching, all pages, counted up to the cap
+    as_of: datetime | None  # the extraction's time (None: never ran)
+    capped: bool = False  # more than `total` match
 
 
 def _metadata_filters(key: str, value: str) -> list[dict[str, Any]]:
@@ -199,18 +217,22 @@ def _where(q: ThreadQuery, now: datetime) -> tuple[str, dict[str, Any]]:
     return " AND ".join(conds), params
 
 
-def search_threads(db: Database, q: ThreadQuery, now: datetime | None = None,
-                   count_cap: int = COUNT_CAP) -> SearchResult:
+def search_threads(
+    db: Database, q: ThreadQuery, now: datetime | None = None, count_cap: int = COUNT_CAP
+) -> SearchResult:
     """One page of threads matching `q`, the number matching in all (exact up to `count_cap`, then `capped`), and
     the time the summary is as of. The time range applies to the sort column (last activity or creation)."""
-    where, params = _where(q, now or datetime.now(timezone.utc))
+    where, params = _where(q, now or datetime.now(UTC))
     direction = "DESC" if q.order == "desc" else "ASC"
     rows = db.fetch(
         f"SELECT {', '.join(COLUMNS)} FROM core_thread_summary WHERE {where} "
         f"ORDER BY {q.sort} {direction}, thread_id {direction} LIMIT %(limit)s OFFSET %(offset)s",
-        {**params, "limit": q.limit, "offset": q.offset})
-    total = db.fetch_one(f"SELECT count(*) AS n FROM (SELECT 1 FROM core_thread_summary WHERE {where} "
-                         "LIMIT %(cap)s) m", {**params, "cap": count_cap + 1})["n"]
+        {**params, "limit": q.limit, "offset": q.offset},
+    )
+    total = db.fetch_one(
+        f"SELECT count(*) AS n FROM (SELECT 1 FROM core_thread_summary WHERE {where} LIMIT %(cap)s) m",
+        {**params, "cap": count_cap + 1},
+    )["n"]
     as_of = db.fetch_one(SELECT_AS_OF)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["metadata"] = [json.dumps(m, ensure_ascii=False, sort_keys=True) for m in frame["metadata"]]
@@ -231,4 +253,3 @@ def preset(name: str) -> ThreadQuery:
     if name == "failed":
         return ThreadQuery(status="error", window="1h")
     raise BadQuery(f"unknown preset {name!r}")
-

@@ -26,12 +26,14 @@ Clock: a row's `ts` is the checkpoint's own `ts` (real time, written by the chec
 demo, which replays past days, tags its runs with metadata `core_replayed_at` (core.agents.retail
 run_turn, inside core.clock.simulated); when present that time is used and `clock` says 'replayed'.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 
@@ -40,8 +42,8 @@ from core.db import Database
 log = logging.getLogger(__name__)
 
 WATERMARK = "tool_calls"
-BATCH_CHECKPOINTS = 2_000        # checkpoints decoded per transaction
-PAGE_MAX_CHECKPOINTS = 4_000     # what one page view may extract before it shows "behind" instead
+BATCH_CHECKPOINTS = 2_000  # checkpoints decoded per transaction
+PAGE_MAX_CHECKPOINTS = 4_000  # what one page view may extract before it shows "behind" instead
 SWEEP_LOOKBACK = timedelta(hours=24)
 # A write (an interrupt, an error) lands on a checkpoint after it was created, maybe after the checkpoint was
 # extracted: every run re-checks the status of the thread rows it wrote this long ago or less.
@@ -55,14 +57,15 @@ ENSURE_WATERMARK = "INSERT INTO core_extract_watermark (name) VALUES (%(name)s) 
 LOCK_WATERMARK = "SELECT 1 FROM core_extract_watermark WHERE name = %(name)s FOR UPDATE"
 
 
-
 def next_nodes(alias: str) -> str:
     """SQL: the nodes the latest root checkpoint (`alias`.thread_id, `alias`.checkpoint_id) schedules next, as
     langgraph's `StateSnapshot.next` (migration 086: core_next_nodes); '{}' for a finished run. One primary-key
     lookup on checkpoints (and on checkpoint_blobs for pending Sends)."""
-    return ("coalesce((SELECT core_next_nodes(c.thread_id, c.checkpoint_ns, c.checkpoint) FROM checkpoints c "
-            f"WHERE c.thread_id = {alias}.thread_id AND c.checkpoint_ns = '' "
-            f"AND c.checkpoint_id = {alias}.checkpoint_id), '{{}}')")
+    return (
+        "coalesce((SELECT core_next_nodes(c.thread_id, c.checkpoint_ns, c.checkpoint) FROM checkpoints c "
+        f"WHERE c.thread_id = {alias}.thread_id AND c.checkpoint_ns = '' "
+        f"AND c.checkpoint_id = {alias}.checkpoint_id), '{{}}')"
+    )
 
 
 def thread_status(alias: str, nodes: str) -> str:
@@ -71,17 +74,22 @@ def thread_status(alias: str, nodes: str) -> str:
     `__interrupt__` write: langgraph's `interrupt()`), 'paused' (nodes scheduled next and neither write: a static
     `interrupt_before`/`interrupt_after`, or a run inside its step), else 'idle'. Index lookups on
     checkpoint_writes' primary key (thread, ns, checkpoint): a few rows each."""
-    pending = ("EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = {a}.thread_id AND w.checkpoint_ns = '' "
-               "AND w.checkpoint_id = {a}.checkpoint_id AND w.channel = '{c}')")
-    return (f"CASE WHEN {pending.format(a=alias, c='__error__')} THEN 'error' "
-            f"WHEN {pending.format(a=alias, c='__interrupt__')} THEN 'interrupted' "
-            f"WHEN cardinality({nodes}) > 0 THEN 'paused' ELSE 'idle' END")
+    pending = (
+        "EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = {a}.thread_id AND w.checkpoint_ns = '' "
+        "AND w.checkpoint_id = {a}.checkpoint_id AND w.channel = '{c}')"
+    )
+    return (
+        f"CASE WHEN {pending.format(a=alias, c='__error__')} THEN 'error' "
+        f"WHEN {pending.format(a=alias, c='__interrupt__')} THEN 'interrupted' "
+        f"WHEN cardinality({nodes}) > 0 THEN 'paused' ELSE 'idle' END"
+    )
 
 
 # One batch: the next checkpoints after the key, their writes filtered on the raw bytes (only blobs
 # that can hold a chat message are decoded), the messages decoded by the canonical SQL decoder, the
 # AI messages' tool calls and the human messages' thread-days inserted idempotently.
-EXTRACT_BATCH = r"""
+EXTRACT_BATCH = (
+    r"""
 WITH cps AS MATERIALIZED (
     SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.checkpoint ->> 'ts' AS ts_text, c.metadata
     FROM checkpoints c
@@ -150,9 +158,13 @@ WITH cps AS MATERIALIZED (
     INSERT INTO core_thread_summary AS s (thread_id, created_at, updated_at, checkpoint_id, step, status, agent, metadata,
                                           next_nodes)
     SELECT l.thread_id, l.first_ts, l.ts, l.checkpoint_id, core_try_bigint(l.metadata ->> 'step')::integer,
-           """ + thread_status("l", "n.next_nodes") + r""", coalesce(l.metadata ->> 'agente', l.metadata ->> 'graph_id'),
+           """
+    + thread_status("l", "n.next_nodes")
+    + r""", coalesce(l.metadata ->> 'agente', l.metadata ->> 'graph_id'),
            l.metadata, n.next_nodes
-    FROM latest l CROSS JOIN LATERAL (SELECT """ + next_nodes("l") + r""" AS next_nodes) n
+    FROM latest l CROSS JOIN LATERAL (SELECT """
+    + next_nodes("l")
+    + r""" AS next_nodes) n
     ON CONFLICT (thread_id) DO UPDATE
     SET created_at = least(s.created_at, EXCLUDED.created_at), updated_at = EXCLUDED.updated_at,
         checkpoint_id = EXCLUDED.checkpoint_id, step = EXCLUDED.step, status = EXCLUDED.status,
@@ -205,6 +217,7 @@ SELECT (SELECT count(*) FROM cps) AS checkpoints,
        (SELECT count(*) FROM usage_threads) + (SELECT count(*) FROM usage_days) AS usage_rollups,
        l.ts_text AS ts, l.thread_id, l.checkpoint_ns, l.checkpoint_id
 FROM (SELECT 1) one LEFT JOIN last l ON true"""
+)
 
 # Forward only: the stored key never moves back (a look-back run re-reads without rewinding it).
 ADVANCE_WATERMARK = """
@@ -214,14 +227,20 @@ SET ts = %(ts)s, thread_id = %(thread_id)s, checkpoint_ns = %(checkpoint_ns)s, c
 WHERE name = %(name)s
   AND (ts, thread_id, checkpoint_ns, checkpoint_id) < (%(ts)s, %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)"""
 
-RECHECK_STATUS = """
+RECHECK_STATUS = (
+    """
 WITH now_is AS (
-    SELECT s.thread_id, n.next_nodes, """ + thread_status("s", "n.next_nodes") + """ AS status
-    FROM core_thread_summary s CROSS JOIN LATERAL (SELECT """ + next_nodes("s") + """ AS next_nodes) n
+    SELECT s.thread_id, n.next_nodes, """
+    + thread_status("s", "n.next_nodes")
+    + """ AS status
+    FROM core_thread_summary s CROSS JOIN LATERAL (SELECT """
+    + next_nodes("s")
+    + """ AS next_nodes) n
     WHERE s.refreshed_at >= now() - %(window)s::interval)
 UPDATE core_thread_summary s SET status = now_is.status, next_nodes = now_is.next_nodes
 FROM now_is
 WHERE s.thread_id = now_is.thread_id AND (s.status, s.next_nodes) IS DISTINCT FROM (now_is.status, now_is.next_nodes)"""
+)
 
 # Checkpoints after the watermark (capped: the page only needs "behind by about N").
 COUNT_BEHIND = """
@@ -235,12 +254,25 @@ SELECT count(*) AS n FROM (
 # Rows of threads the checkpointer no longer holds (retention, delete_thread): args are what a
 # customer said, so they do not outlive the thread.
 # The per-day usage totals (core_usage_days) stay: what deleted threads cost was spent.
-DERIVED_PER_THREAD = ("core_refused_payloads", "core_tool_calls", "core_thread_days", "core_thread_summary",
-                      "core_message_usage", "core_usage_threads")
-PRUNE_ORPHANS = "WITH " + ",\n".join(
-    f"gone_{i} AS (DELETE FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)"
-    " RETURNING 1)" for i, table in enumerate(DERIVED_PER_THREAD)
-) + "\nSELECT " + " + ".join(f"(SELECT count(*) FROM gone_{i})" for i in range(len(DERIVED_PER_THREAD))) + " AS n"
+DERIVED_PER_THREAD = (
+    "core_refused_payloads",
+    "core_tool_calls",
+    "core_thread_days",
+    "core_thread_summary",
+    "core_message_usage",
+    "core_usage_threads",
+)
+PRUNE_ORPHANS = (
+    "WITH "
+    + ",\n".join(
+        f"gone_{i} AS (DELETE FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)"
+        " RETURNING 1)"
+        for i, table in enumerate(DERIVED_PER_THREAD)
+    )
+    + "\nSELECT "
+    + " + ".join(f"(SELECT count(*) FROM gone_{i})" for i in range(len(DERIVED_PER_THREAD)))
+    + " AS n"
+)
 
 
 @dataclass(frozen=True)
@@ -251,31 +283,35 @@ class Watermark:
     checkpoint_id: str = ""
 
     def params(self) -> dict[str, str]:
-        return {"ts": self.ts, "thread_id": self.thread_id, "checkpoint_ns": self.checkpoint_ns,
-                "checkpoint_id": self.checkpoint_id}
+        return {
+            "ts": self.ts,
+            "thread_id": self.thread_id,
+            "checkpoint_ns": self.checkpoint_ns,
+            "checkpoint_id": self.checkpoint_id,
+        }
 
-    def rewound(self, by: timedelta) -> "Watermark":
+    def rewound(self, by: timedelta) -> Watermark:
         """The key `by` earlier (checkpoint ts is ISO 8601 UTC text: text order is time order)."""
         if not self.ts:
             return Watermark()
         at = datetime.fromisoformat(self.ts) - by
-        return Watermark(at.astimezone(timezone.utc).isoformat())
+        return Watermark(at.astimezone(UTC).isoformat())
 
 
 @dataclass
 class ExtractResult:
-    checkpoints: int = 0        # checkpoints read (writes decoded are those of these checkpoints)
-    writes: int = 0             # checkpoint writes decoded
-    calls: int = 0              # tool calls inserted (already extracted ones are not counted)
-    refused: int = 0            # payloads newly found that the serializer would refuse (core_refused_payloads)
-    thread_days: int = 0        # thread-days inserted or widened
-    threads: int = 0            # thread summaries written (core_thread_summary: search, status)
-    usages: int = 0             # AI messages with usage_metadata newly extracted (core_message_usage)
-    statuses: int = 0           # thread statuses changed by the re-check (a late interrupt or error write)
+    checkpoints: int = 0  # checkpoints read (writes decoded are those of these checkpoints)
+    writes: int = 0  # checkpoint writes decoded
+    calls: int = 0  # tool calls inserted (already extracted ones are not counted)
+    refused: int = 0  # payloads newly found that the serializer would refuse (core_refused_payloads)
+    thread_days: int = 0  # thread-days inserted or widened
+    threads: int = 0  # thread summaries written (core_thread_summary: search, status)
+    usages: int = 0  # AI messages with usage_metadata newly extracted (core_message_usage)
+    statuses: int = 0  # thread statuses changed by the re-check (a late interrupt or error write)
     batches: int = 0
-    behind: int = 0             # checkpoints still after the watermark when it stopped (capped)
+    behind: int = 0  # checkpoints still after the watermark when it stopped (capped)
     pruned: int = 0
-    error: str | None = None    # why a page could not extract (e.g. a read-only database role)
+    error: str | None = None  # why a page could not extract (e.g. a read-only database role)
 
     @property
     def caught_up(self) -> bool:
@@ -294,9 +330,14 @@ def checkpoints_behind(db: Database, cap: int = 100_000) -> int:
     return db.fetch_one(COUNT_BEHIND, {**watermark(db).params(), "cap": cap}, read_only=False)["n"]
 
 
-def extract(db: Database, *, max_checkpoints: int | None = None, lookback: timedelta | None = None,
-            batch: int = BATCH_CHECKPOINTS,
-            on_batch: Callable[[ExtractResult], None] | None = None) -> ExtractResult:
+def extract(
+    db: Database,
+    *,
+    max_checkpoints: int | None = None,
+    lookback: timedelta | None = None,
+    batch: int = BATCH_CHECKPOINTS,
+    on_batch: Callable[[ExtractResult], None] | None = None,
+) -> ExtractResult:
     """Extract tool calls and human-message thread-days from the checkpoints after the watermark.
 
     `max_checkpoints` bounds the work (None: until caught up); `lookback` re-reads that much before the
@@ -332,10 +373,20 @@ def extract(db: Database, *, max_checkpoints: int | None = None, lookback: timed
     with db.connection() as conn, conn.transaction():
         result.statuses = conn.execute(RECHECK_STATUS, {"window": STATUS_RECHECK}).rowcount
     result.behind = checkpoints_behind(db)
-    log.info("tool calls: %d checkpoints (%d writes) read, %d calls, %d thread-days, %d refused payloads, "
-             "%d thread summaries (%d statuses re-checked) and %d usages extracted in %d batches, %d behind",
-             result.checkpoints, result.writes, result.calls, result.thread_days, result.refused, result.threads,
-             result.statuses, result.usages, result.batches, result.behind)
+    log.info(
+        "tool calls: %d checkpoints (%d writes) read, %d calls, %d thread-days, %d refused payloads, "
+        "%d thread summaries (%d statuses re-checked) and %d usages extracted in %d batches, %d behind",
+        result.checkpoints,
+        result.writes,
+        result.calls,
+        result.thread_days,
+        result.refused,
+        result.threads,
+        result.statuses,
+        result.usages,
+        result.batches,
+        result.behind,
+    )
     return result
 
 

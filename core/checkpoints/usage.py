@@ -8,10 +8,11 @@ empty, not 0), and tokens of a model without a price leave the cost empty for th
 `no_price`. Input tokens include the cached ones (LangChain's convention): the cost is
 (input - cached) x input price + cached x cached price + output x output price.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import date
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -62,8 +63,14 @@ def priced(frame: pd.DataFrame, prices: Iterable[ModelPrice]) -> pd.DataFrame:
             costs.append(np.nan)
             continue
         cached_price = p.input if p.cached_input is None else p.cached_input
-        costs.append(((row.input_tokens - row.cached_tokens) * p.input + row.cached_tokens * cached_price
-                      + row.output_tokens * p.output) / 1e6)
+        costs.append(
+            (
+                (row.input_tokens - row.cached_tokens) * p.input
+                + row.cached_tokens * cached_price
+                + row.output_tokens * p.output
+            )
+            / 1e6
+        )
     return frame.assign(cost_usd=costs)
 
 
@@ -75,48 +82,68 @@ def _rollup(frame: pd.DataFrame, keys: list[str], prices: Iterable[ModelPrice]) 
         used = group[group["model"].notna()]
         key = key if isinstance(key, tuple) else (key,)
         if used.empty:
-            rows.append({**dict(zip(keys, key)), **{c: None for c in TOKENS}, "models": "", "cost_usd": None,
-                         "no_price": "", "note": "no_usage"})
+            rows.append(
+                {
+                    **dict(zip(keys, key)),
+                    **{c: None for c in TOKENS},
+                    "models": "",
+                    "cost_usd": None,
+                    "no_price": "",
+                    "note": "no_usage",
+                }
+            )
             continue
         unpriced = sorted(m or "?" for m in used.loc[used["cost_usd"].isna(), "model"].unique())
         cost = used["cost_usd"].sum(min_count=1)
-        rows.append({**dict(zip(keys, key)), **{c: int(used[c].sum()) for c in TOKENS},
-                     "models": ", ".join(sorted(m or "?" for m in used["model"].unique())),
-                     "cost_usd": None if pd.isna(cost) else float(cost), "no_price": ", ".join(unpriced),
-                     "note": "no_price" if unpriced else ""})
+        rows.append(
+            {
+                **dict(zip(keys, key)),
+                **{c: int(used[c].sum()) for c in TOKENS},
+                "models": ", ".join(sorted(m or "?" for m in used["model"].unique())),
+                "cost_usd": None if pd.isna(cost) else float(cost),
+                "no_price": ", ".join(unpriced),
+                "note": "no_price" if unpriced else "",
+            }
+        )
     return pd.DataFrame(rows, columns=[*keys, *TOKENS, "models", "cost_usd", "no_price", "note"])
 
 
 def thread_usage(db: Database, thread_id: str, prices: tuple[ModelPrice, ...]) -> pd.DataFrame:
     """One thread's usage per model (empty: its messages carry no usage metadata, or it was not extracted yet)."""
-    frame = pd.DataFrame(db.fetch(SELECT_THREAD, {"thread_id": thread_id}),
-                         columns=["model", "agent", *TOKENS])
+    frame = pd.DataFrame(db.fetch(SELECT_THREAD, {"thread_id": thread_id}), columns=["model", "agent", *TOKENS])
     return priced(frame, prices)
 
 
-def usage_by_thread(db: Database, since: date, until: date, prices: tuple[ModelPrice, ...],
-                    limit: int = 100) -> pd.DataFrame:
+def usage_by_thread(
+    db: Database, since: date, until: date, prices: tuple[ModelPrice, ...], limit: int = 100
+) -> pd.DataFrame:
     """The `limit` threads last active in [since, until] (UTC days) with tokens and cost; a thread without usage
     metadata is listed with note 'no_usage'."""
-    frame = pd.DataFrame(db.fetch(SELECT_THREADS, {"since": since, "until": until + pd.Timedelta(days=1),
-                                                   "limit": limit}),
-                         columns=["thread_id", "agent", "updated_at", "model", *TOKENS])
+    frame = pd.DataFrame(
+        db.fetch(SELECT_THREADS, {"since": since, "until": until + pd.Timedelta(days=1), "limit": limit}),
+        columns=["thread_id", "agent", "updated_at", "model", *TOKENS],
+    )
     return _rollup(frame, ["thread_id", "agent", "updated_at"], prices)
 
 
 def usage_by_day(db: Database, since: date, until: date, prices: tuple[ModelPrice, ...]) -> pd.DataFrame:
     """Per UTC day and agent (agent '' = none named): tokens and cost, days without usage left out."""
-    frame = pd.DataFrame(db.fetch(SELECT_DAYS, {"since": since, "until": until}),
-                         columns=["day", "agent", "model", *TOKENS])
+    frame = pd.DataFrame(
+        db.fetch(SELECT_DAYS, {"since": since, "until": until}), columns=["day", "agent", "model", *TOKENS]
+    )
     return _rollup(frame.sort_values(["day", "agent"]), ["day", "agent"], prices)
 
 
 def usage_by_agent(db: Database, since: date, until: date, prices: tuple[ModelPrice, ...]) -> pd.DataFrame:
     """Per agent over [since, until]: tokens and cost."""
-    frame = pd.DataFrame(db.fetch(SELECT_DAYS, {"since": since, "until": until}),
-                         columns=["day", "agent", "model", *TOKENS])
-    return _rollup(frame.drop(columns="day").groupby(["agent", "model"], as_index=False).sum()
-                   .sort_values("agent"), ["agent"], prices)
+    frame = pd.DataFrame(
+        db.fetch(SELECT_DAYS, {"since": since, "until": until}), columns=["day", "agent", "model", *TOKENS]
+    )
+    return _rollup(
+        frame.drop(columns="day").groupby(["agent", "model"], as_index=False).sum().sort_values("agent"),
+        ["agent"],
+        prices,
+    )
 
 
 def priced_totals(rows: list[dict], prices: tuple[ModelPrice, ...]) -> pd.DataFrame:

@@ -5,6 +5,7 @@ core/sql/005_msgpack_decoder.sql (payloads decoded in SQL, nothing executed), re
 Ids are matched with `=` only, never LIKE: `%`, `_` and quotes are ordinary characters, and any
 text finds exactly that thread (or customer) or nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,9 +54,24 @@ SELECT v.checkpoint_ns, v.checkpoint_id, v.parent_checkpoint_id, v.ts, v.step, v
 FROM core_checkpoints_view v
 WHERE v.thread_id = %(thread_id)s
 ORDER BY v.ts NULLS LAST, v.checkpoint_id"""
-TIMELINE_COLUMNS = ["checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "ts", "step", "source", "cliente_id",
-                    "agente", "updated_channels", "pending_writes", "pending_write_bytes", "checkpoint_bytes", "tools",
-                    "undecodable_writes", "refused_writes", "refused_value"]
+TIMELINE_COLUMNS = [
+    "checkpoint_ns",
+    "checkpoint_id",
+    "parent_checkpoint_id",
+    "ts",
+    "step",
+    "source",
+    "cliente_id",
+    "agente",
+    "updated_channels",
+    "pending_writes",
+    "pending_write_bytes",
+    "checkpoint_bytes",
+    "tools",
+    "undecodable_writes",
+    "refused_writes",
+    "refused_value",
+]
 
 SELECT_WRITES = """
 SELECT w.checkpoint_ns, w.checkpoint_id, w.step, w.ts, w.task_path, w.task_id, w.idx, w.channel, w.blob_type,
@@ -67,9 +83,25 @@ SELECT w.checkpoint_ns, w.checkpoint_id, w.step, w.ts, w.task_path, w.task_id, w
 FROM core_checkpoint_writes_view w
 WHERE w.thread_id = %(thread_id)s AND (%(checkpoint_id)s::text IS NULL OR w.checkpoint_id = %(checkpoint_id)s)
 ORDER BY w.ts NULLS LAST, w.checkpoint_id, w.task_path, w.task_id, w.idx"""
-WRITES_COLUMNS = ["checkpoint_ns", "checkpoint_id", "step", "ts", "task_path", "task_id", "idx", "channel", "blob_type",
-                  "size_bytes", "message_kind", "tool_name", "tool_calls", "content", "payload", "undecodable",
-                  "refused_type"]
+WRITES_COLUMNS = [
+    "checkpoint_ns",
+    "checkpoint_id",
+    "step",
+    "ts",
+    "task_path",
+    "task_id",
+    "idx",
+    "channel",
+    "blob_type",
+    "size_bytes",
+    "message_kind",
+    "tool_name",
+    "tool_calls",
+    "content",
+    "payload",
+    "undecodable",
+    "refused_type",
+]
 
 # Channels of two checkpoints of one thread side by side. `change`: added, removed, changed (value),
 # version (same value, new version) or unchanged.
@@ -137,8 +169,20 @@ SELECT_LARGEST_THREADS = """
 SELECT thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, writes, write_bytes, total_bytes,
        last_ts, computed_at
 FROM core_thread_storage ORDER BY total_bytes DESC, thread_id LIMIT %(limit)s"""
-LARGEST_COLUMNS = ["thread_id", "cliente_id", "checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes",
-                   "write_bytes", "total_bytes", "last_ts", "computed_at"]
+LARGEST_COLUMNS = [
+    "thread_id",
+    "cliente_id",
+    "checkpoints",
+    "checkpoint_bytes",
+    "blobs",
+    "blob_bytes",
+    "writes",
+    "write_bytes",
+    "total_bytes",
+    "last_ts",
+    "computed_at",
+]
+
 
 def _usable(text: Any) -> bool:
     """False for input that can match no id (empty, not text, NUL which PostgreSQL text cannot hold)."""
@@ -225,18 +269,26 @@ def _decrypted(db: Database, thread_id: str, rows: list[dict]) -> list[dict]:
             payload = opened[key]
             msgs = formats.messages_of(payload)
             calls = [c for m in msgs for c in m.get("tool_calls", [])]
-            r = {**r, "payload": payload, "undecodable": None, "refused_type": formats.refused_type(payload),
-                 "message_kind": ",".join(m["kind"] for m in msgs) or None,
-                 "tool_name": ",".join(m["tool_name"] for m in msgs if m.get("tool_name")) or None,
-                 "tool_calls": calls or None,
-                 "content": " | ".join(m["content"] if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
-                                       for m in msgs) or None}
+            r = {
+                **r,
+                "payload": payload,
+                "undecodable": None,
+                "refused_type": formats.refused_type(payload),
+                "message_kind": ",".join(m["kind"] for m in msgs) or None,
+                "tool_name": ",".join(m["tool_name"] for m in msgs if m.get("tool_name")) or None,
+                "tool_calls": calls or None,
+                "content": " | ".join(
+                    m["content"] if isinstance(m.get("content"), str) else json.dumps(m.get("content")) for m in msgs
+                )
+                or None,
+            }
         out.append(r)
     return out
 
 
-def checkpoint_diff(db: Database, thread_id: str, old_checkpoint_id: str, new_checkpoint_id: str,
-                    checkpoint_ns: str = "") -> pd.DataFrame:
+def checkpoint_diff(
+    db: Database, thread_id: str, old_checkpoint_id: str, new_checkpoint_id: str, checkpoint_ns: str = ""
+) -> pd.DataFrame:
     """Channel by channel, the values of two checkpoints of one thread (changed ones first).
     Values are JSON text; empty when either checkpoint does not exist in that thread. A DeltaChannel's value
     is the one langgraph reads there (core.checkpoints.delta), or its last snapshot plus the writes since."""
@@ -252,8 +304,13 @@ def checkpoint_diff(db: Database, thread_id: str, old_checkpoint_id: str, new_ch
             df.at[i, "old_value"] = a.shown if a else None
             df.at[i, "new_value"] = b.shown if b else None
             if a and b:
-                df.at[i, "change"] = ("changed" if a.shown != b.shown
-                                      else "version" if row["old_version"] != row["new_version"] else "unchanged")
+                df.at[i, "change"] = (
+                    "changed"
+                    if a.shown != b.shown
+                    else "version"
+                    if row["old_version"] != row["new_version"]
+                    else "unchanged"
+                )
     for column in ("old_value", "new_value"):
         df[column] = df[column].map(_json_text)
     # a trigger channel (`branch:to:...`) holds no value: a new version of it is not a changed value
@@ -261,8 +318,12 @@ def checkpoint_diff(db: Database, thread_id: str, old_checkpoint_id: str, new_ch
     df.loc[same & (df["change"] == "changed"), "change"] = "version"
     df.loc[same & (df["change"] == "version") & (df["old_version"] == df["new_version"]), "change"] = "unchanged"
     order = df["change"].isin(["added", "removed", "changed"]).map({True: 0, False: 1})
-    return df.assign(_order=order).sort_values(["_order", "channel"], kind="stable").drop(columns="_order") \
+    return (
+        df.assign(_order=order)
+        .sort_values(["_order", "channel"], kind="stable")
+        .drop(columns="_order")
         .reset_index(drop=True)
+    )
 
 
 def message_diffs(diff: pd.DataFrame) -> dict[str, message_diff.MessageDiff]:
@@ -270,7 +331,9 @@ def message_diffs(diff: pd.DataFrame) -> dict[str, message_diff.MessageDiff]:
     add_messages channel) and that changed: the messages added, removed and changed, by message id."""
     out = {}
     for row in diff[diff["change"].isin(["added", "removed", "changed"])].itertuples():
-        found = message_diff.message_diff(*(None if pd.isna(v) else json.loads(v) for v in (row.old_value, row.new_value)))
+        found = message_diff.message_diff(
+            *(None if pd.isna(v) else json.loads(v) for v in (row.old_value, row.new_value))
+        )
         if found is not None:
             out[row.channel] = found
     return out
@@ -300,9 +363,17 @@ def checkpoint_values(db: Database, thread_id: str, checkpoint_id: str, checkpoi
         if d is None:
             rows.append([channel, versions.get(channel), "stored", None, None, None, values.get(channel)])
         else:
-            rows.append([channel, versions.get(channel), d.kind, d.reducer,
-                         d.seed_step if d.kind == "unrebuilt" else None,
-                         len(d.writes) if d.kind == "unrebuilt" else None, d.shown])
+            rows.append(
+                [
+                    channel,
+                    versions.get(channel),
+                    d.kind,
+                    d.reducer,
+                    d.seed_step if d.kind == "unrebuilt" else None,
+                    len(d.writes) if d.kind == "unrebuilt" else None,
+                    d.shown,
+                ]
+            )
     df = pd.DataFrame(rows, columns=VALUES_COLUMNS)
     df["value"] = df["value"].map(_json_text)
     return df
@@ -318,8 +389,9 @@ def delta_channels(db: Database, thread_id: str) -> pd.DataFrame:
     if not _usable(thread_id):
         return pd.DataFrame(columns=DELTA_COLUMNS)
     channels = delta.thread_values(db, thread_id).channels.values()
-    return pd.DataFrame([[c.channel, c.reducer, c.snapshots_checked, c.contradicted] for c in channels],
-                        columns=DELTA_COLUMNS)
+    return pd.DataFrame(
+        [[c.channel, c.reducer, c.snapshots_checked, c.contradicted] for c in channels], columns=DELTA_COLUMNS
+    )
 
 
 def thread_storage(db: Database, thread_id: str) -> dict[str, int]:

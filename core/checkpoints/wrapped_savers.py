@@ -6,6 +6,7 @@ The pools are shared by a saver and its `with_allowlist` clones; the savers are 
 (`with_serde`). A recovery opens fresh pools (`reconnect`): the pool's own reconnect backoff after an
 outage takes tens of seconds.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,8 +50,17 @@ class WrappedSavers:
     for a saver's lock gives up once `is_degraded()`.
     """
 
-    def __init__(self, dsn: str, *, serde: SerializerProtocol, replica_id: str, pool_size: int,
-                 call_timeout: float, watchdog: _Watchdog, is_degraded: Callable[[], bool]):
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        serde: SerializerProtocol,
+        replica_id: str,
+        pool_size: int,
+        call_timeout: float,
+        watchdog: _Watchdog,
+        is_degraded: Callable[[], bool],
+    ):
         self._dsn = dsn
         self._replica_id = replica_id
         self._pool_size = pool_size
@@ -60,7 +70,7 @@ class WrappedSavers:
         self._pools = _Pools(dsn, pool_size=pool_size, replica_id=replica_id)
         self._bind(serde)
 
-    def with_serde(self, serde: SerializerProtocol) -> "WrappedSavers":
+    def with_serde(self, serde: SerializerProtocol) -> WrappedSavers:
         """Savers of their own for `serde`, on the same pools."""
         clone = copy.copy(self)
         clone._bind(serde)
@@ -99,8 +109,13 @@ class WrappedSavers:
         pool_entry = pools.async_pools.get(key)  # a plain dict read: no lock on this hot path
         # The saver is valid only on the pool this loop has now (not one aclose_loop or a recovery
         # closed, nor a dead loop's that had the same id).
-        if entry is not None and entry[0] == pools.generation and pool_entry is not None \
-                and pool_entry[0] is loop and entry[1].conn is pool_entry[2]:
+        if (
+            entry is not None
+            and entry[0] == pools.generation
+            and pool_entry is not None
+            and pool_entry[0] is loop
+            and entry[1].conn is pool_entry[2]
+        ):
             return entry[1]
         with pools.lock:
             # Entries of closed loops go (their pools cannot be closed any more: nothing runs them).
@@ -111,13 +126,25 @@ class WrappedSavers:
                 del self._async_entries[k]
             generation = pools.generation
             pool_entry = pools.async_pools.get(key)
-            stale = pool_entry if pool_entry is not None and (pool_entry[1] != generation or pool_entry[0] is not loop) else None
+            stale = (
+                pool_entry
+                if pool_entry is not None and (pool_entry[1] != generation or pool_entry[0] is not loop)
+                else None
+            )
             if pool_entry is None or stale is not None:
                 pool = AsyncConnectionPool(
-                    conninfo=self._dsn, min_size=1, max_size=self._pool_size, timeout=POOL_TIMEOUT_S,
-                    name=f"dual-saver-async-{self._replica_id}", open=False,
-                    kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
-                            "connect_timeout": CONNECT_TIMEOUT_S},
+                    conninfo=self._dsn,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    timeout=POOL_TIMEOUT_S,
+                    name=f"dual-saver-async-{self._replica_id}",
+                    open=False,
+                    kwargs={
+                        "autocommit": True,
+                        "prepare_threshold": 0,
+                        "row_factory": dict_row,
+                        "connect_timeout": CONNECT_TIMEOUT_S,
+                    },
                 )
                 pools.async_pools[key] = pool_entry = (loop, generation, pool)
                 opening = True

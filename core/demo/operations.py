@@ -3,13 +3,15 @@ few days, erasures in different weeks, a customer whose data came back after the
 degradation episodes of different lengths. Each runs inside `core.clock.simulated`, so the pages date it
 on its replayed day (core.clock); the work itself is real. Called from core.demo.seed; it lives here
 rather than in the job modules, which serve production."""
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from core import clock
 from core.db import Database
@@ -33,15 +35,21 @@ class MonthPlan:
     outages: list[tuple[datetime, timedelta]]
 
     @classmethod
-    def for_month(cls, midnight: datetime, days: int) -> "MonthPlan":
+    def for_month(cls, midnight: datetime, days: int) -> MonthPlan:
         def day(fraction: float, hour: int, minute: int) -> datetime:
             ago = min(days - 1, max(1, round(days * fraction)))
             return midnight - timedelta(days=ago) + timedelta(hours=hour, minutes=minute)
-        return cls(sweeps=[midnight - timedelta(days=d) + timedelta(hours=3) for d in range(days - 1, 0, -4)],
-                   erasures=[day(0.75, 11, 30), day(0.4, 16, 10)],
-                   comeback=day(0.55, 12, 0),
-                   outages=[(day(0.9, 10, 15), timedelta(minutes=4)), (day(0.5, 19, 40), timedelta(minutes=38)),
-                            (day(0.2, 8, 5), timedelta(hours=2, minutes=10))])
+
+        return cls(
+            sweeps=[midnight - timedelta(days=d) + timedelta(hours=3) for d in range(days - 1, 0, -4)],
+            erasures=[day(0.75, 11, 30), day(0.4, 16, 10)],
+            comeback=day(0.55, 12, 0),
+            outages=[
+                (day(0.9, 10, 15), timedelta(minutes=4)),
+                (day(0.5, 19, 40), timedelta(minutes=38)),
+                (day(0.2, 8, 5), timedelta(hours=2, minutes=10)),
+            ],
+        )
 
 
 @dataclass
@@ -67,8 +75,9 @@ def demo_candidates(db: Database, *, exclude: Iterable[str] = (), limit: int = 1
     return [(r["customer_id"], r["last_turn"]) for r in rows]
 
 
-def erase_demo_customer(db: Database, *, exclude: Iterable[str] = (), operator: str = "demo",
-                        customer_id: str | None = None) -> ErasureResult | None:
+def erase_demo_customer(
+    db: Database, *, exclude: Iterable[str] = (), operator: str = "demo", customer_id: str | None = None
+) -> ErasureResult | None:
     """A real erasure of `customer_id`, by default the first of `demo_candidates`, so the register has a
     request to show. None if no customer qualifies."""
     if customer_id is None:
@@ -82,17 +91,28 @@ def erase_demo_customer(db: Database, *, exclude: Iterable[str] = (), operator: 
     return result
 
 
-def month_of_operations(db: Database, plan: MonthPlan, *, exclude: Iterable[str],
-                        come_back: Callable[[str], Any], step: Callable[[int, int], None]) -> MonthReport:
+def month_of_operations(
+    db: Database,
+    plan: MonthPlan,
+    *,
+    exclude: Iterable[str],
+    come_back: Callable[[str], Any],
+    step: Callable[[int, int], None],
+) -> MonthReport:
     """Sweeps, erasures and the return of the first erased customer (`come_back(customer_id)` runs their
     new conversation), in replayed-time order; `step(done, total)` after each. Each erasure is of one of
     the longest silent customers, an hour after their last turn at the earliest; the return comes two
     hours after that erasure at the earliest (always before today, whatever hour the seed runs at)."""
     report = MonthReport(plan)
     # customers whose erasure needs no residue decision (a DPO's judgement the demo does not fake)
-    candidates = [c for c in demo_candidates(db, exclude=exclude, limit=4 * len(plan.erasures))
-                  if not preview(db, c[0]).residue.proposed][:len(plan.erasures)]
-    erasures = [(max(at, last + timedelta(hours=1)), "erasure", cid) for at, (cid, last) in zip(plan.erasures, candidates)]
+    candidates = [
+        c
+        for c in demo_candidates(db, exclude=exclude, limit=4 * len(plan.erasures))
+        if not preview(db, c[0]).residue.proposed
+    ][: len(plan.erasures)]
+    erasures = [
+        (max(at, last + timedelta(hours=1)), "erasure", cid) for at, (cid, last) in zip(plan.erasures, candidates)
+    ]
     events = [(at, "sweep", None) for at in plan.sweeps] + erasures
     if erasures:
         report.comeback_customer = erasures[0][2]
@@ -127,6 +147,10 @@ def leave_expired_notices(db: Database) -> None:
     store = build_store(db.pool, OfflineHashEmbeddings(dims), dims)
     agent = build_agent("compras", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(db.pool))
     for pid, tema in (("P002", "promocion"), ("P007", "rotura_stock")):
-        run_turn(agent, ContextoProveedor(pid), f"compras-{pid}-{tema}-flash",
-                 f"aviso {tema} (0.005 min): aviso relámpago de {pid}, válido unos segundos")
+        run_turn(
+            agent,
+            ContextoProveedor(pid),
+            f"compras-{pid}-{tema}-flash",
+            f"aviso {tema} (0.005 min): aviso relámpago de {pid}, válido unos segundos",
+        )
     time.sleep(0.5)  # 0.005 min = 0.3 s: both are expired when seeding returns

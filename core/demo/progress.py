@@ -4,6 +4,7 @@ progress (`core.demo.seed_progress.SeedProgress`), readable from other threads (
 Light on purpose: importing the agents (core.demo.seed) takes seconds, so the dashboard's first
 page does not wait for it; the seed's thread imports them. The seed never imports this module.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,5 +51,3 @@ def start_background_seed(db: Any, settings: Any, *, replicas: int = 0, **kwargs
 
     threading.Thread(target=run, name="demo-seed", daemon=True).start()
     return progress
-
-

@@ -4,6 +4,7 @@ tools, store and checkpointer) replaying a month of conversations.
 `python -m core.demo` seeds the configured database if it is empty. Deterministic for a
 given seed (ids, texts, days); the database's own timestamps are real time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,21 +15,21 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
-from datetime import datetime, timedelta, timezone
 
 from core import clock
-from core.clock import ManualClock
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints.dual_saver import DualCheckpointSaver
+from core.clock import ManualClock
 from core.config import Settings, load_settings
 from core.db import Database
-from core.memory.embeddings import make_embeddings
-from core.operations.outage import demo_outage
 from core.demo.operations import COMEBACK_TEXT, MonthPlan, leave_expired_notices, month_of_operations
-from core.memory.store import build_store, put_memory
-from core.agents.scripted_model import ScriptedChatModel
 from core.demo.seed_progress import SeedProgress
+from core.memory.embeddings import make_embeddings
+from core.memory.store import build_store, put_memory
+from core.operations.outage import demo_outage
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,12 @@ AVISOS = [
     ("cambio_precio", "Sube el precio de {p} un 5% desde el lunes"),
     ("promocion", "Promoción de {p}: segunda unidad a mitad de precio"),
 ]
-AJUSTES = {"idioma": ["es", "ca", "eu", "gl", "en"], "tienda_base": TIENDAS, "turno": ["mañana", "tarde", "partido"],
-           "notificaciones": ["sí", "no"]}
+AJUSTES = {
+    "idioma": ["es", "ca", "eu", "gl", "en"],
+    "tienda_base": TIENDAS,
+    "turno": ["mañana", "tarde", "partido"],
+    "notificaciones": ["sí", "no"],
+}
 # Keys a pre-schema agent version wrote before `tipo` became a closed Literal.
 LEGACY_KEYS = ["pref-color", "pref-marca", "pref-estilo", "nota-libre"]
 
@@ -88,22 +93,33 @@ def _agents(db: Database, settings: Settings, replica_id: str = "demo-seed", sav
     # demo's last step (core.operations.outage.demo_outage) closes it.
     saver = DualCheckpointSaver(db.dsn, replica_id=replica_id, clock=saver_clock)
     model = ScriptedChatModel()
-    return store, {k: build_agent(k, model, store=store, checkpointer=saver)
-                   for k in ("atencion-cliente", "compras", "ajustes-personal")}
+    return store, {
+        k: build_agent(k, model, store=store, checkpointer=saver)
+        for k in ("atencion-cliente", "compras", "ajustes-personal")
+    }
 
 
-def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 30, seed: int = 7,
-         workers: int = 4, now: datetime | None = None, progress: SeedProgress | None = None) -> DemoSummary:
+def seed(
+    db: Database,
+    settings: Settings,
+    *,
+    customers: int = 240,
+    days: int = 30,
+    seed: int = 7,
+    workers: int = 4,
+    now: datetime | None = None,
+    progress: SeedProgress | None = None,
+) -> DemoSummary:
     """Replay `days` days of agent conversations into `db` (which must be migrated); `progress`
     (optional) is updated step by step."""
     started = time.monotonic()
     progress = progress or SeedProgress()
     rng = random.Random(seed)
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     # Our logs' replayed times are whole days before `now`'s UTC day, in office hours (08:00-18:03), so
     # every date lands in a page's "last `days` days" window [today - days + 1, today] and never in the
     # future, whatever hour the seed runs at (a CI run at 00:30 UTC as at 23:30).
-    midnight = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     month = MonthPlan.for_month(midnight, days)
     # the seed's saver dates its degradation episodes by this clock, which the outages move
     saver_clock = ManualClock(midnight - timedelta(days=days))
@@ -111,6 +127,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
 
     def past_day(minutes: int = 0) -> datetime:
         return midnight - timedelta(days=rng.randint(1, days - 1)) + timedelta(hours=8, minutes=minutes)
+
     summary = DemoSummary(customers=customers)
 
     # Purchasing: supplier notices; a few flash notices valid for ~1 s become expired rows to sweep.
@@ -133,8 +150,12 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     for i, eid in enumerate(employees):
         for ajuste in rng.sample(sorted(AJUSTES), rng.randint(1, 3)):
             with clock.simulated(past_day()):
-                run_turn(agents["ajustes-personal"], ContextoEmpleado(eid), f"personal-{eid}",
-                         f"ajuste {ajuste} = {rng.choice(AJUSTES[ajuste])}")
+                run_turn(
+                    agents["ajustes-personal"],
+                    ContextoEmpleado(eid),
+                    f"personal-{eid}",
+                    f"ajuste {ajuste} = {rng.choice(AJUSTES[ajuste])}",
+                )
             summary.turns += 1
         progress.done = i + 1
     summary.employees = len(employees)
@@ -171,8 +192,14 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     legacy = [f"C{n}" for n in rng.sample(range(1, customers + 1), 3)]
     for cid in legacy:
         for key in [f"pref-{t}" for t in ("recogida", "contacto")] + LEGACY_KEYS:
-            put_memory(store, ("clientes", cid), key, {"texto": f"{key}: valor heredado", "valor": "heredado"},
-                       thread_id=None, agent="atencion-cliente-v0")
+            put_memory(
+                store,
+                ("clientes", cid),
+                key,
+                {"texto": f"{key}: valor heredado", "valor": "heredado"},
+                thread_id=None,
+                agent="atencion-cliente-v0",
+            )
     summary.legacy_customers = legacy
 
     # The month's operations through their own code paths, in replayed-time order: real sweeps (trigger
@@ -186,6 +213,7 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
 
     def step(done: int, total: int) -> None:
         progress.done, progress.total = done, total
+
     summary.month = month_of_operations(db, month, exclude=legacy, come_back=come_back, step=step)
     leave_expired_notices(db)
     progress.at("outage", 0, len(month.outages))
@@ -196,8 +224,16 @@ def seed(db: Database, settings: Settings, *, customers: int = 240, days: int = 
     return summary
 
 
-def run_replica(db: Database, settings: Settings, replica_id: str, stop: threading.Event, *,
-                every_s: float = 4.0, customers: int = 240, seed: int | None = None) -> int:
+def run_replica(
+    db: Database,
+    settings: Settings,
+    replica_id: str,
+    stop: threading.Event,
+    *,
+    every_s: float = 4.0,
+    customers: int = 240,
+    seed: int | None = None,
+) -> int:
     """A live demo agent replica: real agents on their own dual saver (which publishes the replica's
     heartbeat), one customer turn every `every_s` seconds until `stop` is set. Returns the turns run.
 
@@ -226,6 +262,7 @@ def run_replica(db: Database, settings: Settings, replica_id: str, stop: threadi
 class LiveReplicas:
     """Live demo replicas running in daemon threads; `close()` stops them and waits for each one's saver to close
     (its final heartbeat says `stopped`, and a degraded saver writes its journal)."""
+
     stop: threading.Event
     threads: list[threading.Thread]
 
@@ -238,14 +275,22 @@ class LiveReplicas:
         return not any(thread.is_alive() for thread in self.threads)
 
 
-def start_replicas(db: Database, settings: Settings, count: int, *, every_s: float = 4.0,
-                   customers: int = 240) -> LiveReplicas:
+def start_replicas(
+    db: Database, settings: Settings, count: int, *, every_s: float = 4.0, customers: int = 240
+) -> LiveReplicas:
     """Start `count` live replicas in daemon threads (stable ids `demo-replica-N`, so a restarted process replays
     their journals); `close()` the result to stop them."""
     stop = threading.Event()
-    threads = [threading.Thread(target=run_replica, args=(db, settings, f"demo-replica-{i}", stop),
-                                kwargs={"every_s": every_s, "seed": i, "customers": customers},
-                                name=f"demo-replica-{i}", daemon=True) for i in range(1, count + 1)]
+    threads = [
+        threading.Thread(
+            target=run_replica,
+            args=(db, settings, f"demo-replica-{i}", stop),
+            kwargs={"every_s": every_s, "seed": i, "customers": customers},
+            name=f"demo-replica-{i}",
+            daemon=True,
+        )
+        for i in range(1, count + 1)
+    ]
     for thread in threads:
         thread.start()
     return LiveReplicas(stop, threads)
@@ -256,8 +301,9 @@ LOCK = "SELECT pg_advisory_lock(%s)"
 UNLOCK = "SELECT pg_advisory_unlock(%s)"
 
 
-def ensure_demo(db: Database, settings: Settings, *, progress: SeedProgress | None = None,
-                **kwargs) -> DemoSummary | None:
+def ensure_demo(
+    db: Database, settings: Settings, *, progress: SeedProgress | None = None, **kwargs
+) -> DemoSummary | None:
     """Seed once: only when the database is empty, under an advisory lock (a second process
     waits for the first, then finds data and skips). Returns None if skipped."""
     progress = progress or SeedProgress()
@@ -282,11 +328,17 @@ def ensure_demo(db: Database, settings: Settings, *, progress: SeedProgress | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.demo", description="Seed demo data through the real agents (only into an empty database).")
+    parser = argparse.ArgumentParser(
+        prog="python -m core.demo", description="Seed demo data through the real agents (only into an empty database)."
+    )
     parser.add_argument("--customers", type=int, default=240)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--replicas", type=int, default=0,
-                        help="then run N live agent replicas (a turn every --every seconds) until interrupted")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=0,
+        help="then run N live agent replicas (a turn every --every seconds) until interrupted",
+    )
     parser.add_argument("--every", type=float, default=4.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")

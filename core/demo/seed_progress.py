@@ -1,4 +1,5 @@
 """Where a demo seed is: written by the seed (core.demo.seed), read by the dashboard's sidebar from other threads."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ class SeedProgress:
 
     state: idle (not started) | waiting (another process holds the seed lock) | seeding | done
     (seeded here) | skipped (the database already had data) | failed."""
+
     state: str = "idle"
     step: str = ""
     done: int = 0

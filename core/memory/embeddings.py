@@ -4,6 +4,7 @@ Production: an OpenAI-compatible endpoint through langchain-openai. The embedded
 has no network, so it uses an offline deterministic embedding (hashed words), which
 the UI names as such: its similarity only reflects shared words, not meaning.
 """
+
 from __future__ import annotations
 
 import hashlib

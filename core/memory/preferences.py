@@ -1,5 +1,6 @@
 """Read side of the Preferences page: preference writes per customer conversation, by tipo, the
 conversations that wrote, and whether proposals followed the preference in force."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -95,8 +96,10 @@ WHERE tool = %(tool)s AND first_ts >= %(since)s::date::timestamp AT TIME ZONE 'U
 
 def preference_daily(db: Database, since: date, until: date) -> pd.DataFrame:
     """Per UTC day: threads with a human message, `recordar_preferencia` calls, and their ratio."""
-    df = pd.DataFrame(db.fetch(SELECT_PREF_DAILY, {"since": since, "until": until, "tool": PREF_TOOL}),
-                      columns=["day", "conversations", "writes"])
+    df = pd.DataFrame(
+        db.fetch(SELECT_PREF_DAILY, {"since": since, "until": until, "tool": PREF_TOOL}),
+        columns=["day", "conversations", "writes"],
+    )
     df["ratio"] = (df["writes"] / df["conversations"].where(df["conversations"] > 0)).astype(float)
     return df
 
@@ -113,16 +116,20 @@ def clocks(db: Database, since: date, until: date) -> dict[str, int]:
 
 
 def preference_by_tipo(db: Database, since: date, until: date) -> pd.DataFrame:
-    return pd.DataFrame(db.fetch(SELECT_PREF_BY_TIPO, {"since": since, "until": until, "tool": PREF_TOOL}),
-                        columns=["tipo", "writes", "customers"])
+    return pd.DataFrame(
+        db.fetch(SELECT_PREF_BY_TIPO, {"since": since, "until": until, "tool": PREF_TOOL}),
+        columns=["tipo", "writes", "customers"],
+    )
 
 
 def writing_conversations(db: Database, since: date, until: date, limit: int = 50, offset: int = 0) -> pd.DataFrame:
     """Threads that called `recordar_preferencia` in the period (every call, also those later
     overwritten in the store), newest first."""
     params = {"since": since, "until": until, "limit": limit, "offset": offset, "tool": PREF_TOOL}
-    return pd.DataFrame(db.fetch(SELECT_WRITING_CONVERSATIONS, params),
-                        columns=["thread_id", "cliente_id", "first_write", "writes", "tipos", "agent"])
+    return pd.DataFrame(
+        db.fetch(SELECT_WRITING_CONVERSATIONS, params),
+        columns=["thread_id", "cliente_id", "first_write", "writes", "tipos", "agent"],
+    )
 
 
 def writing_conversation_count(db: Database, since: date, until: date) -> int:
@@ -161,24 +168,27 @@ SELECT t.thread_id, coalesce(t.cliente_id, 'thread:' || t.thread_id) AS subject,
 FROM calls t
 WHERE t.tool IN ('proponer_entrega', 'recordar_preferencia')
 ORDER BY t.ts, t.thread_id, t.checkpoint_id, t.task_id, t.idx, t.position, t.call_index"""
-IN_PERIOD = ("t.ts >= %(since)s::date::timestamp AT TIME ZONE 'UTC' "
-             "AND t.ts < (%(until)s::date + 1)::timestamp AT TIME ZONE 'UTC'")
+IN_PERIOD = (
+    "t.ts >= %(since)s::date::timestamp AT TIME ZONE 'UTC' "
+    "AND t.ts < (%(until)s::date + 1)::timestamp AT TIME ZONE 'UTC'"
+)
 
 
 @dataclass(frozen=True)
 class PreferencesApplied:
-    proposals: pd.DataFrame        # one row per proposal: customer, thread, ts, args, preferences in force, followed
-    with_preference: int           # proposals made while the customer had at least one relevant preference
-    followed: int                  # ... whose every field equals the preference in force
-    changed_by_memory: int         # ... where a field took a preferred value other than the default
+    proposals: pd.DataFrame  # one row per proposal: customer, thread, ts, args, preferences in force, followed
+    with_preference: int  # proposals made while the customer had at least one relevant preference
+    followed: int  # ... whose every field equals the preference in force
+    changed_by_memory: int  # ... where a field took a preferred value other than the default
 
     @property
     def rate(self) -> float | None:
         return self.followed / self.with_preference if self.with_preference else None
 
 
-def preferences_applied(db: Database, threads: int = 500, since: date | None = None,
-                        until: date | None = None) -> PreferencesApplied:
+def preferences_applied(
+    db: Database, threads: int = 500, since: date | None = None, until: date | None = None
+) -> PreferencesApplied:
     """Share of proposals in the `threads` most recent customer conversations that followed the
     preference in force (the customer's latest `recordar_preferencia` before the proposal). With a period
     (`since`, `until`, UTC days): the `threads` most recent conversations of the period, and their proposals in it."""
@@ -188,7 +198,8 @@ def preferences_applied(db: Database, threads: int = 500, since: date | None = N
         raise ValueError("a period needs both since and until")
     sql = SELECT_PROPOSALS_AND_PREFERENCES.format(
         recent=RECENT_THREADS if since is None else RECENT_THREADS_IN_PERIOD,
-        in_period="true" if since is None else IN_PERIOD)
+        in_period="true" if since is None else IN_PERIOD,
+    )
     rows = db.fetch(sql, {"threads": threads, "since": since, "until": until})
     in_force: dict[str, dict[str, str]] = {}
     out = []
@@ -201,16 +212,39 @@ def preferences_applied(db: Database, threads: int = 500, since: date | None = N
             continue
         prefs = in_force.get(r["subject"], {})
         relevant = {f: prefs[t] for f, t in PROPOSAL_FIELDS.items() if t in prefs}
-        out.append({
-            "cliente_id": r["cliente_id"], "thread_id": r["thread_id"], "ts": r["ts"], "clock": r["clock"],
-            "tienda": args.get("tienda"), "canal": args.get("canal"), "franja": args.get("franja"),
-            "preferences": ", ".join(f"{f}={v}" for f, v in relevant.items()),
-            "followed": all(args.get(f) == v for f, v in relevant.items()) if relevant else None,
-            # the memory changed this proposal: a field took a preferred value other than the default
-            "changed": any(args.get(f) == v != DEFAULT_PROPOSAL[f] for f, v in relevant.items()) if relevant else None,
-        })
-    df = pd.DataFrame(out, columns=["cliente_id", "thread_id", "ts", "clock", "tienda", "canal", "franja",
-                                    "preferences", "followed", "changed"])
+        out.append(
+            {
+                "cliente_id": r["cliente_id"],
+                "thread_id": r["thread_id"],
+                "ts": r["ts"],
+                "clock": r["clock"],
+                "tienda": args.get("tienda"),
+                "canal": args.get("canal"),
+                "franja": args.get("franja"),
+                "preferences": ", ".join(f"{f}={v}" for f, v in relevant.items()),
+                "followed": all(args.get(f) == v for f, v in relevant.items()) if relevant else None,
+                # the memory changed this proposal: a field took a preferred value other than the default
+                "changed": any(args.get(f) == v != DEFAULT_PROPOSAL[f] for f, v in relevant.items())
+                if relevant
+                else None,
+            }
+        )
+    df = pd.DataFrame(
+        out,
+        columns=[
+            "cliente_id",
+            "thread_id",
+            "ts",
+            "clock",
+            "tienda",
+            "canal",
+            "franja",
+            "preferences",
+            "followed",
+            "changed",
+        ],
+    )
     with_pref = df[df["followed"].notna()]
-    return PreferencesApplied(df, len(with_pref), int(with_pref["followed"].astype(bool).sum()),
-                              int(with_pref["changed"].astype(bool).sum()))
+    return PreferencesApplied(
+        df, len(with_pref), int(with_pref["followed"].astype(bool).sum()), int(with_pref["changed"].astype(bool).sum())
+    )

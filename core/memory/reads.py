@@ -3,6 +3,7 @@
 The dashboard reads `store` with SQL rather than `store.search`, on purpose: a search
 refreshes TTLs (`refresh_on_read`), and looking at memory must never extend its retention.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -92,8 +93,19 @@ SELECT s.key,
        EXISTS (SELECT 1 FROM store_vectors v WHERE v.prefix = s.prefix AND v.key = s.key) AS vector
 FROM (SELECT * FROM store WHERE prefix = %s ORDER BY key LIMIT %s OFFSET %s) s
 ORDER BY s.key"""
-ITEM_COLUMNS = ["key", "tipo", "valor", "expires_at", "ttl_days", "thread_id", "created_at", "updated_at", "expired",
-                "vector"]
+ITEM_COLUMNS = [
+    "key",
+    "tipo",
+    "valor",
+    "expires_at",
+    "ttl_days",
+    "thread_id",
+    "created_at",
+    "updated_at",
+    "expired",
+    "vector",
+]
+
 
 @dataclass(frozen=True)
 class MemoryTotals:

@@ -6,6 +6,7 @@ operator (`<=>`, the one the store's HNSW index is built for) in a READ ONLY tra
 it refreshes the TTL of what it returns (`refresh_on_read`), and looking must not extend retention. Expired
 documents (not yet swept) are left out, as the agents' own reads leave them out (`omit_expired`).
 """
+
 from __future__ import annotations
 
 import math
@@ -93,8 +94,10 @@ def embed_query(embeddings: Embeddings, text: str, dims: int) -> list[float]:
     if not isinstance(vector, (list, tuple)) or not all(isinstance(v, (int, float)) for v in vector):
         raise EmbeddingUnavailable("the embeddings endpoint answered something that is not a vector")
     if len(vector) != dims:
-        raise EmbeddingUnavailable(f"the embeddings endpoint gave {len(vector)} dimensions but store_vectors.embedding "
-                                   f"has {dims}: it is not the model that wrote this store")
+        raise EmbeddingUnavailable(
+            f"the embeddings endpoint gave {len(vector)} dimensions but store_vectors.embedding "
+            f"has {dims}: it is not the model that wrote this store"
+        )
     if not all(math.isfinite(v) for v in vector):
         raise EmbeddingUnavailable("the embeddings endpoint gave a vector with NaN or infinite values")
     return [float(v) for v in vector]
@@ -113,8 +116,13 @@ def search(db: Database, settings: Settings, query: object, root: object, k: obj
             return pd.DataFrame(columns=COLUMNS)  # no vector index in this store: nothing is searchable
         dims = row["dims"]
     vector = embed_query(make_embeddings(settings, timeout_s=ENDPOINT_TIMEOUT_S), request.query, dims)
-    params = {"q": "[" + ",".join(repr(v) for v in vector) + "]", "root": request.root,
-              "pattern": request.root + ".%", "k": request.k, "scan": request.k * 4}
+    params = {
+        "q": "[" + ",".join(repr(v) for v in vector) + "]",
+        "root": request.root,
+        "pattern": request.root + ".%",
+        "k": request.k,
+        "scan": request.k * 4,
+    }
     with db.connection(read_only=True) as conn, conn.transaction():
         conn.execute("SET TRANSACTION READ ONLY")
         conn.execute(SET_SCAN, params)
@@ -124,5 +132,13 @@ def search(db: Database, settings: Settings, query: object, root: object, k: obj
     return frame[COLUMNS]
 
 
-__all__ = ["EmbeddingUnavailable", "MAX_K", "MAX_QUERY_LENGTH", "SearchInputError", "SearchRequest", "embed_query",
-           "search", "validate"]
+__all__ = [
+    "EmbeddingUnavailable",
+    "MAX_K",
+    "MAX_QUERY_LENGTH",
+    "SearchInputError",
+    "SearchRequest",
+    "embed_query",
+    "search",
+    "validate",
+]

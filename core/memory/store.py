@@ -5,6 +5,7 @@ the namespace is passed on **every** put (the store's `default_ttl` is only the 
 net), reads refresh it only where the policy says so, expired rows are hidden
 (`omit_expired`) and swept by the scheduled job, never by an in-process thread.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -166,4 +167,6 @@ def search_memory(
     limit: int = 10,
     offset: int = 0,
 ) -> list[SearchItem]:
-    return store.search(ns_prefix, query=query, limit=limit, offset=offset, refresh_ttl=policy_for(ns_prefix).refresh_on_read)
+    return store.search(
+        ns_prefix, query=query, limit=limit, offset=offset, refresh_ttl=policy_for(ns_prefix).refresh_on_read
+    )

@@ -18,6 +18,7 @@ computed (`agent_memory_attribution_computed_timestamp_seconds`); so is the chec
 
 Its role only reads (deploy/exporter-grants.sql).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,11 +62,15 @@ SELECT (SELECT row_to_json(l) FROM (
        (SELECT extract(epoch FROM max(started_at))::float8
         FROM core_sweep_log WHERE status = 'ok' AND NOT dry_run)                              AS last_ok"""
 
-SELECT_ERASURE = """
+SELECT_ERASURE = (
+    """
 SELECT count(*) FILTER (WHERE status IN ('incomplete', 'failed'))                              AS incomplete,
        count(*) FILTER (WHERE status = 'running' AND requested_at < now() - interval '1 hour')   AS stuck,
-       count(*) FILTER (WHERE """ + DATA_BACK_OPEN + """)                                      AS data_back
+       count(*) FILTER (WHERE """
+    + DATA_BACK_OPEN
+    + """)                                      AS data_back
 FROM core_erasure_register r"""
+)
 
 SELECT_OVER_SCHEMA = """
 SELECT count(*) AS customers FROM core_prefix_counts WHERE root = 'clientes' AND documents > %s"""
@@ -84,17 +89,27 @@ def usage_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...]) -> l
     """Threads by status (the thread search's summary) and LLM tokens and cost per agent and model, from the
     rollups the extraction keeps (small tables: days x agents x models). A model without a configured price has
     no cost sample (never 0) and is counted in `llm_unpriced_models`."""
-    threads = _gauge("threads", "Threads by the status of their latest checkpoint (interrupted: a pending interrupt; "
-                     "paused: a node scheduled next without one, e.g. interrupt_before/after; error: the last step "
-                     "raised), as of the last extraction.", ["status"])
+    threads = _gauge(
+        "threads",
+        "Threads by the status of their latest checkpoint (interrupted: a pending interrupt; "
+        "paused: a node scheduled next without one, e.g. interrupt_before/after; error: the last step "
+        "raised), as of the last extraction.",
+        ["status"],
+    )
     found = {r["status"]: r["n"] for r in conn.execute(SELECT_THREAD_STATUS)}
     for status in ("interrupted", "paused", "error"):
         threads.add_metric([status], float(found.get(status, 0)))
     totals = usage.priced_totals(conn.execute(usage.SELECT_TOTALS).fetchall(), prices)
-    tokens = _gauge("llm_tokens", "LLM tokens from the AI messages' usage_metadata (input includes cached).",
-                    ["agent", "model", "kind"])
-    cost = _gauge("llm_cost_usd", "LLM cost in USD at the configured prices (MODEL_PRICES); models without a price "
-                  "have no sample.", ["agent", "model"])
+    tokens = _gauge(
+        "llm_tokens",
+        "LLM tokens from the AI messages' usage_metadata (input includes cached).",
+        ["agent", "model", "kind"],
+    )
+    cost = _gauge(
+        "llm_cost_usd",
+        "LLM cost in USD at the configured prices (MODEL_PRICES); models without a price have no sample.",
+        ["agent", "model"],
+    )
     for row in totals.itertuples():
         for kind in ("input", "output", "cached"):
             tokens.add_metric([row.agent, row.model, kind], float(getattr(row, f"{kind}_tokens")))
@@ -109,22 +124,21 @@ def database_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...] = 
     """Every database-side metric, read on `conn` (read-only)."""
     out: list[Metric] = usage_metrics(conn, prices)
     replicas = conn.execute(SELECT_REPLICAS).fetchall()
-    by_state = _gauge("replicas", "Agent replicas by state from their heartbeats (silent: heartbeat overdue).",
-                      ["state"])
+    by_state = _gauge(
+        "replicas", "Agent replicas by state from their heartbeats (silent: heartbeat overdue).", ["state"]
+    )
     counts = {s: 0 for s in STATES}
     for r in replicas:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     for state, n in counts.items():
         by_state.add_metric([state], n)
-    age = _gauge("replica_heartbeat_age_seconds", "Seconds since each replica's last heartbeat.",
-                 ["replica", "state"])
+    age = _gauge("replica_heartbeat_age_seconds", "Seconds since each replica's last heartbeat.", ["replica", "state"])
     for r in replicas:
         if r["state"] != "stopped":
             age.add_metric([r["replica_id"], r["state"]], float(r["seconds_since_heartbeat"]))
     out += [by_state, age]
 
-    expired = _gauge("store_expired_documents", "Store documents past their TTL not yet swept, per root.",
-                     ["root"])
+    expired = _gauge("store_expired_documents", "Store documents past their TTL not yet swept, per root.", ["root"])
     found = {r["root"]: r["expired"] for r in conn.execute(SELECT_EXPIRED_BY_ROOT)}
     for root in sorted(set(ROOTS) | set(found)):
         expired.add_metric([root if root in ROOTS else "other"], float(found.get(root, 0)))
@@ -132,34 +146,45 @@ def database_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...] = 
 
     sweeps = conn.execute(SELECT_LAST_SWEEPS).fetchone()
     last = sweeps["last_run"] or {}
-    last_ts = _gauge("sweep_last_run_timestamp_seconds",
-                     "Unix time the last (non dry-run) sweep started, by its outcome; absent if none.", ["status"])
+    last_ts = _gauge(
+        "sweep_last_run_timestamp_seconds",
+        "Unix time the last (non dry-run) sweep started, by its outcome; absent if none.",
+        ["status"],
+    )
     if last:
         last_ts.add_metric([last["status"]], float(last["started"]))
-    ok_ts = _gauge("sweep_last_success_timestamp_seconds",
-                   "Unix time the last successful sweep started; 0 if none ever succeeded.")
+    ok_ts = _gauge(
+        "sweep_last_success_timestamp_seconds", "Unix time the last successful sweep started; 0 if none ever succeeded."
+    )
     ok_ts.add_metric([], float(sweeps["last_ok"] or 0))
     out += [last_ts, ok_ts]
 
     erasure = conn.execute(SELECT_ERASURE).fetchone()
-    inc = _gauge("erasure_requests_incomplete",
-                 "Erasure requests incomplete or failed, or running for more than an hour.")
+    inc = _gauge(
+        "erasure_requests_incomplete", "Erasure requests incomplete or failed, or running for more than an hour."
+    )
     inc.add_metric([], float(erasure["incomplete"] + erasure["stuck"]))
-    back = _gauge("erasure_data_back_requests",
-                  "Erasure requests whose last re-check found the customer's data back, not erased again since "
-                  "(shown first as such in the erasure register).")
+    back = _gauge(
+        "erasure_data_back_requests",
+        "Erasure requests whose last re-check found the customer's data back, not erased again since "
+        "(shown first as such in the erasure register).",
+    )
     back.add_metric([], float(erasure["data_back"]))
     out += [inc, back]
 
-    over = _gauge("customers_over_schema", f"Customers with more than {MAX_DOCS_PER_CUSTOMER} documents "
-                  "(the closed preference schema was opened).")
+    over = _gauge(
+        "customers_over_schema",
+        f"Customers with more than {MAX_DOCS_PER_CUSTOMER} documents (the closed preference schema was opened).",
+    )
     over.add_metric([], float(conn.execute(SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]))
     out.append(over)
 
-    unrecorded = _gauge("data_views_unrecorded",
-                        "Views of customer data the dashboards could not record in the access log (queue full or "
-                        "process exit), as they reported once the database took writes again (core_data_view_gaps, "
-                        "within the log's retention).")
+    unrecorded = _gauge(
+        "data_views_unrecorded",
+        "Views of customer data the dashboards could not record in the access log (queue full or "
+        "process exit), as they reported once the database took writes again (core_data_view_gaps, "
+        "within the log's retention).",
+    )
     unrecorded.add_metric([], float(conn.execute(SELECT_GAPS).fetchone()["views"]))
     out.append(unrecorded)
     return out
@@ -170,8 +195,14 @@ class BackgroundCache:
     most every `every_s` seconds: `compute(db)` gives the value, `describe(value)` its (name, doc, value) gauges,
     exposed with the time it was computed (`<stamp>_computed_timestamp_seconds`)."""
 
-    def __init__(self, dsn: str, every_s: float, compute: Callable[[Any], Any],
-                 describe: Callable[[Any], list[tuple[str, str, float]]], stamp: str):
+    def __init__(
+        self,
+        dsn: str,
+        every_s: float,
+        compute: Callable[[Any], Any],
+        describe: Callable[[Any], list[tuple[str, str, float]]],
+        stamp: str,
+    ):
         self.dsn, self.every_s = dsn, every_s
         self.compute, self.describe, self.stamp = compute, describe, stamp
         self._lock = threading.Lock()
@@ -205,9 +236,10 @@ class BackgroundCache:
         if value is None:
             return []
         out = []
-        for name, doc, v in [*self.describe(value),
-                             (f"{self.stamp}_computed_timestamp_seconds", f"Unix time the {self.stamp} figures "
-                              "were computed.", at)]:
+        for name, doc, v in [
+            *self.describe(value),
+            (f"{self.stamp}_computed_timestamp_seconds", f"Unix time the {self.stamp} figures were computed.", at),
+        ]:
             g = _gauge(name, doc)
             g.add_metric([], float(v))
             out.append(g)
@@ -221,11 +253,16 @@ def _coverage(db: Any) -> Any:
 
 
 def _coverage_gauges(value: Any) -> list[tuple[str, str, float]]:
-    return [("attribution_threads", "Checkpoint threads (at the last coverage computation).", value.threads),
-            ("attribution_unattributed_threads", "Checkpoint threads no source attributes to a subject.",
-             value.unattributed_threads),
-            ("attribution_bytes", "Bytes in the checkpoint tables.", value.bytes),
-            ("attribution_unattributed_bytes", "Bytes of the unattributed threads.", value.unattributed_bytes)]
+    return [
+        ("attribution_threads", "Checkpoint threads (at the last coverage computation).", value.threads),
+        (
+            "attribution_unattributed_threads",
+            "Checkpoint threads no source attributes to a subject.",
+            value.unattributed_threads,
+        ),
+        ("attribution_bytes", "Bytes in the checkpoint tables.", value.bytes),
+        ("attribution_unattributed_bytes", "Bytes of the unattributed threads.", value.unattributed_bytes),
+    ]
 
 
 def _formats(db: Any) -> Any:
@@ -237,16 +274,28 @@ def _formats(db: Any) -> Any:
 def _formats_gauges(fp: Any) -> list[tuple[str, str, float]]:
     """The storage-format fingerprint (core.checkpoints.formats): rows are checkpoint_blobs + checkpoint_writes."""
     return [
-        ("checkpoint_migration_version", "langgraph's checkpoint schema version (max v of checkpoint_migrations).",
-         fp.migration_version or 0),
-        ("checkpoint_shallow_schema", "1 when the checkpoint tables are ShallowPostgresSaver's (no history).",
-         int(fp.shallow)),
-        ("checkpoint_encrypted_rows", "Encrypted checkpoint rows (EncryptedSerializer, e.g. msgpack+aes).",
-         fp.encrypted),
+        (
+            "checkpoint_migration_version",
+            "langgraph's checkpoint schema version (max v of checkpoint_migrations).",
+            fp.migration_version or 0,
+        ),
+        (
+            "checkpoint_shallow_schema",
+            "1 when the checkpoint tables are ShallowPostgresSaver's (no history).",
+            int(fp.shallow),
+        ),
+        (
+            "checkpoint_encrypted_rows",
+            "Encrypted checkpoint rows (EncryptedSerializer, e.g. msgpack+aes).",
+            fp.encrypted,
+        ),
         ("checkpoint_encrypted_threads", "Threads holding encrypted checkpoint rows.", fp.encrypted_threads),
         ("checkpoint_delta_snapshots", "DeltaChannel snapshot blobs.", fp.delta_snapshots),
-        ("checkpoint_delta_checkpoints", "Checkpoints whose DeltaChannel values are rebuilt from writes.",
-         fp.delta_checkpoints),
+        (
+            "checkpoint_delta_checkpoints",
+            "Checkpoints whose DeltaChannel values are rebuilt from writes.",
+            fp.delta_checkpoints,
+        ),
         ("checkpoint_pickle_rows", "Pickled checkpoint rows (pickle_fallback): never unpickled, refused.", fp.pickle),
         ("checkpoint_json_rows", "Checkpoint rows of the old json type.", fp.json),
         ("checkpoint_undecodable_rows", "Checkpoint rows of a blob type the decoder does not know.", fp.undecodable),
@@ -268,8 +317,12 @@ class DatabaseCollector(Collector):
             started = time.perf_counter()
             up = _gauge("db_up", "1 when the exporter's last scrape read PostgreSQL, 0 when it could not.")
             try:
-                with psycopg.connect(self.dsn, connect_timeout=CONNECT_TIMEOUT_S, row_factory=dict_row,
-                                     options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}") as conn:
+                with psycopg.connect(
+                    self.dsn,
+                    connect_timeout=CONNECT_TIMEOUT_S,
+                    row_factory=dict_row,
+                    options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                ) as conn:
                     conn.read_only = True
                     found = database_metrics(conn, self.prices)
                 up.add_metric([], 1)
@@ -285,8 +338,9 @@ class DatabaseCollector(Collector):
         yield took
 
 
-def make_registry(dsn: str, coverage_every_s: float = COVERAGE_EVERY_S,
-                  prices: tuple[ModelPrice, ...] = ()) -> CollectorRegistry:
+def make_registry(
+    dsn: str, coverage_every_s: float = COVERAGE_EVERY_S, prices: tuple[ModelPrice, ...] = ()
+) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(DatabaseCollector(dsn, coverage_every_s, prices))
     return registry
@@ -306,15 +360,17 @@ def main(argv: list[str] | None = None, *, block: bool = True) -> Any:
     from core.config import load_settings
     from core.db import resolve_dsn
 
-    parser = argparse.ArgumentParser(prog="python -m core.operations.exporter",
-                                     description="Prometheus exporter of the agents' database health.")
+    parser = argparse.ArgumentParser(
+        prog="python -m core.operations.exporter", description="Prometheus exporter of the agents' database health."
+    )
     parser.add_argument("--port", type=_port, default=DEFAULT_PORT)
     parser.add_argument("--addr", default="0.0.0.0")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     settings = load_settings()
-    server, thread = start_http_server(args.port, addr=args.addr,
-                                       registry=make_registry(resolve_dsn(settings), prices=settings.model_prices))
+    server, thread = start_http_server(
+        args.port, addr=args.addr, registry=make_registry(resolve_dsn(settings), prices=settings.model_prices)
+    )
     log.info("exporter on %s:%d", args.addr, args.port)
     if not block:
         return server, thread

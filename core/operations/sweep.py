@@ -17,6 +17,7 @@
 
 The read side of the Sweeps page (DataFrames) is core/operations/sweep_reads.py; the CLI is sweep_cli.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,22 +25,23 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import psycopg
 from psycopg.rows import dict_row
 
 from core import clock
+from core.checkpoints import prune as history
+from core.checkpoints import tool_calls
+from core.checkpoints.storage import refresh_thread_storage
 from core.config import DEFAULT_DIMS, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
-from core.checkpoints import tool_calls
-from core.privacy import data_views, subjects, token_index
-from core.checkpoints import prune as history
-from core.checkpoints.storage import refresh_thread_storage
 from core.memory.store import build_store
+from core.privacy import data_views, subjects, token_index
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +100,9 @@ GROUP BY 1 ORDER BY 1"""
 # The first expired documents (in a real run: inside the sweep's transaction, the rows it locks and deletes).
 SELECT_EXPIRED_KEYS = """
 SELECT prefix, key FROM store WHERE expires_at IS NOT NULL AND expires_at < now() ORDER BY prefix, key LIMIT %s"""
-INSERT_DOCUMENTS = "INSERT INTO core_sweep_documents (run_id, prefix, key) SELECT %s, * FROM unnest(%s::text[], %s::text[])"
+INSERT_DOCUMENTS = (
+    "INSERT INTO core_sweep_documents (run_id, prefix, key) SELECT %s, * FROM unnest(%s::text[], %s::text[])"
+)
 
 # A thread's age is the `ts` of its newest checkpoint (any checkpoint_ns), written by the checkpointer.
 SELECT_OLD_THREADS = """
@@ -158,9 +162,11 @@ class SweepResult:
             return f"sweep already running elsewhere (run {self.run_id} logged as 'locked'); nothing done"
         verb = "would delete" if self.dry_run else "deleted"
         roots = ", ".join(f"{r} {n}" for r, n in sorted(self.deleted_by_root.items())) or "none"
-        text = (f"sweep run {self.run_id} [{self.status}] {verb} {self.documents_deleted} documents "
-                f"({roots}) and {self.vectors_deleted} vectors; retention ({self.retention_days} days) "
-                f"{verb} {len(self.threads) if self.dry_run else self.threads_deleted} threads")
+        text = (
+            f"sweep run {self.run_id} [{self.status}] {verb} {self.documents_deleted} documents "
+            f"({roots}) and {self.vectors_deleted} vectors; retention ({self.retention_days} days) "
+            f"{verb} {len(self.threads) if self.dry_run else self.threads_deleted} threads"
+        )
         if self.prune is not None:
             text += f"; {self.prune.summary()}"
         if self.tool_calls_extracted is not None:
@@ -185,7 +191,9 @@ def validate_retention_days(value: Any) -> int:
     except ValueError:
         raise SweepInputError(f"retention days must be a whole number >= 1, got {value!r}") from None
     if days < 1:
-        raise SweepInputError(f"retention days must be >= 1 (threads older than that many days are deleted), got {days}")
+        raise SweepInputError(
+            f"retention days must be >= 1 (threads older than that many days are deleted), got {days}"
+        )
     return days
 
 
@@ -217,10 +225,14 @@ def _sweep_ttl(conn: psycopg.Connection, dry_run: bool) -> tuple[int, int, dict[
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")  # counts and keys agree
             rows = conn.execute(COUNT_EXPIRED).fetchall()
             keys = [(r["prefix"], r["key"]) for r in conn.execute(SELECT_EXPIRED_KEYS, (DOCUMENTS_SAMPLE,))]
-        return (sum(r["documents"] for r in rows), sum(int(r["vectors"]) for r in rows),
-                {r["root"]: r["documents"] for r in rows}, keys)
-    from core.migrate import stored_dims
+        return (
+            sum(r["documents"] for r in rows),
+            sum(int(r["vectors"]) for r in rows),
+            {r["root"]: r["documents"] for r in rows},
+            keys,
+        )
     from core.memory.embeddings import OfflineHashEmbeddings
+    from core.migrate import stored_dims
 
     dims = stored_dims(conn) or DEFAULT_DIMS
     # sweep_ttl() never embeds: the offline embedder only satisfies the index configuration.
@@ -254,8 +266,9 @@ def find_old_threads(db: Database, retention_days: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["thread_id", "last_checkpoint_at"])
 
 
-def _retention(db: Database, conn: psycopg.Connection, days: int, dry_run: bool,
-               step: StepCallback) -> tuple[list[str], int]:
+def _retention(
+    db: Database, conn: psycopg.Connection, days: int, dry_run: bool, step: StepCallback
+) -> tuple[list[str], int]:
     """Checkpoint retention; returns (old threads found, threads deleted)."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
@@ -265,7 +278,7 @@ def _retention(db: Database, conn: psycopg.Connection, days: int, dry_run: bool,
     saver = PostgresSaver(db.pool)
     deleted = 0
     for start in range(0, len(threads), RETENTION_BATCH):
-        batch = threads[start:start + RETENTION_BATCH]
+        batch = threads[start : start + RETENTION_BATCH]
         still_old = [r["thread_id"] for r in conn.execute(RECHECK_OLD_THREADS, (batch, days)).fetchall()]
         for thread_id in still_old:
             saver.delete_thread(thread_id)
@@ -326,8 +339,9 @@ def run_sweep(
             errors: list[str] = []
             try:
                 step("ttl", 0.1, "")
-                (result.documents_deleted, result.vectors_deleted, result.deleted_by_root,
-                 result.documents) = _sweep_ttl(conn, dry_run)
+                (result.documents_deleted, result.vectors_deleted, result.deleted_by_root, result.documents) = (
+                    _sweep_ttl(conn, dry_run)
+                )
                 if result.documents:
                     conn.execute(INSERT_DOCUMENTS, (result.run_id, *map(list, zip(*result.documents))))
                 step("ttl", 0.5, f"{result.documents_deleted}")
@@ -388,15 +402,25 @@ def run_sweep(
                 errors.append(f"erasure re-check: {exc}")
             result.error = "; ".join(errors) or None
             result.status = "error" if errors else ("dry_run" if dry_run else "ok")
-            result.finished_at = conn.execute(FINISH_RUN, {
-                "id": result.run_id, "status": result.status, "documents": result.documents_deleted,
-                "vectors": result.vectors_deleted, "by_root": json.dumps(result.deleted_by_root),
-                "threads_found": len(result.threads), "threads_deleted": result.threads_deleted,
-                "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
-                "erasure": result.erasure_recheck, "error": result.error, "tool_calls": result.tool_calls_extracted,
-                "tokenized": result.threads_tokenized, "views": result.data_views_deleted,
-                "shift": shift,
-            }).fetchone()["finished_at"]
+            result.finished_at = conn.execute(
+                FINISH_RUN,
+                {
+                    "id": result.run_id,
+                    "status": result.status,
+                    "documents": result.documents_deleted,
+                    "vectors": result.vectors_deleted,
+                    "by_root": json.dumps(result.deleted_by_root),
+                    "threads_found": len(result.threads),
+                    "threads_deleted": result.threads_deleted,
+                    "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
+                    "erasure": result.erasure_recheck,
+                    "error": result.error,
+                    "tool_calls": result.tool_calls_extracted,
+                    "tokenized": result.threads_tokenized,
+                    "views": result.data_views_deleted,
+                    "shift": shift,
+                },
+            ).fetchone()["finished_at"]
         finally:
             conn.execute(UNLOCK, (SWEEP_LOCK_ID,))
     log.info("sweep: %s", result.summary())

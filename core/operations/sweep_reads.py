@@ -1,4 +1,5 @@
 """Read side of the Sweeps page: the sweep log, expired-not-yet-swept, the expiry forecast, the TTL policy."""
+
 from __future__ import annotations
 
 import re
@@ -35,7 +36,9 @@ ORDER BY bytes DESC, thread_id"""
 
 # The erasure register's re-check summary as the job stores it (core.privacy.erasure_register.RecheckSummary):
 # "re-checked N erasure request(s): C clean[, D with data back (request #i, #j)]".
-RECHECK_TEXT = re.compile(r"re-checked (\d+) erasure request\(s\): (\d+) clean(?:, \d+ with data back \(request ([^)]*)\))?")
+RECHECK_TEXT = re.compile(
+    r"re-checked (\d+) erasure request\(s\): (\d+) clean(?:, \d+ with data back \(request ([^)]*)\))?"
+)
 
 # Runs that deleted something for real, one row per (run, root); runs without per-root detail
 # count under the root 'unknown'. A run that deleted nothing has no row (the run log lists it).
@@ -80,9 +83,30 @@ UNION ALL
 SELECT e.week AT TIME ZONE 'UTC', e.root, e.documents FROM expiring e WHERE e.root <> ALL(%(roots)s::text[])
 ORDER BY 1, 2"""
 
-RUN_COLUMNS = ["id", "started_at", "status", "trigger", "documents", "vectors", "deleted_by_root", "retention_days",
-               "threads", "keep_latest", "prune_threads", "prune_checkpoints", "prune_writes", "prune_blobs",
-               "prune_bytes", "seconds", "host", "operator", "dry_run", "finished_at", "erasure_recheck", "error"]
+RUN_COLUMNS = [
+    "id",
+    "started_at",
+    "status",
+    "trigger",
+    "documents",
+    "vectors",
+    "deleted_by_root",
+    "retention_days",
+    "threads",
+    "keep_latest",
+    "prune_threads",
+    "prune_checkpoints",
+    "prune_writes",
+    "prune_blobs",
+    "prune_bytes",
+    "seconds",
+    "host",
+    "operator",
+    "dry_run",
+    "finished_at",
+    "erasure_recheck",
+    "error",
+]
 RECHECK_COLUMNS = ["rechecked", "recheck_clean", "recheck_data_back"]
 
 
@@ -119,15 +143,17 @@ def run_details(db: Database, run_id: int) -> dict[str, pd.DataFrame]:
     return {
         "documents": pd.DataFrame(db.fetch(SELECT_RUN_DOCUMENTS, (run_id,)), columns=["prefix", "key"]),
         "threads": pd.DataFrame(db.fetch(SELECT_RUN_THREADS, (run_id,)), columns=["thread_id"]),
-        "pruned": pd.DataFrame(db.fetch(SELECT_RUN_PRUNED, (run_id,)),
-                               columns=["thread_id", "checkpoints", "writes", "blobs", "bytes"]),
+        "pruned": pd.DataFrame(
+            db.fetch(SELECT_RUN_PRUNED, (run_id,)), columns=["thread_id", "checkpoints", "writes", "blobs", "bytes"]
+        ),
     }
 
 
 def deleted_per_run(db: Database, limit: int = 200) -> pd.DataFrame:
     """Documents deleted per real run and namespace root (run_id, started_at, trigger, root, documents, run label)."""
-    df = pd.DataFrame(db.fetch(SELECT_DELETED_BY_ROOT, (limit,)),
-                      columns=["run_id", "started_at", "trigger", "root", "documents"])
+    df = pd.DataFrame(
+        db.fetch(SELECT_DELETED_BY_ROOT, (limit,)), columns=["run_id", "started_at", "trigger", "root", "documents"]
+    )
     df["documents"] = df["documents"].astype(int)
     # A categorical label per run: runs are seconds or days apart, a time axis would crush them.
     df["run"] = [f"#{i} {t:%m-%d %H:%M}" for i, t in zip(df["run_id"], df["started_at"])]
@@ -154,11 +180,17 @@ def ttl_configuration() -> pd.DataFrame:
     """The TTL configuration in force: one row per namespace root, with the store-wide settings
     (`in_process_sweeper_minutes`: the store's own sweeper's interval, None when it is off)."""
     sweeper = TTL_CONFIG.get("sweep_interval_minutes")
-    return pd.DataFrame([
-        {"root": p.root, "ttl_days": p.ttl_days, "ttl_minutes": p.ttl_minutes,
-         "refresh_on_read": p.refresh_on_read, "omit_expired": bool(TTL_CONFIG.get("omit_expired")),
-         "default_ttl_minutes": TTL_CONFIG.get("default_ttl"),
-         "in_process_sweeper_minutes": sweeper}
-        for p in POLICIES.values()
-    ])
-
+    return pd.DataFrame(
+        [
+            {
+                "root": p.root,
+                "ttl_days": p.ttl_days,
+                "ttl_minutes": p.ttl_minutes,
+                "refresh_on_read": p.refresh_on_read,
+                "omit_expired": bool(TTL_CONFIG.get("omit_expired")),
+                "default_ttl_minutes": TTL_CONFIG.get("default_ttl"),
+                "in_process_sweeper_minutes": sweeper,
+            }
+            for p in POLICIES.values()
+        ]
+    )

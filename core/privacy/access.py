@@ -14,12 +14,14 @@ The result is an `AccessReport` (core/privacy/access_report.py); `core.privacy.a
 or HTML that prints to PDF); `record_export` writes the access register row with the sha256 of the exact file
 handed over.
 """
+
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import pandas as pd
 from psycopg.types.json import Jsonb
@@ -27,11 +29,10 @@ from psycopg.types.json import Jsonb
 from core.checkpoints import formats
 from core.db import Database
 from core.privacy import access_notice, data_views, subjects
+from core.privacy import residue as res
 from core.privacy.access_render import FORMATS, LANGS, render
 from core.privacy.access_report import AccessReport
-from core.privacy import residue as res
 from core.privacy.evidence import ROOT, escape_like, validate_customer_id
-
 
 SELECT_DOCUMENTS = r"""
 SELECT prefix, key, value, created_at, updated_at, expires_at, ttl_minutes,
@@ -94,11 +95,27 @@ SELECT_REGISTER = """
 SELECT id, customer_id, operator, exported_at, format, lang, sha256, size_bytes, counts, sources
 FROM core_access_register WHERE %(customer_id)s::text IS NULL OR customer_id = %(customer_id)s
 ORDER BY exported_at DESC, id DESC LIMIT %(limit)s"""
-REGISTER_COLUMNS = ["id", "customer_id", "operator", "exported_at", "format", "lang", "sha256", "size_bytes", "counts",
-                    "sources"]
+REGISTER_COLUMNS = [
+    "id",
+    "customer_id",
+    "operator",
+    "exported_at",
+    "format",
+    "lang",
+    "sha256",
+    "size_bytes",
+    "counts",
+    "sources",
+]
 
-LOG_SOURCES = ("core_memory_writes", "core_conversations", "core_guard_denials", "core_degradation_episodes.denials",
-               "core_serde_refusals", "core_data_views")
+LOG_SOURCES = (
+    "core_memory_writes",
+    "core_conversations",
+    "core_guard_denials",
+    "core_degradation_episodes.denials",
+    "core_serde_refusals",
+    "core_data_views",
+)
 
 
 @dataclass(frozen=True)
@@ -120,17 +137,31 @@ def _attribute(db: Database, customer_id: str) -> Attribution:
     found = subjects.resolve(db, customer_id)
     cover = subjects.coverage(db)
     residue = res.residue_scan(db, customer_id, subjects=found)
-    proposed = [{"thread_id": m.thread_id, "term": m.term, "kind": m.kind}
-                for m in residue.matches if not m.common]
-    return Attribution({t: list(s) for t, s in found.threads.items() if t in found.held}, tuple(found.by_source),
-                       dict(found.errors), cover.unattributed_threads, proposed)
+    proposed = [{"thread_id": m.thread_id, "term": m.term, "kind": m.kind} for m in residue.matches if not m.common]
+    return Attribution(
+        {t: list(s) for t, s in found.threads.items() if t in found.held},
+        tuple(found.by_source),
+        dict(found.errors),
+        cover.unattributed_threads,
+        proposed,
+    )
 
 
 def _message(write: dict, position: int, msg: dict) -> dict:
-    return {"checkpoint_id": write["checkpoint_id"], "step": write["step"], "ts": write["ts"],
-            "channel": write["channel"], "position": position, "kind": msg.get("kind"), "id": msg.get("id"),
-            "content": msg.get("content"), "tool_calls": msg.get("tool_calls"), "tool_name": msg.get("tool_name"),
-            "tool_call_id": msg.get("tool_call_id"), "status": msg.get("status")}
+    return {
+        "checkpoint_id": write["checkpoint_id"],
+        "step": write["step"],
+        "ts": write["ts"],
+        "channel": write["channel"],
+        "position": position,
+        "kind": msg.get("kind"),
+        "id": msg.get("id"),
+        "content": msg.get("content"),
+        "tool_calls": msg.get("tool_calls"),
+        "tool_name": msg.get("tool_name"),
+        "tool_call_id": msg.get("tool_call_id"),
+        "status": msg.get("status"),
+    }
 
 
 def _thread_messages(writes: Iterable[dict]) -> list[dict]:
@@ -140,12 +171,30 @@ def _thread_messages(writes: Iterable[dict]) -> list[dict]:
     for w in writes:
         messages = w["messages"] or []
         if w["undecodable"]:
-            out.append({"checkpoint_id": w["checkpoint_id"], "step": w["step"], "ts": w["ts"], "channel": w["channel"],
-                        "position": 0, "kind": "undecodable", "reason": w["undecodable"]})
+            out.append(
+                {
+                    "checkpoint_id": w["checkpoint_id"],
+                    "step": w["step"],
+                    "ts": w["ts"],
+                    "channel": w["channel"],
+                    "position": 0,
+                    "kind": "undecodable",
+                    "reason": w["undecodable"],
+                }
+            )
             continue
         if w["refused_type"] and not messages:  # e.g. a tampered message: kept as a marker, never dropped
-            out.append({"checkpoint_id": w["checkpoint_id"], "step": w["step"], "ts": w["ts"], "channel": w["channel"],
-                        "position": 0, "kind": "refused", "refused_type": w["refused_type"]})
+            out.append(
+                {
+                    "checkpoint_id": w["checkpoint_id"],
+                    "step": w["step"],
+                    "ts": w["ts"],
+                    "channel": w["channel"],
+                    "position": 0,
+                    "kind": "refused",
+                    "refused_type": w["refused_type"],
+                }
+            )
         for position, msg in enumerate(messages, start=1):
             item = _message(w, position, msg)
             if w["refused_type"]:  # a refused type inside a message the decoder still recognised
@@ -160,14 +209,23 @@ def _opened(write: dict, opened: dict[tuple, Any]) -> dict:
     if key not in opened:
         return write
     payload = opened[key]
-    return {**write, "messages": formats.messages_of(payload), "undecodable": None,
-            "refused_type": formats.refused_type(payload)}
+    return {
+        **write,
+        "messages": formats.messages_of(payload),
+        "undecodable": None,
+        "refused_type": formats.refused_type(payload),
+    }
 
 
 def _params(customer_id: str, threads: list[str]) -> dict[str, Any]:
     prefix = f"{ROOT}.{customer_id}"
-    return {"prefix": prefix, "pattern": escape_like(prefix) + ".%", "cliente_id": customer_id, "root": ROOT,
-            "threads": threads}
+    return {
+        "prefix": prefix,
+        "pattern": escape_like(prefix) + ".%",
+        "cliente_id": customer_id,
+        "root": ROOT,
+        "threads": threads,
+    }
 
 
 def gather(db: Database, customer_id: str) -> AccessReport:
@@ -203,21 +261,39 @@ def gather(db: Database, customer_id: str) -> AccessReport:
     ordered = sorted(threads, key=lambda t: ((summaries.get(t) or {}).get("first_ts") or "", t))
     for thread_id in ordered:
         summary = summaries.get(thread_id) or {}
-        thread_rows.append({"thread_id": thread_id, "sources": attribution.threads[thread_id],
-                            "checkpoints": int(summary.get("checkpoints") or 0),
-                            "first_ts": summary.get("first_ts"), "last_ts": summary.get("last_ts"),
-                            "messages": _thread_messages(writes.get(thread_id, []))})
+        thread_rows.append(
+            {
+                "thread_id": thread_id,
+                "sources": attribution.threads[thread_id],
+                "checkpoints": int(summary.get("checkpoints") or 0),
+                "first_ts": summary.get("first_ts"),
+                "last_ts": summary.get("last_ts"),
+                "messages": _thread_messages(writes.get(thread_id, [])),
+            }
+        )
     return AccessReport(
-        customer_id=customer_id, namespace_prefix=params["prefix"], generated_at=generated_at,
-        documents=[dict(d) for d in documents], threads=thread_rows, logs={k: [dict(r) for r in v] for k, v in logs.items()},
-        erasures=[dict(r) for r in erasures], erasure_rechecks=[dict(r) for r in rechecks],
+        customer_id=customer_id,
+        namespace_prefix=params["prefix"],
+        generated_at=generated_at,
+        documents=[dict(d) for d in documents],
+        threads=thread_rows,
+        logs={k: [dict(r) for r in v] for k, v in logs.items()},
+        erasures=[dict(r) for r in erasures],
+        erasure_rechecks=[dict(r) for r in rechecks],
         access_exports=[dict(r) for r in exports],
-        sources={"store": [f"store: prefix = '{params['prefix']}' or below it"], "threads": list(attribution.sources),
-                 **({"threads_not_searched": [f"{k}: {v}" for k, v in attribution.errors.items()]}
-                    if attribution.errors else {}),
-                 "logs": list(LOG_SOURCES), "registers": ["core_erasure_register", "core_erasure_rechecks",
-                                                          "core_access_register"]},
-        unattributed_threads=attribution.unattributed_threads, residue=attribution.residue,
+        sources={
+            "store": [f"store: prefix = '{params['prefix']}' or below it"],
+            "threads": list(attribution.sources),
+            **(
+                {"threads_not_searched": [f"{k}: {v}" for k, v in attribution.errors.items()]}
+                if attribution.errors
+                else {}
+            ),
+            "logs": list(LOG_SOURCES),
+            "registers": ["core_erasure_register", "core_erasure_rechecks", "core_access_register"],
+        },
+        unattributed_threads=attribution.unattributed_threads,
+        residue=attribution.residue,
         formats=_formats(db, threads),
     )
 
@@ -245,14 +321,27 @@ class Export:
     mime: str
 
 
-def record_export(db: Database, report: AccessReport, data: bytes, *, fmt: str, lang: str,
-                  operator: str) -> tuple[int, datetime, str]:
+def record_export(
+    db: Database, report: AccessReport, data: bytes, *, fmt: str, lang: str, operator: str
+) -> tuple[int, datetime, str]:
     """Write the access-register row for an export of `data`; returns (id, exported_at, sha256)."""
     if not isinstance(operator, str) or not operator.strip():
         raise ValueError("operator identity is required for the access register")
     digest = hashlib.sha256(data).hexdigest()
-    row = db.fetch_one(INSERT_EXPORT, (report.customer_id, operator.strip(), fmt, lang, digest, len(data),
-                                       Jsonb(report.counts), Jsonb(report.sources)), read_only=False)
+    row = db.fetch_one(
+        INSERT_EXPORT,
+        (
+            report.customer_id,
+            operator.strip(),
+            fmt,
+            lang,
+            digest,
+            len(data),
+            Jsonb(report.counts),
+            Jsonb(report.sources),
+        ),
+        read_only=False,
+    )
     return int(row["id"]), row["exported_at"], digest
 
 
@@ -269,19 +358,36 @@ def export(db: Database, customer_id: str, *, fmt: str, lang: str, operator: str
     report = gather(db, customer_id)
     data = render(report, fmt, requested_by=operator.strip(), lang=lang, notice=info)
     register_id, at, digest = record_export(db, report, data, fmt=fmt, lang=lang, operator=operator)
-    stamp = report.generated_at.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Export(data, digest, register_id, at, f"access-{register_id}-{stamp}.{fmt}",
-                  "application/json" if fmt == "json" else "text/html")
+    stamp = report.generated_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Export(
+        data,
+        digest,
+        register_id,
+        at,
+        f"access-{register_id}-{stamp}.{fmt}",
+        "application/json" if fmt == "json" else "text/html",
+    )
 
 
 def register(db: Database, limit: int = 500, customer_id: str | None = None) -> pd.DataFrame:
     """The latest `limit` exports (of one customer, or of all), newest first; `items` is the total exported."""
     rows = db.fetch(SELECT_REGISTER, {"customer_id": customer_id, "limit": limit}, read_only=False)
     frame = pd.DataFrame(rows, columns=REGISTER_COLUMNS)
-    frame["items"] = frame["counts"].map(lambda c: sum(v for k, v in c.items() if k != "expired_documents")
-                                         if isinstance(c, dict) else None)
+    frame["items"] = frame["counts"].map(
+        lambda c: sum(v for k, v in c.items() if k != "expired_documents") if isinstance(c, dict) else None
+    )
     return frame
 
 
-__all__ = ["AccessReport", "Attribution", "Export", "FORMATS", "LANGS", "export", "gather", "record_export", "register",
-           "render"]
+__all__ = [
+    "AccessReport",
+    "Attribution",
+    "Export",
+    "FORMATS",
+    "LANGS",
+    "export",
+    "gather",
+    "record_export",
+    "register",
+    "render",
+]

@@ -9,6 +9,7 @@ CONTROLLER_NAME, CONTROLLER_CONTACT and DPO_CONTACT. The retention periods are c
 store's TTL of the customers' namespace root and the checkpoint retention of the last sweep that deleted (else the
 sweep job's configured default).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,11 +26,24 @@ from core.privacy.evidence import ROOT
 
 DEFAULTS_FILE = Path(__file__).with_name("access_notice.toml")
 NOTICE_ENV = "ACCESS_NOTICE_FILE"
-IDENTITY_ENV = {"controller_name": "CONTROLLER_NAME", "controller_contact": "CONTROLLER_CONTACT",
-                "dpo_contact": "DPO_CONTACT"}
+IDENTITY_ENV = {
+    "controller_name": "CONTROLLER_NAME",
+    "controller_contact": "CONTROLLER_CONTACT",
+    "dpo_contact": "DPO_CONTACT",
+}
 LIST_KEYS = ("purposes", "recipients")
-TEXT_KEYS = ("controller_name", "controller_contact", "dpo_contact", "transfers", "automated_decisions", "source",
-             "rights", "complaint", "logs_retention", "registers_retention")
+TEXT_KEYS = (
+    "controller_name",
+    "controller_contact",
+    "dpo_contact",
+    "transfers",
+    "automated_decisions",
+    "source",
+    "rights",
+    "complaint",
+    "logs_retention",
+    "registers_retention",
+)
 
 # The checkpoint retention the last sweep that deleted threads applied (the job runs with its own environment).
 SELECT_RETENTION = """
@@ -37,18 +51,26 @@ SELECT retention_days FROM core_sweep_log
 WHERE status = 'ok' AND NOT dry_run AND retention_days IS NOT NULL ORDER BY started_at DESC LIMIT 1"""
 
 PERIODS = {
-    "es": {"documents": "Documentos de memoria (sus preferencias)", "conversations": "Conversaciones",
-           "logs": "Nuestros registros sobre usted", "registers": "Registros de borrados y de accesos",
-           "ttl_refresh": "{days} días desde la última vez que un asistente los usa (cada uso renueva el plazo); "
-                          "después se borran en el siguiente barrido.",
-           "ttl_fixed": "{days} días desde que se escriben; después se borran en el siguiente barrido.",
-           "retention": "{days} días desde el último mensaje de la conversación; después se borra entera."},
-    "en": {"documents": "Memory documents (your preferences)", "conversations": "Conversations",
-           "logs": "Our logs about you", "registers": "Erasure and access registers",
-           "ttl_refresh": "{days} days after an assistant last uses them (each use renews the period); then they are "
-                          "deleted by the next sweep.",
-           "ttl_fixed": "{days} days after they are written; then they are deleted by the next sweep.",
-           "retention": "{days} days after the conversation's last message; then all of it is deleted."},
+    "es": {
+        "documents": "Documentos de memoria (sus preferencias)",
+        "conversations": "Conversaciones",
+        "logs": "Nuestros registros sobre usted",
+        "registers": "Registros de borrados y de accesos",
+        "ttl_refresh": "{days} días desde la última vez que un asistente los usa (cada uso renueva el plazo); "
+        "después se borran en el siguiente barrido.",
+        "ttl_fixed": "{days} días desde que se escriben; después se borran en el siguiente barrido.",
+        "retention": "{days} días desde el último mensaje de la conversación; después se borra entera.",
+    },
+    "en": {
+        "documents": "Memory documents (your preferences)",
+        "conversations": "Conversations",
+        "logs": "Our logs about you",
+        "registers": "Erasure and access registers",
+        "ttl_refresh": "{days} days after an assistant last uses them (each use renews the period); then they are "
+        "deleted by the next sweep.",
+        "ttl_fixed": "{days} days after they are written; then they are deleted by the next sweep.",
+        "retention": "{days} days after the conversation's last message; then all of it is deleted.",
+    },
 }
 
 
@@ -90,11 +112,13 @@ def _check(data: dict[str, Any], path: Path) -> None:
             elif name in TEXT_KEYS:
                 ok = isinstance(text, str) and bool(text.strip())
             else:
-                raise NoticeConfigError(f"{path}: unknown key [{key}].{name}; known: "
-                                        f"{', '.join(LIST_KEYS + TEXT_KEYS)}")
+                raise NoticeConfigError(
+                    f"{path}: unknown key [{key}].{name}; known: {', '.join(LIST_KEYS + TEXT_KEYS)}"
+                )
             if not ok:
-                raise NoticeConfigError(f"{path}: [{key}].{name} must be a non-empty "
-                                        f"{'list of texts' if name in LIST_KEYS else 'text'}")
+                raise NoticeConfigError(
+                    f"{path}: [{key}].{name} must be a non-empty {'list of texts' if name in LIST_KEYS else 'text'}"
+                )
 
 
 def texts(lang: str, path: str | os.PathLike | None = None) -> tuple[dict[str, Any], str, bool]:
@@ -136,7 +160,10 @@ def notice(db: Database, lang: str) -> Notice:
     periods = PERIODS[lang]
     policy = POLICIES[ROOT]
     retention = [
-        (periods["documents"], periods["ttl_refresh" if policy.refresh_on_read else "ttl_fixed"].format(days=policy.ttl_days)),
+        (
+            periods["documents"],
+            periods["ttl_refresh" if policy.refresh_on_read else "ttl_fixed"].format(days=policy.ttl_days),
+        ),
         (periods["conversations"], periods["retention"].format(days=checkpoint_retention_days(db))),
         (periods["logs"], merged["logs_retention"]),
         (periods["registers"], merged["registers_retention"]),

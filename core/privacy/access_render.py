@@ -1,11 +1,12 @@
 """The access export as the file handed to the customer: JSON (`export_json`) or HTML that prints to PDF
 (`export_html`), in Spanish or English, from a `core.privacy.access_report.AccessReport` and the art. 15 information
 (`core.privacy.access_notice.Notice`) in the requester's language."""
+
 from __future__ import annotations
 
 import html
 import json
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from babel.dates import format_datetime
@@ -18,6 +19,7 @@ from core.privacy.access_report import AccessReport
 FORMATS = ("json", "html")
 LANGS = ("es", "en")
 LOCAL_OPERATORS = ("local",)  # the operator of local mode (no identity provider): no one's name
+
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
@@ -50,11 +52,16 @@ def export_document(report: AccessReport, *, requested_by: str, lang: str = "es"
                 "unattributed_threads": report.unattributed_threads,
                 "caveat": STRINGS[lang]["caveat"].format(n=report.unattributed_threads),
                 "possible_threads_not_included": report.residue,
-                "possible_threads_note": STRINGS[lang]["residue"].format(n=len({r["thread_id"] for r in report.residue})),
+                "possible_threads_note": STRINGS[lang]["residue"].format(
+                    n=len({r["thread_id"] for r in report.residue})
+                ),
             },
         },
-        "information": {**notice.texts, "timezone": str(notice.timezone),
-                        "retention": [{"data": kind, "period": period} for kind, period in notice.retention]},
+        "information": {
+            **notice.texts,
+            "timezone": str(notice.timezone),
+            "retention": [{"data": kind, "period": period} for kind, period in notice.retention],
+        },
         "store_documents": report.documents,
         "threads": report.threads,
         "logs": report.logs,
@@ -65,154 +72,348 @@ def export_document(report: AccessReport, *, requested_by: str, lang: str = "es"
 
 
 def export_json(report: AccessReport, *, requested_by: str, lang: str = "es", notice: Notice) -> bytes:
-    return json.dumps(export_document(report, requested_by=requested_by, lang=lang, notice=notice), ensure_ascii=False,
-                      indent=2).encode("utf-8")
+    return json.dumps(
+        export_document(report, requested_by=requested_by, lang=lang, notice=notice), ensure_ascii=False, indent=2
+    ).encode("utf-8")
 
 
 STRINGS = {
     "es": {
         "title": "Sus datos en nuestros asistentes de atención (cliente {id})",
         "intro": "Respuesta a su solicitud de acceso (artículo 15 del RGPD): qué datos suyos guardan nuestros asistentes "
-                 "conversacionales y nuestros registros, para qué, durante cuánto tiempo y qué derechos tiene.",
-        "request": "Su solicitud", "requested_by": "Solicitado por", "requester": "el cliente {id} (derecho de acceso)",
-        "prepared_by": "Preparado por", "prepared": "{who}, en nombre de {controller}",
-        "dpo_office": "el delegado de protección de datos", "generated_at": "Fecha",
-        "controller": "Responsable del tratamiento", "contact": "Contacto", "dpo": "Delegado de protección de datos",
-        "purposes": "Para qué tratamos sus datos", "recipients": "Destinatarios", "transfers": "Transferencias internacionales",
-        "automated": "Decisiones automatizadas", "retention": "Cuánto tiempo los conservamos", "kind_of_data": "Datos",
-        "period": "Plazo", "source": "De dónde proceden", "rights": "Sus derechos", "complaint": "Reclamación",
-        "summary": "Resumen", "what": "Qué", "how_many": "Cuántos",
+        "conversacionales y nuestros registros, para qué, durante cuánto tiempo y qué derechos tiene.",
+        "request": "Su solicitud",
+        "requested_by": "Solicitado por",
+        "requester": "el cliente {id} (derecho de acceso)",
+        "prepared_by": "Preparado por",
+        "prepared": "{who}, en nombre de {controller}",
+        "dpo_office": "el delegado de protección de datos",
+        "generated_at": "Fecha",
+        "controller": "Responsable del tratamiento",
+        "contact": "Contacto",
+        "dpo": "Delegado de protección de datos",
+        "purposes": "Para qué tratamos sus datos",
+        "recipients": "Destinatarios",
+        "transfers": "Transferencias internacionales",
+        "automated": "Decisiones automatizadas",
+        "retention": "Cuánto tiempo los conservamos",
+        "kind_of_data": "Datos",
+        "period": "Plazo",
+        "source": "De dónde proceden",
+        "rights": "Sus derechos",
+        "complaint": "Reclamación",
+        "summary": "Resumen",
+        "what": "Qué",
+        "how_many": "Cuántos",
         "caveat": "{n} hilos de conversación de la base de datos no pueden atribuirse a ningún sujeto con las fuentes "
-                  "consultadas; si alguno fuera de este cliente, no está en esta exportación.",
+        "consultadas; si alguno fuera de este cliente, no está en esta exportación.",
         "nothing": "No hay ningún dato sobre este cliente en las fuentes consultadas.",
         "residue": "{n} hilos sin atribuir contienen el id del cliente o valores propios de sus documentos; no se incluyen "
-                   "hasta que el DPO decida (se listan con el término encontrado).",
-        "documents": "Sus preferencias guardadas (memoria de los asistentes)", "threads": "Sus conversaciones",
-        "logs": "Nuestros registros sobre usted", "erasures": "Sus solicitudes de borrado",
-        "rechecks": "Comprobaciones posteriores de esos borrados", "exports": "Sus solicitudes de acceso anteriores",
-        "annex": "Anexo técnico (para el delegado de protección de datos)", "sources": "Fuentes consultadas",
-        "formats": "Formatos de almacenamiento de sus conversaciones", "coverage": "Cobertura",
-        "expired": "caducado (se borrará en el próximo barrido)", "thread": "Conversación {n}", "found_by": "encontrada por",
+        "hasta que el DPO decida (se listan con el término encontrado).",
+        "documents": "Sus preferencias guardadas (memoria de los asistentes)",
+        "threads": "Sus conversaciones",
+        "logs": "Nuestros registros sobre usted",
+        "erasures": "Sus solicitudes de borrado",
+        "rechecks": "Comprobaciones posteriores de esos borrados",
+        "exports": "Sus solicitudes de acceso anteriores",
+        "annex": "Anexo técnico (para el delegado de protección de datos)",
+        "sources": "Fuentes consultadas",
+        "formats": "Formatos de almacenamiento de sus conversaciones",
+        "coverage": "Cobertura",
+        "expired": "caducado (se borrará en el próximo barrido)",
+        "thread": "Conversación {n}",
+        "found_by": "encontrada por",
         "refused": "contenido que el sistema rechaza al guardar ({types}); no se muestra",
         "undecodable": "contenido ilegible ({reason})",
-        "none_documents": "No guardamos ninguna preferencia suya.", "none_threads": "No hay conversaciones suyas.",
+        "none_documents": "No guardamos ninguna preferencia suya.",
+        "none_threads": "No hay conversaciones suyas.",
         "none_logs": "Ninguno de nuestros registros contiene datos suyos.",
-        "none_erasures": "No ha pedido ningún borrado.", "none_exports": "Esta es su primera solicitud de acceso.",
-        "created": "creado", "updated": "actualizado", "expires": "caduca", "never": "no caduca",
-        "from_to": "del {first} al {last}", "checkpoints": "{n} estados guardados",
-        "you": "Usted", "assistant": "Asistente", "tool": "Herramienta", "system": "Sistema",
-        "calls": "Usa la herramienta", "result_of": "Resultado de {name}", "yes": "sí", "no": "no",
+        "none_erasures": "No ha pedido ningún borrado.",
+        "none_exports": "Esta es su primera solicitud de acceso.",
+        "created": "creado",
+        "updated": "actualizado",
+        "expires": "caduca",
+        "never": "no caduca",
+        "from_to": "del {first} al {last}",
+        "checkpoints": "{n} estados guardados",
+        "you": "Usted",
+        "assistant": "Asistente",
+        "tool": "Herramienta",
+        "system": "Sistema",
+        "calls": "Usa la herramienta",
+        "result_of": "Resultado de {name}",
+        "yes": "sí",
+        "no": "no",
     },
     "en": {
         "title": "Your data in our customer-service assistants (customer {id})",
         "intro": "Answer to your access request (GDPR article 15): what data about you our conversational assistants and "
-                 "our logs hold, what for, for how long, and your rights.",
-        "request": "Your request", "requested_by": "Requested by", "requester": "customer {id} (right of access)",
-        "prepared_by": "Prepared by", "prepared": "{who}, on behalf of {controller}",
-        "dpo_office": "the data protection officer", "generated_at": "Date",
-        "controller": "Controller", "contact": "Contact", "dpo": "Data protection officer",
-        "purposes": "What we process your data for", "recipients": "Recipients", "transfers": "International transfers",
-        "automated": "Automated decisions", "retention": "How long we keep it", "kind_of_data": "Data",
-        "period": "Period", "source": "Where it comes from", "rights": "Your rights", "complaint": "Complaint",
-        "summary": "Summary", "what": "What", "how_many": "How many",
+        "our logs hold, what for, for how long, and your rights.",
+        "request": "Your request",
+        "requested_by": "Requested by",
+        "requester": "customer {id} (right of access)",
+        "prepared_by": "Prepared by",
+        "prepared": "{who}, on behalf of {controller}",
+        "dpo_office": "the data protection officer",
+        "generated_at": "Date",
+        "controller": "Controller",
+        "contact": "Contact",
+        "dpo": "Data protection officer",
+        "purposes": "What we process your data for",
+        "recipients": "Recipients",
+        "transfers": "International transfers",
+        "automated": "Automated decisions",
+        "retention": "How long we keep it",
+        "kind_of_data": "Data",
+        "period": "Period",
+        "source": "Where it comes from",
+        "rights": "Your rights",
+        "complaint": "Complaint",
+        "summary": "Summary",
+        "what": "What",
+        "how_many": "How many",
         "caveat": "{n} conversation threads in the database cannot be attributed to any subject by the sources "
-                  "searched; if any of them is this customer's, it is not in this export.",
+        "searched; if any of them is this customer's, it is not in this export.",
         "nothing": "There is no data about this customer in the sources searched.",
         "residue": "{n} unattributed threads hold the customer's id or values of their own documents; they are not "
-                   "included until the DPO decides (listed with the term found).",
-        "documents": "Your saved preferences (the assistants' memory)", "threads": "Your conversations",
-        "logs": "Our logs about you", "erasures": "Your erasure requests",
-        "rechecks": "Later checks of those erasures", "exports": "Your earlier access requests",
-        "annex": "Technical annex (for the data protection officer)", "sources": "Sources searched",
-        "formats": "Storage formats of your conversations", "coverage": "Coverage",
-        "expired": "expired (deleted by the next sweep)", "thread": "Conversation {n}", "found_by": "found by",
+        "included until the DPO decides (listed with the term found).",
+        "documents": "Your saved preferences (the assistants' memory)",
+        "threads": "Your conversations",
+        "logs": "Our logs about you",
+        "erasures": "Your erasure requests",
+        "rechecks": "Later checks of those erasures",
+        "exports": "Your earlier access requests",
+        "annex": "Technical annex (for the data protection officer)",
+        "sources": "Sources searched",
+        "formats": "Storage formats of your conversations",
+        "coverage": "Coverage",
+        "expired": "expired (deleted by the next sweep)",
+        "thread": "Conversation {n}",
+        "found_by": "found by",
         "refused": "content the system refuses to save ({types}); not shown",
         "undecodable": "unreadable content ({reason})",
-        "none_documents": "We keep no preference of yours.", "none_threads": "There are no conversations of yours.",
+        "none_documents": "We keep no preference of yours.",
+        "none_threads": "There are no conversations of yours.",
         "none_logs": "None of our logs holds data about you.",
-        "none_erasures": "You have not asked for any erasure.", "none_exports": "This is your first access request.",
-        "created": "created", "updated": "updated", "expires": "expires", "never": "does not expire",
-        "from_to": "from {first} to {last}", "checkpoints": "{n} saved states",
-        "you": "You", "assistant": "Assistant", "tool": "Tool", "system": "System",
-        "calls": "Uses the tool", "result_of": "Result of {name}", "yes": "yes", "no": "no",
+        "none_erasures": "You have not asked for any erasure.",
+        "none_exports": "This is your first access request.",
+        "created": "created",
+        "updated": "updated",
+        "expires": "expires",
+        "never": "does not expire",
+        "from_to": "from {first} to {last}",
+        "checkpoints": "{n} saved states",
+        "you": "You",
+        "assistant": "Assistant",
+        "tool": "Tool",
+        "system": "System",
+        "calls": "Uses the tool",
+        "result_of": "Result of {name}",
+        "yes": "yes",
+        "no": "no",
     },
 }
 
 # What each count, log, register and column is called in the export (keys as the report and SQL name them).
 LABELS = {
     "es": {
-        "documents": "Preferencias guardadas", "expired_documents": "Preferencias caducadas (pendientes de barrido)",
-        "threads": "Conversaciones", "messages": "Mensajes", "marked_payloads": "Contenidos que no se pueden mostrar",
-        "memory_writes": "Escrituras en la memoria", "conversations": "Registro de conversaciones",
+        "documents": "Preferencias guardadas",
+        "expired_documents": "Preferencias caducadas (pendientes de barrido)",
+        "threads": "Conversaciones",
+        "messages": "Mensajes",
+        "marked_payloads": "Contenidos que no se pueden mostrar",
+        "memory_writes": "Escrituras en la memoria",
+        "conversations": "Registro de conversaciones",
         "guard_denials": "Acciones denegadas por el control de seguridad",
-        "episode_denials": "Acciones denegadas durante una avería", "serde_refusals": "Contenidos rechazados al guardar",
-        "erasure_requests": "Solicitudes de borrado", "erasure_rechecks": "Comprobaciones de borrados",
+        "episode_denials": "Acciones denegadas durante una avería",
+        "serde_refusals": "Contenidos rechazados al guardar",
+        "erasure_requests": "Solicitudes de borrado",
+        "erasure_rechecks": "Comprobaciones de borrados",
         "access_exports": "Solicitudes de acceso anteriores",
-        "store": "Memoria (documentos)", "logs": "Nuestros registros", "registers": "Registros de protección de datos",
+        "store": "Memoria (documentos)",
+        "logs": "Nuestros registros",
+        "registers": "Registros de protección de datos",
         "threads_not_searched": "Fuentes de conversaciones que no se pudieron consultar",
-        "written_at": "Escrito", "key": "Clave", "thread_id": "Conversación", "agent": "Asistente",
-        "started_at": "Empezó", "last_turn_at": "Último mensaje", "turns": "Turnos", "denied_at": "Fecha",
-        "tool": "Herramienta", "risk": "Riesgo", "reason": "Motivo", "degraded_from": "Avería desde",
-        "degraded_to": "Avería hasta", "thread": "Conversación", "denial": "Acción denegada", "refused_at": "Fecha", "type_name": "Tipo de contenido",
-        "kind": "Clase", "requested_at": "Pedido", "finished_at": "Terminado", "status": "Estado",
-        "operator": "Atendido por", "deleted": "Borrado", "checked_at": "Comprobado", "trigger": "Motivo",
-        "clean": "Sin datos", "counts": "Encontrado", "exported_at": "Fecha", "format": "Formato", "lang": "Idioma",
-        "size_bytes": "Tamaño (bytes)", "sha256": "Huella sha256", "term": "Término", "customer_id": "Cliente",
-        "complete": "completo", "failed": "fallido", "interrupted": "interrumpido", "running": "en curso",
-        "manual": "a mano", "sweep": "barrido periódico", "HIGH": "alto", "MEDIUM": "medio", "LOW": "bajo",
-        "checkpoints": "estados de conversación", "checkpoint_blobs": "contenidos de conversación",
-        "checkpoint_writes": "escrituras de conversación", "store_vectors": "índice de búsqueda",
-        "core_memory_writes": "escrituras en la memoria", "core_conversations": "registro de conversaciones",
-        "core_guard_denials": "acciones denegadas", "core_serde_refusals": "contenidos rechazados",
-        "data_views": "Consultas de sus datos por nuestro personal", "viewed_at": "Fecha", "viewer": "Quién",
-        "role": "Función", "target": "Qué", "purpose": "Finalidad", "namespace": "su memoria",
-        "search": "una búsqueda por significado", "access_preview": "la vista previa de una solicitud de acceso",
-        "access_export": "una exportación de sus datos", "manager": "responsable de tienda",
-        "sre": "operaciones (SRE)", "dpo": "delegado de protección de datos",
-        "migration_version": "Versión del formato de LangGraph", "shallow": "Solo el último estado",
-        "rows": "Filas", "encrypted": "Filas cifradas", "encrypted_threads": "Conversaciones cifradas",
+        "written_at": "Escrito",
+        "key": "Clave",
+        "thread_id": "Conversación",
+        "agent": "Asistente",
+        "started_at": "Empezó",
+        "last_turn_at": "Último mensaje",
+        "turns": "Turnos",
+        "denied_at": "Fecha",
+        "tool": "Herramienta",
+        "risk": "Riesgo",
+        "reason": "Motivo",
+        "degraded_from": "Avería desde",
+        "degraded_to": "Avería hasta",
+        "thread": "Conversación",
+        "denial": "Acción denegada",
+        "refused_at": "Fecha",
+        "type_name": "Tipo de contenido",
+        "kind": "Clase",
+        "requested_at": "Pedido",
+        "finished_at": "Terminado",
+        "status": "Estado",
+        "operator": "Atendido por",
+        "deleted": "Borrado",
+        "checked_at": "Comprobado",
+        "trigger": "Motivo",
+        "clean": "Sin datos",
+        "counts": "Encontrado",
+        "exported_at": "Fecha",
+        "format": "Formato",
+        "lang": "Idioma",
+        "size_bytes": "Tamaño (bytes)",
+        "sha256": "Huella sha256",
+        "term": "Término",
+        "customer_id": "Cliente",
+        "complete": "completo",
+        "failed": "fallido",
+        "interrupted": "interrumpido",
+        "running": "en curso",
+        "manual": "a mano",
+        "sweep": "barrido periódico",
+        "HIGH": "alto",
+        "MEDIUM": "medio",
+        "LOW": "bajo",
+        "checkpoints": "estados de conversación",
+        "checkpoint_blobs": "contenidos de conversación",
+        "checkpoint_writes": "escrituras de conversación",
+        "store_vectors": "índice de búsqueda",
+        "core_memory_writes": "escrituras en la memoria",
+        "core_conversations": "registro de conversaciones",
+        "core_guard_denials": "acciones denegadas",
+        "core_serde_refusals": "contenidos rechazados",
+        "data_views": "Consultas de sus datos por nuestro personal",
+        "viewed_at": "Fecha",
+        "viewer": "Quién",
+        "role": "Función",
+        "target": "Qué",
+        "purpose": "Finalidad",
+        "namespace": "su memoria",
+        "search": "una búsqueda por significado",
+        "access_preview": "la vista previa de una solicitud de acceso",
+        "access_export": "una exportación de sus datos",
+        "manager": "responsable de tienda",
+        "sre": "operaciones (SRE)",
+        "dpo": "delegado de protección de datos",
+        "migration_version": "Versión del formato de LangGraph",
+        "shallow": "Solo el último estado",
+        "rows": "Filas",
+        "encrypted": "Filas cifradas",
+        "encrypted_threads": "Conversaciones cifradas",
         "encrypted_writes_read": "Escrituras cifradas leídas con la clave",
-        "delta_snapshots": "Instantáneas de canales delta", "delta_checkpoints": "Estados con canales delta",
-        "delta_threads": "Conversaciones con canales delta", "pickle": "Filas pickle (nunca se leen)",
-        "pickle_threads": "Conversaciones con filas pickle", "json": "Filas JSON", "undecodable": "Filas ilegibles",
-        "older_checkpoints": "Estados en un formato anterior", "pending_sends": "Envíos pendientes (formato anterior)",
+        "delta_snapshots": "Instantáneas de canales delta",
+        "delta_checkpoints": "Estados con canales delta",
+        "delta_threads": "Conversaciones con canales delta",
+        "pickle": "Filas pickle (nunca se leen)",
+        "pickle_threads": "Conversaciones con filas pickle",
+        "json": "Filas JSON",
+        "undecodable": "Filas ilegibles",
+        "older_checkpoints": "Estados en un formato anterior",
+        "pending_sends": "Envíos pendientes (formato anterior)",
         "decoded": "Todo leído",
         "local_viewer": "personal de la empresa (modo local, sin identificar)",
     },
     "en": {
-        "documents": "Saved preferences", "expired_documents": "Expired preferences (not yet swept)",
-        "threads": "Conversations", "messages": "Messages", "marked_payloads": "Contents that cannot be shown",
-        "memory_writes": "Writes to the memory", "conversations": "Conversation log",
-        "guard_denials": "Actions refused by the safety check", "episode_denials": "Actions refused during an outage",
-        "serde_refusals": "Contents refused when saved", "erasure_requests": "Erasure requests",
-        "erasure_rechecks": "Erasure checks", "access_exports": "Earlier access requests",
-        "store": "Memory (documents)", "logs": "Our logs", "registers": "Data-protection registers",
+        "documents": "Saved preferences",
+        "expired_documents": "Expired preferences (not yet swept)",
+        "threads": "Conversations",
+        "messages": "Messages",
+        "marked_payloads": "Contents that cannot be shown",
+        "memory_writes": "Writes to the memory",
+        "conversations": "Conversation log",
+        "guard_denials": "Actions refused by the safety check",
+        "episode_denials": "Actions refused during an outage",
+        "serde_refusals": "Contents refused when saved",
+        "erasure_requests": "Erasure requests",
+        "erasure_rechecks": "Erasure checks",
+        "access_exports": "Earlier access requests",
+        "store": "Memory (documents)",
+        "logs": "Our logs",
+        "registers": "Data-protection registers",
         "threads_not_searched": "Conversation sources that could not be searched",
-        "written_at": "Written", "key": "Key", "thread_id": "Conversation", "agent": "Assistant",
-        "started_at": "Started", "last_turn_at": "Last message", "turns": "Turns", "denied_at": "Date",
-        "tool": "Tool", "risk": "Risk", "reason": "Reason", "degraded_from": "Outage from", "degraded_to": "Outage to", "thread": "Conversation",
-        "denial": "Refused action", "refused_at": "Date", "type_name": "Content type", "kind": "Kind",
-        "requested_at": "Requested", "finished_at": "Finished", "status": "Status", "operator": "Handled by",
-        "deleted": "Deleted", "checked_at": "Checked", "trigger": "Why", "clean": "No data", "counts": "Found",
-        "exported_at": "Date", "format": "Format", "lang": "Language", "size_bytes": "Size (bytes)",
-        "sha256": "sha256 fingerprint", "term": "Term", "customer_id": "Customer",
-        "complete": "complete", "failed": "failed", "interrupted": "interrupted", "running": "running",
-        "manual": "by hand", "sweep": "periodic sweep", "HIGH": "high", "MEDIUM": "medium", "LOW": "low",
-        "checkpoints": "conversation states", "checkpoint_blobs": "conversation contents",
-        "checkpoint_writes": "conversation writes", "store_vectors": "search index",
-        "core_memory_writes": "writes to the memory", "core_conversations": "conversation log",
-        "core_guard_denials": "refused actions", "core_serde_refusals": "refused contents",
-        "data_views": "Views of your data by our staff", "viewed_at": "Date", "viewer": "Who", "role": "Role",
-        "target": "What", "purpose": "Purpose", "namespace": "your memory", "search": "a search by meaning",
-        "access_preview": "the preview of an access request", "access_export": "an export of your data",
-        "manager": "store manager", "sre": "operations (SRE)", "dpo": "data protection officer",
-        "migration_version": "LangGraph format version", "shallow": "Latest state only", "rows": "Rows",
-        "encrypted": "Encrypted rows", "encrypted_threads": "Encrypted conversations",
-        "encrypted_writes_read": "Encrypted writes read with the key", "delta_snapshots": "Delta channel snapshots",
-        "delta_checkpoints": "States with delta channels", "delta_threads": "Conversations with delta channels",
-        "pickle": "Pickle rows (never read)", "pickle_threads": "Conversations with pickle rows", "json": "JSON rows",
-        "undecodable": "Unreadable rows", "older_checkpoints": "States in an older format",
-        "pending_sends": "Pending sends (older format)", "decoded": "Everything read",
+        "written_at": "Written",
+        "key": "Key",
+        "thread_id": "Conversation",
+        "agent": "Assistant",
+        "started_at": "Started",
+        "last_turn_at": "Last message",
+        "turns": "Turns",
+        "denied_at": "Date",
+        "tool": "Tool",
+        "risk": "Risk",
+        "reason": "Reason",
+        "degraded_from": "Outage from",
+        "degraded_to": "Outage to",
+        "thread": "Conversation",
+        "denial": "Refused action",
+        "refused_at": "Date",
+        "type_name": "Content type",
+        "kind": "Kind",
+        "requested_at": "Requested",
+        "finished_at": "Finished",
+        "status": "Status",
+        "operator": "Handled by",
+        "deleted": "Deleted",
+        "checked_at": "Checked",
+        "trigger": "Why",
+        "clean": "No data",
+        "counts": "Found",
+        "exported_at": "Date",
+        "format": "Format",
+        "lang": "Language",
+        "size_bytes": "Size (bytes)",
+        "sha256": "sha256 fingerprint",
+        "term": "Term",
+        "customer_id": "Customer",
+        "complete": "complete",
+        "failed": "failed",
+        "interrupted": "interrupted",
+        "running": "running",
+        "manual": "by hand",
+        "sweep": "periodic sweep",
+        "HIGH": "high",
+        "MEDIUM": "medium",
+        "LOW": "low",
+        "checkpoints": "conversation states",
+        "checkpoint_blobs": "conversation contents",
+        "checkpoint_writes": "conversation writes",
+        "store_vectors": "search index",
+        "core_memory_writes": "writes to the memory",
+        "core_conversations": "conversation log",
+        "core_guard_denials": "refused actions",
+        "core_serde_refusals": "refused contents",
+        "data_views": "Views of your data by our staff",
+        "viewed_at": "Date",
+        "viewer": "Who",
+        "role": "Role",
+        "target": "What",
+        "purpose": "Purpose",
+        "namespace": "your memory",
+        "search": "a search by meaning",
+        "access_preview": "the preview of an access request",
+        "access_export": "an export of your data",
+        "manager": "store manager",
+        "sre": "operations (SRE)",
+        "dpo": "data protection officer",
+        "migration_version": "LangGraph format version",
+        "shallow": "Latest state only",
+        "rows": "Rows",
+        "encrypted": "Encrypted rows",
+        "encrypted_threads": "Encrypted conversations",
+        "encrypted_writes_read": "Encrypted writes read with the key",
+        "delta_snapshots": "Delta channel snapshots",
+        "delta_checkpoints": "States with delta channels",
+        "delta_threads": "Conversations with delta channels",
+        "pickle": "Pickle rows (never read)",
+        "pickle_threads": "Conversations with pickle rows",
+        "json": "JSON rows",
+        "undecodable": "Unreadable rows",
+        "older_checkpoints": "States in an older format",
+        "pending_sends": "Pending sends (older format)",
+        "decoded": "Everything read",
         "local_viewer": "company staff (local mode, not identified)",
     },
 }
@@ -292,7 +493,7 @@ class _Writer:
 
 def _as_datetime(value: Any) -> datetime | None:
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, str):
         try:
             return _as_datetime(datetime.fromisoformat(value))
@@ -320,8 +521,11 @@ def _content(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(b if isinstance(b, str) else str(b.get("text", "")) for b in content
-                         if isinstance(b, str) or isinstance(b, dict) and b.get("type") == "text")
+        return "\n".join(
+            b if isinstance(b, str) else str(b.get("text", ""))
+            for b in content
+            if isinstance(b, str) or isinstance(b, dict) and b.get("type") == "text"
+        )
     return "" if content is None else json.dumps(content, ensure_ascii=False)
 
 
@@ -336,7 +540,8 @@ def _message(m: dict, s: dict, w: _Writer) -> str:
     if m["kind"] == "undecodable":
         return f"<div class='msg marker'>{_e(s['undecodable'].format(reason=m['reason']))}</div>"
     who = {"human": s["you"], "ai": s["assistant"], "system": s["system"]}.get(
-        m["kind"], s["result_of"].format(name=m.get("tool_name") or s["tool"]) if m["kind"] == "tool" else m["kind"])
+        m["kind"], s["result_of"].format(name=m.get("tool_name") or s["tool"]) if m["kind"] == "tool" else m["kind"]
+    )
     parts = [f"<b>{_e(who)}</b> <span class='muted'>{_e(w.moment(m['ts']))}</span>"]
     text = _content(m.get("content"))
     if text:
@@ -356,39 +561,50 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
     w = _Writer(lang, notice.timezone, LABELS[lang])
     who = s["dpo_office"] if requested_by in LOCAL_OPERATORS else f"{s['dpo_office']} ({requested_by})"
     title = s["title"].format(id=report.customer_id)
-    p = [f"<!DOCTYPE html><html lang='{lang}'><head><meta charset='utf-8'><title>{_e(title)}</title>"
-         f"<style>{HTML_STYLE}</style></head><body><h1>{_e(title)}</h1><p>{_e(s['intro'])}</p>",
-         f"<div class='cover'><h2>{s['request']}</h2><dl>"
-         f"<dt>{s['requested_by']}</dt><dd>{_e(s['requester'].format(id=report.customer_id))}</dd>"
-         f"<dt>{s['prepared_by']}</dt><dd>{_e(s['prepared'].format(who=who, controller=info['controller_name']))}</dd>"
-         f"<dt>{s['generated_at']}</dt><dd>{_e(w.moment(report.generated_at))} ({_e(str(notice.timezone))})</dd>"
-         f"<dt>{s['controller']}</dt><dd>{_e(info['controller_name'])}</dd>"
-         f"<dt>{s['contact']}</dt><dd>{_e(info['controller_contact'])}</dd>"
-         f"<dt>{s['dpo']}</dt><dd>{_e(info['dpo_contact'])}</dd></dl>",
-         f"<h3>{s['purposes']}</h3>{_list(info['purposes'])}<h3>{s['recipients']}</h3>{_list(info['recipients'])}",
-         f"<h3>{s['transfers']}</h3><p>{_e(info['transfers'])}</p><h3>{s['automated']}</h3>"
-         f"<p>{_e(info['automated_decisions'])}</p>",
-         f"<h3>{s['retention']}</h3><table><tr><th>{s['kind_of_data']}</th><th>{s['period']}</th></tr>"
-         + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in notice.retention) + "</table>",
-         f"<h3>{s['source']}</h3><p>{_e(info['source'])}</p>",
-         f"<h3>{s['rights']}</h3><p>{_e(info['rights'])}</p><p>{_e(info['complaint'])}</p>",
-         f"<h3>{s['summary']}</h3>",
-         "<p class='marker'>" + _e(s["nothing"]) + "</p>" if cover["nothing_found"] else
-         f"<table><tr><th>{s['what']}</th><th>{s['how_many']}</th></tr>"
-         + "".join(f"<tr><td>{_e(w.label(k))}</td><td>{_e(w.number(v))}</td></tr>" for k, v in cover["counts"].items() if v)
-         + "</table>", "</div>"]
+    p = [
+        f"<!DOCTYPE html><html lang='{lang}'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+        f"<style>{HTML_STYLE}</style></head><body><h1>{_e(title)}</h1><p>{_e(s['intro'])}</p>",
+        f"<div class='cover'><h2>{s['request']}</h2><dl>"
+        f"<dt>{s['requested_by']}</dt><dd>{_e(s['requester'].format(id=report.customer_id))}</dd>"
+        f"<dt>{s['prepared_by']}</dt><dd>{_e(s['prepared'].format(who=who, controller=info['controller_name']))}</dd>"
+        f"<dt>{s['generated_at']}</dt><dd>{_e(w.moment(report.generated_at))} ({_e(str(notice.timezone))})</dd>"
+        f"<dt>{s['controller']}</dt><dd>{_e(info['controller_name'])}</dd>"
+        f"<dt>{s['contact']}</dt><dd>{_e(info['controller_contact'])}</dd>"
+        f"<dt>{s['dpo']}</dt><dd>{_e(info['dpo_contact'])}</dd></dl>",
+        f"<h3>{s['purposes']}</h3>{_list(info['purposes'])}<h3>{s['recipients']}</h3>{_list(info['recipients'])}",
+        f"<h3>{s['transfers']}</h3><p>{_e(info['transfers'])}</p><h3>{s['automated']}</h3>"
+        f"<p>{_e(info['automated_decisions'])}</p>",
+        f"<h3>{s['retention']}</h3><table><tr><th>{s['kind_of_data']}</th><th>{s['period']}</th></tr>"
+        + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in notice.retention)
+        + "</table>",
+        f"<h3>{s['source']}</h3><p>{_e(info['source'])}</p>",
+        f"<h3>{s['rights']}</h3><p>{_e(info['rights'])}</p><p>{_e(info['complaint'])}</p>",
+        f"<h3>{s['summary']}</h3>",
+        "<p class='marker'>" + _e(s["nothing"]) + "</p>"
+        if cover["nothing_found"]
+        else f"<table><tr><th>{s['what']}</th><th>{s['how_many']}</th></tr>"
+        + "".join(
+            f"<tr><td>{_e(w.label(k))}</td><td>{_e(w.number(v))}</td></tr>" for k, v in cover["counts"].items() if v
+        )
+        + "</table>",
+        "</div>",
+    ]
     p.append(f"<h2>{s['documents']} ({w.number(len(doc['store_documents']))})</h2>")
     if not doc["store_documents"]:
         p.append(f"<p>{s['none_documents']}</p>")
     for d in doc["store_documents"]:
         flag = f" <span class='marker'>{s['expired']}</span>" if d["expired"] else ""
         value = d["value"] if isinstance(d["value"], dict) else {"valor": d["value"]}
-        place = d["prefix"][len(report.namespace_prefix) + 1:].replace(".", " / ")  # a nested namespace's own part
-        p.append(f"<h3>{_e(place + ' / ' if place else '')}{_e(d['key'])}{flag}</h3><dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(w.text(v))}</dd>"
-                                                              for k, v in value.items()) + "</dl>"
-                 f"<p class='muted'>{s['created']} {_e(w.moment(d['created_at']))} · {s['updated']} "
-                 f"{_e(w.moment(d['updated_at']))} · "
-                 + (f"{s['expires']} {_e(w.moment(d['expires_at']))}" if d["expires_at"] else s["never"]) + "</p>")
+        place = d["prefix"][len(report.namespace_prefix) + 1 :].replace(".", " / ")  # a nested namespace's own part
+        p.append(
+            f"<h3>{_e(place + ' / ' if place else '')}{_e(d['key'])}{flag}</h3><dl>"
+            + "".join(f"<dt>{_e(k)}</dt><dd>{_e(w.text(v))}</dd>" for k, v in value.items())
+            + "</dl>"
+            f"<p class='muted'>{s['created']} {_e(w.moment(d['created_at']))} · {s['updated']} "
+            f"{_e(w.moment(d['updated_at']))} · "
+            + (f"{s['expires']} {_e(w.moment(d['expires_at']))}" if d["expires_at"] else s["never"])
+            + "</p>"
+        )
     p.append(f"<h2>{s['threads']} ({w.number(len(doc['threads']))})</h2>")
     if not doc["threads"]:
         p.append(f"<p>{s['none_threads']}</p>")
@@ -396,11 +612,13 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
     for thread in doc["threads"]:
         # dated by its checkpoints, the clock of its messages (a log's clock may differ: the demo replays its days)
         first, last = w.moment(thread["first_ts"]), w.moment(thread["last_ts"])
-        p.append(f"<h3 id='conversation-{numbers[thread['thread_id']]}'>"
-                 f"{_e(s['thread'].format(n=numbers[thread['thread_id']]))} "
-                 f"<span class='muted'>({_e(thread['thread_id'])})</span></h3>"
-                 f"<p class='muted'>{_e(s['from_to'].format(first=first, last=last))} · "
-                 f"{_e(s['checkpoints'].format(n=w.number(thread['checkpoints'])))}</p>")
+        p.append(
+            f"<h3 id='conversation-{numbers[thread['thread_id']]}'>"
+            f"{_e(s['thread'].format(n=numbers[thread['thread_id']]))} "
+            f"<span class='muted'>({_e(thread['thread_id'])})</span></h3>"
+            f"<p class='muted'>{_e(s['from_to'].format(first=first, last=last))} · "
+            f"{_e(s['checkpoints'].format(n=w.number(thread['checkpoints'])))}</p>"
+        )
         p.extend(_message(m, s, w) for m in thread["messages"])
     p.append(f"<h2>{s['logs']}</h2>")
     logged = {name: rows for name, rows in doc["logs"].items() if rows}
@@ -408,8 +626,15 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
         p.append(f"<p>{s['none_logs']}</p>")
     for name, rows in logged.items():
         if name == "conversations":  # named as the conversations above, which date them
-            rows = [{**r, "thread": s["thread"].format(n=numbers[r["thread_id"]]) if r["thread_id"] in numbers
-                     else r["thread_id"]} for r in rows]
+            rows = [
+                {
+                    **r,
+                    "thread": s["thread"].format(n=numbers[r["thread_id"]])
+                    if r["thread_id"] in numbers
+                    else r["thread_id"],
+                }
+                for r in rows
+            ]
         p.append(f"<h3>{_e(w.label(name))} ({w.number(len(rows))})</h3>" + _table(rows, COLUMNS[name], w))
     erasures = doc["erasure_register"]
     p.append(f"<h2>{s['erasures']}</h2>")
@@ -419,16 +644,26 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
             p.append(f"<h3>{s['rechecks']}</h3>" + _table(erasures["rechecks"], COLUMNS["rechecks"], w))
     else:
         p.append(f"<p>{s['none_erasures']}</p>")
-    p.append(f"<h2>{s['exports']}</h2>" + (_table(doc["access_register"], COLUMNS["exports"], w)
-                                           if doc["access_register"] else f"<p>{s['none_exports']}</p>"))
-    p.append(f"<h2>{s['annex']}</h2><h3>{s['sources']}</h3>"
-             + _list([f"{w.label(k)}: {', '.join(v)}" for k, v in cover["sources_searched"].items()]))
+    p.append(
+        f"<h2>{s['exports']}</h2>"
+        + (
+            _table(doc["access_register"], COLUMNS["exports"], w)
+            if doc["access_register"]
+            else f"<p>{s['none_exports']}</p>"
+        )
+    )
+    p.append(
+        f"<h2>{s['annex']}</h2><h3>{s['sources']}</h3>"
+        + _list([f"{w.label(k)}: {', '.join(v)}" for k, v in cover["sources_searched"].items()])
+    )
     if cover["storage_formats"]:
         p.append(f"<h3>{s['formats']}</h3><p>{_e(w.text(cover['storage_formats']))}</p>")
     p.append(f"<h3>{s['coverage']}</h3><p>{_e(cover['coverage']['caveat'])}</p>")
     if cover["coverage"]["possible_threads_not_included"]:
-        p.append(f"<p>{_e(cover['coverage']['possible_threads_note'])}</p>"
-                 + _table(cover["coverage"]["possible_threads_not_included"], COLUMNS["residue"], w))
+        p.append(
+            f"<p>{_e(cover['coverage']['possible_threads_note'])}</p>"
+            + _table(cover["coverage"]["possible_threads_not_included"], COLUMNS["residue"], w)
+        )
     p.append("</body></html>")
     return "".join(p).encode("utf-8")
 

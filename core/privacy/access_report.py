@@ -1,5 +1,6 @@
 """What the right of access found about one customer: filled by `core.privacy.access.gather`, read by
 `core.privacy.access_render` (which never imports its producer)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,9 +30,21 @@ class AccessReport:
     formats: dict[str, Any] | None = None  # the storage formats of the customer's threads (core.checkpoints.formats)
     # every key of `counts`, in its order (the logs' names are core.privacy.access.gather's)
     COUNT_KEYS: ClassVar[tuple[str, ...]] = (
-        "documents", "expired_documents", "threads", "messages", "marked_payloads", "memory_writes", "conversations",
-        "guard_denials", "episode_denials", "serde_refusals", "data_views", "erasure_requests", "erasure_rechecks",
-        "access_exports")
+        "documents",
+        "expired_documents",
+        "threads",
+        "messages",
+        "marked_payloads",
+        "memory_writes",
+        "conversations",
+        "guard_denials",
+        "episode_denials",
+        "serde_refusals",
+        "data_views",
+        "erasure_requests",
+        "erasure_rechecks",
+        "access_exports",
+    )
 
     @property
     def counts(self) -> dict[str, int]:

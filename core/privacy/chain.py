@@ -13,6 +13,7 @@ What a chain cannot show alone is a truncation of its newest links together with
 head hash (shown on the register pages and put in every access export) is what to keep elsewhere
 to catch that too.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,20 +50,20 @@ WHERE c.table_name = %(table)s AND c.row_id = %(row_id)s"""
 # Rows that should be sealed (final) but have no link.
 SELECT_UNSEALED = {
     "core_access_register": "SELECT id FROM core_access_register r WHERE NOT EXISTS ("
-                            "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_access_register' "
-                            "AND c.row_id = r.id) ORDER BY id",
+    "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_access_register' "
+    "AND c.row_id = r.id) ORDER BY id",
     "core_erasure_register": "SELECT id FROM core_erasure_register r WHERE status <> 'running' AND NOT EXISTS ("
-                             "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_erasure_register' "
-                             "AND c.row_id = r.id) ORDER BY id",
+    "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_erasure_register' "
+    "AND c.row_id = r.id) ORDER BY id",
     "core_erasure_rechecks": "SELECT id FROM core_erasure_rechecks r WHERE NOT EXISTS ("
-                             "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_erasure_rechecks' "
-                             "AND c.row_id = r.id) ORDER BY id",
+    "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_erasure_rechecks' "
+    "AND c.row_id = r.id) ORDER BY id",
     "core_register_redactions": "SELECT id FROM core_register_redactions r WHERE NOT EXISTS ("
-                                "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_register_redactions' "
-                                "AND c.row_id = r.id) ORDER BY id",
+    "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_register_redactions' "
+    "AND c.row_id = r.id) ORDER BY id",
     "core_data_views": "SELECT id FROM core_data_views r WHERE NOT EXISTS ("
-                       "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_data_views' "
-                       "AND c.row_id = r.id) ORDER BY id",
+    "SELECT 1 FROM core_register_chain c WHERE c.table_name = 'core_data_views' "
+    "AND c.row_id = r.id) ORDER BY id",
 }
 
 
@@ -113,46 +114,71 @@ def verify(db: Database, chain: str) -> Verification:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # links and rows of one instant
         links = conn.execute(SELECT_LINKS, {"chain": chain}).fetchall()
         cut = conn.execute(SELECT_CUT, {"chain": chain}).fetchone()
-        unsealed = {table: [r["id"] for r in conn.execute(SELECT_UNSEALED[table]).fetchall()]
-                    for table in CHAINS[chain]}
+        unsealed = {
+            table: [r["id"] for r in conn.execute(SELECT_UNSEALED[table]).fetchall()] for table in CHAINS[chain]
+        }
 
     redactions: list[Redaction] = []
 
     def broken(link_table: str, row_id: int, problem: str, detail: str) -> Verification:
-        return Verification(chain, False, len(links), links[-1]["row_hash"] if links else "", link_table, row_id,
-                            problem, detail, tuple(redactions), first - 1, cut_at)
+        return Verification(
+            chain,
+            False,
+            len(links),
+            links[-1]["row_hash"] if links else "",
+            link_table,
+            row_id,
+            problem,
+            detail,
+            tuple(redactions),
+            first - 1,
+            cut_at,
+        )
 
     def redacted(link: dict, now_sha256: str) -> bool:
         """The row changed only by its redaction: a record (sealed itself, checked at its own position) saying
         the row was intact and held the sealed content just before, and that it is now exactly as redacted."""
-        return (link["redaction_id"] is not None and link["redacted_intact"]
-                and link["redacted_from"] == link["content_sha256"] and link["redacted_sha256"] == now_sha256)
+        return (
+            link["redaction_id"] is not None
+            and link["redacted_intact"]
+            and link["redacted_from"] == link["content_sha256"]
+            and link["redacted_sha256"] == now_sha256
+        )
 
     first, prev, cut_at = (cut["position"] + 1, cut["row_hash"], cut["cut_at"]) if cut else (1, "", None)
     for expected_position, link in enumerate(links, start=first):
         table, row_id = link["table_name"], int(link["row_id"])
         if link["position"] != expected_position:
-            return broken(table, row_id, "link_removed",
-                          f"link {expected_position} of the {chain} chain is missing (the next one is "
-                          f"{table} #{row_id}): a sealed row's link was deleted")
+            return broken(
+                table,
+                row_id,
+                "link_removed",
+                f"link {expected_position} of the {chain} chain is missing (the next one is "
+                f"{table} #{row_id}): a sealed row's link was deleted",
+            )
         if link["content"] is None:
             return broken(table, row_id, "removed", f"{table} #{row_id} was sealed and no longer exists")
         now_sha256 = sha256_hex(link["content"])
         if now_sha256 != link["content_sha256"]:
             if not redacted(link, now_sha256):
                 return broken(table, row_id, "edited", f"{table} #{row_id} was changed after it was sealed")
-            redactions.append(Redaction(table, row_id, tuple(link["redacted_fields"]), link["redacted_at"],
-                                        link["redaction_reason"]))
+            redactions.append(
+                Redaction(table, row_id, tuple(link["redacted_fields"]), link["redacted_at"], link["redaction_reason"])
+            )
         if link["prev_hash"] != prev or link_hash(prev, table, row_id, link["content_sha256"]) != link["row_hash"]:
             return broken(table, row_id, "link_edited", f"the chain link of {table} #{row_id} was altered")
         prev = link["row_hash"]
     for table, ids in unsealed.items():
         if ids:
-            return broken(table, ids[0], "unsealed",
-                          f"{table} #{ids[0]} is final but not in the chain (written around the seal, or its "
-                          f"link deleted)")
-    return Verification(chain, True, len(links), prev, redactions=tuple(redactions), cut_position=first - 1,
-                        cut_at=cut_at)
+            return broken(
+                table,
+                ids[0],
+                "unsealed",
+                f"{table} #{ids[0]} is final but not in the chain (written around the seal, or its link deleted)",
+            )
+    return Verification(
+        chain, True, len(links), prev, redactions=tuple(redactions), cut_position=first - 1, cut_at=cut_at
+    )
 
 
 def sealed_state(conn, table: str, row_id: int) -> tuple[str, str] | None:

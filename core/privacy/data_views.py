@@ -15,6 +15,7 @@ customer's data; the purpose typed by the viewer may hold some, and an erasure o
 sweep job deletes rows older than the configured retention with their chain links and records the cut
 (`sweep_step`).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -25,9 +26,9 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Iterable
+from datetime import UTC, datetime
 
 import pandas as pd
 import psycopg
@@ -41,15 +42,16 @@ KINDS = ("namespace", "thread", "search", "access_preview", "access_export")
 MAX_TEXT = 1000
 CUSTOMER_ROOT = "clientes"
 
-QUEUE_CAPACITY = 10_000   # views waiting per process and database; more are not recorded (counted, recorded as a gap)
-FLUSH_EVERY_S = 0.2       # a view waits at most this long for others to share its INSERT
-FLUSH_ROWS = 500          # ... or until this many are waiting
-RETRY_EVERY_S = 1.0       # after a failed write
-EXIT_WAIT_S = 5.0         # at exit: how long the last writes may take
+QUEUE_CAPACITY = 10_000  # views waiting per process and database; more are not recorded (counted, recorded as a gap)
+FLUSH_EVERY_S = 0.2  # a view waits at most this long for others to share its INSERT
+FLUSH_ROWS = 500  # ... or until this many are waiting
+RETRY_EVERY_S = 1.0  # after a failed write
+EXIT_WAIT_S = 5.0  # at exit: how long the last writes may take
 
-LOG_FAILURES = Counter("agent_memory_data_view_log_failures",
-                       "Views of customer data the dashboard could not record (queue full or still queued at exit; "
-                       "the page was shown).")
+LOG_FAILURES = Counter(
+    "agent_memory_data_view_log_failures",
+    "Views of customer data the dashboard could not record (queue full or still queued at exit; the page was shown).",
+)
 
 # Bounded: a slow or locked database holds the writer thread (never a page) at most this long per attempt.
 LOG_TIMEOUTS = "SELECT set_config('statement_timeout', '2s', true), set_config('lock_timeout', '1s', true)"
@@ -112,7 +114,7 @@ class View:
     target: str
     customer_id: str | None = None
     purpose: str | None = None
-    viewed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    viewed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -153,18 +155,31 @@ def log_views(db: Database, views: Iterable[View], gap: Gap | None = None) -> in
     batch = list(views)
     if not batch and gap is None:
         return 0
-    params = {"at": [v.viewed_at for v in batch], "viewer": [v.viewer for v in batch],
-              "role": [v.role for v in batch], "kind": [v.kind for v in batch],
-              "customer": [v.customer_id for v in batch], "target": [v.target for v in batch],
-              "purpose": [v.purpose for v in batch]}
+    params = {
+        "at": [v.viewed_at for v in batch],
+        "viewer": [v.viewer for v in batch],
+        "role": [v.role for v in batch],
+        "kind": [v.kind for v in batch],
+        "customer": [v.customer_id for v in batch],
+        "target": [v.target for v in batch],
+        "purpose": [v.purpose for v in batch],
+    }
     try:
         with db.connection() as conn, conn.transaction():
             conn.execute(LOG_TIMEOUTS)
             if batch:
                 conn.execute(INSERT_VIEWS, params)
             if gap is not None:
-                conn.execute(INSERT_GAP, {"views": gap.views, "since": gap.since, "until": gap.until,
-                                          "process": PROCESS, "reason": gap.reason})
+                conn.execute(
+                    INSERT_GAP,
+                    {
+                        "views": gap.views,
+                        "since": gap.since,
+                        "until": gap.until,
+                        "process": PROCESS,
+                        "reason": gap.reason,
+                    },
+                )
     except (psycopg.Error, DatabaseUnavailable) as exc:
         raise DataViewLogError(f"{len(batch)} view(s) not written: {exc}") from exc
     return len(batch)
@@ -176,14 +191,21 @@ class ViewQueue:
     keeps them and is retried after `retry_s`. Views that do not fit are lost: counted at once, recorded as a gap
     with the next write that succeeds."""
 
-    def __init__(self, db: Database, *, capacity: int = QUEUE_CAPACITY, every_s: float = FLUSH_EVERY_S,
-                 rows: int = FLUSH_ROWS, retry_s: float = RETRY_EVERY_S):
+    def __init__(
+        self,
+        db: Database,
+        *,
+        capacity: int = QUEUE_CAPACITY,
+        every_s: float = FLUSH_EVERY_S,
+        rows: int = FLUSH_ROWS,
+        retry_s: float = RETRY_EVERY_S,
+    ):
         if capacity < 1 or rows < 1 or every_s <= 0 or retry_s <= 0:
             raise ValueError("capacity and rows must be >= 1, every_s and retry_s > 0")
         self.db, self.capacity, self.every_s, self.rows, self.retry_s = db, capacity, every_s, rows, retry_s
         self._cond = threading.Condition()
         self._waiting: deque[View] = deque()
-        self._lost: Gap | None = None        # lost, not yet recorded in the database
+        self._lost: Gap | None = None  # lost, not yet recorded in the database
         self._failing: tuple[datetime, str] | None = None  # since when writes fail, and the last error
         self._flushing = False
         self.closed = False
@@ -205,8 +227,12 @@ class ViewQueue:
         """Count views that will not be written (caller holds the lock)."""
         times = [v.viewed_at for v in views]
         lost = self._lost
-        self._lost = Gap(len(views) + (lost.views if lost else 0), min(times + ([lost.since] if lost else [])),
-                         max(times + ([lost.until] if lost else [])), reason)
+        self._lost = Gap(
+            len(views) + (lost.views if lost else 0),
+            min(times + ([lost.since] if lost else [])),
+            max(times + ([lost.until] if lost else [])),
+            reason,
+        )
         LOG_FAILURES.inc(len(views))
         log.error("data views: %d view(s) of customer data not recorded (%s)", len(views), reason)
 
@@ -216,8 +242,12 @@ class ViewQueue:
                 while not self.closed and not self._waiting and self._lost is None:
                     self._cond.wait()
                 deadline = time.monotonic() + self.every_s  # let the views of the next moments share the INSERT
-                while (not self.closed and not self._flushing and len(self._waiting) < self.rows
-                       and (left := deadline - time.monotonic()) > 0):
+                while (
+                    not self.closed
+                    and not self._flushing
+                    and len(self._waiting) < self.rows
+                    and (left := deadline - time.monotonic()) > 0
+                ):
                     self._cond.wait(left)
                 if not self._waiting and self._lost is None:
                     if self.closed:
@@ -229,10 +259,12 @@ class ViewQueue:
             except Exception as exc:  # noqa: BLE001 - whatever it was, the views wait and the thread goes on
                 with self._cond:
                     if self._failing is None:
-                        log.warning("data views: %d view(s) waiting, the database does not take them: %s",
-                                    len(self._waiting), exc)
-                    self._failing = (self._failing[0] if self._failing else datetime.now(timezone.utc),
-                                     str(exc).splitlines()[0])
+                        log.warning(
+                            "data views: %d view(s) waiting, the database does not take them: %s",
+                            len(self._waiting),
+                            exc,
+                        )
+                    self._failing = (self._failing[0] if self._failing else datetime.now(UTC), str(exc).splitlines()[0])
                     if self.closed:
                         return
                     self._cond.wait(self.retry_s)
@@ -243,8 +275,11 @@ class ViewQueue:
                 if gap is not None:
                     now_lost = self._lost
                     # views lost while the gap was being written stay counted (from the gap's end: never later)
-                    self._lost = None if now_lost is gap else Gap(now_lost.views - gap.views, gap.until,
-                                                                  now_lost.until, now_lost.reason)
+                    self._lost = (
+                        None
+                        if now_lost is gap
+                        else Gap(now_lost.views - gap.views, gap.until, now_lost.until, now_lost.reason)
+                    )
                 self._failing = None
                 self._cond.notify_all()
 
@@ -270,17 +305,26 @@ class ViewQueue:
                 self._lose(list(self._waiting), "the dashboard process exited before the database took them")
                 self._waiting.clear()
             if self._lost is not None:
-                log.error("data views: %d view(s) of customer data viewed %s..%s were not recorded and the database "
-                          "cannot be told (%s)", self._lost.views, self._lost.since.isoformat(),
-                          self._lost.until.isoformat(), self._lost.reason)
+                log.error(
+                    "data views: %d view(s) of customer data viewed %s..%s were not recorded and the database "
+                    "cannot be told (%s)",
+                    self._lost.views,
+                    self._lost.since.isoformat(),
+                    self._lost.until.isoformat(),
+                    self._lost.reason,
+                )
             self._cond.notify_all()
         self._thread.join(1.0)
 
     def state(self) -> tuple[int, datetime | None, Gap | None, tuple[datetime, str] | None]:
         """(views waiting, the oldest one's time, lost not yet recorded, (failing since, last error))."""
         with self._cond:
-            return (len(self._waiting), self._waiting[0].viewed_at if self._waiting else None, self._lost,
-                    self._failing)
+            return (
+                len(self._waiting),
+                self._waiting[0].viewed_at if self._waiting else None,
+                self._lost,
+                self._failing,
+            )
 
 
 _queues: dict[str, ViewQueue] = {}
@@ -331,12 +375,18 @@ def unrecorded(db: Database) -> Unrecorded:
         queue = _queues.get(db.dsn)
     waiting, oldest, lost, failing = queue.state() if queue is not None else (0, None, None, None)
     since = [t for t in (row["since"], lost.since if lost else None) if t is not None]
-    return Unrecorded(int(row["views"]) + (lost.views if lost else 0), min(since) if since else None, waiting,
-                      oldest, failing[1] if failing else None)
+    return Unrecorded(
+        int(row["views"]) + (lost.views if lost else 0),
+        min(since) if since else None,
+        waiting,
+        oldest,
+        failing[1] if failing else None,
+    )
 
 
-def views(db: Database, customer_id: str | None = None, thread_ids: Iterable[str] = (),
-          limit: int = 1000) -> pd.DataFrame:
+def views(
+    db: Database, customer_id: str | None = None, thread_ids: Iterable[str] = (), limit: int = 1000
+) -> pd.DataFrame:
     """The latest views (newest first), all or of one customer (theirs, and of `thread_ids`: their threads)."""
     rows = db.fetch(SELECT_VIEWS, {"customer": customer_id, "threads": list(thread_ids), "limit": limit})
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -363,10 +413,30 @@ def sweep_step(db: Database, retention_days: int) -> int:
         params["rows"] = conn.execute(DELETE_ROWS, params).rowcount
         conn.execute(DELETE_LINKS, params)
         conn.execute(INSERT_CUT, params)
-    log.info("data views: %d view(s) older than %d days deleted (chain cut at link %d)", params["rows"],
-             retention_days, cut["position"])
+    log.info(
+        "data views: %d view(s) older than %d days deleted (chain cut at link %d)",
+        params["rows"],
+        retention_days,
+        cut["position"],
+    )
     return params["rows"]
 
 
-__all__ = ["DataViewLogError", "Gap", "KINDS", "LOG_FAILURES", "Unrecorded", "View", "ViewQueue", "customer_of",
-           "customer_views", "flush", "log_views", "queue_for", "record", "sweep_step", "unrecorded", "views"]
+__all__ = [
+    "DataViewLogError",
+    "Gap",
+    "KINDS",
+    "LOG_FAILURES",
+    "Unrecorded",
+    "View",
+    "ViewQueue",
+    "customer_of",
+    "customer_views",
+    "flush",
+    "log_views",
+    "queue_for",
+    "record",
+    "sweep_step",
+    "unrecorded",
+    "views",
+]

@@ -1,9 +1,11 @@
 """The DPO's decision for each residue thread (core/privacy/residue.py finds them): erase it, or leave it with a
 reason that goes into the register. Validated before an erasure touches anything."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from core.privacy import residue as res
 
@@ -41,7 +43,8 @@ def _decide(residue: res.Residue, decisions: dict[str, Decision]) -> tuple[list[
     rows, include, exclusions, undecided = [], set(), [], []
     for thread_id in residue.proposed:
         terms = sorted({m.term for m in residue.matches_of(thread_id)}) or (
-            [NOT_SCANNED] if thread_id in residue.not_scanned else [])
+            [NOT_SCANNED] if thread_id in residue.not_scanned else []
+        )
         d = decisions.get(thread_id)
         if d is None:
             undecided.append(thread_id)

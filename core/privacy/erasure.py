@@ -23,12 +23,14 @@ The evidence queries are run as literal SQL (parameters bound client-side by psy
 register keeps exactly the text that ran and its result (core/privacy/evidence.py). `recheck`
 (core/privacy/erasure_register.py) runs them again later.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -38,13 +40,23 @@ from psycopg.types.json import Jsonb
 
 from core import clock, read_replica
 from core.db import Database
-from core.privacy import data_views
-from core.privacy import subjects as subj
+from core.privacy import data_views, term_hashes
 from core.privacy import residue as res
-from core.privacy import term_hashes
+from core.privacy import subjects as subj
 from core.privacy.decisions import NOT_SCANNED, _decide, _validate_decisions
-from core.privacy.evidence import (DERIVED_TABLES, ROOT, STORE_TABLES, EvidenceQuery, OwnTarget, _config, _params,
-                                   _run_evidence, own_targets, validate_customer_id, with_earlier_terms)
+from core.privacy.evidence import (
+    DERIVED_TABLES,
+    ROOT,
+    STORE_TABLES,
+    EvidenceQuery,
+    OwnTarget,
+    _config,
+    _params,
+    _run_evidence,
+    own_targets,
+    validate_customer_id,
+    with_earlier_terms,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +88,8 @@ UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(%s))"
 SELECT_REQUEST = "SELECT * FROM core_erasure_register WHERE id = %s"
 
 
-
 class ErasureError(RuntimeError):
     """The erasure could not run (e.g. the register row is missing); nothing is hidden."""
-
-
 
 
 @dataclass
@@ -113,7 +122,6 @@ class ErasureResult:
     def store_evidence(self) -> list[EvidenceQuery]:
         """The two store queries (store, store_vectors) the DPO shows verbatim."""
         return [e for e in self.evidence if e.table in STORE_TABLES]
-
 
 
 @dataclass(frozen=True)
@@ -162,8 +170,9 @@ def _erase_threads(saver: PostgresSaver, thread_ids: Iterable[str]) -> int:
     return n
 
 
-def _erase_own(conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str,
-               thread_ids: Iterable[str], request_id: int) -> dict[str, int]:
+def _erase_own(
+    conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str, thread_ids: Iterable[str], request_id: int
+) -> dict[str, int]:
     """Delete (or scrub from JSON arrays, or redact: the purposes typed when viewing the customer) what our tables
     hold about the customer, for erasure request `request_id`; counts per target."""
     params = _params(customer_id, thread_ids) | {"request_id": request_id}
@@ -241,8 +250,11 @@ def erase(
             residue_rows, include, exclusions, undecided = _decide(residue, chosen)
             left = [e["thread_id"] for e in exclusions] + undecided
             # the register keeps the terms as keyed hashes and names them by reference, never by value
-            refs = ({t.term: h.ref for t, h in zip(terms, hashed)} | {h.ref: h.ref for h in carried}
-                    | {NOT_SCANNED: NOT_SCANNED})
+            refs = (
+                {t.term: h.ref for t, h in zip(terms, hashed)}
+                | {h.ref: h.ref for h in carried}
+                | {NOT_SCANNED: NOT_SCANNED}
+            )
             residue_rows = term_hashes.by_reference(residue_rows, refs)
             exclusions = term_hashes.by_reference(exclusions, refs)
             evidence_terms = [t for t in terms if not t.common]
@@ -250,17 +262,37 @@ def erase(
             threads = set(subjects.threads) | include
 
             def evidence_now(candidates: list[str] | None = None) -> list[EvidenceQuery]:
-                return _run_evidence(conn, targets, customer_id, threads, config.metadata_keys, evidence_terms, left,
-                                     candidates, (carried, earlier.salt))
+                return _run_evidence(
+                    conn,
+                    targets,
+                    customer_id,
+                    threads,
+                    config.metadata_keys,
+                    evidence_terms,
+                    left,
+                    candidates,
+                    (carried, earlier.salt),
+                )
 
             # before: the residue scan above just read every unattributed row for the same terms (nothing is
             # deleted yet), so its raw matches plus the attributed threads are a superset of the candidates
             before = {e.table: e.result for e in evidence_now(sorted(set(residue.raw_threads) | set(subjects.threads)))}
-            row = conn.execute(INSERT_REQUEST, {
-                "customer_id": customer_id, "prefix": prefix, "operator": operator.strip(), "before": Jsonb(before),
-                "threads": sorted(threads), "sources": Jsonb(sources), "residue": Jsonb(residue_rows),
-                "terms": Jsonb([h.to_json() for h in hashed + carried]), "salt": earlier.salt,
-                "exclusions": Jsonb(exclusions), "shift": shift}).fetchone()
+            row = conn.execute(
+                INSERT_REQUEST,
+                {
+                    "customer_id": customer_id,
+                    "prefix": prefix,
+                    "operator": operator.strip(),
+                    "before": Jsonb(before),
+                    "threads": sorted(threads),
+                    "sources": Jsonb(sources),
+                    "residue": Jsonb(residue_rows),
+                    "terms": Jsonb([h.to_json() for h in hashed + carried]),
+                    "salt": earlier.salt,
+                    "exclusions": Jsonb(exclusions),
+                    "shift": shift,
+                },
+            ).fetchone()
             request_id, requested_at = row["id"], row["requested_at"]
             deleted: dict[str, int] = {}
             evidence: list[EvidenceQuery] = []
@@ -279,8 +311,10 @@ def erase(
                     conn.execute(INSERT_TOMBSTONES, {"threads": sorted(threads), "id": request_id})
                     _erase_threads(saver, sorted(threads))
                     notify(Progress("threads", passes, sum(deleted.values()), {"threads": len(threads)}))
-                    _add(deleted, _erase_own(conn, [t for t in targets if found.get(t.name)], customer_id, threads,
-                                             request_id))
+                    _add(
+                        deleted,
+                        _erase_own(conn, [t for t in targets if found.get(t.name)], customer_id, threads, request_id),
+                    )
                     notify(Progress("logs", passes, sum(deleted.values()), dict(deleted)))
                     evidence = evidence_now()
                     found = {e.table: e.result for e in evidence}
@@ -296,13 +330,24 @@ def erase(
                 status, report = _outcome(passes, remaining, undecided, exclusions)
             except BaseException as exc:
                 # Streamlit's rerun/stop are BaseExceptions raised from `notify`: the row must not stay `running`
-                _record_stop(db, conn, request_id, exc, passes, threads, deleted, evidence, targets, customer_id,
-                             config)
+                _record_stop(
+                    db, conn, request_id, exc, passes, threads, deleted, evidence, targets, customer_id, config
+                )
                 raise
-            finished = conn.execute(FINISH_REQUEST, {
-                "id": request_id, "status": status, "shift": shift, "passes": passes, "threads": sorted(threads),
-                "deleted": Jsonb(deleted), "after": Jsonb(after), "evidence": Jsonb([asdict(e) for e in evidence]),
-                "report": report}).fetchone()
+            finished = conn.execute(
+                FINISH_REQUEST,
+                {
+                    "id": request_id,
+                    "status": status,
+                    "shift": shift,
+                    "passes": passes,
+                    "threads": sorted(threads),
+                    "deleted": Jsonb(deleted),
+                    "after": Jsonb(after),
+                    "evidence": Jsonb([asdict(e) for e in evidence]),
+                    "report": report,
+                },
+            ).fetchone()
             notify(Progress("done", passes, sum(deleted.values()), after))
         finally:
             try:
@@ -310,43 +355,78 @@ def erase(
             except psycopg.Error:  # a broken connection releases its session locks when it is closed
                 log.warning("could not release the erasure lock of request %s", request_id)
     if report:
-        (log.info if status == "complete" else log.warning)("erasure %s of %s %s: %s", request_id, customer_id,
-                                                             status, report)
+        (log.info if status == "complete" else log.warning)(
+            "erasure %s of %s %s: %s", request_id, customer_id, status, report
+        )
     read_replica.wait_replayed(db)  # bounded: the pages that read the replica next see the erasure
     return ErasureResult(
-        request_id=request_id, customer_id=customer_id, namespace_prefix=prefix, operator=operator.strip(),
-        status=status, passes=passes, requested_at=requested_at, finished_at=finished["finished_at"],
-        counts_before=before, deleted=deleted, counts_after=after, evidence=evidence,
-        thread_ids=sorted(threads), report=report, exclusions=exclusions, residue=residue_rows, sources=sources,
+        request_id=request_id,
+        customer_id=customer_id,
+        namespace_prefix=prefix,
+        operator=operator.strip(),
+        status=status,
+        passes=passes,
+        requested_at=requested_at,
+        finished_at=finished["finished_at"],
+        counts_before=before,
+        deleted=deleted,
+        counts_after=after,
+        evidence=evidence,
+        thread_ids=sorted(threads),
+        report=report,
+        exclusions=exclusions,
+        residue=residue_rows,
+        sources=sources,
     )
 
 
-def _outcome(passes: int, remaining: dict[str, int], undecided: list[str],
-             exclusions: list[dict]) -> tuple[str, str | None]:
+def _outcome(
+    passes: int, remaining: dict[str, int], undecided: list[str], exclusions: list[dict]
+) -> tuple[str, str | None]:
     parts = []
     if remaining:
-        parts.append(f"writes kept arriving: after {passes} passes these rows remain: "
-                     + ", ".join(f"{t}={n}" for t, n in sorted(remaining.items()))
-                     + "; erase again once the agents serving this customer are stopped")
+        parts.append(
+            f"writes kept arriving: after {passes} passes these rows remain: "
+            + ", ".join(f"{t}={n}" for t, n in sorted(remaining.items()))
+            + "; erase again once the agents serving this customer are stopped"
+        )
     if undecided:
         parts.append("residue threads nobody decided on (not erased): " + ", ".join(undecided))
     if parts:
         return "incomplete", "; ".join(parts)
     if exclusions:
         return "complete", "complete with exclusions left by the DPO: " + "; ".join(
-            f"{e['thread_id']} ({e['reason']})" for e in exclusions)
+            f"{e['thread_id']} ({e['reason']})" for e in exclusions
+        )
     return "complete", None
 
 
-def _record_stop(db: Database, conn: psycopg.Connection, request_id: int, exc: BaseException, passes: int,
-                 threads: set[str], deleted: dict[str, int], evidence: list[EvidenceQuery], targets: list[OwnTarget],
-                 customer_id: str, config: subj.Attribution) -> None:
+def _record_stop(
+    db: Database,
+    conn: psycopg.Connection,
+    request_id: int,
+    exc: BaseException,
+    passes: int,
+    threads: set[str],
+    deleted: dict[str, int],
+    evidence: list[EvidenceQuery],
+    targets: list[OwnTarget],
+    customer_id: str,
+    config: subj.Attribution,
+) -> None:
     """Record a failed or interrupted request with what it deleted and, if the database answers, what remains."""
     status = "failed" if isinstance(exc, Exception) else "interrupted"
-    params = {"id": request_id, "status": status, "shift": clock.shift(), "passes": passes, "threads": sorted(threads),
-              "deleted": Jsonb(deleted), "after": None, "evidence": Jsonb([asdict(e) for e in evidence]),
-              "report": f"{status}: {type(exc).__name__}: {exc}".rstrip(": ")
-              + "; resume it from the register page"}
+    params = {
+        "id": request_id,
+        "status": status,
+        "shift": clock.shift(),
+        "passes": passes,
+        "threads": sorted(threads),
+        "deleted": Jsonb(deleted),
+        "after": None,
+        "evidence": Jsonb([asdict(e) for e in evidence]),
+        "report": f"{status}: {type(exc).__name__}: {exc}".rstrip(": ") + "; resume it from the register page",
+    }
     for attempt in (conn, None):
         try:
             if attempt is None:
@@ -357,14 +437,25 @@ def _record_stop(db: Database, conn: psycopg.Connection, request_id: int, exc: B
             log.error("erasure %s of %s %s after %s pass(es): %s", request_id, customer_id, status, passes, exc)
             return
         except psycopg.Error as err:
-            log.warning("recording the %s erasure %s failed (%s), retrying on a fresh connection", status,
-                        request_id, err)
-    log.error("erasure %s of %s %s and could not be recorded: it stays 'running' until resumed", request_id,
-              customer_id, status)
+            log.warning(
+                "recording the %s erasure %s failed (%s), retrying on a fresh connection", status, request_id, err
+            )
+    log.error(
+        "erasure %s of %s %s and could not be recorded: it stays 'running' until resumed",
+        request_id,
+        customer_id,
+        status,
+    )
 
 
-def _finish_stopped(conn: psycopg.Connection, params: dict, targets: list[OwnTarget], customer_id: str,
-                    threads: set[str], config: subj.Attribution) -> None:
+def _finish_stopped(
+    conn: psycopg.Connection,
+    params: dict,
+    targets: list[OwnTarget],
+    customer_id: str,
+    threads: set[str],
+    config: subj.Attribution,
+) -> None:
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         conn.rollback()
     after = {e.table: e.result for e in _run_evidence(conn, targets, customer_id, threads, config.metadata_keys)}

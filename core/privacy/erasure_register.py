@@ -1,11 +1,12 @@
 """After an erasure: re-checks (the evidence queries run again, recorded in `core_erasure_rechecks`) and
 the register as the pages and the DPO's evidence download read it."""
+
 from __future__ import annotations
 
 import json
 import logging
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -36,7 +37,8 @@ DATA_BACK_OPEN = """
 r.status = 'complete' AND r.last_recheck_clean IS FALSE
 AND NOT EXISTS (SELECT 1 FROM core_erasure_register n WHERE n.customer_id = r.customer_id
                 AND (n.requested_at, n.id) > (r.requested_at, r.id))"""
-SELECT_REGISTER = """
+SELECT_REGISTER = (
+    """
 SELECT r.id, r.customer_id, r.operator, r.status, r.requested_at, r.finished_at,
        jsonb_array_length(coalesce(r.exclusions, '[]')) AS exclusions, r.resumed_by,
        extract(epoch FROM r.finished_at - r.requested_at) AS seconds_to_zero,
@@ -44,8 +46,11 @@ SELECT r.id, r.customer_id, r.operator, r.status, r.requested_at, r.finished_at,
        r.last_recheck_at, r.last_recheck_clean,
        (SELECT count(*) FROM core_erasure_rechecks k WHERE k.request_id = r.id) AS rechecks,
        (SELECT count(*) FROM core_erasure_rechecks k WHERE k.request_id = r.id AND NOT k.clean) AS rechecks_dirty,
-       (""" + DATA_BACK_OPEN + """) AS data_back
+       ("""
+    + DATA_BACK_OPEN
+    + """) AS data_back
 FROM core_erasure_register r ORDER BY r.requested_at DESC, r.id DESC LIMIT %s"""
+)
 DATA_BACK = "data_back"  # the `outcome` of a request whose data came back and that nothing has followed yet
 ERASED_AGAIN = "data_back_erased_again"  # ... and once a later request for the customer followed it
 SELECT_RECHECKS = """
@@ -64,12 +69,17 @@ class RecheckResult:
     trigger: str
 
 
-
 # --- re-check -------------------------------------------------------------------------------------
 
 
-def recheck(db: Database, request_id: int, *, trigger: str = "manual", operator: str | None = None,
-            config: subj.Attribution | None = None) -> RecheckResult:
+def recheck(
+    db: Database,
+    request_id: int,
+    *,
+    trigger: str = "manual",
+    operator: str | None = None,
+    config: subj.Attribution | None = None,
+) -> RecheckResult:
     """Run the evidence queries of request `request_id` again (its threads and any the resolver finds now,
     plus the residue scan with the terms read before the erasure, threads the DPO left excepted) and record
     the result in `core_erasure_rechecks`. `clean` is False when data came back. Raises ErasureError
@@ -87,18 +97,29 @@ def recheck(db: Database, request_id: int, *, trigger: str = "manual", operator:
     with db.connection() as conn:
         threads = set(row["thread_ids"] or ()) | set(_find_threads(conn, customer_id, config))
         # the residue through the terms' hashes: the register keeps no value
-        evidence = _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys, left=left,
-                                 hashed=(terms, row["term_salt"]))
+        evidence = _run_evidence(
+            conn,
+            own_targets(conn),
+            customer_id,
+            threads,
+            config.metadata_keys,
+            left=left,
+            hashed=(terms, row["term_salt"]),
+        )
     # on a replicated setup: the replica has replayed past the primary's WAL after this evidence
     evidence += [EvidenceQuery(*row) for row in read_replica.replay_evidence(db)]
     counts = {e.table: e.result for e in evidence}
     clean = all(n == 0 for n in counts.values())
-    rec = db.fetch_one(INSERT_RECHECK, (request_id, trigger, operator, clean, Jsonb(counts),
-                                        Jsonb([asdict(e) for e in evidence]), clock.shift()), read_only=False)
+    rec = db.fetch_one(
+        INSERT_RECHECK,
+        (request_id, trigger, operator, clean, Jsonb(counts), Jsonb([asdict(e) for e in evidence]), clock.shift()),
+        read_only=False,
+    )
     db.execute(UPDATE_LAST_RECHECK, (rec["checked_at"], clean, request_id))
     if not clean:
-        log.warning("erasure %s of %s: data came back: %s", request_id, customer_id,
-                    {t: n for t, n in counts.items() if n})
+        log.warning(
+            "erasure %s of %s: data came back: %s", request_id, customer_id, {t: n for t, n in counts.items() if n}
+        )
     return RecheckResult(request_id, customer_id, clean, counts, evidence, rec["checked_at"], trigger)
 
 
@@ -131,23 +152,50 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
     `follow_up.erase_again`), then `data_back_erased_again`. Open `data_back` requests come first, then the rest
     newest first. Counts are totals over the tables."""
     rows = db.fetch(SELECT_REGISTER, (limit,), read_only=False)
-    frame = pd.DataFrame(rows, columns=[
-        "id", "customer_id", "operator", "status", "requested_at", "finished_at", "exclusions", "resumed_by",
-        "seconds_to_zero", "passes",
-        "counts_before", "deleted", "counts_after", "report", "last_recheck_at", "last_recheck_clean", "rechecks",
-        "rechecks_dirty", "data_back"])
+    frame = pd.DataFrame(
+        rows,
+        columns=[
+            "id",
+            "customer_id",
+            "operator",
+            "status",
+            "requested_at",
+            "finished_at",
+            "exclusions",
+            "resumed_by",
+            "seconds_to_zero",
+            "passes",
+            "counts_before",
+            "deleted",
+            "counts_after",
+            "report",
+            "last_recheck_at",
+            "last_recheck_clean",
+            "rechecks",
+            "rechecks_dirty",
+            "data_back",
+        ],
+    )
     frame["seconds_to_zero"] = frame["seconds_to_zero"].astype(float)
     frame["same_day"] = [
-        bool(f is not None and not pd.isna(f) and s == "complete" and f.astimezone(timezone.utc).date()
-             == r.astimezone(timezone.utc).date())
+        bool(
+            f is not None
+            and not pd.isna(f)
+            and s == "complete"
+            and f.astimezone(UTC).date() == r.astimezone(UTC).date()
+        )
         for r, f, s in zip(frame["requested_at"], frame["finished_at"], frame["status"])
     ]
     stuck = set(stuck_requests(db)) if (frame["status"] == "running").any() else set()
-    frame["resumable"] = [bool((s in ("failed", "interrupted") or i in stuck) and (r is None or pd.isna(r)))
-                          for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"])]
+    frame["resumable"] = [
+        bool((s in ("failed", "interrupted") or i in stuck) and (r is None or pd.isna(r)))
+        for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"])
+    ]
     frame["came_back"] = [v is not None and not pd.isna(v) and not bool(v) for v in frame["last_recheck_clean"]]
-    frame["outcome"] = [DATA_BACK if bool(open_) else ERASED_AGAIN if back and status == "complete" else status
-                        for open_, back, status in zip(frame["data_back"], frame["came_back"], frame["status"])]
+    frame["outcome"] = [
+        DATA_BACK if bool(open_) else ERASED_AGAIN if back and status == "complete" else status
+        for open_, back, status in zip(frame["data_back"], frame["came_back"], frame["status"])
+    ]
     for col in ("counts_before", "deleted", "counts_after"):
         frame[col] = frame[col].map(lambda d: sum(d.values()) if isinstance(d, dict) else None)
     frame = frame.drop(columns=["data_back"])
@@ -157,8 +205,9 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
 def rechecks(db: Database, request_id: int) -> pd.DataFrame:
     """Every re-check of one request, newest first (counts and evidence as recorded)."""
     rows = db.fetch(SELECT_RECHECKS, (request_id,), read_only=False)
-    return pd.DataFrame(rows, columns=["id", "request_id", "checked_at", "trigger", "operator", "clean", "counts",
-                                       "evidence"])
+    return pd.DataFrame(
+        rows, columns=["id", "request_id", "checked_at", "trigger", "operator", "clean", "counts", "evidence"]
+    )
 
 
 def _json_default(value: Any) -> Any:
@@ -173,8 +222,12 @@ def evidence_document(db: Database, request_id: int) -> dict[str, Any]:
     if row is None:
         raise ErasureError(f"no erasure request {request_id}")
     checks = db.fetch(SELECT_RECHECKS, (request_id,), read_only=False)
-    doc = {"kind": "agent-memory erasure evidence", "generated_at": _now_iso(), "request": dict(row),
-           "rechecks": [dict(c) for c in checks]}
+    doc = {
+        "kind": "agent-memory erasure evidence",
+        "generated_at": _now_iso(),
+        "request": dict(row),
+        "rechecks": [dict(c) for c in checks],
+    }
     return json.loads(json.dumps(doc, default=_json_default))
 
 
@@ -182,6 +235,16 @@ def evidence_json(db: Database, request_id: int) -> str:
     return json.dumps(evidence_document(db, request_id), ensure_ascii=False, indent=2)
 
 
-
-__all__ = ["DATA_BACK", "DATA_BACK_OPEN", "ERASED_AGAIN", "RecheckResult", "RecheckSummary", "evidence_document",
-           "evidence_json", "recheck", "recheck_all", "rechecks", "register"]
+__all__ = [
+    "DATA_BACK",
+    "DATA_BACK_OPEN",
+    "ERASED_AGAIN",
+    "RecheckResult",
+    "RecheckSummary",
+    "evidence_document",
+    "evidence_json",
+    "recheck",
+    "recheck_all",
+    "rechecks",
+    "register",
+]

@@ -3,11 +3,13 @@ psycopg, so the register keeps exactly the text that ran and its result), our ow
 name a customer (found by their columns), and the dry run (`preview`) the DPO sees before erasing.
 The erasure itself is core/privacy/erasure.py; re-checks and the register reads core/privacy/erasure_register.py.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -16,8 +18,8 @@ from core import clock
 from core.agents.retail import METADATA_KEY
 from core.db import Database
 from core.memory.store import validate_label
-from core.privacy import subjects as subj
 from core.privacy import residue as res
+from core.privacy import subjects as subj
 from core.privacy import term_hashes
 
 log = logging.getLogger(__name__)
@@ -28,9 +30,19 @@ CLIENTE_KEY = METADATA_KEY[ROOT]  # "cliente_id": what run_turn puts in checkpoi
 # Tables erasure must never delete from: the proofs (both registers, the log of who looked at a customer's data, their
 # hash chain, its redaction records and retention cuts: they name the subject by id, and digests, not data; the one
 # free text, a view's typed purpose, is redacted: VIEW_PURPOSES) and the migrations bookkeeping.
-PROTECTED_TABLES = frozenset({"core_erasure_register", "core_erasure_rechecks", "core_access_register",
-                              "core_data_views", "core_register_chain", "core_register_redactions",
-                              "core_register_cuts", "core_schema_migrations", "core_thread_tombstones"})
+PROTECTED_TABLES = frozenset(
+    {
+        "core_erasure_register",
+        "core_erasure_rechecks",
+        "core_access_register",
+        "core_data_views",
+        "core_register_chain",
+        "core_register_redactions",
+        "core_register_cuts",
+        "core_schema_migrations",
+        "core_thread_tombstones",
+    }
+)
 # The one value a protected table may hold about the customer: the purpose typed when viewing their data (free
 # text). Not deleted: redacted, each row's redaction recorded so the 'views' chain still verifies (migration 088).
 VIEW_PURPOSES = "core_data_views.purpose"
@@ -38,21 +50,29 @@ VIEW_PURPOSES_COUNT_SQL = (
     "SELECT count(*) AS n FROM core_data_views v "
     "WHERE (v.customer_id = %(cliente_id)s OR (v.kind = 'thread' AND v.target = ANY(%(threads)s))) "
     "AND v.purpose IS NOT NULL AND NOT EXISTS (SELECT 1 FROM core_register_redactions r "
-    "WHERE r.table_name = 'core_data_views' AND r.row_id = v.id)")
+    "WHERE r.table_name = 'core_data_views' AND r.row_id = v.id)"
+)
 VIEW_PURPOSES_REDACT_SQL = "SELECT core_redact_view_purposes(%(cliente_id)s, %(threads)s, %(request_id)s)"
 # Our bookkeeping that names a thread is not customer data: its row is kept and the thread id rewritten. The
 # extraction watermark (core.checkpoints.tool_calls) moves to just before the erased checkpoint's time: the next
 # extraction re-reads the checkpoints of that instant (idempotent), never the whole history again.
 REWRITTEN_TABLES = {
     "core_extract_watermark": "UPDATE core_extract_watermark SET thread_id = '', checkpoint_ns = '', "
-                              "checkpoint_id = '' WHERE thread_id::text = ANY(%(threads)s)",
+    "checkpoint_id = '' WHERE thread_id::text = ANY(%(threads)s)",
 }
 # Tables kept by triggers on `store` (documents per prefix, holders of each value) and on core_tool_calls /
 # core_thread_days (the Preferences page's rollups, migration 047): counted in the evidence (they name the
 # prefix, the customer or the thread, so they must reach 0 too) but never deleted from directly, which would
 # break their counts; deleting the customer's rows of the base tables empties them.
-DERIVED_TABLES = frozenset({"core_prefix_counts", "core_value_holders", "core_tool_call_subject_days",
-                            "core_tool_call_thread_days", "core_thread_last"})
+DERIVED_TABLES = frozenset(
+    {
+        "core_prefix_counts",
+        "core_value_holders",
+        "core_tool_call_subject_days",
+        "core_tool_call_thread_days",
+        "core_thread_last",
+    }
+)
 
 # --- evidence queries (the seed's two, corrected for nested namespaces, plus the checkpoint tables)
 
@@ -65,9 +85,7 @@ CHECKPOINTS_ZERO_SQL = (
     "WHERE thread_id = ANY(%(threads)s) OR metadata->>'" + CLIENTE_KEY + "' = %(cliente_id)s"
 )
 # With the configured metadata keys (default cliente_id, customer_id, user_id) in place of cliente_id.
-CHECKPOINTS_ZERO_KEYS_SQL = (
-    "SELECT count(*) AS n FROM checkpoints WHERE thread_id = ANY(%(threads)s) OR {keys}"
-)
+CHECKPOINTS_ZERO_KEYS_SQL = "SELECT count(*) AS n FROM checkpoints WHERE thread_id = ANY(%(threads)s) OR {keys}"
 # The residue evidence: the raw-bytes scan (raw_scan) over every thread but those the DPO left, with the
 # distinctive terms read before the erasure, then res.RESIDUE_THREADS_SQL gives the decoder-confirmed threads (and
 # term_hashes those holding a value earlier requests erased); its result is how many threads.
@@ -94,8 +112,11 @@ CUSTOMER_COLUMNS = ("prefix", "thread_id", "subject_root", "subject_id", "client
 # JSON arrays in our tables whose elements can name a customer: (table, column, element condition
 # on `elem`). Matching elements are removed, the row (an operations record) stays.
 JSON_ARRAY_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("core_degradation_episodes", "denials",  # [{tool, risk, thread_id, customer_id, denied_at}]
-     "elem->>'customer_id' = %(cliente_id)s OR elem->>'thread_id' = ANY(%(threads)s)"),
+    (
+        "core_degradation_episodes",
+        "denials",  # [{tool, risk, thread_id, customer_id, denied_at}]
+        "elem->>'customer_id' = %(cliente_id)s OR elem->>'thread_id' = ANY(%(threads)s)",
+    ),
     ("core_sweep_log", "threads_sample", "elem #>> '{}' = ANY(%(threads)s)"),  # ["thread id", ...]
 )
 SELECT_OWN_COLUMNS = r"""
@@ -247,8 +268,9 @@ def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
     names = {t.name for t in targets}
     for optional in OPTIONAL_TABLES:  # present but not understood must be said, not skipped silently
         if optional not in names and conn.execute(SELECT_REGCLASS, (optional,)).fetchone()["present"]:
-            log.warning("%s exists but has no column erasure knows (prefix, thread_id, subject_id, customer_id)",
-                        optional)
+            log.warning(
+                "%s exists but has no column erasure knows (prefix, thread_id, subject_id, customer_id)", optional
+            )
     return targets
 
 
@@ -260,11 +282,17 @@ def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
     return sql.SQL(CHECKPOINTS_ZERO_KEYS_SQL).format(keys=cond).as_string()
 
 
-def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str,
-                  thread_ids: Iterable[str], keys: Iterable[str] = (CLIENTE_KEY,),
-                  residue_terms: list[res.Term] | None = None, left: Iterable[str] = (),
-                  residue_candidates: Iterable[str] | None = None,
-                  hashed: tuple[Iterable[term_hashes.HashedTerm], str] | None = None) -> list[EvidenceQuery]:
+def _run_evidence(
+    conn: psycopg.Connection,
+    targets: list[OwnTarget],
+    customer_id: str,
+    thread_ids: Iterable[str],
+    keys: Iterable[str] = (CLIENTE_KEY,),
+    residue_terms: list[res.Term] | None = None,
+    left: Iterable[str] = (),
+    residue_candidates: Iterable[str] | None = None,
+    hashed: tuple[Iterable[term_hashes.HashedTerm], str] | None = None,
+) -> list[EvidenceQuery]:
     """Every zero-count query, made literal (parameters bound by psycopg's client-side quoting) and
     sent in one pipeline: what is recorded is exactly the text that ran. With `residue_terms` and/or `hashed`
     (terms known by their keyed hashes only, with their salt), the residue too: the threads but `left` holding a
@@ -272,7 +300,9 @@ def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_i
     scan's threads when a scan of the same terms has just run). The residue's terms are never in its text: they
     are named by reference (our records must not keep what they record the removal of)."""
     params = _params(customer_id, thread_ids)
-    queries = dict(FIXED_QUERIES) | {"checkpoints": _checkpoints_zero_sql(keys)} | {t.name: t.count_sql for t in targets}
+    queries = (
+        dict(FIXED_QUERIES) | {"checkpoints": _checkpoints_zero_sql(keys)} | {t.name: t.count_sql for t in targets}
+    )
     binder = psycopg.ClientCursor(conn)
     literal = {table: binder.mogrify(query, params).strip() for table, query in queries.items()}
     cursors = {}
@@ -297,9 +327,9 @@ def _run_evidence(conn: psycopg.Connection, targets: list[OwnTarget], customer_i
     return out
 
 
-def with_earlier_terms(conn: psycopg.Connection, residue: res.Residue, attributed: Iterable[str]
-                       ) -> tuple[res.Residue, term_hashes.Earlier, list[term_hashes.HashedTerm],
-                                  list[term_hashes.HashedTerm]]:
+def with_earlier_terms(
+    conn: psycopg.Connection, residue: res.Residue, attributed: Iterable[str]
+) -> tuple[res.Residue, term_hashes.Earlier, list[term_hashes.HashedTerm], list[term_hashes.HashedTerm]]:
     """The residue of the terms read now, plus the threads holding a value that earlier requests for the customer
     erased (the store no longer holds it; the register keeps it hashed): each such match names the term by its
     reference in the new request, kind `erased`, without a snippet. Returns (residue, the earlier requests' salt and
@@ -308,8 +338,9 @@ def with_earlier_terms(conn: psycopg.Connection, residue: res.Residue, attribute
     now, carried = term_hashes.merge(residue.terms, before)
     by_ref = {t.ref: t for t in carried}
     for thread, refs in term_hashes.find_threads(conn, carried, before.salt, attributed).items():
-        residue.matches += [res.ResidueMatch(thread, ref, ERASED_KIND, by_ref[ref].customers, False, "")
-                            for ref in sorted(refs)]
+        residue.matches += [
+            res.ResidueMatch(thread, ref, ERASED_KIND, by_ref[ref].customers, False, "") for ref in sorted(refs)
+        ]
     return residue, before, now, carried
 
 
@@ -321,8 +352,9 @@ def _find_threads(conn: psycopg.Connection, customer_id: str, config: subj.Attri
     return subj.resolve_conn(conn, customer_id, _config(config)).thread_ids
 
 
-def run_evidence(db: Database, customer_id: str, thread_ids: Iterable[str],
-                 config: subj.Attribution | None = None) -> list[EvidenceQuery]:
+def run_evidence(
+    db: Database, customer_id: str, thread_ids: Iterable[str], config: subj.Attribution | None = None
+) -> list[EvidenceQuery]:
     """Run every zero-count query as literal SQL on the primary; return text, result and time."""
     with db.connection() as conn:
         return _run_evidence(conn, own_targets(conn), customer_id, thread_ids, _config(config).metadata_keys)
@@ -334,8 +366,9 @@ def find_threads(db: Database, customer_id: str, config: subj.Attribution | None
         return _find_threads(conn, validate_customer_id(customer_id), config)
 
 
-def preview(db: Database, customer_id: str, config: subj.Attribution | None = None,
-            count_common: bool = False) -> Preview:
+def preview(
+    db: Database, customer_id: str, config: subj.Attribution | None = None, count_common: bool = False
+) -> Preview:
     """Dry run: rows per table an erasure of `customer_id` would delete now, the attributed threads with their
     sources, and the residue threads the DPO has to decide on; with `count_common`, also the threads each common
     term is in (asked for on the page). Raises InvalidIdentifier."""
@@ -344,17 +377,33 @@ def preview(db: Database, customer_id: str, config: subj.Attribution | None = No
     with db.connection() as conn:
         subjects = subj.resolve_conn(conn, customer_id, config)
         threads = subjects.thread_ids
-        counts = {e.table: e.result
-                  for e in _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys)}
-        namespaces = [(r["prefix"], int(r["documents"]))
-                      for r in conn.execute(SELECT_NAMESPACES, _params(customer_id, ())).fetchall()]
+        counts = {
+            e.table: e.result
+            for e in _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys)
+        }
+        namespaces = [
+            (r["prefix"], int(r["documents"]))
+            for r in conn.execute(SELECT_NAMESPACES, _params(customer_id, ())).fetchall()
+        ]
         residue = res.residue_conn(conn, customer_id, subjects.threads, count_common=count_common)
         residue = with_earlier_terms(conn, residue, subjects.threads)[0]
     return Preview(customer_id, f"{ROOT}.{customer_id}", counts, namespaces, threads, subjects, residue)
 
 
-
 __all__ = [
-    "CLIENTE_KEY", "DERIVED_TABLES", "EvidenceQuery", "OwnTarget", "PROTECTED_TABLES", "Preview", "ROOT", "VIEW_PURPOSES",
-    "STORE_TABLES", "escape_like", "find_threads", "own_targets", "preview", "run_evidence", "validate_customer_id",
+    "CLIENTE_KEY",
+    "DERIVED_TABLES",
+    "EvidenceQuery",
+    "OwnTarget",
+    "PROTECTED_TABLES",
+    "Preview",
+    "ROOT",
+    "VIEW_PURPOSES",
+    "STORE_TABLES",
+    "escape_like",
+    "find_threads",
+    "own_targets",
+    "preview",
+    "run_evidence",
+    "validate_customer_id",
 ]

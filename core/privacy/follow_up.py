@@ -2,9 +2,11 @@
 request again; `erase_again` erases again the customer of a complete request whose data came back (the register
 page's "Borrar de nuevo"). Both are new requests for the same customer (core/privacy/erasure.py), with the residue
 decisions recorded on the old one."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from core.db import Database
 from core.privacy import subjects as subj
@@ -24,20 +26,42 @@ def _request(db: Database, request_id: int) -> dict:
     return row
 
 
-def _follow_up(db: Database, row: dict, operator: str, decisions: Mapping[str, Any] | None,
-               config: subj.Attribution | None, progress: ProgressFn | None) -> ErasureResult:
+def _follow_up(
+    db: Database,
+    row: dict,
+    operator: str,
+    decisions: Mapping[str, Any] | None,
+    config: subj.Attribution | None,
+    progress: ProgressFn | None,
+) -> ErasureResult:
     """A new request for the customer of `row` (the residue decisions recorded on it unless `decisions` overrides
     them), linked from the old row (`resumed_by`)."""
-    recorded = {r["thread_id"]: Decision(r["decision"], r.get("reason") or "")
-                for r in (row["residue"] or []) if r.get("decision") in (ERASE, LEAVE)}
-    result = erase(db, row["customer_id"], operator=operator, decisions=recorded | dict(decisions or {}),
-                   config=config, progress=progress)
+    recorded = {
+        r["thread_id"]: Decision(r["decision"], r.get("reason") or "")
+        for r in (row["residue"] or [])
+        if r.get("decision") in (ERASE, LEAVE)
+    }
+    result = erase(
+        db,
+        row["customer_id"],
+        operator=operator,
+        decisions=recorded | dict(decisions or {}),
+        config=config,
+        progress=progress,
+    )
     db.execute(MARK_RESUMED, (result.request_id, row["id"]))
     return result
 
 
-def resume(db: Database, request_id: int, *, operator: str, decisions: Mapping[str, Any] | None = None,
-           config: subj.Attribution | None = None, progress: ProgressFn | None = None) -> ErasureResult:
+def resume(
+    db: Database,
+    request_id: int,
+    *,
+    operator: str,
+    decisions: Mapping[str, Any] | None = None,
+    config: subj.Attribution | None = None,
+    progress: ProgressFn | None = None,
+) -> ErasureResult:
     """Run a failed, interrupted or stuck request again as a new request (same customer, the residue decisions
     recorded on it unless `decisions` overrides them) and link the old row to it (`resumed_by`).
     Raises ErasureError if the request is unknown, finished normally, or still running elsewhere."""
@@ -49,8 +73,15 @@ def resume(db: Database, request_id: int, *, operator: str, decisions: Mapping[s
     return _follow_up(db, row, operator, decisions, config, progress)
 
 
-def erase_again(db: Database, request_id: int, *, operator: str, decisions: Mapping[str, Any] | None = None,
-                config: subj.Attribution | None = None, progress: ProgressFn | None = None) -> ErasureResult:
+def erase_again(
+    db: Database,
+    request_id: int,
+    *,
+    operator: str,
+    decisions: Mapping[str, Any] | None = None,
+    config: subj.Attribution | None = None,
+    progress: ProgressFn | None = None,
+) -> ErasureResult:
     """Erase again the customer of a complete request whose latest re-check found data back: a new request (the residue
     decisions recorded on the old one unless `decisions` overrides them), linked from the old row (`resumed_by`).
     Raises ErasureError if the request is unknown, not complete (see `resume`), its latest re-check found nothing, or
@@ -60,8 +91,10 @@ def erase_again(db: Database, request_id: int, *, operator: str, decisions: Mapp
     if later is not None:
         raise ErasureError(f"request {request_id} was followed by request {later['id']} for the same customer")
     if row["status"] != "complete" or row["last_recheck_clean"] is not False:
-        raise ErasureError(f"request {request_id} is {row['status']} and its latest re-check found "
-                           f"{'nothing' if row['last_recheck_clean'] is not False else 'data'}: no data came back")
+        raise ErasureError(
+            f"request {request_id} is {row['status']} and its latest re-check found "
+            f"{'nothing' if row['last_recheck_clean'] is not False else 'data'}: no data came back"
+        )
     return _follow_up(db, row, operator, decisions, config, progress)
 
 

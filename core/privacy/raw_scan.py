@@ -9,6 +9,7 @@ where its UTF-8 bytes occur. In SQL that filter costs (rows x terms): a customer
 row is read once whatever the number of terms; bytes are mapped 1:1 to text (latin-1) so that the
 automaton, which works on text, matches raw bytes.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -20,11 +21,11 @@ import psycopg
 SCAN_SQL = {
     "checkpoint_writes": "SELECT thread_id, blob AS data FROM checkpoint_writes WHERE NOT (thread_id = ANY(%(exclude)s))",
     "checkpoint_blobs": "SELECT thread_id, blob AS data FROM checkpoint_blobs "
-                        "WHERE blob IS NOT NULL AND NOT (thread_id = ANY(%(exclude)s))",
+    "WHERE blob IS NOT NULL AND NOT (thread_id = ANY(%(exclude)s))",
     # only the inline channel values: the rest of a checkpoint is versions and channel names, not data
     "checkpoints": "SELECT thread_id, convert_to((checkpoint -> 'channel_values')::text, 'UTF8') AS data "
-                   "FROM checkpoints WHERE checkpoint -> 'channel_values' <> '{}'::jsonb "
-                   "AND NOT (thread_id = ANY(%(exclude)s))",
+    "FROM checkpoints WHERE checkpoint -> 'channel_values' <> '{}'::jsonb "
+    "AND NOT (thread_id = ANY(%(exclude)s))",
 }
 FETCH_ROWS = 5000
 
@@ -38,12 +39,14 @@ ONLY = " AND thread_id = ANY(%(only)s)"
 
 def describe(terms: int, over: str = "every thread", only: bool = False) -> str:
     """What ran, for the evidence and the page (the scan is not one SQL statement)."""
-    return (f"raw-bytes scan of {terms} terms (Aho-Corasick) over {over}: "
-            + "; ".join(f"{sql}{ONLY if only else ''} [exclude = attributed threads]" for sql in SCAN_SQL.values()))
+    return f"raw-bytes scan of {terms} terms (Aho-Corasick) over {over}: " + "; ".join(
+        f"{sql}{ONLY if only else ''} [exclude = attributed threads]" for sql in SCAN_SQL.values()
+    )
 
 
-def candidates(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str],
-               only: Iterable[str] | None = None) -> set[tuple[str, str]]:
+def candidates(
+    conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str], only: Iterable[str] | None = None
+) -> set[tuple[str, str]]:
     """(term, thread_id) for every term whose bytes occur in a row of a thread not in `exclude`
     (and in `only`, when given: the token index's candidates)."""
     automaton = ahocorasick.Automaton()

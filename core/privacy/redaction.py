@@ -6,12 +6,13 @@ sealed in the erasure chain, so that the chain still verifies and says what was 
 (core/privacy/chain.py). `python -m core.migrate` runs it after the SQL files; it is idempotent (a request is
 repaired once, with its re-checks, in one transaction).
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import re
-from typing import Any, Iterable
+from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -22,8 +23,10 @@ from core.privacy.decisions import NOT_SCANNED
 
 log = logging.getLogger(__name__)
 
-REASON = ("migration 056: the erasure register kept the erased values; residue terms replaced by keyed hashes, "
-          "residue and exclusions name them by reference, evidence keeps the SQL with its terms by reference")
+REASON = (
+    "migration 056: the erasure register kept the erased values; residue terms replaced by keyed hashes, "
+    "residue and exclusions name them by reference, evidence keeps the SQL with its terms by reference"
+)
 # The two array literals RESIDUE_COUNT_SQL had inlined (psycopg's client-side quoting: '...'::text[] or E'...').
 INLINED_TERMS = re.compile(r"unnest\(\s*E?'(?:[^']|'')*'::text\[\],\s*E?'(?:[^']|'')*'::text\[\]\)")
 UNREADABLE = "-- removed by migration 056: this statement held the erased terms inline, in a form it could not redact"
@@ -77,8 +80,11 @@ def _redact_evidence(evidence: Any, n_terms: int, values: list[str]) -> Any:
 
 def _legacy_terms(row: dict) -> list[res.Term]:
     """The terms the row kept verbatim (residue_terms, then any other its residue rows or exclusions name)."""
-    terms = [res.Term(t["term"], t["kind"], int(t["customers"]), t.get("threads"))
-             for t in (row["residue_terms"] or []) if "term" in t]
+    terms = [
+        res.Term(t["term"], t["kind"], int(t["customers"]), t.get("threads"))
+        for t in (row["residue_terms"] or [])
+        if "term" in t
+    ]
     known = {t.term for t in terms}
     for r in [*(row["residue"] or []), *(row["exclusions"] or [])]:
         for term in r.get("terms") or ():
@@ -88,8 +94,9 @@ def _legacy_terms(row: dict) -> list[res.Term]:
     return terms
 
 
-def _changed(conn: psycopg.Connection, table: str, row_id: int, before: tuple[str, str] | None,
-             fields: list[str]) -> None:
+def _changed(
+    conn: psycopg.Connection, table: str, row_id: int, before: tuple[str, str] | None, fields: list[str]
+) -> None:
     """Record a sealed row's redaction, sealed in its chain by the table's trigger."""
     if before is None:
         return  # not sealed (a request still running): nothing to prove it against
@@ -111,14 +118,17 @@ def _repair(conn: psycopg.Connection, row: dict) -> None:
     n_distinctive = sum(1 for t in terms if not t.common)
     # the values to remove (the id stays where the register needs it)
     values = [t.term for t in terms if t.kind != "id" and len(t.term) >= res.MIN_TERM_LENGTH]
-    new = {"residue_terms": None if row["residue_terms"] is None else [h.to_json() for h in hashed],
-           "residue": None if row["residue"] is None else term_hashes.by_reference(row["residue"], refs),
-           "exclusions": None if row["exclusions"] is None else term_hashes.by_reference(row["exclusions"], refs),
-           "evidence": _redact_evidence(row["evidence"], n_distinctive, values)}
+    new = {
+        "residue_terms": None if row["residue_terms"] is None else [h.to_json() for h in hashed],
+        "residue": None if row["residue"] is None else term_hashes.by_reference(row["residue"], refs),
+        "exclusions": None if row["exclusions"] is None else term_hashes.by_reference(row["exclusions"], refs),
+        "evidence": _redact_evidence(row["evidence"], n_distinctive, values),
+    }
     before = chain.sealed_state(conn, "core_erasure_register", row["id"])
     conn.execute(UPDATE_REQUEST, {"id": row["id"], "salt": salt, **{k: _jsonb(v) for k, v in new.items()}})
-    _changed(conn, "core_erasure_register", row["id"], before,
-             [k for k, v in new.items() if v != row[k]] + ["term_salt"])
+    _changed(
+        conn, "core_erasure_register", row["id"], before, [k for k, v in new.items() if v != row[k]] + ["term_salt"]
+    )
     for check in conn.execute(SELECT_RECHECKS, (row["id"],)).fetchall():
         evidence = _redact_evidence(check["evidence"], n_distinctive, values)
         if evidence == check["evidence"]:
@@ -145,8 +155,11 @@ def redact_register(conn: psycopg.Connection) -> int:
             _repair(conn, row)
         repaired += 1
     if repaired:
-        log.info("erasure register: %d request(s) written before migration 056 redacted (values replaced by "
-                 "keyed hashes and references; each sealed row's redaction sealed in the chain)", repaired)
+        log.info(
+            "erasure register: %d request(s) written before migration 056 redacted (values replaced by "
+            "keyed hashes and references; each sealed row's redaction sealed in the chain)",
+            repaired,
+        )
     return repaired
 
 

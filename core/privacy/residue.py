@@ -3,11 +3,13 @@ customer id (whole token) or the values of the customer's own store documents. A
 then the SQL decoder confirms and gives a snippet. A value other customers' documents also hold (a store
 id like `T002`) is *common*: listed, never proposed. The sources themselves are in `subjects`.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import psycopg
 
@@ -73,20 +75,27 @@ SELECT DISTINCT r.thread_id FROM r JOIN t ON
     END"""
 # RESIDUE_THREADS_SQL as the evidence records it: the terms and their patterns named by reference, never inlined
 # (our records must not keep what they record the removal of); the threads are inlined as they ran.
-RESIDUE_TERMS_REF = (":residue_terms /* the {n} distinctive terms: residue_terms of this request, kept as keyed "
-                     "hashes (core/privacy/term_hashes.py) */")
+RESIDUE_TERMS_REF = (
+    ":residue_terms /* the {n} distinctive terms: residue_terms of this request, kept as keyed "
+    "hashes (core/privacy/term_hashes.py) */"
+)
 RESIDUE_PATTERNS_REF = ":residue_term_patterns /* each term as a whole token, escaped (residue.token_regex) */"
 
 
 def residue_threads_shown(n_terms: int) -> str:
     """RESIDUE_THREADS_SQL with its terms replaced by references (to be bound with the other parameters)."""
-    return (RESIDUE_THREADS_SQL.replace("%(raws)s::text[]", RESIDUE_TERMS_REF.format(n=n_terms))
-            .replace("%(rxs)s::text[]", RESIDUE_PATTERNS_REF))
+    return RESIDUE_THREADS_SQL.replace("%(raws)s::text[]", RESIDUE_TERMS_REF.format(n=n_terms)).replace(
+        "%(rxs)s::text[]", RESIDUE_PATTERNS_REF
+    )
 
 
-def scan(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str],
-         narrow_by: Iterable[str] | None = None, decryptor: formats.Decryptor | None = None
-         ) -> tuple[set[tuple[str, str]], str, token_index.Candidates]:
+def scan(
+    conn: psycopg.Connection,
+    terms: Iterable[str],
+    exclude: Iterable[str],
+    narrow_by: Iterable[str] | None = None,
+    decryptor: formats.Decryptor | None = None,
+) -> tuple[set[tuple[str, str]], str, token_index.Candidates]:
     """(term, thread) pairs whose bytes match, over the threads the token index names for `narrow_by` (default:
     the terms; every thread when it cannot answer), threads in `exclude` excepted; what ran; the candidates."""
     terms = set(terms)
@@ -100,8 +109,9 @@ def _are_escape(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch == " " else "\\" + ch for ch in text)
 
 
-def residue_count_params(conn: psycopg.Connection, terms: Iterable["Term"], left: Iterable[str],
-                         candidates: Iterable[str] | None = None) -> dict[str, Any]:
+def residue_count_params(
+    conn: psycopg.Connection, terms: Iterable[Term], left: Iterable[str], candidates: Iterable[str] | None = None
+) -> dict[str, Any]:
     """Parameters of RESIDUE_THREADS_SQL for these terms (common ones dropped), threads in `left` excepted:
     the raw-bytes scan runs now and gives the candidate threads, unless a scan of the same terms just gave
     them (`candidates`: `Residue.raw_threads` of the same connection and moment)."""
@@ -213,16 +223,27 @@ def customer_terms(conn: psycopg.Connection, customer_id: str, extra_values: Ite
     values = {r["term"] for r in conn.execute(SELECT_DOCUMENT_VALUES, {**params, "skip": list(NON_TERM_KEYS)})}
     values |= set(extra_values)
     values = sorted(v for v in values if len(v.strip()) >= MIN_TERM_LENGTH and v != customer_id)
-    counts = {r["term"]: int(r["customers"])
-              for r in conn.execute(SELECT_TERM_CUSTOMERS, {"terms": values, "cap": COUNT_CAP + 1})} if values else {}
+    counts = (
+        {
+            r["term"]: int(r["customers"])
+            for r in conn.execute(SELECT_TERM_CUSTOMERS, {"terms": values, "cap": COUNT_CAP + 1})
+        }
+        if values
+        else {}
+    )
     terms = [Term(customer_id, "id", 1)]
     terms += [Term(v, "value", max(1, counts.get(v, 0))) for v in values]
     return terms
 
 
-def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterable[str],
-                 terms: list[Term] | None = None, count_common: bool = True,
-                 decryptor: formats.Decryptor | None = None) -> Residue:
+def residue_conn(
+    conn: psycopg.Connection,
+    customer_id: str,
+    attributed: Iterable[str],
+    terms: list[Term] | None = None,
+    count_common: bool = True,
+    decryptor: formats.Decryptor | None = None,
+) -> Residue:
     """The residue of `customer_id` outside the `attributed` threads. Threads are read where the token index
     says a distinctive term may be (common terms never propose a thread); each common term's threads are then
     counted through the index (`count_common=False` skips that, leaving them None: an erasure does not need them,
@@ -233,8 +254,9 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
     decryptor = decryptor or formats.decryptor()
     terms = terms if terms is not None else customer_terms(conn, customer_id)
     by_term = {t.term: t for t in terms}
-    pairs, ran, narrowed = scan(conn, by_term, attributed, narrow_by=[t.term for t in terms if not t.common],
-                                decryptor=decryptor)
+    pairs, ran, narrowed = scan(
+        conn, by_term, attributed, narrow_by=[t.term for t in terms if not t.common], decryptor=decryptor
+    )
     threads: dict[str, set[str]] = {}
     for term, thread_id in pairs:
         threads.setdefault(thread_id, set()).add(term)
@@ -275,18 +297,20 @@ def residue_conn(conn: psycopg.Connection, customer_id: str, attributed: Iterabl
         counts = {term: None for term in common}
     elif narrowed.threads is not None:  # only some threads were read: the index counts each common term's threads
         indexed = token_index.count_hits(conn, common, attributed | narrowed.unindexed, decryptor)
-        counts = {term: indexed.get(term, 0) + len(raw_threads.get(term, set()) & narrowed.unindexed) for term in common}
+        counts = {
+            term: indexed.get(term, 0) + len(raw_threads.get(term, set()) & narrowed.unindexed) for term in common
+        }
     else:
         counts = {term: len(raw_threads.get(term, ())) for term in common}
     terms = [Term(t.term, t.kind, t.customers, counts[t.term] if t.common else confirmed.get(t.term, 0)) for t in terms]
     common_threads = sorted({th for t in terms if t.common for th in raw_threads.get(t.term, ())})
     raw_distinctive = sorted({th for t in terms if not t.common for th in raw_threads.get(t.term, ())})
-    return Residue(customer_id, terms, matches, len(pairs), ran, common_threads,
-                   raw_distinctive, not_scanned)
+    return Residue(customer_id, terms, matches, len(pairs), ran, common_threads, raw_distinctive, not_scanned)
 
 
-def residue_scan(db: Database, customer_id: str, config: Attribution | None = None,
-                 subjects: Subjects | None = None) -> Residue:
+def residue_scan(
+    db: Database, customer_id: str, config: Attribution | None = None, subjects: Subjects | None = None
+) -> Residue:
     """Unattributed threads holding the customer's id (whole token) or their documents' values."""
     customer_id = validate_label(customer_id, "customer id")
     with db.connection() as conn:

@@ -16,12 +16,14 @@ checkpoint metadata), so "the threads of C9" is found from several sources, each
 
 `coverage` says how much of the checkpoint data no source attributes to anyone.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
@@ -61,7 +63,7 @@ class Attribution:
             raise AttributionConfigError("SUBJECT_THREAD_QUERY must use %(id)s for the customer id")
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> "Attribution":
+    def from_settings(cls, settings: Settings | None = None) -> Attribution:
         s = settings or load_settings()
         return cls(tuple(s.subject_metadata_keys), tuple(s.subject_thread_patterns), s.subject_thread_query or None)
 
@@ -74,7 +76,7 @@ def escape_like(text: str) -> str:
 def like_for(pattern: str, customer_id: str | None) -> str:
     """The LIKE pattern of `pattern` (`*` = anything) for one customer, or for any customer (None)."""
     before, after = pattern.split("{id}")
-    lit = (lambda part: "%".join(escape_like(p) for p in part.split("*")))
+    lit = lambda part: "%".join(escape_like(p) for p in part.split("*"))
     middle = "%" if customer_id is None else escape_like(customer_id)
     return lit(before) + middle + lit(after)
 
@@ -189,7 +191,8 @@ FROM a"""
 
 # Per thread: bytes in the three checkpoint tables, and whether any source attributes it to *someone*
 # (the configured query is per customer and cannot be asked "anyone": it is left out, and said so).
-COVERAGE_SQL = r"""
+COVERAGE_SQL = (
+    r"""
 WITH c AS (
     SELECT thread_id, sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS bytes,
            bool_or(metadata ?| %(keys)s::text[]) AS tagged
@@ -208,7 +211,9 @@ WITH c AS (
 ), own AS (
     SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes'
     UNION SELECT unnest(thread_ids) FROM core_erasure_register
-""" + COVERAGE_TOTALS
+"""
+    + COVERAGE_TOTALS
+)
 
 
 # COVERAGE_SQL above reads the three checkpoint tables and hashes every thread (it filled the disk at 10M): the
@@ -218,7 +223,8 @@ WITH c AS (
 # range only, so memory and temp space are bounded by the batch, not by the number of threads or links.
 SELECT_COVERAGE_BATCH_END = """
 SELECT thread_id AS hi FROM core_thread_storage WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1"""
-COVERAGE_BATCH_SQL = r"""
+COVERAGE_BATCH_SQL = (
+    r"""
 WITH t AS (
     SELECT thread_id, total_bytes AS bytes, metadata_keys && %(keys)s::text[] AS tagged
     FROM core_thread_storage WHERE {range}
@@ -228,7 +234,9 @@ WITH t AS (
 ), own AS (
     SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes' AND {range}
     UNION SELECT x.thread_id FROM core_erasure_register, unnest(thread_ids) AS x(thread_id) WHERE {x_range}
-""" + COVERAGE_TOTALS
+"""
+    + COVERAGE_TOTALS
+)
 COVERAGE_BATCH_THREADS = 50_000  # core_thread_storage rows per batch
 LIVE_COVERAGE_TIMEOUT_MS = 5_000  # a page counting it live, before any sweep has (see _live_coverage)
 
@@ -276,17 +284,25 @@ def _live_coverage(db: Database, config: Attribution) -> Coverage:
         except psycopg.errors.QueryCanceled as exc:  # raised here: db.connection() would call it "not reachable"
             raise DatabaseUnavailable(
                 f"no sweep has computed the attribution coverage yet, and counting it now took more than "
-                f"{LIVE_COVERAGE_TIMEOUT_MS / 1000:g} s: the next sweep computes it") from exc
+                f"{LIVE_COVERAGE_TIMEOUT_MS / 1000:g} s: the next sweep computes it"
+            ) from exc
     return _coverage_of(row, config)
 
 
 def _coverage_of(row: dict, config: Attribution, as_of: datetime | None = None) -> Coverage:
-    return Coverage(int(row["threads"]), int(row["unattributed_threads"]), int(row["bytes"]),
-                    int(row["unattributed_bytes"]), bool(config.thread_query), as_of)
+    return Coverage(
+        int(row["threads"]),
+        int(row["unattributed_threads"]),
+        int(row["bytes"]),
+        int(row["unattributed_bytes"]),
+        bool(config.thread_query),
+        as_of,
+    )
 
 
-def coverage_from_storage(conn: psycopg.Connection, config: Attribution,
-                          batch_threads: int = COVERAGE_BATCH_THREADS) -> Coverage:
+def coverage_from_storage(
+    conn: psycopg.Connection, config: Attribution, batch_threads: int = COVERAGE_BATCH_THREADS
+) -> Coverage:
     """The coverage computed from core_thread_storage as it stands (see COVERAGE_BATCH_SQL), in batches of thread_id
     ranges, in one REPEATABLE READ transaction on `conn` (dict rows, autocommit)."""
     from core.checkpoints.storage import key_ranges, thread_ranges
@@ -300,16 +316,24 @@ def coverage_from_storage(conn: psycopg.Connection, config: Attribution,
         conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
         for lo, hi in thread_ranges(conn, SELECT_COVERAGE_BATCH_END, batch_threads - 1):
             query = pgsql.SQL(COVERAGE_BATCH_SQL).format(
-                range=key_ranges(lo, hi), hilo_range=key_ranges(lo, hi, "(value ->> 'hilo')"),
-                x_range=key_ranges(lo, hi, "x.thread_id"))
+                range=key_ranges(lo, hi),
+                hilo_range=key_ranges(lo, hi, "(value ->> 'hilo')"),
+                x_range=key_ranges(lo, hi, "x.thread_id"),
+            )
             found = conn.execute(query, params).fetchone()
             for k in totals:
                 totals[k] += int(found[k])
     return _coverage_of(totals, config)
 
 
-def refresh_coverage(db: Database, config: Attribution | None = None, *, storage_refreshed: bool = False,
-                     batch_rows: int | None = None, batch_threads: int = COVERAGE_BATCH_THREADS) -> Coverage:
+def refresh_coverage(
+    db: Database,
+    config: Attribution | None = None,
+    *,
+    storage_refreshed: bool = False,
+    batch_rows: int | None = None,
+    batch_threads: int = COVERAGE_BATCH_THREADS,
+) -> Coverage:
     """The sweep job's step: compute the coverage now and keep it for the pages.
 
     Computed from core_thread_storage (bounded temp space at any size, issue 14). The sweep has just refreshed it
@@ -320,13 +344,22 @@ def refresh_coverage(db: Database, config: Attribution | None = None, *, storage
     config = config or Attribution.from_settings()
     kept = db.fetch_one(storage.SELECT_STORAGE_REFRESH, read_only=False) if storage_refreshed else None
     if kept is None or not set(config.metadata_keys) <= set(kept["metadata_keys"]):
-        storage.refresh_thread_storage(db, config.metadata_keys,
-                                       storage.STORAGE_BATCH_ROWS if batch_rows is None else batch_rows)
+        storage.refresh_thread_storage(
+            db, config.metadata_keys, storage.STORAGE_BATCH_ROWS if batch_rows is None else batch_rows
+        )
     with db.connection() as conn:
         cov = coverage_from_storage(conn, config, batch_threads)
-    at = db.fetch_one(UPSERT_SNAPSHOT, {"config": _snapshot_key(config), "threads": cov.threads,
-                                        "unattributed_threads": cov.unattributed_threads, "bytes": cov.bytes,
-                                        "unattributed_bytes": cov.unattributed_bytes}, read_only=False)["computed_at"]
+    at = db.fetch_one(
+        UPSERT_SNAPSHOT,
+        {
+            "config": _snapshot_key(config),
+            "threads": cov.threads,
+            "unattributed_threads": cov.unattributed_threads,
+            "bytes": cov.bytes,
+            "unattributed_bytes": cov.unattributed_bytes,
+        },
+        read_only=False,
+    )["computed_at"]
     return replace(cov, as_of=at)
 
 
@@ -340,5 +373,16 @@ def coverage(db: Database, config: Attribution | None = None) -> Coverage:
     return _coverage_of(row, config, row["computed_at"])
 
 
-__all__ = ["Attribution", "AttributionConfigError", "Coverage", "InvalidIdentifier", "Subjects", "coverage",
-           "coverage_from_storage", "like_for", "refresh_coverage", "resolve", "resolve_conn"]
+__all__ = [
+    "Attribution",
+    "AttributionConfigError",
+    "Coverage",
+    "InvalidIdentifier",
+    "Subjects",
+    "coverage",
+    "coverage_from_storage",
+    "like_for",
+    "refresh_coverage",
+    "resolve",
+    "resolve_conn",
+]

@@ -18,12 +18,13 @@ candidate threads, the decoder's text confirms them. A customer's requests share
 the terms of the one before (`merge`): erased again once the store is empty, a customer is still looked for by
 every value an earlier request read.
 """
+
 from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping
 
 import psycopg
 
@@ -64,26 +65,53 @@ class HashedTerm:
     trail: bool
 
     def to_json(self) -> dict:
-        return {"ref": self.ref, "kind": self.kind, "customers": self.customers, "threads": self.threads,
-                "common": self.common, "digest": self.digest, "chars": self.chars, "tokens": list(self.tokens),
-                "first": self.first, "trail": self.trail}
+        return {
+            "ref": self.ref,
+            "kind": self.kind,
+            "customers": self.customers,
+            "threads": self.threads,
+            "common": self.common,
+            "digest": self.digest,
+            "chars": self.chars,
+            "tokens": list(self.tokens),
+            "first": self.first,
+            "trail": self.trail,
+        }
 
     @classmethod
-    def from_json(cls, d: Mapping) -> "HashedTerm":
+    def from_json(cls, d: Mapping) -> HashedTerm:
         """Raises ValueError for a term kept verbatim (a register row written before migration 056's repair)."""
         if "term" in d or "digest" not in d:
             raise ValueError("a residue term kept verbatim: run `python -m core.migrate` (its register repair)")
-        return cls(d["ref"], d["kind"], int(d["customers"]), d.get("threads"), bool(d["common"]), d["digest"],
-                   int(d["chars"]), tuple(d["tokens"]), d.get("first"), bool(d["trail"]))
+        return cls(
+            d["ref"],
+            d["kind"],
+            int(d["customers"]),
+            d.get("threads"),
+            bool(d["common"]),
+            d["digest"],
+            int(d["chars"]),
+            tuple(d["tokens"]),
+            d.get("first"),
+            bool(d["trail"]),
+        )
 
 
 def hash_term(term: res.Term, ref: str, salt: str) -> HashedTerm:
     text = res.json_text(term.term)
     head = tokens.TOKEN.match(term.term)
-    return HashedTerm(ref, term.kind, term.customers, term.threads, term.common, _digest(bytes.fromhex(salt), text),
-                      len(text), tuple(token_index.term_hashes(term.term)),
-                      tokens.token_hash(head.group()) if head else None,
-                      bool(res.TOKEN_CHAR.match(term.term[-1:])))
+    return HashedTerm(
+        ref,
+        term.kind,
+        term.customers,
+        term.threads,
+        term.common,
+        _digest(bytes.fromhex(salt), text),
+        len(text),
+        tuple(token_index.term_hashes(term.term)),
+        tokens.token_hash(head.group()) if head else None,
+        bool(res.TOKEN_CHAR.match(term.term[-1:])),
+    )
 
 
 def hash_terms(terms: Iterable[res.Term], salt: str) -> list[HashedTerm]:
@@ -124,13 +152,17 @@ class Matcher:
         for m in tokens.TOKEN.finditer(blank):  # a term starting with a token character starts a token
             for term in self.by_first.get(tokens.token_hash(m.group()), ()):
                 end = m.start() + term.chars
-                if (term.ref not in out and end <= len(text) and self._ends_well(blank, end, term)
-                        and _digest(self.key, text[m.start():end]) == term.digest):
+                if (
+                    term.ref not in out
+                    and end <= len(text)
+                    and self._ends_well(blank, end, term)
+                    and _digest(self.key, text[m.start() : end]) == term.digest
+                ):
                     out.add(term.ref)
         for chars, terms in self.anywhere.items():
             wanted = {t.digest: t for t in terms}
             for start in range(len(text) - chars + 1):
-                term = wanted.get(_digest(self.key, text[start:start + chars]))
+                term = wanted.get(_digest(self.key, text[start : start + chars]))
                 if term is not None and self._ends_well(blank, start + chars, term):
                     out.add(term.ref)
         return out
@@ -142,14 +174,15 @@ def _holding(conn: psycopg.Connection, threads: Iterable[str], terms: list[Hashe
     threads = sorted(set(threads))
     out: set[str] = set()
     for start in range(0, len(threads), TOKENIZE_BATCH):
-        for thread, hashes in token_index.thread_token_hashes(conn, threads[start:start + TOKENIZE_BATCH]).items():
+        for thread, hashes in token_index.thread_token_hashes(conn, threads[start : start + TOKENIZE_BATCH]).items():
             if any(w <= hashes for w in wanted):
                 out.add(thread)
     return out
 
 
-def find_threads(conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: str,
-                 exclude: Iterable[str]) -> dict[str, set[str]]:
+def find_threads(
+    conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: str, exclude: Iterable[str]
+) -> dict[str, set[str]]:
     """The threads (but `exclude`) holding one of the distinctive `terms`, each with the references it holds:
     candidates from the token index (threads not indexed yet tokenized here; every thread when the index cannot
     narrow), confirmed on the decoder's text; encrypted rows read with the configured keys."""
@@ -166,8 +199,13 @@ def find_threads(conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: st
     matcher = Matcher(terms, salt)
     found: dict[str, set[str]] = {}
     for thread in sorted(candidates - exclude):
-        refs = set().union(*(matcher.found(r["text"]) for r in conn.execute(res.SELECT_DECODED_THREAD,
-                                                                           {"thread_id": thread}) if r["text"]))
+        refs = set().union(
+            *(
+                matcher.found(r["text"])
+                for r in conn.execute(res.SELECT_DECODED_THREAD, {"thread_id": thread})
+                if r["text"]
+            )
+        )
         if refs:
             found[thread] = refs
     # encrypted rows: those of the index's candidates read with the configured keys, as the residue scan reads them
@@ -223,10 +261,23 @@ def merge(terms: Iterable[res.Term], before: Earlier) -> tuple[list[HashedTerm],
     so that an erasure and its re-checks keep looking for what the store no longer holds), numbered on."""
     now = hash_terms(terms, before.salt)
     digests = {h.digest for h in now}
-    carried = [replace(t, ref=f"t{n}") for n, t in enumerate(
-        (t for t in before.terms if t.digest not in digests), start=len(now) + 1)]
+    carried = [
+        replace(t, ref=f"t{n}")
+        for n, t in enumerate((t for t in before.terms if t.digest not in digests), start=len(now) + 1)
+    ]
     return now, carried
 
 
-__all__ = ["Earlier", "HashedTerm", "Matcher", "by_reference", "describe", "earlier", "find_threads", "hash_term",
-           "hash_terms", "merge", "new_salt"]
+__all__ = [
+    "Earlier",
+    "HashedTerm",
+    "Matcher",
+    "by_reference",
+    "describe",
+    "earlier",
+    "find_threads",
+    "hash_term",
+    "hash_terms",
+    "merge",
+    "new_salt",
+]

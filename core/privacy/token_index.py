@@ -19,12 +19,13 @@ rows no configured key opens are counted (`encrypted_unread`) and the key set it
 a fingerprint): the residue scan reads such threads, and those indexed under another key set, and names what no
 key opens as not scanned; the sweep lists them again for indexing only when the configured keys change.
 """
+
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
 
 import psycopg
 
@@ -34,8 +35,8 @@ from core.privacy.tokens import payload_tokens, term_tokens, token_hash, tokens_
 
 log = logging.getLogger(__name__)
 
-BATCH_THREADS = 500         # threads indexed per transaction
-DIRTY_SCAN_MAX = 20_000     # beyond this many unindexed threads, a residue scan reads every row instead
+BATCH_THREADS = 500  # threads indexed per transaction
+DIRTY_SCAN_MAX = 20_000  # beyond this many unindexed threads, a residue scan reads every row instead
 CLAIM_EXPIRES = "10 minutes"  # a claim older than this (an indexer that died) is taken again
 COMMON_TOKEN_SHARE = 0.01  # a token in more threads than this is not looked up when a term has rarer ones
 
@@ -90,18 +91,23 @@ CROSS JOIN LATERAL (SELECT thread_id FROM core_thread_tokens
 
 @dataclass
 class IndexResult:
-    threads: int = 0      # threads (re)indexed
-    payloads: int = 0     # writes and blobs read
+    threads: int = 0  # threads (re)indexed
+    payloads: int = 0  # writes and blobs read
     decoded_in_sql: int = 0  # payloads only the SQL decoder could read
     batches: int = 0
-    pending: int = 0      # threads still waiting when it stopped (capped)
-    encrypted_read: int = 0    # encrypted rows decrypted with a configured key
-    unread_threads: int = 0    # threads of the index holding such rows after the run (named as not readable)
+    pending: int = 0  # threads still waiting when it stopped (capped)
+    encrypted_read: int = 0  # encrypted rows decrypted with a configured key
+    unread_threads: int = 0  # threads of the index holding such rows after the run (named as not readable)
 
 
-def _thread_tokens(conn: psycopg.Connection, threads: list[str], result: IndexResult,
-                   decryptor: formats.Decryptor, unread: dict[str, int] | None = None,
-                   sealed: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+def _thread_tokens(
+    conn: psycopg.Connection,
+    threads: list[str],
+    result: IndexResult,
+    decryptor: formats.Decryptor,
+    unread: dict[str, int] | None = None,
+    sealed: dict[str, set[str]] | None = None,
+) -> dict[str, set[str]]:
     """Each thread's tokens; encrypted rows decrypted with `decryptor` (their tokens in `sealed` when given), those
     it cannot open counted in `unread`. A thread with rows is in the result, even when all its rows are sealed."""
     found: dict[str, set[str]] = {}
@@ -118,8 +124,10 @@ def _thread_tokens(conn: psycopg.Connection, threads: list[str], result: IndexRe
                         unread[row["thread_id"]] = unread.get(row["thread_id"], 0) + 1
                 else:
                     result.encrypted_read += 1
-                    tokens_of_json_text(json.dumps(payload, ensure_ascii=False),
-                                        into if sealed is None else sealed.setdefault(row["thread_id"], set()))
+                    tokens_of_json_text(
+                        json.dumps(payload, ensure_ascii=False),
+                        into if sealed is None else sealed.setdefault(row["thread_id"], set()),
+                    )
                 continue
             tokens = payload_tokens(row["type"], row["blob"])
             if tokens is None:
@@ -133,8 +141,9 @@ def _thread_tokens(conn: psycopg.Connection, threads: list[str], result: IndexRe
     return found
 
 
-def index_claimed(conn: psycopg.Connection, claimed: list[str], result: IndexResult,
-                  decryptor: formats.Decryptor | None = None) -> None:
+def index_claimed(
+    conn: psycopg.Connection, claimed: list[str], result: IndexResult, decryptor: formats.Decryptor | None = None
+) -> None:
     """Index `claimed` threads (in the caller's transaction, begun after the claim was committed; encrypted rows
     read with `decryptor`, default the configured keys), then un-list those not written since their claim."""
     decryptor = decryptor if decryptor is not None else formats.decryptor()
@@ -146,11 +155,17 @@ def index_claimed(conn: psycopg.Connection, claimed: list[str], result: IndexRes
     def hashes(thread: str) -> str:
         plain = {token_hash(t) for t in found[thread]}
         return ",".join(map(str, sorted(plain | {decryptor.keyed(token_hash(t)) for t in sealed.get(thread, ())})))
+
     if present:
-        conn.execute(UPSERT_TOKENS, {
-            "threads": present, "tokens": [hashes(th) for th in present],
-            "unread": [unread.get(th, 0) for th in present],
-            "key_sets": [decryptor.key_set if th in unread or th in sealed else None for th in present]})
+        conn.execute(
+            UPSERT_TOKENS,
+            {
+                "threads": present,
+                "tokens": [hashes(th) for th in present],
+                "unread": [unread.get(th, 0) for th in present],
+                "key_sets": [decryptor.key_set if th in unread or th in sealed else None for th in present],
+            },
+        )
 
     gone = sorted(set(claimed) - set(found))
     if gone:
@@ -159,9 +174,14 @@ def index_claimed(conn: psycopg.Connection, claimed: list[str], result: IndexRes
     result.threads += len(claimed)
 
 
-def index_pending(db: Database, *, max_threads: int | None = None, batch: int = BATCH_THREADS,
-                  on_batch: Callable[[IndexResult], None] | None = None,
-                  decryptor: formats.Decryptor | None = None) -> IndexResult:
+def index_pending(
+    db: Database,
+    *,
+    max_threads: int | None = None,
+    batch: int = BATCH_THREADS,
+    on_batch: Callable[[IndexResult], None] | None = None,
+    decryptor: formats.Decryptor | None = None,
+) -> IndexResult:
     """Index the threads written since they were last indexed (all of them, or up to `max_threads`), encrypted
     rows read with `decryptor` (default: the configured keys). Safe beside writers and other indexers: a thread
     written after its claim stays listed."""
@@ -183,13 +203,22 @@ def index_pending(db: Database, *, max_threads: int | None = None, batch: int = 
             break
     result.pending = pending(db)
     result.unread_threads = db.fetch_one(COUNT_UNREAD, read_only=False)["n"]
-    log.info("token index: %d threads (%d payloads, %d through the SQL decoder, %d encrypted read with the keys) "
-             "in %d batches, %d pending", result.threads, result.payloads, result.decoded_in_sql,
-             result.encrypted_read, result.batches, result.pending)
+    log.info(
+        "token index: %d threads (%d payloads, %d through the SQL decoder, %d encrypted read with the keys) "
+        "in %d batches, %d pending",
+        result.threads,
+        result.payloads,
+        result.decoded_in_sql,
+        result.encrypted_read,
+        result.batches,
+        result.pending,
+    )
     if result.unread_threads:
-        log.warning("token index: %d threads hold encrypted rows not readable (%s); the residue scan names them as "
-                    "not scanned", result.unread_threads,
-                    "no configured key opens them" if decryptor else "no AES key configured: LANGGRAPH_AES_KEYS")
+        log.warning(
+            "token index: %d threads hold encrypted rows not readable (%s); the residue scan names them as not scanned",
+            result.unread_threads,
+            "no configured key opens them" if decryptor else "no AES key configured: LANGGRAPH_AES_KEYS",
+        )
     return result
 
 
@@ -212,9 +241,9 @@ class Candidates:
     """Threads the residue scan must read for some terms: None = every thread (the index cannot answer)."""
 
     threads: frozenset[str] | None
-    hits: int = 0        # threads the index gave
+    hits: int = 0  # threads the index gave
     unindexed: frozenset[str] = frozenset()  # threads written since they were last indexed
-    why_full: str = ""   # why every thread is read, when it is
+    why_full: str = ""  # why every thread is read, when it is
     # indexed threads with encrypted rows the index cannot answer for (no configured key opened them, or indexed
     # under another key set): in `threads`
     encrypted_unread: frozenset[str] = frozenset()
@@ -222,12 +251,16 @@ class Candidates:
     def describe(self) -> str:
         if self.threads is None:
             return f"every thread ({self.why_full})"
-        text = (f"{len(self.threads)} threads: {self.hits} from the token index (core_thread_tokens), "
-                f"{len(self.unindexed)} not indexed yet (core_token_dirty)")
+        text = (
+            f"{len(self.threads)} threads: {self.hits} from the token index (core_thread_tokens), "
+            f"{len(self.unindexed)} not indexed yet (core_token_dirty)"
+        )
         if self.encrypted_unread:
-            text += (f"; {len(self.encrypted_unread)} threads hold encrypted rows the index could not read (no "
-                     f"configured key opened them, or read under other keys): read with the keys, else named as "
-                     f"not scanned")
+            text += (
+                f"; {len(self.encrypted_unread)} threads hold encrypted rows the index could not read (no "
+                f"configured key opened them, or read under other keys): read with the keys, else named as "
+                f"not scanned"
+            )
         return text
 
 
@@ -246,8 +279,9 @@ def lookup_key(hashes: Sequence[int], shares: Mapping[int, float] | None = None)
     if not hashes:
         return None
     if shares:
-        hashes = ([h for h in hashes if shares.get(h, 0.0) <= COMMON_TOKEN_SHARE]
-                  or [min(hashes, key=lambda h: shares.get(h, 0.0))])
+        hashes = [h for h in hashes if shares.get(h, 0.0) <= COMMON_TOKEN_SHARE] or [
+            min(hashes, key=lambda h: shares.get(h, 0.0))
+        ]
     return ",".join(map(str, hashes))
 
 
@@ -270,7 +304,9 @@ def token_shares(conn: psycopg.Connection) -> dict[int, float]:
     return dict(zip(row["tokens"], row["shares"])) if row and row["tokens"] else {}
 
 
-def candidates(conn: psycopg.Connection, terms: Iterable[str], decryptor: formats.Decryptor | None = None) -> Candidates:
+def candidates(
+    conn: psycopg.Connection, terms: Iterable[str], decryptor: formats.Decryptor | None = None
+) -> Candidates:
     """The threads that may hold any of `terms` (a superset: the scan confirms), or every thread when a
     term has no token or too many threads wait for the indexer."""
     return candidates_of(conn, {term: term_hashes(term) for term in set(terms)}, decryptor)
@@ -286,8 +322,9 @@ def sealed_keys(keys: Iterable[str], decryptor: formats.Decryptor) -> list[str]:
     return [_sealed_key(k, decryptor) for k in keys] if decryptor else []
 
 
-def candidates_of(conn: psycopg.Connection, hashes: Mapping[str, Sequence[int]],
-                  decryptor: formats.Decryptor | None = None) -> Candidates:
+def candidates_of(
+    conn: psycopg.Connection, hashes: Mapping[str, Sequence[int]], decryptor: formats.Decryptor | None = None
+) -> Candidates:
     """`candidates` for terms known by their token hashes only (`term_hashes`; keyed by a term or a reference
     to it): the threads holding every token of one of them (in plaintext rows, or in encrypted rows read with the
     configured keys: `decryptor`, by default), plus the threads not indexed yet and those whose encrypted rows the
@@ -304,12 +341,12 @@ def candidates_of(conn: psycopg.Connection, hashes: Mapping[str, Sequence[int]],
     lookups = list(keys.values()) + sealed_keys(keys.values(), decryptor)
     hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": lookups})} if keys else set()
     unread = {r["thread_id"] for r in conn.execute(SELECT_UNANSWERED, {"key_set": decryptor.key_set})}
-    return Candidates(frozenset(hits | set(unindexed) | unread), len(hits), frozenset(unindexed), "",
-                      frozenset(unread))
+    return Candidates(frozenset(hits | set(unindexed) | unread), len(hits), frozenset(unindexed), "", frozenset(unread))
 
 
-def thread_token_hashes(conn: psycopg.Connection, threads: Iterable[str],
-                        decryptor: formats.Decryptor | None = None) -> dict[str, set[int]]:
+def thread_token_hashes(
+    conn: psycopg.Connection, threads: Iterable[str], decryptor: formats.Decryptor | None = None
+) -> dict[str, set[int]]:
     """Each thread's token hashes as the indexer would store them now (for threads it has not read yet; encrypted
     rows read with `decryptor`, default the configured keys); a thread without rows is absent."""
     decryptor = decryptor if decryptor is not None else formats.decryptor()
@@ -330,8 +367,9 @@ LEFT JOIN LATERAL (SELECT thread_id FROM core_thread_tokens
 GROUP BY q.term"""
 
 
-def count_hits(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str],
-               decryptor: formats.Decryptor | None = None) -> dict[str, int]:
+def count_hits(
+    conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str], decryptor: formats.Decryptor | None = None
+) -> dict[str, int]:
     """How many indexed threads (but `exclude`) hold every token of each term, in plaintext rows or in encrypted
     rows read with the configured keys (a term without a token: 0)."""
     keys = _keys(terms)
@@ -339,6 +377,8 @@ def count_hits(conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable
         return {}
     decryptor = decryptor if decryptor is not None else formats.decryptor()
     sealed = [_sealed_key(k, decryptor) if decryptor else None for k in keys.values()]
-    rows = conn.execute(COUNT_HITS, {"terms": list(keys), "keys": list(keys.values()), "sealed": sealed,
-                                     "exclude": sorted(set(exclude))})
+    rows = conn.execute(
+        COUNT_HITS,
+        {"terms": list(keys), "keys": list(keys.values()), "sealed": sealed, "exclude": sorted(set(exclude))},
+    )
     return {r["term"]: int(r["n"]) for r in rows}

@@ -10,6 +10,7 @@ in every text form the decoder's jsonb can give them, and the words the decoder 
 other than langgraph's constructors, a payload it cannot read) is tokenized from the SQL decoder's own
 text. tests/test_token_index.py checks the walk against the decoder's text on real payloads.
 """
+
 from __future__ import annotations
 
 import base64
