@@ -132,7 +132,9 @@ def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
     parsed = [_recheck(r["erasure_recheck"]) for r in rows]
     for i, column in enumerate(RECHECK_COLUMNS):
         df[column] = pd.Series([p[i] for p in parsed], index=df.index, dtype="object")
-    df["erasure_recheck"] = [None if p[0] is not None else r["erasure_recheck"] for p, r in zip(parsed, rows, strict=True)]
+    df["erasure_recheck"] = [
+        None if p[0] is not None else r["erasure_recheck"] for p, r in zip(parsed, rows, strict=True)
+    ]
     return df
 
 
