@@ -23,7 +23,7 @@ FROM core_sweep_log ORDER BY started_at DESC, id DESC LIMIT %s"""
 # lock is not one), whatever its outcome.
 SELECT_LAST_SWEEP = """
 SELECT id, started_at, finished_at, status, trigger FROM core_sweep_log
-WHERE NOT dry_run AND status IN ('ok', 'error', 'running')
+WHERE NOT dry_run AND status IN ('ok', 'error', 'running', 'stopped')
 ORDER BY started_at DESC, id DESC LIMIT 1"""
 
 SELECT_RUN_DOCUMENTS = "SELECT prefix, key FROM core_sweep_documents WHERE run_id = %s ORDER BY prefix, key"
