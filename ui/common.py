@@ -6,6 +6,7 @@ import inspect
 import ipaddress
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from streamlit.runtime.context import StreamlitHeaders
 
 from core import roles
 from core.config import Settings, load_settings
-from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, Probe, probe
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseUnavailable, Probe, probe
 from core.migrate import SchemaMismatch
 from core.read_replica import ReadRouter, router_for
 from ui.i18n import t
@@ -151,10 +152,30 @@ def _key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple:
     return (fn.__name__, fn.__module__, get_db().dsn, args, tuple(sorted(kwargs.items())))
 
 
+BUSY_RETRY_S = 5  # a page the database was too busy to read runs again after this
+
+
+def _busy(exc: DatabaseBusy) -> None:
+    """The database is busy, not down: say so, and run the page again in BUSY_RETRY_S."""
+    st.warning(t("db_busy", s=BUSY_RETRY_S, error=md(exc)), icon=":material/hourglass_top:")
+    since = time.monotonic()
+
+    @st.fragment(run_every=BUSY_RETRY_S)
+    def retry() -> None:
+        if time.monotonic() - since >= BUSY_RETRY_S:
+            st.rerun(scope="app")
+
+    retry()
+
+
 def _or_stop(call: Callable[[], Any]) -> Any:
-    """A dead database stops the page with a clear error instead of a traceback."""
+    """A dead database stops the page with a clear error instead of a traceback; a busy one with a note that the
+    page is read again shortly."""
     try:
         return call()
+    except DatabaseBusy as exc:
+        _busy(exc)
+        st.stop()
     except DatabaseUnavailable as exc:
         st.error(t("read_failed", error=md(exc)))
         st.stop()
@@ -174,6 +195,9 @@ def read_or_unknown(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     key = _key(fn, args, kwargs)
     try:
         return read_router().run(lambda _db, source: _cached(*key, source))
+    except DatabaseBusy as exc:
+        _busy(exc)
+        return None
     except DatabaseUnavailable as exc:
         st.warning(t("read_part_failed", error=md(exc)), icon=":material/help:")
         return None
