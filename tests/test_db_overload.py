@@ -128,3 +128,26 @@ def test_a_stopped_server_is_down_and_the_pool_reconnects_when_it_is_back(db, se
     finally:
         control.start()
     wait_until(lambda: db.fetch_one("SELECT 1 AS one")["one"] == 1, timeout=30)
+
+
+def test_a_page_says_busy_and_reads_again_in_either_language(db, app_env):
+    """Any page's read (ui.common.read) on a busy pool: a translated "busy, read again" note, not "no responde"."""
+    app_env(db.dsn, LOCAL_ROLES="sre")
+    at = AppTest.from_file("../dashboard.py", default_timeout=120)
+    at.run()
+    assert not at.exception
+    errors: list = []
+    readers = slow_readers(db, POOL_SIZE, SLOW_S + 8, errors)
+    try:
+        for lang, busy in (("es", "La base de datos está ocupada"), ("en", "The database is busy")):
+            at = AppTest.from_file("../dashboard.py", default_timeout=120)  # the database opened above, cached
+            at.query_params["lang"] = lang
+            at.run()
+            at.switch_page("app_pages/sweeps.py").run()
+            assert not at.exception, at.exception
+            assert not at.error, [e.value for e in at.error]
+            assert any(busy in w.value and " 5 s" in w.value for w in at.warning), [w.value for w in at.warning]
+    finally:
+        for thread in readers:
+            thread.join(60)
+    assert not errors

@@ -188,19 +188,23 @@ def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return _or_stop(lambda: read_router().run(lambda _db, source: _cached(*key, source)))
 
 
-def read_or_unknown(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Like `read`, for a part of a page the rest does not need: a failed read is said on the page (its
-    figures are unknown) and gives None, instead of stopping the page (e.g. the Erasure page's coverage,
-    an aggregate over every checkpoint, must not keep the DPO from a customer's preview)."""
-    key = _key(fn, args, kwargs)
+def _or_unknown(call: Callable[[], Any]) -> Any:
+    """`call()`, or None when the database does not give it now (said on the page: busy, or unknown)."""
     try:
-        return read_router().run(lambda _db, source: _cached(*key, source))
+        return call()
     except DatabaseBusy as exc:
         _busy(exc)
         return None
     except DatabaseUnavailable as exc:
         st.warning(t("read_part_failed", error=md(exc)), icon=":material/help:")
         return None
+
+
+def call_or_unknown(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Like `call_now` (the primary, uncached), for a part of a page the rest does not need: a failed call is said
+    on the page (its figures are unknown, or the database busy) and gives None, instead of stopping the page (e.g.
+    the Erasure page's coverage must not keep the DPO from a customer's preview)."""
+    return _or_unknown(lambda: fn(get_db(), *args, **kwargs))
 
 
 def call_now(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
