@@ -13,7 +13,7 @@ from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj
 from ui import fmt
 from ui.attribution import decisions_of, page_coverage, show_residue, show_sources
-from ui.common import call_now, forget_all, require_role, settings
+from ui.common import call_expensive, call_now, forget_all, require_role, settings
 from ui.i18n import t
 from ui.safe import md, md_code
 from ui.tables import table
@@ -156,7 +156,7 @@ def register_link(request_id: int) -> None:
 def keep_preview(customer_id: str, count_common: bool = False) -> None:
     """The preview read now on the primary, kept for the next runs with the time it was read."""
     st.session_state[PREVIEW_KEY] = (
-        call_now(evidence.preview, customer_id, attribution, count_common=count_common),
+        call_expensive(evidence.preview, customer_id, attribution, count_common=count_common),
         fmt.moment(clock.now()),
     )
 

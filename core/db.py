@@ -266,15 +266,15 @@ class Database:
     def _pool_wait_ran_out(dsn: str, pool: ConnectionPool, exc: PoolTimeout) -> DatabaseUnavailable:
         answer = shared_probe(dsn)
         stats = pool.get_stats()
-        if answer.answers and stats.get("pool_size", 0) > 0:
-            return _failed(
-                "busy",
-                DatabaseBusy(
-                    f"PostgreSQL {describe_dsn(dsn)} is busy: the {stats.get('pool_size')} connections of the pool "
-                    f"'{pool.name}' stayed in use for {pool.timeout:g} s ({stats.get('requests_waiting', 0)} waiting); "
-                    f"the server answers"
-                ),
+        # busy: the server answers and the pool holds connections (all in use), or the server refuses more (its limit)
+        if answer.answers and (stats.get("pool_size", 0) > 0 or not answer.ok):
+            why = (
+                f"the {stats.get('pool_size')} connections of the pool '{pool.name}' stayed in use for "
+                f"{pool.timeout:g} s ({stats.get('requests_waiting', 0)} waiting); the server answers"
+                if answer.ok
+                else f"the server refuses more connections ({answer.error})"
             )
+            return _failed("busy", DatabaseBusy(f"PostgreSQL {describe_dsn(dsn)} is busy: {why}"))
         reset_pool(dsn, only=pool)  # no answer, or a pool that has not reconnected to a server that answers again
         why = answer.error if not answer.answers else "the pool had no connection to it"
         return _failed("down", DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {why} ({exc})"))
@@ -294,8 +294,30 @@ class Database:
     def probe(self) -> Probe:
         return probe(self.dsn)
 
+    def with_statement_timeout(self, timeout_ms: int) -> Database:
+        """This database, each of whose accesses runs under `statement_timeout = timeout_ms` (past it: DatabaseSlow)."""
+        return _TimedDatabase(self, timeout_ms)
+
     def close(self) -> None:
         """Close this database's pools (the process-wide ones for its DSNs)."""
         reset_pool(self.dsn)
         if self.read_dsn != self.dsn:
             reset_pool(self.read_dsn)
+
+
+class _TimedDatabase(Database):
+    """A Database whose pooled connections run under a statement timeout while it holds them (reset on return)."""
+
+    def __init__(self, db: Database, timeout_ms: int):
+        super().__init__(db.dsn, db.read_dsn if db.read_dsn != db.dsn else None, embedded=db.embedded)
+        self.timeout_ms = int(timeout_ms)
+
+    @contextmanager
+    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection]:
+        with super().connection(read_only=read_only) as conn:
+            conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(self.timeout_ms),))
+            try:
+                yield conn
+            finally:
+                if not conn.closed:
+                    conn.execute("RESET statement_timeout")

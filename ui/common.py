@@ -17,8 +17,9 @@ from streamlit.errors import StreamlitSecretNotFoundError
 from streamlit.runtime.context import StreamlitHeaders
 
 from core import roles
+from core.admission import Admission
 from core.config import Settings, load_settings
-from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseUnavailable, Probe, probe
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, probe
 from core.migrate import SchemaMismatch
 from core.read_replica import ReadRouter, router_for
 from ui.i18n import t
@@ -176,6 +177,9 @@ def _or_stop(call: Callable[[], Any]) -> Any:
     except DatabaseBusy as exc:
         _busy(exc)
         st.stop()
+    except DatabaseSlow as exc:
+        st.error(t("read_slow", error=md(exc)), icon=":material/timer_off:")
+        st.stop()
     except DatabaseUnavailable as exc:
         st.error(t("read_failed", error=md(exc)))
         st.stop()
@@ -211,6 +215,30 @@ def call_now(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a core function `fn(db, ...)` on the primary, uncached (e.g. the DPO must see the
     database as it is now, and the register what was just recorded)."""
     return _or_stop(lambda: fn(get_db(), *args, **kwargs))
+
+
+# What is expensive by nature (the erasure preview's residue scan, the access export, the semantic search): this many
+# at a time per process, each under this statement timeout; the others wait in line with their place shown.
+EXPENSIVE_SLOTS = 2
+EXPENSIVE_TIMEOUT_MS = 120_000
+
+
+@st.cache_resource(show_spinner=False)
+def _admission() -> Admission:
+    return Admission(EXPENSIVE_SLOTS)
+
+
+def call_expensive(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Like `call_now`, for a call expensive by nature: it waits for one of EXPENSIVE_SLOTS (its place in line shown;
+    leaving or rerunning the page leaves the line) and runs under EXPENSIVE_TIMEOUT_MS."""
+    note = st.empty()
+
+    def waiting(place: int) -> None:
+        note.info(t("expensive_queued", place=place, slots=EXPENSIVE_SLOTS), icon=":material/hourglass_top:")
+
+    with _admission().slot(on_wait=waiting):
+        note.empty()
+        return _or_stop(lambda: fn(get_db().with_statement_timeout(EXPENSIVE_TIMEOUT_MS), *args, **kwargs))
 
 
 def forget(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
