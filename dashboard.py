@@ -34,6 +34,7 @@ from ui.common import (
     seed_progress,
     start_demo_seed,
 )
+from ui.errors import shown_as_message
 from ui.i18n import LANGUAGES, t
 from ui.safe import md
 
@@ -181,6 +182,6 @@ if db is None:
 
 replica.page_note()
 try:
-    nav.run()
+    shown_as_message(nav.run, nav.url_path or "home")  # a failing page: a message and an error id, not a traceback
 finally:
     start_demo_seed()  # after the page: it must not wait for the seed, nor for the agents' imports

@@ -18,7 +18,7 @@ from core import clock, roles
 from core.memory.store import InvalidIdentifier
 from core.privacy import access, access_notice, data_views
 from ui import data_views as views_log
-from ui.common import call_now, get_db, require_role
+from ui.common import call_expensive, call_now, get_db, require_role
 from ui.fmt import moment
 from ui.i18n import LANGUAGES, lang, t
 from ui.safe import md, md_code
@@ -51,7 +51,7 @@ class Summary:
 
 def read_summary(customer_id: str) -> Summary | None:
     try:
-        report = call_now(access.gather, customer_id)
+        report = call_expensive(access.gather, customer_id)
     except InvalidIdentifier as exc:
         st.error(md(exc))
         return None

@@ -16,9 +16,9 @@ from core.checkpoints import formats, tool_calls, views
 from core.privacy import subjects as subj
 from ui import charts, fmt
 from ui import data_views as views_log
-from ui.attribution import coverage_notice
+from ui.attribution import page_coverage
 from ui.checkpoint_diff import diff_view, kind_label
-from ui.common import read, read_or_unknown, require_role, settings, shared_figure
+from ui.common import read, require_role, settings, shared_figure
 from ui.i18n import lang, t
 from ui.safe import md, md_code, plot_frame
 from ui.storage_view import storage_detail_view, table_totals
@@ -173,7 +173,7 @@ def search() -> None:
             if not customer:
                 return
             attribution = subj.Attribution.from_settings(settings())
-            coverage_notice(read_or_unknown(subj.coverage, attribution))
+            page_coverage(attribution)
             found = read(views.threads_of_customer, customer, config=attribution)
             if found.empty:
                 st.info(t("ckpt_no_customer", q=md(customer)))

@@ -21,7 +21,7 @@ from psycopg_pool import PoolTimeout
 from core import roles
 from core.checkpoints import replica_health, replica_view
 from core.checkpoints.guard import Risk
-from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, Probe
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, failure_counts
 from ui import charts, fmt
 from ui.common import get_db, require_role, secrets, shared_figure
 from ui.i18n import lang, t
@@ -91,6 +91,8 @@ def _reader() -> ThreadPoolExecutor:
 def _read(db: Database) -> Reading:
     try:
         return _read_once(db)
+    except (DatabaseBusy, DatabaseSlow):
+        raise  # the server answers: a retry now would only add to its load
     except DatabaseUnavailable:
         # the probe just answered: a pooled connection from before a restart failed and the
         # pool has been rebuilt, so one retry reads the recovered database
@@ -314,19 +316,24 @@ class Sample:
     probe: Probe
     reading: Reading | None
     error: str | None
+    kind: str | None = None  # why there is no reading: down (no answer), busy or slow (the probe answered)
 
 
 def _sample(db: Database) -> Sample:
     probe = db.probe()
     if not probe.ok:
-        return Sample(probe, None, probe.error)
+        return Sample(probe, None, probe.error, "down")
     future = _reader().submit(_read, db)
     try:
         return Sample(probe, future.result(timeout=READ_DEADLINE_S), None)
-    except FutureTimeout:
-        return Sample(probe, None, f"no answer in {READ_DEADLINE_S} s")
+    except FutureTimeout:  # the server answered the probe: the read waits on a busy database
+        return Sample(probe, None, f"no answer in {READ_DEADLINE_S} s", "busy")
+    except DatabaseBusy as exc:
+        return Sample(probe, None, str(exc), "busy")
+    except DatabaseSlow as exc:
+        return Sample(probe, None, str(exc), "slow")
     except (DatabaseUnavailable, psycopg.OperationalError, PoolTimeout) as exc:
-        return Sample(probe, None, str(exc).strip() or type(exc).__name__)
+        return Sample(probe, None, str(exc).strip() or type(exc).__name__, "down")
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -341,9 +348,10 @@ def live() -> None:
     shared = _shared_sample(db.dsn).get()
     if shared.unknown:  # not sampled now (another session's sample hangs, or it failed): nothing is ok
         probe = None
-        reading, error = None, shared.error
+        reading, error, kind = None, shared.error, "down"
     else:
-        probe, reading, error = shared.value.probe, shared.value.reading, shared.value.error
+        sample = shared.value
+        probe, reading, error, kind = sample.probe, sample.reading, sample.error, sample.kind
     last_good = _last_good()
     fresh = reading is not None
     if fresh:
@@ -351,13 +359,21 @@ def live() -> None:
         st.caption(t("degr_read_at", at=fmt.clock(reading.at)))
     else:
         reading = last_good.get(db.dsn)
-        if reading is None:
-            st.error(t("degr_db_down_never", error=md(error)), icon=":material/cloud_off:")
+        # busy or slow: the server answers, the page reads again at its next refresh; down: no answer
+        busy = kind in ("busy", "slow")
+        key = ("degr_db_busy" if busy else "degr_db_down") + ("_never" if reading is None else "")
+        said = t(
+            key,
+            error=md(error),
+            every=REFRESH_S,
+            at=fmt.clock(reading.at) if reading else "",
+            ago=int(time.time() - reading.at) if reading else 0,
+        )
+        if busy:
+            st.warning(said, icon=":material/hourglass_top:")
         else:
-            st.error(
-                t("degr_db_down", error=md(error), at=fmt.clock(reading.at), ago=int(time.time() - reading.at)),
-                icon=":material/cloud_off:",
-            )
+            st.error(said, icon=":material/cloud_off:")
+    st.caption(t("degr_failures", **failure_counts()))
     try:
         endpoints = replica_view.read_endpoints(replica_view.configured_endpoints(secrets()))
     except replica_view.BadEndpoints as exc:

@@ -12,8 +12,8 @@ from core.memory.store import InvalidIdentifier
 from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj
 from ui import fmt
-from ui.attribution import coverage_notice, decisions_of, show_residue, show_sources
-from ui.common import call_now, forget_all, read_or_unknown, require_role, settings
+from ui.attribution import decisions_of, page_coverage, show_residue, show_sources
+from ui.common import call_expensive, call_now, forget_all, require_role, settings
 from ui.i18n import t
 from ui.safe import md, md_code
 from ui.tables import table
@@ -156,14 +156,14 @@ def register_link(request_id: int) -> None:
 def keep_preview(customer_id: str, count_common: bool = False) -> None:
     """The preview read now on the primary, kept for the next runs with the time it was read."""
     st.session_state[PREVIEW_KEY] = (
-        call_now(evidence.preview, customer_id, attribution, count_common=count_common),
+        call_expensive(evidence.preview, customer_id, attribution, count_common=count_common),
         fmt.moment(clock.now()),
     )
 
 
 st.title(t("erasure_title"))
 st.caption(t("erasure_caption"))
-coverage_notice(read_or_unknown(subj.coverage, attribution))
+page_coverage(attribution)
 
 cut_short = st.session_state.pop(RUNNING_KEY, None)
 if cut_short:  # the previous run was cut short mid-erasure by a click: core recorded it as interrupted

@@ -15,7 +15,7 @@ from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from core.privacy.data_views import customer_of
 from ui import charts, fmt
 from ui import data_views as views_log
-from ui.common import ROOT_COLORS, call_now, read, require_role, settings, shared_figure
+from ui.common import ROOT_COLORS, call_expensive, read, require_role, settings, shared_figure
 from ui.i18n import lang, t
 from ui.safe import md, md_code, plot_frame
 from ui.tables import Link, table
@@ -175,7 +175,7 @@ with st.form("memory.semantic_form", border=False):
         try:
             st.session_state[SEMANTIC_KEY] = (
                 sem_root,
-                call_now(semantic.search, settings(), sem_query, sem_root, int(sem_k)),
+                call_expensive(semantic.search, settings(), sem_query, sem_root, int(sem_k)),
             )
         except semantic.SearchInputError as exc:
             st.error(md(exc))

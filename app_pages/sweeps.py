@@ -23,6 +23,7 @@ RUNS_LIMIT = 200
 DIALOG_KEY = "sweeps.dialog"
 FLASH_KEY = "sweeps.flash"
 PREVIEW_KEY = "sweeps.preview_result"  # (parameters, the dry run's SweepResult) shown in the dialog
+JOB_KEY = "sweeps.job"  # the sweep.SweepJob this session started, while the page has not seen its end
 MEMORY_TOP_N = 20  # the Memory page's top prefixes, refreshed after a sweep
 
 
@@ -41,6 +42,11 @@ if FLASH_KEY in st.session_state:
 
 st.title(t("sweeps_title"))
 st.caption(t("sweeps_caption"))
+
+# a run left 'running' by a process that is gone: 'stopped', with the reason, on this page and every other
+if common.call_now(sweep.close_dead_runs):
+    common.forget(sweep_reads.sweep_runs, RUNS_LIMIT)
+    common.forget(sweep_reads.last_sweep)
 
 expired = read(sweep_reads.expired_by_root)
 runs = read(sweep_reads.sweep_runs, RUNS_LIMIT)
@@ -81,23 +87,93 @@ def _close_dialog() -> None:
 
 
 def _run(params: dict, dry_run: bool) -> sweep.SweepResult:
-    """A manual run with `params` (retention days, prune policy), its steps shown as it goes."""
+    """A manual run with `params` (retention days, prune policy), in a thread of its own (it goes on to its end if the
+    user leaves or reruns the page), its steps shown here as it goes."""
+    job = sweep.start_sweep(
+        get_db(),
+        trigger="manual",
+        dry_run=dry_run,
+        operator=user.email or user.name,
+        on_end=None if dry_run else _forget_affected,  # every session's figures, whoever still watches the run
+        **params,
+    )
+    if not dry_run:  # a rerun or another page interrupts this wait, not the run: the page follows it (_left_run)
+        st.session_state[JOB_KEY] = job
+    return _follow(job, dry_run)
+
+
+def _follow(job: sweep.SweepJob, dry_run: bool) -> sweep.SweepResult:
+    """Show `job`'s steps until it ends; its result."""
     with st.status(t("sweeps_previewing" if dry_run else "sweeps_running"), expanded=not dry_run) as status:
         bar = st.progress(0.0)
-
-        def on_step(stage: str, fraction: float, detail: str) -> None:
-            bar.progress(min(max(fraction, 0.0), 1.0))
-            st.write(t(f"sweeps_step_{stage}", detail=md(detail)))
-
-        result = sweep.run_sweep(
-            get_db(), trigger="manual", dry_run=dry_run, operator=user.email or user.name, on_step=on_step, **params
-        )
+        shown = 0
+        while True:
+            ended = job.done.wait(0.25)
+            steps = job.steps[shown:]
+            if steps and not shown and not dry_run:  # its row is written: every session's log and last sweep show it
+                common.forget(sweep_reads.sweep_runs, RUNS_LIMIT)
+                common.forget(sweep_reads.last_sweep)
+            shown += len(steps)
+            for stage, fraction, detail in steps:
+                bar.progress(min(max(fraction, 0.0), 1.0))
+                st.write(t(f"sweeps_step_{stage}", detail=md(detail)))
+            if ended:
+                break
+        st.session_state.pop(JOB_KEY, None)  # seen to its end here
+        result = job.outcome()
         status.update(
             label=t("sweeps_step_done", detail=t(f"sweeps_status_{result.status}")),
             state="error" if result.status == "error" else "complete",
             expanded=False,
         )
     return result
+
+
+def _outcome(result: sweep.SweepResult) -> tuple[str, str]:
+    """What a toast says of a run that ended: (icon, message)."""
+    if result.locked:
+        flash = (":material/lock:", t("sweeps_locked"))
+    elif result.status == "error":
+        flash = (":material/error:", t("sweeps_failed", id=result.run_id, error=md(result.error)))
+    else:
+        flash = (
+            ":material/cleaning_services:",
+            t(
+                "sweeps_done",
+                id=result.run_id,
+                docs=result.documents_deleted,
+                vectors=result.vectors_deleted,
+                threads=result.threads_deleted,
+                checkpoints=result.prune.checkpoints if result.prune else 0,
+                bytes=human_bytes(result.prune.bytes if result.prune else 0),
+            ),
+        )
+    return flash
+
+
+def _left_run() -> None:
+    """A real run this session started and left (another page, a rerun) before its end: it went on in its thread;
+    the page follows it, then says how it ended."""
+    job = st.session_state.get(JOB_KEY)
+    if job is None:
+        return
+    if not job.done.is_set():
+
+        @st.fragment(run_every=1)
+        def follow() -> None:
+            if job.done.is_set():
+                st.rerun(scope="app")
+            step = t(f"sweeps_step_{job.steps[-1][0]}", detail=md(job.steps[-1][2])) if job.steps else "…"
+            st.info(t("sweeps_still_running", step=step), icon=":material/hourglass_top:")
+
+        follow()
+        return
+    st.session_state.pop(JOB_KEY)
+    if job.error is not None:
+        st.toast(t("sweeps_failed", id="?", error=md(job.error)), icon=":material/error:")
+    else:
+        icon, message = _outcome(job.result)
+        st.toast(message, icon=icon)
 
 
 def _what_goes(result: sweep.SweepResult) -> None:
@@ -180,30 +256,13 @@ def sweep_dialog() -> None:
     confirmed = st.checkbox(t("sweeps_confirm"), key="sweeps.confirm", disabled=not ready)
     if not st.button(t("sweeps_run"), key="sweeps.run", type="primary", disabled=not (ready and confirmed)):
         return
+    _close_dialog()  # its steps show in this dialog; a rerun meanwhile finds the run on the page (_left_run)
     result = _run(params, dry_run=False)
-    _forget_affected()
-    if result.locked:
-        flash = (":material/lock:", t("sweeps_locked"))
-    elif result.status == "error":
-        flash = (":material/error:", t("sweeps_failed", id=result.run_id, error=md(result.error)))
-    else:
-        flash = (
-            ":material/cleaning_services:",
-            t(
-                "sweeps_done",
-                id=result.run_id,
-                docs=result.documents_deleted,
-                vectors=result.vectors_deleted,
-                threads=result.threads_deleted,
-                checkpoints=result.prune.checkpoints if result.prune else 0,
-                bytes=human_bytes(result.prune.bytes if result.prune else 0),
-            ),
-        )
-    st.session_state[FLASH_KEY] = flash
-    _close_dialog()
+    st.session_state[FLASH_KEY] = _outcome(result)
     st.rerun()
 
 
+_left_run()
 if st.button(t("sweeps_now"), key="sweeps.now", icon=":material/cleaning_services:", type="primary"):
     st.session_state[DIALOG_KEY] = True
     st.session_state.pop(PREVIEW_KEY, None)

@@ -4,6 +4,14 @@ Pools are autocommit, dict rows, `prepare_threshold=0` (safe behind PgBouncer) a
 have short timeouts so a dead database is reported in seconds (facts measured in
 shared/PERSISTENCE-FACTS.md: the pool default waits 30 s, and its own reconnect
 backoff takes tens of seconds, so callers probe directly and rebuild the pool).
+
+A failed access is one of three kinds, told apart by a direct probe (shared per DSN for PROBE_REUSE_S), and counted
+per kind (`failure_counts`, and the Prometheus counter agent_memory_dashboard_db_failures_total):
+- down: the server does not answer (connection refused, connect timeout, a lost connection and a failed probe): the
+  shared pool is rebuilt, since its reconnect backoff lags the server's return;
+- busy: every connection of the pool stayed in use for the pool's wait while the server answers (DatabaseBusy): the
+  pool is kept (closing it would fail every other session's reads), the caller retries later;
+- slow: a statement ran past its statement timeout (DatabaseSlow): the server answers, the query was slow.
 """
 
 from __future__ import annotations
@@ -19,8 +27,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import psycopg
+from prometheus_client import REGISTRY, Counter
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from core.config import Settings
 
@@ -28,8 +37,20 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 2
 POOL_TIMEOUT_S = 3
+PROBE_REUSE_S = 2.0  # a direct probe answers every failed access of the process for this long (one probe, not many)
 # Errors that mean "the database is not reachable", as opposed to a bad query.
 CONNECTION_ERRORS = (psycopg.OperationalError, PoolTimeout)
+# A refused connection that is still an answer: the server is up, at its connection limit.
+ANSWERING_STATES = frozenset({"53300"})  # too_many_connections
+FAILURE_KINDS = ("down", "busy", "slow")
+FAILURES = Counter(
+    "agent_memory_dashboard_db_failures",
+    "Database accesses of this process that failed, by kind: down (no answer: refused, timed out, lost, probe failed), "
+    "busy (every pooled connection in use for the pool's wait while the server answers), slow (statement timeout).",
+    ["kind"],
+)
+for _kind in FAILURE_KINDS:  # each kind exported from zero
+    FAILURES.labels(_kind)
 
 _lock = threading.Lock()
 _servers: dict[Path, Any] = {}
@@ -38,6 +59,15 @@ _pools: dict[tuple[str, str], ConnectionPool] = {}
 
 class DatabaseUnavailable(RuntimeError):
     """The database cannot be reached; the message says which one and why."""
+
+
+class DatabaseBusy(DatabaseUnavailable):
+    """Every connection of the pool stayed in use for the pool's wait while the server answers a direct probe:
+    overload, not an outage. Retry later; the pool is kept."""
+
+
+class DatabaseSlow(DatabaseUnavailable):
+    """A statement ran past its statement timeout (QueryCanceled): the server answers, the query was slow."""
 
 
 def embedded_dsn(data_dir: Path, database: str | None = None) -> str:
@@ -75,15 +105,24 @@ def describe_dsn(dsn: str) -> str:
 
 
 def make_pool(
-    dsn: str, *, max_size: int = 8, name: str = "core", min_size: int = 1, timeout: float = POOL_TIMEOUT_S
+    dsn: str,
+    *,
+    max_size: int = 8,
+    name: str = "core",
+    min_size: int = 1,
+    timeout: float = POOL_TIMEOUT_S,
+    check: bool = False,
 ) -> ConnectionPool:
-    """A new, opened pool. Opening does not wait: a dead server shows up at first use."""
+    """A new, opened pool. Opening does not wait: a dead server shows up at first use. With `check`, a connection
+    the server dropped (a restart) is replaced when taken instead of failing the read it is handed to (one round trip
+    per access; not for the agents' savers, whose watchdog cuts a call blocked on a hung server, not a check)."""
     pool = ConnectionPool(
         conninfo=dsn,
         min_size=min_size,
         max_size=max_size,
         timeout=timeout,
         name=name,
+        check=ConnectionPool.check_connection if check else None,
         kwargs={
             "autocommit": True,
             "prepare_threshold": 0,
@@ -101,16 +140,19 @@ def get_pool(dsn: str, *, name: str = "core") -> ConnectionPool:
     with _lock:
         pool = _pools.get((dsn, name))
         if pool is None or pool.closed:
-            pool = _pools[(dsn, name)] = make_pool(dsn, name=name)
+            pool = _pools[(dsn, name)] = make_pool(dsn, name=name, check=True)
         return pool
 
 
-def reset_pool(dsn: str, *, name: str = "core") -> None:
-    """Close and forget a pool so the next `get_pool` connects afresh."""
+def reset_pool(dsn: str, *, name: str = "core", only: ConnectionPool | None = None) -> None:
+    """Close and forget a pool so the next `get_pool` connects afresh (with `only`: if it is still that pool, not
+    one another thread has rebuilt meanwhile)."""
     with _lock:
-        pool = _pools.pop((dsn, name), None)
-    if pool is not None:
-        pool.close(timeout=0)
+        pool = _pools.get((dsn, name))
+        if pool is None or (only is not None and pool is not only):
+            return
+        del _pools[(dsn, name)]
+    pool.close(timeout=0)
 
 
 @dataclass(frozen=True)
@@ -121,6 +163,12 @@ class Probe:
     server_version: str | None
     error: str | None
     checked_at: float
+    sqlstate: str | None = None  # of the error, when the server sent one
+
+    @property
+    def answers(self) -> bool:
+        """The server answered: it ran the probe, or refused it as a running server does (at its connection limit)."""
+        return self.ok or self.sqlstate in ANSWERING_STATES
 
 
 def probe(dsn: str, timeout_s: int = CONNECT_TIMEOUT_S) -> Probe:
@@ -131,7 +179,38 @@ def probe(dsn: str, timeout_s: int = CONNECT_TIMEOUT_S) -> Probe:
             version = conn.execute("SHOW server_version").fetchone()[0]
         return Probe(True, describe_dsn(dsn), (time.monotonic() - started) * 1000, version, None, time.time())
     except psycopg.Error as exc:
-        return Probe(False, describe_dsn(dsn), None, None, str(exc).strip() or type(exc).__name__, time.time())
+        error = str(exc).strip() or type(exc).__name__
+        return Probe(False, describe_dsn(dsn), None, None, error, time.time(), exc.sqlstate)
+
+
+_probe_locks: dict[str, threading.Lock] = {}
+_probes: dict[str, Probe] = {}
+
+
+def shared_probe(dsn: str) -> Probe:
+    """A direct probe of `dsn` at most PROBE_REUSE_S old: the failed accesses of many sessions at once (a busy pool)
+    take one probe between them, not one connection each on a server that is already short of them."""
+    with _lock:
+        lock = _probe_locks.setdefault(dsn, threading.Lock())
+    with lock:
+        last = _probes.get(dsn)
+        if last is None or time.time() - last.checked_at > PROBE_REUSE_S:
+            last = _probes[dsn] = probe(dsn)
+        return last
+
+
+def failure_counts() -> dict[str, int]:
+    """Failed database accesses of this process so far, per kind (FAILURE_KINDS)."""
+    return {
+        kind: int(REGISTRY.get_sample_value("agent_memory_dashboard_db_failures_total", {"kind": kind}) or 0)
+        for kind in FAILURE_KINDS
+    }
+
+
+def _failed(kind: str, error: DatabaseUnavailable) -> DatabaseUnavailable:
+    FAILURES.labels(kind).inc()
+    log.warning("database access failed (%s): %s", kind, error)
+    return error
 
 
 class Database:
@@ -156,18 +235,49 @@ class Database:
 
     @contextmanager
     def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection]:
-        """A pooled connection; connection failures become DatabaseUnavailable.
+        """A pooled connection; a failure becomes DatabaseBusy (the pool's wait ran out while the server answers a
+        direct probe), DatabaseSlow (a statement timeout) or DatabaseUnavailable (down: no answer).
 
-        After a failure the pool is rebuilt if a direct probe succeeds, because the
-        pool's own reconnect backoff would otherwise keep failing for tens of seconds.
+        The shared pool is rebuilt only when the server did not answer (its reconnect backoff would otherwise keep
+        failing for tens of seconds after the server is back), or when it holds no connection at all (nothing in use
+        to break): never under the reads of other sessions because the pool is busy.
         """
         dsn = self.read_dsn if read_only else self.dsn
+        pool = get_pool(dsn)
         try:
-            with get_pool(dsn).connection() as conn:
+            with pool.connection() as conn:
                 yield conn
-        except CONNECTION_ERRORS as exc:
-            reset_pool(dsn)
-            raise DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {exc}") from exc
+        except PoolTimeout as exc:
+            raise self._pool_wait_ran_out(dsn, pool, exc) from exc
+        except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:  # statement or lock timeout
+            raise _failed("slow", DatabaseSlow(f"PostgreSQL {describe_dsn(dsn)} answered too slowly: {exc}")) from exc
+        except PoolClosed as exc:  # the pool was rebuilt (the server did not answer) while this access waited
+            raise _failed(
+                "down", DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {exc}")
+            ) from exc
+        except psycopg.OperationalError as exc:  # refused, timed out or lost: down unless the server answers now
+            if not shared_probe(dsn).answers:
+                reset_pool(dsn, only=pool)
+            raise _failed(
+                "down", DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {exc}")
+            ) from exc
+
+    @staticmethod
+    def _pool_wait_ran_out(dsn: str, pool: ConnectionPool, exc: PoolTimeout) -> DatabaseUnavailable:
+        answer = shared_probe(dsn)
+        stats = pool.get_stats()
+        # busy: the server answers and the pool holds connections (all in use), or the server refuses more (its limit)
+        if answer.answers and (stats.get("pool_size", 0) > 0 or not answer.ok):
+            why = (
+                f"the {stats.get('pool_size')} connections of the pool '{pool.name}' stayed in use for "
+                f"{pool.timeout:g} s ({stats.get('requests_waiting', 0)} waiting); the server answers"
+                if answer.ok
+                else f"the server refuses more connections ({answer.error})"
+            )
+            return _failed("busy", DatabaseBusy(f"PostgreSQL {describe_dsn(dsn)} is busy: {why}"))
+        reset_pool(dsn, only=pool)  # no answer, or a pool that has not reconnected to a server that answers again
+        why = answer.error if not answer.answers else "the pool had no connection to it"
+        return _failed("down", DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {why} ({exc})"))
 
     def fetch(self, sql: str, params: Sequence[Any] | dict | None = None, *, read_only: bool = True) -> list[dict]:
         with self.connection(read_only=read_only) as conn:
@@ -184,8 +294,30 @@ class Database:
     def probe(self) -> Probe:
         return probe(self.dsn)
 
+    def with_statement_timeout(self, timeout_ms: int) -> Database:
+        """This database, each of whose accesses runs under `statement_timeout = timeout_ms` (past it: DatabaseSlow)."""
+        return _TimedDatabase(self, timeout_ms)
+
     def close(self) -> None:
         """Close this database's pools (the process-wide ones for its DSNs)."""
         reset_pool(self.dsn)
         if self.read_dsn != self.dsn:
             reset_pool(self.read_dsn)
+
+
+class _TimedDatabase(Database):
+    """A Database whose pooled connections run under a statement timeout while it holds them (reset on return)."""
+
+    def __init__(self, db: Database, timeout_ms: int):
+        super().__init__(db.dsn, db.read_dsn if db.read_dsn != db.dsn else None, embedded=db.embedded)
+        self.timeout_ms = int(timeout_ms)
+
+    @contextmanager
+    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection]:
+        with super().connection(read_only=read_only) as conn:
+            conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(self.timeout_ms),))
+            try:
+                yield conn
+            finally:
+                if not conn.closed:
+                    conn.execute("RESET statement_timeout")

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, describe_dsn
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, describe_dsn
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,8 @@ class ReadRouter:
             return call(self.primary, source)
         try:
             result = call(self.replica, source)
+        except (DatabaseBusy, DatabaseSlow):
+            raise  # the replica answers: busy or slow is not down, and the primary is not the place for its load
         except DatabaseUnavailable as exc:
             self.mark_down(exc)
             return call(self.primary, "primary")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from streamlit import config as streamlit_config
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -28,6 +29,11 @@ from core.migrate import migrate  # noqa: E402
 
 DIMS = 64
 ARTIFACTS = ROOT / "test-artifacts"
+
+# A page's exception as a developer sees it (Streamlit's default), not the production message with an error id
+# (.streamlit/config.toml, ui.errors): AppTest's `at.exception` and the browser tests' servers see every failure.
+os.environ["STREAMLIT_CLIENT_SHOW_ERROR_DETAILS"] = "full"  # the servers of start_streamlit (the CLI reads it)
+streamlit_config.set_option("client.showErrorDetails", "full")  # AppTest, in this process
 
 # The dual saver's close-while-degraded journal (core.checkpoints.journal): never under ./.data in tests.
 os.environ.setdefault("DUAL_SAVER_JOURNAL_DIR", tempfile.mkdtemp(prefix="dual-saver-journal-"))

@@ -93,3 +93,68 @@ def test_sre_prunes_after_seeing_the_dry_run_in_the_browser(page, create_databas
     finally:
         stop_streamlit(proc)
         db.close()
+
+
+def test_a_sweep_started_from_the_page_ends_after_the_browser_left(page, create_database, screenshot):
+    """ "Barrer ahora", simulate, run, then leave the page while the run waits on an agent's transaction: the run goes
+    on in the dashboard, Barridos renders during it (the run listed as running) and after it (done), and the run
+    ends ok, never left 'running'. Its own database and server (the demo's is shared)."""
+    import psycopg
+    from apptools import wait_until
+    from conftest import start_streamlit, stop_streamlit
+
+    from core.db import Database
+    from core.memory.embeddings import OfflineHashEmbeddings
+    from core.memory.store import build_store, put_memory
+
+    db = Database(create_database())
+    store = build_store(db.pool, OfflineHashEmbeddings(64), 64)
+    put_memory(store, ("proveedores", "P1"), "aviso-flash", {"texto": "flash"}, valid_for_minutes=0.001)
+    wait_until(lambda: db.fetch_one("SELECT count(*) AS n FROM store WHERE expires_at < now()")["n"] == 1)
+    proc, url = start_streamlit({"PG_AGENTES": db.dsn, "LOCAL_ROLES": "sre"})
+    agent = psycopg.connect(db.dsn)
+    try:
+        page.goto(f"{url}/sweeps")
+        heading = page.get_by_role("heading", name="Barridos de TTL y retención de checkpoints")
+        expect(heading).to_be_visible(timeout=30_000)
+        page.get_by_role("button", name="Barrer ahora").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_role("button", name="Simular (no borra nada)").click()
+        expect(dialog).to_contain_text("se borrarían 1 documentos", timeout=30_000)
+        dialog.get_by_text("Entiendo que el borrado es definitivo").click()
+        # an agent's transaction holds the expired row: the run waits for it in its TTL step
+        agent.execute("SELECT 1 FROM store WHERE expires_at < now() FOR UPDATE")
+        dialog.get_by_role("button", name="Ejecutar barrido").click()
+        expect(dialog).to_contain_text("Barrido de TTL", timeout=30_000)  # the run's row is written, its lock held
+
+        page.goto(f"{url}/checkpoints")  # the browser leaves: its session ends
+        expect(page.get_by_test_id("stMain")).to_be_visible(timeout=30_000)
+        page.goto(f"{url}/sweeps")  # Barridos during the run
+        expect(heading).to_be_visible(timeout=30_000)
+        expect(page.get_by_test_id("stMetric").filter(has_text="Último barrido")).to_contain_text("En curso")
+        expect(page.get_by_test_id("stException")).to_have_count(0)
+        screenshot("sweeps-run-left-running")
+        run = db.fetch_one("SELECT id, status FROM core_sweep_log WHERE NOT dry_run")
+        assert run["status"] == "running"
+
+        agent.rollback()  # the agent's transaction ends: the run goes on to its end, nobody watching it
+        wait_until(
+            lambda: (
+                db.fetch_one("SELECT status FROM core_sweep_log WHERE id = %s", (run["id"],))["status"] != "running"
+            ),
+            60,
+        )
+        assert db.fetch_one("SELECT status, documents_deleted FROM core_sweep_log WHERE id = %s", (run["id"],)) == {
+            "status": "ok",
+            "documents_deleted": 1,
+        }
+        page.goto(f"{url}/sweeps")  # Barridos after the run
+        expect(heading).to_be_visible(timeout=30_000)
+        expect(page.get_by_test_id("stMetric").filter(has_text="Último barrido")).to_contain_text("Hecho")
+        expect(page.get_by_text("No hay documentos caducados sin barrer.")).to_be_visible()
+        expect(page.get_by_test_id("stException")).to_have_count(0)
+        screenshot("sweeps-run-left-done")
+    finally:
+        agent.close()
+        stop_streamlit(proc)
+        db.close()

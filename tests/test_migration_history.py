@@ -5,7 +5,9 @@ with its store/checkpointer setup() and its core/sql files, run as it ran then),
 catalog (tests/schema_catalog.py: functions with their definition, SECURITY DEFINER, config, owner and ACL,
 relations, columns, constraints, indexes, triggers, views...) must equal a freshly migrated database's.
 The commits are those where an applied migration had an earlier text (003, 005, 036, 042, 043, 046 were
-edited in place), and the last commit of each wave. Data tests: what the earlier 003 and 036 broke.
+edited in place), and the last commit of each wave; every page then opens (AppTest) on the upgraded database. Data
+tests: what the earlier 003 and 036 broke, and every page on the rows each wave's own code wrote (its demo, its sweeps:
+a dry run, a real run and a run whose process died in it).
 Needs the full git history (a shallow clone fails here, saying so, rather than passing)."""
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from conftest import DIMS, ROOT
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from schema_catalog import differences, schema_catalog
+from streamlit.testing.v1 import AppTest
 
 from core.db import Database
 from core.migrate import migrate, migration_files
+from ui.navigation import SECTIONS
 
 pytestmark = pytest.mark.slow
 
@@ -48,6 +52,44 @@ OLDER_COMMITS = {
 EARLIER_003 = "fc7d7c10715c360ddfa642c3dfa4a1b6631de5f9"
 EARLIER_036 = ("54163d97d8feaafc30497b2431edd49c2c2d0a3a", "23117dcb6ac382910c93a37ee3da054a44fd4366")
 OLD_RUNNER = "import sys\nfrom core.migrate import migrate\nmigrate(sys.argv[1], int(sys.argv[2]))\n"
+# The last commit of each wave, and the last before checksums: their own demo and sweeps write the rows.
+WAVES = (
+    "0fb98b54153bd88aef0fc600ac060b7058f4508e",
+    "681c9dffde8e7ad148968037c4931850d68e740a",
+    "a1d09b47c354da800acdea51a5b116cbbf6d8017",
+    "dc1a99c893591c1c82cac1c1376972d3d9fce368",
+)
+# Run by that commit's own code: its demo, then its sweeps as an SRE and the CronJob ran them, the last one in a
+# process that died at its TTL step (its row stays 'running', as a killed pod leaves it).
+OLD_WRITER = """
+import os, sys
+from core.config import load_settings
+from core.db import Database
+try:
+    from core.demo.seed import ensure_demo
+except ImportError:  # the first wave's layout
+    from core.demo import ensure_demo
+try:
+    from core.operations.sweep import run_sweep
+except ImportError:
+    from core.sweep import run_sweep
+
+settings = load_settings()
+db = Database.from_settings(settings)
+assert ensure_demo(db, settings, customers=20) is not None
+run_sweep(db, trigger="manual", dry_run=True, operator="sre")
+run_sweep(db, trigger="scheduled")
+
+
+def die(stage, fraction, detail):
+    if stage == "ttl":
+        os._exit(0)
+
+
+run_sweep(db, trigger="manual", operator="sre", on_step=die)
+sys.exit("the last run did not reach its TTL step")
+"""
+PAGES = [spec.path for specs in SECTIONS.values() for spec in specs]
 
 
 def git(*args: str) -> bytes:
@@ -66,6 +108,39 @@ def require_commit(commit: str) -> None:
         )
 
 
+def archived(commit: str, into) -> str:
+    """That commit's core/ extracted under `into`; returns the folder (its PYTHONPATH)."""
+    require_commit(commit)
+    old = into / commit[:12]
+    if not old.exists():
+        with tarfile.open(fileobj=io.BytesIO(git("archive", "--format=tar", commit, "core"))) as archive:
+            archive.extractall(old, filter="data")
+    return str(old)
+
+
+def run_old(commit: str, into, script: str, *args: str, **env: str) -> None:
+    old = archived(commit, into)
+    run = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=old,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": old, **env},
+        timeout=240,
+    )
+    assert run.returncode == 0, f"{commit}'s own code failed:\n{run.stderr[-3000:]}"
+
+
+def open_every_page(dsn: str, app_env) -> None:
+    """Every page of the dashboard opens on `dsn` with no exception (AppTest, all roles)."""
+    app_env(dsn)
+    for page in PAGES:
+        at = AppTest.from_file("../dashboard.py", default_timeout=120)
+        at.run()
+        at.switch_page(page).run()
+        assert not at.exception, (page, at.exception)
+
+
 @pytest.fixture(scope="module")
 def fresh_catalog(create_database):
     return schema_catalog(create_database(prefix="fresh"))
@@ -76,20 +151,8 @@ def migrated_as_of(create_database, tmp_path):
     """`migrated_as_of(commit) -> dsn`: a new database migrated by that commit's own code."""
 
     def _migrate(commit: str) -> str:
-        require_commit(commit)
-        old = tmp_path / commit[:12]
-        with tarfile.open(fileobj=io.BytesIO(git("archive", "--format=tar", commit, "core"))) as archive:
-            archive.extractall(old, filter="data")
         dsn = create_database(migrated=False, prefix="old")
-        run = subprocess.run(
-            [sys.executable, "-c", OLD_RUNNER, dsn, str(DIMS)],
-            cwd=old,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(old)},
-            timeout=240,
-        )
-        assert run.returncode == 0, f"{commit}'s own migrate failed:\n{run.stderr[-3000:]}"
+        run_old(commit, tmp_path, OLD_RUNNER, dsn, str(DIMS))
         return dsn
 
     return _migrate
@@ -101,7 +164,7 @@ def applied(dsn: str) -> dict[int, dict]:
 
 
 @pytest.mark.parametrize("commit", OLDER_COMMITS, ids=[f"{c[:7]} {why}" for c, why in OLDER_COMMITS.items()])
-def test_a_database_of_an_older_commit_migrates_to_the_fresh_schema(commit, migrated_as_of, fresh_catalog):
+def test_a_database_of_an_older_commit_migrates_to_the_fresh_schema(commit, migrated_as_of, fresh_catalog, app_env):
     dsn = migrated_as_of(commit)
     before = applied(dsn)
     assert before and all("sha256" not in row for row in before.values())  # that runner kept no checksum
@@ -113,6 +176,20 @@ def test_a_database_of_an_older_commit_migrates_to_the_fresh_schema(commit, migr
     for m in migration_files():
         assert after[m.version]["sha256"] == m.sha256, m.path.name
         assert (after[m.version]["sha256_backfilled_at"] is not None) == (m.version in before), m.path.name
+    open_every_page(dsn, app_env)
+
+
+@pytest.mark.parametrize("commit", WAVES, ids=[c[:7] for c in WAVES])
+def test_every_page_opens_on_the_rows_an_older_release_wrote(commit, migrated_as_of, app_env, tmp_path):
+    """An operator upgrading in place: that release's demo and sweeps wrote the data, today's code migrates it and
+    serves it. The Sweeps page once crashed on the re-check a run in progress does not have yet."""
+    dsn = migrated_as_of(commit)
+    run_old(commit, tmp_path, OLD_WRITER, PG_AGENTES=dsn, EMBEDDINGS_DIMS=str(DIMS), DEMO_REPLICAS="0")
+    with psycopg.connect(dsn) as conn:
+        statuses = [r[0] for r in conn.execute("SELECT status FROM core_sweep_log ORDER BY id")]
+    assert statuses[-3:] == ["dry_run", "ok", "running"], statuses
+    migrate(dsn, DIMS)
+    open_every_page(dsn, app_env)
 
 
 def test_the_earlier_003_database_writes_denials_after_an_upgrade(migrated_as_of):

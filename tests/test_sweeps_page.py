@@ -195,6 +195,36 @@ def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_delet
     assert [int(v) for v in log["rechecked"]] == [0, 0]
 
 
+def test_the_page_renders_while_a_sweep_is_running(db, app_env):
+    """A run in progress has no re-check yet (nor finished_at, nor error) beside finished runs that have one: the page
+    renders, listing it as running (a NULL among texts once came back as NaN and crashed the page)."""
+    import threading
+
+    from core.operations.sweep import run_sweep
+
+    assert run_sweep(db, trigger="scheduled").erasure_recheck
+    at_ttl, release = threading.Event(), threading.Event()
+
+    def hold_at_ttl(stage: str, fraction: float, detail: str) -> None:
+        if stage == "ttl":
+            at_ttl.set()
+            assert release.wait(60)
+
+    running = threading.Thread(target=run_sweep, args=(db,), kwargs={"trigger": "manual", "on_step": hold_at_ttl})
+    running.start()
+    try:
+        assert at_ttl.wait(60)
+        at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
+        assert not at.exception, at.exception
+        log = frame(at, "id", "status", "erasure_recheck", "rechecked")
+        assert log["status"].tolist() == ["En curso", "Hecho"]
+        assert log["erasure_recheck"].tolist() == ["—", "—"]  # no re-check yet; the finished run's is in numbers
+        assert log["rechecked"].tolist() == ["—", "0"]
+    finally:
+        release.set()
+        running.join(60)
+
+
 def test_sre_prunes_history_from_the_dialog_and_downloads_the_threads(create_database, app_env):
     from test_sweep import _converse
 

@@ -3,6 +3,8 @@ attributed threads with their sources, and the residue threads with the DPO's de
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import streamlit as st
 
@@ -10,6 +12,7 @@ from core.privacy import residue as res
 from core.privacy import subjects as subj
 from core.privacy.decisions import ERASE, LEAVE
 from ui import fmt
+from ui.common import call_or_unknown
 from ui.i18n import t
 from ui.safe import md, md_code
 from ui.tables import human_bytes
@@ -20,6 +23,27 @@ RESIDUE_KEY = "erasure.residue"  # widget keys: erasure.residue.<n>.decision / .
 def _holders(customers: int) -> str:
     """Customers holding a value, as counted (up to res.COUNT_CAP)."""
     return f"> {res.COUNT_CAP}" if customers > res.COUNT_CAP else str(customers)
+
+
+COVERAGE_POLL_S = 2  # while the coverage is being computed, the page looks for it this often
+
+
+def page_coverage(attribution: subj.Attribution) -> None:
+    """The coverage notice of a page: the stored coverage (on the primary, uncached: one row), or, before one
+    exists, that it is being computed (one computation for every session: core.privacy.subjects.stored_coverage),
+    the page rerunning once it is there."""
+    cov = call_or_unknown(subj.stored_coverage, attribution)
+    if not isinstance(cov, subj.CoverageComputing):
+        coverage_notice(cov)
+        return
+
+    @st.fragment(run_every=COVERAGE_POLL_S)
+    def computing() -> None:
+        if isinstance(call_or_unknown(subj.stored_coverage, attribution), subj.Coverage):
+            st.rerun(scope="app")
+        st.info(t("coverage_computing", s=int(time.time() - cov.since)), icon=":material/hourglass_top:")
+
+    computing()
 
 
 def coverage_notice(cov: subj.Coverage | None) -> None:

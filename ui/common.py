@@ -6,6 +6,7 @@ import inspect
 import ipaddress
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +17,9 @@ from streamlit.errors import StreamlitSecretNotFoundError
 from streamlit.runtime.context import StreamlitHeaders
 
 from core import roles
+from core.admission import Admission
 from core.config import Settings, load_settings
-from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, Probe, probe
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, probe
 from core.migrate import SchemaMismatch
 from core.read_replica import ReadRouter, router_for
 from ui.i18n import t
@@ -151,10 +153,33 @@ def _key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple:
     return (fn.__name__, fn.__module__, get_db().dsn, args, tuple(sorted(kwargs.items())))
 
 
+BUSY_RETRY_S = 5  # a page the database was too busy to read runs again after this
+
+
+def _busy(exc: DatabaseBusy) -> None:
+    """The database is busy, not down: say so, and run the page again in BUSY_RETRY_S."""
+    st.warning(t("db_busy", s=BUSY_RETRY_S, error=md(exc)), icon=":material/hourglass_top:")
+    since = time.monotonic()
+
+    @st.fragment(run_every=BUSY_RETRY_S)
+    def retry() -> None:
+        if time.monotonic() - since >= BUSY_RETRY_S:
+            st.rerun(scope="app")
+
+    retry()
+
+
 def _or_stop(call: Callable[[], Any]) -> Any:
-    """A dead database stops the page with a clear error instead of a traceback."""
+    """A dead database stops the page with a clear error instead of a traceback; a busy one with a note that the
+    page is read again shortly."""
     try:
         return call()
+    except DatabaseBusy as exc:
+        _busy(exc)
+        st.stop()
+    except DatabaseSlow as exc:
+        st.error(t("read_slow", error=md(exc)), icon=":material/timer_off:")
+        st.stop()
     except DatabaseUnavailable as exc:
         st.error(t("read_failed", error=md(exc)))
         st.stop()
@@ -167,22 +192,53 @@ def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return _or_stop(lambda: read_router().run(lambda _db, source: _cached(*key, source)))
 
 
-def read_or_unknown(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Like `read`, for a part of a page the rest does not need: a failed read is said on the page (its
-    figures are unknown) and gives None, instead of stopping the page (e.g. the Erasure page's coverage,
-    an aggregate over every checkpoint, must not keep the DPO from a customer's preview)."""
-    key = _key(fn, args, kwargs)
+def _or_unknown(call: Callable[[], Any]) -> Any:
+    """`call()`, or None when the database does not give it now (said on the page: busy, or unknown)."""
     try:
-        return read_router().run(lambda _db, source: _cached(*key, source))
+        return call()
+    except DatabaseBusy as exc:
+        _busy(exc)
+        return None
     except DatabaseUnavailable as exc:
         st.warning(t("read_part_failed", error=md(exc)), icon=":material/help:")
         return None
+
+
+def call_or_unknown(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Like `call_now` (the primary, uncached), for a part of a page the rest does not need: a failed call is said
+    on the page (its figures are unknown, or the database busy) and gives None, instead of stopping the page (e.g.
+    the Erasure page's coverage must not keep the DPO from a customer's preview)."""
+    return _or_unknown(lambda: fn(get_db(), *args, **kwargs))
 
 
 def call_now(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a core function `fn(db, ...)` on the primary, uncached (e.g. the DPO must see the
     database as it is now, and the register what was just recorded)."""
     return _or_stop(lambda: fn(get_db(), *args, **kwargs))
+
+
+# What is expensive by nature (the erasure preview's residue scan, the access export, the semantic search): this many
+# at a time per process, each under this statement timeout; the others wait in line with their place shown.
+EXPENSIVE_SLOTS = 2
+EXPENSIVE_TIMEOUT_MS = 120_000
+
+
+@st.cache_resource(show_spinner=False)
+def _admission() -> Admission:
+    return Admission(EXPENSIVE_SLOTS)
+
+
+def call_expensive(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Like `call_now`, for a call expensive by nature: it waits for one of EXPENSIVE_SLOTS (its place in line shown;
+    leaving or rerunning the page leaves the line) and runs under EXPENSIVE_TIMEOUT_MS."""
+    note = st.empty()
+
+    def waiting(place: int) -> None:
+        note.info(t("expensive_queued", place=place, slots=EXPENSIVE_SLOTS), icon=":material/hourglass_top:")
+
+    with _admission().slot(on_wait=waiting):
+        note.empty()
+        return _or_stop(lambda: fn(get_db().with_statement_timeout(EXPENSIVE_TIMEOUT_MS), *args, **kwargs))
 
 
 def forget(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:

@@ -52,7 +52,7 @@ STATEMENT_TIMEOUT_MS = 5000
 COVERAGE_EVERY_S = 900
 CONNECT_TIMEOUT_S = 3
 STATES = ("healthy", "degraded", "silent", "stopped")
-SWEEP_STATUSES = ("running", "ok", "dry_run", "locked", "error")
+SWEEP_STATUSES = ("running", "ok", "dry_run", "locked", "error", "stopped")
 
 SELECT_LAST_SWEEPS = """
 SELECT (SELECT row_to_json(l) FROM (

@@ -15,6 +15,11 @@
 4. calls the erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`);
 5. completes its row in `core_sweep_log` (the first documents' keys in `core_sweep_documents`).
 
+A row still 'running' while no process holds the lock has no process behind it (a pod killed, a dashboard restarted
+mid-run): the next run, once it holds the lock, and the Sweeps page close it as 'stopped' with the reason
+(`close_dead_runs`). The dashboard runs a sweep in a thread of its own (`start_sweep`): it goes on to its end whatever
+the browser that started it does.
+
 The read side of the Sweeps page (DataFrames) is core/operations/sweep_reads.py; the CLI is sweep_cli.py.
 """
 
@@ -25,6 +30,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,6 +64,18 @@ SERIALIZATION_RETRIES = 3
 
 TRY_LOCK = "SELECT pg_try_advisory_lock(%s) AS locked"
 UNLOCK = "SELECT pg_advisory_unlock(%s)"
+
+# Runs still 'running' while no other session holds the sweep lock (a bigint advisory key is classid: its high 32 bits,
+# objid: its low 32 bits, objsubid 1): their process is gone, since a run finishes its row before it unlocks.
+CLOSE_DEAD_RUNS = """
+UPDATE core_sweep_log SET status = 'stopped', finished_at = now(), error = %(reason)s
+WHERE status = 'running' AND NOT EXISTS (
+    SELECT 1 FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND classid = (%(key)s >> 32)::oid AND objid = (%(key)s & 4294967295)::oid AND objsubid = 1)
+RETURNING id"""
+DEAD_RUN_REASON = "its process ended before the run did (no process held the sweep lock); closed by {by}"
 
 INSERT_RUN = """
 INSERT INTO core_sweep_log (trigger, operator, host, status, dry_run, retention_days, started_at)
@@ -294,6 +312,21 @@ def recheck_erasures(db: Database) -> str:
     return str(erasure_register.recheck_all(db))
 
 
+def _close_dead_runs(conn: psycopg.Connection, by: str) -> list[int]:
+    rows = conn.execute(CLOSE_DEAD_RUNS, {"reason": DEAD_RUN_REASON.format(by=by), "key": SWEEP_LOCK_ID}).fetchall()
+    closed = [r["id"] for r in rows]
+    if closed:
+        log.warning("sweep: runs %s had no process left: closed as stopped (%s)", closed, by)
+    return closed
+
+
+def close_dead_runs(db: Database) -> list[int]:
+    """Close as 'stopped' (with the reason) every run still 'running' whose process is gone; returns their ids.
+    The Sweeps page calls it; a run calls it once it holds the lock."""
+    with db.connection() as conn:
+        return _close_dead_runs(conn, "the Sweeps page")
+
+
 def _no_step(stage: str, fraction: float, detail: str) -> None:
     pass
 
@@ -333,6 +366,7 @@ def run_sweep(
             step("done", 1.0, "locked")
             return result
         try:
+            _close_dead_runs(conn, f"the next run, on {host}")
             row = conn.execute(INSERT_RUN, (trigger, operator, host, "running", dry_run, days, shift)).fetchone()
             result.run_id, result.started_at = row["id"], row["started_at"]
             step("locked", 0.05, f"run {result.run_id}")
@@ -426,6 +460,55 @@ def run_sweep(
     log.info("sweep: %s", result.summary())
     step("done", 1.0, result.status)
     return result
+
+
+@dataclass
+class SweepJob:
+    """A sweep run in a thread of its own (`start_sweep`): its steps so far, then its result or its exception."""
+
+    steps: list[tuple[str, float, str]] = field(default_factory=list)  # (stage, fraction, detail), as on_step says
+    done: threading.Event = field(default_factory=threading.Event)
+    result: SweepResult | None = None
+    error: BaseException | None = None
+
+    def outcome(self) -> SweepResult:
+        """The run's result once `done`; raises what the run raised."""
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None, "the run has not ended"
+        return self.result
+
+
+def start_sweep(db: Database, *, on_end: Callable[[], None] | None = None, **kwargs: Any) -> SweepJob:
+    """`run_sweep(db, **kwargs)` in a daemon thread, tied to no page or session: a page that started it may be left,
+    rerun or closed, the run goes on to its end (a process that exits mid-run leaves a row the next run or the page
+    closes as 'stopped'); then `on_end()` (in that thread: e.g. dropping the cached reads the run changed). Bad
+    arguments raise SweepInputError here, before anything starts."""
+    if kwargs.get("trigger", "scheduled") not in TRIGGERS:
+        raise SweepInputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {kwargs['trigger']!r}")
+    if kwargs.get("retention_days") is not None:
+        validate_retention_days(kwargs["retention_days"])
+    job = SweepJob()
+
+    def record(stage: str, fraction: float, detail: str) -> None:
+        job.steps.append((stage, fraction, detail))
+
+    def run() -> None:
+        try:
+            job.result = run_sweep(db, on_step=record, **kwargs)
+        except BaseException as exc:  # handed to whoever reads the outcome
+            log.exception("sweep: the run failed")
+            job.error = exc
+        finally:
+            try:
+                if on_end is not None:
+                    on_end()
+            except Exception:
+                log.exception("sweep: the run's on_end failed")
+            job.done.set()
+
+    threading.Thread(target=run, name="sweep-job", daemon=True).start()
+    return job
 
 
 if __name__ == "__main__":  # the command used to be this module: an old CronJob must fail, not do nothing

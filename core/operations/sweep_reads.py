@@ -23,7 +23,7 @@ FROM core_sweep_log ORDER BY started_at DESC, id DESC LIMIT %s"""
 # lock is not one), whatever its outcome.
 SELECT_LAST_SWEEP = """
 SELECT id, started_at, finished_at, status, trigger FROM core_sweep_log
-WHERE NOT dry_run AND status IN ('ok', 'error', 'running')
+WHERE NOT dry_run AND status IN ('ok', 'error', 'running', 'stopped')
 ORDER BY started_at DESC, id DESC LIMIT 1"""
 
 SELECT_RUN_DOCUMENTS = "SELECT prefix, key FROM core_sweep_documents WHERE run_id = %s ORDER BY prefix, key"
@@ -107,6 +107,7 @@ RUN_COLUMNS = [
     "erasure_recheck",
     "error",
 ]
+TEXT_COLUMNS = ["status", "trigger", "keep_latest", "host", "operator", "erasure_recheck", "error"]
 RECHECK_COLUMNS = ["rechecked", "recheck_clean", "recheck_data_back"]
 
 
@@ -121,12 +122,19 @@ def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
     """The newest `limit` runs of the sweep log, newest first (deleted_by_root as a dict); in a dry run
     (`status` 'dry_run') the counts are what the run would delete. The erasure re-check's summary is split into
     `rechecked`, `recheck_clean` and `recheck_data_back` (request numbers); `erasure_recheck` keeps any other text."""
-    df = pd.DataFrame(db.fetch(SELECT_RUNS, (limit,)), columns=RUN_COLUMNS)
+    rows = db.fetch(SELECT_RUNS, (limit,))
+    df = pd.DataFrame(rows, columns=RUN_COLUMNS)
     df["seconds"] = df["seconds"].astype(float)
-    parsed = [_recheck(text) for text in df["erasure_recheck"]]
+    # pandas reads a text column with a NULL as strings and NaN: a text missing from a row (a run in progress, a row
+    # of an older release) stays the database's None for every reader
+    for column in TEXT_COLUMNS:
+        df[column] = pd.Series([r[column] for r in rows], index=df.index, dtype="object")
+    parsed = [_recheck(r["erasure_recheck"]) for r in rows]
     for i, column in enumerate(RECHECK_COLUMNS):
         df[column] = pd.Series([p[i] for p in parsed], index=df.index, dtype="object")
-    df["erasure_recheck"] = [None if p[0] is not None else text for p, text in zip(parsed, df["erasure_recheck"])]
+    df["erasure_recheck"] = [
+        None if p[0] is not None else r["erasure_recheck"] for p, r in zip(parsed, rows, strict=True)
+    ]
     return df
 
 

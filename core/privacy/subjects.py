@@ -14,12 +14,18 @@ checkpoint metadata), so "the threads of C9" is found from several sources, each
 
 `core.privacy.residue` then scans every thread no source attributed, for what remains of the customer.
 
-`coverage` says how much of the checkpoint data no source attributes to anyone.
+`coverage` says how much of the checkpoint data no source attributes to anyone; `stored_coverage` is the pages' read
+of it: the stored result, or, before one exists, a single computation in the background (one per process, one across
+the replicas by an advisory lock), never one per session that opens a page meanwhile.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import re
+import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -32,6 +38,8 @@ from psycopg.types.json import Jsonb
 from core.config import DEFAULT_SUBJECT_METADATA_KEYS, DEFAULT_SUBJECT_THREAD_PATTERNS, Settings, load_settings
 from core.db import Database, DatabaseUnavailable
 from core.memory.store import InvalidIdentifier, validate_label
+
+log = logging.getLogger(__name__)
 
 ROOT = "clientes"
 HILO_KEY = "hilo"  # the back-link field of the article's preference documents
@@ -373,10 +381,89 @@ def coverage(db: Database, config: Attribution | None = None) -> Coverage:
     return _coverage_of(row, config, row["computed_at"])
 
 
+COVERAGE_LOCK_ID = 0x636F7265_636F7665  # "corecove": one coverage computation at a time across the replicas
+COVERAGE_WAIT_S = 2.0  # a page read waits this long for the computation it joined, then says it is being computed
+
+
+@dataclass(frozen=True)
+class CoverageComputing:
+    """No stored coverage yet: its computation runs in the background since `since` (time.time())."""
+
+    since: float
+
+
+@dataclass
+class _Flight:
+    since: float
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+
+
+class _CoverageFlight:
+    """The background computations of the coverage: at most one per DSN and configuration in this process (every
+    session asking meanwhile joins it); its thread takes COVERAGE_LOCK_ID and computes only if the coverage is still
+    not stored, so a replica computing it already is waited for, not doubled."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[tuple[str, str], _Flight] = {}
+        self.computations = 0  # computations this process has run
+
+    def join(self, db: Database, config: Attribution) -> _Flight:
+        key = (db.dsn, json.dumps(_snapshot_key(config).obj, sort_keys=True))
+        with self._lock:
+            flight = self._running.get(key)
+            if flight is None:
+                flight = self._running[key] = _Flight(time.time())
+                threading.Thread(target=self._run, args=(db, config, key, flight), name="coverage", daemon=True).start()
+        return flight
+
+    def _run(self, db: Database, config: Attribution, key: tuple[str, str], flight: _Flight) -> None:
+        try:
+            with psycopg.connect(db.dsn, autocommit=True) as conn:
+                conn.execute("SELECT pg_advisory_lock(%s)", (COVERAGE_LOCK_ID,))  # after another replica's, if any
+                try:
+                    if db.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)}, read_only=False) is None:
+                        with self._lock:
+                            self.computations += 1
+                        refresh_coverage(db, config)
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (COVERAGE_LOCK_ID,))
+        except Exception as exc:  # said to the sessions that joined it; the next read starts it again
+            log.exception("attribution coverage: the background computation failed")
+            flight.error = str(exc).strip() or type(exc).__name__
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+            flight.done.set()
+
+
+COVERAGE_FLIGHT = _CoverageFlight()
+
+
+def stored_coverage(db: Database, config: Attribution | None = None) -> Coverage | CoverageComputing:
+    """The pages' coverage: as of the last computation stored for this configuration (by a sweep, or by the one
+    background computation this joins or starts when there is none yet, waited for COVERAGE_WAIT_S: past that,
+    CoverageComputing). Never a count per session. Call it on the primary (the computation stores its result)."""
+    config = config or Attribution.from_settings()
+    row = db.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)}, read_only=False)
+    if row is None:
+        flight = COVERAGE_FLIGHT.join(db, config)
+        if not flight.done.wait(COVERAGE_WAIT_S):
+            return CoverageComputing(flight.since)
+        if flight.error is not None:
+            raise DatabaseUnavailable(f"the attribution coverage could not be computed: {flight.error}")
+        row = db.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)}, read_only=False)
+        if row is None:  # computed for another configuration meanwhile: the next read joins a new computation
+            return CoverageComputing(flight.since)
+    return _coverage_of(row, config, row["computed_at"])
+
+
 __all__ = [
     "Attribution",
     "AttributionConfigError",
     "Coverage",
+    "CoverageComputing",
     "InvalidIdentifier",
     "Subjects",
     "coverage",
@@ -385,4 +472,5 @@ __all__ = [
     "refresh_coverage",
     "resolve",
     "resolve_conn",
+    "stored_coverage",
 ]

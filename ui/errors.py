@@ -1,0 +1,31 @@
+"""A page that fails shows its user a message and an error id; the log keeps the traceback under that id.
+
+Streamlit shows an uncaught exception with its traceback (file paths, values) by default; .streamlit/config.toml sets
+`client.showErrorDetails = "none"` for anything that escapes this wrapper (a fragment's own rerun, the entrypoint)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+
+import streamlit as st
+
+from ui.i18n import t
+
+log = logging.getLogger(__name__)
+
+
+def shown_as_message(run: Callable[[], None], page: str) -> None:
+    """`run()` (a page); an exception it raises is logged with a new error id and shown as a translated message
+    naming that id. Streamlit's st.stop / st.rerun / st.switch_page are not exceptions (BaseException): they pass.
+    With `client.showErrorDetails = "full"` (Streamlit's default: a developer's machine, the tests) the exception
+    is Streamlit's to show, as it would be without this wrapper."""
+    try:
+        run()
+    except Exception:
+        if str(st.get_option("client.showErrorDetails")).lower() in ("full", "true"):
+            raise
+        error_id = uuid.uuid4().hex[:12]
+        log.exception("page %s failed: error id %s", page, error_id)
+        st.error(t("page_failed", id=error_id), icon=":material/error:")
