@@ -285,6 +285,52 @@ def test_a_forged_record_in_a_payload_after_a_torn_record_is_not_replayed(dsn, c
     assert head(dsn, "victim") == ["v1", "node"]
 
 
+def test_a_journal_of_the_previous_format_is_replayed(dsn, control, tmp_path):
+    """Version 2 (frames without mark or escaping, operations without ids, a delete naming only its thread), as
+    the release before issue 43 left it: replayed; its delete takes what was written before its episode began."""
+    import zlib
+
+    from test_saver_durable import journal_after_kill
+    from test_saver_findings import graph, turn
+
+    from core.checkpoints import journal as journal_mod
+
+    with DualCheckpointSaver(dsn, replica_id="v2-writer", journal_dir=tmp_path / "other") as saver:
+        turn(graph(saver), "v2-old", "o1")
+    journal_dir = tmp_path / "journal"
+    records, skipped = journal_mod._read_framed(journal_after_kill(dsn, control, journal_dir, "v2", "v2-a"))
+    assert records and not skipped
+    records[-1]["ops"].append(["delete_thread", "v2-old"])
+    old = b""
+    for record in records:
+        body = journal_mod.pack({**record, "ops": [op[:2] for op in record["ops"]]})
+        old += journal_mod._HEADER.pack(journal_mod._MAGIC, 2, len(body), zlib.crc32(body)) + body
+    Journal(journal_dir, "v2", dsn).path.write_bytes(old)
+    with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="v2", journal_dir=journal_dir):
+        assert head(dsn, "v2-a") == ["x", "node"]
+    assert head(dsn, "v2-old") is None
+    assert journal_files(journal_dir) == []
+
+
+def test_a_journal_of_both_formats_reads_each_record():
+    """A version-2 journal a replay had not finished, with version-3 records appended to it (set_aside joins
+    them): every record is read, and a torn version-2 record resumes at the next version-3 frame."""
+    import zlib
+
+    from core.checkpoints import journal as journal_mod
+
+    records = [{"ops": [["put_writes", [True, [[b"\xc0\xdb\xdc", None]]]]]}, {"ops": [["delete_thread", "t"]]}]
+
+    def v2(record: dict) -> bytes:
+        body = journal_mod.pack(record)
+        return journal_mod._HEADER.pack(journal_mod._MAGIC, 2, len(body), zlib.crc32(body)) + body
+
+    both = v2(records[0]) + v2(records[1]) + Journal._frame(records[0]) + Journal._frame(records[1])
+    assert journal_mod._read_framed(both) == (records * 2, 0)
+    torn, skipped = journal_mod._read_framed(v2(records[0])[:-3] + Journal._frame(records[1]))
+    assert torn == [records[1]] and skipped == len(v2(records[0])) - 3
+
+
 def test_a_production_saver_refuses_to_start_without_a_replica_id(dsn, monkeypatch, tmp_path):
     """PG_AGENTES set (production, not the embedded demo): no replica_id is an error that says why, and nothing
     starts; with one it starts."""
