@@ -15,8 +15,9 @@ a hung server would itself wait ~10 s for its cancel request).
 
 Degraded, it keeps serving: writes go to the buffer and its ordered log of operations; reads see
 what was buffered plus what this process last knew PostgreSQL had. The monitor probes and, once
-PostgreSQL answers, replays the log in rounds (PostgresSaver's upserts make the replay idempotent),
-opens fresh pools, and only then returns to normal. A failed resync keeps everything; a close
+PostgreSQL answers, replays the log in rounds (PostgresSaver's upserts, and each operation's id claimed
+in PostgreSQL in the replay's transaction, make a replay apply nothing twice; a buffered delete deletes
+only what it meant), opens fresh pools, and only then returns to normal. A failed resync keeps everything; a close
 while PostgreSQL is gone journals it; nothing is dropped. On recovery the degradation episode, the
 fail-closed guard's denials and the serializer's refusals go to the health tables
 (`core.checkpoints.replica_health`).

@@ -4,9 +4,11 @@ Write-ahead: while degraded, every buffered operation (checkpoint, writes, delet
 fsynced, before the call returns, so a SIGKILL or an OOM kill loses nothing; once a resync commits
 operations the journal is rewritten with what is left (removed when nothing is). `close()` adds the
 open degradation episode and its guard denials, and logs at ERROR. The next start with the same
-replica id sets the file aside (`.replaying`) and replays it with the resync's own idempotent
-statements, then removes it. A default replica id (host:pid) never matches after a restart: give
-the saver a stable `replica_id`.
+replica id sets the file aside (`.replaying`) and replays it with the resync's own statements, then
+removes it. A crash between a replay's commit and the journal's rewrite or removal leaves committed
+operations here: the replay skips them by their ids (core.checkpoints.recovery), so nothing is applied
+twice. A default replica id (host:pid) never matches after a restart: give the saver a stable
+`replica_id` (required when PG_AGENTES is set).
 
 Where: `$DUAL_SAVER_JOURNAL_DIR`, default `$AGENT_MEMORY_DATA/dual_saver_journal` (`./.data/...`);
 one file per replica id and database (`<replica id, percent-encoded>@<hash of host, port, dbname>.journal`).
