@@ -104,6 +104,11 @@ def _pick(name: str, secrets: Mapping[str, Any], default: Any = None) -> Any:
     return default if value in (None, "") else value
 
 
+def dsn_configured(secrets: Mapping[str, Any] | None = None) -> bool:
+    """PG_AGENTES is set (environment or secrets): a production database, not the embedded demo."""
+    return _pick("PG_AGENTES", _read_secrets_file() if secrets is None else secrets) is not None
+
+
 def _flag(value: Any) -> bool:
     return str(value).strip().lower() in {"1", "true", "yes", "on"}
 

@@ -5,6 +5,10 @@ at once), to the resync log, in order; reads see the buffer plus what the read c
 had (seeded into the buffer the first time a thread is touched in an episode, never for an erased
 thread). The switch back to healthy happens only once the log is empty (`leave`).
 
+Every operation of the log carries an id (a uuid4, `(kind, rows, id)`), by which a replay never applies
+it twice (core.checkpoints.recovery). A `delete_thread` keeps what it meant: the thread, the time of
+the call and the head checkpoint of each namespace this replica knew then (core.checkpoints.thread_fates).
+
 The journal (core.checkpoints.journal) keeps the log across a process death: an operation is appended
 to it, fsynced, in `_buffer` before it enters the log (write-ahead; a failed append refuses the call
 and changes nothing); `committed` rewrites it with what is left; `journal` adds a close's episodes and
@@ -17,8 +21,9 @@ import copy
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -65,7 +70,7 @@ class _State:
         self.denials: list[dict[str, Any]] = []
         self.seeded: set[str] = set()  # threads copied from the read cache into memory this episode
         self.tombstoned: set[str] = set()  # erased threads seen (tombstones): never seeded or replayed
-        self.ops: list[tuple[str, Any]] = []  # the resync log, in order: rows as PostgresSaver writes them
+        self.ops: list[tuple[str, Any, str]] = []  # the resync log, in order: rows as PostgresSaver writes them
         self.transitions: list[tuple[float, str]] = [(time.monotonic(), "healthy")]
         self.journal_pending = journal.set_aside()
 
@@ -269,9 +274,10 @@ class DegradedBuffer:
                 )
             if config is not None:
                 self._seed(thread_of(config)[0])
-            self._journal.append(self._wal_record([(kind, rows)]))  # write-ahead: on disk before it counts
+            op = (kind, rows, str(uuid.uuid4()))
+            self._journal.append(self._wal_record([op]))  # write-ahead: on disk before it counts
             result = apply()
-            st.ops.append((kind, rows))
+            st.ops.append(op)
             if kind == "put":
                 st.checkpoints += 1
             elif kind == "put_writes":
@@ -360,16 +366,25 @@ class DegradedBuffer:
         return self._buffer("put_writes", config, apply, rows)
 
     def delete_thread(self, thread_id: str) -> tuple[bool, Any]:
+        thread_id = str(thread_id)
+
         def apply() -> None:
             self._memory.delete_thread(thread_id)
-            self._cache.forget({str(thread_id)})
-            self._state.seeded.add(str(thread_id))
+            self._cache.forget({thread_id})
+            self._state.seeded.add(thread_id)
 
-        return self._buffer("delete_thread", None, apply, str(thread_id))
+        with self._lock:
+            if not self._state.degraded:
+                return False, None
+            self._seed(thread_id)  # what PostgreSQL had, as far as this replica knows
+            heads = {ns: max(ids) for ns, ids in self._storage.storage.get(thread_id, {}).items() if ids}
+            # Real time, as langgraph's checkpoint ids (never the demo's clock).
+            meant = {"thread_id": thread_id, "at": datetime.now(UTC), "heads": heads}
+            return self._buffer("delete_thread", None, apply, meant)
 
     # --- resync -----------------------------------------------------------------------------------
 
-    def pending(self) -> list[tuple[str, Any]]:
+    def pending(self) -> list[tuple[str, Any, str]]:
         """The resync log as it is now (it keeps growing while a resync writes this)."""
         with self._lock:
             return list(self._state.ops)
@@ -381,7 +396,7 @@ class DegradedBuffer:
             self._state.resynced += count
             self._journal.rewrite([self._wal_record(self._state.ops)] if self._state.ops else [])
 
-    def _wal_record(self, ops: list[tuple[str, Any]]) -> dict[str, Any]:
+    def _wal_record(self, ops: list[tuple[str, Any, str]]) -> dict[str, Any]:
         return {"since": self._state.since, "ops": ops, "episodes": [], "denials": []}
 
     def leave(self, on_switch: Callable[[BufferedEpisode], None]) -> BufferedEpisode | None:

@@ -15,8 +15,9 @@ a hung server would itself wait ~10 s for its cancel request).
 
 Degraded, it keeps serving: writes go to the buffer and its ordered log of operations; reads see
 what was buffered plus what this process last knew PostgreSQL had. The monitor probes and, once
-PostgreSQL answers, replays the log in rounds (PostgresSaver's upserts make the replay idempotent),
-opens fresh pools, and only then returns to normal. A failed resync keeps everything; a close
+PostgreSQL answers, replays the log in rounds (PostgresSaver's upserts, and each operation's id claimed
+in PostgreSQL in the replay's transaction, make a replay apply nothing twice; a buffered delete deletes
+only what it meant), opens fresh pools, and only then returns to normal. A failed resync keeps everything; a close
 while PostgreSQL is gone journals it; nothing is dropped. On recovery the degradation episode, the
 fail-closed guard's denials and the serializer's refusals go to the health tables
 (`core.checkpoints.replica_health`).
@@ -102,6 +103,7 @@ from core.checkpoints.read_cache import thread_of
 from core.checkpoints.recovery import Recovery
 from core.checkpoints.serde import AllowlistSerializer, RefusalLog, SerializationRefused
 from core.checkpoints.wrapped_savers import WrappedSavers
+from core.config import dsn_configured
 
 log = logging.getLogger("core.checkpoints.dual_saver")
 
@@ -143,7 +145,8 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
 
     `dsn` is the agents' database (migrated: checkpoint tables and 003_replica_health). The monitor
     and liveness threads start with the saver (not with `start=False`); `close()` (or the context
-    manager) stops them. Give it a stable `replica_id` (its journal is found by it after a restart).
+    manager) stops them. Give it a stable `replica_id` (its journal is found by it after a restart); with
+    PG_AGENTES set (production) it refuses to start without one.
     Degraded, it buffers up to `max_buffered_ops` operations, then refuses more (`BufferFull`).
     """
 
@@ -173,6 +176,14 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         clock: Callable[[], datetime] | None = None,
     ):
         # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the wrapped savers.
+        if replica_id is None and dsn_configured():
+            raise ValueError(
+                "DualCheckpointSaver needs an explicit replica_id in production (PG_AGENTES is set): what a "
+                "replica buffers while PostgreSQL is unreachable is journaled under its replica id and replayed by "
+                "the next start with the same id, and a default id (host:pid) never matches after a restart, so "
+                "that journal would never be replayed. Give each replica a stable replica_id (e.g. the pod name of "
+                "a StatefulSet); nothing was started"
+            )
         self._host, self._pid = socket.gethostname(), os.getpid()
         self._replica_id = replica_id or f"{self._host}:{self._pid}:{next(self._ids)}"
         if replica_id is None:
@@ -289,7 +300,8 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         degraded_seconds, buffered_ops / buffered_checkpoints / buffered_writes (this episode),
         last_resync_ms. Monotonic counters: episodes_total, resynced_ops_total, resyncs_total,
         resync_seconds_total, denials_total, denials_by (tool, risk), refusals_total, refusals_by_type,
-        conflicts_total, tombstoned_threads_total, tombstoned_ops_dropped_total.
+        conflicts_total (buffered turns diverted, buffered deletes not applied), tombstoned_threads_total,
+        tombstoned_ops_dropped_total, already_applied_total (skipped on replay: committed before a crash).
         """
         return {
             "replica_id": self._replica_id,
@@ -494,9 +506,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                 log.warning("health flush after recovery failed (kept for the next heartbeat): %s", _describe(exc))
         return True
 
-    def _replay_one_by_one(
-        self, batch: list[tuple[str, Any]], *, since: datetime | None, episode: bool = True
-    ) -> set[str]:
+    def _replay_one_by_one(self, batch: list[Any], *, since: datetime | None, episode: bool = True) -> set[str]:
         """PostgreSQL refused the batch, not for want of a connection: replay it operation by operation and
         move each operation it refuses to the dead letters, so the rest goes through. A connection failure
         (or a dead letter not written) raises: the batch is kept."""

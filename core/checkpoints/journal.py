@@ -4,18 +4,24 @@ Write-ahead: while degraded, every buffered operation (checkpoint, writes, delet
 fsynced, before the call returns, so a SIGKILL or an OOM kill loses nothing; once a resync commits
 operations the journal is rewritten with what is left (removed when nothing is). `close()` adds the
 open degradation episode and its guard denials, and logs at ERROR. The next start with the same
-replica id sets the file aside (`.replaying`) and replays it with the resync's own idempotent
-statements, then removes it. A default replica id (host:pid) never matches after a restart: give
-the saver a stable `replica_id`.
+replica id sets the file aside (`.replaying`) and replays it with the resync's own statements, then
+removes it. A crash between a replay's commit and the journal's rewrite or removal leaves committed
+operations here: the replay skips them by their ids (core.checkpoints.recovery), so nothing is applied
+twice. A default replica id (host:pid) never matches after a restart: give the saver a stable
+`replica_id` (required when PG_AGENTES is set).
 
 Where: `$DUAL_SAVER_JOURNAL_DIR`, default `$AGENT_MEMORY_DATA/dual_saver_journal` (`./.data/...`);
 one file per replica id and database (`<replica id, percent-encoded>@<hash of host, port, dbname>.journal`).
-Records are msgpack (bytes and datetimes round-trip; nothing is imported or called on load) framed by a
-magic, a format version, the length and a CRC-32. A record cut short by a crash mid-write, or damaged,
-is skipped and reading resynchronises at the next frame; the damaged file is moved aside
-(`.damaged-<time>`, logged at ERROR) and the good records are replayed. A failed append is cut off the
-file, so nothing is appended after a torn tail. Version 1 (length-prefixed msgpack, no magic, before
-issue 25) is still read.
+Records are msgpack (bytes and datetimes round-trip; nothing is imported or called on load), each framed
+as a mark byte (0xC0) and then, escaped so that the mark appears nowhere else (SLIP's byte stuffing), a
+magic, a format version, the length and a CRC-32 of the body, and the body. A record cut short by a
+crash mid-write, or damaged, is skipped and reading resumes at the next mark: since no record's bytes
+hold the mark, that is always the start of a record the saver wrote, never a frame a user's payload
+carries (issue 43: a torn record followed by a payload holding a whole frame with a valid CRC). The
+damaged file is moved aside (`.damaged-<time>`, logged at ERROR) and the good records are replayed. A
+failed append is cut off the file, so nothing is appended after a torn tail. Version 2 (the frame
+without mark or escaping, before issue 43) and version 1 (length-prefixed msgpack, no magic, before
+issue 25) are still read.
 """
 
 from __future__ import annotations
@@ -41,10 +47,23 @@ log = logging.getLogger("core.checkpoints.dual_saver")
 
 JOURNAL_DIR_ENV = "DUAL_SAVER_JOURNAL_DIR"
 _DATETIME_EXT = 1
+_MARK = b"\xc0"  # the start of a frame, and nowhere else in the file
+_ESCAPE = b"\xdb"
 _MAGIC = b"DSJ\x00"
-_VERSION = 2  # 1: a big-endian length, then the msgpack (no magic, no checksum)
+# 1: a big-endian length, then the msgpack (no magic, no checksum); 2: header and body, without mark or escaping
+_VERSION = 3
+_UNMARKED_VERSION = 2
 _HEADER = struct.Struct(">4sBII")  # magic, version, length, CRC-32 of the body
 _LEGACY_HEADER = struct.Struct(">I")
+
+
+def _escape(data: bytes) -> bytes:
+    """SLIP's byte stuffing: the mark becomes ESC 0xDC, the escape byte ESC 0xDD."""
+    return data.replace(_ESCAPE, b"\xdb\xdd").replace(_MARK, b"\xdb\xdc")
+
+
+def _unescape(data: bytes) -> bytes:
+    return data.replace(b"\xdb\xdc", _MARK).replace(b"\xdb\xdd", _ESCAPE)
 
 
 def default_journal_dir() -> Path:
@@ -82,24 +101,45 @@ def _unpack(body: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
+def _record(raw: bytes, pos: int, version: int) -> tuple[dict[str, Any] | None, int]:
+    """The record of a header and body at `raw[pos:]` (`version`), if whole and intact, and its end."""
+    if len(raw) - pos < _HEADER.size:
+        return None, 0
+    magic, found, size, crc = _HEADER.unpack_from(raw, pos)
+    body = raw[pos + _HEADER.size : pos + _HEADER.size + size]
+    if magic != _MAGIC or found != version or len(body) != size or zlib.crc32(body) != crc:
+        return None, 0
+    return _unpack(body), pos + _HEADER.size + size
+
+
 def _read_framed(raw: bytes) -> tuple[list[dict[str, Any]], int]:
-    """The records of a framed journal and how many bytes were skipped (torn or damaged)."""
+    """The records of a framed journal (version 3, or 2 before it) and how many bytes were skipped (torn or
+    damaged)."""
     records, pos, skipped = [], 0, 0
     while pos < len(raw):
-        record = None
-        if len(raw) - pos >= _HEADER.size:
-            magic, version, size, crc = _HEADER.unpack_from(raw, pos)
-            body = raw[pos + _HEADER.size : pos + _HEADER.size + size]
-            if magic == _MAGIC and version == _VERSION and len(body) == size and zlib.crc32(body) == crc:
-                record = _unpack(body)
-        if record is None:  # resynchronise at the next frame
+        if raw.startswith(_MARK, pos):  # a frame runs to the next mark
+            end = raw.find(_MARK, pos + 1)
+            end = len(raw) if end < 0 else end
+            chunk = _unescape(raw[pos + 1 : end])
+            record, used = _record(chunk, 0, _VERSION)
+            if record is None or used != len(chunk):
+                skipped += end - pos
+            else:
+                records.append(record)
+            pos = end
+            continue
+        record, end = _record(raw, pos, _UNMARKED_VERSION)
+        if record is None:  # version 2: resynchronise at the next frame of either version
             following = raw.find(_MAGIC, pos + 1)
-            following = len(raw) if following < 0 else following
+            if following < 0:
+                following = len(raw)
+            elif raw[following - 1 : following] == _MARK and following - 1 > pos:
+                following -= 1
             skipped += following - pos
             pos = following
             continue
         records.append(record)
-        pos += _HEADER.size + size
+        pos = end
     return records, skipped
 
 
@@ -192,7 +232,7 @@ class Journal:
     @staticmethod
     def _frame(record: dict[str, Any]) -> bytes:
         data = pack(record)
-        return _HEADER.pack(_MAGIC, _VERSION, len(data), zlib.crc32(data)) + data
+        return _MARK + _escape(_HEADER.pack(_MAGIC, _VERSION, len(data), zlib.crc32(data)) + data)
 
     def read(self) -> list[dict[str, Any]]:
         """Every readable record of the journal set aside for replay, oldest first; [] when there is none."""
@@ -201,7 +241,8 @@ class Journal:
                 raw = self.aside.read_bytes()
             except FileNotFoundError:
                 return []
-            records, skipped = (_read_framed if raw[: len(_MAGIC)] == _MAGIC else _read_legacy)(raw)
+            framed = raw.startswith(_MARK) or raw.startswith(_MAGIC)
+            records, skipped = (_read_framed if framed else _read_legacy)(raw)
             if skipped:
                 damaged = self.path.with_name(f"{self.path.name}.damaged-{datetime.now():%Y%m%dT%H%M%S}-{os.getpid()}")
                 os.replace(self.aside, damaged)

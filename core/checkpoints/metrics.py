@@ -62,8 +62,9 @@ RESYNCED_OPERATIONS = Counter(
 )
 DEAD_LETTERS = Counter(
     PREFIX + "checkpoint_dead_letters",
-    "Buffered operations PostgreSQL refused on replay (not a connection failure), moved to "
-    "core_checkpoint_dead_letters so the rest of the buffer went through.",
+    "Buffered operations PostgreSQL refused on replay (not a connection failure), and buffered thread deletions "
+    "not applied because the thread was written after them, kept in core_checkpoint_dead_letters so the rest "
+    "of the buffer went through.",
 )
 GUARD_DENIALS = Counter(
     PREFIX + "guard_denials",
@@ -108,7 +109,7 @@ def resynced(operations: int, seconds: float) -> None:
 
 
 def dead_lettered(operations: int) -> None:
-    """A resync moved `operations` refused operations to the dead letters."""
+    """A resync moved `operations` refused (or conflicting) operations to the dead letters."""
     DEAD_LETTERS.inc(operations)
 
 

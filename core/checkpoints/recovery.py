@@ -1,6 +1,12 @@
 """Recovery, PostgreSQL's side: the probe that says PostgreSQL answers again, and the replay (resync) of
 buffered operations with PostgresSaver's own statements, one transaction per replay, with what happens
-to each buffered thread (core.checkpoints.thread_fates) and the resync's counters."""
+to each buffered thread (core.checkpoints.thread_fates) and the resync's counters.
+
+Each buffered operation carries an id. A replay claims the ids of what it writes in
+`core_replayed_operations` (migration 115) in its own transaction and skips an operation whose id is
+there already: a journal still holding committed operations (a crash between a replay's commit and
+the journal's rewrite or removal) applies nothing twice. A buffered delete that conflicts with a
+newer turn (thread_fates) is kept in `core_checkpoint_dead_letters` in the same transaction."""
 
 from __future__ import annotations
 
@@ -15,13 +21,33 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from core.checkpoints import journal
+from core.checkpoints import journal, metrics
 from core.checkpoints.deadlines import _Watchdog
 from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe
-from core.checkpoints.thread_fates import ThreadFates
+from core.checkpoints.thread_fates import ThreadFates, op_thread
 from core.db import CONNECT_TIMEOUT_S
 
 log = logging.getLogger("core.checkpoints.dual_saver")
+
+OUR_TABLES_SQL = """
+SELECT to_regclass('core_replayed_operations') IS NOT NULL AS replayed,
+       to_regclass('core_checkpoint_dead_letters') IS NOT NULL AS dead_letters"""
+# The ids not claimed yet: those this transaction applies (a concurrent replay of the same id waits for ours).
+CLAIM_SQL = """
+INSERT INTO core_replayed_operations (op_id, replica_id) SELECT unnest(%s::uuid[]), %s
+ON CONFLICT DO NOTHING RETURNING op_id::text AS op_id"""
+# A journal is replayed at its replica's next start: ids older than this are never asked for again.
+FORGET_CLAIMS_SQL = """
+DELETE FROM core_replayed_operations WHERE op_id IN (
+    SELECT op_id FROM core_replayed_operations WHERE applied_at < now() - interval '90 days'
+    LIMIT 10000 FOR UPDATE SKIP LOCKED)"""
+INSERT_DEAD_LETTER_SQL = """
+INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) VALUES (%s, %s, %s, %s, %s)"""
+
+
+def op_parts(op: Any) -> tuple[str, Any, str | None]:
+    """(kind, payload, id) of a buffered operation; a journal of a release before ids has none."""
+    return op[0], op[1], op[2] if len(op) > 2 else None
 
 
 class Recovery:
@@ -62,6 +88,8 @@ class Recovery:
         self._conflicts_total = 0
         self._tombstoned_threads_total = 0
         self._tombstoned_ops_dropped_total = 0
+        self._already_applied_total = 0
+        self._tables: dict[str, bool] | None = None  # our tables present (OUR_TABLES_SQL)
 
     def status(self) -> dict[str, Any]:
         with self._lock:
@@ -75,6 +103,7 @@ class Recovery:
                 "conflicts_total": self._conflicts_total,
                 "tombstoned_threads_total": self._tombstoned_threads_total,
                 "tombstoned_ops_dropped_total": self._tombstoned_ops_dropped_total,
+                "already_applied_total": self._already_applied_total,
             }
 
     @property
@@ -134,20 +163,25 @@ class Recovery:
         with self._lock:
             self._resynced_ops_total += ops
 
-    def dead_letter(self, op: tuple[str, Any], error: BaseException) -> None:
+    def dead_letter(self, op: Any, error: BaseException) -> None:
         """Keep a buffered operation PostgreSQL refused (not a connection failure) in
-        core_checkpoint_dead_letters, as the saver stored it; raises if the row cannot be written."""
-        kind, payload = op
-        thread_id = payload if kind == "delete_thread" else payload[1][0] if kind == "put" else payload[1][0][0]
+        core_checkpoint_dead_letters, as the saver stored it, and claim its id in the same transaction (never
+        kept twice); raises if the row cannot be written."""
+        kind, payload, op_id = op_parts(op)
+        thread_id = op_thread(kind, payload)
         with (
-            psycopg.connect(self._resync_dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn,
+            psycopg.connect(
+                self._resync_dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S
+            ) as conn,
             self._watchdog.watching(conn),
+            conn.transaction(),
         ):
-            conn.execute(
-                "INSERT INTO core_checkpoint_dead_letters (replica_id, thread_id, kind, error, payload) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                (self._replica_id, thread_id, kind, _describe(error), journal.pack(list(op))),
-            )
+            with conn.cursor() as cur:
+                if not op_id or self._claim(cur, [op_id]):
+                    cur.execute(
+                        INSERT_DEAD_LETTER_SQL,
+                        (self._replica_id, thread_id, kind, _describe(error), journal.pack(list(op))),
+                    )
         log.error(
             "replica %s: PostgreSQL refused a buffered %s of thread %r on replay (%s): moved to "
             "core_checkpoint_dead_letters, the rest of the buffer goes on",
@@ -157,10 +191,30 @@ class Recovery:
             _describe(error),
         )
 
+    def _our_tables(self, cur: Any) -> dict[str, bool]:
+        """Whether migrations 115 and 070 ran (asked until they have: a database may be migrated meanwhile)."""
+        if self._tables is None or not all(self._tables.values()):
+            self._tables = dict(cur.execute(OUR_TABLES_SQL).fetchone())
+            if not self._tables["replayed"]:
+                log.warning(
+                    "replica %s: core_replayed_operations is missing (migration 115 not applied): a replay after a "
+                    "crash between a resync's commit and its journal's rewrite may apply operations twice",
+                    self._replica_id,
+                )
+        return self._tables
+
+    def _claim(self, cur: Any, op_ids: list[str]) -> set[str]:
+        """The ids of `op_ids` no replay has applied yet, claimed in `cur`'s transaction (all of them without
+        migration 115)."""
+        if not op_ids or not self._our_tables(cur)["replayed"]:
+            return set(op_ids)
+        cur.execute(FORGET_CLAIMS_SQL)
+        return {row["op_id"] for row in cur.execute(CLAIM_SQL, (op_ids, self._replica_id)).fetchall()}
+
     # --- replay ----------------------------------------------------------------------------------
 
     def replay(
-        self, ops: list[tuple[str, Any]], *, since: datetime | None, tombstoned: frozenset[str], episode: bool = True
+        self, ops: list[Any], *, since: datetime | None, tombstoned: frozenset[str], episode: bool = True
     ) -> set[str]:
         """Write buffered operations in one transaction with PostgresSaver's own upsert statements; returns
         the erased threads whose operations it dropped.
@@ -174,7 +228,9 @@ class Recovery:
         Before the first buffered checkpoint of a thread (this episode) it checks the thread in
         PostgreSQL (`thread_fates.ThreadFates`): an erased thread (tombstone) is dropped; a thread whose
         head is not the checkpoint the buffered turns were based on (another replica wrote it, or
-        this replica never knew it) is written to a conflict thread instead of on top of the head.
+        this replica never knew it) is written to a conflict thread instead of on top of the head. A
+        delete whose thread was written after it is not applied and goes to the dead letters. An operation
+        a replay already committed (its id claimed) is skipped.
         """
         if not ops:
             return set()
@@ -182,8 +238,10 @@ class Recovery:
         with self._lock:
             decided = dict(self._fates) if episode else {}
         fates = ThreadFates(ops, decided=decided, since=since, replica_id=self._replica_id, tombstoned=tombstoned)
+        skipped = 0
 
         def run() -> None:
+            nonlocal skipped
             with (
                 psycopg.connect(
                     self._resync_dsn,
@@ -196,6 +254,7 @@ class Recovery:
                 conn.transaction(),
             ):
                 with conn.cursor() as cur:
+                    unapplied = self._claim(cur, [op_id for _, _, op_id in map(op_parts, ops) if op_id])
                     blobs: list[tuple] = []
                     checkpoints: list[tuple] = []
                     upserts: list[tuple] = []
@@ -212,7 +271,12 @@ class Recovery:
                                 cur.executemany(statement, rows)
                                 rows.clear()
 
-                    for kind, payload in ops:
+                    for kind, payload, op_id in map(op_parts, ops):
+                        if op_id is not None:
+                            if op_id not in unapplied:  # committed by an earlier replay
+                                skipped += 1
+                                continue
+                            unapplied.discard(op_id)  # (the same operation twice in a journal: once)
                         if kind == "put":
                             blob_rows, (thread_id, ns, checkpoint_id, parent_id, inline, metadata) = payload
                             target = fates.target(cur, thread_id, ns, parent_id)
@@ -230,9 +294,18 @@ class Recovery:
                             (upserts if upsert else inserts).extend((target, *row[1:]) for row in rows)
                         elif kind == "delete_thread":
                             flush()
-                            for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
-                                cur.execute(f"DELETE FROM {table} WHERE thread_id = %s", (payload,))
-                            fates.deleted(payload)
+                            conflict = fates.delete(cur, payload)
+                            if conflict is not None and self._our_tables(cur)["dead_letters"]:
+                                cur.execute(
+                                    INSERT_DEAD_LETTER_SQL,
+                                    (
+                                        self._replica_id,
+                                        op_thread(kind, payload),
+                                        kind,
+                                        conflict,
+                                        journal.pack([kind, payload, op_id]),
+                                    ),
+                                )
                         else:  # pragma: no cover - the log only holds the kinds above
                             raise ValueError(f"unknown buffered operation {kind!r}")
                     flush()
@@ -242,8 +315,17 @@ class Recovery:
         with self._lock:  # committed: keep what was decided, count what happened
             if episode:
                 self._fates = fates.decided
-            self._conflicts_total += len(fates.conflicts)
+            self._conflicts_total += len(fates.conflicts) + len(fates.delete_conflicts)
+            self._already_applied_total += skipped
             self._tombstoned_threads_total += len(fates.erased)
             self._tombstoned_ops_dropped_total += fates.dropped
         fates.log()
+        metrics.dead_lettered(len(fates.delete_conflicts))
+        if skipped:
+            log.warning(
+                "replica %s skipped %d buffered operations a replay had already committed (a crash before the "
+                "journal was rewritten): none applied twice",
+                self._replica_id,
+                skipped,
+            )
         return fates.erased
