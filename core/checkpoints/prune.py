@@ -12,7 +12,10 @@ What it never breaks (langgraph's own `get_state()` / `get_state_history()` read
 - threads written during the run: the cut is the newest checkpoint_id of each (thread, namespace) in one snapshot
   (REPEATABLE READ); a checkpoint after the cut is never counted, planned or deleted, deletes name checkpoints by
   id, and a blob is deleted only if, in the deleting statement, no checkpoint of the thread references it;
-- erased threads: a thread with a tombstone (`core_thread_tombstones`, migration 010) is never touched or listed.
+- erased threads: a thread with a tombstone (`core_thread_tombstones`, migration 010) is never touched or listed;
+- what the extraction has not read (core.checkpoints.tool_calls: tool calls, token usage, from the writes): a
+  checkpoint after its watermark is kept, so the sweep extracts first and pruning never lowers the Tokens and cost
+  view, the exporter's cost metrics or the Preferences page. A dry run plans as the sweep runs (extraction first).
 
 Blobs that no checkpoint referenced before the run (the checkpointer writes a blob before its checkpoint, so one may
 be in flight) and writes whose checkpoint is missing (a run may commit a step's writes before its checkpoint) are
