@@ -9,7 +9,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from core import roles
+from core import csv_export, roles
 from core.checkpoints import prune
 from core.memory import reads
 from core.operations import sweep, sweep_reads
@@ -210,7 +210,7 @@ def _run_lists(details: dict, key: str) -> None:
     if not details["pruned"].empty:
         st.download_button(
             t("sweeps_download_pruned"),
-            details["pruned"].to_csv(index=False).encode(),
+            csv_export.to_csv(details["pruned"]),
             file_name=f"{key.replace('.', '-')}-pruned-threads.csv",
             mime="text/csv",
             key=f"{key}.download",

@@ -56,6 +56,8 @@ GRANT SELECT, INSERT, UPDATE ON core_extract_watermark TO agent_memory_sweeper;
 -- The same pass keeps the thread search's summary and the token usage with its rollups (migration 080).
 GRANT SELECT, INSERT, UPDATE, DELETE ON core_thread_summary, core_message_usage, core_usage_threads, core_usage_days
     TO agent_memory_sweeper;
+-- AI messages without usage (migration 120): a thread's usage said partial.
+GRANT SELECT, INSERT, DELETE ON core_message_no_usage TO agent_memory_sweeper;
 -- Their rollups for the Preferences page (migration 047), kept by statement triggers on those two tables, which run
 -- with the privileges of the role that extracts or prunes (TRUNCATE: a TRUNCATE of the base tables empties them).
 DO $$

@@ -17,7 +17,7 @@ from langgraph.types import Command
 from prune_graphs import delta_graph, describe, subgraph_with_interrupt
 from psycopg.rows import dict_row
 
-from core.checkpoints import prune
+from core.checkpoints import prune, tool_calls
 from core.db import Database
 
 COUNTS = """
@@ -58,6 +58,7 @@ def prove(db: Database, graph_for: Callable[[str], object], keep: int, **policy)
         )
     }
     policy = prune.validate_policy(keep, **policy)
+    tool_calls.extract(db)  # as the sweep does: the prune keeps what the extraction has not read
     with connect(db.dsn) as conn:
         dry = prune.prune_history(conn, policy, dry_run=True, batch_threads=3)
         assert db.fetch_one(COUNTS) == counts, "a dry run deleted something"
@@ -183,6 +184,7 @@ def test_an_agent_writing_during_repeated_prunes_loses_nothing(db):
     pruned = 0
     with connect(db.dsn) as conn:
         while writer.is_alive():
+            tool_calls.extract(db)  # as the sweep does: the prune keeps what the extraction has not read
             pruned += prune.prune_history(conn, prune.validate_policy(1)).checkpoints
     writer.join()
     assert not errors
@@ -198,6 +200,7 @@ def test_erased_threads_stay_erased_and_are_never_listed(db):
         graph.invoke({"items": ["a"], "n": 0}, {"configurable": {"thread_id": t}})
     db.execute("INSERT INTO core_thread_tombstones (thread_id) VALUES ('borrado')")
     before = db.fetch_one("SELECT count(*) AS n FROM checkpoints WHERE thread_id = 'borrado'")["n"]
+    tool_calls.extract(db)
     with connect(db.dsn) as conn:
         result = prune.prune_history(conn, prune.validate_policy(1))
     assert [t.thread_id for t in result.threads] == ["vivo"]

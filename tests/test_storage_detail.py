@@ -12,7 +12,7 @@ from langgraph.graph import END, START, StateGraph
 from prune_graphs import delta_graph
 from test_sweep import DIMS, _converse
 
-from core.checkpoints import prune, storage, storage_detail
+from core.checkpoints import prune, storage, storage_detail, tool_calls
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 
@@ -151,6 +151,7 @@ def test_prune_preview_is_the_dry_run_and_deletes_nothing(db):
     import psycopg
     from psycopg.rows import dict_row
 
+    tool_calls.extract(db)  # as the sweep does before it prunes (a preview plans that run)
     with psycopg.connect(db.dsn, autocommit=True, row_factory=dict_row) as conn:
         done = prune.prune_history(conn, policy)
     assert (shown.checkpoints, shown.writes, shown.blobs, shown.bytes) == (

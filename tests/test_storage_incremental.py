@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 from test_storage_batches import KEYS, turns
 from test_storage_detail import KNOWN, app_knows, write
 
-from core.checkpoints import prune, storage, storage_detail
+from core.checkpoints import prune, storage, storage_detail, tool_calls
 from core.db import Database
 from core.privacy import erasure
 
@@ -179,7 +179,9 @@ def test_incremental_refresh_equals_a_full_one_after_every_kind_of_change(db):
     r.expect(set())
     assert forgotten["thread_id"] in {t["thread_id"] for t in db.fetch(FIGURES["unknown_list"])}
 
-    # History pruning (the sweep's step): older checkpoints, their writes and blobs deleted in live threads.
+    # History pruning (the sweep's step, after its extraction): older checkpoints, their writes and blobs deleted in
+    # live threads.
+    tool_calls.extract(db)
     with psycopg.connect(db.dsn, autocommit=True, row_factory=dict_row) as conn:
         pruned = prune.prune_history(conn, prune.validate_policy(3))
     assert pruned.threads
@@ -288,6 +290,7 @@ def test_on_the_article_agents_database(article_agents):
             (chat, chat),
         )
         r.expect({chat})
+        tool_calls.extract(db)  # as the sweep does before it prunes
         with psycopg.connect(db.dsn, autocommit=True, row_factory=dict_row) as conn:
             pruned = prune.prune_history(conn, prune.validate_policy(2))
         r.expect({t.thread_id for t in pruned.threads})
@@ -351,6 +354,7 @@ def test_the_detail_equals_the_statements_it_replaced(db, article_agents):
     gone from the middle of a thread) and on the article agents' database."""
     write(db)
     same_detail_as_before(db)
+    tool_calls.extract(db)  # as the sweep does before it prunes
     with psycopg.connect(db.dsn, autocommit=True, row_factory=dict_row) as conn:
         assert prune.prune_history(conn, prune.validate_policy(4)).threads
     db.execute(

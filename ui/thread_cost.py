@@ -28,12 +28,21 @@ def _money(value) -> str:
 
 
 def _notes(frame: pd.DataFrame) -> pd.DataFrame:
-    """As shown: the cost as money text, `note` in words (no usage metadata / no price for <models>)."""
+    """As shown: the cost as money text, `note` in words (no usage metadata / no price for <models> / partial)."""
     said = [
         t("cost_no_usage") if n == "no_usage" else t("cost_no_price", models=m) if n == "no_price" else ""
         for n, m in zip(frame["note"], frame["no_price"])
     ]
+    if "without_usage" in frame:  # per thread: AI messages without usage metadata make its figures partial
+        said = [
+            " · ".join(x for x in (note, _partial(w) if n != "no_usage" else "") if x)
+            for note, n, w in zip(said, frame["note"], frame["without_usage"], strict=True)
+        ]
     return frame.assign(note=said, cost_usd=frame["cost_usd"].map(_money))
+
+
+def _partial(without_usage) -> str:
+    return t("cost_partial", n=fmt.number(int(without_usage))) if without_usage else ""
 
 
 def _prices() -> tuple:
@@ -124,4 +133,5 @@ def thread_cost(thread_id: str) -> None:
             cost=_money(rows["cost_usd"].sum(min_count=1)),
         )
         + (t("cost_no_price", models=", ".join(md_code(m or "?") for m in unpriced)) if unpriced else "")
+        + (" · " + _partial(rows["without_usage"].iloc[0]) if rows["without_usage"].iloc[0] else "")
     )

@@ -12,7 +12,10 @@ What it never breaks (langgraph's own `get_state()` / `get_state_history()` read
 - threads written during the run: the cut is the newest checkpoint_id of each (thread, namespace) in one snapshot
   (REPEATABLE READ); a checkpoint after the cut is never counted, planned or deleted, deletes name checkpoints by
   id, and a blob is deleted only if, in the deleting statement, no checkpoint of the thread references it;
-- erased threads: a thread with a tombstone (`core_thread_tombstones`, migration 010) is never touched or listed.
+- erased threads: a thread with a tombstone (`core_thread_tombstones`, migration 010) is never touched or listed;
+- what the extraction has not read (core.checkpoints.tool_calls: tool calls, token usage, from the writes): a
+  checkpoint after its watermark is kept, so the sweep extracts first and pruning never lowers the Tokens and cost
+  view, the exporter's cost metrics or the Preferences page. A dry run plans as the sweep runs (extraction first).
 
 Blobs that no checkpoint referenced before the run (the checkpointer writes a blob before its checkpoint, so one may
 be in flight) and writes whose checkpoint is missing (a run may commit a step's writes before its checkpoint) are
@@ -37,6 +40,7 @@ from psycopg import sql as pgsql
 
 from core.checkpoints.prune_plan import TASKS, Checkpoint, ThreadPlan, plan_thread
 from core.checkpoints.storage import key_ranges, thread_ranges
+from core.checkpoints.tool_calls import WATERMARK
 from core.db import Database
 
 # Threads per batch transaction; a batch reads only keys and sizes, never payloads but the checkpoints' JSON.
@@ -169,7 +173,9 @@ def take_cut(conn: psycopg.Connection, policy: PrunePolicy, batch_rows: int = CU
 # --- a batch ---------------------------------------------------------------------------------------------------------
 
 # A batch's checkpoints (keys, versions and which values are inline; never a blob), skipping threads erased since
-# the cut; `after_cut` marks what was written after it.
+# the cut; `after_cut` marks what was written after it, `unextracted` what the extraction (core.checkpoints.tool_calls:
+# tool calls, token usage) has not read yet: after its watermark, or everything when it never ran. A dry run plans as
+# the sweep runs, extraction first (`%(assume_extracted)s`).
 SELECT_BATCH_CHECKPOINTS = """
 SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
        coalesce(c.checkpoint -> 'channel_versions', '{}') AS versions,
@@ -182,7 +188,11 @@ SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
        c.metadata -> 'parents' ->> '' AS root,
        CASE WHEN c.checkpoint ->> 'v' ~ '^[0-9]{1,9}$' THEN (c.checkpoint ->> 'v')::int ELSE 1 END AS v,
        pg_column_size(c.checkpoint) + pg_column_size(c.metadata) AS bytes,
-       cut.id IS NULL OR c.checkpoint_id > cut.id AS after_cut
+       cut.id IS NULL OR c.checkpoint_id > cut.id AS after_cut,
+       NOT %(assume_extracted)s
+       AND coalesce((c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id)
+                    > (SELECT ts, thread_id, checkpoint_ns, checkpoint_id FROM core_extract_watermark
+                       WHERE name = %(watermark)s), true) AS unextracted
 FROM checkpoints c
 LEFT JOIN unnest(%(threads)s::text[], %(namespaces)s::text[], %(cuts)s::text[]) AS cut(thread_id, ns, id)
        ON cut.thread_id = c.thread_id AND cut.ns = c.checkpoint_ns
@@ -238,13 +248,23 @@ class ThreadPruned:
     bytes: int
 
 
-def plan_batch(conn: psycopg.Connection, cut: Cut, batch: list[str], keep_latest: int) -> list[ThreadPlan]:
-    """The plans of `batch`'s threads (on `conn`, in the caller's transaction)."""
+def plan_batch(
+    conn: psycopg.Connection, cut: Cut, batch: list[str], keep_latest: int, *, assume_extracted: bool = False
+) -> list[ThreadPlan]:
+    """The plans of `batch`'s threads (on `conn`, in the caller's transaction). A checkpoint the extraction has not
+    read is kept, unless `assume_extracted` (a dry run's plan of a sweep, which extracts before it prunes)."""
     threads, namespaces, cuts = [], [], []
     for t in batch:
         for ns, cid in cut[t].items():
             threads.append(t), namespaces.append(ns), cuts.append(cid)
-    params = {"batch": batch, "threads": threads, "namespaces": namespaces, "cuts": cuts}
+    params = {
+        "batch": batch,
+        "threads": threads,
+        "namespaces": namespaces,
+        "cuts": cuts,
+        "assume_extracted": assume_extracted,
+        "watermark": WATERMARK,
+    }
     rows: dict[str, list[Checkpoint]] = {}
     for r in conn.execute(SELECT_BATCH_CHECKPOINTS, params, prepare=False):
         rows.setdefault(r["thread_id"], []).append(
@@ -260,6 +280,7 @@ def plan_batch(conn: psycopg.Connection, cut: Cut, batch: list[str], keep_latest
                 int(r["bytes"]),
                 bool(r["after_cut"]),
                 r["root"],
+                bool(r["unextracted"]),
             )
         )
     blobs: dict[str, dict[tuple[str, str, str], int]] = {}
@@ -354,7 +375,7 @@ def prune_history(
     for start in range(0, len(threads), batch_threads):
         batch = threads[start : start + batch_threads]
         with conn.transaction(force_rollback=dry_run):
-            plans = plan_batch(conn, cut, batch, policy.keep_latest)
+            plans = plan_batch(conn, cut, batch, policy.keep_latest, assume_extracted=dry_run)
             if dry_run:
                 result.threads += [
                     ThreadPruned(p.thread_id, p.checkpoints, p.writes, p.blob_count, p.bytes)

@@ -25,6 +25,7 @@ class Checkpoint:
     bytes: int
     after_cut: bool = False
     root: str | None = None  # metadata parents[""]: the root graph's checkpoint a subgraph call started from
+    unextracted: bool = False  # not read yet by the extraction (tool calls, token usage): kept
 
 
 @dataclass
@@ -63,11 +64,15 @@ def plan_thread(
         call_done = (
             ":" in ns
             and len(history) == len(ns_rows)
-            and all(r.root in root_ids and r.root in root_deleted for r in ns_rows)
+            and all(r.root in root_ids and r.root in root_deleted and not r.unextracted for r in ns_rows)
         )
         if len(history) <= keep_latest and not call_done:
             continue
-        kept = set() if call_done else ({r.id for r in ns_rows if r.after_cut} | {r.id for r in history[:keep_latest]})
+        kept = (
+            set()
+            if call_done
+            else {r.id for r in ns_rows if r.after_cut or r.unextracted} | {r.id for r in history[:keep_latest]}
+        )
         delta = set().union(*(r.delta_counters for r in ns_rows)) | {
             c for r in ns_rows for c in r.true_keys if (ns, c, r.versions.get(c)) in blobs
         }

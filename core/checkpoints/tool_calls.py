@@ -184,6 +184,15 @@ WITH cps AS MATERIALIZED (
     ON CONFLICT DO NOTHING
     RETURNING thread_id, ts, coalesce(agent, '') AS agent, coalesce(model, '') AS model,
               input_tokens, output_tokens, cached_tokens
+), no_usage_rows AS (
+    -- AI messages without usage_metadata (migration 120): the Tokens and cost view says "partial" for their threads
+    INSERT INTO core_message_no_usage (thread_id, message_key)
+    SELECT d.thread_id,
+           coalesce(u ->> 'id', concat_ws('/', d.checkpoint_ns, d.checkpoint_id, d.task_id, d.idx, u ->> 'position'))
+    FROM decoded d CROSS JOIN LATERAL jsonb_array_elements(core_message_no_usages(d.payload)) AS u
+    WHERE d.ts IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING 1
 ), usage_threads AS (
     INSERT INTO core_usage_threads AS t (thread_id, model, agent, messages, input_tokens, output_tokens, cached_tokens,
                                          last_ts)
@@ -261,6 +270,7 @@ DERIVED_PER_THREAD = (
     "core_thread_summary",
     "core_message_usage",
     "core_usage_threads",
+    "core_message_no_usage",
 )
 PRUNE_ORPHANS = (
     "WITH "

@@ -4,9 +4,10 @@ and per day. The extraction pass (core/checkpoints/tool_calls.py) keeps `core_me
 million tokens) at read time, so a corrected price applies to the past too.
 
 Never "free" by accident: a thread whose messages carry no usage metadata is `note = "no_usage"` (tokens and cost
-empty, not 0), and tokens of a model without a price leave the cost empty for that part with the model named in
-`no_price`. Input tokens include the cached ones (LangChain's convention): the cost is
-(input - cached) x input price + cached x cached price + output x output price.
+empty, not 0), a thread where only some AI messages carry it has `without_usage` > 0 (partial figures, said so), and
+tokens of a model without a price leave the cost empty for that part with the model named in `no_price`. Input
+tokens include the cached ones (LangChain's convention): the cost is (input - cached) x input price + cached x cached
+price + output x output price.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from core.db import Database
 TOKENS = ["messages", "input_tokens", "output_tokens", "cached_tokens"]
 
 SELECT_THREAD = """
-SELECT model, agent, messages, input_tokens, output_tokens, cached_tokens
+SELECT model, agent, messages, input_tokens, output_tokens, cached_tokens,
+       (SELECT count(*) FROM core_message_no_usage n WHERE n.thread_id = %(thread_id)s) AS without_usage
 FROM core_usage_threads WHERE thread_id = %(thread_id)s ORDER BY model"""
 
 # The threads last active in the period (the thread search's summary), most recent first, with their usage (none:
@@ -34,9 +36,10 @@ WITH threads AS (
     WHERE updated_at >= %(since)s AND updated_at < %(until)s
     ORDER BY updated_at DESC, thread_id DESC LIMIT %(limit)s
 )
-SELECT t.thread_id, coalesce(t.agent, '') AS agent, t.updated_at, u.model, u.messages, u.input_tokens,
-       u.output_tokens, u.cached_tokens
+SELECT t.thread_id, coalesce(t.agent, '') AS agent, t.updated_at, nu.n AS without_usage, u.model, u.messages,
+       u.input_tokens, u.output_tokens, u.cached_tokens
 FROM threads t LEFT JOIN core_usage_threads u ON u.thread_id = t.thread_id
+CROSS JOIN LATERAL (SELECT count(*) AS n FROM core_message_no_usage n WHERE n.thread_id = t.thread_id) nu
 ORDER BY t.updated_at DESC, t.thread_id DESC"""
 
 SELECT_DAYS = """
@@ -109,8 +112,11 @@ def _rollup(frame: pd.DataFrame, keys: list[str], prices: Iterable[ModelPrice]) 
 
 
 def thread_usage(db: Database, thread_id: str, prices: tuple[ModelPrice, ...]) -> pd.DataFrame:
-    """One thread's usage per model (empty: its messages carry no usage metadata, or it was not extracted yet)."""
-    frame = pd.DataFrame(db.fetch(SELECT_THREAD, {"thread_id": thread_id}), columns=["model", "agent", *TOKENS])
+    """One thread's usage per model (empty: its messages carry no usage metadata, or it was not extracted yet);
+    `without_usage`: its AI messages without usage metadata (their tokens are not counted: the figures are partial)."""
+    frame = pd.DataFrame(
+        db.fetch(SELECT_THREAD, {"thread_id": thread_id}), columns=["model", "agent", *TOKENS, "without_usage"]
+    )
     return priced(frame, prices)
 
 
@@ -118,12 +124,12 @@ def usage_by_thread(
     db: Database, since: date, until: date, prices: tuple[ModelPrice, ...], limit: int = 100
 ) -> pd.DataFrame:
     """The `limit` threads last active in [since, until] (UTC days) with tokens and cost; a thread without usage
-    metadata is listed with note 'no_usage'."""
+    metadata is listed with note 'no_usage'; `without_usage`: its AI messages without usage metadata (partial)."""
     frame = pd.DataFrame(
         db.fetch(SELECT_THREADS, {"since": since, "until": until + pd.Timedelta(days=1), "limit": limit}),
-        columns=["thread_id", "agent", "updated_at", "model", *TOKENS],
+        columns=["thread_id", "agent", "updated_at", "without_usage", "model", *TOKENS],
     )
-    return _rollup(frame, ["thread_id", "agent", "updated_at"], prices)
+    return _rollup(frame, ["thread_id", "agent", "updated_at", "without_usage"], prices)
 
 
 def usage_by_day(db: Database, since: date, until: date, prices: tuple[ModelPrice, ...]) -> pd.DataFrame:

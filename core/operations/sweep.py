@@ -9,9 +9,10 @@
    (same snapshot, same `now()`: the counts are exact, and a mismatch rolls everything back);
 3. checkpoint retention: threads whose newest checkpoint (`checkpoint->>'ts'`, not `core_conversations`: see the
    README) is older than `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run lists them);
-   then, with a policy, history pruning of live threads (core.checkpoints.prune); then refreshes the per-thread
-   storage summary and the attribution coverage, extracts new tool calls (core.checkpoints.tool_calls) and indexes
-   the threads written since the last run for the residue scan (core.privacy.token_index);
+   then extracts new tool calls and token usage (core.checkpoints.tool_calls) and, with a policy, prunes the history
+   of live threads (core.checkpoints.prune, which never deletes a checkpoint the extraction has not read); then
+   refreshes the per-thread storage summary and the attribution coverage and indexes the threads written since the
+   last run for the residue scan (core.privacy.token_index);
 4. calls the erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`);
 5. completes its row in `core_sweep_log` (the first documents' keys in `core_sweep_documents`).
 
@@ -348,7 +349,7 @@ def run_sweep(
     when a step failed (the error is in the result and the log; a failed TTL sweep deletes nothing).
     Raises SweepInputError for a bad trigger or retention days (nothing changed, nothing logged),
     DatabaseUnavailable if PostgreSQL cannot be reached. `on_step(stage, fraction 0..1, detail)` is
-    called as the run progresses (stages: locked, ttl, retention, prune, storage, toolcalls, tokens, erasure, done).
+    called as the run progresses (stages: locked, ttl, retention, toolcalls, prune, storage, tokens, erasure, done).
     """
     if trigger not in TRIGGERS:
         raise SweepInputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
@@ -388,8 +389,17 @@ def run_sweep(
             except Exception as exc:
                 log.exception("sweep: checkpoint retention failed")
                 errors.append(f"retention: {exc}")
+            if not dry_run:
+                try:  # before pruning, which keeps what the extraction has not read; the Preferences page and the
+                    # Tokens and cost view read the extracted tables, not the blobs
+                    extracted = tool_calls.sweep_step(db)
+                    result.tool_calls_extracted = extracted.calls
+                    step("toolcalls", 0.9, f"{extracted.calls}")
+                except Exception as exc:
+                    log.exception("sweep: tool-call extraction failed")
+                    errors.append(f"tool-call extraction: {exc}")
             if prune is not None:
-                try:  # before the storage refresh, which then shows what is left
+                try:  # after the extraction; before the storage refresh, which then shows what is left
                     result.prune = history.sweep_step(conn, result.run_id, prune, dry_run, step)
                 except Exception as exc:
                     log.exception("sweep: history pruning failed")
@@ -409,13 +419,6 @@ def run_sweep(
                 except Exception as exc:
                     log.exception("sweep: attribution coverage failed")
                     errors.append(f"attribution coverage: {exc}")
-                try:  # the Preferences page reads tool calls from this table, not from the blobs
-                    extracted = tool_calls.sweep_step(db)
-                    result.tool_calls_extracted = extracted.calls
-                    step("toolcalls", 0.93, f"{extracted.calls}")
-                except Exception as exc:
-                    log.exception("sweep: tool-call extraction failed")
-                    errors.append(f"tool-call extraction: {exc}")
                 try:  # before the erasure re-check, whose residue scan reads this index
                     indexed = token_index.sweep_step(db)
                     result.threads_tokenized, result.threads_not_readable = indexed.threads, indexed.unread_threads

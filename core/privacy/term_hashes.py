@@ -39,6 +39,12 @@ SELECT_ALL_THREADS = """
 SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM checkpoint_writes
 UNION SELECT thread_id FROM checkpoint_blobs"""
 TOKENIZE_BATCH = 500  # threads tokenized at once when checking threads the index has not read
+DECODE_BATCH = 500  # candidate threads whose decoded payloads one query streams
+# The candidates' decoded payloads (residue.SELECT_DECODED_THREAD for many threads at once), streamed row by row.
+SELECT_DECODED_THREADS = """
+SELECT thread_id, payload::text AS text FROM core_checkpoint_writes_view WHERE thread_id = ANY(%(threads)s)
+UNION ALL
+SELECT thread_id, channel_values::text FROM core_checkpoints_view WHERE thread_id = ANY(%(threads)s)"""
 
 
 def new_salt() -> str:
@@ -185,7 +191,9 @@ def find_threads(
 ) -> dict[str, set[str]]:
     """The threads (but `exclude`) holding one of the distinctive `terms`, each with the references it holds:
     candidates from the token index (threads not indexed yet tokenized here; every thread when the index cannot
-    narrow), confirmed on the decoder's text; encrypted rows read with the configured keys."""
+    narrow), confirmed on the decoder's text (DECODE_BATCH threads a query); encrypted rows read with the configured
+    keys, those no key opens left unread (the residue scan names them not scanned): the queries do not grow with the
+    number of encrypted threads."""
     terms = [t for t in terms if not t.common]
     if not terms:
         return {}
@@ -194,20 +202,16 @@ def find_threads(
     narrowed = token_index.candidates_of(conn, {t.ref: t.tokens for t in terms}, decryptor)
     if narrowed.threads is None:
         candidates = _holding(conn, (r["thread_id"] for r in conn.execute(SELECT_ALL_THREADS)), terms)
-    else:
-        candidates = set(narrowed.threads - narrowed.unindexed) | _holding(conn, narrowed.unindexed, terms)
+    else:  # threads named only for encrypted rows the index could not read are not decoded: read with the keys below
+        candidates = set(narrowed.hit_threads - narrowed.unindexed) | _holding(conn, narrowed.unindexed, terms)
     matcher = Matcher(terms, salt)
     found: dict[str, set[str]] = {}
-    for thread in sorted(candidates - exclude):
-        refs = set().union(
-            *(
-                matcher.found(r["text"])
-                for r in conn.execute(res.SELECT_DECODED_THREAD, {"thread_id": thread})
-                if r["text"]
-            )
-        )
-        if refs:
-            found[thread] = refs
+    todo = sorted(candidates - exclude)
+    for start in range(0, len(todo), DECODE_BATCH):
+        for r in conn.cursor().stream(SELECT_DECODED_THREADS, {"threads": todo[start : start + DECODE_BATCH]}):
+            refs = matcher.found(r["text"]) if r["text"] else set()
+            if refs:
+                found.setdefault(r["thread_id"], set()).update(refs)
     # encrypted rows: those of the index's candidates read with the configured keys, as the residue scan reads them
     opened, _ = formats.encrypted_texts(conn, decryptor, exclude, only=narrowed.threads)
     for thread, texts in opened.items():

@@ -247,6 +247,7 @@ class Candidates:
     # indexed threads with encrypted rows the index cannot answer for (no configured key opened them, or indexed
     # under another key set): in `threads`
     encrypted_unread: frozenset[str] = frozenset()
+    hit_threads: frozenset[str] = frozenset()  # the `hits` threads
 
     def describe(self) -> str:
         if self.threads is None:
@@ -341,7 +342,14 @@ def candidates_of(
     lookups = list(keys.values()) + sealed_keys(keys.values(), decryptor)
     hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": lookups})} if keys else set()
     unread = {r["thread_id"] for r in conn.execute(SELECT_UNANSWERED, {"key_set": decryptor.key_set})}
-    return Candidates(frozenset(hits | set(unindexed) | unread), len(hits), frozenset(unindexed), "", frozenset(unread))
+    return Candidates(
+        frozenset(hits | set(unindexed) | unread),
+        len(hits),
+        frozenset(unindexed),
+        "",
+        frozenset(unread),
+        frozenset(hits),
+    )
 
 
 def thread_token_hashes(
