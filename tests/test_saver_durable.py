@@ -359,3 +359,58 @@ def test_browser_degradation_page_shows_a_dead_letter(page, db, screenshot):
         screenshot("degradation-dead-letters")
     finally:
         stop_streamlit(proc)
+
+
+def test_a_customers_dead_letter_is_in_their_access_export_and_erased_with_them(dsn, control, tmp_path):
+    """Issue 42: a buffered write of a customer's conversation that PostgreSQL refused on resync (a real dead letter)
+    is listed in the customer's art. 15 export (es and en, no internal key) and erased with the customer: the
+    evidence counts the dead letters and reads 0 after."""
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    from core.db import Database
+    from core.privacy import access, erasure
+
+    class Note(TypedDict):
+        note: str
+
+    builder = StateGraph(Note)
+    builder.add_node("node", lambda state: {"note": state["note"] + "."})
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    config = {"configurable": {"thread_id": "nota-C5"}, "metadata": {"cliente_id": "C5"}}
+    with DualCheckpointSaver(
+        dsn, heartbeat_interval=0.3, probe_interval=0.2, replica_id="dl-export", journal_dir=tmp_path
+    ) as saver:
+        notes = builder.compile(checkpointer=saver)
+        notes.invoke({"note": "recoger en T002"}, config)
+        control.stop()
+        try:
+            notes.invoke({"note": "a\x00b"}, config)
+            assert saver.degraded
+        finally:
+            control.start()
+        assert saver.wait_for("healthy", 30), saver.status()
+    db = Database(dsn)
+    try:
+        count = "SELECT count(*) AS n FROM core_checkpoint_dead_letters WHERE thread_id = 'nota-C5'"
+        assert db.fetch_one(count)["n"] > 0
+        report = access.gather(db, "C5")
+        assert [r["thread_id"] for r in report.logs["dead_letters"]] == ["nota-C5"] * db.fetch_one(count)["n"]
+        assert report.counts["dead_letters"] == db.fetch_one(count)["n"]
+        for lang, heading, kind in (
+            ("es", "Operaciones de una conversación que no se pudieron guardar", "guardar un paso de la conversación"),
+            ("en", "Operations on a conversation that could not be saved", "save a step of the conversation"),
+        ):
+            html = access.export(db, "C5", fmt="html", lang=lang, operator="dpo@example.com").data.decode()
+            letter = html.split("<h2>Anexo técnico")[0].split("<h2>Technical annex")[0]  # what a person reads
+            assert heading in letter and kind in letter and "dead_letters" not in letter
+        result = erasure.erase(db, "C5", operator="dpo@example.com")
+        assert result.complete, result
+        assert db.fetch_one(count)["n"] == 0
+        evidence = {e.table: e.result for e in result.evidence}
+        assert evidence.get("core_checkpoint_dead_letters") == 0, evidence
+        assert access.gather(db, "C5").logs["dead_letters"] == []
+    finally:
+        db.close()

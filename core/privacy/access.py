@@ -8,7 +8,7 @@ never `store.search`):
   from the canonical SQL views, no raw blobs; a payload the serializer would refuse, or one that cannot
   be decoded, is marked in its place;
 - our own logs about them: memory writes, conversations, guard denials (table and episodes), serializer
-  refusals of their threads;
+  refusals of their threads, the dual saver's dead letters of their threads;
 - the erasure-register rows (with re-checks) and earlier access exports about them.
 The result is an `AccessReport` (core/privacy/access_report.py); `core.privacy.access_render` renders it (JSON,
 or HTML that prints to PDF); `record_export` writes the access register row with the sha256 of the exact file
@@ -76,6 +76,12 @@ ORDER BY e.degraded_from, e.id"""
 SELECT_SERDE_REFUSALS = """
 SELECT id, replica_id, type_name, kind, thread_id, checkpoint_id, refused_at FROM core_serde_refusals
 WHERE thread_id = ANY(%(threads)s) ORDER BY refused_at, id"""
+# Operations a replica buffered for the customer's threads that PostgreSQL refused on resync (the dual saver's
+# dead letters): named with their size, the payload itself stays in the database (it is the customer's data, erased
+# with the thread; its journal encoding is not decoded here).
+SELECT_DEAD_LETTERS = """
+SELECT id, replica_id, thread_id, kind, error, created_at, octet_length(payload) AS size_bytes
+FROM core_checkpoint_dead_letters WHERE thread_id = ANY(%(threads)s) ORDER BY created_at, id"""
 SELECT_ERASURES = """
 SELECT id, customer_id, namespace_prefix, operator, requested_at, finished_at, status, passes, thread_ids,
        counts_before, deleted, counts_after, evidence, report, last_recheck_at, last_recheck_clean
@@ -114,6 +120,7 @@ LOG_SOURCES = (
     "core_guard_denials",
     "core_degradation_episodes.denials",
     "core_serde_refusals",
+    "core_checkpoint_dead_letters",
     "core_data_views",
 )
 
@@ -250,6 +257,7 @@ def gather(db: Database, customer_id: str) -> AccessReport:
                 "guard_denials": conn.execute(SELECT_GUARD_DENIALS, params).fetchall(),
                 "episode_denials": conn.execute(SELECT_EPISODE_DENIALS, params).fetchall(),
                 "serde_refusals": conn.execute(SELECT_SERDE_REFUSALS, params).fetchall(),
+                "dead_letters": conn.execute(SELECT_DEAD_LETTERS, params).fetchall(),
                 # who looked at the customer's data on this dashboard (art. 15: the recipients of the data)
                 "data_views": conn.execute(data_views.SELECT_FOR_EXPORT, params).fetchall(),
             }

@@ -227,6 +227,11 @@ LABELS = {
         "guard_denials": "Acciones denegadas por el control de seguridad",
         "episode_denials": "Acciones denegadas durante una avería",
         "serde_refusals": "Contenidos rechazados al guardar",
+        "dead_letters": "Operaciones de una conversación que no se pudieron guardar tras una avería",
+        "created_at": "Fecha",
+        "put": "guardar un paso de la conversación",
+        "put_writes": "guardar lo escrito en un paso",
+        "delete_thread": "borrar la conversación",
         "erasure_requests": "Solicitudes de borrado",
         "erasure_rechecks": "Comprobaciones de borrados",
         "access_exports": "Solicitudes de acceso anteriores",
@@ -285,6 +290,7 @@ LABELS = {
         "core_conversations": "registro de conversaciones",
         "core_guard_denials": "acciones denegadas",
         "core_serde_refusals": "contenidos rechazados",
+        "core_checkpoint_dead_letters": "operaciones no guardadas tras una avería",
         "data_views": "Consultas de sus datos por nuestro personal",
         "viewed_at": "Fecha",
         "viewer": "Quién",
@@ -327,6 +333,11 @@ LABELS = {
         "guard_denials": "Actions refused by the safety check",
         "episode_denials": "Actions refused during an outage",
         "serde_refusals": "Contents refused when saved",
+        "dead_letters": "Operations on a conversation that could not be saved after an outage",
+        "created_at": "Date",
+        "put": "save a step of the conversation",
+        "put_writes": "save what a step wrote",
+        "delete_thread": "delete the conversation",
         "erasure_requests": "Erasure requests",
         "erasure_rechecks": "Erasure checks",
         "access_exports": "Earlier access requests",
@@ -385,6 +396,7 @@ LABELS = {
         "core_conversations": "conversation log",
         "core_guard_denials": "refused actions",
         "core_serde_refusals": "refused contents",
+        "core_checkpoint_dead_letters": "operations not saved after an outage",
         "data_views": "Views of your data by our staff",
         "viewed_at": "Date",
         "viewer": "Who",
@@ -425,6 +437,7 @@ COLUMNS = {
     "guard_denials": ("denied_at", "tool", "risk", "reason", "thread_id"),
     "episode_denials": ("degraded_from", "degraded_to", "denial"),
     "serde_refusals": ("refused_at", "type_name", "kind", "thread_id"),
+    "dead_letters": ("created_at", "kind", "thread", "size_bytes"),  # the technical error stays in the JSON
     "erasures": ("requested_at", "finished_at", "status", "operator", "deleted"),
     "rechecks": ("checked_at", "trigger", "clean", "counts"),
     "exports": ("exported_at", "operator", "format", "lang", "size_bytes", "sha256"),
@@ -625,7 +638,7 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
     if not logged:
         p.append(f"<p>{s['none_logs']}</p>")
     for name, rows in logged.items():
-        if name == "conversations":  # named as the conversations above, which date them
+        if name in ("conversations", "dead_letters"):  # named as the conversations above, which date them
             rows = [
                 {
                     **r,

@@ -40,6 +40,7 @@ class AccessReport:
         "guard_denials",
         "episode_denials",
         "serde_refusals",
+        "dead_letters",
         "data_views",
         "erasure_requests",
         "erasure_rechecks",
