@@ -143,3 +143,30 @@ def test_an_agent_role_cannot_redact(db):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT core_redact_view_purposes('C1', '{}', 1)")
     assert holding(db, "Ana Pérez Gil") == 1
+
+
+def test_a_purpose_typed_on_another_customers_view_naming_ours_is_redacted(db):
+    """Issue 42: a purpose typed while viewing C2 that names C1 is C1's data too; erasing C1 redacts it (the id as a
+    word: a purpose naming C10 is not C1's), the evidence counts it, and the chains still verify."""
+    store = make_store(db)
+    write_docs(store, "C1", 1)
+    write_docs(store, "C2", 1)
+    log_views(
+        db,
+        [
+            dpo_view("clientes.C2", "C2", "llamó por la reclamación de C1 (Ana Pérez Gil)"),
+            dpo_view("clientes.C2", "C2", "incidencia de c1: misma dirección"),
+            dpo_view("clientes.C2", "C2", "incidencia 77 de C2, ver también C10"),
+        ],
+    )
+    result = erasure.erase(db, "C1", operator="dpo@example.com")
+    assert result.status == "complete", result.report
+    assert holding(db, "Ana Pérez Gil") == 0 and holding(db, "misma dirección") == 0
+    assert holding(db, "incidencia 77 de C2, ver también C10") == 1
+    assert result.counts_before[evidence.VIEW_PURPOSES] == 2 and result.deleted[evidence.VIEW_PURPOSES] == 2
+    (ev,) = [e for e in result.evidence if e.table == evidence.VIEW_PURPOSES]
+    assert ev.result == 0 and "Ana" not in ev.sql
+    assert chain.verify(db, "views").ok and chain.verify(db, "erasure").ok
+    log_views(db, [dpo_view("clientes.C2", "C2", "otra vez C1")])
+    check = erasure_register.recheck(db, result.request_id)
+    assert not check.clean and check.counts[evidence.VIEW_PURPOSES] == 1

@@ -43,12 +43,14 @@ PROTECTED_TABLES = frozenset(
         "core_thread_tombstones",
     }
 )
-# The one value a protected table may hold about the customer: the purpose typed when viewing their data (free
-# text). Not deleted: redacted, each row's redaction recorded so the 'views' chain still verifies (migration 088).
+# The one value a protected table may hold about the customer: the purpose typed when viewing their data, or any
+# purpose naming their id (free text). Not deleted: redacted, each row's redaction recorded so the 'views' chain
+# still verifies (migrations 088, 136).
 VIEW_PURPOSES = "core_data_views.purpose"
 VIEW_PURPOSES_COUNT_SQL = (
     "SELECT count(*) AS n FROM core_data_views v "
-    "WHERE (v.customer_id = %(cliente_id)s OR (v.kind = 'thread' AND v.target = ANY(%(threads)s))) "
+    "WHERE (v.customer_id = %(cliente_id)s OR (v.kind = 'thread' AND v.target = ANY(%(threads)s)) "
+    "OR core_purpose_names(v.purpose, %(cliente_id)s)) "
     "AND v.purpose IS NOT NULL AND NOT EXISTS (SELECT 1 FROM core_register_redactions r "
     "WHERE r.table_name = 'core_data_views' AND r.row_id = v.id)"
 )
