@@ -4,6 +4,12 @@ person does, some sitting on the Degradation page, whose fragment refreshes itse
 
     python -m bench.bench_sessions --production .data/bench_production   # bench_production's 1M database
     python -m bench.bench_sessions --dsn postgresql://... --sessions 10 25 50 --duration 90
+    python -m bench.bench_sessions --production .data/bench_production --fresh --sessions 10 25 50 100
+
+--fresh measures what a new install meets: the template is built again right before the first level (as
+`python -m bench.bench_production --build-only --rebuild`) and read at once, never swept (no stored coverage, no
+storage summary), PostgreSQL still busy with its own maintenance of the new database. Failed page loads are a
+figure of their own (the exit code is 1 when any level had one).
 
 For each level of --sessions: a fresh `streamlit run dashboard.py` (local mode, all roles; its caches empty), the
 sessions opened over --ramp seconds, then for --duration seconds each "browsing" session opens a page at random and
@@ -372,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--dsn", help="a database with the dashboard's migrations (read only)")
     where.add_argument("--production", type=Path, help="bench_production's --data folder: its largest template")
+    parser.add_argument(
+        "--fresh", action="store_true", help="with --production: build the template again first and read it at once"
+    )
     parser.add_argument("--dims", type=int, default=64, help="EMBEDDINGS_DIMS of --dsn")
     parser.add_argument("--sessions", type=int, nargs="+", default=[10, 25, 50])
     parser.add_argument("--duration", type=float, default=90, help="seconds of steady load per level")
@@ -384,6 +393,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the dashboard (repeatable)")
     parser.add_argument("--profile", type=Path, help="folder: py-spy samples the dashboard at each level")
     args = parser.parse_args(argv)
+    if args.fresh:
+        if not args.production:
+            parser.error("--fresh needs --production (the folder bench_production builds into)")
+        from bench import bench_production
+
+        started = time.monotonic()
+        bench_production.main(["--build-only", "--rebuild", "--data", str(args.production)])
+        print(f"template built again in {time.monotonic() - started:.0f} s; measuring at once", flush=True)
     dsn, dims = production_dsn(args.production) if args.production else (args.dsn, args.dims)
     extra_env = dict(item.split("=", 1) for item in args.env)
     with psycopg.connect(dsn) as conn:
