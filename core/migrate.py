@@ -68,7 +68,8 @@ class SchemaMismatch(RuntimeError):
 SELECT_SHALLOW = """
 SELECT to_regclass('checkpoints') IS NOT NULL AND NOT EXISTS (
     SELECT FROM information_schema.columns
-    WHERE table_schema = current_schema() AND table_name = 'checkpoints' AND column_name = 'checkpoint_id') AS shallow"""
+    WHERE table_schema = current_schema() AND table_name = 'checkpoints' AND column_name = 'checkpoint_id') AS
+    shallow"""
 
 
 class ShallowCheckpointSchema(SchemaMismatch):

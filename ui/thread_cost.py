@@ -31,7 +31,7 @@ def _notes(frame: pd.DataFrame) -> pd.DataFrame:
     """As shown: the cost as money text, `note` in words (no usage metadata / no price for <models>)."""
     said = [
         t("cost_no_usage") if n == "no_usage" else t("cost_no_price", models=m) if n == "no_price" else ""
-        for n, m in zip(frame["note"], frame["no_price"])
+        for n, m in zip(frame["note"], frame["no_price"], strict=True)
     ]
     return frame.assign(note=said, cost_usd=frame["cost_usd"].map(_money))
 

@@ -199,7 +199,9 @@ class HealthPublisher:
             while refusals:
                 refusal_log, items = refusals[0]
                 if items:
-                    self._with_conn(lambda conn: replica_health.write_refusals(conn, self._replica_id, items))
+                    self._with_conn(
+                        lambda conn, items=items: replica_health.write_refusals(conn, self._replica_id, items)
+                    )
                     with self._lock:
                         self._refusals_total += len(items)
                         for item in items:

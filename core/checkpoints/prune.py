@@ -162,7 +162,7 @@ def take_cut(conn: psycopg.Connection, policy: PrunePolicy, batch_rows: int = CU
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         for lo, hi in thread_ranges(conn, CUT_BATCH_END, batch_rows - 1):
             for row in conn.execute(pgsql.SQL(SELECT_CUT).format(range=key_ranges(lo, hi)), params, prepare=False):
-                cut[row["thread_id"]] = dict(zip(row["namespaces"], row["cuts"]))
+                cut[row["thread_id"]] = dict(zip(row["namespaces"], row["cuts"], strict=True))
     return cut
 
 
@@ -219,7 +219,8 @@ WHERE c.thread_id = d.thread_id AND c.checkpoint_ns = d.ns AND c.checkpoint_id =
 # A blob goes only if, now, no checkpoint of its thread and namespace references it (one written since the cut
 # included).
 DELETE_BLOBS = """
-DELETE FROM checkpoint_blobs b USING unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS d(thread_id, ns, channel, version)
+DELETE FROM checkpoint_blobs b USING unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS d(thread_id, ns,
+channel, version)
 WHERE b.thread_id = d.thread_id AND b.checkpoint_ns = d.ns AND b.channel = d.channel AND b.version = d.version
   AND NOT EXISTS (SELECT 1 FROM checkpoints c
                   WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
@@ -277,7 +278,7 @@ def plan_batch(conn: psycopg.Connection, cut: Cut, batch: list[str], keep_latest
 
 def _columns(rows: Iterable[tuple]) -> list[list]:
     rows = list(rows)
-    return [list(c) for c in zip(*rows)] if rows else []
+    return [list(c) for c in zip(*rows, strict=True)] if rows else []
 
 
 def apply_plans(conn: psycopg.Connection, plans: list[ThreadPlan]) -> list[ThreadPruned]:

@@ -72,7 +72,7 @@ def plan_thread(
             c for r in ns_rows for c in r.true_keys if (ns, c, r.versions.get(c)) in blobs
         }
 
-        def has_value(r: Checkpoint, channel: str) -> bool:
+        def has_value(r: Checkpoint, channel: str, ns: str = ns) -> bool:
             return channel in r.value_keys or (ns, channel, r.versions.get(channel)) in blobs
 
         todo = list(kept)

@@ -182,8 +182,10 @@ SELECT (SELECT count(*) FROM core_replica_heartbeat WHERE state <> 'stopped')   
        (SELECT count(*) FROM core_guard_denials WHERE denied_at >= %(since)s)                        AS denials,
        (SELECT count(*) FROM core_serde_refusals WHERE refused_at >= %(since)s)                      AS refusals,
        (SELECT count(*) FROM core_refused_payloads)                                                  AS refused_in_sql,
-       (SELECT updated_at FROM core_extract_watermark WHERE name = 'tool_calls')                     AS refused_scanned_at,
-       (SELECT max(degraded_to) FROM core_degradation_episodes)                                      AS last_episode_end"""
+       (SELECT updated_at FROM core_extract_watermark WHERE name = 'tool_calls')                     AS
+       refused_scanned_at,
+       (SELECT max(degraded_to) FROM core_degradation_episodes)                                      AS
+       last_episode_end"""
 
 # Payloads the SQL decoder marks refused (migration 021), as found by the incremental extraction
 # (core/checkpoints/tool_calls.py, run by the sweep job and the Preferences page): what is in the

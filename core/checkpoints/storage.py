@@ -34,7 +34,8 @@ STORAGE_BATCH_ROWS = 20_000  # at 1M: 20k rows sorted in memory (0 temp), 50k sp
 SELECT_BATCH_END = """
 SELECT least((SELECT thread_id FROM checkpoints WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1),
              (SELECT thread_id FROM checkpoint_blobs WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1),
-             (SELECT thread_id FROM checkpoint_writes WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1)) AS hi"""
+             (SELECT thread_id FROM checkpoint_writes WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1)) AS
+             hi"""
 
 # LIVE_THREAD_STORAGE restricted to one range, plus the configured subject metadata keys the thread's
 # checkpoints carry (`{flags}`: `metadata ? 'k' AS k0, ...`; `{keys}`: an array of `CASE WHEN bool_or(k0) THEN
@@ -61,7 +62,8 @@ WITH c AS (
     GROUP BY thread_id
 ), b AS (
     SELECT thread_id, count(*) AS blobs, sum(coalesce(bytes, 0)) AS blob_bytes, sum(fp) AS fp
-    FROM (SELECT thread_id, octet_length(blob) AS bytes, {blob_hash} AS fp FROM checkpoint_blobs WHERE {range} OFFSET 0) x
+    FROM (SELECT thread_id, octet_length(blob) AS bytes, {blob_hash} AS fp FROM checkpoint_blobs WHERE {range}
+    OFFSET 0) x
     GROUP BY thread_id
 ), w AS (
     SELECT thread_id, count(*) AS writes, sum(bytes) AS write_bytes, sum(fp) AS fp

@@ -168,7 +168,10 @@ DETAIL_SEEDS = tuple(
 HASHES = {
     name: pgsql.SQL(sql).format(seed=pgsql.Literal(seed))
     for name, sql, seed in zip(
-        ("checkpoint_hash", "blob_hash", "write_hash"), (CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH), DETAIL_SEEDS
+        ("checkpoint_hash", "blob_hash", "write_hash"),
+        (CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH),
+        DETAIL_SEEDS,
+        strict=True,
     )
 }
 # The refresh's orphan totals: sums of the per-thread rows.
@@ -281,7 +284,8 @@ def record_orphans(conn: psycopg.Connection, orphans: Orphans) -> None:
     )
 
 
-# --- reads -------------------------------------------------------------------------------------------------------------
+# --- reads
+# -------------------------------------------------------------------------------------------------------------
 
 SELECT_CHANNEL_TOTALS = """
 SELECT channel, sum(blobs) AS blobs, sum(blob_bytes) AS blob_bytes, sum(writes) AS writes,

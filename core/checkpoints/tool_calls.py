@@ -148,14 +148,16 @@ WITH cps AS MATERIALIZED (
     RETURNING 1
 ), latest AS (
     -- each thread's latest root checkpoint in this batch (checkpoint ids are time-ordered uuid6 text)
-    SELECT DISTINCT ON (thread_id) thread_id, checkpoint_id, metadata, ts, min(ts) OVER (PARTITION BY thread_id) AS first_ts
+    SELECT DISTINCT ON (thread_id) thread_id, checkpoint_id, metadata, ts, min(ts) OVER (PARTITION BY thread_id) AS
+    first_ts
     FROM (SELECT thread_id, checkpoint_ns, checkpoint_id, metadata,
                  coalesce(core_try_timestamptz(metadata ->> 'core_replayed_at'), core_try_timestamptz(ts_text)) AS ts
           FROM cps) c
     WHERE checkpoint_ns = '' AND ts IS NOT NULL
     ORDER BY thread_id, checkpoint_id DESC
 ), summary AS (
-    INSERT INTO core_thread_summary AS s (thread_id, created_at, updated_at, checkpoint_id, step, status, agent, metadata,
+    INSERT INTO core_thread_summary AS s (thread_id, created_at, updated_at, checkpoint_id, step, status, agent,
+    metadata,
                                           next_nodes)
     SELECT l.thread_id, l.first_ts, l.ts, l.checkpoint_id, core_try_bigint(l.metadata ->> 'step')::integer,
            """
@@ -201,7 +203,8 @@ WITH cps AS MATERIALIZED (
     FROM usage_rows GROUP BY 1, 2, 3
     ON CONFLICT (day, agent, model) DO UPDATE
     SET messages = u.messages + EXCLUDED.messages, input_tokens = u.input_tokens + EXCLUDED.input_tokens,
-        output_tokens = u.output_tokens + EXCLUDED.output_tokens, cached_tokens = u.cached_tokens + EXCLUDED.cached_tokens
+        output_tokens = u.output_tokens + EXCLUDED.output_tokens, cached_tokens = u.cached_tokens +
+        EXCLUDED.cached_tokens
     RETURNING 1
 ), last AS (
     SELECT ts_text, thread_id, checkpoint_ns, checkpoint_id FROM cps
@@ -265,7 +268,8 @@ DERIVED_PER_THREAD = (
 PRUNE_ORPHANS = (
     "WITH "
     + ",\n".join(
-        f"gone_{i} AS (DELETE FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)"
+        f"gone_{i} AS (DELETE FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = "
+        "t.thread_id)"
         " RETURNING 1)"
         for i, table in enumerate(DERIVED_PER_THREAD)
     )

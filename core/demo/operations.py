@@ -110,8 +110,9 @@ def month_of_operations(
         for c in demo_candidates(db, exclude=exclude, limit=4 * len(plan.erasures))
         if not preview(db, c[0]).residue.proposed
     ][: len(plan.erasures)]
-    erasures = [
-        (max(at, last + timedelta(hours=1)), "erasure", cid) for at, (cid, last) in zip(plan.erasures, candidates)
+    erasures = [  # fewer candidates than planned erasures: fewer erasures
+        (max(at, last + timedelta(hours=1)), "erasure", cid)
+        for at, (cid, last) in zip(plan.erasures, candidates, strict=False)
     ]
     events = [(at, "sweep", None) for at in plan.sweeps] + erasures
     if erasures:

@@ -13,7 +13,8 @@ extraction keeps (core_thread_summary, core_usage_days). The attribution coverag
 (`core.privacy.subjects.coverage`, which reads the three checkpoint tables) is too costly for a scrape:
 it is computed in a background thread at most every COVERAGE_EVERY_S and exposed with the time it was
 computed (`agent_memory_attribution_computed_timestamp_seconds`); so is the checkpoint storage-format fingerprint
-(`core.checkpoints.formats`: encrypted, DeltaChannel, pickle, json, older rows; `agent_memory_checkpoint_*`). While PostgreSQL is unreachable it exposes
+(`core.checkpoints.formats`: encrypted, DeltaChannel, pickle, json, older rows; `agent_memory_checkpoint_*`). While
+PostgreSQL is unreachable it exposes
 `agent_memory_db_up 0` (and its own scrape duration), so the alert rules can tell "down" from "ok".
 
 Its role only reads (deploy/exporter-grants.sql).

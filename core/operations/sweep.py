@@ -71,7 +71,8 @@ RETURNING id, started_at"""
 
 FINISH_RUN = """
 UPDATE core_sweep_log
-SET finished_at = now() + %(shift)s::interval, status = %(status)s, documents_deleted = %(documents)s, vectors_deleted = %(vectors)s,
+SET finished_at = now() + %(shift)s::interval, status = %(status)s, documents_deleted = %(documents)s,
+vectors_deleted = %(vectors)s,
     deleted_by_root = %(by_root)s, threads_found = %(threads_found)s, threads_deleted = %(threads_deleted)s,
     threads_sample = %(threads_sample)s, erasure_recheck = %(erasure)s, error = %(error)s,
     tool_calls_extracted = %(tool_calls)s, threads_tokenized = %(tokenized)s, data_views_deleted = %(views)s
@@ -343,7 +344,7 @@ def run_sweep(
                     _sweep_ttl(conn, dry_run)
                 )
                 if result.documents:
-                    conn.execute(INSERT_DOCUMENTS, (result.run_id, *map(list, zip(*result.documents))))
+                    conn.execute(INSERT_DOCUMENTS, (result.run_id, *map(list, zip(*result.documents, strict=True))))
                 step("ttl", 0.5, f"{result.documents_deleted}")
             except Exception as exc:  # logged in the run's row; retention still runs
                 log.exception("sweep: TTL sweep failed")

@@ -126,7 +126,9 @@ def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
     parsed = [_recheck(text) for text in df["erasure_recheck"]]
     for i, column in enumerate(RECHECK_COLUMNS):
         df[column] = pd.Series([p[i] for p in parsed], index=df.index, dtype="object")
-    df["erasure_recheck"] = [None if p[0] is not None else text for p, text in zip(parsed, df["erasure_recheck"])]
+    df["erasure_recheck"] = [
+        None if p[0] is not None else text for p, text in zip(parsed, df["erasure_recheck"], strict=True)
+    ]
     return df
 
 
@@ -156,7 +158,7 @@ def deleted_per_run(db: Database, limit: int = 200) -> pd.DataFrame:
     )
     df["documents"] = df["documents"].astype(int)
     # A categorical label per run: runs are seconds or days apart, a time axis would crush them.
-    df["run"] = [f"#{i} {t:%m-%d %H:%M}" for i, t in zip(df["run_id"], df["started_at"])]
+    df["run"] = [f"#{i} {t:%m-%d %H:%M}" for i, t in zip(df["run_id"], df["started_at"], strict=True)]
     return df
 
 

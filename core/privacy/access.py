@@ -132,7 +132,8 @@ class Attribution:
 
 def _attribute(db: Database, customer_id: str) -> Attribution:
     """The one place that says which threads are the customer's: the subject resolver (core/privacy/subjects.py),
-    the same answer the Checkpoints page and erasure use; the threads it holds now (`held`), as every page counts. The residue scan's proposals are named on the cover
+    the same answer the Checkpoints page and erasure use; the threads it holds now (`held`), as every page counts.
+    The residue scan's proposals are named on the cover
     (thread and matched term, no snippet) but not exported: no source attributes them, a DPO decides."""
     found = subjects.resolve(db, customer_id)
     cover = subjects.coverage(db)

@@ -251,7 +251,7 @@ def erase(
             left = [e["thread_id"] for e in exclusions] + undecided
             # the register keeps the terms as keyed hashes and names them by reference, never by value
             refs = (
-                {t.term: h.ref for t, h in zip(terms, hashed)}
+                {t.term: h.ref for t, h in zip(terms, hashed, strict=True)}
                 | {h.ref: h.ref for h in carried}
                 | {NOT_SCANNED: NOT_SCANNED}
             )

@@ -184,17 +184,17 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
             and s == "complete"
             and f.astimezone(UTC).date() == r.astimezone(UTC).date()
         )
-        for r, f, s in zip(frame["requested_at"], frame["finished_at"], frame["status"])
+        for r, f, s in zip(frame["requested_at"], frame["finished_at"], frame["status"], strict=True)
     ]
     stuck = set(stuck_requests(db)) if (frame["status"] == "running").any() else set()
     frame["resumable"] = [
         bool((s in ("failed", "interrupted") or i in stuck) and (r is None or pd.isna(r)))
-        for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"])
+        for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"], strict=True)
     ]
     frame["came_back"] = [v is not None and not pd.isna(v) and not bool(v) for v in frame["last_recheck_clean"]]
     frame["outcome"] = [
         DATA_BACK if bool(open_) else ERASED_AGAIN if back and status == "complete" else status
-        for open_, back, status in zip(frame["data_back"], frame["came_back"], frame["status"])
+        for open_, back, status in zip(frame["data_back"], frame["came_back"], frame["status"], strict=True)
     ]
     for col in ("counts_before", "deleted", "counts_after"):
         frame[col] = frame[col].map(lambda d: sum(d.values()) if isinstance(d, dict) else None)

@@ -19,7 +19,9 @@ import psycopg
 
 # Rows whose threads are not excluded (attributed, or left by the DPO); each table read once.
 SCAN_SQL = {
-    "checkpoint_writes": "SELECT thread_id, blob AS data FROM checkpoint_writes WHERE NOT (thread_id = ANY(%(exclude)s))",
+    "checkpoint_writes": (
+        "SELECT thread_id, blob AS data FROM checkpoint_writes WHERE NOT (thread_id = ANY(%(exclude)s))"
+    ),
     "checkpoint_blobs": "SELECT thread_id, blob AS data FROM checkpoint_blobs "
     "WHERE blob IS NOT NULL AND NOT (thread_id = ANY(%(exclude)s))",
     # only the inline channel values: the rest of a checkpoint is versions and channel names, not data

@@ -70,7 +70,7 @@ def _redact_evidence(evidence: Any, n_terms: int, values: list[str]) -> Any:
     for e in evidence:
         if isinstance(e, dict) and e.get("table") == "residue" and isinstance(e.get("sql"), str):
             refs = f"unnest({res.RESIDUE_TERMS_REF.format(n=n_terms)}, {res.RESIDUE_PATTERNS_REF})"
-            text = INLINED_TERMS.sub(lambda _m: refs, e["sql"])
+            text = INLINED_TERMS.sub(lambda _m, refs=refs: refs, e["sql"])
             if any(v in text for v in values):
                 text = UNREADABLE
             e = {**e, "sql": text}
@@ -114,7 +114,7 @@ def _repair(conn: psycopg.Connection, row: dict) -> None:
     terms = _legacy_terms(row)
     salt = term_hashes.new_salt()
     hashed = term_hashes.hash_terms(terms, salt)
-    refs = {t.term: h.ref for t, h in zip(terms, hashed)} | {NOT_SCANNED: NOT_SCANNED}
+    refs = {t.term: h.ref for t, h in zip(terms, hashed, strict=True)} | {NOT_SCANNED: NOT_SCANNED}
     n_distinctive = sum(1 for t in terms if not t.common)
     # the values to remove (the id stays where the register needs it)
     values = [t.term for t in terms if t.kind != "id" and len(t.term) >= res.MIN_TERM_LENGTH]

@@ -50,7 +50,8 @@ UNION ALL
 SELECT channel_values::text FROM core_checkpoints_view WHERE thread_id = %(thread_id)s"""
 
 
-# The residue threads, decoder-confirmed in SQL (what an erasure's evidence counts): the candidate threads of the raw-bytes scan (`raw_scan.candidates`, run just before), then in
+# The residue threads, decoder-confirmed in SQL (what an erasure's evidence counts): the candidate threads of the
+# raw-bytes scan (`raw_scan.candidates`, run just before), then in
 # their rows the raw bytes and the decoded payload must match the term (the id as a whole token).
 # The candidates' rows are read first by primary key (joined with the terms directly, the planner chose a
 # parallel seq scan of checkpoint_writes and checkpoint_blobs to share the join's cost: 1.1 s at 1M for 2,501

@@ -76,7 +76,10 @@ def escape_like(text: str) -> str:
 def like_for(pattern: str, customer_id: str | None) -> str:
     """The LIKE pattern of `pattern` (`*` = anything) for one customer, or for any customer (None)."""
     before, after = pattern.split("{id}")
-    lit = lambda part: "%".join(escape_like(p) for p in part.split("*"))
+
+    def lit(part: str) -> str:
+        return "%".join(escape_like(p) for p in part.split("*"))
+
     middle = "%" if customer_id is None else escape_like(customer_id)
     return lit(before) + middle + lit(after)
 
@@ -203,7 +206,8 @@ WITH c AS (
     SELECT thread_id, sum(coalesce(octet_length(blob), 0)) AS bytes FROM checkpoint_writes GROUP BY thread_id
 ), t AS (
     SELECT coalesce(c.thread_id, b.thread_id, w.thread_id) AS thread_id,
-           coalesce(c.bytes, 0) + coalesce(b.bytes, 0) + coalesce(w.bytes, 0) AS bytes, coalesce(c.tagged, false) AS tagged
+           coalesce(c.bytes, 0) + coalesce(b.bytes, 0) + coalesce(w.bytes, 0) AS bytes, coalesce(c.tagged, false) AS
+           tagged
     FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
 ), hilo AS (
     SELECT DISTINCT value ->> 'hilo' AS thread_id FROM store

@@ -218,7 +218,8 @@ def find_threads(
 
 
 SEARCH_DESCRIPTION = """-- the terms known by their keyed hashes only (core_erasure_register.residue_terms;
--- core/privacy/term_hashes.py): the threads the token index names for them (the lookup below, by token hashes), plus the threads not indexed yet
+-- core/privacy/term_hashes.py): the threads the token index names for them (the lookup below, by token hashes),
+-- plus the threads not indexed yet
 -- whose tokens hold every token of a term (every thread when the index cannot narrow); each candidate's decoded
 -- payloads (core_checkpoint_writes_view, core_checkpoints_view) matched against the hashes, and encrypted rows
 -- read with the configured keys; threads left by the DPO excepted: {left}. Result: the threads holding a term.

@@ -301,7 +301,8 @@ WHERE attname = 'tokens' AND (quote_ident(schemaname) || '.' || quote_ident(tabl
 def token_shares(conn: psycopg.Connection) -> dict[int, float]:
     """Token hash -> share of indexed threads holding it, for the most common tokens (ANALYZE's statistics)."""
     row = conn.execute(SELECT_TOKEN_SHARES).fetchone()
-    return dict(zip(row["tokens"], row["shares"])) if row and row["tokens"] else {}
+    # most_common_elem_freqs ends with three more figures (min, max, null share): not tokens, left out
+    return dict(zip(row["tokens"], row["shares"], strict=False)) if row and row["tokens"] else {}
 
 
 def candidates(
