@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from core.config import Settings
@@ -33,7 +33,7 @@ CONNECTION_ERRORS = (psycopg.OperationalError, PoolTimeout)
 
 _lock = threading.Lock()
 _servers: dict[Path, Any] = {}
-_pools: dict[tuple[str, str], ConnectionPool] = {}
+_pools: dict[tuple[str, str], ConnectionPool[psycopg.Connection[DictRow]]] = {}
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -70,16 +70,17 @@ def describe_dsn(dsn: str) -> str:
         return f"{host}:{port}/{db}"
     url = urlparse(dsn)
     host = url.hostname or parse_qs(url.query).get("host", ["localhost"])[0]
-    port = url.port or 5432
+    port = str(url.port or 5432)
     return f"{host}:{port}{url.path or '/'}"
 
 
 def make_pool(
     dsn: str, *, max_size: int = 8, name: str = "core", min_size: int = 1, timeout: float = POOL_TIMEOUT_S
-) -> ConnectionPool:
+) -> ConnectionPool[psycopg.Connection[DictRow]]:
     """A new, opened pool. Opening does not wait: a dead server shows up at first use."""
     pool = ConnectionPool(
         conninfo=dsn,
+        connection_class=psycopg.Connection[DictRow],  # typed dict rows, as row_factory below
         min_size=min_size,
         max_size=max_size,
         timeout=timeout,
@@ -96,7 +97,7 @@ def make_pool(
     return pool
 
 
-def get_pool(dsn: str, *, name: str = "core") -> ConnectionPool:
+def get_pool(dsn: str, *, name: str = "core") -> ConnectionPool[psycopg.Connection[DictRow]]:
     """The process-wide pool for `dsn` (one per name), created on first use."""
     with _lock:
         pool = _pools.get((dsn, name))
@@ -151,11 +152,11 @@ class Database:
         return "embedded PostgreSQL" if self.embedded else describe_dsn(self.dsn)
 
     @property
-    def pool(self) -> ConnectionPool:
+    def pool(self) -> ConnectionPool[psycopg.Connection[DictRow]]:
         return get_pool(self.dsn)
 
     @contextmanager
-    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection]:
+    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection[DictRow]]:
         """A pooled connection; connection failures become DatabaseUnavailable.
 
         After a failure the pool is rebuilt if a direct probe succeeds, because the

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, describe_dsn
 
@@ -48,7 +48,7 @@ def lsn_int(lsn: str) -> int:
     return (int(high, 16) << 32) | int(low, 16)
 
 
-def _connect(dsn: str) -> psycopg.Connection:
+def _connect(dsn: str) -> psycopg.Connection[DictRow]:
     return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S)
 
 
@@ -72,7 +72,7 @@ class _RoutedDatabase(Database):
         self._router, self.source = router, source
 
     @contextmanager
-    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection]:
+    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection[DictRow]]:
         with super().connection(read_only=read_only) as conn:
             self._router._used(self, conn)
             yield conn
@@ -150,7 +150,7 @@ class ReadRouter:
                 log.info("read replica back: reads go to it again")
             self._down_error = None
 
-    def _used(self, db: _RoutedDatabase, conn: psycopg.Connection) -> None:
+    def _used(self, db: _RoutedDatabase, conn: psycopg.Connection[DictRow]) -> None:
         if db.source == "replica":
             self.mark_up()  # a connection to it was just made: reads go to it again
         self.last_read = ReadUse(

@@ -34,6 +34,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.rows import DictRow
 
 from core.checkpoints.prune_plan import TASKS, Checkpoint, ThreadPlan, plan_thread
 from core.checkpoints.storage import key_ranges, thread_ranges
@@ -148,7 +149,7 @@ ORDER BY h.thread_id"""
 Cut = dict[str, dict[str, str]]  # thread_id -> {checkpoint_ns: newest checkpoint_id at the cut}
 
 
-def take_cut(conn: psycopg.Connection, policy: PrunePolicy, batch_rows: int = CUT_BATCH_ROWS) -> Cut:
+def take_cut(conn: psycopg.Connection[DictRow], policy: PrunePolicy, batch_rows: int = CUT_BATCH_ROWS) -> Cut:
     """The candidate threads and their cut, read in one REPEATABLE READ snapshot (in ranges of thread_id of at most
     `batch_rows` checkpoints, so no statement sorts the whole table). `conn`: dict rows, autocommit."""
     params = {
@@ -239,7 +240,7 @@ class ThreadPruned:
     bytes: int
 
 
-def plan_batch(conn: psycopg.Connection, cut: Cut, batch: list[str], keep_latest: int) -> list[ThreadPlan]:
+def plan_batch(conn: psycopg.Connection[DictRow], cut: Cut, batch: list[str], keep_latest: int) -> list[ThreadPlan]:
     """The plans of `batch`'s threads (on `conn`, in the caller's transaction)."""
     threads, namespaces, cuts = [], [], []
     for t in batch:
@@ -281,7 +282,7 @@ def _columns(rows: Iterable[tuple]) -> list[list]:
     return [list(c) for c in zip(*rows, strict=True)] if rows else []
 
 
-def apply_plans(conn: psycopg.Connection, plans: list[ThreadPlan]) -> list[ThreadPruned]:
+def apply_plans(conn: psycopg.Connection[DictRow], plans: list[ThreadPlan]) -> list[ThreadPruned]:
     """Delete what `plans` name (in the caller's transaction); returns what each thread really lost."""
     done = {p.thread_id: ThreadPruned(p.thread_id, 0, 0, 0, 0) for p in plans}
     checkpoint_keys = [(p.thread_id, ns, cid) for p in plans for ns, ids in p.delete.items() for cid in ids]
@@ -337,7 +338,7 @@ class PruneResult:
 
 
 def prune_history(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     policy: PrunePolicy,
     *,
     dry_run: bool = False,
@@ -389,7 +390,11 @@ SELECT %s, * FROM unnest(%s::text[], %s::int[], %s::int[], %s::int[], %s::bigint
 
 
 def sweep_step(
-    conn: psycopg.Connection, run_id: int, policy: PrunePolicy, dry_run: bool, step: Callable[[str, float, str], None]
+    conn: psycopg.Connection[DictRow],
+    run_id: int,
+    policy: PrunePolicy,
+    dry_run: bool,
+    step: Callable[[str, float, str], None],
 ) -> PruneResult:
     """The sweep job's step: prune by `policy` (or plan it, in a dry run) and record it in run `run_id`'s log."""
     result = prune_history(
@@ -402,7 +407,7 @@ def sweep_step(
     return result
 
 
-def record_prune(conn: psycopg.Connection, run_id: int, result: PruneResult) -> None:
+def record_prune(conn: psycopg.Connection[DictRow], run_id: int, result: PruneResult) -> None:
     """The run's totals in its `core_sweep_log` row and every thread it pruned in `core_prune_threads`."""
     with conn.transaction():
         conn.execute(

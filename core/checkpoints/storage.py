@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.rows import DictRow
 
 from core.checkpoints import storage_detail
 from core.db import Database
@@ -154,7 +155,9 @@ def key_ranges(lo: str | None, hi: str | None, column: str = "thread_id") -> pgs
     return pgsql.SQL(" AND ").join(parts) if parts else pgsql.SQL("true")
 
 
-def thread_ranges(conn: psycopg.Connection, batch_end: str, skip: int) -> Iterator[tuple[str | None, str | None]]:
+def thread_ranges(
+    conn: psycopg.Connection[DictRow], batch_end: str, skip: int
+) -> Iterator[tuple[str | None, str | None]]:
     """(lo, hi] ranges of thread_id, in order, covering every thread: `batch_end` (with `{after}` for the range
     past lo, `%(skip)s` for skip) gives hi, the thread `skip` rows on; none or NULL: this is the last range."""
     lo: str | None = None
@@ -190,7 +193,7 @@ class StorageRefresh:
 
 
 def refresh_storage_conn(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     metadata_keys: tuple[str, ...],
     batch_rows: int = STORAGE_BATCH_ROWS,
     on_batch: Callable[[int, str | None], None] | None = None,

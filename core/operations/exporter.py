@@ -35,7 +35,7 @@ import psycopg
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from core.checkpoints import usage
 from core.checkpoints.replica_health import SELECT_REPLICAS
@@ -86,7 +86,7 @@ SELECT_THREAD_STATUS = """
 SELECT status, count(*) AS n FROM core_thread_summary WHERE status <> 'idle' GROUP BY status"""
 
 
-def usage_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...]) -> list[Metric]:
+def usage_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, ...]) -> list[Metric]:
     """Threads by status (the thread search's summary) and LLM tokens and cost per agent and model, from the
     rollups the extraction keeps (small tables: days x agents x models). A model without a configured price has
     no cost sample (never 0) and is counted in `llm_unpriced_models`."""
@@ -121,7 +121,7 @@ def usage_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...]) -> l
     return [threads, tokens, cost, unpriced]
 
 
-def database_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...] = ()) -> list[Metric]:
+def database_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, ...] = ()) -> list[Metric]:
     """Every database-side metric, read on `conn` (read-only)."""
     out: list[Metric] = usage_metrics(conn, prices)
     replicas = conn.execute(SELECT_REPLICAS).fetchall()

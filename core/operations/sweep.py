@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from core import clock
 from core.checkpoints import prune as history
@@ -204,7 +204,7 @@ def default_retention_days() -> int:
     return DEFAULT_RETENTION_DAYS if raw in (None, "") else validate_retention_days(raw)
 
 
-def _connect(dsn: str) -> psycopg.Connection:
+def _connect(dsn: str) -> psycopg.Connection[DictRow]:
     try:
         return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.OperationalError as exc:
@@ -219,7 +219,9 @@ VACUUM_AFTER_SHARE = 0.01
 SELECT_STORE_ROWS = "SELECT greatest(reltuples, 1) AS n FROM pg_class WHERE oid = 'store'::regclass"
 
 
-def _sweep_ttl(conn: psycopg.Connection, dry_run: bool) -> tuple[int, int, dict[str, int], list[tuple[str, str]]]:
+def _sweep_ttl(
+    conn: psycopg.Connection[DictRow], dry_run: bool
+) -> tuple[int, int, dict[str, int], list[tuple[str, str]]]:
     """TTL sweep on `conn`; returns (documents, vectors, documents per root, the first documents' keys)."""
     if dry_run:
         with conn.transaction():
@@ -268,7 +270,7 @@ def find_old_threads(db: Database, retention_days: int) -> pd.DataFrame:
 
 
 def _retention(
-    db: Database, conn: psycopg.Connection, days: int, dry_run: bool, step: StepCallback
+    db: Database, conn: psycopg.Connection[DictRow], days: int, dry_run: bool, step: StepCallback
 ) -> tuple[list[str], int]:
     """Checkpoint retention; returns (old threads found, threads deleted)."""
     from langgraph.checkpoint.postgres import PostgresSaver

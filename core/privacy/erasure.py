@@ -36,6 +36,7 @@ import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import PutOp
 from langgraph.store.postgres import PostgresStore
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core import clock, read_replica
@@ -148,7 +149,7 @@ SELECT prefix, key FROM store WHERE prefix = %(prefix)s OR prefix LIKE %(pattern
 LIMIT %(limit)s"""
 
 
-def _erase_store(conn: psycopg.Connection, store: PostgresStore, customer_id: str, page_size: int) -> int:
+def _erase_store(conn: psycopg.Connection[DictRow], store: PostgresStore, customer_id: str, page_size: int) -> int:
     """Delete every item under the customer's namespace (nested too) through the store's batch: list a page of
     keys, delete it, until a listing is empty (new writes meanwhile are picked up too)."""
     params = _params(customer_id, ()) | {"limit": page_size}
@@ -171,7 +172,11 @@ def _erase_threads(saver: PostgresSaver, thread_ids: Iterable[str]) -> int:
 
 
 def _erase_own(
-    conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str, thread_ids: Iterable[str], request_id: int
+    conn: psycopg.Connection[DictRow],
+    targets: list[OwnTarget],
+    customer_id: str,
+    thread_ids: Iterable[str],
+    request_id: int,
 ) -> dict[str, int]:
     """Delete (or scrub from JSON arrays, or redact: the purposes typed when viewing the customer) what our tables
     hold about the customer, for erasure request `request_id`; counts per target."""
@@ -403,7 +408,7 @@ def _outcome(
 
 def _record_stop(
     db: Database,
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     request_id: int,
     exc: BaseException,
     passes: int,
@@ -449,7 +454,7 @@ def _record_stop(
 
 
 def _finish_stopped(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     params: dict,
     targets: list[OwnTarget],
     customer_id: str,

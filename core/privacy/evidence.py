@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import DictRow
 
 from core import clock
 from core.agents.retail import METADATA_KEY
@@ -228,7 +229,7 @@ def _json_array_target(table: str, column: str, condition: str) -> OwnTarget:
     return OwnTarget(f"{table}.{column}", count.format(**fmt).as_string(), erase.format(**fmt).as_string())
 
 
-def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
+def own_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
     """Every place in our `core_*` tables that can name a customer (never the register itself):
     rows found by their columns, and elements of the known JSON arrays."""
     json_names = {f"{t}.{c}": (t, c, cond) for t, c, cond in JSON_ARRAY_COLUMNS}
@@ -283,7 +284,7 @@ def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
 
 
 def _run_evidence(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     targets: list[OwnTarget],
     customer_id: str,
     thread_ids: Iterable[str],
@@ -328,7 +329,7 @@ def _run_evidence(
 
 
 def with_earlier_terms(
-    conn: psycopg.Connection, residue: res.Residue, attributed: Iterable[str]
+    conn: psycopg.Connection[DictRow], residue: res.Residue, attributed: Iterable[str]
 ) -> tuple[res.Residue, term_hashes.Earlier, list[term_hashes.HashedTerm], list[term_hashes.HashedTerm]]:
     """The residue of the terms read now, plus the threads holding a value that earlier requests for the customer
     erased (the store no longer holds it; the register keeps it hashed): each such match names the term by its
@@ -348,7 +349,9 @@ def _config(config: subj.Attribution | None) -> subj.Attribution:
     return config or subj.Attribution.from_settings()
 
 
-def _find_threads(conn: psycopg.Connection, customer_id: str, config: subj.Attribution | None = None) -> list[str]:
+def _find_threads(
+    conn: psycopg.Connection[DictRow], customer_id: str, config: subj.Attribution | None = None
+) -> list[str]:
     return subj.resolve_conn(conn, customer_id, _config(config)).thread_ids
 
 

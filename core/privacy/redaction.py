@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core.privacy import chain, term_hashes
@@ -95,7 +96,7 @@ def _legacy_terms(row: dict) -> list[res.Term]:
 
 
 def _changed(
-    conn: psycopg.Connection, table: str, row_id: int, before: tuple[str, str] | None, fields: list[str]
+    conn: psycopg.Connection[DictRow], table: str, row_id: int, before: tuple[str, str] | None, fields: list[str]
 ) -> None:
     """Record a sealed row's redaction, sealed in its chain by the table's trigger."""
     if before is None:
@@ -110,7 +111,7 @@ def _jsonb(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
 
-def _repair(conn: psycopg.Connection, row: dict) -> None:
+def _repair(conn: psycopg.Connection[DictRow], row: dict) -> None:
     terms = _legacy_terms(row)
     salt = term_hashes.new_salt()
     hashed = term_hashes.hash_terms(terms, salt)
@@ -141,7 +142,7 @@ def _repair(conn: psycopg.Connection, row: dict) -> None:
         raise RuntimeError(f"erasure request {row['id']}: the redaction left a value in place (rolled back)")
 
 
-def redact_register(conn: psycopg.Connection) -> int:
+def redact_register(conn: psycopg.Connection[DictRow]) -> int:
     """Repair every request written before migration 056 (with its re-checks); returns how many. `conn` is an
     autocommit connection with dict rows; each request is repaired in its own transaction."""
     if not conn.execute(SELECT_APPLIED).fetchone()["applied"]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 from core.checkpoints import formats
 from core.db import Database
@@ -91,7 +92,7 @@ def residue_threads_shown(n_terms: int) -> str:
 
 
 def scan(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     terms: Iterable[str],
     exclude: Iterable[str],
     narrow_by: Iterable[str] | None = None,
@@ -111,7 +112,10 @@ def _are_escape(text: str) -> str:
 
 
 def residue_count_params(
-    conn: psycopg.Connection, terms: Iterable[Term], left: Iterable[str], candidates: Iterable[str] | None = None
+    conn: psycopg.Connection[DictRow],
+    terms: Iterable[Term],
+    left: Iterable[str],
+    candidates: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Parameters of RESIDUE_THREADS_SQL for these terms (common ones dropped), threads in `left` excepted:
     the raw-bytes scan runs now and gives the candidate threads, unless a scan of the same terms just gave
@@ -218,7 +222,7 @@ def json_text(term: str) -> str:
     return json.dumps(term, ensure_ascii=False)[1:-1]
 
 
-def customer_terms(conn: psycopg.Connection, customer_id: str, extra_values: Iterable[str] = ()) -> list[Term]:
+def customer_terms(conn: psycopg.Connection[DictRow], customer_id: str, extra_values: Iterable[str] = ()) -> list[Term]:
     """The id and the distinctive values of the customer's documents, each with its commonness."""
     params = subject_params(customer_id)
     values = {r["term"] for r in conn.execute(SELECT_DOCUMENT_VALUES, {**params, "skip": list(NON_TERM_KEYS)})}
@@ -238,7 +242,7 @@ def customer_terms(conn: psycopg.Connection, customer_id: str, extra_values: Ite
 
 
 def residue_conn(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     customer_id: str,
     attributed: Iterable[str],
     terms: list[Term] | None = None,

@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core.config import DEFAULT_SUBJECT_METADATA_KEYS, DEFAULT_SUBJECT_THREAD_PATTERNS, Settings, load_settings
@@ -131,7 +132,7 @@ def subject_params(customer_id: str) -> dict[str, Any]:
     return {"id": customer_id, "root": ROOT, "prefix": prefix, "prefix_like": escape_like(prefix) + ".%"}
 
 
-def _run_query(conn: psycopg.Connection, query: str, customer_id: str) -> list[str]:
+def _run_query(conn: psycopg.Connection[DictRow], query: str, customer_id: str) -> list[str]:
     """The configured query, read-only and bounded; its first column (or `thread_id`) is the thread."""
     with conn.transaction():
         conn.execute("SET TRANSACTION READ ONLY")
@@ -146,7 +147,7 @@ def _run_query(conn: psycopg.Connection, query: str, customer_id: str) -> list[s
     return out
 
 
-def resolve_conn(conn: psycopg.Connection, customer_id: str, config: Attribution) -> Subjects:
+def resolve_conn(conn: psycopg.Connection[DictRow], customer_id: str, config: Attribution) -> Subjects:
     customer_id = validate_label(customer_id, "customer id")
     params = subject_params(customer_id)
     subjects = Subjects(customer_id)
@@ -305,7 +306,7 @@ def _coverage_of(row: dict, config: Attribution, as_of: datetime | None = None) 
 
 
 def coverage_from_storage(
-    conn: psycopg.Connection, config: Attribution, batch_threads: int = COVERAGE_BATCH_THREADS
+    conn: psycopg.Connection[DictRow], config: Attribution, batch_threads: int = COVERAGE_BATCH_THREADS
 ) -> Coverage:
     """The coverage computed from core_thread_storage as it stands (see COVERAGE_BATCH_SQL), in batches of thread_id
     ranges, in one REPEATABLE READ transaction on `conn` (dict rows, autocommit)."""

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import psycopg
+from psycopg.rows import DictRow
 
 from core.checkpoints import formats
 from core.privacy import residue as res
@@ -168,7 +169,7 @@ class Matcher:
         return out
 
 
-def _holding(conn: psycopg.Connection, threads: Iterable[str], terms: list[HashedTerm]) -> set[str]:
+def _holding(conn: psycopg.Connection[DictRow], threads: Iterable[str], terms: list[HashedTerm]) -> set[str]:
     """Of `threads` (not indexed yet, or every thread), those whose tokens include every token of some term."""
     wanted = [set(t.tokens) for t in terms]
     threads = sorted(set(threads))
@@ -181,7 +182,7 @@ def _holding(conn: psycopg.Connection, threads: Iterable[str], terms: list[Hashe
 
 
 def find_threads(
-    conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: str, exclude: Iterable[str]
+    conn: psycopg.Connection[DictRow], terms: Iterable[HashedTerm], salt: str, exclude: Iterable[str]
 ) -> dict[str, set[str]]:
     """The threads (but `exclude`) holding one of the distinctive `terms`, each with the references it holds:
     candidates from the token index (threads not indexed yet tokenized here; every thread when the index cannot
@@ -226,7 +227,7 @@ SEARCH_DESCRIPTION = """-- the terms known by their keyed hashes only (core_eras
 """
 
 
-def describe(conn: psycopg.Connection, terms: Iterable[HashedTerm], left: Iterable[str]) -> str:
+def describe(conn: psycopg.Connection[DictRow], terms: Iterable[HashedTerm], left: Iterable[str]) -> str:
     """What `find_threads` runs, for the evidence: the index lookup as literal SQL (token hashes, never a value)."""
     shares = token_index.token_shares(conn)
     keys = [k for k in (token_index.lookup_key(t.tokens, shares) for t in terms if not t.common) if k]
@@ -250,7 +251,7 @@ SELECT id, term_salt, residue_terms FROM core_erasure_register WHERE customer_id
 ORDER BY requested_at DESC, id DESC LIMIT 1"""
 
 
-def earlier(conn: psycopg.Connection, customer_id: str) -> Earlier:
+def earlier(conn: psycopg.Connection[DictRow], customer_id: str) -> Earlier:
     row = conn.execute(SELECT_EARLIER, (customer_id,)).fetchone()
     if row is None:
         return Earlier(None, new_salt())

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.rows import DictRow
 
 from core.checkpoints import formats
 from core.db import Database
@@ -101,7 +102,7 @@ class IndexResult:
 
 
 def _thread_tokens(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     threads: list[str],
     result: IndexResult,
     decryptor: formats.Decryptor,
@@ -142,7 +143,10 @@ def _thread_tokens(
 
 
 def index_claimed(
-    conn: psycopg.Connection, claimed: list[str], result: IndexResult, decryptor: formats.Decryptor | None = None
+    conn: psycopg.Connection[DictRow],
+    claimed: list[str],
+    result: IndexResult,
+    decryptor: formats.Decryptor | None = None,
 ) -> None:
     """Index `claimed` threads (in the caller's transaction, begun after the claim was committed; encrypted rows
     read with `decryptor`, default the configured keys), then un-list those not written since their claim."""
@@ -298,7 +302,7 @@ WHERE attname = 'tokens' AND (quote_ident(schemaname) || '.' || quote_ident(tabl
                              = 'core_thread_tokens'::regclass"""
 
 
-def token_shares(conn: psycopg.Connection) -> dict[int, float]:
+def token_shares(conn: psycopg.Connection[DictRow]) -> dict[int, float]:
     """Token hash -> share of indexed threads holding it, for the most common tokens (ANALYZE's statistics)."""
     row = conn.execute(SELECT_TOKEN_SHARES).fetchone()
     # most_common_elem_freqs ends with three more figures (min, max, null share): not tokens, left out
@@ -306,7 +310,7 @@ def token_shares(conn: psycopg.Connection) -> dict[int, float]:
 
 
 def candidates(
-    conn: psycopg.Connection, terms: Iterable[str], decryptor: formats.Decryptor | None = None
+    conn: psycopg.Connection[DictRow], terms: Iterable[str], decryptor: formats.Decryptor | None = None
 ) -> Candidates:
     """The threads that may hold any of `terms` (a superset: the scan confirms), or every thread when a
     term has no token or too many threads wait for the indexer."""
@@ -324,7 +328,7 @@ def sealed_keys(keys: Iterable[str], decryptor: formats.Decryptor) -> list[str]:
 
 
 def candidates_of(
-    conn: psycopg.Connection, hashes: Mapping[str, Sequence[int]], decryptor: formats.Decryptor | None = None
+    conn: psycopg.Connection[DictRow], hashes: Mapping[str, Sequence[int]], decryptor: formats.Decryptor | None = None
 ) -> Candidates:
     """`candidates` for terms known by their token hashes only (`term_hashes`; keyed by a term or a reference
     to it): the threads holding every token of one of them (in plaintext rows, or in encrypted rows read with the
@@ -346,7 +350,7 @@ def candidates_of(
 
 
 def thread_token_hashes(
-    conn: psycopg.Connection, threads: Iterable[str], decryptor: formats.Decryptor | None = None
+    conn: psycopg.Connection[DictRow], threads: Iterable[str], decryptor: formats.Decryptor | None = None
 ) -> dict[str, set[int]]:
     """Each thread's token hashes as the indexer would store them now (for threads it has not read yet; encrypted
     rows read with `decryptor`, default the configured keys); a thread without rows is absent."""
@@ -369,7 +373,10 @@ GROUP BY q.term"""
 
 
 def count_hits(
-    conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str], decryptor: formats.Decryptor | None = None
+    conn: psycopg.Connection[DictRow],
+    terms: Iterable[str],
+    exclude: Iterable[str],
+    decryptor: formats.Decryptor | None = None,
 ) -> dict[str, int]:
     """How many indexed threads (but `exclude`) hold every token of each term, in plaintext rows or in encrypted
     rows read with the configured keys (a term without a token: 0)."""
