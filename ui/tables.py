@@ -66,7 +66,7 @@ class Link(NamedTuple):
     strip: str = ""
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
     """A byte count as a person reads it in the UI's language: `512 B`, `1,5 kB` / `1.5 kB`, `3,2 MB`, `1,0 GB`
     (1024 steps)."""
     for unit in ("B", "kB", "MB", "GB"):

@@ -124,7 +124,7 @@ def fingerprint(db: Database, threads: str | Iterable[str] | None = None) -> Fin
     with db.connection() as conn:
         head = conn.execute(SELECT_MIGRATION).fetchone()
         if head["shallow"]:  # our views and decoder functions cannot exist on that schema
-            return Fingerprint(thread_id, head["migration_version"], True, *([0] * 13), False)
+            return Fingerprint(thread_id, head["migration_version"], True, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)
         params = {"threads": chosen, "current": CURRENT_CHECKPOINT_V, "tasks": TASKS}
         by = {r["format"]: r for r in conn.execute(SELECT_ROW_FORMATS, params)}
         ck = conn.execute(SELECT_CHECKPOINT_FORMATS, params).fetchone()

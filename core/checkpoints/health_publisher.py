@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -202,9 +203,7 @@ class HealthPublisher:
             while refusals:
                 refusal_log, items = refusals[0]
                 if items:
-                    self._with_conn(
-                        lambda conn, items=items: replica_health.write_refusals(conn, self._replica_id, items)
-                    )
+                    self._with_conn(partial(replica_health.write_refusals, replica_id=self._replica_id, refusals=items))
                     with self._lock:
                         self._refusals_total += len(items)
                         for item in items:

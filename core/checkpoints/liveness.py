@@ -72,12 +72,14 @@ class Liveness:
         try:
             while not self._stop.is_set():  # the first check at once: its connection is then ready
                 if self._is_degraded():  # the monitor probes now; a fresh connection once it is back
-                    conn = _close(conn)
+                    _close(conn)
+                    conn = None
                 else:
                     try:
                         conn = self._check_alive(conn)
                     except Exception as exc:
-                        conn = _close(conn)
+                        _close(conn)
+                        conn = None
                         if not self._stop.is_set():
                             self._on_gone(f"liveness check: {_describe(exc)}")
                 self._stop.wait(self._interval)

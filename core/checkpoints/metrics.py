@@ -147,7 +147,7 @@ def _epoch(value: Any) -> float:
 
 def status_metrics(statuses: Iterable[dict[str, Any]]) -> list[Metric]:
     """The gauges and counters of the savers' `status()` dicts, one `replica` label each."""
-    fam = {
+    fam: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
         "degraded": GaugeMetricFamily(
             PREFIX + "checkpoint_degraded",
             "1 while checkpoint persistence is degraded (PostgreSQL unreachable).",
@@ -249,8 +249,13 @@ class _MultiprocessMirror:
     def _gauge(self, metric: Metric) -> Gauge:
         name = metric.name
         if name not in self.gauges:
-            mode = "livesum" if "buffered" in name else "livemax"
-            self.gauges[name] = Gauge(name, metric.documentation, ["replica"], multiprocess_mode=mode, registry=None)
+            self.gauges[name] = Gauge(
+                name,
+                metric.documentation,
+                ["replica"],
+                multiprocess_mode="livesum" if "buffered" in name else "livemax",
+                registry=None,
+            )
         return self.gauges[name]
 
     def refresh(self) -> None:

@@ -29,7 +29,7 @@ class Undecodable(ValueError):
     """The bytes are not a payload this decoder (or the SQL one) can turn into JSON."""
 
 
-def _b64(data: bytes) -> str:
+def _b64(data: bytes | bytearray | memoryview) -> str:
     return base64.b64encode(bytes(data)).decode("ascii")
 
 

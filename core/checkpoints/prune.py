@@ -245,7 +245,9 @@ def plan_batch(conn: psycopg.Connection[DictRow], cut: Cut, batch: list[str], ke
     threads, namespaces, cuts = [], [], []
     for t in batch:
         for ns, cid in cut[t].items():
-            threads.append(t), namespaces.append(ns), cuts.append(cid)
+            threads.append(t)
+            namespaces.append(ns)
+            cuts.append(cid)
     params = {"batch": batch, "threads": threads, "namespaces": namespaces, "cuts": cuts}
     rows: dict[str, list[Checkpoint]] = {}
     for r in conn.execute(SELECT_BATCH_CHECKPOINTS, params, prepare=False):

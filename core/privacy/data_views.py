@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import pandas as pd
 import psycopg
@@ -402,7 +403,7 @@ def customer_views(db: Database, customer_id: str, limit: int = 1000) -> pd.Data
 def sweep_step(db: Database, retention_days: int) -> int:
     """Delete the views older than `retention_days` (the chain's oldest links, with their rows) and record the cut,
     in one transaction under the chain's seal lock; returns how many rows went."""
-    params = {"chain": CHAIN, "days": int(retention_days)}
+    params: dict[str, Any] = {"chain": CHAIN, "days": int(retention_days)}
     with db.connection() as conn, conn.transaction():
         conn.execute(DELETE_OLD_GAPS, params)  # what was not recorded, as long as what was
         conn.execute(LOCK_CHAIN, params)

@@ -68,10 +68,10 @@ def _redact_evidence(evidence: Any, n_terms: int, values: list[str]) -> Any:
     if not isinstance(evidence, list):
         return evidence
     out = []
+    refs = f"unnest({res.RESIDUE_TERMS_REF.format(n=n_terms)}, {res.RESIDUE_PATTERNS_REF})"
     for e in evidence:
         if isinstance(e, dict) and e.get("table") == "residue" and isinstance(e.get("sql"), str):
-            refs = f"unnest({res.RESIDUE_TERMS_REF.format(n=n_terms)}, {res.RESIDUE_PATTERNS_REF})"
-            text = INLINED_TERMS.sub(lambda _m, refs=refs: refs, e["sql"])
+            text = INLINED_TERMS.sub(lambda _m: refs, e["sql"])
             if any(v in text for v in values):
                 text = UNREADABLE
             e = {**e, "sql": text}
