@@ -13,6 +13,7 @@ denials; `journaled` reads what an earlier run left (set aside at construction).
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import threading
@@ -284,7 +285,7 @@ class DegradedBuffer:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[list[tuple], tuple]:
+    ) -> tuple[builtins.list[tuple], tuple]:
         """The blob rows and the checkpoint row `PostgresSaver.put` would write, serialized now.
 
         Same split as PostgresSaver.put: primitives stay inline in the checkpoint JSON, the rest
@@ -293,7 +294,7 @@ class DegradedBuffer:
         """
         conf = config["configurable"]
         thread_id, ns, parent_id = conf["thread_id"], conf["checkpoint_ns"], conf.get("checkpoint_id")
-        inline = {**checkpoint, "channel_values": dict(checkpoint["channel_values"])}
+        inline: dict[str, Any] = {**checkpoint, "channel_values": dict(checkpoint["channel_values"])}
         blob_values: dict[str, Any] = {}
         for k, v in checkpoint["channel_values"].items():
             if isinstance(v, _DeltaSnapshot):
@@ -324,7 +325,7 @@ class DegradedBuffer:
     ) -> tuple[bool, Any]:
         rows = self._put_rows(config, checkpoint, metadata, new_versions)
         conf = config["configurable"]
-        next_config = {
+        next_config: RunnableConfig = {
             "configurable": {
                 "thread_id": conf["thread_id"],
                 "checkpoint_ns": conf["checkpoint_ns"],
@@ -369,7 +370,7 @@ class DegradedBuffer:
 
     # --- resync -----------------------------------------------------------------------------------
 
-    def pending(self) -> list[tuple[str, Any]]:
+    def pending(self) -> builtins.list[tuple[str, Any]]:
         """The resync log as it is now (it keeps growing while a resync writes this)."""
         with self._lock:
             return list(self._state.ops)
@@ -381,7 +382,7 @@ class DegradedBuffer:
             self._state.resynced += count
             self._journal.rewrite([self._wal_record(self._state.ops)] if self._state.ops else [])
 
-    def _wal_record(self, ops: list[tuple[str, Any]]) -> dict[str, Any]:
+    def _wal_record(self, ops: builtins.list[tuple[str, Any]]) -> dict[str, Any]:
         return {"since": self._state.since, "ops": ops, "episodes": [], "denials": []}
 
     def leave(self, on_switch: Callable[[BufferedEpisode], None]) -> BufferedEpisode | None:
@@ -416,7 +417,7 @@ class DegradedBuffer:
         """An earlier close left a journal this buffer has not replayed yet."""
         return self._state.journal_pending
 
-    def journaled(self) -> list[dict[str, Any]]:
+    def journaled(self) -> builtins.list[dict[str, Any]]:
         """The records of the journal, oldest first."""
         return self._journal.read()
 
@@ -424,7 +425,9 @@ class DegradedBuffer:
         """Everything in the journal an earlier run left is in PostgreSQL: it goes."""
         self._state.journal_pending = self._journal.replayed()
 
-    def closing_record(self, *, episodes: list[dict[str, Any]], denials: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def closing_record(
+        self, *, episodes: builtins.list[dict[str, Any]], denials: builtins.list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
         """The journal record of a close: the episodes and denials PostgreSQL does not have yet (the
         resync log is in the journal already); None when there is nothing to keep."""
         if not (episodes or denials):

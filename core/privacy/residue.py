@@ -225,9 +225,9 @@ def json_text(term: str) -> str:
 def customer_terms(conn: psycopg.Connection[DictRow], customer_id: str, extra_values: Iterable[str] = ()) -> list[Term]:
     """The id and the distinctive values of the customer's documents, each with its commonness."""
     params = subject_params(customer_id)
-    values = {r["term"] for r in conn.execute(SELECT_DOCUMENT_VALUES, {**params, "skip": list(NON_TERM_KEYS)})}
-    values |= set(extra_values)
-    values = sorted(v for v in values if len(v.strip()) >= MIN_TERM_LENGTH and v != customer_id)
+    found = {r["term"] for r in conn.execute(SELECT_DOCUMENT_VALUES, {**params, "skip": list(NON_TERM_KEYS)})}
+    found |= set(extra_values)
+    values = sorted(v for v in found if len(v.strip()) >= MIN_TERM_LENGTH and v != customer_id)
     counts = (
         {
             r["term"]: int(r["customers"])
@@ -294,8 +294,8 @@ def residue_conn(
             if hit is not None and not any(m.thread_id == thread_id and m.term == t.term for m in matches):
                 matches.append(ResidueMatch(thread_id, t.term, t.kind, t.customers, False, _snippet(*hit)))
     confirmed: dict[str, int] = {}
-    for m in matches:
-        confirmed[m.term] = confirmed.get(m.term, 0) + 1
+    for match in matches:
+        confirmed[match.term] = confirmed.get(match.term, 0) + 1
     common = [t.term for t in terms if t.common]
     counts: dict[str, int | None]
     if narrowed.threads is not None and not count_common:  # not counted: said as such, never as 0
