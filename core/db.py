@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlparse
 
 import psycopg
@@ -31,6 +31,7 @@ POOL_TIMEOUT_S = 3
 # Errors that mean "the database is not reachable", as opposed to a bad query.
 CONNECTION_ERRORS = (psycopg.OperationalError, PoolTimeout)
 
+T = TypeVar("T")
 _lock = threading.Lock()
 _servers: dict[Path, Any] = {}
 _pools: dict[tuple[str, str], ConnectionPool[psycopg.Connection[DictRow]]] = {}
@@ -114,6 +115,14 @@ def reset_pool(dsn: str, *, name: str = "core") -> None:
         pool.close(timeout=0)
 
 
+def one(row: T | None) -> T:
+    """A value that is always there, typed as present: the row of a query that always returns one (an aggregate,
+    RETURNING, SHOW, a lock attempt) or a result the caller's path guarantees; None is an error, said as such."""
+    if row is None:
+        raise LookupError("the query returned no row")
+    return row
+
+
 @dataclass(frozen=True)
 class Probe:
     ok: bool
@@ -129,7 +138,7 @@ def probe(dsn: str, timeout_s: int = CONNECT_TIMEOUT_S) -> Probe:
     started = time.monotonic()
     try:
         with psycopg.connect(dsn, connect_timeout=timeout_s, autocommit=True) as conn:
-            version = conn.execute("SHOW server_version").fetchone()[0]
+            version = one(conn.execute("SHOW server_version").fetchone())[0]
         return Probe(True, describe_dsn(dsn), (time.monotonic() - started) * 1000, version, None, time.time())
     except psycopg.Error as exc:
         return Probe(False, describe_dsn(dsn), None, None, str(exc).strip() or type(exc).__name__, time.time())

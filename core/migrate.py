@@ -27,7 +27,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 
 from core.config import load_settings
-from core.db import CONNECT_TIMEOUT_S, resolve_dsn
+from core.db import CONNECT_TIMEOUT_S, one, resolve_dsn
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class ShallowCheckpointSchema(SchemaMismatch):
 
 def check_not_shallow(conn: psycopg.Connection[DictRow]) -> None:
     """Raise ShallowCheckpointSchema, before anything is created, on ShallowPostgresSaver's schema."""
-    if conn.execute(SELECT_SHALLOW).fetchone()["shallow"]:
+    if one(conn.execute(SELECT_SHALLOW).fetchone())["shallow"]:
         raise ShallowCheckpointSchema(
             "the checkpoint tables were created by ShallowPostgresSaver (deprecated): they keep only the latest "
             "checkpoint of each thread, with no checkpoint_id, history or pending writes per step. The dashboard's "
@@ -143,7 +143,7 @@ def check_applied(
     kept (to record). Raises MigrationMismatch naming every file that differs: edited after it was applied,
     renamed, unknown to this code, a pre-checksum row whose file is no text in HISTORY.sha256, and (unless
     `pending_ok`) not applied yet. Reads only."""
-    if not conn.execute(VERSION_TABLE_EXISTS).fetchone()["present"]:
+    if not one(conn.execute(VERSION_TABLE_EXISTS).fetchone())["present"]:
         applied = []
     else:
         applied = [r["row"] for r in conn.execute(SELECT_APPLIED).fetchall()]
@@ -230,7 +230,7 @@ def _wait_for_lock(conn: psycopg.Connection[DictRow]) -> None:
     transaction, and the checkpointer's CREATE INDEX CONCURRENTLY (run by the lock holder)
     waits for every open transaction: a deadlock."""
     deadline = time.monotonic() + LOCK_WAIT_S
-    while not conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (MIGRATION_LOCK_ID,)).fetchone()["ok"]:
+    while not one(conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (MIGRATION_LOCK_ID,)).fetchone())["ok"]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"another process has held the migration lock for over {LOCK_WAIT_S} s")
         time.sleep(0.1)

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow, dict_row
 
-from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, describe_dsn
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, describe_dsn, one
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class ReadRouter:
     def __init__(self, primary: Database, replica_dsn: str | None, *, retry_s: float = RETRY_S):
         self.primary = _RoutedDatabase(primary.dsn, self, "primary", embedded=primary.embedded)
         configured = replica_dsn and replica_dsn != primary.dsn
-        self.replica = _RoutedDatabase(replica_dsn, self, "replica") if configured else None
+        self.replica = _RoutedDatabase(replica_dsn, self, "replica") if replica_dsn and configured else None
         self.retry_s = retry_s
         self._lock = threading.Lock()
         self._down_error: str | None = None
@@ -167,6 +167,7 @@ class ReadRouter:
         source = self.source()
         if source == "primary":
             return call(self.primary, source)
+        assert self.replica is not None  # source() says "replica" only when one is configured
         try:
             result = call(self.replica, source)
         except DatabaseUnavailable as exc:
@@ -183,9 +184,9 @@ class ReadRouter:
         target = describe_dsn(self.replica.dsn)
         try:
             with _connect(self.primary.dsn) as conn:
-                primary_lsn = conn.execute(SELECT_PRIMARY_LSN).fetchone()["lsn"]
+                primary_lsn = one(conn.execute(SELECT_PRIMARY_LSN).fetchone())["lsn"]
             with _connect(self.replica.dsn) as conn:
-                state = conn.execute(SELECT_REPLICA_STATE).fetchone()
+                state = one(conn.execute(SELECT_REPLICA_STATE).fetchone())
         except psycopg.OperationalError as exc:
             self.mark_down(exc)
             return ReplicaStatus(True, False, target, error=str(exc).strip(), checked_at=time.time())
@@ -251,7 +252,7 @@ def wait_replayed(db: Database, *, timeout_s: float | None = None) -> ReplayWait
         return None
     timeout_s = REPLAY_WAIT_S if timeout_s is None else timeout_s
     with db.connection() as conn:
-        lsn = conn.execute(SELECT_PRIMARY_LSN).fetchone()["lsn"]
+        lsn = one(conn.execute(SELECT_PRIMARY_LSN).fetchone())["lsn"]
         sql = psycopg.ClientCursor(conn).mogrify(SELECT_REPLAY_BEHIND, {"lsn": lsn})
     started = time.monotonic()
     behind: int | None = None
@@ -259,7 +260,7 @@ def wait_replayed(db: Database, *, timeout_s: float | None = None) -> ReplayWait
     try:
         with _connect(db.read_dsn) as conn:
             while True:
-                behind = int(conn.execute(sql).fetchone()["n"])
+                behind = int(one(conn.execute(sql).fetchone())["n"])
                 if behind == 0 or time.monotonic() - started >= timeout_s:
                     break
                 time.sleep(REPLAY_POLL_S)  # polling the condition itself: replay has no notification

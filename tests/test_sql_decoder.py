@@ -574,3 +574,10 @@ def test_floats_print_round_trip(ckpt_db):
     for f in (0.1, 1 / 3, 2.0**-1074, 123456789.123456789, -1e-300):
         got = sql_payload(ckpt_db, "msgpack", ormsgpack.packb(f))
         assert float(got) == f and not math.isnan(float(got))
+
+
+def test_a_json_row_without_bytes_is_undecodable_as_a_msgpack_one_is():
+    # a TypeError here would escape the callers that turn Undecodable into the undecodable marker
+    for blob_type in ("msgpack", "json"):
+        with pytest.raises(Undecodable, match=f"{blob_type} blob without bytes"):
+            payload_json(blob_type, None)

@@ -148,7 +148,7 @@ class _Deadline:
 
     __slots__ = ("watchdog", "seconds", "call", "token")
 
-    def __init__(self, watchdog: _Watchdog, seconds: float):
+    def __init__(self, watchdog: _Watchdog, seconds: float | None):
         self.watchdog, self.seconds = watchdog, seconds
 
     def __enter__(self) -> _Call:

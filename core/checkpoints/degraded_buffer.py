@@ -211,7 +211,7 @@ class DegradedBuffer:
         st = self._state
         for tup in self._cache.tuples(thread_id, skip=st.seeded | st.tombstoned):  # never seed an erased thread
             tid, ns, checkpoint_id = thread_of(tup.config)
-            if self._storage.storage.get(tid, {}).get(ns, {}).get(checkpoint_id) is None:
+            if self._storage.storage.get(tid, {}).get(ns, {}).get(checkpoint_id or "") is None:
                 parent = tup.parent_config or {"configurable": {"thread_id": tid, "checkpoint_ns": ns}}
                 self._memory.put(parent, tup.checkpoint, tup.metadata, tup.checkpoint["channel_versions"])
                 by_task: dict[str, list[tuple[str, Any]]] = {}

@@ -18,7 +18,7 @@ from psycopg_pool import ConnectionPool
 from core.checkpoints import replica_health
 from core.checkpoints.deadlines import _Watchdog
 from core.checkpoints.serde import RefusalLog
-from core.db import CONNECT_TIMEOUT_S, make_pool
+from core.db import CONNECT_TIMEOUT_S, make_pool, one
 
 TOMBSTONES_PRESENT_SQL = "SELECT to_regclass('core_thread_tombstones') IS NOT NULL AS present"
 RECENT_TOMBSTONES_SQL = """
@@ -164,7 +164,7 @@ class HealthPublisher:
 
         def read(conn: psycopg.Connection[DictRow]) -> list[tuple[str, Any]]:
             with conn.cursor(row_factory=psycopg.rows.tuple_row) as cur:
-                if not cur.execute(TOMBSTONES_PRESENT_SQL).fetchone()[0]:
+                if not one(cur.execute(TOMBSTONES_PRESENT_SQL).fetchone())[0]:
                     return []  # migration 010 not applied: nothing to learn
                 return cur.execute(RECENT_TOMBSTONES_SQL, (since,)).fetchall()
 

@@ -224,8 +224,9 @@ class SaverCollector(Collector):
 
     def remove(self, saver: Any) -> None:
         with self._lock:
-            if self._savers.get(saver.replica_id) is saver:  # not a newer saver with the same id
-                del self._savers[saver.replica_id]
+            replica_id = saver.replica_id
+            if self._savers.get(replica_id) is saver:  # not a newer saver with the same id
+                del self._savers[replica_id]
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:

@@ -98,5 +98,7 @@ def payload_json(blob_type: str | None, blob: bytes | None) -> Any:
     if blob_type in ("bytes", "bytearray"):
         return {"type": "bytes", "value": _b64(blob or b"")}
     if blob_type == "json":
+        if blob is None:
+            raise Undecodable("json blob without bytes")
         return json.loads(bytes(blob).decode("utf-8"))
     raise Undecodable(f"blob type {blob_type} is never decoded here")

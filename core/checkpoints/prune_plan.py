@@ -98,7 +98,9 @@ def plan_thread(
         if ns == "":
             root_deleted = deleted_ids
         plan.orphaned_parents += [
-            (ns, cid, index[cid].parent) for cid in sorted(kept) if index[cid].parent in deleted_ids
+            (ns, cid, parent)
+            for cid in sorted(kept)
+            if (parent := index[cid].parent) is not None and parent in deleted_ids
         ]
         referenced = {(c, v) for cid in kept for c, v in index[cid].versions.items()}
         freed = {(c, v) for r in deleted for c, v in r.versions.items()} - referenced

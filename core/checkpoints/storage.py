@@ -21,7 +21,7 @@ from psycopg import sql as pgsql
 from psycopg.rows import DictRow
 
 from core.checkpoints import storage_detail
-from core.db import Database
+from core.db import Database, one
 
 # The refresh, in batches of thread_id key ranges (lo, hi] (issue 14): each of the three tables' primary keys
 # starts with thread_id, so a range is an index range scan of each table, and a batch holds at most
@@ -217,20 +217,22 @@ def refresh_storage_conn(
     for lo, hi in thread_ranges(conn, SELECT_BATCH_END, batch_rows - 1):
         thread_range = key_ranges(lo, hi)
         known = orphans.known_column(conn, key_ranges(lo, hi, storage_detail.KNOWN_RANGE))
-        old = conn.execute(pgsql.SQL(DELETE_STORAGE_RANGE).format(range=thread_range), prepare=False).fetchone()
-        row = conn.execute(
-            pgsql.SQL(INSERT_STORAGE_BATCH).format(
-                flags=flags,
-                keys=keys,
-                range=thread_range,
-                known=known,
-                full=pgsql.Literal(full),
-                old_threads=pgsql.Literal(old["threads"]),
-                old_fingerprints=pgsql.Literal(old["fingerprints"]),
-                **storage_detail.HASHES,
-            ),
-            prepare=False,
-        ).fetchone()
+        old = one(conn.execute(pgsql.SQL(DELETE_STORAGE_RANGE).format(range=thread_range), prepare=False).fetchone())
+        row = one(
+            conn.execute(
+                pgsql.SQL(INSERT_STORAGE_BATCH).format(
+                    flags=flags,
+                    keys=keys,
+                    range=thread_range,
+                    known=known,
+                    full=pgsql.Literal(full),
+                    old_threads=pgsql.Literal(old["threads"]),
+                    old_fingerprints=pgsql.Literal(old["fingerprints"]),
+                    **storage_detail.HASHES,
+                ),
+                prepare=False,
+            ).fetchone()
+        )
         orphans.add_batch(row)
         storage_detail.refresh_range(
             conn, thread_range, key_ranges(lo, hi, "s.thread_id"), row["changed"], len(row["changed"]) == row["threads"]

@@ -226,7 +226,7 @@ class Orphans:
         """The `known` value of a batch's threads for its INSERT: whether the query returns each (NULL when nothing
         checks); `known_range`: the batch's range on `(q.thread_id)::text`. A failure of the query is kept in
         `unknown_threads_error`."""
-        if not self.checking:
+        if not self.checking or self.known_query is None:  # (checking says the query is there)
             return NOT_CHECKED
         query = pgsql.SQL(SELECT_KNOWN).format(query=pgsql.SQL(self.known_query), range=known_range)
         try:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.db import Database
+from core.db import Database, one
 
 STATUSES = ("stopped", "interrupted", "paused", "error", "idle", "active")
 # Filters that stand for several stored statuses.
@@ -229,9 +229,11 @@ def search_threads(
         f"ORDER BY {q.sort} {direction}, thread_id {direction} LIMIT %(limit)s OFFSET %(offset)s",
         {**params, "limit": q.limit, "offset": q.offset},
     )
-    total = db.fetch_one(
-        f"SELECT count(*) AS n FROM (SELECT 1 FROM core_thread_summary WHERE {where} LIMIT %(cap)s) m",
-        {**params, "cap": count_cap + 1},
+    total = one(
+        db.fetch_one(
+            f"SELECT count(*) AS n FROM (SELECT 1 FROM core_thread_summary WHERE {where} LIMIT %(cap)s) m",
+            {**params, "cap": count_cap + 1},
+        )
     )["n"]
     as_of = db.fetch_one(SELECT_AS_OF)
     frame = pd.DataFrame(rows, columns=COLUMNS)

@@ -37,7 +37,7 @@ from typing import Any
 
 import psycopg
 
-from core.db import Database
+from core.db import Database, one
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +331,7 @@ def watermark(db: Database) -> Watermark:
 
 def checkpoints_behind(db: Database, cap: int = 100_000) -> int:
     """Checkpoints after the watermark, counted up to `cap`."""
-    return db.fetch_one(COUNT_BEHIND, {**watermark(db).params(), "cap": cap}, read_only=False)["n"]
+    return one(db.fetch_one(COUNT_BEHIND, {**watermark(db).params(), "cap": cap}, read_only=False))["n"]
 
 
 def extract(
@@ -358,7 +358,7 @@ def extract(
         with db.connection() as conn, conn.transaction():
             conn.execute(ENSURE_WATERMARK, {"name": WATERMARK})
             conn.execute(LOCK_WATERMARK, {"name": WATERMARK})
-            row = conn.execute(EXTRACT_BATCH, {**key.params(), "limit": limit}).fetchone()
+            row = one(conn.execute(EXTRACT_BATCH, {**key.params(), "limit": limit}).fetchone())
             if row["checkpoints"]:
                 key = Watermark(row["ts"], row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
                 conn.execute(ADVANCE_WATERMARK, {**key.params(), "name": WATERMARK})
@@ -407,7 +407,7 @@ def catch_up(db: Database, max_checkpoints: int = PAGE_MAX_CHECKPOINTS) -> Extra
 
 def sweep_step(db: Database) -> ExtractResult:
     """The sweep job's step: drop rows of deleted threads, then extract with the look-back window."""
-    pruned = db.fetch_one(PRUNE_ORPHANS, read_only=False)["n"]
+    pruned = one(db.fetch_one(PRUNE_ORPHANS, read_only=False))["n"]
     result = extract(db, lookback=SWEEP_LOOKBACK)
     result.pruned = pruned
     return result
@@ -416,5 +416,5 @@ def sweep_step(db: Database) -> ExtractResult:
 def args_in_words(call: dict, value: Callable[[Any], str]) -> str:
     """A LangChain tool call's arguments as a person reads them, `tipo = recogida, valor = ...` (each value written by
     `value`): the one convention of the Checkpoints page and the art. 15 export."""
-    args = call.get("args") if isinstance(call.get("args"), dict) else {}
+    args = found if isinstance(found := call.get("args"), dict) else {}
     return ", ".join(f"{k} = {value(v)}" for k, v in args.items())

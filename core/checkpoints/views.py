@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from core.checkpoints import delta, formats, message_diff
-from core.db import Database
+from core.db import Database, one
 
 RECENT_WINDOW = 5000  # newest checkpoints scanned (by the ts index) to list recently active threads
 
@@ -399,7 +399,7 @@ def delta_channels(db: Database, thread_id: str) -> pd.DataFrame:
 
 def thread_storage(db: Database, thread_id: str) -> dict[str, int]:
     """Rows and bytes of one thread in each checkpoint table (bytes: stored payload sizes)."""
-    row = db.fetch_one(SELECT_THREAD_STORAGE, {"thread_id": thread_id if _usable(thread_id) else ""})
+    row = one(db.fetch_one(SELECT_THREAD_STORAGE, {"thread_id": thread_id if _usable(thread_id) else ""}))
     return {k: int(row[k]) for k in STORAGE_COLUMNS}
 
 

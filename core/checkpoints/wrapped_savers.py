@@ -231,5 +231,6 @@ class WrappedSavers:
 
     def _forget(self, task: asyncio.Task) -> None:
         self._pools.orphans.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("abandoned PostgreSQL call (past its deadline) ended with %s", _describe(task.exception()))
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            log.warning("abandoned PostgreSQL call (past its deadline) ended with %s", _describe(exc))

@@ -40,6 +40,7 @@ from psycopg.rows import DictRow, dict_row
 from core.checkpoints import usage
 from core.checkpoints.replica_health import SELECT_REPLICAS
 from core.config import ModelPrice
+from core.db import one
 from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
 from core.privacy.data_views import SELECT_GAPS
@@ -145,7 +146,7 @@ def database_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice
         expired.add_metric([root if root in ROOTS else "other"], float(found.get(root, 0)))
     out.append(expired)
 
-    sweeps = conn.execute(SELECT_LAST_SWEEPS).fetchone()
+    sweeps = one(conn.execute(SELECT_LAST_SWEEPS).fetchone())
     last = sweeps["last_run"] or {}
     last_ts = _gauge(
         "sweep_last_run_timestamp_seconds",
@@ -160,7 +161,7 @@ def database_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice
     ok_ts.add_metric([], float(sweeps["last_ok"] or 0))
     out += [last_ts, ok_ts]
 
-    erasure = conn.execute(SELECT_ERASURE).fetchone()
+    erasure = one(conn.execute(SELECT_ERASURE).fetchone())
     inc = _gauge(
         "erasure_requests_incomplete", "Erasure requests incomplete or failed, or running for more than an hour."
     )
@@ -177,7 +178,7 @@ def database_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice
         "customers_over_schema",
         f"Customers with more than {MAX_DOCS_PER_CUSTOMER} documents (the closed preference schema was opened).",
     )
-    over.add_metric([], float(conn.execute(SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]))
+    over.add_metric([], float(one(conn.execute(SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone())["customers"]))
     out.append(over)
 
     unrecorded = _gauge(
@@ -186,7 +187,7 @@ def database_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice
         "process exit), as they reported once the database took writes again (core_data_view_gaps, "
         "within the log's retention).",
     )
-    unrecorded.add_metric([], float(conn.execute(SELECT_GAPS).fetchone()["views"]))
+    unrecorded.add_metric([], float(one(conn.execute(SELECT_GAPS).fetchone())["views"]))
     out.append(unrecorded)
     return out
 

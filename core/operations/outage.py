@@ -187,7 +187,7 @@ def demo_outage(
                     if report.seconds_to_degraded is None and saver.degraded:
                         report.seconds_to_degraded = time.monotonic() - started
             finally:
-                if saver_clock is not None and at is not None:
+                if saver_clock is not None and at is not None and length is not None:
                     saver_clock.set(at + length)
                 (control.start if kind == "stop" else control.resume)()
             back = time.monotonic()

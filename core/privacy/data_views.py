@@ -35,7 +35,7 @@ import pandas as pd
 import psycopg
 from prometheus_client import Counter
 
-from core.db import Database, DatabaseUnavailable
+from core.db import Database, DatabaseUnavailable, one
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ class ViewQueue:
                     # views lost while the gap was being written stay counted (from the gap's end: never later)
                     self._lost = (
                         None
-                        if now_lost is gap
+                        if now_lost is gap or now_lost is None  # (only this thread empties it)
                         else Gap(now_lost.views - gap.views, gap.until, now_lost.until, now_lost.reason)
                     )
                 self._failing = None
@@ -371,7 +371,7 @@ class Unrecorded:
 
 def unrecorded(db: Database) -> Unrecorded:
     """What the DPO must know is missing from the log (see Unrecorded)."""
-    row = db.fetch_one(SELECT_GAPS)
+    row = one(db.fetch_one(SELECT_GAPS))
     with _queues_lock:
         queue = _queues.get(db.dsn)
     waiting, oldest, lost, failing = queue.state() if queue is not None else (0, None, None, None)

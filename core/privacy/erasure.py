@@ -40,7 +40,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core import clock, read_replica
-from core.db import Database
+from core.db import Database, one
 from core.privacy import data_views, term_hashes
 from core.privacy import residue as res
 from core.privacy import subjects as subj
@@ -189,7 +189,7 @@ def _erase_own(
             deleted[target.name] = conn.execute(target.erase_sql, params).rowcount
             continue
         with conn.transaction():  # an UPDATE's rowcount counts rows, not the elements it removes
-            n = conn.execute(target.count_sql, params).fetchone()["n"]
+            n = one(conn.execute(target.count_sql, params).fetchone())["n"]
             if n:
                 conn.execute(target.erase_sql, params)
         deleted[target.name] = int(n)
@@ -282,22 +282,24 @@ def erase(
             # before: the residue scan above just read every unattributed row for the same terms (nothing is
             # deleted yet), so its raw matches plus the attributed threads are a superset of the candidates
             before = {e.table: e.result for e in evidence_now(sorted(set(residue.raw_threads) | set(subjects.threads)))}
-            row = conn.execute(
-                INSERT_REQUEST,
-                {
-                    "customer_id": customer_id,
-                    "prefix": prefix,
-                    "operator": operator.strip(),
-                    "before": Jsonb(before),
-                    "threads": sorted(threads),
-                    "sources": Jsonb(sources),
-                    "residue": Jsonb(residue_rows),
-                    "terms": Jsonb([h.to_json() for h in hashed + carried]),
-                    "salt": earlier.salt,
-                    "exclusions": Jsonb(exclusions),
-                    "shift": shift,
-                },
-            ).fetchone()
+            row = one(
+                conn.execute(
+                    INSERT_REQUEST,
+                    {
+                        "customer_id": customer_id,
+                        "prefix": prefix,
+                        "operator": operator.strip(),
+                        "before": Jsonb(before),
+                        "threads": sorted(threads),
+                        "sources": Jsonb(sources),
+                        "residue": Jsonb(residue_rows),
+                        "terms": Jsonb([h.to_json() for h in hashed + carried]),
+                        "salt": earlier.salt,
+                        "exclusions": Jsonb(exclusions),
+                        "shift": shift,
+                    },
+                ).fetchone()
+            )
             request_id, requested_at = row["id"], row["requested_at"]
             deleted: dict[str, int] = {}
             evidence: list[EvidenceQuery] = []
@@ -339,20 +341,22 @@ def erase(
                     db, conn, request_id, exc, passes, threads, deleted, evidence, targets, customer_id, config
                 )
                 raise
-            finished = conn.execute(
-                FINISH_REQUEST,
-                {
-                    "id": request_id,
-                    "status": status,
-                    "shift": shift,
-                    "passes": passes,
-                    "threads": sorted(threads),
-                    "deleted": Jsonb(deleted),
-                    "after": Jsonb(after),
-                    "evidence": Jsonb([asdict(e) for e in evidence]),
-                    "report": report,
-                },
-            ).fetchone()
+            finished = one(
+                conn.execute(
+                    FINISH_REQUEST,
+                    {
+                        "id": request_id,
+                        "status": status,
+                        "shift": shift,
+                        "passes": passes,
+                        "threads": sorted(threads),
+                        "deleted": Jsonb(deleted),
+                        "after": Jsonb(after),
+                        "evidence": Jsonb([asdict(e) for e in evidence]),
+                        "report": report,
+                    },
+                ).fetchone()
+            )
             notify(Progress("done", passes, sum(deleted.values()), after))
         finally:
             try:
@@ -472,7 +476,7 @@ def stuck_requests(db: Database) -> list[int]:
     stuck = []
     with db.connection() as conn:
         for row in conn.execute(SELECT_RUNNING).fetchall():
-            if conn.execute(TRY_LOCK, (ERASURE_LOCK_NS, row["customer_id"])).fetchone()["got"]:
+            if one(conn.execute(TRY_LOCK, (ERASURE_LOCK_NS, row["customer_id"])).fetchone())["got"]:
                 conn.execute(UNLOCK, (ERASURE_LOCK_NS, row["customer_id"]))
                 stuck.append(int(row["id"]))
     return stuck

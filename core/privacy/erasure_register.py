@@ -13,7 +13,7 @@ import pandas as pd
 from psycopg.types.json import Jsonb
 
 from core import clock, read_replica
-from core.db import Database
+from core.db import Database, one
 from core.privacy import subjects as subj
 from core.privacy import term_hashes
 from core.privacy.erasure import SELECT_REQUEST, ErasureError, stuck_requests
@@ -110,10 +110,12 @@ def recheck(
     evidence += [EvidenceQuery(*row) for row in read_replica.replay_evidence(db)]
     counts = {e.table: e.result for e in evidence}
     clean = all(n == 0 for n in counts.values())
-    rec = db.fetch_one(
-        INSERT_RECHECK,
-        (request_id, trigger, operator, clean, Jsonb(counts), Jsonb([asdict(e) for e in evidence]), clock.shift()),
-        read_only=False,
+    rec = one(
+        db.fetch_one(
+            INSERT_RECHECK,
+            (request_id, trigger, operator, clean, Jsonb(counts), Jsonb([asdict(e) for e in evidence]), clock.shift()),
+            read_only=False,
+        )
     )
     db.execute(UPDATE_LAST_RECHECK, (rec["checked_at"], clean, request_id))
     if not clean:

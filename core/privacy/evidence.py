@@ -17,7 +17,7 @@ from psycopg.rows import DictRow
 
 from core import clock
 from core.agents.retail import METADATA_KEY
-from core.db import Database
+from core.db import Database, one
 from core.memory.store import validate_label
 from core.privacy import residue as res
 from core.privacy import subjects as subj
@@ -268,7 +268,7 @@ def own_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
         targets.append(OwnTarget(VIEW_PURPOSES, VIEW_PURPOSES_COUNT_SQL, VIEW_PURPOSES_REDACT_SQL))
     names = {t.name for t in targets}
     for optional in OPTIONAL_TABLES:  # present but not understood must be said, not skipped silently
-        if optional not in names and conn.execute(SELECT_REGCLASS, (optional,)).fetchone()["present"]:
+        if optional not in names and one(conn.execute(SELECT_REGCLASS, (optional,)).fetchone())["present"]:
             log.warning(
                 "%s exists but has no column erasure knows (prefix, thread_id, subject_id, customer_id)", optional
             )
@@ -312,7 +312,7 @@ def _run_evidence(
             cursors[table] = conn.cursor()
             cursors[table].execute(text)
     at = _now_iso()
-    out = [EvidenceQuery(table, literal[table], int(cur.fetchone()["n"]), at) for table, cur in cursors.items()]
+    out = [EvidenceQuery(table, literal[table], int(one(cur.fetchone())["n"]), at) for table, cur in cursors.items()]
     rparams = res.residue_count_params(conn, residue_terms or (), left, residue_candidates)
     hashed_terms, salt = ([t for t in hashed[0] if not t.common], hashed[1]) if hashed else ([], "")
     if rparams["raws"] or hashed_terms:

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
+from core.db import one
 from core.privacy import chain, term_hashes
 from core.privacy import residue as res
 from core.privacy.decisions import NOT_SCANNED
@@ -102,7 +103,7 @@ def _changed(
     if before is None:
         return  # not sealed (a request still running): nothing to prove it against
     sealed, was = before
-    _, now = chain.sealed_state(conn, table, row_id)
+    _, now = one(chain.sealed_state(conn, table, row_id))  # sealed before its change, so sealed after
     if now != was:
         conn.execute(INSERT_REDACTION, (table, row_id, fields, sealed, was == sealed, now, REASON))
 
@@ -137,7 +138,7 @@ def _repair(conn: psycopg.Connection[DictRow], row: dict) -> None:
         before = chain.sealed_state(conn, "core_erasure_rechecks", check["id"])
         conn.execute(UPDATE_RECHECK, {"id": check["id"], "evidence": Jsonb(evidence)})
         _changed(conn, "core_erasure_rechecks", check["id"], before, ["evidence"])
-    left = conn.execute(SELECT_REPAIRED, (row["id"],)).fetchone()["text"] or ""
+    left = one(conn.execute(SELECT_REPAIRED, (row["id"],)).fetchone())["text"] or ""
     if any(v in left or json.dumps(v, ensure_ascii=False)[1:-1] in left for v in values):
         raise RuntimeError(f"erasure request {row['id']}: the redaction left a value in place (rolled back)")
 
@@ -145,7 +146,7 @@ def _repair(conn: psycopg.Connection[DictRow], row: dict) -> None:
 def redact_register(conn: psycopg.Connection[DictRow]) -> int:
     """Repair every request written before migration 056 (with its re-checks); returns how many. `conn` is an
     autocommit connection with dict rows; each request is repaired in its own transaction."""
-    if not conn.execute(SELECT_APPLIED).fetchone()["applied"]:
+    if not one(conn.execute(SELECT_APPLIED).fetchone())["applied"]:
         return 0  # migrated with files before 056 (an older release's core/sql): nothing to repair with yet
     repaired = 0
     for legacy in conn.execute(SELECT_LEGACY).fetchall():

@@ -31,7 +31,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core.config import DEFAULT_SUBJECT_METADATA_KEYS, DEFAULT_SUBJECT_THREAD_PATTERNS, Settings, load_settings
-from core.db import Database, DatabaseUnavailable
+from core.db import Database, DatabaseUnavailable, one
 from core.memory.store import InvalidIdentifier, validate_label
 
 ROOT = "clientes"
@@ -285,7 +285,7 @@ def _live_coverage(db: Database, config: Attribution) -> Coverage:
     with db.connection() as conn, conn.transaction():
         conn.execute(pgsql.SQL("SET LOCAL statement_timeout = {}").format(pgsql.Literal(LIVE_COVERAGE_TIMEOUT_MS)))
         try:
-            row = conn.execute(COVERAGE_SQL, {"keys": list(config.metadata_keys), "likes": likes}).fetchone()
+            row = one(conn.execute(COVERAGE_SQL, {"keys": list(config.metadata_keys), "likes": likes}).fetchone())
         except psycopg.errors.QueryCanceled as exc:  # raised here: db.connection() would call it "not reachable"
             raise DatabaseUnavailable(
                 f"no sweep has computed the attribution coverage yet, and counting it now took more than "
@@ -325,7 +325,7 @@ def coverage_from_storage(
                 hilo_range=key_ranges(lo, hi, "(value ->> 'hilo')"),
                 x_range=key_ranges(lo, hi, "x.thread_id"),
             )
-            found = conn.execute(query, params).fetchone()
+            found = one(conn.execute(query, params).fetchone())
             for k in totals:
                 totals[k] += int(found[k])
     return _coverage_of(totals, config)
@@ -354,16 +354,18 @@ def refresh_coverage(
         )
     with db.connection() as conn:
         cov = coverage_from_storage(conn, config, batch_threads)
-    at = db.fetch_one(
-        UPSERT_SNAPSHOT,
-        {
-            "config": _snapshot_key(config),
-            "threads": cov.threads,
-            "unattributed_threads": cov.unattributed_threads,
-            "bytes": cov.bytes,
-            "unattributed_bytes": cov.unattributed_bytes,
-        },
-        read_only=False,
+    at = one(
+        db.fetch_one(
+            UPSERT_SNAPSHOT,
+            {
+                "config": _snapshot_key(config),
+                "threads": cov.threads,
+                "unattributed_threads": cov.unattributed_threads,
+                "bytes": cov.bytes,
+                "unattributed_bytes": cov.unattributed_bytes,
+            },
+            read_only=False,
+        )
     )["computed_at"]
     return replace(cov, as_of=at)
 

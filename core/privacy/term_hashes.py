@@ -163,9 +163,9 @@ class Matcher:
         for chars, terms in self.anywhere.items():
             wanted = {t.digest: t for t in terms}
             for start in range(len(text) - chars + 1):
-                term = wanted.get(_digest(self.key, text[start : start + chars]))
-                if term is not None and self._ends_well(blank, start + chars, term):
-                    out.add(term.ref)
+                hit = wanted.get(_digest(self.key, text[start : start + chars]))
+                if hit is not None and self._ends_well(blank, start + chars, hit):
+                    out.add(hit.ref)
         return out
 
 

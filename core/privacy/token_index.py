@@ -31,7 +31,7 @@ import psycopg
 from psycopg.rows import DictRow
 
 from core.checkpoints import formats
-from core.db import Database
+from core.db import Database, one
 from core.privacy.tokens import payload_tokens, term_tokens, token_hash, tokens_of_json_text
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ def _thread_tokens(
             tokens = payload_tokens(row["type"], row["blob"])
             if tokens is None:
                 result.decoded_in_sql += 1
-                text = conn.execute(SELECT_DECODED, {"type": row["type"], "blob": row["blob"]}).fetchone()["text"]
+                text = one(conn.execute(SELECT_DECODED, {"type": row["type"], "blob": row["blob"]}).fetchone())["text"]
                 tokens_of_json_text(text, into)
             else:
                 into |= tokens
@@ -206,7 +206,7 @@ def index_pending(
         if len(claimed) < limit:
             break
     result.pending = pending(db)
-    result.unread_threads = db.fetch_one(COUNT_UNREAD, read_only=False)["n"]
+    result.unread_threads = one(db.fetch_one(COUNT_UNREAD, read_only=False))["n"]
     log.info(
         "token index: %d threads (%d payloads, %d through the SQL decoder, %d encrypted read with the keys) "
         "in %d batches, %d pending",
@@ -227,7 +227,7 @@ def index_pending(
 
 
 def pending(db: Database, cap: int = 100_000) -> int:
-    return db.fetch_one(COUNT_PENDING, {"cap": cap}, read_only=False)["n"]
+    return one(db.fetch_one(COUNT_PENDING, {"cap": cap}, read_only=False))["n"]
 
 
 def sweep_step(db: Database, decryptor: formats.Decryptor | None = None) -> IndexResult:
@@ -343,7 +343,8 @@ def candidates_of(
     unindexed = [r["thread_id"] for r in conn.execute(SELECT_PENDING, {"cap": DIRTY_SCAN_MAX + 1})]
     if len(unindexed) > DIRTY_SCAN_MAX:
         return Candidates(None, why_full=f"more than {DIRTY_SCAN_MAX:,} threads wait for the token indexer")
-    lookups = list(keys.values()) + sealed_keys(keys.values(), decryptor)
+    found = [key for key in keys.values() if key is not None]  # all of them: none is missing
+    lookups = found + sealed_keys(found, decryptor)
     hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": lookups})} if keys else set()
     unread = {r["thread_id"] for r in conn.execute(SELECT_UNANSWERED, {"key_set": decryptor.key_set})}
     return Candidates(frozenset(hits | set(unindexed) | unread), len(hits), frozenset(unindexed), "", frozenset(unread))
