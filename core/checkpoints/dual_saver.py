@@ -622,7 +622,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         log.warning(
             "replica %s replayed its journal: %d operations from %d closes while PostgreSQL was unreachable",
             self._replica_id,
-            ops,
+            replayed,
             len(records),
         )
         if self._publish_health:
