@@ -224,7 +224,7 @@ if query:
     if found is not None and found.empty:
         st.info(t("drill_none", q=md(query)))
     if found is not None and not suggestions.empty and suggestions["prefix"].tolist() != found["prefix"].tolist():
-        counts = dict(zip(suggestions["prefix"], suggestions["documents"]))
+        counts = dict(zip(suggestions["prefix"], suggestions["documents"], strict=True))
         st.pills(
             t("drill_suggestions"),
             suggestions["prefix"].tolist(),

@@ -53,7 +53,7 @@ runs = read(sweep_reads.sweep_runs, RUNS_LIMIT)
 
 st.subheader(t("sweeps_state_now"))
 cols = st.columns(len(expired) + 1)
-for col, row in zip(cols, expired.itertuples()):
+for col, row in zip(cols, expired.itertuples(), strict=False):  # the last column is not a root's
     col.metric(t("sweeps_expired_metric", root=md(row.root)), fmt.number(row.expired))
 last = read(sweep_reads.last_sweep)  # a dry run is not a sweep
 cols[-1].metric(
@@ -276,7 +276,7 @@ def runs_figure(per_run: pd.DataFrame, language: str, tz: str) -> go.Figure:
     # `tz`: the viewer's time zone, which the run labels are in (a chart shared only with viewers in the same one)
     per_run = per_run.assign(
         trigger=per_run["trigger"].map(trigger_label),
-        run=[f"#{i} · {fmt.short(at)}" for i, at in zip(per_run["run_id"], per_run["started_at"])],
+        run=[f"#{i} · {fmt.short(at)}" for i, at in zip(per_run["run_id"], per_run["started_at"], strict=True)],
     )
     fig = px.bar(
         plot_frame(per_run),

@@ -238,7 +238,7 @@ def fault_timings(dsn: str, control: EmbeddedServerControl, kind: str, repeats: 
         stop = threading.Event()
         errors: list[BaseException] = []
 
-        def load() -> None:
+        def load(saver: DualCheckpointSaver, stop: threading.Event, errors: list[BaseException]) -> None:
             work = Workload(*sample, threads=8)
             while not stop.is_set():
                 try:
@@ -247,7 +247,7 @@ def fault_timings(dsn: str, control: EmbeddedServerControl, kind: str, repeats: 
                     errors.append(exc)
                 time.sleep(0.002)
 
-        workers = [threading.Thread(target=load) for _ in range(4)]
+        workers = [threading.Thread(target=load, args=(saver, stop, errors)) for _ in range(4)]
         for w in workers:
             w.start()
         time.sleep(0.5)
@@ -315,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         "order alternating, single caller\n"
     )
     print(
-        "| path | op | stock langgraph saver (ops/s, median) | dual saver, or the second stock saver in the control (ops/s, median) | ratio (median of pairs) | 95 % interval |"
+        "| path | op | stock langgraph saver (ops/s, median) | dual saver, or the second stock saver in the "
+        "control (ops/s, median) | ratio (median of pairs) | 95 % interval |"
     )
     print("|---|---|---:|---:|---:|---:|")
     for rows in runs:
@@ -343,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         control.resume()
     print(
-        f"\nOutages with 4 threads putting checkpoints ({args.faults} per kind; liveness check every 0.5 s with a 1 s deadline, probe every 0.2 s)\n"
+        f"\nOutages with 4 threads putting checkpoints ({args.faults} per kind; liveness check every 0.5 s "
+        "with a 1 s deadline, probe every 0.2 s)\n"
     )
     print("| fault | time to degraded (s) median / max | time to resynced (s) median / max | buffered ops (median) |")
     print("|---|---:|---:|---:|")

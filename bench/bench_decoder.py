@@ -279,25 +279,30 @@ def run(writes: int, data: Path) -> None:
     serial_s = median_s(serial, 1)
     mb = counts["wbytes"] / 1e6
     print(
-        f"| SQL `core_checkpoint_payload` (parallel query as planned) | {sql_s:.1f} | {counts['w'] / sql_s:,.0f} | {mb / sql_s:.2f} | 1.00 |"
+        f"| SQL `core_checkpoint_payload` (parallel query as planned) | {sql_s:.1f} | "
+        f"{counts['w'] / sql_s:,.0f} | {mb / sql_s:.2f} | 1.00 |"
     )
     print(
-        f"| SQL `core_checkpoint_payload`, one backend (no parallel workers) | {serial_s:.1f} | {counts['w'] / serial_s:,.0f} | {mb / serial_s:.2f} | {serial_s / sql_s:.2f} |"
+        f"| SQL `core_checkpoint_payload`, one backend (no parallel workers) | {serial_s:.1f} | "
+        f"{counts['w'] / serial_s:,.0f} | {mb / serial_s:.2f} | {serial_s / sql_s:.2f} |"
     )
     ref_s, n, _ = python_baseline(dsn, lambda t, b: json.dumps(payload_json(t, b)))
     print(
-        f"| **baseline** Python: fetch + `core.checkpoint_json` (same JSON, nothing constructed) | {ref_s:.1f} | {n / ref_s:,.0f} | {mb / ref_s:.2f} | {ref_s / sql_s:.2f} |"
+        f"| **baseline** Python: fetch + `core.checkpoint_json` (same JSON, nothing constructed) | {ref_s:.1f} "
+        f"| {n / ref_s:,.0f} | {mb / ref_s:.2f} | {ref_s / sql_s:.2f} |"
     )
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     serde = JsonPlusSerializer()
     lg_s, n, _ = python_baseline(dsn, lambda t, b: serde.loads_typed((t, b)))
     print(
-        f"| **baseline** Python: fetch + langgraph `JsonPlusSerializer.loads_typed` (constructs objects) | {lg_s:.1f} | {n / lg_s:,.0f} | {mb / lg_s:.2f} | {lg_s / sql_s:.2f} |"
+        "| **baseline** Python: fetch + langgraph `JsonPlusSerializer.loads_typed` (constructs objects) | "
+        f"{lg_s:.1f} | {n / lg_s:,.0f} | {mb / lg_s:.2f} | {lg_s / sql_s:.2f} |"
     )
     fetch_s, n, _ = python_baseline(dsn, lambda t, b: None)
     print(
-        f"| fetch only (what both Python baselines pay before decoding) | {fetch_s:.1f} | {n / fetch_s:,.0f} | {mb / fetch_s:.2f} | {fetch_s / sql_s:.2f} |"
+        f"| fetch only (what both Python baselines pay before decoding) | {fetch_s:.1f} | {n / fetch_s:,.0f} | "
+        f"{mb / fetch_s:.2f} | {fetch_s / sql_s:.2f} |"
     )
 
     thread = db.fetch_one(
@@ -307,18 +312,32 @@ def run(writes: int, data: Path) -> None:
         "SELECT metadata->>'cliente_id' AS c FROM checkpoints WHERE thread_id = %s LIMIT 1", (thread,)
     )["c"]
     view_queries = {
-        "`count(*)` over `core_checkpoint_writes_view` (no decoded column)": "SELECT count(*) FROM core_checkpoint_writes_view",
-        "`count(payload)` over `core_checkpoint_writes_view` (decodes every write)": "SELECT count(payload) FROM core_checkpoint_writes_view",
-        "`message_kind, count(*) ... GROUP BY` over `core_checkpoint_writes_view`": "SELECT message_kind, count(*) FROM core_checkpoint_writes_view GROUP BY 1",
-        "tool calls per tool over `core_checkpoint_messages_view`": "SELECT tool_name, count(*) FROM core_checkpoint_messages_view WHERE kind = 'tool' GROUP BY 1",
-        "one thread's writes from `core_checkpoint_writes_view`": f"SELECT * FROM core_checkpoint_writes_view WHERE thread_id = '{thread}'",
-        "one thread's checkpoints with decoded `channel_values`": f"SELECT * FROM core_checkpoints_view WHERE thread_id = '{thread}'",
-        "threads of one customer from `core_checkpoints_view` (index)": f"SELECT thread_id, count(*) FROM core_checkpoints_view WHERE cliente_id = '{customer}' GROUP BY 1",
+        "`count(*)` over `core_checkpoint_writes_view` (no decoded column)": (
+            "SELECT count(*) FROM core_checkpoint_writes_view"
+        ),
+        "`count(payload)` over `core_checkpoint_writes_view` (decodes every write)": (
+            "SELECT count(payload) FROM core_checkpoint_writes_view"
+        ),
+        "`message_kind, count(*) ... GROUP BY` over `core_checkpoint_writes_view`": (
+            "SELECT message_kind, count(*) FROM core_checkpoint_writes_view GROUP BY 1"
+        ),
+        "tool calls per tool over `core_checkpoint_messages_view`": (
+            "SELECT tool_name, count(*) FROM core_checkpoint_messages_view WHERE kind = 'tool' GROUP BY 1"
+        ),
+        "one thread's writes from `core_checkpoint_writes_view`": (
+            f"SELECT * FROM core_checkpoint_writes_view WHERE thread_id = '{thread}'"
+        ),
+        "one thread's checkpoints with decoded `channel_values`": (
+            f"SELECT * FROM core_checkpoints_view WHERE thread_id = '{thread}'"
+        ),
+        "threads of one customer from `core_checkpoints_view` (index)": (
+            f"SELECT thread_id, count(*) FROM core_checkpoints_view WHERE cliente_id = '{customer}' GROUP BY 1"
+        ),
     }
     print("\n| view query | seconds |\n|---|---:|")
     for label, sql in view_queries.items():
         runs = 3 if "thread" in label or "customer" in label else 1
-        print(f"| {label} | {median_s(lambda: db.fetch(sql), runs):.3f} |", flush=True)
+        print(f"| {label} | {median_s(lambda sql=sql: db.fetch(sql), runs):.3f} |", flush=True)
 
     calls = {
         "find_thread": lambda: views.find_thread(db, thread),
@@ -338,7 +357,8 @@ def run(writes: int, data: Path) -> None:
         call()
         print(f"| {label} | {median_s(call):.3f} |", flush=True)
     print(
-        f"| **page render**: AppTest of the Checkpoints page for one thread, empty data cache | {page_render_s(dsn, thread):.3f} |"
+        "| **page render**: AppTest of the Checkpoints page for one thread, empty data cache | "
+        f"{page_render_s(dsn, thread):.3f} |"
     )
 
 

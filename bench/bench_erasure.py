@@ -47,7 +47,7 @@ from core.db import Database, embedded_dsn, reset_pool  # noqa: E402
 from core.memory.embeddings import OfflineHashEmbeddings  # noqa: E402
 from core.memory.store import build_store, ttl_for  # noqa: E402
 from core.migrate import migrate  # noqa: E402
-from core.privacy import erasure, evidence
+from core.privacy import erasure, evidence  # noqa: E402
 
 DIMS = 64
 CUSTOMER = "C9"

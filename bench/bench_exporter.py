@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             ("over schema (core_prefix_counts)", exporter.SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)),
             ("BASELINE over schema (GROUP BY store)", BASELINE_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)),
         ):
-            per_query[name] = median_ms(lambda: conn.execute(sql, params).fetchall(), args.runs)
+            per_query[name] = median_ms(lambda sql=sql, params=params: conn.execute(sql, params).fetchall(), args.runs)
             conn.rollback()
         over = conn.execute(exporter.SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]
         over_baseline = conn.execute(BASELINE_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]
@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, ms in per_query.items():
         print(f"| query: {name} | {ms:.1f} |")
     print(
-        f"| attribution coverage, background (every {exporter.COVERAGE_EVERY_S // 60} min, not in a scrape) | {coverage_s * 1000:.0f} |"
+        f"| attribution coverage, background (every {exporter.COVERAGE_EVERY_S // 60} min, not in a scrape) | "
+        f"{coverage_s * 1000:.0f} |"
     )
     print(f"| BASELINE scrape (same, customers over schema from the store) | {baseline:.1f} |")
     print(

@@ -3,7 +3,8 @@ default embedded mode with the demo seed on, a real chromium.
 
     python -m bench.bench_first_page [--runs 3] [--no-seed]
 
-Prints, per run: seconds from `streamlit run` to its health endpoint answering, to the first page rendered in the browser (its
+Prints, per run: seconds from `streamlit run` to its health endpoint answering, to the first page rendered in the
+browser (its
 title visible: the page's shell while the embedded database starts), to the page filled with its
 first figures (the Memory page's metrics, read once the database is ready), and until the
 background seed finished (the sidebar's status). `--no-seed` (SEED_DEMO=0) stops at the filled

@@ -112,22 +112,22 @@ def run(sizes: list[int], data: Path) -> list[tuple]:
             print(generate(dsn, size, size // 4), flush=True)
         db = Database(dsn)
         calls = {
-            "memory_totals": lambda: reads.memory_totals(db),
-            "documents_by_root": lambda: reads.documents_by_root(db),
-            "top_prefixes": lambda: reads.top_prefixes(db, 20),
-            "oversized_customers": lambda: reads.oversized_customers(db),
-            "find_namespaces": lambda: reads.find_namespaces(db, "C9"),
-            "namespace_items": lambda: reads.namespace_items(db, "clientes.C9", 50, 0),
-            "suggest_namespaces (common start)": lambda: reads.suggest_namespaces(db, "C9"),
-            "suggest_namespaces (no match)": lambda: reads.suggest_namespaces(db, "no-such-id"),
-            "preference_daily": lambda: preferences.preference_daily(db, *month),
-            "preference_by_tipo": lambda: preferences.preference_by_tipo(db, *month),
-            "writing_conversations": lambda: preferences.writing_conversations(db, *month, 50, 0),
+            "memory_totals": lambda db=db: reads.memory_totals(db),
+            "documents_by_root": lambda db=db: reads.documents_by_root(db),
+            "top_prefixes": lambda db=db: reads.top_prefixes(db, 20),
+            "oversized_customers": lambda db=db: reads.oversized_customers(db),
+            "find_namespaces": lambda db=db: reads.find_namespaces(db, "C9"),
+            "namespace_items": lambda db=db: reads.namespace_items(db, "clientes.C9", 50, 0),
+            "suggest_namespaces (common start)": lambda db=db: reads.suggest_namespaces(db, "C9"),
+            "suggest_namespaces (no match)": lambda db=db: reads.suggest_namespaces(db, "no-such-id"),
+            "preference_daily": lambda db=db: preferences.preference_daily(db, *month),
+            "preference_by_tipo": lambda db=db: preferences.preference_by_tipo(db, *month),
+            "writing_conversations": lambda db=db: preferences.writing_conversations(db, *month, 50, 0),
         }
         for name, call in calls.items():
             ms = median_ms(call)
             naive = NAIVE.get(name)
-            base_ms = median_ms(lambda: db.fetch(naive.replace("%", "%%"))) if naive else None
+            base_ms = median_ms(lambda db=db, naive=naive: db.fetch(naive.replace("%", "%%"))) if naive else None
             rows.append((size, f"query {name}", ms, "naive live GROUP BY" if naive else "-", base_ms))
         for label, page in (
             ("page Memoria (render)", None),
@@ -149,7 +149,8 @@ def main() -> None:
     for size, label, ms, base_label, base_ms in rows:
         ratio = f"{base_ms / ms:.1f}x" if base_ms else "-"
         print(
-            f"| {size:,} | {label} | {ms:.1f} | {base_label} | {'-' if base_ms is None else f'{base_ms:.1f}'} | {ratio} |"
+            f"| {size:,} | {label} | {ms:.1f} | {base_label} | {'-' if base_ms is None else f'{base_ms:.1f}'} "
+            f"| {ratio} |"
         )
 
 

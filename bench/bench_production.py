@@ -24,7 +24,8 @@ the erasure and the sweep delete data:
 
 Measured, in this order, each with its baseline when there is one (same database, same run):
 every page's core reads (median of --runs warm calls; a call over 10 s is timed once) and its full
-AppTest render with an empty data cache (median of --renders; a render over 10 s ends the series); the SQL decoder over one thread's history vs two Python decoders; the
+AppTest render with an empty data cache (median of --renders; a render over 10 s ends the series); the SQL decoder
+over one thread's history vs two Python decoders; the
 Erasure page's preview; the erasure of the large customer `C9` vs the seed's loop on `C8`; the
 Erasure register; a sweep (`core.sweep.run_sweep`) vs the bare `sweep_ttl()` plus a set-based
 retention delete (both run first in a transaction that is rolled back), then the Sweeps page again, right
@@ -57,9 +58,9 @@ from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, genera
 from core.checkpoints import replica_health, storage, tool_calls, views  # noqa: E402
 from core.checkpoints.payload_json import payload_json  # noqa: E402
 from core.db import Database, DatabaseUnavailable, embedded_dsn, reset_pool  # noqa: E402
-from core.memory import preferences, reads
+from core.memory import preferences, reads  # noqa: E402
 from core.migrate import migrate  # noqa: E402
-from core.operations import sweep, sweep_reads
+from core.operations import sweep, sweep_reads  # noqa: E402
 from core.privacy import erasure, erasure_register, evidence, subjects, token_index  # noqa: E402
 
 DIMS = 64
@@ -1108,7 +1109,8 @@ def main(argv: list[str] | None = None) -> int:
     info["total_s"] = round(time.perf_counter() - started, 1)
     info["load_after"] = os.getloadavg()
     command = "python -m bench.bench_production " + " ".join(argv if argv is not None else sys.argv[1:])
-    size = f"{info['rows']['store']:,} docs / {info['rows']['threads']:,} threads / {info['rows']['checkpoint_writes']:,} writes"
+    rows = info["rows"]
+    size = f"{rows['store']:,} docs / {rows['threads']:,} threads / {rows['checkpoint_writes']:,} writes"
     plans = info.pop("explain", {})
     print("\n" + json.dumps(info, default=str))
     for figure, text in plans.items():

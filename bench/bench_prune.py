@@ -153,11 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| step | seconds | result |\n|---|---:|---|")
     print(
-        f"| dry run (plan only) | {dry_s:.1f} | {dry.candidates:,} candidate threads, would free {dry.bytes / 1e6:.1f} MB |"
+        f"| dry run (plan only) | {dry_s:.1f} | {dry.candidates:,} candidate threads, would free "
+        f"{dry.bytes / 1e6:.1f} MB |"
     )
     print(
         f"| prune ({done.batches} batches of {prune.PRUNE_BATCH_THREADS} threads) | {prune_s:.1f} | "
-        f"{len(done.threads):,} threads: {done.checkpoints:,} checkpoints, {done.writes:,} writes, {done.blobs:,} blobs "
+        f"{len(done.threads):,} threads: {done.checkpoints:,} checkpoints, {done.writes:,} writes, "
+        f"{done.blobs:,} blobs "
         f"deleted; {done.bytes / 1e6:.1f} MB of payload |"
     )
     print(

@@ -364,7 +364,8 @@ def production_dsn(data: Path) -> tuple[str, int]:
         names = [
             r[0]
             for r in conn.execute(
-                "SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_prod\\_%' AND datname NOT LIKE '%\\_building' "
+                "SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_prod\\_%' AND datname NOT LIKE "
+                "'%\\_building' "
                 "AND datname NOT LIKE '%\\_run' ORDER BY pg_database_size(datname) DESC"
             )
         ]

@@ -7,7 +7,8 @@ runs it now: its first run (every thread's detail computed) and a second run aft
     python bench/bench_storage_refresh.py --data /work/bench-data    # bench_production's largest template
 
 A fresh copy of the template (`CREATE DATABASE ... TEMPLATE`, migrated; the template itself is never changed) is
-measured, then dropped. The summary alone (first: it also warms the cache) and the baseline each run in a transaction that is rolled back; the
+measured, then dropped. The summary alone (first: it also warms the cache) and the baseline each run in a
+transaction that is rolled back; the
 incremental runs commit, as the sweep does (the second reads the first's fingerprints). The load average is printed
 with each figure: on a shared machine the ratios to the baseline are the comparable figures.
 """

@@ -170,7 +170,8 @@ def run(base: str, writes: int, new: int, log=print) -> list[tuple]:
     assert extracted == live, (extracted, live)
     rows.append(
         (
-            f"full extraction, empty watermark ({full.batches} batches of {tool_calls.BATCH_CHECKPOINTS:,} checkpoints)",
+            f"full extraction, empty watermark ({full.batches} batches of {tool_calls.BATCH_CHECKPOINTS:,} "
+            "checkpoints)",
             full_s,
             full.writes / full_s,
             f"{full.calls:,} calls, {full.thread_days:,} thread-days, {full.writes:,} writes decoded",

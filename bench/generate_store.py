@@ -119,12 +119,14 @@ def generate(
         with conn.transaction():
             _copy(
                 conn,
-                "COPY core_conversations (thread_id, agent, subject_root, subject_id, started_at, last_turn_at, turns) FROM STDIN",
+                "COPY core_conversations (thread_id, agent, subject_root, subject_id, started_at, "
+                "last_turn_at, turns) FROM STDIN",
                 conv_rows(),
             )
         conn.execute(
             "INSERT INTO core_memory_writes (prefix, key, thread_id, agent, written_at) "
-            "SELECT s.prefix, s.key, 'cliente-bench-' || (abs(hashtext(s.prefix || s.key)) %% %s), 'atencion-cliente', s.created_at "
+            "SELECT s.prefix, s.key, 'cliente-bench-' || (abs(hashtext(s.prefix || s.key)) %% %s), "
+            "'atencion-cliente', s.created_at "
             "FROM store s WHERE s.prefix LIKE 'clientes.%%' AND s.key LIKE 'pref-%%'",
             (threads,),
         )

@@ -23,12 +23,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlparse
 
 import psycopg
 from prometheus_client import REGISTRY, Counter
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from core.config import Settings
@@ -52,9 +52,10 @@ FAILURES = Counter(
 for _kind in FAILURE_KINDS:  # each kind exported from zero
     FAILURES.labels(_kind)
 
+T = TypeVar("T")
 _lock = threading.Lock()
 _servers: dict[Path, Any] = {}
-_pools: dict[tuple[str, str], ConnectionPool] = {}
+_pools: dict[tuple[str, str], ConnectionPool[psycopg.Connection[DictRow]]] = {}
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -100,7 +101,7 @@ def describe_dsn(dsn: str) -> str:
         return f"{host}:{port}/{db}"
     url = urlparse(dsn)
     host = url.hostname or parse_qs(url.query).get("host", ["localhost"])[0]
-    port = url.port or 5432
+    port = str(url.port or 5432)
     return f"{host}:{port}{url.path or '/'}"
 
 
@@ -112,12 +113,13 @@ def make_pool(
     min_size: int = 1,
     timeout: float = POOL_TIMEOUT_S,
     check: bool = False,
-) -> ConnectionPool:
+) -> ConnectionPool[psycopg.Connection[DictRow]]:
     """A new, opened pool. Opening does not wait: a dead server shows up at first use. With `check`, a connection
     the server dropped (a restart) is replaced when taken instead of failing the read it is handed to (one round trip
     per access; not for the agents' savers, whose watchdog cuts a call blocked on a hung server, not a check)."""
     pool = ConnectionPool(
         conninfo=dsn,
+        connection_class=psycopg.Connection[DictRow],  # typed dict rows, as row_factory below
         min_size=min_size,
         max_size=max_size,
         timeout=timeout,
@@ -135,7 +137,7 @@ def make_pool(
     return pool
 
 
-def get_pool(dsn: str, *, name: str = "core") -> ConnectionPool:
+def get_pool(dsn: str, *, name: str = "core") -> ConnectionPool[psycopg.Connection[DictRow]]:
     """The process-wide pool for `dsn` (one per name), created on first use."""
     with _lock:
         pool = _pools.get((dsn, name))
@@ -144,7 +146,9 @@ def get_pool(dsn: str, *, name: str = "core") -> ConnectionPool:
         return pool
 
 
-def reset_pool(dsn: str, *, name: str = "core", only: ConnectionPool | None = None) -> None:
+def reset_pool(
+    dsn: str, *, name: str = "core", only: ConnectionPool[psycopg.Connection[DictRow]] | None = None
+) -> None:
     """Close and forget a pool so the next `get_pool` connects afresh (with `only`: if it is still that pool, not
     one another thread has rebuilt meanwhile)."""
     with _lock:
@@ -153,6 +157,14 @@ def reset_pool(dsn: str, *, name: str = "core", only: ConnectionPool | None = No
             return
         del _pools[(dsn, name)]
     pool.close(timeout=0)
+
+
+def one(row: T | None) -> T:
+    """A value that is always there, typed as present: the row of a query that always returns one (an aggregate,
+    RETURNING, SHOW, a lock attempt) or a result the caller's path guarantees; None is an error, said as such."""
+    if row is None:
+        raise LookupError("the query returned no row")
+    return row
 
 
 @dataclass(frozen=True)
@@ -176,7 +188,7 @@ def probe(dsn: str, timeout_s: int = CONNECT_TIMEOUT_S) -> Probe:
     started = time.monotonic()
     try:
         with psycopg.connect(dsn, connect_timeout=timeout_s, autocommit=True) as conn:
-            version = conn.execute("SHOW server_version").fetchone()[0]
+            version = one(conn.execute("SHOW server_version").fetchone())[0]
         return Probe(True, describe_dsn(dsn), (time.monotonic() - started) * 1000, version, None, time.time())
     except psycopg.Error as exc:
         error = str(exc).strip() or type(exc).__name__
@@ -230,11 +242,11 @@ class Database:
         return "embedded PostgreSQL" if self.embedded else describe_dsn(self.dsn)
 
     @property
-    def pool(self) -> ConnectionPool:
+    def pool(self) -> ConnectionPool[psycopg.Connection[DictRow]]:
         return get_pool(self.dsn)
 
     @contextmanager
-    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection]:
+    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection[DictRow]]:
         """A pooled connection; a failure becomes DatabaseBusy (the pool's wait ran out while the server answers a
         direct probe), DatabaseSlow (a statement timeout) or DatabaseUnavailable (down: no answer).
 
@@ -263,7 +275,9 @@ class Database:
             ) from exc
 
     @staticmethod
-    def _pool_wait_ran_out(dsn: str, pool: ConnectionPool, exc: PoolTimeout) -> DatabaseUnavailable:
+    def _pool_wait_ran_out(
+        dsn: str, pool: ConnectionPool[psycopg.Connection[DictRow]], exc: PoolTimeout
+    ) -> DatabaseUnavailable:
         answer = shared_probe(dsn)
         stats = pool.get_stats()
         # busy: the server answers and the pool holds connections (all in use), or the server refuses more (its limit)
@@ -276,8 +290,8 @@ class Database:
             )
             return _failed("busy", DatabaseBusy(f"PostgreSQL {describe_dsn(dsn)} is busy: {why}"))
         reset_pool(dsn, only=pool)  # no answer, or a pool that has not reconnected to a server that answers again
-        why = answer.error if not answer.answers else "the pool had no connection to it"
-        return _failed("down", DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {why} ({exc})"))
+        cause = answer.error if not answer.answers else "the pool had no connection to it"
+        return _failed("down", DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {cause} ({exc})"))
 
     def fetch(self, sql: str, params: Sequence[Any] | dict | None = None, *, read_only: bool = True) -> list[dict]:
         with self.connection(read_only=read_only) as conn:
@@ -313,7 +327,7 @@ class _TimedDatabase(Database):
         self.timeout_ms = int(timeout_ms)
 
     @contextmanager
-    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection]:
+    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection[DictRow]]:
         with super().connection(read_only=read_only) as conn:
             conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(self.timeout_ms),))
             try:

@@ -24,10 +24,10 @@ from functools import cached_property
 from pathlib import Path
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from core.config import load_settings
-from core.db import CONNECT_TIMEOUT_S, resolve_dsn
+from core.db import CONNECT_TIMEOUT_S, one, resolve_dsn
 
 log = logging.getLogger(__name__)
 
@@ -68,16 +68,17 @@ class SchemaMismatch(RuntimeError):
 SELECT_SHALLOW = """
 SELECT to_regclass('checkpoints') IS NOT NULL AND NOT EXISTS (
     SELECT FROM information_schema.columns
-    WHERE table_schema = current_schema() AND table_name = 'checkpoints' AND column_name = 'checkpoint_id') AS shallow"""
+    WHERE table_schema = current_schema() AND table_name = 'checkpoints' AND column_name = 'checkpoint_id') AS
+    shallow"""
 
 
 class ShallowCheckpointSchema(SchemaMismatch):
     """The checkpoint tables were created by ShallowPostgresSaver: no history for the dashboard to read."""
 
 
-def check_not_shallow(conn: psycopg.Connection) -> None:
+def check_not_shallow(conn: psycopg.Connection[DictRow]) -> None:
     """Raise ShallowCheckpointSchema, before anything is created, on ShallowPostgresSaver's schema."""
-    if conn.execute(SELECT_SHALLOW).fetchone()["shallow"]:
+    if one(conn.execute(SELECT_SHALLOW).fetchone())["shallow"]:
         raise ShallowCheckpointSchema(
             "the checkpoint tables were created by ShallowPostgresSaver (deprecated): they keep only the latest "
             "checkpoint of each thread, with no checkpoint_id, history or pending writes per step. The dashboard's "
@@ -136,13 +137,13 @@ def released_checksums(sql_dir: Path = SQL_DIR) -> dict[str, frozenset[str]]:
 
 
 def check_applied(
-    conn: psycopg.Connection, files: list[Migration], *, pending_ok: bool, sql_dir: Path = SQL_DIR
+    conn: psycopg.Connection[DictRow], files: list[Migration], *, pending_ok: bool, sql_dir: Path = SQL_DIR
 ) -> list[Migration]:
     """Compare the database's applied migrations with `files`; return those applied before checksums were
     kept (to record). Raises MigrationMismatch naming every file that differs: edited after it was applied,
     renamed, unknown to this code, a pre-checksum row whose file is no text in HISTORY.sha256, and (unless
     `pending_ok`) not applied yet. Reads only."""
-    if not conn.execute(VERSION_TABLE_EXISTS).fetchone()["present"]:
+    if not one(conn.execute(VERSION_TABLE_EXISTS).fetchone())["present"]:
         applied = []
     else:
         applied = [r["row"] for r in conn.execute(SELECT_APPLIED).fetchall()]
@@ -202,7 +203,7 @@ def check_schema(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> None:
         check_applied(conn, migration_files(sql_dir), pending_ok=False, sql_dir=sql_dir)
 
 
-def stored_dims(conn: psycopg.Connection) -> int | None:
+def stored_dims(conn: psycopg.Connection[DictRow]) -> int | None:
     row = conn.execute(SELECT_VECTOR_TYPE).fetchone()
     if row is None:
         return None
@@ -211,7 +212,7 @@ def stored_dims(conn: psycopg.Connection) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def check_dims(conn: psycopg.Connection, dims: int) -> None:
+def check_dims(conn: psycopg.Connection[DictRow], dims: int) -> None:
     """Raise EmbeddingDimsMismatch if `store_vectors.embedding` exists with other dims."""
     existing = stored_dims(conn)
     if existing is not None and existing != dims:
@@ -224,12 +225,12 @@ def check_dims(conn: psycopg.Connection, dims: int) -> None:
 LOCK_WAIT_S = 120
 
 
-def _wait_for_lock(conn: psycopg.Connection) -> None:
+def _wait_for_lock(conn: psycopg.Connection[DictRow]) -> None:
     """Take the migration lock, polling. A blocking pg_advisory_lock would sit in an open
     transaction, and the checkpointer's CREATE INDEX CONCURRENTLY (run by the lock holder)
     waits for every open transaction: a deadlock."""
     deadline = time.monotonic() + LOCK_WAIT_S
-    while not conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (MIGRATION_LOCK_ID,)).fetchone()["ok"]:
+    while not one(conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (MIGRATION_LOCK_ID,)).fetchone())["ok"]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"another process has held the migration lock for over {LOCK_WAIT_S} s")
         time.sleep(0.1)
@@ -280,7 +281,7 @@ DELETE_ALLOWLIST = "DELETE FROM core_serde_allowlist"
 INSERT_ALLOWLIST = "INSERT INTO core_serde_allowlist (module, name, method, source) VALUES (%s, %s, %s, %s)"
 
 
-def sync_serde_allowlist(conn: psycopg.Connection) -> int:
+def sync_serde_allowlist(conn: psycopg.Connection[DictRow]) -> int:
     """Rewrite `core_serde_allowlist` (migration 021) from the serializer's own allowlist
     (core.checkpoints.serde.allowlist_rows), in one transaction, on every migrate: the SQL decoder
     and the serializer refuse the same payloads. Returns the rows written."""
@@ -293,7 +294,7 @@ def sync_serde_allowlist(conn: psycopg.Connection) -> int:
     return len(rows)
 
 
-def repair_register(conn: psycopg.Connection) -> int:
+def repair_register(conn: psycopg.Connection[DictRow]) -> int:
     """Migration 056's data step (Python, not SQL: the terms' token hashes are computed as the token index computes
     them): erasure requests written before it lose the values they kept (core.privacy.redaction). Idempotent."""
     from core.privacy.redaction import redact_register

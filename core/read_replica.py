@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
-from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, describe_dsn
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, describe_dsn, one
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def lsn_int(lsn: str) -> int:
     return (int(high, 16) << 32) | int(low, 16)
 
 
-def _connect(dsn: str) -> psycopg.Connection:
+def _connect(dsn: str) -> psycopg.Connection[DictRow]:
     return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S)
 
 
@@ -72,7 +72,7 @@ class _RoutedDatabase(Database):
         self._router, self.source = router, source
 
     @contextmanager
-    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection]:
+    def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection[DictRow]]:
         with super().connection(read_only=read_only) as conn:
             self._router._used(self, conn)
             yield conn
@@ -102,7 +102,7 @@ class ReadRouter:
     def __init__(self, primary: Database, replica_dsn: str | None, *, retry_s: float = RETRY_S):
         self.primary = _RoutedDatabase(primary.dsn, self, "primary", embedded=primary.embedded)
         configured = replica_dsn and replica_dsn != primary.dsn
-        self.replica = _RoutedDatabase(replica_dsn, self, "replica") if configured else None
+        self.replica = _RoutedDatabase(replica_dsn, self, "replica") if replica_dsn and configured else None
         self.retry_s = retry_s
         self._lock = threading.Lock()
         self._down_error: str | None = None
@@ -150,7 +150,7 @@ class ReadRouter:
                 log.info("read replica back: reads go to it again")
             self._down_error = None
 
-    def _used(self, db: _RoutedDatabase, conn: psycopg.Connection) -> None:
+    def _used(self, db: _RoutedDatabase, conn: psycopg.Connection[DictRow]) -> None:
         if db.source == "replica":
             self.mark_up()  # a connection to it was just made: reads go to it again
         self.last_read = ReadUse(
@@ -167,6 +167,7 @@ class ReadRouter:
         source = self.source()
         if source == "primary":
             return call(self.primary, source)
+        assert self.replica is not None  # source() says "replica" only when one is configured
         try:
             result = call(self.replica, source)
         except (DatabaseBusy, DatabaseSlow):
@@ -185,9 +186,9 @@ class ReadRouter:
         target = describe_dsn(self.replica.dsn)
         try:
             with _connect(self.primary.dsn) as conn:
-                primary_lsn = conn.execute(SELECT_PRIMARY_LSN).fetchone()["lsn"]
+                primary_lsn = one(conn.execute(SELECT_PRIMARY_LSN).fetchone())["lsn"]
             with _connect(self.replica.dsn) as conn:
-                state = conn.execute(SELECT_REPLICA_STATE).fetchone()
+                state = one(conn.execute(SELECT_REPLICA_STATE).fetchone())
         except psycopg.OperationalError as exc:
             self.mark_down(exc)
             return ReplicaStatus(True, False, target, error=str(exc).strip(), checked_at=time.time())
@@ -253,7 +254,7 @@ def wait_replayed(db: Database, *, timeout_s: float | None = None) -> ReplayWait
         return None
     timeout_s = REPLAY_WAIT_S if timeout_s is None else timeout_s
     with db.connection() as conn:
-        lsn = conn.execute(SELECT_PRIMARY_LSN).fetchone()["lsn"]
+        lsn = one(conn.execute(SELECT_PRIMARY_LSN).fetchone())["lsn"]
         sql = psycopg.ClientCursor(conn).mogrify(SELECT_REPLAY_BEHIND, {"lsn": lsn})
     started = time.monotonic()
     behind: int | None = None
@@ -261,7 +262,7 @@ def wait_replayed(db: Database, *, timeout_s: float | None = None) -> ReplayWait
     try:
         with _connect(db.read_dsn) as conn:
             while True:
-                behind = int(conn.execute(sql).fetchone()["n"])
+                behind = int(one(conn.execute(sql).fetchone())["n"])
                 if behind == 0 or time.monotonic() - started >= timeout_s:
                     break
                 time.sleep(REPLAY_POLL_S)  # polling the condition itself: replay has no notification

@@ -75,8 +75,8 @@ def test_a_thread_is_dated_once_by_the_clock_of_its_messages(populated):  # noqa
         first = format_datetime(datetime.fromisoformat(thread["first_ts"]), "d MMM y, HH:mm", tzinfo=zone, locale="es")
         last = format_datetime(datetime.fromisoformat(thread["last_ts"]), "d MMM y, HH:mm", tzinfo=zone, locale="es")
         assert (
-            f"Conversación {n} <span class='muted'>({thread['thread_id']})</span></h3><p class='muted'>del {first} al {last} ·"
-            in html
+            f"Conversación {n} <span class='muted'>({thread['thread_id']})</span></h3><p class='muted'>del "
+            f"{first} al {last} ·" in html
         )
         log = next(r for r in report.logs["conversations"] if r["thread_id"] == thread["thread_id"])
         assert f"<tr><td>Conversación {n}</td><td>{log['agent']}</td><td>{log['turns']}</td></tr>" in html

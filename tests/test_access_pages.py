@@ -64,7 +64,9 @@ def test_dpo_sees_counts_per_source_equal_to_sql(shop, app_env):
     assert not at.exception, at.exception
     counts = frame(at, "Fuente", "Elementos")
     labels = {CATALOGUES["es"][f"access_count_{k}"]: k for k in access.AccessReport.COUNT_KEYS}
-    by_source = {labels[label]: n for label, n in zip(counts.iloc[:, 0], counts.iloc[:, 1])}  # every source named
+    by_source = {
+        labels[label]: n for label, n in zip(counts.iloc[:, 0], counts.iloc[:, 1], strict=True)
+    }  # every source named
     expected = sql_counts(shop, "C9")
     assert {k: by_source[k] for k in expected} == expected
     assert by_source["threads"] == 2 and by_source["documents"] > 30

@@ -129,8 +129,8 @@ def test_replica_endpoints_report_degraded_during_hang_and_stop_and_zero_after_r
         def degraded(port: int, rid: str) -> float | None:
             return value(scrape(port), "agent_memory_checkpoint_degraded", replica=rid)
 
-        for port, saver in zip(ports, savers):
-            wait_until(lambda: degraded(port, saver.replica_id) == 0, 20)
+        for port, saver in zip(ports, savers, strict=True):
+            wait_until(lambda port=port, saver=saver: degraded(port, saver.replica_id) == 0, 20)
         wait_until(
             lambda: (
                 (
@@ -149,8 +149,8 @@ def test_replica_endpoints_report_degraded_during_hang_and_stop_and_zero_after_r
         control.hang()
         hung_at = time.monotonic()
         try:
-            for port, saver in zip(ports, savers):
-                wait_until(lambda: degraded(port, saver.replica_id) == 1, 30)
+            for port, saver in zip(ports, savers, strict=True):
+                wait_until(lambda port=port, saver=saver: degraded(port, saver.replica_id) == 1, 30)
             print(f"hang: all endpoints degraded after {time.monotonic() - hung_at:.2f} s")
             wait_until(
                 lambda: (
@@ -176,24 +176,24 @@ def test_replica_endpoints_report_degraded_during_hang_and_stop_and_zero_after_r
             control.resume()
         for saver in savers:
             assert saver.wait_for("healthy", 60)
-        for port, saver in zip(ports, savers):
-            wait_until(lambda: degraded(port, saver.replica_id) == 0, 30)
+        for port, saver in zip(ports, savers, strict=True):
+            wait_until(lambda port=port, saver=saver: degraded(port, saver.replica_id) == 0, 30)
 
         # Stopped: the same, and the endpoints keep answering while PostgreSQL is down.
         control.stop()
         stopped_at = time.monotonic()
         try:
-            for port, saver in zip(ports, savers):
-                wait_until(lambda: degraded(port, saver.replica_id) == 1, 30)
+            for port, saver in zip(ports, savers, strict=True):
+                wait_until(lambda port=port, saver=saver: degraded(port, saver.replica_id) == 1, 30)
             print(f"stop: all endpoints degraded after {time.monotonic() - stopped_at:.2f} s")
         finally:
             control.start()
         for saver in savers:
             assert saver.wait_for("healthy", 60)
-        for port, saver in zip(ports, savers):
-            wait_until(lambda: degraded(port, saver.replica_id) == 0, 30)
+        for port, saver in zip(ports, savers, strict=True):
+            wait_until(lambda port=port, saver=saver: degraded(port, saver.replica_id) == 0, 30)
             wait_until(
-                lambda: (
+                lambda port=port, saver=saver: (
                     value(scrape(port), "agent_memory_checkpoint_buffered_operations", replica=saver.replica_id) == 0
                 ),
                 30,
@@ -221,7 +221,8 @@ import os, sys, time
 from core.checkpoints import metrics
 from core.checkpoints.dual_saver import DualCheckpointSaver
 saver = DualCheckpointSaver(sys.argv[1], heartbeat_interval=0.5, replica_id=sys.argv[2])
-print("serving" if metrics.start_metrics_server(saver, int(sys.argv[3]), addr="127.0.0.1") else "not serving", flush=True)
+serving = metrics.start_metrics_server(saver, int(sys.argv[3]), addr="127.0.0.1")
+print("serving" if serving else "not serving", flush=True)
 metrics.observe("postgres", "put", 0.003)
 sys.stdin.read()  # until the test closes stdin
 saver.close()

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def server(written):
+def server(written):  # noqa: F811 (the imported fixture)
     db, _, _ = written
     proc, url = start_streamlit({"PG_AGENTES": db.dsn})
     yield db, url

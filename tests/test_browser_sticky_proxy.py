@@ -38,7 +38,7 @@ LOG_LINE = re.compile(
 
 
 class Proxy:
-    def __init__(self, idp: str, dsn: str, folder: Path):
+    def __init__(self, idp_url: str, dsn: str, folder: Path):
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         secrets = folder / "secrets.toml"  # one file for both processes, as one Secret for every pod
@@ -48,7 +48,7 @@ redirect_uri = "{self.url}/oauth2callback"
 cookie_secret = "a-long-random-test-cookie-secret-shared-by-every-replica"
 client_id = "agent-memory-dashboard"
 client_secret = "test-client-secret"
-server_metadata_url = "{idp}/.well-known/openid-configuration"
+server_metadata_url = "{idp_url}/.well-known/openid-configuration"
 
 [roles]
 "{MANAGER}" = ["manager"]
@@ -107,8 +107,11 @@ def route(context) -> str:
 
 
 def test_two_users_on_two_processes_sign_in_erase_and_survive_their_process_stopping(
-    browser, browser_context_args, proxy, erasure_demo
-):  # noqa: F811
+    browser,
+    browser_context_args,
+    proxy,
+    erasure_demo,  # noqa: F811 (the imported fixture)
+):
     db, cid = erasure_demo, erasure_demo.customer
     manager_context = browser.new_context(**browser_context_args)
     dpo_context = browser.new_context(**browser_context_args, accept_downloads=True)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def search_url(written):
+def search_url(written):  # noqa: F811 (the imported fixture)
     db, _, _ = written
     prices = json.dumps({PRICED_MODEL: {"input": 0.15, "output": 0.6, "cached_input": 0.075}})
     proc, url = start_streamlit({"PG_AGENTES": db.dsn, "MODEL_PRICES": prices})

@@ -230,7 +230,8 @@ def test_fault_agents_keep_answering_and_resync_exactly(fault_server, stores, ki
 
     with capsys.disabled():
         print(
-            f"\n    [{kind}] degraded after {to_degraded:.3f} s, resynced {to_resynced:.3f} s after the server was back; "
+            f"\n    [{kind}] degraded after {to_degraded:.3f} s, resynced {to_resynced:.3f} s after the server "
+            "was back; "
             f"{len([a for a in answers if t_fault <= a[0] <= t_back])} agent answers while degraded"
         )
     # The times are figures (bench.bench_checkpointer, BENCHMARKS.md), not asserted on this shared machine.
@@ -513,7 +514,7 @@ def test_demo_seed_includes_real_outage_episodes_across_the_month(tmp_path):
         den = denials(db).sort_values("denied_at")
         assert list(den["thread_id"]) == [f"compras-P001-caida-{n}-3" for n in (1, 2, 3)]
         # each denial inside its episode, at its replayed minute
-        assert all(e.degraded_from < d < e.degraded_to for d, e in zip(den["denied_at"], ep.itertuples()))
+        assert all(e.degraded_from < d < e.degraded_to for d, e in zip(den["denied_at"], ep.itertuples(), strict=True))
         threads = {
             r["thread_id"]
             for r in db.fetch("SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id LIKE '%%caida%%'")

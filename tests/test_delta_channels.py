@@ -68,7 +68,7 @@ def test_every_checkpoint_shows_langgraphs_own_value(delta_db):
 
 def test_the_diff_compares_the_values_langgraph_reads(delta_db):
     ids = _checkpoints(delta_db, "delta-1")
-    for old, new in zip(ids, ids[1:]):
+    for old, new in zip(ids, ids[1:], strict=False):
         diff = views.checkpoint_diff(delta_db, "delta-1", old, new).set_index("channel")
         before, after = delta_state_at(delta_db.dsn, "delta-1", old), delta_state_at(delta_db.dsn, "delta-1", new)
         if "items" not in diff.index:

@@ -1,7 +1,8 @@
 """The demo looks like a month of operations, all through the real jobs (issue 13 item 2): sweeps spread
 over days, erasures in different weeks, a customer whose data came back after an erasure, dated on their
 replayed days (core.clock) and never in the future, whatever the hour the seed ran at. (The degradation
-episodes need the embedded server: tests/test_checkpointer.py::test_demo_seed_includes_real_outage_episodes_across_the_month.)"""
+episodes need the embedded server:
+tests/test_checkpointer.py::test_demo_seed_includes_real_outage_episodes_across_the_month.)"""
 
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ def test_a_live_replica_converses_and_publishes_its_heartbeat(db):
         wait_until(
             lambda: (
                 db.fetch_one(
-                    "SELECT count(*) AS n FROM core_conversations WHERE thread_id LIKE 'cliente-%%-live-demo-replica-t-%%'"
+                    "SELECT count(*) AS n FROM core_conversations WHERE thread_id LIKE "
+                    "'cliente-%%-live-demo-replica-t-%%'"
                 )["n"]
                 >= 2
             ),

@@ -58,7 +58,7 @@ def test_the_export_list_and_count_follow_an_export_registered_after_the_click(s
     app_env(shop.dsn)
     at = dashboard("app_pages/access.py", cliente="C9")
     counts = frame(at, "Fuente", "Elementos")
-    assert dict(zip(counts.iloc[:, 0], counts.iloc[:, 1]))[access_label()] == 0
+    assert dict(zip(counts.iloc[:, 0], counts.iloc[:, 1], strict=True))[access_label()] == 0
 
     def download_request():
         time.sleep(1.0)
@@ -72,7 +72,7 @@ def test_the_export_list_and_count_follow_an_export_registered_after_the_click(s
     exports = frame(at, "exported_at", "sha256")
     assert len(exports) == 1
     counts = frame(at, "Fuente", "Elementos")
-    assert dict(zip(counts.iloc[:, 0], counts.iloc[:, 1]))[access_label()] == 1
+    assert dict(zip(counts.iloc[:, 0], counts.iloc[:, 1], strict=True))[access_label()] == 1
 
 
 def access_label() -> str:

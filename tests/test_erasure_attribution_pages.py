@@ -78,7 +78,7 @@ def _rerun_when_running(database: Database, done: threading.Event, deadline_s: f
         time.sleep(0.02)
 
 
-def test_a_click_during_an_erasure_ends_recorded_and_resumable(shop, app_env):
+def test_a_click_during_an_erasure_ends_recorded_and_resumable(shop, app_env):  # noqa: F811 (the imported fixture)
     app_env(shop.dsn, LOCAL_ROLES="dpo")
     # slow enough for a click to land mid-erasure: each checkpoint delete statement waits a second
     shop.execute(

@@ -71,7 +71,7 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     at.button(key="erasure.preview").click().run()
     assert not at.exception, at.exception
     counts = frame(at, "table", "rows")
-    by_table = dict(zip(counts.iloc[:, 0], counts.iloc[:, 1]))
+    by_table = dict(zip(counts.iloc[:, 0], counts.iloc[:, 1], strict=True))
     assert by_table["store"] == 40 + 2 and by_table["store_vectors"] == 42 and by_table["checkpoints"] > 0
     namespaces = frame(at, "namespace", "documents")
     assert sorted(namespaces.iloc[:, 0]) == ["clientes.C9", "clientes.C9.pedidos"]
@@ -277,5 +277,5 @@ def test_a_coverage_that_cannot_be_read_is_unknown_and_the_preview_still_works(s
     at.text_input(key="erasure.customer").input("C9").run()
     at.button(key="erasure.preview").click().run()
     assert not at.exception, at.exception
-    by_table = dict(zip(*[frame(at, "table", "rows").iloc[:, i] for i in (0, 1)]))
+    by_table = dict(zip(*[frame(at, "table", "rows").iloc[:, i] for i in (0, 1)], strict=True))
     assert by_table["store"] == 42

@@ -20,9 +20,11 @@ WITH weeks AS (
     SELECT generate_series(date_trunc('week', now() AT TIME ZONE 'UTC'),
                            (now() + make_interval(months => %(months)s)) AT TIME ZONE 'UTC', interval '1 week') AS week
 ), expiring AS (
-    SELECT date_trunc('week', expires_at AT TIME ZONE 'UTC') AS week, split_part(prefix, '.', 1) AS root, count(*) AS documents
+    SELECT date_trunc('week', expires_at AT TIME ZONE 'UTC') AS week, split_part(prefix, '.', 1) AS root, count(*)
+    AS documents
     FROM store
-    WHERE expires_at >= now() AND expires_at < (date_trunc('week', (now() + make_interval(months => %(months)s)) AT TIME ZONE 'UTC')
+    WHERE expires_at >= now() AND expires_at < (date_trunc('week', (now() + make_interval(months => %(months)s)) AT
+    TIME ZONE 'UTC')
                                                 + interval '1 week') AT TIME ZONE 'UTC'
     GROUP BY 1, 2
 )

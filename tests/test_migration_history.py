@@ -204,7 +204,7 @@ def test_the_earlier_003_database_writes_denials_after_an_upgrade(migrated_as_of
             "checkpoints_buffered, writes_buffered, ops_resynced) VALUES ('r0', 'h', 1, %s, %s, 1, 2, 3) RETURNING id",
             (at, at + timedelta(minutes=4)),
         ).fetchone()[0]
-        for n in range(2):
+        for _ in range(2):
             conn.execute(
                 "INSERT INTO core_guard_denials (episode_id, replica_id, tool, risk, denied_at) "
                 "VALUES (%s, 'r0', 'anular_pedido', 'HIGH', %s)",

@@ -236,7 +236,8 @@ def test_idle_minutes_and_root_filters(db):
         assert prune.take_cut(conn, prune.validate_policy(6)) == {}
 
 
-# --- databases written by agents ---------------------------------------------------------------------------------------
+# --- databases written by agents
+# ---------------------------------------------------------------------------------------
 
 
 def test_every_thread_of_our_agents_reads_the_same_after_pruning(db):

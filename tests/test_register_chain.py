@@ -39,14 +39,14 @@ def test_untouched_registers_verify_and_every_final_row_is_sealed(registers):
     db = registers
     erasure_links = links(db, "erasure")
     # 2 requests + 3 re-checks (one manual, two by recheck_all), in the order they were written
-    assert [(l["table_name"]) for l in erasure_links] == [
+    assert [(link["table_name"]) for link in erasure_links] == [
         "core_erasure_register",
         "core_erasure_register",
         "core_erasure_rechecks",
         "core_erasure_rechecks",
         "core_erasure_rechecks",
     ]
-    assert [l["row_id"] for l in links(db, "access")] == registers.exports
+    assert [link["row_id"] for link in links(db, "access")] == registers.exports
     for name, n in (("erasure", 5), ("access", 3)):
         result = chain.verify(db, name)
         assert result.ok and result.links == n and result.problem is None, result

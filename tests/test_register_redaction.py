@@ -150,11 +150,11 @@ def test_the_repair_leaves_no_value_and_the_chain_verifies_naming_what_it_redact
     }
     sealed = links(db)
     assert len(sealed) == 3 and all(  # sealed as 036 seals (today's verifier needs 056's table)
-        l["content_sha256"]
+        link["content_sha256"]
         == chain.sha256_hex(
-            db.fetch_one("SELECT core_register_content(%s, %s) AS c", (l["table_name"], l["row_id"]))["c"]
+            db.fetch_one("SELECT core_register_content(%s, %s) AS c", (link["table_name"], link["row_id"]))["c"]
         )
-        for l in sealed
+        for link in sealed
     )
 
     migrate(db.dsn, DIMS)
@@ -172,7 +172,7 @@ def test_the_repair_leaves_no_value_and_the_chain_verifies_naming_what_it_redact
     # the links sealed before are untouched (a head hash handed out then is still a prefix of this chain);
     # the chain grew by one sealed record per redacted sealed row (the running request had no link)
     after = links(db)
-    assert after[:3] == sealed and [l["table_name"] for l in after[3:]] == ["core_register_redactions"] * 3
+    assert after[:3] == sealed and [link["table_name"] for link in after[3:]] == ["core_register_redactions"] * 3
     row = db.fetch_one("SELECT * FROM core_erasure_register WHERE id = %s", (db.erased,))
     refs = {t["ref"]: t for t in row["residue_terms"]}
     assert row["term_salt"] and all("term" not in t for t in row["residue_terms"])

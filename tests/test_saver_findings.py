@@ -554,7 +554,7 @@ def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn, 
         running = {"buffered turn": in_thread(actions.pop("buffered turn"))}
         running["buffered turn"][0].join(30)
         running |= {name: in_thread(fn) for name, fn in actions.items()}
-        for name, (worker, _) in running.items():
+        for worker, _ in running.values():
             worker.join(30)
         stuck = [name for name, (worker, _) in running.items() if worker.is_alive()]
         assert not stuck, f"blocked behind the resync: {stuck}"

@@ -48,7 +48,7 @@ def store(db):
 
 
 def cosine(a: list[float], b: list[float]) -> float:
-    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
 
 
 def test_nearest_customers_first_with_cosine_similarity_expired_and_other_roots_left_out(db, store):

@@ -442,13 +442,15 @@ def test_every_msgpack_type_matches_the_reference(ckpt_db):
         ([c[1] for c in cases],),
     )
     assert len(rows) == len(cases)
-    for (label, blob), row in zip(cases, rows):
+    for (label, blob), row in zip(cases, rows, strict=True):
         assert "undecodable" not in row["j"], (label, row["j"][:200])
         assert from_text(row["j"]) == as_json(payload_json("msgpack", blob)), label
 
 
 def test_edge_values_exact(ckpt_db):
-    q = lambda v: sql_payload(ckpt_db, "msgpack", ormsgpack.packb(v, option=ormsgpack.OPT_NON_STR_KEYS))
+    def q(v):
+        return sql_payload(ckpt_db, "msgpack", ormsgpack.packb(v, option=ormsgpack.OPT_NON_STR_KEYS))
+
     assert q(2**64 - 1) == 18446744073709551615 and q(-(2**63)) == -9223372036854775808
     assert q(-32) == -32 and q(-33) == -33 and q(0.1) == Decimal("0.1") and q(1e300) == Decimal("1e300")
     assert q(b"\x00\xff") == {"type": "bytes", "value": "AP8="}
@@ -572,3 +574,10 @@ def test_floats_print_round_trip(ckpt_db):
     for f in (0.1, 1 / 3, 2.0**-1074, 123456789.123456789, -1e-300):
         got = sql_payload(ckpt_db, "msgpack", ormsgpack.packb(f))
         assert float(got) == f and not math.isnan(float(got))
+
+
+def test_a_json_row_without_bytes_is_undecodable_as_a_msgpack_one_is():
+    # a TypeError here would escape the callers that turn Undecodable into the undecodable marker
+    for blob_type in ("msgpack", "json"):
+        with pytest.raises(Undecodable, match=f"{blob_type} blob without bytes"):
+            payload_json(blob_type, None)

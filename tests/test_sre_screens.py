@@ -121,7 +121,7 @@ def test_no_changed_row_without_a_changed_value(agents_db):
     """A trigger channel (`branch:to:...`) holds no value: its new version is not shown as "changed — → —"."""
     ids = checkpoint_ids(agents_db)
     seen = 0
-    for old, new in zip(ids, ids[1:]):
+    for old, new in zip(ids, ids[1:], strict=False):
         diff = views.checkpoint_diff(agents_db, THREAD, old, new)
         changed = diff[diff["change"] == "changed"]
         assert (changed["old_value"].fillna("") != changed["new_value"].fillna("")).all(), changed

@@ -297,7 +297,7 @@ def test_table_totals_are_the_refresh_counts_as_of_its_time(create_database, app
         }
         # before any refresh: counted now, and said so
         totals = storage.table_totals(db)
-        assert dict(zip(totals["table_name"], totals["rows"])) == live and totals["as_of"].isna().all()
+        assert dict(zip(totals["table_name"], totals["rows"], strict=True)) == live and totals["as_of"].isna().all()
         at = open_storage(db.dsn, app_env)
         assert any("Filas contadas ahora" in c.value for c in at.caption)
         for table, n in live.items():
@@ -306,10 +306,10 @@ def test_table_totals_are_the_refresh_counts_as_of_its_time(create_database, app
         refreshed_at = storage.storage_refresh(db)["computed_at"]
         turns(db, {"cliente-C3-1": "C3"})  # after the refresh: not in the totals until the next one
         totals = storage.table_totals(db)
-        assert dict(zip(totals["table_name"], totals["rows"])) == live
+        assert dict(zip(totals["table_name"], totals["rows"], strict=True)) == live
         assert (totals["as_of"] == refreshed_at).all()
         sizes = {t: db.fetch_one("SELECT pg_total_relation_size(%s::regclass) AS n", (t,))["n"] for t in live}
-        assert dict(zip(totals["table_name"], totals["total_bytes"])) == sizes
+        assert dict(zip(totals["table_name"], totals["total_bytes"], strict=True)) == sizes
         utc = __import__("datetime").timezone.utc
         stamp = {
             lang: format_datetime(refreshed_at, "medium", tzinfo=utc, locale=lang) + " UTC" for lang in ("es", "en")

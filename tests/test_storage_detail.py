@@ -55,7 +55,8 @@ def write(db) -> None:
 
 
 SQL_CHANNELS = """
-SELECT channel, sum(blobs) AS blobs, sum(blob_bytes) AS blob_bytes, sum(writes) AS writes, sum(write_bytes) AS write_bytes
+SELECT channel, sum(blobs) AS blobs, sum(blob_bytes) AS blob_bytes, sum(writes) AS writes, sum(write_bytes) AS
+write_bytes
 FROM (SELECT channel, 1 AS blobs, coalesce(octet_length(blob), 0) AS blob_bytes, 0 AS writes, 0 AS write_bytes
       FROM checkpoint_blobs {where}
       UNION ALL
@@ -236,7 +237,7 @@ def test_unknown_threads_are_the_checkpoint_threads_the_query_does_not_return(db
         found = storage_detail.unknown_threads(db)
         assert (found["threads"], found["bytes"], found["error"]) == (len(unknown), sum(unknown.values()), None)
         listed = storage_detail.unknown_thread_list(db, 100)
-        assert dict(zip(listed["thread_id"], listed["total_bytes"])) == unknown
+        assert dict(zip(listed["thread_id"], listed["total_bytes"], strict=True)) == unknown
         assert list(listed["total_bytes"]) == sorted(unknown.values(), reverse=True)
     assert len(storage_detail.unknown_thread_list(db, 2)) == 2
 
@@ -324,7 +325,7 @@ def test_storage_view_names_the_threads_the_application_no_longer_knows(db, app_
 
     def listed(at) -> dict:
         (shown,) = unknown_tables(at)
-        return dict(zip(ids(shown)["thread_id"], shown["total_bytes"].astype(int)))
+        return dict(zip(ids(shown)["thread_id"], shown["total_bytes"].astype(int), strict=True))
 
     at = storage_view()
     assert as_int(metric(at, "Hilos que la aplicación ya no conoce")) == len(unknown)

@@ -73,7 +73,8 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
     sql_deleted = {
         r["root"]: r["n"]
         for r in q(
-            "SELECT r.key AS root, sum(r.value::bigint) AS n FROM core_sweep_log l, jsonb_each_text(l.deleted_by_root) r "
+            "SELECT r.key AS root, sum(r.value::bigint) AS n FROM core_sweep_log l, "
+            "jsonb_each_text(l.deleted_by_root) r "
             "WHERE l.status IN ('ok', 'error') AND NOT l.dry_run GROUP BY 1"
         )
     }
@@ -92,7 +93,7 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
     assert sum(forecast.values()) == q("SELECT count(*) AS n FROM store WHERE expires_at >= now()")[0]["n"]
     spec = figure(at, "sweeps.forecast_chart")
     clientes = next(t for t in spec["data"] if t["name"] == "clientes")
-    weeks_with_clientes = [x for x, y in zip(clientes["x"], decode(clientes["y"])) if y > 0]
+    weeks_with_clientes = [x for x, y in zip(clientes["x"], decode(clientes["y"]), strict=True) if y > 0]
     assert weeks_with_clientes and min(weeks_with_clientes) >= clientes["x"][48]
     # its axis in Spanish ("4 ene"), not plotly's English month names ("Jan 2027")
     weeks = sorted({pd.Timestamp(x).date() for trace in spec["data"] for x in trace["x"]})
@@ -301,7 +302,8 @@ def test_sweeps_page_on_article_agents_equals_sql(article_agents, app_env):
         sql_deleted = {
             r["root"]: int(r["n"])
             for r in db.fetch(
-                "SELECT r.key AS root, sum(r.value::bigint) AS n FROM core_sweep_log l, jsonb_each_text(l.deleted_by_root) r "
+                "SELECT r.key AS root, sum(r.value::bigint) AS n FROM core_sweep_log l, "
+                "jsonb_each_text(l.deleted_by_root) r "
                 "WHERE NOT l.dry_run GROUP BY 1 HAVING sum(r.value::bigint) > 0"
             )
         }

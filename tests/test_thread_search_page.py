@@ -31,7 +31,7 @@ def threads(at) -> set[str]:
     return set(frame(at, "thread_id", "status")["thread_id"])
 
 
-def test_stuck_and_failed_are_one_click_and_live_in_the_url(written, app_env):
+def test_stuck_and_failed_are_one_click_and_live_in_the_url(written, app_env):  # noqa: F811 (the imported fixture)
     db, expected, _ = written
     at = open_page(db.dsn, app_env, {"view": "search"})
     assert as_int(metric(at, "Hilos encontrados")) == len(expected)
@@ -48,7 +48,7 @@ def test_stuck_and_failed_are_one_click_and_live_in_the_url(written, app_env):
     assert set(frame(shared, "thread_id", "status")["status"]) == {"Con error"}
 
 
-def test_form_filters_and_paging(written, app_env):
+def test_form_filters_and_paging(written, app_env):  # noqa: F811 (the imported fixture)
     db, expected, _ = written
     at = open_page(db.dsn, app_env, {"view": "search"})
     assert len(frame(at, "thread_id", "status")) == 25
@@ -63,14 +63,14 @@ def test_form_filters_and_paging(written, app_env):
     assert at.query_params["meta_key"] == "cliente_id" and at.query_params["meta_value"] == "C2"
 
 
-def test_bad_url_is_refused_and_reads_nothing(written, app_env):
+def test_bad_url_is_refused_and_reads_nothing(written, app_env):  # noqa: F811 (the imported fixture)
     db, _, _ = written
     at = open_page(db.dsn, app_env, {"view": "search", "status": "atascado"})
     assert any("status" in e.value for e in at.error)
     assert not [df for df in at.dataframe if "status" in df.value.columns]
 
 
-def test_cost_view_says_no_usage_and_no_price(written, app_env):
+def test_cost_view_says_no_usage_and_no_price(written, app_env):  # noqa: F811 (the imported fixture)
     db, _, _ = written
     at = open_page(db.dsn, app_env, {"view": "cost"})
     per_thread = frame(at, "thread_id", "cost_usd").set_index("thread_id")
@@ -84,7 +84,7 @@ def test_cost_view_says_no_usage_and_no_price(written, app_env):
     assert "cliente-stock" in set(agents["agent"])
 
 
-def test_thread_view_shows_its_tokens_or_says_there_are_none(written, app_env):
+def test_thread_view_shows_its_tokens_or_says_there_are_none(written, app_env):  # noqa: F811 (the imported fixture)
     db, _, _ = written
     at = open_page(db.dsn, app_env, {"thread": "conv-usage"})
     assert any("2.500 de entrada (2.200 en caché), 50 de salida" in c.value for c in at.caption)

@@ -201,7 +201,7 @@ def test_residue_through_the_index_equals_a_scan_of_every_row(article_agents_db,
                 # each term's customers, and each distinctive term's threads; a common term's threads are counted
                 # by the index as the threads holding all its words: at least those holding it as written
                 assert [(t.term, t.customers) for t in indexed.terms] == [(t.term, t.customers) for t in full.terms]
-                for mine, scanned in zip(indexed.terms, full.terms):
+                for mine, scanned in zip(indexed.terms, full.terms, strict=True):
                     assert (mine.threads >= scanned.threads) if mine.common else (mine.threads == scanned.threads)
                 # only threads a distinctive term may be in are read: common-only threads are counted, not listed
                 assert set(indexed.common_threads) <= set(full.common_threads), customer

@@ -130,7 +130,8 @@ def test_a_late_write_is_found_by_the_sweeps_lookback(db):
     run_turn(agent, ContextoCliente("C1"), "cliente-C1-2", "Hola, quería saber el estado de mi pedido.")
     tool_calls.extract(db)  # the watermark is now past the first thread's checkpoints
     # a write landing late on an old checkpoint (a long step, a resync): same blob under a new task
-    db.execute("""INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path)
+    db.execute("""INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel,
+    type, blob, task_path)
                   SELECT thread_id, checkpoint_ns, checkpoint_id, 'late-task', idx, channel, type, blob, task_path
                   FROM checkpoint_writes w WHERE thread_id = 'cliente-C1-1'
                     AND position('recordar_preferencia'::bytea IN blob) > 0 AND channel = 'messages'""")
@@ -270,7 +271,7 @@ def test_article_agents_preferences_page_equals_the_checkpoints(db, app_env):
     writers = frame(at, "thread_id", "tipos")
     assert sorted(writers["thread_id"]) == ["conv-1", "conv-3", "conv-4"]
     by_tipo = preferences.preference_by_tipo(db, date.today() - timedelta(days=29), date.today())
-    assert dict(zip(by_tipo["tipo"], by_tipo["writes"])) == {"recogida": 1, "contacto": 1, "horario": 1}
+    assert dict(zip(by_tipo["tipo"], by_tipo["writes"], strict=True)) == {"recogida": 1, "contacto": 1, "horario": 1}
     assert any("Reloj" in c.value for c in at.caption)
 
 

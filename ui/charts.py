@@ -37,7 +37,7 @@ def largest(fig: go.Figure, axis: str) -> float:
         if trace.type == "bar" and stacked:
             other = "y" if axis[0] == "x" else "x"
             positions = getattr(trace, other, None)
-            for at, v in zip(range(len(values)) if positions is None else positions, values):
+            for at, v in zip(range(len(values)) if positions is None else positions, values, strict=False):
                 sums[at] += max(v, 0.0)
         else:
             top = max(top, *values)

@@ -79,10 +79,10 @@ def diff_view(thread_id: str, timeline: pd.DataFrame, label) -> None:
     ids = list(labels)
     left, right = st.columns(2)
     old = left.selectbox(
-        t("ckpt_diff_old"), ids, index=len(ids) - 2, key="checkpoints.diff_old", format_func=labels.get
+        t("ckpt_diff_old"), ids, index=len(ids) - 2, key="checkpoints.diff_old", format_func=labels.__getitem__
     )
     new = right.selectbox(
-        t("ckpt_diff_new"), ids, index=len(ids) - 1, key="checkpoints.diff_new", format_func=labels.get
+        t("ckpt_diff_new"), ids, index=len(ids) - 1, key="checkpoints.diff_new", format_func=labels.__getitem__
     )
     only_changes = st.toggle(t("ckpt_diff_only_changes"), value=True, key="checkpoints.diff_changes")
     ns = timeline.loc[timeline["checkpoint_id"] == new, "checkpoint_ns"].iloc[0]

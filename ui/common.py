@@ -149,7 +149,7 @@ def shared_figure(build: Callable[..., Any]) -> Callable[..., Any]:
     return st.cache_resource(ttl=DERIVED_TTL, max_entries=FIGURE_ENTRIES, show_spinner=False)(build)
 
 
-def _key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple:
+def _key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[str, str, str, tuple, tuple]:
     return (fn.__name__, fn.__module__, get_db().dsn, args, tuple(sorted(kwargs.items())))
 
 
@@ -319,10 +319,11 @@ def current_user() -> User | None:
         return User("local", None, granted, local=True)
     if not st.user.is_logged_in:
         return None
-    email = st.user.get("email")
+    claim, name = st.user.get("email"), st.user.get("name")
+    email = claim if isinstance(claim, str) else None  # claims are typed str | bool | tokens; these are strings
     # an e-mail the identity provider says it has not verified must not pick up someone's roles
     granted = () if st.user.get("email_verified") is False else roles.roles_for(email, cfg.role_map)
-    return User(st.user.get("name") or email or "?", email, granted, local=False)
+    return User((name if isinstance(name, str) else None) or email or "?", email, granted, local=False)
 
 
 def require_role(role: str) -> User:

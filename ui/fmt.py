@@ -94,7 +94,7 @@ def duration(seconds: float) -> str:
     "2 d 4 h" (unit symbols from the catalogue)."""
     if seconds < 60:
         return f"{number(seconds, 0 if float(seconds).is_integer() else 2)} {t('unit_second')}"
-    left, parts = round(seconds), []
+    left, parts = round(seconds), list[tuple[int, str]]()
     for key, size in DURATION_UNITS:
         n, left = divmod(left, size)
         if n or parts:

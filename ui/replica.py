@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.db import one
 from core.read_replica import ReplicaStatus
 from ui import fmt
 from ui.common import read_router, settings
@@ -55,6 +56,6 @@ def page_note() -> None:
         st.warning(t("replica_fallback", error=md(s.error or router.fallback_error)), icon=":material/sync_problem:")
     elif s.stale(bound):
         st.info(
-            t("replica_as_of", at=fmt.clock(s.replayed_at), seconds=s.lag_seconds, bound=bound),
+            t("replica_as_of", at=fmt.clock(one(s.replayed_at)), seconds=s.lag_seconds, bound=bound),
             icon=":material/schedule:",
         )

@@ -36,14 +36,14 @@ def table_totals() -> None:
     names = [*totals["table_name"], t("ckpt_total")]
     rows = [*totals["rows"], totals["rows"].sum()]
     sizes = [*totals["total_bytes"], totals["total_bytes"].sum()]
-    for col, name, n in zip(st.columns(len(names)), names, rows):
+    for col, name, n in zip(st.columns(len(names)), names, rows, strict=True):
         col.metric(t("ckpt_table_rows", table=name), fmt.number(int(n)))
     as_of = totals["as_of"].iloc[0]
     if as_of is None or pd.isna(as_of):
         st.caption(t("ckpt_totals_live", at=fmt.moment(totals["sized_at"].iloc[0])))
     else:
         st.caption(t("ckpt_totals_as_of", at=fmt.moment(as_of)))
-    for col, name, n in zip(st.columns(len(names)), names, sizes):
+    for col, name, n in zip(st.columns(len(names)), names, sizes, strict=True):
         col.metric(t("ckpt_table_size", table=name), human_bytes(int(n)))
     st.caption(t("ckpt_sizes_at", at=fmt.moment(totals["sized_at"].iloc[0])))
 

@@ -66,7 +66,7 @@ class Link(NamedTuple):
     strip: str = ""
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
     """A byte count as a person reads it in the UI's language: `512 B`, `1,5 kB` / `1.5 kB`, `3,2 MB`, `1,0 GB`
     (1024 steps)."""
     for unit in ("B", "kB", "MB", "GB"):
@@ -195,7 +195,7 @@ def _prepared(
             column_config[col] = st.column_config.LinkColumn(label, display_text=r"thread=([^&]*)")
         elif col in CUSTOMER_COLUMNS and (roles.DPO in viewer or roles.SRE in viewer):
             page = "erasure" if roles.DPO in viewer else "checkpoints"
-            out[col] = s.map(lambda v: _link(page, "cliente", v))
+            out[col] = s.map(lambda v, page=page: _link(page, "cliente", v))
             column_config[col] = st.column_config.LinkColumn(label, display_text=r"cliente=([^&]*)")
         elif pd.api.types.is_datetime64_any_dtype(s) or (s.dtype == object and _looks_like_dates(s)):
             out[col] = pd.to_datetime(s, utc=True, errors="coerce")  # sorted as instants; read in `tz`
@@ -209,7 +209,8 @@ def _prepared(
             if col.endswith("_ms"):  # milliseconds read whole (a resync of 1.234 ms): an integer, no Styler
                 s = s.round()
             if col in DURATION_COLUMNS:
-                # to the hundredth of a second, in whole milliseconds (a float's 3.531518999 s would print all its digits)
+                # to the hundredth of a second, in whole milliseconds
+                # (a float's 3.531518999 s would print all its digits)
                 out[col] = pd.to_timedelta((s.astype("float64") * 100).round() * 10, unit="ms")
                 column_config[col] = st.column_config.NumberColumn(f"{label} ({DURATION_FORMAT})", format="compact")
             elif not _whole(s):
@@ -217,7 +218,8 @@ def _prepared(
                 out[col] = s.astype("float64")
                 column_config[col] = st.column_config.NumberColumn(label)
                 display[col] = "plain" if plain else "number"
-            else:  # sortable integers (nullable: a missing one is the grid's "—"), the UI language's thousands separator
+            else:  # sortable integers (nullable: a missing one is the grid's "—"), the UI language's
+                # thousands separator
                 out[col] = s.astype("Int64" if s.isna().any() else "int64")
                 column_config[col] = st.column_config.NumberColumn(
                     label, format="%d" if plain else INTEGER_FORMAT[language]

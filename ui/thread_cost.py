@@ -31,7 +31,7 @@ def _notes(frame: pd.DataFrame) -> pd.DataFrame:
     """As shown: the cost as money text, `note` in words (no usage metadata / no price for <models> / partial)."""
     said = [
         t("cost_no_usage") if n == "no_usage" else t("cost_no_price", models=m) if n == "no_price" else ""
-        for n, m in zip(frame["note"], frame["no_price"])
+        for n, m in zip(frame["note"], frame["no_price"], strict=True)
     ]
     if "without_usage" in frame:  # per thread: AI messages without usage metadata make its figures partial
         said = [

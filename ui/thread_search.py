@@ -73,7 +73,8 @@ def _form(q: ts.ThreadQuery, agents: list[str]) -> None:
             format_func=lambda w: t(f"search_window_{w or 'any'}"),
         )
         days = (q.since.date(), *([(q.until - timedelta(days=1)).date()] if q.until else [])) if q.since else ()
-        period = c[1].date_input(t("search_period"), value=days, key=f"{KEY}.period")
+        # Streamlit types a range as a tuple of fixed length; ours is (), (start,) or (start, end)
+        period = c[1].date_input(t("search_period"), value=days, key=f"{KEY}.period")  # type: ignore[arg-type]
         c[2].selectbox(t("search_sort"), list(ts.SORTS), key=f"{KEY}.sort", format_func=lambda s: t(f"col_{s}"))
         c[3].selectbox(
             t("search_order"), list(ts.ORDERS), key=f"{KEY}.order", format_func=lambda o: t(f"search_order_{o}")

@@ -74,7 +74,7 @@ def namespace_of(context: Contexto) -> tuple[str, str]:
     return (context.root, validate_label(context.subject_id, f"{context.root} id"))
 
 
-def _thread_id(runtime: ToolRuntime) -> str | None:
+def _thread_id(runtime: ToolRuntime[Any, Any]) -> str | None:
     return (runtime.config or {}).get("configurable", {}).get("thread_id")
 
 

@@ -17,12 +17,13 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Literal, cast
 
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from core.checkpoints.failures import CheckpointUnavailable, DeadlineExceeded
 
@@ -147,7 +148,7 @@ class _Deadline:
 
     __slots__ = ("watchdog", "seconds", "call", "token")
 
-    def __init__(self, watchdog: _Watchdog, seconds: float):
+    def __init__(self, watchdog: _Watchdog, seconds: float | None):
         self.watchdog, self.seconds = watchdog, seconds
 
     def __enter__(self) -> _Call:
@@ -160,7 +161,7 @@ class _Deadline:
         self.token = _current_call.set(call)
         return call
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         call = self.call
         _current_call.reset(self.token)
         with self.watchdog._lock:
@@ -209,7 +210,7 @@ class _DeadlinePostgresSaver(PostgresSaver):
             if call is not None and self.is_degraded():
                 # Waited behind a call that found PostgreSQL gone: do not queue on it again.
                 raise CheckpointUnavailable("PostgreSQL became unreachable while this call waited")
-            with self.conn.connection() as conn:
+            with cast(ConnectionPool, self.conn).connection() as conn:  # wrapped_savers gives it a pool
                 self.watchdog.attach(conn)
                 try:
                     if pipeline and self.supports_pipeline:
@@ -242,7 +243,7 @@ class _DeadlineAsyncPostgresSaver(AsyncPostgresSaver):
         try:
             if call is not None and self.is_degraded():
                 raise CheckpointUnavailable("PostgreSQL became unreachable while this call waited")
-            async with self.conn.connection() as conn:
+            async with cast(AsyncConnectionPool, self.conn).connection() as conn:  # a pool, as above
                 self.watchdog.attach(conn)
                 try:
                     if pipeline and self.supports_pipeline:

@@ -17,6 +17,7 @@ denials; `journaled` reads what an earlier run left (set aside at construction).
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import threading
@@ -215,7 +216,7 @@ class DegradedBuffer:
         st = self._state
         for tup in self._cache.tuples(thread_id, skip=st.seeded | st.tombstoned):  # never seed an erased thread
             tid, ns, checkpoint_id = thread_of(tup.config)
-            if self._storage.storage.get(tid, {}).get(ns, {}).get(checkpoint_id) is None:
+            if self._storage.storage.get(tid, {}).get(ns, {}).get(checkpoint_id or "") is None:
                 parent = tup.parent_config or {"configurable": {"thread_id": tid, "checkpoint_ns": ns}}
                 self._memory.put(parent, tup.checkpoint, tup.metadata, tup.checkpoint["channel_versions"])
                 by_task: dict[str, list[tuple[str, Any]]] = {}
@@ -290,7 +291,7 @@ class DegradedBuffer:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[list[tuple], tuple]:
+    ) -> tuple[builtins.list[tuple], tuple]:
         """The blob rows and the checkpoint row `PostgresSaver.put` would write, serialized now.
 
         Same split as PostgresSaver.put: primitives stay inline in the checkpoint JSON, the rest
@@ -299,7 +300,7 @@ class DegradedBuffer:
         """
         conf = config["configurable"]
         thread_id, ns, parent_id = conf["thread_id"], conf["checkpoint_ns"], conf.get("checkpoint_id")
-        inline = {**checkpoint, "channel_values": dict(checkpoint["channel_values"])}
+        inline: dict[str, Any] = {**checkpoint, "channel_values": dict(checkpoint["channel_values"])}
         blob_values: dict[str, Any] = {}
         for k, v in checkpoint["channel_values"].items():
             if isinstance(v, _DeltaSnapshot):
@@ -330,7 +331,7 @@ class DegradedBuffer:
     ) -> tuple[bool, Any]:
         rows = self._put_rows(config, checkpoint, metadata, new_versions)
         conf = config["configurable"]
-        next_config = {
+        next_config: RunnableConfig = {
             "configurable": {
                 "thread_id": conf["thread_id"],
                 "checkpoint_ns": conf["checkpoint_ns"],
@@ -384,7 +385,7 @@ class DegradedBuffer:
 
     # --- resync -----------------------------------------------------------------------------------
 
-    def pending(self) -> list[tuple[str, Any, str]]:
+    def pending(self) -> builtins.list[tuple[str, Any, str]]:
         """The resync log as it is now (it keeps growing while a resync writes this)."""
         with self._lock:
             return list(self._state.ops)
@@ -396,7 +397,7 @@ class DegradedBuffer:
             self._state.resynced += count
             self._journal.rewrite([self._wal_record(self._state.ops)] if self._state.ops else [])
 
-    def _wal_record(self, ops: list[tuple[str, Any, str]]) -> dict[str, Any]:
+    def _wal_record(self, ops: builtins.list[tuple[str, Any, str]]) -> dict[str, Any]:
         return {"since": self._state.since, "ops": ops, "episodes": [], "denials": []}
 
     def leave(self, on_switch: Callable[[BufferedEpisode], None]) -> BufferedEpisode | None:
@@ -431,7 +432,7 @@ class DegradedBuffer:
         """An earlier close left a journal this buffer has not replayed yet."""
         return self._state.journal_pending
 
-    def journaled(self) -> list[dict[str, Any]]:
+    def journaled(self) -> builtins.list[dict[str, Any]]:
         """The records of the journal, oldest first."""
         return self._journal.read()
 
@@ -439,7 +440,9 @@ class DegradedBuffer:
         """Everything in the journal an earlier run left is in PostgreSQL: it goes."""
         self._state.journal_pending = self._journal.replayed()
 
-    def closing_record(self, *, episodes: list[dict[str, Any]], denials: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def closing_record(
+        self, *, episodes: builtins.list[dict[str, Any]], denials: builtins.list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
         """The journal record of a close: the episodes and denials PostgreSQL does not have yet (the
         resync log is in the journal already); None when there is nothing to keep."""
         if not (episodes or denials):

@@ -149,6 +149,7 @@ def _messages(state: list, writes: list) -> list:
 
     def stand_in(m: dict) -> Any:
         mid = m["value"].get("id")
+        proxy: RemoveMessage | ChatMessage
         if m["value"].get("type") == "remove" or m["type"].endswith(".RemoveMessage"):
             proxy = RemoveMessage(id=mid)
         else:

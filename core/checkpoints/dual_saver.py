@@ -270,7 +270,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
     # --- serializer: the wrapped savers and the memory buffer always use ours --------------------
 
     @property
-    def serde(self) -> SerializerProtocol:  # type: ignore[override]
+    def serde(self) -> SerializerProtocol:
         return self._serde
 
     @serde.setter
@@ -626,13 +626,13 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                     episode["resync_ms"] = (time.monotonic() - started) * 1000
                 self._health.record_episode(replica_health.Episode(**episode))
             self._health.add_denials(record["denials"])
-        ops = sum(len(r["ops"]) for r in records)
-        self._recovery.journal_replayed(ops)
+        replayed = sum(len(r["ops"]) for r in records)
+        self._recovery.journal_replayed(replayed)
         self._buffer.journal_replayed()
         log.warning(
             "replica %s replayed its journal: %d operations from %d closes while PostgreSQL was unreachable",
             self._replica_id,
-            ops,
+            replayed,
             len(records),
         )
         if self._publish_health:
@@ -684,7 +684,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         refuse_on_event_loop()
-        kwargs = {"filter": filter, "before": before, "limit": limit}
+        kwargs: dict[str, Any] = {"filter": filter, "before": before, "limit": limit}
         for _ in range(3):
             if not self._buffer.degraded:
                 try:
@@ -801,7 +801,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        kwargs = {"filter": filter, "before": before, "limit": limit}
+        kwargs: dict[str, Any] = {"filter": filter, "before": before, "limit": limit}
 
         async def collect(apg: AsyncPostgresSaver) -> list[CheckpointTuple]:
             return [t async for t in apg.alist(config, **kwargs)]

@@ -68,7 +68,7 @@ def session_dsn(dsn: str, statement_timeout: float | None, lock_timeout: float |
     """`dsn` plus the saver's session settings: server-side statement/lock timeouts (ms, in the
     startup `options`, kept after any the DSN has) and the TCP settings the DSN does not set."""
     params = psycopg.conninfo.conninfo_to_dict(dsn)
-    options = [params.get("options") or ""]
+    options = [str(params.get("options") or "")]
     for name, seconds in (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout)):
         if seconds is not None:
             options.append(f"-c {name}={max(1, int(seconds * 1000))}")

@@ -23,7 +23,7 @@ from typing import Any
 from langgraph.checkpoint.serde.types import TASKS
 
 from core.checkpoints.payload_json import Undecodable, payload_json
-from core.db import Database
+from core.db import Database, one
 
 ENCRYPTED_MARK = "+"  # EncryptedSerializer's blob type is `<serializer type>+<cipher name>`
 CURRENT_CHECKPOINT_V = 4  # what langgraph's loop writes; below it, pending sends live in the parent's TASKS writes
@@ -122,13 +122,13 @@ def fingerprint(db: Database, threads: str | Iterable[str] | None = None) -> Fin
     thread_id = threads if isinstance(threads, str) else None
     chosen = None if threads is None else [threads] if isinstance(threads, str) else sorted(set(threads))
     with db.connection() as conn:
-        head = conn.execute(SELECT_MIGRATION).fetchone()
+        head = one(conn.execute(SELECT_MIGRATION).fetchone())
         if head["shallow"]:  # our views and decoder functions cannot exist on that schema
-            return Fingerprint(thread_id, head["migration_version"], True, *([0] * 13), False)
+            return Fingerprint(thread_id, head["migration_version"], True, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)
         params = {"threads": chosen, "current": CURRENT_CHECKPOINT_V, "tasks": TASKS}
         by = {r["format"]: r for r in conn.execute(SELECT_ROW_FORMATS, params)}
-        ck = conn.execute(SELECT_CHECKPOINT_FORMATS, params).fetchone()
-        bad = 0 if chosen is None else conn.execute(SELECT_THREAD_UNDECODABLE, params).fetchone()["n"]
+        ck = one(conn.execute(SELECT_CHECKPOINT_FORMATS, params).fetchone())
+        bad = 0 if chosen is None else one(conn.execute(SELECT_THREAD_UNDECODABLE, params).fetchone())["n"]
 
     def n(fmt: str, key: str = "n") -> int:
         return int((by.get(fmt) or {}).get(key) or 0)

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Protocol
 
 from langchain.agents.middleware import AgentMiddleware
@@ -27,7 +27,7 @@ from core import clock
 log = logging.getLogger(__name__)
 
 
-class Risk(str, Enum):
+class Risk(StrEnum):
     """How much harm a tool call can do if its conversation's history may be lost."""
 
     READ_ONLY = "READ_ONLY"

@@ -7,16 +7,18 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import psycopg
 import psycopg.rows
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 from core.checkpoints import replica_health
 from core.checkpoints.deadlines import _Watchdog
 from core.checkpoints.serde import RefusalLog
-from core.db import CONNECT_TIMEOUT_S, make_pool
+from core.db import CONNECT_TIMEOUT_S, make_pool, one
 
 TOMBSTONES_PRESENT_SQL = "SELECT to_regclass('core_thread_tombstones') IS NOT NULL AS present"
 RECENT_TOMBSTONES_SQL = """
@@ -77,7 +79,7 @@ class HealthPublisher:
         self._refusals_total = 0
         self._refusals_by_type: dict[str, int] = {}
 
-    def _new_pool(self) -> ConnectionPool:
+    def _new_pool(self) -> ConnectionPool[psycopg.Connection[DictRow]]:
         return make_pool(self._dsn, max_size=1, name=f"dual-saver-health-{self._replica_id}")
 
     # --- what it keeps --------------------------------------------------------------------------
@@ -145,7 +147,7 @@ class HealthPublisher:
             "last_success": live["last_success"],
         }
 
-    def _with_conn(self, fn: Callable[[psycopg.Connection], Any]) -> Any:
+    def _with_conn(self, fn: Callable[[psycopg.Connection[DictRow]], Any]) -> Any:
         """Run `fn` on the health connection (see the class: its deadline depends on `watched()`)."""
         with (
             self._watchdog.deadline(None if self._watched() else self._call_timeout),
@@ -160,9 +162,9 @@ class HealthPublisher:
         """The threads erased since the last poll (overlapping: an erasure commits after it began)."""
         since = self._tombstones_since
 
-        def read(conn: psycopg.Connection) -> list[tuple[str, Any]]:
+        def read(conn: psycopg.Connection[DictRow]) -> list[tuple[str, Any]]:
             with conn.cursor(row_factory=psycopg.rows.tuple_row) as cur:
-                if not cur.execute(TOMBSTONES_PRESENT_SQL).fetchone()[0]:
+                if not one(cur.execute(TOMBSTONES_PRESENT_SQL).fetchone())[0]:
                     return []  # migration 010 not applied: nothing to learn
                 return cur.execute(RECENT_TOMBSTONES_SQL, (since,)).fetchall()
 
@@ -177,7 +179,9 @@ class HealthPublisher:
         row = self._heartbeat_row(state)
         with (
             self._watchdog.deadline(self._call_timeout),
-            psycopg.connect(self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn,
+            psycopg.connect(
+                self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, row_factory=dict_row
+            ) as conn,
             self._watchdog.watching(conn),
         ):
             replica_health.publish_heartbeat(conn, row)
@@ -199,7 +203,7 @@ class HealthPublisher:
             while refusals:
                 refusal_log, items = refusals[0]
                 if items:
-                    self._with_conn(lambda conn: replica_health.write_refusals(conn, self._replica_id, items))
+                    self._with_conn(partial(replica_health.write_refusals, replica_id=self._replica_id, refusals=items))
                     with self._lock:
                         self._refusals_total += len(items)
                         for item in items:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 from core.checkpoints.deadlines import _Watchdog
 from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, _describe
@@ -67,23 +68,25 @@ class Liveness:
             self._thread.join(timeout=timeout)
 
     def _loop(self) -> None:
-        conn: psycopg.Connection | None = None
+        conn: psycopg.Connection[DictRow] | None = None
         try:
             while not self._stop.is_set():  # the first check at once: its connection is then ready
                 if self._is_degraded():  # the monitor probes now; a fresh connection once it is back
-                    conn = _close(conn)
+                    _close(conn)
+                    conn = None
                 else:
                     try:
                         conn = self._check_alive(conn)
                     except Exception as exc:
-                        conn = _close(conn)
+                        _close(conn)
+                        conn = None
                         if not self._stop.is_set():
                             self._on_gone(f"liveness check: {_describe(exc)}")
                 self._stop.wait(self._interval)
         finally:
             _close(conn)
 
-    def _check_alive(self, conn: psycopg.Connection | None) -> psycopg.Connection:
+    def _check_alive(self, conn: psycopg.Connection[DictRow] | None) -> psycopg.Connection[DictRow]:
         """`SELECT 1` within the liveness deadline, on `conn` or a new connection; returns the connection.
 
         A connection that broke while the server still answers (e.g. it was restarted between two

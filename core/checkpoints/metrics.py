@@ -148,7 +148,7 @@ def _epoch(value: Any) -> float:
 
 def status_metrics(statuses: Iterable[dict[str, Any]]) -> list[Metric]:
     """The gauges and counters of the savers' `status()` dicts, one `replica` label each."""
-    fam = {
+    fam: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
         "degraded": GaugeMetricFamily(
             PREFIX + "checkpoint_degraded",
             "1 while checkpoint persistence is degraded (PostgreSQL unreachable).",
@@ -225,8 +225,9 @@ class SaverCollector(Collector):
 
     def remove(self, saver: Any) -> None:
         with self._lock:
-            if self._savers.get(saver.replica_id) is saver:  # not a newer saver with the same id
-                del self._savers[saver.replica_id]
+            replica_id = saver.replica_id
+            if self._savers.get(replica_id) is saver:  # not a newer saver with the same id
+                del self._savers[replica_id]
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -250,8 +251,13 @@ class _MultiprocessMirror:
     def _gauge(self, metric: Metric) -> Gauge:
         name = metric.name
         if name not in self.gauges:
-            mode = "livesum" if "buffered" in name else "livemax"
-            self.gauges[name] = Gauge(name, metric.documentation, ["replica"], multiprocess_mode=mode, registry=None)
+            self.gauges[name] = Gauge(
+                name,
+                metric.documentation,
+                ["replica"],
+                multiprocess_mode="livesum" if "buffered" in name else "livemax",
+                registry=None,
+            )
         return self.gauges[name]
 
     def refresh(self) -> None:

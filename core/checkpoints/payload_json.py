@@ -29,7 +29,7 @@ class Undecodable(ValueError):
     """The bytes are not a payload this decoder (or the SQL one) can turn into JSON."""
 
 
-def _b64(data: bytes) -> str:
+def _b64(data: bytes | bytearray | memoryview) -> str:
     return base64.b64encode(bytes(data)).decode("ascii")
 
 
@@ -98,5 +98,7 @@ def payload_json(blob_type: str | None, blob: bytes | None) -> Any:
     if blob_type in ("bytes", "bytearray"):
         return {"type": "bytes", "value": _b64(blob or b"")}
     if blob_type == "json":
+        if blob is None:
+            raise Undecodable("json blob without bytes")
         return json.loads(bytes(blob).decode("utf-8"))
     raise Undecodable(f"blob type {blob_type} is never decoded here")

@@ -37,6 +37,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.rows import DictRow
 
 from core.checkpoints.prune_plan import TASKS, Checkpoint, ThreadPlan, plan_thread
 from core.checkpoints.storage import key_ranges, thread_ranges
@@ -152,7 +153,7 @@ ORDER BY h.thread_id"""
 Cut = dict[str, dict[str, str]]  # thread_id -> {checkpoint_ns: newest checkpoint_id at the cut}
 
 
-def take_cut(conn: psycopg.Connection, policy: PrunePolicy, batch_rows: int = CUT_BATCH_ROWS) -> Cut:
+def take_cut(conn: psycopg.Connection[DictRow], policy: PrunePolicy, batch_rows: int = CUT_BATCH_ROWS) -> Cut:
     """The candidate threads and their cut, read in one REPEATABLE READ snapshot (in ranges of thread_id of at most
     `batch_rows` checkpoints, so no statement sorts the whole table). `conn`: dict rows, autocommit."""
     params = {
@@ -166,7 +167,7 @@ def take_cut(conn: psycopg.Connection, policy: PrunePolicy, batch_rows: int = CU
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         for lo, hi in thread_ranges(conn, CUT_BATCH_END, batch_rows - 1):
             for row in conn.execute(pgsql.SQL(SELECT_CUT).format(range=key_ranges(lo, hi)), params, prepare=False):
-                cut[row["thread_id"]] = dict(zip(row["namespaces"], row["cuts"]))
+                cut[row["thread_id"]] = dict(zip(row["namespaces"], row["cuts"], strict=True))
     return cut
 
 
@@ -229,7 +230,8 @@ WHERE c.thread_id = d.thread_id AND c.checkpoint_ns = d.ns AND c.checkpoint_id =
 # A blob goes only if, now, no checkpoint of its thread and namespace references it (one written since the cut
 # included).
 DELETE_BLOBS = """
-DELETE FROM checkpoint_blobs b USING unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS d(thread_id, ns, channel, version)
+DELETE FROM checkpoint_blobs b USING unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS d(thread_id, ns,
+channel, version)
 WHERE b.thread_id = d.thread_id AND b.checkpoint_ns = d.ns AND b.channel = d.channel AND b.version = d.version
   AND NOT EXISTS (SELECT 1 FROM checkpoints c
                   WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
@@ -249,14 +251,16 @@ class ThreadPruned:
 
 
 def plan_batch(
-    conn: psycopg.Connection, cut: Cut, batch: list[str], keep_latest: int, *, assume_extracted: bool = False
+    conn: psycopg.Connection[DictRow], cut: Cut, batch: list[str], keep_latest: int, *, assume_extracted: bool = False
 ) -> list[ThreadPlan]:
     """The plans of `batch`'s threads (on `conn`, in the caller's transaction). A checkpoint the extraction has not
     read is kept, unless `assume_extracted` (a dry run's plan of a sweep, which extracts before it prunes)."""
     threads, namespaces, cuts = [], [], []
     for t in batch:
         for ns, cid in cut[t].items():
-            threads.append(t), namespaces.append(ns), cuts.append(cid)
+            threads.append(t)
+            namespaces.append(ns)
+            cuts.append(cid)
     params = {
         "batch": batch,
         "threads": threads,
@@ -298,10 +302,10 @@ def plan_batch(
 
 def _columns(rows: Iterable[tuple]) -> list[list]:
     rows = list(rows)
-    return [list(c) for c in zip(*rows)] if rows else []
+    return [list(c) for c in zip(*rows, strict=True)] if rows else []
 
 
-def apply_plans(conn: psycopg.Connection, plans: list[ThreadPlan]) -> list[ThreadPruned]:
+def apply_plans(conn: psycopg.Connection[DictRow], plans: list[ThreadPlan]) -> list[ThreadPruned]:
     """Delete what `plans` name (in the caller's transaction); returns what each thread really lost."""
     done = {p.thread_id: ThreadPruned(p.thread_id, 0, 0, 0, 0) for p in plans}
     checkpoint_keys = [(p.thread_id, ns, cid) for p in plans for ns, ids in p.delete.items() for cid in ids]
@@ -357,7 +361,7 @@ class PruneResult:
 
 
 def prune_history(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     policy: PrunePolicy,
     *,
     dry_run: bool = False,
@@ -409,7 +413,11 @@ SELECT %s, * FROM unnest(%s::text[], %s::int[], %s::int[], %s::int[], %s::bigint
 
 
 def sweep_step(
-    conn: psycopg.Connection, run_id: int, policy: PrunePolicy, dry_run: bool, step: Callable[[str, float, str], None]
+    conn: psycopg.Connection[DictRow],
+    run_id: int,
+    policy: PrunePolicy,
+    dry_run: bool,
+    step: Callable[[str, float, str], None],
 ) -> PruneResult:
     """The sweep job's step: prune by `policy` (or plan it, in a dry run) and record it in run `run_id`'s log."""
     result = prune_history(
@@ -422,7 +430,7 @@ def sweep_step(
     return result
 
 
-def record_prune(conn: psycopg.Connection, run_id: int, result: PruneResult) -> None:
+def record_prune(conn: psycopg.Connection[DictRow], run_id: int, result: PruneResult) -> None:
     """The run's totals in its `core_sweep_log` row and every thread it pruned in `core_prune_threads`."""
     with conn.transaction():
         conn.execute(

@@ -77,7 +77,7 @@ def plan_thread(
             c for r in ns_rows for c in r.true_keys if (ns, c, r.versions.get(c)) in blobs
         }
 
-        def has_value(r: Checkpoint, channel: str) -> bool:
+        def has_value(r: Checkpoint, channel: str, ns: str = ns) -> bool:
             return channel in r.value_keys or (ns, channel, r.versions.get(channel)) in blobs
 
         todo = list(kept)
@@ -103,7 +103,9 @@ def plan_thread(
         if ns == "":
             root_deleted = deleted_ids
         plan.orphaned_parents += [
-            (ns, cid, index[cid].parent) for cid in sorted(kept) if index[cid].parent in deleted_ids
+            (ns, cid, parent)
+            for cid in sorted(kept)
+            if (parent := index[cid].parent) is not None and parent in deleted_ids
         ]
         referenced = {(c, v) for cid in kept for c, v in index[cid].versions.items()}
         freed = {(c, v) for r in deleted for c, v in r.versions.items()} - referenced

@@ -40,7 +40,7 @@ def _as_tuple(entry: CheckpointTuple | _RememberedPut) -> CheckpointTuple:
     if isinstance(entry, CheckpointTuple):
         return entry
     thread_id, ns, parent_id = thread_of(entry.put_config)
-    parent = (
+    parent: RunnableConfig | None = (
         {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}}
         if parent_id
         else None
@@ -89,7 +89,7 @@ class ReadCache:
     ) -> None:
         # A snapshot (shallow copies, as PostgresSaver.put makes); the CheckpointTuple is built only
         # if a degraded read ever needs it (_as_tuple).
-        snapshot = {
+        snapshot: Checkpoint = {
             **checkpoint,
             "channel_values": checkpoint["channel_values"].copy(),
             "channel_versions": checkpoint["channel_versions"].copy(),

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 import psycopg
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core.db import Database
@@ -83,11 +84,11 @@ def _json_denial(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def publish_heartbeat(conn: psycopg.Connection, row: dict[str, Any]) -> None:
+def publish_heartbeat(conn: psycopg.Connection[DictRow], row: dict[str, Any]) -> None:
     conn.execute(UPSERT_HEARTBEAT, row)
 
 
-def write_episode(conn: psycopg.Connection, episode: Episode) -> int | None:
+def write_episode(conn: psycopg.Connection[DictRow], episode: Episode) -> int | None:
     """Insert the episode and its denials in one transaction; returns the episode id.
 
     None when this episode was already written (a retry after a write that outlived its deadline).
@@ -107,14 +108,14 @@ def _keyed(denial: dict[str, Any]) -> dict[str, Any]:
     return denial if "key" in denial else {**denial, "key": str(uuid.uuid4())}
 
 
-def write_denials(conn: psycopg.Connection, replica_id: str, denials: Sequence[dict[str, Any]]) -> None:
+def write_denials(conn: psycopg.Connection[DictRow], replica_id: str, denials: Sequence[dict[str, Any]]) -> None:
     """Denials recorded outside an episode (a call racing the recovery)."""
     with conn.transaction():
         for denial in denials:
             conn.execute(INSERT_DENIAL, {**_keyed(denial), "episode_id": None, "replica_id": replica_id})
 
 
-def write_refusals(conn: psycopg.Connection, replica_id: str, refusals: Sequence[Any]) -> None:
+def write_refusals(conn: psycopg.Connection[DictRow], replica_id: str, refusals: Sequence[Any]) -> None:
     with conn.transaction():
         for r in refusals:
             conn.execute(
@@ -182,8 +183,10 @@ SELECT (SELECT count(*) FROM core_replica_heartbeat WHERE state <> 'stopped')   
        (SELECT count(*) FROM core_guard_denials WHERE denied_at >= %(since)s)                        AS denials,
        (SELECT count(*) FROM core_serde_refusals WHERE refused_at >= %(since)s)                      AS refusals,
        (SELECT count(*) FROM core_refused_payloads)                                                  AS refused_in_sql,
-       (SELECT updated_at FROM core_extract_watermark WHERE name = 'tool_calls')                     AS refused_scanned_at,
-       (SELECT max(degraded_to) FROM core_degradation_episodes)                                      AS last_episode_end"""
+       (SELECT updated_at FROM core_extract_watermark WHERE name = 'tool_calls')                     AS
+       refused_scanned_at,
+       (SELECT max(degraded_to) FROM core_degradation_episodes)                                      AS
+       last_episode_end"""
 
 # Payloads the SQL decoder marks refused (migration 021), as found by the incremental extraction
 # (core/checkpoints/tool_calls.py, run by the sweep job and the Preferences page): what is in the

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import pandas as pd
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.rows import DictRow
 
 from core.checkpoints import storage_detail
-from core.db import Database
+from core.db import Database, one
 
 # The refresh, in batches of thread_id key ranges (lo, hi] (issue 14): each of the three tables' primary keys
 # starts with thread_id, so a range is an index range scan of each table, and a batch holds at most
@@ -34,7 +36,8 @@ STORAGE_BATCH_ROWS = 20_000  # at 1M: 20k rows sorted in memory (0 temp), 50k sp
 SELECT_BATCH_END = """
 SELECT least((SELECT thread_id FROM checkpoints WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1),
              (SELECT thread_id FROM checkpoint_blobs WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1),
-             (SELECT thread_id FROM checkpoint_writes WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1)) AS hi"""
+             (SELECT thread_id FROM checkpoint_writes WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1)) AS
+             hi"""
 
 # LIVE_THREAD_STORAGE restricted to one range, plus the configured subject metadata keys the thread's
 # checkpoints carry (`{flags}`: `metadata ? 'k' AS k0, ...`; `{keys}`: an array of `CASE WHEN bool_or(k0) THEN
@@ -61,7 +64,8 @@ WITH c AS (
     GROUP BY thread_id
 ), b AS (
     SELECT thread_id, count(*) AS blobs, sum(coalesce(bytes, 0)) AS blob_bytes, sum(fp) AS fp
-    FROM (SELECT thread_id, octet_length(blob) AS bytes, {blob_hash} AS fp FROM checkpoint_blobs WHERE {range} OFFSET 0) x
+    FROM (SELECT thread_id, octet_length(blob) AS bytes, {blob_hash} AS fp FROM checkpoint_blobs WHERE {range}
+    OFFSET 0) x
     GROUP BY thread_id
 ), w AS (
     SELECT thread_id, count(*) AS writes, sum(bytes) AS write_bytes, sum(fp) AS fp
@@ -152,7 +156,9 @@ def key_ranges(lo: str | None, hi: str | None, column: str = "thread_id") -> pgs
     return pgsql.SQL(" AND ").join(parts) if parts else pgsql.SQL("true")
 
 
-def thread_ranges(conn: psycopg.Connection, batch_end: str, skip: int) -> Iterator[tuple[str | None, str | None]]:
+def thread_ranges(
+    conn: psycopg.Connection[DictRow], batch_end: str, skip: int
+) -> Iterator[tuple[str | None, str | None]]:
     """(lo, hi] ranges of thread_id, in order, covering every thread: `batch_end` (with `{after}` for the range
     past lo, `%(skip)s` for skip) gives hi, the thread `skip` rows on; none or NULL: this is the last range."""
     lo: str | None = None
@@ -188,7 +194,7 @@ class StorageRefresh:
 
 
 def refresh_storage_conn(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     metadata_keys: tuple[str, ...],
     batch_rows: int = STORAGE_BATCH_ROWS,
     on_batch: Callable[[int, str | None], None] | None = None,
@@ -211,20 +217,22 @@ def refresh_storage_conn(
     for lo, hi in thread_ranges(conn, SELECT_BATCH_END, batch_rows - 1):
         thread_range = key_ranges(lo, hi)
         known = orphans.known_column(conn, key_ranges(lo, hi, storage_detail.KNOWN_RANGE))
-        old = conn.execute(pgsql.SQL(DELETE_STORAGE_RANGE).format(range=thread_range), prepare=False).fetchone()
-        row = conn.execute(
-            pgsql.SQL(INSERT_STORAGE_BATCH).format(
-                flags=flags,
-                keys=keys,
-                range=thread_range,
-                known=known,
-                full=pgsql.Literal(full),
-                old_threads=pgsql.Literal(old["threads"]),
-                old_fingerprints=pgsql.Literal(old["fingerprints"]),
-                **storage_detail.HASHES,
-            ),
-            prepare=False,
-        ).fetchone()
+        old = one(conn.execute(pgsql.SQL(DELETE_STORAGE_RANGE).format(range=thread_range), prepare=False).fetchone())
+        row = one(
+            conn.execute(
+                pgsql.SQL(INSERT_STORAGE_BATCH).format(
+                    flags=flags,
+                    keys=keys,
+                    range=thread_range,
+                    known=known,
+                    full=pgsql.Literal(full),
+                    old_threads=pgsql.Literal(old["threads"]),
+                    old_fingerprints=pgsql.Literal(old["fingerprints"]),
+                    **storage_detail.HASHES,
+                ),
+                prepare=False,
+            ).fetchone()
+        )
         orphans.add_batch(row)
         storage_detail.refresh_range(
             conn, thread_range, key_ranges(lo, hi, "s.thread_id"), row["changed"], len(row["changed"]) == row["threads"]
@@ -266,7 +274,7 @@ def refresh_thread_storage(
     from core.config import load_settings
 
     keys = default_metadata_keys() if metadata_keys is None else tuple(metadata_keys)
-    query = load_settings().known_threads_query if known_query is FROM_SETTINGS else known_query
+    query = load_settings().known_threads_query if known_query is FROM_SETTINGS else cast(str | None, known_query)
     with db.connection() as conn, conn.transaction():
         return refresh_storage_conn(conn, keys, batch_rows, known_query=query, full=full).threads
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.rows import DictRow
 
 from core.db import Database
 
@@ -168,7 +169,10 @@ DETAIL_SEEDS = tuple(
 HASHES = {
     name: pgsql.SQL(sql).format(seed=pgsql.Literal(seed))
     for name, sql, seed in zip(
-        ("checkpoint_hash", "blob_hash", "write_hash"), (CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH), DETAIL_SEEDS
+        ("checkpoint_hash", "blob_hash", "write_hash"),
+        (CHECKPOINT_HASH, BLOB_HASH, WRITE_HASH),
+        DETAIL_SEEDS,
+        strict=True,
     )
 }
 # The refresh's orphan totals: sums of the per-thread rows.
@@ -218,11 +222,11 @@ class Orphans:
     def checking(self) -> bool:
         return self.known_query is not None and self.unknown_threads_error is None
 
-    def known_column(self, conn: psycopg.Connection, known_range: pgsql.Composable) -> pgsql.Composable:
+    def known_column(self, conn: psycopg.Connection[DictRow], known_range: pgsql.Composable) -> pgsql.Composable:
         """The `known` value of a batch's threads for its INSERT: whether the query returns each (NULL when nothing
         checks); `known_range`: the batch's range on `(q.thread_id)::text`. A failure of the query is kept in
         `unknown_threads_error`."""
-        if not self.checking:
+        if not self.checking or self.known_query is None:  # (checking says the query is there)
             return NOT_CHECKED
         query = pgsql.SQL(SELECT_KNOWN).format(query=pgsql.SQL(self.known_query), range=known_range)
         try:
@@ -244,7 +248,7 @@ class Orphans:
 
 
 def refresh_range(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     thread_range: pgsql.Composable,
     summary_range: pgsql.Composable,
     changed: list[str],
@@ -267,7 +271,7 @@ def refresh_range(
         conn.execute(pgsql.SQL(sql).format(range=threads), prepare=False)
 
 
-def record_orphans(conn: psycopg.Connection, orphans: Orphans) -> None:
+def record_orphans(conn: psycopg.Connection[DictRow], orphans: Orphans) -> None:
     """The refresh's orphan totals (sums of core_thread_orphans); the unknown threads' as NULL when no query ran to the
     end (then the ranges it had checked before failing are not listed either: SELECT_UNKNOWN_THREADS)."""
     checked = orphans.checking
@@ -281,7 +285,8 @@ def record_orphans(conn: psycopg.Connection, orphans: Orphans) -> None:
     )
 
 
-# --- reads -------------------------------------------------------------------------------------------------------------
+# --- reads
+# -------------------------------------------------------------------------------------------------------------
 
 SELECT_CHANNEL_TOTALS = """
 SELECT channel, sum(blobs) AS blobs, sum(blob_bytes) AS blob_bytes, sum(writes) AS writes,

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.db import Database
+from core.db import Database, one
 
 STATUSES = ("stopped", "interrupted", "paused", "error", "idle", "active")
 # Filters that stand for several stored statuses.
@@ -186,7 +186,7 @@ def _metadata_filters(key: str, value: str) -> list[dict[str, Any]]:
 
 def _where(q: ThreadQuery, now: datetime) -> tuple[str, dict[str, Any]]:
     """SQL conditions from fixed fragments; every value a query parameter."""
-    conds, params = ["true"], {}
+    conds, params = ["true"], dict[str, Any]()
     if q.metadata_key and q.metadata_value:
         ors = []
         for i, obj in enumerate(_metadata_filters(q.metadata_key, q.metadata_value)):
@@ -229,9 +229,11 @@ def search_threads(
         f"ORDER BY {q.sort} {direction}, thread_id {direction} LIMIT %(limit)s OFFSET %(offset)s",
         {**params, "limit": q.limit, "offset": q.offset},
     )
-    total = db.fetch_one(
-        f"SELECT count(*) AS n FROM (SELECT 1 FROM core_thread_summary WHERE {where} LIMIT %(cap)s) m",
-        {**params, "cap": count_cap + 1},
+    total = one(
+        db.fetch_one(
+            f"SELECT count(*) AS n FROM (SELECT 1 FROM core_thread_summary WHERE {where} LIMIT %(cap)s) m",
+            {**params, "cap": count_cap + 1},
+        )
     )["n"]
     as_of = db.fetch_one(SELECT_AS_OF)
     frame = pd.DataFrame(rows, columns=COLUMNS)

@@ -37,7 +37,7 @@ from typing import Any
 
 import psycopg
 
-from core.db import Database
+from core.db import Database, one
 
 log = logging.getLogger(__name__)
 
@@ -148,14 +148,16 @@ WITH cps AS MATERIALIZED (
     RETURNING 1
 ), latest AS (
     -- each thread's latest root checkpoint in this batch (checkpoint ids are time-ordered uuid6 text)
-    SELECT DISTINCT ON (thread_id) thread_id, checkpoint_id, metadata, ts, min(ts) OVER (PARTITION BY thread_id) AS first_ts
+    SELECT DISTINCT ON (thread_id) thread_id, checkpoint_id, metadata, ts, min(ts) OVER (PARTITION BY thread_id) AS
+    first_ts
     FROM (SELECT thread_id, checkpoint_ns, checkpoint_id, metadata,
                  coalesce(core_try_timestamptz(metadata ->> 'core_replayed_at'), core_try_timestamptz(ts_text)) AS ts
           FROM cps) c
     WHERE checkpoint_ns = '' AND ts IS NOT NULL
     ORDER BY thread_id, checkpoint_id DESC
 ), summary AS (
-    INSERT INTO core_thread_summary AS s (thread_id, created_at, updated_at, checkpoint_id, step, status, agent, metadata,
+    INSERT INTO core_thread_summary AS s (thread_id, created_at, updated_at, checkpoint_id, step, status, agent,
+    metadata,
                                           next_nodes)
     SELECT l.thread_id, l.first_ts, l.ts, l.checkpoint_id, core_try_bigint(l.metadata ->> 'step')::integer,
            """
@@ -210,7 +212,8 @@ WITH cps AS MATERIALIZED (
     FROM usage_rows GROUP BY 1, 2, 3
     ON CONFLICT (day, agent, model) DO UPDATE
     SET messages = u.messages + EXCLUDED.messages, input_tokens = u.input_tokens + EXCLUDED.input_tokens,
-        output_tokens = u.output_tokens + EXCLUDED.output_tokens, cached_tokens = u.cached_tokens + EXCLUDED.cached_tokens
+        output_tokens = u.output_tokens + EXCLUDED.output_tokens, cached_tokens = u.cached_tokens +
+        EXCLUDED.cached_tokens
     RETURNING 1
 ), last AS (
     SELECT ts_text, thread_id, checkpoint_ns, checkpoint_id FROM cps
@@ -275,7 +278,8 @@ DERIVED_PER_THREAD = (
 PRUNE_ORPHANS = (
     "WITH "
     + ",\n".join(
-        f"gone_{i} AS (DELETE FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)"
+        f"gone_{i} AS (DELETE FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = "
+        "t.thread_id)"
         " RETURNING 1)"
         for i, table in enumerate(DERIVED_PER_THREAD)
     )
@@ -337,7 +341,7 @@ def watermark(db: Database) -> Watermark:
 
 def checkpoints_behind(db: Database, cap: int = 100_000) -> int:
     """Checkpoints after the watermark, counted up to `cap`."""
-    return db.fetch_one(COUNT_BEHIND, {**watermark(db).params(), "cap": cap}, read_only=False)["n"]
+    return one(db.fetch_one(COUNT_BEHIND, {**watermark(db).params(), "cap": cap}, read_only=False))["n"]
 
 
 def extract(
@@ -364,7 +368,7 @@ def extract(
         with db.connection() as conn, conn.transaction():
             conn.execute(ENSURE_WATERMARK, {"name": WATERMARK})
             conn.execute(LOCK_WATERMARK, {"name": WATERMARK})
-            row = conn.execute(EXTRACT_BATCH, {**key.params(), "limit": limit}).fetchone()
+            row = one(conn.execute(EXTRACT_BATCH, {**key.params(), "limit": limit}).fetchone())
             if row["checkpoints"]:
                 key = Watermark(row["ts"], row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
                 conn.execute(ADVANCE_WATERMARK, {**key.params(), "name": WATERMARK})
@@ -413,7 +417,7 @@ def catch_up(db: Database, max_checkpoints: int = PAGE_MAX_CHECKPOINTS) -> Extra
 
 def sweep_step(db: Database) -> ExtractResult:
     """The sweep job's step: drop rows of deleted threads, then extract with the look-back window."""
-    pruned = db.fetch_one(PRUNE_ORPHANS, read_only=False)["n"]
+    pruned = one(db.fetch_one(PRUNE_ORPHANS, read_only=False))["n"]
     result = extract(db, lookback=SWEEP_LOOKBACK)
     result.pruned = pruned
     return result
@@ -422,5 +426,5 @@ def sweep_step(db: Database) -> ExtractResult:
 def args_in_words(call: dict, value: Callable[[Any], str]) -> str:
     """A LangChain tool call's arguments as a person reads them, `tipo = recogida, valor = ...` (each value written by
     `value`): the one convention of the Checkpoints page and the art. 15 export."""
-    args = call.get("args") if isinstance(call.get("args"), dict) else {}
+    args = found if isinstance(found := call.get("args"), dict) else {}
     return ", ".join(f"{k} = {value(v)}" for k, v in args.items())

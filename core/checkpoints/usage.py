@@ -87,7 +87,7 @@ def _rollup(frame: pd.DataFrame, keys: list[str], prices: Iterable[ModelPrice]) 
         if used.empty:
             rows.append(
                 {
-                    **dict(zip(keys, key)),
+                    **dict(zip(keys, key, strict=True)),
                     **{c: None for c in TOKENS},
                     "models": "",
                     "cost_usd": None,
@@ -100,7 +100,7 @@ def _rollup(frame: pd.DataFrame, keys: list[str], prices: Iterable[ModelPrice]) 
         cost = used["cost_usd"].sum(min_count=1)
         rows.append(
             {
-                **dict(zip(keys, key)),
+                **dict(zip(keys, key, strict=True)),
                 **{c: int(used[c].sum()) for c in TOKENS},
                 "models": ", ".join(sorted(m or "?" for m in used["model"].unique())),
                 "cost_usd": None if pd.isna(cost) else float(cost),

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from core.checkpoints import delta, formats, message_diff
-from core.db import Database
+from core.db import Database, one
 
 RECENT_WINDOW = 5000  # newest checkpoints scanned (by the ts index) to list recently active threads
 
@@ -137,9 +137,11 @@ SELECT (SELECT count(*) FROM checkpoints WHERE thread_id = %(thread_id)s) AS che
        (SELECT coalesce(sum(pg_column_size(checkpoint) + pg_column_size(metadata)), 0)
         FROM checkpoints WHERE thread_id = %(thread_id)s)                                   AS checkpoint_bytes,
        (SELECT count(*) FROM checkpoint_blobs WHERE thread_id = %(thread_id)s)              AS blobs,
-       (SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_blobs WHERE thread_id = %(thread_id)s) AS blob_bytes,
+       (SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_blobs WHERE thread_id = %(thread_id)s) AS
+       blob_bytes,
        (SELECT count(*) FROM checkpoint_writes WHERE thread_id = %(thread_id)s)             AS writes,
-       (SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_writes WHERE thread_id = %(thread_id)s) AS write_bytes"""
+       (SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_writes WHERE thread_id = %(thread_id)s) AS
+       write_bytes"""
 STORAGE_COLUMNS = ["checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "writes", "write_bytes"]
 
 # The live aggregate (three full scans) in one statement: what the refresh ran before issue 14, kept as the
@@ -147,7 +149,8 @@ STORAGE_COLUMNS = ["checkpoints", "checkpoint_bytes", "blobs", "blob_bytes", "wr
 # 1M threads it needed more than 3 GB of temp space.
 LIVE_THREAD_STORAGE = """
 WITH c AS (
-    SELECT thread_id, count(*) AS checkpoints, sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS checkpoint_bytes,
+    SELECT thread_id, count(*) AS checkpoints, sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS
+    checkpoint_bytes,
            max(metadata ->> 'cliente_id') AS cliente_id, max(checkpoint ->> 'ts') AS last_ts
     FROM checkpoints GROUP BY thread_id
 ), b AS (
@@ -396,7 +399,7 @@ def delta_channels(db: Database, thread_id: str) -> pd.DataFrame:
 
 def thread_storage(db: Database, thread_id: str) -> dict[str, int]:
     """Rows and bytes of one thread in each checkpoint table (bytes: stored payload sizes)."""
-    row = db.fetch_one(SELECT_THREAD_STORAGE, {"thread_id": thread_id if _usable(thread_id) else ""})
+    row = one(db.fetch_one(SELECT_THREAD_STORAGE, {"thread_id": thread_id if _usable(thread_id) else ""}))
     return {k: int(row[k]) for k in STORAGE_COLUMNS}
 
 

@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from core.checkpoints.deadlines import _DeadlineAsyncPostgresSaver, _DeadlinePostgresSaver, _Watchdog
@@ -35,9 +36,13 @@ class _Pools:
 
     def __init__(self, dsn: str, *, pool_size: int, replica_id: str):
         self.lock = threading.Lock()
-        self.pool: ConnectionPool = make_pool(dsn, max_size=pool_size, name=f"dual-saver-{replica_id}")
+        self.pool: ConnectionPool[psycopg.Connection[DictRow]] = make_pool(
+            dsn, max_size=pool_size, name=f"dual-saver-{replica_id}"
+        )
         self.generation = 0  # bumped when a fresh pool replaces a dead one
-        self.async_pools: dict[int, tuple[asyncio.AbstractEventLoop, int, AsyncConnectionPool]] = {}
+        self.async_pools: dict[
+            int, tuple[asyncio.AbstractEventLoop, int, AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]]
+        ] = {}
         self.orphans: set[asyncio.Task] = set()  # closing pools a recovery or a closed loop left
         self.last_success_ts: float | None = None  # time.time() of the last call that reached PostgreSQL
 
@@ -134,6 +139,7 @@ class WrappedSavers:
             if pool_entry is None or stale is not None:
                 pool = AsyncConnectionPool(
                     conninfo=self._dsn,
+                    connection_class=psycopg.AsyncConnection[DictRow],  # typed dict rows, as row_factory
                     min_size=1,
                     max_size=self._pool_size,
                     timeout=POOL_TIMEOUT_S,
@@ -225,5 +231,6 @@ class WrappedSavers:
 
     def _forget(self, task: asyncio.Task) -> None:
         self._pools.orphans.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("abandoned PostgreSQL call (past its deadline) ended with %s", _describe(task.exception()))
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            log.warning("abandoned PostgreSQL call (past its deadline) ended with %s", _describe(exc))

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from core import clock
-from core.db import Database
+from core.db import Database, one
 from core.operations.sweep import SweepResult, run_sweep
 from core.privacy.erasure import ErasureResult, erase
 from core.privacy.evidence import ROOT, preview
@@ -108,10 +108,11 @@ def month_of_operations(
     candidates = [
         c
         for c in demo_candidates(db, exclude=exclude, limit=4 * len(plan.erasures))
-        if not preview(db, c[0]).residue.proposed
+        if not one(preview(db, c[0]).residue).proposed
     ][: len(plan.erasures)]
-    erasures = [
-        (max(at, last + timedelta(hours=1)), "erasure", cid) for at, (cid, last) in zip(plan.erasures, candidates)
+    erasures = [  # fewer candidates than planned erasures: fewer erasures
+        (max(at, last + timedelta(hours=1)), "erasure", cid)
+        for at, (cid, last) in zip(plan.erasures, candidates, strict=False)
     ]
     events = [(at, "sweep", None) for at in plan.sweeps] + erasures
     if erasures:
@@ -123,9 +124,9 @@ def month_of_operations(
             if kind == "sweep":
                 report.sweeps.append(run_sweep(db, trigger="demo"))
             elif kind == "erasure":
-                report.erasures.append(erase_demo_customer(db, customer_id=customer_id))
+                report.erasures.append(one(erase_demo_customer(db, customer_id=customer_id)))
             else:  # the first erased customer talks to the agents again
-                come_back(customer_id)
+                come_back(one(customer_id))
         step(done, len(events))
     return report
 

@@ -24,7 +24,7 @@ from core.agents.scripted_model import ScriptedChatModel
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.clock import ManualClock
 from core.config import Settings, load_settings
-from core.db import Database
+from core.db import Database, one
 from core.demo.operations import COMEBACK_TEXT, MonthPlan, leave_expired_notices, month_of_operations
 from core.demo.seed_progress import SeedProgress
 from core.memory.embeddings import make_embeddings
@@ -309,11 +309,11 @@ def ensure_demo(
     progress = progress or SeedProgress()
     progress.started_at = time.time()
     with db.connection() as conn:
-        if not conn.execute(TRY_LOCK, (SEED_LOCK_ID,)).fetchone()["locked"]:
+        if not one(conn.execute(TRY_LOCK, (SEED_LOCK_ID,)).fetchone())["locked"]:
             progress.state = "waiting"
             conn.execute(LOCK, (SEED_LOCK_ID,))
         try:
-            if not conn.execute(IS_EMPTY).fetchone()["empty"]:
+            if not one(conn.execute(IS_EMPTY).fetchone())["empty"]:
                 progress.state = "skipped"
                 return None
             progress.state = "seeding"

@@ -11,6 +11,7 @@ import hashlib
 import math
 import re
 import unicodedata
+from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
@@ -54,15 +55,17 @@ def make_embeddings(settings: Settings, *, timeout_s: float | None = None) -> Em
     if settings.offline_embeddings:
         return OfflineHashEmbeddings(settings.embeddings_dims)
     from langchain_openai import OpenAIEmbeddings
+    from pydantic import SecretStr
 
+    deadline: dict[str, Any] = {"timeout": timeout_s, "max_retries": 0} if timeout_s is not None else {}
     return OpenAIEmbeddings(
         base_url=settings.embeddings_base_url,
         model=settings.embeddings_model,
-        api_key=settings.embeddings_api_key or "unused",
+        api_key=SecretStr(settings.embeddings_api_key or "unused"),
         dimensions=settings.embeddings_dims,
         # The endpoint may not be OpenAI: do not tokenise with tiktoken's OpenAI vocabularies.
         check_embedding_ctx_length=False,
-        **({"timeout": timeout_s, "max_retries": 0} if timeout_s is not None else {}),
+        **deadline,
     )
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
+from typing import Any
 
 import pandas as pd
 
-from core.db import Database
+from core.db import Database, one
 
 # Everything below reads the tool calls extracted from checkpoint history (core_tool_calls and
 # core_thread_days, core/checkpoints/tool_calls.py) through their rollups (migration 047, kept exact by
@@ -106,7 +107,7 @@ def preference_daily(db: Database, since: date, until: date) -> pd.DataFrame:
 
 def conversations(db: Database, since: date, until: date) -> int:
     """Threads with a human message in [since, until] (UTC days)."""
-    return db.fetch_one(SELECT_CONVERSATIONS, {"since": since, "until": until})["n"]
+    return one(db.fetch_one(SELECT_CONVERSATIONS, {"since": since, "until": until}))["n"]
 
 
 def clocks(db: Database, since: date, until: date) -> dict[str, int]:
@@ -134,7 +135,9 @@ def writing_conversations(db: Database, since: date, until: date, limit: int = 5
 
 def writing_conversation_count(db: Database, since: date, until: date) -> int:
     """How many threads `writing_conversations` pages through."""
-    return db.fetch_one(SELECT_WRITING_CONVERSATION_COUNT, {"since": since, "until": until, "tool": PREF_TOOL})["n"]
+    return one(db.fetch_one(SELECT_WRITING_CONVERSATION_COUNT, {"since": since, "until": until, "tool": PREF_TOOL}))[
+        "n"
+    ]
 
 
 # --- preferences applied (from the extracted tool calls) -------------------------------------
@@ -201,10 +204,10 @@ def preferences_applied(
         in_period="true" if since is None else IN_PERIOD,
     )
     rows = db.fetch(sql, {"threads": threads, "since": since, "until": until})
-    in_force: dict[str, dict[str, str]] = {}
+    in_force: dict[str, dict[str | None, Any]] = {}  # as the tool call wrote them
     out = []
     for r in rows:  # ordered by ts: the preferences seen so far are those in force
-        args = r["args"] or {}
+        args: dict[str, Any] = r["args"] or {}
         if r["tool"] == "recordar_preferencia":
             in_force.setdefault(r["subject"], {})[args.get("tipo")] = args.get("valor")
             continue

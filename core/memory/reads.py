@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from core.db import Database
+from core.db import Database, one
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS, InvalidIdentifier
 
 MAX_SEARCH_LENGTH = 400
@@ -117,7 +117,7 @@ class MemoryTotals:
 
 
 def memory_totals(db: Database) -> MemoryTotals:
-    return MemoryTotals(**db.fetch_one(SELECT_TOTALS))
+    return MemoryTotals(**one(db.fetch_one(SELECT_TOTALS)))
 
 
 def documents_by_root(db: Database) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 import psycopg
 from langgraph.store.base import BaseStore, Item, SearchItem, TTLConfig
 from langgraph.store.postgres import PostgresStore
+from psycopg.rows import DictRow
 from psycopg_pool import ConnectionPool
 
 from core import clock
@@ -98,7 +99,9 @@ def policy_for(ns: tuple[str, ...]) -> NamespacePolicy:
     return POLICIES[ns[0]]
 
 
-def build_store(conn: psycopg.Connection | ConnectionPool, embeddings: Any, dims: int) -> PostgresStore:
+def build_store(
+    conn: psycopg.Connection[DictRow] | ConnectionPool[psycopg.Connection[DictRow]], embeddings: Any, dims: int
+) -> PostgresStore:
     """The store exactly as the agents configure it (vectors on `texto`, TTL policy, no sweeper)."""
     return PostgresStore(
         conn,
@@ -110,7 +113,7 @@ def build_store(conn: psycopg.Connection | ConnectionPool, embeddings: Any, dims
 INSERT_WRITE = "INSERT INTO core_memory_writes (prefix, key, thread_id, agent, written_at) VALUES (%s, %s, %s, %s, %s)"
 
 
-def _sql_target(store: BaseStore) -> psycopg.Connection | ConnectionPool | None:
+def _sql_target(store: BaseStore) -> psycopg.Connection[DictRow] | ConnectionPool[psycopg.Connection[DictRow]] | None:
     return store.conn if isinstance(store, PostgresStore) else None
 
 

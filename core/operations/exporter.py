@@ -13,7 +13,8 @@ extraction keeps (core_thread_summary, core_usage_days). The attribution coverag
 (`core.privacy.subjects.coverage`, which reads the three checkpoint tables) is too costly for a scrape:
 it is computed in a background thread at most every COVERAGE_EVERY_S and exposed with the time it was
 computed (`agent_memory_attribution_computed_timestamp_seconds`); so is the checkpoint storage-format fingerprint
-(`core.checkpoints.formats`: encrypted, DeltaChannel, pickle, json, older rows; `agent_memory_checkpoint_*`). While PostgreSQL is unreachable it exposes
+(`core.checkpoints.formats`: encrypted, DeltaChannel, pickle, json, older rows; `agent_memory_checkpoint_*`). While
+PostgreSQL is unreachable it exposes
 `agent_memory_db_up 0` (and its own scrape duration), so the alert rules can tell "down" from "ok".
 
 Its role only reads (deploy/exporter-grants.sql).
@@ -34,11 +35,12 @@ import psycopg
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from core.checkpoints import usage
 from core.checkpoints.replica_health import SELECT_REPLICAS
 from core.config import ModelPrice
+from core.db import one
 from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
 from core.privacy.data_views import SELECT_GAPS
@@ -85,7 +87,7 @@ SELECT_THREAD_STATUS = """
 SELECT status, count(*) AS n FROM core_thread_summary WHERE status <> 'idle' GROUP BY status"""
 
 
-def usage_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...]) -> list[Metric]:
+def usage_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, ...]) -> list[Metric]:
     """Threads by status (the thread search's summary) and LLM tokens and cost per agent and model, from the
     rollups the extraction keeps (small tables: days x agents x models). A model without a configured price has
     no cost sample (never 0) and is counted in `llm_unpriced_models`."""
@@ -120,7 +122,7 @@ def usage_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...]) -> l
     return [threads, tokens, cost, unpriced]
 
 
-def database_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...] = ()) -> list[Metric]:
+def database_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, ...] = ()) -> list[Metric]:
     """Every database-side metric, read on `conn` (read-only)."""
     out: list[Metric] = usage_metrics(conn, prices)
     replicas = conn.execute(SELECT_REPLICAS).fetchall()
@@ -144,7 +146,7 @@ def database_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...] = 
         expired.add_metric([root if root in ROOTS else "other"], float(found.get(root, 0)))
     out.append(expired)
 
-    sweeps = conn.execute(SELECT_LAST_SWEEPS).fetchone()
+    sweeps = one(conn.execute(SELECT_LAST_SWEEPS).fetchone())
     last = sweeps["last_run"] or {}
     last_ts = _gauge(
         "sweep_last_run_timestamp_seconds",
@@ -159,7 +161,7 @@ def database_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...] = 
     ok_ts.add_metric([], float(sweeps["last_ok"] or 0))
     out += [last_ts, ok_ts]
 
-    erasure = conn.execute(SELECT_ERASURE).fetchone()
+    erasure = one(conn.execute(SELECT_ERASURE).fetchone())
     inc = _gauge(
         "erasure_requests_incomplete", "Erasure requests incomplete or failed, or running for more than an hour."
     )
@@ -176,7 +178,7 @@ def database_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...] = 
         "customers_over_schema",
         f"Customers with more than {MAX_DOCS_PER_CUSTOMER} documents (the closed preference schema was opened).",
     )
-    over.add_metric([], float(conn.execute(SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]))
+    over.add_metric([], float(one(conn.execute(SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone())["customers"]))
     out.append(over)
 
     unrecorded = _gauge(
@@ -185,7 +187,7 @@ def database_metrics(conn: psycopg.Connection, prices: tuple[ModelPrice, ...] = 
         "process exit), as they reported once the database took writes again (core_data_view_gaps, "
         "within the log's retention).",
     )
-    unrecorded.add_metric([], float(conn.execute(SELECT_GAPS).fetchone()["views"]))
+    unrecorded.add_metric([], float(one(conn.execute(SELECT_GAPS).fetchone())["views"]))
     out.append(unrecorded)
     return out
 
@@ -235,7 +237,7 @@ class BackgroundCache:
             value, at = self.value, self.computed_at
         if value is None:
             return []
-        out = []
+        out: list[Metric] = []
         for name, doc, v in [
             *self.describe(value),
             (f"{self.stamp}_computed_timestamp_seconds", f"Unix time the {self.stamp} figures were computed.", at),

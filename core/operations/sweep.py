@@ -39,14 +39,14 @@ from typing import Any
 
 import pandas as pd
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from core import clock
 from core.checkpoints import prune as history
 from core.checkpoints import tool_calls
 from core.checkpoints.storage import refresh_thread_storage
 from core.config import DEFAULT_DIMS, load_settings
-from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable
+from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, one
 from core.memory.store import build_store
 from core.privacy import data_views, subjects, token_index
 
@@ -90,7 +90,8 @@ RETURNING id, started_at"""
 
 FINISH_RUN = """
 UPDATE core_sweep_log
-SET finished_at = now() + %(shift)s::interval, status = %(status)s, documents_deleted = %(documents)s, vectors_deleted = %(vectors)s,
+SET finished_at = now() + %(shift)s::interval, status = %(status)s, documents_deleted = %(documents)s,
+vectors_deleted = %(vectors)s,
     deleted_by_root = %(by_root)s, threads_found = %(threads_found)s, threads_deleted = %(threads_deleted)s,
     threads_sample = %(threads_sample)s, erasure_recheck = %(erasure)s, error = %(error)s,
     tool_calls_extracted = %(tool_calls)s, threads_tokenized = %(tokenized)s, data_views_deleted = %(views)s
@@ -222,7 +223,7 @@ def default_retention_days() -> int:
     return DEFAULT_RETENTION_DAYS if raw in (None, "") else validate_retention_days(raw)
 
 
-def _connect(dsn: str) -> psycopg.Connection:
+def _connect(dsn: str) -> psycopg.Connection[DictRow]:
     try:
         return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.OperationalError as exc:
@@ -237,7 +238,9 @@ VACUUM_AFTER_SHARE = 0.01
 SELECT_STORE_ROWS = "SELECT greatest(reltuples, 1) AS n FROM pg_class WHERE oid = 'store'::regclass"
 
 
-def _sweep_ttl(conn: psycopg.Connection, dry_run: bool) -> tuple[int, int, dict[str, int], list[tuple[str, str]]]:
+def _sweep_ttl(
+    conn: psycopg.Connection[DictRow], dry_run: bool
+) -> tuple[int, int, dict[str, int], list[tuple[str, str]]]:
     """TTL sweep on `conn`; returns (documents, vectors, documents per root, the first documents' keys)."""
     if dry_run:
         with conn.transaction():
@@ -268,7 +271,7 @@ def _sweep_ttl(conn: psycopg.Connection, dry_run: bool) -> tuple[int, int, dict[
                 deleted = store.sweep_ttl()
                 if deleted != documents:  # cannot happen under this lock; never commit wrong counts
                     raise RuntimeError(f"sweep_ttl() deleted {deleted} rows but {documents} were counted; rolled back")
-            if documents > VACUUM_AFTER_SHARE * conn.execute(SELECT_STORE_ROWS).fetchone()["n"]:
+            if documents > VACUUM_AFTER_SHARE * one(conn.execute(SELECT_STORE_ROWS).fetchone())["n"]:
                 conn.execute("VACUUM (ANALYZE) store")
             return documents, vectors, by_root, keys
         except psycopg.errors.SerializationFailure:
@@ -286,7 +289,7 @@ def find_old_threads(db: Database, retention_days: int) -> pd.DataFrame:
 
 
 def _retention(
-    db: Database, conn: psycopg.Connection, days: int, dry_run: bool, step: StepCallback
+    db: Database, conn: psycopg.Connection[DictRow], days: int, dry_run: bool, step: StepCallback
 ) -> tuple[list[str], int]:
     """Checkpoint retention; returns (old threads found, threads deleted)."""
     from langgraph.checkpoint.postgres import PostgresSaver
@@ -313,7 +316,7 @@ def recheck_erasures(db: Database) -> str:
     return str(erasure_register.recheck_all(db))
 
 
-def _close_dead_runs(conn: psycopg.Connection, by: str) -> list[int]:
+def _close_dead_runs(conn: psycopg.Connection[DictRow], by: str) -> list[int]:
     rows = conn.execute(CLOSE_DEAD_RUNS, {"reason": DEAD_RUN_REASON.format(by=by), "key": SWEEP_LOCK_ID}).fetchall()
     closed = [r["id"] for r in rows]
     if closed:
@@ -359,8 +362,10 @@ def run_sweep(
     shift = clock.shift()  # zero, except in the demo replaying a past day (core.clock)
     result = SweepResult(None, "running", trigger, dry_run, days, host)
     with _connect(db.dsn) as conn:
-        if not conn.execute(TRY_LOCK, (SWEEP_LOCK_ID,)).fetchone()["locked"]:
-            row = conn.execute(INSERT_LOCKED_RUN, (trigger, operator, host, dry_run, days, shift, shift)).fetchone()
+        if not one(conn.execute(TRY_LOCK, (SWEEP_LOCK_ID,)).fetchone())["locked"]:
+            row = one(
+                conn.execute(INSERT_LOCKED_RUN, (trigger, operator, host, dry_run, days, shift, shift)).fetchone()
+            )
             result.run_id, result.started_at, result.status = row["id"], row["started_at"], "locked"
             result.finished_at, result.error = row["started_at"], "already running"
             log.warning("sweep: another run holds the advisory lock: already running, nothing done")
@@ -368,7 +373,7 @@ def run_sweep(
             return result
         try:
             _close_dead_runs(conn, f"the next run, on {host}")
-            row = conn.execute(INSERT_RUN, (trigger, operator, host, "running", dry_run, days, shift)).fetchone()
+            row = one(conn.execute(INSERT_RUN, (trigger, operator, host, "running", dry_run, days, shift)).fetchone())
             result.run_id, result.started_at = row["id"], row["started_at"]
             step("locked", 0.05, f"run {result.run_id}")
             errors: list[str] = []
@@ -378,7 +383,7 @@ def run_sweep(
                     _sweep_ttl(conn, dry_run)
                 )
                 if result.documents:
-                    conn.execute(INSERT_DOCUMENTS, (result.run_id, *map(list, zip(*result.documents))))
+                    conn.execute(INSERT_DOCUMENTS, (result.run_id, *map(list, zip(*result.documents, strict=True))))
                 step("ttl", 0.5, f"{result.documents_deleted}")
             except Exception as exc:  # logged in the run's row; retention still runs
                 log.exception("sweep: TTL sweep failed")
@@ -439,25 +444,27 @@ def run_sweep(
                 errors.append(f"erasure re-check: {exc}")
             result.error = "; ".join(errors) or None
             result.status = "error" if errors else ("dry_run" if dry_run else "ok")
-            result.finished_at = conn.execute(
-                FINISH_RUN,
-                {
-                    "id": result.run_id,
-                    "status": result.status,
-                    "documents": result.documents_deleted,
-                    "vectors": result.vectors_deleted,
-                    "by_root": json.dumps(result.deleted_by_root),
-                    "threads_found": len(result.threads),
-                    "threads_deleted": result.threads_deleted,
-                    "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
-                    "erasure": result.erasure_recheck,
-                    "error": result.error,
-                    "tool_calls": result.tool_calls_extracted,
-                    "tokenized": result.threads_tokenized,
-                    "views": result.data_views_deleted,
-                    "shift": shift,
-                },
-            ).fetchone()["finished_at"]
+            result.finished_at = one(
+                conn.execute(
+                    FINISH_RUN,
+                    {
+                        "id": result.run_id,
+                        "status": result.status,
+                        "documents": result.documents_deleted,
+                        "vectors": result.vectors_deleted,
+                        "by_root": json.dumps(result.deleted_by_root),
+                        "threads_found": len(result.threads),
+                        "threads_deleted": result.threads_deleted,
+                        "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
+                        "erasure": result.erasure_recheck,
+                        "error": result.error,
+                        "tool_calls": result.tool_calls_extracted,
+                        "tokenized": result.threads_tokenized,
+                        "views": result.data_views_deleted,
+                        "shift": shift,
+                    },
+                ).fetchone()
+            )["finished_at"]
         finally:
             conn.execute(UNLOCK, (SWEEP_LOCK_ID,))
     log.info("sweep: %s", result.summary())

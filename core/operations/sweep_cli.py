@@ -1,4 +1,5 @@
-"""`python -m core.operations.sweep_cli`: the sweep job's command line (the CronJob entry, deploy/sweep-cronjob.yaml)."""
+"""`python -m core.operations.sweep_cli`: the sweep
+job's command line (the CronJob entry, deploy/sweep-cronjob.yaml)."""
 
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ def deleted_per_run(db: Database, limit: int = 200) -> pd.DataFrame:
     )
     df["documents"] = df["documents"].astype(int)
     # A categorical label per run: runs are seconds or days apart, a time axis would crush them.
-    df["run"] = [f"#{i} {t:%m-%d %H:%M}" for i, t in zip(df["run_id"], df["started_at"])]
+    df["run"] = [f"#{i} {t:%m-%d %H:%M}" for i, t in zip(df["run_id"], df["started_at"], strict=True)]
     return df
 
 

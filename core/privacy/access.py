@@ -27,7 +27,7 @@ import pandas as pd
 from psycopg.types.json import Jsonb
 
 from core.checkpoints import formats
-from core.db import Database
+from core.db import Database, one
 from core.privacy import access_notice, data_views, subjects
 from core.privacy import residue as res
 from core.privacy.access_render import FORMATS, LANGS, render
@@ -139,7 +139,8 @@ class Attribution:
 
 def _attribute(db: Database, customer_id: str) -> Attribution:
     """The one place that says which threads are the customer's: the subject resolver (core/privacy/subjects.py),
-    the same answer the Checkpoints page and erasure use; the threads it holds now (`held`), as every page counts. The residue scan's proposals are named on the cover
+    the same answer the Checkpoints page and erasure use; the threads it holds now (`held`), as every page counts.
+    The residue scan's proposals are named on the cover
     (thread and matched term, no snippet) but not exported: no source attributes them, a DPO decides."""
     found = subjects.resolve(db, customer_id)
     cover = subjects.coverage(db)
@@ -264,7 +265,7 @@ def gather(db: Database, customer_id: str) -> AccessReport:
             erasures = conn.execute(SELECT_ERASURES, params).fetchall()
             rechecks = conn.execute(SELECT_RECHECKS, params).fetchall()
             exports = conn.execute(SELECT_ACCESS_EXPORTS, params).fetchall()
-            generated_at = conn.execute("SELECT now() AS now").fetchone()["now"]
+            generated_at = one(conn.execute("SELECT now() AS now").fetchone())["now"]
     thread_rows = []
     ordered = sorted(threads, key=lambda t: ((summaries.get(t) or {}).get("first_ts") or "", t))
     for thread_id in ordered:
@@ -336,19 +337,21 @@ def record_export(
     if not isinstance(operator, str) or not operator.strip():
         raise ValueError("operator identity is required for the access register")
     digest = hashlib.sha256(data).hexdigest()
-    row = db.fetch_one(
-        INSERT_EXPORT,
-        (
-            report.customer_id,
-            operator.strip(),
-            fmt,
-            lang,
-            digest,
-            len(data),
-            Jsonb(report.counts),
-            Jsonb(report.sources),
-        ),
-        read_only=False,
+    row = one(
+        db.fetch_one(
+            INSERT_EXPORT,
+            (
+                report.customer_id,
+                operator.strip(),
+                fmt,
+                lang,
+                digest,
+                len(data),
+                Jsonb(report.counts),
+                Jsonb(report.sources),
+            ),
+            read_only=False,
+        )
     )
     return int(row["id"]), row["exported_at"], digest
 

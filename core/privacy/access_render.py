@@ -80,8 +80,10 @@ def export_json(report: AccessReport, *, requested_by: str, lang: str = "es", no
 STRINGS = {
     "es": {
         "title": "Sus datos en nuestros asistentes de atención (cliente {id})",
-        "intro": "Respuesta a su solicitud de acceso (artículo 15 del RGPD): qué datos suyos guardan nuestros asistentes "
-        "conversacionales y nuestros registros, para qué, durante cuánto tiempo y qué derechos tiene.",
+        "intro": (
+            "Respuesta a su solicitud de acceso (artículo 15 del RGPD): qué datos suyos guardan nuestros "
+            "asistentes conversacionales y nuestros registros, para qué, durante cuánto tiempo y qué derechos tiene."
+        ),
         "request": "Su solicitud",
         "requested_by": "Solicitado por",
         "requester": "el cliente {id} (derecho de acceso)",
@@ -108,8 +110,10 @@ STRINGS = {
         "caveat": "{n} hilos de conversación de la base de datos no pueden atribuirse a ningún sujeto con las fuentes "
         "consultadas; si alguno fuera de este cliente, no está en esta exportación.",
         "nothing": "No hay ningún dato sobre este cliente en las fuentes consultadas.",
-        "residue": "{n} hilos sin atribuir contienen el id del cliente o valores propios de sus documentos; no se incluyen "
-        "hasta que el DPO decida (se listan con el término encontrado).",
+        "residue": (
+            "{n} hilos sin atribuir contienen el id del cliente o valores propios de sus documentos; no se incluyen "
+            "hasta que el DPO decida (se listan con el término encontrado)."
+        ),
         "documents": "Sus preferencias guardadas (memoria de los asistentes)",
         "threads": "Sus conversaciones",
         "logs": "Nuestros registros sobre usted",
@@ -147,8 +151,10 @@ STRINGS = {
     },
     "en": {
         "title": "Your data in our customer-service assistants (customer {id})",
-        "intro": "Answer to your access request (GDPR article 15): what data about you our conversational assistants and "
-        "our logs hold, what for, for how long, and your rights.",
+        "intro": (
+            "Answer to your access request (GDPR article 15): what data about you our conversational "
+            "assistants and our logs hold, what for, for how long, and your rights."
+        ),
         "request": "Your request",
         "requested_by": "Requested by",
         "requester": "customer {id} (right of access)",
@@ -448,7 +454,8 @@ COLUMNS = {
 HTML_STYLE = """
 body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#111;line-height:1.4}
 h1{font-size:1.5rem} h2{font-size:1.2rem;border-bottom:1px solid #ccc;margin-top:2rem} h3{font-size:1rem}
-table{border-collapse:collapse;width:100%;font-size:.85rem} td,th{border:1px solid #ccc;padding:.25rem;vertical-align:top;text-align:left}
+table{border-collapse:collapse;width:100%;font-size:.85rem}
+td,th{border:1px solid #ccc;padding:.25rem;vertical-align:top;text-align:left}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.1rem 1rem;margin:.3rem 0} dt{font-weight:bold} dd{margin:0}
 .marker{color:#a00;font-weight:bold} .muted{color:#555;font-size:.85rem}
 .msg{margin:.3rem 0;padding:.3rem .5rem;border-left:3px solid #999;white-space:pre-wrap} .human{border-color:#1f77b4}

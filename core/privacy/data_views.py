@@ -29,12 +29,13 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import pandas as pd
 import psycopg
 from prometheus_client import Counter
 
-from core.db import Database, DatabaseUnavailable
+from core.db import Database, DatabaseUnavailable, one
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +278,7 @@ class ViewQueue:
                     # views lost while the gap was being written stay counted (from the gap's end: never later)
                     self._lost = (
                         None
-                        if now_lost is gap
+                        if now_lost is gap or now_lost is None  # (only this thread empties it)
                         else Gap(now_lost.views - gap.views, gap.until, now_lost.until, now_lost.reason)
                     )
                 self._failing = None
@@ -370,7 +371,7 @@ class Unrecorded:
 
 def unrecorded(db: Database) -> Unrecorded:
     """What the DPO must know is missing from the log (see Unrecorded)."""
-    row = db.fetch_one(SELECT_GAPS)
+    row = one(db.fetch_one(SELECT_GAPS))
     with _queues_lock:
         queue = _queues.get(db.dsn)
     waiting, oldest, lost, failing = queue.state() if queue is not None else (0, None, None, None)
@@ -402,7 +403,7 @@ def customer_views(db: Database, customer_id: str, limit: int = 1000) -> pd.Data
 def sweep_step(db: Database, retention_days: int) -> int:
     """Delete the views older than `retention_days` (the chain's oldest links, with their rows) and record the cut,
     in one transaction under the chain's seal lock; returns how many rows went."""
-    params = {"chain": CHAIN, "days": int(retention_days)}
+    params: dict[str, Any] = {"chain": CHAIN, "days": int(retention_days)}
     with db.connection() as conn, conn.transaction():
         conn.execute(DELETE_OLD_GAPS, params)  # what was not recorded, as long as what was
         conn.execute(LOCK_CHAIN, params)

@@ -36,10 +36,11 @@ import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import PutOp
 from langgraph.store.postgres import PostgresStore
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core import clock, read_replica
-from core.db import Database
+from core.db import Database, one
 from core.privacy import data_views, term_hashes
 from core.privacy import residue as res
 from core.privacy import subjects as subj
@@ -148,7 +149,7 @@ SELECT prefix, key FROM store WHERE prefix = %(prefix)s OR prefix LIKE %(pattern
 LIMIT %(limit)s"""
 
 
-def _erase_store(conn: psycopg.Connection, store: PostgresStore, customer_id: str, page_size: int) -> int:
+def _erase_store(conn: psycopg.Connection[DictRow], store: PostgresStore, customer_id: str, page_size: int) -> int:
     """Delete every item under the customer's namespace (nested too) through the store's batch: list a page of
     keys, delete it, until a listing is empty (new writes meanwhile are picked up too)."""
     params = _params(customer_id, ()) | {"limit": page_size}
@@ -171,7 +172,11 @@ def _erase_threads(saver: PostgresSaver, thread_ids: Iterable[str]) -> int:
 
 
 def _erase_own(
-    conn: psycopg.Connection, targets: list[OwnTarget], customer_id: str, thread_ids: Iterable[str], request_id: int
+    conn: psycopg.Connection[DictRow],
+    targets: list[OwnTarget],
+    customer_id: str,
+    thread_ids: Iterable[str],
+    request_id: int,
 ) -> dict[str, int]:
     """Delete (or scrub from JSON arrays, or redact: the purposes typed when viewing the customer) what our tables
     hold about the customer, for erasure request `request_id`; counts per target."""
@@ -184,7 +189,7 @@ def _erase_own(
             deleted[target.name] = conn.execute(target.erase_sql, params).rowcount
             continue
         with conn.transaction():  # an UPDATE's rowcount counts rows, not the elements it removes
-            n = conn.execute(target.count_sql, params).fetchone()["n"]
+            n = one(conn.execute(target.count_sql, params).fetchone())["n"]
             if n:
                 conn.execute(target.erase_sql, params)
         deleted[target.name] = int(n)
@@ -251,7 +256,7 @@ def erase(
             left = [e["thread_id"] for e in exclusions] + undecided
             # the register keeps the terms as keyed hashes and names them by reference, never by value
             refs = (
-                {t.term: h.ref for t, h in zip(terms, hashed)}
+                {t.term: h.ref for t, h in zip(terms, hashed, strict=True)}
                 | {h.ref: h.ref for h in carried}
                 | {NOT_SCANNED: NOT_SCANNED}
             )
@@ -277,22 +282,24 @@ def erase(
             # before: the residue scan above just read every unattributed row for the same terms (nothing is
             # deleted yet), so its raw matches plus the attributed threads are a superset of the candidates
             before = {e.table: e.result for e in evidence_now(sorted(set(residue.raw_threads) | set(subjects.threads)))}
-            row = conn.execute(
-                INSERT_REQUEST,
-                {
-                    "customer_id": customer_id,
-                    "prefix": prefix,
-                    "operator": operator.strip(),
-                    "before": Jsonb(before),
-                    "threads": sorted(threads),
-                    "sources": Jsonb(sources),
-                    "residue": Jsonb(residue_rows),
-                    "terms": Jsonb([h.to_json() for h in hashed + carried]),
-                    "salt": earlier.salt,
-                    "exclusions": Jsonb(exclusions),
-                    "shift": shift,
-                },
-            ).fetchone()
+            row = one(
+                conn.execute(
+                    INSERT_REQUEST,
+                    {
+                        "customer_id": customer_id,
+                        "prefix": prefix,
+                        "operator": operator.strip(),
+                        "before": Jsonb(before),
+                        "threads": sorted(threads),
+                        "sources": Jsonb(sources),
+                        "residue": Jsonb(residue_rows),
+                        "terms": Jsonb([h.to_json() for h in hashed + carried]),
+                        "salt": earlier.salt,
+                        "exclusions": Jsonb(exclusions),
+                        "shift": shift,
+                    },
+                ).fetchone()
+            )
             request_id, requested_at = row["id"], row["requested_at"]
             deleted: dict[str, int] = {}
             evidence: list[EvidenceQuery] = []
@@ -334,20 +341,22 @@ def erase(
                     db, conn, request_id, exc, passes, threads, deleted, evidence, targets, customer_id, config
                 )
                 raise
-            finished = conn.execute(
-                FINISH_REQUEST,
-                {
-                    "id": request_id,
-                    "status": status,
-                    "shift": shift,
-                    "passes": passes,
-                    "threads": sorted(threads),
-                    "deleted": Jsonb(deleted),
-                    "after": Jsonb(after),
-                    "evidence": Jsonb([asdict(e) for e in evidence]),
-                    "report": report,
-                },
-            ).fetchone()
+            finished = one(
+                conn.execute(
+                    FINISH_REQUEST,
+                    {
+                        "id": request_id,
+                        "status": status,
+                        "shift": shift,
+                        "passes": passes,
+                        "threads": sorted(threads),
+                        "deleted": Jsonb(deleted),
+                        "after": Jsonb(after),
+                        "evidence": Jsonb([asdict(e) for e in evidence]),
+                        "report": report,
+                    },
+                ).fetchone()
+            )
             notify(Progress("done", passes, sum(deleted.values()), after))
         finally:
             try:
@@ -403,7 +412,7 @@ def _outcome(
 
 def _record_stop(
     db: Database,
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     request_id: int,
     exc: BaseException,
     passes: int,
@@ -449,7 +458,7 @@ def _record_stop(
 
 
 def _finish_stopped(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     params: dict,
     targets: list[OwnTarget],
     customer_id: str,
@@ -467,7 +476,7 @@ def stuck_requests(db: Database) -> list[int]:
     stuck = []
     with db.connection() as conn:
         for row in conn.execute(SELECT_RUNNING).fetchall():
-            if conn.execute(TRY_LOCK, (ERASURE_LOCK_NS, row["customer_id"])).fetchone()["got"]:
+            if one(conn.execute(TRY_LOCK, (ERASURE_LOCK_NS, row["customer_id"])).fetchone())["got"]:
                 conn.execute(UNLOCK, (ERASURE_LOCK_NS, row["customer_id"]))
                 stuck.append(int(row["id"]))
     return stuck

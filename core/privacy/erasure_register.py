@@ -13,7 +13,7 @@ import pandas as pd
 from psycopg.types.json import Jsonb
 
 from core import clock, read_replica
-from core.db import Database
+from core.db import Database, one
 from core.privacy import subjects as subj
 from core.privacy import term_hashes
 from core.privacy.erasure import SELECT_REQUEST, ErasureError, stuck_requests
@@ -110,10 +110,12 @@ def recheck(
     evidence += [EvidenceQuery(*row) for row in read_replica.replay_evidence(db)]
     counts = {e.table: e.result for e in evidence}
     clean = all(n == 0 for n in counts.values())
-    rec = db.fetch_one(
-        INSERT_RECHECK,
-        (request_id, trigger, operator, clean, Jsonb(counts), Jsonb([asdict(e) for e in evidence]), clock.shift()),
-        read_only=False,
+    rec = one(
+        db.fetch_one(
+            INSERT_RECHECK,
+            (request_id, trigger, operator, clean, Jsonb(counts), Jsonb([asdict(e) for e in evidence]), clock.shift()),
+            read_only=False,
+        )
     )
     db.execute(UPDATE_LAST_RECHECK, (rec["checked_at"], clean, request_id))
     if not clean:
@@ -184,17 +186,17 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
             and s == "complete"
             and f.astimezone(UTC).date() == r.astimezone(UTC).date()
         )
-        for r, f, s in zip(frame["requested_at"], frame["finished_at"], frame["status"])
+        for r, f, s in zip(frame["requested_at"], frame["finished_at"], frame["status"], strict=True)
     ]
     stuck = set(stuck_requests(db)) if (frame["status"] == "running").any() else set()
     frame["resumable"] = [
         bool((s in ("failed", "interrupted") or i in stuck) and (r is None or pd.isna(r)))
-        for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"])
+        for i, s, r in zip(frame["id"], frame["status"], frame["resumed_by"], strict=True)
     ]
     frame["came_back"] = [v is not None and not pd.isna(v) and not bool(v) for v in frame["last_recheck_clean"]]
     frame["outcome"] = [
         DATA_BACK if bool(open_) else ERASED_AGAIN if back and status == "complete" else status
-        for open_, back, status in zip(frame["data_back"], frame["came_back"], frame["status"])
+        for open_, back, status in zip(frame["data_back"], frame["came_back"], frame["status"], strict=True)
     ]
     for col in ("counts_before", "deleted", "counts_after"):
         frame[col] = frame[col].map(lambda d: sum(d.values()) if isinstance(d, dict) else None)

@@ -13,10 +13,11 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import DictRow
 
 from core import clock
 from core.agents.retail import METADATA_KEY
-from core.db import Database
+from core.db import Database, one
 from core.memory.store import validate_label
 from core.privacy import residue as res
 from core.privacy import subjects as subj
@@ -230,7 +231,7 @@ def _json_array_target(table: str, column: str, condition: str) -> OwnTarget:
     return OwnTarget(f"{table}.{column}", count.format(**fmt).as_string(), erase.format(**fmt).as_string())
 
 
-def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
+def own_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
     """Every place in our `core_*` tables that can name a customer (never the register itself):
     rows found by their columns, and elements of the known JSON arrays."""
     json_names = {f"{t}.{c}": (t, c, cond) for t, c, cond in JSON_ARRAY_COLUMNS}
@@ -269,7 +270,7 @@ def own_targets(conn: psycopg.Connection) -> list[OwnTarget]:
         targets.append(OwnTarget(VIEW_PURPOSES, VIEW_PURPOSES_COUNT_SQL, VIEW_PURPOSES_REDACT_SQL))
     names = {t.name for t in targets}
     for optional in OPTIONAL_TABLES:  # present but not understood must be said, not skipped silently
-        if optional not in names and conn.execute(SELECT_REGCLASS, (optional,)).fetchone()["present"]:
+        if optional not in names and one(conn.execute(SELECT_REGCLASS, (optional,)).fetchone())["present"]:
             log.warning(
                 "%s exists but has no column erasure knows (prefix, thread_id, subject_id, customer_id)", optional
             )
@@ -285,7 +286,7 @@ def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
 
 
 def _run_evidence(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     targets: list[OwnTarget],
     customer_id: str,
     thread_ids: Iterable[str],
@@ -313,7 +314,7 @@ def _run_evidence(
             cursors[table] = conn.cursor()
             cursors[table].execute(text)
     at = _now_iso()
-    out = [EvidenceQuery(table, literal[table], int(cur.fetchone()["n"]), at) for table, cur in cursors.items()]
+    out = [EvidenceQuery(table, literal[table], int(one(cur.fetchone())["n"]), at) for table, cur in cursors.items()]
     rparams = res.residue_count_params(conn, residue_terms or (), left, residue_candidates)
     hashed_terms, salt = ([t for t in hashed[0] if not t.common], hashed[1]) if hashed else ([], "")
     if rparams["raws"] or hashed_terms:
@@ -330,7 +331,7 @@ def _run_evidence(
 
 
 def with_earlier_terms(
-    conn: psycopg.Connection, residue: res.Residue, attributed: Iterable[str]
+    conn: psycopg.Connection[DictRow], residue: res.Residue, attributed: Iterable[str]
 ) -> tuple[res.Residue, term_hashes.Earlier, list[term_hashes.HashedTerm], list[term_hashes.HashedTerm]]:
     """The residue of the terms read now, plus the threads holding a value that earlier requests for the customer
     erased (the store no longer holds it; the register keeps it hashed): each such match names the term by its
@@ -350,7 +351,9 @@ def _config(config: subj.Attribution | None) -> subj.Attribution:
     return config or subj.Attribution.from_settings()
 
 
-def _find_threads(conn: psycopg.Connection, customer_id: str, config: subj.Attribution | None = None) -> list[str]:
+def _find_threads(
+    conn: psycopg.Connection[DictRow], customer_id: str, config: subj.Attribution | None = None
+) -> list[str]:
     return subj.resolve_conn(conn, customer_id, _config(config)).thread_ids
 
 

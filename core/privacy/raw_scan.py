@@ -16,10 +16,13 @@ from collections.abc import Iterable
 
 import ahocorasick
 import psycopg
+from psycopg.rows import DictRow
 
 # Rows whose threads are not excluded (attributed, or left by the DPO); each table read once.
 SCAN_SQL = {
-    "checkpoint_writes": "SELECT thread_id, blob AS data FROM checkpoint_writes WHERE NOT (thread_id = ANY(%(exclude)s))",
+    "checkpoint_writes": (
+        "SELECT thread_id, blob AS data FROM checkpoint_writes WHERE NOT (thread_id = ANY(%(exclude)s))"
+    ),
     "checkpoint_blobs": "SELECT thread_id, blob AS data FROM checkpoint_blobs "
     "WHERE blob IS NOT NULL AND NOT (thread_id = ANY(%(exclude)s))",
     # only the inline channel values: the rest of a checkpoint is versions and channel names, not data
@@ -45,7 +48,7 @@ def describe(terms: int, over: str = "every thread", only: bool = False) -> str:
 
 
 def candidates(
-    conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str], only: Iterable[str] | None = None
+    conn: psycopg.Connection[DictRow], terms: Iterable[str], exclude: Iterable[str], only: Iterable[str] | None = None
 ) -> set[tuple[str, str]]:
     """(term, thread_id) for every term whose bytes occur in a row of a thread not in `exclude`
     (and in `only`, when given: the token index's candidates)."""

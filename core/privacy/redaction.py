@@ -15,8 +15,10 @@ import re
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
+from core.db import one
 from core.privacy import chain, term_hashes
 from core.privacy import residue as res
 from core.privacy.decisions import NOT_SCANNED
@@ -67,9 +69,9 @@ def _redact_evidence(evidence: Any, n_terms: int, values: list[str]) -> Any:
     if not isinstance(evidence, list):
         return evidence
     out = []
+    refs = f"unnest({res.RESIDUE_TERMS_REF.format(n=n_terms)}, {res.RESIDUE_PATTERNS_REF})"
     for e in evidence:
         if isinstance(e, dict) and e.get("table") == "residue" and isinstance(e.get("sql"), str):
-            refs = f"unnest({res.RESIDUE_TERMS_REF.format(n=n_terms)}, {res.RESIDUE_PATTERNS_REF})"
             text = INLINED_TERMS.sub(lambda _m: refs, e["sql"])
             if any(v in text for v in values):
                 text = UNREADABLE
@@ -95,13 +97,13 @@ def _legacy_terms(row: dict) -> list[res.Term]:
 
 
 def _changed(
-    conn: psycopg.Connection, table: str, row_id: int, before: tuple[str, str] | None, fields: list[str]
+    conn: psycopg.Connection[DictRow], table: str, row_id: int, before: tuple[str, str] | None, fields: list[str]
 ) -> None:
     """Record a sealed row's redaction, sealed in its chain by the table's trigger."""
     if before is None:
         return  # not sealed (a request still running): nothing to prove it against
     sealed, was = before
-    _, now = chain.sealed_state(conn, table, row_id)
+    _, now = one(chain.sealed_state(conn, table, row_id))  # sealed before its change, so sealed after
     if now != was:
         conn.execute(INSERT_REDACTION, (table, row_id, fields, sealed, was == sealed, now, REASON))
 
@@ -110,11 +112,11 @@ def _jsonb(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
 
-def _repair(conn: psycopg.Connection, row: dict) -> None:
+def _repair(conn: psycopg.Connection[DictRow], row: dict) -> None:
     terms = _legacy_terms(row)
     salt = term_hashes.new_salt()
     hashed = term_hashes.hash_terms(terms, salt)
-    refs = {t.term: h.ref for t, h in zip(terms, hashed)} | {NOT_SCANNED: NOT_SCANNED}
+    refs = {t.term: h.ref for t, h in zip(terms, hashed, strict=True)} | {NOT_SCANNED: NOT_SCANNED}
     n_distinctive = sum(1 for t in terms if not t.common)
     # the values to remove (the id stays where the register needs it)
     values = [t.term for t in terms if t.kind != "id" and len(t.term) >= res.MIN_TERM_LENGTH]
@@ -136,15 +138,15 @@ def _repair(conn: psycopg.Connection, row: dict) -> None:
         before = chain.sealed_state(conn, "core_erasure_rechecks", check["id"])
         conn.execute(UPDATE_RECHECK, {"id": check["id"], "evidence": Jsonb(evidence)})
         _changed(conn, "core_erasure_rechecks", check["id"], before, ["evidence"])
-    left = conn.execute(SELECT_REPAIRED, (row["id"],)).fetchone()["text"] or ""
+    left = one(conn.execute(SELECT_REPAIRED, (row["id"],)).fetchone())["text"] or ""
     if any(v in left or json.dumps(v, ensure_ascii=False)[1:-1] in left for v in values):
         raise RuntimeError(f"erasure request {row['id']}: the redaction left a value in place (rolled back)")
 
 
-def redact_register(conn: psycopg.Connection) -> int:
+def redact_register(conn: psycopg.Connection[DictRow]) -> int:
     """Repair every request written before migration 056 (with its re-checks); returns how many. `conn` is an
     autocommit connection with dict rows; each request is repaired in its own transaction."""
-    if not conn.execute(SELECT_APPLIED).fetchone()["applied"]:
+    if not one(conn.execute(SELECT_APPLIED).fetchone())["applied"]:
         return 0  # migrated with files before 056 (an older release's core/sql): nothing to repair with yet
     repaired = 0
     for legacy in conn.execute(SELECT_LEGACY).fetchall():

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 from core.checkpoints import formats
 from core.db import Database
@@ -50,7 +51,8 @@ UNION ALL
 SELECT channel_values::text FROM core_checkpoints_view WHERE thread_id = %(thread_id)s"""
 
 
-# The residue threads, decoder-confirmed in SQL (what an erasure's evidence counts): the candidate threads of the raw-bytes scan (`raw_scan.candidates`, run just before), then in
+# The residue threads, decoder-confirmed in SQL (what an erasure's evidence counts): the candidate threads of the
+# raw-bytes scan (`raw_scan.candidates`, run just before), then in
 # their rows the raw bytes and the decoded payload must match the term (the id as a whole token).
 # The candidates' rows are read first by primary key (joined with the terms directly, the planner chose a
 # parallel seq scan of checkpoint_writes and checkpoint_blobs to share the join's cost: 1.1 s at 1M for 2,501
@@ -90,7 +92,7 @@ def residue_threads_shown(n_terms: int) -> str:
 
 
 def scan(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     terms: Iterable[str],
     exclude: Iterable[str],
     narrow_by: Iterable[str] | None = None,
@@ -110,7 +112,10 @@ def _are_escape(text: str) -> str:
 
 
 def residue_count_params(
-    conn: psycopg.Connection, terms: Iterable[Term], left: Iterable[str], candidates: Iterable[str] | None = None
+    conn: psycopg.Connection[DictRow],
+    terms: Iterable[Term],
+    left: Iterable[str],
+    candidates: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Parameters of RESIDUE_THREADS_SQL for these terms (common ones dropped), threads in `left` excepted:
     the raw-bytes scan runs now and gives the candidate threads, unless a scan of the same terms just gave
@@ -217,12 +222,12 @@ def json_text(term: str) -> str:
     return json.dumps(term, ensure_ascii=False)[1:-1]
 
 
-def customer_terms(conn: psycopg.Connection, customer_id: str, extra_values: Iterable[str] = ()) -> list[Term]:
+def customer_terms(conn: psycopg.Connection[DictRow], customer_id: str, extra_values: Iterable[str] = ()) -> list[Term]:
     """The id and the distinctive values of the customer's documents, each with its commonness."""
     params = subject_params(customer_id)
-    values = {r["term"] for r in conn.execute(SELECT_DOCUMENT_VALUES, {**params, "skip": list(NON_TERM_KEYS)})}
-    values |= set(extra_values)
-    values = sorted(v for v in values if len(v.strip()) >= MIN_TERM_LENGTH and v != customer_id)
+    found = {r["term"] for r in conn.execute(SELECT_DOCUMENT_VALUES, {**params, "skip": list(NON_TERM_KEYS)})}
+    found |= set(extra_values)
+    values = sorted(v for v in found if len(v.strip()) >= MIN_TERM_LENGTH and v != customer_id)
     counts = (
         {
             r["term"]: int(r["customers"])
@@ -237,7 +242,7 @@ def customer_terms(conn: psycopg.Connection, customer_id: str, extra_values: Ite
 
 
 def residue_conn(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     customer_id: str,
     attributed: Iterable[str],
     terms: list[Term] | None = None,
@@ -289,8 +294,8 @@ def residue_conn(
             if hit is not None and not any(m.thread_id == thread_id and m.term == t.term for m in matches):
                 matches.append(ResidueMatch(thread_id, t.term, t.kind, t.customers, False, _snippet(*hit)))
     confirmed: dict[str, int] = {}
-    for m in matches:
-        confirmed[m.term] = confirmed.get(m.term, 0) + 1
+    for match in matches:
+        confirmed[match.term] = confirmed.get(match.term, 0) + 1
     common = [t.term for t in terms if t.common]
     counts: dict[str, int | None]
     if narrowed.threads is not None and not count_common:  # not counted: said as such, never as 0

@@ -33,10 +33,11 @@ from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core.config import DEFAULT_SUBJECT_METADATA_KEYS, DEFAULT_SUBJECT_THREAD_PATTERNS, Settings, load_settings
-from core.db import Database, DatabaseUnavailable
+from core.db import Database, DatabaseUnavailable, one
 from core.memory.store import InvalidIdentifier, validate_label
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,10 @@ def escape_like(text: str) -> str:
 def like_for(pattern: str, customer_id: str | None) -> str:
     """The LIKE pattern of `pattern` (`*` = anything) for one customer, or for any customer (None)."""
     before, after = pattern.split("{id}")
-    lit = lambda part: "%".join(escape_like(p) for p in part.split("*"))
+
+    def lit(part: str) -> str:
+        return "%".join(escape_like(p) for p in part.split("*"))
+
     middle = "%" if customer_id is None else escape_like(customer_id)
     return lit(before) + middle + lit(after)
 
@@ -136,7 +140,7 @@ def subject_params(customer_id: str) -> dict[str, Any]:
     return {"id": customer_id, "root": ROOT, "prefix": prefix, "prefix_like": escape_like(prefix) + ".%"}
 
 
-def _run_query(conn: psycopg.Connection, query: str, customer_id: str) -> list[str]:
+def _run_query(conn: psycopg.Connection[DictRow], query: str, customer_id: str) -> list[str]:
     """The configured query, read-only and bounded; its first column (or `thread_id`) is the thread."""
     with conn.transaction():
         conn.execute("SET TRANSACTION READ ONLY")
@@ -151,7 +155,7 @@ def _run_query(conn: psycopg.Connection, query: str, customer_id: str) -> list[s
     return out
 
 
-def resolve_conn(conn: psycopg.Connection, customer_id: str, config: Attribution) -> Subjects:
+def resolve_conn(conn: psycopg.Connection[DictRow], customer_id: str, config: Attribution) -> Subjects:
     customer_id = validate_label(customer_id, "customer id")
     params = subject_params(customer_id)
     subjects = Subjects(customer_id)
@@ -211,7 +215,8 @@ WITH c AS (
     SELECT thread_id, sum(coalesce(octet_length(blob), 0)) AS bytes FROM checkpoint_writes GROUP BY thread_id
 ), t AS (
     SELECT coalesce(c.thread_id, b.thread_id, w.thread_id) AS thread_id,
-           coalesce(c.bytes, 0) + coalesce(b.bytes, 0) + coalesce(w.bytes, 0) AS bytes, coalesce(c.tagged, false) AS tagged
+           coalesce(c.bytes, 0) + coalesce(b.bytes, 0) + coalesce(w.bytes, 0) AS bytes, coalesce(c.tagged, false) AS
+           tagged
     FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
 ), hilo AS (
     SELECT DISTINCT value ->> 'hilo' AS thread_id FROM store
@@ -288,7 +293,7 @@ def _live_coverage(db: Database, config: Attribution) -> Coverage:
     with db.connection() as conn, conn.transaction():
         conn.execute(pgsql.SQL("SET LOCAL statement_timeout = {}").format(pgsql.Literal(LIVE_COVERAGE_TIMEOUT_MS)))
         try:
-            row = conn.execute(COVERAGE_SQL, {"keys": list(config.metadata_keys), "likes": likes}).fetchone()
+            row = one(conn.execute(COVERAGE_SQL, {"keys": list(config.metadata_keys), "likes": likes}).fetchone())
         except psycopg.errors.QueryCanceled as exc:  # raised here: db.connection() would call it "not reachable"
             raise DatabaseUnavailable(
                 f"no sweep has computed the attribution coverage yet, and counting it now took more than "
@@ -309,7 +314,7 @@ def _coverage_of(row: dict, config: Attribution, as_of: datetime | None = None) 
 
 
 def coverage_from_storage(
-    conn: psycopg.Connection, config: Attribution, batch_threads: int = COVERAGE_BATCH_THREADS
+    conn: psycopg.Connection[DictRow], config: Attribution, batch_threads: int = COVERAGE_BATCH_THREADS
 ) -> Coverage:
     """The coverage computed from core_thread_storage as it stands (see COVERAGE_BATCH_SQL), in batches of thread_id
     ranges, in one REPEATABLE READ transaction on `conn` (dict rows, autocommit)."""
@@ -328,7 +333,7 @@ def coverage_from_storage(
                 hilo_range=key_ranges(lo, hi, "(value ->> 'hilo')"),
                 x_range=key_ranges(lo, hi, "x.thread_id"),
             )
-            found = conn.execute(query, params).fetchone()
+            found = one(conn.execute(query, params).fetchone())
             for k in totals:
                 totals[k] += int(found[k])
     return _coverage_of(totals, config)
@@ -357,16 +362,18 @@ def refresh_coverage(
         )
     with db.connection() as conn:
         cov = coverage_from_storage(conn, config, batch_threads)
-    at = db.fetch_one(
-        UPSERT_SNAPSHOT,
-        {
-            "config": _snapshot_key(config),
-            "threads": cov.threads,
-            "unattributed_threads": cov.unattributed_threads,
-            "bytes": cov.bytes,
-            "unattributed_bytes": cov.unattributed_bytes,
-        },
-        read_only=False,
+    at = one(
+        db.fetch_one(
+            UPSERT_SNAPSHOT,
+            {
+                "config": _snapshot_key(config),
+                "threads": cov.threads,
+                "unattributed_threads": cov.unattributed_threads,
+                "bytes": cov.bytes,
+                "unattributed_bytes": cov.unattributed_bytes,
+            },
+            read_only=False,
+        )
     )["computed_at"]
     return replace(cov, as_of=at)
 

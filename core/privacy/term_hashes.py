@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import psycopg
+from psycopg.rows import DictRow
 
 from core.checkpoints import formats
 from core.privacy import residue as res
@@ -168,13 +169,13 @@ class Matcher:
         for chars, terms in self.anywhere.items():
             wanted = {t.digest: t for t in terms}
             for start in range(len(text) - chars + 1):
-                term = wanted.get(_digest(self.key, text[start : start + chars]))
-                if term is not None and self._ends_well(blank, start + chars, term):
-                    out.add(term.ref)
+                hit = wanted.get(_digest(self.key, text[start : start + chars]))
+                if hit is not None and self._ends_well(blank, start + chars, hit):
+                    out.add(hit.ref)
         return out
 
 
-def _holding(conn: psycopg.Connection, threads: Iterable[str], terms: list[HashedTerm]) -> set[str]:
+def _holding(conn: psycopg.Connection[DictRow], threads: Iterable[str], terms: list[HashedTerm]) -> set[str]:
     """Of `threads` (not indexed yet, or every thread), those whose tokens include every token of some term."""
     wanted = [set(t.tokens) for t in terms]
     threads = sorted(set(threads))
@@ -187,7 +188,7 @@ def _holding(conn: psycopg.Connection, threads: Iterable[str], terms: list[Hashe
 
 
 def find_threads(
-    conn: psycopg.Connection, terms: Iterable[HashedTerm], salt: str, exclude: Iterable[str]
+    conn: psycopg.Connection[DictRow], terms: Iterable[HashedTerm], salt: str, exclude: Iterable[str]
 ) -> dict[str, set[str]]:
     """The threads (but `exclude`) holding one of the distinctive `terms`, each with the references it holds:
     candidates from the token index (threads not indexed yet tokenized here; every thread when the index cannot
@@ -222,14 +223,15 @@ def find_threads(
 
 
 SEARCH_DESCRIPTION = """-- the terms known by their keyed hashes only (core_erasure_register.residue_terms;
--- core/privacy/term_hashes.py): the threads the token index names for them (the lookup below, by token hashes), plus the threads not indexed yet
+-- core/privacy/term_hashes.py): the threads the token index names for them (the lookup below, by token hashes),
+-- plus the threads not indexed yet
 -- whose tokens hold every token of a term (every thread when the index cannot narrow); each candidate's decoded
 -- payloads (core_checkpoint_writes_view, core_checkpoints_view) matched against the hashes, and encrypted rows
 -- read with the configured keys; threads left by the DPO excepted: {left}. Result: the threads holding a term.
 """
 
 
-def describe(conn: psycopg.Connection, terms: Iterable[HashedTerm], left: Iterable[str]) -> str:
+def describe(conn: psycopg.Connection[DictRow], terms: Iterable[HashedTerm], left: Iterable[str]) -> str:
     """What `find_threads` runs, for the evidence: the index lookup as literal SQL (token hashes, never a value)."""
     shares = token_index.token_shares(conn)
     keys = [k for k in (token_index.lookup_key(t.tokens, shares) for t in terms if not t.common) if k]
@@ -253,7 +255,7 @@ SELECT id, term_salt, residue_terms FROM core_erasure_register WHERE customer_id
 ORDER BY requested_at DESC, id DESC LIMIT 1"""
 
 
-def earlier(conn: psycopg.Connection, customer_id: str) -> Earlier:
+def earlier(conn: psycopg.Connection[DictRow], customer_id: str) -> Earlier:
     row = conn.execute(SELECT_EARLIER, (customer_id,)).fetchone()
     if row is None:
         return Earlier(None, new_salt())

@@ -28,9 +28,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.rows import DictRow
 
 from core.checkpoints import formats
-from core.db import Database
+from core.db import Database, one
 from core.privacy.tokens import payload_tokens, term_tokens, token_hash, tokens_of_json_text
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class IndexResult:
 
 
 def _thread_tokens(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     threads: list[str],
     result: IndexResult,
     decryptor: formats.Decryptor,
@@ -132,7 +133,7 @@ def _thread_tokens(
             tokens = payload_tokens(row["type"], row["blob"])
             if tokens is None:
                 result.decoded_in_sql += 1
-                text = conn.execute(SELECT_DECODED, {"type": row["type"], "blob": row["blob"]}).fetchone()["text"]
+                text = one(conn.execute(SELECT_DECODED, {"type": row["type"], "blob": row["blob"]}).fetchone())["text"]
                 tokens_of_json_text(text, into)
             else:
                 into |= tokens
@@ -142,7 +143,10 @@ def _thread_tokens(
 
 
 def index_claimed(
-    conn: psycopg.Connection, claimed: list[str], result: IndexResult, decryptor: formats.Decryptor | None = None
+    conn: psycopg.Connection[DictRow],
+    claimed: list[str],
+    result: IndexResult,
+    decryptor: formats.Decryptor | None = None,
 ) -> None:
     """Index `claimed` threads (in the caller's transaction, begun after the claim was committed; encrypted rows
     read with `decryptor`, default the configured keys), then un-list those not written since their claim."""
@@ -202,7 +206,7 @@ def index_pending(
         if len(claimed) < limit:
             break
     result.pending = pending(db)
-    result.unread_threads = db.fetch_one(COUNT_UNREAD, read_only=False)["n"]
+    result.unread_threads = one(db.fetch_one(COUNT_UNREAD, read_only=False))["n"]
     log.info(
         "token index: %d threads (%d payloads, %d through the SQL decoder, %d encrypted read with the keys) "
         "in %d batches, %d pending",
@@ -223,7 +227,7 @@ def index_pending(
 
 
 def pending(db: Database, cap: int = 100_000) -> int:
-    return db.fetch_one(COUNT_PENDING, {"cap": cap}, read_only=False)["n"]
+    return one(db.fetch_one(COUNT_PENDING, {"cap": cap}, read_only=False))["n"]
 
 
 def sweep_step(db: Database, decryptor: formats.Decryptor | None = None) -> IndexResult:
@@ -299,14 +303,15 @@ WHERE attname = 'tokens' AND (quote_ident(schemaname) || '.' || quote_ident(tabl
                              = 'core_thread_tokens'::regclass"""
 
 
-def token_shares(conn: psycopg.Connection) -> dict[int, float]:
+def token_shares(conn: psycopg.Connection[DictRow]) -> dict[int, float]:
     """Token hash -> share of indexed threads holding it, for the most common tokens (ANALYZE's statistics)."""
     row = conn.execute(SELECT_TOKEN_SHARES).fetchone()
-    return dict(zip(row["tokens"], row["shares"])) if row and row["tokens"] else {}
+    # most_common_elem_freqs ends with three more figures (min, max, null share): not tokens, left out
+    return dict(zip(row["tokens"], row["shares"], strict=False)) if row and row["tokens"] else {}
 
 
 def candidates(
-    conn: psycopg.Connection, terms: Iterable[str], decryptor: formats.Decryptor | None = None
+    conn: psycopg.Connection[DictRow], terms: Iterable[str], decryptor: formats.Decryptor | None = None
 ) -> Candidates:
     """The threads that may hold any of `terms` (a superset: the scan confirms), or every thread when a
     term has no token or too many threads wait for the indexer."""
@@ -324,7 +329,7 @@ def sealed_keys(keys: Iterable[str], decryptor: formats.Decryptor) -> list[str]:
 
 
 def candidates_of(
-    conn: psycopg.Connection, hashes: Mapping[str, Sequence[int]], decryptor: formats.Decryptor | None = None
+    conn: psycopg.Connection[DictRow], hashes: Mapping[str, Sequence[int]], decryptor: formats.Decryptor | None = None
 ) -> Candidates:
     """`candidates` for terms known by their token hashes only (`term_hashes`; keyed by a term or a reference
     to it): the threads holding every token of one of them (in plaintext rows, or in encrypted rows read with the
@@ -339,7 +344,8 @@ def candidates_of(
     unindexed = [r["thread_id"] for r in conn.execute(SELECT_PENDING, {"cap": DIRTY_SCAN_MAX + 1})]
     if len(unindexed) > DIRTY_SCAN_MAX:
         return Candidates(None, why_full=f"more than {DIRTY_SCAN_MAX:,} threads wait for the token indexer")
-    lookups = list(keys.values()) + sealed_keys(keys.values(), decryptor)
+    found = [key for key in keys.values() if key is not None]  # all of them: none is missing
+    lookups = found + sealed_keys(found, decryptor)
     hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": lookups})} if keys else set()
     unread = {r["thread_id"] for r in conn.execute(SELECT_UNANSWERED, {"key_set": decryptor.key_set})}
     return Candidates(
@@ -353,7 +359,7 @@ def candidates_of(
 
 
 def thread_token_hashes(
-    conn: psycopg.Connection, threads: Iterable[str], decryptor: formats.Decryptor | None = None
+    conn: psycopg.Connection[DictRow], threads: Iterable[str], decryptor: formats.Decryptor | None = None
 ) -> dict[str, set[int]]:
     """Each thread's token hashes as the indexer would store them now (for threads it has not read yet; encrypted
     rows read with `decryptor`, default the configured keys); a thread without rows is absent."""
@@ -376,7 +382,10 @@ GROUP BY q.term"""
 
 
 def count_hits(
-    conn: psycopg.Connection, terms: Iterable[str], exclude: Iterable[str], decryptor: formats.Decryptor | None = None
+    conn: psycopg.Connection[DictRow],
+    terms: Iterable[str],
+    exclude: Iterable[str],
+    decryptor: formats.Decryptor | None = None,
 ) -> dict[str, int]:
     """How many indexed threads (but `exclude`) hold every token of each term, in plaintext rows or in encrypted
     rows read with the configured keys (a term without a token: 0)."""

@@ -63,7 +63,7 @@ def _number_tokens(value: float, into: set[str]) -> None:
             into.add(str(int(value)))
 
 
-def _bytes_tokens(data: bytes, into: set[str]) -> None:
+def _bytes_tokens(data: bytes | bytearray | memoryview, into: set[str]) -> None:
     """Bytes as the decoder shows them: {"type": "bytes", "value": <base64>}."""
     into.update(("type", "bytes", "value"))
     tokens_of_text(base64.b64encode(bytes(data)).decode("ascii"), into)
