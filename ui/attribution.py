@@ -26,12 +26,14 @@ def _holders(customers: int) -> str:
 
 
 COVERAGE_POLL_S = 2  # while the coverage is being computed, the page looks for it this often
+COVERAGE_KEY = "coverage.ready"  # the coverage the fragment found, until the next page run
 
 
 def page_coverage(attribution: subj.Attribution) -> None:
     """The coverage notice of a page: the stored coverage (on the primary, uncached: one row), or, before one
     exists, that it is being computed (one computation for every session: core.privacy.subjects.stored_coverage),
-    the page rerunning once it is there."""
+    replaced by the notice once it is there. Only the fragment reruns: a rerun of the whole page would arrive in the
+    middle of what the user is doing (a residue decision being typed was lost that way)."""
     cov = call_or_unknown(subj.stored_coverage, attribution)
     if not isinstance(cov, subj.CoverageComputing):
         coverage_notice(cov)
@@ -39,10 +41,17 @@ def page_coverage(attribution: subj.Attribution) -> None:
 
     @st.fragment(run_every=COVERAGE_POLL_S)
     def computing() -> None:
-        if isinstance(call_or_unknown(subj.stored_coverage, attribution), subj.Coverage):
-            st.rerun(scope="app")
-        st.info(t("coverage_computing", s=int(time.time() - cov.since)), icon=":material/hourglass_top:")
+        ready = st.session_state.get(COVERAGE_KEY)
+        if ready is None:
+            now = call_or_unknown(subj.stored_coverage, attribution)
+            if isinstance(now, subj.Coverage):
+                ready = st.session_state[COVERAGE_KEY] = now  # later ticks until the next page run read nothing
+        if ready is not None:
+            coverage_notice(ready)
+        else:
+            st.info(t("coverage_computing", s=int(time.time() - cov.since)), icon=":material/hourglass_top:")
 
+    st.session_state.pop(COVERAGE_KEY, None)  # a page run reads the stored coverage afresh
     computing()
 
 
