@@ -18,7 +18,8 @@ ON CONFLICT (thread_id) DO NOTHING;
 ALTER TABLE core_erasure_register ADD COLUMN IF NOT EXISTS residue_terms_dropped_at timestamptz;
 UPDATE core_erasure_register
 SET residue_terms = NULL, term_salt = NULL, residue_terms_dropped_at = now()
-WHERE residue_terms IS NOT NULL OR term_salt IS NOT NULL;
+WHERE term_salt IS NOT NULL;  -- rows without a salt still keep verbatim terms: core.migrate's repair (056) hashes
+                               -- them after the migrations, keyed
 
 -- 3. Readers that need counts, not rows (the exporter): a view with the counts, owned by the tables' owner.
 CREATE OR REPLACE VIEW core_erasure_register_counts AS
