@@ -1,0 +1,82 @@
+"""Views lost by a dashboard process killed without a clean exit (issue 43 finding 4): a real process records views
+of a customer while the database refuses them and is SIGKILLed with them in memory; the next recorder to start
+(another process) records "an unknown number of views lost by host:pid between T1 and T2", and the DPO reads it on
+Registro de accesos in Spanish and English."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import psycopg
+from conftest import ROOT
+
+from core.db import Database, reset_pool
+from core.privacy import data_views
+from tests.test_access_pages import dashboard, texts
+from ui.safe import md_code
+
+VIEWING = """
+import sys
+from core.db import Database
+from core.privacy import data_views
+db = Database(sys.argv[1])
+view = data_views.View("ana@example.com", "manager", "namespace", "clientes.C7", "C7")
+data_views.record(db, [view])
+print(view.viewed_at.isoformat(), flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_killed_process_leaves_a_gap_the_next_start_records_and_the_dpo_reads(create_database, app_env):
+    db = Database(create_database())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = psycopg.connect(db.dsn)
+    holder.execute("LOCK TABLE core_data_views IN SHARE MODE")  # reads go on, every INSERT of views waits
+    child = subprocess.Popen(
+        [sys.executable, "-c", VIEWING, db.dsn],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        viewed_at = datetime.fromisoformat(child.stdout.readline().strip())
+        child.send_signal(signal.SIGKILL)  # an OOM kill: no atexit, the view is only in its memory
+        child.wait(30)
+        killed_at = datetime.now(UTC)
+    finally:
+        holder.rollback()
+        holder.close()
+        child.stdout.close()
+        child.stderr.close()
+        child.stdin.close()
+    assert child.returncode == -signal.SIGKILL
+    assert db.fetch_one("SELECT count(*) AS n FROM core_data_views")["n"] == 0
+
+    data_views.queue_for(db)  # the next recorder to start, in another process
+    gap = db.fetch_one("SELECT views, since, until, process, reason FROM core_data_view_gaps")
+    assert gap is not None, "the killed process's views left no trace"
+    assert gap["process"] == f"{socket.gethostname()}:{child.pid}" and gap["views"] is None
+    assert gap["since"] <= viewed_at and killed_at <= gap["until"] <= datetime.now(UTC), (gap, viewed_at, killed_at)
+    assert "unknown" in gap["reason"]
+    assert data_views.unrecorded(db).crashes == (data_views.Crash(gap["process"], gap["since"], gap["until"]),)
+    data_views.queue_for(db).close()
+    assert db.fetch_one("SELECT count(*) AS n FROM core_data_view_gaps")["n"] == 1  # recorded once
+
+    app_env(db.dsn)
+    said = texts(dashboard("app_pages/access_register.py"))
+    assert f"Un número desconocido de consultas de datos de clientes del proceso {md_code(gap['process'])}" in said, (
+        said
+    )
+    app_env(db.dsn, LOCAL_ROLES="dpo")
+    said = texts(dashboard("app_pages/access_register.py", lang="en"))
+    assert f"An unknown number of views of customer data by process {md_code(gap['process'])}" in said, said
+    reset_pool(db.dsn)
+    db.close()
