@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 
 import psycopg
@@ -18,6 +19,7 @@ from conftest import ROOT
 from core.db import Database, reset_pool
 from core.privacy import data_views
 from tests.test_access_pages import dashboard, texts
+from tests.test_data_views import EXITING
 from ui.safe import md_code
 
 VIEWING = """
@@ -80,3 +82,44 @@ def test_a_killed_process_leaves_a_gap_the_next_start_records_and_the_dpo_reads(
     assert f"An unknown number of views of customer data by process {md_code(gap['process'])}" in said, said
     reset_pool(db.dsn)
     db.close()
+
+
+def test_a_clean_exit_leaves_no_gap_and_an_exit_that_lost_views_leaves_one(db):
+    run = [sys.executable, "-c", EXITING, db.dsn]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(run, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert db.fetch_one("SELECT count(*) AS n FROM core_data_view_writers")["n"] == 0  # closed: its marker gone
+    holder = psycopg.connect(db.dsn)
+    holder.execute("LOCK TABLE core_data_views IN SHARE MODE")
+    try:
+        done = subprocess.run(run, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert done.returncode == 0 and "3 view(s) of customer data" in done.stderr, done.stderr
+    data_views.queue_for(db)
+    (crash,) = data_views.unrecorded(db).crashes  # only the exit that lost views: its count was only in its log
+    assert crash.process.startswith(f"{socket.gethostname()}:") and crash.process != data_views.PROCESS
+
+
+def test_a_running_process_keeps_its_marker_fresh_and_a_stale_one_elsewhere_is_a_gap(db, monkeypatch):
+    queue = data_views.queue_for(db, heartbeat_s=0.2)
+    first = db.fetch_one("SELECT heartbeat_at FROM core_data_view_writers WHERE process = %s", (data_views.PROCESS,))
+    time.sleep(1.5)  # idle: no view, the heartbeat goes on
+    beat = db.fetch_one("SELECT heartbeat_at FROM core_data_view_writers WHERE process = %s", (data_views.PROCESS,))
+    assert beat["heartbeat_at"] > first["heartbeat_at"]
+    queue.close()
+    assert db.fetch_one("SELECT count(*) AS n FROM core_data_view_writers")["n"] == 0
+
+    # a process on another host (a pid this host cannot check) is gone once its heartbeat is older than the bound
+    monkeypatch.setattr(data_views, "HOST", "other-node")
+    monkeypatch.setattr(data_views, "PROCESS", "other-node:1")
+    data_views.start_marker(db, datetime.now(UTC))
+    monkeypatch.undo()
+    data_views.queue_for(db).close()  # within the bound: alive, nothing recorded
+    assert data_views.unrecorded(db).crashes == ()
+    monkeypatch.setattr(data_views, "STALE_AFTER_S", 0.5)
+    time.sleep(1)
+    data_views.queue_for(db)
+    assert [c.process for c in data_views.unrecorded(db).crashes] == ["other-node:1"]

@@ -12,24 +12,24 @@ that succeeds, recorded in `core_data_view_gaps` (migration 087) in the same tra
 were not recorded since ..." (`unrecorded`).
 
 A SIGKILL (an OOM kill, a node lost) loses the queue and that count with it, so each process keeps a marker row in
-`core_data_view_writers` (migration 125) while it records: written synchronously when its queue starts, moved on
-with each batch written (`flushed_through`: every view of the process viewed before it is written) and refreshed
-every HEARTBEAT_S even when idle, deleted at a clean exit that lost nothing. The next queue to start, in any process,
-turns the markers of processes that are gone (on its host: the pid is not alive or is its own; elsewhere: no
-heartbeat for STALE_AFTER_S) into gaps of an unknown number of views (`views` NULL) by host:pid between
-`flushed_through` and the time it was found, which the DPO's page names (`Unrecorded.crashes`). A marker rather than
-a local fsynced spool: the spool would fsync on a page's path or lose its own last moments, lives on a pod's disk
-that a lost node or a rescheduled pod takes with it, and would need a replay; the marker costs one short write per
-process start and none per view, and survives whatever kills the process. A process that could not write its marker
-(the database down at start) writes it with its first batch: views it loses before that are not known anywhere. A
-live process whose database refuses writes for longer than STALE_AFTER_S may be declared gone by another host: its
-views then arrive later than the gap says (the DPO is warned of more than was lost, never of less).
+`core_data_view_writers` (migration 125) while it records: written synchronously when its queue starts (the first
+view of a process pays that one short write, under the writer's timeouts), moved on with each batch written
+(`flushed_through`: every view of the process viewed before it is written) and refreshed every HEARTBEAT_S even when
+idle, deleted at a clean exit that lost nothing. The next queue to start, in any process, turns the markers of
+processes that are gone (on its host, the pid is not alive or is its own; on any host, no heartbeat for
+STALE_AFTER_S) into gaps of an unknown number of views (`views` NULL) by host:pid between `flushed_through` and the
+time it was found, which the DPO's page names (`Unrecorded.crashes`). A marker rather than a local fsynced spool: a
+spool fsyncs on a page's path or loses its own last moments, lives on a pod's disk that a lost node or a rescheduled
+pod takes with it, and needs a replay; the marker costs one short write per process start and none per view, and
+survives whatever kills the process. A process that could not write its marker (the database down at start) writes
+it with its first batch: views it loses before that are known only to its log. A live process whose database refuses
+writes for longer than STALE_AFTER_S may be declared gone: its views then arrive after the gap that counted them (the
+DPO is warned of more than was lost, never of less).
 
-Rows name ids only (namespace, thread, customer), never a value of the
-customer's data; the purpose typed by the viewer may hold some, and an erasure of the customer redacts it
-(migration 088); an erasure keeps the rows (core.privacy.evidence.PROTECTED_TABLES) as it keeps the registers. The
-sweep job deletes rows older than the configured retention with their chain links and records the cut
-(`sweep_step`).
+Rows name ids only (namespace, thread, customer), never a value of the customer's data; the purpose typed by the
+viewer may hold some, and an erasure of the customer redacts it (migration 088); an erasure keeps the rows
+(core.privacy.evidence.PROTECTED_TABLES) as it keeps the registers. The sweep job deletes rows older than the
+configured retention with their chain links and records the cut (`sweep_step`).
 """
 
 from __future__ import annotations
@@ -357,7 +357,8 @@ class ViewQueue:
                         return
                     continue
                 batch, gap = list(itertools.islice(self._waiting, self.rows)), self._lost
-                # every view viewed before this is in the batch or written: the next waiting one, or now
+                # every view viewed before this is in the batch or written: the next waiting one, or now (a view
+                # made just before this and queued just after moves the marker back with the next write)
                 through = self._waiting[len(batch)].viewed_at if len(self._waiting) > len(batch) else datetime.now(UTC)
             try:
                 if not self._marked:
