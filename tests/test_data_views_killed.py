@@ -17,6 +17,7 @@ import psycopg
 from conftest import ROOT
 
 from core.db import Database, reset_pool
+from core.operations.exporter import database_metrics
 from core.privacy import data_views
 from tests.test_access_pages import dashboard, texts
 from tests.test_data_views import EXITING
@@ -71,6 +72,12 @@ def test_a_killed_process_leaves_a_gap_the_next_start_records_and_the_dpo_reads(
     assert data_views.unrecorded(db).crashes == (data_views.Crash(gap["process"], gap["since"], gap["until"]),)
     data_views.queue_for(db).close()
     assert db.fetch_one("SELECT count(*) AS n FROM core_data_view_gaps")["n"] == 1  # recorded once
+    with psycopg.connect(db.dsn, row_factory=psycopg.rows.dict_row) as conn:
+        metrics = {
+            m.name: m.samples[0].value for m in database_metrics(conn) if m.name.startswith("agent_memory_data_views")
+        }
+    assert metrics["agent_memory_data_views_lost_by_killed_processes"] == 1.0
+    assert metrics["agent_memory_data_views_unrecorded"] == 0.0
 
     app_env(db.dsn)
     said = texts(dashboard("app_pages/access_register.py"))

@@ -82,7 +82,8 @@ INSERT_GAP = """
 INSERT INTO core_data_view_gaps (views, since, until, process, reason)
 VALUES (%(views)s, %(since)s, %(until)s, %(process)s, %(reason)s)"""
 SELECT_GAPS = """
-SELECT coalesce(sum(views), 0) AS views, min(since) FILTER (WHERE views IS NOT NULL) AS since
+SELECT coalesce(sum(views), 0) AS views, min(since) FILTER (WHERE views IS NOT NULL) AS since,
+       count(*) FILTER (WHERE views IS NULL) AS killed
 FROM core_data_view_gaps"""
 SELECT_CRASHES = "SELECT process, since, until FROM core_data_view_gaps WHERE views IS NULL ORDER BY since, id"
 UPSERT_MARKER = """
