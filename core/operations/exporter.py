@@ -178,8 +178,15 @@ def database_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice
         "process exit), as they reported once the database took writes again (core_data_view_gaps, "
         "within the log's retention).",
     )
-    unrecorded.add_metric([], float(one(conn.execute(SELECT_GAPS).fetchone())["views"]))
-    out.append(unrecorded)
+    killed = _gauge(
+        "data_views_lost_by_killed_processes",
+        "Dashboard processes killed (no clean exit) with views of customer data not yet written: an unknown number "
+        "lost by each (core_data_view_gaps with no count, within the log's retention).",
+    )
+    gaps = one(conn.execute(SELECT_GAPS).fetchone())
+    unrecorded.add_metric([], float(gaps["views"]))
+    killed.add_metric([], float(gaps["killed"]))
+    out += [unrecorded, killed]
     return out
 
 
