@@ -12,7 +12,7 @@ from ui import fmt
 from ui.common import call_now, require_role, settings
 from ui.i18n import t
 from ui.registers import verify_button
-from ui.safe import md
+from ui.safe import md, md_code
 from ui.tables import table
 
 require_role(roles.DPO)
@@ -57,6 +57,16 @@ with views_tab:
     if missing.views:
         st.warning(
             t("views_unrecorded", n=fmt.number(missing.views), since=fmt.moment(missing.since)),
+            icon=":material/report:",
+        )
+    for crash in missing.crashes:
+        st.warning(
+            t(
+                "views_lost_by_process",
+                process=md_code(crash.process),
+                since=fmt.moment(crash.since),
+                until=fmt.moment(crash.until),
+            ),
             icon=":material/report:",
         )
     if missing.waiting:

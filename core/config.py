@@ -6,8 +6,10 @@ with tomllib (the same file Streamlit reads), or passed in by the dashboard.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import secrets as _random
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -176,6 +178,51 @@ def _model_prices(secrets: Mapping[str, Any], embedded: bool) -> tuple[ModelPric
     if embedded:
         prices += tuple(p for p in DEMO_PRICES if p.model not in table)
     return prices
+
+
+TERM_HASH_KEY_FILE = "term_hash.key"
+TERM_HASH_KEY_BYTES = 32
+
+
+@functools.cache
+def term_hash_key() -> bytes:
+    """The secret every stored hash of a customer's value is keyed with (issue 43): the token index's token hashes,
+    the erasure register's `tokens`, `first` and `digest` (core.privacy.tokens, core.privacy.term_hashes). It is
+    never in the database, so that whoever reads the database (a read-only role, a backup, a replica) cannot confirm
+    a guessed phone number or address by hashing it.
+
+    TERM_HASH_KEY (environment or secrets; 64 hex characters, e.g. `python -c "import secrets;
+    print(secrets.token_hex(32))"`) in production: the dashboard, the sweep job and every process that erases or
+    re-checks must share it. Without PG_AGENTES (the embedded demo) a key is generated once into the data folder
+    (`term_hash.key`, mode 0600). Production without a key is refused: an unkeyed hash would be guessable.
+
+    Rotation: the token index is rebuilt under the new key by the sweep (its rows are listed again when the key
+    fingerprint changes), but the register's hashes of earlier requests were made with the old key and cannot be
+    re-keyed (the values are gone): a re-check of those requests needs the old key. Do not rotate unless every
+    earlier request has been re-erased or its re-check is no longer needed.
+    """
+    secrets = _read_secrets_file()
+    raw = _pick("TERM_HASH_KEY", secrets)
+    if raw is None:
+        if _pick("PG_AGENTES", secrets) is not None:
+            raise ValueError("TERM_HASH_KEY is not set: every process reading or erasing customer data needs it")
+        path = Path(_pick("AGENT_MEMORY_DATA", secrets, ROOT / ".data")) / TERM_HASH_KEY_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raw = path.read_text().strip()
+        else:
+            raw = _random.token_hex(TERM_HASH_KEY_BYTES)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(raw + "\n")
+    try:
+        key = bytes.fromhex(str(raw).strip())
+    except ValueError:
+        key = b""
+    if not 16 <= len(key) <= 64:
+        raise ValueError("TERM_HASH_KEY must be 32 to 128 hexadecimal characters (16 to 64 bytes)")
+    return key
 
 
 def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:

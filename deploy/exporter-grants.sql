@@ -6,7 +6,9 @@
 --   store, core_expiry_days expired-not-swept per root: the days before today from core_expiry_days (040),
 --                           today's slice from store's expires_at index
 --   core_sweep_log          last sweep: when and its outcome
---   core_erasure_register   requests incomplete / data back on re-check
+--   core_erasure_register_counts
+--                           requests incomplete / data back on re-check (counts only: the register's
+--                           rows are not readable by this role, migration 110)
 --   core_prefix_counts      customers above the 4-document schema
 --   checkpoints, checkpoint_blobs, checkpoint_writes, core_conversations
 --                           attribution coverage (core.privacy.subjects.coverage), in the background
@@ -25,7 +27,9 @@ END
 $$;
 ALTER ROLE agent_memory_exporter SET default_transaction_read_only = on;
 GRANT USAGE ON SCHEMA public TO agent_memory_exporter;
-GRANT SELECT ON core_replica_heartbeat, store, core_expiry_days, core_sweep_log, core_erasure_register,
+-- granted before migration 110: the register's rows hold hashes of erased values, the exporter needs counts only
+REVOKE SELECT ON core_erasure_register FROM agent_memory_exporter;
+GRANT SELECT ON core_replica_heartbeat, store, core_expiry_days, core_sweep_log, core_erasure_register_counts,
     core_prefix_counts TO agent_memory_exporter;
 GRANT SELECT ON checkpoints, checkpoint_blobs, checkpoint_writes, checkpoint_migrations, core_conversations
     TO agent_memory_exporter;

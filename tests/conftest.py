@@ -24,6 +24,9 @@ from streamlit import config as streamlit_config
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# The secret stored hashes of customer values are keyed with (core.config.term_hash_key), shared by every process
+# a test starts (the dashboard, the sweep job, demo agents) as a deployment shares it.
+os.environ.setdefault("TERM_HASH_KEY", uuid.uuid4().hex + uuid.uuid4().hex)
 from core.config import Settings  # noqa: E402
 from core.db import Database  # noqa: E402
 from core.migrate import migrate  # noqa: E402

@@ -9,11 +9,27 @@ the pool, under short timeouts, each row with the time it was viewed and sealed 
 RETRY_EVERY_S; at exit the queue is flushed for up to EXIT_WAIT_S. Views that do not fit in the queue, or are still
 in it at exit, are counted (`agent_memory_data_view_log_failures_total`, an ERROR log line) and, at the next write
 that succeeds, recorded in `core_data_view_gaps` (migration 087) in the same transaction: the DPO's page says "N views
-were not recorded since ..." (`unrecorded`). Rows name ids only (namespace, thread, customer), never a value of the
-customer's data; the purpose typed by the viewer may hold some, and an erasure of the customer redacts it
-(migration 088); an erasure keeps the rows (core.privacy.evidence.PROTECTED_TABLES) as it keeps the registers. The
-sweep job deletes rows older than the configured retention with their chain links and records the cut
-(`sweep_step`).
+were not recorded since ..." (`unrecorded`).
+
+A SIGKILL (an OOM kill, a node lost) loses the queue and that count with it, so each process keeps a marker row in
+`core_data_view_writers` (migration 125) while it records: written synchronously when its queue starts (the first
+view of a process pays that one short write, under the writer's timeouts), moved on with each batch written
+(`flushed_through`: every view of the process viewed before it is written) and refreshed every HEARTBEAT_S even when
+idle, deleted at a clean exit that lost nothing. The next queue to start, in any process, turns the markers of
+processes that are gone (on its host, the pid is not alive or is its own; on any host, no heartbeat for
+STALE_AFTER_S) into gaps of an unknown number of views (`views` NULL) by host:pid between `flushed_through` and the
+time it was found, which the DPO's page names (`Unrecorded.crashes`). A marker rather than a local fsynced spool: a
+spool fsyncs on a page's path or loses its own last moments, lives on a pod's disk that a lost node or a rescheduled
+pod takes with it, and needs a replay; the marker costs one short write per process start and none per view, and
+survives whatever kills the process. A process that could not write its marker (the database down at start) writes
+it with its first batch: views it loses before that are known only to its log. A live process whose database refuses
+writes for longer than STALE_AFTER_S may be declared gone: its views then arrive after the gap that counted them (the
+DPO is warned of more than was lost, never of less).
+
+Rows name ids only (namespace, thread, customer), never a value of the customer's data; the purpose typed by the
+viewer may hold some, and an erasure of the customer redacts it (migration 088); an erasure keeps the rows
+(core.privacy.evidence.PROTECTED_TABLES) as it keeps the registers. The sweep job deletes rows older than the
+configured retention with their chain links and records the cut (`sweep_step`).
 """
 
 from __future__ import annotations
@@ -48,6 +64,8 @@ FLUSH_EVERY_S = 0.2  # a view waits at most this long for others to share its IN
 FLUSH_ROWS = 500  # ... or until this many are waiting
 RETRY_EVERY_S = 1.0  # after a failed write
 EXIT_WAIT_S = 5.0  # at exit: how long the last writes may take
+HEARTBEAT_S = 60.0  # a running process refreshes its marker at least this often
+STALE_AFTER_S = 600.0  # a marker on another host without a heartbeat for this long is of a process that is gone
 
 LOG_FAILURES = Counter(
     "agent_memory_data_view_log_failures",
@@ -64,7 +82,28 @@ FROM unnest(%(at)s::timestamptz[], %(viewer)s::text[], %(role)s::text[], %(kind)
 INSERT_GAP = """
 INSERT INTO core_data_view_gaps (views, since, until, process, reason)
 VALUES (%(views)s, %(since)s, %(until)s, %(process)s, %(reason)s)"""
-SELECT_GAPS = "SELECT coalesce(sum(views), 0) AS views, min(since) AS since FROM core_data_view_gaps"
+SELECT_GAPS = """
+SELECT coalesce(sum(views), 0) AS views, min(since) FILTER (WHERE views IS NOT NULL) AS since,
+       count(*) FILTER (WHERE views IS NULL) AS killed
+FROM core_data_view_gaps"""
+SELECT_CRASHES = "SELECT process, since, until FROM core_data_view_gaps WHERE views IS NULL ORDER BY since, id"
+UPSERT_MARKER = """
+INSERT INTO core_data_view_writers (process, host, pid, started_at, flushed_through)
+VALUES (%(process)s, %(host)s, %(pid)s, %(started_at)s, %(flushed_through)s)
+ON CONFLICT (process) DO UPDATE SET flushed_through = excluded.flushed_through, heartbeat_at = now()"""
+DELETE_MARKER = "DELETE FROM core_data_view_writers WHERE process = %(process)s"
+SELECT_MARKERS_HERE = "SELECT process, pid FROM core_data_view_writers WHERE host = %(host)s"
+# Two starting processes may find the same marker: each row is deleted (and its gap written) once.
+RECORD_GONE = """
+WITH gone AS (
+    DELETE FROM core_data_view_writers
+    WHERE process = ANY(%(gone)s) OR heartbeat_at < now() - make_interval(secs => %(stale_s)s)
+    RETURNING process, flushed_through)
+INSERT INTO core_data_view_gaps (views, since, until, process, reason)
+SELECT NULL, flushed_through, greatest(now(), flushed_through), process, %(reason)s FROM gone"""
+GONE_REASON = (
+    "an unknown number of views: the dashboard process was killed (no clean exit) with the views it had not written"
+)
 DELETE_OLD_GAPS = "DELETE FROM core_data_view_gaps WHERE until < now() - make_interval(days => %(days)s)"
 COLUMNS = ["id", "viewed_at", "viewer", "role", "kind", "customer_id", "target", "purpose"]
 # A customer's views: the rows naming them, and views of threads the subject resolver attributes to them (a thread
@@ -146,15 +185,60 @@ class Gap:
     reason: str
 
 
-PROCESS = f"{socket.gethostname()}:{os.getpid()}"
+HOST = socket.gethostname()
+PROCESS = f"{HOST}:{os.getpid()}"
 
 
-def log_views(db: Database, views: Iterable[View], gap: Gap | None = None) -> int:
-    """Write `views` in one INSERT (each row sealed in the 'views' chain by its trigger), and `gap` (views this
-    process could not record) in the same transaction; returns how many views. Raises DataViewLogError when the
-    database does not take them within the timeouts (nothing is written). What the background writer runs."""
+def _alive(pid: int) -> bool:
+    """Whether a process `pid` runs on this host (another than this one: a marker with this pid is a previous
+    process's, as after a container restart)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_marker(db: Database, started_at: datetime) -> None:
+    """Record the processes that are gone with their views (see the module's docstring) and write this process's
+    marker, in one transaction under the writer's timeouts. Raises DataViewLogError when the database refuses."""
+    try:
+        with db.connection() as conn, conn.transaction():
+            conn.execute(LOG_TIMEOUTS)
+            here = conn.execute(SELECT_MARKERS_HERE, {"host": HOST}).fetchall()
+            gone = [m["process"] for m in here if not _alive(m["pid"])]
+            conn.execute(RECORD_GONE, {"gone": gone, "stale_s": STALE_AFTER_S, "reason": GONE_REASON})
+            conn.execute(UPSERT_MARKER, _marker(started_at, started_at))
+    except (psycopg.Error, DatabaseUnavailable) as exc:
+        raise DataViewLogError(f"marker not written: {exc}") from exc
+
+
+def _marker(started_at: datetime, flushed_through: datetime) -> dict:
+    return {
+        "process": PROCESS,
+        "host": HOST,
+        "pid": os.getpid(),
+        "started_at": started_at,
+        "flushed_through": flushed_through,
+    }
+
+
+def log_views(
+    db: Database,
+    views: Iterable[View],
+    gap: Gap | None = None,
+    marker: tuple[datetime, datetime] | None = None,
+) -> int:
+    """Write `views` in one INSERT (each row sealed in the 'views' chain by its trigger), `gap` (views this
+    process could not record) and this process's `marker` (started at, flushed through) in the same transaction;
+    returns how many views. Raises DataViewLogError when the database does not take them within the timeouts
+    (nothing is written). What the background writer runs."""
     batch = list(views)
-    if not batch and gap is None:
+    if not batch and gap is None and marker is None:
         return 0
     params = {
         "at": [v.viewed_at for v in batch],
@@ -181,6 +265,8 @@ def log_views(db: Database, views: Iterable[View], gap: Gap | None = None) -> in
                         "reason": gap.reason,
                     },
                 )
+            if marker is not None:
+                conn.execute(UPSERT_MARKER, _marker(*marker))
     except (psycopg.Error, DatabaseUnavailable) as exc:
         raise DataViewLogError(f"{len(batch)} view(s) not written: {exc}") from exc
     return len(batch)
@@ -190,7 +276,8 @@ class ViewQueue:
     """This process's views of one database waiting to be written (at most `capacity`), and the thread that writes
     them: every `every_s` (or as soon as `rows` wait), one INSERT of up to `rows`, the oldest first; a failed write
     keeps them and is retried after `retry_s`. Views that do not fit are lost: counted at once, recorded as a gap
-    with the next write that succeeds."""
+    with the next write that succeeds. Its marker is written when it starts (see the module's docstring), with
+    each write, and every `heartbeat_s` when idle."""
 
     def __init__(
         self,
@@ -200,10 +287,16 @@ class ViewQueue:
         every_s: float = FLUSH_EVERY_S,
         rows: int = FLUSH_ROWS,
         retry_s: float = RETRY_EVERY_S,
+        heartbeat_s: float = HEARTBEAT_S,
+        first_view: datetime | None = None,
     ):
-        if capacity < 1 or rows < 1 or every_s <= 0 or retry_s <= 0:
-            raise ValueError("capacity and rows must be >= 1, every_s and retry_s > 0")
+        if capacity < 1 or rows < 1 or every_s <= 0 or retry_s <= 0 or heartbeat_s <= 0:
+            raise ValueError("capacity and rows must be >= 1, every_s, retry_s and heartbeat_s > 0")
         self.db, self.capacity, self.every_s, self.rows, self.retry_s = db, capacity, every_s, rows, retry_s
+        self.heartbeat_s = heartbeat_s
+        now = datetime.now(UTC)
+        self.started_at = min(now, first_view or now)  # the view it starts for was viewed just before
+        self._marked = self._mark()
         self._cond = threading.Condition()
         self._waiting: deque[View] = deque()
         self._lost: Gap | None = None  # lost, not yet recorded in the database
@@ -224,6 +317,16 @@ class ViewQueue:
             self._cond.notify_all()
         return len(batch[room:])
 
+    def _mark(self) -> bool:
+        """Write the start marker (recording the processes that are gone); False when the database refused it (the
+        writer tries again before its next write)."""
+        try:
+            start_marker(self.db, self.started_at)
+        except DataViewLogError as exc:
+            log.warning("data views: this process's marker is not written yet: %s", exc)
+            return False
+        return True
+
     def _lose(self, views: list[View], reason: str) -> None:
         """Count views that will not be written (caller holds the lock)."""
         times = [v.viewed_at for v in views]
@@ -240,8 +343,9 @@ class ViewQueue:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self.closed and not self._waiting and self._lost is None:
-                    self._cond.wait()
+                beat = False
+                while not beat and not self.closed and not self._waiting and self._lost is None:
+                    beat = not self._cond.wait(self.heartbeat_s)
                 deadline = time.monotonic() + self.every_s  # let the views of the next moments share the INSERT
                 while (
                     not self.closed
@@ -250,13 +354,18 @@ class ViewQueue:
                     and (left := deadline - time.monotonic()) > 0
                 ):
                     self._cond.wait(left)
-                if not self._waiting and self._lost is None:
+                if not beat and not self._waiting and self._lost is None:
                     if self.closed:
                         return
                     continue
                 batch, gap = list(itertools.islice(self._waiting, self.rows)), self._lost
+                # every view viewed before this is in the batch or written: the next waiting one, or now (a view
+                # made just before this and queued just after moves the marker back with the next write)
+                through = self._waiting[len(batch)].viewed_at if len(self._waiting) > len(batch) else datetime.now(UTC)
             try:
-                log_views(self.db, batch, gap)
+                if not self._marked:
+                    self._marked = self._mark()
+                log_views(self.db, batch, gap, (self.started_at, through))
             except Exception as exc:  # noqa: BLE001 - whatever it was, the views wait and the thread goes on
                 with self._cond:
                     if self._failing is None:
@@ -315,7 +424,16 @@ class ViewQueue:
                     self._lost.reason,
                 )
             self._cond.notify_all()
+            lost = self._lost is not None
         self._thread.join(1.0)
+        if lost or self._thread.is_alive():
+            return  # the marker stays: the next start records the gap (the writer might write the marker again)
+        try:
+            with self.db.connection() as conn, conn.transaction():
+                conn.execute(LOG_TIMEOUTS)
+                conn.execute(DELETE_MARKER, {"process": PROCESS})
+        except (psycopg.Error, DatabaseUnavailable) as exc:
+            log.error("data views: this process's marker stays (the next start will report a gap): %s", exc)
 
     def state(self) -> tuple[int, datetime | None, Gap | None, tuple[datetime, str] | None]:
         """(views waiting, the oldest one's time, lost not yet recorded, (failing since, last error))."""
@@ -346,7 +464,8 @@ def queue_for(db: Database, **options) -> ViewQueue:
 def record(db: Database, views: Iterable[View]) -> int:
     """Log `views` without waiting for the database (what pages call); returns how many could not be queued (lost:
     counted, and recorded as not recorded with the next write)."""
-    return queue_for(db).put(views)
+    batch = list(views)
+    return queue_for(db, first_view=min((v.viewed_at for v in batch), default=None)).put(batch)
 
 
 def flush(db: Database, timeout_s: float = EXIT_WAIT_S) -> bool:
@@ -357,16 +476,27 @@ def flush(db: Database, timeout_s: float = EXIT_WAIT_S) -> bool:
 
 
 @dataclass(frozen=True)
+class Crash:
+    """An unknown number of views lost by `process` (host:pid), killed after `since` (its last write) and found
+    gone at `until`."""
+
+    process: str
+    since: datetime
+    until: datetime
+
+
+@dataclass(frozen=True)
 class Unrecorded:
     """Views of customer data not in the log: `views` were lost since `since` (gaps recorded by every dashboard,
     plus this process's not recorded yet); `waiting` wait in this process's queue since `waiting_since` because
-    the database has not taken them (`error`)."""
+    the database has not taken them (`error`); `crashes`: processes killed with views not written."""
 
     views: int = 0
     since: datetime | None = None
     waiting: int = 0
     waiting_since: datetime | None = None
     error: str | None = None
+    crashes: tuple[Crash, ...] = ()
 
 
 def unrecorded(db: Database) -> Unrecorded:
@@ -382,6 +512,7 @@ def unrecorded(db: Database) -> Unrecorded:
         waiting,
         oldest,
         failing[1] if failing else None,
+        tuple(Crash(**c) for c in db.fetch(SELECT_CRASHES)),
     )
 
 
@@ -424,6 +555,7 @@ def sweep_step(db: Database, retention_days: int) -> int:
 
 
 __all__ = [
+    "Crash",
     "DataViewLogError",
     "Gap",
     "KINDS",
@@ -437,6 +569,7 @@ __all__ = [
     "log_views",
     "queue_for",
     "record",
+    "start_marker",
     "sweep_step",
     "unrecorded",
     "views",

@@ -2,14 +2,16 @@
 
 An erasure looks for what remains of a customer by their id and the values of their documents (core.privacy.residue).
 Our records must not keep what they record the removal of, so the register keeps each term as:
-- `digest`: blake2b of the term's JSON text (as it appears in the decoded payloads), keyed with the request's random
-  salt (`core_erasure_register.term_salt`): a re-check recognises the term without holding it;
-- `tokens`: the hashes of its tokens (core.privacy.token_index.term_hashes), which the token index is searched by;
+- `digest`: blake2b of the term's JSON text (as it appears in the decoded payloads), keyed with the configured secret
+  (core.config.term_hash_key, never in the database) and salted with the request's random salt
+  (`core_erasure_register.term_salt`): a re-check recognises the term without holding it;
+- `tokens`: the hashes of its tokens (core.privacy.token_index.term_hashes, keyed with the same secret), which the
+  token index is searched by;
 - `first`: the hash of its first token (None when it does not start with a token character), `chars`: its length
   as JSON text, and `trail`: whether it ends with a token character (a match must then end a token);
 - `ref` (`t1`, `t2`, ...): how the residue rows, the exclusions and the evidence name it.
-A keyed hash cannot be read back; like any hash of a short value it can confirm a guess made with the salt at hand,
-which is why the values themselves are never kept beside it.
+A keyed hash cannot be read back, and without the secret it confirms no guess either (issue 43: unkeyed 32-bit token
+hashes gave an erased phone number back to whoever read the register); the values themselves are never kept.
 
 `Matcher` finds hashed terms in a decoded payload's JSON text with the semantics of `residue.token_regex` (a term's
 edge that is a token character is a token boundary, a JSON escape counts as one); `find_threads` is the residue
@@ -30,6 +32,7 @@ import psycopg
 from psycopg.rows import DictRow
 
 from core.checkpoints import formats
+from core.config import term_hash_key
 from core.privacy import residue as res
 from core.privacy import token_index, tokens
 
@@ -53,7 +56,9 @@ def new_salt() -> str:
 
 
 def _digest(salt: bytes, text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8"), key=salt, digest_size=DIGEST_BYTES).hexdigest()
+    """Keyed with the configured secret (core.config.term_hash_key) and salted per customer: the salt is in the
+    row, the secret is not in the database (issue 43)."""
+    return hashlib.blake2b(text.encode("utf-8"), key=term_hash_key(), salt=salt, digest_size=DIGEST_BYTES).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from typing import Any
 
 import ormsgpack
 
+from core.config import term_hash_key
+
 TOKEN = re.compile(r"[A-Za-z0-9_%]+")
 # JSON escapes in the decoder's text, undone before tokenizing (their letters are not part of a token)
 JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])')
@@ -28,8 +30,10 @@ CONSTRUCTOR_EXTS = frozenset({0, 1, 2, 3, 4, 5})  # langgraph's ext codes: [modu
 
 
 def token_hash(token: str) -> int:
-    """A token's 32-bit hash, the same for the index and the query (stable across processes)."""
-    return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=4).digest(), "big", signed=True)
+    """A token's 32-bit hash, the same for the index and the query (stable across processes), keyed with the
+    configured secret (core.config.term_hash_key): without it, a stored hash confirms no guessed value (issue 43)."""
+    digest = hashlib.blake2b(token.encode("utf-8"), key=term_hash_key(), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def tokens_of_text(text: str, into: set[str]) -> None:
