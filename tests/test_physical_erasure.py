@@ -11,6 +11,7 @@ found, never "overwritten" while a value is found, and its horizons are the serv
 
 from __future__ import annotations
 
+import json
 import secrets
 from datetime import timedelta
 
@@ -25,7 +26,7 @@ from core.db import Database, reset_pool
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.operations import sweep
-from core.privacy import erasure, evidence, physical
+from core.privacy import erasure, erasure_register, evidence, physical
 from core.privacy import residue as res
 from tests.conftest import DIMS
 
@@ -224,6 +225,10 @@ def test_each_step_as_measured_in_the_files_and_the_register_says_exactly_that(d
         assert step["stats"]["last_vacuum"] is not None and step["stats"]["dead_tuples"] == 0, step
     assert row["steps"]["checkpoint"]["done"] is True
     assert_wal_horizon_is_the_servers(db, row, retention=7)
+    doc = erasure_register.evidence_document(db, result.request_id)["physical"]
+    assert doc["files_status"] == physical.IN_FREE_SPACE and doc["t_files_overwritten"] is None
+    assert doc["steps"]["tables"]["store"]["stats"]["dead_tuples"] == 0
+    assert PHONE not in json.dumps(doc) and ADDRESS not in json.dumps(doc, ensure_ascii=False)
 
     # an operator's rewrite window (ACCESS EXCLUSIVE: the agents' outage), then the next sweep measures it
     for table in physical.AGENT_TABLES:

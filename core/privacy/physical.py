@@ -99,7 +99,7 @@ log = logging.getLogger(__name__)
 
 AGENT_TABLES = ("store", "store_vectors", "checkpoints", "checkpoint_blobs", "checkpoint_writes")
 READ_CHUNK = 4 << 20  # bytes read at once from a file (consecutive chunks overlap by the longest value)
-WAL_MAX_BYTES = 512 << 20  # a larger pg_wal is not read (its part is then "not measured", with the size)
+WAL_MAX_BYTES = 256 << 20  # a larger pg_wal is not read (its part is then "not measured", with the size)
 MAX_ATTEMPTS = 30  # sweeps that retry the steps of a request whose values are still in the files
 OVERWRITTEN = "overwritten"
 IN_FREE_SPACE = "in free space until reused or rewritten"
