@@ -28,7 +28,7 @@ from core.memory.store import build_store
 from core.operations import sweep
 from core.privacy import erasure, erasure_register, evidence, physical
 from core.privacy import residue as res
-from tests.conftest import DIMS
+from tests.conftest import DIMS, ROOT, grant_our_functions
 
 CUSTOMER = "CZ7Q4X"
 PHONE = "612345678"
@@ -262,6 +262,27 @@ def test_files_not_readable_are_unknown_never_gone(db, monkeypatch):
     scan = physical.scan_files(db, {"v": PHONE})
     assert scan.status == "unknown" and scan.reason == "no access to the files (test)"
     assert all(v["found"] is None for v in scan.by_table().values())
+
+
+def test_the_sweep_role_of_the_deployment_runs_the_steps_but_cannot_read_the_files(db):
+    """deploy/sweeper-grants.sql's role: VACUUM (MAINTAIN) and CHECKPOINT (pg_checkpoint) done, the data directory
+    not told to it: the files are "not measured", never overwritten."""
+    write_customer(db, CUSTOMER)
+    result = erasure.erase(db, CUSTOMER, operator="dpo@example.com")
+    assert result.status == "complete", result.report
+    sql(db.dsn, (ROOT / "deploy" / "sweeper-grants.sql").read_text())
+    grant_our_functions(db.dsn, "agent_memory_sweeper")
+    sweeper = Database(psycopg.conninfo.make_conninfo(db.dsn, user="agent_memory_sweeper"))
+    try:
+        (settled,) = physical.settle(sweeper)
+    finally:
+        reset_pool(sweeper.dsn)
+    row = registered(db, result.request_id)
+    assert settled.files_status == row["files_status"] == physical.NOT_MEASURED
+    assert row["t_files_overwritten"] is None and "files not measured" in row["files_note"]
+    assert row["files"]["status"] == "unknown"
+    assert all(row["steps"]["tables"][t]["done"] for t in physical.AGENT_TABLES), row["steps"]["tables"]
+    assert row["steps"]["checkpoint"]["done"] is True
 
 
 def test_on_the_article_agents_database(article_agents, monkeypatch):
