@@ -25,7 +25,7 @@ os.environ.setdefault("TERM_HASH_KEY", secrets.token_hex(32))
 import psycopg  # noqa: E402
 from psycopg.rows import dict_row  # noqa: E402
 
-from core.db import Database, reset_pool  # noqa: E402
+from core.db import Database, one, reset_pool  # noqa: E402
 from core.migrate import migrate  # noqa: E402
 from core.privacy import physical  # noqa: E402
 
@@ -114,10 +114,12 @@ def main() -> None:
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute("CHECKPOINT")
         show("2. + CHECKPOINT", physical.scan_files(db, VALUES))
-        row = db.fetch_one(
-            "SELECT n.needles, r.term_salt FROM core_erasure_needles n"
-            " JOIN core_erasure_register r ON r.id = n.request_id WHERE n.request_id = %s",
-            (result.request_id,),
+        row = one(
+            db.fetch_one(
+                "SELECT n.needles, r.term_salt FROM core_erasure_needles n"
+                " JOIN core_erasure_register r ON r.id = n.request_id WHERE n.request_id = %s",
+                (result.request_id,),
+            )
         )
         hashed = physical.KeyedNeedles([("", row["term_salt"], row["needles"])])
         t0 = time.monotonic()
@@ -132,31 +134,31 @@ def main() -> None:
             c.execute(f'CREATE DATABASE "{scratch}_d" TEMPLATE "{name}" STRATEGY FILE_COPY')
         scratch_db = Database(psycopg.conninfo.make_conninfo(base, dbname=scratch))
         default_db = Database(psycopg.conninfo.make_conninfo(base, dbname=f"{scratch}_d"))
-        show("2s. scratch copy (before FULL)", physical.scan_files(scratch_db, VALUES))
+        show("copy of 2 (before FULL)", physical.scan_files(scratch_db, VALUES))
         with psycopg.connect(default_db.dsn, autocommit=True) as c:
             for t in physical.AGENT_TABLES:
                 c.execute(f"VACUUM {t}")
             c.execute("CHECKPOINT")
-        show("3d. scratch copy 2: VACUUM (defaults: INDEX_CLEANUP auto, TRUNCATE on) + CHECKPOINT",
+        show("copy of 2: VACUUM (defaults: INDEX_CLEANUP auto, TRUNCATE on) + CHECKPOINT",
              physical.scan_files(default_db, VALUES))  # fmt: skip
         with psycopg.connect(dsn, autocommit=True) as c:
             for t in physical.AGENT_TABLES:
                 c.execute(physical.VACUUM.format(table=t))
-            show("3a. + VACUUM (INDEX_CLEANUP ON, TRUNCATE false), no checkpoint", physical.scan_files(db, VALUES))
+            show("3. + VACUUM (INDEX_CLEANUP ON, TRUNCATE false), no checkpoint", physical.scan_files(db, VALUES))
             c.execute("CHECKPOINT")
             print({t: c.execute("SELECT n_dead_tup, last_vacuum FROM pg_stat_user_tables WHERE relname = %s",
                                 (t,)).fetchone() for t in physical.AGENT_TABLES})  # fmt: skip
-        show("3. + that VACUUM + CHECKPOINT", physical.scan_files(db, VALUES))
+        show("4. + CHECKPOINT (3 and 4: the sweep's steps)", physical.scan_files(db, VALUES))
         steps = physical.after_erasure_steps(db)
         print({t: (e.get("done"), e["stats"]) for t, e in steps.tables.items()}, steps.checkpoint.get("done"))
-        show("4. + after_erasure_steps again (VACUUM INDEX_CLEANUP ON, TRUNCATE false; CHECKPOINT)",
+        show("4b. + after_erasure_steps again (the same VACUUM, CHECKPOINT)",
              physical.scan_files(db, VALUES))  # fmt: skip
         for n in range(5, 11):  # new writes: do they reuse (overwrite) the freed space?
             write_customer(db, f"OTRO{n}")
         physical.after_erasure_steps(db)
-        show("6. + six new customers written, VACUUM + CHECKPOINT", physical.scan_files(db, VALUES))
+        show("5. + six new customers written, VACUUM + CHECKPOINT", physical.scan_files(db, VALUES))
         with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as c:
-            print("wal before switches:", physical.wal_horizon(c)["segment"])
+            print("6. wal before 4 x (pg_switch_wal(), CHECKPOINT):", physical.wal_horizon(c)["segment"])
             for _ in range(4):
                 c.execute("SELECT pg_switch_wal()")
                 c.execute("CHECKPOINT")
@@ -168,7 +170,7 @@ def main() -> None:
             for t in physical.AGENT_TABLES:
                 c.execute(f"VACUUM (FULL) {t}")
             c.execute("CHECKPOINT")
-        show("5s. scratch: VACUUM (FULL) + CHECKPOINT", physical.scan_files(scratch_db, VALUES))
+        show("copy of 2: VACUUM (FULL) + CHECKPOINT", physical.scan_files(scratch_db, VALUES))
         reset_pool(scratch_db.dsn)
         reset_pool(dsn)
     finally:

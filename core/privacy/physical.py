@@ -19,12 +19,13 @@ tables, "index" every index of the tables and of their TOAST tables, "WAL" every
 | 2. + CHECKPOINT                                    | found                   | found     | found          | found |
 | 3. + plain VACUUM (INDEX_CLEANUP ON, TRUNCATE false) | found                 | found     | found          | found |
 | 4. + CHECKPOINT (3 and 4: the sweep's steps)       | found (not store_vectors) | found   | found (store)  | found |
-| 5. + six more customers, VACUUM, CHECKPOINT        | not found               | found (blobs) | not found  | found |
+| 5. + six more customers, VACUUM, CHECKPOINT        | not found (**)          | found (blobs) | not found  | found |
 | 6. + 4 x (pg_switch_wal(), CHECKPOINT)             |                         |           |                | not found|
 | copy of 2, VACUUM with its defaults (TRUNCATE on) + CHECKPOINT | found       | found     | found (store)  | found |
 | copy of 2, VACUUM (FULL) + CHECKPOINT              | not found               | not found | not found      | found (*)|
 
-(*) the rewrite itself wrote WAL holding the erased prefix again. The copies: CREATE DATABASE ... TEMPLATE ...
+(*) the rewrite itself wrote WAL holding the erased prefix again. (**) in one run of two a checkpoint_blobs heap
+page still held the phone: reuse depends on where the new rows land. The copies: CREATE DATABASE ... TEMPLATE ...
 STRATEGY FILE_COPY, a byte copy; the original never got a FULL.
 A table holding only the erased customer is a different case: a default VACUUM truncates it to nothing and the
 scan then finds nothing, which proves nothing about a real table, where the erased tuples have live neighbours.
@@ -36,9 +37,10 @@ What each step does, as measured:
 - `CHECKPOINT` alone writes the pages as they are (dead tuples included): it removes nothing. Without it the files
   lag shared buffers, so a scan is meaningful only right after one.
 - plain `VACUUM` removes the dead tuples from the tables' line pointers and makes their space free for reuse; the
-  bytes stayed in the heap, TOAST and B-tree pages (store_vectors' heap page was the exception: its live rows were
-  moved over them). New writes then reuse the space: after six more customers the heap and index pages no longer held
-  the values, a TOAST page of checkpoint_blobs still did. Hence the status 'in free space until reused or rewritten'.
+  bytes stayed in the heap, TOAST and B-tree pages (store_vectors' heap was the exception: after VACUUM and a
+  CHECKPOINT its page no longer held the prefix, presumably compacted over it). New writes then reuse the space: after six more customers the store's heap and the indexes no
+  longer held the values, a TOAST page of checkpoint_blobs still did (and in one run a checkpoint_blobs heap page).
+  Hence the status 'in free space until reused or rewritten'.
   It needs no lock that stops the agents (SHARE UPDATE EXCLUSIVE); we pass TRUNCATE false (the truncation of empty
   trailing pages takes an ACCESS EXCLUSIVE lock, briefly) and INDEX_CLEANUP ON (with few dead tuples AUTO may skip the
   indexes, which keep pointing at the erased keys).
