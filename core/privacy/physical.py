@@ -39,8 +39,9 @@ What each step does, as measured:
 - plain `VACUUM` removes the dead tuples from the tables' line pointers and makes their space free for reuse; the
   bytes stayed in the heap, TOAST and B-tree pages (store_vectors' heap was the exception: after VACUUM and a
   CHECKPOINT its page no longer held the prefix, presumably compacted over it). New writes then reuse the space:
-  after six more customers the store's heap and the indexes no longer held the values, a TOAST page of checkpoint_blobs still did (and in one run a checkpoint_blobs heap page).
-  Hence the status 'in free space until reused or rewritten'.
+  after six more customers the store's heap and the indexes no longer held the values, a TOAST page of
+  checkpoint_blobs still did (and in one run a checkpoint_blobs heap page). Hence the status 'in free space until
+  reused or rewritten'.
   It needs no lock that stops the agents (SHARE UPDATE EXCLUSIVE); we pass TRUNCATE false (the truncation of empty
   trailing pages takes an ACCESS EXCLUSIVE lock, briefly) and INDEX_CLEANUP ON (with few dead tuples AUTO may skip the
   indexes, which keep pointing at the erased keys).
