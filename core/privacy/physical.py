@@ -559,7 +559,8 @@ def after_erasure_steps(db: Database, tables: Sequence[str] = AGENT_TABLES) -> S
 # (retried by every sweep until overwritten, at most MAX_ATTEMPTS times). A request "not measured" is not retried:
 # what stopped the scan (no access to the files) does not change from one sweep to the next.
 SELECT_UNSETTLED = """
-SELECT r.id, r.finished_at, r.term_salt, r.thread_ids, n.needles, n.erased_lsn::text AS erased_lsn
+SELECT r.id, r.finished_at, r.term_salt, r.thread_ids, r.last_recheck_clean, n.needles,
+       n.erased_lsn::text AS erased_lsn
 FROM core_erasure_register r LEFT JOIN core_erasure_physical p ON p.request_id = r.id
 LEFT JOIN core_erasure_needles n ON n.request_id = r.id
 WHERE r.status = 'complete' AND r.finished_at IS NOT NULL
@@ -717,6 +718,10 @@ def settle(db: Database) -> SettleSummary:
     for r in rows:
         files = _request_files(scan, f"r{r['id']}:")
         status, note, t_files = _files_verdict(scan, files, located[r["id"]], steps)
+        if status == IN_FREE_SPACE and r["last_recheck_clean"] is False:
+            note = "the data came back by SQL (the last re-check found it): the bytes found may be live rows; " + (
+                note or ""
+            )
         held = slots_holding(steps.wal, r["erased_lsn"])
         wal = json.loads(json.dumps(steps.wal | {"erased_lsn": r["erased_lsn"], "slots_holding": held}, default=str))
         horizon, horizon_note = _horizon(status, t_files, steps.backup_retention_days, wal, held, files)
