@@ -325,3 +325,34 @@ def test_on_the_article_agents_database(article_agents, monkeypatch):
             ([slot, later],),
         )
         reset_pool(db.dsn)
+
+
+def test_the_register_page_says_what_is_not_yet_physically_gone_and_when(db, app_env, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("BACKUP_RETENTION_DAYS", "7")
+    write_customer(db, "OTRO1")
+    write_customer(db, CUSTOMER)
+    result = erasure.erase(db, CUSTOMER, operator="dpo@example.com")
+    app_env(db.dsn)
+
+    def page() -> tuple[AppTest, str]:
+        at = AppTest.from_file("../dashboard.py", default_timeout=30).run()
+        at.switch_page("app_pages/erasure_register.py").run()
+        assert not at.exception, at.exception
+        shown = [m.value for m in at.markdown] + [w.value for w in at.warning] + [s.value for s in at.success]
+        shown += [i.value for i in at.info] + [c.value for c in at.caption]
+        return at, "\n".join(shown)
+
+    _, text = page()
+    assert "Ningún barrido ha asentado todavía esta solicitud" in text
+    assert sweep.run_sweep(db, trigger="manual").status == "ok"
+    at, text = page()
+    row = registered(db, result.request_id)
+    assert row["files_status"] == physical.IN_FREE_SPACE
+    assert "Inalcanzable por SQL desde" in text and "Aún no borrada físicamente" in text
+    assert "Aún no se sabe cuándo sale del WAL" in text and r"7 days \(BACKUP\_RETENTION\_DAYS\)" in text
+    assert PHONE not in text and ADDRESS not in text
+    steps = next(df.value for df in at.dataframe if "vacuum_done" in df.value.columns)
+    assert set(steps["table_name"]) == set(physical.AGENT_TABLES) and steps["vacuum_done"].all()
+    assert (steps["found"] != "").any()
