@@ -478,7 +478,7 @@ def run_sweep(
                         "threads_found": len(result.threads),
                         "threads_deleted": result.threads_deleted,
                         "threads_sample": json.dumps(result.threads[:THREADS_SAMPLE]),
-                        "erasure": "; ".join(t for t in (result.erasure_recheck, result.physical_erasure) if t) or None,
+                        "erasure": result.erasure_recheck,
                         "error": result.error,
                         "tool_calls": result.tool_calls_extracted,
                         "tokenized": result.threads_tokenized,
