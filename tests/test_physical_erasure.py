@@ -356,3 +356,26 @@ def test_the_register_page_says_what_is_not_yet_physically_gone_and_when(db, app
     steps = next(df.value for df in at.dataframe if "vacuum_done" in df.value.columns)
     assert set(steps["table_name"]) == set(physical.AGENT_TABLES) and steps["vacuum_done"].all()
     assert (steps["found"] != "").any()
+
+
+def test_a_missing_file_or_a_rewrite_during_the_scan_is_unknown_never_gone(db, monkeypatch):
+    write_customer(db, CUSTOMER)
+    checkpoint(db)
+    assert physical.scan_files(db, {"v": PHONE}).measured
+    real = physical._segments
+    monkeypatch.setattr(physical, "_segments", lambda path: [])  # a relation's file not there to read
+    missing = physical.scan_files(db, {"v": PHONE})
+    assert missing.status == "unknown" and "missing" in (missing.reason or "")
+    assert all(v["found"] is None for v in missing.by_table().values())
+
+    rewrites = []
+
+    def rewrite_while_reading(path):  # an operator's VACUUM (FULL) lands in the middle of the read
+        if not rewrites:
+            sql(db.dsn, "VACUUM (FULL) store")
+            rewrites.append(path)
+        return real(path)
+
+    monkeypatch.setattr(physical, "_segments", rewrite_while_reading)
+    rewritten = physical.scan_files(db, {"v": PHONE})
+    assert rewritten.status == "unknown" and "rewritten during the scan" in (rewritten.reason or "")

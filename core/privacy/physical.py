@@ -116,7 +116,8 @@ UNION ALL
 SELECT 'toast', t.reltoastrelid::regclass::text, pg_relation_filepath(t.reltoastrelid) FROM t WHERE t.reltoastrelid <> 0
 UNION ALL
 SELECT 'index', i.indexrelid::regclass::text, pg_relation_filepath(i.indexrelid)
-FROM t JOIN pg_index i ON i.indrelid = t.oid OR (t.reltoastrelid <> 0 AND i.indrelid = t.reltoastrelid)"""
+FROM t JOIN pg_index i ON i.indrelid = t.oid OR (t.reltoastrelid <> 0 AND i.indrelid = t.reltoastrelid)
+ORDER BY part, relation"""
 SELECT_SERVER = """
 SELECT current_setting('data_directory') AS data_directory, (SELECT system_identifier FROM pg_control_system()) AS id"""
 SELECT_TABLE_STATS = """
@@ -360,7 +361,8 @@ def _data_directory(conn: psycopg.Connection[DictRow]) -> tuple[Path | None, str
     try:
         row = one(conn.execute(SELECT_SERVER).fetchone())
     except psycopg.Error as exc:
-        conn.rollback() if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR else None
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            conn.rollback()
         return None, f"the server does not tell its data directory to this role ({type(exc).__name__}: {exc})".strip()
     data_dir = Path(row["data_directory"])
     control = data_dir / "global" / "pg_control"
@@ -402,9 +404,10 @@ def scan_files(
     scan = FileScan("measured", None, str(data_dir), now, unlocatable=unlocatable)
     try:
         for table, part, relation, rel_path in rels:
-            scan.relations.append(
-                _scan_relation(data_dir, table, part, relation, _segments(data_dir / rel_path), needles)
-            )
+            files = _segments(data_dir / rel_path)
+            if not files:  # never "not found" for a file that was not there to read
+                raise FileNotFoundError(f"{relation}'s file {rel_path} is missing")
+            scan.relations.append(_scan_relation(data_dir, table, part, relation, files, needles))
         wal_dir = data_dir / "pg_wal"
         segments = sorted(p for p in wal_dir.iterdir() if WAL_NAME.match(p.name))
         size = sum(p.stat().st_size for p in segments)
@@ -414,6 +417,12 @@ def scan_files(
             scan.wal_reason = f"pg_wal holds {size >> 20} MB, more than the {wal_max_bytes >> 20} MB a scan reads"
     except OSError as exc:  # a file unlinked under the scan (a rewrite, a recycled segment) or unreadable
         return FileScan("unknown", f"a file could not be read: {exc}", str(data_dir), now, unlocatable=unlocatable)
+    with db.connection() as conn:  # a table rewritten during the scan (VACUUM FULL, CLUSTER): its files were others
+        after = [(t, r["path"]) for t in tables for r in conn.execute(SELECT_RELATIONS, {"table": t}).fetchall()]
+    if after != [(t, p) for t, _, _, p in rels]:
+        return FileScan(
+            "unknown", "a table was rewritten during the scan: read again", str(data_dir), now, unlocatable=unlocatable
+        )
     return scan
 
 
