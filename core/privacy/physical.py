@@ -212,8 +212,9 @@ def needles_for(prefix: str, terms: Iterable[tuple[str, res.Term]], salt: str) -
     """What `erase()` keeps, in its own process while it holds the values, so that a later sweep can look for them in
     the files without them: per distinctive term (its register reference), the byte length of its UTF-8 text, a 16-bit
     keyed head of its first WINDOW bytes and its keyed, salted digest. The customer's id is looked for as their
-    namespace prefix (`clientes.<id>`: an id alone is too short to tell from unrelated bytes). A term shorter than
-    WINDOW bytes gets no head: it is listed as not looked for."""
+    namespace prefix (`clientes.<id>`: an id alone is too short to tell from unrelated bytes; an id that begins
+    another's, C9 and C9x, is then found in the other's live rows: reported found, never a false "overwritten"). A
+    term shorter than WINDOW bytes gets no head: it is listed as not looked for."""
     out = []
     key = bytes.fromhex(salt)
     for ref, term in terms:
