@@ -202,13 +202,14 @@ else:
         st.warning(t("erasure_physical_free", at=measured_at), icon=":material/hard_drive:")
     else:
         st.warning(t("erasure_physical_not_measured", at=measured_at), icon=":material/help:")
-    if settled["files_note"]:
-        st.caption(md(settled["files_note"]))
     if settled["t_wal_backup_horizon"]:
         st.info(t("erasure_physical_horizon", at=fmt.moment(settled["t_wal_backup_horizon"])))
     else:
         st.warning(t("erasure_physical_horizon_unknown"), icon=":material/history:")
-    st.caption(md(settled["horizon_note"]))
+    with st.expander(t("erasure_physical_notes")):  # the evidence's own record, in the language it is kept in
+        for note in (settled["files_note"], settled["horizon_note"]):
+            if note:
+                st.code(note, language=None, wrap_lines=True)
     found = settled["files"].get("tables", {})
     steps = pd.DataFrame(
         [

@@ -341,7 +341,7 @@ def test_the_register_page_says_what_is_not_yet_physically_gone_and_when(db, app
         at.switch_page("app_pages/erasure_register.py").run()
         assert not at.exception, at.exception
         shown = [m.value for m in at.markdown] + [w.value for w in at.warning] + [s.value for s in at.success]
-        shown += [i.value for i in at.info] + [c.value for c in at.caption]
+        shown += [i.value for i in at.info] + [c.value for c in at.caption] + [c.value for c in at.code]
         return at, "\n".join(shown)
 
     _, text = page()
@@ -351,7 +351,7 @@ def test_the_register_page_says_what_is_not_yet_physically_gone_and_when(db, app
     row = registered(db, result.request_id)
     assert row["files_status"] == physical.IN_FREE_SPACE
     assert "Inalcanzable por SQL desde" in text and "Aún no borrada físicamente" in text
-    assert "Aún no se sabe cuándo sale del WAL" in text and r"7 days \(BACKUP\_RETENTION\_DAYS\)" in text
+    assert "Aún no se sabe cuándo sale del WAL" in text and "7 days (BACKUP_RETENTION_DAYS)" in text
     assert PHONE not in text and ADDRESS not in text
     steps = next(df.value for df in at.dataframe if "vacuum_done" in df.value.columns)
     assert set(steps["table_name"]) == set(physical.AGENT_TABLES) and steps["vacuum_done"].all()
