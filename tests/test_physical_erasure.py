@@ -28,11 +28,27 @@ from core.memory.store import build_store
 from core.operations import sweep
 from core.privacy import erasure, erasure_register, evidence, physical
 from core.privacy import residue as res
-from tests.conftest import DIMS, ROOT, grant_our_functions
+from tests.conftest import DIMS, ROOT, database_factory, grant_our_functions, own_embedded_server
 
 CUSTOMER = "CZ7Q4X"
 PHONE = "612345678"
 ADDRESS = "Calle Zurbarán 27"
+
+
+@pytest.fixture(scope="module")
+def pg_dsn(tmp_path_factory):
+    """A server of this module's own: its pg_wal holds this module's WAL only, so the scans read all of it (the
+    session's server, after the whole suite's writes, holds more than physical.WAL_MAX_BYTES: then the WAL is rightly
+    "not measured" and the WAL assertions here could not be checked)."""
+    servers = own_embedded_server(tmp_path_factory, "physical")
+    base, _control = next(servers)
+    yield base
+    next(servers, None)
+
+
+@pytest.fixture(scope="module")
+def create_database(pg_dsn):
+    return database_factory(pg_dsn)
 
 
 @pytest.fixture
