@@ -91,6 +91,28 @@ GRANT SELECT, UPDATE ON core_erasure_register TO agent_memory_sweeper;
 GRANT SELECT, INSERT ON core_erasure_rechecks TO agent_memory_sweeper;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO agent_memory_sweeper;
 
+-- Physical erasure (core.privacy.physical.settle, migration 137), after the re-check: its own rows, the needles erase()
+-- kept (read above); a plain VACUUM of the five agents' tables (PostgreSQL 17+: MAINTAIN, which also allows CLUSTER
+-- and REINDEX: grant it only if the job may hold that; without it VACUUM warns and skips, recorded as not done) and a
+-- CHECKPOINT (pg_checkpoint, PostgreSQL 15+; only a superuser can grant it: a notice otherwise, and the step is
+-- recorded as not permitted). The files are read only where the job can read the server's data directory (the
+-- embedded server): elsewhere the register says "not measured", never "overwritten".
+GRANT SELECT, INSERT, UPDATE ON core_erasure_physical TO agent_memory_sweeper;
+DO $$
+BEGIN
+    IF current_setting('server_version_num')::int >= 170000 THEN
+        EXECUTE 'GRANT MAINTAIN ON store, store_vectors, checkpoints, checkpoint_blobs, checkpoint_writes '
+                'TO agent_memory_sweeper';
+    END IF;
+    BEGIN
+        GRANT pg_checkpoint TO agent_memory_sweeper;
+    EXCEPTION WHEN insufficient_privilege OR undefined_object THEN
+        RAISE NOTICE 'pg_checkpoint not granted (%): the physical erasure step records its CHECKPOINT as not permitted',
+            SQLERRM;
+    END;
+END
+$$;
+
 -- Our functions (the SQL decoder of checkpoint payloads, the registers' seals, ...) are not executable by PUBLIC
 -- (migration 050): the job calls them directly and through our views. Definer functions are triggers only and stay
 -- out. Re-run this file after a migration adds functions.
