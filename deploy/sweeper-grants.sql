@@ -7,6 +7,7 @@
 --   checkpoint_*     SELECT (thread age, re-check), DELETE (PostgresSaver.delete_thread, history pruning)
 --   checkpoints      UPDATE (pruning unlinks a kept checkpoint from its deleted parent: parent_checkpoint_id)
 --   core_prune_threads  INSERT (the threads a run pruned, migration 060)
+--   core_prune_pending_blobs  SELECT, INSERT, DELETE (blobs of pruned checkpoints awaiting their grace, migration 121)
 --   core_sweep_documents  INSERT (the keys of the documents a run deleted, migration 061)
 --   core_sweep_log   INSERT + UPDATE (its own row), SELECT (RETURNING)
 --   core_thread_storage  SELECT, INSERT, DELETE (storage per thread, recomputed every run)
@@ -40,6 +41,8 @@ $$;
 GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;
 -- History pruning (migration 060): the threads each run pruned; the run's totals go in its core_sweep_log row.
 GRANT SELECT, INSERT ON core_prune_threads TO agent_memory_sweeper;
+-- Blobs of pruned checkpoints wait a grace before a later run deletes them (migration 121, issue 43).
+GRANT SELECT, INSERT, DELETE ON core_prune_pending_blobs TO agent_memory_sweeper;
 -- The first documents each run deleted or would delete (migration 061), listed on the Sweeps page.
 GRANT SELECT, INSERT ON core_sweep_documents TO agent_memory_sweeper;
 -- The Checkpoints page's storage summary, recomputed by every sweep (migration 009; DELETE also
