@@ -17,6 +17,7 @@ from langchain_core.embeddings import Embeddings
 
 from core.config import Settings
 from core.db import Database
+from core.memory.customer_stores import MINE_PREFIXES, ROOT, Scope
 from core.memory.embeddings import make_embeddings
 from core.memory.store import ROOTS, InvalidIdentifier
 
@@ -51,6 +52,26 @@ FROM (
 JOIN store s ON s.prefix = v.prefix AND s.key = v.key
 ORDER BY v.distance, v.prefix, v.key
 LIMIT %(k)s"""
+# A store manager's search (issue 39): exact nearest neighbours among the vectors of the customers of their stores
+# (each namespace's vectors by store_vectors' primary key), never the whole index then a filter: an HNSW scan filtered
+# to one store in a hundred would stop before finding k of them.
+SELECT_SCOPED_NEAREST = (
+    "WITH "
+    + MINE_PREFIXES
+    + r"""
+SELECT v.prefix, v.key, split_part(v.prefix, '.', 2) AS holder,
+       coalesce(s.value ->> 'tipo', CASE WHEN s.key LIKE 'pref-%%' THEN substr(s.key, 6) END) AS tipo,
+       coalesce(s.value ->> 'valor', s.value ->> 'texto', s.value::text) AS valor,
+       s.value ->> 'texto' AS texto, s.expires_at, v.distance
+FROM (
+    SELECT DISTINCT ON (sv.prefix, sv.key) sv.prefix, sv.key, sv.embedding <=> %(q)s::vector AS distance
+    FROM mine_prefixes p JOIN store_vectors sv ON sv.prefix = p.prefix
+    ORDER BY sv.prefix, sv.key, sv.embedding <=> %(q)s::vector) v
+JOIN store s ON s.prefix = v.prefix AND s.key = v.key
+WHERE s.expires_at IS NULL OR s.expires_at > now()
+ORDER BY v.distance, v.prefix, v.key
+LIMIT %(k)s"""
+)
 COLUMNS = ["prefix", "key", "holder", "tipo", "valor", "texto", "expires_at", "similarity"]
 
 
@@ -103,12 +124,16 @@ def embed_query(embeddings: Embeddings, text: str, dims: int) -> list[float]:
     return [float(v) for v in vector]
 
 
-def search(db: Database, settings: Settings, query: object, root: object, k: object) -> pd.DataFrame:
+def search(
+    db: Database, settings: Settings, query: object, root: object, k: object, scope: Scope | None = None
+) -> pd.DataFrame:
     """The `k` documents under `root` nearest to `query` by meaning, nearest first, with `similarity` = 1 - cosine
-    distance (1 same direction, 0 nothing in common, negative opposite). Read-only: no TTL moves. Raises
-    SearchInputError for bad input, EmbeddingUnavailable when the query cannot be embedded as the store's vectors
-    were; nothing is read then."""
+    distance (1 same direction, 0 nothing in common, negative opposite); with a `scope`, among the documents of the
+    scope's customers only (`root` must be `clientes`). Read-only: no TTL moves. Raises SearchInputError for bad
+    input, EmbeddingUnavailable when the query cannot be embedded as the store's vectors were; nothing is read then."""
     request = validate(query, root, k)
+    if scope is not None and request.root != ROOT:
+        raise SearchInputError(f"a store manager searches the customers of their stores: the root must be {ROOT!r}")
     with db.connection(read_only=True) as conn, conn.transaction():
         conn.execute("SET TRANSACTION READ ONLY")
         row = conn.execute(SELECT_DIMS).fetchone()
@@ -125,8 +150,11 @@ def search(db: Database, settings: Settings, query: object, root: object, k: obj
     }
     with db.connection(read_only=True) as conn, conn.transaction():
         conn.execute("SET TRANSACTION READ ONLY")
-        conn.execute(SET_SCAN, params)
-        rows = conn.execute(SELECT_NEAREST, params).fetchall()
+        if scope is None:
+            conn.execute(SET_SCAN, params)
+            rows = conn.execute(SELECT_NEAREST, params).fetchall()
+        else:
+            rows = conn.execute(SELECT_SCOPED_NEAREST, {**params, **scope.params()}).fetchall()
     frame = pd.DataFrame(rows, columns=[*COLUMNS[:-1], "distance"])
     frame["similarity"] = (1.0 - frame["distance"].astype(float)).round(3)
     return frame[COLUMNS]
