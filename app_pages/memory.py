@@ -239,7 +239,7 @@ if query:
         st.error(
             t("scope_refused", target=md_code(query), stores=", ".join(map(md, scope.stores))), icon=":material/block:"
         )
-        pass
+        views_log.record(roles.MANAGER, "refused", [(query, reads.refused_customer(query))], purpose or None)
     elif found is not None and found.empty:
         st.info(t("drill_none", q=md(query)))
     if found is not None and not suggestions.empty and suggestions["prefix"].tolist() != found["prefix"].tolist():
