@@ -90,20 +90,7 @@ class Follower:
             if level is None or level[0] != "logical":
                 raise CaptureNotAllowed(f"wal_level is {level[0] if level else '?'}; logical decoding needs logical")
             conn.execute(SCHEMA)
-            has_pub = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (PUBLICATION,)).fetchone()
-            if not has_pub:
-                not_owned = conn.execute(
-                    "SELECT relname FROM pg_class WHERE relname = ANY(%s) AND relkind = 'r'"
-                    " AND relnamespace = 'public'::regnamespace AND NOT pg_has_role(current_user, relowner, 'USAGE')",
-                    (list(AGENT_TABLES),),
-                ).fetchall()
-                if not_owned:
-                    raise CaptureNotAllowed(
-                        "creating the publication needs the owner of the agents' tables; "
-                        f"{current_user(conn)} does not own {', '.join(r[0] for r in not_owned)}: "
-                        "run the migrations as the owner"
-                    )
-                conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {', '.join(AGENT_TABLES)}")
+            self._publish(conn)
             has_slot = conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)).fetchone()
             if not has_slot:
                 try:
@@ -114,6 +101,43 @@ class Follower:
                     pass
                 # A new slot starts now: recount what is already there, at the slot's start.
                 self._recount(conn)
+
+    def _publish(self, conn: psycopg.Connection) -> None:
+        """The publication covers whichever of the five tables exist (a saver's tables may come later)."""
+        existing = [
+            r[0]
+            for r in conn.execute(
+                "SELECT c.relname, pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c"
+                " WHERE c.relname = ANY(%s) AND c.relkind IN ('r', 'p') AND c.relnamespace = 'public'::regnamespace",
+                (list(AGENT_TABLES),),
+            ).fetchall()
+        ]
+        published = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_publication_tables WHERE pubname = %s AND schemaname = 'public'",
+                (PUBLICATION,),
+            ).fetchall()
+        }
+        has_pub = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (PUBLICATION,)).fetchone()
+        missing = [t for t in existing if t not in published]
+        if has_pub and not missing:
+            return
+        owned = conn.execute(
+            "SELECT relname FROM pg_class WHERE relname = ANY(%s) AND relnamespace = 'public'::regnamespace"
+            " AND NOT pg_has_role(current_user, relowner, 'USAGE')",
+            (missing or list(AGENT_TABLES),),
+        ).fetchall()
+        if owned:
+            raise CaptureNotAllowed(
+                "creating or extending the publication needs the owner of the agents' tables; "
+                f"{current_user(conn)} does not own {', '.join(r[0] for r in owned)}: run the migrations as the owner"
+            )
+        tables = ", ".join(f"public.{t}" for t in missing)
+        if not has_pub:
+            conn.execute(f"CREATE PUBLICATION {PUBLICATION}" + (f" FOR TABLE {tables}" if tables else ""))
+        elif missing:
+            conn.execute(f"ALTER PUBLICATION {PUBLICATION} ADD TABLE {tables}")
 
     def _recount(self, conn: psycopg.Connection) -> None:
         """Rebuild the aggregate from the table, positioned at the slot's confirmed LSN.
