@@ -158,18 +158,17 @@ class Follower:
 
     # --- one batch ---------------------------------------------------------------------------------------
     def run_once(self) -> BatchResult:
-        with psycopg.connect(self.dsn) as conn:
+        # autocommit: `conn.transaction()` below is then a real BEGIN ... COMMIT, not a savepoint.
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT lsn::text FROM core_capture_position WHERE slot_name = %s", (self.slot,)
             ).fetchone()
             applied = _lsn(row[0]) if row else 0
-            conn.commit()
             rows = conn.execute(
                 "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,"
                 " 'proto_version', '1', 'publication_names', %s)",
                 (self.slot, self.batch_changes, PUBLICATION),
             ).fetchall()
-            conn.commit()
             relations: dict[int, pgoutput.Relation] = {}
             delta: Counter[str] = Counter()
             truncated = False
@@ -221,7 +220,6 @@ class Follower:
 
     def _advance(self, conn: psycopg.Connection, lsn: int) -> None:
         conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, _lsn_text(lsn)))
-        conn.commit()
 
     @staticmethod
     def _change(msg: pgoutput.Message, relations: dict[int, pgoutput.Relation], pending: Counter[str]) -> bool:
