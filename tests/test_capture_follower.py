@@ -29,8 +29,10 @@ def capture_db(create_database):
     follower.setup()
     yield dsn, follower
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
-                     (follower.slot,))
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+            (follower.slot,),
+        )
 
 
 def follower_counts(dsn: str) -> dict[str, int]:
@@ -99,8 +101,13 @@ def _start_follower(dsn: str, pause: str | None, marker: Path) -> subprocess.Pop
     if pause:
         env[PAUSE_ENV] = pause
         env[PAUSE_ENV + "_FILE"] = str(marker)
-    return subprocess.Popen([sys.executable, "-m", "core.capture.follower", dsn], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(marker.with_suffix(".log"), "w"))
+    return subprocess.Popen(
+        [sys.executable, "-m", "core.capture.follower", dsn],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(marker.with_suffix(".log"), "w"),
+    )
 
 
 def _wait_for(marker: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -118,8 +125,9 @@ def _position(dsn: str) -> list:
 
 def _slot_lsn(dsn: str, slot: str) -> str:
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                           (slot,)).fetchone()
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
         assert row is not None
         return str(row[0])
 

@@ -8,7 +8,10 @@ import pytest
 
 from core.capture import pgoutput
 
-ROWS = [(lsn, bytes.fromhex(h)) for lsn, h in json.loads((Path(__file__).parent / "data/pgoutput_store_v1.json").read_text())]
+ROWS = [
+    (lsn, bytes.fromhex(h))
+    for lsn, h in json.loads((Path(__file__).parent / "data/pgoutput_store_v1.json").read_text())
+]
 
 
 def decoded():

