@@ -155,66 +155,66 @@ class Follower:
             )
 
     # --- one batch ---------------------------------------------------------------------------------------
-    def run_once(self) -> BatchResult:
-        # autocommit: `conn.transaction()` below is then a real BEGIN ... COMMIT, not a savepoint.
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT lsn::text FROM core_capture_position WHERE slot_name = %s", (self.slot,)
-            ).fetchone()
-            applied = _lsn(row[0]) if row else 0
-            rows = conn.execute(
-                "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,"
-                " 'proto_version', '1', 'publication_names', %s)",
-                (self.slot, self.batch_changes, PUBLICATION),
-            ).fetchall()
-            relations: dict[int, pgoutput.Relation] = {}
-            delta: Counter[str] = Counter()
-            truncated = False
-            pending: Counter[str] = Counter()
-            pending_truncate = False
-            reached: int | None = None
-            txns = changes = 0
-            for lsn_text, data in rows:
-                msg = pgoutput.decode(data)
-                if isinstance(msg, pgoutput.Relation):
-                    relations[msg.oid] = msg
-                elif isinstance(msg, pgoutput.Begin):
-                    pending, pending_truncate = Counter(), False
-                elif isinstance(msg, pgoutput.Commit):
-                    end = _lsn(lsn_text)
-                    if end > applied:  # else applied before a kill that came before the slot's advance
-                        if pending_truncate:
-                            delta, truncated = Counter(), True
-                        delta.update(pending)
-                        txns += 1
-                    reached = end
-                else:
-                    changes += 1
-                    pending_truncate = self._change(msg, relations, pending) or pending_truncate
-            if reached is None or reached <= applied:
-                if reached is not None:
-                    self._advance(conn, reached)
-                return BatchResult(0, 0, applied or None)
-            with conn.transaction():
-                if truncated:
-                    conn.execute("DELETE FROM core_capture_prefix_counts")
-                items = sorted((p, n) for p, n in delta.items() if n)
-                if items:
-                    conn.cursor().executemany(
-                        "INSERT INTO core_capture_prefix_counts AS c (prefix, documents) VALUES (%s, %s)"
-                        " ON CONFLICT (prefix) DO UPDATE SET documents = c.documents + EXCLUDED.documents",
-                        items,
-                    )
-                    conn.execute("DELETE FROM core_capture_prefix_counts WHERE documents <= 0")
-                _pause("mid_batch")
-                conn.execute(
-                    "INSERT INTO core_capture_position (slot_name, lsn) VALUES (%s, %s::pg_lsn)"
-                    " ON CONFLICT (slot_name) DO UPDATE SET lsn = EXCLUDED.lsn, applied_at = now()",
-                    (self.slot, _lsn_text(reached)),
+    def run_once(self, conn: psycopg.Connection | None = None) -> BatchResult:
+        if conn is None:
+            # autocommit: `conn.transaction()` below is then a real BEGIN ... COMMIT, not a savepoint.
+            with psycopg.connect(self.dsn, autocommit=True) as own:
+                return self.run_once(own)
+        row = conn.execute("SELECT lsn::text FROM core_capture_position WHERE slot_name = %s", (self.slot,)).fetchone()
+        applied = _lsn(row[0]) if row else 0
+        rows = conn.execute(
+            "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,"
+            " 'proto_version', '1', 'publication_names', %s)",
+            (self.slot, self.batch_changes, PUBLICATION),
+        ).fetchall()
+        relations: dict[int, pgoutput.Relation] = {}
+        delta: Counter[str] = Counter()
+        truncated = False
+        pending: Counter[str] = Counter()
+        pending_truncate = False
+        reached: int | None = None
+        txns = changes = 0
+        for lsn_text, data in rows:
+            msg = pgoutput.decode(data)
+            if isinstance(msg, pgoutput.Relation):
+                relations[msg.oid] = msg
+            elif isinstance(msg, pgoutput.Begin):
+                pending, pending_truncate = Counter(), False
+            elif isinstance(msg, pgoutput.Commit):
+                end = _lsn(lsn_text)
+                if end > applied:  # else applied before a kill that came before the slot's advance
+                    if pending_truncate:
+                        delta, truncated = Counter(), True
+                    delta.update(pending)
+                    txns += 1
+                reached = end
+            else:
+                changes += 1
+                pending_truncate = self._change(msg, relations, pending) or pending_truncate
+        if reached is None or reached <= applied:
+            if reached is not None:
+                self._advance(conn, reached)
+            return BatchResult(0, 0, applied or None)
+        with conn.transaction():
+            if truncated:
+                conn.execute("DELETE FROM core_capture_prefix_counts")
+            items = sorted((p, n) for p, n in delta.items() if n)
+            if items:
+                conn.cursor().executemany(
+                    "INSERT INTO core_capture_prefix_counts AS c (prefix, documents) VALUES (%s, %s)"
+                    " ON CONFLICT (prefix) DO UPDATE SET documents = c.documents + EXCLUDED.documents",
+                    items,
                 )
-            _pause("after_apply")
-            self._advance(conn, reached)
-            return BatchResult(txns, changes, reached)
+                conn.execute("DELETE FROM core_capture_prefix_counts WHERE documents <= 0")
+            _pause("mid_batch")
+            conn.execute(
+                "INSERT INTO core_capture_position (slot_name, lsn) VALUES (%s, %s::pg_lsn)"
+                " ON CONFLICT (slot_name) DO UPDATE SET lsn = EXCLUDED.lsn, applied_at = now()",
+                (self.slot, _lsn_text(reached)),
+            )
+        _pause("after_apply")
+        self._advance(conn, reached)
+        return BatchResult(txns, changes, reached)
 
     def _advance(self, conn: psycopg.Connection, lsn: int) -> None:
         conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, _lsn_text(lsn)))
@@ -243,8 +243,9 @@ class Follower:
 
     def run(self, *, idle_sleep: float = 0.2, stop_after_idle: float | None = None) -> None:
         idle_since = time.monotonic()
+        conn = psycopg.connect(self.dsn, autocommit=True)  # one backend for the follower's life
         while True:
-            result = self.run_once()
+            result = self.run_once(conn)
             if result.transactions:
                 idle_since = time.monotonic()
             else:
