@@ -102,6 +102,8 @@ def show_result(result: erasure.ErasureResult) -> None:
     st.caption(
         t("erasure_request", rid=result.request_id, operator=md(result.operator), passes=result.passes, took=took)
     )
+    if result.complete:  # SQL zero is not zero bytes (core.privacy.physical): said here, settled by the sweep
+        st.info(t("erasure_not_physical_yet"), icon=":material/hard_drive:")
 
     st.subheader(t("erasure_evidence_title"))
     st.caption(t("erasure_evidence_caption"))

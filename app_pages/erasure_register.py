@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from core import roles
-from core.privacy import erasure, erasure_register, follow_up
+from core.privacy import erasure, erasure_register, follow_up, physical
 from ui import fmt
 from ui.common import call_now, forget_all, require_role
 from ui.i18n import t
@@ -186,6 +187,51 @@ if row["came_back"] or row["status"] != "complete":
         icon=":material/delete_forever:",
         query_params={"cliente": row["customer_id"]},
     )
+
+st.subheader(t("erasure_physical_title"))
+st.caption(t("erasure_physical_caption"))
+settled = call_now(physical.record, request_id)
+if settled is None:
+    st.warning(t("erasure_physical_none"), icon=":material/hourglass_top:")
+else:
+    st.markdown(t("erasure_physical_sql", at=fmt.moment(settled["t_sql_zero"])) if settled["t_sql_zero"] else "")
+    measured_at = fmt.moment(settled["settled_at"])
+    if settled["files_status"] == physical.OVERWRITTEN:
+        st.success(t("erasure_physical_overwritten", at=fmt.moment(settled["t_files_overwritten"])))
+    elif settled["files_status"] == physical.IN_FREE_SPACE:
+        st.warning(t("erasure_physical_free", at=measured_at), icon=":material/hard_drive:")
+    else:
+        st.warning(t("erasure_physical_not_measured", at=measured_at), icon=":material/help:")
+    if settled["t_wal_backup_horizon"]:
+        st.info(t("erasure_physical_horizon", at=fmt.moment(settled["t_wal_backup_horizon"])))
+    else:
+        st.warning(t("erasure_physical_horizon_unknown"), icon=":material/history:")
+    with st.expander(t("erasure_physical_notes")):  # the evidence's own record, in the language it is kept in
+        for note in (settled["files_note"], settled["horizon_note"]):
+            if note:
+                st.code(note, language=None, wrap_lines=True)
+    found = settled["files"].get("tables", {})
+    steps = pd.DataFrame(
+        [
+            {
+                "table_name": name,
+                "vacuum_done": bool(step.get("done")),
+                "vacuumed_at": pd.to_datetime(step.get("finished_at"), utc=True),
+                "dead_tuples": (step.get("stats") or {}).get("dead_tuples"),
+                "last_vacuum": pd.to_datetime((step.get("stats") or {}).get("last_vacuum"), utc=True),
+                "found": ", ".join(
+                    f"{part}: {'/'.join(refs)}" for part, refs in found.get(name, {}).get("parts", {}).items()
+                ),
+            }
+            for name, step in settled["steps"].get("tables", {}).items()
+        ]
+    )
+    if not steps.empty:
+        table(
+            steps,
+            key="erasure_register.physical",
+            columns=["table_name", "vacuum_done", "vacuumed_at", "dead_tuples", "last_vacuum", "found"],
+        )
 
 st.subheader(t("erasure_rechecks_title"))
 checks = call_now(erasure_register.rechecks, request_id)

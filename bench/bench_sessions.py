@@ -41,6 +41,7 @@ import psutil
 import psycopg
 
 from bench.st_client import StreamlitSession
+from core.config import term_hash_key
 
 ROOT = Path(__file__).resolve().parent.parent
 # the pages a person opens, by URL path; the Degradation page is the refreshing sessions' own
@@ -96,6 +97,8 @@ def start_dashboard(dsn: str, dims: int, extra_env: dict[str, str]) -> tuple[sub
         **os.environ,
         "PG_AGENTES": dsn,
         "EMBEDDINGS_DIMS": str(dims),
+        # the key the template's hashes were made with (bench_production runs embedded: the data folder's key)
+        "TERM_HASH_KEY": os.environ.get("TERM_HASH_KEY") or term_hash_key().hex(),
         "AUTO_MIGRATE": "0",
         "SEED_DEMO": "0",
         "DEMO_REPLICAS": "0",

@@ -88,6 +88,9 @@ class Settings:
     # shown (DATA_VIEWS_PURPOSE), and the log's rows are kept this many days (DATA_VIEWS_RETENTION_DAYS, the sweep).
     data_views_purpose: bool = False
     data_views_retention_days: int = 365
+    # How long base backups and archived WAL are kept (BACKUP_RETENTION_DAYS, days): the latest an erased value can
+    # be in a backup once the files no longer hold it (core.privacy.physical). None: not configured, said "unknown".
+    backup_retention_days: int | None = None
 
     @property
     def embedded(self) -> bool:
@@ -258,6 +261,11 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         data_views_purpose=_flag(_pick("DATA_VIEWS_PURPOSE", secrets, "0")),
         data_views_retention_days=_int(
             "DATA_VIEWS_RETENTION_DAYS", _pick("DATA_VIEWS_RETENTION_DAYS", secrets, 365), minimum=1
+        ),
+        backup_retention_days=(
+            None
+            if _pick("BACKUP_RETENTION_DAYS", secrets) is None
+            else _int("BACKUP_RETENTION_DAYS", _pick("BACKUP_RETENTION_DAYS", secrets), minimum=0)
         ),
         demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
     )

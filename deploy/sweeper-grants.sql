@@ -7,6 +7,7 @@
 --   checkpoint_*     SELECT (thread age, re-check), DELETE (PostgresSaver.delete_thread, history pruning)
 --   checkpoints      UPDATE (pruning unlinks a kept checkpoint from its deleted parent: parent_checkpoint_id)
 --   core_prune_threads  INSERT (the threads a run pruned, migration 060)
+--   core_prune_pending_blobs  SELECT, INSERT, DELETE (blobs of pruned checkpoints awaiting their grace, migration 121)
 --   core_sweep_documents  INSERT (the keys of the documents a run deleted, migration 061)
 --   core_sweep_log   INSERT + UPDATE (its own row), SELECT (RETURNING)
 --   core_thread_storage  SELECT, INSERT, DELETE (storage per thread, recomputed every run)
@@ -40,6 +41,8 @@ $$;
 GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;
 -- History pruning (migration 060): the threads each run pruned; the run's totals go in its core_sweep_log row.
 GRANT SELECT, INSERT ON core_prune_threads TO agent_memory_sweeper;
+-- Blobs of pruned checkpoints wait a grace before a later run deletes them (migration 121, issue 43).
+GRANT SELECT, INSERT, DELETE ON core_prune_pending_blobs TO agent_memory_sweeper;
 -- The first documents each run deleted or would delete (migration 061), listed on the Sweeps page.
 GRANT SELECT, INSERT ON core_sweep_documents TO agent_memory_sweeper;
 -- The Checkpoints page's storage summary, recomputed by every sweep (migration 009; DELETE also
@@ -90,6 +93,28 @@ GRANT SELECT ON ALL TABLES IN SCHEMA public TO agent_memory_sweeper;
 GRANT SELECT, UPDATE ON core_erasure_register TO agent_memory_sweeper;
 GRANT SELECT, INSERT ON core_erasure_rechecks TO agent_memory_sweeper;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO agent_memory_sweeper;
+
+-- Physical erasure (core.privacy.physical.settle, migration 137), after the re-check: its own rows, the needles erase()
+-- kept (read above); a plain VACUUM of the five agents' tables (PostgreSQL 17+: MAINTAIN, which also allows CLUSTER
+-- and REINDEX: grant it only if the job may hold that; without it VACUUM warns and skips, recorded as not done) and a
+-- CHECKPOINT (pg_checkpoint, PostgreSQL 15+; only a superuser can grant it: a notice otherwise, and the step is
+-- recorded as not permitted). The files are read only where the job can read the server's data directory (the
+-- embedded server): elsewhere the register says "not measured", never "overwritten".
+GRANT SELECT, INSERT, UPDATE ON core_erasure_physical TO agent_memory_sweeper;
+DO $$
+BEGIN
+    IF current_setting('server_version_num')::int >= 170000 THEN
+        EXECUTE 'GRANT MAINTAIN ON store, store_vectors, checkpoints, checkpoint_blobs, checkpoint_writes '
+                'TO agent_memory_sweeper';
+    END IF;
+    BEGIN
+        GRANT pg_checkpoint TO agent_memory_sweeper;
+    EXCEPTION WHEN insufficient_privilege OR undefined_object THEN
+        RAISE NOTICE 'pg_checkpoint not granted (%): the physical erasure step records its CHECKPOINT as not permitted',
+            SQLERRM;
+    END;
+END
+$$;
 
 -- Our functions (the SQL decoder of checkpoint payloads, the registers' seals, ...) are not executable by PUBLIC
 -- (migration 050): the job calls them directly and through our views. Definer functions are triggers only and stay

@@ -86,6 +86,11 @@ def pg_dsn() -> str:
 def create_database(pg_dsn):
     """`create_database(migrated=True) -> dsn` of a new, empty database on the embedded server. A migrated one
     is a copy of a database migrated once per session (CREATE DATABASE ... TEMPLATE: a fifth of migrate()'s time)."""
+    return database_factory(pg_dsn)
+
+
+def database_factory(pg_dsn: str):
+    """The body of `create_database` on the server `pg_dsn` (a module with a server of its own overrides both)."""
     template = f"template_{uuid.uuid4().hex[:12]}"
     migrated_template = False
 

@@ -1,4 +1,4 @@
-"""The layout the README's Architecture section promises, checked on the source itself: layers (pages -> ui
+"""The layout docs/contributor.md's Architecture section promises, checked on the source itself: layers (pages -> ui
 -> core, no import upward), no import cycle between modules (late and type-checking imports included), no
 Streamlit in core, no SQL in pages, and the deploy manifests' commands that still run. A module's length is
 no design rule: a long one is only named in a warning."""

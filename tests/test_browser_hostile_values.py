@@ -106,6 +106,13 @@ def test_operations_pages(page, server, hostile, screenshot):
     inert(page)
     visit(page, server, "sweeps", "Registro de barridos")
     inert(page)
+    # Streamlit's own table export writes cells unneutralised (a thread id "=HYPERLINK(...)" is a formula in a
+    # spreadsheet): it is turned off (client.disableDataExport), its toolbar keeps search and full screen
+    grid = page.get_by_test_id("stDataFrame").first
+    grid.hover()
+    toolbar = page.get_by_test_id("stElementToolbar").first
+    expect(toolbar.get_by_role("button", name="Search")).to_be_visible()
+    expect(toolbar.get_by_role("button", name="Download as CSV")).to_have_count(0)
     visit(page, server, "degradation", "Episodios de degradación")
     expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=30_000)
     inert(page)

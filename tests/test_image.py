@@ -227,7 +227,7 @@ def image(tmp_path_factory) -> ImageRoot:
 
 
 def manifest_env(container: dict, secrets: dict[str, str]) -> dict[str, str]:
-    """The container's environment as its manifest sets it, each Secret's `dsn` given by `secrets`."""
+    """The container's environment as its manifest sets it, each Secret's value (DSN, term-hash key) from `secrets`."""
     env = {}
     for item in container.get("env", []):
         if "value" in item:
@@ -283,7 +283,7 @@ def test_the_images_entrypoints_run_from_a_clean_virtualenv(image, create_databa
             "agent-memory-exporter-db",
             "agent-memory-sweeper-db",
         )
-    }
+    } | {"agent-memory-term-hash-key": os.environ["TERM_HASH_KEY"]}
 
     def run(name: str, command: list[str] | None = None, **kw) -> subprocess.CompletedProcess:
         container = containers[name]
@@ -475,7 +475,7 @@ def test_the_real_image_builds_and_runs_what_deploy_runs(create_database, tmp_pa
     secrets = dict.fromkeys(
         ("agent-memory-owner-db", "agent-memory-dashboard-db", "agent-memory-exporter-db", "agent-memory-sweeper-db"),
         psycopg.conninfo.make_conninfo(dsn, host="/run/postgresql"),
-    )
+    ) | {"agent-memory-term-hash-key": os.environ["TERM_HASH_KEY"]}
     containers = manifest_containers()
 
     def job(name: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:

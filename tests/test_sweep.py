@@ -361,7 +361,7 @@ def test_page_reads_match_sql(db, store):
 
 
 def test_the_job_runs_as_the_least_privileged_role_of_the_readme(db, store):
-    """deploy/sweeper-grants.sql is what the README tells a DBA to run: the job must work with exactly that."""
+    """deploy/sweeper-grants.sql is what docs/sre.md tells a DBA to run: the job must work with exactly that."""
     from pathlib import Path
 
     import psycopg

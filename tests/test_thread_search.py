@@ -10,6 +10,7 @@ import subprocess
 from datetime import UTC, date, datetime, timedelta
 
 import pandas as pd
+import psycopg
 import pytest
 from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -174,8 +175,14 @@ def test_late_interrupt_write_is_seen_by_the_next_run(create_database):
             durability="sync",
         )
         assert found(db, status="interrupted") == set()  # extracted before the write
+        # one re-check at a time across processes: while another holds it, a run skips (and waits for nothing)
+        with psycopg.connect(db.dsn) as other, other.transaction():
+            other.execute("SELECT pg_advisory_xact_lock(%s)", (tool_calls.STATUS_LOCK_ID,))
+            skipped = tool_calls.extract(db)
+        assert skipped.statuses_skipped and skipped.statuses == 0
+        assert found(db, status="interrupted") == set()
         again = tool_calls.extract(db)
-        assert again.checkpoints == 0 and again.statuses == 1
+        assert again.checkpoints == 0 and again.statuses == 1 and not again.statuses_skipped
         assert found(db, status="interrupted") == {"late"}
     finally:
         db.close()

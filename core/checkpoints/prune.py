@@ -238,6 +238,31 @@ WHERE b.thread_id = d.thread_id AND b.checkpoint_ns = d.ns AND b.channel = d.cha
                     AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)
 RETURNING b.thread_id, coalesce(octet_length(b.blob), 0) AS bytes"""
 
+# Issue 43: with a grace, the prune only records the freed blobs' keys; a run that loaded a pruned checkpoint before
+# the prune (a fork, a replay) may still write a checkpoint that references them.
+DEFER_BLOBS = """
+INSERT INTO core_prune_pending_blobs (thread_id, checkpoint_ns, channel, version)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])
+ON CONFLICT DO NOTHING"""
+
+# Pending blobs older than the grace: each goes only if, in this statement, no checkpoint of its thread and namespace
+# references it; its pending row goes either way (a referenced blob is a live one again).
+PURGE_PENDING_BLOBS = """
+WITH due AS (
+    DELETE FROM core_prune_pending_blobs p WHERE p.pruned_at < now() - make_interval(mins => %(grace)s::int)
+    RETURNING p.thread_id, p.checkpoint_ns, p.channel, p.version
+)
+DELETE FROM checkpoint_blobs b USING due d
+WHERE b.thread_id = d.thread_id AND b.checkpoint_ns = d.checkpoint_ns AND b.channel = d.channel
+  AND b.version = d.version
+  AND NOT EXISTS (SELECT 1 FROM checkpoints c
+                  WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+                    AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)
+RETURNING b.thread_id, coalesce(octet_length(b.blob), 0) AS bytes"""
+
+# Minutes a pruned checkpoint's blobs stay (longer than the longest agent run).
+BLOB_GRACE_MINUTES = 60
+
 
 @dataclass
 class ThreadPruned:
@@ -305,8 +330,11 @@ def _columns(rows: Iterable[tuple]) -> list[list]:
     return [list(c) for c in zip(*rows, strict=True)] if rows else []
 
 
-def apply_plans(conn: psycopg.Connection[DictRow], plans: list[ThreadPlan]) -> list[ThreadPruned]:
-    """Delete what `plans` name (in the caller's transaction); returns what each thread really lost."""
+def apply_plans(
+    conn: psycopg.Connection[DictRow], plans: list[ThreadPlan], blob_grace_minutes: int = 0
+) -> list[ThreadPruned]:
+    """Delete what `plans` name (in the caller's transaction); returns what each thread really lost. With a
+    `blob_grace_minutes`, the freed blobs are only recorded (core_prune_pending_blobs) for purge_pending_blobs."""
     done = {p.thread_id: ThreadPruned(p.thread_id, 0, 0, 0, 0) for p in plans}
     checkpoint_keys = [(p.thread_id, ns, cid) for p in plans for ns, ids in p.delete.items() for cid in ids]
     if not checkpoint_keys:
@@ -319,11 +347,24 @@ def apply_plans(conn: psycopg.Connection[DictRow], plans: list[ThreadPlan]) -> l
     if parents:
         conn.execute(UNLINK_PARENTS, _columns(parents), prepare=False)
     blob_keys = [(p.thread_id, ns, c, v) for p in plans for ns, keys in p.blobs.items() for c, v in keys]
-    if blob_keys:
+    if blob_keys and blob_grace_minutes > 0:
+        conn.execute(DEFER_BLOBS, _columns(blob_keys), prepare=False)
+    elif blob_keys:
         for r in conn.execute(DELETE_BLOBS, _columns(blob_keys), prepare=False):
             done[r["thread_id"]].blobs += 1
             done[r["thread_id"]].bytes += int(r["bytes"])
     return [d for d in done.values() if d.checkpoints or d.writes or d.blobs]
+
+
+def purge_pending_blobs(conn: psycopg.Connection[DictRow], grace_minutes: int) -> list[ThreadPruned]:
+    """Delete the pending blobs (core_prune_pending_blobs) recorded more than `grace_minutes` ago that no checkpoint
+    references now (in the caller's transaction, or its own with an autocommit `conn`)."""
+    done: dict[str, ThreadPruned] = {}
+    for r in conn.execute(PURGE_PENDING_BLOBS, {"grace": grace_minutes}, prepare=False):
+        t = done.setdefault(r["thread_id"], ThreadPruned(r["thread_id"], 0, 0, 0, 0))
+        t.blobs += 1
+        t.bytes += int(r["bytes"])
+    return list(done.values())
 
 
 @dataclass
@@ -367,10 +408,12 @@ def prune_history(
     dry_run: bool = False,
     batch_threads: int = PRUNE_BATCH_THREADS,
     on_batch: Callable[[int, int], None] | None = None,
+    blob_grace_minutes: int = BLOB_GRACE_MINUTES,
 ) -> PruneResult:
     """Prune by `policy` on `conn` (dict rows, autocommit; the sweep job's connection): the cut in one snapshot, then
     one transaction per `batch_threads` threads. A dry run plans the same batches and deletes nothing.
-    `on_batch(threads done, candidates)` after each batch."""
+    `on_batch(threads done, candidates)` after each batch. Freed blobs wait `blob_grace_minutes` (issue 43: a run
+    that loaded a pruned checkpoint may still reference them) and go in a later run's purge; 0 deletes them now."""
     if batch_threads < 1:
         raise PruneInputError(f"batch_threads must be >= 1, got {batch_threads}")
     cut = take_cut(conn, policy)
@@ -381,16 +424,33 @@ def prune_history(
         with conn.transaction(force_rollback=dry_run):
             plans = plan_batch(conn, cut, batch, policy.keep_latest, assume_extracted=dry_run)
             if dry_run:
+                deferred = blob_grace_minutes > 0
                 result.threads += [
-                    ThreadPruned(p.thread_id, p.checkpoints, p.writes, p.blob_count, p.bytes)
+                    ThreadPruned(
+                        p.thread_id,
+                        p.checkpoints,
+                        p.writes,
+                        0 if deferred else p.blob_count,
+                        p.bytes - (p.blob_bytes if deferred else 0),
+                    )
                     for p in plans
                     if p.checkpoints
                 ]
             else:
-                result.threads += apply_plans(conn, plans)
+                result.threads += apply_plans(conn, plans, blob_grace_minutes)
         result.batches += 1
         if on_batch is not None:
             on_batch(start + len(batch), len(threads))
+    if not dry_run:
+        with conn.transaction():
+            purged = purge_pending_blobs(conn, blob_grace_minutes)
+        by_thread = {t.thread_id: t for t in result.threads}
+        for p in purged:
+            if p.thread_id in by_thread:
+                by_thread[p.thread_id].blobs += p.blobs
+                by_thread[p.thread_id].bytes += p.bytes
+            else:
+                result.threads.append(p)
     return result
 
 

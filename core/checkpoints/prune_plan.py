@@ -38,6 +38,7 @@ class ThreadPlan:
     writes: int = 0
     blob_count: int = 0
     bytes: int = 0
+    blob_bytes: int = 0  # of `bytes`, the blobs'
 
 
 def plan_thread(
@@ -112,6 +113,7 @@ def plan_thread(
         plan.blobs[ns] = sorted(k for k in freed if (ns, *k) in blobs)
         plan.checkpoints += len(deleted)
         plan.blob_count += len(plan.blobs[ns])
+        plan.blob_bytes += sum(blobs[(ns, *k)] for k in plan.blobs[ns])
         plan.bytes += sum(r.bytes for r in deleted) + sum(blobs[(ns, *k)] for k in plan.blobs[ns])
         for r in deleted:
             count, size, _ = writes.get((ns, r.id), (0, 0, False))

@@ -48,6 +48,14 @@ SWEEP_LOOKBACK = timedelta(hours=24)
 # A write (an interrupt, an error) lands on a checkpoint after it was created, maybe after the checkpoint was
 # extracted: every run re-checks the status of the thread rows it wrote this long ago or less.
 STATUS_RECHECK = timedelta(minutes=15)
+# The re-check looks for writes that arrived after a summary was written, so only at threads whose latest checkpoint
+# is recent: on a new install (or after a backlog) every summary was written a moment ago, and re-checking all of them
+# (100,000 threads: 20-30 s, by every page at once) is what made the first minutes fail (issue 41). An agent's clock up
+# to STATUS_CLOCK_SKEW behind the database's still gets its recent threads re-checked.
+STATUS_CLOCK_SKEW = timedelta(hours=1)
+# One re-check at a time across every dashboard process and the sweep: one running covers the others (they skip).
+STATUS_LOCK_ID = 0x636F7265_73746174  # "corestat"
+TRY_STATUS_LOCK = "SELECT pg_try_advisory_xact_lock(%s) AS got"
 REPLAYED_KEY = "core_replayed_at"
 
 SELECT_WATERMARK = """
@@ -248,7 +256,8 @@ WITH now_is AS (
     FROM core_thread_summary s CROSS JOIN LATERAL (SELECT """
     + next_nodes("s")
     + """ AS next_nodes) n
-    WHERE s.refreshed_at >= now() - %(window)s::interval)
+    WHERE s.refreshed_at >= now() - %(window)s::interval
+      AND s.updated_at >= now() - %(window)s::interval - %(skew)s::interval)
 UPDATE core_thread_summary s SET status = now_is.status, next_nodes = now_is.next_nodes
 FROM now_is
 WHERE s.thread_id = now_is.thread_id AND (s.status, s.next_nodes) IS DISTINCT FROM (now_is.status, now_is.next_nodes)"""
@@ -322,6 +331,7 @@ class ExtractResult:
     threads: int = 0  # thread summaries written (core_thread_summary: search, status)
     usages: int = 0  # AI messages with usage_metadata newly extracted (core_message_usage)
     statuses: int = 0  # thread statuses changed by the re-check (a late interrupt or error write)
+    statuses_skipped: bool = False  # another run was re-checking at that moment (its re-check covers this one)
     batches: int = 0
     behind: int = 0  # checkpoints still after the watermark when it stopped (capped)
     pruned: int = 0
@@ -385,7 +395,11 @@ def extract(
         if row["checkpoints"] < limit:
             break
     with db.connection() as conn, conn.transaction():
-        result.statuses = conn.execute(RECHECK_STATUS, {"window": STATUS_RECHECK}).rowcount
+        if one(conn.execute(TRY_STATUS_LOCK, (STATUS_LOCK_ID,)).fetchone())["got"]:
+            params = {"window": STATUS_RECHECK, "skew": STATUS_CLOCK_SKEW}
+            result.statuses = conn.execute(RECHECK_STATUS, params).rowcount
+        else:  # another process or session is re-checking right now
+            result.statuses_skipped = True
     result.behind = checkpoints_behind(db)
     log.info(
         "tool calls: %d checkpoints (%d writes) read, %d calls, %d thread-days, %d refused payloads, "

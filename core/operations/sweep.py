@@ -13,7 +13,10 @@
    of live threads (core.checkpoints.prune, which never deletes a checkpoint the extraction has not read); then
    refreshes the per-thread storage summary and the attribution coverage and indexes the threads written since the
    last run for the residue scan (core.privacy.token_index);
-4. calls the erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`);
+4. calls the erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`), then (not in a dry run)
+   settles physically the complete requests not settled yet (`core.privacy.physical.settle(db)`: plain VACUUM of the
+   agents' tables, CHECKPOINT, a read of the server's files when they are readable, recorded in
+   `core_erasure_physical`);
 5. completes its row in `core_sweep_log` (the first documents' keys in `core_sweep_documents`).
 
 A row still 'running' while no process holds the lock has no process behind it (a pod killed, a dashboard restarted
@@ -166,6 +169,7 @@ class SweepResult:
     threads: list[str] = field(default_factory=list)  # old threads found (deleted unless dry run)
     threads_deleted: int = 0
     erasure_recheck: str | None = None
+    physical_erasure: str | None = None  # core.privacy.physical.settle's summary (None: step not run)
     tool_calls_extracted: int | None = None  # tool calls newly extracted from checkpoints (None: step not run)
     threads_tokenized: int | None = None  # threads (re)indexed for the residue scan (None: step not run)
     threads_not_readable: int = 0  # threads of the index with encrypted rows no configured key opens
@@ -199,6 +203,8 @@ class SweepResult:
             text += f"; {self.data_views_deleted} views of customer data past their retention deleted"
         if self.erasure_recheck:
             text += f"; erasure register: {self.erasure_recheck}"
+        if self.physical_erasure:
+            text += f"; {self.physical_erasure}"
         return text + (f"; error: {self.error}" if self.error else "")
 
 
@@ -316,6 +322,13 @@ def recheck_erasures(db: Database) -> str:
     return str(erasure_register.recheck_all(db))
 
 
+def settle_physical(db: Database) -> str:
+    """The physical erasure step (`core.privacy.physical.settle(db)`) as its summary text (request numbers only)."""
+    from core.privacy import physical
+
+    return str(physical.settle(db))
+
+
 def _close_dead_runs(conn: psycopg.Connection[DictRow], by: str) -> list[int]:
     rows = conn.execute(CLOSE_DEAD_RUNS, {"reason": DEAD_RUN_REASON.format(by=by), "key": SWEEP_LOCK_ID}).fetchall()
     closed = [r["id"] for r in rows]
@@ -352,7 +365,8 @@ def run_sweep(
     when a step failed (the error is in the result and the log; a failed TTL sweep deletes nothing).
     Raises SweepInputError for a bad trigger or retention days (nothing changed, nothing logged),
     DatabaseUnavailable if PostgreSQL cannot be reached. `on_step(stage, fraction 0..1, detail)` is
-    called as the run progresses (stages: locked, ttl, retention, toolcalls, prune, storage, tokens, erasure, done).
+    called as the run progresses (stages: locked, ttl, retention, toolcalls, prune, storage, tokens, erasure, physical,
+    done).
     """
     if trigger not in TRIGGERS:
         raise SweepInputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
@@ -442,6 +456,14 @@ def run_sweep(
             except Exception as exc:
                 log.exception("sweep: erasure re-check failed")
                 errors.append(f"erasure re-check: {exc}")
+            if not dry_run:
+                try:  # after the re-check: VACUUM, CHECKPOINT and a read of the files for the complete requests not
+                    # physically settled yet (core.privacy.physical); never from a page's request
+                    result.physical_erasure = settle_physical(db)
+                    step("physical", 0.97, result.physical_erasure)
+                except Exception as exc:
+                    log.exception("sweep: physical erasure step failed")
+                    errors.append(f"physical erasure: {exc}")
             result.error = "; ".join(errors) or None
             result.status = "error" if errors else ("dry_run" if dry_run else "ok")
             result.finished_at = one(

@@ -41,7 +41,7 @@ from psycopg.types.json import Jsonb
 
 from core import clock, read_replica
 from core.db import Database, one
-from core.privacy import data_views, term_hashes
+from core.privacy import data_views, physical, term_hashes
 from core.privacy import residue as res
 from core.privacy import subjects as subj
 from core.privacy.decisions import NOT_SCANNED, _decide, _validate_decisions
@@ -301,6 +301,9 @@ def erase(
                 ).fetchone()
             )
             request_id, requested_at = row["id"], row["requested_at"]
+            # what the sweep looks for in the files later (core.privacy.physical), keyed: never the values
+            needles = physical.needles_for(prefix, [(refs[t.term], t) for t in evidence_terms], earlier.salt)
+            conn.execute(physical.INSERT_NEEDLES, {"id": request_id, "needles": Jsonb(needles)})
             deleted: dict[str, int] = {}
             evidence: list[EvidenceQuery] = []
             found = before  # what the latest count saw: our tables at 0 need no statement
@@ -357,6 +360,7 @@ def erase(
                     },
                 ).fetchone()
             )
+            conn.execute(physical.SET_ERASED_LSN, {"id": request_id})
             notify(Progress("done", passes, sum(deleted.values()), after))
         finally:
             try:

@@ -219,16 +219,25 @@ def _json_default(value: Any) -> Any:
 
 
 def evidence_document(db: Database, request_id: int) -> dict[str, Any]:
-    """The request as recorded, with its re-checks: what the DPO downloads as evidence."""
+    """The request as recorded, with its re-checks and its physical record (core.privacy.physical): what the DPO
+    downloads as evidence."""
     row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
     if row is None:
         raise ErasureError(f"no erasure request {request_id}")
     checks = db.fetch(SELECT_RECHECKS, (request_id,), read_only=False)
+    from core.privacy import physical  # imported when used: numpy
+
+    settled = physical.record(db, request_id)
     doc = {
         "kind": "agent-memory erasure evidence",
         "generated_at": _now_iso(),
         "request": dict(row),
         "rechecks": [dict(c) for c in checks],
+        # after SQL zero: the steps the sweep ran (VACUUM, CHECKPOINT; dead tuples and last vacuum as PostgreSQL
+        # reports them), what a read of the files found (term references, never values), the three times
+        "physical": dict(settled)
+        if settled
+        else {"files_status": physical.NOT_MEASURED, "files_note": "no sweep has settled this request yet"},
     }
     return json.loads(json.dumps(doc, default=_json_default))
 

@@ -1,0 +1,784 @@
+"""Physical erasure, measured and dated (issue 42 item 1): what is left of an erased value in PostgreSQL's files.
+
+`erase()` proves zero rows by SQL (`t_sql_zero`). This module says what happens to the bytes after that, by reading
+the server's files, and records it per erasure request in `core_erasure_physical` (migration 137).
+
+Measured (scripts/physical_findings.py, 2026-12-05; embedded PostgreSQL 18.6 with its defaults: 8 kB pages, pglz TOAST
+compression, wal_compression off, full_page_writes on, wal_keep_size 0, min_wal_size 80 MB, no archive, no slot).
+A customer written by the retail agent through the real store and saver between four other customers (two before,
+two after, so that the erased tuples sit between live ones): a phone and an address in store rows, in a checkpoint
+blob of ~11.5 kB of incompressible text (stored out of line, uncompressed: TOASTed), in checkpoint_writes; the prefix
+`clientes.<id>` in the store's and store_vectors' rows and keys. Then the real `erase()` (every evidence query 0).
+After each step the files were read as bytes: "table" is the heap of the five agent tables, "TOAST" their TOAST
+tables, "index" every index of the tables and of their TOAST tables, "WAL" every segment in pg_wal:
+
+| step (cumulative)                                  | table                   | TOAST     | index          | WAL   |
+|----------------------------------------------------|-------------------------|-----------|----------------|-------|
+| 0. written, CHECKPOINT (the scan can find them)    | found                   | found     | found (prefix) | found |
+| 1. erase(): SQL counts 0, no CHECKPOINT yet        | found                   | found     | found          | found |
+| 2. + CHECKPOINT                                    | found                   | found     | found          | found |
+| 3. + plain VACUUM (INDEX_CLEANUP ON, TRUNCATE false) | found                 | found     | found          | found |
+| 4. + CHECKPOINT (3 and 4: the sweep's steps)       | found (not store_vectors) | found   | found (store)  | found |
+| 5. + six more customers, VACUUM, CHECKPOINT        | not found (**)          | found (blobs) | not found  | found |
+| 6. + 4 x (pg_switch_wal(), CHECKPOINT)             |                         |           |                | not found|
+| copy of 2, VACUUM with its defaults (TRUNCATE on) + CHECKPOINT | found       | found     | found (store)  | found |
+| copy of 2, VACUUM (FULL) + CHECKPOINT              | not found               | not found | not found      | found (*)|
+
+(*) the rewrite itself wrote WAL holding the erased prefix again. (**) in one run of two a checkpoint_blobs heap
+page still held the phone: reuse depends on where the new rows land. The copies: CREATE DATABASE ... TEMPLATE ...
+STRATEGY FILE_COPY, a byte copy; the original never got a FULL.
+A table holding only the erased customer is a different case: a default VACUUM truncates it to nothing and the
+scan then finds nothing, which proves nothing about a real table, where the erased tuples have live neighbours.
+
+What each step does, as measured:
+- `DELETE` (erase()) stamps `xmax` on the tuples: the values stay byte for byte in heap and TOAST pages. Some pages
+  change anyway: a read that finds a page full of dead tuples may prune it ("opportunistic pruning"), seen once on
+  checkpoint_writes.
+- `CHECKPOINT` alone writes the pages as they are (dead tuples included): it removes nothing. Without it the files
+  lag shared buffers, so a scan is meaningful only right after one.
+- plain `VACUUM` removes the dead tuples from the tables' line pointers and makes their space free for reuse; the
+  bytes stayed in the heap, TOAST and B-tree pages (store_vectors' heap was the exception: after VACUUM and a
+  CHECKPOINT its page no longer held the prefix, presumably compacted over it). New writes then reuse the space:
+  after six more customers the store's heap and the indexes no longer held the values, a TOAST page of
+  checkpoint_blobs still did (and in one run a checkpoint_blobs heap page). Hence the status 'in free space until
+  reused or rewritten'.
+  It needs no lock that stops the agents (SHARE UPDATE EXCLUSIVE); we pass TRUNCATE false (the truncation of empty
+  trailing pages takes an ACCESS EXCLUSIVE lock, briefly) and INDEX_CLEANUP ON (with few dead tuples AUTO may skip the
+  indexes, which keep pointing at the erased keys).
+- `VACUUM (FULL)` (or CLUSTER) writes new files and unlinks the old ones: nothing left in the data directory's files
+  (the old blocks become file-system free space, which no SQL and no scan here reads), but it holds ACCESS EXCLUSIVE on
+  the table for its whole run: the agents' outage. Never run by the sweep; an operator's rewrite window.
+- WAL: the inserts (and after each checkpoint, full-page images of the pages touched) carry the values in clear; no
+  table step changes that. After four segment switches and checkpoints no segment in pg_wal held them any more (with
+  wal_keep_size 0, no slot, no archive). A slot whose `restart_lsn` is before the erasure's end keeps that WAL; an
+  archive keeps it for its retention; base backups copy the data files, free space included.
+
+What this module does with that:
+- `scan_files(db, values)` reads the files of the five tables (heap, TOAST, indexes, every segment `.1`, `.2`...) and
+  pg_wal as bytes, only when the server's data directory is readable by this process and is the server's own (its
+  pg_control holds the server's system identifier); otherwise every table is "unknown" with the reason: a managed or
+  remote server is never reported as overwritten.
+- `after_erasure_steps(db)` (the sweep job, never a page): plain VACUUM of each table, then CHECKPOINT, each with its
+  time or its error (VACUUM needs the owner or MAINTAIN, and a role without it gets a warning, not an error: recorded
+  as not done; CHECKPOINT needs pg_checkpoint), PostgreSQL's dead tuples and last vacuum after it
+  (pg_stat_user_tables), and the WAL settings, position, oldest segment and slots.
+- `settle(db)`: the sweep's step after the re-check. The sweep runs later, in another process, and the register keeps
+  no value (issue 43), so `erase()` keeps, while it holds the values, keyed needles (`needles_for`: per term, its byte
+  length, a 16-bit head of its first bytes and a salted digest, both keyed with TERM_HASH_KEY; the id is looked for as
+  its namespace prefix) and the WAL position at its end. The sweep finds them in raw bytes (no token boundaries: jsonb
+  packs strings end to end), records per table and part which term references were found, and sets
+  `t_files_overwritten` only when the files were measured after a CHECKPOINT and no term was found in any table file;
+  a term still found leaves it NULL with 'in free space until reused or rewritten' (retried by the next sweeps); a
+  term too short to look for, or a request erased before the needles existed, gives 'not measured'.
+- `t_wal_backup_horizon`: base backups copy the free space, so the values can enter a new backup until the files are
+  overwritten: the horizon is `t_files_overwritten + BACKUP_RETENTION_DAYS` once both are known and no slot holds WAL
+  from before the erasure's end; otherwise NULL with the reason. Whether pg_wal still holds them is recorded as
+  scanned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import psycopg
+from psycopg.rows import DictRow
+from psycopg.types.json import Jsonb
+
+from core import clock
+from core.config import load_settings, term_hash_key
+from core.db import Database, one
+from core.privacy import residue as res
+
+log = logging.getLogger(__name__)
+
+AGENT_TABLES = ("store", "store_vectors", "checkpoints", "checkpoint_blobs", "checkpoint_writes")
+READ_CHUNK = 4 << 20  # bytes read at once from a file (consecutive chunks overlap by the longest value)
+WAL_MAX_BYTES = 256 << 20  # a larger pg_wal is not read (its part is then "not measured", with the size)
+MAX_ATTEMPTS = 30  # sweeps that retry the steps of a request whose values are still in the files
+OVERWRITTEN = "overwritten"
+IN_FREE_SPACE = "in free space until reused or rewritten"
+NOT_MEASURED = "not measured"
+
+# The files of a table: its heap, its TOAST table, the TOAST table's index, its own indexes.
+SELECT_RELATIONS = """
+WITH t AS (SELECT oid, reltoastrelid FROM pg_class WHERE oid = to_regclass(%(table)s))
+SELECT 'table' AS part, t.oid::regclass::text AS relation, pg_relation_filepath(t.oid) AS path FROM t
+UNION ALL
+SELECT 'toast', t.reltoastrelid::regclass::text, pg_relation_filepath(t.reltoastrelid) FROM t WHERE t.reltoastrelid <> 0
+UNION ALL
+SELECT 'index', i.indexrelid::regclass::text, pg_relation_filepath(i.indexrelid)
+FROM t JOIN pg_index i ON i.indrelid = t.oid OR (t.reltoastrelid <> 0 AND i.indrelid = t.reltoastrelid)
+ORDER BY part, relation"""
+SELECT_SERVER = """
+SELECT current_setting('data_directory') AS data_directory, (SELECT system_identifier FROM pg_control_system()) AS id"""
+SELECT_TABLE_STATS = """
+SELECT relname AS table, n_live_tup AS live_tuples, n_dead_tup AS dead_tuples, last_vacuum, last_autovacuum,
+       vacuum_count, autovacuum_count
+FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"""
+WAL_SETTINGS = (
+    "wal_keep_size",
+    "max_slot_wal_keep_size",
+    "max_wal_size",
+    "min_wal_size",
+    "wal_level",
+    "wal_recycle",
+    "archive_mode",
+    "archive_command",
+    "archive_library",
+    "archive_timeout",
+    "full_page_writes",
+    "wal_compression",
+)
+SELECT_SETTINGS = "SELECT name, setting, unit FROM pg_settings WHERE name = ANY(%s) ORDER BY name"
+SELECT_SLOTS = """
+SELECT slot_name, slot_type, active, restart_lsn::text AS restart_lsn, wal_status
+FROM pg_replication_slots ORDER BY slot_name"""
+SELECT_WAL_POSITION = """
+SELECT pg_current_wal_lsn()::text AS lsn, pg_walfile_name(pg_current_wal_lsn()) AS segment,
+       (SELECT min(name) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$') AS oldest_segment"""
+WAL_NAME = re.compile(r"^[0-9A-F]{24}$")
+
+
+# --- what is looked for ---------------------------------------------------------------------------
+
+
+class Needles(Protocol):
+    """What a scan looks for: `found(data)` names the values `data` holds; `span` bounds a value's length in bytes
+    (consecutive chunks of a file overlap by it)."""
+
+    span: int
+
+    def found(self, data: bytes) -> set[str]: ...
+
+
+class PlainValues:
+    """Values known in clear (a test, the thread ids the register keeps anyway): label -> value, matched as UTF-8;
+    labels get `prefix`."""
+
+    def __init__(self, values: Mapping[str, str] | Sequence[str], prefix: str = ""):
+        items = values.items() if isinstance(values, Mapping) else ((v, v) for v in values)
+        self.values = {prefix + label: value.encode("utf-8") for label, value in items if value}
+        self.span = max((len(v) for v in self.values.values()), default=1)
+
+    def found(self, data: bytes) -> set[str]:
+        return {label for label, value in self.values.items() if value in data}
+
+
+WINDOW = 6  # bytes a needle's head covers: the shortest value looked for in the files
+HEAD_BITS = 0xFFFF  # a head keeps 16 bits of a keyed hash: a prefilter, confirmed by the needle's digest
+PRIME = 2_147_483_647
+NEEDLE_PERSON = b"physical-file"
+
+
+def _coefficients() -> np.ndarray:
+    """The head's polynomial coefficients, derived from TERM_HASH_KEY: without the key a head tells nothing."""
+    key = term_hash_key()
+    return np.array(
+        [
+            int.from_bytes(hashlib.blake2b(bytes([j]), key=key, person=b"physical-coef", digest_size=4).digest())
+            % PRIME
+            for j in range(WINDOW)
+        ],
+        dtype=np.int64,
+    )
+
+
+def _heads(data: bytes) -> np.ndarray:
+    """The keyed head of every WINDOW-byte window of `data` (vectorised: a 4 MB chunk in ~0.1 s)."""
+    arr = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+    n = len(arr) - WINDOW + 1
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    acc = np.zeros(n, dtype=np.int64)
+    for j, a in enumerate(_coefficients()):
+        acc += arr[j : j + n] * a
+    return (acc % PRIME) & HEAD_BITS
+
+
+def _needle_digest(salt: bytes, raw: bytes) -> str:
+    return hashlib.blake2b(raw, key=term_hash_key(), salt=salt, person=NEEDLE_PERSON, digest_size=16).hexdigest()
+
+
+def needles_for(prefix: str, terms: Iterable[tuple[str, res.Term]], salt: str) -> list[dict[str, Any]]:
+    """What `erase()` keeps, in its own process while it holds the values, so that a later sweep can look for them in
+    the files without them: per distinctive term (its register reference), the byte length of its UTF-8 text, a 16-bit
+    keyed head of its first WINDOW bytes and its keyed, salted digest. The customer's id is looked for as their
+    namespace prefix (`clientes.<id>`: an id alone is too short to tell from unrelated bytes; an id that begins
+    another's, C9 and C9x, is then found in the other's live rows: reported found, never a false "overwritten"). A
+    term shorter than WINDOW bytes gets no head: it is listed as not looked for."""
+    out = []
+    key = bytes.fromhex(salt)
+    for ref, term in terms:
+        raw = (prefix if term.kind == "id" else term.term).encode("utf-8")
+        if len(raw) < WINDOW:
+            out.append({"ref": ref, "bytes": len(raw), "head": None, "digest": None})
+            continue
+        out.append(
+            {"ref": ref, "bytes": len(raw), "head": int(_heads(raw[:WINDOW])[0]), "digest": _needle_digest(key, raw)}
+        )
+    return out
+
+
+class KeyedNeedles:
+    """Erasure requests' values known only by `needles_for`'s keyed heads and digests (the register keeps no value,
+    issue 43): every window of the data whose head matches is confirmed by the digest of the bytes from there. Raw
+    bytes, no token boundaries: a value packed against its neighbours (jsonb packs its strings end to end) is found.
+    `groups`: (label prefix, salt, needles) per request; labels are `<prefix><ref>`."""
+
+    def __init__(self, groups: Iterable[tuple[str, str, Iterable[Mapping[str, Any]]]]):
+        self.by_head: dict[int, list[tuple[str, bytes, int, str]]] = {}
+        self.unlocatable: list[str] = []
+        for label, salt, needles in groups:
+            for n in needles:
+                if n.get("head") is None:
+                    self.unlocatable.append(label + n["ref"])
+                else:
+                    entry = (label + n["ref"], bytes.fromhex(salt), int(n["bytes"]), n["digest"])
+                    self.by_head.setdefault(int(n["head"]), []).append(entry)
+        self.heads = np.array(sorted(self.by_head), dtype=np.int64)
+        self.span = max((e[2] for es in self.by_head.values() for e in es), default=1)
+
+    def found(self, data: bytes) -> set[str]:
+        out: set[str] = set()
+        if not len(self.heads):
+            return out
+        heads = _heads(data)
+        for pos in np.nonzero(np.isin(heads, self.heads))[0]:
+            for label, salt, size, digest in self.by_head[int(heads[pos])]:
+                if label not in out and _needle_digest(salt, data[pos : pos + size]) == digest:
+                    out.add(label)
+        return out
+
+
+class AllOf:
+    """Several needles scanned in one read of each file."""
+
+    def __init__(self, parts: Iterable[Needles]):
+        self.parts = list(parts)
+        self.span = max((p.span for p in self.parts), default=1)
+
+    def found(self, data: bytes) -> set[str]:
+        return set().union(*(p.found(data) for p in self.parts))
+
+
+# --- scanning the files ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RelationScan:
+    """One relation's files (or the WAL segments) as read: `found` the labels of the values they hold; `files` the
+    paths (relative to the data directory) read, `found_in` those holding a value."""
+
+    table: str  # an agent table, or "pg_wal"
+    part: str  # table / toast / index / wal
+    relation: str
+    files: tuple[str, ...]
+    bytes_read: int
+    found: tuple[str, ...]
+    found_in: tuple[str, ...] = ()
+
+
+@dataclass
+class FileScan:
+    """`status` measured (every file read) or unknown (`reason`: why the files could not be read)."""
+
+    status: str
+    reason: str | None
+    data_directory: str | None
+    scanned_at: datetime
+    relations: list[RelationScan] = field(default_factory=list)
+    wal: RelationScan | None = None
+    wal_reason: str | None = None  # why pg_wal was not read, when measured tables but not the WAL
+    unlocatable: tuple[str, ...] = ()  # labels of values that cannot be looked for (see KeyedNeedles)
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "measured"
+
+    def by_table(self) -> dict[str, dict[str, Any]]:
+        """Per agent table: `found` (True, False, or None when not measured), the files read, what was found where."""
+        out: dict[str, dict[str, Any]] = {}
+        for r in self.relations:
+            row = out.setdefault(r.table, {"found": False, "files": [], "values": [], "parts": {}})
+            row["files"] += list(r.files)
+            row["values"] = sorted(set(row["values"]) | set(r.found))
+            part = row["parts"].setdefault(r.part, [])
+            part += [v for v in r.found if v not in part]
+            row["found"] = row["found"] or bool(r.found)
+        if not self.measured:
+            out = {
+                t: {"found": None, "files": [], "values": [], "parts": {}, "reason": self.reason} for t in AGENT_TABLES
+            }
+        return out
+
+    def found_in_tables(self) -> set[str]:
+        return {v for r in self.relations for v in r.found}
+
+    def found_in_wal(self) -> set[str]:
+        return set(self.wal.found) if self.wal else set()
+
+    def to_json(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self), default=str))
+
+
+def _segments(path: Path) -> list[Path]:
+    """A relation's main fork and its segments `.1`, `.2`, ... (1 GB each)."""
+    files: list[Path] = []
+    n = 0
+    while True:
+        p = path if n == 0 else path.with_name(f"{path.name}.{n}")
+        if not p.exists():
+            return files
+        files.append(p)
+        n += 1
+
+
+def _scan_file(path: Path, needles: Needles) -> tuple[int, set[str]]:
+    found: set[str] = set()
+    size = 0
+    overlap = max(needles.span - 1, 0)
+    tail = b""
+    with path.open("rb") as fh:
+        while True:
+            chunk = fh.read(READ_CHUNK)
+            if not chunk:
+                return size, found
+            size += len(chunk)
+            found |= needles.found(tail + chunk)
+            tail = chunk[-overlap:] if overlap else b""
+
+
+def _data_directory(conn: psycopg.Connection[DictRow]) -> tuple[Path | None, str | None]:
+    """The server's data directory when this process can read it and it is this server's own, else the reason."""
+    try:
+        row = one(conn.execute(SELECT_SERVER).fetchone())
+    except psycopg.Error as exc:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            conn.rollback()
+        return None, f"the server does not tell its data directory to this role ({type(exc).__name__}: {exc})".strip()
+    data_dir = Path(row["data_directory"])
+    control = data_dir / "global" / "pg_control"
+    try:
+        head = control.read_bytes()[:8]
+    except OSError as exc:
+        return None, f"the data directory {data_dir} is not readable by this process ({exc.strerror or exc})"
+    if int.from_bytes(head, "little") != int(row["id"]):
+        return None, f"{data_dir} on this machine is not this server's data directory (another system identifier)"
+    return data_dir, None
+
+
+def scan_files(
+    db: Database,
+    values: Needles | Mapping[str, str] | Sequence[str],
+    tables: Sequence[str] = AGENT_TABLES,
+    wal_max_bytes: int = WAL_MAX_BYTES,
+) -> FileScan:
+    """Read the files of `tables` (heap, TOAST, indexes, every segment) and the WAL segments as bytes and say which
+    `values` each holds. Measured only when the data directory is readable here and is the server's own; otherwise
+    status `unknown` with the reason, and nothing is claimed. Call after a CHECKPOINT to see what the files hold
+    rather than an older state (shared buffers are written to the files at checkpoints)."""
+    needles: Needles = (
+        PlainValues(values) if isinstance(values, (Mapping, list, tuple)) else values  # type: ignore[assignment]
+    )
+    unlocatable = tuple(getattr(needles, "unlocatable", ()))
+    for part in getattr(needles, "parts", ()):
+        unlocatable += tuple(getattr(part, "unlocatable", ()))
+    with db.connection() as conn:
+        data_dir, reason = _data_directory(conn)
+        now = clock.now()
+        if data_dir is None:
+            return FileScan("unknown", reason, None, now, unlocatable=unlocatable)
+        rels = [
+            (t, r["part"], r["relation"], r["path"])
+            for t in tables
+            for r in conn.execute(SELECT_RELATIONS, {"table": t}).fetchall()
+        ]
+    scan = FileScan("measured", None, str(data_dir), now, unlocatable=unlocatable)
+    try:
+        for table, part, relation, rel_path in rels:
+            files = _segments(data_dir / rel_path)
+            if not files:  # never "not found" for a file that was not there to read
+                raise FileNotFoundError(f"{relation}'s file {rel_path} is missing")
+            scan.relations.append(_scan_relation(data_dir, table, part, relation, files, needles))
+        wal_dir = data_dir / "pg_wal"
+        segments = sorted(p for p in wal_dir.iterdir() if WAL_NAME.match(p.name))
+        size = sum(p.stat().st_size for p in segments)
+        if size <= wal_max_bytes:
+            scan.wal = _scan_relation(data_dir, "pg_wal", "wal", "pg_wal", segments, needles)
+        else:
+            scan.wal_reason = f"pg_wal holds {size >> 20} MB, more than the {wal_max_bytes >> 20} MB a scan reads"
+    except OSError as exc:  # a file unlinked under the scan (a rewrite, a recycled segment) or unreadable
+        return FileScan("unknown", f"a file could not be read: {exc}", str(data_dir), now, unlocatable=unlocatable)
+    with db.connection() as conn:  # a table rewritten during the scan (VACUUM FULL, CLUSTER): its files were others
+        after = [(t, r["path"]) for t in tables for r in conn.execute(SELECT_RELATIONS, {"table": t}).fetchall()]
+    if after != [(t, p) for t, _, _, p in rels]:
+        return FileScan(
+            "unknown", "a table was rewritten during the scan: read again", str(data_dir), now, unlocatable=unlocatable
+        )
+    return scan
+
+
+def _scan_relation(
+    data_dir: Path, table: str, part: str, relation: str, files: list[Path], needles: Needles
+) -> RelationScan:
+    found: set[str] = set()
+    found_in: list[str] = []
+    size = 0
+    for f in files:
+        n, hit = _scan_file(f, needles)
+        size += n
+        if hit:
+            found |= hit
+            found_in.append(str(f.relative_to(data_dir)))
+    return RelationScan(
+        table, part, relation, tuple(str(f.relative_to(data_dir)) for f in files), size, tuple(sorted(found)),
+        tuple(found_in),
+    )  # fmt: skip
+
+
+# --- the steps the sweep runs ---------------------------------------------------------------------
+
+
+@dataclass
+class Steps:
+    """What `after_erasure_steps` did: per table the VACUUM (`done` or the error), when, and PostgreSQL's own
+    figures after it; the CHECKPOINT; the WAL and backup horizons as configured and reported."""
+
+    started_at: datetime
+    finished_at: datetime | None = None
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+    wal: dict[str, Any] = field(default_factory=dict)
+    backup_retention_days: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self), default=str))
+
+
+VACUUM = "VACUUM (INDEX_CLEANUP ON, TRUNCATE false) {table}"
+
+
+def _stats(conn: psycopg.Connection[DictRow], table: str) -> dict[str, Any]:
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(SELECT_TABLE_STATS, (table,)).fetchone()
+    return {k: v for k, v in (row or {}).items() if k != "table"}
+
+
+def lsn_int(lsn: str) -> int:
+    """A pg_lsn's text `X/Y` as a number (comparable)."""
+    high, low = lsn.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def slots_holding(wal: Mapping[str, Any], erased_lsn: str | None) -> list[str]:
+    """The slots whose `restart_lsn` is at or before the erasure's end (`erased_lsn`; unknown: the position when the
+    steps ran, which is later, so a slot is never missed): they keep WAL that may hold the values."""
+    at = lsn_int(erased_lsn or wal.get("lsn") or "FFFFFFFF/FFFFFFFF")
+    return [s["slot_name"] for s in wal.get("slots", ()) if s["restart_lsn"] and lsn_int(s["restart_lsn"]) <= at]
+
+
+def wal_horizon(conn: psycopg.Connection[DictRow]) -> dict[str, Any]:
+    """The WAL as the server reports it: the settings that keep it, the current position, the oldest segment still in
+    pg_wal, the slots with their `restart_lsn`. A field the role may not read says so."""
+    out: dict[str, Any] = {}
+    out["settings"] = {
+        r["name"]: (r["setting"] + (f" {r['unit']}" if r["unit"] else ""))
+        for r in conn.execute(SELECT_SETTINGS, (list(WAL_SETTINGS),)).fetchall()
+    }
+    try:
+        pos = one(conn.execute(SELECT_WAL_POSITION).fetchone())
+        out |= {"lsn": pos["lsn"], "segment": pos["segment"], "oldest_segment": pos["oldest_segment"]}
+    except psycopg.Error as exc:  # pg_ls_waldir needs pg_monitor; a standby has no current LSN
+        out["position_unknown"] = f"{type(exc).__name__}: {exc}".strip()
+    out["slots"] = [dict(r) for r in conn.execute(SELECT_SLOTS).fetchall()]
+    archive = out["settings"].get("archive_mode", "off")
+    out["verdict"] = (
+        "archived segments are kept as long as the archive's retention (BACKUP_RETENTION_DAYS); "
+        if archive not in ("off", "")
+        else "no archive; "
+    ) + (
+        f"a segment leaves pg_wal at a checkpoint once it is older than the redo point by wal_keep_size="
+        f"{out['settings'].get('wal_keep_size')} and no slot needs it"
+    )
+    return out
+
+
+TABLE_EXISTS = "SELECT to_regclass(%s) IS NOT NULL AS ok"
+
+
+def _vacuum(conn: psycopg.Connection[DictRow], table: str, warnings: list[str]) -> dict[str, Any]:
+    """One table's VACUUM: done, or the error; a role that may not vacuum the table gets a WARNING ("permission
+    denied to vacuum ..., skipping it"), not an error: recorded as not done."""
+    entry: dict[str, Any] = {"step": VACUUM.format(table=table), "started_at": clock.now()}
+    del warnings[:]
+    try:
+        conn.execute(VACUUM.format(table=table))  # the name is one of AGENT_TABLES, never input
+        skipped = [w for w in warnings if "skipping" in w]
+        entry |= {"done": not skipped} | ({"error": "; ".join(skipped)} if skipped else {})
+    except psycopg.Error as exc:
+        entry |= {"done": False, "error": f"{type(exc).__name__}: {exc}".strip()}
+    entry["finished_at"] = clock.now()
+    entry["stats"] = _stats(conn, table)
+    return entry
+
+
+def after_erasure_steps(db: Database, tables: Sequence[str] = AGENT_TABLES) -> Steps:
+    """Plain VACUUM (INDEX_CLEANUP ON, TRUNCATE false: no exclusive lock) of each agent table, its TOAST table
+    with it, then CHECKPOINT so that the files hold what VACUUM left; each with its time, or its error (not
+    permitted to this role, ...). Run by the sweep job, never by a page: it reads and writes every page of the
+    tables."""
+    steps = Steps(clock.now(), backup_retention_days=load_settings().backup_retention_days)
+    with db.connection() as conn:  # autocommit: VACUUM cannot run in a transaction block
+        warnings: list[str] = []
+
+        def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+            if diag.severity_nonlocalized == "WARNING" and diag.message_primary:
+                warnings.append(diag.message_primary)
+
+        conn.add_notice_handler(on_notice)
+        try:
+            for table in tables:
+                if one(conn.execute(TABLE_EXISTS, (table,)).fetchone())["ok"]:
+                    steps.tables[table] = _vacuum(conn, table, warnings)
+        finally:
+            conn.remove_notice_handler(on_notice)
+        steps.checkpoint = {"step": "CHECKPOINT", "started_at": clock.now()}
+        try:
+            conn.execute("CHECKPOINT")
+            steps.checkpoint["done"] = True
+        except psycopg.Error as exc:  # needs superuser or pg_checkpoint
+            steps.checkpoint |= {"done": False, "error": f"{type(exc).__name__}: {exc}".strip()}
+        steps.checkpoint["finished_at"] = clock.now()
+        steps.wal = wal_horizon(conn)
+    steps.finished_at = clock.now()
+    return steps
+
+
+# --- per erasure request: the sweep's step --------------------------------------------------------
+
+# Complete requests (SQL zero reached) not settled yet: never looked at, or still found in the files' free space
+# (retried by every sweep until overwritten, at most MAX_ATTEMPTS times). A request "not measured" is not retried:
+# what stopped the scan (no access to the files) does not change from one sweep to the next.
+SELECT_UNSETTLED = """
+SELECT r.id, r.finished_at, r.term_salt, r.thread_ids, r.last_recheck_clean, n.needles,
+       n.erased_lsn::text AS erased_lsn
+FROM core_erasure_register r LEFT JOIN core_erasure_physical p ON p.request_id = r.id
+LEFT JOIN core_erasure_needles n ON n.request_id = r.id
+WHERE r.status = 'complete' AND r.finished_at IS NOT NULL
+  AND (p.request_id IS NULL OR (p.files_status = %(free)s AND p.attempts < %(max)s))
+ORDER BY r.id"""
+UPSERT_PHYSICAL = """
+INSERT INTO core_erasure_physical (request_id, t_sql_zero, steps, files, files_status, files_note, t_files_overwritten,
+                                   wal, backup_retention_days, t_wal_backup_horizon, horizon_note, first_steps_at,
+                                   settled_at)
+VALUES (%(id)s, %(t_sql_zero)s, %(steps)s, %(files)s, %(status)s, %(note)s, %(t_files)s, %(wal)s, %(retention)s,
+        %(horizon)s, %(horizon_note)s, %(first)s, %(at)s)
+ON CONFLICT (request_id) DO UPDATE SET
+    steps = EXCLUDED.steps, files = EXCLUDED.files, files_status = EXCLUDED.files_status,
+    files_note = EXCLUDED.files_note, t_files_overwritten = EXCLUDED.t_files_overwritten, wal = EXCLUDED.wal,
+    backup_retention_days = EXCLUDED.backup_retention_days, t_wal_backup_horizon = EXCLUDED.t_wal_backup_horizon,
+    horizon_note = EXCLUDED.horizon_note, settled_at = EXCLUDED.settled_at,
+    attempts = core_erasure_physical.attempts + 1"""
+SET_ERASED_LSN = "UPDATE core_erasure_needles SET erased_lsn = pg_current_wal_insert_lsn() WHERE request_id = %(id)s"
+INSERT_NEEDLES = "INSERT INTO core_erasure_needles (request_id, needles) VALUES (%(id)s, %(needles)s)"
+SELECT_PHYSICAL = "SELECT * FROM core_erasure_physical WHERE request_id = %s"
+
+
+@dataclass(frozen=True)
+class Settled:
+    """One request as recorded by `settle` (the row of core_erasure_physical)."""
+
+    request_id: int
+    files_status: str
+    files_note: str | None
+    t_sql_zero: datetime | None
+    t_files_overwritten: datetime | None
+    t_wal_backup_horizon: datetime | None
+    horizon_note: str
+
+
+class SettleSummary(list):
+    """The requests settled by a sweep (a list of Settled); its text names request numbers only (the sweep log)."""
+
+    def __str__(self) -> str:
+        if not self:
+            return "physical erasure: nothing to settle"
+        counts: dict[str, list[str]] = {}
+        for s in self:
+            counts.setdefault(s.files_status, []).append(f"#{s.request_id}")
+        return "physical erasure: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(counts.items()))
+
+
+def _request_files(scan: FileScan, prefix: str) -> dict[str, Any]:
+    """The scan as one request sees it: its references (prefix stripped) per table and part, and in pg_wal."""
+
+    def mine(found: Iterable[str]) -> list[str]:
+        return sorted({v[len(prefix) :] for v in found if v.startswith(prefix)})
+
+    tables: dict[str, dict[str, Any]] = {}
+    for r in scan.relations:
+        row = tables.setdefault(r.table, {"found": False, "parts": {}, "files": 0, "bytes": 0})
+        refs = mine(r.found)
+        row["files"] += len(r.files)
+        row["bytes"] += r.bytes_read
+        if refs:
+            row["found"] = True
+            row["parts"][r.part] = sorted(set(row["parts"].get(r.part, [])) | set(refs))
+    return {
+        "status": scan.status,
+        "reason": scan.reason,
+        "scanned_at": scan.scanned_at.isoformat(),
+        "tables": tables,
+        "wal": {
+            "measured": scan.wal is not None,
+            "reason": scan.wal_reason if scan.measured else scan.reason,
+            "segments": len(scan.wal.files) if scan.wal else 0,
+            "found": mine(scan.wal.found) if scan.wal else [],
+            "found_in": list(scan.wal.found_in) if scan.wal and mine(scan.wal.found) else [],
+        },
+        "unlocatable": mine(scan.unlocatable),
+    }
+
+
+def _files_verdict(
+    scan: FileScan, files: dict[str, Any], located: int, steps: Steps
+) -> tuple[str, str | None, datetime | None]:
+    """(status, note, t_files_overwritten): overwritten only when measured after a CHECKPOINT with every term
+    locatable and none found in any table file."""
+    if not scan.measured:
+        return NOT_MEASURED, f"files not measured: {scan.reason}", None
+    if not steps.checkpoint.get("done"):
+        return NOT_MEASURED, f"no CHECKPOINT ({steps.checkpoint.get('error')}): the files may lag shared buffers", None
+    found = {t: row["parts"] for t, row in files["tables"].items() if row["found"]}
+    if found:
+        where = "; ".join(
+            f"{t}: " + ", ".join(f"{part} {'/'.join(refs)}" for part, refs in parts.items())
+            for t, parts in found.items()
+        )
+        return IN_FREE_SPACE, f"still in the files at {scan.scanned_at.isoformat()}: {where}", None
+    if located < 0:
+        return (
+            NOT_MEASURED,
+            "erased before the file needles were kept (migration 137): its values cannot be looked for",
+            None,
+        )
+    if files["unlocatable"] or not located:
+        missing = ", ".join(files["unlocatable"]) or "no term kept"
+        return NOT_MEASURED, f"terms too short to look for in raw bytes ({missing}): absence is not proven", None
+    return OVERWRITTEN, None, scan.scanned_at
+
+
+def _horizon(
+    status: str, t_files: datetime | None, retention: int | None, wal: dict[str, Any], held: list[str], files: dict
+) -> tuple[datetime | None, str]:
+    """The latest time the values can be in WAL or a backup: base backups copy the files (free space included) and
+    archived WAL is kept as long as them, so: the files' overwrite time + BACKUP_RETENTION_DAYS, unless a slot holds
+    WAL from before the erasure (then not bounded by time)."""
+    in_wal = files["wal"]
+    local = (
+        f"; still in pg_wal at {files['scanned_at']} ({', '.join(in_wal['found_in'])})"
+        if in_wal.get("found")
+        else f"; found in no pg_wal segment at {files['scanned_at']}"
+        if in_wal.get("measured")
+        else "; pg_wal not measured"
+    )
+    if held:
+        return None, "unknown: replication slot(s) " + ", ".join(held) + " hold WAL written before the erasure" + local
+    if retention is None:
+        return None, "unknown: BACKUP_RETENTION_DAYS is not configured" + local
+    if status != OVERWRITTEN or t_files is None:
+        return None, (
+            f"open: base backups copy the files' free space, which is not measured overwritten; the horizon is the "
+            f"overwrite time + {retention} days (BACKUP_RETENTION_DAYS)" + local
+        )
+    return t_files + timedelta(days=retention), (
+        f"files overwritten at {t_files.isoformat()} + {retention} days (BACKUP_RETENTION_DAYS): base backups and "
+        f"archived WAL taken until then are expired by this time; {wal.get('verdict', '')}" + local
+    )
+
+
+def settle(db: Database) -> SettleSummary:
+    """The sweep's step after the erasure re-check: for each complete request not yet settled, the steps (once for
+    all of them), a scan of the files for each request's terms by their keyed hashes, and its row in
+    core_erasure_physical. Nothing to settle: nothing runs (no VACUUM, no CHECKPOINT)."""
+    rows = db.fetch(SELECT_UNSETTLED, {"free": IN_FREE_SPACE, "max": MAX_ATTEMPTS}, read_only=False)
+    summary = SettleSummary()
+    if not rows:
+        return summary
+    groups = []
+    plain = []
+    located: dict[int, int] = {}
+    for r in rows:
+        needles = r["needles"]
+        located[r["id"]] = -1 if needles is None else sum(1 for n in needles if n.get("head") is not None)
+        groups.append((f"r{r['id']}:", r["term_salt"] or "00", needles or ()))
+        # the thread ids: in the register in clear anyway (a re-check looks for them); in the checkpoint tables' keys
+        plain.append(PlainValues({f"thread{i}": t for i, t in enumerate(r["thread_ids"] or (), 1)}, f"r{r['id']}:"))
+    steps = after_erasure_steps(db)
+    scan = scan_files(db, AllOf([KeyedNeedles(groups), *plain]))
+    for r in rows:
+        files = _request_files(scan, f"r{r['id']}:")
+        status, note, t_files = _files_verdict(scan, files, located[r["id"]], steps)
+        if status == IN_FREE_SPACE and r["last_recheck_clean"] is False:
+            note = "the data came back by SQL (the last re-check found it): the bytes found may be live rows; " + (
+                note or ""
+            )
+        held = slots_holding(steps.wal, r["erased_lsn"])
+        wal = json.loads(json.dumps(steps.wal | {"erased_lsn": r["erased_lsn"], "slots_holding": held}, default=str))
+        horizon, horizon_note = _horizon(status, t_files, steps.backup_retention_days, wal, held, files)
+        db.execute(
+            UPSERT_PHYSICAL,
+            {
+                "id": r["id"],
+                "t_sql_zero": r["finished_at"],
+                "steps": Jsonb(steps.to_json()),
+                "files": Jsonb(files),
+                "status": status,
+                "note": note,
+                "t_files": t_files,
+                "wal": Jsonb(wal),
+                "retention": steps.backup_retention_days,
+                "horizon": horizon,
+                "horizon_note": horizon_note,
+                "first": steps.started_at,
+                "at": clock.now(),
+            },
+        )
+        summary.append(Settled(r["id"], status, note, r["finished_at"], t_files, horizon, horizon_note))
+    return summary
+
+
+def record(db: Database, request_id: int) -> dict[str, Any] | None:
+    """The request's physical record as stored (None: not settled by any sweep yet)."""
+    return db.fetch_one(SELECT_PHYSICAL, (request_id,), read_only=False)
+
+
+__all__ = [
+    "AGENT_TABLES",
+    "IN_FREE_SPACE",
+    "NOT_MEASURED",
+    "OVERWRITTEN",
+    "AllOf",
+    "FileScan",
+    "KeyedNeedles",
+    "needles_for",
+    "PlainValues",
+    "RelationScan",
+    "SettleSummary",
+    "Settled",
+    "Steps",
+    "after_erasure_steps",
+    "record",
+    "scan_files",
+    "settle",
+    "wal_horizon",
+]
