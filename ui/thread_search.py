@@ -132,6 +132,15 @@ def _pager(q: ts.ThreadQuery, found: ts.SearchResult) -> None:
         st.rerun()
 
 
+def _status_counts(counts: ts.StatusCounts) -> None:
+    """Threads per status, one status each: the five and their total side by side."""
+    st.caption(t("search_counts", total=fmt.number(counts.total)))
+    c = st.columns(len(ts.STATES) + 1)
+    for col, status in zip(c, ts.STATES, strict=False):
+        col.metric(t(f"search_status_{status}"), fmt.number(counts.counts[status]))
+    c[-1].metric(t("search_counts_total"), fmt.number(counts.total))
+
+
 def search_view() -> None:
     st.subheader(t("search_title"))
     st.caption(t("search_caption"))
@@ -168,6 +177,7 @@ def search_view() -> None:
     _form(q, read(ts.agents))
     # the summary is kept by the extraction; a view moves it forward a bounded step (as the Preferences page does)
     extracted = call_now(tool_calls.catch_up)
+    _status_counts(read(ts.status_counts))
     found = read(ts.search_threads, q)
     if extracted.error:
         st.warning(t("prefs_cannot_extract", error=md(extracted.error), n=fmt.number(extracted.behind)))
