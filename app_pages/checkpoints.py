@@ -117,7 +117,7 @@ def formats_panel() -> None:
         st.caption(t("ckpt_fmt_not_read"))
         return
     at, fp = st.session_state[FORMATS_KEY]
-    st.caption(t("ckpt_fmt_as_of", at=f"{at:%Y-%m-%d %H:%M:%S} UTC"))
+    st.caption(t("ckpt_fmt_as_of", at=fmt.clock(at)))
     c = st.columns(6)
     c[0].metric(t("ckpt_fmt_migration"), "—" if fp.migration_version is None else f"v{fp.migration_version}")
     c[1].metric(t("ckpt_fmt_encrypted"), f"{fmt.number(fp.encrypted)} ({fmt.number(fp.encrypted_threads)})")
@@ -199,7 +199,9 @@ def source_label(source) -> str:
 
 def timeline_chart(timeline: pd.DataFrame) -> None:
     st.subheader(t("ckpt_timeline"))
-    timeline = timeline.assign(ts=pd.to_datetime(timeline["ts"], utc=True))  # the axis's ticks are UTC
+    tz = fmt.viewer_timezone()  # the steps' table below reads the same instants in the same zone
+    instants = pd.to_datetime(timeline["ts"], utc=True).dropna()
+    timeline = timeline.assign(ts=fmt.wall_clock(timeline["ts"], tz).to_numpy())
     fig = go.Figure(
         go.Scatter(
             x=timeline["ts"],
@@ -223,18 +225,19 @@ def timeline_chart(timeline: pd.DataFrame) -> None:
     dots.update_traces(marker=dict(size=11))
     for trace in dots.data:
         fig.add_trace(trace)
-    ts = timeline["ts"].dropna()
-    axis = fmt.time_ticks(ts.min().to_pydatetime(), ts.max().to_pydatetime()) if len(ts) else {}
+    axis = (
+        fmt.time_ticks(instants.min().to_pydatetime(), instants.max().to_pydatetime(), tz=tz) if len(instants) else {}
+    )
     fig.update_layout(
         height=320,
         margin=dict(t=10, b=10),
-        xaxis=dict(title=t("ckpt_time"), **axis),
+        xaxis=dict(title=t("ckpt_time", tz=tz), **axis),
         yaxis_title=t("ckpt_step"),
         legend_title_text=t("ckpt_source"),
         separators=fmt.plot_separators(),
         yaxis=fmt.count_axis(timeline["step"].max() + 1),
     )
-    charts.show(fig, key="checkpoints.timeline_chart", counts=())
+    charts.show(fig, key="checkpoints.timeline_chart", counts=(), tz=tz)
 
 
 def _label(row) -> str:

@@ -48,6 +48,25 @@ def decode(values):
     return list(values)
 
 
+def grid_clock(at, column: str, *columns: str) -> list[str]:
+    """The instants of `column` in the first dataframe having it (and `columns`) as the grid draws them: in the
+    column's configured time zone, "YYYY-MM-DD HH:MM:SS"."""
+    import json
+
+    import pandas as pd
+
+    df = next(d for d in at.dataframe if {column, *columns} <= set(d.value.columns))
+    tz = json.loads(df.proto.columns)[column]["type_config"]["timezone"]
+    return [pd.Timestamp(v).tz_convert(tz).strftime("%Y-%m-%d %H:%M:%S") for v in df.value[column].dropna()]
+
+
+def chart_clock(values) -> list[str]:
+    """A plotly trace's dates as the chart draws them (plotly.js ignores any UTC offset): "YYYY-MM-DD HH:MM:SS"."""
+    import pandas as pd
+
+    return [pd.Timestamp(str(v)[:26]).strftime("%Y-%m-%d %H:%M:%S") for v in decode(values)]
+
+
 def wait_until(check, timeout: float = 15.0) -> None:
     """Poll `check` until true; fail after `timeout`. Right after a server restart the first pooled
     call may fail (the pool is then rebuilt), so DatabaseUnavailable counts as "not yet"."""

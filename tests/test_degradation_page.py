@@ -6,11 +6,12 @@ An embedded server of its own, so the outage never touches the session's server.
 
 from __future__ import annotations
 
+import json
 import time
 
 import psycopg
 import pytest
-from apptools import frame, metric, wait_until
+from apptools import chart_clock, decode, frame, grid_clock, metric, wait_until
 from conftest import DIMS, dsn_for, free_port, own_embedded_server
 from streamlit.testing.v1 import AppTest
 
@@ -178,9 +179,22 @@ def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
         )
     app_env(db.dsn)
     at = AppTest.from_file(APP, default_timeout=60)
+    at.context["timezone"] = "America/New_York"  # a browser five or four hours behind UTC
     at.run()
     at.switch_page(PAGE).run()
     assert not at.exception
     assert metric(at, "Degradadas") == "1"
     spec = at.get("plotly_chart")[0].proto.spec
     assert "r-now" in spec and "r-old" in spec
+    # one time zone on the page: the episode's bar starts at the clock time its row in the table shows
+    fig = json.loads(spec)
+    starts = {r: chart_clock(tr["base"]) for tr in fig["data"] for r in decode(tr["y"])}
+    assert (
+        grid_clock(at, "degraded_from", "n")
+        == starts["r-old"]
+        != [
+            f"{now - timedelta(minutes=9):%Y-%m-%d %H:%M:%S}"  # (not the UTC clock)
+        ]
+    )
+    assert fig["layout"]["xaxis"]["title"]["text"] == "Fecha y hora (America/New_York)"
+    assert all("(America/New_York)=%{base" in tr["hovertemplate"] for tr in fig["data"])

@@ -25,6 +25,7 @@ import json
 import pickle
 import re
 from collections.abc import Mapping
+from datetime import date, datetime
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -52,6 +53,8 @@ INTEGER_FORMAT = {"es": "%'.,d", "en": "%,d"}
 # on every run cost a 50-session dashboard most of its CPU (BENCHMARKS.md, "Many sessions"). moment.js writes
 # English month names, so Spanish reads its numeric form.
 DATE_FORMAT = {"es": "DD/MM/YYYY, HH:mm:ss", "en": "MMM D, YYYY, h:mm:ss A"}
+# Days (a date, no time: e.g. a UTC day of a rollup, named where the table is), in the same forms
+DAY_FORMAT = {"es": "DD/MM/YYYY", "en": "MMM D, YYYY"}
 MERGED_KEYS = frozenset({"label", "width", "help", "pinned", "hidden"})
 TABLE_ENTRIES = 256  # prepared tables kept by the process (see _prepared)
 
@@ -121,6 +124,11 @@ def _text(value: Any) -> str:
 def _looks_like_dates(series: pd.Series) -> bool:
     values = series.dropna()
     return not values.empty and all(hasattr(v, "tzinfo") and hasattr(v, "hour") for v in values.head(50))
+
+
+def _looks_like_days(series: pd.Series) -> bool:
+    values = series.dropna()
+    return not values.empty and all(isinstance(v, date) and not isinstance(v, datetime) for v in values.head(50))
 
 
 def _link(page: str, param: str, value: Any) -> str:
@@ -202,6 +210,9 @@ def _prepared(
             column_config[col] = st.column_config.DatetimeColumn(
                 f"{label} ({tz})", format=DATE_FORMAT[language], timezone=tz
             )
+        elif s.dtype == object and _looks_like_days(s):
+            out[col] = pd.to_datetime(s, errors="coerce")  # sorted as days, drawn as the language writes them
+            column_config[col] = st.column_config.DateColumn(label, format=DAY_FORMAT[language])
         elif pd.api.types.is_bool_dtype(s) and not s.isna().any():
             column_config[col] = st.column_config.CheckboxColumn(label)
         elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):

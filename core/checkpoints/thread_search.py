@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pandas as pd
 
@@ -123,9 +124,11 @@ class ThreadQuery:
             raise BadQuery("since is not before until")
 
     @classmethod
-    def from_params(cls, params: Mapping[str, str]) -> ThreadQuery:
+    def from_params(cls, params: Mapping[str, str], tz: str = "UTC") -> ThreadQuery:
         """A query from URL parameters (`meta_key`, `meta_value`, `status`, `agent`, `window`, `from`, `to` as
-        YYYY-MM-DD, UTC days, `to` inclusive, `sort`, `order`, `limit`, `page` from 1). Raises BadQuery."""
+        YYYY-MM-DD, days in time zone `tz` (the reader's), `to` inclusive, `sort`, `order`, `limit`, `page` from 1).
+        Raises BadQuery."""
+        zone = ZoneInfo(tz)
 
         def text(name: str) -> str:
             return str(params.get(name, "") or "").strip()
@@ -138,7 +141,7 @@ class ThreadQuery:
                 d = date.fromisoformat(raw)
             except ValueError:
                 raise BadQuery(f"{name} must be a date YYYY-MM-DD, got {raw!r}") from None
-            return datetime.combine(d + timedelta(days=1) if end else d, time(), UTC)
+            return datetime.combine(d + timedelta(days=1) if end else d, time(), zone)
 
         def number(name: str, default: int) -> int:
             raw = text(name)
