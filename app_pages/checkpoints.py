@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
-from core.checkpoints import formats, tool_calls, views
+from core.checkpoints import formats, storage, tool_calls, views
 from core.privacy import subjects as subj
 from ui import charts, fmt
 from ui import data_views as views_log
@@ -87,7 +87,10 @@ def storage_view() -> None:
     if largest.empty:
         st.info(t("ckpt_no_recent"))
         return
-    st.caption(t("ckpt_largest_as_of", at=fmt.moment(largest["computed_at"].iloc[0])))
+    refreshed = read(storage.storage_refresh)  # the refresh that computed these rows
+    if refreshed is not None:
+        run = fmt.sweep_run(refreshed["sweep_run_id"], refreshed["sweep_started_at"], refreshed["computed_at"])
+        st.caption(t("ckpt_largest_as_of", run=run))
     charts.draw(largest_figure(largest, lang()), key="checkpoints.largest_chart")
     st.caption(t("ckpt_open_hint"))
     table(

@@ -88,3 +88,43 @@ def test_erasures_weeks_apart_and_a_customer_whose_data_came_back(demo_db):
     )
     other = register.set_index("customer_id").drop(month.comeback_customer).iloc[0]
     assert not bool(other["came_back"]) and other["rechecks_dirty"] == 0
+
+
+def test_one_last_sweep_on_every_page(demo_db, app_env):
+    """Barridos, Almacenamiento and Borrado name the same run as the last sweep, by its id and logged start (the
+    demo's replayed day), never the real time its refresh ran at (issue 40)."""
+    import re
+
+    from apptools import metric
+    from babel.dates import format_datetime
+    from streamlit.testing.v1 import AppTest
+
+    last = demo_db.fetch_one(
+        "SELECT id, started_at FROM core_sweep_log WHERE NOT dry_run AND status = 'ok' ORDER BY started_at DESC LIMIT 1"
+    )
+    named = (
+        f"el barrido n.º {last['id']} ({format_datetime(last['started_at'], 'medium', tzinfo=UTC, locale='es')} UTC)"
+    )
+    app_env(demo_db.dsn, LOCAL_ROLES="sre,dpo")
+
+    def page(path: str, **query: str) -> AppTest:
+        at = AppTest.from_file("../dashboard.py", default_timeout=90)
+        for k, v in query.items():
+            at.query_params[k] = v
+        at.run()
+        at.switch_page(path).run()
+        assert not at.exception, at.exception
+        return at
+
+    sweeps = page("app_pages/sweeps.py")
+    assert metric(sweeps, "Último barrido (UTC)").startswith(f"n.º {last['id']} · ")
+    storage = page("app_pages/checkpoints.py", view="storage")
+    captions = [c.value for c in storage.caption]
+    assert f"Filas exactas según {named} (las cuenta cada barrido)." in captions
+    assert f"Calculados por {named}." in captions
+    erasure = page("app_pages/erasure.py")
+    coverage = [c.value for c in erasure.caption if "Cifras según" in c.value]
+    assert coverage and all(c.endswith(f"Cifras según {named}.") for c in coverage), coverage
+    # every run any of the three pages names is that one
+    named_runs = {int(n) for at in (storage, erasure) for c in at.caption for n in re.findall(r"n\.º (\d+)", c.value)}
+    assert named_runs == {last["id"]}

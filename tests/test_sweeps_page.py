@@ -175,7 +175,7 @@ def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_delet
     assert not at.exception
     # in the viewer's zone (UTC without a browser), named in the label, the date as Spanish writes it
     shown = metric(at, "Último barrido (UTC)")
-    assert shown == (
+    assert shown == f"n.º {real.run_id} · " + (
         format_skeleton("MMMd", real.started_at, tzinfo=UTC, locale="es")
         + format_datetime(real.started_at, " H:mm", tzinfo=UTC, locale="es")
     )

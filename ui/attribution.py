@@ -73,7 +73,11 @@ def coverage_notice(cov: subj.Coverage | None) -> None:
     st.caption(
         t("erasure_coverage_fix")
         + (" " + t("erasure_coverage_query") if cov.query_configured else "")
-        + (" " + t("erasure_coverage_as_of", at=fmt.moment(cov.as_of)) if cov.as_of else "")
+        + (
+            " " + t("erasure_coverage_as_of", run=fmt.sweep_run(cov.sweep_run_id, cov.sweep_started_at, cov.as_of))
+            if cov.as_of
+            else ""
+        )
     )
 
 

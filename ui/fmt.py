@@ -87,6 +87,14 @@ def clock(value: datetime | float) -> str:
     return f"{format_time(value, 'medium', tzinfo=ZoneInfo(tz), locale=lang())} {tz}"
 
 
+def sweep_run(run_id: int | None, run_at: datetime | None, computed_at: datetime | str | None) -> str:
+    """The time of a figure the sweep job keeps, as every page names it: the sweep run that computed it, by its id and
+    its logged start (the Sweeps page's "last sweep"), or, computed outside a sweep, when."""
+    if run_id is not None and not (isinstance(run_id, float) and math.isnan(run_id)):
+        return t("as_of_sweep", id=int(run_id), at=moment(run_at) if run_at is not None else "—")
+    return t("as_of_not_sweep", at="—" if computed_at is None else moment(computed_at))
+
+
 DURATION_UNITS = (("unit_day", 86400), ("unit_hour", 3600), ("unit_minute", 60), ("unit_second", 1))
 
 
