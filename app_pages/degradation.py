@@ -19,7 +19,7 @@ import streamlit as st
 from psycopg_pool import PoolTimeout
 
 from core import roles
-from core.checkpoints import replica_health, replica_view
+from core.checkpoints import failures, replica_health, replica_view
 from core.checkpoints.guard import Risk
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, failure_counts
 from ui import charts, fmt
@@ -64,6 +64,7 @@ EPISODE_COLUMNS = [
     "host",
     "pid",
     "recorded_at",
+    "reason_raw",
 ]
 
 require_role(roles.SRE)
@@ -227,11 +228,23 @@ def timeline_figure(frame: pd.DataFrame, language: str, tz: str) -> go.Figure:
     return charts.finish(fig, counts=(), tz=tz)
 
 
+def reasons_in_words(episodes: pd.DataFrame) -> pd.DataFrame:
+    """The episodes with `reason` in the UI's words (what kind of failure) and the saver's text verbatim beside it
+    (`reason_raw`: a driver's message, as written)."""
+    if episodes.empty:
+        return episodes
+    return episodes.assign(
+        reason=[t(f"degr_reason_{failures.reason_kind(r)}") for r in episodes["reason"]],
+        reason_raw=episodes["reason"],
+    )
+
+
 def episodes_timeline(reading: Reading) -> None:
     st.subheader(t("degr_timeline"))
     bars = []
-    if not reading.episodes.empty:
-        done = reading.episodes.assign(status=t("degr_recorded"))
+    episodes = reasons_in_words(reading.episodes)
+    if not episodes.empty:
+        done = episodes.assign(status=t("degr_recorded"))
         bars.append(
             done[
                 [
@@ -272,11 +285,9 @@ def episodes_timeline(reading: Reading) -> None:
     for column in ("degraded_from", "degraded_to"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
     charts.draw(timeline_figure(frame, lang(), fmt.viewer_timezone()), key="degradation.timeline")
-    if not reading.episodes.empty:
+    if not episodes.empty:
         st.caption(t("degr_episodes_numbered"))
-        table(
-            reading.episodes, key="degradation.episodes", columns=EPISODE_COLUMNS, config={"reason": {"width": "large"}}
-        )
+        table(episodes, key="degradation.episodes", columns=EPISODE_COLUMNS, config={"reason_raw": {"width": "large"}})
 
 
 def risk_label(risk) -> str:

@@ -152,7 +152,7 @@ def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
                 pid=1,
                 degraded_from=now - timedelta(minutes=9),
                 degraded_to=now - timedelta(minutes=8),
-                reason="test",
+                reason="OperationalError: consuming input failed: server closed the connection unexpectedly",
                 checkpoints_buffered=3,
                 writes_buffered=5,
                 ops_resynced=8,
@@ -198,3 +198,9 @@ def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
     )
     assert fig["layout"]["xaxis"]["title"]["text"] == "Fecha y hora (America/New_York)"
     assert all("(America/New_York)=%{base" in tr["hovertemplate"] for tr in fig["data"])
+    # the reason in Spanish words, the driver's text verbatim beside it
+    episodes = frame(at, "degraded_from", "n", "reason")
+    assert episodes["reason"].tolist() == ["PostgreSQL no responde (conexión rechazada o perdida)"]
+    assert episodes["reason_raw"].tolist() == [
+        "OperationalError: consuming input failed: server closed the connection unexpectedly"
+    ]

@@ -22,7 +22,7 @@ from core.config import Settings, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, probe
 from core.migrate import SchemaMismatch
 from core.read_replica import ReadRouter, router_for
-from ui.i18n import t
+from ui.i18n import STRINGS, t
 from ui.safe import md
 from ui.shared import Shared, SharedReading
 
@@ -37,6 +37,17 @@ FIGURE_ENTRIES = 128
 DERIVED_TTL = 600  # seconds a chart or a prepared table (ui.tables) is kept
 # One colour per namespace root on every chart.
 ROOT_COLORS = {"clientes": "#1f77b4", "proveedores": "#ff7f0e", "empleados": "#2ca02c", "unknown": "#7f7f7f"}
+
+
+def root_label(root: str) -> str:
+    """A namespace root in the UI's words ("Clientes" / "Customers"): the namespace stays as agents write it in data
+    and URLs, the label is translated; a root the dashboard does not know is shown as it is."""
+    return t(f"mem_root_{root}") if f"mem_root_{root}" in STRINGS else root
+
+
+def root_colors() -> dict[str, str]:
+    """ROOT_COLORS keyed by `root_label`, for a chart whose legend names the roots."""
+    return {root_label(r): c for r, c in ROOT_COLORS.items()}
 
 
 def secrets() -> dict:

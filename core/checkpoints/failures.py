@@ -89,3 +89,20 @@ def _ts(epoch: float | None) -> datetime | None:
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+# What a degradation's reason (`_describe` of the failure: "<exception type>: <first line>") was, for a page to say
+# in words; the text itself stays as it was written (a driver's message, in English).
+REASON_KINDS = {
+    "DeadlineExceeded": "deadline",  # a call that did not return in time, cut by the watchdog
+    "PoolTimeout": "pool",  # no connection could be had in time
+    "OperationalError": "unreachable",
+    "InterfaceError": "unreachable",
+    "PoolClosed": "unreachable",
+    "CheckpointUnavailable": "unreachable",
+}
+
+
+def reason_kind(reason: str | None) -> str:
+    """The kind of a recorded degradation reason: deadline | pool | unreachable | other."""
+    return REASON_KINDS.get((reason or "").split(":", 1)[0].strip(), "other")
