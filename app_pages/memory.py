@@ -144,14 +144,13 @@ def _open_selected() -> None:
 if oversized.empty:
     st.success(t("alarm_none", n=MAX_DOCS_PER_CUSTOMER))
 else:
-    # a manager's link opens that customer's memory on this page (not the DPO's erasure page)
+    # a manager's link opens that customer's memory on this page (ui.tables: a manager's page, never the erasure page)
     table(
         oversized,
         key="memory.alarm",
         on_select=_open_selected,
         selection_mode="single-row",
         columns=["cliente_id", "documents", "keys", "last_write"],
-        links={"cliente_id": Link("memory", "ns", source="prefix", strip="clientes.")},
         config={"documents": t("mem_documents"), "keys": t("mem_keys"), "last_write": t("mem_last_write")},
     )
 

@@ -337,10 +337,22 @@ def current_user() -> User | None:
     return User((name if isinstance(name, str) else None) or email or "?", email, granted, local=False)
 
 
+PAGE_ROLE_KEY = "page.role"
+
+
 def require_role(role: str) -> User:
-    """Stop the page unless the current user has `role` (checked on every run, server-side)."""
+    """Stop the page unless the current user has `role` (checked on every run, server-side); the page is then
+    `role`'s (page_role: where its links lead)."""
     user = current_user()
+    st.session_state[PAGE_ROLE_KEY] = role
     if user is None or role not in user.roles:
         st.error(t("forbidden", role=role))
         st.stop()
     return user
+
+
+def page_role() -> str | None:
+    """The role of the page this run shows (set by its require_role): a customer id on it leads where its reader
+    came from (ui.tables.CUSTOMER_LINKS)."""
+    role = st.session_state.get(PAGE_ROLE_KEY)
+    return role if isinstance(role, str) else None

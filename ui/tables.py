@@ -13,9 +13,10 @@ person reads, through `st.column_config` and, for decimals only, a pandas Styler
 - dates drawn by the grid in the viewer's time zone (st.context.timezone, UTC when the browser does not say), the
   zone named in the column's label, in the UI language's form (DATE_FORMAT);
 - empty cells as "—", never "None" (the grid's placeholder for a missing number or date);
-- thread ids linking to the Checkpoints page (`?thread=`) and customer ids to the pages the viewer's
-  roles may open (Erasure `?cliente=` for the DPO, else Checkpoints `?cliente=` for the SRE), unless the page
-  names its own `links` (e.g. the Memory page's customers link to their memory).
+- thread ids linking to the Checkpoints page (`?thread=`) and customer ids to where the reader came from: on a
+  store manager's page to the customer's memory (Memory `?ns=clientes.<id>`), on an SRE's to their threads
+  (Checkpoints `?cliente=`), on the DPO's to their erasure (Erasure `?cliente=`): the page's role
+  (ui.common.page_role), when the viewer has it; unless the page names its own `links`.
 """
 
 from __future__ import annotations
@@ -144,6 +145,15 @@ def _viewer_roles() -> tuple[str, ...]:
     return user.roles if user else ()
 
 
+# Where a customer id leads, by the role of the page showing it (a manager came to see memory; only the DPO's pages
+# lead to an erasure): (page, parameter, what the parameter's value starts with before the id).
+CUSTOMER_LINKS = {
+    roles.MANAGER: ("memory", "ns", "clientes."),
+    roles.SRE: ("checkpoints", "cliente", ""),
+    roles.DPO: ("erasure", "cliente", ""),
+}
+
+
 def prepare(
     df: pd.DataFrame,
     columns: list[str] | None = None,
@@ -161,7 +171,14 @@ def prepare(
         fmt.viewer_timezone(),
         _viewer_roles(),
         lang(),
+        _page_role(),
     )
+
+
+def _page_role() -> str | None:
+    from ui.common import page_role
+
+    return page_role()
 
 
 def _frame_key(df: pd.DataFrame) -> bytes:
@@ -185,6 +202,7 @@ def _prepared(
     tz: str,
     viewer: tuple[str, ...],
     language: str,
+    page_role: str | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
     df = _df
     out = df[shown].copy()
@@ -201,10 +219,13 @@ def _prepared(
         elif col in THREAD_COLUMNS and roles.SRE in viewer:
             out[col] = s.map(lambda v: _link("checkpoints", "thread", v))
             column_config[col] = st.column_config.LinkColumn(label, display_text=r"thread=([^&]*)")
-        elif col in CUSTOMER_COLUMNS and (roles.DPO in viewer or roles.SRE in viewer):
-            page = "erasure" if roles.DPO in viewer else "checkpoints"
-            out[col] = s.map(lambda v, page=page: _link(page, "cliente", v))
-            column_config[col] = st.column_config.LinkColumn(label, display_text=r"cliente=([^&]*)")
+        elif col in CUSTOMER_COLUMNS and page_role in CUSTOMER_LINKS and page_role in viewer:
+            page, param, before = CUSTOMER_LINKS[page_role]
+            out[col] = s.map(
+                lambda v, page=page, param=param, before=before: _link(page, param, before + str(v) if v else v)
+            )
+            shown_text = rf"{param}={re.escape(quote(before, safe=''))}([^&]*)"
+            column_config[col] = st.column_config.LinkColumn(label, display_text=shown_text)
         elif pd.api.types.is_datetime64_any_dtype(s) or (s.dtype == object and _looks_like_dates(s)):
             out[col] = pd.to_datetime(s, utc=True, errors="coerce")  # sorted as instants; read in `tz`
             column_config[col] = st.column_config.DatetimeColumn(
