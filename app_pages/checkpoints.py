@@ -18,7 +18,7 @@ from ui import charts, fmt
 from ui import data_views as views_log
 from ui.attribution import page_coverage
 from ui.checkpoint_diff import diff_view, kind_label
-from ui.common import read, require_role, settings, shared_figure
+from ui.common import demo_seeding, read, require_role, settings, shared_figure
 from ui.i18n import lang, t
 from ui.safe import md, md_code, plot_frame
 from ui.storage_view import storage_detail_view, table_totals
@@ -85,7 +85,7 @@ def storage_view() -> None:
     st.subheader(t("ckpt_largest", n=LARGEST_N))
     largest = read(views.largest_threads, LARGEST_N)
     if largest.empty:
-        st.info(t("ckpt_no_recent"))
+        st.info(t("ckpt_no_recent_seeding" if demo_seeding() else "ckpt_no_recent"))
         return
     refreshed = read(storage.storage_refresh)  # the refresh that computed these rows
     if refreshed is not None:
@@ -184,7 +184,7 @@ def search() -> None:
         else:
             found = read(views.recent_threads)
             if found.empty:
-                st.info(t("ckpt_no_recent"))
+                st.info(t("ckpt_no_recent_seeding" if demo_seeding() else "ckpt_no_recent"))
                 return
         st.caption(t("ckpt_pick_hint"))
         table(

@@ -14,7 +14,16 @@ from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from core.privacy.data_views import customer_of
 from ui import charts, fmt
 from ui import data_views as views_log
-from ui.common import call_expensive, read, require_role, root_colors, root_label, settings, shared_figure
+from ui.common import (
+    call_expensive,
+    demo_seeding,
+    read,
+    require_role,
+    root_colors,
+    root_label,
+    settings,
+    shared_figure,
+)
 from ui.i18n import lang, t
 from ui.safe import md, md_code, plot_frame
 from ui.tables import Link, table
@@ -88,8 +97,8 @@ c3.metric(t("mem_holders"), fmt.number(totals.namespaces), help=t("mem_holders_h
 c4, c5, _ = st.columns(3)
 c4.metric(t("mem_searchable"), fmt.number(totals.vectors), help=t("mem_searchable_help"))
 c5.metric(t("mem_expired"), fmt.number(totals.expired), help=t("mem_expired_help"))
-if totals.documents == 0:
-    st.info(t("memory_empty"), icon=":material/info:")
+if totals.documents == 0:  # empty while the demo seeds is not an empty store: the page says which
+    st.info(t("memory_seeding" if demo_seeding() else "memory_empty"), icon=":material/info:")
 
 left, right = st.columns(2)
 with left:

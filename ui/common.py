@@ -107,6 +107,36 @@ def seed_progress():
     return background_seed(get_db().dsn) if settings().seed_demo else None
 
 
+SEED_FRESH_S = 10  # while the demo seeds, a page is read again this often: its figures appear as they arrive
+
+
+def demo_seeding():
+    """This process's demo seed while it runs, or is about to (it starts after the first page, and seeds only an
+    empty database); None otherwise."""
+    progress = seed_progress()
+    if progress is None or progress.finished:
+        return None
+    if progress.running:
+        return progress
+    from core.demo.seed_progress import database_empty
+
+    return progress if call_or_unknown(database_empty) else None
+
+
+@st.cache_resource(show_spinner=False)
+def _fresh_reads() -> dict[str, float]:
+    return {"at": 0.0}
+
+
+def read_fresh_while_seeding() -> None:
+    """Drop the cached reads, at most once per SEED_FRESH_S for the whole process (every session reading the seed's
+    new rows then shares one read of them)."""
+    fresh = _fresh_reads()
+    if time.monotonic() - fresh["at"] >= SEED_FRESH_S:
+        fresh["at"] = time.monotonic()
+        forget_all()
+
+
 def start_demo_seed() -> None:
     """Start the demo seed in the background, once per process (a no-op afterwards or without
     SEED_DEMO). Called after the first page rendered: the agents' imports take seconds of CPU.

@@ -26,7 +26,7 @@ from core.clock import ManualClock
 from core.config import Settings, load_settings
 from core.db import Database, one
 from core.demo.operations import COMEBACK_TEXT, MonthPlan, leave_expired_notices, month_of_operations
-from core.demo.seed_progress import SeedProgress
+from core.demo.seed_progress import IS_EMPTY, SeedProgress
 from core.memory.embeddings import make_embeddings
 from core.memory.store import build_store, put_memory
 from core.operations.outage import demo_outage
@@ -34,7 +34,6 @@ from core.operations.outage import demo_outage
 log = logging.getLogger(__name__)
 
 SEED_LOCK_ID = 0x636F7265_64656D6F  # "coredemo": one seeding process at a time
-IS_EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM store) AND NOT EXISTS (SELECT 1 FROM core_conversations) AS empty"
 
 TIENDAS = ["Gran Vía", "Diagonal", "Sierpes", "Calle Larios", "Colón", "Uría", "Independencia", "Ensanche"]
 CANALES = ["WhatsApp", "correo electrónico", "SMS", "teléfono"]
