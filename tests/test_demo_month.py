@@ -128,3 +128,34 @@ def test_one_last_sweep_on_every_page(demo_db, app_env):
     # every run any of the three pages names is that one
     named_runs = {int(n) for at in (storage, erasure) for c in at.caption for n in re.findall(r"n\.º (\d+)", c.value)}
     assert named_runs == {last["id"]}
+
+
+def test_the_demo_has_threads_to_practise_on(demo_db):
+    """The SRE's one-click searches and the DPO's residue decision find something in the demo (issue 40): an
+    interrupted and a paused thread (stuck), an errored one in the last hour (failed), and a residue thread in one
+    customer's erasure preview, all written by the real agents on the seed's saver."""
+    from core.checkpoints import thread_search as ts
+    from core.checkpoints import tool_calls
+    from core.demo.seed import PRACTICE
+    from core.privacy.evidence import preview
+
+    practice = demo_db.summary.practice
+    assert sorted(practice.values()) == sorted(PRACTICE)
+    while tool_calls.extract(demo_db).checkpoints:  # what the sweep (and a page view's catch-up) does
+        pass
+    kind = {v: k for k, v in practice.items()}
+    stuck = set(ts.search_threads(demo_db, ts.preset("stuck")).threads["thread_id"])
+    assert {kind["interrupted"], kind["paused"]} <= stuck
+    failed = ts.search_threads(demo_db, ts.preset("failed")).threads
+    assert kind["error"] in set(failed["thread_id"]) and set(failed["status"]) == {"error"}
+    counts = ts.status_counts(demo_db)
+    assert min(counts.counts[s] for s in ("interrupted", "paused", "error")) >= 1
+    assert sum(counts.counts.values()) == counts.total
+    # the staff note names a customer: their erasure preview proposes it, for the DPO to decide
+    named = demo_db.fetch_one(
+        "SELECT substring(d.payload::text FROM 'el cliente (C[0-9]+)') AS c FROM core_checkpoint_writes_view d "
+        "WHERE d.thread_id = %s AND d.payload::text LIKE '%%el cliente C%%' LIMIT 1",
+        (kind["residue"],),
+    )["c"]
+    residue = preview(demo_db, named).residue
+    assert residue is not None and kind["residue"] in residue.proposed

@@ -48,4 +48,4 @@ class SeedProgress:
 
 
 # The steps of `seed`, in order (the sidebar names them).
-SEED_STEPS = ("suppliers", "employees", "customers", "legacy", "operations", "outage")
+SEED_STEPS = ("suppliers", "employees", "customers", "legacy", "operations", "practice", "outage")
