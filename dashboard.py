@@ -193,7 +193,7 @@ if seeding is not None:
     def seed_banner() -> None:
         if seeding.finished:
             return
-        step = t(f"seed_step_{seeding.step}") if seeding.step else "…"
+        step = t(f"seed_step_{seeding.step}") if seeding.step else t("seed_starting")
         if seeding.total:
             text = t("seed_main", step=step, done=seeding.done, total=seeding.total, s=SEED_FRESH_S)
             st.progress(min(seeding.done / seeding.total, 1.0), text=text)

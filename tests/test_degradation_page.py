@@ -204,3 +204,13 @@ def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
     assert episodes["reason_raw"].tolist() == [
         "OperationalError: consuming input failed: server closed the connection unexpectedly"
     ]
+
+
+def test_a_degradation_reason_is_named_by_its_kind():
+    """The saver's reasons ("<type>: ...", the liveness thread's "liveness check: <type>: ...") in words' kinds."""
+    from core.checkpoints.failures import reason_kind
+
+    assert reason_kind("liveness check: DeadlineExceeded: SELECT 1 took more than 2 s") == "deadline"
+    assert reason_kind("OperationalError: consuming input failed: server closed the connection") == "unreachable"
+    assert reason_kind("PoolTimeout: couldn't get a connection after 2.00 sec") == "pool"
+    assert reason_kind("ValueError: something else") == reason_kind(None) == "other"

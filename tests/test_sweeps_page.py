@@ -175,12 +175,12 @@ def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_delet
     at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
     assert not at.exception
     # in the viewer's zone (UTC without a browser), named in the label, the date as Spanish writes it
-    shown = metric(at, "Último barrido (UTC)")
-    assert shown == f"n.º {real.run_id} · " + (
+    shown = metric(at, f"Último barrido, n.º {real.run_id} (UTC)")
+    assert shown == (
         format_skeleton("MMMd", real.started_at, tzinfo=UTC, locale="es")
         + format_datetime(real.started_at, " H:mm", tzinfo=UTC, locale="es")
     )
-    assert next(m for m in at.metric if m.label == "Último barrido (UTC)").proto.delta == "Hecho · programado"
+    assert next(m for m in at.metric if m.label.startswith("Último barrido")).proto.delta == "Hecho · programado"
     log = frame(at, "id", "trigger", "deleted_by_root")
     assert log["trigger"].tolist() == ["a mano", "programado"]  # words, not the job's keys
     assert log["deleted_by_root"].tolist() == ["Proveedores: 1", "Proveedores: 1"]  # not JSON, the root in words

@@ -104,5 +104,7 @@ REASON_KINDS = {
 
 
 def reason_kind(reason: str | None) -> str:
-    """The kind of a recorded degradation reason: deadline | pool | unreachable | other."""
-    return REASON_KINDS.get((reason or "").split(":", 1)[0].strip(), "other")
+    """The kind of a recorded degradation reason ("<type>: ...", or the liveness thread's "liveness check: <type>:
+    ..."): deadline | pool | unreachable | other."""
+    parts = [p.strip() for p in (reason or "").split(":", 2)[:2]]
+    return next((REASON_KINDS[p] for p in parts if p in REASON_KINDS), "other")
