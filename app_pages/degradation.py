@@ -154,9 +154,9 @@ def replicas_table(reading: Reading, states: pd.DataFrame, fresh: bool) -> None:
     bad = int(states["state"].isin(["degraded", "silent"]).sum())
     unknown = int((states["state"] == "unknown").sum())
     if bad:
-        st.warning(t("degr_some_degraded", n=bad))
+        st.warning(fmt.count("degr_some_degraded", bad))
     if unknown:
-        st.warning(t("degr_some_unknown", n=unknown))
+        st.warning(fmt.count("degr_some_unknown", unknown))
     if replica_view.all_clear(states, fresh=fresh):
         st.success(t("degr_all_ok"))
     df = states.copy()

@@ -267,9 +267,12 @@ if query:
         table(
             items,
             key="memory.items",
+            # what it says and which conversation wrote it first, on screen without scrolling; the technical after
+            columns=["tipo", "valor", "thread_id", "expires_at", "ttl_days", "updated_at", "created_at", "expired"]
+            + ["vector", "key"],
             config={
                 "tipo": t("mem_tipo"),
-                "valor": {"label": t("mem_value"), "width": "large"},
+                "valor": {"label": t("mem_value"), "width": "medium"},
                 "expires_at": t("mem_expires"),
                 "ttl_days": t("mem_keep_days"),
                 "thread_id": t("mem_written_by"),

@@ -79,7 +79,12 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
             "WHERE l.status IN ('ok', 'error') AND NOT l.dry_run GROUP BY 1"
         )
     }
-    assert deleted == {k.capitalize(): v for k, v in sql_deleted.items()} and sql_deleted.get("proveedores", 0) > 0
+    assert {k: v for k, v in deleted.items() if v} == {k.capitalize(): v for k, v in sql_deleted.items()}
+    assert sql_deleted.get("proveedores", 0) > 0
+    # every real run is on the chart, those that deleted nothing included (issue 40)
+    runs_shown = {x for tr in figure(at, "sweeps.runs_chart")["data"] for x in tr["x"]}
+    real_runs = q("SELECT count(*) AS n FROM core_sweep_log WHERE status IN ('ok', 'error') AND NOT dry_run")[0]["n"]
+    assert len(runs_shown) == real_runs > 1
 
     forecast = totals_by_trace(figure(at, "sweeps.forecast_chart"))
     sql_forecast = {

@@ -150,7 +150,7 @@ def show_residue(residue: res.Residue | None) -> None:
             )
             right.text_input(t("erasure_residue_reason"), key=f"{RESIDUE_KEY}.{n}.reason")
     if residue.common_only:
-        st.caption(t("erasure_common_only", n=len(residue.common_only)))
+        st.caption(fmt.count("erasure_common_only", len(residue.common_only)))
     with st.expander(t("erasure_terms_title")):
         st.dataframe(
             pd.DataFrame(
