@@ -267,9 +267,9 @@ if query:
         table(
             items,
             key="memory.items",
-            # what it says and which conversation wrote it first, on screen without scrolling; the technical after
-            columns=["tipo", "valor", "thread_id", "expires_at", "ttl_days", "updated_at", "created_at", "expired"]
-            + ["vector", "key"],
+            # what it holds and which conversation wrote it, on screen without scrolling; the technical after
+            columns=["key", "tipo", "valor", "thread_id", "expires_at", "ttl_days", "updated_at", "created_at"]
+            + ["expired", "vector"],
             config={
                 "tipo": t("mem_tipo"),
                 "valor": {"label": t("mem_value"), "width": "medium"},
