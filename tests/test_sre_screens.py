@@ -272,7 +272,8 @@ def test_degradation_episodes_numbered_risk_in_words_integers(episodes_db, app_e
     episodes = next(df for df in at.dataframe if "degraded_from" in df.value.columns)
     assert episodes.value["n"].tolist() == [3, 2, 1] and "id" not in episodes.value.columns
     config = json.loads(episodes.proto.columns)
-    assert config["reason"]["width"] == "large"
+    assert config["reason_raw"]["width"] == "large"  # the saver's text verbatim; `reason` says its kind in words
+    assert all(r.startswith(("PostgreSQL", "Otro fallo", "No se consiguió")) for r in episodes.value["reason"])
     assert str(episodes.value["pid"].dtype) == "int64" and config["pid"]["type_config"]["format"] == "%d"
     assert any(c.value.startswith("Episodios numerados por orden de inicio") for c in at.caption)
     denials = frame(at, "tool", "risk", "episode_n")
