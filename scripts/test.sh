@@ -20,5 +20,6 @@ fi
 # One process by default. PYTEST_WORKERS=N runs N pytest-xdist workers, each with its own embedded PostgreSQL (units
 # of work and their order: conftest.py pytest_collection_modifyitems); on this 2-core machine two workers took
 # 13 min 25 s and 22 min 45 s (two chromiums and two dashboards at once) against 14 min 22 s in one process.
+# --durations=30: the slowest tests at the end of every run, so CI logs show where the time goes.
 # pytest exits 5 when no test ran: that is a failure here, like any other non-zero code.
-exec python -m pytest -n "${PYTEST_WORKERS:-0}" --dist loadgroup --no-loadscope-reorder "$@"
+exec python -m pytest -n "${PYTEST_WORKERS:-0}" --dist loadgroup --no-loadscope-reorder --durations=30 "$@"

