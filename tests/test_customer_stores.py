@@ -153,7 +153,15 @@ def customers_of(db, *stores: str) -> list[str]:
     ]
 
 
-def test_scoped_memory_reads_equal_sql_over_the_stores_customers(demo_mapped):
+@pytest.fixture(params=["per customer", "large scope"])
+def plan(request, monkeypatch):
+    """Each scoped read both ways: a lookup per customer, and the hashed joins of a large scope (LARGE_SCOPE)."""
+    if request.param == "large scope":
+        monkeypatch.setattr(customer_stores, "LARGE_SCOPE", 0)
+    return request.param
+
+
+def test_scoped_memory_reads_equal_sql_over_the_stores_customers(demo_mapped, plan):
     db, _ = demo_mapped
     scope = scoped(db, "T001")
     mine = customers_of(db, "T001")
@@ -212,7 +220,7 @@ def test_a_customer_of_two_stores_is_seen_from_both(demo_mapped):
         assert not reads.find_namespaces(db, both["cliente_id"], scope=scoped(db, store)).empty
 
 
-def test_scoped_search_by_meaning_ranks_only_the_stores_customers(demo_mapped):
+def test_scoped_search_by_meaning_ranks_only_the_stores_customers(demo_mapped, plan):
     db, _ = demo_mapped
     settings = settings_for(db.dsn)
     scope = scoped(db, "T002")

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from core.db import Database, one
-from core.memory.customer_stores import MINE, MINE_PREFIXES, PREFIX_IN_SCOPE, ROOT, Scope
+from core.memory import customer_stores
+from core.memory.customer_stores import MINE, MINE_PREFIXES, MINE_PREFIXES_LARGE, PREFIX_IN_SCOPE, ROOT, Scope
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS, InvalidIdentifier
 
 MAX_SEARCH_LENGTH = 400
@@ -109,42 +110,64 @@ ITEM_COLUMNS = [
 
 
 # --- a store manager's reads (issue 39): only the customers of their stores (core.memory.customer_stores.MINE), in
-# SQL. Each reads the scope's namespaces from core_prefix_counts by primary key, and the agents' tables only by their
-# own primary keys (store (prefix, key), store_vectors (prefix, key, field_name)), per namespace of the scope.
-SCOPED = "WITH " + MINE_PREFIXES
-SELECT_SCOPED_TOTALS = (
-    SCOPED
-    + """
-SELECT coalesce(sum(p.documents), 0)::bigint AS documents,
-       coalesce(sum((SELECT count(*) FROM store s WHERE s.prefix = p.prefix AND s.expires_at < now())), 0)::bigint
-           AS expired,
-       coalesce(sum((SELECT count(*) FROM store_vectors v WHERE v.prefix = p.prefix)), 0)::bigint AS vectors,
+# SQL. Each reads the scope's namespaces from core_prefix_counts, and the agents' tables only by their own primary
+# keys (store (prefix, key), store_vectors (prefix, key, field_name)) per namespace of the scope, or, for a large scope
+# (customer_stores.LARGE_SCOPE), by hashed joins whose time does not grow with the scope.
+EXPIRED_OF = "(SELECT count(*) FROM store s WHERE s.prefix = p.prefix AND s.expires_at < now())"
+VECTORS_OF = "(SELECT count(*) FROM store_vectors v WHERE v.prefix = p.prefix)"
+EXPIRED_LARGE = "(SELECT count(*) FROM store s WHERE s.expires_at < now() AND s.prefix IN (SELECT prefix FROM p))"
+VECTORS_LARGE = "(SELECT count(*) FROM store_vectors v WHERE v.prefix IN (SELECT prefix FROM p))"
+TOTALS = """
+SELECT coalesce(sum(p.documents), 0)::bigint AS documents, {expired} AS expired, {vectors} AS vectors,
        count(*) AS namespaces, count(DISTINCT p.cliente_id) AS customers
 FROM mine_prefixes p"""
-)
-SELECT_SCOPED_BY_ROOT = (
-    SCOPED
-    + f"""
-SELECT '{ROOT}' AS root, sum(p.documents)::bigint AS documents, count(*) AS namespaces,
-       coalesce(sum((SELECT count(*) FROM store s WHERE s.prefix = p.prefix AND s.expires_at < now())), 0)::bigint
-           AS expired
+BY_ROOT = f"""
+SELECT '{ROOT}' AS root, sum(p.documents)::bigint AS documents, count(*) AS namespaces, {{expired}} AS expired
 FROM mine_prefixes p HAVING count(*) > 0"""
-)
-SELECT_SCOPED_TOP_PREFIXES = (
-    SCOPED
-    + f"""
-SELECT p.prefix, '{ROOT}' AS root, p.documents,
-       (SELECT count(*) FROM store s WHERE s.prefix = p.prefix AND s.expires_at < now()) AS expired, p.last_write
+SELECT_SCOPED_TOP_PREFIXES = f"""
+SELECT p.prefix, '{ROOT}' AS root, p.documents, {EXPIRED_OF} AS expired, p.last_write
 FROM (SELECT * FROM mine_prefixes ORDER BY documents DESC, prefix LIMIT %(limit)s) p
 ORDER BY p.documents DESC, p.prefix"""
-)
-SELECT_SCOPED_OVERSIZED = (
-    SCOPED
-    + """
+SELECT_SCOPED_OVERSIZED = """
 SELECT split_part(p.prefix, '.', 2) AS cliente_id, p.prefix, p.documents,
        (SELECT string_agg(s.key, ', ' ORDER BY s.key) FROM store s WHERE s.prefix = p.prefix) AS keys, p.last_write
 FROM mine_prefixes p WHERE p.documents > %(max)s ORDER BY p.documents DESC, p.prefix LIMIT %(limit)s"""
-)
+SCOPED_SQL = {  # read -> (the statement for a scope, the statement for a large scope)
+    "totals": (
+        "WITH "
+        + MINE_PREFIXES
+        + TOTALS.format(
+            expired=f"coalesce(sum({EXPIRED_OF}), 0)::bigint", vectors=f"coalesce(sum({VECTORS_OF}), 0)::bigint"
+        ),
+        "WITH "
+        + MINE_PREFIXES_LARGE
+        + ", p AS (SELECT * FROM mine_prefixes)"
+        + TOTALS.replace("FROM mine_prefixes p", "FROM p").format(expired=EXPIRED_LARGE, vectors=VECTORS_LARGE),
+    ),
+    "by_root": (
+        "WITH " + MINE_PREFIXES + BY_ROOT.format(expired=f"coalesce(sum({EXPIRED_OF}), 0)::bigint"),
+        "WITH "
+        + MINE_PREFIXES_LARGE
+        + ", p AS (SELECT * FROM mine_prefixes)"
+        + BY_ROOT.replace("FROM mine_prefixes p", "FROM p").format(expired=EXPIRED_LARGE),
+    ),
+    "top": (
+        "WITH " + MINE_PREFIXES + SELECT_SCOPED_TOP_PREFIXES,
+        "WITH " + MINE_PREFIXES_LARGE + SELECT_SCOPED_TOP_PREFIXES,
+    ),
+    "oversized": (
+        "WITH " + MINE_PREFIXES + SELECT_SCOPED_OVERSIZED,
+        "WITH " + MINE_PREFIXES_LARGE + SELECT_SCOPED_OVERSIZED,
+    ),
+}
+
+
+def scoped_sql(db: Database, read: str, scope: Scope) -> str:
+    """The statement of a scoped read for this scope's size."""
+    small, large = SCOPED_SQL[read]
+    return large if customer_stores.large_scope(db, scope) else small
+
+
 SELECT_SCOPED_NAMESPACE_EXACT = f"""
 SELECT prefix, count(*) AS documents FROM store
 WHERE prefix = ANY(%(candidates)s) AND split_part(prefix, '.', 1) = '{ROOT}' AND split_part(prefix, '.', 2) IN ({MINE})
@@ -179,11 +202,11 @@ def memory_totals(db: Database, scope: Scope | None = None) -> MemoryTotals:
     """The Memory page's totals: of every holder, or (`scope`) of the customers of a manager's stores."""
     if scope is None:
         return MemoryTotals(**one(db.fetch_one(SELECT_TOTALS)))
-    return MemoryTotals(**one(db.fetch_one(SELECT_SCOPED_TOTALS, scope.params())))
+    return MemoryTotals(**one(db.fetch_one(scoped_sql(db, "totals", scope), scope.params())))
 
 
 def documents_by_root(db: Database, scope: Scope | None = None) -> pd.DataFrame:
-    rows = db.fetch(SELECT_BY_ROOT) if scope is None else db.fetch(SELECT_SCOPED_BY_ROOT, scope.params())
+    rows = db.fetch(SELECT_BY_ROOT) if scope is None else db.fetch(scoped_sql(db, "by_root", scope), scope.params())
     return pd.DataFrame(rows, columns=["root", "documents", "namespaces", "expired"])
 
 
@@ -191,7 +214,7 @@ def top_prefixes(db: Database, limit: int = 20, scope: Scope | None = None) -> p
     if scope is None:
         rows = db.fetch(SELECT_TOP_PREFIXES, (limit,))
     else:
-        rows = db.fetch(SELECT_SCOPED_TOP_PREFIXES, {**scope.params(), "limit": limit})
+        rows = db.fetch(scoped_sql(db, "top", scope), {**scope.params(), "limit": limit})
     return pd.DataFrame(rows, columns=["prefix", "root", "documents", "expired", "last_write"])
 
 
@@ -200,7 +223,8 @@ def oversized_customers(db: Database, limit: int = 200, scope: Scope | None = No
     if scope is None:
         rows = db.fetch(SELECT_OVERSIZED, (MAX_DOCS_PER_CUSTOMER, limit))
     else:
-        rows = db.fetch(SELECT_SCOPED_OVERSIZED, {**scope.params(), "max": MAX_DOCS_PER_CUSTOMER, "limit": limit})
+        params = {**scope.params(), "max": MAX_DOCS_PER_CUSTOMER, "limit": limit}
+        rows = db.fetch(scoped_sql(db, "oversized", scope), params)
     return pd.DataFrame(rows, columns=["cliente_id", "prefix", "documents", "keys", "last_write"])
 
 

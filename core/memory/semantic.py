@@ -17,7 +17,8 @@ from langchain_core.embeddings import Embeddings
 
 from core.config import Settings
 from core.db import Database
-from core.memory.customer_stores import MINE_PREFIXES, ROOT, Scope
+from core.memory import customer_stores
+from core.memory.customer_stores import MINE_PREFIXES, MINE_PREFIXES_LARGE, ROOT, Scope
 from core.memory.embeddings import make_embeddings
 from core.memory.store import ROOTS, InvalidIdentifier
 
@@ -55,10 +56,7 @@ LIMIT %(k)s"""
 # A store manager's search (issue 39): exact nearest neighbours among the vectors of the customers of their stores
 # (each namespace's vectors by store_vectors' primary key), never the whole index then a filter: an HNSW scan filtered
 # to one store in a hundred would stop before finding k of them.
-SELECT_SCOPED_NEAREST = (
-    "WITH "
-    + MINE_PREFIXES
-    + r"""
+SCOPED_NEAREST = r"""
 SELECT v.prefix, v.key, split_part(v.prefix, '.', 2) AS holder,
        coalesce(s.value ->> 'tipo', CASE WHEN s.key LIKE 'pref-%%' THEN substr(s.key, 6) END) AS tipo,
        coalesce(s.value ->> 'valor', s.value ->> 'texto', s.value::text) AS valor,
@@ -71,7 +69,8 @@ JOIN store s ON s.prefix = v.prefix AND s.key = v.key
 WHERE s.expires_at IS NULL OR s.expires_at > now()
 ORDER BY v.distance, v.prefix, v.key
 LIMIT %(k)s"""
-)
+SELECT_SCOPED_NEAREST = "WITH " + MINE_PREFIXES + SCOPED_NEAREST
+SELECT_SCOPED_NEAREST_LARGE = "WITH " + MINE_PREFIXES_LARGE + SCOPED_NEAREST  # customer_stores.LARGE_SCOPE
 COLUMNS = ["prefix", "key", "holder", "tipo", "valor", "texto", "expires_at", "similarity"]
 
 
@@ -148,13 +147,16 @@ def search(
         "k": request.k,
         "scan": request.k * 4,
     }
+    scoped = None
+    if scope is not None:
+        scoped = SELECT_SCOPED_NEAREST_LARGE if customer_stores.large_scope(db, scope) else SELECT_SCOPED_NEAREST
     with db.connection(read_only=True) as conn, conn.transaction():
         conn.execute("SET TRANSACTION READ ONLY")
-        if scope is None:
+        if scope is None or scoped is None:
             conn.execute(SET_SCAN, params)
             rows = conn.execute(SELECT_NEAREST, params).fetchall()
         else:
-            rows = conn.execute(SELECT_SCOPED_NEAREST, {**params, **scope.params()}).fetchall()
+            rows = conn.execute(scoped, {**params, **scope.params()}).fetchall()
     frame = pd.DataFrame(rows, columns=[*COLUMNS[:-1], "distance"])
     frame["similarity"] = (1.0 - frame["distance"].astype(float)).round(3)
     return frame[COLUMNS]
