@@ -56,17 +56,21 @@ LIMIT %(k)s"""
 # A store manager's search (issue 39): exact nearest neighbours among the vectors of the customers of their stores
 # (each namespace's vectors by store_vectors' primary key), never the whole index then a filter: an HNSW scan filtered
 # to one store in a hundred would stop before finding k of them.
-SCOPED_NEAREST = r"""
-SELECT v.prefix, v.key, split_part(v.prefix, '.', 2) AS holder,
-       coalesce(s.value ->> 'tipo', CASE WHEN s.key LIKE 'pref-%%' THEN substr(s.key, 6) END) AS tipo,
-       coalesce(s.value ->> 'valor', s.value ->> 'texto', s.value::text) AS valor,
-       s.value ->> 'texto' AS texto, s.expires_at, v.distance
-FROM (
+SCOPED_NEAREST = r""",
+nearest AS MATERIALIZED (
     SELECT DISTINCT ON (sv.prefix, sv.key) sv.prefix, sv.key, sv.embedding <=> %(q)s::vector AS distance
     FROM mine_prefixes p JOIN store_vectors sv ON sv.prefix = p.prefix
-    ORDER BY sv.prefix, sv.key, sv.embedding <=> %(q)s::vector) v
-JOIN store s ON s.prefix = v.prefix AND s.key = v.key
-WHERE s.expires_at IS NULL OR s.expires_at > now()
+    ORDER BY sv.prefix, sv.key, sv.embedding <=> %(q)s::vector)
+SELECT v.prefix, v.key, split_part(v.prefix, '.', 2) AS holder,
+       coalesce(s.value ->> 'tipo', CASE WHEN v.key LIKE 'pref-%%' THEN substr(v.key, 6) END) AS tipo,
+       coalesce(s.value ->> 'valor', s.value ->> 'texto', s.value::text) AS valor,
+       s.value ->> 'texto' AS texto, s.expires_at, v.distance
+FROM (SELECT * FROM nearest ORDER BY distance, prefix, key) v
+-- each candidate's document by the store's primary key, nearest first until k are found (LIMIT 1, at most one anyway,
+-- keeps the planner from turning this into a hash join that reads all of `store`: 0.39 s at 1M documents)
+CROSS JOIN LATERAL (
+    SELECT st.value, st.expires_at FROM store st
+    WHERE st.prefix = v.prefix AND st.key = v.key AND (st.expires_at IS NULL OR st.expires_at > now()) LIMIT 1) s
 ORDER BY v.distance, v.prefix, v.key
 LIMIT %(k)s"""
 SELECT_SCOPED_NEAREST = "WITH " + MINE_PREFIXES + SCOPED_NEAREST
