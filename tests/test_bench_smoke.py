@@ -101,6 +101,13 @@ def test_production_benchmark_in_place_keeps_the_template_as_built(pg_dsn, monke
     # written again as the builder wrote it: its documents (and the preference its conversations save), 3 threads
     assert bp.SMOKE["erasure_docs"] <= n <= bp.SMOKE["erasure_docs"] + 1 and threads == 3
 
+    # the store managers' scope benchmark (bench/bench_scope.py) on a copy of the same template: every read, scoped
+    from bench import bench_scope
+
+    scoped, scoped_info = bench_scope.run(pg_dsn, dict(bench_scope.SMOKE), 100, lines.append)
+    assert scoped_info["refresh"]["with_store"] > 0 and scoped_info["customers_one_store"] > 0
+    assert len(scoped) == 2 * 16 + 3 and all(isinstance(f[2], float) and math.isfinite(f[2]) for f in scoped)
+
 
 def test_generated_expiries_stay_out_of_the_run(create_database):
     """A 1M run crashed with `AssertionError: (195419, 195418, 195418)`: a document expired between
