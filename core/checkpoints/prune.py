@@ -228,15 +228,20 @@ WHERE c.thread_id = d.thread_id AND c.checkpoint_ns = d.ns AND c.checkpoint_id =
   AND c.parent_checkpoint_id = d.parent"""
 
 # A blob goes only if, now, no checkpoint of its thread and namespace references it (one written since the cut
-# included).
-DELETE_BLOBS = """
-DELETE FROM checkpoint_blobs b USING unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS d(thread_id, ns,
-channel, version)
-WHERE b.thread_id = d.thread_id AND b.checkpoint_ns = d.ns AND b.channel = d.channel AND b.version = d.version
+# included): the tail of both blob deletions.
+UNREFERENCED_BLOB = """
   AND NOT EXISTS (SELECT 1 FROM checkpoints c
                   WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
                     AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)
 RETURNING b.thread_id, coalesce(octet_length(b.blob), 0) AS bytes"""
+
+DELETE_BLOBS = (
+    """
+DELETE FROM checkpoint_blobs b USING unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS d(thread_id, ns,
+channel, version)
+WHERE b.thread_id = d.thread_id AND b.checkpoint_ns = d.ns AND b.channel = d.channel AND b.version = d.version"""
+    + UNREFERENCED_BLOB
+)
 
 # Issue 43: with a grace, the prune only records the freed blobs' keys; a run that loaded a pruned checkpoint before
 # the prune (a fork, a replay) may still write a checkpoint that references them.
@@ -247,18 +252,17 @@ ON CONFLICT DO NOTHING"""
 
 # Pending blobs older than the grace: each goes only if, in this statement, no checkpoint of its thread and namespace
 # references it; its pending row goes either way (a referenced blob is a live one again).
-PURGE_PENDING_BLOBS = """
+PURGE_PENDING_BLOBS = (
+    """
 WITH due AS (
     DELETE FROM core_prune_pending_blobs p WHERE p.pruned_at < now() - make_interval(mins => %(grace)s::int)
     RETURNING p.thread_id, p.checkpoint_ns, p.channel, p.version
 )
 DELETE FROM checkpoint_blobs b USING due d
 WHERE b.thread_id = d.thread_id AND b.checkpoint_ns = d.checkpoint_ns AND b.channel = d.channel
-  AND b.version = d.version
-  AND NOT EXISTS (SELECT 1 FROM checkpoints c
-                  WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
-                    AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)
-RETURNING b.thread_id, coalesce(octet_length(b.blob), 0) AS bytes"""
+  AND b.version = d.version"""
+    + UNREFERENCED_BLOB
+)
 
 # Minutes a pruned checkpoint's blobs stay (longer than the longest agent run).
 BLOB_GRACE_MINUTES = 60
