@@ -70,6 +70,8 @@ def test_dpo_decides_each_residue_thread_in_the_browser(page, server, foreign, s
     chat_box.get_by_text("Borrar", exact=True).click()
     read_box.get_by_text("Dejar (con motivo)", exact=True).click()
     expect(page.get_by_text(re.compile("Falta decidir 1 hilo"))).to_be_visible(timeout=10_000)
+    # the page's answer to the second click (a run that redraws the reason field: typing before it arrives is lost)
+    expect(read_box.get_by_text("Escriba el motivo para dejarlo")).to_be_visible(timeout=10_000)
     reason = read_box.get_by_label("Motivo para dejarlo")
     reason.fill("retención legal: reclamación 42")
     reason.press("Enter")

@@ -132,6 +132,8 @@ def test_erasure_and_its_registers(page, server, hostile, screenshot):
     screenshot("hostile-erasure-preview")
     box = page.get_by_test_id("stVerticalBlock").filter(has_text=hostile.thread_residue).last
     box.get_by_text("Dejar (con motivo)", exact=True).click()
+    # the page's answer to the click (a run that redraws the reason field: typing before it arrives is lost)
+    expect(box.get_by_text("Escriba el motivo para dejarlo")).to_be_visible(timeout=10_000)
     reason = box.get_by_label("Motivo para dejarlo")
     reason.fill(LINKS)
     reason.press("Enter")

@@ -45,8 +45,11 @@ def test_preview_shows_sources_residue_and_coverage_and_waits_for_each_decision(
         at.radio(key=f"erasure.residue.{n_chat}.decision").set_value(decisions.ERASE).run()
         at.radio(key=f"erasure.residue.{n_read}.decision").set_value(decisions.LEAVE).run()
         assert next(b for b in at.button if b.key == "erasure.start").disabled  # leave needs a reason
+        needed = "Escriba el motivo para dejarlo"
+        assert sum(needed in c.value for c in at.caption) == 1  # said next to that thread's reason field only
         at.text_input(key=f"erasure.residue.{n_read}.reason").input("retención legal 42").run()
         assert not next(b for b in at.button if b.key == "erasure.start").disabled
+        assert not any(needed in c.value for c in at.caption)
         at.button(key="erasure.start").click().run()
         at.text_input(key="erasure.confirm_id").input("C9").run()
         at.button(key="erasure.confirm").click().run()

@@ -145,6 +145,8 @@ def show_residue(residue: res.Residue | None) -> None:
                 format_func=lambda d: t("erasure_residue_erase" if d == ERASE else "erasure_residue_leave"),
             )
             right.text_input(t("erasure_residue_reason"), key=f"{RESIDUE_KEY}.{n}.reason")
+            if st.session_state.get(f"{RESIDUE_KEY}.{n}.decision") == LEAVE and not _reason(n):
+                right.caption(t("erasure_residue_reason_needed"))
     if residue.common_only:
         st.caption(t("erasure_common_only", n=len(residue.common_only)))
     with st.expander(t("erasure_terms_title")):
@@ -170,6 +172,10 @@ def term_kind(kind: str) -> str:
     return t(f"erasure_term_kind_{kind}") if kind in ("id", "value") else md(kind)
 
 
+def _reason(n: int) -> str:
+    return (st.session_state.get(f"{RESIDUE_KEY}.{n}.reason") or "").strip()
+
+
 def decisions_of(residue: res.Residue | None) -> tuple[dict[str, tuple[str, str]], int]:
     """The DPO's decisions from the widgets, and how many residue threads are still undecided (a leave
     without a reason counts as undecided)."""
@@ -177,7 +183,7 @@ def decisions_of(residue: res.Residue | None) -> tuple[dict[str, tuple[str, str]
     undecided = 0
     for n, thread_id in enumerate(residue.proposed if residue else []):
         action = st.session_state.get(f"{RESIDUE_KEY}.{n}.decision")
-        reason = (st.session_state.get(f"{RESIDUE_KEY}.{n}.reason") or "").strip()
+        reason = _reason(n)
         if action == ERASE or (action == LEAVE and reason):
             decisions[thread_id] = (action, reason)
         else:
