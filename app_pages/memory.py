@@ -13,7 +13,7 @@ from core.memory import reads, semantic
 from core.memory.embeddings import embeddings_label
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from core.privacy.data_views import customer_of
-from ui import charts, fmt
+from ui import capture, charts, fmt
 from ui import data_views as views_log
 from ui.common import ROOT_COLORS, call_expensive, read, require_role, settings, shared_figure
 from ui.i18n import lang, t
@@ -75,6 +75,7 @@ def top_figure(top: pd.DataFrame, language: str) -> go.Figure:
 
 st.title(t("memory_title"))
 st.caption(t("memory_caption"))
+capture.freshness_note()  # the totals below are kept by the change follower: how far behind it is
 with st.expander(t("mem_technical")):
     st.caption(t("mem_technical_text", emb=md(embeddings_label(settings()))))
 

@@ -13,7 +13,7 @@ from core import csv_export, roles
 from core.checkpoints import prune
 from core.memory import reads
 from core.operations import sweep, sweep_reads
-from ui import charts, common, fmt
+from ui import capture, charts, common, fmt
 from ui.common import ROOT_COLORS, get_db, read, require_role, shared_figure
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
@@ -42,6 +42,7 @@ if FLASH_KEY in st.session_state:
 
 st.title(t("sweeps_title"))
 st.caption(t("sweeps_caption"))
+capture.freshness_note()  # expired documents and the forecast are kept by the change follower
 
 # a run left 'running' by a process that is gone: 'stopped', with the reason, on this page and every other
 if common.call_now(sweep.close_dead_runs):

@@ -68,6 +68,9 @@ class Settings:
     role_map: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Live demo agent replicas the dashboard runs in the background (embedded default: 1).
     demo_replicas: int = 0
+    # Run the change follower (core/capture) as a background thread of this process (embedded default: on). In
+    # production it runs as its own Deployment (deploy/capture-deployment.yaml); one follows at a time either way.
+    capture_follower: bool = False
     # Roles of the local user when no identity provider is configured (default: all).
     local_roles: str = "manager,sre,dpo"
     # Subject attribution (core.privacy.subjects): which checkpoint metadata keys name the customer,
@@ -268,4 +271,5 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
             else _int("BACKUP_RETENTION_DAYS", _pick("BACKUP_RETENTION_DAYS", secrets), minimum=0)
         ),
         demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
+        capture_follower=_flag(_pick("CAPTURE_FOLLOWER", secrets, "1" if dsn is None else "0")),
     )

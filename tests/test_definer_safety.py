@@ -1,19 +1,19 @@
-"""What we install in the agents' database gives an agent's role nothing (issue 24, part 1).
+"""What we install in the agents' database gives an agent's role nothing (issue 24, part 1; issue 37).
 
-Our statement triggers on langgraph's tables run as their definer, so that agents we did not write, with a
-role granted on their own tables only, can still write. A definer function is a door into its owner's rights:
-these tests try it the way an attacker with an agent's grants would, on a real server with a real login role.
-- The temp-schema shadowing trick: a TEMP table named like every table a definer function touches, with a
-  trigger that makes its session's role superuser, then ordinary writes through a stock PostgresStore and a
-  stock PostgresSaver. The role stays unprivileged and the shadow tables receive nothing.
+Our statement triggers on langgraph's tables ran as their definer (so that agents we did not write, with a role
+granted on their own tables only, could still write), and a definer function is a door into its owner's rights.
+Since migrations 140-141 nothing of ours runs in the agents' transactions: the change follower (core/capture)
+keeps our tables from the WAL. These tests try it the way an attacker with an agent's grants would, on a real
+server with a real login role.
+- The temp-schema shadowing trick: a TEMP table named like every table the follower keeps, with a trigger that
+  makes its session's role superuser, then ordinary writes through a stock PostgresStore and a stock
+  PostgresSaver. The role stays unprivileged, the shadow tables receive nothing, the real ones are kept.
 - A direct call of every function we created: permission denied.
-- Every SECURITY DEFINER function in the database: pinned `search_path = pg_catalog, pg_temp`, not executable
-  by PUBLIC, owned by a NOLOGIN role that is not a superuser.
+- No trigger on the agents' tables and no SECURITY DEFINER function of ours is left in the database.
 """
 
 from __future__ import annotations
 
-import re
 import uuid
 
 import psycopg
@@ -24,6 +24,8 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import TTLConfig
 from langgraph.store.postgres import PostgresStore
 from psycopg.rows import dict_row
+
+from core.capture.follower import catch_up
 
 AGENT_TABLES = (
     "store, store_vectors, store_migrations, vector_migrations, "
@@ -60,11 +62,16 @@ def _definer_functions(dsn: str) -> list[dict]:
         return conn.execute(DEFINER_FUNCTIONS).fetchall()
 
 
-def _touched_tables(dsn: str) -> list[str]:
-    """Every table (ours) named in the body of a definer function: what a shadow could stand in for."""
-    names = {m for f in _definer_functions(dsn) for m in re.findall(r"\b(core_\w+)\b", f["prosrc"])}
-    with psycopg.connect(dsn) as conn:
-        return sorted(n for n in names if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (n,)).fetchone()[0])
+# What the agents' writes change (through the change follower, no longer through definer triggers): what a shadow
+# in the agent's session would stand in for if anything of ours ran there.
+KEPT_TABLES = [
+    "core_expiry_days",
+    "core_prefix_counts",
+    "core_root_counts",
+    "core_store_shadow",
+    "core_token_dirty",
+    "core_value_holders",
+]
 
 
 def _shadow_ddl(dsn: str, table: str) -> str:
@@ -113,15 +120,7 @@ def _agent_writes(conn: psycopg.Connection, thread: str) -> None:
 def test_an_agent_role_cannot_borrow_a_definer_through_shadow_temp_tables(db):
     agent_dsn = login_role(db.dsn, "atacante", AGENT_TABLES)
     role = _role_of(agent_dsn)
-    tables = _touched_tables(db.dsn)
-    # the tables the definer functions keep (a regression that renamed them would make this test vacuous)
-    assert {
-        "core_token_dirty",
-        "core_value_holders",
-        "core_prefix_counts",
-        "core_root_counts",
-        "core_expiry_days",
-    } <= set(tables), tables
+    tables = KEPT_TABLES
     thread = f"atk-{uuid.uuid4()}"
     with psycopg.connect(agent_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
         conn.execute(ESCALATE)
@@ -136,7 +135,8 @@ def test_an_agent_role_cannot_borrow_a_definer_through_shadow_temp_tables(db):
         shadowed = {t: conn.execute(f"SELECT count(*) AS n FROM pg_temp.{t}").fetchone()["n"] for t in tables}
     assert db.fetch_one(SUPERUSER, (role,))["rolsuper"] is False
     assert shadowed == {t: 0 for t in tables}
-    # and the real tables were kept: the writes were counted where they belong
+    # and the real tables were kept: the writes were counted where they belong, by the follower
+    catch_up(db.dsn)
     assert db.fetch_one("SELECT 1 AS ok FROM core_token_dirty WHERE thread_id = %s", (thread,)) is not None
     assert db.fetch_one("SELECT documents FROM core_prefix_counts WHERE prefix = 'clientes.ATK1'")["documents"] == 1
     assert db.fetch_one("SELECT sum(documents) AS n FROM core_root_counts WHERE root = 'clientes'")["n"] == 1
@@ -165,36 +165,15 @@ def test_an_agent_role_can_call_none_of_our_functions(db):
     assert db.fetch_one(SUPERUSER, (role,))["rolsuper"] is False
 
 
-def test_every_security_definer_function_is_pinned_revoked_and_owned_by_a_nologin_role(db):
-    functions = _definer_functions(db.dsn)
-    # what our triggers on langgraph's tables run: every one a definer (agents write with their own role), so checked
-    on_agent_tables = {
-        r["fn"]
-        for r in db.fetch(
-            "SELECT DISTINCT tgfoid::regprocedure::text AS fn FROM pg_trigger WHERE NOT tgisinternal "
-            "AND tgrelid = ANY('{store,store_vectors,checkpoints,checkpoint_blobs,checkpoint_writes}'::regclass[])"
-        )
-    }
-    assert len(on_agent_tables) >= 5 and on_agent_tables <= {f["signature"] for f in functions}, on_agent_tables
-    unsafe = [
-        (f["signature"], f["proconfig"], f["owner"], f["public_execute"])
-        for f in functions
-        if f["proconfig"] != ["search_path=pg_catalog, pg_temp"]
-        or f["public_execute"]
-        or f["rolsuper"]
-        or f["rolcanlogin"]
-    ]
-    assert unsafe == []
-
-
-def test_the_definer_bodies_name_every_table_with_its_schema(db):
-    """Every table and function of ours that a definer body names is schema-qualified: with the path pinned to
-    `pg_catalog, pg_temp` a bare name could only resolve to nothing or to a temp table."""
-    bare = []
-    for f in _definer_functions(db.dsn):
-        for m in re.finditer(r"(?<![\w.\"])(core_\w+)\b", f["prosrc"]):
-            bare.append((f["signature"], m.group(1)))
-    assert bare == []
+def test_no_trigger_on_the_agents_tables_and_no_security_definer_function_is_left(db):
+    """What 050 made safe is gone (migrations 140-141): nothing of ours runs with its owner's rights. (The checks
+    of every definer function's pinned search_path, owner and schema-qualified bodies had nothing left to check.)"""
+    on_agent_tables = db.fetch(
+        "SELECT tgrelid::regclass::text AS t, tgname FROM pg_trigger WHERE NOT tgisinternal "
+        "AND tgrelid = ANY('{store,store_vectors,checkpoints,checkpoint_blobs,checkpoint_writes}'::regclass[])"
+    )
+    assert on_agent_tables == []
+    assert [f["signature"] for f in _definer_functions(db.dsn)] == []
 
 
 def test_a_role_without_any_grant_cannot_write_the_memory_totals(db):

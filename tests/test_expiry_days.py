@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pandas as pd
 from langgraph.store.base import PutOp
 
+from core.capture.follower import catch_up
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import ROOTS, build_store, ttl_for
 from core.operations import sweep, sweep_reads
@@ -45,6 +46,7 @@ def live(db) -> pd.DataFrame:
 
 
 def same_as_live(db) -> None:
+    catch_up(db.dsn)  # the change follower applies what was written (core/capture)
     got = sweep_reads.expiration_forecast(db)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), live(db).reset_index(drop=True))
 
@@ -89,5 +91,6 @@ def test_forecast_from_the_summary_equals_the_live_count(db):
     }
     assert summary == direct and summary
     db.execute("TRUNCATE store CASCADE")
+    catch_up(db.dsn)
     assert db.fetch_one("SELECT count(*) AS n FROM core_expiry_days")["n"] == 0
     same_as_live(db)

@@ -17,6 +17,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg.rows import dict_row
 
+from core.capture.follower import catch_up
 from core.operations.exporter import DatabaseCollector, database_metrics, make_registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,12 +57,19 @@ def seed(db) -> None:
           ('C9', 'clientes.C9', 'op', 'incomplete', NULL, now()),
           ('C10', 'clientes.C10', 'op', 'running', NULL, now() - interval '2 hours'),
           ('C11', 'clientes.C11', 'op', 'running', NULL, now())""")
+    catch_up(db.dsn)  # the change follower applies the store writes (core/capture)
 
 
 def test_every_metric_matches_the_rows(db):
     seed(db)
     with psycopg.connect(db.dsn, row_factory=dict_row) as conn:
         s = samples_of(database_metrics(conn))
+    # and says how far it is: caught up just now, nothing running in this test
+    assert s[("agent_memory_capture_running", ())] == 0 and s[("agent_memory_capture_slot_lost", ())] == 0
+    assert (
+        0 <= s[("agent_memory_capture_lag_seconds", ())] < 60
+        and s[("agent_memory_capture_retained_wal_bytes", ())] >= 0
+    )
     assert s[("agent_memory_replicas", (("state", "healthy"),))] == 1
     assert s[("agent_memory_replicas", (("state", "degraded"),))] == 1
     assert s[("agent_memory_replicas", (("state", "silent"),))] == 1

@@ -8,6 +8,7 @@ import time
 from conftest import DIMS
 from langgraph.store.base import PutOp
 
+from core.capture.follower import catch_up
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store, get_memory, put_memory
 from core.migrate import migrate
@@ -17,6 +18,7 @@ KEPT = "SELECT prefix, documents FROM core_prefix_counts ORDER BY prefix"
 
 
 def assert_exact(db):
+    catch_up(db.dsn)  # the change follower applies what was written (core/capture)
     assert db.fetch(KEPT) == db.fetch(LIVE)
 
 

@@ -17,6 +17,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import MessagesState, StateGraph
 from psycopg_pool import ConnectionPool
 
+from core.capture.follower import catch_up
 from core.db import Database
 from core.privacy import erasure, evidence
 from core.privacy import residue as res
@@ -96,6 +97,7 @@ def test_the_walk_covers_numbers_bytes_escapes_and_constructors(db):
 
 
 def _threads(db: Database, table: str = "core_token_dirty") -> set[str]:
+    catch_up(db.dsn)  # the change follower lists what was written (core/capture)
     return {r["thread_id"] for r in db.fetch(f"SELECT thread_id FROM {table}", read_only=False)}
 
 
@@ -113,7 +115,7 @@ def _stock_graph(dsn: str):
 
 
 def test_any_writer_lists_its_threads_and_the_indexer_empties_the_list(db):
-    """A stock PostgresSaver (not our code) writes; the triggers list the thread; the indexer indexes it and
+    """A stock PostgresSaver (not our code) writes; the change follower lists the thread; the indexer indexes it and
     un-lists it; the next turn lists it again, with its new words findable once indexed."""
     pool, graph = _stock_graph(db.dsn)
     thread = f"ajeno-{uuid.uuid4()}"
@@ -147,11 +149,13 @@ def test_a_write_after_the_claim_keeps_the_thread_listed(db):
         graph.invoke({"messages": [HumanMessage("antes del indexador")]}, config)
         ti.index_pending(db)
         graph.invoke({"messages": [HumanMessage("listado otra vez")]}, config)
+        catch_up(db.dsn)
         with db.connection() as conn:
             with conn.transaction():
                 claimed = [r["thread_id"] for r in conn.execute(ti.CLAIM, {"limit": 1000})]
             assert thread in claimed
             graph.invoke({"messages": [HumanMessage("durante el indexado pepinillo")]}, config)
+            catch_up(db.dsn)  # the follower lists the thread while the indexer works
             result = ti.IndexResult()
             with conn.transaction():
                 ti.index_claimed(conn, claimed, result)
@@ -283,8 +287,8 @@ def test_deleted_threads_lose_their_tokens_at_the_sweep_step(db):
 
 
 def test_an_agent_role_with_rights_on_the_checkpoint_tables_only_still_writes(db):
-    """Agents we did not write use their own role, granted on langgraph's tables only: the trigger runs as
-    its definer, so their writes succeed and their threads are listed."""
+    """Agents we did not write use their own role, granted on langgraph's tables only: nothing of ours runs in
+    their transactions, their writes succeed and the change follower lists their threads."""
     import psycopg
 
     pool, graph = _stock_graph(

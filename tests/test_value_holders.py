@@ -12,6 +12,7 @@ from langgraph.store.base import TTLConfig
 from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
+from core.capture.follower import catch_up
 from core.privacy import erasure
 from core.privacy import residue as res
 from core.privacy import subjects as subj
@@ -24,6 +25,7 @@ KEPT = "SELECT value_hash, cliente_id, documents FROM core_value_holders"
 
 
 def _same(db) -> int:
+    catch_up(db.dsn)  # the change follower applies what was written (core/capture)
     kept = {tuple(r.values()) for r in db.fetch(KEPT, read_only=False)}
     naive = {tuple(r.values()) for r in db.fetch(PASS, read_only=False)}
     assert kept == naive, (sorted(kept - naive)[:5], sorted(naive - kept)[:5])
@@ -76,6 +78,7 @@ def test_the_kept_holders_always_equal_a_pass_over_every_document(db, stock_stor
 def test_commonness_is_counted_up_to_the_cap(db, stock_store):
     for n in range(res.COUNT_CAP + 5):
         stock_store.put(("clientes", f"K{n}"), "pref-idioma", {"texto": "idioma: catalán"})
+    catch_up(db.dsn)
     with db.connection() as conn:
         (term,) = [t for t in res.customer_terms(conn, "K0") if t.term == "idioma: catalán"]
     assert term.common and term.customers == res.COUNT_CAP + 1

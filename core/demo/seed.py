@@ -21,6 +21,7 @@ from typing import Any
 from core import clock
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
+from core.capture.follower import catch_up
 from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.clock import ManualClock
 from core.config import Settings, load_settings
@@ -318,6 +319,7 @@ def ensure_demo(
                 return None
             progress.state = "seeding"
             summary = seed(db, settings, progress=progress, **kwargs)
+            catch_up(db.dsn)  # the pages' aggregates include everything the seed wrote
             progress.summary = summary
             log.info("demo data seeded: %s", summary)
             progress.state = "done"

@@ -37,6 +37,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from psycopg.rows import DictRow, dict_row
 
+from core.capture.status import read_status
 from core.checkpoints import usage
 from core.checkpoints.replica_health import SELECT_REPLICAS
 from core.config import ModelPrice
@@ -113,6 +114,27 @@ def usage_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, .
     return [threads, tokens, cost, unpriced]
 
 
+def capture_metrics(conn: psycopg.Connection[DictRow]) -> list[Metric]:
+    """The change follower (core/capture): running, its lag, the WAL its slot keeps and how much more it may keep."""
+    s = read_status(conn)
+    lost = float(s.wal_status == "lost")
+    values: list[tuple[str, str, float | int | None]] = [
+        ("capture_running", "1 when a change follower holds this database's follower lock.", float(s.running)),
+        ("capture_slot_lost", "1 when the follower's slot was invalidated (max_slot_wal_keep_size).", lost),
+        ("capture_lag_seconds", "Seconds since the follower had applied every change (absent: never).", s.lag_seconds),
+        ("capture_lag_bytes", "WAL bytes written since the follower had applied every change.", s.lag_bytes),
+        ("capture_retained_wal_bytes", "WAL bytes the follower's slot keeps from being recycled.", s.retained_bytes),
+        ("capture_safe_wal_bytes", "WAL bytes left before max_slot_wal_keep_size invalidates it.", s.safe_wal_size),
+    ]
+    out: list[Metric] = []
+    for name, text, value in values:
+        if value is not None:
+            g = _gauge(name, text, [])
+            g.add_metric([], float(value))
+            out.append(g)
+    return out
+
+
 def database_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, ...] = ()) -> list[Metric]:
     """Every database-side metric, read on `conn` (read-only)."""
     out: list[Metric] = usage_metrics(conn, prices)
@@ -130,6 +152,8 @@ def database_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice
         if r["state"] != "stopped":
             age.add_metric([r["replica_id"], r["state"]], float(r["seconds_since_heartbeat"]))
     out += [by_state, age]
+
+    out += capture_metrics(conn)
 
     expired = _gauge("store_expired_documents", "Store documents past their TTL not yet swept, per root.", ["root"])
     found = {r["root"]: r["expired"] for r in conn.execute(SELECT_EXPIRED_BY_ROOT)}

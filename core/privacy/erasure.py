@@ -40,6 +40,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core import clock, read_replica
+from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.privacy import data_views, physical, term_hashes
 from core.privacy import residue as res
@@ -230,6 +231,7 @@ def erase(
         raise ValueError(f"max_passes must be at least 1, got {max_passes}")
     chosen = _validate_decisions(decisions)
     data_views.flush(db, VIEWS_FLUSH_S)  # this process's views of the customer, queued a moment ago, are redacted too
+    capture_sync(db)  # the value holders and dirty threads the residue scan trusts include every write until now
     config = _config(config)
     notify = progress or (lambda _p: None)
     prefix = f"{ROOT}.{customer_id}"
@@ -326,6 +328,7 @@ def erase(
                         _erase_own(conn, [t for t in targets if found.get(t.name)], customer_id, threads, request_id),
                     )
                     notify(Progress("logs", passes, sum(deleted.values()), dict(deleted)))
+                    capture_sync(db)  # the aggregates kept from the store (DERIVED_TABLES) see the deletes
                     evidence = evidence_now()
                     found = {e.table: e.result for e in evidence}
                     notify(Progress("evidence", passes, sum(deleted.values()), {e.table: e.result for e in evidence}))

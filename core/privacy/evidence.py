@@ -17,6 +17,7 @@ from psycopg.rows import DictRow
 
 from core import clock
 from core.agents.retail import METADATA_KEY
+from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.memory.store import validate_label
 from core.privacy import residue as res
@@ -63,7 +64,8 @@ REWRITTEN_TABLES = {
     "core_extract_watermark": "UPDATE core_extract_watermark SET thread_id = '', checkpoint_ns = '', "
     "checkpoint_id = '' WHERE thread_id::text = ANY(%(threads)s)",
 }
-# Tables kept by triggers on `store` (documents per prefix, holders of each value) and on core_tool_calls /
+# Tables kept from `store` by the change follower (documents per prefix, holders of each value, what each document
+# contributed: core/capture) and by triggers on core_tool_calls /
 # core_thread_days (the Preferences page's rollups, migration 047): counted in the evidence (they name the
 # prefix, the customer or the thread, so they must reach 0 too) but never deleted from directly, which would
 # break their counts; deleting the customer's rows of the base tables empties them.
@@ -71,6 +73,7 @@ DERIVED_TABLES = frozenset(
     {
         "core_prefix_counts",
         "core_value_holders",
+        "core_store_shadow",
         "core_tool_call_subject_days",
         "core_tool_call_thread_days",
         "core_thread_last",
@@ -379,6 +382,7 @@ def preview(
     term is in (asked for on the page). Raises InvalidIdentifier."""
     customer_id = validate_customer_id(customer_id)
     config = _config(config)
+    capture_sync(db)  # the aggregates it counts and the residue scan trusts include every write until now
     with db.connection() as conn:
         subjects = subj.resolve_conn(conn, customer_id, config)
         threads = subjects.thread_ids

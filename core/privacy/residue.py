@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow
 
+from core.capture.status import sync as capture_sync
 from core.checkpoints import formats
 from core.db import Database
 from core.memory.store import validate_label
@@ -318,6 +319,7 @@ def residue_scan(
 ) -> Residue:
     """Unattributed threads holding the customer's id (whole token) or their documents' values."""
     customer_id = validate_label(customer_id, "customer id")
+    capture_sync(db)  # the value holders and the token index's dirty threads include every write until now
     with db.connection() as conn:
         subjects = subjects or resolve_conn(conn, customer_id, config or Attribution.from_settings())
         return residue_conn(conn, customer_id, subjects.threads)

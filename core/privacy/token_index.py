@@ -5,7 +5,7 @@ attribution source gave. Reading every unattributed checkpoint row made one eras
 checkpoint writes. This index keeps, per thread, the hashes of the tokens of everything the residue scan
 matches against: the SQL decoder's JSON text of each pending write and channel-value blob, and the inline
 channel values of each checkpoint. A term's candidates are the threads holding every token of the term,
-plus the threads written since they were last indexed (`core_token_dirty`, kept by triggers for any
+plus the threads written since they were last indexed (`core_token_dirty`, kept by the change follower for any
 writer). The scan then reads only those threads' rows, on their bytes and through the decoder, as before.
 
 Tokens are defined in core.privacy.tokens (why a candidate set is complete: its docstring).
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import DictRow
 
+from core.capture.status import sync as capture_sync
 from core.checkpoints import formats
 from core.db import Database, one
 from core.privacy.tokens import payload_tokens, term_tokens, token_hash, tokens_of_json_text
@@ -191,6 +192,7 @@ def index_pending(
     written after its claim stays listed."""
     result = IndexResult()
     decryptor = decryptor if decryptor is not None else formats.decryptor()
+    capture_sync(db)  # every thread written until now is listed (the change follower lists them: core/capture)
     while max_threads is None or result.threads < max_threads:
         limit = batch if max_threads is None else min(batch, max_threads - result.threads)
         with db.connection() as conn:

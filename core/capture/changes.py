@@ -1,0 +1,256 @@
+"""What a batch of decoded transactions changes in our aggregates: pure Python, no SQL.
+
+`decode_batch` turns pgoutput rows into transactions of events; `fold` replays the events in commit order over
+the old contribution of each touched document (core_store_shadow, read by the follower) and returns the deltas the
+follower writes in one transaction. The aggregates are those migrations 007/040/043/046 kept with triggers:
+documents and last write per prefix, documents/namespaces/vectors per root, documents per expiry day and root,
+documents per (value hash, customer).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from core.capture import pgoutput
+
+CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+CUSTOMERS = "clientes."  # core_value_holders_of: customers' documents only
+
+
+def root_of(prefix: str) -> str:
+    return prefix.split(".", 1)[0]
+
+
+def customer_of(prefix: str) -> str:
+    """split_part(prefix, '.', 2)"""
+    parts = prefix.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+# --- events ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Put:
+    """A store row as written (INSERT or UPDATE new tuple). `value` is None when unchanged (TOASTed, not sent)."""
+
+    prefix: str
+    key: str
+    updated_at: str | None
+    expires_day: str | None
+    value: str | None
+    inserted: bool  # an INSERT (one more document), else an overwrite or a TTL refresh
+
+
+@dataclass(frozen=True)
+class Gone:
+    prefix: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Vector:
+    prefix: str
+    delta: int
+
+
+@dataclass(frozen=True)
+class Truncated:
+    store: bool
+    vectors: bool
+
+
+@dataclass(frozen=True)
+class Thread:
+    thread_id: str
+
+
+Event = Put | Gone | Vector | Truncated | Thread
+
+
+@dataclass
+class Transaction:
+    xid: int
+    commit_lsn: int
+    end_lsn: int = 0
+    events: list[Event] = field(default_factory=list)
+
+
+def _day(expires_at: object) -> str | None:
+    """The UTC day of a timestamptz's text (the follower's session runs with TimeZone UTC, DateStyle ISO)."""
+    return expires_at[:10] if isinstance(expires_at, str) else None
+
+
+def _col(rel: pgoutput.Relation, tup: tuple[object, ...], name: str) -> object:
+    return tup[rel.columns.index(name)] if name in rel.columns else None
+
+
+def _events(msg: pgoutput.Message, relations: dict[int, pgoutput.Relation]) -> list[Event]:
+    if isinstance(msg, pgoutput.Truncate):
+        names = {relations[o].name for o in msg.oids if o in relations}
+        if "store" in names or "store_vectors" in names:
+            return [Truncated("store" in names, "store_vectors" in names)]
+        return []
+    rel = relations.get(getattr(msg, "oid", -1))
+    if rel is None:
+        return []
+    if rel.name == "store":
+        if isinstance(msg, pgoutput.Insert | pgoutput.Update):
+            new = msg.new
+            value = _col(rel, new, "value")
+            put = Put(
+                str(_col(rel, new, "prefix")),
+                str(_col(rel, new, "key")),
+                v if isinstance(v := _col(rel, new, "updated_at"), str) else None,
+                _day(_col(rel, new, "expires_at")),
+                value if isinstance(value, str) else None,
+                isinstance(msg, pgoutput.Insert),
+            )
+            if isinstance(msg, pgoutput.Update) and msg.old is not None:  # the key itself changed
+                old = Gone(str(_col(rel, msg.old, "prefix")), str(_col(rel, msg.old, "key")))
+                if (old.prefix, old.key) != (put.prefix, put.key):
+                    return [old, Put(put.prefix, put.key, put.updated_at, put.expires_day, put.value, True)]
+            return [put]
+        if isinstance(msg, pgoutput.Delete):
+            return [Gone(str(_col(rel, msg.old, "prefix")), str(_col(rel, msg.old, "key")))]
+    elif rel.name == "store_vectors":
+        if isinstance(msg, pgoutput.Insert):
+            return [Vector(str(_col(rel, msg.new, "prefix")), 1)]
+        if isinstance(msg, pgoutput.Delete):
+            return [Vector(str(_col(rel, msg.old, "prefix")), -1)]
+        if isinstance(msg, pgoutput.Update) and msg.old is not None:
+            return [Vector(str(_col(rel, msg.old, "prefix")), -1), Vector(str(_col(rel, msg.new, "prefix")), 1)]
+    elif rel.name in CHECKPOINT_TABLES and isinstance(msg, pgoutput.Insert | pgoutput.Update):
+        return [Thread(str(_col(rel, msg.new, "thread_id")))]
+    return []
+
+
+def decode_batch(rows: Iterable[tuple[int, bytes]]) -> list[Transaction]:
+    """(lsn, pgoutput message) rows of whole transactions -> transactions with their events, in commit order."""
+    relations: dict[int, pgoutput.Relation] = {}
+    txns: list[Transaction] = []
+    current: Transaction | None = None
+    for lsn, data in rows:
+        msg = pgoutput.decode(data)
+        if isinstance(msg, pgoutput.Relation):
+            relations[msg.oid] = msg
+        elif isinstance(msg, pgoutput.Begin):
+            current = Transaction(msg.xid, msg.final_lsn)
+        elif isinstance(msg, pgoutput.Commit):
+            if current is None:
+                raise ValueError("pgoutput Commit without Begin")
+            current.end_lsn = lsn
+            txns.append(current)
+            current = None
+        elif current is not None:
+            current.events.extend(_events(msg, relations))
+    return txns
+
+
+# --- the fold -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """What one document adds to the aggregates (a core_store_shadow row)."""
+
+    expires_day: str | None
+    value_hashes: tuple[int, ...]
+
+    @property
+    def empty(self) -> bool:
+        return self.expires_day is None and not self.value_hashes
+
+
+NOTHING = Contribution(None, ())
+
+
+@dataclass
+class Deltas:
+    truncated_store: bool = False
+    truncated_vectors: bool = False
+    documents: Counter[str] = field(default_factory=Counter)  # per prefix
+    last_write: dict[str, str] = field(default_factory=dict)  # per prefix, max updated_at (text, UTC ISO)
+    vectors: Counter[str] = field(default_factory=Counter)  # per root
+    expiry: Counter[tuple[str, str]] = field(default_factory=Counter)  # (day, root)
+    holders: Counter[tuple[int, str]] = field(default_factory=Counter)  # (value hash, customer)
+    shadow: dict[tuple[str, str], Contribution] = field(default_factory=dict)  # final state of touched documents
+    threads: set[str] = field(default_factory=set)
+
+
+def store_keys(txns: Iterable[Transaction]) -> set[tuple[str, str]]:
+    return {(e.prefix, e.key) for t in txns for e in t.events if isinstance(e, Put | Gone)}
+
+
+def new_values(txns: Iterable[Transaction]) -> set[str]:
+    """The customers' document values whose hashes the fold needs."""
+    return {
+        e.value
+        for t in txns
+        for e in t.events
+        if isinstance(e, Put) and e.value is not None and e.prefix.startswith(CUSTOMERS)
+    }
+
+
+def fold(
+    txns: Iterable[Transaction],
+    shadow: dict[tuple[str, str], Contribution],
+    hashes: Callable[[str], tuple[int, ...]],
+) -> Deltas:
+    """Replay `txns` in order over `shadow` (the touched documents' contributions before the batch; a document
+    missing from it contributes nothing) and return the deltas and the touched documents' final contributions."""
+    d = Deltas()
+    state: dict[tuple[str, str], Contribution] = {}
+
+    def before(k: tuple[str, str]) -> Contribution:
+        if k in state:
+            return state[k]
+        return NOTHING if d.truncated_store else shadow.get(k, NOTHING)
+
+    def add(prefix: str, c: Contribution, sign: int) -> None:
+        if c.expires_day is not None:
+            d.expiry[(c.expires_day, root_of(prefix))] += sign
+        if c.value_hashes:
+            customer = customer_of(prefix)
+            for h in c.value_hashes:
+                d.holders[(h, customer)] += sign
+
+    for txn in txns:
+        for e in txn.events:
+            if isinstance(e, Truncated):
+                if e.store:
+                    d.truncated_store = True
+                    for kept in (d.documents, d.last_write, d.expiry, d.holders):
+                        kept.clear()
+                    state = {k: NOTHING for k in state}
+                if e.vectors:
+                    d.truncated_vectors = True
+                    d.vectors.clear()
+            elif isinstance(e, Put):
+                k = (e.prefix, e.key)
+                old = before(k)
+                if e.value is not None:
+                    value_hashes = hashes(e.value) if e.prefix.startswith(CUSTOMERS) else ()
+                else:  # value unchanged (a TTL refresh of a TOASTed document)
+                    value_hashes = old.value_hashes
+                new = Contribution(e.expires_day, value_hashes)
+                add(e.prefix, old, -1)
+                add(e.prefix, new, 1)
+                state[k] = new
+                if e.inserted:
+                    d.documents[e.prefix] += 1
+                if e.updated_at is not None and e.updated_at > d.last_write.get(e.prefix, ""):
+                    d.last_write[e.prefix] = e.updated_at
+            elif isinstance(e, Gone):
+                k = (e.prefix, e.key)
+                add(e.prefix, before(k), -1)
+                state[k] = NOTHING
+                d.documents[e.prefix] -= 1
+            elif isinstance(e, Vector):
+                d.vectors[root_of(e.prefix)] += e.delta
+            elif isinstance(e, Thread):
+                d.threads.add(e.thread_id)
+    d.shadow = state
+    return d

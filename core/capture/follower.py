@@ -1,0 +1,516 @@
+"""The change follower: reads the agents' committed changes from a logical slot (pgoutput, publication
+`core_capture`, migration 140) and keeps our aggregates with them, instead of triggers on the agents' tables.
+
+Exactly once: each batch is applied in one transaction together with the commit LSN it reached
+(`core_capture_position`); the slot is advanced only after that commit. A restart skips every transaction whose
+commit LSN is at or below the stored position (killed between commit and advance); a batch killed before its
+commit is decoded again (the slot was not advanced).
+
+A consistent start: when the follower creates its slot, the slot decodes every transaction that commits after
+its consistent point. The aggregates are then recounted from the tables in a REPEATABLE READ snapshot taken after
+that point; the snapshot is stored, and a decoded transaction visible in it (it committed between the slot's
+creation and the snapshot: the recount saw it) is skipped. Nothing is counted twice or missed, with no lock on the
+agents' tables.
+
+One applier per database: a session advisory lock (FOLLOWER_LOCK). `catch_up()` drains the slot up to the WAL
+written before it was called: itself when no follower runs, else by waiting for the running one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from core.capture import changes
+from core.capture.changes import Contribution, Deltas
+
+log = logging.getLogger(__name__)
+
+PUBLICATION = "core_capture"
+# pg_try_advisory_lock key of the one follower per database ("capt" "foll").
+FOLLOWER_LOCK = 0x63617074_666F6C6C & 0x7FFFFFFFFFFFFFFF
+# Test hooks: pause (sleep long) at a named point so a test can SIGKILL the process there.
+PAUSE_ENV = "CORE_CAPTURE_PAUSE_AT"  # "after_apply" (committed, slot not advanced) | "mid_batch" (inside the txn)
+IDLE_SLEEP_S = 0.5  # between two reads that found nothing (bench/bench_capture.py: what polling costs)
+HEARTBEAT_S = 1.0  # when idle, `caught_up_at` is written at most this often (the pages' lag)
+
+
+class CaptureNotAllowed(RuntimeError):
+    """Logical decoding cannot be set up here; the message says what is missing."""
+
+
+class CaptureTimeout(RuntimeError):
+    """The follower did not reach the WAL position asked for within the time given."""
+
+
+def slot_name_for(dbname: str) -> str:
+    """Slots are cluster-wide: one per database, named after it."""
+    return ("core_capture_" + re.sub(r"[^a-z0-9_]", "_", dbname.lower()))[:63]
+
+
+def lsn_int(text: str) -> int:
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def lsn_text(value: int) -> str:
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+
+
+def _pause(point: str) -> None:
+    if os.environ.get(PAUSE_ENV) == point:
+        marker = os.environ.get(PAUSE_ENV + "_FILE")
+        if marker:
+            with open(marker, "w") as f:
+                f.write(point)
+        time.sleep(3600)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A pg_snapshot (xmin:xmax:xip,...) and whether a 32-bit xid from pgoutput's Begin is visible in it."""
+
+    xmin: int
+    xmax: int
+    xip: frozenset[int]
+
+    @classmethod
+    def parse(cls, text: str) -> Snapshot:
+        xmin, xmax, xip = text.split(":")
+        return cls(int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x))
+
+    def visible(self, xid: int) -> bool:
+        full = (self.xmax & ~0xFFFFFFFF) | xid  # widen near xmax (the xids decoded here are within 2^31 of it)
+        if full > self.xmax + (1 << 31):
+            full -= 1 << 32
+        elif full < self.xmax - (1 << 31):
+            full += 1 << 32
+        return full < self.xmin or (full < self.xmax and full not in self.xip)
+
+
+@dataclass
+class BatchResult:
+    transactions: int  # applied now
+    changes: int
+    position: int | None
+    drained: bool  # the read found everything up to the WAL flushed before it
+    caught_up: int | None = None  # then: every change written before this LSN is applied,
+    caught_up_at: str | None = None  # that is, before this time
+
+
+# --- SQL ------------------------------------------------------------------------------------------------------
+
+SELECT_POSITION = """
+SELECT lsn::text, recount_snapshot::text AS snapshot, recount_lsn::text FROM core_capture_position
+WHERE slot_name = %s"""
+PEEK = """
+SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,
+    'proto_version', '1', 'publication_names', %s)"""
+SELECT_SHADOW = """
+SELECT s.prefix, s.key, s.expires_day::text, s.value_hashes FROM core_store_shadow s
+JOIN unnest(%s::text[], %s::text[]) AS k(prefix, key) USING (prefix, key)"""
+# The hashes core_value_holders_of gives a document (one per distinct string leaf).
+SELECT_HASHES = """
+SELECT u.v, ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(u.v::jsonb) AS l) AS hashes
+FROM unnest(%s::text[]) AS u(v)"""
+SELECT_PREFIX_DOCUMENTS = "SELECT prefix, documents FROM core_prefix_counts WHERE prefix = ANY(%s)"
+UPSERT_PREFIX = """
+INSERT INTO core_prefix_counts AS c (prefix, documents, last_write) VALUES (%s, %s, %s::timestamptz)
+ON CONFLICT (prefix) DO UPDATE SET documents = EXCLUDED.documents,
+    last_write = GREATEST(c.last_write, EXCLUDED.last_write)"""
+DELETE_PREFIX = "DELETE FROM core_prefix_counts WHERE prefix = ANY(%s)"
+UPSERT_ROOT = """
+INSERT INTO core_root_counts AS r (root, shard, documents, namespaces, vectors) VALUES (%s, 0, %s, %s, %s)
+ON CONFLICT (root, shard) DO UPDATE SET documents = r.documents + EXCLUDED.documents,
+    namespaces = r.namespaces + EXCLUDED.namespaces, vectors = r.vectors + EXCLUDED.vectors"""
+UPSERT_EXPIRY = """
+INSERT INTO core_expiry_days AS d (day, root, documents) VALUES (%s::date, %s, %s)
+ON CONFLICT (day, root) DO UPDATE SET documents = d.documents + EXCLUDED.documents"""
+UPSERT_HOLDERS = """
+INSERT INTO core_value_holders AS h (value_hash, cliente_id, documents) VALUES (%s, %s, %s)
+ON CONFLICT (value_hash, cliente_id) DO UPDATE SET documents = h.documents + EXCLUDED.documents"""
+DROP_EMPTY_HOLDERS = """
+DELETE FROM core_value_holders h USING unnest(%s::bigint[], %s::text[]) AS z(value_hash, cliente_id)
+WHERE h.value_hash = z.value_hash AND h.cliente_id = z.cliente_id AND h.documents <= 0"""
+UPSERT_SHADOW = """
+INSERT INTO core_store_shadow (prefix, key, expires_day, value_hashes) VALUES (%s, %s, %s::date, %s)
+ON CONFLICT (prefix, key) DO UPDATE SET expires_day = EXCLUDED.expires_day, value_hashes = EXCLUDED.value_hashes"""
+DELETE_SHADOW = """
+DELETE FROM core_store_shadow s USING unnest(%s::text[], %s::text[]) AS k(prefix, key)
+WHERE s.prefix = k.prefix AND s.key = k.key"""
+MARK_THREADS = """
+INSERT INTO core_token_dirty AS d (thread_id) SELECT unnest(%s::text[]) ORDER BY 1
+ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL WHERE d.claimed_at IS NOT NULL"""
+TRUNCATE_STORE_AGGREGATES = """
+TRUNCATE core_prefix_counts, core_expiry_days, core_value_holders, core_store_shadow;
+UPDATE core_root_counts SET documents = 0, namespaces = 0"""
+SAVE_POSITION = """
+INSERT INTO core_capture_position AS p (slot_name, lsn, caught_up_lsn, caught_up_at)
+VALUES (%(slot)s, %(lsn)s::pg_lsn, %(caught_up_lsn)s::pg_lsn, %(caught_up_at)s::timestamptz)
+ON CONFLICT (slot_name) DO UPDATE SET lsn = EXCLUDED.lsn, applied_at = now(),
+    caught_up_lsn = coalesce(EXCLUDED.caught_up_lsn, p.caught_up_lsn),
+    caught_up_at = coalesce(EXCLUDED.caught_up_at, p.caught_up_at),
+    recount_snapshot = CASE WHEN EXCLUDED.lsn >= p.recount_lsn THEN NULL ELSE p.recount_snapshot END,
+    recount_lsn = CASE WHEN EXCLUDED.lsn >= p.recount_lsn THEN NULL ELSE p.recount_lsn END"""
+
+# The recount, in one REPEATABLE READ transaction whose first statement takes the snapshot.
+RECOUNT = (
+    "TRUNCATE core_prefix_counts, core_expiry_days, core_value_holders, core_store_shadow, core_root_counts",
+    """INSERT INTO core_prefix_counts (prefix, documents, last_write)
+       SELECT prefix, count(*), max(updated_at) FROM store GROUP BY prefix""",
+    """INSERT INTO core_root_counts (root, shard, documents, namespaces, vectors)
+       SELECT root, 0, sum(documents), sum(namespaces), sum(vectors) FROM (
+           SELECT root, documents, 1 AS namespaces, 0 AS vectors FROM core_prefix_counts
+           UNION ALL SELECT split_part(prefix, '.', 1), 0, 0, 1 FROM store_vectors) x
+       GROUP BY root""",
+    """INSERT INTO core_expiry_days (day, root, documents)
+       SELECT (expires_at AT TIME ZONE 'UTC')::date, split_part(prefix, '.', 1), count(*)
+       FROM store WHERE expires_at IS NOT NULL GROUP BY 1, 2""",
+    """INSERT INTO core_store_shadow (prefix, key, expires_day, value_hashes)
+       SELECT prefix, key, expires_day, nullif(hashes, '{}') FROM (
+           SELECT prefix, key, (expires_at AT TIME ZONE 'UTC')::date AS expires_day,
+                  CASE WHEN prefix LIKE 'clientes.%%'
+                       THEN ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(value) AS l) END AS hashes
+           FROM store) s
+       WHERE expires_day IS NOT NULL OR hashes <> '{}'""",
+    """INSERT INTO core_value_holders (value_hash, cliente_id, documents)
+       SELECT h, split_part(prefix, '.', 2), count(*) FROM core_store_shadow, unnest(value_hashes) AS h
+       GROUP BY 1, 2""",
+    """INSERT INTO core_token_dirty (thread_id)
+       SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM checkpoint_blobs
+       UNION SELECT thread_id FROM checkpoint_writes
+       ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL""",
+)
+SAVE_RECOUNT = """
+INSERT INTO core_capture_position AS p (slot_name, lsn, recount_snapshot, recount_lsn, recounted_at,
+                                        caught_up_lsn, caught_up_at)
+VALUES (%s, %s::pg_lsn, %s::pg_snapshot, %s::pg_lsn, now(), %s::pg_lsn, now())
+ON CONFLICT (slot_name) DO UPDATE SET lsn = EXCLUDED.lsn, applied_at = now(),
+    recount_snapshot = EXCLUDED.recount_snapshot, recount_lsn = EXCLUDED.recount_lsn,
+    recounted_at = now(), caught_up_lsn = EXCLUDED.caught_up_lsn, caught_up_at = now()"""
+
+
+def connect(dsn: str, **kwargs: object) -> psycopg.Connection:
+    """An autocommit connection (`conn.transaction()` is then a real BEGIN ... COMMIT) whose timestamps decode as
+    UTC ISO text (the expiry day is the first ten characters)."""
+    conn = psycopg.connect(dsn, autocommit=True, options="-c TimeZone=UTC -c DateStyle=ISO", **kwargs)  # type: ignore[arg-type]
+    return conn
+
+
+class Follower:
+    def __init__(self, dsn: str, *, slot: str | None = None, batch_changes: int = 20_000) -> None:
+        self.dsn = dsn
+        self.batch_changes = batch_changes
+        self._last_heartbeat = 0.0
+        self.on_slot_created: list = []  # test hook: callables run between the slot's creation and the recount
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT current_database()").fetchone()
+            assert row is not None
+            self.slot = slot or slot_name_for(row[0])
+
+    # --- setup -----------------------------------------------------------------------------------------
+    def setup(self, conn: psycopg.Connection | None = None) -> bool:
+        """Check the publication, create the slot if missing and recount from the tables at its start.
+        Returns True when it created the slot. Raises CaptureNotAllowed naming what is missing."""
+        if conn is None:
+            with connect(self.dsn) as own:
+                return self.setup(own)
+        level = conn.execute("SHOW wal_level").fetchone()
+        if level is None or level[0] != "logical":
+            raise CaptureNotAllowed(
+                f"wal_level is {level[0] if level else '?'}: the change follower needs wal_level = logical "
+                "(a server restart; see docs/operator.md)"
+            )
+        if not conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (PUBLICATION,)).fetchone():
+            raise CaptureNotAllowed(
+                f"publication {PUBLICATION} is missing: run the migrations (python -m core.migrate) as the owner "
+                "of the agents' tables"
+            )
+        slot = conn.execute(
+            "SELECT database = current_database(), plugin, wal_status FROM pg_replication_slots WHERE slot_name = %s",
+            (self.slot,),
+        ).fetchone()
+        if slot is not None and (not slot[0] or slot[1] != "pgoutput"):
+            raise CaptureNotAllowed(
+                f"replication slot {self.slot} belongs to another database or plugin ({slot[1]}): drop it or name "
+                "another slot"
+            )
+        if slot is not None and slot[2] != "lost":
+            has_position = conn.execute(
+                "SELECT 1 FROM core_capture_position WHERE slot_name = %s", (self.slot,)
+            ).fetchone()
+            if has_position:
+                return False
+        if slot is not None:  # lost (max_slot_wal_keep_size), or made by someone else: start again
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+        try:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise CaptureNotAllowed(f"creating the slot needs the REPLICATION attribute (or superuser): {exc}") from exc
+        for hook in self.on_slot_created:
+            hook()
+        self._recount(conn)
+        return True
+
+    def _recount(self, conn: psycopg.Connection) -> None:
+        """Rebuild every aggregate from the tables in a snapshot taken after the slot's consistent point."""
+        start = time.monotonic()
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            row = conn.execute(
+                "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text, "
+                "(SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s)",
+                (self.slot,),
+            ).fetchone()
+            assert row is not None and row[2] is not None
+            snapshot, snapshot_lsn, slot_lsn = row
+            for sql in RECOUNT:
+                conn.execute(sql)
+            conn.execute(SAVE_RECOUNT, (self.slot, slot_lsn, snapshot, snapshot_lsn, slot_lsn))
+        log.info(
+            "change follower: slot %s created, aggregates recounted in %.1f s", self.slot, time.monotonic() - start
+        )
+
+    # --- one batch ---------------------------------------------------------------------------------------
+    def run_once(self, conn: psycopg.Connection | None = None) -> BatchResult:
+        if conn is None:
+            with connect(self.dsn) as own:
+                return self.run_once(own)
+        row = conn.execute(SELECT_POSITION, (self.slot,)).fetchone()
+        applied = lsn_int(row[0]) if row else 0
+        recounted = Snapshot.parse(row[1]) if row and row[1] else None
+        recount_lsn = lsn_int(row[2]) if row and row[2] else 0
+        flushed_row = conn.execute("SELECT pg_current_wal_flush_lsn()::text, now()::text").fetchone()
+        assert flushed_row is not None
+        flushed, flushed_at = lsn_int(flushed_row[0]), flushed_row[1]
+        rows = conn.execute(PEEK, (self.slot, self.batch_changes, PUBLICATION)).fetchall()
+        drained = len(rows) < self.batch_changes
+        txns = changes.decode_batch((lsn_int(lsn), bytes(data)) for lsn, data in rows)
+        reached = max([applied] + [t.end_lsn for t in txns])
+        todo = [
+            t
+            for t in txns
+            if t.end_lsn > applied  # else applied before a kill that came before the slot's advance
+            and not (recounted is not None and t.commit_lsn < recount_lsn and recounted.visible(t.xid))
+        ]
+        caught_up = max(reached, flushed) if drained else None
+        moved_to = caught_up if caught_up is not None else reached
+        now = time.monotonic()
+        if not todo:
+            # Nothing to apply: move the slot on (the WAL it holds is freed) and, at most every HEARTBEAT_S, say
+            # how far everything is applied (the pages' lag). Skipped transactions need no saved position: the
+            # slot, advanced past them, never decodes them again.
+            if caught_up is not None and now - self._last_heartbeat >= HEARTBEAT_S:
+                self._save_position(conn, moved_to, caught_up, flushed_at)
+                self._last_heartbeat = now
+            if moved_to > applied:
+                self._advance(conn, moved_to)
+            return BatchResult(0, 0, moved_to, drained, caught_up, flushed_at)
+        deltas = self._fold(conn, todo)
+        with conn.transaction():
+            self._apply(conn, deltas)
+            _pause("mid_batch")
+            self._save_position(conn, moved_to, caught_up, flushed_at if caught_up is not None else None)
+        self._last_heartbeat = now
+        _pause("after_apply")
+        self._advance(conn, moved_to)
+        return BatchResult(len(todo), sum(len(t.events) for t in todo), moved_to, drained, caught_up, flushed_at)
+
+    def _save_position(self, conn: psycopg.Connection, lsn: int, caught_up: int | None, at: str | None) -> None:
+        conn.execute(
+            SAVE_POSITION,
+            {
+                "slot": self.slot,
+                "lsn": lsn_text(lsn),
+                "caught_up_lsn": lsn_text(caught_up) if caught_up is not None else None,
+                "caught_up_at": at,
+            },
+        )
+
+    def _advance(self, conn: psycopg.Connection, lsn: int) -> None:
+        conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, lsn_text(lsn)))
+
+    @staticmethod
+    def _fold(conn: psycopg.Connection, txns: list[changes.Transaction]) -> Deltas:
+        keys = sorted(changes.store_keys(txns))
+        shadow: dict[tuple[str, str], Contribution] = {}
+        if keys:
+            for prefix, key, day, hashes in conn.execute(
+                SELECT_SHADOW, ([k[0] for k in keys], [k[1] for k in keys])
+            ).fetchall():
+                shadow[(prefix, key)] = Contribution(day, tuple(hashes or ()))
+        values = sorted(changes.new_values(txns))
+        hashed: dict[str, tuple[int, ...]] = {}
+        if values:
+            hashed = {v: tuple(h) for v, h in conn.execute(SELECT_HASHES, (values,)).fetchall()}
+        return changes.fold(txns, shadow, hashed.__getitem__)
+
+    @staticmethod
+    def _apply(conn: psycopg.Connection, d: Deltas) -> None:
+        cur = conn.cursor()
+        if d.truncated_store:
+            cur.execute(TRUNCATE_STORE_AGGREGATES)
+        if d.truncated_vectors:
+            cur.execute("UPDATE core_root_counts SET vectors = 0")
+        touched = sorted(set(d.documents) | set(d.last_write))
+        current: dict[str, int] = dict(cur.execute(SELECT_PREFIX_DOCUMENTS, (touched,)).fetchall()) if touched else {}
+        roots: dict[str, list[int]] = {}  # root -> [documents, namespaces, vectors]
+        upserts, gone = [], []
+        for prefix in touched:
+            before = current.get(prefix, 0)
+            after = before + d.documents.get(prefix, 0)
+            r = roots.setdefault(changes.root_of(prefix), [0, 0, 0])
+            r[0] += after - before
+            r[1] += (after > 0) - (before > 0)
+            if after > 0:
+                upserts.append((prefix, after, d.last_write.get(prefix)))
+            elif prefix in current:
+                gone.append(prefix)
+        for root, n in d.vectors.items():
+            roots.setdefault(root, [0, 0, 0])[2] += n
+        if upserts:
+            cur.executemany(UPSERT_PREFIX, upserts)
+        if gone:
+            cur.execute(DELETE_PREFIX, (gone,))
+        rows = [(root, *v) for root, v in sorted(roots.items()) if any(v)]
+        if rows:
+            cur.executemany(UPSERT_ROOT, rows)
+        expiry = [(day, root, n) for (day, root), n in sorted(d.expiry.items()) if n]
+        if expiry:
+            cur.executemany(UPSERT_EXPIRY, expiry)
+        holders = [(h, c, n) for (h, c), n in sorted(d.holders.items()) if n]
+        if holders:
+            cur.executemany(UPSERT_HOLDERS, holders)
+            low = [(h, c) for h, c, n in holders if n < 0]
+            if low:
+                cur.execute(DROP_EMPTY_HOLDERS, ([h for h, _ in low], [c for _, c in low]))
+        keep = [(p, k, c.expires_day, list(c.value_hashes) or None) for (p, k), c in d.shadow.items() if not c.empty]
+        drop = [(p, k) for (p, k), c in d.shadow.items() if c.empty]
+        if keep:
+            cur.executemany(UPSERT_SHADOW, keep)
+        if drop:
+            cur.execute(DELETE_SHADOW, ([p for p, _ in drop], [k for _, k in drop]))
+        if d.threads:
+            cur.execute(MARK_THREADS, (sorted(d.threads),))
+
+    # --- running -------------------------------------------------------------------------------------------
+    def drain(self, conn: psycopg.Connection, target: int = 0) -> int:
+        """Apply batches until a read finds nothing more and everything before `target` is applied; the position
+        is then saved (what other processes' catch_up waits for). Returns the transactions applied."""
+        total = 0
+        while True:
+            result = self.run_once(conn)
+            total += result.transactions
+            if result.drained and (result.caught_up or 0) >= target:
+                self._save_position(conn, result.caught_up or 0, result.caught_up, result.caught_up_at)
+                return total
+            if result.drained:
+                time.sleep(0.01)  # the target is written but not flushed yet (synchronous_commit = off)
+
+    def run(self, *, stop: threading.Event | None = None, idle_sleep: float = IDLE_SLEEP_S) -> None:
+        """Follow until `stop` is set: one connection for the follower's life, holding FOLLOWER_LOCK (another
+        follower of this database waits for it)."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            try:
+                with connect(self.dsn, application_name="core_capture_follower") as conn:
+                    while not stop.is_set() and not _try_lock(conn):
+                        stop.wait(5)
+                    if stop.is_set():
+                        return
+                    self.setup(conn)
+                    while not stop.is_set():
+                        if not self.run_once(conn).drained:
+                            continue
+                        stop.wait(idle_sleep)
+            except CaptureNotAllowed:
+                raise
+            except psycopg.Error as exc:  # database gone or restarted: connect again
+                log.warning("change follower: %s; retrying", exc)
+                stop.wait(2)
+
+
+def _try_lock(conn: psycopg.Connection) -> bool:
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (FOLLOWER_LOCK,)).fetchone()
+    return bool(row and row[0])
+
+
+def caught_up_lsn(conn: psycopg.Connection, slot: str) -> int:
+    row = conn.execute("SELECT caught_up_lsn::text FROM core_capture_position WHERE slot_name = %s", (slot,)).fetchone()
+    return lsn_int(row[0]) if row and row[0] else 0
+
+
+def flush_target(conn: psycopg.Connection) -> int:
+    """The WAL end now, flushed (PostgreSQL 17+: a logical message with flush; before: the write position)."""
+    if conn.info.server_version >= 170000:
+        row = conn.execute("SELECT pg_logical_emit_message(false, 'core_capture', '', true)::text").fetchone()
+    else:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    return lsn_int(row[0])
+
+
+def catch_up(dsn: str, timeout: float = 30.0, *, follower: Follower | None = None) -> None:
+    """Make the aggregates include every change committed before this call: drain the slot here when no
+    follower runs (creating it and recounting on first use), else wait for the running follower. Raises
+    CaptureTimeout after `timeout` seconds, CaptureNotAllowed when logical decoding is not possible."""
+    follower = follower or Follower(dsn)
+    deadline = time.monotonic() + timeout
+    with connect(dsn) as conn:
+        target = flush_target(conn)
+        while True:
+            if _try_lock(conn):
+                try:
+                    follower.setup(conn)
+                    follower.drain(conn, target)
+                    return
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
+            if caught_up_lsn(conn, follower.slot) >= target:
+                return
+            if time.monotonic() > deadline:
+                raise CaptureTimeout(
+                    f"the change follower did not apply the WAL up to {lsn_text(target)} within {timeout:.0f} s"
+                )
+            time.sleep(0.05)
+
+
+def drop_slot(dsn: str) -> None:
+    """Remove this database's slot (the uninstall, a test's teardown). The publication goes with the migrations."""
+    with connect(dsn) as conn:
+        slot = Follower(dsn).slot
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        )
+        conn.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (slot,))
+
+
+def main() -> None:
+    import argparse
+    import signal
+
+    from core.config import load_settings
+    from core.db import resolve_dsn
+
+    parser = argparse.ArgumentParser(
+        prog="python -m core.capture.follower",
+        description="Follow the agents' tables through logical decoding and keep the dashboard's aggregates.",
+    )
+    parser.add_argument("dsn", nargs="?", help="default: PG_AGENTES (or the embedded server)")
+    parser.add_argument("--idle-sleep", type=float, default=IDLE_SLEEP_S)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    dsn = args.dsn or resolve_dsn(load_settings())
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    Follower(dsn).run(stop=stop, idle_sleep=args.idle_sleep)
+
+
+if __name__ == "__main__":
+    main()

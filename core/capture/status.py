@@ -1,0 +1,116 @@
+"""How far the change follower is, for the pages, the exporter and the reads that must be current.
+
+The aggregates the follower keeps (documents per prefix and root, expiry days, value holders, the token index's
+dirty threads) are as fresh as its position: a page shows the follower's lag next to them, and "unknown" when no
+follower runs, never a stale figure as current. Reads that must be current (the erasure, its preview and
+evidence) call `sync` first: it waits until everything written before it is applied.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from psycopg.rows import DictRow
+
+from core.capture.follower import FOLLOWER_LOCK, CaptureNotAllowed, catch_up
+from core.db import Database, one
+
+log = logging.getLogger(__name__)
+
+SYNC_TIMEOUT_S = 30.0
+# `running`: some session holds the follower's advisory lock in this database (a follower thread or process, or a
+# catch_up in progress). Lag: WAL written since everything applied, and the time since then.
+# The slot's name as core.capture.follower.slot_name_for gives it.
+SELECT_STATUS = """
+WITH n AS (
+    SELECT left('core_capture_' || regexp_replace(lower(current_database()), '[^a-z0-9_]', '_', 'g'), 63) AS slot)
+SELECT s.slot_name IS NOT NULL AS slot,
+       s.wal_status,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint AS retained_bytes,
+       s.safe_wal_size,
+       EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.database = d.oid AND l.granted
+               AND l.classid = %(hi)s::bigint::oid AND l.objid = %(lo)s::bigint::oid AND l.objsubid = 1) AS running,
+       p.caught_up_at,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), p.caught_up_lsn)::bigint AS lag_bytes,
+       extract(epoch FROM now() - p.caught_up_at)::float8 AS lag_seconds,
+       p.recounted_at
+FROM n JOIN pg_database d ON d.datname = current_database()
+LEFT JOIN pg_replication_slots s ON s.slot_name = n.slot AND s.database = d.datname
+LEFT JOIN core_capture_position p ON p.slot_name = n.slot"""
+LOCK_KEY = {"hi": FOLLOWER_LOCK >> 32, "lo": FOLLOWER_LOCK & 0xFFFFFFFF}
+
+
+@dataclass(frozen=True)
+class CaptureStatus:
+    """`running` False: no follower, the lag is unknown and the aggregates are as of `caught_up_at` (or never)."""
+
+    running: bool
+    slot: bool
+    wal_status: str | None  # reserved | extended | unreserved | lost (pg_replication_slots)
+    retained_bytes: int | None  # WAL the slot keeps from being recycled
+    safe_wal_size: int | None  # bytes left before max_slot_wal_keep_size invalidates the slot (None: no limit)
+    caught_up_at: datetime | None  # everything written before this is in the aggregates
+    lag_bytes: int | None
+    lag_seconds: float | None
+    recounted_at: datetime | None
+
+    @property
+    def known(self) -> bool:
+        """The lag can be stated: a follower runs on a slot that is not lost."""
+        return self.running and self.slot and self.wal_status != "lost" and self.caught_up_at is not None
+
+
+def capture_status(db: Database) -> CaptureStatus:
+    with db.connection() as conn:
+        return read_status(conn)
+
+
+def read_status(conn: psycopg.Connection[DictRow]) -> CaptureStatus:
+    row = one(conn.execute(SELECT_STATUS, LOCK_KEY).fetchone())
+    return CaptureStatus(
+        running=bool(row["running"]),
+        slot=bool(row["slot"]),
+        wal_status=row["wal_status"],
+        retained_bytes=row["retained_bytes"],
+        safe_wal_size=row["safe_wal_size"],
+        caught_up_at=row["caught_up_at"],
+        lag_bytes=max(0, row["lag_bytes"]) if row["lag_bytes"] is not None else None,
+        lag_seconds=max(0.0, row["lag_seconds"]) if row["lag_seconds"] is not None else None,
+        recounted_at=row["recounted_at"],
+    )
+
+
+def sync(db: Database, timeout: float = SYNC_TIMEOUT_S) -> bool:
+    """Wait until the aggregates include every change committed before this call (core.capture.follower.catch_up).
+    Returns False, logged, where logical decoding is not possible (the aggregates are then not kept); raises
+    CaptureTimeout when the follower does not get there in `timeout` seconds."""
+    try:
+        catch_up(db.dsn, timeout)
+    except CaptureNotAllowed as exc:
+        log.warning("the change follower cannot run here: %s", exc)
+        return False
+    return True
+
+
+def main() -> None:
+    """`python -m core.capture.status --check SECONDS [DSN]`: exit 0 when a follower of the database runs and had
+    applied everything up to SECONDS ago (the Deployment's liveness probe), else 1."""
+    import argparse
+
+    from core.config import load_settings
+    from core.db import resolve_dsn
+
+    parser = argparse.ArgumentParser(prog="python -m core.capture.status")
+    parser.add_argument("dsn", nargs="?", help="default: PG_AGENTES")
+    parser.add_argument("--check", type=float, required=True, metavar="SECONDS")
+    args = parser.parse_args()
+    s = capture_status(Database(args.dsn or resolve_dsn(load_settings())))
+    print(f"running={s.running} slot={s.slot} wal_status={s.wal_status} lag_seconds={s.lag_seconds}")
+    raise SystemExit(0 if s.known and (s.lag_seconds or 0.0) <= args.check else 1)
+
+
+if __name__ == "__main__":
+    main()

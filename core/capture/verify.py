@@ -1,0 +1,67 @@
+"""Compare what the change follower keeps with a full recount from the agents' tables (tests, the bench, and an
+operator's `python -m core.capture.verify DSN`). Reads only; exact only when nobody writes meanwhile and the
+follower has caught up (core.capture.follower.catch_up)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import psycopg
+
+# (name, what the follower keeps, the same from the tables); rows compared as sets.
+CHECKS: tuple[tuple[str, str, str], ...] = (
+    (
+        "documents per prefix",
+        "SELECT prefix, documents FROM core_prefix_counts",
+        "SELECT prefix, count(*) FROM store GROUP BY prefix",
+    ),
+    (
+        "documents, namespaces and vectors per root",
+        """SELECT root, sum(documents), sum(namespaces), sum(vectors) FROM core_root_counts GROUP BY root
+           HAVING sum(documents) <> 0 OR sum(namespaces) <> 0 OR sum(vectors) <> 0""",
+        """SELECT root, sum(documents), sum(namespaces), sum(vectors) FROM (
+               SELECT split_part(prefix, '.', 1) AS root, count(*) AS documents, 1 AS namespaces, 0 AS vectors
+               FROM store GROUP BY prefix
+               UNION ALL SELECT split_part(prefix, '.', 1), 0, 0, count(*) FROM store_vectors GROUP BY 1) x
+           GROUP BY root""",
+    ),
+    (
+        "documents per expiry day and root",
+        "SELECT day, root, documents FROM core_expiry_days WHERE documents <> 0",
+        """SELECT (expires_at AT TIME ZONE 'UTC')::date, split_part(prefix, '.', 1), count(*) FROM store
+           WHERE expires_at IS NOT NULL GROUP BY 1, 2""",
+    ),
+    (
+        "documents per value hash and customer",
+        "SELECT value_hash, cliente_id, documents FROM core_value_holders",
+        """SELECT v.value_hash, v.cliente_id, count(*) FROM store s
+           CROSS JOIN LATERAL core_value_holders_of(s.prefix, s.value) v GROUP BY 1, 2""",
+    ),
+    (
+        "last write per prefix (never older than the newest document)",
+        "SELECT 0 FROM core_prefix_counts c JOIN store s USING (prefix) WHERE s.updated_at > c.last_write LIMIT 1",
+        "SELECT 0 WHERE false",
+    ),
+)
+
+
+def differences(dsn: str) -> dict[str, dict[str, list[Any]]]:
+    """Aggregate name -> {"kept_only": rows, "recount_only": rows}; empty when everything equals the recount."""
+    out: dict[str, dict[str, list[Any]]] = {}
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        for name, kept_sql, recount_sql in CHECKS:
+            kept = {tuple(r) for r in conn.execute(kept_sql).fetchall()}
+            recount = {tuple(r) for r in conn.execute(recount_sql).fetchall()}
+            if kept != recount:
+                out[name] = {"kept_only": sorted(kept - recount)[:20], "recount_only": sorted(recount - kept)[:20]}
+    return out
+
+
+if __name__ == "__main__":
+    found = differences(sys.argv[1])
+    for name, diff in found.items():
+        print(f"{name}: {diff}")
+    print("every aggregate equals the recount" if not found else f"{len(found)} aggregate(s) differ")
+    sys.exit(1 if found else 0)

@@ -1,0 +1,10 @@
+-- The change follower's role (deploy/capture-deployment.yaml): REPLICATION to create and read its logical slot,
+-- SELECT on the agents' tables for the recount when its slot is created (nothing else on them), and the rows it keeps
+-- in our schema. Run once by a DBA, after the migrations Job (which creates the publication as the tables' owner).
+CREATE ROLE agent_memory_capture LOGIN REPLICATION PASSWORD 'change-me';
+GRANT CONNECT ON DATABASE agentes TO agent_memory_capture;
+GRANT USAGE ON SCHEMA public TO agent_memory_capture;
+GRANT SELECT ON store, store_vectors, checkpoints, checkpoint_blobs, checkpoint_writes TO agent_memory_capture;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_prefix_counts, core_root_counts, core_expiry_days,
+    core_value_holders, core_store_shadow, core_token_dirty, core_capture_position TO agent_memory_capture;
+GRANT EXECUTE ON FUNCTION core_string_leaves(jsonb), core_value_holders_of(text, jsonb) TO agent_memory_capture;

@@ -1,0 +1,228 @@
+"""The change follower (core/capture) on the real embedded server with wal_level = logical, driven by stock
+PostgresStore writes: its documents-per-prefix aggregate equals a recount from `store`, also across SIGKILLs."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from conftest import DIMS
+from langgraph.store.base import PutOp
+from langgraph.store.postgres import PostgresStore
+
+from core.capture.follower import PAUSE_ENV, Follower, catch_up, drop_slot
+from core.capture.verify import differences
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import build_store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def capture_db(create_database):
+    dsn = create_database(migrated=True, prefix="capture")
+    catch_up(dsn)  # creates the slot
+    yield dsn, Follower(dsn)
+    drop_slot(dsn)
+
+
+def follower_counts(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        return dict(conn.execute("SELECT prefix, documents FROM core_prefix_counts").fetchall())
+
+
+def recount(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        return dict(conn.execute("SELECT prefix, count(*) FROM store GROUP BY prefix").fetchall())
+
+
+def vector_store(dsn: str):
+    """A stock PostgresStore with a vector index (the seed's), autocommit, on its own connection."""
+    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=psycopg.rows.dict_row)
+    return conn, build_store(conn, OfflineHashEmbeddings(DIMS), DIMS)
+
+
+def workload(dsn: str, seed: int, n: int = 120) -> None:
+    """Stock writes: puts (new, overwrite, with TTL, with a vector), TTL refreshes on read, deletes, batched
+    deletes and a TTL sweep."""
+    rng = random.Random(seed)
+    conn, store = vector_store(dsn)
+    with conn:
+        keys: list[tuple[tuple[str, ...], str]] = []
+        for i in range(n):
+            r = rng.random()
+            if r < 0.55 or not keys:
+                root = rng.choice(["clientes", "clientes", "proveedores"])
+                ns = (root, f"C{rng.randrange(6)}", rng.choice(["prefs", "notas"]))
+                key = f"k{rng.randrange(40)}"
+                ttl = rng.choice([0.001, None, 60 * 24, 60 * 24 * 30])  # 0.06 s: expired by the sweep below
+                value = {"texto": rng.choice(["casa", "tienda T003", "por la tarde", f"nota {i}"]), "i": i}
+                store.put(ns, key, value, ttl=ttl, index=None if rng.random() < 0.3 else False)
+                keys.append((ns, key))
+            elif r < 0.68:
+                ns, key = rng.choice(keys)
+                store.put(ns, key, {"texto": "otra vez", "again": True}, index=False)  # overwrite: an UPDATE
+            elif r < 0.75:
+                ns, key = rng.choice(keys)
+                store.get(ns, key, refresh_ttl=True)  # a TTL refresh: an UPDATE of expires_at only
+            elif r < 0.93:
+                ns, key = keys.pop(rng.randrange(len(keys)))
+                store.delete(ns, key)
+            else:
+                picked = [keys.pop(rng.randrange(len(keys))) for _ in range(min(3, len(keys)))]
+                store.batch([PutOp(ns, key, None) for ns, key in picked])
+        time.sleep(0.2)
+        store.sweep_ttl()
+
+
+def test_every_aggregate_equals_a_recount_after_mixed_writes(capture_db):
+    dsn, follower = capture_db
+    workload(dsn, seed=1)
+    catch_up(dsn)
+    assert recount(dsn), "the workload left documents"
+    assert differences(dsn) == {}
+    # the same keys again, applied in batches of a few changes: overwrites and deletes of documents applied in
+    # earlier batches (their old expiry day and values come from the follower's shadow)
+    workload(dsn, seed=2)
+    small = Follower(dsn, batch_changes=5)
+    catch_up(dsn, follower=small)
+    assert differences(dsn) == {}
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the agents' table emptied by hand, then written again
+        conn.execute("TRUNCATE store CASCADE")
+    workload(dsn, seed=5, n=40)
+    catch_up(dsn)
+    assert differences(dsn) == {}
+
+
+def test_no_trigger_or_function_of_ours_runs_on_a_store_write(capture_db):
+    """The aggregates move only when the follower applies the change, never inside the agents' transaction."""
+    dsn, _ = capture_db
+    with PostgresStore.from_conn_string(dsn) as store:
+        store.put(("clientes", "W1"), "pref-idioma", {"tipo": "idioma", "valor": "es"})
+    assert "clientes.W1" not in follower_counts(dsn)
+    catch_up(dsn)
+    assert follower_counts(dsn)["clientes.W1"] == 1
+
+
+def _start_follower(dsn: str, pause: str | None, marker: Path) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.pop(PAUSE_ENV, None)
+    if pause:
+        env[PAUSE_ENV] = pause
+        env[PAUSE_ENV + "_FILE"] = str(marker)
+    return subprocess.Popen(
+        [sys.executable, "-m", "core.capture.follower", dsn],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(marker.with_suffix(".log"), "w"),
+    )
+
+
+def _wait_for(marker: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        assert proc.poll() is None, marker.with_suffix(".log").read_text()
+        assert time.monotonic() < deadline, "the follower never reached its pause point"
+        time.sleep(0.05)
+
+
+def _position(dsn: str) -> list:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT slot_name, lsn::text FROM core_capture_position").fetchall()
+
+
+def _slot_lsn(dsn: str, slot: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+@pytest.mark.parametrize("point", ["after_apply", "mid_batch"])
+def test_sigkill_then_restart_counts_once(capture_db, tmp_path, point):
+    dsn, follower = capture_db
+    workload(dsn, seed=3)
+    marker = tmp_path / f"{point}.reached"
+    before = _slot_lsn(dsn, follower.slot)
+    proc = _start_follower(dsn, point, marker)
+    try:
+        _wait_for(marker, proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Killed with the slot not advanced: the batch is still in the slot.
+    assert _slot_lsn(dsn, follower.slot) == before
+    with psycopg.connect(dsn) as conn:
+        applied = conn.execute("SELECT count(*) FROM core_prefix_counts").fetchone()
+    assert recount(dsn), "the workload left documents"
+    stored = _position(dsn)[0][1]
+    if point == "after_apply":  # committed before the kill: counts and position, slot behind them
+        assert applied is not None and applied[0] > 0 and stored != before
+    else:  # the open transaction died with the process
+        assert applied == (0,) and stored == before
+    workload(dsn, seed=4)  # the agents keep writing while the follower is down
+    proc = _start_follower(dsn, None, marker)
+    try:
+        deadline = time.monotonic() + 60
+        while follower_counts(dsn) != recount(dsn):
+            assert proc.poll() is None
+            assert time.monotonic() < deadline, (follower_counts(dsn), recount(dsn))
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    catch_up(dsn)
+    assert differences(dsn) == {}
+
+
+def test_a_slot_created_while_agents_write_counts_every_write_once(create_database):
+    """The slot is created while a stock store writes (puts, overwrites, deletes with TTLs, one commit each); one
+    write commits after the slot's consistent point and before the recount's snapshot (decoded by the slot and
+    seen by the recount): counted once, and every aggregate equals the recount."""
+    dsn = create_database(migrated=True, prefix="capture")
+    workload(dsn, seed=7, n=60)  # the agents wrote before the dashboard's follower ever ran
+    stop = threading.Event()
+
+    def writer() -> None:
+        with PostgresStore.from_conn_string(dsn) as store:
+            i = 0
+            while not stop.is_set():
+                store.put(("clientes", f"R{i % 9}"), f"k{i % 13}", {"texto": f"t {i}"}, ttl=60 * 24 * (1 + i % 3))
+                if i % 4 == 3:
+                    store.delete(("clientes", f"R{(i - 2) % 9}"), f"k{(i - 2) % 13}")
+                i += 1
+
+    def between() -> None:
+        with PostgresStore.from_conn_string(dsn) as store:
+            store.put(("clientes", "BETWEEN"), "pref-idioma", {"tipo": "idioma", "valor": "es"}, ttl=60)
+
+    follower = Follower(dsn)
+    follower.on_slot_created.append(between)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        catch_up(dsn, follower=follower)  # creates the slot and recounts while the writer runs
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join(30)
+    try:
+        catch_up(dsn)
+        assert follower_counts(dsn)["clientes.BETWEEN"] == 1
+        assert differences(dsn) == {}
+    finally:
+        drop_slot(dsn)
