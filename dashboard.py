@@ -25,12 +25,15 @@ from core.migrate import SchemaMismatch, ShallowCheckpointSchema
 from ui import fmt, navigation, replica
 from ui.common import (
     PROBE_INTERVAL_S,
+    SEED_FRESH_S,
     DatabaseStarting,
     bootstrap,
     current_user,
     database_probe,
+    demo_seeding,
     forget_all,
     local_mode_refusal,
+    read_fresh_while_seeding,
     seed_progress,
     start_demo_seed,
 )
@@ -179,6 +182,28 @@ if db is None:
 
     warm_imports()  # the page's own imports, while the server starts
     st.stop()
+
+seeding = demo_seeding()
+if seeding is not None:
+    # every page says so in its main area, with the seed's progress, and is read again every SEED_FRESH_S: its
+    # figures appear as they arrive (the sidebar's seed_status reruns it on the complete data at the end)
+    page_read_at = time.monotonic()
+
+    @st.fragment(run_every=1.5)
+    def seed_banner() -> None:
+        if seeding.finished:
+            return
+        step = t(f"seed_step_{seeding.step}") if seeding.step else t("seed_starting")
+        if seeding.total:
+            text = t("seed_main", step=step, done=seeding.done, total=seeding.total, s=SEED_FRESH_S)
+            st.progress(min(seeding.done / seeding.total, 1.0), text=text)
+        else:
+            st.info(t("seed_main_step_only", step=step, s=SEED_FRESH_S), icon=":material/hourglass_top:")
+        if time.monotonic() - page_read_at >= SEED_FRESH_S:
+            read_fresh_while_seeding()
+            st.rerun(scope="app")
+
+    seed_banner()
 
 replica.page_note()
 try:

@@ -12,13 +12,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
-from core.checkpoints import formats, tool_calls, views
+from core.checkpoints import formats, storage, tool_calls, views
 from core.privacy import subjects as subj
 from ui import charts, fmt
 from ui import data_views as views_log
 from ui.attribution import page_coverage
 from ui.checkpoint_diff import diff_view, kind_label
-from ui.common import read, require_role, settings, shared_figure
+from ui.common import demo_seeding, read, require_role, settings, shared_figure
 from ui.i18n import lang, t
 from ui.safe import md, md_code, plot_frame
 from ui.storage_view import storage_detail_view, table_totals
@@ -85,9 +85,12 @@ def storage_view() -> None:
     st.subheader(t("ckpt_largest", n=LARGEST_N))
     largest = read(views.largest_threads, LARGEST_N)
     if largest.empty:
-        st.info(t("ckpt_no_recent"))
+        st.info(t("ckpt_no_recent_seeding" if demo_seeding() else "ckpt_no_recent"))
         return
-    st.caption(t("ckpt_largest_as_of", at=fmt.moment(largest["computed_at"].iloc[0])))
+    refreshed = read(storage.storage_refresh)  # the refresh that computed these rows
+    if refreshed is not None:
+        run = fmt.sweep_run(refreshed["sweep_run_id"], refreshed["sweep_started_at"], refreshed["computed_at"])
+        st.caption(t("ckpt_largest_as_of", run=run))
     charts.draw(largest_figure(largest, lang()), key="checkpoints.largest_chart")
     st.caption(t("ckpt_open_hint"))
     table(
@@ -117,7 +120,7 @@ def formats_panel() -> None:
         st.caption(t("ckpt_fmt_not_read"))
         return
     at, fp = st.session_state[FORMATS_KEY]
-    st.caption(t("ckpt_fmt_as_of", at=f"{at:%Y-%m-%d %H:%M:%S} UTC"))
+    st.caption(t("ckpt_fmt_as_of", at=fmt.clock(at)))
     c = st.columns(6)
     c[0].metric(t("ckpt_fmt_migration"), "—" if fp.migration_version is None else f"v{fp.migration_version}")
     c[1].metric(t("ckpt_fmt_encrypted"), f"{fmt.number(fp.encrypted)} ({fmt.number(fp.encrypted_threads)})")
@@ -181,7 +184,7 @@ def search() -> None:
         else:
             found = read(views.recent_threads)
             if found.empty:
-                st.info(t("ckpt_no_recent"))
+                st.info(t("ckpt_no_recent_seeding" if demo_seeding() else "ckpt_no_recent"))
                 return
         st.caption(t("ckpt_pick_hint"))
         table(
@@ -199,7 +202,9 @@ def source_label(source) -> str:
 
 def timeline_chart(timeline: pd.DataFrame) -> None:
     st.subheader(t("ckpt_timeline"))
-    timeline = timeline.assign(ts=pd.to_datetime(timeline["ts"], utc=True))  # the axis's ticks are UTC
+    tz = fmt.viewer_timezone()  # the steps' table below reads the same instants in the same zone
+    instants = pd.to_datetime(timeline["ts"], utc=True).dropna()
+    timeline = timeline.assign(ts=fmt.wall_clock(timeline["ts"], tz).to_numpy())
     fig = go.Figure(
         go.Scatter(
             x=timeline["ts"],
@@ -223,18 +228,19 @@ def timeline_chart(timeline: pd.DataFrame) -> None:
     dots.update_traces(marker=dict(size=11))
     for trace in dots.data:
         fig.add_trace(trace)
-    ts = timeline["ts"].dropna()
-    axis = fmt.time_ticks(ts.min().to_pydatetime(), ts.max().to_pydatetime()) if len(ts) else {}
+    axis = (
+        fmt.time_ticks(instants.min().to_pydatetime(), instants.max().to_pydatetime(), tz=tz) if len(instants) else {}
+    )
     fig.update_layout(
         height=320,
         margin=dict(t=10, b=10),
-        xaxis=dict(title=t("ckpt_time"), **axis),
+        xaxis=dict(title=t("ckpt_time", tz=tz), **axis),
         yaxis_title=t("ckpt_step"),
         legend_title_text=t("ckpt_source"),
         separators=fmt.plot_separators(),
         yaxis=fmt.count_axis(timeline["step"].max() + 1),
     )
-    charts.show(fig, key="checkpoints.timeline_chart", counts=())
+    charts.show(fig, key="checkpoints.timeline_chart", counts=(), tz=tz)
 
 
 def _label(row) -> str:

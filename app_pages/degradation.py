@@ -19,7 +19,7 @@ import streamlit as st
 from psycopg_pool import PoolTimeout
 
 from core import roles
-from core.checkpoints import replica_health, replica_view
+from core.checkpoints import failures, replica_health, replica_view
 from core.checkpoints.guard import Risk
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, failure_counts
 from ui import charts, fmt
@@ -64,6 +64,7 @@ EPISODE_COLUMNS = [
     "host",
     "pid",
     "recorded_at",
+    "reason_raw",
 ]
 
 require_role(roles.SRE)
@@ -153,9 +154,9 @@ def replicas_table(reading: Reading, states: pd.DataFrame, fresh: bool) -> None:
     bad = int(states["state"].isin(["degraded", "silent"]).sum())
     unknown = int((states["state"] == "unknown").sum())
     if bad:
-        st.warning(t("degr_some_degraded", n=bad))
+        st.warning(fmt.count("degr_some_degraded", bad))
     if unknown:
-        st.warning(t("degr_some_unknown", n=unknown))
+        st.warning(fmt.count("degr_some_unknown", unknown))
     if replica_view.all_clear(states, fresh=fresh):
         st.success(t("degr_all_ok"))
     df = states.copy()
@@ -189,13 +190,18 @@ def replicas_table(reading: Reading, states: pd.DataFrame, fresh: bool) -> None:
 
 
 @shared_figure
-def timeline_figure(frame: pd.DataFrame, language: str) -> go.Figure:
+def timeline_figure(frame: pd.DataFrame, language: str, tz: str) -> go.Figure:
+    """The episodes as bars, their instants drawn in `tz` (the viewer's, as the episodes' table below)."""
     # an ongoing episode alone has no reason, resync or denials yet
     hover = [
         c
         for c in ("n", "reason", "checkpoints_buffered", "writes_buffered", "ops_resynced", "denials_count")
         if c in frame.columns
     ]
+    start, end = frame["degraded_from"].min().to_pydatetime(), frame["degraded_to"].max().to_pydatetime()
+    frame = frame.assign(
+        degraded_from=fmt.wall_clock(frame["degraded_from"], tz), degraded_to=fmt.wall_clock(frame["degraded_to"], tz)
+    )
     fig = px.timeline(
         plot_frame(frame),
         x_start="degraded_from",
@@ -204,27 +210,41 @@ def timeline_figure(frame: pd.DataFrame, language: str) -> go.Figure:
         color="status",
         color_discrete_map={t("degr_recorded"): STATE_COLORS["resynced"], t("degr_ongoing"): STATE_COLORS["ongoing"]},
         hover_data=hover,
-        labels={c: column_label(c) for c in ["replica_id", "status", "degraded_from", "degraded_to", *hover]},
+        labels={
+            **{c: column_label(c) for c in ["replica_id", "status", *hover]},
+            **{c: f"{column_label(c)} ({tz})" for c in ("degraded_from", "degraded_to")},
+        },
     )
     # an outline in the bar's own colour keeps seconds-long episodes visible on a long axis
     fig.for_each_trace(lambda tr: tr.update(marker_line_width=6, marker_line_color=tr.marker.color))
-    start, end = frame["degraded_from"].min(), frame["degraded_to"].max()
     fig.update_layout(
         height=160 + 40 * frame["replica_id"].nunique(),
         margin=dict(t=10, b=10),
-        xaxis=dict(title=t("degr_time"), **fmt.time_ticks(start.to_pydatetime(), end.to_pydatetime())),
+        xaxis=dict(title=t("degr_time", tz=tz), **fmt.time_ticks(start, end, tz=tz)),
         yaxis_title="",
         legend_title_text="",
         separators=fmt.plot_separators(),
     )
-    return charts.finish(fig, counts=())
+    return charts.finish(fig, counts=(), tz=tz)
+
+
+def reasons_in_words(episodes: pd.DataFrame) -> pd.DataFrame:
+    """The episodes with `reason` in the UI's words (what kind of failure) and the saver's text verbatim beside it
+    (`reason_raw`: a driver's message, as written)."""
+    if episodes.empty:
+        return episodes
+    return episodes.assign(
+        reason=[t(f"degr_reason_{failures.reason_kind(r)}") for r in episodes["reason"]],
+        reason_raw=episodes["reason"],
+    )
 
 
 def episodes_timeline(reading: Reading) -> None:
     st.subheader(t("degr_timeline"))
     bars = []
-    if not reading.episodes.empty:
-        done = reading.episodes.assign(status=t("degr_recorded"))
+    episodes = reasons_in_words(reading.episodes)
+    if not episodes.empty:
+        done = episodes.assign(status=t("degr_recorded"))
         bars.append(
             done[
                 [
@@ -264,12 +284,10 @@ def episodes_timeline(reading: Reading) -> None:
     # the database's timestamps and the ongoing bar's "now" must be one dtype for plotly
     for column in ("degraded_from", "degraded_to"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
-    charts.draw(timeline_figure(frame, lang()), key="degradation.timeline")
-    if not reading.episodes.empty:
+    charts.draw(timeline_figure(frame, lang(), fmt.viewer_timezone()), key="degradation.timeline")
+    if not episodes.empty:
         st.caption(t("degr_episodes_numbered"))
-        table(
-            reading.episodes, key="degradation.episodes", columns=EPISODE_COLUMNS, config={"reason": {"width": "large"}}
-        )
+        table(episodes, key="degradation.episodes", columns=EPISODE_COLUMNS, config={"reason_raw": {"width": "large"}})
 
 
 def risk_label(risk) -> str:

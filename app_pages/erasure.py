@@ -100,7 +100,13 @@ def show_result(result: erasure.ErasureResult) -> None:
         st.error(t("erasure_incomplete", id=md(result.customer_id), report=md(result.report)))
     took = fmt.duration((result.finished_at - result.requested_at).total_seconds()) if result.finished_at else "—"
     st.caption(
-        t("erasure_request", rid=result.request_id, operator=md(result.operator), passes=result.passes, took=took)
+        t(
+            "erasure_request",
+            rid=result.request_id,
+            operator=md(result.operator),
+            passes=fmt.count("erasure_passes", result.passes),
+            took=took,
+        )
     )
     if result.complete:  # SQL zero is not zero bytes (core.privacy.physical): said here, settled by the sweep
         st.info(t("erasure_not_physical_yet"), icon=":material/hard_drive:")
@@ -225,7 +231,7 @@ if preview is not None and preview.customer_id == customer_id:
     if preview.total == 0 and not preview.residue_threads:
         st.info(t("erasure_nothing", id=md(preview.customer_id)))
     if undecided:
-        st.warning(t("erasure_residue_undecided", n=undecided))
+        st.warning(fmt.count("erasure_residue_undecided", undecided))
     if st.button(
         t("erasure_start"),
         key="erasure.start",

@@ -10,12 +10,20 @@ import streamlit as st
 
 from core import roles
 from core.memory import reads, semantic
-from core.memory.embeddings import embeddings_label
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from core.privacy.data_views import customer_of
 from ui import capture, charts, fmt
 from ui import data_views as views_log
-from ui.common import ROOT_COLORS, call_expensive, read, require_role, settings, shared_figure
+from ui.common import (
+    call_expensive,
+    demo_seeding,
+    read,
+    require_role,
+    root_colors,
+    root_label,
+    settings,
+    shared_figure,
+)
 from ui.i18n import lang, t
 from ui.safe import md, md_code, plot_frame
 from ui.tables import Link, table
@@ -31,9 +39,12 @@ if NS_KEY not in st.session_state:
     st.session_state[NS_KEY] = st.query_params.get("ns", "")
 
 
-def root_label(root: str) -> str:
-    """A namespace root in words ("Clientes"), or the root itself when the page does not know it."""
-    return t(f"mem_root_{root}") if root in POLICIES else root
+def embeddings_in_words() -> str:
+    """The embedding model the store's vectors come from, in the UI's language."""
+    cfg = settings()
+    if cfg.offline_embeddings:
+        return t("emb_offline")
+    return t("emb_remote", model=cfg.embeddings_model, url=cfg.embeddings_base_url, dims=cfg.embeddings_dims)
 
 
 @shared_figure
@@ -43,8 +54,8 @@ def by_root_figure(by_root: pd.DataFrame, language: str) -> go.Figure:
         shown,
         x="holder",
         y="documents",
-        color="root",
-        color_discrete_map=ROOT_COLORS,
+        color="holder",
+        color_discrete_map=root_colors(),
         labels={"holder": "", "documents": t("mem_documents")},
     )
     fig.update_traces(texttemplate="%{y:,d}", hovertemplate="%{x}: %{y:,d}<extra></extra>")
@@ -61,7 +72,7 @@ def top_figure(top: pd.DataFrame, language: str) -> go.Figure:
         y="prefix",
         color="holder",
         orientation="h",
-        color_discrete_map={root_label(r): c for r, c in ROOT_COLORS.items()},
+        color_discrete_map=root_colors(),
         labels={"prefix": "", "documents": t("mem_documents"), "holder": ""},
     )  # the legend names the roots
     fig.update_traces(hovertemplate="%{y}: %{x:,d}<extra></extra>")
@@ -77,7 +88,7 @@ st.title(t("memory_title"))
 st.caption(t("memory_caption"))
 capture.freshness_note()  # the totals below are kept by the change follower: how far behind it is
 with st.expander(t("mem_technical")):
-    st.caption(t("mem_technical_text", emb=md(embeddings_label(settings()))))
+    st.caption(t("mem_technical_text", emb=md(embeddings_in_words())))
 
 totals = read(reads.memory_totals)
 c1, c2, c3 = st.columns(3)
@@ -87,8 +98,8 @@ c3.metric(t("mem_holders"), fmt.number(totals.namespaces), help=t("mem_holders_h
 c4, c5, _ = st.columns(3)
 c4.metric(t("mem_searchable"), fmt.number(totals.vectors), help=t("mem_searchable_help"))
 c5.metric(t("mem_expired"), fmt.number(totals.expired), help=t("mem_expired_help"))
-if totals.documents == 0:
-    st.info(t("memory_empty"), icon=":material/info:")
+if totals.documents == 0:  # empty while the demo seeds is not an empty store: the page says which
+    st.info(t("memory_seeding" if demo_seeding() else "memory_empty"), icon=":material/info:")
 
 left, right = st.columns(2)
 with left:
@@ -143,14 +154,13 @@ def _open_selected() -> None:
 if oversized.empty:
     st.success(t("alarm_none", n=MAX_DOCS_PER_CUSTOMER))
 else:
-    # a manager's link opens that customer's memory on this page (not the DPO's erasure page)
+    # a manager's link opens that customer's memory on this page (ui.tables: a manager's page, never the erasure page)
     table(
         oversized,
         key="memory.alarm",
         on_select=_open_selected,
         selection_mode="single-row",
         columns=["cliente_id", "documents", "keys", "last_write"],
-        links={"cliente_id": Link("memory", "ns", source="prefix", strip="clientes.")},
         config={"documents": t("mem_documents"), "keys": t("mem_keys"), "last_write": t("mem_last_write")},
     )
 
@@ -168,8 +178,9 @@ with st.form("memory.semantic_form", border=False):
         placeholder=t("sem_placeholder"),
         max_chars=semantic.MAX_QUERY_LENGTH,
     )
-    # the roots as namespaces name them: a translated format_func breaks AppTest's page switches in English
-    sem_root = root_col.selectbox(t("sem_root"), list(POLICIES), key="memory.semantic_root")
+    # the roots in words as options (a format_func runs outside the page in AppTest, always in Spanish)
+    roots = {root_label(r): r for r in POLICIES}
+    sem_root = roots[root_col.selectbox(t("sem_root"), list(roots), key="memory.semantic_root")]
     sem_k = k_col.number_input(t("sem_k"), 1, semantic.MAX_K, 10, key="memory.semantic_k")
     if st.form_submit_button(t("sem_search"), icon=":material/manage_search:"):
         st.session_state.pop(SEMANTIC_KEY, None)
@@ -182,7 +193,7 @@ with st.form("memory.semantic_form", border=False):
             st.error(md(exc))
         except semantic.EmbeddingUnavailable as exc:
             st.error(
-                t("sem_embedding_failed", error=md(exc), emb=md(embeddings_label(settings()))),
+                t("sem_embedding_failed", error=md(exc), emb=md(embeddings_in_words())),
                 icon=":material/cloud_off:",
             )
 if SEMANTIC_KEY in st.session_state:
@@ -204,7 +215,7 @@ if SEMANTIC_KEY in st.session_state:
                 "expires_at": t("mem_expires"),
             },
         )
-        st.caption(t("sem_explained", emb=md(embeddings_label(settings()))))
+        st.caption(t("sem_explained", emb=md(embeddings_in_words())))
 
 
 def _take_suggestion() -> None:
@@ -257,9 +268,12 @@ if query:
         table(
             items,
             key="memory.items",
+            # what it holds and which conversation wrote it, on screen without scrolling; the technical after
+            columns=["key", "tipo", "valor", "thread_id", "expires_at", "ttl_days", "updated_at", "created_at"]
+            + ["expired", "vector"],
             config={
                 "tipo": t("mem_tipo"),
-                "valor": {"label": t("mem_value"), "width": "large"},
+                "valor": {"label": t("mem_value"), "width": "medium"},
                 "expires_at": t("mem_expires"),
                 "ttl_days": t("mem_keep_days"),
                 "thread_id": t("mem_written_by"),

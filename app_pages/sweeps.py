@@ -14,7 +14,7 @@ from core.checkpoints import prune
 from core.memory import reads
 from core.operations import sweep, sweep_reads
 from ui import capture, charts, common, fmt
-from ui.common import ROOT_COLORS, get_db, read, require_role, shared_figure
+from ui.common import get_db, read, require_role, root_colors, root_label, shared_figure
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
 from ui.tables import human_bytes, table
@@ -55,10 +55,13 @@ runs = read(sweep_reads.sweep_runs, RUNS_LIMIT)
 st.subheader(t("sweeps_state_now"))
 cols = st.columns(len(expired) + 1)
 for col, row in zip(cols, expired.itertuples(), strict=False):  # the last column is not a root's
-    col.metric(t("sweeps_expired_metric", root=md(row.root)), fmt.number(row.expired))
+    col.metric(t("sweeps_expired_metric", root=md(root_label(row.root))), fmt.number(row.expired))
 last = read(sweep_reads.last_sweep)  # a dry run is not a sweep
 cols[-1].metric(
-    t("sweeps_last_run", tz=fmt.viewer_timezone()),
+    # the run named by its id, as the pages that show its figures name it (ui.fmt.sweep_run)
+    t("sweeps_last_run", tz=fmt.viewer_timezone())
+    if last is None
+    else t("sweeps_last_run_id", id=last["id"], tz=fmt.viewer_timezone()),
     t("sweeps_never") if last is None else fmt.short(last["started_at"]),
     None if last is None else md(f"{t('sweeps_status_' + last['status'])} · {trigger_label(last['trigger'])}"),
     delta_color="off",
@@ -277,6 +280,7 @@ def runs_figure(per_run: pd.DataFrame, language: str, tz: str) -> go.Figure:
     # `tz`: the viewer's time zone, which the run labels are in (a chart shared only with viewers in the same one)
     per_run = per_run.assign(
         trigger=per_run["trigger"].map(trigger_label),
+        root=per_run["root"].map(root_label),
         run=[f"#{i} · {fmt.short(at)}" for i, at in zip(per_run["run_id"], per_run["started_at"], strict=True)],
     )
     fig = px.bar(
@@ -285,7 +289,7 @@ def runs_figure(per_run: pd.DataFrame, language: str, tz: str) -> go.Figure:
         y="documents",
         color="root",
         hover_data=["started_at", "trigger"],
-        color_discrete_map=ROOT_COLORS,
+        color_discrete_map=root_colors(),
         labels={"run": t("sweeps_run_start", tz=tz), "documents": t("sweeps_documents"), "root": ""},
     )
     fig.update_xaxes(type="category")
@@ -296,12 +300,12 @@ def runs_figure(per_run: pd.DataFrame, language: str, tz: str) -> go.Figure:
 @shared_figure
 def expired_figure(expired: pd.DataFrame, language: str) -> go.Figure:
     fig = px.bar(
-        plot_frame(expired),
+        plot_frame(expired.assign(root=expired["root"].map(root_label))),
         x="root",
         y="expired",
         color="root",
         text="expired",
-        color_discrete_map=ROOT_COLORS,
+        color_discrete_map=root_colors(),
         labels={"root": "", "expired": t("sweeps_documents")},
     )
     fig.update_layout(height=340, margin=dict(t=10, b=10), showlegend=False)
@@ -311,11 +315,11 @@ def expired_figure(expired: pd.DataFrame, language: str) -> go.Figure:
 @shared_figure
 def forecast_figure(forecast: pd.DataFrame, language: str) -> go.Figure:
     fig = px.bar(
-        plot_frame(forecast),
+        plot_frame(forecast.assign(root=forecast["root"].map(root_label))),
         x="week",
         y="documents",
         color="root",
-        color_discrete_map=ROOT_COLORS,
+        color_discrete_map=root_colors(),
         labels={"week": t("sweeps_week"), "documents": t("sweeps_documents"), "root": ""},
     )
     # plotly's own date ticks are English month names: the language's, one every eight weeks
@@ -359,7 +363,7 @@ with st.expander(t("sweeps_config"), expanded=True):
             t("sweeps_in_process_off") if m is None or pd.isna(m) else t("sweeps_in_process_every", n=fmt.number(m))
         )
     )
-    table(config, key="sweeps.config")
+    table(config.assign(root=config["root"].map(root_label)), key="sweeps.config")
 
 st.subheader(t("sweeps_log"))
 st.caption(t("sweeps_log_caption"))
@@ -367,7 +371,7 @@ log = runs.assign(
     status=[t(f"sweeps_status_{s}") for s in runs["status"]],
     trigger=runs["trigger"].map(trigger_label),
     deleted_by_root=runs["deleted_by_root"].map(
-        lambda d: ", ".join(f"{k}: {fmt.number(v)}" for k, v in (d or {}).items() if v) or "—"
+        lambda d: ", ".join(f"{root_label(k)}: {fmt.number(v)}" for k, v in (d or {}).items() if v) or "—"
     ),
 )
 table(log, key="sweeps.log", columns=[c for c in log.columns if c != "dry_run"])

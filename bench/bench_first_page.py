@@ -1,20 +1,21 @@
-"""Time to the first rendered page from a fresh clone: an empty AGENT_MEMORY_DATA folder, the
-default embedded mode with the demo seed on, a real chromium.
+"""Time to the first rendered page from a fresh clone: an empty AGENT_MEMORY_DATA folder, the default embedded mode
+with the demo seed on, a real chromium.
 
     python -m bench.bench_first_page [--runs 3] [--no-seed]
 
 Prints, per run: seconds from `streamlit run` to its health endpoint answering, to the first page rendered in the
-browser (its
-title visible: the page's shell while the embedded database starts), to the page filled with its
-first figures (the Memory page's metrics, read once the database is ready), and until the
-background seed finished (the sidebar's status). `--no-seed` (SEED_DEMO=0) stops at the filled
-page: the first page does not depend on the seed, which starts after it, and a run takes seconds.
-"""
+browser (its title visible: the page's shell while the embedded database starts), to the page filled with its first
+figures (the Memory page's metrics, read once the database is ready), to the seeding message in the page's main area
+(issue 40), to the first documents on the page (its "Documentos guardados" metric above 0: the page is read again
+every 10 s while the seed runs), and until the background seed finished (the sidebar's status). `--no-seed`
+(SEED_DEMO=0) stops at the filled page: the first page does not depend on the seed, which starts after it, and a run
+takes seconds."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -80,7 +81,7 @@ def wait_health(url: str, timeout: float = 60) -> None:
     raise RuntimeError("streamlit did not start")
 
 
-def one_run(browser, seed: bool = True) -> tuple[float, float, float, float | None]:
+def one_run(browser, seed: bool = True) -> tuple[float, float, float, dict[str, float]]:
     data_dir = Path(tempfile.mkdtemp(prefix="first-page-"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -97,11 +98,18 @@ def one_run(browser, seed: bool = True) -> tuple[float, float, float, float | No
         filled = time.monotonic() - started
         if not seed:
             page.close()
-            return up, first, filled, None
+            return up, first, filled, {}
+        seeding: dict[str, float] = {}
+        page.get_by_test_id("stMain").get_by_text("Sembrando los datos de demostración").first.wait_for(timeout=60_000)
+        seeding["seeding message"] = time.monotonic() - started
+        documents = page.get_by_test_id("stMetric").filter(has_text="Documentos guardados")
+        while re.sub(r"\D", "", documents.inner_text()) in ("", "0"):
+            time.sleep(0.25)
+        seeding["first documents"] = time.monotonic() - started
         page.get_by_text("Sembrados en").wait_for(timeout=600_000)
-        seeded = time.monotonic() - started
+        seeding["seed finished"] = time.monotonic() - started
         page.close()
-        return up, first, filled, seeded
+        return up, first, filled, seeding
     finally:
         proc.terminate()
         proc.wait(30)
@@ -119,12 +127,12 @@ def main() -> None:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         for n in range(args.runs):
-            up, first, filled, seeded = one_run(browser, seed=not args.no_seed)
+            up, first, filled, seeding = one_run(browser, seed=not args.no_seed)
             firsts.append(first)
             filled_all.append(filled)
             print(
                 f"run {n + 1}: server up {up:.2f} s, first page {first:.2f} s, page filled {filled:.2f} s"
-                + (f", seed finished {seeded:.1f} s" if seeded is not None else ""),
+                + "".join(f", {what} {s:.1f} s" for what, s in seeding.items()),
                 flush=True,
             )
         browser.close()

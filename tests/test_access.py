@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from datetime import timedelta
 
 import ormsgpack
 import pytest
@@ -137,10 +138,14 @@ def test_export_holds_every_document_and_message_and_nothing_of_look_alikes(popu
     html = access_render.export_html(
         report, requested_by="dpo@example.com", lang="es", notice=access_notice.notice(db, "es")
     ).decode()
-    assert all(
-        f"{d['prefix'][len('clientes.C9.') :] + ' / ' if d['prefix'] != 'clientes.C9' else ''}{d['key']}" in html
-        for d in report.documents
-    )
+    kinds = {"recogida", "contacto", "idioma", "horario"}  # pref-<tipo> reads as the preference it holds
+
+    def heading(d: dict) -> str:
+        key, place = d["key"], d["prefix"][len("clientes.C9.") :] if d["prefix"] != "clientes.C9" else ""
+        shown = f"Preferencia de {key[5:]}" if key.startswith("pref-") and key[5:] in kinds else f"<code>{key}</code>"
+        return f"<h3>{f'<code>{place}</code> / ' if place else ''}{shown}"
+
+    assert all(heading(d) in html for d in report.documents)
     assert html.count("caducado (se borrará en el próximo barrido)") == 1
     assert html.count("<div class='msg ") == sum(len(t["messages"]) for t in report.threads)
     for other in LOOK_ALIKES:
@@ -256,7 +261,9 @@ def test_bad_format_language_or_operator_registers_nothing(populated):
 def test_export_on_demo_agents_matches_sql(demo_db):
     row = demo_db.fetch_one(
         "SELECT subject_id AS c FROM core_conversations WHERE subject_root = 'clientes' AND subject_id NOT IN "
-        "(SELECT customer_id FROM core_erasure_register) GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1"
+        "(SELECT customer_id FROM core_erasure_register) AND subject_id IN "
+        "(SELECT split_part(prefix, '.', 2) FROM core_memory_writes WHERE thread_id IS NOT NULL) "
+        "GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1"
     )
     customer = row["c"]
     report = access.gather(demo_db, customer)
@@ -269,6 +276,20 @@ def test_export_on_demo_agents_matches_sql(demo_db):
     assert (
         sum(len(t["messages"]) for t in doc["threads"]) == report.counts["messages"] + report.counts["marked_payloads"]
     )
+    # one clock (issue 40): each conversation dated from its first to its last message, on the day the demo replays,
+    # as our logs date it: the preference it wrote falls between the two; the conversations in the order they happened
+    threads = {t["thread_id"]: t for t in report.threads}
+    for t in report.threads:
+        times = [m["ts"] for m in t["messages"]]
+        assert t["first_ts"] == min(times) <= max(times) == t["last_ts"], t["thread_id"]
+    assert [t["first_ts"] for t in report.threads] == sorted(t["first_ts"] for t in report.threads)
+    writes = [w for w in report.logs["memory_writes"] if w["thread_id"] in threads]
+    assert writes
+    for w in writes:
+        t = threads[w["thread_id"]]
+        assert t["first_ts"] - timedelta(minutes=1) <= w["written_at"] <= t["last_ts"] + timedelta(minutes=1), w
+    started = {c["thread_id"]: c["started_at"] for c in report.logs["conversations"]}
+    assert all(abs(threads[k]["first_ts"] - v) < timedelta(minutes=1) for k, v in started.items() if k in threads)
     assert chain.verify(demo_db, "erasure").ok  # the demo's own erasure was sealed by the migration's triggers
 
 

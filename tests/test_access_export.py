@@ -6,13 +6,12 @@ is registered."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
 
 import pytest
 from babel.dates import format_datetime
 
 from core.memory.store import POLICIES
-from core.privacy import access, access_notice, access_render
+from core.privacy import access, access_notice, access_render, data_views
 from tests.test_access import BIG, populated  # noqa: F401  (the module's fixture)
 
 RAW_KEYS = (
@@ -54,14 +53,52 @@ def test_the_html_reads_as_a_document_for_the_customer(populated, lang):  # noqa
     assert not re.search(r":\d{2}\.\d{3,6}", html), "fractions of a second"
     assert '"args"' not in html and "{&quot;" not in html and '{"' not in text, "JSON in the document"
     assert (
-        "Usa la herramienta: recordar_preferencia (" if lang == "es" else "Uses the tool: recordar_preferencia ("
-    ) in text
+        "Usa la herramienta: <code>recordar_preferencia ("
+        if lang == "es"
+        else "Uses the tool: <code>recordar_preferencia ("
+    ) in html
     prepared = re.search(r"<dt>(?:Preparado por|Prepared by)</dt><dd>([^<]*)</dd>", html)[1]
     assert "local" not in prepared and (
         "delegado de protección de datos" in prepared or "data protection officer" in prepared
     )
     assert ("el cliente C9 (derecho de acceso)" if lang == "es" else "customer C9 (right of access)") in text
     assert "Ninguno. Ninguno." not in text and "None. None." not in text
+
+
+@pytest.mark.parametrize("lang", ["es", "en"])
+def test_the_html_has_no_internal_key_no_empty_section_and_one_language(populated, lang):  # noqa: F811
+    """Issue 40: who looked at the data is named in words (never `art15:C9` or `access_register:1`), a preference by
+    what it holds (never `pref-recogida`), a document's fields in the export's language; the clock is named once;
+    no heading stands over nothing; and no give-away word of the other language (what was said, values and
+    identifiers in code are left out: they are the customer's and the agents' as written)."""
+    from apptools import foreign_words
+    from test_i18n import FOREIGN
+
+    data_views.log_views(
+        populated,
+        [
+            data_views.View("dpo@example.com", "dpo", "access_preview", f"art15:{BIG}", BIG, "solicitud"),
+            data_views.View("dpo@example.com", "dpo", "access_export", "access_register:1", BIG, "solicitud"),
+            data_views.View("sre@example.com", "sre", "thread", f"cliente-{BIG}-1", BIG, "incidencia"),
+        ],
+    )
+    html = html_of(populated, lang)
+    for key in ("art15:", "access_register:", "pref-"):
+        assert key not in html, key
+    assert ("su solicitud de acceso" if lang == "es" else "your access request") in html
+    assert ("la exportación n.º 1 de sus datos" if lang == "es" else "export no. 1 of your data") in html
+    conversation = re.search(r"Conversa(?:ción|tion) (\d+) <span class='muted'>\(<code>cliente-C9-1</code>", html)
+    assert conversation and f"<td>{'Conversación' if lang == 'es' else 'Conversation'} {conversation[1]}</td>" in html
+    clock = "Todas las horas de este documento están en la zona horaria" if lang == "es" else "Every time in this"
+    assert html.count(clock) == 1
+    assert ("<dt>Tipo</dt>" if lang == "es" else "<dt>Kind</dt>") in html and "<dt>tipo</dt>" not in html
+    assert not re.search(r"</h3>\s*(<h[23]|</div>|</body>)|</h2>\s*(<h2|</div>|</body>)", html), (
+        "a heading over nothing"
+    )
+    assert "<div class='said'></div>" not in html and "class='msg tool'><b>" in html
+    readable = re.sub(r"<code>.*?</code>|<div class='said'>.*?</div>|<dd class='value'>.*?</dd>", " ", html, flags=re.S)
+    readable = re.sub(r"<style>.*?</style>|<[^>]+>", " ", readable, flags=re.S)
+    assert foreign_words([readable], FOREIGN[lang]) == []
 
 
 def test_a_thread_is_dated_once_by_the_clock_of_its_messages(populated):  # noqa: F811
@@ -72,11 +109,11 @@ def test_a_thread_is_dated_once_by_the_clock_of_its_messages(populated):  # noqa
     zone = access_notice.notice(populated, "es").timezone
     assert report.logs["conversations"]
     for n, thread in enumerate(report.threads, start=1):
-        first = format_datetime(datetime.fromisoformat(thread["first_ts"]), "d MMM y, HH:mm", tzinfo=zone, locale="es")
-        last = format_datetime(datetime.fromisoformat(thread["last_ts"]), "d MMM y, HH:mm", tzinfo=zone, locale="es")
+        first = format_datetime(thread["first_ts"], "d MMM y, HH:mm", tzinfo=zone, locale="es")
+        last = format_datetime(thread["last_ts"], "d MMM y, HH:mm", tzinfo=zone, locale="es")
         assert (
-            f"Conversación {n} <span class='muted'>({thread['thread_id']})</span></h3><p class='muted'>del "
-            f"{first} al {last} ·" in html
+            f"Conversación {n} <span class='muted'>(<code>{thread['thread_id']}</code>)</span></h3><p class='muted'>"
+            f"del {first} al {last} ·" in html
         )
         log = next(r for r in report.logs["conversations"] if r["thread_id"] == thread["thread_id"])
         assert f"<tr><td>Conversación {n}</td><td>{log['agent']}</td><td>{log['turns']}</td></tr>" in html

@@ -29,13 +29,19 @@ def test_paused_threads_are_named_with_their_next_node(page, server, screenshot)
     page.set_viewport_size({"width": 1600, "height": 1300})
     page.goto(f"{url}/checkpoints?view=search")
     page.get_by_role("button", name="Detenidos en una interrupción o pausa").click()
-    expect(page.get_by_test_id("stMetric").filter(has_text="Hilos encontrados")).to_contain_text("4", timeout=30_000)
+    # written seconds ago: the interrupt is stuck at once, the breakpoints are running until 15 min have passed
+    expect(page.get_by_test_id("stMetric").filter(has_text="Hilos encontrados")).to_contain_text("1", timeout=30_000)
+    results = page.get_by_test_id("stDataFrame").first
+    expect(results.get_by_text("Interrumpido (espera respuesta)")).to_be_attached()
+    expect(results.get_by_text("antes-de-revisar")).to_have_count(0)
+    assert "status=stopped" in page.url
+    page.goto(f"{url}/checkpoints?view=search&status=running")
+    expect(page.get_by_test_id("stMetric").filter(has_text="Hilos encontrados")).to_contain_text("3", timeout=30_000)
     results = page.get_by_test_id("stDataFrame").first
     expect(results.get_by_text("antes-de-revisar")).to_be_attached()
-    expect(results.get_by_text("En pausa antes de un nodo").first).to_be_attached()
-    expect(results.get_by_text("Interrumpido")).to_be_attached()
+    expect(results.get_by_text("En curso (últimos 15 min)").first).to_be_attached()
+    expect(results.get_by_text("revisar", exact=True).first).to_be_attached()
     expect(results.get_by_text("terminado")).to_have_count(0)
-    assert "status=stopped" in page.url
     screenshot("checkpoints-search-paused")
 
 

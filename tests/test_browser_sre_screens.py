@@ -55,7 +55,7 @@ def test_storage_figures_are_plain_with_their_times(page, dashboard_url, screens
     )
     expect(page.get_by_text(re.compile(r"^Tamaño en disco con índices y TOAST, leído ahora: "))).to_be_visible()
     expect(
-        page.get_by_text(re.compile(r"^Filas (exactas a fecha del último barrido|contadas ahora), "))
+        page.get_by_text(re.compile(r"^Filas (exactas según el barrido n\.º \d+ \(|contadas ahora, )"))
     ).to_be_visible()
     expect(page.get_by_test_id("stMetricDelta")).to_have_count(0)  # a size is not growth
     expect(page.get_by_role("heading", name="Los 20 hilos más grandes")).to_be_attached()

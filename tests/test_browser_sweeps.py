@@ -23,7 +23,7 @@ def test_sweeps_page_renders_its_charts_and_the_dialog(page, dashboard_url, demo
         "SELECT count(*) AS n FROM store WHERE prefix LIKE 'proveedores.%%' AND expires_at < now()"
     )["n"]
     assert expired > 0
-    expect(page.get_by_test_id("stMetric").filter(has_text="proveedores: caducados")).to_contain_text(str(expired))
+    expect(page.get_by_test_id("stMetric").filter(has_text="Proveedores: caducados")).to_contain_text(str(expired))
     # The forecast has bars (plotly draws one path per bar) and the log lists the demo's run.
     expect(page.locator(".js-plotly-plot").nth(2).locator(".bars path").first).to_be_attached()
     expect(page.get_by_test_id("stDataFrame").last.get_by_text("demo").first).to_be_attached()

@@ -98,5 +98,5 @@ def test_the_erasure_page_says_it_is_being_computed_then_shows_it_with_its_date(
     at.run()
     assert not at.exception, at.exception
     assert any("Cobertura de atribución: 12 / 30 de los hilos (40\xa0%)" in w.value for w in at.warning)
-    assert any("Cifras a fecha de" in c.value for c in at.caption)
+    assert any("Cifras según una actualización hecha fuera de los barridos (" in c.value for c in at.caption)
     assert not any("se está calculando" in i.value for i in at.info)

@@ -127,7 +127,7 @@ def test_the_dpo_is_told_what_was_not_recorded(shop, app_env):
     try:
         dashboard("app_pages/memory.py", ns="clientes.C9")  # queued
         at = dashboard("app_pages/memory.py", ns="clientes.C90")  # no room: lost, and the viewer is told
-        assert any("no caben en la cola" in w.value for w in at.warning), texts(at)
+        assert any("1 consulta no cabe en la cola" in w.value for w in at.warning), texts(at)
         time.sleep(1.5)  # the writer has tried (lock_timeout 1 s)
         at = dashboard("app_pages/access_register.py")
         said = texts(at)

@@ -6,11 +6,12 @@ An embedded server of its own, so the outage never touches the session's server.
 
 from __future__ import annotations
 
+import json
 import time
 
 import psycopg
 import pytest
-from apptools import frame, metric, wait_until
+from apptools import chart_clock, decode, frame, grid_clock, metric, wait_until
 from conftest import DIMS, dsn_for, free_port, own_embedded_server
 from streamlit.testing.v1 import AppTest
 
@@ -151,7 +152,7 @@ def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
                 pid=1,
                 degraded_from=now - timedelta(minutes=9),
                 degraded_to=now - timedelta(minutes=8),
-                reason="test",
+                reason="OperationalError: consuming input failed: server closed the connection unexpectedly",
                 checkpoints_buffered=3,
                 writes_buffered=5,
                 ops_resynced=8,
@@ -178,9 +179,38 @@ def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
         )
     app_env(db.dsn)
     at = AppTest.from_file(APP, default_timeout=60)
+    at.context["timezone"] = "America/New_York"  # a browser five or four hours behind UTC
     at.run()
     at.switch_page(PAGE).run()
     assert not at.exception
     assert metric(at, "Degradadas") == "1"
     spec = at.get("plotly_chart")[0].proto.spec
     assert "r-now" in spec and "r-old" in spec
+    # one time zone on the page: the episode's bar starts at the clock time its row in the table shows
+    fig = json.loads(spec)
+    starts = {r: chart_clock(tr["base"]) for tr in fig["data"] for r in decode(tr["y"])}
+    assert (
+        grid_clock(at, "degraded_from", "n")
+        == starts["r-old"]
+        != [
+            f"{now - timedelta(minutes=9):%Y-%m-%d %H:%M:%S}"  # (not the UTC clock)
+        ]
+    )
+    assert fig["layout"]["xaxis"]["title"]["text"] == "Fecha y hora (America/New_York)"
+    assert all("(America/New_York)=%{base" in tr["hovertemplate"] for tr in fig["data"])
+    # the reason in Spanish words, the driver's text verbatim beside it
+    episodes = frame(at, "degraded_from", "n", "reason")
+    assert episodes["reason"].tolist() == ["PostgreSQL no responde (conexión rechazada o perdida)"]
+    assert episodes["reason_raw"].tolist() == [
+        "OperationalError: consuming input failed: server closed the connection unexpectedly"
+    ]
+
+
+def test_a_degradation_reason_is_named_by_its_kind():
+    """The saver's reasons ("<type>: ...", the liveness thread's "liveness check: <type>: ...") in words' kinds."""
+    from core.checkpoints.failures import reason_kind
+
+    assert reason_kind("liveness check: DeadlineExceeded: SELECT 1 took more than 2 s") == "deadline"
+    assert reason_kind("OperationalError: consuming input failed: server closed the connection") == "unreachable"
+    assert reason_kind("PoolTimeout: couldn't get a connection after 2.00 sec") == "pool"
+    assert reason_kind("ValueError: something else") == reason_kind(None) == "other"

@@ -58,3 +58,50 @@ def test_progress_counts_every_customer_conversation(db):
     assert progress.counted["suppliers"] == summary.suppliers
     assert progress.counted["employees"] == summary.employees
     assert progress.counted["customers"] == summary.conversations - summary.suppliers - summary.employees > 8
+
+
+def test_every_page_says_the_demo_is_seeding_and_shows_what_arrived(db, app_env):
+    """While the demo seeds (the dashboard's own background seed, running), every page's main area says so with the
+    seed's progress, Memoria says its store is being seeded (never "empty, seed the demo"), the figures that arrived
+    are there and grow on the page's next read; once done, the message goes (issue 40)."""
+    import re
+
+    from apptools import as_int, metric, wait_until
+    from streamlit.testing.v1 import AppTest
+
+    from core.demo.progress import start_background_seed
+
+    app_env(db.dsn, SEED_DEMO="1", LOCAL_ROLES="manager,sre,dpo")
+    progress = start_background_seed(db, settings_for(db.dsn), customers=200)
+    wait_until(lambda: progress.step == "customers" and progress.done >= 3, timeout=120)
+
+    def page(path: str) -> AppTest:
+        at = AppTest.from_file("../dashboard.py", default_timeout=120)
+        at.run()
+        at.switch_page(path).run()
+        assert not at.exception, (path, at.exception)
+        return at
+
+    def banner(at: AppTest) -> str:
+        texts = [p.proto.text for p in at.main.get("progress")] + [i.value for i in at.main.info]
+        return next((x for x in texts if x.startswith("Sembrando los datos de demostración")), "")
+
+    pages = ["memory", "preferences", "sweeps", "checkpoints", "degradation", "erasure", "erasure_register", "access"]
+    for name in pages:
+        at = page(f"app_pages/{name}.py")
+        assert re.match(r"Sembrando los datos de demostración: .+\. Las cifras de esta página", banner(at)), name
+        if name == "memory":
+            infos = [i.value for i in at.main.info]
+            assert not any("siembre la demo" in i or "está vacía" in i for i in infos), infos
+            documents = as_int(metric(at, "Documentos guardados"))
+    # the figures arrive while it seeds: read again later, the page shows more
+    wait_until(lambda: db.fetch_one("SELECT count(*) AS n FROM store")["n"] > documents + 5, timeout=120)
+    from ui.common import forget_all
+
+    forget_all()  # what the page's periodic re-read does (ui.common.read_fresh_while_seeding)
+    at = page("app_pages/memory.py")
+    assert progress.running and as_int(metric(at, "Documentos guardados")) > documents
+    wait_until(lambda: progress.finished, timeout=300)
+    assert progress.state == "done"
+    at = page("app_pages/memory.py")
+    assert banner(at) == "" and as_int(metric(at, "Documentos guardados")) > 0

@@ -88,3 +88,74 @@ def test_erasures_weeks_apart_and_a_customer_whose_data_came_back(demo_db):
     )
     other = register.set_index("customer_id").drop(month.comeback_customer).iloc[0]
     assert not bool(other["came_back"]) and other["rechecks_dirty"] == 0
+
+
+def test_one_last_sweep_on_every_page(demo_db, app_env):
+    """Barridos, Almacenamiento and Borrado name the same run as the last sweep, by its id and logged start (the
+    demo's replayed day), never the real time its refresh ran at (issue 40)."""
+    import re
+
+    from apptools import metric
+    from babel.dates import format_datetime
+    from streamlit.testing.v1 import AppTest
+
+    last = demo_db.fetch_one(
+        "SELECT id, started_at FROM core_sweep_log WHERE NOT dry_run AND status = 'ok' ORDER BY started_at DESC LIMIT 1"
+    )
+    named = (
+        f"el barrido n.º {last['id']} ({format_datetime(last['started_at'], 'medium', tzinfo=UTC, locale='es')} UTC)"
+    )
+    app_env(demo_db.dsn, LOCAL_ROLES="sre,dpo")
+
+    def page(path: str, **query: str) -> AppTest:
+        at = AppTest.from_file("../dashboard.py", default_timeout=90)
+        for k, v in query.items():
+            at.query_params[k] = v
+        at.run()
+        at.switch_page(path).run()
+        assert not at.exception, at.exception
+        return at
+
+    sweeps = page("app_pages/sweeps.py")
+    assert metric(sweeps, f"Último barrido, n.º {last['id']} (UTC)")
+    storage = page("app_pages/checkpoints.py", view="storage")
+    captions = [c.value for c in storage.caption]
+    assert f"Filas exactas según {named} (las cuenta cada barrido)." in captions
+    assert f"Calculados por {named}." in captions
+    erasure = page("app_pages/erasure.py")
+    coverage = [c.value for c in erasure.caption if "Cifras según" in c.value]
+    assert coverage and all(c.endswith(f"Cifras según {named}.") for c in coverage), coverage
+    # every run any of the three pages names is that one
+    named_runs = {int(n) for at in (storage, erasure) for c in at.caption for n in re.findall(r"n\.º (\d+)", c.value)}
+    assert named_runs == {last["id"]}
+
+
+def test_the_demo_has_threads_to_practise_on(demo_db):
+    """The SRE's one-click searches and the DPO's residue decision find something in the demo (issue 40): an
+    interrupted and a paused thread (stuck), an errored one in the last hour (failed), and a residue thread in one
+    customer's erasure preview, all written by the real agents on the seed's saver."""
+    from core.checkpoints import thread_search as ts
+    from core.checkpoints import tool_calls
+    from core.demo.seed import PRACTICE
+    from core.privacy.evidence import preview
+
+    practice = demo_db.summary.practice
+    assert sorted(practice.values()) == sorted(PRACTICE)
+    while tool_calls.extract(demo_db).checkpoints:  # what the sweep (and a page view's catch-up) does
+        pass
+    kind = {v: k for k, v in practice.items()}
+    stuck = set(ts.search_threads(demo_db, ts.preset("stuck")).threads["thread_id"])
+    assert {kind["interrupted"], kind["paused"]} <= stuck
+    failed = ts.search_threads(demo_db, ts.preset("failed")).threads
+    assert kind["error"] in set(failed["thread_id"]) and set(failed["status"]) == {"error"}
+    counts = ts.status_counts(demo_db)
+    assert min(counts.counts[s] for s in ("interrupted", "paused", "error")) >= 1
+    assert sum(counts.counts.values()) == counts.total
+    # the staff note names a customer: their erasure preview proposes it, for the DPO to decide
+    named = demo_db.fetch_one(
+        "SELECT substring(d.payload::text FROM 'el cliente (C[0-9]+)') AS c FROM core_checkpoint_writes_view d "
+        "WHERE d.thread_id = %s AND d.payload::text LIKE '%%el cliente C%%' LIMIT 1",
+        (kind["residue"],),
+    )["c"]
+    residue = preview(demo_db, named).residue
+    assert residue is not None and kind["residue"] in residue.proposed

@@ -114,7 +114,7 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
         )
         for r in results
     ), results
-    assert any(re.search(r"pasada\(s\) · [\d,]+ s hasta cero$", c.value) for c in at.caption)
+    assert any(re.search(r"\d+ pasadas? · [\d,]+ s hasta cero$", c.value) for c in at.caption)
     assert "Borrado completo" in texts(at)
     for sql in code:  # every query shown still returns 0 when run exactly as shown, but the residue's, whose terms
         if ":residue_terms" in sql:  # are named by reference (issue 25): a re-check proves it through the hashes

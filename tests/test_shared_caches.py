@@ -15,20 +15,23 @@ from ui import common
 APP = "../dashboard.py"
 
 
-def _customer_table() -> None:
+def _customer_table(page_role: str) -> None:
     import pandas as pd
 
+    from ui.common import require_role
     from ui.tables import table
 
+    require_role(page_role)  # a page of this role
     table(pd.DataFrame({"customer_id": ["C1"], "thread_id": ["cliente-C1-1"], "turns": [1234]}), key="t")
 
 
-def _shown(monkeypatch, roles: str, lang: str = "es"):
-    """The one table as a local user with `roles` sees it, in a new session; only the settings (where the roles are
-    read from) are forgotten between sessions, the process's data caches are kept, as in a running dashboard."""
+def _shown(monkeypatch, roles: str, lang: str = "es", page: str | None = None):
+    """The one table as a local user with `roles` sees it on a page of role `page` (default: the user's first), in a
+    new session; only the settings (where the roles are read from) are forgotten between sessions, the process's data
+    caches are kept, as in a running dashboard."""
     monkeypatch.setenv("LOCAL_ROLES", roles)
     common.settings.clear()
-    at = AppTest.from_function(_customer_table, default_timeout=30)
+    at = AppTest.from_function(_customer_table, args=(page or roles.split(",")[0],), default_timeout=30)
     at.query_params["lang"] = lang
     at.session_state["lang"] = lang
     at.run()
@@ -43,10 +46,11 @@ def test_a_prepared_table_is_never_shared_across_roles_nor_languages(monkeypatch
     try:
         dpo, _ = _shown(monkeypatch, "dpo")
         assert dpo["customer_id"] == "/erasure?cliente=C1&lang=es"  # the DPO's link: erase this customer
-        # the same frame, now prepared in the process's cache: a manager gets no link to erasure nor checkpoints
+        # the same frame, now prepared in the process's cache: a manager's page leads to the customer's memory
         manager, config = _shown(monkeypatch, "manager")
-        assert manager["customer_id"] == "C1" and manager["thread_id"] == "cliente-C1-1"
+        assert manager["customer_id"] == "/memory?ns=clientes.C1&lang=es" and manager["thread_id"] == "cliente-C1-1"
         assert config["customer_id"]["label"] == "Cliente"
+        assert config["customer_id"]["type_config"]["display_text"] == r"ns=clientes\.([^&]*)"
         sre, _ = _shown(monkeypatch, "sre")
         assert sre["customer_id"] == "/checkpoints?cliente=C1&lang=es"
         assert sre["thread_id"] == "/checkpoints?thread=cliente-C1-1&lang=es"
@@ -54,6 +58,21 @@ def test_a_prepared_table_is_never_shared_across_roles_nor_languages(monkeypatch
         assert _shown(monkeypatch, "dpo")[0]["customer_id"] == "/erasure?cliente=C1&lang=es"
         english, config = _shown(monkeypatch, "dpo", "en")
         assert english["customer_id"] == "/erasure?cliente=C1&lang=en" and config["customer_id"]["label"] == "Customer"
+    finally:
+        common.settings.clear()
+        st.cache_data.clear()
+
+
+def test_a_customer_link_leads_where_its_reader_came_from(monkeypatch):
+    """One person with every role (local mode): on a manager's page a customer leads to their memory, on an SRE's to
+    their threads; only the DPO's pages lead to an erasure (issue 40)."""
+    monkeypatch.delenv("PG_AGENTES", raising=False)
+    st.cache_data.clear()
+    try:
+        everyone = "manager,sre,dpo"
+        assert _shown(monkeypatch, everyone, page="manager")[0]["customer_id"] == "/memory?ns=clientes.C1&lang=es"
+        assert _shown(monkeypatch, everyone, page="sre")[0]["customer_id"] == "/checkpoints?cliente=C1&lang=es"
+        assert _shown(monkeypatch, everyone, page="dpo")[0]["customer_id"] == "/erasure?cliente=C1&lang=es"
     finally:
         common.settings.clear()
         st.cache_data.clear()

@@ -188,7 +188,7 @@ def test_timeline_legend_and_largest_chart_in_words(agents_db, app_env):
     assert {tr["name"] for tr in largest["data"]} == {"Bytes de checkpoint", "Bytes de blobs", "Bytes de escrituras"}
     headings = [h.value for h in at.subheader]
     assert "Los 20 hilos más grandes" in headings and not any("computed_at" in h for h in headings)
-    assert any(c.value.startswith("Calculados por el último barrido, ") for c in at.caption)
+    assert any(c.value.startswith("Calculados por una actualización hecha fuera de los barridos (") for c in at.caption)
 
 
 def test_storage_figures_plain_with_their_own_time_and_a_total(agents_db, app_env):
@@ -206,7 +206,10 @@ def test_storage_figures_plain_with_their_own_time_and_a_total(agents_db, app_en
     # no figure is a delta: a size is not growth
     assert not [m.label for m in at.metric if m.proto.delta]
     captions = [c.value for c in at.caption]
-    assert any(c.startswith("Filas exactas a fecha del último barrido, ") and c.count(" UTC") == 1 for c in captions)
+    assert any(
+        c.startswith("Filas exactas según una actualización hecha fuera de los barridos (") and c.count(" UTC") == 1
+        for c in captions
+    )
     assert any(c.startswith("Tamaño en disco con índices y TOAST, leído ahora: ") for c in captions)
 
 
@@ -269,7 +272,8 @@ def test_degradation_episodes_numbered_risk_in_words_integers(episodes_db, app_e
     episodes = next(df for df in at.dataframe if "degraded_from" in df.value.columns)
     assert episodes.value["n"].tolist() == [3, 2, 1] and "id" not in episodes.value.columns
     config = json.loads(episodes.proto.columns)
-    assert config["reason"]["width"] == "large"
+    assert config["reason_raw"]["width"] == "large"  # the saver's text verbatim; `reason` says its kind in words
+    assert all(r.startswith(("PostgreSQL", "Otro fallo", "No se consiguió")) for r in episodes.value["reason"])
     assert str(episodes.value["pid"].dtype) == "int64" and config["pid"]["type_config"]["format"] == "%d"
     assert any(c.value.startswith("Episodios numerados por orden de inicio") for c in at.caption)
     denials = frame(at, "tool", "risk", "episode_n")

@@ -1,6 +1,6 @@
 """The embedded database's background start (core.startup) as the dashboard shows it: the page's
 shell while it runs, a clear failure page with a retry when it fails. (The shell in a real browser,
-from a fresh folder: tests/test_browser_first_page.py.)"""
+from a fresh folder: tests/test_browser_all_pages.py.)"""
 
 from __future__ import annotations
 

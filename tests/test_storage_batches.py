@@ -246,7 +246,7 @@ def test_a_temp_file_limit_the_single_statement_exceeds(ours):
         "tmplimit",
         "checkpoints, checkpoint_blobs, checkpoint_writes, core_thread_storage, "
         "core_thread_storage_refresh, store, core_conversations, core_erasure_register, "
-        "core_coverage_snapshot, core_channel_storage, core_thread_growth, core_thread_orphans",
+        "core_coverage_snapshot, core_channel_storage, core_thread_growth, core_thread_orphans, core_sweep_log",
     )
     role = psycopg.conninfo.conninfo_to_dict(role_dsn)["user"]
     grant_our_functions(ours.dsn, role)  # the role is the sweep job's: the decoder's functions, as deployed
@@ -316,14 +316,15 @@ def test_table_totals_are_the_refresh_counts_as_of_its_time(create_database, app
         }
         at = open_storage(db.dsn, app_env)
         assert any(
-            c.value.startswith(f"Filas exactas a fecha del último barrido, {stamp['es']}") for c in at.caption
+            c.value.startswith(f"Filas exactas según una actualización hecha fuera de los barridos ({stamp['es']})")
+            for c in at.caption
         ), [c.value for c in at.caption]
         for table, n in live.items():
             assert as_int(metric(at, f"{table}: filas")) == n
         at = open_storage(db.dsn, app_env, "en")
-        assert any(c.value.startswith(f"Rows exact as of the last sweep, {stamp['en']}") for c in at.caption), [
-            c.value for c in at.caption
-        ]
+        assert any(
+            c.value.startswith(f"Rows exact as of a refresh outside the sweeps ({stamp['en']})") for c in at.caption
+        ), [c.value for c in at.caption]
         assert as_int(metric(at, "checkpoints: rows")) == live["checkpoints"]
     finally:
         db.close()

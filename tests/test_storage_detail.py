@@ -89,7 +89,7 @@ def test_storage_detail_equals_sql_batched_or_not(db):
     assert (
         {k: v for k, v in snapshots[0][2].items() if k != "as_of"}
         == {k: v for k, v in snapshots[1][2].items() if k != "as_of"}
-        == {"blobs": 1, "blob_bytes": 5, "writes": 1, "write_bytes": 3}
+        == {"blobs": 1, "blob_bytes": 5, "writes": 1, "write_bytes": 3, "sweep_run_id": None, "sweep_started_at": None}
     )
 
     for thread in ("cuadratico", "delta", "cliente-C1-1"):

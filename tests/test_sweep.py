@@ -350,10 +350,11 @@ def test_page_reads_match_sql(db, store):
     assert len(runs) == 1 and runs.iloc[0]["documents"] == 1
     per_run = sweep_reads.deleted_per_run(db)
     assert per_run[["root", "documents"]].to_dict("records") == [{"root": "proveedores", "documents": 1}]
-    sweep.run_sweep(db, trigger="manual")  # nothing left: in the run log, no bar (it was an 'unknown' root)
+    sweep.run_sweep(db, trigger="manual")  # nothing left: the run is on the chart with 0, never an 'unknown' root
     assert len(sweep_reads.sweep_runs(db)) == 2
     assert sweep_reads.deleted_per_run(db)[["root", "documents"]].to_dict("records") == [
-        {"root": "proveedores", "documents": 1}
+        {"root": "proveedores", "documents": 1},
+        {"root": "clientes", "documents": 0},
     ]
     config = sweep_reads.ttl_configuration().set_index("root")
     assert config.loc["clientes", "ttl_days"] == 365 and config.loc["proveedores", "refresh_on_read"] == False  # noqa: E712

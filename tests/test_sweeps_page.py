@@ -58,9 +58,10 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
     # The demo ran a real sweep and left fresh flash notices expired, not yet swept.
     assert expired.get("proveedores", 0) >= 2
     for root in ("clientes", "proveedores", "empleados"):
-        assert as_int(metric(at, f"{root}: caducados")) == expired.get(root, 0)
+        assert as_int(metric(at, f"{root.capitalize()}: caducados")) == expired.get(root, 0)
+    # the roots named in words (the namespaces stay as agents write them in the data)
     assert totals_by_trace(figure(at, "sweeps.expired_chart")) == {
-        r: expired.get(r, 0) for r in ("clientes", "proveedores", "empleados")
+        r.capitalize(): expired.get(r, 0) for r in ("clientes", "proveedores", "empleados")
     }
 
     log = frame(at, "id", "trigger", "status", "host")
@@ -78,7 +79,12 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
             "WHERE l.status IN ('ok', 'error') AND NOT l.dry_run GROUP BY 1"
         )
     }
-    assert deleted == sql_deleted and sql_deleted.get("proveedores", 0) > 0
+    assert {k: v for k, v in deleted.items() if v} == {k.capitalize(): v for k, v in sql_deleted.items()}
+    assert sql_deleted.get("proveedores", 0) > 0
+    # every real run is on the chart, those that deleted nothing included (issue 40)
+    runs_shown = {x for tr in figure(at, "sweeps.runs_chart")["data"] for x in tr["x"]}
+    real_runs = q("SELECT count(*) AS n FROM core_sweep_log WHERE status IN ('ok', 'error') AND NOT dry_run")[0]["n"]
+    assert len(runs_shown) == real_runs > 1
 
     forecast = totals_by_trace(figure(at, "sweeps.forecast_chart"))
     sql_forecast = {
@@ -88,11 +94,11 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
             "AND expires_at < date_trunc('week', now() + interval '12 months') + interval '1 week' GROUP BY 1"
         )
     }
-    assert forecast == sql_forecast
+    assert forecast == {k.capitalize(): v for k, v in sql_forecast.items()}
     # Everything the demo wrote expires within the year: clientes at month 12, not before.
     assert sum(forecast.values()) == q("SELECT count(*) AS n FROM store WHERE expires_at >= now()")[0]["n"]
     spec = figure(at, "sweeps.forecast_chart")
-    clientes = next(t for t in spec["data"] if t["name"] == "clientes")
+    clientes = next(t for t in spec["data"] if t["name"] == "Clientes")
     weeks_with_clientes = [x for x, y in zip(clientes["x"], decode(clientes["y"]), strict=True) if y > 0]
     assert weeks_with_clientes and min(weeks_with_clientes) >= clientes["x"][48]
     # its axis in Spanish ("4 ene"), not plotly's English month names ("Jan 2027")
@@ -101,7 +107,7 @@ def test_sweeps_page_on_the_demo_equals_sql(demo_db, app_env):
 
     config = frame(at, "root", "ttl_days", "in_process_sweeper").set_index("root")
     assert (
-        config.loc["clientes", "ttl_days"] == 365
+        config.loc["Clientes", "ttl_days"] == 365
         and (config["in_process_sweeper"] == CATALOGUES["es"]["sweeps_in_process_off"]).all()
     )
 
@@ -118,7 +124,7 @@ def test_sre_runs_a_manual_sweep_from_the_dialog_after_its_dry_run(create_databa
 
     at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
     assert not at.exception
-    assert as_int(metric(at, "clientes: caducados")) == 1 and as_int(metric(at, "proveedores: caducados")) == 1
+    assert as_int(metric(at, "Clientes: caducados")) == 1 and as_int(metric(at, "Proveedores: caducados")) == 1
 
     at.button(key="sweeps.now").click().run()
     assert not at.exception
@@ -144,7 +150,7 @@ def test_sre_runs_a_manual_sweep_from_the_dialog_after_its_dry_run(create_databa
     assert logged["documents_deleted"] == 2 and logged["deleted_by_root"] == {"clientes": 1, "proveedores": 1}
     assert db.fetch_one("SELECT count(*) AS n FROM store")["n"] == 1
     # After the rerun: caches cleared, figures show the sweep, the toast reports it.
-    assert as_int(metric(at, "clientes: caducados")) == 0 and as_int(metric(at, "proveedores: caducados")) == 0
+    assert as_int(metric(at, "Clientes: caducados")) == 0 and as_int(metric(at, "Proveedores: caducados")) == 0
     log = frame(at, "id", "trigger", "status", "host")
     assert list(log["id"]) == [logged["id"], dry["id"]]
     assert list(log["status"]) == ["Hecho", "Simulación (nada borrado)"]
@@ -174,15 +180,15 @@ def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_delet
     at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
     assert not at.exception
     # in the viewer's zone (UTC without a browser), named in the label, the date as Spanish writes it
-    shown = metric(at, "Último barrido (UTC)")
+    shown = metric(at, f"Último barrido, n.º {real.run_id} (UTC)")
     assert shown == (
         format_skeleton("MMMd", real.started_at, tzinfo=UTC, locale="es")
         + format_datetime(real.started_at, " H:mm", tzinfo=UTC, locale="es")
     )
-    assert next(m for m in at.metric if m.label == "Último barrido (UTC)").proto.delta == "Hecho · programado"
+    assert next(m for m in at.metric if m.label.startswith("Último barrido")).proto.delta == "Hecho · programado"
     log = frame(at, "id", "trigger", "deleted_by_root")
     assert log["trigger"].tolist() == ["a mano", "programado"]  # words, not the job's keys
-    assert log["deleted_by_root"].tolist() == ["proveedores: 1", "proveedores: 1"]  # not JSON
+    assert log["deleted_by_root"].tolist() == ["Proveedores: 1", "Proveedores: 1"]  # not JSON, the root in words
     ttl = next(df for df in at.dataframe if "ttl_minutes" in df.value.columns)
     assert json.loads(ttl.proto.columns)["ttl_minutes"]["type_config"]["format"] == "%'.,d"  # 525.600, not 525600
     # The newest run is the dry run: its detail lists the document it would delete.

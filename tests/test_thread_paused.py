@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, TypedDict
 
@@ -109,13 +110,16 @@ def test_static_interrupts_are_paused_with_their_next_node_as_langgraph_says(wri
 def test_search_preset_and_metric_follow(written):
     db, threads, _ = written
     paused = {t for t, (_, s, _) in threads.items() if s == "paused"}
-    found = ts.search_threads(db, ts.ThreadQuery(status="paused", limit=100))
+    # written seconds ago, a breakpoint looks like a run inside its step; once the window has passed it is a pause
+    later = datetime.now(UTC) + ts.RUNNING_WINDOW + timedelta(minutes=1)
+    found = ts.search_threads(db, ts.ThreadQuery(status="paused", limit=100), now=later)
     assert set(found.threads["thread_id"]) == paused and found.total == 3
-    assert set(found.threads["next_nodes"]) == {"revisar", "responder"}
-    stuck = ts.search_threads(db, ts.preset("stuck"))
+    assert set(found.threads["next_nodes"]) == {"revisar", "responder"} and set(found.threads["status"]) == {"paused"}
+    stuck = ts.search_threads(db, ts.preset("stuck"), now=later)
     assert set(stuck.threads["thread_id"]) == paused | {"pide-aprobacion"}
+    assert set(ts.search_threads(db, ts.preset("stuck")).threads["thread_id"]) == {"pide-aprobacion"}
     assert set(ts.search_threads(db, ts.ThreadQuery(status="interrupted")).threads["thread_id"]) == {"pide-aprobacion"}
-    assert set(ts.search_threads(db, ts.ThreadQuery(status="idle")).threads["thread_id"]) == {"terminado"}
+    assert set(ts.search_threads(db, ts.ThreadQuery(status="finished")).threads["thread_id"]) == {"terminado"}
 
     from core.operations.exporter import usage_metrics
 
@@ -123,6 +127,30 @@ def test_search_preset_and_metric_follow(written):
         text = generate_latest(_registry(usage_metrics(conn, ()))).decode()
     assert 'agent_memory_threads{status="paused"} 3.0' in text
     assert 'agent_memory_threads{status="interrupted"} 1.0' in text
+
+
+def test_statuses_are_exclusive_and_add_up_to_every_thread(written):
+    """Each thread has one status; the counts add up to the threads the checkpoints hold (SQL on the agents' table),
+    and a thread written seconds ago is finished only when its run finished (else running, then paused)."""
+    db, threads, _ = written
+    in_sql = db.fetch_one("SELECT count(DISTINCT thread_id) AS n FROM checkpoints WHERE checkpoint_ns = ''")["n"]
+    for now in (datetime.now(UTC), datetime.now(UTC) + ts.RUNNING_WINDOW + timedelta(minutes=1)):
+        counts = ts.status_counts(db, now)
+        assert counts.total == in_sql == len(threads) == sum(counts.counts.values())
+        found = {
+            s: set(ts.search_threads(db, ts.ThreadQuery(status=s, limit=100), now=now).threads["thread_id"])
+            for s in ts.STATES
+        }
+        assert {s: len(f) for s, f in found.items()} == counts.counts
+        assert set().union(*found.values()) == set(threads)  # every thread once: the sets are disjoint
+        assert sum(map(len, found.values())) == len(threads)
+        shown = ts.search_threads(db, ts.ThreadQuery(limit=100), now=now).threads
+        assert {r.thread_id: r.status for r in shown.itertuples()} == {t: s for s, f in found.items() for t in f}
+    written_now = ts.status_counts(db)
+    assert written_now.counts["finished"] == 1 and written_now.counts["running"] == 3  # only "terminado" finished
+    assert set(found["finished"]) == {"terminado"} and set(found["paused"]) == {
+        t for t, (_, s, _) in threads.items() if s == "paused"
+    }
 
 
 def _registry(metrics):
@@ -261,9 +289,21 @@ def test_the_page_names_the_pause_and_its_node(written, app_env):
     at.switch_page("app_pages/checkpoints.py").run()
     at.button(key="checkpoints.search.stuck").click().run()
     assert not at.exception and at.query_params["status"] == "stopped"
+    # written seconds ago: the breakpoints are still in the running window, the interrupt is stuck at once
+    assert set(frame(at, "thread_id", "status")["thread_id"]) == {"pide-aprobacion"}
+    at.query_params["status"] = "running"
+    at.run()
     shown = frame(at, "thread_id", "status")
-    assert set(shown["thread_id"]) == {t for t, (_, s, _) in threads.items() if s in ("paused", "interrupted")}
-    paused = shown[shown["thread_id"] == "antes-de-revisar"].iloc[0]
-    assert paused["status"] == "En pausa antes de un nodo" and paused["next_nodes"] == "revisar"
+    assert set(shown["thread_id"]) == {t for t, (_, s, _) in threads.items() if s == "paused"}
+    running = shown[shown["thread_id"] == "antes-de-revisar"].iloc[0]
+    assert running["status"] == "En curso (últimos 15 min)" and running["next_nodes"] == "revisar"
+    # the five statuses side by side, adding up to every thread
+    counts = {m.label: m.value for m in at.metric}
+    assert counts["Todos los hilos"] == str(len(threads))
+    assert counts["Terminado"] == "1" and counts["En curso (últimos 15 min)"] == "3"
+    assert counts["En pausa antes de un nodo"] == "0" and counts["Interrumpido (espera respuesta)"] == "1"
     english = tomllib.loads((Path(__file__).parent.parent / "ui/locales/en.toml").read_text())
     assert english["search_status_paused"] == "Paused before a node" and english["col_next_nodes"] == "Next node"
+    assert (
+        english["search_status_running"] == "Running (last 15 min)" and english["search_status_finished"] == "Finished"
+    )

@@ -60,8 +60,8 @@ def test_statuses_equal_langgraphs_own_state(written):
     )
     assert found(db, status="error") == {"conv-roto", "cliente-C3-1"}
     assert found(db, status="error", window="1h") == {"conv-roto", "cliente-C3-1"}
-    assert found(db, status="idle") == {t for t, s in expected.items() if s == "idle"}
-    assert "cliente-C4-1" in found(db, status="idle")  # resumed after its interrupt
+    assert found(db, status="finished") == {t for t, s in expected.items() if s == "idle"}
+    assert "cliente-C4-1" in found(db, status="finished")  # resumed after its interrupt
 
 
 def test_presets_answer_the_sres_first_questions(written):

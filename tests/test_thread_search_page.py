@@ -5,8 +5,9 @@ URL, paging with the total, bad input refused with nothing read, "no usage data"
 from __future__ import annotations
 
 import json
+import re
 
-from apptools import as_int, frame, metric
+from apptools import as_int, chart_clock, frame, grid_clock, metric
 from search_agents import PRICED_MODEL, UNPRICED_MODEL
 from streamlit.testing.v1 import AppTest
 from test_thread_search import written  # noqa: F401  (the module's database)
@@ -16,9 +17,11 @@ PAGE = "app_pages/checkpoints.py"
 PRICES = json.dumps({PRICED_MODEL: {"input": 0.15, "output": 0.6, "cached_input": 0.075}})
 
 
-def open_page(dsn: str, app_env, query: dict) -> AppTest:
+def open_page(dsn: str, app_env, query: dict, tz: str | None = None) -> AppTest:
     app_env(dsn, MODEL_PRICES=PRICES)
     at = AppTest.from_file(APP, default_timeout=60)
+    if tz:
+        at.context["timezone"] = tz
     for k, v in query.items():
         at.query_params[k] = v
     at.run()
@@ -90,3 +93,33 @@ def test_thread_view_shows_its_tokens_or_says_there_are_none(written, app_env): 
     assert any("2.500 de entrada (2.200 en caché), 50 de salida" in c.value for c in at.caption)
     at = open_page(db.dsn, app_env, {"thread": "conv-sin-uso"})
     assert any("sin datos de uso" in c.value for c in at.caption)
+
+
+def test_one_time_zone_per_page(written, app_env):  # noqa: F811 (the imported fixture)
+    """The viewer's zone everywhere on the page: the thread's timeline chart draws each step at the clock time its
+    row in the steps' table shows; the search's summary, its date filter and the cost view's days name it or their
+    UTC day once; the daily chart's ticks are Spanish days, its table's days the grid's dates."""
+    db, _, _ = written
+    tz = "Asia/Kolkata"  # UTC+5:30: no clock time in it reads like the UTC one
+    at = open_page(db.dsn, app_env, {"thread": "conv-usage"}, tz=tz)
+    fig = json.loads(next(c for c in at.get("plotly_chart")).proto.spec)
+    dots = sorted(x for tr in fig["data"] if tr.get("mode") == "markers" for x in chart_clock(tr["x"]))
+    in_utc = sorted(f"{v:%Y-%m-%d %H:%M:%S}" for v in frame(at, "checkpoint_id", "step", "ts")["ts"])
+    assert dots and dots == sorted(grid_clock(at, "ts", "checkpoint_id", "step")) and dots != in_utc
+    assert fig["layout"]["xaxis"]["title"]["text"] == f"Fecha y hora ({tz})"
+    assert fig["layout"]["xaxis"]["hoverformat"].endswith(f" {tz}")
+    # the ticks name the viewer's clock: each tick's value (a wall-clock time) is the time its text reads
+    for value, text in zip(fig["layout"]["xaxis"]["tickvals"], fig["layout"]["xaxis"]["ticktext"], strict=True):
+        assert str(value)[11:16] in text, (value, text)
+
+    search = open_page(db.dsn, app_env, {"view": "search"}, tz=tz)
+    as_of = next(c.value for c in search.caption if c.value.startswith("Resumen de hilos a"))
+    assert as_of.count(tz) == 1 and "UTC" not in as_of
+    assert search.date_input(key="checkpoints.search.period").label == f"Entre fechas (días en {tz})"
+
+    cost = open_page(db.dsn, app_env, {"view": "cost"}, tz=tz)
+    axis = json.loads(cost.get("plotly_chart")[0].proto.spec)["layout"]["xaxis"]
+    assert axis["ticktext"] and all(re.fullmatch(r"\d{1,2} [a-z]{3}", t) for t in axis["ticktext"]), axis["ticktext"]
+    days = next(df for df in cost.dataframe if {"day", "agent"} <= set(df.value.columns))
+    assert json.loads(days.proto.columns)["day"]["type_config"] == {"type": "date", "format": "DD/MM/YYYY"}
+    assert [c.value for c in cost.markdown].count("**Por día (UTC)**") == 1

@@ -73,7 +73,11 @@ def coverage_notice(cov: subj.Coverage | None) -> None:
     st.caption(
         t("erasure_coverage_fix")
         + (" " + t("erasure_coverage_query") if cov.query_configured else "")
-        + (" " + t("erasure_coverage_as_of", at=fmt.moment(cov.as_of)) if cov.as_of else "")
+        + (
+            " " + t("erasure_coverage_as_of", run=fmt.sweep_run(cov.sweep_run_id, cov.sweep_started_at, cov.as_of))
+            if cov.as_of
+            else ""
+        )
     )
 
 
@@ -148,7 +152,7 @@ def show_residue(residue: res.Residue | None) -> None:
             if st.session_state.get(f"{RESIDUE_KEY}.{n}.decision") == LEAVE and not _reason(n):
                 right.caption(t("erasure_residue_reason_needed"))
     if residue.common_only:
-        st.caption(t("erasure_common_only", n=len(residue.common_only)))
+        st.caption(fmt.count("erasure_common_only", len(residue.common_only)))
     with st.expander(t("erasure_terms_title")):
         st.dataframe(
             pd.DataFrame(

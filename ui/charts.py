@@ -44,8 +44,8 @@ def largest(fig: go.Figure, axis: str) -> float:
     return max([top, *sums.values()])
 
 
-# plotly.js hovers a date in English and without a zone: numeric in Spanish, and the axes' instants are UTC
-HOVER_INSTANT = {"es": "%d/%m/%Y %H:%M:%S UTC", "en": "%b %-d, %Y, %H:%M:%S UTC"}
+# plotly.js hovers a date in English and without a zone: numeric in Spanish, the zone the instants are drawn in named
+HOVER_INSTANT = {"es": "%d/%m/%Y %H:%M:%S", "en": "%b %-d, %Y, %H:%M:%S"}
 HOVER_DAY = {"es": "%d/%m/%Y", "en": "%b %-d, %Y"}
 
 
@@ -57,8 +57,9 @@ def _dates(values) -> list[pd.Timestamp] | None:
     return [pd.Timestamp(v) for v in found]
 
 
-def _hover_dates(fig: go.Figure, language: str) -> dict:
-    """hoverformat of the primary x and y axes that hold dates: a day's form when every value is a midnight."""
+def _hover_dates(fig: go.Figure, language: str, tz: str) -> dict:
+    """hoverformat of the primary x and y axes that hold dates: a day's form when every value is a midnight, else
+    an instant naming `tz` (the zone the chart's instants are drawn in: fmt.wall_clock)."""
     layout = {}
     for letter in ("x", "y"):
         stamps = [
@@ -69,7 +70,9 @@ def _hover_dates(fig: go.Figure, language: str) -> dict:
         ]
         if stamps:
             days = all(s == s.normalize() for s in stamps)
-            layout[f"{letter}axis"] = dict(hoverformat=(HOVER_DAY if days else HOVER_INSTANT)[language])
+            layout[f"{letter}axis"] = dict(
+                hoverformat=HOVER_DAY[language] if days else f"{HOVER_INSTANT[language]} {tz}"
+            )
     return layout
 
 
@@ -84,14 +87,17 @@ def _has_points(fig: go.Figure, counts: Iterable[str]) -> bool:
     )
 
 
-def finish(fig: go.Figure, *, counts: Iterable[str] = ("y",), amounts: Iterable[str] = ()) -> go.Figure | None:
+def finish(
+    fig: go.Figure, *, counts: Iterable[str] = ("y",), amounts: Iterable[str] = (), tz: str = "UTC"
+) -> go.Figure | None:
     """`fig` with its count axes (`counts`: from 0, integer ticks), its other non-negative axes (`amounts`, such as
-    bytes: from 0) and the language's separators; None when it has nothing to draw. Pure: a chart builder shared by
-    every session (ui.common.shared_figure) returns this."""
+    bytes: from 0) and the language's separators, its instants hovered naming `tz` (the zone they are drawn in:
+    fmt.wall_clock); None when it has nothing to draw. Pure: a chart builder shared by every session
+    (ui.common.shared_figure) returns this, and takes `tz` as a parameter when it draws instants."""
     counts, amounts = list(counts), list(amounts)
     if not _has_points(fig, counts):
         return None
-    layout = {"separators": fmt.plot_separators(), **_hover_dates(fig, lang())}
+    layout = {"separators": fmt.plot_separators(), **_hover_dates(fig, lang(), tz)}
     for axis in counts:
         layout[f"{axis[0]}axis{axis[1:]}"] = {
             **layout.get(f"{axis[0]}axis{axis[1:]}", {}),
@@ -111,7 +117,13 @@ def draw(fig: go.Figure | None, *, key: str, empty: str | None = None) -> None:
 
 
 def show(
-    fig: go.Figure, *, key: str, counts: Iterable[str] = ("y",), amounts: Iterable[str] = (), empty: str | None = None
+    fig: go.Figure,
+    *,
+    key: str,
+    counts: Iterable[str] = ("y",),
+    amounts: Iterable[str] = (),
+    empty: str | None = None,
+    tz: str = "UTC",
 ) -> None:
     """finish() then draw(), for a figure built by this session."""
-    draw(finish(fig, counts=counts, amounts=amounts), key=key, empty=empty)
+    draw(finish(fig, counts=counts, amounts=amounts, tz=tz), key=key, empty=empty)

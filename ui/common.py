@@ -22,7 +22,7 @@ from core.config import Settings, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, probe
 from core.migrate import SchemaMismatch
 from core.read_replica import ReadRouter, router_for
-from ui.i18n import t
+from ui.i18n import STRINGS, t
 from ui.safe import md
 from ui.shared import Shared, SharedReading
 
@@ -37,6 +37,17 @@ FIGURE_ENTRIES = 128
 DERIVED_TTL = 600  # seconds a chart or a prepared table (ui.tables) is kept
 # One colour per namespace root on every chart.
 ROOT_COLORS = {"clientes": "#1f77b4", "proveedores": "#ff7f0e", "empleados": "#2ca02c", "unknown": "#7f7f7f"}
+
+
+def root_label(root: str) -> str:
+    """A namespace root in the UI's words ("Clientes" / "Customers"): the namespace stays as agents write it in data
+    and URLs, the label is translated; a root the dashboard does not know is shown as it is."""
+    return t(f"mem_root_{root}") if f"mem_root_{root}" in STRINGS else root
+
+
+def root_colors() -> dict[str, str]:
+    """ROOT_COLORS keyed by `root_label`, for a chart whose legend names the roots."""
+    return {root_label(r): c for r, c in ROOT_COLORS.items()}
 
 
 def secrets() -> dict:
@@ -94,6 +105,36 @@ def seed_progress():
     from core.demo.progress import background_seed
 
     return background_seed(get_db().dsn) if settings().seed_demo else None
+
+
+SEED_FRESH_S = 10  # while the demo seeds, a page is read again this often: its figures appear as they arrive
+
+
+def demo_seeding():
+    """This process's demo seed while it runs, or is about to (it starts after the first page, and seeds only an
+    empty database); None otherwise."""
+    progress = seed_progress()
+    if progress is None or progress.finished:
+        return None
+    if progress.running:
+        return progress
+    from core.demo.seed_progress import database_empty
+
+    return progress if call_or_unknown(database_empty) else None
+
+
+@st.cache_resource(show_spinner=False)
+def _fresh_reads() -> dict[str, float]:
+    return {"at": 0.0}
+
+
+def read_fresh_while_seeding() -> None:
+    """Drop the cached reads, at most once per SEED_FRESH_S for the whole process (every session reading the seed's
+    new rows then shares one read of them)."""
+    fresh = _fresh_reads()
+    if time.monotonic() - fresh["at"] >= SEED_FRESH_S:
+        fresh["at"] = time.monotonic()
+        forget_all()
 
 
 def start_demo_seed() -> None:
@@ -326,10 +367,22 @@ def current_user() -> User | None:
     return User((name if isinstance(name, str) else None) or email or "?", email, granted, local=False)
 
 
+PAGE_ROLE_KEY = "page.role"
+
+
 def require_role(role: str) -> User:
-    """Stop the page unless the current user has `role` (checked on every run, server-side)."""
+    """Stop the page unless the current user has `role` (checked on every run, server-side); the page is then
+    `role`'s (page_role: where its links lead)."""
     user = current_user()
+    st.session_state[PAGE_ROLE_KEY] = role
     if user is None or role not in user.roles:
         st.error(t("forbidden", role=role))
         st.stop()
     return user
+
+
+def page_role() -> str | None:
+    """The role of the page this run shows (set by its require_role): a customer id on it leads where its reader
+    came from (ui.tables.CUSTOMER_LINKS)."""
+    role = st.session_state.get(PAGE_ROLE_KEY)
+    return role if isinstance(role, str) else None

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import streamlit as st
 
 from core.privacy import data_views
+from ui import fmt
 from ui.common import current_user, get_db, settings
 from ui.i18n import t
 
@@ -63,4 +64,4 @@ def record(role: str, kind: str, targets: Iterable[tuple[str, str | None]], purp
         logged.update((viewer, kind, target, purpose) for target, _ in fresh)
         lost.update((viewer, kind, target, purpose) for target, _ in fresh[len(fresh) - dropped :])
     if n := sum(1 for key in shown if key in lost):
-        st.warning(t("views_log_failed", n=n), icon=":material/report:")
+        st.warning(fmt.count("views_log_failed", n), icon=":material/report:")

@@ -11,6 +11,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import pandas as pd
 import streamlit as st
 from babel.dates import format_date, format_datetime, format_skeleton, format_time
 from babel.numbers import format_decimal, format_percent, get_decimal_symbol, get_group_symbol
@@ -86,6 +87,14 @@ def clock(value: datetime | float) -> str:
     return f"{format_time(value, 'medium', tzinfo=ZoneInfo(tz), locale=lang())} {tz}"
 
 
+def sweep_run(run_id: int | None, run_at: datetime | None, computed_at: datetime | str | None) -> str:
+    """The time of a figure the sweep job keeps, as every page names it: the sweep run that computed it, by its id and
+    its logged start (the Sweeps page's "last sweep"), or, computed outside a sweep, when."""
+    if run_id is not None and not (isinstance(run_id, float) and math.isnan(run_id)):
+        return t("as_of_sweep", id=int(run_id), at=moment(run_at) if run_at is not None else "—")
+    return t("as_of_not_sweep", at="—" if computed_at is None else moment(computed_at))
+
+
 DURATION_UNITS = (("unit_day", 86400), ("unit_hour", 3600), ("unit_minute", 60), ("unit_second", 1))
 
 
@@ -102,23 +111,30 @@ def duration(seconds: float) -> str:
     return " ".join(f"{number(n)} {t(key)}" for n, key in parts[:2] if n)
 
 
-def time_ticks(start: datetime, end: datetime, n: int = 6) -> dict[str, Any]:
-    """A plotly date axis from `start` to `end` (UTC) labelled in the language, up to `n` ticks
-    (plotly's own labels are English month names): "3 nov 14:05" / "Nov 3 14:05", with seconds ("3 nov 14:05:09")
-    when ticks are less than a minute apart and milliseconds ("3 nov 14:05:09.250") when less than a second, so no
-    two ticks read the same; one tick when `start` is `end`."""
+def wall_clock(values: Any, tz: str) -> pd.Series:
+    """Instants (aware, or naive UTC as the database's are) as the clock in `tz` reads them, without a zone: what a
+    plotly chart draws (plotly.js ignores a date's UTC offset), so a chart shows the same time as the tables
+    (ui/tables.py draws instants in the viewer's zone). Name `tz` on the axis."""
+    return pd.Series(pd.to_datetime(values, utc=True)).dt.tz_convert(tz).dt.tz_localize(None)
+
+
+def time_ticks(start: datetime, end: datetime, n: int = 6, tz: str = "UTC") -> dict[str, Any]:
+    """A plotly date axis from instant `start` to instant `end`, drawn as wall clock in `tz` (`wall_clock`), labelled
+    in the language, up to `n` ticks (plotly's own labels are English month names): "3 nov 14:05" / "Nov 3 14:05",
+    with seconds ("3 nov 14:05:09") when ticks are less than a minute apart and milliseconds ("3 nov 14:05:09.250")
+    when less than a second, so no two ticks read the same; one tick when `start` is `end`."""
+    zone = ZoneInfo(tz)
     span = (end - start) / max(n - 1, 1)
     shown = [start + span * i for i in range(n)] if span else [start]
     time_of_day = (
         " HH:mm:ss.SSS" if span < timedelta(seconds=1) else " HH:mm:ss" if span < timedelta(minutes=1) else " HH:mm"
     )
-    # plotly.js reads no UTC offset in a date: the ticks as naive UTC, as plotly.py writes the bars' own dates
     return dict(
         tickmode="array",
-        tickvals=[v.astimezone(UTC).replace(tzinfo=None) for v in shown],
+        tickvals=[(v if v.tzinfo else v.replace(tzinfo=UTC)).astimezone(zone).replace(tzinfo=None) for v in shown],
         ticktext=[
-            format_skeleton("MMMd", v, tzinfo=UTC, locale=lang())
-            + format_datetime(v, time_of_day, tzinfo=UTC, locale=lang())
+            format_skeleton("MMMd", v, tzinfo=zone, locale=lang())
+            + format_datetime(v, time_of_day, tzinfo=zone, locale=lang())
             for v in shown
         ],
     )

@@ -27,6 +27,11 @@ def _as_of(value) -> str:
     return fmt.moment(pd.Timestamp(value).to_pydatetime())
 
 
+def _by_run(found: dict) -> str:
+    """The sweep run that computed a figure of the storage refresh (`found`: its row)."""
+    return fmt.sweep_run(found["sweep_run_id"], found["sweep_started_at"], found["as_of"])
+
+
 def table_totals() -> None:
     """Rows and on-disk size of each checkpoint table and in all, each row of figures with its own time: the rows
     as of the last sweep (or counted now before the first), the sizes as read now."""
@@ -42,7 +47,7 @@ def table_totals() -> None:
     if as_of is None or pd.isna(as_of):
         st.caption(t("ckpt_totals_live", at=fmt.moment(totals["sized_at"].iloc[0])))
     else:
-        st.caption(t("ckpt_totals_as_of", at=fmt.moment(as_of)))
+        st.caption(t("ckpt_totals_as_of", run=_by_run(totals.iloc[0])))
     for col, name, n in zip(st.columns(len(names)), names, sizes, strict=True):
         col.metric(t("ckpt_table_size", table=name), human_bytes(int(n)))
     st.caption(t("ckpt_sizes_at", at=fmt.moment(totals["sized_at"].iloc[0])))
@@ -100,20 +105,20 @@ def growth_and_orphans() -> None:
     left, right = st.columns(2)
     left.metric(t("ckpt_orphan_blobs"), f"{fmt.number(found['blobs'])} · {human_bytes(found['blob_bytes'])}")
     right.metric(t("ckpt_orphan_writes"), f"{fmt.number(found['writes'])} · {human_bytes(found['write_bytes'])}")
-    st.caption(t("ckpt_orphans_caption", at=_as_of(found["as_of"])))
+    st.caption(t("ckpt_orphans_caption", run=_by_run(found)))
     unknown_threads()
 
 
 def unknown_threads() -> None:
     """The threads the application no longer knows, when KNOWN_THREADS_QUERY can say so; otherwise why not."""
     found = read(storage_detail.unknown_threads)
-    at = _as_of(found["as_of"])
+    run = _by_run(found)
     if found["error"] is not None:
-        st.warning(t("ckpt_unknown_threads_failed", at=at))
+        st.warning(t("ckpt_unknown_threads_failed", run=run))
         st.code(found["error"], language=None)
         return
     if found["threads"] is None:
-        st.info(t("ckpt_unknown_threads_unconfigured", at=at))
+        st.info(t("ckpt_unknown_threads_unconfigured", run=run))
         return
     st.metric(
         t("ckpt_unknown_threads"),
@@ -122,7 +127,7 @@ def unknown_threads() -> None:
         delta_color="off",
         delta_arrow="off",
     )
-    st.caption(t("ckpt_unknown_threads_caption", at=at, n=UNKNOWN_N))
+    st.caption(t("ckpt_unknown_threads_caption", run=run, n=UNKNOWN_N))
     listed = read(storage_detail.unknown_thread_list, UNKNOWN_N)
     if not listed.empty:
         table(listed, key=f"{KEY}.unknown")

@@ -13,9 +13,10 @@ person reads, through `st.column_config` and, for decimals only, a pandas Styler
 - dates drawn by the grid in the viewer's time zone (st.context.timezone, UTC when the browser does not say), the
   zone named in the column's label, in the UI language's form (DATE_FORMAT);
 - empty cells as "—", never "None" (the grid's placeholder for a missing number or date);
-- thread ids linking to the Checkpoints page (`?thread=`) and customer ids to the pages the viewer's
-  roles may open (Erasure `?cliente=` for the DPO, else Checkpoints `?cliente=` for the SRE), unless the page
-  names its own `links` (e.g. the Memory page's customers link to their memory).
+- thread ids linking to the Checkpoints page (`?thread=`) and customer ids to where the reader came from: on a
+  store manager's page to the customer's memory (Memory `?ns=clientes.<id>`), on an SRE's to their threads
+  (Checkpoints `?cliente=`), on the DPO's to their erasure (Erasure `?cliente=`): the page's role
+  (ui.common.page_role), when the viewer has it; unless the page names its own `links`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import json
 import pickle
 import re
 from collections.abc import Mapping
+from datetime import date, datetime
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -52,6 +54,8 @@ INTEGER_FORMAT = {"es": "%'.,d", "en": "%,d"}
 # on every run cost a 50-session dashboard most of its CPU (BENCHMARKS.md, "Many sessions"). moment.js writes
 # English month names, so Spanish reads its numeric form.
 DATE_FORMAT = {"es": "DD/MM/YYYY, HH:mm:ss", "en": "MMM D, YYYY, h:mm:ss A"}
+# Days (a date, no time: e.g. a UTC day of a rollup, named where the table is), in the same forms
+DAY_FORMAT = {"es": "DD/MM/YYYY", "en": "MMM D, YYYY"}
 MERGED_KEYS = frozenset({"label", "width", "help", "pinned", "hidden"})
 TABLE_ENTRIES = 256  # prepared tables kept by the process (see _prepared)
 
@@ -123,6 +127,11 @@ def _looks_like_dates(series: pd.Series) -> bool:
     return not values.empty and all(hasattr(v, "tzinfo") and hasattr(v, "hour") for v in values.head(50))
 
 
+def _looks_like_days(series: pd.Series) -> bool:
+    values = series.dropna()
+    return not values.empty and all(isinstance(v, date) and not isinstance(v, datetime) for v in values.head(50))
+
+
 def _link(page: str, param: str, value: Any) -> str:
     if _is_empty(value) or value == "":
         return EMPTY
@@ -134,6 +143,15 @@ def _viewer_roles() -> tuple[str, ...]:
 
     user = current_user()
     return user.roles if user else ()
+
+
+# Where a customer id leads, by the role of the page showing it (a manager came to see memory; only the DPO's pages
+# lead to an erasure): (page, parameter, what the parameter's value starts with before the id).
+CUSTOMER_LINKS = {
+    roles.MANAGER: ("memory", "ns", "clientes."),
+    roles.SRE: ("checkpoints", "cliente", ""),
+    roles.DPO: ("erasure", "cliente", ""),
+}
 
 
 def prepare(
@@ -153,7 +171,14 @@ def prepare(
         fmt.viewer_timezone(),
         _viewer_roles(),
         lang(),
+        _page_role(),
     )
+
+
+def _page_role() -> str | None:
+    from ui.common import page_role
+
+    return page_role()
 
 
 def _frame_key(df: pd.DataFrame) -> bytes:
@@ -177,6 +202,7 @@ def _prepared(
     tz: str,
     viewer: tuple[str, ...],
     language: str,
+    page_role: str | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any], dict[str, str]]:
     df = _df
     out = df[shown].copy()
@@ -193,15 +219,21 @@ def _prepared(
         elif col in THREAD_COLUMNS and roles.SRE in viewer:
             out[col] = s.map(lambda v: _link("checkpoints", "thread", v))
             column_config[col] = st.column_config.LinkColumn(label, display_text=r"thread=([^&]*)")
-        elif col in CUSTOMER_COLUMNS and (roles.DPO in viewer or roles.SRE in viewer):
-            page = "erasure" if roles.DPO in viewer else "checkpoints"
-            out[col] = s.map(lambda v, page=page: _link(page, "cliente", v))
-            column_config[col] = st.column_config.LinkColumn(label, display_text=r"cliente=([^&]*)")
+        elif col in CUSTOMER_COLUMNS and page_role in CUSTOMER_LINKS and page_role in viewer:
+            page, param, before = CUSTOMER_LINKS[page_role]
+            out[col] = s.map(
+                lambda v, page=page, param=param, before=before: _link(page, param, before + str(v) if v else v)
+            )
+            shown_text = rf"{param}={re.escape(quote(before, safe=''))}([^&]*)"
+            column_config[col] = st.column_config.LinkColumn(label, display_text=shown_text)
         elif pd.api.types.is_datetime64_any_dtype(s) or (s.dtype == object and _looks_like_dates(s)):
             out[col] = pd.to_datetime(s, utc=True, errors="coerce")  # sorted as instants; read in `tz`
             column_config[col] = st.column_config.DatetimeColumn(
                 f"{label} ({tz})", format=DATE_FORMAT[language], timezone=tz
             )
+        elif s.dtype == object and _looks_like_days(s):
+            out[col] = pd.to_datetime(s, errors="coerce")  # sorted as days, drawn as the language writes them
+            column_config[col] = st.column_config.DateColumn(label, format=DAY_FORMAT[language])
         elif pd.api.types.is_bool_dtype(s) and not s.isna().any():
             column_config[col] = st.column_config.CheckboxColumn(label)
         elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):

@@ -99,7 +99,11 @@ def cost_view() -> None:
             color="agent",
             labels={"day": "", "tokens": t("cost_tokens"), "agent": ""},
         )
-        fig.update_layout(height=280, margin=dict(t=10, b=10))
+        days_shown = sorted(chart["day"].unique())
+        # plotly's own date ticks are English month names: the language's, about seven of them
+        fig.update_layout(
+            height=280, margin=dict(t=10, b=10), xaxis=fmt.date_ticks(days_shown, every=max(1, len(days_shown) // 7))
+        )
         charts.show(fig, key=f"{KEY}.days_chart")
         table(_notes(chart.drop(columns="tokens")), key=f"{KEY}.days", columns=["day", "agent", *COLUMNS])
     st.markdown(f"**{t('cost_by_thread', n=THREADS_SHOWN)}**")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pandas as pd
 import streamlit as st
 
 from core.checkpoints import thread_search as ts
@@ -74,7 +73,12 @@ def _form(q: ts.ThreadQuery, agents: list[str]) -> None:
         )
         days = (q.since.date(), *([(q.until - timedelta(days=1)).date()] if q.until else [])) if q.since else ()
         # Streamlit types a range as a tuple of fixed length; ours is (), (start,) or (start, end)
-        period = c[1].date_input(t("search_period"), value=days, key=f"{KEY}.period")  # type: ignore[arg-type]
+        period = c[1].date_input(
+            t("search_period", tz=fmt.viewer_timezone()),
+            value=days,  # type: ignore[arg-type]
+            key=f"{KEY}.period",
+            format=fmt.date_input_format(),
+        )
         c[2].selectbox(t("search_sort"), list(ts.SORTS), key=f"{KEY}.sort", format_func=lambda s: t(f"col_{s}"))
         c[3].selectbox(
             t("search_order"), list(ts.ORDERS), key=f"{KEY}.order", format_func=lambda o: t(f"search_order_{o}")
@@ -132,6 +136,15 @@ def _pager(q: ts.ThreadQuery, found: ts.SearchResult) -> None:
         st.rerun()
 
 
+def _status_counts(counts: ts.StatusCounts) -> None:
+    """Threads per status, one status each: the five and their total side by side."""
+    st.caption(t("search_counts", total=fmt.number(counts.total)))
+    c = st.columns(len(ts.STATES) + 1)
+    for col, status in zip(c, ts.STATES, strict=False):
+        col.metric(t(f"search_status_{status}"), fmt.number(counts.counts[status]))
+    c[-1].metric(t("search_counts_total"), fmt.number(counts.total))
+
+
 def search_view() -> None:
     st.subheader(t("search_title"))
     st.caption(t("search_caption"))
@@ -161,17 +174,18 @@ def search_view() -> None:
         use_container_width=True,
     )
     try:
-        q = ts.ThreadQuery.from_params({k: st.query_params.get(k, "") for k in PARAMS})
+        q = ts.ThreadQuery.from_params({k: st.query_params.get(k, "") for k in PARAMS}, fmt.viewer_timezone())
     except ts.BadQuery as exc:
         st.error(t("search_bad", error=md(exc)), icon=":material/block:")
         return
     _form(q, read(ts.agents))
     # the summary is kept by the extraction; a view moves it forward a bounded step (as the Preferences page does)
     extracted = call_now(tool_calls.catch_up)
+    _status_counts(read(ts.status_counts))
     found = read(ts.search_threads, q)
     if extracted.error:
         st.warning(t("prefs_cannot_extract", error=md(extracted.error), n=fmt.number(extracted.behind)))
-    as_of = "—" if found.as_of is None else f"{pd.Timestamp(found.as_of).tz_convert('UTC'):%Y-%m-%d %H:%M:%S} UTC"
+    as_of = "—" if found.as_of is None else fmt.moment(found.as_of)
     behind = t("search_behind", n=fmt.number(extracted.behind)) if extracted.behind else ""
     st.caption(t("search_as_of", at=as_of) + behind)
     st.metric(

@@ -315,9 +315,13 @@ def build_agent(
 METADATA_KEY = {"clientes": "cliente_id", "proveedores": "proveedor_id", "empleados": "empleado_id"}
 
 
-def run_turn(agent: Any, context: Contexto, thread_id: str, text: str) -> dict:
+def run_turn(
+    agent: Any, context: Contexto, thread_id: str, text: str, *, interrupt_before: Sequence[str] | None = None
+) -> dict:
     """One user turn. The subject's id goes into checkpoint metadata (erasure finds threads by it);
-    inside `core.clock.simulated` (the demo) so does the replayed time, `core_replayed_at`."""
+    inside `core.clock.simulated` (the demo) so does the replayed time, `core_replayed_at`. `interrupt_before`:
+    nodes to stop before (langgraph's static breakpoint given at run time, e.g. ["tools"]; resumed with
+    `invoke(None, config)`)."""
     validate_label(thread_id, "thread id")
     config = {
         "configurable": {"thread_id": thread_id},
@@ -326,4 +330,5 @@ def run_turn(agent: Any, context: Contexto, thread_id: str, text: str) -> dict:
     replayed = clock.simulated_now()
     if replayed is not None:  # the demo replays past days: tool-call extraction dates the run by it
         config["metadata"]["core_replayed_at"] = replayed.isoformat()
-    return agent.invoke({"messages": [{"role": "user", "content": text}]}, config=config, context=context)
+    stop = {"interrupt_before": list(interrupt_before)} if interrupt_before else {}
+    return agent.invoke({"messages": [{"role": "user", "content": text}]}, config=config, context=context, **stop)

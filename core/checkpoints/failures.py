@@ -89,3 +89,22 @@ def _ts(epoch: float | None) -> datetime | None:
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+# What a degradation's reason (`_describe` of the failure: "<exception type>: <first line>") was, for a page to say
+# in words; the text itself stays as it was written (a driver's message, in English).
+REASON_KINDS = {
+    "DeadlineExceeded": "deadline",  # a call that did not return in time, cut by the watchdog
+    "PoolTimeout": "pool",  # no connection could be had in time
+    "OperationalError": "unreachable",
+    "InterfaceError": "unreachable",
+    "PoolClosed": "unreachable",
+    "CheckpointUnavailable": "unreachable",
+}
+
+
+def reason_kind(reason: str | None) -> str:
+    """The kind of a recorded degradation reason ("<type>: ...", or the liveness thread's "liveness check: <type>:
+    ..."): deadline | pool | unreachable | other."""
+    parts = [p.strip() for p in (reason or "").split(":", 2)[:2]]
+    return next((REASON_KINDS[p] for p in parts if p in REASON_KINDS), "other")

@@ -96,12 +96,13 @@ FROM ins LEFT JOIN old USING (thread_id)"""
 
 UPSERT_STORAGE_REFRESH = """
 INSERT INTO core_thread_storage_refresh AS r (metadata_keys, threads, checkpoints, blobs, writes, batches, batch_rows,
-                                              seconds)
+                                              seconds, sweep_run_id)
 VALUES (%(keys)s, %(threads)s, %(checkpoints)s, %(blobs)s, %(writes)s, %(batches)s, %(batch_rows)s,
-        extract(epoch FROM clock_timestamp() - now()))
+        extract(epoch FROM clock_timestamp() - now()), %(sweep_run)s)
 ON CONFLICT (singleton) DO UPDATE SET computed_at = now(), metadata_keys = EXCLUDED.metadata_keys,
     threads = EXCLUDED.threads, checkpoints = EXCLUDED.checkpoints, blobs = EXCLUDED.blobs, writes = EXCLUDED.writes,
-    batches = EXCLUDED.batches, batch_rows = EXCLUDED.batch_rows, seconds = EXCLUDED.seconds"""
+    batches = EXCLUDED.batches, batch_rows = EXCLUDED.batch_rows, seconds = EXCLUDED.seconds,
+    sweep_run_id = EXCLUDED.sweep_run_id"""
 
 REFRESH_THREAD_STORAGE = [
     "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",  # one snapshot for every batch
@@ -118,15 +119,15 @@ FROM (VALUES ('checkpoints', (SELECT count(*) FROM checkpoints)),
              ('checkpoint_blobs', (SELECT count(*) FROM checkpoint_blobs)),
              ('checkpoint_writes', (SELECT count(*) FROM checkpoint_writes))) AS t(name, rows)"""
 # The rows as of the last refresh (exact at its snapshot), the sizes now.
-SELECT_KEPT_TABLE_TOTALS = """
+SELECT_KEPT_TABLE_TOTALS = f"""
 SELECT t.name AS table_name, t.rows, pg_total_relation_size(t.name::regclass) AS total_bytes, now() AS sized_at,
-       r.computed_at AS as_of
+       r.computed_at AS as_of, {storage_detail.SWEEP_RUN_COLUMNS}
 FROM core_thread_storage_refresh r
 CROSS JOIN LATERAL (VALUES ('checkpoints', r.checkpoints), ('checkpoint_blobs', r.blobs),
                            ('checkpoint_writes', r.writes)) AS t(name, rows)
 ORDER BY array_position(ARRAY['checkpoints', 'checkpoint_blobs', 'checkpoint_writes'], t.name)"""
-TOTALS_COLUMNS = ["table_name", "rows", "total_bytes", "sized_at", "as_of"]
-SELECT_STORAGE_REFRESH = "SELECT * FROM core_thread_storage_refresh"
+TOTALS_COLUMNS = ["table_name", "rows", "total_bytes", "sized_at", "as_of", "sweep_run_id", "sweep_started_at"]
+SELECT_STORAGE_REFRESH = f"SELECT r.*, {storage_detail.SWEEP_RUN_COLUMNS} FROM core_thread_storage_refresh r"
 
 
 def _key_flags(keys: tuple[str, ...]) -> tuple[pgsql.Composable, pgsql.Composable]:
@@ -200,12 +201,14 @@ def refresh_storage_conn(
     on_batch: Callable[[int, str | None], None] | None = None,
     known_query: str | None = None,
     full: bool = False,
+    sweep_run: int | None = None,
 ) -> StorageRefresh:
     """The refresh on `conn` (dict rows; inside a transaction the caller opened and commits, before any other
     statement of it: the first one sets its isolation level). `on_batch(n, hi)` is called after batch n (from 1),
     `hi` its upper bound (None for the last). `known_query`: KNOWN_THREADS_QUERY, run per batch on its range.
     Every thread's summary row is recomputed; its detail only when its rows changed since the last refresh (its
-    fingerprint), or for every thread when `full`."""
+    fingerprint), or for every thread when `full`. `sweep_run`: the sweep run refreshing it (None: none), which the
+    pages name as the figures' time."""
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     for sql in REFRESH_THREAD_STORAGE:
@@ -244,7 +247,14 @@ def refresh_storage_conn(
         if on_batch is not None:
             on_batch(batches, hi)
     conn.execute(
-        UPSERT_STORAGE_REFRESH, {"keys": list(metadata_keys), **totals, "batches": batches, "batch_rows": batch_rows}
+        UPSERT_STORAGE_REFRESH,
+        {
+            "keys": list(metadata_keys),
+            **totals,
+            "batches": batches,
+            "batch_rows": batch_rows,
+            "sweep_run": sweep_run,
+        },
     )
     storage_detail.record_orphans(conn, orphans)
     return StorageRefresh(
@@ -264,6 +274,7 @@ def refresh_thread_storage(
     batch_rows: int = STORAGE_BATCH_ROWS,
     known_query: str | None | object = FROM_SETTINGS,
     full: bool = False,
+    sweep_run: int | None = None,
 ) -> int:
     """Recompute `core_thread_storage` from the three checkpoint tables in one transaction (readers see the old
     rows until it commits), in batches of thread_id ranges of at most `batch_rows` rows per table (bounded temp
@@ -276,21 +287,22 @@ def refresh_thread_storage(
     keys = default_metadata_keys() if metadata_keys is None else tuple(metadata_keys)
     query = load_settings().known_threads_query if known_query is FROM_SETTINGS else cast(str | None, known_query)
     with db.connection() as conn, conn.transaction():
-        return refresh_storage_conn(conn, keys, batch_rows, known_query=query, full=full).threads
+        return refresh_storage_conn(conn, keys, batch_rows, known_query=query, full=full, sweep_run=sweep_run).threads
 
 
 def storage_refresh(db: Database) -> dict | None:
-    """The last refresh (computed_at, metadata_keys, threads, rows per table, batches, seconds), None before one."""
+    """The last refresh (computed_at, metadata_keys, threads, rows per table, batches, seconds, the sweep run that
+    made it: sweep_run_id, sweep_started_at), None before one."""
     return db.fetch_one(SELECT_STORAGE_REFRESH)
 
 
 def table_totals(db: Database) -> pd.DataFrame:
     """Rows and on-disk size (with indexes and TOAST, read at `sized_at`: now) of each checkpoint table. The rows are
-    exact as of the last storage refresh (`as_of`, the sweep's); before any refresh they are counted now (`as_of`
-    None)."""
+    exact as of the last storage refresh (`as_of`; `sweep_run_id`, `sweep_started_at`: the sweep run that made it);
+    before any refresh they are counted now (`as_of` None)."""
     kept = db.fetch(SELECT_KEPT_TABLE_TOTALS)
     if kept:
         return pd.DataFrame(kept, columns=TOTALS_COLUMNS)
     frame = pd.DataFrame(db.fetch(SELECT_TABLE_TOTALS), columns=TOTALS_COLUMNS[:-1])
-    frame["as_of"] = None
+    frame["as_of"] = frame["sweep_run_id"] = frame["sweep_started_at"] = None
     return frame

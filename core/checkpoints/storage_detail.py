@@ -295,13 +295,18 @@ FROM core_channel_storage GROUP BY channel ORDER BY total_bytes DESC, channel"""
 SELECT_GROWING = """
 SELECT thread_id, steps, bytes, first_step_bytes, last_step_bytes, slope FROM core_thread_growth
 WHERE superlinear ORDER BY slope DESC, thread_id LIMIT %s"""
-SELECT_ORPHAN_TOTALS = """
+# The sweep run that made the storage refresh `r` (migration 142): its id and logged start, which the pages name as
+# the figures' time (NULL: refreshed outside a sweep).
+SWEEP_RUN_COLUMNS = """r.sweep_run_id,
+       (SELECT l.started_at FROM core_sweep_log l WHERE l.id = r.sweep_run_id) AS sweep_started_at"""
+SELECT_ORPHAN_TOTALS = f"""
 SELECT orphan_blobs AS blobs, orphan_blob_bytes AS blob_bytes, orphan_writes AS writes,
-       orphan_write_bytes AS write_bytes, computed_at AS as_of
-FROM core_thread_storage_refresh WHERE orphan_blobs IS NOT NULL"""
-SELECT_UNKNOWN_TOTALS = """
-SELECT unknown_threads AS threads, unknown_thread_bytes AS bytes, unknown_threads_error AS error, computed_at AS as_of
-FROM core_thread_storage_refresh"""
+       orphan_write_bytes AS write_bytes, computed_at AS as_of, {SWEEP_RUN_COLUMNS}
+FROM core_thread_storage_refresh r WHERE orphan_blobs IS NOT NULL"""
+SELECT_UNKNOWN_TOTALS = f"""
+SELECT unknown_threads AS threads, unknown_thread_bytes AS bytes, unknown_threads_error AS error, computed_at AS as_of,
+       {SWEEP_RUN_COLUMNS}
+FROM core_thread_storage_refresh r"""
 SELECT_UNKNOWN_THREADS = """
 SELECT thread_id, cliente_id, checkpoints, total_bytes, last_ts FROM core_thread_storage
 WHERE known = false AND EXISTS (SELECT 1 FROM core_thread_storage_refresh WHERE unknown_threads IS NOT NULL)

@@ -3,14 +3,16 @@ agent and time range, sorted, paged, with the total count.
 
 It reads `core_thread_summary` (migration 080): one row per thread, kept by the incremental extraction pass
 (core/checkpoints/tool_calls.py) from each thread's latest root checkpoint and its pending writes, so a search
-never scans the checkpoint tables (at 10M writes a scan is seconds; BENCHMARKS.md). Statuses:
-- `interrupted`: an `__interrupt__` write on the latest checkpoint (a graph paused by `interrupt()`);
-- `paused`: nodes scheduled next (`next_nodes`) and neither write: a static breakpoint (`interrupt_before` /
-  `interrupt_after`, compiled in or given at run time; resumed with `invoke(None, config)`), or a run still inside
-  its step, or one whose process died in it (migration 086);
-- `error`: an `__error__` write there (a node raised);
-- `idle`: none of these (the run finished);
-- `stopped` and `active` (filters, not stored statuses): interrupted or paused; a checkpoint in the last ACTIVE_WINDOW.
+never scans the checkpoint tables (at 10M writes a scan is seconds; BENCHMARKS.md). A thread has exactly one of
+these statuses (STATES), so their counts add up to the number of threads (`status_counts`):
+- `error`: an `__error__` write on the latest checkpoint (a node raised);
+- `interrupted`: an `__interrupt__` write there (a graph paused by `interrupt()`, waiting for an answer);
+- `running`: nodes scheduled next (`next_nodes`), neither write, and that checkpoint within RUNNING_WINDOW: a run
+  inside its step (a static breakpoint reached in that window looks the same until the window has passed);
+- `paused`: the same, older: a static breakpoint (`interrupt_before` / `interrupt_after`, resumed with
+  `invoke(None, config)`), or a run whose process died inside its step (migration 086);
+- `finished`: none of these (the run reached its end; stored as `idle`).
+`stopped` is a filter, not a status: interrupted or paused.
 The rows are as current as the extraction: `SearchResult.as_of` is its watermark's time.
 
 `ThreadQuery.from_params` reads a query from URL parameters (strings) and is the one place that validates them.
@@ -23,22 +25,44 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pandas as pd
 
 from core.db import Database, one
 
-STATUSES = ("stopped", "interrupted", "paused", "error", "idle", "active")
-# Filters that stand for several stored statuses.
-GROUPS = {"stopped": ("interrupted", "paused")}
+# A thread's status, one of these (in the order a person reads them), and the filters (statuses and `stopped`).
+STATES = ("finished", "running", "paused", "interrupted", "error")
+STATUSES = ("stopped", *STATES)
 WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 SORTS = ("updated_at", "created_at")
 ORDERS = ("desc", "asc")
-ACTIVE_WINDOW = timedelta(minutes=15)
+RUNNING_WINDOW = timedelta(minutes=15)
 PAGE_SIZES = (25, 50, 100)
 MAX_TEXT = 200
 
 COLUMNS = ["thread_id", "status", "next_nodes", "agent", "updated_at", "created_at", "step", "metadata"]
+
+# Each status as a condition on the stored one (idle, paused, interrupted, error; migrations 080, 086) and the
+# time of the latest checkpoint; `%(running_since)s` is now - RUNNING_WINDOW. Fixed text: the planner sees that the
+# partial status index (status <> 'idle') applies to every one but `finished`.
+CONDITIONS = {
+    "finished": "status = 'idle'",
+    "running": "(status = 'paused' AND updated_at >= %(running_since)s)",
+    "paused": "(status = 'paused' AND updated_at < %(running_since)s)",
+    "interrupted": "status = 'interrupted'",
+    "error": "status = 'error'",
+    "stopped": "(status = 'interrupted' OR (status = 'paused' AND updated_at < %(running_since)s))",
+}
+SHOWN_STATUS = (
+    "CASE WHEN status = 'idle' THEN 'finished' "
+    "WHEN status = 'paused' AND updated_at >= %(running_since)s THEN 'running' ELSE status END AS status"
+)
+COUNT_STATUSES = (
+    "SELECT "
+    + ", ".join(f"count(*) FILTER (WHERE {CONDITIONS[s]}) AS {s}" for s in STATES)
+    + ", count(*) AS total FROM core_thread_summary"
+)
 
 SELECT_AS_OF = "SELECT updated_at FROM core_extract_watermark WHERE name = 'tool_calls'"
 # Counting a million matches is linear (~0.8 s at 10M writes): the total is exact up to COUNT_CAP, else "more than".
@@ -100,9 +124,11 @@ class ThreadQuery:
             raise BadQuery("since is not before until")
 
     @classmethod
-    def from_params(cls, params: Mapping[str, str]) -> ThreadQuery:
+    def from_params(cls, params: Mapping[str, str], tz: str = "UTC") -> ThreadQuery:
         """A query from URL parameters (`meta_key`, `meta_value`, `status`, `agent`, `window`, `from`, `to` as
-        YYYY-MM-DD, UTC days, `to` inclusive, `sort`, `order`, `limit`, `page` from 1). Raises BadQuery."""
+        YYYY-MM-DD, days in time zone `tz` (the reader's), `to` inclusive, `sort`, `order`, `limit`, `page` from 1).
+        Raises BadQuery."""
+        zone = ZoneInfo(tz)
 
         def text(name: str) -> str:
             return str(params.get(name, "") or "").strip()
@@ -115,7 +141,7 @@ class ThreadQuery:
                 d = date.fromisoformat(raw)
             except ValueError:
                 raise BadQuery(f"{name} must be a date YYYY-MM-DD, got {raw!r}") from None
-            return datetime.combine(d + timedelta(days=1) if end else d, time(), UTC)
+            return datetime.combine(d + timedelta(days=1) if end else d, time(), zone)
 
         def number(name: str, default: int) -> int:
             raw = text(name)
@@ -186,7 +212,7 @@ def _metadata_filters(key: str, value: str) -> list[dict[str, Any]]:
 
 def _where(q: ThreadQuery, now: datetime) -> tuple[str, dict[str, Any]]:
     """SQL conditions from fixed fragments; every value a query parameter."""
-    conds, params = ["true"], dict[str, Any]()
+    conds, params = ["true"], dict[str, Any](running_since=now - RUNNING_WINDOW)
     if q.metadata_key and q.metadata_value:
         ors = []
         for i, obj in enumerate(_metadata_filters(q.metadata_key, q.metadata_value)):
@@ -196,14 +222,8 @@ def _where(q: ThreadQuery, now: datetime) -> tuple[str, dict[str, Any]]:
     elif q.metadata_key:
         params["meta_path"] = "$." + json.dumps(q.metadata_key)
         conds.append("metadata @? %(meta_path)s::jsonpath")
-    if q.status == "active":
-        params["active_since"] = now - ACTIVE_WINDOW
-        conds.append("updated_at >= %(active_since)s")
-    elif q.status in GROUPS:  # our own constants, written in: the planner sees the partial status index applies
-        conds.append("status IN (" + ", ".join(f"'{s}'" for s in GROUPS[q.status]) + ")")
-    elif q.status:
-        params["status"] = q.status
-        conds.append("status = %(status)s")
+    if q.status:
+        conds.append(CONDITIONS[q.status])
     if q.agent:
         params["agent"] = q.agent
         conds.append("agent = %(agent)s")
@@ -221,11 +241,13 @@ def search_threads(
     db: Database, q: ThreadQuery, now: datetime | None = None, count_cap: int = COUNT_CAP
 ) -> SearchResult:
     """One page of threads matching `q`, the number matching in all (exact up to `count_cap`, then `capped`), and
-    the time the summary is as of. The time range applies to the sort column (last activity or creation)."""
+    the time the summary is as of. The time range applies to the sort column (last activity or creation); `status`
+    is one of STATES as of `now`."""
     where, params = _where(q, now or datetime.now(UTC))
     direction = "DESC" if q.order == "desc" else "ASC"
+    shown = ", ".join(SHOWN_STATUS if c == "status" else c for c in COLUMNS)
     rows = db.fetch(
-        f"SELECT {', '.join(COLUMNS)} FROM core_thread_summary WHERE {where} "
+        f"SELECT {shown} FROM core_thread_summary WHERE {where} "
         f"ORDER BY {q.sort} {direction}, thread_id {direction} LIMIT %(limit)s OFFSET %(offset)s",
         {**params, "limit": q.limit, "offset": q.offset},
     )
@@ -240,6 +262,23 @@ def search_threads(
     frame["metadata"] = [json.dumps(m, ensure_ascii=False, sort_keys=True) for m in frame["metadata"]]
     frame["next_nodes"] = [", ".join(n) for n in frame["next_nodes"]]
     return SearchResult(frame, min(total, count_cap), as_of["updated_at"] if as_of else None, total > count_cap)
+
+
+@dataclass(frozen=True)
+class StatusCounts:
+    """Threads per status as of `now` (each thread counted once: the counts add up to `total`) and the time the
+    summary is as of."""
+
+    counts: dict[str, int]  # STATES -> threads
+    total: int
+    as_of: datetime | None
+
+
+def status_counts(db: Database, now: datetime | None = None) -> StatusCounts:
+    """How many threads have each status (STATES) as of `now`, and how many threads the summary holds."""
+    row = one(db.fetch_one(COUNT_STATUSES, {"running_since": (now or datetime.now(UTC)) - RUNNING_WINDOW}))
+    as_of = db.fetch_one(SELECT_AS_OF)
+    return StatusCounts({s: row[s] for s in STATES}, row["total"], as_of["updated_at"] if as_of else None)
 
 
 def agents(db: Database) -> list[str]:

@@ -27,7 +27,7 @@ from core.clock import ManualClock
 from core.config import Settings, load_settings
 from core.db import Database, one
 from core.demo.operations import COMEBACK_TEXT, MonthPlan, leave_expired_notices, month_of_operations
-from core.demo.seed_progress import SeedProgress
+from core.demo.seed_progress import IS_EMPTY, SeedProgress
 from core.memory.embeddings import make_embeddings
 from core.memory.store import build_store, put_memory
 from core.operations.outage import demo_outage
@@ -35,7 +35,6 @@ from core.operations.outage import demo_outage
 log = logging.getLogger(__name__)
 
 SEED_LOCK_ID = 0x636F7265_64656D6F  # "coredemo": one seeding process at a time
-IS_EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM store) AND NOT EXISTS (SELECT 1 FROM core_conversations) AS empty"
 
 TIENDAS = ["Gran Vía", "Diagonal", "Sierpes", "Calle Larios", "Colón", "Uría", "Independencia", "Ensanche"]
 CANALES = ["WhatsApp", "correo electrónico", "SMS", "teléfono"]
@@ -84,6 +83,7 @@ class DemoSummary:
     legacy_customers: list[str] = field(default_factory=list)
     expiring_notices: int = 0
     month: Any = None  # core.demo.operations.MonthReport
+    practice: dict[str, str] = field(default_factory=dict)  # thread id -> what it is (practice_threads)
     outages: list = field(default_factory=list)  # core.operations.outage.OutageReport per episode
     seconds: float = 0.0
 
@@ -217,12 +217,89 @@ def seed(
 
     summary.month = month_of_operations(db, month, exclude=legacy, come_back=come_back, step=step)
     leave_expired_notices(db)
+    progress.at("practice", 0, len(PRACTICE))
+    erased = [e.customer_id for e in summary.month.erasures]
+    summary.practice = practice_threads(
+        db, settings, store, agents, exclude=legacy + erased, paused_at=past_day(30), step=step
+    )
     progress.at("outage", 0, len(month.outages))
     summary.outages = demo_outage(db, settings, agents, episodes=month.outages, saver_clock=saver_clock) or []
     progress.done = len(summary.outages)
 
     summary.seconds = time.monotonic() - started
     return summary
+
+
+# What the SRE's one-click searches and the DPO's residue decision find in the demo (practice_threads).
+PRACTICE = ("interrupted", "paused", "error", "residue")
+PROPOSAL_TEXT = "Quiero recoger un pedido, ¿qué me propones?"
+
+
+class ProviderDown(ScriptedChatModel):
+    """The model provider failing (HTTP 503): the agent's model node raises and langgraph records the error on
+    the thread (an `__error__` write), as with a hosted model that is down."""
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("model provider unavailable (HTTP 503)")
+
+
+def practice_threads(
+    db: Database,
+    settings: Settings,
+    store: Any,
+    agents: dict[str, Any],
+    *,
+    exclude: list[str],
+    paused_at: datetime,
+    step: Any = None,
+) -> dict[str, str]:
+    """Threads to practise on, written by the real agents on the seed's saver, for customers with documents (not
+    in `exclude`): one interrupted (a delivery proposal awaiting a person's approval: LangChain's
+    HumanInTheLoopMiddleware), one paused before its tools on a past day (a breakpoint given at run time), one
+    errored now (the model provider down: "errored in the last hour" finds it for an hour), and one residue thread
+    (a staff member's note naming a customer, which no attribution source gives for them: the DPO decides on it
+    in that customer's erasure preview). Returns thread id -> its kind (PRACTICE)."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    from core.demo.operations import demo_candidates
+
+    customers = [c for c, _ in demo_candidates(db, exclude=exclude, limit=len(PRACTICE))]
+    if len(customers) < len(PRACTICE):
+        log.warning("demo: %d customers to practise on, %d needed: none written", len(customers), len(PRACTICE))
+        return {}
+    saver = agents["atencion-cliente"].checkpointer
+    model = ScriptedChatModel()
+    approval = build_agent(
+        "atencion-cliente",
+        model,
+        store=store,
+        checkpointer=saver,
+        middleware=[HumanInTheLoopMiddleware({"proponer_entrega": True})],
+    )
+    down = build_agent("atencion-cliente", ProviderDown(), store=store, checkpointer=saver)
+    written: dict[str, str] = {}
+    first, second, third, named = customers
+    with clock.simulated(paused_at):
+        thread = f"cliente-{first}-aprobacion"
+        run_turn(approval, ContextoCliente(first), thread, PROPOSAL_TEXT)
+        written[thread] = "interrupted"
+        thread = f"cliente-{second}-pausa"
+        run_turn(agents["atencion-cliente"], ContextoCliente(second), thread, PROPOSAL_TEXT, interrupt_before=["tools"])
+        written[thread] = "paused"
+        thread = "personal-E003-nota"
+        note = f"Nota para el equipo: el cliente {named} ha pedido que le llamemos por la tarde."
+        run_turn(agents["ajustes-personal"], ContextoEmpleado("E003"), thread, note)
+        written[thread] = "residue"
+    thread = f"cliente-{third}-error"
+    try:
+        run_turn(down, ContextoCliente(third), thread, "Hola, quería saber el estado de mi pedido.")
+    except RuntimeError:
+        written[thread] = "error"
+    else:
+        log.warning("demo: the errored thread %s did not fail", thread)
+    if step is not None:
+        step(len(written), len(PRACTICE))
+    return written
 
 
 def run_replica(

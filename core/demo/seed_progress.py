@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The demo seeds only a database without memory and without our conversation log.
+IS_EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM store) AND NOT EXISTS (SELECT 1 FROM core_conversations) AS empty"
+
+
+def database_empty(db: Any) -> bool:
+    """Whether `db` (a core.db.Database) is one the demo would seed."""
+    return bool(db.fetch_one(IS_EMPTY)["empty"])
+
 
 @dataclass
 class SeedProgress:
@@ -40,4 +48,4 @@ class SeedProgress:
 
 
 # The steps of `seed`, in order (the sidebar names them).
-SEED_STEPS = ("suppliers", "employees", "customers", "legacy", "operations", "outage")
+SEED_STEPS = ("suppliers", "employees", "customers", "legacy", "operations", "practice", "outage")

@@ -17,7 +17,6 @@ from langchain_core.embeddings import Embeddings
 
 from core.config import Settings
 
-OFFLINE_NAME = "offline-hash (demo, word overlap only)"
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -67,9 +66,3 @@ def make_embeddings(settings: Settings, *, timeout_s: float | None = None) -> Em
         check_embedding_ctx_length=False,
         **deadline,
     )
-
-
-def embeddings_label(settings: Settings) -> str:
-    if settings.offline_embeddings:
-        return OFFLINE_NAME
-    return f"{settings.embeddings_model} @ {settings.embeddings_base_url} ({settings.embeddings_dims} dims)"

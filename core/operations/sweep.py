@@ -426,7 +426,7 @@ def run_sweep(
             if not dry_run:
                 storage_refreshed = False
                 try:  # the Checkpoints page's storage view reads this summary, not the three tables
-                    threads = refresh_thread_storage(db)
+                    threads = refresh_thread_storage(db, sweep_run=result.run_id)
                     storage_refreshed = True
                     step("storage", 0.92, f"{threads}")
                 except Exception as exc:
@@ -434,7 +434,7 @@ def run_sweep(
                     errors.append(f"thread storage: {exc}")
                 try:  # the Erasure and Checkpoints pages read the attribution coverage as of this sweep, computed
                     # from the summary just refreshed (the three checkpoint tables are read once per sweep)
-                    subjects.refresh_coverage(db, storage_refreshed=storage_refreshed)
+                    subjects.refresh_coverage(db, storage_refreshed=storage_refreshed, sweep_run=result.run_id)
                 except Exception as exc:
                     log.exception("sweep: attribution coverage failed")
                     errors.append(f"attribution coverage: {exc}")

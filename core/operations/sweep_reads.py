@@ -42,13 +42,15 @@ RECHECK_TEXT = re.compile(
 
 # Runs that deleted something for real, one row per (run, root); runs without per-root detail
 # count under the root 'unknown'. A run that deleted nothing has no row (the run log lists it).
+# Every real run, one row per root it deleted from; a run that deleted nothing is one row of 0 (in the first root),
+# so the chart shows it too; a count without roots (an older row) is 'unknown'.
 SELECT_DELETED_BY_ROOT = """
-SELECT l.id AS run_id, l.started_at, l.trigger, coalesce(r.key, 'unknown') AS root,
-       coalesce(r.value::bigint, l.documents_deleted) AS documents
+SELECT l.id AS run_id, l.started_at, l.trigger,
+       coalesce(r.key, CASE WHEN coalesce(l.documents_deleted, 0) > 0 THEN 'unknown' ELSE %(first_root)s END) AS root,
+       coalesce(r.value::bigint, l.documents_deleted, 0) AS documents
 FROM (SELECT * FROM core_sweep_log WHERE status IN ('ok', 'error') AND NOT dry_run
-      ORDER BY started_at DESC, id DESC LIMIT %s) l
-LEFT JOIN LATERAL jsonb_each_text(l.deleted_by_root) r ON true
-WHERE coalesce(r.value::bigint, l.documents_deleted) > 0
+      ORDER BY started_at DESC, id DESC LIMIT %(limit)s) l
+LEFT JOIN LATERAL (SELECT key, value FROM jsonb_each_text(l.deleted_by_root) WHERE value::bigint > 0) r ON true
 ORDER BY l.started_at, l.id, root"""
 
 # Weeks start on Monday (UTC); the last bucket ends a few days past the 12 months so that rows
@@ -158,9 +160,11 @@ def run_details(db: Database, run_id: int) -> dict[str, pd.DataFrame]:
 
 
 def deleted_per_run(db: Database, limit: int = 200) -> pd.DataFrame:
-    """Documents deleted per real run and namespace root (run_id, started_at, trigger, root, documents, run label)."""
+    """Documents deleted per real run and namespace root (run_id, started_at, trigger, root, documents, run label);
+    a run that deleted nothing is there with 0."""
     df = pd.DataFrame(
-        db.fetch(SELECT_DELETED_BY_ROOT, (limit,)), columns=["run_id", "started_at", "trigger", "root", "documents"]
+        db.fetch(SELECT_DELETED_BY_ROOT, {"limit": limit, "first_root": ROOTS[0]}),
+        columns=["run_id", "started_at", "trigger", "root", "documents"],
     )
     df["documents"] = df["documents"].astype(int)
     # A categorical label per run: runs are seconds or days apart, a time axis would crush them.

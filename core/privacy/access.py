@@ -41,19 +41,28 @@ FROM store
 WHERE prefix = %(prefix)s OR prefix LIKE %(pattern)s ESCAPE '\'
 ORDER BY prefix, key"""
 
+# When a checkpoint happened: its own `ts`, or the day the demo replays (metadata `core_replayed_at`, the clock the
+# tool-call extraction and our logs use: core/checkpoints/tool_calls.py), so the conversations, the preferences
+# they wrote and our logs read one clock.
+CHECKPOINT_TIME = (
+    "coalesce(core_try_timestamptz({c}.metadata ->> 'core_replayed_at'), core_try_timestamptz({c}.checkpoint ->> 'ts'))"
+)
 # The writes of the customer's threads that hold messages, or that the decoder cannot read, or that name a
 # type the serializer's allowlist refuses (`refused_type`, from the one allowlist, core_serde_allowlist), in
 # the order the conversation happened, decoded in SQL: no raw blob leaves the database.
-SELECT_WRITES = """
-SELECT thread_id, checkpoint_ns, checkpoint_id, task_path, task_id, idx, channel, ts, step,
-       messages, undecodable, refused_type
-FROM core_checkpoint_writes_view
-WHERE thread_id = ANY(%(threads)s)
-  AND (jsonb_array_length(messages) > 0 OR undecodable IS NOT NULL OR refused_type IS NOT NULL)
-ORDER BY thread_id, ts NULLS LAST, checkpoint_id, task_path, task_id, idx"""
-SELECT_THREADS_SUMMARY = """
-SELECT thread_id, count(*) AS checkpoints, min(checkpoint ->> 'ts') AS first_ts, max(checkpoint ->> 'ts') AS last_ts
-FROM checkpoints WHERE thread_id = ANY(%(threads)s) GROUP BY thread_id ORDER BY min(checkpoint ->> 'ts'), thread_id"""
+SELECT_WRITES = f"""
+SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_path, w.task_id, w.idx, w.channel,
+       coalesce({CHECKPOINT_TIME.format(c="c")}, w.ts) AS ts, w.step, w.messages, w.undecodable, w.refused_type
+FROM core_checkpoint_writes_view w
+LEFT JOIN checkpoints c
+       ON c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id
+WHERE w.thread_id = ANY(%(threads)s)
+  AND (jsonb_array_length(w.messages) > 0 OR w.undecodable IS NOT NULL OR w.refused_type IS NOT NULL)
+ORDER BY w.thread_id, 8 NULLS LAST, w.checkpoint_id, w.task_path, w.task_id, w.idx"""
+SELECT_THREADS_SUMMARY = f"""
+SELECT thread_id, count(*) AS checkpoints, min({CHECKPOINT_TIME.format(c="c")}) AS first_ts,
+       max({CHECKPOINT_TIME.format(c="c")}) AS last_ts
+FROM checkpoints c WHERE thread_id = ANY(%(threads)s) GROUP BY thread_id"""
 
 SELECT_MEMORY_WRITES = r"""
 SELECT id, written_at, prefix, key, thread_id, agent FROM core_memory_writes
@@ -267,19 +276,23 @@ def gather(db: Database, customer_id: str) -> AccessReport:
             exports = conn.execute(SELECT_ACCESS_EXPORTS, params).fetchall()
             generated_at = one(conn.execute("SELECT now() AS now").fetchone())["now"]
     thread_rows = []
-    ordered = sorted(threads, key=lambda t: ((summaries.get(t) or {}).get("first_ts") or "", t))
-    for thread_id in ordered:
+    for thread_id in threads:
         summary = summaries.get(thread_id) or {}
+        messages = _thread_messages(writes.get(thread_id, []))
+        times = [m["ts"] for m in messages if m.get("ts") is not None]
         thread_rows.append(
             {
                 "thread_id": thread_id,
                 "sources": attribution.threads[thread_id],
                 "checkpoints": int(summary.get("checkpoints") or 0),
-                "first_ts": summary.get("first_ts"),
-                "last_ts": summary.get("last_ts"),
-                "messages": _thread_messages(writes.get(thread_id, [])),
+                # its first and last message (its first and last checkpoint when it has none)
+                "first_ts": min(times) if times else summary.get("first_ts"),
+                "last_ts": max(times) if times else summary.get("last_ts"),
+                "messages": messages,
             }
         )
+    # in the order they happened: the conversations are numbered in this order
+    thread_rows.sort(key=lambda r: (r["first_ts"] is None, r["first_ts"] or generated_at, r["thread_id"]))
     return AccessReport(
         customer_id=customer_id,
         namespace_prefix=params["prefix"],
@@ -291,7 +304,7 @@ def gather(db: Database, customer_id: str) -> AccessReport:
         erasure_rechecks=[dict(r) for r in rechecks],
         access_exports=[dict(r) for r in exports],
         sources={
-            "store": [f"store: prefix = '{params['prefix']}' or below it"],
+            "store": [f"store.prefix = '{params['prefix']}' OR store.prefix LIKE '{params['pattern']}'"],
             "threads": list(attribution.sources),
             **(
                 {"threads_not_searched": [f"{k}: {v}" for k, v in attribution.errors.items()]}

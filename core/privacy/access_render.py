@@ -146,6 +146,12 @@ STRINGS = {
         "system": "Sistema",
         "calls": "Usa la herramienta",
         "result_of": "Resultado de {name}",
+        "no_result": "(sin contenido)",
+        "clock": "Todas las horas de este documento están en la zona horaria {tz}.",
+        "preference": "Preferencia de {tipo}",
+        "access_request": "su solicitud de acceso",
+        "export_n": "la exportación n.º {n} de sus datos",
+        "your_memory": "sus preferencias guardadas",
         "yes": "sí",
         "no": "no",
     },
@@ -215,6 +221,12 @@ STRINGS = {
         "system": "System",
         "calls": "Uses the tool",
         "result_of": "Result of {name}",
+        "no_result": "(no content)",
+        "clock": "Every time in this document is in the {tz} time zone.",
+        "preference": "{tipo} preference",
+        "access_request": "your access request",
+        "export_n": "export no. {n} of your data",
+        "your_memory": "your saved preferences",
         "yes": "yes",
         "no": "no",
     },
@@ -327,6 +339,20 @@ LABELS = {
         "pending_sends": "Envíos pendientes (formato anterior)",
         "decoded": "Todo leído",
         "local_viewer": "personal de la empresa (modo local, sin identificar)",
+        # the guard's reason for a denial (core/checkpoints/guard.py), and the short form older rows hold
+        "checkpoint persistence degraded (PostgreSQL unreachable)": (
+            "no se podía guardar la conversación (base de datos no disponible)"
+        ),
+        "degraded": "no se podía guardar la conversación (base de datos no disponible)",
+        # a preference document's fields and its kinds (`tipo`), as the agents write them
+        "tipo": "Tipo",
+        "texto": "Texto",
+        "valor": "Valor",
+        "hilo": "Conversación",
+        "recogida": "recogida",
+        "contacto": "contacto",
+        "idioma": "idioma",
+        "horario": "horario",
     },
     "en": {
         "documents": "Saved preferences",
@@ -433,6 +459,18 @@ LABELS = {
         "pending_sends": "Pending sends (older format)",
         "decoded": "Everything read",
         "local_viewer": "company staff (local mode, not identified)",
+        "checkpoint persistence degraded (PostgreSQL unreachable)": (
+            "the conversation could not be saved (database unavailable)"
+        ),
+        "degraded": "the conversation could not be saved (database unavailable)",
+        "tipo": "Kind",
+        "texto": "Text",
+        "valor": "Value",
+        "hilo": "Conversation",
+        "recogida": "pickup",
+        "contacto": "contact",
+        "idioma": "language",
+        "horario": "schedule",
     },
 }
 
@@ -465,10 +503,36 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:.1rem 1rem;margin:.3re
 
 
 class _Writer:
-    """Formats values for one export: dates in the notice's time zone and the requester's language, no raw keys."""
+    """Formats values for one export: dates in the notice's time zone and the requester's language, no raw keys
+    (a conversation is named by its number in the export, `conversations`: thread id -> number)."""
 
-    def __init__(self, lang: str, zone: tzinfo, labels: dict[str, str]) -> None:
-        self.lang, self.zone, self.labels = lang, zone, labels
+    def __init__(self, lang: str, zone: tzinfo, labels: dict[str, str], conversations: dict[str, int]) -> None:
+        self.lang, self.zone, self.labels, self.conversations = lang, zone, labels, conversations
+
+    def conversation(self, thread_id: Any) -> str:
+        n = self.conversations.get(thread_id) if isinstance(thread_id, str) else None
+        return STRINGS[self.lang]["thread"].format(n=n) if n else self.text(thread_id)
+
+    def document(self, key: str) -> str:
+        """A store document's key in words (HTML): `pref-<tipo>` as the preference it holds, any other key as the
+        agent wrote it, in code."""
+        tipo = key.removeprefix("pref-")
+        if key.startswith("pref-") and tipo in self.labels:
+            return _e(STRINGS[self.lang]["preference"].format(tipo=self.label(tipo)))
+        return f"<code>{_e(key)}</code>"
+
+    def target(self, row: dict) -> str:
+        """What a member of staff looked at (core_data_views' `target`, an internal key) in words."""
+        kind, target, s = row.get("kind"), str(row.get("target") or ""), STRINGS[self.lang]
+        if kind == "thread":
+            return self.conversation(target)
+        if kind in ("namespace", "search"):
+            return s["your_memory"]
+        if kind == "access_preview":
+            return s["access_request"]
+        if kind == "access_export" and target.startswith("access_register:"):
+            return s["export_n"].format(n=target.removeprefix("access_register:"))
+        return self.text(target)
 
     def label(self, key: str) -> str:
         return self.labels.get(key, key)
@@ -499,7 +563,15 @@ class _Writer:
             return ", ".join(self.text(v) for v in value) or "—"
         return self.label(str(value)) if str(value) in self.labels else str(value)
 
-    def cell(self, column: str, value: Any) -> str:
+    def cell(self, column: str, value: Any, row: dict | None = None) -> str:
+        if column == "target" and row is not None:
+            return self.target(row)
+        if column in ("thread_id", "thread"):
+            return self.conversation(value)
+        if column == "key" and isinstance(value, str):
+            tipo = value.removeprefix("pref-")
+            if value.startswith("pref-") and tipo in self.labels:
+                return STRINGS[self.lang]["preference"].format(tipo=self.label(tipo))
         if column.endswith("_at") or column in ("degraded_from", "degraded_to"):
             return self.moment(value) if value else "—"
         if column == "operator" and value in LOCAL_OPERATORS:
@@ -507,7 +579,8 @@ class _Writer:
         if column == "viewer" and value in LOCAL_OPERATORS:  # the dashboard in local mode: nobody signed in
             return self.label("local_viewer")
         if column == "denial" and isinstance(value, dict):
-            return self.text({k: value.get(k) for k in ("tool", "risk", "reason", "thread_id")})
+            shown = {k: value.get(k) for k in ("tool", "risk", "reason")}
+            return "; ".join(x for x in (self.text(shown), self.conversation(value.get("thread_id"))) if x != "—")
         return self.text(value)
 
 
@@ -528,7 +601,7 @@ def _e(value: Any) -> str:
 
 def _table(rows: list[dict], columns: tuple[str, ...], w: _Writer) -> str:
     head = "".join(f"<th>{_e(w.label(c))}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{_e(w.cell(c, r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_e(w.cell(c, r.get(c), r))}</td>" for c in columns) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
@@ -564,10 +637,12 @@ def _message(m: dict, s: dict, w: _Writer) -> str:
     )
     parts = [f"<b>{_e(who)}</b> <span class='muted'>{_e(w.moment(m['ts']))}</span>"]
     text = _content(m.get("content"))
-    if text:
-        parts.append(f"<div>{_e(text)}</div>")
+    if text:  # what was said, as it was said (class `said`: the customer's or the assistant's words, any language)
+        parts.append(f"<div class='said'>{_e(text)}</div>")
+    elif m["kind"] == "tool":  # a tool that returned nothing: said, never an empty box
+        parts.append(f"<div class='muted'>{_e(s['no_result'])}</div>")
     for call in m.get("tool_calls") or []:
-        parts.append(f"<div class='muted'>{_e(s['calls'])}: {_e(_tool_call(call, w))}</div>")
+        parts.append(f"<div class='muted'>{_e(s['calls'])}: <code>{_e(_tool_call(call, w))}</code></div>")
     if m.get("refused_type"):
         parts.append(f"<p class='marker'>{_e(s['refused'].format(types=m['refused_type']))}</p>")
     return f"<div class='msg {_e(m['kind'])}'>" + "".join(parts) + "</div>"
@@ -578,7 +653,8 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
     in `lang`, dates in the notice's time zone; the same data as the JSON, without internal keys."""
     doc = export_document(report, requested_by=requested_by, lang=lang, notice=notice)
     s, cover, info = STRINGS[lang], doc["cover"], notice.texts
-    w = _Writer(lang, notice.timezone, LABELS[lang])
+    numbers = {thread["thread_id"]: n for n, thread in enumerate(doc["threads"], start=1)}
+    w = _Writer(lang, notice.timezone, LABELS[lang], numbers)
     who = s["dpo_office"] if requested_by in LOCAL_OPERATORS else f"{s['dpo_office']} ({requested_by})"
     title = s["title"].format(id=report.customer_id)
     p = [
@@ -590,7 +666,8 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
         f"<dt>{s['generated_at']}</dt><dd>{_e(w.moment(report.generated_at))} ({_e(str(notice.timezone))})</dd>"
         f"<dt>{s['controller']}</dt><dd>{_e(info['controller_name'])}</dd>"
         f"<dt>{s['contact']}</dt><dd>{_e(info['controller_contact'])}</dd>"
-        f"<dt>{s['dpo']}</dt><dd>{_e(info['dpo_contact'])}</dd></dl>",
+        f"<dt>{s['dpo']}</dt><dd>{_e(info['dpo_contact'])}</dd></dl>"
+        f"<p class='muted'>{_e(s['clock'].format(tz=notice.timezone))}</p>",
         f"<h3>{s['purposes']}</h3>{_list(info['purposes'])}<h3>{s['recipients']}</h3>{_list(info['recipients'])}",
         f"<h3>{s['transfers']}</h3><p>{_e(info['transfers'])}</p><h3>{s['automated']}</h3>"
         f"<p>{_e(info['automated_decisions'])}</p>",
@@ -617,8 +694,11 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
         value = d["value"] if isinstance(d["value"], dict) else {"valor": d["value"]}
         place = d["prefix"][len(report.namespace_prefix) + 1 :].replace(".", " / ")  # a nested namespace's own part
         p.append(
-            f"<h3>{_e(place + ' / ' if place else '')}{_e(d['key'])}{flag}</h3><dl>"
-            + "".join(f"<dt>{_e(k)}</dt><dd>{_e(w.text(v))}</dd>" for k, v in value.items())
+            f"<h3>{f'<code>{_e(place)}</code> / ' if place else ''}{w.document(d['key'])}{flag}</h3><dl>"
+            + "".join(
+                f"<dt>{_e(w.label(k))}</dt><dd class='value'>{_e(w.conversation(v) if k == 'hilo' else w.text(v))}</dd>"
+                for k, v in value.items()
+            )
             + "</dl>"
             f"<p class='muted'>{s['created']} {_e(w.moment(d['created_at']))} · {s['updated']} "
             f"{_e(w.moment(d['updated_at']))} · "
@@ -628,14 +708,13 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
     p.append(f"<h2>{s['threads']} ({w.number(len(doc['threads']))})</h2>")
     if not doc["threads"]:
         p.append(f"<p>{s['none_threads']}</p>")
-    numbers = {thread["thread_id"]: n for n, thread in enumerate(doc["threads"], start=1)}
     for thread in doc["threads"]:
         # dated by its checkpoints, the clock of its messages (a log's clock may differ: the demo replays its days)
         first, last = w.moment(thread["first_ts"]), w.moment(thread["last_ts"])
         p.append(
             f"<h3 id='conversation-{numbers[thread['thread_id']]}'>"
             f"{_e(s['thread'].format(n=numbers[thread['thread_id']]))} "
-            f"<span class='muted'>({_e(thread['thread_id'])})</span></h3>"
+            f"<span class='muted'>(<code>{_e(thread['thread_id'])}</code>)</span></h3>"
             f"<p class='muted'>{_e(s['from_to'].format(first=first, last=last))} · "
             f"{_e(s['checkpoints'].format(n=w.number(thread['checkpoints'])))}</p>"
         )
@@ -646,15 +725,7 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
         p.append(f"<p>{s['none_logs']}</p>")
     for name, rows in logged.items():
         if name in ("conversations", "dead_letters"):  # named as the conversations above, which date them
-            rows = [
-                {
-                    **r,
-                    "thread": s["thread"].format(n=numbers[r["thread_id"]])
-                    if r["thread_id"] in numbers
-                    else r["thread_id"],
-                }
-                for r in rows
-            ]
+            rows = [{**r, "thread": r["thread_id"]} for r in rows]
         p.append(f"<h3>{_e(w.label(name))} ({w.number(len(rows))})</h3>" + _table(rows, COLUMNS[name], w))
     erasures = doc["erasure_register"]
     p.append(f"<h2>{s['erasures']}</h2>")
@@ -672,9 +743,14 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
             else f"<p>{s['none_exports']}</p>"
         )
     )
+    # what was searched, as the DPO configures and queries it: identifiers in code, as written
     p.append(
-        f"<h2>{s['annex']}</h2><h3>{s['sources']}</h3>"
-        + _list([f"{w.label(k)}: {', '.join(v)}" for k, v in cover["sources_searched"].items()])
+        f"<h2>{s['annex']}</h2><h3>{s['sources']}</h3><ul>"
+        + "".join(
+            f"<li>{_e(w.label(k))}: " + ", ".join(f"<code>{_e(x)}</code>" for x in v) + "</li>"
+            for k, v in cover["sources_searched"].items()
+        )
+        + "</ul>"
     )
     if cover["storage_formats"]:
         p.append(f"<h3>{s['formats']}</h3><p>{_e(w.text(cover['storage_formats']))}</p>")

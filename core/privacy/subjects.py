@@ -262,6 +262,8 @@ class Coverage:
     unattributed_bytes: int
     query_configured: bool
     as_of: datetime | None = None  # when the sweep computed it (core_coverage_snapshot); None: computed now
+    sweep_run_id: int | None = None  # the sweep run that computed it (None: computed outside a sweep, or now)
+    sweep_started_at: datetime | None = None  # that run's logged start
 
     @property
     def thread_share(self) -> float:
@@ -273,13 +275,17 @@ class Coverage:
         return self.unattributed_bytes / self.bytes if self.bytes else 0.0
 
 
-SELECT_SNAPSHOT = "SELECT * FROM core_coverage_snapshot WHERE config = %(config)s"
+SELECT_SNAPSHOT = """
+SELECT r.*, (SELECT l.started_at FROM core_sweep_log l WHERE l.id = r.sweep_run_id) AS sweep_started_at
+FROM core_coverage_snapshot r WHERE config = %(config)s"""
 UPSERT_SNAPSHOT = """
-INSERT INTO core_coverage_snapshot (config, threads, unattributed_threads, bytes, unattributed_bytes)
-VALUES (%(config)s, %(threads)s, %(unattributed_threads)s, %(bytes)s, %(unattributed_bytes)s)
+INSERT INTO core_coverage_snapshot (config, threads, unattributed_threads, bytes, unattributed_bytes, sweep_run_id)
+VALUES (%(config)s, %(threads)s, %(unattributed_threads)s, %(bytes)s, %(unattributed_bytes)s, %(sweep_run)s)
 ON CONFLICT (config) DO UPDATE SET threads = EXCLUDED.threads, unattributed_threads = EXCLUDED.unattributed_threads,
-    bytes = EXCLUDED.bytes, unattributed_bytes = EXCLUDED.unattributed_bytes, computed_at = now()
-RETURNING computed_at"""
+    bytes = EXCLUDED.bytes, unattributed_bytes = EXCLUDED.unattributed_bytes, computed_at = now(),
+    sweep_run_id = EXCLUDED.sweep_run_id
+RETURNING computed_at, sweep_run_id,
+          (SELECT l.started_at FROM core_sweep_log l WHERE l.id = %(sweep_run)s) AS sweep_started_at"""
 
 
 def _snapshot_key(config: Attribution) -> Jsonb:
@@ -310,6 +316,8 @@ def _coverage_of(row: dict, config: Attribution, as_of: datetime | None = None) 
         int(row["unattributed_bytes"]),
         bool(config.thread_query),
         as_of,
+        row.get("sweep_run_id"),
+        row.get("sweep_started_at"),
     )
 
 
@@ -346,8 +354,10 @@ def refresh_coverage(
     storage_refreshed: bool = False,
     batch_rows: int | None = None,
     batch_threads: int = COVERAGE_BATCH_THREADS,
+    sweep_run: int | None = None,
 ) -> Coverage:
-    """The sweep job's step: compute the coverage now and keep it for the pages.
+    """The sweep job's step: compute the coverage now and keep it for the pages (`sweep_run`: the run computing it,
+    which the pages name).
 
     Computed from core_thread_storage (bounded temp space at any size, issue 14). The sweep has just refreshed it
     (`storage_refreshed=True`); otherwise, or when that refresh did not record every configured metadata key, it
@@ -358,11 +368,14 @@ def refresh_coverage(
     kept = db.fetch_one(storage.SELECT_STORAGE_REFRESH, read_only=False) if storage_refreshed else None
     if kept is None or not set(config.metadata_keys) <= set(kept["metadata_keys"]):
         storage.refresh_thread_storage(
-            db, config.metadata_keys, storage.STORAGE_BATCH_ROWS if batch_rows is None else batch_rows
+            db,
+            config.metadata_keys,
+            storage.STORAGE_BATCH_ROWS if batch_rows is None else batch_rows,
+            sweep_run=sweep_run,
         )
     with db.connection() as conn:
         cov = coverage_from_storage(conn, config, batch_threads)
-    at = one(
+    kept = one(
         db.fetch_one(
             UPSERT_SNAPSHOT,
             {
@@ -371,11 +384,14 @@ def refresh_coverage(
                 "unattributed_threads": cov.unattributed_threads,
                 "bytes": cov.bytes,
                 "unattributed_bytes": cov.unattributed_bytes,
+                "sweep_run": sweep_run,
             },
             read_only=False,
         )
-    )["computed_at"]
-    return replace(cov, as_of=at)
+    )
+    return replace(
+        cov, as_of=kept["computed_at"], sweep_run_id=kept["sweep_run_id"], sweep_started_at=kept["sweep_started_at"]
+    )
 
 
 def coverage(db: Database, config: Attribution | None = None) -> Coverage:
