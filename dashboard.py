@@ -22,7 +22,7 @@ from psycopg_pool import PoolTimeout
 
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import SchemaMismatch, ShallowCheckpointSchema
-from ui import fmt, navigation, replica
+from ui import fmt, navigation, replica, scope
 from ui.common import (
     PROBE_INTERVAL_S,
     SEED_FRESH_S,
@@ -206,6 +206,8 @@ if seeding is not None:
     seed_banner()
 
 replica.page_note()
+page_spec = navigation.spec_for(nav.url_path)
+scope.unscoped_note(user.roles, page_spec.role if page_spec else None)  # SRE and DPO pages: every store, said so
 try:
     shown_as_message(nav.run, nav.url_path or "home")  # a failing page: a message and an error id, not a traceback
 finally:

@@ -10,6 +10,7 @@ import streamlit as st
 
 from core import roles
 from core.memory import reads, semantic
+from core.memory.customer_stores import ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from core.privacy.data_views import customer_of
 from ui import capture, charts, fmt
@@ -26,6 +27,7 @@ from ui.common import (
 )
 from ui.i18n import lang, t
 from ui.safe import md, md_code, plot_frame
+from ui.scope import manager_scope, scoped_label
 from ui.tables import Link, table
 
 TOP_N = 20
@@ -89,22 +91,30 @@ st.caption(t("memory_caption"))
 capture.freshness_note()  # the totals below are kept by the change follower: how far behind it is
 with st.expander(t("mem_technical")):
     st.caption(t("mem_technical_text", emb=md(embeddings_in_words())))
+# a store manager's stores (None: every store); every read below is limited to them in SQL
+scope = manager_scope()
 
-totals = read(reads.memory_totals)
+
+def mine(label: str) -> str:
+    """A total's label, said to be the manager's stores' when the page is scoped."""
+    return scoped_label(label, scope)
+
+
+totals = read(reads.memory_totals, scope=scope)
 c1, c2, c3 = st.columns(3)
-c1.metric(t("mem_customers"), fmt.number(totals.customers), help=t("mem_customers_help"))
-c2.metric(t("mem_documents"), fmt.number(totals.documents))
-c3.metric(t("mem_holders"), fmt.number(totals.namespaces), help=t("mem_holders_help"))
+c1.metric(mine(t("mem_customers")), fmt.number(totals.customers), help=t("mem_customers_help"))
+c2.metric(mine(t("mem_documents")), fmt.number(totals.documents))
+c3.metric(mine(t("mem_holders")), fmt.number(totals.namespaces), help=t("mem_holders_help"))
 c4, c5, _ = st.columns(3)
-c4.metric(t("mem_searchable"), fmt.number(totals.vectors), help=t("mem_searchable_help"))
-c5.metric(t("mem_expired"), fmt.number(totals.expired), help=t("mem_expired_help"))
+c4.metric(mine(t("mem_searchable")), fmt.number(totals.vectors), help=t("mem_searchable_help"))
+c5.metric(mine(t("mem_expired")), fmt.number(totals.expired), help=t("mem_expired_help"))
 if totals.documents == 0:  # empty while the demo seeds is not an empty store: the page says which
     st.info(t("memory_seeding" if demo_seeding() else "memory_empty"), icon=":material/info:")
 
 left, right = st.columns(2)
 with left:
-    st.subheader(t("mem_by_root"))
-    by_root = read(reads.documents_by_root)
+    st.subheader(mine(t("mem_by_root")))
+    by_root = read(reads.documents_by_root, scope=scope)
     if by_root.empty:
         st.info(t("chart_empty"))
     else:
@@ -120,8 +130,8 @@ with left:
             },
         )
 with right:
-    st.subheader(t("mem_top", n=TOP_N))
-    top = read(reads.top_prefixes, TOP_N)  # most documents first
+    st.subheader(mine(t("mem_top", n=TOP_N)))
+    top = read(reads.top_prefixes, TOP_N, scope=scope)  # most documents first
     if top.empty:
         st.info(t("chart_empty"))
     else:
@@ -140,9 +150,9 @@ with st.expander(t("mem_policy")):
         config={"root": t("mem_holder"), "ttl_days": t("mem_keep_days"), "refresh_on_read": t("mem_refresh")},
     )
 
-st.subheader(t("alarm_title", n=MAX_DOCS_PER_CUSTOMER))
+st.subheader(mine(t("alarm_title", n=MAX_DOCS_PER_CUSTOMER)))
 st.caption(t("alarm_caption", n=MAX_DOCS_PER_CUSTOMER))
-oversized = read(reads.oversized_customers)
+oversized = read(reads.oversized_customers, scope=scope)
 
 
 def _open_selected() -> None:
@@ -178,8 +188,9 @@ with st.form("memory.semantic_form", border=False):
         placeholder=t("sem_placeholder"),
         max_chars=semantic.MAX_QUERY_LENGTH,
     )
-    # the roots in words as options (a format_func runs outside the page in AppTest, always in Spanish)
-    roots = {root_label(r): r for r in POLICIES}
+    # the roots in words as options (a format_func runs outside the page in AppTest, always in Spanish);
+    # a store manager searches their stores' customers only
+    roots = {root_label(r): r for r in ([ROOT] if scope is not None else POLICIES)}
     sem_root = roots[root_col.selectbox(t("sem_root"), list(roots), key="memory.semantic_root")]
     sem_k = k_col.number_input(t("sem_k"), 1, semantic.MAX_K, 10, key="memory.semantic_k")
     if st.form_submit_button(t("sem_search"), icon=":material/manage_search:"):
@@ -187,7 +198,7 @@ with st.form("memory.semantic_form", border=False):
         try:
             st.session_state[SEMANTIC_KEY] = (
                 sem_root,
-                call_expensive(semantic.search, settings(), sem_query, sem_root, int(sem_k)),
+                call_expensive(semantic.search, settings(), sem_query, sem_root, int(sem_k), scope=scope),
             )
         except semantic.SearchInputError as exc:
             st.error(md(exc))
@@ -228,12 +239,18 @@ query = st.text_input(t("drill_input"), key=NS_KEY, placeholder=t("drill_placeho
 if query:
     st.query_params["ns"] = query
     try:
-        found = read(reads.find_namespaces, query)
-        suggestions = read(reads.suggest_namespaces, query)
+        found = read(reads.find_namespaces, query, scope=scope)
+        suggestions = read(reads.suggest_namespaces, query, scope=scope)
     except InvalidIdentifier as exc:
         st.error(md(exc))
         found = None
-    if found is not None and found.empty:
+    if found is not None and found.empty and scope is not None:
+        # not one of the manager's customers (or no such holder): refused, never shown, and the refusal logged
+        st.error(
+            t("scope_refused", target=md_code(query), stores=", ".join(map(md, scope.stores))), icon=":material/block:"
+        )
+        views_log.record(roles.MANAGER, "refused", [(query, reads.refused_customer(query))], purpose or None)
+    elif found is not None and found.empty:
         st.info(t("drill_none", q=md(query)))
     if found is not None and not suggestions.empty and suggestions["prefix"].tolist() != found["prefix"].tolist():
         counts = dict(zip(suggestions["prefix"], suggestions["documents"], strict=True))
@@ -254,7 +271,7 @@ if query:
         pages = max(1, -(-count // PAGE_SIZE))
         page = st.number_input(t("page_of", n=fmt.number(pages)), 1, pages, 1, key="memory.page") if pages > 1 else 1
         views_log.record(roles.MANAGER, "namespace", [(prefix, customer_of(prefix))], purpose)
-        items = read(reads.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+        items = read(reads.namespace_items, prefix, PAGE_SIZE, (page - 1) * PAGE_SIZE, scope=scope)
         first = (page - 1) * PAGE_SIZE + 1
         st.markdown(
             t(

@@ -16,6 +16,7 @@ from ui import charts, fmt
 from ui.common import call_now, forget, read, require_role, shared_figure
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
+from ui.scope import manager_scope, scoped_label
 from ui.tables import table
 
 TARGET_RATIO = 0.1  # the seed's target: one preference write every ten conversations
@@ -66,6 +67,8 @@ st.title(t("prefs_title"))
 st.caption(t("prefs_caption", target=fmt.number(TARGET_RATIO)))
 with st.expander(t("prefs_technical")):
     st.caption(t("prefs_technical_text"))
+# a store manager's stores (None: every store); every read below is limited to their customers in SQL
+scope = manager_scope()
 
 today = date.today()
 period = st.date_input(
@@ -91,24 +94,28 @@ def extracted_text(result: tool_calls.ExtractResult) -> str:
 
 def _forget_reads() -> None:
     """After an extraction added rows: drop this page's cached reads (only these)."""
-    forget(preferences.preference_daily, since, until)
-    forget(preferences.conversations, since, until)
-    forget(preferences.clocks, since, until)
-    forget(preferences.preference_by_tipo, since, until)
-    forget(preferences.preferences_applied, APPLIED_THREADS, since, until)
-    forget(preferences.writing_conversation_count, since, until)
+    forget(preferences.preference_daily, since, until, scope=scope)
+    forget(preferences.conversations, since, until, scope=scope)
+    forget(preferences.clocks, since, until, scope=scope)
+    forget(preferences.preference_by_tipo, since, until, scope=scope)
+    forget(preferences.preferences_applied, APPLIED_THREADS, since, until, scope=scope)
+    forget(preferences.writing_conversation_count, since, until, scope=scope)
     for page in range(1, int(st.session_state.get("preferences.page", 1)) + 1):
-        forget(preferences.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+        forget(preferences.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE, scope=scope)
 
 
 # Tool calls come from the checkpoints through an incremental extraction (the sweep job advances
 # it); a page view moves it forward a bounded step, never decodes the whole history.
+# (a store manager is not shown the chain's counts of calls and checkpoints: only that the figures may be incomplete)
 extracted = call_now(tool_calls.catch_up)
 if extracted.calls or extracted.thread_days:
     _forget_reads()
-    st.caption(extracted_text(extracted))
+    if scope is None:
+        st.caption(extracted_text(extracted))
 if extracted.error:
     st.warning(t("prefs_cannot_extract", error=md(extracted.error), n=fmt.number(extracted.behind)))
+elif not extracted.caught_up and scope is not None:
+    st.warning(t("prefs_behind_scoped"))
 elif not extracted.caught_up:
     st.warning(t("prefs_behind", n=fmt.number(extracted.behind)))
     if st.button(t("prefs_extract_now"), key="preferences.extract"):
@@ -121,25 +128,31 @@ elif not extracted.caught_up:
         _forget_reads()
         st.rerun()
 
-daily = read(preferences.preference_daily, since, until)
-conversations, writes = read(preferences.conversations, since, until), int(daily["writes"].sum())
+
+def mine(label: str) -> str:
+    """A total's label, said to be the manager's stores' when the page is scoped."""
+    return scoped_label(label, scope)
+
+
+daily = read(preferences.preference_daily, since, until, scope=scope)
+conversations, writes = read(preferences.conversations, since, until, scope=scope), int(daily["writes"].sum())
 ratio = writes / conversations if conversations else None
 c1, c2, c3 = st.columns(3)
-c1.metric(t("conversations"), fmt.number(conversations))
-c2.metric(t("pref_writes"), fmt.number(writes))
+c1.metric(mine(t("conversations")), fmt.number(conversations))
+c2.metric(mine(t("pref_writes")), fmt.number(writes))
 if ratio is None:
-    c3.metric(t("ratio"), "–")
+    c3.metric(mine(t("ratio")), "–")
 else:  # the distance to the target in words: neither green nor red, the target is a level, not a score
     side = "prefs_above_target" if ratio >= TARGET_RATIO else "prefs_below_target"
     c3.metric(
-        t("ratio"),
+        mine(t("ratio")),
         fmt.number(ratio, 3),
         t(side, diff=fmt.number(abs(ratio - TARGET_RATIO), 3), target=fmt.number(TARGET_RATIO)),
         delta_color="off",
         delta_arrow="off",
     )
 
-replayed = read(preferences.clocks, since, until).get("replayed", 0)
+replayed = read(preferences.clocks, since, until, scope=scope).get("replayed", 0)
 st.caption(t("prefs_clock", replayed=fmt.count("prefs_clock_replayed", replayed) if replayed else ""))
 
 if conversations == 0:
@@ -150,18 +163,18 @@ charts.draw(daily_figure(daily, lang()), key="preferences.daily_chart")
 
 left, right = st.columns([1, 2])
 with left:
-    st.subheader(t("by_tipo"))
-    by_tipo = read(preferences.preference_by_tipo, since, until)  # most writes first
+    st.subheader(mine(t("by_tipo")))
+    by_tipo = read(preferences.preference_by_tipo, since, until, scope=scope)  # most writes first
     if by_tipo.empty:
         st.info(t("chart_empty"))
     else:
         charts.draw(tipo_figure(by_tipo, lang()), key="preferences.tipo_chart")
 with right:
-    st.subheader(t("writers"))
-    total = read(preferences.writing_conversation_count, since, until)
+    st.subheader(mine(t("writers")))
+    total = read(preferences.writing_conversation_count, since, until, scope=scope)
     pages = max(1, -(-total // PAGE_SIZE))
     page = st.number_input(t("page_of", n=fmt.number(pages)), 1, pages, 1, key="preferences.page") if pages > 1 else 1
-    writers = read(preferences.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+    writers = read(preferences.writing_conversations, since, until, PAGE_SIZE, (page - 1) * PAGE_SIZE, scope=scope)
     if writers.empty:
         st.info(t("prefs_no_writers"))
     else:
@@ -171,8 +184,8 @@ with right:
         )
         table(writers, key="preferences.writers", config={"tipos": t("prefs_tipos")})
 
-st.subheader(t("applied_title"))
-applied = read(preferences.preferences_applied, APPLIED_THREADS, since, until)
+st.subheader(mine(t("applied_title")))
+applied = read(preferences.preferences_applied, APPLIED_THREADS, since, until, scope=scope)
 st.caption(
     t(
         "applied_caption",
@@ -183,9 +196,9 @@ st.caption(
     )
 )
 c1, c2, c3 = st.columns(3)
-c1.metric(t("applied_rate"), "–" if applied.rate is None else fmt.percent(applied.rate))
-c2.metric(t("applied_with_pref"), fmt.number(applied.with_preference))
-c3.metric(t("applied_changed"), fmt.number(applied.changed_by_memory))
+c1.metric(mine(t("applied_rate")), "–" if applied.rate is None else fmt.percent(applied.rate))
+c2.metric(mine(t("applied_with_pref")), fmt.number(applied.with_preference))
+c3.metric(mine(t("applied_changed")), fmt.number(applied.changed_by_memory))
 if applied.with_preference == 0:
     st.info(t("applied_none"))
 elif applied.changed_by_memory == 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import secrets as _random
 import tomllib
 from collections.abc import Mapping
@@ -21,6 +22,9 @@ SECRETS_FILE = ROOT / ".streamlit" / "secrets.toml"
 
 DEFAULT_SUBJECT_METADATA_KEYS = ("cliente_id", "customer_id", "user_id")
 DEFAULT_SUBJECT_THREAD_PATTERNS = ("cliente-{id}-*",)
+DEFAULT_STORE_CLAIM = "stores"
+DEFAULT_CUSTOMER_STORE_KEYS = ("tienda",)
+CLAIM_SHAPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,99}$")
 
 # Offline embedding dimension for the embedded demo (see core.embeddings).
 DEFAULT_DIMS = 64
@@ -65,7 +69,17 @@ class Settings:
     embeddings_dims: int = DEFAULT_DIMS
     auto_migrate: bool = True
     seed_demo: bool = True
-    role_map: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # e-mail (lower case) -> its `[roles]` entry as configured: a list of roles, or a table {roles, stores}
+    # (core.roles parses it at sign-in, so one bad entry refuses that user only).
+    role_map: Mapping[str, Any] = field(default_factory=dict)
+    # The identity provider's claim holding a store manager's stores (a list of store ids), STORE_CLAIM.
+    store_claim: str = DEFAULT_STORE_CLAIM
+    # Which store a customer belongs to (core.memory.customer_stores), sources in this order: an optional read-only
+    # SQL query on the application's own tables returning (cliente_id, tienda) for every customer
+    # (CUSTOMER_STORE_QUERY), the checkpoint metadata keys naming the store (CUSTOMER_STORE_KEYS, e.g. `tienda`),
+    # and the same keys in the customer's documents.
+    customer_store_query: str | None = None
+    customer_store_keys: tuple[str, ...] = DEFAULT_CUSTOMER_STORE_KEYS
     # Live demo agent replicas the dashboard runs in the background (embedded default: 1).
     demo_replicas: int = 0
     # Run the change follower (core/capture) as a background thread of this process (embedded default: on). In
@@ -135,6 +149,13 @@ def _list(raw: Any) -> tuple[str, ...]:
     """A comma-separated string (env) or a list (secrets) as a tuple of non-empty stripped items."""
     items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
     return tuple(str(i).strip() for i in items if str(i).strip())
+
+
+def _grant(value: Any) -> Any:
+    """A `[roles]` entry as configured: a table stays a (plain) dict, a list a tuple, anything else as it is."""
+    if isinstance(value, Mapping):
+        return {str(k): (tuple(v) if isinstance(v, list) else v) for k, v in value.items()}
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _aes_keys(secrets: Mapping[str, Any]) -> tuple[bytes, ...]:
@@ -240,7 +261,10 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
     dsn = _pick("PG_AGENTES", secrets)
     dims = _int("EMBEDDINGS_DIMS", _pick("EMBEDDINGS_DIMS", secrets, DEFAULT_DIMS), minimum=1)
     roles = secrets.get("roles", {}) or {}
-    role_map = {str(k).lower(): tuple(v) for k, v in dict(roles).items()}
+    role_map = {str(k).lower(): _grant(v) for k, v in dict(roles).items()}
+    store_claim = str(_pick("STORE_CLAIM", secrets, DEFAULT_STORE_CLAIM)).strip()
+    if not CLAIM_SHAPE.match(store_claim):
+        raise ValueError(f"STORE_CLAIM must be a claim name (letters, digits, _ . : / -), got {store_claim!r}")
     return Settings(
         dsn=dsn,
         replica_dsn=_pick("PG_AGENTES_REPLICA", secrets),
@@ -254,6 +278,9 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         auto_migrate=_flag(_pick("AUTO_MIGRATE", secrets, "1" if dsn is None else "0")),
         seed_demo=_flag(_pick("SEED_DEMO", secrets, "1" if dsn is None else "0")),
         role_map=role_map,
+        store_claim=store_claim,
+        customer_store_query=_pick("CUSTOMER_STORE_QUERY", secrets),
+        customer_store_keys=_list(_pick("CUSTOMER_STORE_KEYS", secrets, DEFAULT_CUSTOMER_STORE_KEYS)),
         local_roles=str(_pick("LOCAL_ROLES", secrets, "manager,sre,dpo")),
         subject_metadata_keys=_list(_pick("SUBJECT_METADATA_KEYS", secrets, DEFAULT_SUBJECT_METADATA_KEYS)),
         subject_thread_patterns=_list(_pick("SUBJECT_THREAD_PATTERNS", secrets, DEFAULT_SUBJECT_THREAD_PATTERNS)),

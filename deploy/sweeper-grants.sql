@@ -11,6 +11,7 @@
 --   core_sweep_documents  INSERT (the keys of the documents a run deleted, migration 061)
 --   core_sweep_log   INSERT + UPDATE (its own row), SELECT (RETURNING)
 --   core_thread_storage  SELECT, INSERT, DELETE (storage per thread, recomputed every run)
+--   core_customer_stores, core_customer_store_sources, core_customer_store_refresh  the customers' stores (migration 150)
 --   advisory locks   pg_try_advisory_lock / pg_advisory_unlock need no grant
 DO $$
 BEGIN
@@ -77,6 +78,10 @@ $$;
 GRANT SELECT, INSERT, UPDATE, DELETE ON core_thread_tokens, core_token_dirty TO agent_memory_sweeper;
 -- The attribution coverage as of this sweep (migration 045).
 GRANT SELECT, INSERT, UPDATE ON core_coverage_snapshot TO agent_memory_sweeper;
+-- Which store each customer belongs to (migration 150, core/memory/customer_stores.py): each source's rows replaced,
+-- its status and the refresh's totals. CUSTOMER_STORE_QUERY runs as this role: grant it SELECT on what it reads.
+GRANT SELECT, INSERT, UPDATE, DELETE ON core_customer_stores, core_customer_store_sources TO agent_memory_sweeper;
+GRANT SELECT, INSERT, UPDATE ON core_customer_store_refresh TO agent_memory_sweeper;
 
 -- Retention of the log of who looked at a customer's data (core/privacy/data_views.py, migration 085): its oldest
 -- rows and their chain links deleted, the cut recorded.

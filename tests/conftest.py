@@ -251,11 +251,11 @@ def free_port() -> int:
 
 
 def start_streamlit(
-    env_extra: dict[str, str], args: tuple[str, ...] = (), script: str = "dashboard.py"
+    env_extra: dict[str, str], args: tuple[str, ...] = (), script: str = "dashboard.py", port: int | None = None
 ) -> tuple[subprocess.Popen, str]:
-    """A dashboard process (or another `script` of the repository) on a free loopback port; `args` go to
-    `streamlit run` (e.g. --secrets.files)."""
-    port = free_port()
+    """A dashboard process (or another `script` of the repository) on a free loopback port (or `port`, e.g. one an
+    OIDC redirect URI in its secrets already names); `args` go to `streamlit run` (e.g. --secrets.files)."""
+    port = port or free_port()
     env = {
         **os.environ,
         "EMBEDDINGS_DIMS": str(DIMS),

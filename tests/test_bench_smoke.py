@@ -102,6 +102,17 @@ def test_production_benchmark_in_place_keeps_the_template_as_built(pg_dsn, monke
     assert bp.SMOKE["erasure_docs"] <= n <= bp.SMOKE["erasure_docs"] + 1 and threads == 3
 
 
+def test_scope_benchmark_times_every_scoped_read(pg_dsn):
+    """The store managers' scope benchmark (bench/bench_scope.py) on a copy of the smoke template: every read, scoped
+    and not, timed; the mapping's refresh names stores for the customers."""
+    from bench import bench_scope
+
+    lines: list[str] = []
+    scoped, scoped_info = bench_scope.run(pg_dsn, dict(bench_scope.SMOKE), 100, lines.append)
+    assert scoped_info["refresh"]["with_store"] > 0 and scoped_info["customers_one_store"] > 0
+    assert len(scoped) == 2 * 16 + 3 and all(isinstance(f[2], float) and math.isfinite(f[2]) for f in scoped)
+
+
 def test_generated_expiries_stay_out_of_the_run(create_database):
     """A 1M run crashed with `AssertionError: (195419, 195418, 195418)`: a document expired between
     the expired count and the sweep. Generated documents never expire within RUN_WINDOW of the build,

@@ -22,6 +22,7 @@ from core.config import Settings, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, probe
 from core.migrate import SchemaMismatch
 from core.read_replica import ReadRouter, router_for
+from core.roles import LOCAL_SCOPE, StoreScope
 from ui.i18n import STRINGS, t
 from ui.safe import md
 from ui.shared import Shared, SharedReading
@@ -299,6 +300,8 @@ class User:
     email: str | None
     roles: tuple[str, ...]
     local: bool
+    # which stores' customers the manager pages show (core.roles.StoreScope): every store in local mode
+    scope: StoreScope = LOCAL_SCOPE
 
 
 def auth_configured() -> bool:
@@ -363,8 +366,14 @@ def current_user() -> User | None:
     claim, name = st.user.get("email"), st.user.get("name")
     email = claim if isinstance(claim, str) else None  # claims are typed str | bool | tokens; these are strings
     # an e-mail the identity provider says it has not verified must not pick up someone's roles
-    granted = () if st.user.get("email_verified") is False else roles.roles_for(email, cfg.role_map)
-    return User((name if isinstance(name, str) else None) or email or "?", email, granted, local=False)
+    verified = st.user.get("email_verified") is not False
+    granted = roles.roles_for(email, cfg.role_map) if verified else ()
+    scope = (
+        roles.store_scope_for(email, cfg.role_map, st.user.to_dict(), cfg.store_claim)
+        if verified
+        else StoreScope((), roles.ORIGIN_NONE)
+    )
+    return User((name if isinstance(name, str) else None) or email or "?", email, granted, local=False, scope=scope)
 
 
 PAGE_ROLE_KEY = "page.role"

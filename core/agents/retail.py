@@ -47,6 +47,9 @@ AjusteEmpleado = Literal["idioma", "tienda_base", "turno", "notificaciones"]
 class ContextoCliente:
     cliente_id: str
     agente: str = "atencion-cliente"
+    # the store the conversation is held for, as the memory article's context has it (`tienda`); run_turn puts it in
+    # checkpoint metadata, where the dashboard reads which store each customer belongs to (issue 39)
+    tienda: str | None = None
     root: ClassVar[str] = "clientes"
     subject_id = property(attrgetter("cliente_id"))
 
@@ -313,20 +316,24 @@ def build_agent(
 
 
 METADATA_KEY = {"clientes": "cliente_id", "proveedores": "proveedor_id", "empleados": "empleado_id"}
+STORE_KEY = "tienda"  # checkpoint metadata: the store a customer's conversation is held for
 
 
 def run_turn(
     agent: Any, context: Contexto, thread_id: str, text: str, *, interrupt_before: Sequence[str] | None = None
 ) -> dict:
-    """One user turn. The subject's id goes into checkpoint metadata (erasure finds threads by it);
-    inside `core.clock.simulated` (the demo) so does the replayed time, `core_replayed_at`. `interrupt_before`:
-    nodes to stop before (langgraph's static breakpoint given at run time, e.g. ["tools"]; resumed with
-    `invoke(None, config)`)."""
+    """One user turn. The subject's id goes into checkpoint metadata (erasure finds threads by it), with the store of a
+    customer's conversation when the context names one; inside `core.clock.simulated` (the demo) so does the replayed
+    time, `core_replayed_at`. `interrupt_before`: nodes to stop before (langgraph's static breakpoint given at run
+    time, e.g. ["tools"]; resumed with `invoke(None, config)`)."""
     validate_label(thread_id, "thread id")
     config = {
         "configurable": {"thread_id": thread_id},
         "metadata": {METADATA_KEY[context.root]: context.subject_id, "agente": context.agente},
     }
+    tienda = getattr(context, "tienda", None)
+    if tienda is not None:  # the store of a customer's conversation (core.memory.customer_stores reads it)
+        config["metadata"][STORE_KEY] = tienda
     replayed = clock.simulated_now()
     if replayed is not None:  # the demo replays past days: tool-call extraction dates the run by it
         config["metadata"]["core_replayed_at"] = replayed.isoformat()

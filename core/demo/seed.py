@@ -69,6 +69,19 @@ AJUSTES = {
     "turno": ["mañana", "tarde", "partido"],
     "notificaciones": ["sí", "no"],
 }
+# The demo chain's stores, as its customer conversations name them (checkpoint metadata `tienda`, issue 39).
+STORES = ("T001", "T002", "T003", "T004")
+
+
+def demo_store(n: int, conversation: int) -> str | None:
+    """The store of customer C{n}'s conversation number `conversation` (0-based): each customer has a home store;
+    every seventh customer holds its second conversation at the next store (a customer of two stores); every tenth
+    customer's conversations name no store (customers without a store)."""
+    if n % 10 == 0:
+        return None
+    return STORES[(n + (1 if n % 7 == 0 and conversation == 1 else 0)) % len(STORES)]
+
+
 # Keys a pre-schema agent version wrote before `tipo` became a closed Literal.
 LEGACY_KEYS = ["pref-color", "pref-marca", "pref-estilo", "nota-libre"]
 
@@ -162,7 +175,7 @@ def seed(
     summary.employees = len(employees)
 
     # Customers: conversations spread over the month; about one in five declares a preference.
-    plan: list[tuple[str, str, datetime, list[str]]] = []
+    plan: list[tuple[ContextoCliente, str, datetime, list[str]]] = []
     for n in range(1, customers + 1):
         cid = f"C{n}"
         for c in range(rng.choice([1, 1, 2, 2, 3])):
@@ -170,16 +183,16 @@ def seed(
             turns = [rng.choice(OTHER_TURNS)(rng) for _ in range(rng.randint(1, 3))]
             if rng.random() < 0.22:
                 turns.insert(rng.randint(0, len(turns)), rng.choice(PREFERENCE_TEMPLATES)(rng))
-            plan.append((cid, f"cliente-{cid}-{c + 1}", when, turns))
+            plan.append((ContextoCliente(cid, tienda=demo_store(n, c)), f"cliente-{cid}-{c + 1}", when, turns))
     plan.sort(key=lambda p: p[2])
     progress.at("customers", 0, len(plan))
     done_lock = threading.Lock()
 
-    def converse(item: tuple[str, str, datetime, list[str]]) -> int:
-        cid, thread_id, when, turns = item
+    def converse(item: tuple[ContextoCliente, str, datetime, list[str]]) -> int:
+        context, thread_id, when, turns = item
         for k, text in enumerate(turns):
             with clock.simulated(when + timedelta(minutes=k)):
-                run_turn(agents["atencion-cliente"], ContextoCliente(cid), thread_id, text)
+                run_turn(agents["atencion-cliente"], context, thread_id, text)
         with done_lock:
             progress.done += 1
         return len(turns)
@@ -323,11 +336,12 @@ def run_replica(
     turns = 0
     try:
         while not stop.wait(every_s):
-            cid = f"C{rng.randint(1, customers)}"
+            n = rng.randint(1, customers)
+            cid = f"C{n}"
             text = rng.choice(OTHER_TURNS + PREFERENCE_TEMPLATES)(rng)
             thread_id = f"cliente-{cid}-live-{replica_id}-{turns // 3}"
             try:
-                run_turn(agents["atencion-cliente"], ContextoCliente(cid), thread_id, text)
+                run_turn(agents["atencion-cliente"], ContextoCliente(cid, tienda=demo_store(n, 0)), thread_id, text)
                 turns += 1
             except Exception:  # noqa: BLE001 - reported, and the replica keeps serving
                 log.warning("replica %s: turn on %s failed", replica_id, thread_id, exc_info=True)

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from core.db import Database, one
+from core.memory.customer_stores import MINE, Scope
 
 # Everything below reads the tool calls extracted from checkpoint history (core_tool_calls and
 # core_thread_days, core/checkpoints/tool_calls.py) through their rollups (migration 047, kept exact by
@@ -95,49 +96,110 @@ WHERE tool = %(tool)s AND first_ts >= %(since)s::date::timestamp AT TIME ZONE 'U
   AND first_ts < (%(until)s::date + 1)::timestamp AT TIME ZONE 'UTC'"""
 
 
-def preference_daily(db: Database, since: date, until: date) -> pd.DataFrame:
-    """Per UTC day: threads with a human message, `recordar_preferencia` calls, and their ratio."""
+# --- a store manager's figures (issue 39): the conversations and calls of the customers of their stores only, in SQL.
+# A thread's customer is its `cliente_id` (the checkpoint metadata the extraction read); a thread with none is no
+# store's. The rollups above hold no customer, so these read the per-customer rows by their cliente_id indexes:
+# rows of the scope's customers, not of the chain.
+IN_MINE = f"cliente_id IN ({MINE})"
+PERIOD_TS = (
+    "ts >= %(since)s::date::timestamp AT TIME ZONE 'UTC' AND ts < (%(until)s::date + 1)::timestamp AT TIME ZONE 'UTC'"
+)
+SELECT_SCOPED_PREF_DAILY = f"""
+WITH days AS (
+    SELECT generate_series(%(since)s::date, %(until)s::date, interval '1 day')::date AS day
+), conv AS (
+    SELECT day, count(*) AS conversations FROM core_thread_days
+    WHERE {IN_MINE} AND day BETWEEN %(since)s AND %(until)s GROUP BY 1
+), writes AS (
+    SELECT day, sum(calls) AS writes FROM core_tool_call_subject_days
+    WHERE tool = %(tool)s AND {IN_MINE} AND day BETWEEN %(since)s AND %(until)s GROUP BY 1
+)
+SELECT d.day, coalesce(c.conversations, 0)::bigint AS conversations, coalesce(w.writes, 0)::bigint AS writes
+FROM days d LEFT JOIN conv c USING (day) LEFT JOIN writes w USING (day) ORDER BY d.day"""
+SELECT_SCOPED_CONVERSATIONS = f"""
+SELECT count(DISTINCT thread_id) AS n FROM core_thread_days WHERE {IN_MINE} AND day BETWEEN %(since)s AND %(until)s"""
+SELECT_SCOPED_CLOCKS = f"""
+SELECT clock, count(*)::bigint AS calls FROM core_tool_calls
+WHERE tool = %(tool)s AND {IN_MINE} AND {PERIOD_TS} GROUP BY 1 ORDER BY 1"""
+SELECT_SCOPED_PREF_BY_TIPO = f"""
+SELECT tipo, sum(calls)::bigint AS writes, count(DISTINCT subject)::bigint AS customers
+FROM core_tool_call_subject_days
+WHERE tool = %(tool)s AND {IN_MINE} AND day BETWEEN %(since)s AND %(until)s
+GROUP BY tipo HAVING sum(calls) > 0 ORDER BY writes DESC, tipo"""
+# The scope's threads with a call in the period, each by its first call in the period, newest first.
+SCOPED_WRITERS = f"""
+    SELECT d.thread_id, min(d.first_ts) AS first_write, max(d.cliente_id) AS cliente_id, sum(d.calls)::bigint AS writes,
+           max(d.agent) AS agent
+    FROM core_tool_call_thread_days d
+    WHERE d.tool = %(tool)s AND d.{IN_MINE} AND d.day BETWEEN %(since)s AND %(until)s
+    GROUP BY d.thread_id"""
+SELECT_SCOPED_WRITING_CONVERSATIONS = f"""
+WITH w AS ({SCOPED_WRITERS}
+), page AS (
+    SELECT * FROM w ORDER BY first_write DESC, thread_id LIMIT %(limit)s OFFSET %(offset)s
+)
+SELECT p.thread_id, p.cliente_id, p.first_write, p.writes, t.tipos, p.agent
+FROM page p
+CROSS JOIN LATERAL (
+    SELECT string_agg(DISTINCT x.tipo, ', ') AS tipos
+    FROM core_tool_call_thread_days e CROSS JOIN LATERAL unnest(e.tipos) AS x(tipo)
+    WHERE e.thread_id = p.thread_id AND e.tool = %(tool)s AND e.day BETWEEN %(since)s AND %(until)s) t
+ORDER BY p.first_write DESC, p.thread_id"""
+SELECT_SCOPED_WRITING_CONVERSATION_COUNT = f"SELECT count(*) AS n FROM ({SCOPED_WRITERS}) w"
+
+
+def _params(scope: Scope | None, **params: Any) -> dict[str, Any]:
+    return {**params, **(scope.params() if scope is not None else {})}
+
+
+def preference_daily(db: Database, since: date, until: date, scope: Scope | None = None) -> pd.DataFrame:
+    """Per UTC day: threads with a human message, `recordar_preferencia` calls, and their ratio (of the customers of
+    a manager's stores with a `scope`)."""
+    sql = SELECT_PREF_DAILY if scope is None else SELECT_SCOPED_PREF_DAILY
     df = pd.DataFrame(
-        db.fetch(SELECT_PREF_DAILY, {"since": since, "until": until, "tool": PREF_TOOL}),
+        db.fetch(sql, _params(scope, since=since, until=until, tool=PREF_TOOL)),
         columns=["day", "conversations", "writes"],
     )
     df["ratio"] = (df["writes"] / df["conversations"].where(df["conversations"] > 0)).astype(float)
     return df
 
 
-def conversations(db: Database, since: date, until: date) -> int:
+def conversations(db: Database, since: date, until: date, scope: Scope | None = None) -> int:
     """Threads with a human message in [since, until] (UTC days)."""
-    return one(db.fetch_one(SELECT_CONVERSATIONS, {"since": since, "until": until}))["n"]
+    sql = SELECT_CONVERSATIONS if scope is None else SELECT_SCOPED_CONVERSATIONS
+    return one(db.fetch_one(sql, _params(scope, since=since, until=until)))["n"]
 
 
-def clocks(db: Database, since: date, until: date) -> dict[str, int]:
+def clocks(db: Database, since: date, until: date, scope: Scope | None = None) -> dict[str, int]:
     """Preference calls in the period by the clock that dates them ('checkpoint' or 'replayed')."""
-    rows = db.fetch(SELECT_CLOCKS, {"since": since, "until": until, "tool": PREF_TOOL})
+    sql = SELECT_CLOCKS if scope is None else SELECT_SCOPED_CLOCKS
+    rows = db.fetch(sql, _params(scope, since=since, until=until, tool=PREF_TOOL))
     return {r["clock"]: r["calls"] for r in rows}
 
 
-def preference_by_tipo(db: Database, since: date, until: date) -> pd.DataFrame:
+def preference_by_tipo(db: Database, since: date, until: date, scope: Scope | None = None) -> pd.DataFrame:
+    sql = SELECT_PREF_BY_TIPO if scope is None else SELECT_SCOPED_PREF_BY_TIPO
     return pd.DataFrame(
-        db.fetch(SELECT_PREF_BY_TIPO, {"since": since, "until": until, "tool": PREF_TOOL}),
-        columns=["tipo", "writes", "customers"],
+        db.fetch(sql, _params(scope, since=since, until=until, tool=PREF_TOOL)), columns=["tipo", "writes", "customers"]
     )
 
 
-def writing_conversations(db: Database, since: date, until: date, limit: int = 50, offset: int = 0) -> pd.DataFrame:
+def writing_conversations(
+    db: Database, since: date, until: date, limit: int = 50, offset: int = 0, scope: Scope | None = None
+) -> pd.DataFrame:
     """Threads that called `recordar_preferencia` in the period (every call, also those later
     overwritten in the store), newest first."""
-    params = {"since": since, "until": until, "limit": limit, "offset": offset, "tool": PREF_TOOL}
+    sql = SELECT_WRITING_CONVERSATIONS if scope is None else SELECT_SCOPED_WRITING_CONVERSATIONS
+    params = _params(scope, since=since, until=until, limit=limit, offset=offset, tool=PREF_TOOL)
     return pd.DataFrame(
-        db.fetch(SELECT_WRITING_CONVERSATIONS, params),
-        columns=["thread_id", "cliente_id", "first_write", "writes", "tipos", "agent"],
+        db.fetch(sql, params), columns=["thread_id", "cliente_id", "first_write", "writes", "tipos", "agent"]
     )
 
 
-def writing_conversation_count(db: Database, since: date, until: date) -> int:
+def writing_conversation_count(db: Database, since: date, until: date, scope: Scope | None = None) -> int:
     """How many threads `writing_conversations` pages through."""
-    return one(db.fetch_one(SELECT_WRITING_CONVERSATION_COUNT, {"since": since, "until": until, "tool": PREF_TOOL}))[
-        "n"
-    ]
+    sql = SELECT_WRITING_CONVERSATION_COUNT if scope is None else SELECT_SCOPED_WRITING_CONVERSATION_COUNT
+    return one(db.fetch_one(sql, _params(scope, since=since, until=until, tool=PREF_TOOL)))["n"]
 
 
 # --- preferences applied (from the extracted tool calls) -------------------------------------
@@ -147,10 +209,18 @@ def writing_conversation_count(db: Database, since: date, until: date) -> int:
 # earlier in the same thread count for its proposals.
 RECENT_THREADS = """
     SELECT thread_id, cliente_id FROM core_thread_last ORDER BY last_human_at DESC, thread_id LIMIT %(threads)s"""
+# ... of the customers of a manager's stores (issue 39).
+RECENT_SCOPED_THREADS = f"""
+    SELECT thread_id, cliente_id FROM core_thread_last WHERE cliente_id IN ({MINE})
+    ORDER BY last_human_at DESC, thread_id LIMIT %(threads)s"""
 # The most recent conversations of a period (UTC days): threads with a human message in it, newest last message first.
 RECENT_THREADS_IN_PERIOD = """
     SELECT thread_id, max(cliente_id) AS cliente_id FROM core_thread_days
     WHERE day BETWEEN %(since)s AND %(until)s
+    GROUP BY thread_id ORDER BY max(last_human_at) DESC, thread_id LIMIT %(threads)s"""
+RECENT_SCOPED_THREADS_IN_PERIOD = f"""
+    SELECT thread_id, max(cliente_id) AS cliente_id FROM core_thread_days
+    WHERE cliente_id IN ({MINE}) AND day BETWEEN %(since)s AND %(until)s
     GROUP BY thread_id ORDER BY max(last_human_at) DESC, thread_id LIMIT %(threads)s"""
 SELECT_PROPOSALS_AND_PREFERENCES = """
 WITH recent AS ({recent}
@@ -190,20 +260,22 @@ class PreferencesApplied:
 
 
 def preferences_applied(
-    db: Database, threads: int = 500, since: date | None = None, until: date | None = None
+    db: Database, threads: int = 500, since: date | None = None, until: date | None = None, scope: Scope | None = None
 ) -> PreferencesApplied:
     """Share of proposals in the `threads` most recent customer conversations that followed the
     preference in force (the customer's latest `recordar_preferencia` before the proposal). With a period
-    (`since`, `until`, UTC days): the `threads` most recent conversations of the period, and their proposals in it."""
+    (`since`, `until`, UTC days): the `threads` most recent conversations of the period, and their proposals in it.
+    With a `scope`: the conversations of the customers of a manager's stores only."""
     from core.agents.retail import DEFAULT_PROPOSAL, PROPOSAL_FIELDS
 
     if (since is None) != (until is None):
         raise ValueError("a period needs both since and until")
-    sql = SELECT_PROPOSALS_AND_PREFERENCES.format(
-        recent=RECENT_THREADS if since is None else RECENT_THREADS_IN_PERIOD,
-        in_period="true" if since is None else IN_PERIOD,
-    )
-    rows = db.fetch(sql, {"threads": threads, "since": since, "until": until})
+    if scope is None:
+        recent = RECENT_THREADS if since is None else RECENT_THREADS_IN_PERIOD
+    else:
+        recent = RECENT_SCOPED_THREADS if since is None else RECENT_SCOPED_THREADS_IN_PERIOD
+    sql = SELECT_PROPOSALS_AND_PREFERENCES.format(recent=recent, in_period="true" if since is None else IN_PERIOD)
+    rows = db.fetch(sql, _params(scope, threads=threads, since=since, until=until))
     in_force: dict[str, dict[str | None, Any]] = {}  # as the tool call wrote them
     out = []
     for r in rows:  # ordered by ts: the preferences seen so far are those in force

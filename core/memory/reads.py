@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from core.db import Database, one
+from core.memory import customer_stores
+from core.memory.customer_stores import MINE, MINE_PREFIXES, MINE_PREFIXES_LARGE, PREFIX_IN_SCOPE, ROOT, Scope
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS, InvalidIdentifier
 
 MAX_SEARCH_LENGTH = 400
@@ -107,6 +109,86 @@ ITEM_COLUMNS = [
 ]
 
 
+# --- a store manager's reads (issue 39): only the customers of their stores (core.memory.customer_stores.MINE), in
+# SQL. Each reads the scope's namespaces from core_prefix_counts, and the agents' tables only by their own primary
+# keys (store (prefix, key), store_vectors (prefix, key, field_name)) per namespace of the scope, or, for a large scope
+# (customer_stores.LARGE_SCOPE), by hashed joins whose time does not grow with the scope.
+EXPIRED_OF = "(SELECT count(*) FROM store s WHERE s.prefix = p.prefix AND s.expires_at < now())"
+VECTORS_OF = "(SELECT count(*) FROM store_vectors v WHERE v.prefix = p.prefix)"
+EXPIRED_LARGE = "(SELECT count(*) FROM store s WHERE s.expires_at < now() AND s.prefix IN (SELECT prefix FROM p))"
+VECTORS_LARGE = "(SELECT count(*) FROM store_vectors v WHERE v.prefix IN (SELECT prefix FROM p))"
+TOTALS = """
+SELECT coalesce(sum(p.documents), 0)::bigint AS documents, {expired} AS expired, {vectors} AS vectors,
+       count(*) AS namespaces, count(DISTINCT p.cliente_id) AS customers
+FROM mine_prefixes p"""
+BY_ROOT = f"""
+SELECT '{ROOT}' AS root, sum(p.documents)::bigint AS documents, count(*) AS namespaces, {{expired}} AS expired
+FROM mine_prefixes p HAVING count(*) > 0"""
+SELECT_SCOPED_TOP_PREFIXES = f"""
+SELECT p.prefix, '{ROOT}' AS root, p.documents, {EXPIRED_OF} AS expired, p.last_write
+FROM (SELECT * FROM mine_prefixes ORDER BY documents DESC, prefix LIMIT %(limit)s) p
+ORDER BY p.documents DESC, p.prefix"""
+SELECT_SCOPED_OVERSIZED = """
+SELECT split_part(p.prefix, '.', 2) AS cliente_id, p.prefix, p.documents,
+       (SELECT string_agg(s.key, ', ' ORDER BY s.key) FROM store s WHERE s.prefix = p.prefix) AS keys, p.last_write
+FROM mine_prefixes p WHERE p.documents > %(max)s ORDER BY p.documents DESC, p.prefix LIMIT %(limit)s"""
+SCOPED_SQL = {  # read -> (the statement for a scope, the statement for a large scope)
+    "totals": (
+        "WITH "
+        + MINE_PREFIXES
+        + TOTALS.format(
+            expired=f"coalesce(sum({EXPIRED_OF}), 0)::bigint", vectors=f"coalesce(sum({VECTORS_OF}), 0)::bigint"
+        ),
+        "WITH "
+        + MINE_PREFIXES_LARGE
+        + ", p AS (SELECT * FROM mine_prefixes)"
+        + TOTALS.replace("FROM mine_prefixes p", "FROM p").format(expired=EXPIRED_LARGE, vectors=VECTORS_LARGE),
+    ),
+    "by_root": (
+        "WITH " + MINE_PREFIXES + BY_ROOT.format(expired=f"coalesce(sum({EXPIRED_OF}), 0)::bigint"),
+        "WITH "
+        + MINE_PREFIXES_LARGE
+        + ", p AS (SELECT * FROM mine_prefixes)"
+        + BY_ROOT.replace("FROM mine_prefixes p", "FROM p").format(expired=EXPIRED_LARGE),
+    ),
+    "top": (
+        "WITH " + MINE_PREFIXES + SELECT_SCOPED_TOP_PREFIXES,
+        "WITH " + MINE_PREFIXES_LARGE + SELECT_SCOPED_TOP_PREFIXES,
+    ),
+    "oversized": (
+        "WITH " + MINE_PREFIXES + SELECT_SCOPED_OVERSIZED,
+        "WITH " + MINE_PREFIXES_LARGE + SELECT_SCOPED_OVERSIZED,
+    ),
+}
+
+
+def scoped_sql(db: Database, read: str, scope: Scope) -> str:
+    """The statement of a scoped read for this scope's size."""
+    small, large = SCOPED_SQL[read]
+    return large if customer_stores.large_scope(db, scope) else small
+
+
+SELECT_SCOPED_NAMESPACE_EXACT = f"""
+SELECT prefix, count(*) AS documents FROM store
+WHERE prefix = ANY(%(candidates)s) AND split_part(prefix, '.', 1) = '{ROOT}' AND split_part(prefix, '.', 2) IN ({MINE})
+GROUP BY prefix ORDER BY prefix"""
+# Suggestions: the scope's customers whose id starts with the text typed (a range scan of the mapping's
+# (tienda, cliente_id) index per store), with documents.
+SELECT_SCOPED_SUGGESTIONS = f"""
+SELECT c.prefix, c.documents
+FROM ({MINE} AND m.cliente_id >= %(low)s AND m.cliente_id < %(low)s || chr(1114111)
+      AND left(m.cliente_id, length(%(low)s)) = %(low)s) mine
+JOIN core_prefix_counts c ON c.prefix = '{ROOT}.' || mine.cliente_id AND c.documents > 0
+ORDER BY c.prefix LIMIT %(limit)s"""
+SELECT_SCOPED_NAMESPACE_ITEMS = SELECT_NAMESPACE_ITEMS.replace(
+    "FROM (SELECT * FROM store WHERE prefix = %s ORDER BY key LIMIT %s OFFSET %s) s",
+    "FROM (SELECT * FROM store WHERE prefix = %(prefix)s AND "
+    + PREFIX_IN_SCOPE.strip()
+    + " ORDER BY key LIMIT %(limit)s OFFSET %(offset)s) s",
+)
+assert SELECT_SCOPED_NAMESPACE_ITEMS != SELECT_NAMESPACE_ITEMS, "the scoped items query must add the scope"
+
+
 @dataclass(frozen=True)
 class MemoryTotals:
     documents: int
@@ -116,22 +198,33 @@ class MemoryTotals:
     customers: int  # namespaces under `clientes` (its documents are the customer's preferences)
 
 
-def memory_totals(db: Database) -> MemoryTotals:
-    return MemoryTotals(**one(db.fetch_one(SELECT_TOTALS)))
+def memory_totals(db: Database, scope: Scope | None = None) -> MemoryTotals:
+    """The Memory page's totals: of every holder, or (`scope`) of the customers of a manager's stores."""
+    if scope is None:
+        return MemoryTotals(**one(db.fetch_one(SELECT_TOTALS)))
+    return MemoryTotals(**one(db.fetch_one(scoped_sql(db, "totals", scope), scope.params())))
 
 
-def documents_by_root(db: Database) -> pd.DataFrame:
-    return pd.DataFrame(db.fetch(SELECT_BY_ROOT), columns=["root", "documents", "namespaces", "expired"])
+def documents_by_root(db: Database, scope: Scope | None = None) -> pd.DataFrame:
+    rows = db.fetch(SELECT_BY_ROOT) if scope is None else db.fetch(scoped_sql(db, "by_root", scope), scope.params())
+    return pd.DataFrame(rows, columns=["root", "documents", "namespaces", "expired"])
 
 
-def top_prefixes(db: Database, limit: int = 20) -> pd.DataFrame:
-    rows = db.fetch(SELECT_TOP_PREFIXES, (limit,))
+def top_prefixes(db: Database, limit: int = 20, scope: Scope | None = None) -> pd.DataFrame:
+    if scope is None:
+        rows = db.fetch(SELECT_TOP_PREFIXES, (limit,))
+    else:
+        rows = db.fetch(scoped_sql(db, "top", scope), {**scope.params(), "limit": limit})
     return pd.DataFrame(rows, columns=["prefix", "root", "documents", "expired", "last_write"])
 
 
-def oversized_customers(db: Database, limit: int = 200) -> pd.DataFrame:
+def oversized_customers(db: Database, limit: int = 200, scope: Scope | None = None) -> pd.DataFrame:
     """Customers whose namespace holds more documents than the closed schema allows."""
-    rows = db.fetch(SELECT_OVERSIZED, (MAX_DOCS_PER_CUSTOMER, limit))
+    if scope is None:
+        rows = db.fetch(SELECT_OVERSIZED, (MAX_DOCS_PER_CUSTOMER, limit))
+    else:
+        params = {**scope.params(), "max": MAX_DOCS_PER_CUSTOMER, "limit": limit}
+        rows = db.fetch(scoped_sql(db, "oversized", scope), params)
     return pd.DataFrame(rows, columns=["cliente_id", "prefix", "documents", "keys", "last_write"])
 
 
@@ -150,25 +243,53 @@ def _candidates(text: str) -> list[str]:
     return [text] if "." in text else [f"{root}.{text}" for root in ROOTS]
 
 
-def find_namespaces(db: Database, text: str) -> pd.DataFrame:
-    """Namespaces matching `text` exactly: a full prefix (`clientes.C9`) or an id under any root (`C9`).
+def find_namespaces(db: Database, text: str, scope: Scope | None = None) -> pd.DataFrame:
+    """Namespaces matching `text` exactly: a full prefix (`clientes.C9`) or an id under any root (`C9`); with a
+    `scope`, only those of the scope's customers.
 
     Raises InvalidIdentifier for empty, NUL-bearing or oversized input. `%`, `_` and quotes
     are literal characters here.
     """
     candidates = _candidates(_valid_search(text))
+    if scope is not None:
+        rows = db.fetch(SELECT_SCOPED_NAMESPACE_EXACT, {**scope.params(), "candidates": candidates})
+        return pd.DataFrame(rows, columns=["prefix", "documents"])
     return pd.DataFrame(db.fetch(SELECT_NAMESPACE_EXACT, (candidates,)), columns=["prefix", "documents"])
 
 
-def suggest_namespaces(db: Database, text: str, limit: int = 10) -> pd.DataFrame:
+def refused_customer(text: str) -> str | None:
+    """The customer id a search names (`C9`, `clientes.C9`, `clientes.C9.x`), None when it names no customer."""
+    text = _valid_search(text)
+    if "." not in text:
+        return text
+    root, _, rest = text.partition(".")
+    if root != ROOT:
+        return None
+    return rest.split(".")[0] or None
+
+
+def suggest_namespaces(db: Database, text: str, limit: int = 10, scope: Scope | None = None) -> pd.DataFrame:
     """Up to `limit` namespaces whose full name, or id under a root, starts with `text` (`%`, `_`, `\\` literal),
-    in name order."""
-    candidates = _candidates(_valid_search(text))
+    in name order; with a `scope`, only the scope's customers (`text` an id, or `clientes.` and the start of one)."""
+    text = _valid_search(text)
+    if scope is not None:
+        low = text if "." not in text else text.removeprefix(f"{ROOT}.") if text.startswith(f"{ROOT}.") else None
+        if not low or "." in low:
+            return pd.DataFrame(columns=["prefix", "documents"])
+        rows = db.fetch(SELECT_SCOPED_SUGGESTIONS, {**scope.params(), "low": low, "limit": limit})
+        return pd.DataFrame(rows, columns=["prefix", "documents"])
+    candidates = _candidates(text)
     starts = [c.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for c in candidates]
     rows = db.fetch(SELECT_NAMESPACE_SUGGESTIONS, {"candidates": candidates, "starts": starts, "limit": limit})
     return pd.DataFrame(rows, columns=["prefix", "documents"])
 
 
-def namespace_items(db: Database, prefix: str, limit: int = 100, offset: int = 0) -> pd.DataFrame:
-    """The items of one namespace (exact prefix) as a person reads them, without refreshing their TTL."""
-    return pd.DataFrame(db.fetch(SELECT_NAMESPACE_ITEMS, (prefix, limit, offset)), columns=ITEM_COLUMNS)
+def namespace_items(
+    db: Database, prefix: str, limit: int = 100, offset: int = 0, scope: Scope | None = None
+) -> pd.DataFrame:
+    """The items of one namespace (exact prefix) as a person reads them, without refreshing their TTL; with a `scope`,
+    nothing unless the namespace is one of the scope's customers'."""
+    if scope is None:
+        return pd.DataFrame(db.fetch(SELECT_NAMESPACE_ITEMS, (prefix, limit, offset)), columns=ITEM_COLUMNS)
+    params = {**scope.params(), "prefix": prefix, "limit": limit, "offset": offset}
+    return pd.DataFrame(db.fetch(SELECT_SCOPED_NAMESPACE_ITEMS, params), columns=ITEM_COLUMNS)

@@ -11,8 +11,9 @@
    README) is older than `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run lists them);
    then extracts new tool calls and token usage (core.checkpoints.tool_calls) and, with a policy, prunes the history
    of live threads (core.checkpoints.prune, which never deletes a checkpoint the extraction has not read); then
-   refreshes the per-thread storage summary and the attribution coverage and indexes the threads written since the
-   last run for the residue scan (core.privacy.token_index);
+   refreshes the per-thread storage summary and the attribution coverage, indexes the threads written since the
+   last run for the residue scan (core.privacy.token_index) and recomputes which store each customer belongs to
+   (core.memory.customer_stores, the store managers' scope);
 4. calls the erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`), then (not in a dry run)
    settles physically the complete requests not settled yet (`core.privacy.physical.settle(db)`: plain VACUUM of the
    agents' tables, CHECKPOINT, a read of the server's files when they are readable, recorded in
@@ -50,6 +51,7 @@ from core.checkpoints import tool_calls
 from core.checkpoints.storage import refresh_thread_storage
 from core.config import DEFAULT_DIMS, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, one
+from core.memory import customer_stores
 from core.memory.store import build_store
 from core.privacy import data_views, subjects, token_index
 
@@ -365,8 +367,8 @@ def run_sweep(
     when a step failed (the error is in the result and the log; a failed TTL sweep deletes nothing).
     Raises SweepInputError for a bad trigger or retention days (nothing changed, nothing logged),
     DatabaseUnavailable if PostgreSQL cannot be reached. `on_step(stage, fraction 0..1, detail)` is
-    called as the run progresses (stages: locked, ttl, retention, toolcalls, prune, storage, tokens, erasure, physical,
-    done).
+    called as the run progresses (stages: locked, ttl, retention, toolcalls, prune, storage, tokens, stores, erasure,
+    physical, done).
     """
     if trigger not in TRIGGERS:
         raise SweepInputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
@@ -445,6 +447,13 @@ def run_sweep(
                 except Exception as exc:
                     log.exception("sweep: token index failed")
                     errors.append(f"token index: {exc}")
+                try:  # which store each customer belongs to: the store managers' pages (core.memory.customer_stores)
+                    mapped = customer_stores.refresh(db, load_settings(), trigger="sweep")
+                    step("stores", 0.945, f"{mapped.with_store}")
+                    errors += [f"customer stores, source {k}: {v}" for k, v in mapped.errors.items()]
+                except Exception as exc:
+                    log.exception("sweep: customer stores failed")
+                    errors.append(f"customer stores: {exc}")
                 try:  # who looked at a customer's data: kept DATA_VIEWS_RETENTION_DAYS (core.privacy.data_views)
                     result.data_views_deleted = data_views.sweep_step(db, load_settings().data_views_retention_days)
                 except Exception as exc:

@@ -55,7 +55,7 @@ from core.db import Database, DatabaseUnavailable, one
 
 log = logging.getLogger(__name__)
 
-KINDS = ("namespace", "thread", "search", "access_preview", "access_export")
+KINDS = ("namespace", "thread", "search", "access_preview", "access_export", "refused")
 MAX_TEXT = 1000
 CUSTOMER_ROOT = "clientes"
 
