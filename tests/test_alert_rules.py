@@ -25,7 +25,7 @@ def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_promtool_checks_the_plain_rules():
     run = promtool("check", "rules", str(RULES))
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "SUCCESS: 12 rules found" in run.stdout
+    assert "SUCCESS: 17 rules found" in run.stdout
 
 
 def test_promtool_unit_tests_pass():
@@ -48,6 +48,21 @@ def test_the_unit_tests_fail_when_degraded_pages_on_a_blip(tmp_path):
     assert (
         "AgentCheckpointDegraded" in run.stdout + run.stderr and 'replica="agentes-7f9c:13"' in run.stdout + run.stderr
     )
+
+
+def test_the_unit_tests_fail_when_follower_down_ignores_whether_a_slot_exists(tmp_path):
+    """Red check: without `and on() ...retained_wal_bytes` a database with no slot (logical decoding not used) would
+    page "no follower" forever; the unit test with no slot says FAILED."""
+    rules = yaml.safe_load(RULES.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") == "AgentMemoryCaptureFollowerDown":
+                rule["expr"] = "agent_memory_capture_running == 0"
+    (tmp_path / RULES.name).write_text(yaml.safe_dump(rules, sort_keys=False))
+    shutil.copy(UNIT, tmp_path / UNIT.name)
+    run = promtool("test", "rules", UNIT.name, cwd=tmp_path)
+    assert run.returncode != 0
+    assert "AgentMemoryCaptureFollowerDown" in run.stdout + run.stderr
 
 
 def test_prometheusrule_is_generated_from_the_plain_file(tmp_path):
