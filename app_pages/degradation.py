@@ -19,10 +19,11 @@ import streamlit as st
 from psycopg_pool import PoolTimeout
 
 from core import roles
+from core.capture.status import CaptureStatus, capture_status
 from core.checkpoints import failures, replica_health, replica_view
 from core.checkpoints.guard import Risk
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, failure_counts
-from ui import charts, fmt
+from ui import capture, charts, fmt
 from ui.common import get_db, require_role, secrets, shared_figure
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
@@ -339,6 +340,7 @@ class Sample:
     reading: Reading | None
     error: str | None
     kind: str | None = None  # why there is no reading: down (no answer), busy or slow (the probe answered)
+    capture: CaptureStatus | None = None  # the change follower and its slot (None: not read now, unknown)
 
 
 def _sample(db: Database) -> Sample:
@@ -347,7 +349,7 @@ def _sample(db: Database) -> Sample:
         return Sample(probe, None, probe.error, "down")
     future = _reader().submit(_read, db)
     try:
-        return Sample(probe, future.result(timeout=READ_DEADLINE_S), None)
+        reading = future.result(timeout=READ_DEADLINE_S)
     except FutureTimeout:  # the server answered the probe: the read waits on a busy database
         return Sample(probe, None, f"no answer in {READ_DEADLINE_S} s", "busy")
     except DatabaseBusy as exc:
@@ -356,6 +358,11 @@ def _sample(db: Database) -> Sample:
         return Sample(probe, None, str(exc), "slow")
     except (DatabaseUnavailable, psycopg.OperationalError, PoolTimeout) as exc:
         return Sample(probe, None, str(exc).strip() or type(exc).__name__, "down")
+    try:  # the follower's slot: shown as unknown when it cannot be read now, never as the last one read
+        slot: CaptureStatus | None = _reader().submit(capture_status, db).result(timeout=READ_DEADLINE_S)
+    except Exception:  # noqa: BLE001  (any failure of this read is "unknown" on the page, the reading stays)
+        slot = None
+    return Sample(probe, reading, None, capture=slot)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -398,6 +405,7 @@ def live() -> None:
         else:
             st.error(said, icon=":material/cloud_off:")
     st.caption(t("degr_failures", **failure_counts()))
+    capture.slot_panel(None if shared.unknown else shared.value.capture)
     try:
         endpoints = replica_view.read_endpoints(replica_view.configured_endpoints(secrets()))
     except replica_view.BadEndpoints as exc:

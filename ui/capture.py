@@ -9,6 +9,7 @@ from core.capture.status import CaptureStatus, capture_status
 from ui import fmt
 from ui.common import call_or_unknown
 from ui.i18n import t
+from ui.tables import human_bytes
 
 STALE_S = 5.0  # beyond this lag the figures are said to be "as of" a time, not current
 
@@ -32,3 +33,34 @@ def freshness_note() -> CaptureStatus | None:
     else:
         st.caption(t("capture_lag", seconds=fmt.number(s.lag_seconds or 0.0, 1), bytes=fmt.number(s.lag_bytes or 0)))
     return s
+
+
+def slot_panel(s: CaptureStatus | None) -> None:
+    """Degradation: the follower and its replication slot (issue 37 item 4): running, lag, the WAL the slot keeps and
+    how much more it may keep before PostgreSQL invalidates it; every figure "unknown" when it was not read now."""
+    unknown = t("capture_unknown")
+    with st.container(border=True):
+        st.markdown(f"**{t('capture_panel_title')}**")
+        c1, c2, c3, c4 = st.columns(4)
+        if s is None:
+            state = unknown
+        elif s.slot and s.wal_status == "lost":
+            state = t("capture_state_lost")
+        elif not s.slot:
+            state = t("capture_state_no_slot")
+        else:
+            state = t("capture_state_running" if s.running else "capture_state_stopped")
+        c1.metric(t("capture_panel_state"), state)
+        lag = None if s is None or not s.known else s.lag_seconds
+        c2.metric(t("capture_panel_lag"), unknown if lag is None else f"{fmt.number(lag, 1)} s")
+        retained = None if s is None else s.retained_bytes
+        c3.metric(t("capture_panel_retained"), unknown if retained is None else human_bytes(retained))
+        if s is None or s.retained_bytes is None:
+            safe = unknown
+        else:
+            safe = t("capture_no_limit") if s.safe_wal_size is None else human_bytes(s.safe_wal_size)
+        c4.metric(t("capture_panel_safe"), safe, help=t("capture_panel_safe_help"))
+        if s is not None and s.slot and not s.running:
+            st.warning(t("capture_slot_unconsumed"), icon=":material/sync_problem:")
+        elif s is not None and s.retained_bytes is not None and s.safe_wal_size is None:
+            st.warning(t("capture_slot_unbounded"), icon=":material/warning:")
