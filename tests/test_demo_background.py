@@ -64,14 +64,25 @@ def test_every_page_says_the_demo_is_seeding_and_shows_what_arrived(db, app_env)
     """While the demo seeds (the dashboard's own background seed, running), every page's main area says so with the
     seed's progress, Memoria says its store is being seeded (never "empty, seed the demo"), the figures that arrived
     are there and grow on the page's next read; once done, the message goes (issue 40)."""
+    from core.capture.background import stop_follower
+
+    # the embedded default: the change follower runs in the dashboard's process (Memoria's totals are its aggregates)
+    app_env(db.dsn, SEED_DEMO="1", LOCAL_ROLES="manager,sre,dpo", CAPTURE_FOLLOWER="1")
+    try:
+        seeding_pages_show_what_arrived(db)
+    finally:
+        stop_follower(db.dsn)
+
+
+def seeding_pages_show_what_arrived(db) -> None:
     import re
 
     from apptools import as_int, metric, wait_until
     from streamlit.testing.v1 import AppTest
 
+    from core.capture.follower import catch_up
     from core.demo.progress import start_background_seed
 
-    app_env(db.dsn, SEED_DEMO="1", LOCAL_ROLES="manager,sre,dpo")
     progress = start_background_seed(db, settings_for(db.dsn), customers=200)
     wait_until(lambda: progress.step == "customers" and progress.done >= 3, timeout=120)
 
@@ -98,6 +109,7 @@ def test_every_page_says_the_demo_is_seeding_and_shows_what_arrived(db, app_env)
     wait_until(lambda: db.fetch_one("SELECT count(*) AS n FROM store")["n"] > documents + 5, timeout=120)
     from ui.common import forget_all
 
+    catch_up(db.dsn)  # the follower has applied those writes to its aggregates
     forget_all()  # what the page's periodic re-read does (ui.common.read_fresh_while_seeding)
     at = page("app_pages/memory.py")
     assert progress.running and as_int(metric(at, "Documentos guardados")) > documents

@@ -22,6 +22,8 @@ def freshness_note() -> CaptureStatus | None:
     at = fmt.clock(s.caught_up_at) if s.caught_up_at is not None else None
     if s.slot and s.wal_status == "lost":
         st.warning(t("capture_lost", at=at or t("capture_never_short")), icon=":material/sync_problem:")
+    elif not s.slot and not s.running and s.recounted_at is not None:  # the sweep's recount (core.capture.recount)
+        st.info(t("capture_recount_mode", at=fmt.clock(s.recounted_at)), icon=":material/schedule:")
     elif not s.running or s.caught_up_at is None:
         key = "capture_not_running" if at else "capture_never"
         st.warning(t(key, at=at), icon=":material/sync_problem:")
@@ -60,6 +62,8 @@ def slot_panel(s: CaptureStatus | None) -> None:
         else:
             safe = t("capture_no_limit") if s.safe_wal_size is None else human_bytes(s.safe_wal_size)
         c4.metric(t("capture_panel_safe"), safe, help=t("capture_panel_safe_help"))
+        if s is not None and not s.slot and s.recounted_at is not None:
+            st.caption(t("capture_recounted_at", at=fmt.clock(s.recounted_at)))
         if s is not None and s.slot and not s.running:
             st.warning(t("capture_slot_unconsumed"), icon=":material/sync_problem:")
         elif s is not None and s.retained_bytes is not None and s.safe_wal_size is None:

@@ -46,6 +46,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 
 from core import clock
+from core.capture.recount import recount_without_slot
 from core.checkpoints import prune as history
 from core.checkpoints import tool_calls
 from core.checkpoints.storage import refresh_thread_storage
@@ -411,6 +412,14 @@ def run_sweep(
                 log.exception("sweep: checkpoint retention failed")
                 errors.append(f"retention: {exc}")
             if not dry_run:
+                try:  # where no slot follows the database (logical decoding not allowed): the follower's aggregates
+                    # recounted from the tables, after the deletions above (core.capture.recount)
+                    recounted = recount_without_slot(db.dsn)
+                    if recounted.done:
+                        step("recount", 0.9, f"{recounted.seconds:.1f}")
+                except Exception as exc:
+                    log.exception("sweep: recount of the aggregates failed")
+                    errors.append(f"aggregates recount: {exc}")
                 try:  # before pruning, which keeps what the extraction has not read; the Preferences page and the
                     # Tokens and cost view read the extracted tables, not the blobs
                     extracted = tool_calls.sweep_step(db)
