@@ -12,6 +12,7 @@
 --   core_sweep_log   INSERT + UPDATE (its own row), SELECT (RETURNING)
 --   core_thread_storage  SELECT, INSERT, DELETE (storage per thread, recomputed every run)
 --   core_customer_stores, core_customer_store_sources, core_customer_store_refresh  the customers' stores (migration 150)
+--   core_prefix_counts ... core_capture_position  the follower's aggregates, recounted where no slot follows (issue 37)
 --   advisory locks   pg_try_advisory_lock / pg_advisory_unlock need no grant
 DO $$
 BEGIN
@@ -26,19 +27,13 @@ GRANT SELECT ON store_vectors TO agent_memory_sweeper;
 GRANT SELECT, DELETE ON checkpoints, checkpoint_blobs, checkpoint_writes TO agent_memory_sweeper;
 GRANT UPDATE (parent_checkpoint_id) ON checkpoints TO agent_memory_sweeper;
 GRANT SELECT, INSERT, UPDATE ON core_sweep_log TO agent_memory_sweeper;
--- Triggers on `store` run with the privileges of the role that deletes: core_prefix_counts
--- (migration 007, documents per prefix kept by statement triggers) is updated by every sweep.
-DO $$
-BEGIN
-    IF to_regclass('core_prefix_counts') IS NOT NULL THEN
-        GRANT SELECT, INSERT, UPDATE, DELETE ON core_prefix_counts TO agent_memory_sweeper;
-    END IF;
-    -- core_expiry_days (migration 040, documents per day of expiry, the Sweeps page's forecast): same.
-    IF to_regclass('core_expiry_days') IS NOT NULL THEN
-        GRANT SELECT, INSERT, UPDATE ON core_expiry_days TO agent_memory_sweeper;
-    END IF;
-END
-$$;
+-- Where logical decoding is not allowed (no slot follows the database), the sweep recounts the change follower's
+-- aggregates from the tables (core/capture/recount.py, issue 37): TRUNCATE and INSERT on them and its position row.
+-- With a slot, the follower's role keeps them (deploy/capture-grants.sql) and the sweep leaves them alone.
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE
+    ON core_prefix_counts, core_expiry_days, core_value_holders, core_store_shadow, core_root_counts
+    TO agent_memory_sweeper;
+GRANT SELECT, INSERT, UPDATE ON core_capture_position TO agent_memory_sweeper;
 GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;
 -- History pruning (migration 060): the threads each run pruned; the run's totals go in its core_sweep_log row.
 GRANT SELECT, INSERT ON core_prune_threads TO agent_memory_sweeper;

@@ -15,6 +15,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
+from core.capture.follower import catch_up
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store, get_memory, put_memory
@@ -327,6 +328,7 @@ def test_page_reads_match_sql(db, store):
     put_memory(store, ("empleados", "E1"), "ajuste-turno", {"texto": "turno: tarde"})
     put_memory(store, ("proveedores", "P2"), "aviso-promocion", {"texto": "promo"})
     time.sleep(0.4)
+    catch_up(db.dsn)  # the change follower has applied the writes (the forecast reads its core_expiry_days)
     assert sweep_reads.expired_by_root(db).set_index("root")["expired"].to_dict() == {
         "clientes": 0,
         "proveedores": 1,
