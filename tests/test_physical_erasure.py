@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
+from core.capture.follower import catch_up, drop_slot
 from core.db import Database, reset_pool
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
@@ -56,6 +57,7 @@ def db(create_database):
     database = Database(create_database())
     yield database
     reset_pool(database.dsn)
+    drop_slot(database.dsn)  # the change follower's slot (the erasure's sync made it) holds this server's WAL
 
 
 def noise(n: int) -> str:
@@ -323,7 +325,9 @@ def test_on_the_article_agents_database(article_agents, monkeypatch):
             db, customer, operator="dpo@example.com", decisions={t: "erase" for t in preview.residue_threads}
         )
         assert result.status == "complete", result.report
-        checkpoint(db)
+        catch_up(db.dsn)  # the change follower has applied the erasure: its slot no longer holds the WAL before it
+        checkpoint(db)  # (a logical slot's restart point moves at the next running-transactions record)
+        catch_up(db.dsn)
         sql(db.dsn, "SELECT pg_create_physical_replication_slot(%s, true)", (later,))
         run = sweep.run_sweep(db, trigger="manual")
         assert run.status == "ok", run.error
@@ -341,6 +345,7 @@ def test_on_the_article_agents_database(article_agents, monkeypatch):
             ([slot, later],),
         )
         reset_pool(db.dsn)
+        drop_slot(db.dsn)
 
 
 def test_the_register_page_says_what_is_not_yet_physically_gone_and_when(db, app_env, monkeypatch):
@@ -362,6 +367,9 @@ def test_the_register_page_says_what_is_not_yet_physically_gone_and_when(db, app
 
     _, text = page()
     assert "Ningún barrido ha asentado todavía esta solicitud" in text
+    catch_up(db.dsn)  # the change follower has applied the erasure: its slot no longer holds the WAL before it
+    checkpoint(db)  # (a logical slot's restart point moves at the next running-transactions record)
+    catch_up(db.dsn)
     assert sweep.run_sweep(db, trigger="manual").status == "ok"
     at, text = page()
     row = registered(db, result.request_id)

@@ -13,6 +13,7 @@ import pandas as pd
 from psycopg.types.json import Jsonb
 
 from core import clock, read_replica
+from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.privacy import subjects as subj
 from core.privacy import term_hashes
@@ -94,6 +95,7 @@ def recheck(
     except ValueError as exc:
         raise ErasureError(f"erasure request {request_id}: {exc}") from exc
     left = [e["thread_id"] for e in (row.get("exclusions") or [])]
+    capture_sync(db)  # the token index's dirty threads the residue scan reads include every write until now
     with db.connection() as conn:
         threads = set(row["thread_ids"] or ()) | set(_find_threads(conn, customer_id, config))
         # the residue through the terms' hashes: the register keeps no value
