@@ -13,6 +13,7 @@ from langgraph.store.base import PutOp
 from streamlit.testing.v1 import AppTest
 
 from core import read_replica
+from core.capture.status import sync as capture_sync
 from core.db import Database, reset_pool
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store, ttl_for
@@ -36,6 +37,7 @@ def write_docs(db: Database, customer: str, n: int) -> None:
             for i in range(n)
         ]
     )
+    capture_sync(db)  # the change follower's aggregates (the pages' totals) include them, as a running one makes them
 
 
 @pytest.fixture

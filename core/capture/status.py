@@ -9,13 +9,15 @@ evidence) call `sync` first: it waits until everything written before it is appl
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
 from psycopg.rows import DictRow
 
-from core.capture.follower import FOLLOWER_LOCK, CaptureNotAllowed, catch_up
+from core.capture.follower import FOLLOWER_LOCK, CaptureNotAllowed, CaptureTimeout, catch_up
+from core.capture.recount import recount_without_slot
 from core.db import Database, one
 
 log = logging.getLogger(__name__)
@@ -84,13 +86,18 @@ def read_status(conn: psycopg.Connection[DictRow]) -> CaptureStatus:
 
 
 def sync(db: Database, timeout: float = SYNC_TIMEOUT_S) -> bool:
-    """Wait until the aggregates include every change committed before this call (core.capture.follower.catch_up).
-    Returns False, logged, where logical decoding is not possible (the aggregates are then not kept); raises
-    CaptureTimeout when the follower does not get there in `timeout` seconds."""
+    """Make the aggregates include every change committed before this call: wait for the follower (or drain the slot
+    here, core.capture.follower.catch_up). Where logical decoding is not possible, recount them from the tables now
+    (core.capture.recount) and return False. Raises CaptureTimeout past `timeout` seconds."""
     try:
         catch_up(db.dsn, timeout)
-    except CaptureNotAllowed as exc:
-        log.warning("the change follower cannot run here: %s", exc)
+    except CaptureNotAllowed as exc:  # the recount mode (core.capture.recount): the aggregates recounted now
+        log.warning("the change follower cannot run here (%s): the aggregates are recounted from the tables", exc)
+        deadline = time.monotonic() + timeout
+        while not recount_without_slot(db.dsn).done:  # a sweep's recount holds the lock: then ours, after it
+            if time.monotonic() > deadline:
+                raise CaptureTimeout(f"the aggregates could not be recounted within {timeout:.0f} s") from exc
+            time.sleep(0.2)
         return False
     return True
 
