@@ -10,6 +10,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from core.capture.follower import catch_up
 from ui import common
 
 APP = "../dashboard.py"
@@ -83,6 +84,7 @@ def test_a_shared_chart_is_never_shown_in_another_language(db, app_env):
         "INSERT INTO store (prefix, key, value) VALUES ('clientes.C1', 'pref-recogida', "
         '\'{"tipo": "recogida", "valor": "T001"}\'::jsonb)'
     )
+    catch_up(db.dsn)  # the change follower's per-root counts (the chart's) include it
     app_env(db.dsn, LOCAL_ROLES="manager")
     charts = {}
     for lang in ("es", "en", "es"):
