@@ -21,7 +21,9 @@ def erasure_demo(create_database):
     from core.demo.seed import ensure_demo
 
     database = Database(create_database(prefix="erasure"))
-    summary = off_loop(ensure_demo, database, settings_for(database.dsn), customers=16)
+    # 24 customers: with 16, the demo's practice threads and shared values (issue 40) leave every customer not
+    # erased by the demo with a residue thread; this module's plain flow needs one without
+    summary = off_loop(ensure_demo, database, settings_for(database.dsn), customers=24)
     assert summary is not None
     database.summary = summary
     erased = {r["customer_id"] for r in database.fetch("SELECT customer_id FROM core_erasure_register")}
