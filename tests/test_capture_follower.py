@@ -226,3 +226,59 @@ def test_a_slot_created_while_agents_write_counts_every_write_once(create_databa
         assert differences(dsn) == {}
     finally:
         drop_slot(dsn)
+
+
+def test_an_altered_publication_is_refused_naming_what_changed(create_database):
+    """A table or column taken out of the publication would be missed silently: the follower refuses to start,
+    names the change, and creates no slot."""
+    from core.capture.follower import CaptureNotAllowed
+
+    dsn = create_database(migrated=True, prefix="capture_pub")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER PUBLICATION core_capture DROP TABLE store_vectors")
+        conn.execute("ALTER PUBLICATION core_capture SET (publish = 'insert, update, delete')")
+    with pytest.raises(CaptureNotAllowed, match=r"altered \(store_vectors not published; does not publish truncate\)"):
+        catch_up(dsn)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()"
+        ).fetchone() == (0,)
+
+
+def test_uninstall_is_refused_while_a_follower_runs_then_removes_slot_and_publication(create_database):
+    from core.capture.background import start_follower, stop_follower
+    from core.capture.follower import UninstallRefused, uninstall
+    from core.capture.status import capture_status
+    from core.db import Database
+
+    dsn = create_database(migrated=True, prefix="capture_uninstall")
+    catch_up(dsn)
+    start_follower(dsn)
+    db = Database(dsn)
+    try:
+        deadline = time.monotonic() + 30
+        while not capture_status(db).running:  # the thread holds the follower lock once it has started
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        with pytest.raises(UninstallRefused, match="a change follower runs"):
+            uninstall(dsn)
+    finally:
+        stop_follower(dsn)
+        db.close()
+
+    def installed() -> tuple[int, int]:
+        with psycopg.connect(dsn) as conn:
+            slots = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
+            publications = conn.execute("SELECT count(*) FROM pg_publication WHERE pubname = 'core_capture'")
+            return slots.fetchone()[0], publications.fetchone()[0]
+
+    assert installed() == (1, 1)  # refused: nothing removed
+    run = subprocess.run(
+        [sys.executable, "-m", "core.capture.follower", "--uninstall", dsn],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert installed() == (0, 0)

@@ -232,6 +232,12 @@ class Follower:
                 f"publication {PUBLICATION} is missing: run the migrations (python -m core.migrate) as the owner "
                 "of the agents' tables"
             )
+        altered = publication_differences(conn)
+        if altered:  # a table or column taken out would be missed silently, an action left out the same
+            raise CaptureNotAllowed(
+                f"publication {PUBLICATION} was altered ({'; '.join(altered)}): recreate it as "
+                "core/sql/140_capture_store.sql does, then restart the follower (it recounts)"
+            )
         slot = conn.execute(
             "SELECT database = current_database(), plugin, wal_status FROM pg_replication_slots WHERE slot_name = %s",
             (self.slot,),
@@ -481,14 +487,77 @@ def catch_up(dsn: str, timeout: float = 30.0, *, follower: Follower | None = Non
             time.sleep(0.05)
 
 
-def drop_slot(dsn: str) -> None:
-    """Remove this database's slot (the uninstall, a test's teardown). The publication goes with the migrations."""
-    with connect(dsn) as conn:
-        slot = Follower(dsn).slot
-        conn.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-        )
-        conn.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (slot,))
+# What the publication of migration 140 carries: these columns of these tables, every action.
+PUBLISHED = {
+    "store": {"prefix", "key", "value", "updated_at", "expires_at"},
+    "store_vectors": {"prefix", "key", "field_name"},
+    "checkpoints": {"thread_id", "checkpoint_ns", "checkpoint_id"},
+    "checkpoint_blobs": {"thread_id", "checkpoint_ns", "channel", "version"},
+    "checkpoint_writes": {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"},
+}
+
+
+SELECT_PUBLISHED = """
+SELECT tablename, attnames FROM pg_publication_tables WHERE pubname = %s AND schemaname = current_schema()"""
+
+
+def publication_differences(conn: psycopg.Connection) -> list[str]:
+    """How the publication differs from PUBLISHED (empty: it is as the migrations made it)."""
+    found: dict[str, set[str]] = {
+        table: set(columns) for table, columns in conn.execute(SELECT_PUBLISHED, (PUBLICATION,)).fetchall()
+    }
+    out = [f"{t} not published" for t in sorted(PUBLISHED.keys() - found.keys())]
+    out += [f"{t} published too" for t in sorted(found.keys() - PUBLISHED.keys())]
+    out += [
+        f"{t} columns {sorted(found[t])}, not {sorted(PUBLISHED[t])}"
+        for t in sorted(PUBLISHED.keys() & found.keys())
+        if found[t] != PUBLISHED[t]
+    ]
+    actions = conn.execute(
+        "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s", (PUBLICATION,)
+    ).fetchone()
+    missing = [a for a, on in zip(("insert", "update", "delete", "truncate"), actions or (), strict=False) if not on]
+    if missing:
+        out.append(f"does not publish {', '.join(missing)}")
+    return out
+
+
+class UninstallRefused(RuntimeError):
+    """The uninstall cannot run now (says why); nothing was removed."""
+
+
+def uninstall(dsn: str) -> None:
+    """Remove what capture installed in the agents' database: this database's slot (it would keep WAL forever) and
+    the publication. Refused, removing nothing, while a follower runs (stop it first) or without the rights to drop
+    the publication (run it as the owner of the agents' tables, like the migrations)."""
+    with connect(dsn, application_name="core_capture_uninstall") as conn:
+        if not _try_lock(conn):
+            raise UninstallRefused("a change follower runs on this database: stop it first (its Deployment or thread)")
+        try:
+            owner = conn.execute(
+                "SELECT pg_has_role(current_user, pubowner, 'USAGE') FROM pg_publication WHERE pubname = %s",
+                (PUBLICATION,),
+            ).fetchone()
+            if owner is not None and not owner[0]:
+                raise UninstallRefused(
+                    f"{conn.info.user} does not own publication {PUBLICATION}: run the uninstall as the owner of the "
+                    "agents' tables (the role that runs the migrations)"
+                )
+            conn.execute(f"DROP PUBLICATION IF EXISTS {PUBLICATION}")
+            drop_slot(dsn, conn)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
+
+
+def drop_slot(dsn: str, conn: psycopg.Connection | None = None) -> None:
+    """Remove this database's slot and the follower's position (the uninstall, a test's teardown)."""
+    if conn is None:
+        with connect(dsn) as own:
+            return drop_slot(dsn, own)
+    slot = Follower(dsn).slot
+    conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    conn.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (slot,))
+    return None
 
 
 def main() -> None:
@@ -504,9 +573,19 @@ def main() -> None:
     )
     parser.add_argument("dsn", nargs="?", help="default: PG_AGENTES (or the embedded server)")
     parser.add_argument("--idle-sleep", type=float, default=IDLE_SLEEP_S)
+    parser.add_argument(
+        "--uninstall", action="store_true", help="remove this database's slot and the publication, then exit"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     dsn = args.dsn or resolve_dsn(load_settings())
+    if args.uninstall:
+        try:
+            uninstall(dsn)
+        except UninstallRefused as exc:
+            raise SystemExit(f"uninstall refused, nothing removed: {exc}") from exc
+        print(f"removed: publication {PUBLICATION} and this database's slot")
+        return
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     Follower(dsn).run(stop=stop, idle_sleep=args.idle_sleep)
