@@ -273,6 +273,13 @@ def test_uninstall_is_refused_while_a_follower_runs_then_removes_slot_and_public
             return slots.fetchone()[0], publications.fetchone()[0]
 
     assert installed() == (1, 1)  # refused: nothing removed
+    # a role with only an agent's grants (DML on the five tables) gains nothing: refused, nothing removed
+    from conftest import login_role
+
+    agent = login_role(dsn, "agent", "store, store_vectors, checkpoints, checkpoint_blobs, checkpoint_writes")
+    with pytest.raises(UninstallRefused, match="does not own publication core_capture"):
+        uninstall(agent)
+    assert installed() == (1, 1)
     run = subprocess.run(
         [sys.executable, "-m", "core.capture.follower", "--uninstall", dsn],
         cwd=ROOT,
