@@ -12,9 +12,6 @@ REMAINING_INDEXES = {
     ("checkpoints", "core_checkpoints_thread_pattern_idx"),
     ("checkpoints", "core_checkpoints_ts_idx"),
     ("checkpoints", "core_checkpoints_user_id_idx"),
-    ("store", "core_store_expires_at_prefix_idx"),
-    ("store", "core_store_hilo_idx"),
-    ("store_vectors", "core_store_vectors_prefix_pattern_idx"),
 }
 
 

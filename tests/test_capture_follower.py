@@ -51,8 +51,8 @@ def vector_store(dsn: str):
 
 
 def workload(dsn: str, seed: int, n: int = 120) -> None:
-    """Stock writes: puts (new, overwrite, with TTL, with a vector), TTL refreshes on read, deletes, batched
-    deletes and a TTL sweep."""
+    """Stock writes: puts (new, overwrite, with TTL, with a vector, with and without a `hilo` back-link), TTL
+    refreshes on read, deletes, batched deletes and a TTL sweep."""
     rng = random.Random(seed)
     conn, store = vector_store(dsn)
     with conn:
@@ -65,6 +65,11 @@ def workload(dsn: str, seed: int, n: int = 120) -> None:
                 key = f"k{rng.randrange(40)}"
                 ttl = rng.choice([0.001, None, 60 * 24, 60 * 24 * 30])  # 0.06 s: expired by the sweep below
                 value = {"texto": rng.choice(["casa", "tienda T003", "por la tarde", f"nota {i}"]), "i": i}
+                link = rng.random()
+                if link < 0.5:  # the article's back-link to the conversation (kept for customers' documents only)
+                    value["hilo"] = f"hilo-{rng.randrange(5)}"
+                elif link < 0.6:
+                    value["hilo"] = i  # not a thread id: no link
                 store.put(ns, key, value, ttl=ttl, index=None if rng.random() < 0.3 else False)
                 keys.append((ns, key))
             elif r < 0.68:

@@ -4,7 +4,8 @@
 the old contribution of each touched document (core_store_shadow, read by the follower) and returns the deltas the
 follower writes in one transaction. The aggregates are those migrations 007/040/043/046 kept with triggers:
 documents and last write per prefix, documents/namespaces/vectors per root, documents per expiry day and root,
-documents per (value hash, customer).
+documents per (value hash, customer), and each customer's document's `hilo` back-link (core_store_shadow.hilo,
+what the dropped expression index on `store` served).
 """
 
 from __future__ import annotations
@@ -158,13 +159,25 @@ class Contribution:
 
     expires_day: str | None
     value_hashes: tuple[int, ...]
+    hilo: str | None = None  # a customer's document's `value ->> 'hilo'` when it is a JSON string
 
     @property
     def empty(self) -> bool:
-        return self.expires_day is None and not self.value_hashes
+        return self.expires_day is None and not self.value_hashes and self.hilo is None
 
 
 NOTHING = Contribution(None, ())
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What a customer's document's value gives the shadow: its string leaves' hashes and its `hilo` link."""
+
+    hashes: tuple[int, ...]
+    hilo: str | None
+
+
+NO_VALUE = Derived((), None)
 
 
 @dataclass
@@ -185,7 +198,7 @@ def store_keys(txns: Iterable[Transaction]) -> set[tuple[str, str]]:
 
 
 def new_values(txns: Iterable[Transaction]) -> set[str]:
-    """The customers' document values whose hashes the fold needs."""
+    """The customers' document values whose hashes and `hilo` the fold needs."""
     return {
         e.value
         for t in txns
@@ -197,7 +210,7 @@ def new_values(txns: Iterable[Transaction]) -> set[str]:
 def fold(
     txns: Iterable[Transaction],
     shadow: dict[tuple[str, str], Contribution],
-    hashes: Callable[[str], tuple[int, ...]],
+    derive: Callable[[str], Derived],
 ) -> Deltas:
     """Replay `txns` in order over `shadow` (the touched documents' contributions before the batch; a document
     missing from it contributes nothing) and return the deltas and the touched documents' final contributions."""
@@ -232,10 +245,10 @@ def fold(
                 k = (e.prefix, e.key)
                 old = before(k)
                 if e.value is not None:
-                    value_hashes = hashes(e.value) if e.prefix.startswith(CUSTOMERS) else ()
+                    got = derive(e.value) if e.prefix.startswith(CUSTOMERS) else NO_VALUE
                 else:  # value unchanged (a TTL refresh of a TOASTed document)
-                    value_hashes = old.value_hashes
-                new = Contribution(e.expires_day, value_hashes)
+                    got = Derived(old.value_hashes, old.hilo)
+                new = Contribution(e.expires_day, got.hashes, got.hilo)
                 add(e.prefix, old, -1)
                 add(e.prefix, new, 1)
                 state[k] = new

@@ -112,12 +112,15 @@ WHERE slot_name = %s"""
 PEEK = """
 SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,
     'proto_version', '1', 'publication_names', %s)"""
+# A customer's document's back-link to the conversation that wrote it (the memory article's tool writes `hilo`).
+HILO_OF = "CASE WHEN jsonb_typeof({value} -> 'hilo') = 'string' THEN {value} ->> 'hilo' END"
 SELECT_SHADOW = """
-SELECT s.prefix, s.key, s.expires_day::text, s.value_hashes FROM core_store_shadow s
+SELECT s.prefix, s.key, s.expires_day::text, s.value_hashes, s.hilo FROM core_store_shadow s
 JOIN unnest(%s::text[], %s::text[]) AS k(prefix, key) USING (prefix, key)"""
-# The hashes core_value_holders_of gives a document (one per distinct string leaf).
-SELECT_HASHES = """
-SELECT u.v, ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(u.v::jsonb) AS l) AS hashes
+# The hashes core_value_holders_of gives a document (one per distinct string leaf), and its `hilo` link.
+SELECT_DERIVED = f"""
+SELECT u.v, ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(u.v::jsonb) AS l) AS hashes,
+       {HILO_OF.format(value="u.v::jsonb")} AS hilo
 FROM unnest(%s::text[]) AS u(v)"""
 SELECT_PREFIX_DOCUMENTS = "SELECT prefix, documents FROM core_prefix_counts WHERE prefix = ANY(%s)"
 UPSERT_PREFIX = """
@@ -139,8 +142,9 @@ DROP_EMPTY_HOLDERS = """
 DELETE FROM core_value_holders h USING unnest(%s::bigint[], %s::text[]) AS z(value_hash, cliente_id)
 WHERE h.value_hash = z.value_hash AND h.cliente_id = z.cliente_id AND h.documents <= 0"""
 UPSERT_SHADOW = """
-INSERT INTO core_store_shadow (prefix, key, expires_day, value_hashes) VALUES (%s, %s, %s::date, %s)
-ON CONFLICT (prefix, key) DO UPDATE SET expires_day = EXCLUDED.expires_day, value_hashes = EXCLUDED.value_hashes"""
+INSERT INTO core_store_shadow (prefix, key, expires_day, value_hashes, hilo) VALUES (%s, %s, %s::date, %s, %s)
+ON CONFLICT (prefix, key) DO UPDATE SET expires_day = EXCLUDED.expires_day, value_hashes = EXCLUDED.value_hashes,
+    hilo = EXCLUDED.hilo"""
 DELETE_SHADOW = """
 DELETE FROM core_store_shadow s USING unnest(%s::text[], %s::text[]) AS k(prefix, key)
 WHERE s.prefix = k.prefix AND s.key = k.key"""
@@ -172,13 +176,14 @@ RECOUNT = (
     """INSERT INTO core_expiry_days (day, root, documents)
        SELECT (expires_at AT TIME ZONE 'UTC')::date, split_part(prefix, '.', 1), count(*)
        FROM store WHERE expires_at IS NOT NULL GROUP BY 1, 2""",
-    """INSERT INTO core_store_shadow (prefix, key, expires_day, value_hashes)
-       SELECT prefix, key, expires_day, nullif(hashes, '{}') FROM (
+    f"""INSERT INTO core_store_shadow (prefix, key, expires_day, value_hashes, hilo)
+       SELECT prefix, key, expires_day, nullif(hashes, '{{}}'), hilo FROM (
            SELECT prefix, key, (expires_at AT TIME ZONE 'UTC')::date AS expires_day,
                   CASE WHEN prefix LIKE 'clientes.%%'
-                       THEN ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(value) AS l) END AS hashes
+                       THEN ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(value) AS l) END AS hashes,
+                  CASE WHEN prefix LIKE 'clientes.%%' THEN {HILO_OF.format(value="value")} END AS hilo
            FROM store) s
-       WHERE expires_day IS NOT NULL OR hashes <> '{}'""",
+       WHERE expires_day IS NOT NULL OR hashes <> '{{}}' OR hilo IS NOT NULL""",
     """INSERT INTO core_value_holders (value_hash, cliente_id, documents)
        SELECT h, split_part(prefix, '.', 2), count(*) FROM core_store_shadow, unnest(value_hashes) AS h
        GROUP BY 1, 2""",
@@ -347,15 +352,17 @@ class Follower:
         keys = sorted(changes.store_keys(txns))
         shadow: dict[tuple[str, str], Contribution] = {}
         if keys:
-            for prefix, key, day, hashes in conn.execute(
+            for prefix, key, day, hashes, hilo in conn.execute(
                 SELECT_SHADOW, ([k[0] for k in keys], [k[1] for k in keys])
             ).fetchall():
-                shadow[(prefix, key)] = Contribution(day, tuple(hashes or ()))
+                shadow[(prefix, key)] = Contribution(day, tuple(hashes or ()), hilo)
         values = sorted(changes.new_values(txns))
-        hashed: dict[str, tuple[int, ...]] = {}
+        derived: dict[str, changes.Derived] = {}
         if values:
-            hashed = {v: tuple(h) for v, h in conn.execute(SELECT_HASHES, (values,)).fetchall()}
-        return changes.fold(txns, shadow, hashed.__getitem__)
+            derived = {
+                v: changes.Derived(tuple(h), hilo) for v, h, hilo in conn.execute(SELECT_DERIVED, (values,)).fetchall()
+            }
+        return changes.fold(txns, shadow, derived.__getitem__)
 
     @staticmethod
     def _apply(conn: psycopg.Connection, d: Deltas) -> None:
@@ -396,7 +403,9 @@ class Follower:
             low = [(h, c) for h, c, n in holders if n < 0]
             if low:
                 cur.execute(DROP_EMPTY_HOLDERS, ([h for h, _ in low], [c for _, c in low]))
-        keep = [(p, k, c.expires_day, list(c.value_hashes) or None) for (p, k), c in d.shadow.items() if not c.empty]
+        keep = [
+            (p, k, c.expires_day, list(c.value_hashes) or None, c.hilo) for (p, k), c in d.shadow.items() if not c.empty
+        ]
         drop = [(p, k) for (p, k), c in d.shadow.items() if c.empty]
         if keep:
             cur.executemany(UPSERT_SHADOW, keep)
@@ -426,7 +435,7 @@ class Follower:
         while not stop.is_set():
             try:
                 with connect(self.dsn, application_name="core_capture_follower") as conn:
-                    while not stop.is_set() and not _try_lock(conn):
+                    while not stop.is_set() and not try_lock(conn):
                         stop.wait(5)
                     if stop.is_set():
                         return
@@ -442,7 +451,8 @@ class Follower:
                 stop.wait(2)
 
 
-def _try_lock(conn: psycopg.Connection) -> bool:
+def try_lock(conn: psycopg.Connection) -> bool:
+    """Take the follower's session advisory lock (one follower, or one recount, per database at a time)."""
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (FOLLOWER_LOCK,)).fetchone()
     return bool(row and row[0])
 
@@ -471,7 +481,7 @@ def catch_up(dsn: str, timeout: float = 30.0, *, follower: Follower | None = Non
     with connect(dsn) as conn:
         target = flush_target(conn)
         while True:
-            if _try_lock(conn):
+            if try_lock(conn):
                 try:
                     follower.setup(conn)
                     follower.drain(conn, target)
@@ -531,7 +541,7 @@ def uninstall(dsn: str) -> None:
     the publication. Refused, removing nothing, while a follower runs (stop it first) or without the rights to drop
     the publication (run it as the owner of the agents' tables, like the migrations)."""
     with connect(dsn, application_name="core_capture_uninstall") as conn:
-        if not _try_lock(conn):
+        if not try_lock(conn):
             raise UninstallRefused("a change follower runs on this database: stop it first (its Deployment or thread)")
         try:
             owner = conn.execute(

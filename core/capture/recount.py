@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from core.capture.follower import FOLLOWER_LOCK, RECOUNT, _try_lock, connect, slot_name_for
+from core.capture.follower import FOLLOWER_LOCK, RECOUNT, connect, slot_name_for, try_lock
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def recount_without_slot(dsn: str) -> Recount:
         row = conn.execute("SELECT current_database()").fetchone()
         assert row is not None
         slot = slot_name_for(row[0])
-        if not _try_lock(conn):
+        if not try_lock(conn):
             return Recount(False, "a change follower runs: it keeps the aggregates")
         try:
             if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone():

@@ -39,6 +39,12 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
            CROSS JOIN LATERAL core_value_holders_of(s.prefix, s.value) v GROUP BY 1, 2""",
     ),
     (
+        "the customers' documents' hilo back-links",
+        "SELECT prefix, key, hilo FROM core_store_shadow WHERE hilo IS NOT NULL",
+        """SELECT prefix, key, value ->> 'hilo' FROM store
+           WHERE prefix LIKE 'clientes.%' AND jsonb_typeof(value -> 'hilo') = 'string'""",
+    ),
+    (
         "last write per prefix (never older than the newest document)",
         "SELECT 0 FROM core_prefix_counts c JOIN store s USING (prefix) WHERE s.updated_at > c.last_write LIMIT 1",
         "SELECT 0 WHERE false",

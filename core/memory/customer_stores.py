@@ -114,8 +114,8 @@ WITH t AS MATERIALIZED (
 )
 SELECT cliente_id, tienda FROM t WHERE cliente_id IS NOT NULL AND cliente_id <> ''
 UNION
-SELECT split_part(s.prefix, '.', 2), t.tienda FROM t JOIN store s ON s.value ->> 'hilo' = t.thread_id
-WHERE t.cliente_id IS NULL AND s.prefix LIKE 'clientes.%%' AND s.value ? 'hilo'
+SELECT split_part(s.prefix, '.', 2), t.tienda FROM t JOIN core_store_shadow s ON s.hilo = t.thread_id
+WHERE t.cliente_id IS NULL
 UNION
 SELECT v.subject_id, t.tienda FROM t
 JOIN core_conversations v ON v.thread_id = t.thread_id AND v.subject_root = 'clientes'

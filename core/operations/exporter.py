@@ -6,8 +6,8 @@ their last heartbeat, expired-not-swept documents per root, the last sweep, eras
 complete and re-checks that found data back, customers above the closed 4-document schema.
 
 Cheap at 1M documents / 100k threads (see BENCHMARKS.md): the counts come from the small tables
-(heartbeats, sweep log, erasure register, core_prefix_counts kept by triggers) and the expired
-count is an index-only range scan of `core_store_expires_at_prefix_idx` (expired rows only). No
+(heartbeats, sweep log, erasure register, core_prefix_counts kept by the change follower) and the expired
+count is a range scan of the store's own partial index on `expires_at` (expired rows only). No
 query touches the checkpoint tables at scrape time; threads by status and LLM tokens/cost come from the tables the
 extraction keeps (core_thread_summary, core_usage_days). The attribution coverage
 (`core.privacy.subjects.coverage`, which reads the three checkpoint tables) is too costly for a scrape:

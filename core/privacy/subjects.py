@@ -219,8 +219,7 @@ WITH c AS (
            tagged
     FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
 ), hilo AS (
-    SELECT DISTINCT value ->> 'hilo' AS thread_id FROM store
-    WHERE prefix LIKE 'clientes.%%' AND jsonb_typeof(value -> 'hilo') = 'string'
+    SELECT DISTINCT hilo AS thread_id FROM core_store_shadow WHERE hilo IS NOT NULL
 ), own AS (
     SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes'
     UNION SELECT unnest(thread_ids) FROM core_erasure_register
@@ -232,8 +231,8 @@ WITH c AS (
 # COVERAGE_SQL above reads the three checkpoint tables and hashes every thread (it filled the disk at 10M): the
 # pages' live fallback before any sweep. The sweep computes the same figures from core_thread_storage right after
 # refreshing it (per-thread bytes, and which configured metadata keys the thread's checkpoints carry: 048), one
-# thread_id range (lo, hi] at a time: the `hilo` links (partial index core_store_hilo_idx) and our logs of that
-# range only, so memory and temp space are bounded by the batch, not by the number of threads or links.
+# thread_id range (lo, hi] at a time: the `hilo` links (core_store_shadow.hilo, kept by the change follower) and
+# our logs of that range only, so memory and temp space are bounded by the batch, not by the number of threads.
 SELECT_COVERAGE_BATCH_END = """
 SELECT thread_id AS hi FROM core_thread_storage WHERE {after} ORDER BY thread_id OFFSET %(skip)s LIMIT 1"""
 COVERAGE_BATCH_SQL = (
@@ -242,8 +241,7 @@ WITH t AS (
     SELECT thread_id, total_bytes AS bytes, metadata_keys && %(keys)s::text[] AS tagged
     FROM core_thread_storage WHERE {range}
 ), hilo AS (
-    SELECT DISTINCT value ->> 'hilo' AS thread_id FROM store
-    WHERE prefix LIKE 'clientes.%%' AND jsonb_typeof(value -> 'hilo') = 'string' AND {hilo_range}
+    SELECT DISTINCT hilo AS thread_id FROM core_store_shadow WHERE hilo IS NOT NULL AND {hilo_range}
 ), own AS (
     SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes' AND {range}
     UNION SELECT x.thread_id FROM core_erasure_register, unnest(thread_ids) AS x(thread_id) WHERE {x_range}
@@ -338,7 +336,7 @@ def coverage_from_storage(
         for lo, hi in thread_ranges(conn, SELECT_COVERAGE_BATCH_END, batch_threads - 1):
             query = pgsql.SQL(COVERAGE_BATCH_SQL).format(
                 range=key_ranges(lo, hi),
-                hilo_range=key_ranges(lo, hi, "(value ->> 'hilo')"),
+                hilo_range=key_ranges(lo, hi, "hilo"),
                 x_range=key_ranges(lo, hi, "x.thread_id"),
             )
             found = one(conn.execute(query, params).fetchone())
