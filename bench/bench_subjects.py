@@ -1,11 +1,12 @@
-"""The subject resolver's per-customer lookups with and without the indexes of migration 041, in one run.
+"""The subject resolver's per-customer lookups with and without the indexes that serve them, in one run (since
+migration 144 those of the change follower's core_checkpoint_shadow; before, migration 041's on `checkpoints`).
 
     python -m bench.bench_subjects --data /work/bench10m --dbname bench_prod_10000000_2500000_1000000_10000000_2500
 
-On a database built by bench/bench_production.py (migrated: it has the 041 indexes). The baseline runs the same
-statements on the same connection inside a transaction that drops those three indexes and is rolled back, so
-the database is left as it was (the DROP holds an exclusive lock on `checkpoints` meanwhile: run it on a
-benchmark copy, never on a live database). Prints, per customer id, the median ms of `subjects.resolve_conn`
+On a database built by bench/bench_production.py (migrated, its follower caught up). The baseline runs the same
+statements on the same connection inside a transaction that drops those indexes and is rolled back, so the
+database is left as it was (the DROP holds an exclusive lock on core_checkpoint_shadow meanwhile: run it on a
+benchmark copy). Prints, per customer id, the median ms of `subjects.resolve_conn`
 (every source: metadata keys, thread-id pattern, store back-links, conversations, register) with and without.
 """
 
@@ -22,7 +23,7 @@ from psycopg.rows import dict_row
 from core.db import embedded_dsn
 from core.privacy import subjects
 
-INDEXES = ("core_checkpoints_customer_id_idx", "core_checkpoints_user_id_idx", "core_checkpoints_thread_pattern_idx")
+INDEXES = ("core_checkpoint_shadow_subjects_idx", "core_checkpoint_shadow_thread_pattern_idx")
 CUSTOMERS = ("C4", "C9", "C123456", "C9999999")  # small, large (bench_erasure), mid, unknown
 
 
@@ -47,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         missing = set(INDEXES) - {
             r["indexname"]
-            for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'checkpoints'").fetchall()
+            for r in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'core_checkpoint_shadow'"
+            ).fetchall()
         }
         if missing:
             raise SystemExit(f"{args.dbname} lacks {sorted(missing)}: migrate it first (core.migrate)")
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                 conn.execute(f'DROP INDEX "{name}"')
             without_ms = {c: median_ms(conn, c, args.runs) for c in CUSTOMERS}
     print(f"{args.dbname}: {rows['checkpoints']:,} checkpoints, {rows['threads']:,} threads; median of {args.runs}\n")
-    print("| customer | resolve without the 041 indexes (ms) | with (ms) | ratio |")
+    print("| customer | resolve without the indexes (ms) | with (ms) | ratio |")
     print("|---|---:|---:|---:|")
     for c in CUSTOMERS:
         print(f"| {c} | {without_ms[c]:,.1f} | {with_ms[c]:,.1f} | {without_ms[c] / with_ms[c]:,.0f}x |")

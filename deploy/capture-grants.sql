@@ -6,5 +6,7 @@ GRANT CONNECT ON DATABASE agentes TO agent_memory_capture;
 GRANT USAGE ON SCHEMA public TO agent_memory_capture;
 GRANT SELECT ON store, store_vectors, checkpoints, checkpoint_blobs, checkpoint_writes TO agent_memory_capture;
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_prefix_counts, core_root_counts, core_expiry_days,
-    core_value_holders, core_store_shadow, core_token_dirty, core_capture_position TO agent_memory_capture;
-GRANT EXECUTE ON FUNCTION core_string_leaves(jsonb), core_value_holders_of(text, jsonb) TO agent_memory_capture;
+    core_value_holders, core_store_shadow, core_checkpoint_shadow, core_token_dirty, core_capture_position
+    TO agent_memory_capture;
+GRANT EXECUTE ON FUNCTION core_string_leaves(jsonb), core_value_holders_of(text, jsonb), core_metadata_subjects(jsonb)
+    TO agent_memory_capture;

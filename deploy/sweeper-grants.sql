@@ -31,8 +31,10 @@ GRANT SELECT, INSERT, UPDATE ON core_sweep_log TO agent_memory_sweeper;
 -- aggregates from the tables (core/capture/recount.py, issue 37): TRUNCATE and INSERT on them and its position row.
 -- With a slot, the follower's role keeps them (deploy/capture-grants.sql) and the sweep leaves them alone.
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE
-    ON core_prefix_counts, core_expiry_days, core_value_holders, core_store_shadow, core_root_counts
+    ON core_prefix_counts, core_expiry_days, core_value_holders, core_store_shadow, core_root_counts,
+       core_checkpoint_shadow
     TO agent_memory_sweeper;
+GRANT EXECUTE ON FUNCTION core_metadata_subjects(jsonb) TO agent_memory_sweeper;
 GRANT SELECT, INSERT, UPDATE ON core_capture_position TO agent_memory_sweeper;
 GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;
 -- History pruning (migration 060): the threads each run pruned; the run's totals go in its core_sweep_log row.

@@ -107,6 +107,58 @@ def test_every_aggregate_equals_a_recount_after_mixed_writes(capture_db):
     assert differences(dsn) == {}
 
 
+def graph_turns(dsn: str, seed: int, n: int = 30) -> None:
+    """Stock graph turns on PostgresSaver (a subgraph's checkpoints too), the customer named in the run's metadata or
+    not, delete_thread, and a hand-made metadata rewrite of one checkpoint."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def reply(state: MessagesState):
+        return {"messages": [("ai", "vale")]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("reply", reply)
+    inner.add_edge(START, "reply")
+    outer = StateGraph(MessagesState)
+    outer.add_node("inner", inner.compile())
+    outer.add_edge(START, "inner")
+    rng = random.Random(seed)
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=psycopg.rows.dict_row) as conn:
+        graph = outer.compile(checkpointer=PostgresSaver(conn))
+        for i in range(n):
+            thread = f"cliente-C{rng.randrange(4)}-{rng.randrange(6)}"
+            configurable = {"thread_id": thread}
+            if rng.random() < 0.6:
+                configurable[rng.choice(["cliente_id", "customer_id", "user_id"])] = f"C{rng.randrange(4)}"
+            graph.invoke({"messages": [("user", f"hola {i}")]}, {"configurable": configurable})
+            if rng.random() < 0.15:
+                graph.checkpointer.delete_thread(thread)
+        conn.execute(
+            "UPDATE checkpoints SET metadata = metadata || '{\"cliente_id\": 7}' "
+            "WHERE ctid = (SELECT ctid FROM checkpoints LIMIT 1)"
+        )
+
+
+def test_checkpoint_subjects_equal_a_recount_after_graph_turns(capture_db):
+    """What the attribution looks up by metadata key and thread-id pattern (core_checkpoint_shadow, no index of
+    ours on `checkpoints`) equals a recount after stock graph turns, subgraphs, delete_thread and a TRUNCATE."""
+    dsn, _ = capture_db
+    graph_turns(dsn, seed=3)
+    catch_up(dsn)
+    with psycopg.connect(dsn) as conn:
+        (kept,) = conn.execute("SELECT count(*) FROM core_checkpoint_shadow WHERE subjects ? 'cliente_id'").fetchone()
+    assert kept > 0, "the turns named customers in their metadata"
+    assert differences(dsn) == {}
+    graph_turns(dsn, seed=4)
+    catch_up(dsn, follower=Follower(dsn, batch_changes=7))
+    assert differences(dsn) == {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE checkpoints, checkpoint_blobs, checkpoint_writes")
+    graph_turns(dsn, seed=5, n=8)
+    catch_up(dsn)
+    assert differences(dsn) == {}
+
+
 def test_no_trigger_or_function_of_ours_runs_on_a_store_write(capture_db):
     """The aggregates move only when the follower applies the change, never inside the agents' transaction."""
     dsn, _ = capture_db

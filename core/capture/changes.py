@@ -61,6 +61,7 @@ class Vector:
 class Truncated:
     store: bool
     vectors: bool
+    checkpoints: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,23 @@ class Thread:
     thread_id: str
 
 
-Event = Put | Gone | Vector | Truncated | Thread
+CheckpointKey = tuple[str, str, str]  # (thread_id, checkpoint_ns, checkpoint_id)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A `checkpoints` row as written. `metadata` is None when unchanged (TOASTed, not sent)."""
+
+    key: CheckpointKey
+    metadata: str | None
+
+
+@dataclass(frozen=True)
+class CheckpointGone:
+    key: CheckpointKey
+
+
+Event = Put | Gone | Vector | Truncated | Thread | Checkpoint | CheckpointGone
 
 
 @dataclass
@@ -91,8 +108,8 @@ def _col(rel: pgoutput.Relation, tup: tuple[object, ...], name: str) -> object:
 def _events(msg: pgoutput.Message, relations: dict[int, pgoutput.Relation]) -> list[Event]:
     if isinstance(msg, pgoutput.Truncate):
         names = {relations[o].name for o in msg.oids if o in relations}
-        if "store" in names or "store_vectors" in names:
-            return [Truncated("store" in names, "store_vectors" in names)]
+        if names & {"store", "store_vectors", "checkpoints"}:
+            return [Truncated("store" in names, "store_vectors" in names, "checkpoints" in names)]
         return []
     rel = relations.get(getattr(msg, "oid", -1))
     if rel is None:
@@ -123,9 +140,27 @@ def _events(msg: pgoutput.Message, relations: dict[int, pgoutput.Relation]) -> l
             return [Vector(str(_col(rel, msg.old, "prefix")), -1)]
         if isinstance(msg, pgoutput.Update) and msg.old is not None:
             return [Vector(str(_col(rel, msg.old, "prefix")), -1), Vector(str(_col(rel, msg.new, "prefix")), 1)]
+    elif rel.name == "checkpoints":
+        if isinstance(msg, pgoutput.Insert | pgoutput.Update):
+            key = _checkpoint_key(rel, msg.new)
+            metadata = _col(rel, msg.new, "metadata")
+            written: list[Event] = [Thread(key[0]), Checkpoint(key, metadata if isinstance(metadata, str) else None)]
+            if isinstance(msg, pgoutput.Update) and msg.old is not None and _checkpoint_key(rel, msg.old) != key:
+                return [CheckpointGone(_checkpoint_key(rel, msg.old)), *written]
+            return written
+        if isinstance(msg, pgoutput.Delete):
+            return [CheckpointGone(_checkpoint_key(rel, msg.old))]
     elif rel.name in CHECKPOINT_TABLES and isinstance(msg, pgoutput.Insert | pgoutput.Update):
         return [Thread(str(_col(rel, msg.new, "thread_id")))]
     return []
+
+
+def _checkpoint_key(rel: pgoutput.Relation, tup: tuple[object, ...]) -> CheckpointKey:
+    return (
+        str(_col(rel, tup, "thread_id")),
+        str(_col(rel, tup, "checkpoint_ns")),
+        str(_col(rel, tup, "checkpoint_id")),
+    )
 
 
 def decode_batch(rows: Iterable[tuple[int, bytes]]) -> list[Transaction]:
@@ -191,6 +226,13 @@ class Deltas:
     holders: Counter[tuple[int, str]] = field(default_factory=Counter)  # (value hash, customer)
     shadow: dict[tuple[str, str], Contribution] = field(default_factory=dict)  # final state of touched documents
     threads: set[str] = field(default_factory=set)
+    truncated_checkpoints: bool = False
+    # final state of each touched checkpoint: its metadata text, UNCHANGED_METADATA (read it from the row), or
+    # None (deleted)
+    checkpoints: dict[CheckpointKey, str | None] = field(default_factory=dict)
+
+
+UNCHANGED_METADATA = ""  # a checkpoint rewritten with its TOASTed metadata unchanged (never valid JSON text)
 
 
 def store_keys(txns: Iterable[Transaction]) -> set[tuple[str, str]]:
@@ -241,6 +283,9 @@ def fold(
                 if e.vectors:
                     d.truncated_vectors = True
                     d.vectors.clear()
+                if e.checkpoints:
+                    d.truncated_checkpoints = True
+                    d.checkpoints.clear()
             elif isinstance(e, Put):
                 k = (e.prefix, e.key)
                 old = before(k)
@@ -265,5 +310,12 @@ def fold(
                 d.vectors[root_of(e.prefix)] += e.delta
             elif isinstance(e, Thread):
                 d.threads.add(e.thread_id)
+            elif isinstance(e, Checkpoint):
+                if e.metadata is not None:
+                    d.checkpoints[e.key] = e.metadata
+                elif d.checkpoints.get(e.key) is None:  # unchanged since a write not in this batch
+                    d.checkpoints[e.key] = UNCHANGED_METADATA
+            elif isinstance(e, CheckpointGone):
+                d.checkpoints[e.key] = None
     d.shadow = state
     return d

@@ -148,6 +148,23 @@ ON CONFLICT (prefix, key) DO UPDATE SET expires_day = EXCLUDED.expires_day, valu
 DELETE_SHADOW = """
 DELETE FROM core_store_shadow s USING unnest(%s::text[], %s::text[]) AS k(prefix, key)
 WHERE s.prefix = k.prefix AND s.key = k.key"""
+# Each checkpoint's key and the subjects its metadata names (core_metadata_subjects, migration 144), by key.
+UPSERT_CHECKPOINTS = """
+INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects)
+SELECT k.t, k.ns, k.id, core_metadata_subjects(k.m::jsonb)
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(t, ns, id, m)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET subjects = EXCLUDED.subjects"""
+# A checkpoint rewritten with its TOASTed metadata unchanged (not in the stream): read from the row as it is now
+# (a later change of the row is later in the stream; a row deleted since is deleted by a later batch).
+REREAD_CHECKPOINTS = """
+INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects)
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, core_metadata_subjects(c.metadata)
+FROM checkpoints c JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(t, ns, id)
+    ON c.thread_id = k.t AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET subjects = EXCLUDED.subjects"""
+DELETE_CHECKPOINTS = """
+DELETE FROM core_checkpoint_shadow s USING unnest(%s::text[], %s::text[], %s::text[]) AS k(t, ns, id)
+WHERE s.thread_id = k.t AND s.checkpoint_ns = k.ns AND s.checkpoint_id = k.id"""
 MARK_THREADS = """
 INSERT INTO core_token_dirty AS d (thread_id) SELECT unnest(%s::text[]) ORDER BY 1
 ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL WHERE d.claimed_at IS NOT NULL"""
@@ -187,6 +204,9 @@ RECOUNT = (
     """INSERT INTO core_value_holders (value_hash, cliente_id, documents)
        SELECT h, split_part(prefix, '.', 2), count(*) FROM core_store_shadow, unnest(value_hashes) AS h
        GROUP BY 1, 2""",
+    "TRUNCATE core_checkpoint_shadow",
+    """INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects)
+       SELECT thread_id, checkpoint_ns, checkpoint_id, core_metadata_subjects(metadata) FROM checkpoints""",
     """INSERT INTO core_token_dirty (thread_id)
        SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM checkpoint_blobs
        UNION SELECT thread_id FROM checkpoint_writes
@@ -413,6 +433,17 @@ class Follower:
             cur.execute(DELETE_SHADOW, ([p for p, _ in drop], [k for _, k in drop]))
         if d.threads:
             cur.execute(MARK_THREADS, (sorted(d.threads),))
+        if d.truncated_checkpoints:
+            cur.execute("TRUNCATE core_checkpoint_shadow")
+        written = sorted((k, m) for k, m in d.checkpoints.items() if m)
+        if written:
+            cur.execute(UPSERT_CHECKPOINTS, (*_columns([k for k, _ in written]), [m for _, m in written]))
+        unchanged = sorted(k for k, m in d.checkpoints.items() if m == changes.UNCHANGED_METADATA)
+        if unchanged:
+            cur.execute(REREAD_CHECKPOINTS, _columns(unchanged))
+        deleted = sorted(k for k, m in d.checkpoints.items() if m is None)
+        if deleted:
+            cur.execute(DELETE_CHECKPOINTS, _columns(deleted))
 
     # --- running -------------------------------------------------------------------------------------------
     def drain(self, conn: psycopg.Connection, target: int = 0) -> int:
@@ -449,6 +480,10 @@ class Follower:
             except psycopg.Error as exc:  # database gone or restarted: connect again
                 log.warning("change follower: %s; retrying", exc)
                 stop.wait(2)
+
+
+def _columns(keys: list[changes.CheckpointKey]) -> tuple[list[str], list[str], list[str]]:
+    return [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
 
 
 def try_lock(conn: psycopg.Connection) -> bool:
@@ -497,11 +532,11 @@ def catch_up(dsn: str, timeout: float = 30.0, *, follower: Follower | None = Non
             time.sleep(0.05)
 
 
-# What the publication of migration 140 carries: these columns of these tables, every action.
+# What the publication of migrations 140 and 144 carries: these columns of these tables, every action.
 PUBLISHED = {
     "store": {"prefix", "key", "value", "updated_at", "expires_at"},
     "store_vectors": {"prefix", "key", "field_name"},
-    "checkpoints": {"thread_id", "checkpoint_ns", "checkpoint_id"},
+    "checkpoints": {"thread_id", "checkpoint_ns", "checkpoint_id", "metadata"},
     "checkpoint_blobs": {"thread_id", "checkpoint_ns", "channel", "version"},
     "checkpoint_writes": {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"},
 }

@@ -45,6 +45,11 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
            WHERE prefix LIKE 'clientes.%' AND jsonb_typeof(value -> 'hilo') = 'string'""",
     ),
     (
+        "each checkpoint's key and the subjects its metadata names",
+        "SELECT thread_id, checkpoint_ns, checkpoint_id, subjects::text FROM core_checkpoint_shadow",
+        """SELECT thread_id, checkpoint_ns, checkpoint_id, core_metadata_subjects(metadata)::text FROM checkpoints""",
+    ),
+    (
         "last write per prefix (never older than the newest document)",
         "SELECT 0 FROM core_prefix_counts c JOIN store s USING (prefix) WHERE s.updated_at > c.last_write LIMIT 1",
         "SELECT 0 WHERE false",

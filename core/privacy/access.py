@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 from psycopg.types.json import Jsonb
 
+from core.capture.status import sync as capture_sync
 from core.checkpoints import formats
 from core.db import Database, one
 from core.privacy import access_notice, data_views, subjects
@@ -151,6 +152,7 @@ def _attribute(db: Database, customer_id: str) -> Attribution:
     the same answer the Checkpoints page and erasure use; the threads it holds now (`held`), as every page counts.
     The residue scan's proposals are named on the cover
     (thread and matched term, no snippet) but not exported: no source attributes them, a DPO decides."""
+    capture_sync(db)  # the threads the follower keeps by metadata key and pattern include every write until now
     found = subjects.resolve(db, customer_id)
     cover = subjects.coverage(db)
     residue = res.residue_scan(db, customer_id, subjects=found)

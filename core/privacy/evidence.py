@@ -64,8 +64,8 @@ REWRITTEN_TABLES = {
     "core_extract_watermark": "UPDATE core_extract_watermark SET thread_id = '', checkpoint_ns = '', "
     "checkpoint_id = '' WHERE thread_id::text = ANY(%(threads)s)",
 }
-# Tables kept from `store` by the change follower (documents per prefix, holders of each value, what each document
-# contributed: core/capture) and by triggers on core_tool_calls /
+# Tables kept from `store` and `checkpoints` by the change follower (documents per prefix, holders of each value, what
+# each document and checkpoint contributed: core/capture) and by triggers on core_tool_calls /
 # core_thread_days (the Preferences page's rollups, migration 047): counted in the evidence (they name the
 # prefix, the customer or the thread, so they must reach 0 too) but never deleted from directly, which would
 # break their counts; deleting the customer's rows of the base tables empties them.
@@ -74,6 +74,7 @@ DERIVED_TABLES = frozenset(
         "core_prefix_counts",
         "core_value_holders",
         "core_store_shadow",
+        "core_checkpoint_shadow",
         "core_tool_call_subject_days",
         "core_tool_call_thread_days",
         "core_thread_last",
@@ -282,7 +283,8 @@ def own_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
 
 def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
     """The checkpoints evidence query with the configured metadata keys (or threads only, if none)."""
-    # `metadata ? key` too: what lets the partial indexes of migration 041 serve the lookup (3.2 s at 10M without)
+    # Live, not core_checkpoint_shadow: the DPO's proof reads the agents' table itself (a sequential scan since
+    # migration 144 took our indexes off it; BENCHMARKS.md "Change capture").
     conds = [sql.SQL("(metadata ? {k} AND metadata->>{k} = %(cliente_id)s)").format(k=sql.Literal(k)) for k in keys]
     cond = sql.SQL(" OR ").join(conds) if conds else sql.SQL("false")
     return sql.SQL(CHECKPOINTS_ZERO_KEYS_SQL).format(keys=cond).as_string()

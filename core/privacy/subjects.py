@@ -95,12 +95,14 @@ def like_for(pattern: str, customer_id: str | None) -> str:
 
 # --- the sources ---------------------------------------------------------------------------------------
 
-# The key and the LIKE pattern are literals in the statement, not parameters: a generic plan of
-# `metadata ->> $1` or `LIKE $1` can use no index, and the per-customer lookups then read all of
-# `checkpoints` (8 s at 10M checkpoint writes). Literals let them use the indexes of 041_subject_indexes.sql.
-# (`metadata ? key` is implied by the equality; it lets a partial index on the key be used.)
-SELECT_BY_METADATA = "SELECT DISTINCT thread_id FROM checkpoints WHERE metadata ? {key} AND metadata ->> {key} = %(id)s"
-SELECT_BY_PATTERN = r"SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id LIKE {like} ESCAPE '\'"
+# Metadata keys and thread-id patterns are looked up in core_checkpoint_shadow, which the change follower keeps
+# from the checkpoints' keys and metadata (migration 144: no index of ours on `checkpoints`); the erasure and the
+# access export sync with the follower first. `subjects` holds each checkpoint's top-level scalar metadata entries
+# as `metadata ->> key` gives them (GIN index); the LIKE pattern is a literal in the statement, not a parameter (a
+# generic plan of `LIKE $1` can use no index).
+SELECT_BY_METADATA = """
+SELECT DISTINCT thread_id FROM core_checkpoint_shadow WHERE subjects @> jsonb_build_object({key}::text, %(id)s::text)"""
+SELECT_BY_PATTERN = r"SELECT DISTINCT thread_id FROM core_checkpoint_shadow WHERE thread_id LIKE {like} ESCAPE '\'"
 SELECT_BY_HILO = r"""
 SELECT DISTINCT value ->> 'hilo' AS thread_id FROM store
 WHERE (prefix = %(prefix)s OR prefix LIKE %(prefix_like)s ESCAPE '\') AND value ? 'hilo'
