@@ -4,7 +4,6 @@ PostgresStore writes: its documents-per-prefix aggregate equals a recount from `
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -14,14 +13,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import DIMS
-from langgraph.store.base import PutOp
+from capture_writes import graph_turns, store_writes
 from langgraph.store.postgres import PostgresStore
 
 from core.capture.follower import PAUSE_ENV, Follower, catch_up, drop_slot
 from core.capture.verify import differences
-from core.memory.embeddings import OfflineHashEmbeddings
-from core.memory.store import build_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,99 +40,23 @@ def recount(dsn: str) -> dict[str, int]:
         return dict(conn.execute("SELECT prefix, count(*) FROM store GROUP BY prefix").fetchall())
 
 
-def vector_store(dsn: str):
-    """A stock PostgresStore with a vector index (the seed's), autocommit, on its own connection."""
-    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=psycopg.rows.dict_row)
-    return conn, build_store(conn, OfflineHashEmbeddings(DIMS), DIMS)
-
-
-def workload(dsn: str, seed: int, n: int = 120) -> None:
-    """Stock writes: puts (new, overwrite, with TTL, with a vector, with and without a `hilo` back-link), TTL
-    refreshes on read, deletes, batched deletes and a TTL sweep."""
-    rng = random.Random(seed)
-    conn, store = vector_store(dsn)
-    with conn:
-        keys: list[tuple[tuple[str, ...], str]] = []
-        for i in range(n):
-            r = rng.random()
-            if r < 0.55 or not keys:
-                root = rng.choice(["clientes", "clientes", "proveedores"])
-                ns = (root, f"C{rng.randrange(6)}", rng.choice(["prefs", "notas"]))
-                key = f"k{rng.randrange(40)}"
-                ttl = rng.choice([0.001, None, 60 * 24, 60 * 24 * 30])  # 0.06 s: expired by the sweep below
-                value = {"texto": rng.choice(["casa", "tienda T003", "por la tarde", f"nota {i}"]), "i": i}
-                link = rng.random()
-                if link < 0.5:  # the article's back-link to the conversation (kept for customers' documents only)
-                    value["hilo"] = f"hilo-{rng.randrange(5)}"
-                elif link < 0.6:
-                    value["hilo"] = i  # not a thread id: no link
-                store.put(ns, key, value, ttl=ttl, index=None if rng.random() < 0.3 else False)
-                keys.append((ns, key))
-            elif r < 0.68:
-                ns, key = rng.choice(keys)
-                store.put(ns, key, {"texto": "otra vez", "again": True}, index=False)  # overwrite: an UPDATE
-            elif r < 0.75:
-                ns, key = rng.choice(keys)
-                store.get(ns, key, refresh_ttl=True)  # a TTL refresh: an UPDATE of expires_at only
-            elif r < 0.93:
-                ns, key = keys.pop(rng.randrange(len(keys)))
-                store.delete(ns, key)
-            else:
-                picked = [keys.pop(rng.randrange(len(keys))) for _ in range(min(3, len(keys)))]
-                store.batch([PutOp(ns, key, None) for ns, key in picked])
-        time.sleep(0.2)
-        store.sweep_ttl()
-
-
 def test_every_aggregate_equals_a_recount_after_mixed_writes(capture_db):
     dsn, follower = capture_db
-    workload(dsn, seed=1)
+    store_writes(dsn, seed=1)
     catch_up(dsn)
     assert recount(dsn), "the workload left documents"
     assert differences(dsn) == {}
     # the same keys again, applied in batches of a few changes: overwrites and deletes of documents applied in
     # earlier batches (their old expiry day and values come from the follower's shadow)
-    workload(dsn, seed=2)
+    store_writes(dsn, seed=2)
     small = Follower(dsn, batch_changes=5)
     catch_up(dsn, follower=small)
     assert differences(dsn) == {}
     with psycopg.connect(dsn, autocommit=True) as conn:  # the agents' table emptied by hand, then written again
         conn.execute("TRUNCATE store CASCADE")
-    workload(dsn, seed=5, n=40)
+    store_writes(dsn, seed=5, n=40)
     catch_up(dsn)
     assert differences(dsn) == {}
-
-
-def graph_turns(dsn: str, seed: int, n: int = 30) -> None:
-    """Stock graph turns on PostgresSaver (a subgraph's checkpoints too), the customer named in the run's metadata or
-    not, delete_thread, and a hand-made metadata rewrite of one checkpoint."""
-    from langgraph.checkpoint.postgres import PostgresSaver
-    from langgraph.graph import START, MessagesState, StateGraph
-
-    def reply(state: MessagesState):
-        return {"messages": [("ai", "vale")]}
-
-    inner = StateGraph(MessagesState)
-    inner.add_node("reply", reply)
-    inner.add_edge(START, "reply")
-    outer = StateGraph(MessagesState)
-    outer.add_node("inner", inner.compile())
-    outer.add_edge(START, "inner")
-    rng = random.Random(seed)
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=psycopg.rows.dict_row) as conn:
-        graph = outer.compile(checkpointer=PostgresSaver(conn))
-        for i in range(n):
-            thread = f"cliente-C{rng.randrange(4)}-{rng.randrange(6)}"
-            configurable = {"thread_id": thread}
-            if rng.random() < 0.6:
-                configurable[rng.choice(["cliente_id", "customer_id", "user_id"])] = f"C{rng.randrange(4)}"
-            graph.invoke({"messages": [("user", f"hola {i}")]}, {"configurable": configurable})
-            if rng.random() < 0.15:
-                graph.checkpointer.delete_thread(thread)
-        conn.execute(
-            "UPDATE checkpoints SET metadata = metadata || '{\"cliente_id\": 7}' "
-            "WHERE ctid = (SELECT ctid FROM checkpoints LIMIT 1)"
-        )
 
 
 def test_checkpoint_subjects_equal_a_recount_after_graph_turns(capture_db):
@@ -209,7 +129,7 @@ def _slot_lsn(dsn: str, slot: str) -> str:
 @pytest.mark.parametrize("point", ["after_apply", "mid_batch"])
 def test_sigkill_then_restart_counts_once(capture_db, tmp_path, point):
     dsn, follower = capture_db
-    workload(dsn, seed=3)
+    store_writes(dsn, seed=3)
     marker = tmp_path / f"{point}.reached"
     before = _slot_lsn(dsn, follower.slot)
     proc = _start_follower(dsn, point, marker)
@@ -230,7 +150,7 @@ def test_sigkill_then_restart_counts_once(capture_db, tmp_path, point):
         assert applied is not None and applied[0] > 0 and stored != before
     else:  # the open transaction died with the process
         assert applied == (0,) and stored == before
-    workload(dsn, seed=4)  # the agents keep writing while the follower is down
+    store_writes(dsn, seed=4)  # the agents keep writing while the follower is down
     proc = _start_follower(dsn, None, marker)
     try:
         deadline = time.monotonic() + 60
@@ -250,7 +170,7 @@ def test_a_slot_created_while_agents_write_counts_every_write_once(create_databa
     write commits after the slot's consistent point and before the recount's snapshot (decoded by the slot and
     seen by the recount): counted once, and every aggregate equals the recount."""
     dsn = create_database(migrated=True, prefix="capture")
-    workload(dsn, seed=7, n=60)  # the agents wrote before the dashboard's follower ever ran
+    store_writes(dsn, seed=7, n=60)  # the agents wrote before the dashboard's follower ever ran
     stop = threading.Event()
 
     def writer() -> None:
