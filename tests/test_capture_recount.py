@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from capture_writes import store_writes
 from conftest import DIMS, dsn_for, own_embedded_server
 from streamlit.testing.v1 import AppTest
-from test_capture_follower import workload
 
 from core.capture.follower import CaptureNotAllowed, catch_up, drop_slot
 from core.capture.recount import recount_without_slot
@@ -46,7 +46,7 @@ def test_without_logical_decoding_the_sweep_recounts_and_memory_says_as_of(repli
         catch_up(dsn)
     db = Database(dsn)
     try:
-        workload(dsn, seed=7)
+        store_writes(dsn, seed=7)
         assert differences(dsn)  # nothing keeps the aggregates between sweeps
         result = run_sweep(db, trigger="manual")
         assert result.status == "ok", result
@@ -63,7 +63,7 @@ def test_without_logical_decoding_the_sweep_recounts_and_memory_says_as_of(repli
         assert not at.exception
         assert any("último recuento del barrido" in i.value for i in at.info), [i.value for i in at.info]
 
-        workload(dsn, seed=8)  # more writes, then the next sweep
+        store_writes(dsn, seed=8)  # more writes, then the next sweep
         assert run_sweep(db, trigger="manual").status == "ok"
         assert differences(dsn) == {}
     finally:
@@ -77,7 +77,7 @@ def test_with_a_slot_the_sweep_leaves_the_aggregates_to_the_follower(create_data
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("UPDATE core_prefix_counts SET documents = documents")  # nothing to count yet
             before = conn.execute("SELECT recounted_at FROM core_capture_position").fetchall()
-        workload(dsn, seed=3, n=30)  # held by the slot, not applied
+        store_writes(dsn, seed=3, n=30)  # held by the slot, not applied
         recount = recount_without_slot(dsn)
         assert not recount.done and "follows this database" in recount.reason
         with psycopg.connect(dsn) as conn:

@@ -49,6 +49,38 @@ class CaptureTimeout(RuntimeError):
     """The follower did not reach the WAL position asked for within the time given."""
 
 
+class SlotTaken(CaptureTimeout):
+    """Another consumer reads the follower's slot (the message names it). What it confirmed never reaches the
+    aggregates: the follower forgets its position, and once the slot is free it recreates it and recounts."""
+
+
+# Who else reads the slot: every connection of ours says application_name core_capture* (connect() below).
+SELECT_OTHER_CONSUMER = """
+SELECT s.active_pid, a.application_name, a.usename::text, a.client_addr::text
+FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
+WHERE s.slot_name = %s AND s.active_pid IS NOT NULL AND s.active_pid <> pg_backend_pid()
+  AND coalesce(a.application_name, '') NOT LIKE 'core\\_capture%%'"""
+
+
+def other_consumer(conn: psycopg.Connection, slot: str) -> str | None:
+    """Who reads `slot` besides us (pid, application, role, client), or None."""
+    row = conn.execute(SELECT_OTHER_CONSUMER, (slot,)).fetchone()
+    if row is None:
+        return None
+    pid, app, user, client = row
+    return f"pid {pid}, application {app or '?'!r}, role {user or '?'}, client {client or 'local'}"
+
+
+def _slot_taken(conn: psycopg.Connection, slot: str, who: str | None) -> SlotTaken:
+    """Forget the position (setup then recreates the slot and recounts, once it is free) and say who took it."""
+    conn.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (slot,))
+    return SlotTaken(
+        f"replication slot {slot} is read by another consumer ({who or 'gone since'}): the changes it confirms never "
+        "reach the dashboard's figures; stop it (or give it a slot of its own). The follower then recreates its slot "
+        "and recounts from the tables"
+    )
+
+
 def slot_name_for(dbname: str) -> str:
     """Slots are cluster-wide: one per database, named after it."""
     return ("core_capture_" + re.sub(r"[^a-z0-9_]", "_", dbname.lower()))[:63]
@@ -224,6 +256,7 @@ ON CONFLICT (slot_name) DO UPDATE SET lsn = EXCLUDED.lsn, applied_at = now(),
 def connect(dsn: str, **kwargs: object) -> psycopg.Connection:
     """An autocommit connection (`conn.transaction()` is then a real BEGIN ... COMMIT) whose timestamps decode as
     UTC ISO text (the expiry day is the first ten characters)."""
+    kwargs.setdefault("application_name", "core_capture")  # what other_consumer() tells apart from ours
     conn = psycopg.connect(dsn, autocommit=True, options="-c TimeZone=UTC -c DateStyle=ISO", **kwargs)  # type: ignore[arg-type]
     return conn
 
@@ -278,8 +311,11 @@ class Follower:
             ).fetchone()
             if has_position:
                 return False
-        if slot is not None:  # lost (max_slot_wal_keep_size), or made by someone else: start again
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+        if slot is not None:  # lost (max_slot_wal_keep_size), taken, or made by someone else: start again
+            try:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+            except psycopg.errors.ObjectInUse as exc:
+                raise _slot_taken(conn, self.slot, other_consumer(conn, self.slot)) from exc
         try:
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
         except psycopg.errors.InsufficientPrivilege as exc:
@@ -320,7 +356,10 @@ class Follower:
         flushed_row = conn.execute("SELECT pg_current_wal_flush_lsn()::text, now()::text").fetchone()
         assert flushed_row is not None
         flushed, flushed_at = lsn_int(flushed_row[0]), flushed_row[1]
-        rows = conn.execute(PEEK, (self.slot, self.batch_changes, PUBLICATION)).fetchall()
+        try:
+            rows = conn.execute(PEEK, (self.slot, self.batch_changes, PUBLICATION)).fetchall()
+        except psycopg.errors.ObjectInUse as exc:
+            raise _slot_taken(conn, self.slot, other_consumer(conn, self.slot)) from exc
         drained = len(rows) < self.batch_changes
         txns = changes.decode_batch((lsn_int(lsn), bytes(data)) for lsn, data in rows)
         reached = max([applied] + [t.end_lsn for t in txns])
@@ -465,7 +504,7 @@ class Follower:
         stop = stop or threading.Event()
         while not stop.is_set():
             try:
-                with connect(self.dsn, application_name="core_capture_follower") as conn:
+                with connect(self.dsn) as conn:
                     while not stop.is_set() and not try_lock(conn):
                         stop.wait(5)
                     if stop.is_set():
@@ -477,6 +516,9 @@ class Follower:
                         stop.wait(idle_sleep)
             except CaptureNotAllowed:
                 raise
+            except SlotTaken as exc:  # said until the other consumer goes; then setup recreates the slot
+                log.error("change follower: %s", exc)
+                stop.wait(5)
             except psycopg.Error as exc:  # database gone or restarted: connect again
                 log.warning("change follower: %s; retrying", exc)
                 stop.wait(2)
@@ -525,6 +567,9 @@ def catch_up(dsn: str, timeout: float = 30.0, *, follower: Follower | None = Non
                     conn.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
             if caught_up_lsn(conn, follower.slot) >= target:
                 return
+            who = other_consumer(conn, follower.slot)
+            if who is not None:  # the running follower cannot read the slot either
+                raise SlotTaken(f"replication slot {follower.slot} is read by another consumer ({who})")
             if time.monotonic() > deadline:
                 raise CaptureTimeout(
                     f"the change follower did not apply the WAL up to {lsn_text(target)} within {timeout:.0f} s"
