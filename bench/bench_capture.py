@@ -41,14 +41,19 @@ ROOT = Path(__file__).resolve().parent.parent
 DIMS = 64
 
 
-def _database(base: str, name: str, *, dashboard: bool) -> str:
+def fresh_database(base: str, name: str) -> str:
+    """An empty database `name` on the server `base` (dropped first with its slots, if a run left one)."""
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (name,)
         )
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = psycopg.conninfo.make_conninfo(base, dbname=name)
+    return psycopg.conninfo.make_conninfo(base, dbname=name)
+
+
+def _database(base: str, name: str, *, dashboard: bool) -> str:
+    dsn = fresh_database(base, name)
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         _store(conn).setup()

@@ -32,6 +32,7 @@ import psycopg
 from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
+from bench.bench_capture import fresh_database
 from core.capture.follower import catch_up, caught_up_lsn, drop_slot, flush_target, slot_name_for
 from core.capture.server import ensure_logical
 from core.capture.verify import differences
@@ -43,13 +44,7 @@ TIPOS = ("recogida", "contacto", "idioma", "horario")
 
 
 def _database(base: str, name: str) -> str:
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (name,)
-        )
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = psycopg.conninfo.make_conninfo(base, dbname=name)
+    dsn = fresh_database(base, name)
     with psycopg.connect(dsn, autocommit=True) as conn:
         PostgresStore(conn).setup()
     migrate(dsn, DIMS)
