@@ -1,14 +1,10 @@
 """Nothing of ours on the agents' tables (issue 37): on a freshly migrated database, no trigger, rule, policy or
 event trigger reaches `store`, `store_vectors`, `checkpoints`, `checkpoint_blobs` or `checkpoint_writes`, and
-the only indexes of ours left on them are the ones docs/capture-plan.md lists as not moved yet."""
+no index of ours is on them (migrations 143-144 took the last ones off)."""
 
 from __future__ import annotations
 
 AGENT_TABLES = "'{store,store_vectors,checkpoints,checkpoint_blobs,checkpoint_writes}'::regclass[]"
-# Not moved to the follower yet (docs/capture-plan.md, "What remains"): the tool-call extraction's `ts` order.
-REMAINING_INDEXES = {
-    ("checkpoints", "core_checkpoints_ts_idx"),
-}
 
 
 def test_no_trigger_rule_policy_or_event_trigger_of_ours_reaches_the_agents_tables(db):
@@ -36,7 +32,7 @@ def test_no_trigger_rule_policy_or_event_trigger_of_ours_reaches_the_agents_tabl
     )
 
 
-def test_only_the_listed_indexes_of_ours_remain_on_the_agents_tables(db):
+def test_no_index_of_ours_is_on_the_agents_tables(db):
     ours = {
         (r["tablename"], r["indexname"])
         for r in db.fetch(
@@ -45,7 +41,7 @@ def test_only_the_listed_indexes_of_ours_remain_on_the_agents_tables(db):
             "AND indexname LIKE 'core\\_%%'"
         )
     }
-    assert ours == REMAINING_INDEXES
+    assert ours == set()
 
 
 def test_the_publication_carries_no_payload_blob_or_embedding(db):

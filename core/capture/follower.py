@@ -180,20 +180,22 @@ ON CONFLICT (prefix, key) DO UPDATE SET expires_day = EXCLUDED.expires_day, valu
 DELETE_SHADOW = """
 DELETE FROM core_store_shadow s USING unnest(%s::text[], %s::text[]) AS k(prefix, key)
 WHERE s.prefix = k.prefix AND s.key = k.key"""
-# Each checkpoint's key and the subjects its metadata names (core_metadata_subjects, migration 144), by key.
+# Each checkpoint's key, the subjects its metadata names (core_metadata_subjects, migration 144) and its `ts`, by key.
+# `ts` is inside the checkpoint payload, which the publication leaves out: read from the row by its primary key as it
+# is now (a later change of the row is later in the stream; a row deleted since is deleted by a later batch).
 UPSERT_CHECKPOINTS = """
-INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects)
-SELECT k.t, k.ns, k.id, core_metadata_subjects(k.m::jsonb)
+INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects, ts)
+SELECT k.t, k.ns, k.id, core_metadata_subjects(k.m::jsonb), c.checkpoint ->> 'ts'
 FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(t, ns, id, m)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET subjects = EXCLUDED.subjects"""
-# A checkpoint rewritten with its TOASTed metadata unchanged (not in the stream): read from the row as it is now
-# (a later change of the row is later in the stream; a row deleted since is deleted by a later batch).
+LEFT JOIN checkpoints c ON c.thread_id = k.t AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET subjects = EXCLUDED.subjects, ts = EXCLUDED.ts"""
+# A checkpoint rewritten with its TOASTed metadata unchanged (not in the stream): both read from the row.
 REREAD_CHECKPOINTS = """
-INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects)
-SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, core_metadata_subjects(c.metadata)
+INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects, ts)
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, core_metadata_subjects(c.metadata), c.checkpoint ->> 'ts'
 FROM checkpoints c JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(t, ns, id)
     ON c.thread_id = k.t AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET subjects = EXCLUDED.subjects"""
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET subjects = EXCLUDED.subjects, ts = EXCLUDED.ts"""
 DELETE_CHECKPOINTS = """
 DELETE FROM core_checkpoint_shadow s USING unnest(%s::text[], %s::text[], %s::text[]) AS k(t, ns, id)
 WHERE s.thread_id = k.t AND s.checkpoint_ns = k.ns AND s.checkpoint_id = k.id"""
@@ -237,8 +239,9 @@ RECOUNT = (
        SELECT h, split_part(prefix, '.', 2), count(*) FROM core_store_shadow, unnest(value_hashes) AS h
        GROUP BY 1, 2""",
     "TRUNCATE core_checkpoint_shadow",
-    """INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects)
-       SELECT thread_id, checkpoint_ns, checkpoint_id, core_metadata_subjects(metadata) FROM checkpoints""",
+    """INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects, ts)
+       SELECT thread_id, checkpoint_ns, checkpoint_id, core_metadata_subjects(metadata), checkpoint ->> 'ts'
+       FROM checkpoints""",
     """INSERT INTO core_token_dirty (thread_id)
        SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM checkpoint_blobs
        UNION SELECT thread_id FROM checkpoint_writes
@@ -267,10 +270,10 @@ class Follower:
         self.batch_changes = batch_changes
         self._last_heartbeat = 0.0
         self.on_slot_created: list = []  # test hook: callables run between the slot's creation and the recount
-        with psycopg.connect(dsn) as conn:
-            row = conn.execute("SELECT current_database()").fetchone()
-            assert row is not None
-            self.slot = slot or slot_name_for(row[0])
+        if slot is None:
+            with psycopg.connect(dsn) as conn:
+                slot = slot_name_for(conn.info.dbname)
+        self.slot = slot
 
     # --- setup -----------------------------------------------------------------------------------------
     def setup(self, conn: psycopg.Connection | None = None) -> bool:
@@ -575,6 +578,33 @@ def catch_up(dsn: str, timeout: float = 30.0, *, follower: Follower | None = Non
                     f"the change follower did not apply the WAL up to {lsn_text(target)} within {timeout:.0f} s"
                 )
             time.sleep(0.05)
+
+
+def apply_pending(dsn: str, max_batches: int = 1) -> bool:
+    """What a reader of the follower's tables calls when it must not wait: when no follower runs here (its lock is
+    free), apply up to `max_batches` batches of what the slot holds on this connection, and return True; when one
+    runs, return False at once (the reader is as of it, a fraction of a second). Also False, logged, where nothing
+    can be applied from here: a standby, no logical decoding (as of the sweep's last recount), a role without
+    REPLICATION, a slot another consumer reads."""
+    try:
+        with connect(dsn) as conn:
+            standby = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+            if (standby and standby[0]) or not try_lock(conn):
+                return False
+            try:
+                follower = Follower(dsn, slot=slot_name_for(conn.info.dbname))
+                follower.setup(conn)
+                target = flush_target(conn)  # what was committed before this call, flushed (synchronous_commit off)
+                for _ in range(max_batches):
+                    result = follower.run_once(conn)
+                    if result.drained and (result.caught_up or 0) >= target:
+                        break
+                return True
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
+    except (CaptureNotAllowed, SlotTaken, psycopg.Error) as exc:
+        log.info("changes not applied by this reader: %s", exc)
+        return False
 
 
 # What the publication of migrations 140 and 144 carries: these columns of these tables, every action.

@@ -45,9 +45,10 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
            WHERE prefix LIKE 'clientes.%' AND jsonb_typeof(value -> 'hilo') = 'string'""",
     ),
     (
-        "each checkpoint's key and the subjects its metadata names",
-        "SELECT thread_id, checkpoint_ns, checkpoint_id, subjects::text FROM core_checkpoint_shadow",
-        """SELECT thread_id, checkpoint_ns, checkpoint_id, core_metadata_subjects(metadata)::text FROM checkpoints""",
+        "each checkpoint's key, the subjects its metadata names and its ts",
+        "SELECT thread_id, checkpoint_ns, checkpoint_id, subjects::text, ts FROM core_checkpoint_shadow",
+        """SELECT thread_id, checkpoint_ns, checkpoint_id, core_metadata_subjects(metadata)::text, checkpoint ->> 'ts'
+           FROM checkpoints""",
     ),
     (
         "last write per prefix (never older than the newest document)",

@@ -12,9 +12,12 @@ slower in bench/bench_tool_calls.py), so a refused blob is marked per thread by 
 (`core_checkpoints_view.refused_type`, the Checkpoints page), not counted here.
 
 Incremental: checkpoints are taken in `(checkpoint->>'ts', thread_id, checkpoint_ns, checkpoint_id)`
-order from a watermark (`core_extract_watermark`), a bounded batch per transaction, through the
-index on `checkpoint->>'ts'` (migration 006). Writes land on a checkpoint after it is created (while
-its step runs) and the dual saver resyncs buffered checkpoints with their original times, so the
+order from a watermark (`core_extract_watermark`), a bounded batch per transaction, through the change
+follower's copy of each checkpoint's key and `ts` (core_checkpoint_shadow, migration 144: no index of ours on
+`checkpoints`); an extraction first applies what the slot holds when no follower runs
+(core.capture.follower.apply_pending), else it is as of the follower. Writes land on a checkpoint after it is
+created (while its step runs), a checkpoint may reach the follower after a later one was extracted, and the dual
+saver resyncs buffered checkpoints with their original times, so the
 sweep job re-reads a look-back window before the watermark (default 24 h); the primary keys make that
 re-read a no-op for what was already extracted. The page only moves forward, bounded.
 
@@ -37,6 +40,7 @@ from typing import Any
 
 import psycopg
 
+from core.capture.follower import apply_pending
 from core.db import Database, one
 
 log = logging.getLogger(__name__)
@@ -99,12 +103,14 @@ def thread_status(alias: str, nodes: str) -> str:
 EXTRACT_BATCH = (
     r"""
 WITH cps AS MATERIALIZED (
-    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.checkpoint ->> 'ts' AS ts_text, c.metadata
-    FROM checkpoints c
-    WHERE c.checkpoint ->> 'ts' >= %(ts)s
-      AND (c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id)
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, s.ts AS ts_text, c.metadata
+    FROM core_checkpoint_shadow s
+    JOIN checkpoints c
+      ON c.thread_id = s.thread_id AND c.checkpoint_ns = s.checkpoint_ns AND c.checkpoint_id = s.checkpoint_id
+    WHERE s.ts >= %(ts)s
+      AND (s.ts, s.thread_id, s.checkpoint_ns, s.checkpoint_id)
           > (%(ts)s, %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)
-    ORDER BY c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id
+    ORDER BY s.ts, s.thread_id, s.checkpoint_ns, s.checkpoint_id
     LIMIT %(limit)s
 ), decoded AS MATERIALIZED (
     -- every write of these checkpoints, decoded once by the canonical SQL decoder
@@ -266,9 +272,9 @@ WHERE s.thread_id = now_is.thread_id AND (s.status, s.next_nodes) IS DISTINCT FR
 # Checkpoints after the watermark (capped: the page only needs "behind by about N").
 COUNT_BEHIND = """
 SELECT count(*) AS n FROM (
-    SELECT 1 FROM checkpoints c
-    WHERE c.checkpoint ->> 'ts' >= %(ts)s
-      AND (c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id)
+    SELECT 1 FROM core_checkpoint_shadow s
+    WHERE s.ts >= %(ts)s
+      AND (s.ts, s.thread_id, s.checkpoint_ns, s.checkpoint_id)
           > (%(ts)s, %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)
     LIMIT %(cap)s) b"""
 
@@ -349,8 +355,11 @@ def watermark(db: Database) -> Watermark:
     return Watermark(row["ts"], row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
 
 
-def checkpoints_behind(db: Database, cap: int = 100_000) -> int:
-    """Checkpoints after the watermark, counted up to `cap`."""
+def checkpoints_behind(db: Database, cap: int = 100_000, *, apply: bool = True) -> int:
+    """Checkpoints after the watermark, counted up to `cap` (after applying what the slot holds when no change
+    follower runs, unless `apply` is False)."""
+    if apply:
+        apply_pending(db.dsn)
     return one(db.fetch_one(COUNT_BEHIND, {**watermark(db).params(), "cap": cap}, read_only=False))["n"]
 
 
@@ -369,6 +378,7 @@ def extract(
     is one transaction holding the watermark row, so concurrent runs take turns. Idempotent."""
     if batch < 1:
         raise ValueError("batch must be >= 1")
+    apply_pending(db.dsn)
     result = ExtractResult()
     key = watermark(db)
     if lookback:
@@ -400,7 +410,7 @@ def extract(
             result.statuses = conn.execute(RECHECK_STATUS, params).rowcount
         else:  # another process or session is re-checking right now
             result.statuses_skipped = True
-    result.behind = checkpoints_behind(db)
+    result.behind = checkpoints_behind(db, apply=False)
     log.info(
         "tool calls: %d checkpoints (%d writes) read, %d calls, %d thread-days, %d refused payloads, "
         "%d thread summaries (%d statuses re-checked) and %d usages extracted in %d batches, %d behind",

@@ -13,10 +13,11 @@ from typing import Any
 
 import pandas as pd
 
+from core.capture.follower import apply_pending
 from core.checkpoints import delta, formats, message_diff
 from core.db import Database, one
 
-RECENT_WINDOW = 5000  # newest checkpoints scanned (by the ts index) to list recently active threads
+RECENT_WINDOW = 5000  # newest checkpoints scanned (the change follower's ts index) to list recently active threads
 
 THREAD_COLUMNS = ["thread_id", "cliente_id", "agente", "checkpoints", "first_ts", "last_ts", "last_step"]
 
@@ -33,8 +34,7 @@ LIMIT %(limit)s"""
 
 SELECT_RECENT_THREADS = """
 SELECT thread_id FROM (
-    SELECT thread_id, checkpoint ->> 'ts' AS ts FROM checkpoints
-    ORDER BY checkpoint ->> 'ts' DESC LIMIT %(window)s
+    SELECT thread_id, ts FROM core_checkpoint_shadow WHERE ts IS NOT NULL ORDER BY ts DESC LIMIT %(window)s
 ) recent
 GROUP BY thread_id ORDER BY max(ts) DESC LIMIT %(limit)s"""
 
@@ -223,7 +223,9 @@ def threads_of_customer(db: Database, cliente_id: str, limit: int = 200, config:
 
 
 def recent_threads(db: Database, limit: int = 50) -> pd.DataFrame:
-    """Threads with the newest checkpoints (among the newest RECENT_WINDOW checkpoints)."""
+    """Threads with the newest checkpoints (among the newest RECENT_WINDOW checkpoints), as of the change follower
+    (or current, when no follower runs: this read applies what the slot holds)."""
+    apply_pending(db.dsn)
     threads = [r["thread_id"] for r in db.fetch(SELECT_RECENT_THREADS, {"window": RECENT_WINDOW, "limit": limit})]
     return _summary(db, threads, limit)
 
