@@ -205,8 +205,9 @@ def pytest_collection_modifyitems(config, items):
     `asyncio.run` (the async checkpointer tests) refuses to start.
 
     With pytest-xdist (scripts/test.sh: `-n 2 --dist loadgroup --no-loadscope-reorder`) each module is one unit
-    of work, so its module fixtures are set up once, and a module's browser tests are a unit of their own: the
-    units go out in this order, so a worker takes a browser unit only when no other kind is left."""
+    of work, so its module fixtures are set up once, and every browser test is in one last unit: one worker runs
+    them one after another (never two chromiums and two dashboards at once on 2 cores) once no other unit is left
+    for it, while the other worker finishes the rest."""
     for item in items:
         if _slow(item):
             item.add_marker(pytest.mark.slow)
@@ -214,7 +215,7 @@ def pytest_collection_modifyitems(config, items):
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             browser = item.get_closest_marker("browser") is not None
-            item.add_marker(pytest.mark.xdist_group(("browser:" if browser else "") + item.module.__name__))
+            item.add_marker(pytest.mark.xdist_group("browser" if browser else item.module.__name__))
 
 
 def login_role(dsn: str, prefix: str, tables: str) -> str:

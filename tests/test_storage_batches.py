@@ -246,7 +246,8 @@ def test_a_temp_file_limit_the_single_statement_exceeds(ours):
         "tmplimit",
         "checkpoints, checkpoint_blobs, checkpoint_writes, core_thread_storage, "
         "core_thread_storage_refresh, store, core_conversations, core_erasure_register, "
-        "core_coverage_snapshot, core_channel_storage, core_thread_growth, core_thread_orphans, core_sweep_log",
+        "core_coverage_snapshot, core_channel_storage, core_thread_growth, core_thread_orphans, core_sweep_log, "
+        "core_store_shadow",
     )
     role = psycopg.conninfo.conninfo_to_dict(role_dsn)["user"]
     grant_our_functions(ours.dsn, role)  # the role is the sweep job's: the decoder's functions, as deployed
