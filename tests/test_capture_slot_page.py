@@ -89,3 +89,60 @@ def test_without_a_slot_the_panel_says_so(create_database, app_env):
     assert metric(at, "Seguidor de cambios") == "sin ranura"
     assert metric(at, "WAL retenido por la ranura") == "desconocido"
     assert not any("ningún seguidor la lee" in w.value for w in at.warning)
+
+
+@pytest.fixture(scope="module")
+def small_keep_server(tmp_path_factory):
+    """A server of its own where a slot may keep 1 MB of WAL (max_slot_wal_keep_size) before it is invalidated."""
+    from conftest import own_embedded_server
+
+    servers = own_embedded_server(tmp_path_factory, "small-keep")
+    base, _control = next(servers)  # started by core.db.embedded_dsn with wal_level = logical
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+        conn.execute("SELECT pg_reload_conf()")
+    yield base
+    next(servers, None)
+
+
+@pytest.mark.slow  # a server of its own, megabytes of WAL
+def test_an_invalidated_slot_is_said_then_recreated_and_recounted(small_keep_server, app_env):
+    """The follower down while the agents write past max_slot_wal_keep_size: PostgreSQL invalidates the slot. The
+    Memory page says its figures are as of the last apply and the Degradation panel says the slot is lost; the
+    follower then recreates the slot and recounts, every aggregate equals a recount, and the pages say so."""
+    from conftest import dsn_for
+
+    from core.capture.verify import differences
+    from core.migrate import migrate
+
+    with psycopg.connect(small_keep_server, autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "keep"')
+    dsn = dsn_for(small_keep_server, "keep")
+    migrate(dsn, DIMS)
+    catch_up(dsn)
+    agents_write(dsn, 20)
+    catch_up(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(3):  # past the 1 MB the slot may keep, in new segments, then a checkpoint invalidates it
+            agents_write(dsn, 400)
+            conn.execute("SELECT pg_switch_wal()")
+        conn.execute("CHECKPOINT")
+        assert conn.execute("SELECT wal_status FROM pg_replication_slots").fetchone() == ("lost",)
+    app_env(dsn)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/memory.py").run()
+    assert not at.exception
+    assert any("se perdió" in w.value for w in at.warning)  # as of the last apply, never shown as current
+    at.switch_page(PAGE).run()
+    assert metric(at, "Seguidor de cambios") == "ranura perdida"
+
+    catch_up(dsn)  # what a follower does at its next start: a new slot, a recount
+    assert differences(dsn) == {}
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT wal_status FROM pg_replication_slots").fetchone()[0] != "lost"
+        assert conn.execute("SELECT recounted_at IS NOT NULL FROM core_capture_position").fetchone() == (True,)
+    time.sleep(SHARE_S + 0.5)
+    at.switch_page("app_pages/memory.py").run()
+    assert not any("se perdió" in w.value for w in at.warning)
+    drop_slot(dsn)
