@@ -70,6 +70,31 @@ def test_without_logical_decoding_the_sweep_recounts_and_memory_says_as_of(repli
         db.close()
 
 
+@pytest.mark.slow  # a server of its own, the article's agents writing
+def test_the_recount_mode_on_a_database_the_articles_agents_wrote(replica_wal_server):
+    """The same on a database written by the memory article's agents (stock savers, their own threads and
+    documents), migrated as a user would after the fact: the sweep's recount equals a recount, and again after more
+    of their conversations."""
+    from foreign_agents import run_conversations, script, write_article_agents
+
+    base, _control = replica_wal_server
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "recount_article"')
+    dsn = dsn_for(base, "recount_article")
+    write_article_agents(dsn)
+    migrate(dsn, DIMS)
+    db = Database(dsn)
+    try:
+        assert run_sweep(db, trigger="manual").status == "ok"
+        assert differences(dsn) == {}
+        run_conversations(dsn, script()[:6])
+        assert differences(dsn)  # nothing keeps the aggregates between sweeps
+        assert run_sweep(db, trigger="manual").status == "ok"
+        assert differences(dsn) == {}
+    finally:
+        db.close()
+
+
 def test_with_a_slot_the_sweep_leaves_the_aggregates_to_the_follower(create_database):
     dsn = create_database(prefix="recount_slot")
     catch_up(dsn)  # a slot follows the database; its follower is not running now
