@@ -20,6 +20,7 @@ from pathlib import Path
 import psycopg
 
 from bench.generate_store import generate
+from core.capture.follower import catch_up, drop_slot
 from core.db import Database, embedded_dsn
 from core.memory import preferences, reads
 from core.migrate import migrate
@@ -110,6 +111,7 @@ def run(sizes: list[int], data: Path) -> list[tuple]:
         if fresh:
             print(f"generating {size:,} documents ...", flush=True)
             print(generate(dsn, size, size // 4), flush=True)
+        catch_up(dsn, timeout=3600)  # the change follower's slot (its recount at creation) or what it holds
         db = Database(dsn)
         calls = {
             "memory_totals": lambda db=db: reads.memory_totals(db),
@@ -134,6 +136,8 @@ def run(sizes: list[int], data: Path) -> list[tuple]:
             ("page Preferencias (render)", "app_pages/preferences.py"),
         ):
             rows.append((size, label, page_render_ms(dsn, page), "-", None))
+        db.close()
+        drop_slot(dsn)  # kept, the slot would hold the server's WAL until the next run
     return rows
 
 
