@@ -126,6 +126,7 @@ def _slot_lsn(dsn: str, slot: str) -> str:
         return str(row[0])
 
 
+@pytest.mark.slow  # a new Python process (the follower), killed
 @pytest.mark.parametrize("point", ["after_apply", "mid_batch"])
 def test_sigkill_then_restart_counts_once(capture_db, tmp_path, point):
     dsn, follower = capture_db
@@ -222,6 +223,7 @@ def test_an_altered_publication_is_refused_naming_what_changed(create_database):
         ).fetchone() == (0,)
 
 
+@pytest.mark.slow  # a new Python process (the uninstall command)
 def test_uninstall_is_refused_while_a_follower_runs_then_removes_slot_and_publication(create_database):
     from core.capture.background import start_follower, stop_follower
     from core.capture.follower import UninstallRefused, uninstall
@@ -268,6 +270,7 @@ def test_uninstall_is_refused_while_a_follower_runs_then_removes_slot_and_public
     assert installed() == (0, 0)
 
 
+@pytest.mark.slow  # a new process (pg_recvlogical)
 def test_a_slot_taken_by_another_consumer_is_named_then_recreated_and_recounted(capture_db, tmp_path):
     """pg_recvlogical (another consumer) reads the follower's slot and confirms what it read: those changes never
     reach the aggregates. The follower and an erasure's sync say so at once, naming the consumer; once it has gone,

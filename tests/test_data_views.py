@@ -169,6 +169,7 @@ data_views.record(db, [data_views.View("ana@example.com", "manager", "namespace"
 """  # and exits at once: the queue is flushed at exit
 
 
+@pytest.mark.slow  # new Python processes that exit
 def test_views_queued_at_exit_are_written_or_said_lost(db):
     run = [sys.executable, "-c", EXITING, db.dsn]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

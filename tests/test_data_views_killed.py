@@ -14,6 +14,7 @@ import time
 from datetime import UTC, datetime
 
 import psycopg
+import pytest
 from conftest import ROOT
 
 from core.db import Database, reset_pool
@@ -22,6 +23,8 @@ from core.privacy import data_views
 from tests.test_access_pages import dashboard, texts
 from tests.test_data_views import EXITING
 from ui.safe import md_code
+
+pytestmark = pytest.mark.slow  # real dashboard processes, killed
 
 VIEWING = """
 import sys

@@ -7,6 +7,7 @@ from __future__ import annotations
 import operator
 from typing import Annotated, TypedDict
 
+import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 from prune_graphs import delta_graph
@@ -248,6 +249,7 @@ def test_unknown_threads_are_the_checkpoint_threads_the_query_does_not_return(db
     assert storage_detail.unknown_thread_list(db, 100).empty
 
 
+@pytest.mark.slow  # waits out a statement timeout
 def test_a_bad_known_threads_query_is_reported_and_changes_nothing(db):
     write(db)
     app_knows(db)
