@@ -342,10 +342,19 @@ def test_page_reads_match_sql(db, store):
     assert totals == {"clientes": 1, "empleados": 1, "proveedores": 1}  # the expired one is not forecast
     by_root_week = forecast[forecast["documents"] > 0].set_index("root")["week"]
     start = weeks.min()
-    # Written now: clientes expire in a year, empleados in 180 days, proveedores in 90 days.
-    assert (by_root_week["clientes"] - start).days // 7 in (51, 52)
+    # Written now: clientes expire in a year, empleados in 180 days, proveedores in 90 days. 365 days are 52 weeks and
+    # a day: the 53rd week from this week's Monday when written on a Sunday.
+    assert (by_root_week["clientes"] - start).days // 7 in (52, 53)
     assert (by_root_week["empleados"] - start).days // 7 in (25, 26)
     assert (by_root_week["proveedores"] - start).days // 7 in (12, 13)
+    # each in the week its stored expiry falls in
+    for root, prefix in (("clientes", "clientes.C1"), ("empleados", "empleados.E1"), ("proveedores", "proveedores.P2")):
+        week = db.fetch_one(
+            "SELECT date_trunc('week', expires_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS w FROM store "
+            "WHERE prefix = %s",
+            (prefix,),
+        )["w"]
+        assert by_root_week[root].to_pydatetime() == week, (root, week)
 
     sweep.run_sweep(db, trigger="manual")
     runs = sweep_reads.sweep_runs(db)
