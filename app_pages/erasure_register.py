@@ -217,7 +217,7 @@ else:
                 "table_name": name,
                 "vacuum_done": bool(step.get("done")),
                 "vacuumed_at": pd.to_datetime(step.get("finished_at"), utc=True),
-                "dead_tuples": (step.get("stats") or {}).get("dead_tuples"),
+                "dead_not_removable": (step.get("report") or {}).get("dead_not_removable"),
                 "last_vacuum": pd.to_datetime((step.get("stats") or {}).get("last_vacuum"), utc=True),
                 "found": ", ".join(
                     f"{part}: {'/'.join(refs)}" for part, refs in found.get(name, {}).get("parts", {}).items()
@@ -230,7 +230,7 @@ else:
         table(
             steps,
             key="erasure_register.physical",
-            columns=["table_name", "vacuum_done", "vacuumed_at", "dead_tuples", "last_vacuum", "found"],
+            columns=["table_name", "vacuum_done", "vacuumed_at", "dead_not_removable", "last_vacuum", "found"],
         )
 
 st.subheader(t("erasure_rechecks_title"))

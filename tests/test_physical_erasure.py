@@ -240,12 +240,23 @@ def test_each_step_as_measured_in_the_files_and_the_register_says_exactly_that(d
     for table in physical.AGENT_TABLES:
         step = row["steps"]["tables"][table]
         assert step["done"] is True and "FULL" not in step["step"], step
-        assert step["stats"]["last_vacuum"] is not None and step["stats"]["dead_tuples"] == 0, step
+        # VACUUM's own report (not pg_stat's n_dead_tup, which other backends' late stats flushes change after it)
+        assert step["stats"]["last_vacuum"] is not None and step["report"]["dead_not_removable"] == 0, step
+    # the erased rows were there to remove: VACUUM removed them, or the line pointers readers had pruned
+    assert (
+        sum(
+            p["removed"] + (p["dead_items_removed"] or 0)
+            for step in row["steps"]["tables"].values()
+            for name, p in step["report"].items()
+            if name in ("table", "toast")
+        )
+        > 0
+    )
     assert row["steps"]["checkpoint"]["done"] is True
     assert_wal_horizon_is_the_servers(db, row, retention=7)
     doc = erasure_register.evidence_document(db, result.request_id)["physical"]
     assert doc["files_status"] == physical.IN_FREE_SPACE and doc["t_files_overwritten"] is None
-    assert doc["steps"]["tables"]["store"]["stats"]["dead_tuples"] == 0
+    assert doc["steps"]["tables"]["store"]["report"]["dead_not_removable"] == 0
     assert PHONE not in json.dumps(doc) and ADDRESS not in json.dumps(doc, ensure_ascii=False)
 
     # an operator's rewrite window (ACCESS EXCLUSIVE: the agents' outage), then the next sweep measures it
@@ -273,6 +284,26 @@ def test_a_found_value_cannot_be_recorded_as_overwritten(db):
             "settled_at) VALUES (%s, '{}', '{}', %s, '{}', now(), now())",
             (result.request_id, physical.OVERWRITTEN),
         )
+
+
+def test_vacuum_says_what_an_open_snapshot_kept_from_it(db):
+    """The register's "dead tuples VACUUM could not remove" is VACUUM's own count: a transaction that took its
+    snapshot before the erasure keeps the erased rows alive for it, and the step says so (then 0 once it ends)."""
+    write_customer(db, CUSTOMER)
+    with psycopg.connect(db.dsn) as reader:  # a report someone left open, REPEATABLE READ: its snapshot stays
+        reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT count(*) FROM checkpoints").fetchone()
+        assert erasure.erase(db, CUSTOMER, operator="dpo@example.com").status == "complete"
+        held = physical.after_erasure_steps(db).tables
+        assert held["checkpoints"]["report"]["dead_not_removable"] > 0, held["checkpoints"]
+        assert held["checkpoints"]["report"]["table"]["dead_not_removable"] > 0
+        reader.rollback()
+    freed = physical.after_erasure_steps(db).tables
+    assert all(step["report"]["dead_not_removable"] == 0 for step in freed.values()), freed
+
+
+def test_vacuum_report_in_another_language_is_unknown():
+    assert physical.vacuum_report(['terminó de limpiar "db.public.store": tuplas: 2 eliminadas']) is None
 
 
 def test_files_not_readable_are_unknown_never_gone(db, monkeypatch):
