@@ -5,6 +5,7 @@ names the slot nobody reads; with no slot at all it says so, and nothing it cann
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import psycopg
@@ -146,3 +147,62 @@ def test_an_invalidated_slot_is_said_then_recreated_and_recounted(small_keep_ser
     at.switch_page("app_pages/memory.py").run()
     assert not any("se perdió" in w.value for w in at.warning)
     drop_slot(dsn)
+
+
+def write_past_the_limit(dsn: str) -> None:
+    """Agents' writes over a few WAL segments, then a checkpoint: a slot held more than 1 MB behind is lost."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(3):
+            agents_write(dsn, 400)
+            conn.execute("SELECT pg_switch_wal()")
+        conn.execute("CHECKPOINT")
+
+
+@pytest.mark.slow  # a server of its own, megabytes of WAL
+@pytest.mark.parametrize("when", ["during the recount", "before the first catch-up"])
+def test_a_slot_lost_before_its_first_catch_up_stops_the_follower_with_the_wal_it_needed(small_keep_server, when):
+    """Found at 10M documents: the recount after the slot's creation wrote more WAL than max_slot_wal_keep_size
+    lets the new slot keep. Recreating it would recount and lose it again, forever; the follower stops instead
+    with an error naming the setting and the WAL written since the slot's creation."""
+    from conftest import dsn_for
+
+    from core.capture.follower import Follower, SlotLostInRecount
+    from core.migrate import migrate
+
+    name = "lost_" + when.split()[0]
+    with psycopg.connect(small_keep_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = dsn_for(small_keep_server, name)
+    migrate(dsn, DIMS)
+    agents_write(dsn, 20)
+    follower = Follower(dsn)
+    stop = threading.Event()
+    if when == "during the recount":
+        follower.on_slot_created.append(lambda: write_past_the_limit(dsn))
+    else:
+        assert follower.setup() is True
+        write_past_the_limit(dsn)
+    runner = threading.Thread(target=lambda: errors.append(run_until_error(follower, stop)), daemon=True)
+    errors: list[BaseException | None] = []
+    runner.start()
+    runner.join(120)
+    stop.set()
+    assert not runner.is_alive(), "the follower kept recreating and recounting"
+    assert isinstance(errors[0], SlotLostInRecount), errors
+    message = str(errors[0])
+    assert "max_slot_wal_keep_size = 1MB" in message and "MB of WAL were written since its creation" in message
+    written = int(message.split("caught up after creating it: ")[1].split(" MB")[0].replace(",", ""))
+    assert written >= 1  # measured, and past the 1 MB the slot could keep
+    with psycopg.connect(dsn) as conn:  # one slot, the lost one: not recreated in a loop
+        assert conn.execute("SELECT wal_status FROM pg_replication_slots WHERE database = %s", (name,)).fetchall() == [
+            ("lost",)
+        ]
+    drop_slot(dsn)
+
+
+def run_until_error(follower, stop) -> BaseException | None:
+    try:
+        follower.run(stop=stop, idle_sleep=0.05)
+    except BaseException as exc:  # noqa: BLE001 - the test reads what stopped it
+        return exc
+    return None

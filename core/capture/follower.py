@@ -45,6 +45,12 @@ class CaptureNotAllowed(RuntimeError):
     """Logical decoding cannot be set up here; the message says what is missing."""
 
 
+class SlotLostInRecount(CaptureNotAllowed):
+    """The slot was invalidated (max_slot_wal_keep_size) before the follower caught up after creating it and
+    recounting: recreating it would recount and lose it again, so the follower stops and says how much WAL it
+    needed (the message) instead."""
+
+
 class CaptureTimeout(RuntimeError):
     """The follower did not reach the WAL position asked for within the time given."""
 
@@ -270,6 +276,7 @@ class Follower:
         self.batch_changes = batch_changes
         self._last_heartbeat = 0.0
         self.on_slot_created: list = []  # test hook: callables run between the slot's creation and the recount
+        self._created_at: int | None = None  # WAL position of the slot this process created, until caught up
         if slot is None:
             with psycopg.connect(dsn) as conn:
                 slot = slot_name_for(conn.info.dbname)
@@ -314,19 +321,44 @@ class Follower:
             ).fetchone()
             if has_position:
                 return False
+        if slot is not None and slot[2] == "lost" and self._created_at is not None:
+            raise self._lost_in_recount(conn)  # this process made it and never caught up: it would be lost again
         if slot is not None:  # lost (max_slot_wal_keep_size), taken, or made by someone else: start again
             try:
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
             except psycopg.errors.ObjectInUse as exc:
                 raise _slot_taken(conn, self.slot, other_consumer(conn, self.slot)) from exc
         try:
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+            created = conn.execute(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,)
+            ).fetchone()
         except psycopg.errors.InsufficientPrivilege as exc:
             raise CaptureNotAllowed(f"creating the slot needs the REPLICATION attribute (or superuser): {exc}") from exc
+        self._created_at = lsn_int(created[0]) if created else None
         for hook in self.on_slot_created:
             hook()
         self._recount(conn)
+        if self._slot_lost(conn):  # the recount's own WAL (and the agents' meanwhile) went past the limit
+            raise self._lost_in_recount(conn)
         return True
+
+    def _slot_lost(self, conn: psycopg.Connection) -> bool:
+        row = conn.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)).fetchone()
+        return row is not None and row[0] == "lost"
+
+    def _lost_in_recount(self, conn: psycopg.Connection) -> SlotLostInRecount:
+        row = conn.execute(
+            "SELECT pg_current_wal_insert_lsn()::text, current_setting('max_slot_wal_keep_size')"
+        ).fetchone()
+        assert row is not None
+        written = (lsn_int(row[0]) - self._created_at) if self._created_at else 0
+        return SlotLostInRecount(
+            f"replication slot {self.slot} was invalidated (max_slot_wal_keep_size = {row[1]}) before the follower "
+            f"caught up after creating it: {written / 1e6:,.0f} MB of WAL were written since its creation (the "
+            "recount of the aggregates and the agents' writes meanwhile), more than the slot may keep. Raise "
+            'max_slot_wal_keep_size above that (docs/operator.md, "Sizing the slot") and restart the follower: '
+            "it recounts once more"
+        )
 
     def _recount(self, conn: psycopg.Connection) -> None:
         """Rebuild every aggregate from the tables in a snapshot taken after the slot's consistent point."""
@@ -363,7 +395,13 @@ class Follower:
             rows = conn.execute(PEEK, (self.slot, self.batch_changes, PUBLICATION)).fetchall()
         except psycopg.errors.ObjectInUse as exc:
             raise _slot_taken(conn, self.slot, other_consumer(conn, self.slot)) from exc
+        except psycopg.errors.ObjectNotInPrerequisiteState as exc:  # invalidated: "can no longer access ..."
+            if self._created_at is not None and self._slot_lost(conn):
+                raise self._lost_in_recount(conn) from exc
+            raise  # lost later (the follower was down): the next setup() recreates it and recounts
         drained = len(rows) < self.batch_changes
+        if drained:
+            self._created_at = None  # caught up once after its creation: a later loss is the ordinary kind
         txns = changes.decode_batch((lsn_int(lsn), bytes(data)) for lsn, data in rows)
         reached = max([applied] + [t.end_lsn for t in txns])
         todo = [
