@@ -68,6 +68,8 @@ def test_an_empty_chart_says_so_and_stacked_counts_fit_their_axis():
 
     axis = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]
     assert axis["range"][0] == 0 and axis["range"][1] >= 7 and axis["dtick"] == 2  # 3 + 4 stacked, ticks 0, 2, 4, 6
+    # no plotly toolbar: on hover it covered the legends drawn above the plots (issue 40)
+    assert json.loads(at.get("plotly_chart")[0].proto.config) == {"displayModeBar": False, "displaylogo": False}
 
 
 def _dated(lang: str, midnight: bool) -> None:

@@ -108,12 +108,17 @@ def finish(
     return fig.update_layout(**layout)
 
 
+# No plotly toolbar: on hover it covered the legends drawn above the plots (issue 40); zoom stays (drag a box,
+# double-click to reset) and Streamlit's own element toolbar keeps the full-screen view.
+PLOTLY_CONFIG = {"displayModeBar": False, "displaylogo": False}
+
+
 def draw(fig: go.Figure | None, *, key: str, empty: str | None = None) -> None:
     """Draw a finished figure, or `empty` (default: the catalogue's chart_empty) for None (nothing to draw)."""
     if fig is None:
         st.info(empty or t("chart_empty"), icon=":material/bar_chart:")
     else:
-        st.plotly_chart(fig, key=key)
+        st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG)
 
 
 def show(
