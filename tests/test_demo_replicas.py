@@ -92,3 +92,25 @@ def test_closing_the_replicas_waits_for_every_saver_to_close(db):
         closed = replicas.close()
     assert closed and not any(t.is_alive() for t in replicas.threads)
     assert {r["replica_id"]: r["state"] for r in db.fetch(states, (list(ids),))} == {i: "stopped" for i in ids}
+
+
+def test_the_live_replicas_write_the_seeded_months_average_day(demo_db):
+    """Issue 40: one turn every 4 s made "today" 15 times the month's average day. The replicas' pace is the seeded
+    month's turns per day, measured on the seed (real agents' conversations), shared by the replicas."""
+    from core.demo.seed import realistic_every_s
+
+    month = demo_db.fetch_one(
+        "SELECT sum(turns) AS turns FROM core_conversations WHERE thread_id NOT LIKE '%%-live-demo-replica-%%'"
+    )
+    assert month["turns"] > 100  # the seed's month: something to match
+    per_day = month["turns"] / 30
+    for count in (1, 3):
+        every_s = realistic_every_s(demo_db, count)
+        assert abs(count * 86_400 / every_s - per_day) < 1e-6 * per_day  # the replicas' day == the month's day
+    assert realistic_every_s(demo_db, 1) > 4.0 * 10  # far from the old pace: a turn every 4 s
+
+
+def test_without_a_month_to_match_the_replicas_keep_the_old_pace(db):
+    from core.demo.seed import UNSEEDED_EVERY_S, realistic_every_s
+
+    assert realistic_every_s(db, 2) == UNSEEDED_EVERY_S

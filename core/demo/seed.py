@@ -367,11 +367,29 @@ class LiveReplicas:
         return not any(thread.is_alive() for thread in self.threads)
 
 
+# The live replicas together write the seeded month's average day, spread evenly: at one turn every 4 s, one
+# replica wrote a day of the month every 40 minutes, and "today" looked 15 times busier than the month on every
+# page counting turns, writes or tokens per day (issue 40). Without a month to match (no seed): every 4 s.
+UNSEEDED_EVERY_S = 4.0
+SELECT_MONTH_TURNS_PER_DAY = """
+SELECT coalesce(sum(turns), 0) / 30.0 AS per_day FROM core_conversations
+WHERE last_turn_at > now() - interval '30 days' AND thread_id NOT LIKE '%%-live-demo-replica-%%'"""
+
+
+def realistic_every_s(db: Database, count: int) -> float:
+    """Seconds between two turns of each of `count` replicas so that they write the seeded month's turns a day."""
+    per_day = float(one(db.fetch_one(SELECT_MONTH_TURNS_PER_DAY))["per_day"])
+    return 86_400 * count / per_day if per_day else UNSEEDED_EVERY_S
+
+
 def start_replicas(
-    db: Database, settings: Settings, count: int, *, every_s: float = 4.0, customers: int = 240
+    db: Database, settings: Settings, count: int, *, every_s: float | None = None, customers: int = 240
 ) -> LiveReplicas:
     """Start `count` live replicas in daemon threads (stable ids `demo-replica-N`, so a restarted process replays
-    their journals); `close()` the result to stop them."""
+    their journals), a turn each every `every_s` seconds (default: the seeded month's pace, realistic_every_s);
+    `close()` the result to stop them."""
+    every_s = realistic_every_s(db, count) if every_s is None else every_s
+    log.info("demo: %d live replicas, a turn each every %.0f s (the seeded month's pace)", count, every_s)
     stop = threading.Event()
     threads = [
         threading.Thread(
@@ -432,7 +450,9 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="then run N live agent replicas (a turn every --every seconds) until interrupted",
     )
-    parser.add_argument("--every", type=float, default=4.0)
+    parser.add_argument(
+        "--every", type=float, default=None, help="seconds between two turns of a replica (default: the month's pace)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     from core.migrate import migrate
