@@ -2,7 +2,7 @@
 resynced, the episodes, the guard's denials and the serializer's refusals. Refreshes itself; when the
 database does not answer it says so, keeps showing the last good reading with its replicas as
 unknown (never ok), and reads the replicas' metrics endpoints (AGENT_METRICS_URLS) directly. Layout
-only: every figure comes from core.checkpoints (replica_health, replica_view) and the database probe."""
+only: every figure comes from core.checkpoints.replica_health, core.history.replica_view and the database probe."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from psycopg_pool import PoolTimeout
 
 from core import roles
 from core.capture.status import CaptureStatus, capture_status
-from core.checkpoints import failures, replica_health, replica_view
+from core.checkpoints import failures, replica_health
 from core.checkpoints.guard import Risk
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, failure_counts
+from core.history import replica_view
 from ui import capture, charts, fmt
 from ui.common import get_db, require_role, secrets, shared_figure
 from ui.i18n import lang, t

@@ -55,13 +55,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
-from core.checkpoints import replica_health, storage, tool_calls, views  # noqa: E402
-from core.checkpoints.payload_json import payload_json  # noqa: E402
+from core.checkpoints import replica_health  # noqa: E402
 from core.db import Database, DatabaseUnavailable, embedded_dsn, reset_pool  # noqa: E402
+from core.history import tool_calls, views  # noqa: E402
+from core.history.payload_json import payload_json  # noqa: E402
 from core.memory import preferences, reads  # noqa: E402
 from core.migrate import migrate  # noqa: E402
 from core.operations import sweep, sweep_reads  # noqa: E402
 from core.privacy import erasure, erasure_register, evidence, subjects, token_index  # noqa: E402
+from core.storage import storage  # noqa: E402
 
 DIMS = 64
 QUERY_TARGET_MS = 300.0
@@ -446,10 +448,10 @@ WHERE hashtext(thread_id) % 100 = 0"""
 def measure_thread_search(
     db: Database, query: Callable[..., Any], log: Callable[[str], None], info: dict, label: str
 ) -> None:
-    """Issue 31: every thread search and the token/cost reads (core/checkpoints/thread_search.py, usage.py)."""
-    from core.checkpoints import thread_search as ts
-    from core.checkpoints import usage
+    """Issue 31: every thread search and the token/cost reads (core/history/thread_search.py, usage.py)."""
     from core.config import DEMO_PRICES
+    from core.history import thread_search as ts
+    from core.history import usage
     from core.operations.exporter import usage_metrics
 
     n = db.fetch_one(

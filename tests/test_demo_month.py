@@ -134,9 +134,9 @@ def test_the_demo_has_threads_to_practise_on(demo_db):
     """The SRE's one-click searches and the DPO's residue decision find something in the demo (issue 40): an
     interrupted and a paused thread (stuck), an errored one in the last hour (failed), and a residue thread in one
     customer's erasure preview, all written by the real agents on the seed's saver."""
-    from core.checkpoints import thread_search as ts
-    from core.checkpoints import tool_calls
     from core.demo.seed import PRACTICE
+    from core.history import thread_search as ts
+    from core.history import tool_calls
     from core.privacy.evidence import preview
 
     practice = demo_db.summary.practice

@@ -517,7 +517,7 @@ def test_demo_step_erases_one_customer_for_real(db):
 
 def test_the_storage_summary_loses_the_customers_threads(db):
     """core_thread_storage (sweep-refreshed sizes per thread, with the customer id) is erased too."""
-    from core.checkpoints.storage import refresh_thread_storage
+    from core.storage.storage import refresh_thread_storage
 
     agent = agents_for(db, make_store(db))
     mine, other = converse(agent, "C9", 2), converse(agent, "C19")

@@ -1,2 +1,2 @@
-"""Thread checkpoints: the dual saver, the allowlisted serializer, the fail-closed guard, replica health, and the
-read side of the canonical views."""
+"""Thread checkpoints as the agents write them: the dual saver, the allowlisted serializer, the fail-closed guard
+and replica health."""

@@ -189,7 +189,7 @@ SELECT (SELECT count(*) FROM core_replica_heartbeat WHERE state <> 'stopped')   
        last_episode_end"""
 
 # Payloads the SQL decoder marks refused (migration 021), as found by the incremental extraction
-# (core/checkpoints/tool_calls.py, run by the sweep job and the Preferences page): what is in the
+# (core/history/tool_calls.py, run by the sweep job and the Preferences page): what is in the
 # database, whether or not an agent has tried to load it yet.
 SELECT_REFUSED_IN_SQL = """
 SELECT found_at, refused_type, kind, channel, thread_id, checkpoint_id

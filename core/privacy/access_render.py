@@ -12,7 +12,7 @@ from typing import Any
 from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
-from core.checkpoints.tool_calls import args_in_words
+from core.history.tool_calls import args_in_words
 from core.privacy.access_notice import Notice
 from core.privacy.access_report import AccessReport
 
