@@ -54,10 +54,14 @@ from psycopg.rows import dict_row
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agent_memory_runtime import replica_health as replica_writes  # noqa: E402
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
-from core.checkpoints import replica_health  # noqa: E402
 from core.db import Database, DatabaseUnavailable, embedded_dsn, reset_pool  # noqa: E402
-from core.history import tool_calls, views  # noqa: E402
+from core.history import (  # noqa: E402
+    replica_health,  # noqa: E402
+    tool_calls,
+    views,
+)
 from core.history.payload_json import payload_json  # noqa: E402
 from core.memory import preferences, reads  # noqa: E402
 from core.migrate import migrate  # noqa: E402
@@ -152,7 +156,7 @@ def seed_health(dsn: str, episodes: int = 200, refusals: int = 100) -> None:
     now = datetime.now(UTC)
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         for r in range(3):
-            replica_health.publish_heartbeat(
+            replica_writes.publish_heartbeat(
                 conn,
                 {
                     "replica_id": f"replica-{r}",
@@ -184,9 +188,9 @@ def seed_health(dsn: str, episodes: int = 200, refusals: int = 100) -> None:
                 "reason": "checkpoint store degraded",
                 "denied_at": start + timedelta(seconds=5),
             }
-            replica_health.write_episode(
+            replica_writes.write_episode(
                 conn,
-                replica_health.Episode(
+                replica_writes.Episode(
                     replica_id=f"replica-{e % 3}",
                     host=f"agents-{e % 3}",
                     pid=100 + e % 3,
@@ -200,7 +204,7 @@ def seed_health(dsn: str, episodes: int = 200, refusals: int = 100) -> None:
                     denials=[denial],
                 ),
             )
-        replica_health.write_refusals(
+        replica_writes.write_refusals(
             conn,
             "replica-0",
             [

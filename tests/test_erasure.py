@@ -13,9 +13,9 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import PutOp
 from psycopg.types.json import Jsonb
 
+from agent_memory_runtime import replica_health
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import replica_health
 from core.db import Database, reset_pool
 from core.demo import operations as demo_operations
 from core.memory.embeddings import OfflineHashEmbeddings

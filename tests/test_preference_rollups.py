@@ -16,7 +16,7 @@ import psycopg
 from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from core import clock
+from agent_memory_runtime import clock
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
 from core.db import Database

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from core.checkpoints.metrics import SaverCollector
+from agent_memory_runtime.metrics import SaverCollector
 from core.history import replica_view
 
 NOW = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)

@@ -16,9 +16,9 @@ from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 from streamlit.testing.v1 import AppTest
 
+from agent_memory_runtime import replica_health
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import replica_health
 from core.db import Database
 from core.history import views
 from core.memory.embeddings import OfflineHashEmbeddings

@@ -19,7 +19,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.postgres import PostgresStore
 from streamlit.testing.v1 import AppTest
 
-from core import clock
+from agent_memory_runtime import clock
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
 from core.history import tool_calls

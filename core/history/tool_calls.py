@@ -27,7 +27,7 @@ agent, metadata; migration 080) and the AI messages' token usage (`usage_metadat
 
 Clock: a row's `ts` is the checkpoint's own `ts` (real time, written by the checkpointer). Only our
 demo, which replays past days, tags its runs with metadata `core_replayed_at` (core.agents.retail
-run_turn, inside core.clock.simulated); when present that time is used and `clock` says 'replayed'.
+run_turn, inside agent_memory_runtime.clock.simulated); when present that time is used and `clock` says 'replayed'.
 """
 
 from __future__ import annotations

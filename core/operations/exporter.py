@@ -38,10 +38,10 @@ from prometheus_client.registry import Collector
 from psycopg.rows import DictRow, dict_row
 
 from core.capture.status import read_status
-from core.checkpoints.replica_health import SELECT_REPLICAS
 from core.config import ModelPrice
 from core.db import one
 from core.history import usage
+from core.history.replica_health import SELECT_REPLICAS
 from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
 from core.privacy.data_views import SELECT_GAPS

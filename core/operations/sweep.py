@@ -45,7 +45,7 @@ import pandas as pd
 import psycopg
 from psycopg.rows import DictRow, dict_row
 
-from core import clock
+from agent_memory_runtime import clock
 from core.capture.recount import recount_without_slot
 from core.config import DEFAULT_DIMS, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, one
@@ -376,7 +376,7 @@ def run_sweep(
     days = default_retention_days() if retention_days is None else validate_retention_days(retention_days)
     step = on_step or _no_step
     host = socket.gethostname()
-    shift = clock.shift()  # zero, except in the demo replaying a past day (core.clock)
+    shift = clock.shift()  # zero, except in the demo replaying a past day (agent_memory_runtime.clock)
     result = SweepResult(None, "running", trigger, dry_run, days, host)
     with _connect(db.dsn) as conn:
         if not one(conn.execute(TRY_LOCK, (SWEEP_LOCK_ID,)).fetchone())["locked"]:

@@ -340,7 +340,7 @@ LABELS = {
         "pending_sends": "Envíos pendientes (formato anterior)",
         "decoded": "Todo leído",
         "local_viewer": "personal de la empresa (modo local, sin identificar)",
-        # the guard's reason for a denial (core/checkpoints/guard.py), and the short form older rows hold
+        # the guard's reason for a denial (agent_memory_runtime/guard.py), and the short form older rows hold
         "checkpoint persistence degraded (PostgreSQL unreachable)": (
             "no se podía guardar la conversación (base de datos no disponible)"
         ),

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import DictRow
 
-from core import clock
+from agent_memory_runtime import clock
 from core.agents.retail import METADATA_KEY
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
