@@ -56,13 +56,13 @@ def old_storage(rev: str = BASELINE_REV) -> types.ModuleType:
         return module
 
     detail = load("old_storage_detail", "core/checkpoints/storage_detail.py")
-    import core.checkpoints as package
+    import core.checkpoints as package  # the package the old storage imports storage_detail from (no module of it now)
 
-    current, package.storage_detail = package.storage_detail, detail  # old storage's `from ... import storage_detail`
+    package.storage_detail = detail  # old storage's `from ... import storage_detail`
     try:
         return load("old_storage", "core/checkpoints/storage.py")
     finally:
-        package.storage_detail = current
+        del package.storage_detail
 
 
 def alone(old: types.ModuleType, conn: psycopg.Connection, keys: tuple[str, ...], batch_rows: int) -> dict:
