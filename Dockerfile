@@ -10,6 +10,10 @@ ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY requirements.txt /tmp/requirements.txt
+# The agents' library, which requirements.txt installs from ./agent_memory_runtime (pure Python: built here, no
+# compiler); only the virtualenv goes on to the image.
+WORKDIR /opt/src
+COPY agent_memory_runtime agent_memory_runtime
 # Runtime requirements only (never requirements-dev.txt), wheels only: the image needs no compiler.
 RUN python -m venv /opt/venv && /opt/venv/bin/pip install --only-binary=:all: -r /tmp/requirements.txt
 

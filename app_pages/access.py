@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from core import clock, roles
+from agent_memory_runtime import clock
+from core import roles
 from core.memory.store import InvalidIdentifier
 from core.privacy import access, access_notice, data_views
 from ui import data_views as views_log

@@ -1,6 +1,6 @@
 """Checkpoints (SRE): find a thread, read its history step by step with decoded messages and tool
 calls, diff two checkpoints, and see what the checkpoint tables weigh. Layout only: every figure
-comes from core.checkpoints (SQL over the canonical views)."""
+comes from core.history and core.storage (SQL over the canonical views)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
-from core.checkpoints import formats, storage, tool_calls, views
+from core.history import formats, tool_calls, views
 from core.privacy import subjects as subj
+from core.storage import storage
 from ui import charts, fmt
 from ui import data_views as views_log
 from ui.attribution import page_coverage

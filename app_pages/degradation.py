@@ -2,7 +2,7 @@
 resynced, the episodes, the guard's denials and the serializer's refusals. Refreshes itself; when the
 database does not answer it says so, keeps showing the last good reading with its replicas as
 unknown (never ok), and reads the replicas' metrics endpoints (AGENT_METRICS_URLS) directly. Layout
-only: every figure comes from core.checkpoints (replica_health, replica_view) and the database probe."""
+only: every figure comes from agent_memory_runtime.replica_health, core.history.replica_view and the database probe."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ import psycopg
 import streamlit as st
 from psycopg_pool import PoolTimeout
 
+from agent_memory_runtime import failures
+from agent_memory_runtime.guard import Risk
 from core import roles
 from core.capture.status import CaptureStatus, capture_status
-from core.checkpoints import failures, replica_health, replica_view
-from core.checkpoints.guard import Risk
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, failure_counts
+from core.history import replica_health, replica_view
 from ui import capture, charts, fmt
 from ui.common import get_db, require_role, secrets, shared_figure
 from ui.i18n import lang, t
@@ -292,7 +293,7 @@ def episodes_timeline(reading: Reading) -> None:
 
 
 def risk_label(risk) -> str:
-    """A guard risk level (core.checkpoints.guard.Risk) in the UI's words, the ones its caption uses."""
+    """A guard risk level (agent_memory_runtime.guard.Risk) in the UI's words, the ones its caption uses."""
     return t(f"risk_{str(risk).lower()}") if str(risk) in RISKS else str(risk)
 
 

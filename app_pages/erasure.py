@@ -7,7 +7,8 @@ import time
 import pandas as pd
 import streamlit as st
 
-from core import clock, roles
+from agent_memory_runtime import clock
+from core import roles
 from core.memory.store import InvalidIdentifier
 from core.privacy import erasure, erasure_register, evidence
 from core.privacy import subjects as subj

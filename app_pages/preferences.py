@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
-from core.checkpoints import tool_calls
+from core.history import tool_calls
 from core.memory import preferences
 from ui import charts, fmt
 from ui.common import call_now, forget, read, require_role, shared_figure

@@ -10,9 +10,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import csv_export, roles
-from core.checkpoints import prune
 from core.memory import reads
 from core.operations import sweep, sweep_reads
+from core.storage import prune
 from ui import capture, charts, common, fmt
 from ui.common import get_db, read, require_role, root_colors, root_label, shared_figure
 from ui.i18n import lang, t

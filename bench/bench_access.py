@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 from langgraph.checkpoint.postgres import PostgresSaver  # noqa: E402
 from langgraph.store.base import PutOp  # noqa: E402
 
+from agent_memory_runtime.serde import make_serializer  # noqa: E402
 from core.agents.retail import ContextoCliente, build_agent, run_turn  # noqa: E402
 from core.agents.scripted_model import ScriptedChatModel  # noqa: E402
-from core.checkpoints.serde import make_serializer  # noqa: E402
 from core.db import Database, embedded_dsn, reset_pool  # noqa: E402
 from core.memory.embeddings import OfflineHashEmbeddings  # noqa: E402
 from core.memory.store import build_store, ttl_for  # noqa: E402

@@ -10,7 +10,7 @@ pattern matches, plus the customer's own store documents (the article's preferen
 - residue scan (`core.privacy.res.residue_scan`: raw-bytes filter, then the SQL decoder on the candidates)
   vs the naive scan that decodes every payload and matches the same terms (`core_checkpoint_payload(...)::text ~`);
 - coverage (`core.privacy.subjects.coverage`) vs the live storage aggregate it extends
-  (`core.checkpoints.views.LIVE_THREAD_STORAGE`: the same three full scans, no attribution).
+  (`core.history.views.LIVE_THREAD_STORAGE`: the same three full scans, no attribution).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from bench.bench_decoder import database, median_s, replicate, write_templates
-from core.checkpoints import views
 from core.db import Database, embedded_dsn
+from core.history import views
 from core.migrate import migrate
 from core.privacy import residue as res
 from core.privacy import subjects as subj

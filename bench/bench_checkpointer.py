@@ -38,10 +38,10 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
+from agent_memory_runtime.serde import make_serializer
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints.dual_saver import DualCheckpointSaver
-from core.checkpoints.serde import make_serializer
 from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, embedded_dsn, make_pool
 from core.migrate import migrate
 from core.operations.outage import EmbeddedServerControl

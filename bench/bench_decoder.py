@@ -28,10 +28,11 @@ from pathlib import Path
 
 import psycopg
 
-from core.checkpoints import storage, views
-from core.checkpoints.payload_json import payload_json
 from core.db import Database, embedded_dsn
+from core.history import views
+from core.history.payload_json import payload_json
 from core.migrate import migrate
+from core.storage import storage
 
 DIMS = 64
 TEMPLATE_TURNS = {

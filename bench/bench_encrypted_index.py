@@ -25,8 +25,8 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from psycopg.rows import dict_row
 
-from core.checkpoints import formats
 from core.db import Database, embedded_dsn
+from core.history import formats
 from core.migrate import migrate
 from core.privacy import residue, token_index
 

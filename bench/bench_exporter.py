@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bench_production  # noqa: E402
-from core.checkpoints.replica_health import SELECT_REPLICAS  # noqa: E402
 from core.db import embedded_dsn  # noqa: E402
+from core.history.replica_health import SELECT_REPLICAS  # noqa: E402
 from core.memory.store import MAX_DOCS_PER_CUSTOMER  # noqa: E402
 from core.operations import exporter  # noqa: E402
 

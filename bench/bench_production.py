@@ -54,14 +54,20 @@ from psycopg.rows import dict_row
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agent_memory_runtime import replica_health as replica_writes  # noqa: E402
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
-from core.checkpoints import replica_health, storage, tool_calls, views  # noqa: E402
-from core.checkpoints.payload_json import payload_json  # noqa: E402
 from core.db import Database, DatabaseUnavailable, embedded_dsn, reset_pool  # noqa: E402
+from core.history import (  # noqa: E402
+    replica_health,  # noqa: E402
+    tool_calls,
+    views,
+)
+from core.history.payload_json import payload_json  # noqa: E402
 from core.memory import preferences, reads  # noqa: E402
 from core.migrate import migrate  # noqa: E402
 from core.operations import sweep, sweep_reads  # noqa: E402
 from core.privacy import erasure, erasure_register, evidence, subjects, token_index  # noqa: E402
+from core.storage import storage  # noqa: E402
 
 DIMS = 64
 QUERY_TARGET_MS = 300.0
@@ -150,7 +156,7 @@ def seed_health(dsn: str, episodes: int = 200, refusals: int = 100) -> None:
     now = datetime.now(UTC)
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         for r in range(3):
-            replica_health.publish_heartbeat(
+            replica_writes.publish_heartbeat(
                 conn,
                 {
                     "replica_id": f"replica-{r}",
@@ -182,9 +188,9 @@ def seed_health(dsn: str, episodes: int = 200, refusals: int = 100) -> None:
                 "reason": "checkpoint store degraded",
                 "denied_at": start + timedelta(seconds=5),
             }
-            replica_health.write_episode(
+            replica_writes.write_episode(
                 conn,
-                replica_health.Episode(
+                replica_writes.Episode(
                     replica_id=f"replica-{e % 3}",
                     host=f"agents-{e % 3}",
                     pid=100 + e % 3,
@@ -198,7 +204,7 @@ def seed_health(dsn: str, episodes: int = 200, refusals: int = 100) -> None:
                     denials=[denial],
                 ),
             )
-        replica_health.write_refusals(
+        replica_writes.write_refusals(
             conn,
             "replica-0",
             [
@@ -446,10 +452,10 @@ WHERE hashtext(thread_id) % 100 = 0"""
 def measure_thread_search(
     db: Database, query: Callable[..., Any], log: Callable[[str], None], info: dict, label: str
 ) -> None:
-    """Issue 31: every thread search and the token/cost reads (core/checkpoints/thread_search.py, usage.py)."""
-    from core.checkpoints import thread_search as ts
-    from core.checkpoints import usage
+    """Issue 31: every thread search and the token/cost reads (core/history/thread_search.py, usage.py)."""
     from core.config import DEMO_PRICES
+    from core.history import thread_search as ts
+    from core.history import usage
     from core.operations.exporter import usage_metrics
 
     n = db.fetch_one(

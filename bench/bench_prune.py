@@ -1,4 +1,4 @@
-"""Benchmark of history pruning (core/checkpoints/prune.py): time, rows and bytes freed, and what it costs the agents'
+"""Benchmark of history pruning (core/storage/prune.py): time, rows and bytes freed, and what it costs the agents'
 concurrent writes (a stock PostgresSaver's put + put_writes latency while it runs vs without), then the VACUUM.
 
     python bench/bench_prune.py                          # 100k checkpoint writes, keep the latest 2
@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_decoder import replicate, write_templates  # noqa: E402
-from core.checkpoints import prune  # noqa: E402
 from core.db import Database, embedded_dsn  # noqa: E402
 from core.migrate import migrate  # noqa: E402
+from core.storage import prune  # noqa: E402
 
 DIMS = 64
 BASELINE_S = 10.0

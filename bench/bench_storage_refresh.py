@@ -1,4 +1,4 @@
-"""Benchmark of the sweep job's storage refresh (core/checkpoints/storage.py) on bench_production's database: the old
+"""Benchmark of the sweep job's storage refresh (core/storage/storage.py) on bench_production's database: the old
 full refresh (every thread's detail recomputed at every run, the code as of BASELINE_REV) as the baseline, the
 per-thread summary alone (what the refresh was before issue 27's detail), and the incremental refresh as the sweep
 runs it now: its first run (every thread's detail computed) and a second run after a small batch of agent turns
@@ -33,17 +33,17 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_production import DIMS  # noqa: E402
 from bench.bench_sessions import production_dsn  # noqa: E402
-from core.checkpoints import storage, storage_detail  # noqa: E402
 from core.config import DEFAULT_SUBJECT_METADATA_KEYS  # noqa: E402
 from core.migrate import migrate  # noqa: E402
+from core.storage import storage, storage_detail  # noqa: E402
 
 # The last commit whose refresh recomputed every thread's detail at every run (before migration 090).
 BASELINE_REV = "32ce943"
 
 
 def old_storage(rev: str = BASELINE_REV) -> types.ModuleType:
-    """core/checkpoints/storage.py with its storage_detail as of `rev`, loaded from git (they run on today's schema:
-    the old refresh leaves the new columns NULL and the new table alone)."""
+    """core/checkpoints/storage.py (core/storage/storage.py today) with its storage_detail as of `rev`, loaded from git
+    (they run on today's schema: the old refresh leaves the new columns NULL and the new table alone)."""
 
     def load(name: str, path: str, **extra) -> types.ModuleType:
         text = subprocess.run(
@@ -56,13 +56,13 @@ def old_storage(rev: str = BASELINE_REV) -> types.ModuleType:
         return module
 
     detail = load("old_storage_detail", "core/checkpoints/storage_detail.py")
-    import core.checkpoints as package
+    import core.checkpoints as package  # the package the old storage imports storage_detail from (no module of it now)
 
-    current, package.storage_detail = package.storage_detail, detail  # old storage's `from ... import storage_detail`
+    package.storage_detail = detail  # old storage's `from ... import storage_detail`
     try:
         return load("old_storage", "core/checkpoints/storage.py")
     finally:
-        package.storage_detail = current
+        del package.storage_detail
 
 
 def alone(old: types.ModuleType, conn: psycopg.Connection, keys: tuple[str, ...], batch_rows: int) -> dict:

@@ -1,4 +1,4 @@
-"""Tool-call extraction from checkpoint history (core/checkpoints/tool_calls.py) at production size,
+"""Tool-call extraction from checkpoint history (core/history/tool_calls.py) at production size,
 against the live decode of the canonical view in the same run.
 
     python -m bench.bench_tool_calls --writes 1000000
@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_decoder import BLOB_COLS, CHECKPOINT_COLS, DIMS, WRITE_COLS, _copy, _unique, replicate, write_templates  # noqa: E402
-from core.checkpoints import tool_calls  # noqa: E402
 from core.db import Database, embedded_dsn  # noqa: E402
+from core.history import tool_calls  # noqa: E402
 from core.memory import preferences  # noqa: E402
 from core.migrate import migrate  # noqa: E402
 

@@ -23,20 +23,19 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import psycopg
 from prometheus_client import REGISTRY, Counter
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import DictRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from agent_memory_runtime.pool import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, make_pool, one  # noqa: F401 - core.db's names too
 from core.config import Settings
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 2
-POOL_TIMEOUT_S = 3
 PROBE_REUSE_S = 2.0  # a direct probe answers every failed access of the process for this long (one probe, not many)
 # Errors that mean "the database is not reachable", as opposed to a bad query.
 CONNECTION_ERRORS = (psycopg.OperationalError, PoolTimeout)
@@ -52,7 +51,6 @@ FAILURES = Counter(
 for _kind in FAILURE_KINDS:  # each kind exported from zero
     FAILURES.labels(_kind)
 
-T = TypeVar("T")
 _lock = threading.Lock()
 _servers: dict[Path, Any] = {}
 _pools: dict[tuple[str, str], ConnectionPool[psycopg.Connection[DictRow]]] = {}
@@ -108,38 +106,6 @@ def describe_dsn(dsn: str) -> str:
     return f"{host}:{port}{url.path or '/'}"
 
 
-def make_pool(
-    dsn: str,
-    *,
-    max_size: int = 8,
-    name: str = "core",
-    min_size: int = 1,
-    timeout: float = POOL_TIMEOUT_S,
-    check: bool = False,
-) -> ConnectionPool[psycopg.Connection[DictRow]]:
-    """A new, opened pool. Opening does not wait: a dead server shows up at first use. With `check`, a connection
-    the server dropped (a restart) is replaced when taken instead of failing the read it is handed to (one round trip
-    per access; not for the agents' savers, whose watchdog cuts a call blocked on a hung server, not a check)."""
-    pool = ConnectionPool(
-        conninfo=dsn,
-        connection_class=psycopg.Connection[DictRow],  # typed dict rows, as row_factory below
-        min_size=min_size,
-        max_size=max_size,
-        timeout=timeout,
-        name=name,
-        check=ConnectionPool.check_connection if check else None,
-        kwargs={
-            "autocommit": True,
-            "prepare_threshold": 0,
-            "row_factory": dict_row,
-            "connect_timeout": CONNECT_TIMEOUT_S,
-        },
-        open=False,
-    )
-    pool.open(wait=False)
-    return pool
-
-
 def get_pool(dsn: str, *, name: str = "core") -> ConnectionPool[psycopg.Connection[DictRow]]:
     """The process-wide pool for `dsn` (one per name), created on first use."""
     with _lock:
@@ -160,14 +126,6 @@ def reset_pool(
             return
         del _pools[(dsn, name)]
     pool.close(timeout=0)
-
-
-def one(row: T | None) -> T:
-    """A value that is always there, typed as present: the row of a query that always returns one (an aggregate,
-    RETURNING, SHOW, a lock attempt) or a result the caller's path guarantees; None is an error, said as such."""
-    if row is None:
-        raise LookupError("the query returned no row")
-    return row
 
 
 @dataclass(frozen=True)

@@ -283,9 +283,9 @@ INSERT_ALLOWLIST = "INSERT INTO core_serde_allowlist (module, name, method, sour
 
 def sync_serde_allowlist(conn: psycopg.Connection[DictRow]) -> int:
     """Rewrite `core_serde_allowlist` (migration 021) from the serializer's own allowlist
-    (core.checkpoints.serde.allowlist_rows), in one transaction, on every migrate: the SQL decoder
+    (agent_memory_runtime.serde.allowlist_rows), in one transaction, on every migrate: the SQL decoder
     and the serializer refuse the same payloads. Returns the rows written."""
-    from core.checkpoints.serde import allowlist_rows
+    from agent_memory_runtime.serde import allowlist_rows
 
     rows = allowlist_rows()
     with conn.transaction(), conn.cursor() as cur:

@@ -18,7 +18,7 @@
 --   core_data_view_gaps     views of customer data the dashboards could not record (migration 087)
 --   core_capture_position   the change follower's lag (with pg_replication_slots, pg_locks)
 --   checkpoint_migrations   with the three checkpoint tables: the storage-format fingerprint
---                           (core.checkpoints.formats), in the background like the coverage
+--                           (core.history.formats), in the background like the coverage
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agent_memory_exporter') THEN

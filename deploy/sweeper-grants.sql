@@ -51,7 +51,7 @@ GRANT SELECT, INSERT, UPDATE ON core_thread_storage_refresh TO agent_memory_swee
 -- Bytes per channel and thread, growth per step (migration 062) and orphans per thread (090), recomputed with the
 -- summary for the threads whose rows changed.
 GRANT SELECT, INSERT, DELETE ON core_channel_storage, core_thread_growth, core_thread_orphans TO agent_memory_sweeper;
--- Tool-call extraction step (core/checkpoints/tool_calls.py): extracted rows, orphans pruned, watermark.
+-- Tool-call extraction step (core/history/tool_calls.py): extracted rows, orphans pruned, watermark.
 GRANT SELECT, INSERT, UPDATE, DELETE ON core_tool_calls, core_thread_days, core_refused_payloads TO agent_memory_sweeper;
 GRANT SELECT, INSERT, UPDATE ON core_extract_watermark TO agent_memory_sweeper;
 -- The same pass keeps the thread search's summary and the token usage with its rollups (migration 080).

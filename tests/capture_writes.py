@@ -131,10 +131,10 @@ def article_turns(dsn: str, seed: int, n: int = 4) -> None:
 def mixed(dsn: str, seed: int, ops: int, agents: str) -> None:
     """A random mix: stock store writes, graph turns with subgraphs, the agents' own turns, the sweep (TTL deletes,
     retention, a prune), and one erasure."""
-    from core.checkpoints.prune import PrunePolicy
     from core.db import Database
     from core.operations.sweep import run_sweep
     from core.privacy.erasure import erase
+    from core.storage.prune import PrunePolicy
 
     rng = random.Random(seed)
     turns = our_agent_turns if agents == "ours" else article_turns

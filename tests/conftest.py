@@ -40,7 +40,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 os.environ["STREAMLIT_CLIENT_SHOW_ERROR_DETAILS"] = "full"  # the servers of start_streamlit (the CLI reads it)
 streamlit_config.set_option("client.showErrorDetails", "full")  # AppTest, in this process
 
-# The dual saver's close-while-degraded journal (core.checkpoints.journal): never under ./.data in tests. Made by
+# The dual saver's close-while-degraded journal (agent_memory_runtime.journal): never under ./.data in tests. Made by
 # the process that sets it (pytest-xdist's workers inherit it), removed when that process exits.
 if not os.environ.get("DUAL_SAVER_JOURNAL_DIR"):
     os.environ["DUAL_SAVER_JOURNAL_DIR"] = tempfile.mkdtemp(prefix="dual-saver-journal-")

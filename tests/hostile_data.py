@@ -43,7 +43,7 @@ def write_hostile(dsn: str) -> HostileDb:
     from langgraph.store.postgres import PostgresStore
     from psycopg_pool import ConnectionPool
 
-    from core.checkpoints import replica_health
+    from agent_memory_runtime import replica_health
     from core.db import Database
     from core.migrate import migrate
     from core.operations import sweep

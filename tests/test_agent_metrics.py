@@ -15,8 +15,8 @@ from conftest import free_port, own_embedded_server
 from langgraph.checkpoint.base import empty_checkpoint
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.checkpoints import metrics
-from core.checkpoints.dual_saver import DualCheckpointSaver
+from agent_memory_runtime import metrics
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
 from core.migrate import migrate
 
 DIMS = 64
@@ -218,8 +218,8 @@ def test_replica_endpoints_report_degraded_during_hang_and_stop_and_zero_after_r
 
 WORKER = """
 import os, sys, time
-from core.checkpoints import metrics
-from core.checkpoints.dual_saver import DualCheckpointSaver
+from agent_memory_runtime import metrics
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
 saver = DualCheckpointSaver(sys.argv[1], heartbeat_interval=0.5, replica_id=sys.argv[2])
 serving = metrics.start_metrics_server(saver, int(sys.argv[3]), addr="127.0.0.1")
 print("serving" if serving else "not serving", flush=True)

@@ -85,7 +85,7 @@ def test_prometheusrule_is_generated_from_the_plain_file(tmp_path):
 
 def test_every_alert_names_a_metric_we_export():
     exported = set()
-    agent_text = (ROOT / "core" / "checkpoints" / "metrics.py").read_text()
+    agent_text = (ROOT / "agent_memory_runtime" / "metrics.py").read_text()
     exporter_text = (ROOT / "core" / "operations" / "exporter.py").read_text()
     for group in yaml.safe_load(RULES.read_text())["groups"]:
         for rule in group["rules"]:

@@ -1,6 +1,7 @@
 """The layout docs/contributor.md's Architecture section promises, checked on the source itself: layers (pages -> ui
--> core, no import upward), no import cycle between modules (late and type-checking imports included), no
-Streamlit in core, no SQL in pages, and the deploy manifests' commands that still run. A module's length is
+-> core -> the agents' library, no import upward), no import cycle between modules (late and type-checking imports
+included), no Streamlit in core, nothing of the dashboard (Streamlit, plotly, pandas) in the agents' library, no SQL
+in pages, and the deploy manifests' commands that still run. A module's length is
 no design rule: a long one is only named in a warning."""
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ import yaml
 from conftest import ROOT
 
 LONG_MODULE_LINES = 400  # a warning, never a failure
-# Lower layers first: a module may import its own layer and those below it, never one above.
-LAYERS = ("core", "ui", "app_pages", "dashboard")
+# Lower layers first: a module may import its own layer and those below it, never one above. The agents' library
+# (agent_memory_runtime/, its own distribution) is the lowest: it imports nothing of ours.
+LAYERS = ("agent_memory_runtime", "core", "ui", "app_pages", "dashboard")
+LIBRARY = "agent_memory_runtime"
+DASHBOARD_ONLY = ("streamlit", "plotly", "pandas")
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,9 @@ def module_name(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def modules() -> dict[str, Module]:
-    """Every module of the app (core, ui, app_pages, dashboard.py), parsed once."""
+    """Every module of the app (the agents' library, core, ui, app_pages, dashboard.py), parsed once."""
     paths = [
+        *sorted((ROOT / LIBRARY).glob("*.py")),  # flat: its folder is the package (never its build/)
         *sorted((ROOT / "core").rglob("*.py")),
         *sorted((ROOT / "ui").rglob("*.py")),
         *sorted((ROOT / "app_pages").glob("*.py")),
@@ -154,15 +159,31 @@ def test_no_module_imports_a_layer_above_its_own(modules):
 
 
 def test_pages_import_no_other_page_and_only_public_core_and_ui(modules):
+    # The agents' library counts as core here: it was core.checkpoints (the Degradation page reads its failure
+    # kinds and the guard's risk levels).
     pages = [m for m in modules.values() if m.layer == "app_pages"]
     assert pages
     for page in pages:
         for node in ast.walk(page.tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in LAYERS:
-                assert node.module.split(".")[0] in ("core", "ui"), f"{page.path.name} imports {node.module}"
+                assert node.module.split(".")[0] in (LIBRARY, "core", "ui"), f"{page.path.name} imports {node.module}"
                 private = [a.name for a in node.names if a.name.startswith("_")]
                 assert not private, f"{page.path.name} imports private names {private} from {node.module}"
                 assert not node.module.split(".")[-1].startswith("_"), f"{page.path.name} imports {node.module}"
+
+
+def test_the_layers_are_all_there(modules):
+    assert {m.layer for m in modules.values()} == set(LAYERS)
+    assert {"core.history.views", "core.storage.prune", f"{LIBRARY}.dual_saver", f"{LIBRARY}.guard"} <= set(modules)
+
+
+def test_the_agents_library_imports_nothing_of_the_dashboard(modules):
+    """Nothing of ours (the layer rule says it too) and none of the dashboard's libraries, late imports included."""
+    library = [m for m in modules.values() if m.layer == LIBRARY]
+    assert len(library) > 10
+    for mod in library:
+        tops = {n.split(".")[0] for n in imported(mod.tree)}
+        assert not tops & {*LAYERS[1:], *DASHBOARD_ONLY, "bench", "tests"}, f"{mod.path}: {tops}"
 
 
 def test_no_streamlit_in_core(modules):

@@ -31,7 +31,7 @@ from conftest import ARTIFACTS, ROOT, free_port
 from playwright.sync_api import expect
 from test_i18n import FOREIGN
 
-from core.checkpoints import thread_search as ts
+from core.history import thread_search as ts
 from ui.i18n import CATALOGUES
 
 pytestmark = pytest.mark.browser

@@ -13,11 +13,11 @@ from apptools import wait_until
 from conftest import DIMS, dsn_for, off_loop, start_streamlit, stop_streamlit
 from playwright.sync_api import expect
 
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
 from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import replica_health
-from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database, embedded_dsn
+from core.history import replica_health
 from core.migrate import migrate
 from core.operations.outage import EmbeddedServerControl
 

@@ -12,9 +12,10 @@ from apptools import wait_until
 from conftest import DIMS, dsn_for, free_port, own_embedded_server, start_streamlit, stop_streamlit
 from playwright.sync_api import expect
 
-from core.checkpoints import metrics, replica_health
-from core.checkpoints.dual_saver import DualCheckpointSaver
+from agent_memory_runtime import metrics
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
 from core.db import Database
+from core.history import replica_health
 from core.migrate import migrate
 
 pytestmark = pytest.mark.browser

@@ -24,11 +24,11 @@ from apptools import wait_until
 from conftest import DIMS, off_loop, start_streamlit, stop_streamlit
 from playwright.sync_api import expect
 
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import replica_health
-from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database
+from core.history import replica_health
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 

@@ -21,12 +21,12 @@ from conftest import own_embedded_server
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.postgres import PostgresSaver
 
+from agent_memory_runtime.dual_saver import CheckpointUnavailable, DualCheckpointSaver, is_connection_failure
+from agent_memory_runtime.serde import SerializationRefused, make_serializer
 from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints.dual_saver import CheckpointUnavailable, DualCheckpointSaver, is_connection_failure
-from core.checkpoints.replica_health import denials, episodes, refusals, replicas
-from core.checkpoints.serde import SerializationRefused, make_serializer
 from core.db import Database, make_pool
+from core.history.replica_health import denials, episodes, refusals, replicas
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.migrate import migrate

@@ -15,11 +15,11 @@ from streamlit.testing.v1 import AppTest
 
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import storage as ckpt_storage
-from core.checkpoints import views
 from core.db import Database
+from core.history import views
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
+from core.storage import storage as ckpt_storage
 from ui.safe import md
 
 APP = "../dashboard.py"

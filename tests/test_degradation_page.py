@@ -15,11 +15,13 @@ from apptools import chart_clock, decode, frame, grid_clock, metric, wait_until
 from conftest import DIMS, dsn_for, free_port, own_embedded_server
 from streamlit.testing.v1 import AppTest
 
+from agent_memory_runtime import metrics
+from agent_memory_runtime import replica_health as replica_writes
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
 from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import metrics, replica_health
-from core.checkpoints.dual_saver import DualCheckpointSaver
 from core.db import Database
+from core.history import replica_health
 from core.migrate import migrate
 
 APP = "../dashboard.py"
@@ -144,9 +146,9 @@ def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
 
     now = datetime.now(UTC)
     with db.connection() as conn:
-        replica_health.write_episode(
+        replica_writes.write_episode(
             conn,
-            replica_health.Episode(
+            replica_writes.Episode(
                 replica_id="r-old",
                 host="h",
                 pid=1,
@@ -159,7 +161,7 @@ def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
                 resync_ms=4.0,
             ),
         )
-        replica_health.publish_heartbeat(
+        replica_writes.publish_heartbeat(
             conn,
             {
                 "replica_id": "r-now",
@@ -208,7 +210,7 @@ def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
 
 def test_a_degradation_reason_is_named_by_its_kind():
     """The saver's reasons ("<type>: ...", the liveness thread's "liveness check: <type>: ...") in words' kinds."""
-    from core.checkpoints.failures import reason_kind
+    from agent_memory_runtime.failures import reason_kind
 
     assert reason_kind("liveness check: DeadlineExceeded: SELECT 1 took more than 2 s") == "deadline"
     assert reason_kind("OperationalError: consuming input failed: server closed the connection") == "unreachable"

@@ -8,7 +8,7 @@ import json
 import pytest
 from format_agents import _merge, _unique, delta_other_state_at, delta_other_thread, delta_state_at, delta_thread
 
-from core.checkpoints import delta, views
+from core.history import delta, views
 
 
 @pytest.fixture(scope="module")

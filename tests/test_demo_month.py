@@ -1,6 +1,6 @@
 """The demo looks like a month of operations, all through the real jobs (issue 13 item 2): sweeps spread
 over days, erasures in different weeks, a customer whose data came back after an erasure, dated on their
-replayed days (core.clock) and never in the future, whatever the hour the seed ran at. (The degradation
+replayed days (agent_memory_runtime.clock) and never in the future, whatever the hour the seed ran at. (The degradation
 episodes need the embedded server:
 tests/test_checkpointer.py::test_demo_seed_includes_real_outage_episodes_across_the_month.)"""
 
@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from core import clock
+from agent_memory_runtime import clock
 from core.demo.operations import MonthPlan
 from core.privacy import erasure_register
 
@@ -134,9 +134,9 @@ def test_the_demo_has_threads_to_practise_on(demo_db):
     """The SRE's one-click searches and the DPO's residue decision find something in the demo (issue 40): an
     interrupted and a paused thread (stuck), an errored one in the last hour (failed), and a residue thread in one
     customer's erasure preview, all written by the real agents on the seed's saver."""
-    from core.checkpoints import thread_search as ts
-    from core.checkpoints import tool_calls
     from core.demo.seed import PRACTICE
+    from core.history import thread_search as ts
+    from core.history import tool_calls
     from core.privacy.evidence import preview
 
     practice = demo_db.summary.practice

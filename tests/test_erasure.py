@@ -13,9 +13,9 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.base import PutOp
 from psycopg.types.json import Jsonb
 
+from agent_memory_runtime import replica_health
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import replica_health
 from core.db import Database, reset_pool
 from core.demo import operations as demo_operations
 from core.memory.embeddings import OfflineHashEmbeddings
@@ -517,7 +517,7 @@ def test_demo_step_erases_one_customer_for_real(db):
 
 def test_the_storage_summary_loses_the_customers_threads(db):
     """core_thread_storage (sweep-refreshed sizes per thread, with the customer id) is erased too."""
-    from core.checkpoints.storage import refresh_thread_storage
+    from core.storage.storage import refresh_thread_storage
 
     agent = agents_for(db, make_store(db))
     mine, other = converse(agent, "C9", 2), converse(agent, "C19")

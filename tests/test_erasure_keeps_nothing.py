@@ -12,8 +12,8 @@ import re
 import pytest
 
 from core.agents.retail import ContextoCliente, run_turn
-from core.checkpoints import tool_calls, views
 from core.db import Database, reset_pool
+from core.history import tool_calls, views
 from core.memory.store import put_memory
 from core.operations import sweep
 from core.privacy import access, chain, erasure, erasure_register, evidence, follow_up, token_index

@@ -10,12 +10,12 @@ from langchain.tools import ToolRuntime, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
+from agent_memory_runtime.guard import TOOL_RISKS, FailClosedGuard, GuardDenial, Risk, declare_risk, risk_of
+from agent_memory_runtime.serde import make_serializer
 from core.agents.retail import AGENTS, ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints.dual_saver import DualCheckpointSaver
-from core.checkpoints.guard import TOOL_RISKS, FailClosedGuard, GuardDenial, Risk, declare_risk, risk_of
-from core.checkpoints.replica_health import denials, episodes
-from core.checkpoints.serde import make_serializer
+from core.history.replica_health import denials, episodes
 
 EXPECTED = {
     "recordar_preferencia": Risk.LOW,

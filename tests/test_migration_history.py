@@ -194,7 +194,7 @@ def test_every_page_opens_on_the_rows_an_older_release_wrote(commit, migrated_as
 
 def test_the_earlier_003_database_writes_denials_after_an_upgrade(migrated_as_of):
     """Rows written before the keys get keys of their own; the dual saver's idempotent writes work."""
-    from core.checkpoints.replica_health import Episode, write_denials, write_episode
+    from agent_memory_runtime.replica_health import Episode, write_denials, write_episode
 
     dsn = migrated_as_of(EARLIER_003)
     at = datetime(2026, 12, 2, 12, tzinfo=UTC)

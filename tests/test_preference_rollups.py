@@ -16,11 +16,11 @@ import psycopg
 from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from core import clock
+from agent_memory_runtime import clock
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import tool_calls
 from core.db import Database
+from core.history import tool_calls
 from core.memory import preferences
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store

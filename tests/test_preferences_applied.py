@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import tool_calls
+from core.history import tool_calls
 from core.memory import preferences
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store

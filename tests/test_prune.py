@@ -1,4 +1,4 @@
-"""History pruning (core/checkpoints/prune.py) proved with langgraph's own reads: for every thread of databases written
+"""History pruning (core/storage/prune.py) proved with langgraph's own reads: for every thread of databases written
 by our agents, by agents built from the articles, by a graph with a subgraph paused on an interrupt and by a graph
 with a DeltaChannel, `get_state()` returns the same before and after pruning, `get_state_history()` returns the kept
 checkpoints with the same values, the interrupted thread resumes, and a pruned thread goes on normally. Real embedded
@@ -17,8 +17,9 @@ from langgraph.types import Command
 from prune_graphs import delta_graph, describe, subgraph_with_interrupt
 from psycopg.rows import dict_row
 
-from core.checkpoints import prune, tool_calls
 from core.db import Database
+from core.history import tool_calls
+from core.storage import prune
 
 COUNTS = """
 SELECT (SELECT count(*) FROM checkpoints) AS checkpoints, (SELECT count(*) FROM checkpoint_writes) AS writes,

@@ -21,8 +21,9 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 from psycopg.rows import dict_row
 
-from core.checkpoints import prune, tool_calls
 from core.db import Database
+from core.history import tool_calls
+from core.storage import prune
 
 
 class State(TypedDict, total=False):

@@ -11,11 +11,11 @@ import pytest
 import yaml
 from test_sweep import DIMS, _converse
 
-from core.checkpoints import prune
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.operations import sweep_cli
+from core.storage import prune
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 COUNTS = (

@@ -14,11 +14,12 @@ from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from playwright.sync_api import expect
 from streamlit.testing.v1 import AppTest
 
+from agent_memory_runtime import serde
+from agent_memory_runtime.serde import SerializationRefused, make_serializer
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import serde, tool_calls
-from core.checkpoints.serde import SerializationRefused, make_serializer
 from core.db import Database
+from core.history import tool_calls
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.migrate import migrate

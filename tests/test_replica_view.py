@@ -1,4 +1,4 @@
-"""The Degradation page's honest replica states (core.checkpoints.replica_view): pure functions over
+"""The Degradation page's honest replica states (core.history.replica_view): pure functions over
 a reading, and the exposition parser over a real agent endpoint's text."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from core.checkpoints import replica_view
-from core.checkpoints.metrics import SaverCollector
+from agent_memory_runtime.metrics import SaverCollector
+from core.history import replica_view
 
 NOW = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
 

@@ -16,8 +16,8 @@ import pytest
 from conftest import own_embedded_server
 from test_saver_findings import DIMS, head
 
-from core.checkpoints.dual_saver import DualCheckpointSaver
-from core.checkpoints.journal import Journal
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
+from agent_memory_runtime.journal import Journal
 from core.migrate import migrate
 
 pytestmark = pytest.mark.slow  # outage drills and agent processes
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 AGENT = """
 import sys
 sys.path.insert(0, "tests")
-from core.checkpoints.dual_saver import DualCheckpointSaver
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
 from test_saver_findings import graph, turn
 saver = DualCheckpointSaver(sys.argv[1], heartbeat_interval=0.3, probe_interval=0.2, replica_id=sys.argv[2])
 app = graph(saver)
@@ -160,7 +160,7 @@ def test_a_torn_record_mid_journal_is_skipped_and_the_rest_replayed(dsn, control
     # The last record of the first run cut short, then the second run's records.
     Journal(journal_dir, "torn", dsn).path.write_bytes(first[:-5] + second)
     with (
-        caplog.at_level("ERROR", logger="core.checkpoints.dual_saver"),
+        caplog.at_level("ERROR", logger="agent_memory_runtime.dual_saver"),
         DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="torn", journal_dir=journal_dir),
     ):
         assert head(dsn, "torn-b") == ["x", "node"]
@@ -178,7 +178,7 @@ def test_a_journal_of_the_earlier_format_is_replayed(dsn, control, tmp_path):
 
     import ormsgpack
 
-    from core.checkpoints import journal as journal_mod
+    from agent_memory_runtime import journal as journal_mod
 
     journal_dir = tmp_path / "journal"
     framed = journal_after_kill(dsn, control, journal_dir, "legacy", "legacy-a")
@@ -311,8 +311,8 @@ def test_the_buffer_is_bounded_with_a_clear_refusal(dsn, control, tmp_path):
     the metrics give the bound; what was accepted reaches PostgreSQL."""
     from test_saver_findings import graph, turn
 
-    from core.checkpoints import metrics
-    from core.checkpoints.failures import BufferFull
+    from agent_memory_runtime import metrics
+    from agent_memory_runtime.failures import BufferFull
 
     with DualCheckpointSaver(
         dsn, heartbeat_interval=0.3, probe_interval=0.2, replica_id="bounded", journal_dir=tmp_path, max_buffered_ops=6

@@ -17,8 +17,8 @@ from conftest import own_embedded_server
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
-from core.checkpoints.dual_saver import DualCheckpointSaver
-from core.checkpoints.serde import make_serializer
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
+from agent_memory_runtime.serde import make_serializer
 from core.db import make_pool
 from core.migrate import migrate
 
@@ -193,7 +193,7 @@ def test_closed_mid_outage_then_restarted_keeps_every_turn(dsn, control, tmp_pat
         assert turn(app, "f2-new", "n1") == ["n1", "node"]
         assert saver.degraded
         saver.record_denial(denial("f2"))
-        with caplog.at_level("ERROR", logger="core.checkpoints.dual_saver"):
+        with caplog.at_level("ERROR", logger="agent_memory_runtime.dual_saver"):
             saver.close()  # a rolling restart during the outage
     finally:
         control.start()
@@ -363,7 +363,7 @@ def test_a_monitor_error_that_clears_and_comes_back_is_logged_again(dsn, caplog)
         return sum(
             1
             for r in caplog.records
-            if r.name == "core.checkpoints.dual_saver" and r.levelname == "ERROR" and "monitor" in r.getMessage()
+            if r.name == "agent_memory_runtime.dual_saver" and r.levelname == "ERROR" and "monitor" in r.getMessage()
         )
 
     def beats(after) -> int:
@@ -375,7 +375,7 @@ def test_a_monitor_error_that_clears_and_comes_back_is_logged_again(dsn, caplog)
         return row[0]
 
     with (
-        caplog.at_level("WARNING", logger="core.checkpoints.dual_saver"),
+        caplog.at_level("WARNING", logger="agent_memory_runtime.dual_saver"),
         DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f7-monitor"),
         psycopg.connect(dsn, autocommit=True) as admin,
     ):
@@ -393,7 +393,7 @@ def test_a_monitor_error_that_clears_and_comes_back_is_logged_again(dsn, caplog)
 
 def test_failed_probes_are_logged_while_degraded(dsn, control, caplog):
     with (
-        caplog.at_level("WARNING", logger="core.checkpoints.dual_saver"),
+        caplog.at_level("WARNING", logger="agent_memory_runtime.dual_saver"),
         DualCheckpointSaver(dsn, heartbeat_interval=0.2, replica_id="f7-probe") as saver,
     ):
         turn(graph(saver), "f7", "t1")
@@ -402,7 +402,7 @@ def test_failed_probes_are_logged_while_degraded(dsn, control, caplog):
             turn(graph(saver), "f7", "t2")
             assert wait_until(
                 lambda: any(
-                    r.name == "core.checkpoints.dual_saver"
+                    r.name == "agent_memory_runtime.dual_saver"
                     and r.levelname == "WARNING"
                     and "probe failed" in r.getMessage()
                     for r in caplog.records
@@ -454,14 +454,14 @@ def test_a_replica_degraded_during_an_erasure_does_not_bring_it_back(dsn, contro
         control.start()
     erase(dsn, "cliente-C9-1", 901)
     erase(dsn, "cliente-C9-2", 901)
-    with caplog.at_level("WARNING", logger="core.checkpoints.dual_saver"):
+    with caplog.at_level("WARNING", logger="agent_memory_runtime.dual_saver"):
         status_before_close = saver.status()
         saver.close()  # the final resync replays the buffer
     assert status_before_close["state"] == "degraded"
     assert rows_of(dsn, "cliente-C9-1") == 0 and rows_of(dsn, "cliente-C9-2") == 0
     assert saver.status()["tombstoned_threads_total"] == 1 and saver.status()["tombstoned_ops_dropped_total"] >= 1
     assert any(
-        r.name == "core.checkpoints.dual_saver" and r.levelname == "WARNING" and "erased" in r.getMessage()
+        r.name == "agent_memory_runtime.dual_saver" and r.levelname == "WARNING" and "erased" in r.getMessage()
         for r in caplog.records
     )
 
@@ -503,7 +503,7 @@ def in_thread(fn):
 
 
 def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn, control):
-    from core.checkpoints.guard import GuardDenial, Risk
+    from agent_memory_runtime.guard import GuardDenial, Risk
 
     # Another session holds checkpoints (a migration) when a short hang of the server degrades the
     # saver (a table lock alone does not: slow is not gone, finding 5). Once the server answers again
@@ -579,7 +579,7 @@ def test_a_blocked_resync_does_not_block_buffering_reads_denials_or_status(dsn, 
 
 def replay_waiting_on_lock(dsn: str) -> bool:
     """A resync's head check (thread_fates.HEAD_SQL) waits on a lock in PostgreSQL."""
-    from core.checkpoints.thread_fates import HEAD_SQL
+    from agent_memory_runtime.thread_fates import HEAD_SQL
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         return (

@@ -17,8 +17,8 @@ from conftest import own_embedded_server
 from test_saver_durable import journal_files, wait_until
 from test_saver_findings import DIMS, head, threads_like
 
-from core.checkpoints.dual_saver import DualCheckpointSaver
-from core.checkpoints.journal import Journal
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
+from agent_memory_runtime.journal import Journal
 from core.migrate import migrate
 
 pytestmark = pytest.mark.slow  # outage drills and replica processes
@@ -32,8 +32,8 @@ REPLICA = """
 import logging, os, signal, sys
 logging.basicConfig(format="%(levelname)s %(name)s %(message)s")
 sys.path.insert(0, "tests")
-from core.checkpoints.dual_saver import DualCheckpointSaver
-from core.checkpoints.journal import Journal
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
+from agent_memory_runtime.journal import Journal
 from test_saver_findings import graph, turn
 dsn, replica_id, crash_at = sys.argv[1:4]
 if crash_at != "-":
@@ -155,7 +155,7 @@ def test_a_replayed_delete_keeps_the_turn_another_replica_wrote_after_it(dsn, co
     assert "written after" in error and "not applied" in error, error
     logged = again.log.read_text()
     assert any(
-        line.startswith("ERROR core.checkpoints.dual_saver") and "'D'" in line and "not applied" in line
+        line.startswith("ERROR agent_memory_runtime.dual_saver") and "'D'" in line and "not applied" in line
         for line in logged.splitlines()
     ), logged
 
@@ -293,7 +293,7 @@ def test_a_journal_of_the_previous_format_is_replayed(dsn, control, tmp_path):
     from test_saver_durable import journal_after_kill
     from test_saver_findings import graph, turn
 
-    from core.checkpoints import journal as journal_mod
+    from agent_memory_runtime import journal as journal_mod
 
     with DualCheckpointSaver(dsn, replica_id="v2-writer", journal_dir=tmp_path / "other") as saver:
         turn(graph(saver), "v2-old", "o1")
@@ -317,7 +317,7 @@ def test_a_journal_of_both_formats_reads_each_record():
     them): every record is read, and a torn version-2 record resumes at the next version-3 frame."""
     import zlib
 
-    from core.checkpoints import journal as journal_mod
+    from agent_memory_runtime import journal as journal_mod
 
     records = [{"ops": [["put_writes", [True, [[b"\xc0\xdb\xdc", None]]]]]}, {"ops": [["delete_thread", "t"]]}]
 

@@ -18,9 +18,9 @@ import pytest
 from conftest import own_embedded_server
 from langgraph.checkpoint.base import empty_checkpoint
 
+from agent_memory_runtime.dual_saver import DualCheckpointSaver, is_connection_failure
 from core.agents.retail import ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints.dual_saver import DualCheckpointSaver, is_connection_failure
 from core.migrate import migrate
 
 pytestmark = pytest.mark.slow  # locks held for seconds, hangs, on a server of its own

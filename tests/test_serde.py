@@ -15,10 +15,10 @@ from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from agent_memory_runtime.guard import FailClosedGuard
+from agent_memory_runtime.serde import ALLOWED_MSGPACK_MODULES, REFUSALS, SerializationRefused, make_serializer
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints.guard import FailClosedGuard
-from core.checkpoints.serde import ALLOWED_MSGPACK_MODULES, REFUSALS, SerializationRefused, make_serializer
 from core.db import make_pool
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
@@ -86,7 +86,7 @@ def test_real_agent_checkpoints_need_only_allowlisted_types(db, pool):
         unregister()
     assert len(rows) > 20
     assert needed <= set(ALLOWED_MSGPACK_MODULES), needed - set(ALLOWED_MSGPACK_MODULES)
-    assert ("core.checkpoints.guard", "Risk") in needed
+    assert ("agent_memory_runtime.guard", "Risk") in needed
     # And with our serializer every checkpoint of every thread loads without a refusal.
     for thread in ("serde-c1", "serde-p1", "serde-e1", "serde-p2"):
         history = list(saver.list({"configurable": {"thread_id": thread}}))
@@ -94,16 +94,17 @@ def test_real_agent_checkpoints_need_only_allowlisted_types(db, pool):
     assert REFUSALS.total == refusals_before
 
 
-def test_payload_naming_the_guards_old_path_still_loads():
-    # Checkpoints written before core/ was split name the enum `core.guard.Risk`: still allowed,
-    # and it is the same enum (no second class to compare against).
+@pytest.mark.parametrize("old_module", ["core.guard", "core.checkpoints.guard"])
+def test_payload_naming_the_guards_old_path_still_loads(old_module):
+    # Checkpoints written before core/ was split name the enum `core.guard.Risk`, those written before the agents'
+    # library `core.checkpoints.guard.Risk`: still allowed, and it is the same enum (no second class to compare with).
     import ormsgpack
     from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_SINGLE_ARG
 
-    from core.checkpoints.guard import Risk
+    from agent_memory_runtime.guard import Risk
 
     old = ormsgpack.packb(
-        ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(("core.guard", "Risk", Risk.HIGH.value)))
+        ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb((old_module, "Risk", Risk.HIGH.value)))
     )
     assert make_serializer().loads_typed(("msgpack", old)) is Risk.HIGH
 
@@ -190,7 +191,7 @@ def test_langgraphs_own_safe_types_stay_allowed_alongside_ours():
     import ipaddress
     from zoneinfo import ZoneInfo
 
-    from core.checkpoints.serde import ALLOWED_MSGPACK_MODULES
+    from agent_memory_runtime.serde import ALLOWED_MSGPACK_MODULES
 
     value = {
         "net": ipaddress.IPv4Network("10.0.0.0/8"),

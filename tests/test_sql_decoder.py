@@ -31,9 +31,9 @@ from langgraph.types import Command, Send, interrupt
 
 from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import views
-from core.checkpoints.payload_json import Undecodable, payload_json
 from core.db import Database
+from core.history import views
+from core.history.payload_json import Undecodable, payload_json
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 

@@ -16,13 +16,14 @@ from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 from streamlit.testing.v1 import AppTest
 
+from agent_memory_runtime import replica_health
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import replica_health, views
-from core.checkpoints import storage as ckpt_storage
 from core.db import Database
+from core.history import views
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
+from core.storage import storage as ckpt_storage
 
 APP = "../dashboard.py"
 THREAD = "cliente-C301-1"
@@ -46,7 +47,7 @@ def ai(id_, text, calls=()):
 
 
 def test_message_diff_by_id():
-    from core.checkpoints.message_diff import message_diff
+    from core.history.message_diff import message_diff
 
     old = [human("h1", "Hola"), ai("a1", "¿En qué puedo ayudar?"), human("h2", "Prefiero Sierpes")]
     new = [
@@ -70,7 +71,7 @@ def test_message_diff_by_id():
 
 
 def test_message_diff_is_only_for_message_lists():
-    from core.checkpoints.message_diff import message_diff
+    from core.history.message_diff import message_diff
 
     assert message_diff(None, [human("h1", "Hola")]).count("added") == 1  # the channel appears
     assert message_diff({"a": 1}, {"a": 2}) is None

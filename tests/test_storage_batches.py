@@ -16,11 +16,12 @@ from streamlit.testing.v1 import AppTest
 
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import storage, views
 from core.db import Database
+from core.history import views
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.privacy import subjects as subj
+from core.storage import storage
 
 # The single whole-table statements the batches replace, the reference: the refresh's (kept in views for the benches)
 # and the coverage's (still the pages' live count before any sweep).

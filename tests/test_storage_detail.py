@@ -1,4 +1,4 @@
-"""Where the checkpoint bytes go (core/checkpoints/storage_detail.py): bytes per channel, per step, threads growing
+"""Where the checkpoint bytes go (core/storage/storage_detail.py): bytes per channel, per step, threads growing
 faster than linearly, orphans and PostgreSQL's statistics, each equal to SQL over the three tables, the same batched
 or not; and the prune preview. Real graphs and agents on the real embedded PostgreSQL."""
 
@@ -13,9 +13,10 @@ from langgraph.graph import END, START, StateGraph
 from prune_graphs import delta_graph
 from test_sweep import DIMS, _converse
 
-from core.checkpoints import prune, storage, storage_detail, tool_calls
+from core.history import tool_calls
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
+from core.storage import prune, storage, storage_detail
 
 ITEM = "x" * 400
 

@@ -17,7 +17,7 @@ from format_agents import (
     shallow_database,
 )
 
-from core.checkpoints import formats, views
+from core.history import formats, views
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,10 @@ from psycopg.rows import dict_row
 from test_storage_batches import KEYS, turns
 from test_storage_detail import KNOWN, app_knows, write
 
-from core.checkpoints import prune, storage, storage_detail, tool_calls
 from core.db import Database
+from core.history import tool_calls
 from core.privacy import erasure
+from core.storage import prune, storage, storage_detail
 
 # Every figure the refresh keeps (the Storage view reads these, and only these), each in a stable order; the
 # refresh's own time and duration left out.

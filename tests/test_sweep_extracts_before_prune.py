@@ -14,11 +14,12 @@ from psycopg.rows import dict_row
 
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import prune, tool_calls, usage
+from core.history import tool_calls, usage
 from core.memory import preferences
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.operations import sweep
+from core.storage import prune
 
 THREAD = "cliente-C7-1"
 LANGUAGES = ("catalán", "euskera", "gallego", "inglés", "francés", "alemán", "italiano", "portugués", "árabe", "chino")

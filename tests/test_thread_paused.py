@@ -24,9 +24,9 @@ from langgraph.store.postgres import PostgresStore
 from langgraph.types import Command, interrupt
 from prometheus_client import generate_latest
 
-from core.checkpoints import thread_search as ts
-from core.checkpoints import tool_calls
 from core.db import Database
+from core.history import thread_search as ts
+from core.history import tool_calls
 from core.migrate import SQL_DIR
 from tests.test_definer_safety import AGENT_TABLES
 

@@ -1,4 +1,4 @@
-"""Thread search (core/checkpoints/thread_search.py) and token usage (core/checkpoints/usage.py), both kept by the
+"""Thread search (core/history/thread_search.py) and token usage (core/history/usage.py), both kept by the
 extraction pass: on threads written by real langgraph graphs (a stock `create_agent` from the article with stock
 savers, and our retail agent), statuses equal what langgraph's own `get_state` says, tokens equal the AI messages'
 `usage_metadata`, re-reads add nothing, bad input is refused, and the exporter's metrics pass promtool."""
@@ -17,10 +17,10 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from prometheus_client import generate_latest
 from search_agents import FILLER, PRICED_MODEL, STOCK_GRAPH, UNPRICED_MODEL, write_ours, write_stock
 
-from core.checkpoints import thread_search as ts
-from core.checkpoints import tool_calls, usage
 from core.config import ModelPrice, load_settings
 from core.db import Database
+from core.history import thread_search as ts
+from core.history import tool_calls, usage
 from core.migrate import migrate
 
 PRICES = (ModelPrice(PRICED_MODEL, 0.15, 0.60, 0.075), ModelPrice("scripted-retail", 1.0, 2.0))

@@ -1,4 +1,4 @@
-"""Tool calls extracted from checkpoint history (core/checkpoints/tool_calls.py): equal to what the
+"""Tool calls extracted from checkpoint history (core/history/tool_calls.py): equal to what the
 canonical SQL views decode live, incremental, idempotent, right for an agent built without `core`,
 and the Preferences page reads them."""
 
@@ -19,10 +19,10 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.postgres import PostgresStore
 from streamlit.testing.v1 import AppTest
 
-from core import clock
+from agent_memory_runtime import clock
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.checkpoints import tool_calls
+from core.history import tool_calls
 from core.memory import preferences
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import TIPOS, build_store

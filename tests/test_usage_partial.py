@@ -13,7 +13,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from streamlit.testing.v1 import AppTest
 
-from core.checkpoints import tool_calls, usage
+from core.history import tool_calls, usage
 
 APP = "../dashboard.py"
 PAGE = "app_pages/checkpoints.py"

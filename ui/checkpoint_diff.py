@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.checkpoints import views
-from core.checkpoints.message_diff import MessageDiff
+from core.history import views
+from core.history.message_diff import MessageDiff
 from ui import fmt
 from ui.common import read
 from ui.i18n import t

@@ -1,4 +1,4 @@
-"""The Checkpoints page's Storage view, where the bytes go (core/checkpoints/storage_detail.py): PostgreSQL's table
+"""The Checkpoints page's Storage view, where the bytes go (core/storage/storage_detail.py): PostgreSQL's table
 statistics, bytes per channel, threads growing faster than linearly, orphans (threads the application no longer
 knows included), one thread's channels and curve per
 step, and what a prune policy would free. Layout only; values from the database are shown in tables and charts,
@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from core.checkpoints import prune, storage, storage_detail
+from core.storage import prune, storage, storage_detail
 from ui import charts, fmt
 from ui.common import read
 from ui.fmt import number

@@ -1,4 +1,4 @@
-"""The Checkpoints page's tokens and cost (core/checkpoints/usage.py): per agent, per day and per thread over a
+"""The Checkpoints page's tokens and cost (core/history/usage.py): per agent, per day and per thread over a
 period, and one thread's line in its view. A thread without usage metadata says so and a model without a price
 says "no price": neither is ever shown as 0. Prices come from the configuration (MODEL_PRICES). Layout only."""
 
@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from core.checkpoints import usage
+from core.history import usage
 from ui import charts, fmt
 from ui.common import read, settings
 from ui.i18n import t

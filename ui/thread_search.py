@@ -1,4 +1,4 @@
-"""The Checkpoints page's thread search (core/checkpoints/thread_search.py): the SRE's two first questions as one
+"""The Checkpoints page's thread search (core/history/thread_search.py): the SRE's two first questions as one
 click each, filters by metadata, status, agent and time, sorted and paged with the total. The search lives in the
 URL (`?view=search&status=error&window=1h...`): the address bar is the link to share. Layout only."""
 
@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import streamlit as st
 
-from core.checkpoints import thread_search as ts
-from core.checkpoints import tool_calls
+from core.history import thread_search as ts
+from core.history import tool_calls
 from ui import fmt
 from ui.common import call_now, read
 from ui.i18n import t

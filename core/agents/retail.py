@@ -23,8 +23,8 @@ from langgraph.store.base import BaseStore
 from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
-from core import clock
-from core.checkpoints.guard import FailClosedGuard, Risk, declare_risk
+from agent_memory_runtime import clock
+from agent_memory_runtime.guard import FailClosedGuard, Risk, declare_risk
 from core.db import CONNECTION_ERRORS
 from core.memory.store import (
     TipoPreferencia,
@@ -323,9 +323,9 @@ def run_turn(
     agent: Any, context: Contexto, thread_id: str, text: str, *, interrupt_before: Sequence[str] | None = None
 ) -> dict:
     """One user turn. The subject's id goes into checkpoint metadata (erasure finds threads by it), with the store of a
-    customer's conversation when the context names one; inside `core.clock.simulated` (the demo) so does the replayed
-    time, `core_replayed_at`. `interrupt_before`: nodes to stop before (langgraph's static breakpoint given at run
-    time, e.g. ["tools"]; resumed with `invoke(None, config)`)."""
+    customer's conversation when the context names one; inside `agent_memory_runtime.clock.simulated` (the demo) so
+    does the replayed time, `core_replayed_at`. `interrupt_before`: nodes to stop before (langgraph's static
+    breakpoint given at run time, e.g. ["tools"]; resumed with `invoke(None, config)`)."""
     validate_label(thread_id, "thread id")
     config = {
         "configurable": {"thread_id": thread_id},

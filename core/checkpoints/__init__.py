@@ -1,2 +1,2 @@
-"""Thread checkpoints: the dual saver, the allowlisted serializer, the fail-closed guard, replica health, and the
-read side of the canonical views."""
+"""Old import paths kept for checkpoint payloads only (guard.py): the agents' runtime is the agents' library
+(agent_memory_runtime/), the dashboard's reads are in core.history and core.storage."""

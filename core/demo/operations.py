@@ -1,7 +1,7 @@
 """A month of operations for the demo, through the real jobs and in the order it happened: sweeps every
 few days, erasures in different weeks, a customer whose data came back after their erasure, and
-degradation episodes of different lengths. Each runs inside `core.clock.simulated`, so the pages date it
-on its replayed day (core.clock); the work itself is real. Called from core.demo.seed; it lives here
+degradation episodes of different lengths. Each runs inside `agent_memory_runtime.clock.simulated`, so the pages date it
+on its replayed day (agent_memory_runtime.clock); the work itself is real. Called from core.demo.seed; it lives here
 rather than in the job modules, which serve production."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from core import clock
+from agent_memory_runtime import clock
 from core.db import Database, one
 from core.operations.sweep import SweepResult, run_sweep
 from core.privacy.erasure import ErasureResult, erase

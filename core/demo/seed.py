@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core import clock
+from agent_memory_runtime import clock
+from agent_memory_runtime.clock import ManualClock
+from agent_memory_runtime.dual_saver import DualCheckpointSaver
 from core.agents.retail import ContextoCliente, ContextoEmpleado, ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
 from core.capture.follower import catch_up
-from core.checkpoints.dual_saver import DualCheckpointSaver
-from core.clock import ManualClock
 from core.config import Settings, load_settings
 from core.db import Database, one
 from core.demo.operations import COMEBACK_TEXT, MonthPlan, leave_expired_notices, month_of_operations

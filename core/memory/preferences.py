@@ -13,7 +13,7 @@ from core.db import Database, one
 from core.memory.customer_stores import MINE, Scope
 
 # Everything below reads the tool calls extracted from checkpoint history (core_tool_calls and
-# core_thread_days, core/checkpoints/tool_calls.py) through their rollups (migration 047, kept exact by
+# core_thread_days, core/history/tool_calls.py) through their rollups (migration 047, kept exact by
 # triggers): right for any agent that calls a tool named `recordar_preferencia`, ours or not. Days are
 # UTC days of the extracted `ts` (see its `clock`). Each query reads rows per day (and tipo) of the
 # period, or LIMIT rows by index, never the calls themselves: flat in the number of calls (BENCHMARKS.md).

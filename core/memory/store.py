@@ -17,7 +17,7 @@ from langgraph.store.postgres import PostgresStore
 from psycopg.rows import DictRow
 from psycopg_pool import ConnectionPool
 
-from core import clock
+from agent_memory_runtime import clock
 
 MINUTES_PER_DAY = 24 * 60
 

@@ -13,7 +13,7 @@ extraction keeps (core_thread_summary, core_usage_days). The attribution coverag
 (`core.privacy.subjects.coverage`, which reads the three checkpoint tables) is too costly for a scrape:
 it is computed in a background thread at most every COVERAGE_EVERY_S and exposed with the time it was
 computed (`agent_memory_attribution_computed_timestamp_seconds`); so is the checkpoint storage-format fingerprint
-(`core.checkpoints.formats`: encrypted, DeltaChannel, pickle, json, older rows; `agent_memory_checkpoint_*`). While
+(`core.history.formats`: encrypted, DeltaChannel, pickle, json, older rows; `agent_memory_checkpoint_*`). While
 PostgreSQL is unreachable it exposes
 `agent_memory_db_up 0` (and its own scrape duration), so the alert rules can tell "down" from "ok".
 
@@ -38,10 +38,10 @@ from prometheus_client.registry import Collector
 from psycopg.rows import DictRow, dict_row
 
 from core.capture.status import read_status
-from core.checkpoints import usage
-from core.checkpoints.replica_health import SELECT_REPLICAS
 from core.config import ModelPrice
 from core.db import one
+from core.history import usage
+from core.history.replica_health import SELECT_REPLICAS
 from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
 from core.privacy.data_views import SELECT_GAPS
@@ -290,13 +290,13 @@ def _coverage_gauges(value: Any) -> list[tuple[str, str, float]]:
 
 
 def _formats(db: Any) -> Any:
-    from core.checkpoints.formats import fingerprint
+    from core.history.formats import fingerprint
 
     return fingerprint(db)
 
 
 def _formats_gauges(fp: Any) -> list[tuple[str, str, float]]:
-    """The storage-format fingerprint (core.checkpoints.formats): rows are checkpoint_blobs + checkpoint_writes."""
+    """The storage-format fingerprint (core.history.formats): rows are checkpoint_blobs + checkpoint_writes."""
     return [
         (
             "checkpoint_migration_version",

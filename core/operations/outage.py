@@ -19,8 +19,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from core import clock
-from core.clock import ManualClock
+from agent_memory_runtime import clock
+from agent_memory_runtime.clock import ManualClock
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def demo_outage(
     shows). "hang" is the default because `pg_ctl stop` would also end the seeding session that holds
     the demo's advisory lock, and its unlock would fail.
 
-    `episodes` are (replayed start, replayed length) pairs: the turns carry replayed times (core.clock)
+    `episodes` are (replayed start, replayed length) pairs: the turns carry replayed times (agent_memory_runtime.clock)
     and `saver_clock`, the ManualClock the saver was built with, is set to the start before the outage
     and moved to the end before the server comes back, so the recorded episode spans that length
     (the real outage lasts seconds). Without `episodes`, one outage in real time.

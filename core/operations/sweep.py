@@ -9,8 +9,8 @@
    (same snapshot, same `now()`: the counts are exact, and a mismatch rolls everything back);
 3. checkpoint retention: threads whose newest checkpoint (`checkpoint->>'ts'`, not `core_conversations`: see the
    README) is older than `retention_days` are deleted with the checkpointer's `delete_thread` (a dry run lists them);
-   then extracts new tool calls and token usage (core.checkpoints.tool_calls) and, with a policy, prunes the history
-   of live threads (core.checkpoints.prune, which never deletes a checkpoint the extraction has not read); then
+   then extracts new tool calls and token usage (core.history.tool_calls) and, with a policy, prunes the history
+   of live threads (core.storage.prune, which never deletes a checkpoint the extraction has not read); then
    refreshes the per-thread storage summary and the attribution coverage, indexes the threads written since the
    last run for the residue scan (core.privacy.token_index) and recomputes which store each customer belongs to
    (core.memory.customer_stores, the store managers' scope);
@@ -45,16 +45,16 @@ import pandas as pd
 import psycopg
 from psycopg.rows import DictRow, dict_row
 
-from core import clock
+from agent_memory_runtime import clock
 from core.capture.recount import recount_without_slot
-from core.checkpoints import prune as history
-from core.checkpoints import tool_calls
-from core.checkpoints.storage import refresh_thread_storage
 from core.config import DEFAULT_DIMS, load_settings
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, one
+from core.history import tool_calls
 from core.memory import customer_stores
 from core.memory.store import build_store
 from core.privacy import data_views, subjects, token_index
+from core.storage import prune as history
+from core.storage.storage import refresh_thread_storage
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +376,7 @@ def run_sweep(
     days = default_retention_days() if retention_days is None else validate_retention_days(retention_days)
     step = on_step or _no_step
     host = socket.gethostname()
-    shift = clock.shift()  # zero, except in the demo replaying a past day (core.clock)
+    shift = clock.shift()  # zero, except in the demo replaying a past day (agent_memory_runtime.clock)
     result = SweepResult(None, "running", trigger, dry_run, days, host)
     with _connect(db.dsn) as conn:
         if not one(conn.execute(TRY_LOCK, (SWEEP_LOCK_ID,)).fetchone())["locked"]:

@@ -7,7 +7,6 @@ import argparse
 import logging
 import sys
 
-from core.checkpoints.prune import POLICY_ENV, PruneInputError, policy_from_env
 from core.config import load_settings
 from core.db import Database
 from core.operations.sweep import (
@@ -19,6 +18,7 @@ from core.operations.sweep import (
     run_sweep,
     validate_retention_days,
 )
+from core.storage.prune import POLICY_ENV, PruneInputError, policy_from_env
 
 
 def _days_arg(value: str) -> int:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dry-run", action="store_true", help="count and list, delete nothing")
     parser.add_argument("--operator", default=None, help="who asked for the run (logged)")
-    prune = parser.add_argument_group("history pruning of live threads (core/checkpoints/prune.py)")
+    prune = parser.add_argument_group("history pruning of live threads (core/storage/prune.py)")
     prune.add_argument(
         "--keep-latest",
         metavar="N",

@@ -27,8 +27,8 @@ import pandas as pd
 from psycopg.types.json import Jsonb
 
 from core.capture.status import sync as capture_sync
-from core.checkpoints import formats
 from core.db import Database, one
+from core.history import formats
 from core.privacy import access_notice, data_views, subjects
 from core.privacy import residue as res
 from core.privacy.access_render import FORMATS, LANGS, render
@@ -43,7 +43,7 @@ WHERE prefix = %(prefix)s OR prefix LIKE %(pattern)s ESCAPE '\'
 ORDER BY prefix, key"""
 
 # When a checkpoint happened: its own `ts`, or the day the demo replays (metadata `core_replayed_at`, the clock the
-# tool-call extraction and our logs use: core/checkpoints/tool_calls.py), so the conversations, the preferences
+# tool-call extraction and our logs use: core/history/tool_calls.py), so the conversations, the preferences
 # they wrote and our logs read one clock.
 CHECKPOINT_TIME = (
     "coalesce(core_try_timestamptz({c}.metadata ->> 'core_replayed_at'), core_try_timestamptz({c}.checkpoint ->> 'ts'))"

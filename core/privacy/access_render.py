@@ -12,7 +12,7 @@ from typing import Any
 from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
-from core.checkpoints.tool_calls import args_in_words
+from core.history.tool_calls import args_in_words
 from core.privacy.access_notice import Notice
 from core.privacy.access_report import AccessReport
 
@@ -340,7 +340,7 @@ LABELS = {
         "pending_sends": "Envíos pendientes (formato anterior)",
         "decoded": "Todo leído",
         "local_viewer": "personal de la empresa (modo local, sin identificar)",
-        # the guard's reason for a denial (core/checkpoints/guard.py), and the short form older rows hold
+        # the guard's reason for a denial (agent_memory_runtime/guard.py), and the short form older rows hold
         "checkpoint persistence degraded (PostgreSQL unreachable)": (
             "no se podía guardar la conversación (base de datos no disponible)"
         ),

@@ -27,7 +27,7 @@ class AccessReport:
     sources: dict[str, list[str]]
     unattributed_threads: int
     residue: list[dict]
-    formats: dict[str, Any] | None = None  # the storage formats of the customer's threads (core.checkpoints.formats)
+    formats: dict[str, Any] | None = None  # the storage formats of the customer's threads (core.history.formats)
     # every key of `counts`, in its order (the logs' names are core.privacy.access.gather's)
     COUNT_KEYS: ClassVar[tuple[str, ...]] = (
         "documents",

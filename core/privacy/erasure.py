@@ -39,7 +39,8 @@ from langgraph.store.postgres import PostgresStore
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from core import clock, read_replica
+from agent_memory_runtime import clock
+from core import read_replica
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.privacy import data_views, physical, term_hashes
@@ -235,7 +236,7 @@ def erase(
     config = _config(config)
     notify = progress or (lambda _p: None)
     prefix = f"{ROOT}.{customer_id}"
-    shift = clock.shift()  # zero, except in the demo replaying a past day (core.clock)
+    shift = clock.shift()  # zero, except in the demo replaying a past day (agent_memory_runtime.clock)
     store = PostgresStore(db.pool)  # no TTL config: expired rows are listed (and erased) too
     saver = PostgresSaver(db.pool)
 

@@ -12,7 +12,8 @@ from typing import Any
 import pandas as pd
 from psycopg.types.json import Jsonb
 
-from core import clock, read_replica
+from agent_memory_runtime import clock
+from core import read_replica
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.privacy import subjects as subj

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import DictRow
 
-from core import clock
+from agent_memory_runtime import clock
 from core.agents.retail import METADATA_KEY
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
@@ -58,7 +58,7 @@ VIEW_PURPOSES_COUNT_SQL = (
 )
 VIEW_PURPOSES_REDACT_SQL = "SELECT core_redact_view_purposes(%(cliente_id)s, %(threads)s, %(request_id)s)"
 # Our bookkeeping that names a thread is not customer data: its row is kept and the thread id rewritten. The
-# extraction watermark (core.checkpoints.tool_calls) moves to just before the erased checkpoint's time: the next
+# extraction watermark (core.history.tool_calls) moves to just before the erased checkpoint's time: the next
 # extraction re-reads the checkpoints of that instant (idempotent), never the whole history again.
 REWRITTEN_TABLES = {
     "core_extract_watermark": "UPDATE core_extract_watermark SET thread_id = '', checkpoint_ns = '', "

@@ -93,7 +93,7 @@ import psycopg
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from core import clock
+from agent_memory_runtime import clock
 from core.config import load_settings, term_hash_key
 from core.db import Database, one
 from core.privacy import residue as res

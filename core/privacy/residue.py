@@ -15,8 +15,8 @@ import psycopg
 from psycopg.rows import DictRow
 
 from core.capture.status import sync as capture_sync
-from core.checkpoints import formats
 from core.db import Database
+from core.history import formats
 from core.memory.store import validate_label
 from core.privacy import raw_scan, token_index
 from core.privacy.subjects import HILO_KEY, Attribution, Subjects, resolve_conn, subject_params

@@ -326,7 +326,7 @@ def coverage_from_storage(
 ) -> Coverage:
     """The coverage computed from core_thread_storage as it stands (see COVERAGE_BATCH_SQL), in batches of thread_id
     ranges, in one REPEATABLE READ transaction on `conn` (dict rows, autocommit)."""
-    from core.checkpoints.storage import key_ranges, thread_ranges
+    from core.storage.storage import key_ranges, thread_ranges
 
     if batch_threads < 1:
         raise ValueError(f"batch_threads must be >= 1, got {batch_threads}")
@@ -361,8 +361,8 @@ def refresh_coverage(
 
     Computed from core_thread_storage (bounded temp space at any size, issue 14). The sweep has just refreshed it
     (`storage_refreshed=True`); otherwise, or when that refresh did not record every configured metadata key, it
-    is refreshed here first (`batch_rows` rows per table per batch: core.checkpoints.storage)."""
-    from core.checkpoints import storage
+    is refreshed here first (`batch_rows` rows per table per batch: core.storage.storage)."""
+    from core.storage import storage
 
     config = config or Attribution.from_settings()
     kept = db.fetch_one(storage.SELECT_STORAGE_REFRESH, read_only=False) if storage_refreshed else None

@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 import psycopg
 from psycopg.rows import DictRow
 
-from core.checkpoints import formats
 from core.config import term_hash_key
+from core.history import formats
 from core.privacy import residue as res
 from core.privacy import token_index, tokens
 

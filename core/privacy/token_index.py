@@ -11,7 +11,7 @@ writer). The scan then reads only those threads' rows, on their bytes and throug
 Tokens are defined in core.privacy.tokens (why a candidate set is complete: its docstring).
 
 Encrypted rows (EncryptedSerializer) are decrypted here, in Python, with the configured keys
-(core.checkpoints.formats.Decryptor), and their tokens are taken from the decoded JSON text the residue scan
+(core.history.formats.Decryptor), and their tokens are taken from the decoded JSON text the residue scan
 matches (formats.encrypted_texts). Their token hashes are stored keyed with the key set (`Decryptor.keyed`): a
 plain 32-bit hash of a short token (a customer id, a phone number) is confirmed by hashing guesses, which would
 give away what the encryption hides to whoever reads the index. A lookup asks for both forms of a term. A thread's
@@ -31,8 +31,8 @@ import psycopg
 from psycopg.rows import DictRow
 
 from core.capture.status import sync as capture_sync
-from core.checkpoints import formats
 from core.db import Database, one
+from core.history import formats
 from core.privacy.tokens import payload_tokens, term_tokens, token_hash, tokens_of_json_text
 
 log = logging.getLogger(__name__)

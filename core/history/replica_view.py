@@ -1,9 +1,9 @@
 """What the Degradation page may honestly say about each replica, from two sources:
 
-- the health tables (`core.checkpoints.replica_health.replicas`), which live in the database that
+- the health tables (`core.history.replica_health.replicas`), which live in the database that
   may be down: a reading is *fresh* only when it was read now; otherwise it is the last good
   reading, and a replica in it is shown as `unknown` (never `ok`) with the age of that reading;
-- the replicas' own metrics endpoints (`AGENT_METRICS_URLS`, core/checkpoints/metrics.py), read
+- the replicas' own metrics endpoints (`AGENT_METRICS_URLS`, agent_memory_runtime/metrics.py), read
   directly over HTTP and parsed with prometheus_client's parser: they answer during a full outage
   of PostgreSQL and say `degraded` or `ok` live.
 
@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.checkpoints.failures import HEARTBEAT_INTERVAL_S
+from agent_memory_runtime.failures import HEARTBEAT_INTERVAL_S
 
 ENDPOINTS_SETTING = "AGENT_METRICS_URLS"
 FETCH_TIMEOUT_S = 1.5

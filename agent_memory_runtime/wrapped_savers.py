@@ -1,6 +1,6 @@
 """The two wrapped savers: langgraph's `PostgresSaver` on the dual saver's pool and `AsyncPostgresSaver` on
 an `AsyncConnectionPool` of each event loop, both of the kind whose sockets the watchdog can cut
-(`core.checkpoints.deadlines`).
+(`agent_memory_runtime.deadlines`).
 
 The pools are shared by a saver and its `with_allowlist` clones; the savers are per serializer
 (`with_serde`). A recovery opens fresh pools (`reconnect`): the pool's own reconnect backoff after an
@@ -24,11 +24,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from core.checkpoints.deadlines import _DeadlineAsyncPostgresSaver, _DeadlinePostgresSaver, _Watchdog
-from core.checkpoints.failures import _describe
-from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, make_pool
+from agent_memory_runtime.deadlines import _DeadlineAsyncPostgresSaver, _DeadlinePostgresSaver, _Watchdog
+from agent_memory_runtime.failures import _describe
+from agent_memory_runtime.pool import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, make_pool
 
-log = logging.getLogger("core.checkpoints.dual_saver")
+log = logging.getLogger("agent_memory_runtime.dual_saver")
 
 
 class _Pools:

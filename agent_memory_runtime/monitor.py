@@ -10,9 +10,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from core.checkpoints.failures import _describe, is_connection_failure
+from agent_memory_runtime.failures import _describe, is_connection_failure
 
-log = logging.getLogger("core.checkpoints.dual_saver")
+log = logging.getLogger("agent_memory_runtime.dual_saver")
 
 
 class Monitor:

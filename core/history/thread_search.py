@@ -2,7 +2,7 @@
 agent and time range, sorted, paged, with the total count.
 
 It reads `core_thread_summary` (migration 080): one row per thread, kept by the incremental extraction pass
-(core/checkpoints/tool_calls.py) from each thread's latest root checkpoint and its pending writes, so a search
+(core/history/tool_calls.py) from each thread's latest root checkpoint and its pending writes, so a search
 never scans the checkpoint tables (at 10M writes a scan is seconds; BENCHMARKS.md). A thread has exactly one of
 these statuses (STATES), so their counts add up to the number of threads (`status_counts`):
 - `error`: an `__error__` write on the latest checkpoint (a node raised);

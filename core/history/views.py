@@ -14,8 +14,8 @@ from typing import Any
 import pandas as pd
 
 from core.capture.follower import apply_pending
-from core.checkpoints import delta, formats, message_diff
 from core.db import Database, one
+from core.history import delta, formats, message_diff
 
 RECENT_WINDOW = 5000  # newest checkpoints scanned (the change follower's ts index) to list recently active threads
 
@@ -262,7 +262,7 @@ def step_writes(db: Database, thread_id: str, checkpoint_id: str | None = None) 
 
 
 def _decrypted(db: Database, thread_id: str, rows: list[dict]) -> list[dict]:
-    """`rows` with the encrypted writes a configured key opens decoded in Python (core.checkpoints.formats);
+    """`rows` with the encrypted writes a configured key opens decoded in Python (core.history.formats);
     the others keep the SQL decoder's `encrypted` marker."""
     decryptor = formats.decryptor()
     with db.connection() as conn:
@@ -296,7 +296,7 @@ def checkpoint_diff(
 ) -> pd.DataFrame:
     """Channel by channel, the values of two checkpoints of one thread (changed ones first).
     Values are JSON text; empty when either checkpoint does not exist in that thread. A DeltaChannel's value
-    is the one langgraph reads there (core.checkpoints.delta), or its last snapshot plus the writes since."""
+    is the one langgraph reads there (core.history.delta), or its last snapshot plus the writes since."""
     if not all(_usable(x) for x in (thread_id, old_checkpoint_id, new_checkpoint_id)):
         return pd.DataFrame(columns=DIFF_COLUMNS)
     params = {"thread_id": thread_id, "ns": checkpoint_ns, "old": old_checkpoint_id, "new": new_checkpoint_id}

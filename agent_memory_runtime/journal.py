@@ -6,7 +6,7 @@ operations the journal is rewritten with what is left (removed when nothing is).
 open degradation episode and its guard denials, and logs at ERROR. The next start with the same
 replica id sets the file aside (`.replaying`) and replays it with the resync's own statements, then
 removes it. A crash between a replay's commit and the journal's rewrite or removal leaves committed
-operations here: the replay skips them by their ids (core.checkpoints.recovery), so nothing is applied
+operations here: the replay skips them by their ids (agent_memory_runtime.recovery), so nothing is applied
 twice. A default replica id (host:pid) never matches after a restart: give the saver a stable
 `replica_id` (required when PG_AGENTES is set).
 
@@ -43,7 +43,7 @@ from typing import Any
 import ormsgpack
 import psycopg
 
-log = logging.getLogger("core.checkpoints.dual_saver")
+log = logging.getLogger("agent_memory_runtime.dual_saver")
 
 JOURNAL_DIR_ENV = "DUAL_SAVER_JOURNAL_DIR"
 _DATETIME_EXT = 1
@@ -67,13 +67,12 @@ def _unescape(data: bytes) -> bytes:
 
 
 def default_journal_dir() -> Path:
-    """`$DUAL_SAVER_JOURNAL_DIR`, else `$AGENT_MEMORY_DATA/dual_saver_journal` (./.data by default)."""
+    """`$DUAL_SAVER_JOURNAL_DIR`, else `$AGENT_MEMORY_DATA/dual_saver_journal` (./.data by default: the working
+    directory's, the checkout's root for the dashboard and its demo)."""
     explicit = os.environ.get(JOURNAL_DIR_ENV)
     if explicit:
         return Path(explicit)
-    from core.config import ROOT
-
-    return Path(os.environ.get("AGENT_MEMORY_DATA") or ROOT / ".data") / "dual_saver_journal"
+    return Path(os.environ.get("AGENT_MEMORY_DATA") or Path.cwd() / ".data") / "dual_saver_journal"
 
 
 def _default(obj: Any) -> Any:

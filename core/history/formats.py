@@ -2,13 +2,13 @@
 of one thread, and the decryption of `EncryptedSerializer` rows for single-thread reads.
 
 Formats (core_blob_format, migration 065): classic msgpack; DeltaChannel (snapshot blobs, and checkpoints whose
-delta channels hold no value and are rebuilt from ancestor writes: core.checkpoints.delta); encrypted
+delta channels hold no value and are rebuilt from ancestor writes: core.history.delta); encrypted
 (`msgpack+aes`); pickle (`pickle_fallback=True`, never unpickled: marked refused); json (old payloads, decoded);
 unknown blob types; checkpoints older than format v4 (pending sends kept in the checkpoint).
 
 Encrypted rows are decrypted here, in Python, with langgraph's own cipher
 (`EncryptedSerializer.from_pycryptodome_aes(key=...)`), one configured key after another (rotation), then
-decoded by the Python twin of the SQL decoder (core.checkpoints.payload_json: nothing imported or called).
+decoded by the Python twin of the SQL decoder (core.history.payload_json: nothing imported or called).
 The plaintext never goes back to PostgreSQL, not even as a query parameter.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 
 from langgraph.checkpoint.serde.types import TASKS
 
-from core.checkpoints.payload_json import Undecodable, payload_json
 from core.db import Database, one
+from core.history.payload_json import Undecodable, payload_json
 
 ENCRYPTED_MARK = "+"  # EncryptedSerializer's blob type is `<serializer type>+<cipher name>`
 CURRENT_CHECKPOINT_V = 4  # what langgraph's loop writes; below it, pending sends live in the parent's TASKS writes

@@ -19,7 +19,7 @@ from typing import Any
 
 import ormsgpack
 
-from core.checkpoints.serde import is_loadable
+from agent_memory_runtime.serde import is_loadable
 
 EXT_WRAPPED = {6: "numpy.ndarray", 7: "langgraph.checkpoint.serde.types._DeltaSnapshot"}
 _OPTS = ormsgpack.OPT_NON_STR_KEYS

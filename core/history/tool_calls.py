@@ -23,11 +23,11 @@ re-read a no-op for what was already extracted. The page only moves forward, bou
 
 The same pass keeps the thread search's summary (one row per thread, its latest root checkpoint: times, status,
 agent, metadata; migration 080) and the AI messages' token usage (`usage_metadata`, model from
-`response_metadata`) with its per-thread and per-day rollups (core/checkpoints/usage.py reads them).
+`response_metadata`) with its per-thread and per-day rollups (core/history/usage.py reads them).
 
 Clock: a row's `ts` is the checkpoint's own `ts` (real time, written by the checkpointer). Only our
 demo, which replays past days, tags its runs with metadata `core_replayed_at` (core.agents.retail
-run_turn, inside core.clock.simulated); when present that time is used and `clock` says 'replayed'.
+run_turn, inside agent_memory_runtime.clock.simulated); when present that time is used and `clock` says 'replayed'.
 """
 
 from __future__ import annotations

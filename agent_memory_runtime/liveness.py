@@ -18,10 +18,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow
 
-from core.checkpoints.deadlines import _Watchdog
-from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, _describe
+from agent_memory_runtime.deadlines import _Watchdog
+from agent_memory_runtime.failures import PROBE_CONNECT_TIMEOUT_S, _describe
 
-log = logging.getLogger("core.checkpoints.dual_saver")
+log = logging.getLogger("agent_memory_runtime.dual_saver")
 
 LIVENESS_SQL = "SELECT 1"
 

@@ -28,8 +28,7 @@ from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from core import clock
-from core.checkpoints import metrics
+from agent_memory_runtime import clock, metrics
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +45,11 @@ ALLOWED_MSGPACK_MODULES: tuple[tuple[str, str], ...] = (
     ("langchain_core.messages.system", "SystemMessage"),
     ("langchain_core.messages.modifier", "RemoveMessage"),
     ("langgraph.types", "Send"),
+    ("agent_memory_runtime.guard", "Risk"),
+    # The same enum under the names older payloads carry: before the agents' library (core.checkpoints.guard) and
+    # before core/ was split (core.guard). The dashboard keeps both modules; an agent without it refuses them.
     ("core.checkpoints.guard", "Risk"),
-    ("core.guard", "Risk"),  # the same enum, as payloads written before core/ was split name it
+    ("core.guard", "Risk"),
 )
 
 
@@ -91,7 +93,7 @@ class SerdeRefusal:
     name: str
     kind: str  # msgpack_blocked, msgpack_method_blocked, json_blocked, pickle
     method: str | None = None
-    refused_at: datetime = field(default_factory=clock.now)  # the demo's replayed time inside core.clock.simulated
+    refused_at: datetime = field(default_factory=clock.now)  # the demo's replayed time inside clock.simulated
     thread_id: str | None = None
     checkpoint_id: str | None = None
     key: str = field(default_factory=lambda: str(uuid.uuid4()))  # makes a retried health write a no-op

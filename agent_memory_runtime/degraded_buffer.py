@@ -6,10 +6,10 @@ had (seeded into the buffer the first time a thread is touched in an episode, ne
 thread). The switch back to healthy happens only once the log is empty (`leave`).
 
 Every operation of the log carries an id (a uuid4, `(kind, rows, id)`), by which a replay never applies
-it twice (core.checkpoints.recovery). A `delete_thread` keeps what it meant: the thread, the time of
-the call and the head checkpoint of each namespace this replica knew then (core.checkpoints.thread_fates).
+it twice (agent_memory_runtime.recovery). A `delete_thread` keeps what it meant: the thread, the time of
+the call and the head checkpoint of each namespace this replica knew then (agent_memory_runtime.thread_fates).
 
-The journal (core.checkpoints.journal) keeps the log across a process death: an operation is appended
+The journal (agent_memory_runtime.journal) keeps the log across a process death: an operation is appended
 to it, fsynced, in `_buffer` before it enters the log (write-ahead; a failed append refuses the call
 and changes nothing); `committed` rewrites it with what is left; `journal` adds a close's episodes and
 denials; `journaled` reads what an earlier run left (set aside at construction).
@@ -42,9 +42,9 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from core.checkpoints.failures import BufferFull, CheckpointUnavailable
-from core.checkpoints.journal import Journal
-from core.checkpoints.read_cache import ReadCache, thread_of
+from agent_memory_runtime.failures import BufferFull, CheckpointUnavailable
+from agent_memory_runtime.journal import Journal
+from agent_memory_runtime.read_cache import ReadCache, thread_of
 
 
 class BufferedEpisode(NamedTuple):

@@ -1,5 +1,5 @@
 """Tokens and cost from the AI messages' `usage_metadata` (model from `response_metadata`), per thread, per agent
-and per day. The extraction pass (core/checkpoints/tool_calls.py) keeps `core_message_usage` and its rollups
+and per day. The extraction pass (core/history/tool_calls.py) keeps `core_message_usage` and its rollups
 (migration 080); this module reads them and applies the configured prices (core.config.ModelPrice, USD per
 million tokens) at read time, so a corrected price applies to the past too.
 

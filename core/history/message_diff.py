@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.checkpoints.formats import messages_of
+from core.history.formats import messages_of
 
 PREVIEW_CHARS = 160
 CHANGE_COLUMNS = ["change", "position", "kind", "message_id", "fields", "old_content", "new_content"]

@@ -1,6 +1,6 @@
 """Recovery, PostgreSQL's side: the probe that says PostgreSQL answers again, and the replay (resync) of
 buffered operations with PostgresSaver's own statements, one transaction per replay, with what happens
-to each buffered thread (core.checkpoints.thread_fates) and the resync's counters.
+to each buffered thread (agent_memory_runtime.thread_fates) and the resync's counters.
 
 Each buffered operation carries an id. A replay claims the ids of what it writes in
 `core_replayed_operations` (migration 115) in its own transaction and skips an operation whose id is
@@ -21,13 +21,13 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from core.checkpoints import journal, metrics
-from core.checkpoints.deadlines import _Watchdog
-from core.checkpoints.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe
-from core.checkpoints.thread_fates import ThreadFates, op_thread
-from core.db import CONNECT_TIMEOUT_S
+from agent_memory_runtime import journal, metrics
+from agent_memory_runtime.deadlines import _Watchdog
+from agent_memory_runtime.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe
+from agent_memory_runtime.pool import CONNECT_TIMEOUT_S
+from agent_memory_runtime.thread_fates import ThreadFates, op_thread
 
-log = logging.getLogger("core.checkpoints.dual_saver")
+log = logging.getLogger("agent_memory_runtime.dual_saver")
 
 OUR_TABLES_SQL = """
 SELECT to_regclass('core_replayed_operations') IS NOT NULL AS replayed,

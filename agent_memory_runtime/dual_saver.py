@@ -20,7 +20,7 @@ in PostgreSQL in the replay's transaction, make a replay apply nothing twice; a 
 only what it meant), opens fresh pools, and only then returns to normal. A failed resync keeps everything; a close
 while PostgreSQL is gone journals it; nothing is dropped. On recovery the degradation episode, the
 fail-closed guard's denials and the serializer's refusals go to the health tables
-(`core.checkpoints.replica_health`).
+(`agent_memory_runtime.replica_health`).
 
 The saver owns its collaborators and routes between them; none of them knows another:
 - `WrappedSavers` (wrapped_savers.py): the PostgresSaver / AsyncPostgresSaver and their pools;
@@ -68,10 +68,10 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from psycopg.rows import dict_row
 
-from core.checkpoints import metrics, replica_health
-from core.checkpoints.deadlines import _Watchdog
-from core.checkpoints.degraded_buffer import BufferedEpisode, DegradedBuffer
-from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported from here by callers
+from agent_memory_runtime import metrics, replica_health
+from agent_memory_runtime.deadlines import _Watchdog
+from agent_memory_runtime.degraded_buffer import BufferedEpisode, DegradedBuffer
+from agent_memory_runtime.failures import (  # noqa: F401 - re-exported: imported from here by callers
     CALL_TIMEOUT_S,
     CLOSE_RESYNC_TIMEOUT_S,
     CONNECTION_SQLSTATE_PREFIXES,
@@ -95,17 +95,22 @@ from core.checkpoints.failures import (  # noqa: F401 - re-exported: imported fr
     is_connection_failure,
     session_dsn,
 )
-from core.checkpoints.health_publisher import HealthPublisher
-from core.checkpoints.journal import Journal, default_journal_dir
-from core.checkpoints.liveness import Liveness
-from core.checkpoints.monitor import Monitor
-from core.checkpoints.read_cache import thread_of
-from core.checkpoints.recovery import Recovery
-from core.checkpoints.serde import AllowlistSerializer, RefusalLog, SerializationRefused
-from core.checkpoints.wrapped_savers import WrappedSavers
-from core.config import dsn_configured
+from agent_memory_runtime.health_publisher import HealthPublisher
+from agent_memory_runtime.journal import Journal, default_journal_dir
+from agent_memory_runtime.liveness import Liveness
+from agent_memory_runtime.monitor import Monitor
+from agent_memory_runtime.read_cache import thread_of
+from agent_memory_runtime.recovery import Recovery
+from agent_memory_runtime.serde import AllowlistSerializer, RefusalLog, SerializationRefused
+from agent_memory_runtime.wrapped_savers import WrappedSavers
 
-log = logging.getLogger("core.checkpoints.dual_saver")
+log = logging.getLogger("agent_memory_runtime.dual_saver")
+
+
+def production_dsn_configured() -> bool:
+    """PG_AGENTES is set in the environment: the agents run on a production database, not the embedded demo."""
+    return os.environ.get("PG_AGENTES") not in (None, "")
+
 
 _OPEN: weakref.WeakSet[DualCheckpointSaver] = weakref.WeakSet()  # started, not closed
 
@@ -176,7 +181,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         clock: Callable[[], datetime] | None = None,
     ):
         # Not BaseCheckpointSaver.__init__: `serde` is a property that also re-targets the wrapped savers.
-        if replica_id is None and dsn_configured():
+        if replica_id is None and production_dsn_configured():
             raise ValueError(
                 "DualCheckpointSaver needs an explicit replica_id in production (PG_AGENTES is set): what a "
                 "replica buffers while PostgreSQL is unreachable is journaled under its replica id and replayed by "
@@ -193,7 +198,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
                 "replica_id (e.g. the pod name of a StatefulSet)",
                 self._replica_id,
             )
-        # The time episodes and heartbeats carry: real time, or the demo's ManualClock (core.clock).
+        # The time episodes and heartbeats carry: real time, or the demo's ManualClock (agent_memory_runtime.clock).
         self._now = clock or _now
         self._call_timeout = call_timeout
         self._probe_interval = probe_interval
@@ -351,7 +356,7 @@ class DualCheckpointSaver(BaseCheckpointSaver[str]):
         """Stop the threads, resync or journal the buffer, publish a last heartbeat, close the pools.
 
         Degraded, it tries a final resync for up to `close_resync_timeout` seconds; if PostgreSQL is
-        still unreachable, the buffer goes to the local journal (`core.checkpoints.journal`, logged
+        still unreachable, the buffer goes to the local journal (`agent_memory_runtime.journal`, logged
         at ERROR), which the next start with the same replica id replays. Nothing is dropped
         (issue 16 #2). Closing twice is harmless.
         """

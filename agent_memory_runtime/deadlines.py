@@ -25,9 +25,9 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from core.checkpoints.failures import CheckpointUnavailable, DeadlineExceeded
+from agent_memory_runtime.failures import CheckpointUnavailable, DeadlineExceeded
 
-log = logging.getLogger("core.checkpoints.dual_saver")
+log = logging.getLogger("agent_memory_runtime.dual_saver")
 
 
 class _Call:

@@ -30,7 +30,7 @@ from typing import Any
 
 from langgraph.checkpoint.base.id import UUID
 
-log = logging.getLogger("core.checkpoints.dual_saver")
+log = logging.getLogger("agent_memory_runtime.dual_saver")
 
 TOMBSTONES_EXIST_SQL = "SELECT to_regclass('core_thread_tombstones') IS NOT NULL AS present"
 IS_TOMBSTONED_SQL = "SELECT 1 FROM core_thread_tombstones WHERE thread_id = %s"

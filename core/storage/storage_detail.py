@@ -1,7 +1,7 @@
 """Where the checkpoint bytes go (issue 27), for the Checkpoints page's Storage view: bytes per channel, bytes per step
 and the threads that grow faster than linearly, orphans, and PostgreSQL's own table statistics.
 
-The sweep's storage refresh (core/checkpoints/storage.py) keeps `core_channel_storage`, `core_thread_growth` and the
+The sweep's storage refresh (core/storage/storage.py) keeps `core_channel_storage`, `core_thread_growth` and the
 orphan totals in the same batches of thread_id ranges and the same snapshot as `core_thread_storage`, and, when
 `KNOWN_THREADS_QUERY` is configured, which threads the application no longer knows; one thread is also read live.
 The detail is recomputed only for the threads whose rows changed since the last refresh (their fingerprint, a sum of

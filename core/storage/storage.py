@@ -2,10 +2,10 @@
 thread) refreshed by the sweep job, and the three tables' rows as of that refresh.
 
 The refresh runs in batches of thread_id key ranges inside one REPEATABLE READ transaction (issue 14): the single
-GROUP BY thread_id over the three tables (core.checkpoints.views.LIVE_THREAD_STORAGE) needed more than 3 GB of
+GROUP BY thread_id over the three tables (core.history.views.LIVE_THREAD_STORAGE) needed more than 3 GB of
 temp space at 10M checkpoint writes / 1M threads. A batch holds at most `batch_rows` rows of each table (plus the
 rest of its last thread), so temp space and memory are bounded by the batch, not by the number of threads.
-Every thread's row is recomputed at every refresh; the detail of issue 27 (core/checkpoints/storage_detail.py, 9x the
+Every thread's row is recomputed at every refresh; the detail of issue 27 (core/storage/storage_detail.py, 9x the
 cost of the rows at 1M) only for the threads whose rows changed since the last refresh (their fingerprint).
 """
 
@@ -20,8 +20,8 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.rows import DictRow
 
-from core.checkpoints import storage_detail
 from core.db import Database, one
+from core.storage import storage_detail
 
 # The refresh, in batches of thread_id key ranges (lo, hi] (issue 14): each of the three tables' primary keys
 # starts with thread_id, so a range is an index range scan of each table, and a batch holds at most

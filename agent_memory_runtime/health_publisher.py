@@ -1,5 +1,5 @@
 """Health publishing: this replica's heartbeat, and the episodes, denials and refusals kept until they are
-written (core.checkpoints.replica_health); the erased threads learnt from the tombstones."""
+written (agent_memory_runtime.replica_health); the erased threads learnt from the tombstones."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import psycopg.rows
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
-from core.checkpoints import replica_health
-from core.checkpoints.deadlines import _Watchdog
-from core.checkpoints.serde import RefusalLog
-from core.db import CONNECT_TIMEOUT_S, make_pool, one
+from agent_memory_runtime import replica_health
+from agent_memory_runtime.deadlines import _Watchdog
+from agent_memory_runtime.pool import CONNECT_TIMEOUT_S, make_pool, one
+from agent_memory_runtime.serde import RefusalLog
 
 TOMBSTONES_PRESENT_SQL = "SELECT to_regclass('core_thread_tombstones') IS NOT NULL AS present"
 RECENT_TOMBSTONES_SQL = """

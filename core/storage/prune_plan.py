@@ -1,4 +1,4 @@
-"""The plan of a history prune (core/checkpoints/prune.py): which checkpoints, writes and blobs of one thread go,
+"""The plan of a history prune (core/storage/prune.py): which checkpoints, writes and blobs of one thread go,
 from their keys alone. Pure: the batch reads the rows, this decides, the batch deletes."""
 
 from __future__ import annotations

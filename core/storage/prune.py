@@ -13,7 +13,7 @@ What it never breaks (langgraph's own `get_state()` / `get_state_history()` read
   (REPEATABLE READ); a checkpoint after the cut is never counted, planned or deleted, deletes name checkpoints by
   id, and a blob is deleted only if, in the deleting statement, no checkpoint of the thread references it;
 - erased threads: a thread with a tombstone (`core_thread_tombstones`, migration 010) is never touched or listed;
-- what the extraction has not read (core.checkpoints.tool_calls: tool calls, token usage, from the writes): a
+- what the extraction has not read (core.history.tool_calls: tool calls, token usage, from the writes): a
   checkpoint after its watermark is kept, so the sweep extracts first and pruning never lowers the Tokens and cost
   view, the exporter's cost metrics or the Preferences page. A dry run plans as the sweep runs (extraction first).
 
@@ -39,10 +39,10 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.rows import DictRow
 
-from core.checkpoints.prune_plan import TASKS, Checkpoint, ThreadPlan, plan_thread
-from core.checkpoints.storage import key_ranges, thread_ranges
-from core.checkpoints.tool_calls import WATERMARK
 from core.db import Database
+from core.history.tool_calls import WATERMARK
+from core.storage.prune_plan import TASKS, Checkpoint, ThreadPlan, plan_thread
+from core.storage.storage import key_ranges, thread_ranges
 
 # Threads per batch transaction; a batch reads only keys and sizes, never payloads but the checkpoints' JSON.
 PRUNE_BATCH_THREADS = 200
@@ -174,7 +174,7 @@ def take_cut(conn: psycopg.Connection[DictRow], policy: PrunePolicy, batch_rows:
 # --- a batch ---------------------------------------------------------------------------------------------------------
 
 # A batch's checkpoints (keys, versions and which values are inline; never a blob), skipping threads erased since
-# the cut; `after_cut` marks what was written after it, `unextracted` what the extraction (core.checkpoints.tool_calls:
+# the cut; `after_cut` marks what was written after it, `unextracted` what the extraction (core.history.tool_calls:
 # tool calls, token usage) has not read yet: after its watermark, or everything when it never ran. A dry run plans as
 # the sweep runs, extraction first (`%(assume_extracted)s`).
 SELECT_BATCH_CHECKPOINTS = """
