@@ -10,3 +10,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_prefix_counts, core_root_
     TO agent_memory_capture;
 GRANT EXECUTE ON FUNCTION core_string_leaves(jsonb), core_value_holders_of(text, jsonb), core_metadata_subjects(jsonb)
     TO agent_memory_capture;
+-- A running-transactions record after each batch it applied (at most once a second), so each read of the slot starts
+-- there instead of decoding up to 15 s of the agents' WAL again (core/capture/follower.py, SNAPSHOT_S).
+GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO agent_memory_capture;

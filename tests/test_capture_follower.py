@@ -16,7 +16,15 @@ import pytest
 from capture_writes import graph_turns, store_writes
 from langgraph.store.postgres import PostgresStore
 
-from core.capture.follower import PAUSE_ENV, Follower, catch_up, drop_slot
+from core.capture.follower import (
+    PAUSE_ENV,
+    CaptureNotAllowed,
+    Follower,
+    catch_up,
+    connect,
+    drop_slot,
+    flush_target,
+)
 from core.capture.verify import differences
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -332,3 +340,67 @@ def test_a_slot_taken_by_another_consumer_is_named_then_recreated_and_recounted(
     assert differences(dsn) == {}
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT recounted_at IS NOT NULL FROM core_capture_position").fetchone()[0]
+
+
+def capture_role(dsn: str, grants: str) -> str:
+    """deploy/capture-grants.sql run as written (its database name made this one's, the role name unique, so the
+    module's tests do not share a cluster-wide role); returns the role's DSN."""
+    import uuid
+
+    role = f"capture_{uuid.uuid4().hex[:8]}"
+    text = grants.replace("agent_memory_capture", role).replace("DATABASE agentes", f'DATABASE "{dbname(dsn)}"')
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        owner.execute(text)
+    return psycopg.conninfo.make_conninfo(dsn, user=role, password="change-me")
+
+
+def dbname(dsn: str) -> str:
+    return psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+
+
+def test_the_deployments_role_follows_and_marks_where_reads_start(create_database, caplog):
+    """deploy/capture-grants.sql's role (REPLICATION, SELECT on the agents' tables, our rows): it creates the slot,
+    recounts, applies the agents' writes, and after a batch writes a running-transactions record (its GRANT on
+    pg_log_standby_snapshot) so the slot's restart_lsn moves to it; without that grant it still follows, and says
+    once what it costs; without REPLICATION it is refused naming the attribute."""
+    grants = (ROOT / "deploy" / "capture-grants.sql").read_text()
+    dsn = create_database(migrated=True, prefix="capture_role")
+    role_dsn = capture_role(dsn, grants)
+    store_writes(dsn, 30)
+    follower = Follower(role_dsn)
+    assert follower.setup() is True
+    store_writes(dsn, 30)
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        before = owner.execute("SELECT restart_lsn FROM pg_replication_slots WHERE database = %s", (dbname(dsn),))
+        restart_before = before.fetchone()[0]
+        with connect(role_dsn) as conn:
+            follower.drain(conn, flush_target(conn))  # everything written so far, as catch_up does
+        assert follower._may_log_snapshot  # the grant is there: no warning, a record written
+        assert differences(dsn) == {}
+        follower_lsn = owner.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+        store_writes(dsn, 5)  # reads past the record and confirms beyond it: restart_lsn moves there
+        catch_up(role_dsn)
+        after = owner.execute("SELECT restart_lsn FROM pg_replication_slots WHERE database = %s", (dbname(dsn),))
+        assert restart_before < after.fetchone()[0] <= follower_lsn
+    drop_slot(dsn)
+
+    no_snapshot = capture_role(dsn, grants.replace("GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot()", "-- "))
+    follower = Follower(no_snapshot)
+    follower.setup()
+    store_writes(dsn, 10)
+    with caplog.at_level("WARNING", logger="core.capture.follower"), connect(no_snapshot) as conn:
+        follower.drain(conn, flush_target(conn))
+    assert not follower._may_log_snapshot and differences(dsn) == {}
+    assert [r.message for r in caplog.records if "pg_log_standby_snapshot" in r.message][:1] == [
+        "change follower: pg_log_standby_snapshot() not permitted to this role (GRANT EXECUTE, "
+        "deploy/capture-grants.sql); each read of the slot decodes up to 15 s of WAL again"
+    ]
+    drop_slot(dsn)
+
+    no_replication = capture_role(dsn, grants.replace("LOGIN REPLICATION", "LOGIN"))
+    with pytest.raises(CaptureNotAllowed, match="creating the slot needs the REPLICATION attribute"):
+        Follower(no_replication).setup()
+    with psycopg.connect(dsn) as owner:  # refused, nothing made
+        assert owner.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE database = %s", (dbname(dsn),)
+        ).fetchone() == (0,)
