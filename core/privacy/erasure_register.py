@@ -19,7 +19,7 @@ from core.db import Database, one
 from core.privacy import subjects as subj
 from core.privacy import term_hashes
 from core.privacy.erasure import SELECT_REQUEST, ErasureError, stuck_requests
-from core.privacy.evidence import EvidenceQuery, _config, _find_threads, _now_iso, _run_evidence, own_targets
+from core.privacy.evidence import EvidenceQuery, find_threads_conn, now_iso, own_targets, run_evidence_conn
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def recheck(
     if row is None:
         raise ErasureError(f"no erasure request {request_id}")
     customer_id = row["customer_id"]
-    config = _config(config)
+    config = config or subj.Attribution.from_settings()
     try:
         terms = [term_hashes.HashedTerm.from_json(t) for t in (row.get("residue_terms") or [])]
     except ValueError as exc:
@@ -98,9 +98,9 @@ def recheck(
     left = [e["thread_id"] for e in (row.get("exclusions") or [])]
     capture_sync(db)  # the token index's dirty threads the residue scan reads include every write until now
     with db.connection() as conn:
-        threads = set(row["thread_ids"] or ()) | set(_find_threads(conn, customer_id, config))
+        threads = set(row["thread_ids"] or ()) | set(find_threads_conn(conn, customer_id, config))
         # the residue through the terms' hashes: the register keeps no value
-        evidence = _run_evidence(
+        evidence = run_evidence_conn(
             conn,
             own_targets(conn),
             customer_id,
@@ -233,7 +233,7 @@ def evidence_document(db: Database, request_id: int) -> dict[str, Any]:
     settled = physical.record(db, request_id)
     doc = {
         "kind": "agent-memory erasure evidence",
-        "generated_at": _now_iso(),
+        "generated_at": now_iso(),
         "request": dict(row),
         "rechecks": [dict(c) for c in checks],
         # after SQL zero: the steps the sweep ran (VACUUM, CHECKPOINT; dead tuples and last vacuum as PostgreSQL
