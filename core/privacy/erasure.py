@@ -43,6 +43,7 @@ from agent_memory_runtime import clock
 from core import read_replica
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
+from core.ids import CustomerId
 from core.privacy import data_views, physical, term_hashes
 from core.privacy import residue as res
 from core.privacy import subjects as subj
@@ -56,7 +57,6 @@ from core.privacy.evidence import (
     evidence_params,
     own_targets,
     run_evidence_conn,
-    validate_customer_id,
     with_earlier_terms,
 )
 
@@ -150,7 +150,9 @@ SELECT prefix, key FROM store WHERE prefix = %(prefix)s OR prefix LIKE %(pattern
 LIMIT %(limit)s"""
 
 
-def _erase_store(conn: psycopg.Connection[DictRow], store: PostgresStore, customer_id: str, page_size: int) -> int:
+def _erase_store(
+    conn: psycopg.Connection[DictRow], store: PostgresStore, customer_id: CustomerId, page_size: int
+) -> int:
     """Delete every item under the customer's namespace (nested too) through the store's batch: list a page of
     keys, delete it, until a listing is empty (new writes meanwhile are picked up too)."""
     params = evidence_params(customer_id, ()) | {"limit": page_size}
@@ -175,7 +177,7 @@ def _erase_threads(saver: PostgresSaver, thread_ids: Iterable[str]) -> int:
 def _erase_own(
     conn: psycopg.Connection[DictRow],
     targets: list[OwnTarget],
-    customer_id: str,
+    customer_id: CustomerId,
     thread_ids: Iterable[str],
     request_id: int,
 ) -> dict[str, int]:
@@ -218,13 +220,14 @@ def erase(
     `decisions` maps residue threads (see `preview().residue`) to `erase` or `("leave", reason)`; a residue
     thread without a decision is not deleted and makes the request `incomplete`.
 
-    Raises InvalidIdentifier (nothing deleted, nothing recorded) for an unusable id, ValueError for
+    Raises InvalidIdentifier (nothing deleted, nothing recorded) for an unusable id (parsed here, once, unless it
+    already is a CustomerId: everything below trusts it), ValueError for
     an empty operator or a residue thread left without a reason. Returns the result with status `complete`
     (every evidence query 0, residue included, and every residue thread erased or left with a reason) or
     `incomplete` (`report` says what remained). A failure midway is recorded as `failed`, an interruption
     (a BaseException such as Streamlit's rerun or stop) as `interrupted`, both with their counts, and re-raised.
     """
-    customer_id = validate_customer_id(customer_id)
+    customer_id = CustomerId.parse(customer_id)
     if not isinstance(operator, str) or not operator.strip():
         raise ValueError("operator identity is required for the erasure register")
     if max_passes < 1:
@@ -427,7 +430,7 @@ def _record_stop(
     deleted: dict[str, int],
     evidence: list[EvidenceQuery],
     targets: list[OwnTarget],
-    customer_id: str,
+    customer_id: CustomerId,
     config: subj.Attribution,
 ) -> None:
     """Record a failed or interrupted request with what it deleted and, if the database answers, what remains."""
@@ -468,7 +471,7 @@ def _finish_stopped(
     conn: psycopg.Connection[DictRow],
     params: dict,
     targets: list[OwnTarget],
-    customer_id: str,
+    customer_id: CustomerId,
     threads: set[str],
     config: subj.Attribution,
 ) -> None:

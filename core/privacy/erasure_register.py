@@ -16,6 +16,7 @@ from agent_memory_runtime import clock
 from core import read_replica
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
+from core.ids import CustomerId
 from core.privacy import subjects as subj
 from core.privacy import term_hashes
 from core.privacy.erasure import SELECT_REQUEST, ErasureError, stuck_requests
@@ -89,7 +90,7 @@ def recheck(
     row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
     if row is None:
         raise ErasureError(f"no erasure request {request_id}")
-    customer_id = row["customer_id"]
+    customer_id = CustomerId.parse(row["customer_id"])  # the one check of the id read back from the register
     config = config or subj.Attribution.from_settings()
     try:
         terms = [term_hashes.HashedTerm.from_json(t) for t in (row.get("residue_terms") or [])]

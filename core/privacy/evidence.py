@@ -19,7 +19,7 @@ from agent_memory_runtime import clock
 from core.agents.retail import METADATA_KEY
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
-from core.memory.store import validate_label
+from core.ids import CustomerId
 from core.privacy import residue as res
 from core.privacy import subjects as subj
 from core.privacy import term_hashes
@@ -152,7 +152,7 @@ class EvidenceQuery:
 class Preview:
     """What an erasure of `customer_id` would delete now (dry run)."""
 
-    customer_id: str
+    customer_id: CustomerId
     namespace_prefix: str
     counts: dict[str, int]
     namespaces: list[tuple[str, int]]
@@ -181,11 +181,6 @@ class Preview:
 def escape_like(text: str) -> str:
     """`text` as a literal inside a LIKE pattern with ESCAPE '\\'."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def validate_customer_id(customer_id: Any) -> str:
-    """The id if it is a valid namespace label, else InvalidIdentifier with a clear message."""
-    return validate_label(customer_id, "customer id")
 
 
 def evidence_params(customer_id: str, thread_ids: Iterable[str]) -> dict[str, Any]:
@@ -294,7 +289,7 @@ def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
 def run_evidence_conn(
     conn: psycopg.Connection[DictRow],
     targets: list[OwnTarget],
-    customer_id: str,
+    customer_id: CustomerId,
     thread_ids: Iterable[str],
     keys: Iterable[str] = (CLIENTE_KEY,),
     residue_terms: list[res.Term] | None = None,
@@ -354,16 +349,18 @@ def with_earlier_terms(
 
 
 def find_threads_conn(
-    conn: psycopg.Connection[DictRow], customer_id: str, config: subj.Attribution | None = None
+    conn: psycopg.Connection[DictRow], customer_id: CustomerId, config: subj.Attribution | None = None
 ) -> list[str]:
-    """`find_threads` on an open connection."""
+    """`find_threads` on an open connection, for an id already parsed."""
     return subj.resolve_conn(conn, customer_id, config or subj.Attribution.from_settings()).thread_ids
 
 
 def run_evidence(
     db: Database, customer_id: str, thread_ids: Iterable[str], config: subj.Attribution | None = None
 ) -> list[EvidenceQuery]:
-    """Run every zero-count query as literal SQL on the primary; return text, result and time."""
+    """Run every zero-count query as literal SQL on the primary; return text, result and time. Raises
+    InvalidIdentifier for a bad id (parsed here unless it already is a CustomerId)."""
+    customer_id = CustomerId.parse(customer_id)
     with db.connection() as conn:
         return run_evidence_conn(
             conn, own_targets(conn), customer_id, thread_ids, (config or subj.Attribution.from_settings()).metadata_keys
@@ -371,9 +368,11 @@ def run_evidence(
 
 
 def find_threads(db: Database, customer_id: str, config: subj.Attribution | None = None) -> list[str]:
-    """The customer's checkpoint threads, as the subject resolver attributes them (every source)."""
+    """The customer's checkpoint threads, as the subject resolver attributes them (every source). Raises
+    InvalidIdentifier for a bad id (parsed here unless it already is a CustomerId)."""
+    customer_id = CustomerId.parse(customer_id)
     with db.connection() as conn:
-        return find_threads_conn(conn, validate_customer_id(customer_id), config)
+        return find_threads_conn(conn, customer_id, config)
 
 
 def preview(
@@ -381,8 +380,9 @@ def preview(
 ) -> Preview:
     """Dry run: rows per table an erasure of `customer_id` would delete now, the attributed threads with their
     sources, and the residue threads the DPO has to decide on; with `count_common`, also the threads each common
-    term is in (asked for on the page). Raises InvalidIdentifier."""
-    customer_id = validate_customer_id(customer_id)
+    term is in (asked for on the page). Raises InvalidIdentifier for a bad id (parsed here unless it already is a
+    CustomerId), before anything is read."""
+    customer_id = CustomerId.parse(customer_id)
     config = config or subj.Attribution.from_settings()
     capture_sync(db)  # the aggregates it counts and the residue scan trusts include every write until now
     with db.connection() as conn:
@@ -420,5 +420,4 @@ __all__ = [
     "preview",
     "run_evidence",
     "run_evidence_conn",
-    "validate_customer_id",
 ]
