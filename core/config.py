@@ -118,7 +118,8 @@ class Settings:
         return not self.embeddings_base_url
 
 
-def _pick(name: str, secrets: Mapping[str, Any], default: Any = None) -> Any:
+def setting(name: str, secrets: Mapping[str, Any], default: Any = None) -> Any:
+    """The setting `name`: the environment first, then `secrets`; unset or empty in both gives `default`."""
     value = os.environ.get(name)
     if value not in (None, ""):
         return value
@@ -128,7 +129,7 @@ def _pick(name: str, secrets: Mapping[str, Any], default: Any = None) -> Any:
 
 def dsn_configured(secrets: Mapping[str, Any] | None = None) -> bool:
     """PG_AGENTES is set (environment or secrets): a production database, not the embedded demo."""
-    return _pick("PG_AGENTES", _read_secrets_file() if secrets is None else secrets) is not None
+    return setting("PG_AGENTES", _read_secrets_file() if secrets is None else secrets) is not None
 
 
 def _flag(value: Any) -> bool:
@@ -160,7 +161,7 @@ def _grant(value: Any) -> Any:
 
 def _aes_keys(secrets: Mapping[str, Any]) -> tuple[bytes, ...]:
     """The AES keys, as langgraph reads LANGGRAPH_AES_KEY (the text's bytes, 16, 24 or 32 of them)."""
-    keys = _list(_pick("LANGGRAPH_AES_KEYS", secrets, ())) + _list(_pick("LANGGRAPH_AES_KEY", secrets, ()))
+    keys = _list(setting("LANGGRAPH_AES_KEYS", secrets, ())) + _list(setting("LANGGRAPH_AES_KEY", secrets, ()))
     for key in keys:
         if len(key.encode()) not in (16, 24, 32):
             raise ValueError(f"LANGGRAPH_AES_KEYS: a key of {len(key.encode())} bytes; AES keys are 16, 24 or 32 bytes")
@@ -229,11 +230,11 @@ def term_hash_key() -> bytes:
     earlier request has been re-erased or its re-check is no longer needed.
     """
     secrets = _read_secrets_file()
-    raw = _pick("TERM_HASH_KEY", secrets)
+    raw = setting("TERM_HASH_KEY", secrets)
     if raw is None:
-        if _pick("PG_AGENTES", secrets) is not None:
+        if setting("PG_AGENTES", secrets) is not None:
             raise ValueError("TERM_HASH_KEY is not set: every process reading or erasing customer data needs it")
-        path = Path(_pick("AGENT_MEMORY_DATA", secrets, ROOT / ".data")) / TERM_HASH_KEY_FILE
+        path = Path(setting("AGENT_MEMORY_DATA", secrets, ROOT / ".data")) / TERM_HASH_KEY_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -258,45 +259,45 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
     Raises ValueError on a malformed value (e.g. a non-integer dims).
     """
     secrets = _read_secrets_file() if secrets is None else secrets
-    dsn = _pick("PG_AGENTES", secrets)
-    dims = _int("EMBEDDINGS_DIMS", _pick("EMBEDDINGS_DIMS", secrets, DEFAULT_DIMS), minimum=1)
+    dsn = setting("PG_AGENTES", secrets)
+    dims = _int("EMBEDDINGS_DIMS", setting("EMBEDDINGS_DIMS", secrets, DEFAULT_DIMS), minimum=1)
     roles = secrets.get("roles", {}) or {}
     role_map = {str(k).lower(): _grant(v) for k, v in dict(roles).items()}
-    store_claim = str(_pick("STORE_CLAIM", secrets, DEFAULT_STORE_CLAIM)).strip()
+    store_claim = str(setting("STORE_CLAIM", secrets, DEFAULT_STORE_CLAIM)).strip()
     if not CLAIM_SHAPE.match(store_claim):
         raise ValueError(f"STORE_CLAIM must be a claim name (letters, digits, _ . : / -), got {store_claim!r}")
     return Settings(
         dsn=dsn,
-        replica_dsn=_pick("PG_AGENTES_REPLICA", secrets),
-        replica_max_lag_s=_int("REPLICA_MAX_LAG_S", _pick("REPLICA_MAX_LAG_S", secrets, 30), minimum=0),
-        data_dir=Path(_pick("AGENT_MEMORY_DATA", secrets, ROOT / ".data")),
-        embeddings_base_url=_pick("EMBEDDINGS_BASE_URL", secrets),
-        embeddings_model=_pick("EMBEDDINGS_MODEL", secrets, "text-embedding-3-small"),
-        embeddings_api_key=_pick("EMBEDDINGS_API_KEY", secrets),
+        replica_dsn=setting("PG_AGENTES_REPLICA", secrets),
+        replica_max_lag_s=_int("REPLICA_MAX_LAG_S", setting("REPLICA_MAX_LAG_S", secrets, 30), minimum=0),
+        data_dir=Path(setting("AGENT_MEMORY_DATA", secrets, ROOT / ".data")),
+        embeddings_base_url=setting("EMBEDDINGS_BASE_URL", secrets),
+        embeddings_model=setting("EMBEDDINGS_MODEL", secrets, "text-embedding-3-small"),
+        embeddings_api_key=setting("EMBEDDINGS_API_KEY", secrets),
         embeddings_dims=dims,
         # Production runs migrations in a Job; the embedded default migrates itself.
-        auto_migrate=_flag(_pick("AUTO_MIGRATE", secrets, "1" if dsn is None else "0")),
-        seed_demo=_flag(_pick("SEED_DEMO", secrets, "1" if dsn is None else "0")),
+        auto_migrate=_flag(setting("AUTO_MIGRATE", secrets, "1" if dsn is None else "0")),
+        seed_demo=_flag(setting("SEED_DEMO", secrets, "1" if dsn is None else "0")),
         role_map=role_map,
         store_claim=store_claim,
-        customer_store_query=_pick("CUSTOMER_STORE_QUERY", secrets),
-        customer_store_keys=_list(_pick("CUSTOMER_STORE_KEYS", secrets, DEFAULT_CUSTOMER_STORE_KEYS)),
-        local_roles=str(_pick("LOCAL_ROLES", secrets, "manager,sre,dpo")),
-        subject_metadata_keys=_list(_pick("SUBJECT_METADATA_KEYS", secrets, DEFAULT_SUBJECT_METADATA_KEYS)),
-        subject_thread_patterns=_list(_pick("SUBJECT_THREAD_PATTERNS", secrets, DEFAULT_SUBJECT_THREAD_PATTERNS)),
-        subject_thread_query=_pick("SUBJECT_THREAD_QUERY", secrets),
-        known_threads_query=_pick("KNOWN_THREADS_QUERY", secrets),
+        customer_store_query=setting("CUSTOMER_STORE_QUERY", secrets),
+        customer_store_keys=_list(setting("CUSTOMER_STORE_KEYS", secrets, DEFAULT_CUSTOMER_STORE_KEYS)),
+        local_roles=str(setting("LOCAL_ROLES", secrets, "manager,sre,dpo")),
+        subject_metadata_keys=_list(setting("SUBJECT_METADATA_KEYS", secrets, DEFAULT_SUBJECT_METADATA_KEYS)),
+        subject_thread_patterns=_list(setting("SUBJECT_THREAD_PATTERNS", secrets, DEFAULT_SUBJECT_THREAD_PATTERNS)),
+        subject_thread_query=setting("SUBJECT_THREAD_QUERY", secrets),
+        known_threads_query=setting("KNOWN_THREADS_QUERY", secrets),
         aes_keys=_aes_keys(secrets),
         model_prices=_model_prices(secrets, embedded=dsn is None),
-        data_views_purpose=_flag(_pick("DATA_VIEWS_PURPOSE", secrets, "0")),
+        data_views_purpose=_flag(setting("DATA_VIEWS_PURPOSE", secrets, "0")),
         data_views_retention_days=_int(
-            "DATA_VIEWS_RETENTION_DAYS", _pick("DATA_VIEWS_RETENTION_DAYS", secrets, 365), minimum=1
+            "DATA_VIEWS_RETENTION_DAYS", setting("DATA_VIEWS_RETENTION_DAYS", secrets, 365), minimum=1
         ),
         backup_retention_days=(
             None
-            if _pick("BACKUP_RETENTION_DAYS", secrets) is None
-            else _int("BACKUP_RETENTION_DAYS", _pick("BACKUP_RETENTION_DAYS", secrets), minimum=0)
+            if setting("BACKUP_RETENTION_DAYS", secrets) is None
+            else _int("BACKUP_RETENTION_DAYS", setting("BACKUP_RETENTION_DAYS", secrets), minimum=0)
         ),
-        demo_replicas=_int("DEMO_REPLICAS", _pick("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
-        capture_follower=_flag(_pick("CAPTURE_FOLLOWER", secrets, "1" if dsn is None else "0")),
+        demo_replicas=_int("DEMO_REPLICAS", setting("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
+        capture_follower=_flag(setting("CAPTURE_FOLLOWER", secrets, "1" if dsn is None else "0")),
     )

@@ -190,7 +190,7 @@ def test_erasure_including_the_residue_leaves_nothing(article_agents):
             terms = [t for t in res.customer_terms(conn, "C9") if not t.common]
             (scanned,) = [
                 e
-                for e in evidence._run_evidence(conn, [], "C9", [], DEFAULT.metadata_keys, terms)
+                for e in evidence.run_evidence_conn(conn, [], "C9", [], DEFAULT.metadata_keys, terms)
                 if e.table == "residue"
             ]
         result = erasure.erase(

@@ -70,9 +70,9 @@ def parse_endpoints(raw: Any) -> list[str]:
 
 
 def configured_endpoints(secrets: Mapping[str, Any] | None = None) -> list[str]:
-    from core.config import _pick  # environment first, secrets second, like every setting
+    from core.config import setting  # environment first, secrets second, like every setting
 
-    return parse_endpoints(_pick(ENDPOINTS_SETTING, secrets or {}))
+    return parse_endpoints(setting(ENDPOINTS_SETTING, secrets or {}))
 
 
 def parse_exposition(text: str, endpoint: str) -> list[dict[str, Any]]:

@@ -19,6 +19,11 @@ from psycopg_pool import ConnectionPool
 
 from agent_memory_runtime import clock
 
+# The label rule lives in core.ids; its names stay importable from here, where pages and tests have always found them.
+from core.ids import MAX_LABEL_LENGTH as MAX_LABEL_LENGTH
+from core.ids import InvalidIdentifier as InvalidIdentifier
+from core.ids import validate_label
+
 MINUTES_PER_DAY = 24 * 60
 
 # The closed schema of customer preferences: one document per tipo, key `pref-{tipo}`.
@@ -26,8 +31,6 @@ MINUTES_PER_DAY = 24 * 60
 TipoPreferencia = Literal["recogida", "contacto", "idioma", "horario"]
 TIPOS: tuple[str, ...] = get_args(TipoPreferencia)
 MAX_DOCS_PER_CUSTOMER = len(TIPOS)  # more than this means the closed schema was opened
-
-MAX_LABEL_LENGTH = 200
 
 
 @dataclass(frozen=True)
@@ -56,34 +59,8 @@ TTL_CONFIG = TTLConfig(
 )
 
 
-class InvalidIdentifier(ValueError):
-    """An id or namespace label that cannot be stored or looked up safely."""
-
-
 class UnknownNamespace(ValueError):
     """A namespace whose root has no TTL policy."""
-
-
-def validate_label(label: Any, what: str = "id") -> str:
-    """Return `label` unchanged if it is a usable namespace label, else raise InvalidIdentifier.
-
-    Refused: non-strings, empty or blank, surrounding whitespace, `.` (the store's namespace
-    separator), NUL, and more than MAX_LABEL_LENGTH characters. `%`, `_` and quotes are fine:
-    every query binds them as parameters and escapes them in LIKE patterns.
-    """
-    if not isinstance(label, str):
-        raise InvalidIdentifier(f"{what} must be text, got {type(label).__name__}")
-    if not label.strip():
-        raise InvalidIdentifier(f"{what} is empty")
-    if label != label.strip():
-        raise InvalidIdentifier(f"{what} has leading or trailing whitespace: {label[:40]!r}")
-    if len(label) > MAX_LABEL_LENGTH:
-        raise InvalidIdentifier(f"{what} is {len(label)} characters long (at most {MAX_LABEL_LENGTH})")
-    if "\x00" in label:
-        raise InvalidIdentifier(f"{what} contains a NUL character")
-    if "." in label:
-        raise InvalidIdentifier(f"{what} contains '.', the namespace separator: {label[:40]!r}")
-    return label
 
 
 def namespace(root: str, ident: str) -> tuple[str, str]:

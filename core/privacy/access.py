@@ -29,11 +29,12 @@ from psycopg.types.json import Jsonb
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.history import formats
+from core.ids import CustomerId
 from core.privacy import access_notice, data_views, subjects
 from core.privacy import residue as res
 from core.privacy.access_render import FORMATS, LANGS, render
 from core.privacy.access_report import AccessReport
-from core.privacy.evidence import ROOT, escape_like, validate_customer_id
+from core.privacy.evidence import ROOT, escape_like
 
 SELECT_DOCUMENTS = r"""
 SELECT prefix, key, value, created_at, updated_at, expires_at, ttl_minutes,
@@ -147,7 +148,7 @@ class Attribution:
     residue: list[dict]  # [{thread_id, term, kind}]: unattributed threads holding the id or a distinctive value
 
 
-def _attribute(db: Database, customer_id: str) -> Attribution:
+def _attribute(db: Database, customer_id: CustomerId) -> Attribution:
     """The one place that says which threads are the customer's: the subject resolver (core/privacy/subjects.py),
     the same answer the Checkpoints page and erasure use; the threads it holds now (`held`), as every page counts.
     The residue scan's proposals are named on the cover
@@ -249,8 +250,9 @@ def _params(customer_id: str, threads: list[str]) -> dict[str, Any]:
 
 def gather(db: Database, customer_id: str) -> AccessReport:
     """Everything the agents and our logs hold about `customer_id`, read by SQL in one snapshot (REPEATABLE
-    READ), changing nothing. Raises InvalidIdentifier (as erasure does) for an unusable id."""
-    customer_id = validate_customer_id(customer_id)
+    READ), changing nothing. Raises InvalidIdentifier (as erasure does) for an unusable id (parsed here unless it
+    already is a CustomerId)."""
+    customer_id = CustomerId.parse(customer_id)
     with db.connection() as conn:
         attribution = _attribute(db, customer_id)
         threads = sorted(attribution.threads)

@@ -21,7 +21,7 @@ class Decision:
     reason: str = ""
 
 
-def _validate_decisions(decisions: Mapping[str, Any] | None) -> dict[str, Decision]:
+def validate_decisions(decisions: Mapping[str, Any] | None) -> dict[str, Decision]:
     """{thread_id: Decision | (action, reason) | action}; ValueError before anything is touched if a thread is
     left without a reason or the action is unknown."""
     out: dict[str, Decision] = {}
@@ -38,7 +38,7 @@ def _validate_decisions(decisions: Mapping[str, Any] | None) -> dict[str, Decisi
     return out
 
 
-def _decide(residue: res.Residue, decisions: dict[str, Decision]) -> tuple[list[dict], set[str], list[dict], list[str]]:
+def decide(residue: res.Residue, decisions: dict[str, Decision]) -> tuple[list[dict], set[str], list[dict], list[str]]:
     """(residue rows for the register, threads to erase, exclusions, undecided threads)."""
     rows, include, exclusions, undecided = [], set(), [], []
     for thread_id in residue.proposed:
@@ -58,4 +58,4 @@ def _decide(residue: res.Residue, decisions: dict[str, Decision]) -> tuple[list[
     return rows, include, exclusions, undecided
 
 
-__all__ = ["Decision", "ERASE", "LEAVE", "NOT_SCANNED"]
+__all__ = ["Decision", "ERASE", "LEAVE", "NOT_SCANNED", "decide", "validate_decisions"]

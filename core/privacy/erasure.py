@@ -43,21 +43,20 @@ from agent_memory_runtime import clock
 from core import read_replica
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
+from core.ids import CustomerId
 from core.privacy import data_views, physical, term_hashes
 from core.privacy import residue as res
 from core.privacy import subjects as subj
-from core.privacy.decisions import NOT_SCANNED, _decide, _validate_decisions
+from core.privacy.decisions import NOT_SCANNED, decide, validate_decisions
 from core.privacy.evidence import (
     DERIVED_TABLES,
     ROOT,
     STORE_TABLES,
     EvidenceQuery,
     OwnTarget,
-    _config,
-    _params,
-    _run_evidence,
+    evidence_params,
     own_targets,
-    validate_customer_id,
+    run_evidence_conn,
     with_earlier_terms,
 )
 
@@ -151,10 +150,12 @@ SELECT prefix, key FROM store WHERE prefix = %(prefix)s OR prefix LIKE %(pattern
 LIMIT %(limit)s"""
 
 
-def _erase_store(conn: psycopg.Connection[DictRow], store: PostgresStore, customer_id: str, page_size: int) -> int:
+def _erase_store(
+    conn: psycopg.Connection[DictRow], store: PostgresStore, customer_id: CustomerId, page_size: int
+) -> int:
     """Delete every item under the customer's namespace (nested too) through the store's batch: list a page of
     keys, delete it, until a listing is empty (new writes meanwhile are picked up too)."""
-    params = _params(customer_id, ()) | {"limit": page_size}
+    params = evidence_params(customer_id, ()) | {"limit": page_size}
     deleted = 0
     while True:
         rows = conn.execute(SELECT_KEYS_PAGE, params).fetchall()
@@ -176,13 +177,13 @@ def _erase_threads(saver: PostgresSaver, thread_ids: Iterable[str]) -> int:
 def _erase_own(
     conn: psycopg.Connection[DictRow],
     targets: list[OwnTarget],
-    customer_id: str,
+    customer_id: CustomerId,
     thread_ids: Iterable[str],
     request_id: int,
 ) -> dict[str, int]:
     """Delete (or scrub from JSON arrays, or redact: the purposes typed when viewing the customer) what our tables
     hold about the customer, for erasure request `request_id`; counts per target."""
-    params = _params(customer_id, thread_ids) | {"request_id": request_id}
+    params = evidence_params(customer_id, thread_ids) | {"request_id": request_id}
     deleted: dict[str, int] = {}
     for target in targets:
         if target.erase_sql is None:
@@ -219,21 +220,22 @@ def erase(
     `decisions` maps residue threads (see `preview().residue`) to `erase` or `("leave", reason)`; a residue
     thread without a decision is not deleted and makes the request `incomplete`.
 
-    Raises InvalidIdentifier (nothing deleted, nothing recorded) for an unusable id, ValueError for
+    Raises InvalidIdentifier (nothing deleted, nothing recorded) for an unusable id (parsed here, once, unless it
+    already is a CustomerId: everything below trusts it), ValueError for
     an empty operator or a residue thread left without a reason. Returns the result with status `complete`
     (every evidence query 0, residue included, and every residue thread erased or left with a reason) or
     `incomplete` (`report` says what remained). A failure midway is recorded as `failed`, an interruption
     (a BaseException such as Streamlit's rerun or stop) as `interrupted`, both with their counts, and re-raised.
     """
-    customer_id = validate_customer_id(customer_id)
+    customer_id = CustomerId.parse(customer_id)
     if not isinstance(operator, str) or not operator.strip():
         raise ValueError("operator identity is required for the erasure register")
     if max_passes < 1:
         raise ValueError(f"max_passes must be at least 1, got {max_passes}")
-    chosen = _validate_decisions(decisions)
+    chosen = validate_decisions(decisions)
     data_views.flush(db, VIEWS_FLUSH_S)  # this process's views of the customer, queued a moment ago, are redacted too
     capture_sync(db)  # the value holders and dirty threads the residue scan trusts include every write until now
-    config = _config(config)
+    config = config or subj.Attribution.from_settings()
     notify = progress or (lambda _p: None)
     prefix = f"{ROOT}.{customer_id}"
     shift = clock.shift()  # zero, except in the demo replaying a past day (agent_memory_runtime.clock)
@@ -255,7 +257,7 @@ def erase(
             residue = res.residue_conn(conn, customer_id, subjects.threads, terms, count_common=False)
             # plus what earlier requests erased, known by its hashes: looked for, and carried on
             residue, earlier, hashed, carried = with_earlier_terms(conn, residue, subjects.threads)
-            residue_rows, include, exclusions, undecided = _decide(residue, chosen)
+            residue_rows, include, exclusions, undecided = decide(residue, chosen)
             left = [e["thread_id"] for e in exclusions] + undecided
             # the register keeps the terms as keyed hashes and names them by reference, never by value
             refs = (
@@ -270,7 +272,7 @@ def erase(
             threads = set(subjects.threads) | include
 
             def evidence_now(candidates: list[str] | None = None) -> list[EvidenceQuery]:
-                return _run_evidence(
+                return run_evidence_conn(
                     conn,
                     targets,
                     customer_id,
@@ -428,7 +430,7 @@ def _record_stop(
     deleted: dict[str, int],
     evidence: list[EvidenceQuery],
     targets: list[OwnTarget],
-    customer_id: str,
+    customer_id: CustomerId,
     config: subj.Attribution,
 ) -> None:
     """Record a failed or interrupted request with what it deleted and, if the database answers, what remains."""
@@ -469,13 +471,13 @@ def _finish_stopped(
     conn: psycopg.Connection[DictRow],
     params: dict,
     targets: list[OwnTarget],
-    customer_id: str,
+    customer_id: CustomerId,
     threads: set[str],
     config: subj.Attribution,
 ) -> None:
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         conn.rollback()
-    after = {e.table: e.result for e in _run_evidence(conn, targets, customer_id, threads, config.metadata_keys)}
+    after = {e.table: e.result for e in run_evidence_conn(conn, targets, customer_id, threads, config.metadata_keys)}
     conn.execute(FINISH_REQUEST, params | {"after": Jsonb(after)})
 
 

@@ -16,10 +16,11 @@ from agent_memory_runtime import clock
 from core import read_replica
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
+from core.ids import CustomerId
 from core.privacy import subjects as subj
 from core.privacy import term_hashes
 from core.privacy.erasure import SELECT_REQUEST, ErasureError, stuck_requests
-from core.privacy.evidence import EvidenceQuery, _config, _find_threads, _now_iso, _run_evidence, own_targets
+from core.privacy.evidence import EvidenceQuery, find_threads_conn, now_iso, own_targets, run_evidence_conn
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,8 @@ def recheck(
     row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
     if row is None:
         raise ErasureError(f"no erasure request {request_id}")
-    customer_id = row["customer_id"]
-    config = _config(config)
+    customer_id = CustomerId.parse(row["customer_id"])  # the one check of the id read back from the register
+    config = config or subj.Attribution.from_settings()
     try:
         terms = [term_hashes.HashedTerm.from_json(t) for t in (row.get("residue_terms") or [])]
     except ValueError as exc:
@@ -98,9 +99,9 @@ def recheck(
     left = [e["thread_id"] for e in (row.get("exclusions") or [])]
     capture_sync(db)  # the token index's dirty threads the residue scan reads include every write until now
     with db.connection() as conn:
-        threads = set(row["thread_ids"] or ()) | set(_find_threads(conn, customer_id, config))
+        threads = set(row["thread_ids"] or ()) | set(find_threads_conn(conn, customer_id, config))
         # the residue through the terms' hashes: the register keeps no value
-        evidence = _run_evidence(
+        evidence = run_evidence_conn(
             conn,
             own_targets(conn),
             customer_id,
@@ -233,7 +234,7 @@ def evidence_document(db: Database, request_id: int) -> dict[str, Any]:
     settled = physical.record(db, request_id)
     doc = {
         "kind": "agent-memory erasure evidence",
-        "generated_at": _now_iso(),
+        "generated_at": now_iso(),
         "request": dict(row),
         "rechecks": [dict(c) for c in checks],
         # after SQL zero: the steps the sweep ran (VACUUM, CHECKPOINT; dead tuples and last vacuum as PostgreSQL

@@ -19,7 +19,7 @@ from agent_memory_runtime import clock
 from core.agents.retail import METADATA_KEY
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
-from core.memory.store import validate_label
+from core.ids import CustomerId
 from core.privacy import residue as res
 from core.privacy import subjects as subj
 from core.privacy import term_hashes
@@ -152,7 +152,7 @@ class EvidenceQuery:
 class Preview:
     """What an erasure of `customer_id` would delete now (dry run)."""
 
-    customer_id: str
+    customer_id: CustomerId
     namespace_prefix: str
     counts: dict[str, int]
     namespaces: list[tuple[str, int]]
@@ -183,12 +183,7 @@ def escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def validate_customer_id(customer_id: Any) -> str:
-    """The id if it is a valid namespace label, else InvalidIdentifier with a clear message."""
-    return validate_label(customer_id, "customer id")
-
-
-def _params(customer_id: str, thread_ids: Iterable[str]) -> dict[str, Any]:
+def evidence_params(customer_id: str, thread_ids: Iterable[str]) -> dict[str, Any]:
     prefix = f"{ROOT}.{customer_id}"
     return {
         "prefix": prefix,
@@ -199,7 +194,8 @@ def _params(customer_id: str, thread_ids: Iterable[str]) -> dict[str, Any]:
     }
 
 
-def _now_iso() -> str:
+def now_iso() -> str:
+    """Now (the clock records carry: real, or the demo's replayed time), ISO 8601 to the millisecond."""
     return clock.now().isoformat(timespec="milliseconds")
 
 
@@ -290,10 +286,10 @@ def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
     return sql.SQL(CHECKPOINTS_ZERO_KEYS_SQL).format(keys=cond).as_string()
 
 
-def _run_evidence(
+def run_evidence_conn(
     conn: psycopg.Connection[DictRow],
     targets: list[OwnTarget],
-    customer_id: str,
+    customer_id: CustomerId,
     thread_ids: Iterable[str],
     keys: Iterable[str] = (CLIENTE_KEY,),
     residue_terms: list[res.Term] | None = None,
@@ -307,7 +303,7 @@ def _run_evidence(
     term (the SQL decoder confirms the terms read now, term_hashes the hashed ones; `residue_candidates`: the raw
     scan's threads when a scan of the same terms has just run). The residue's terms are never in its text: they
     are named by reference (our records must not keep what they record the removal of)."""
-    params = _params(customer_id, thread_ids)
+    params = evidence_params(customer_id, thread_ids)
     queries = (
         dict(FIXED_QUERIES) | {"checkpoints": _checkpoints_zero_sql(keys)} | {t.name: t.count_sql for t in targets}
     )
@@ -318,7 +314,7 @@ def _run_evidence(
         for table, text in literal.items():
             cursors[table] = conn.cursor()
             cursors[table].execute(text)
-    at = _now_iso()
+    at = now_iso()
     out = [EvidenceQuery(table, literal[table], int(one(cur.fetchone())["n"]), at) for table, cur in cursors.items()]
     rparams = res.residue_count_params(conn, residue_terms or (), left, residue_candidates)
     hashed_terms, salt = ([t for t in hashed[0] if not t.common], hashed[1]) if hashed else ([], "")
@@ -331,7 +327,7 @@ def _run_evidence(
         if hashed_terms:
             found |= set(term_hashes.find_threads(conn, hashed_terms, salt, left))
             texts.append(term_hashes.describe(conn, hashed_terms, left))
-        out.append(EvidenceQuery(RESIDUE_TABLE, ";\n".join(texts), len(found), _now_iso()))
+        out.append(EvidenceQuery(RESIDUE_TABLE, ";\n".join(texts), len(found), now_iso()))
     return out
 
 
@@ -352,28 +348,31 @@ def with_earlier_terms(
     return residue, before, now, carried
 
 
-def _config(config: subj.Attribution | None) -> subj.Attribution:
-    return config or subj.Attribution.from_settings()
-
-
-def _find_threads(
-    conn: psycopg.Connection[DictRow], customer_id: str, config: subj.Attribution | None = None
+def find_threads_conn(
+    conn: psycopg.Connection[DictRow], customer_id: CustomerId, config: subj.Attribution | None = None
 ) -> list[str]:
-    return subj.resolve_conn(conn, customer_id, _config(config)).thread_ids
+    """`find_threads` on an open connection, for an id already parsed."""
+    return subj.resolve_conn(conn, customer_id, config or subj.Attribution.from_settings()).thread_ids
 
 
 def run_evidence(
     db: Database, customer_id: str, thread_ids: Iterable[str], config: subj.Attribution | None = None
 ) -> list[EvidenceQuery]:
-    """Run every zero-count query as literal SQL on the primary; return text, result and time."""
+    """Run every zero-count query as literal SQL on the primary; return text, result and time. Raises
+    InvalidIdentifier for a bad id (parsed here unless it already is a CustomerId)."""
+    customer_id = CustomerId.parse(customer_id)
     with db.connection() as conn:
-        return _run_evidence(conn, own_targets(conn), customer_id, thread_ids, _config(config).metadata_keys)
+        return run_evidence_conn(
+            conn, own_targets(conn), customer_id, thread_ids, (config or subj.Attribution.from_settings()).metadata_keys
+        )
 
 
 def find_threads(db: Database, customer_id: str, config: subj.Attribution | None = None) -> list[str]:
-    """The customer's checkpoint threads, as the subject resolver attributes them (every source)."""
+    """The customer's checkpoint threads, as the subject resolver attributes them (every source). Raises
+    InvalidIdentifier for a bad id (parsed here unless it already is a CustomerId)."""
+    customer_id = CustomerId.parse(customer_id)
     with db.connection() as conn:
-        return _find_threads(conn, validate_customer_id(customer_id), config)
+        return find_threads_conn(conn, customer_id, config)
 
 
 def preview(
@@ -381,20 +380,21 @@ def preview(
 ) -> Preview:
     """Dry run: rows per table an erasure of `customer_id` would delete now, the attributed threads with their
     sources, and the residue threads the DPO has to decide on; with `count_common`, also the threads each common
-    term is in (asked for on the page). Raises InvalidIdentifier."""
-    customer_id = validate_customer_id(customer_id)
-    config = _config(config)
+    term is in (asked for on the page). Raises InvalidIdentifier for a bad id (parsed here unless it already is a
+    CustomerId), before anything is read."""
+    customer_id = CustomerId.parse(customer_id)
+    config = config or subj.Attribution.from_settings()
     capture_sync(db)  # the aggregates it counts and the residue scan trusts include every write until now
     with db.connection() as conn:
         subjects = subj.resolve_conn(conn, customer_id, config)
         threads = subjects.thread_ids
         counts = {
             e.table: e.result
-            for e in _run_evidence(conn, own_targets(conn), customer_id, threads, config.metadata_keys)
+            for e in run_evidence_conn(conn, own_targets(conn), customer_id, threads, config.metadata_keys)
         }
         namespaces = [
             (r["prefix"], int(r["documents"]))
-            for r in conn.execute(SELECT_NAMESPACES, _params(customer_id, ())).fetchall()
+            for r in conn.execute(SELECT_NAMESPACES, evidence_params(customer_id, ())).fetchall()
         ]
         residue = res.residue_conn(conn, customer_id, subjects.threads, count_common=count_common)
         residue = with_earlier_terms(conn, residue, subjects.threads)[0]
@@ -412,9 +412,12 @@ __all__ = [
     "VIEW_PURPOSES",
     "STORE_TABLES",
     "escape_like",
+    "evidence_params",
     "find_threads",
+    "find_threads_conn",
+    "now_iso",
     "own_targets",
     "preview",
     "run_evidence",
-    "validate_customer_id",
+    "run_evidence_conn",
 ]

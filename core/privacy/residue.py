@@ -17,7 +17,7 @@ from psycopg.rows import DictRow
 from core.capture.status import sync as capture_sync
 from core.db import Database
 from core.history import formats
-from core.memory.store import validate_label
+from core.ids import CustomerId
 from core.privacy import raw_scan, token_index
 from core.privacy.subjects import HILO_KEY, Attribution, Subjects, resolve_conn, subject_params
 
@@ -163,7 +163,7 @@ class ResidueMatch:
 class Residue:
     """Unattributed threads that hold the customer's id or document values."""
 
-    customer_id: str
+    customer_id: CustomerId
     terms: list[Term]
     matches: list[ResidueMatch]  # one per (thread, term), confirmed by the decoder
     candidates: int  # (term, thread) pairs the raw-bytes filter let through
@@ -223,7 +223,9 @@ def json_text(term: str) -> str:
     return json.dumps(term, ensure_ascii=False)[1:-1]
 
 
-def customer_terms(conn: psycopg.Connection[DictRow], customer_id: str, extra_values: Iterable[str] = ()) -> list[Term]:
+def customer_terms(
+    conn: psycopg.Connection[DictRow], customer_id: CustomerId, extra_values: Iterable[str] = ()
+) -> list[Term]:
     """The id and the distinctive values of the customer's documents, each with its commonness."""
     params = subject_params(customer_id)
     found = {r["term"] for r in conn.execute(SELECT_DOCUMENT_VALUES, {**params, "skip": list(NON_TERM_KEYS)})}
@@ -244,7 +246,7 @@ def customer_terms(conn: psycopg.Connection[DictRow], customer_id: str, extra_va
 
 def residue_conn(
     conn: psycopg.Connection[DictRow],
-    customer_id: str,
+    customer_id: CustomerId,
     attributed: Iterable[str],
     terms: list[Term] | None = None,
     count_common: bool = True,
@@ -255,7 +257,6 @@ def residue_conn(
     counted through the index (`count_common=False` skips that, leaving them None: an erasure does not need them,
     and at 10M counting 2,505 common terms took 3.4-7 s of a 6.3 s preview). Encrypted rows are decrypted in
     Python with `decryptor` (default: the configured keys); a thread with rows no key opens is `not_scanned`."""
-    customer_id = validate_label(customer_id, "customer id")
     attributed = set(attributed)
     decryptor = decryptor or formats.decryptor()
     terms = terms if terms is not None else customer_terms(conn, customer_id)
@@ -317,8 +318,9 @@ def residue_conn(
 def residue_scan(
     db: Database, customer_id: str, config: Attribution | None = None, subjects: Subjects | None = None
 ) -> Residue:
-    """Unattributed threads holding the customer's id (whole token) or their documents' values."""
-    customer_id = validate_label(customer_id, "customer id")
+    """Unattributed threads holding the customer's id (whole token) or their documents' values. Raises
+    InvalidIdentifier for a bad id (parsed here unless it already is a CustomerId)."""
+    customer_id = CustomerId.parse(customer_id)
     capture_sync(db)  # the value holders and the token index's dirty threads include every write until now
     with db.connection() as conn:
         subjects = subjects or resolve_conn(conn, customer_id, config or Attribution.from_settings())

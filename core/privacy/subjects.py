@@ -38,7 +38,7 @@ from psycopg.types.json import Jsonb
 
 from core.config import DEFAULT_SUBJECT_METADATA_KEYS, DEFAULT_SUBJECT_THREAD_PATTERNS, Settings, load_settings
 from core.db import Database, DatabaseUnavailable, one
-from core.memory.store import InvalidIdentifier, validate_label
+from core.ids import CustomerId, InvalidIdentifier
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ SELECT_HELD = "SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id = ANY(
 class Subjects:
     """The threads attributed to one customer, with the sources that found each one."""
 
-    customer_id: str
+    customer_id: CustomerId
     threads: dict[str, list[str]] = field(default_factory=dict)  # thread_id -> sources
     by_source: dict[str, list[str]] = field(default_factory=dict)  # source -> thread ids (also when empty)
     errors: dict[str, str] = field(default_factory=dict)  # source -> why it could not run
@@ -157,8 +157,8 @@ def _run_query(conn: psycopg.Connection[DictRow], query: str, customer_id: str) 
     return out
 
 
-def resolve_conn(conn: psycopg.Connection[DictRow], customer_id: str, config: Attribution) -> Subjects:
-    customer_id = validate_label(customer_id, "customer id")
+def resolve_conn(conn: psycopg.Connection[DictRow], customer_id: CustomerId, config: Attribution) -> Subjects:
+    """`resolve` on an open connection, for an id already parsed."""
     params = subject_params(customer_id)
     subjects = Subjects(customer_id)
     for key in config.metadata_keys:
@@ -180,8 +180,9 @@ def resolve_conn(conn: psycopg.Connection[DictRow], customer_id: str, config: At
 
 
 def resolve(db: Database, customer_id: str, config: Attribution | None = None) -> Subjects:
-    """The threads about `customer_id`, each with its sources. Raises InvalidIdentifier for a bad id."""
-    customer_id = validate_label(customer_id, "customer id")
+    """The threads about `customer_id`, each with its sources. Raises InvalidIdentifier for a bad id (parsed here
+    unless it already is a CustomerId)."""
+    customer_id = CustomerId.parse(customer_id)
     config = config or Attribution.from_settings()
     with db.connection() as conn:
         return resolve_conn(conn, customer_id, config)

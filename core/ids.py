@@ -1,0 +1,61 @@
+"""Ids as typed values: validated once where they enter (a page, a CLI, a public core function), trusted inside.
+
+`CustomerId.parse(raw)` runs the label rule (`validate_label`, below) and returns a `CustomerId`, a `str`, so SQL
+parameters, f-strings and JSON take it as they take any text. A function inside core that takes a `CustomerId` does
+not validate it again: mypy says where a plain `str` would reach it unparsed. Imports nothing of ours (the store,
+the agents' tools and the privacy modules all use it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+MAX_LABEL_LENGTH = 200
+
+
+class InvalidIdentifier(ValueError):
+    """An id or namespace label that cannot be stored or looked up safely."""
+
+
+def validate_label(label: Any, what: str = "id") -> str:
+    """Return `label` unchanged if it is a usable namespace label, else raise InvalidIdentifier.
+
+    Refused: non-strings, empty or blank, surrounding whitespace, `.` (the store's namespace
+    separator), NUL, and more than MAX_LABEL_LENGTH characters. `%`, `_` and quotes are fine:
+    every query binds them as parameters and escapes them in LIKE patterns.
+    """
+    if not isinstance(label, str):
+        raise InvalidIdentifier(f"{what} must be text, got {type(label).__name__}")
+    if not label.strip():
+        raise InvalidIdentifier(f"{what} is empty")
+    if label != label.strip():
+        raise InvalidIdentifier(f"{what} has leading or trailing whitespace: {label[:40]!r}")
+    if len(label) > MAX_LABEL_LENGTH:
+        raise InvalidIdentifier(f"{what} is {len(label)} characters long (at most {MAX_LABEL_LENGTH})")
+    if "\x00" in label:
+        raise InvalidIdentifier(f"{what} contains a NUL character")
+    if "." in label:
+        raise InvalidIdentifier(f"{what} contains '.', the namespace separator: {label[:40]!r}")
+    return label
+
+
+class CustomerId(str):
+    """A customer id that passed the label rule (the `id` of the namespace `("clientes", id)`).
+
+    Built only through the rule: `CustomerId(raw)` validates too (so no unchecked one exists), and `parse` returns
+    a value that already is a CustomerId as it is, without validating it again.
+    """
+
+    __slots__ = ()
+    WHAT = "customer id"  # how InvalidIdentifier's message names it
+
+    def __new__(cls, raw: object) -> Self:
+        return super().__new__(cls, validate_label(raw, cls.WHAT))
+
+    @classmethod
+    def parse(cls, raw: object) -> CustomerId:
+        """`raw` as a CustomerId; raises InvalidIdentifier (`customer id is empty`, `... contains '.'`, ...)."""
+        return raw if isinstance(raw, CustomerId) else cls(raw)
+
+
+__all__ = ["MAX_LABEL_LENGTH", "CustomerId", "InvalidIdentifier", "validate_label"]
