@@ -8,7 +8,9 @@ import time
 import pytest
 from conftest import DIMS, free_port, settings_for
 from embedding_server import embeddings_endpoint
+from langgraph.store.postgres import PostgresStore
 
+from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.semantic import MAX_K, MAX_QUERY_LENGTH, EmbeddingUnavailable, SearchInputError, search
 from core.memory.store import build_store, put_memory, search_memory
@@ -17,8 +19,8 @@ QUESTION = "¿qué clientes prefieren WhatsApp?"
 SNAPSHOT = "SELECT prefix, key, expires_at, updated_at, ttl_minutes FROM store ORDER BY prefix, key"
 
 
-@pytest.fixture
-def store(db):
+def written(db: Database) -> PostgresStore:
+    """Four customers' documents (one expired) and a supplier's notice, through the agents' own tools."""
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
     put_memory(
         store,
@@ -45,6 +47,19 @@ def store(db):
     put_memory(store, ("proveedores", "P1"), "aviso", {"texto": "WhatsApp de pedidos caído"})
     time.sleep(0.5)  # C_4's document has expired (not swept)
     return store
+
+
+@pytest.fixture
+def store(db):
+    return written(db)
+
+
+@pytest.fixture(scope="module")
+def read_only(create_database):
+    """One database for the tests that must read nothing and change nothing (each asserts it): written once."""
+    database = Database(create_database())
+    yield database, written(database)
+    database.close()
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -88,7 +103,8 @@ def test_looking_does_not_extend_retention(db, store):
         (None, "clientes", 5),
     ],
 )
-def test_bad_input_is_a_clear_error_and_reads_nothing(db, store, query, root, k):
+def test_bad_input_is_a_clear_error_and_reads_nothing(read_only, query, root, k):
+    db, _store = read_only
     before = db.fetch(SNAPSHOT)
     with pytest.raises(SearchInputError):
         search(db, settings_for(db.dsn, embeddings_base_url=f"http://127.0.0.1:{free_port()}/v1"), query, root, k)
