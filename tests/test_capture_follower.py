@@ -391,6 +391,7 @@ def test_the_deployments_role_follows_and_marks_where_reads_start(create_databas
     with caplog.at_level("WARNING", logger="core.capture.follower"), connect(no_snapshot) as conn:
         follower.drain(conn, flush_target(conn))
     assert not follower._may_log_snapshot and differences(dsn) == {}
+    assert not Follower(no_snapshot)._may_log_snapshot  # said once a process: a page's catch-up does not try again
     assert [r.message for r in caplog.records if "pg_log_standby_snapshot" in r.message][:1] == [
         "change follower: pg_log_standby_snapshot() not permitted to this role (GRANT EXECUTE, "
         "deploy/capture-grants.sql); each read of the slot decodes up to 15 s of WAL again"

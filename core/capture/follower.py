@@ -43,8 +43,10 @@ HEARTBEAT_S = 1.0  # when idle, `caught_up_at` is written at most this often (th
 # moves only past a running-transactions record: the bgwriter writes one every 15 s, so each poll decoded up to 15 s
 # of the agents' WAL again, twice. After a batch that applied the agents' changes the follower writes one itself
 # (pg_log_standby_snapshot, at most every SNAPSHOT_S): measured while an agent wrote ~200 documents/s, the WAL from
-# restart_lsn to the end went from 1,442 KB to 149 KB median (bench/bench_capture.py: what it saves the agents).
+# restart_lsn to the end went from 1,442 KB to 149 KB median, and the follower's backend CPU by a fifth
+# (bench/bench_follower_cpu.py).
 SNAPSHOT_S = 1.0
+_SNAPSHOT_REFUSED: set[str] = set()  # DSNs whose role may not (said once a process, not at every page's catch-up)
 
 
 class CaptureNotAllowed(RuntimeError):
@@ -284,7 +286,8 @@ class Follower:
         self.on_slot_created: list = []  # test hook: callables run between the slot's creation and the recount
         self._created_at: int | None = None  # WAL position of the slot this process created, until caught up
         self._last_snapshot = 0.0
-        self._may_log_snapshot = True  # pg_log_standby_snapshot: superuser, or EXECUTE granted (capture-grants.sql)
+        # pg_log_standby_snapshot: superuser, or EXECUTE granted (capture-grants.sql)
+        self._may_log_snapshot = dsn not in _SNAPSHOT_REFUSED
         if slot is None:
             with psycopg.connect(dsn) as conn:
                 slot = slot_name_for(conn.info.dbname)
@@ -464,6 +467,7 @@ class Follower:
             conn.execute("SELECT pg_log_standby_snapshot()")
         except psycopg.errors.InsufficientPrivilege:
             self._may_log_snapshot = False  # every read then decodes up to 15 s of WAL again: correct, slower
+            _SNAPSHOT_REFUSED.add(self.dsn)
             log.warning(
                 "change follower: pg_log_standby_snapshot() not permitted to this role (GRANT EXECUTE, "
                 "deploy/capture-grants.sql); each read of the slot decodes up to 15 s of WAL again"
