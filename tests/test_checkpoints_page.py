@@ -241,6 +241,20 @@ def test_recent_activity_lists_threads_newest_first(agents_db, app_env):
     assert found["thread_id"].tolist() == [r["thread_id"] for r in sql]
 
 
+def test_recent_activity_on_the_article_agents_database(article_agents_db, app_env):
+    """The recent threads come from the follower's checkpoint shadow (no index of ours on `checkpoints`): on a
+    database written by the memory article's agents (`conv-<uuid>` threads, no metadata of ours) the page lists
+    every thread, newest first, as the live table orders them."""
+    db = Database(article_agents_db.dsn)
+    try:
+        at = open_page(article_agents_db.dsn, app_env)
+        found = frame(at, "thread_id", "last_ts")
+        sql = db.fetch("SELECT thread_id FROM checkpoints GROUP BY thread_id ORDER BY max(checkpoint->>'ts') DESC")
+        assert len(sql) > 1 and found["thread_id"].tolist() == [r["thread_id"] for r in sql]
+    finally:
+        db.close()
+
+
 @pytest.mark.parametrize("text", BAD_INPUT[:-1])  # NUL cannot be typed into a URL or a text box
 def test_page_bad_input_shows_nothing(agents_db, app_env, text):
     at = open_page(agents_db.dsn, app_env)
