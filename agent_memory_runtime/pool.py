@@ -4,7 +4,7 @@ reported in seconds."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
@@ -12,6 +12,13 @@ from psycopg_pool import ConnectionPool
 
 CONNECT_TIMEOUT_S = 2
 POOL_TIMEOUT_S = 3
+# What every connection of ours is opened with (a pool's kwargs, or psycopg.connect's keywords).
+CONNECTION_KWARGS: dict[str, Any] = {
+    "autocommit": True,
+    "prepare_threshold": 0,
+    "row_factory": dict_row,
+    "connect_timeout": CONNECT_TIMEOUT_S,
+}
 
 T = TypeVar("T")
 
@@ -36,12 +43,7 @@ def make_pool(
         timeout=timeout,
         name=name,
         check=ConnectionPool.check_connection if check else None,
-        kwargs={
-            "autocommit": True,
-            "prepare_threshold": 0,
-            "row_factory": dict_row,
-            "connect_timeout": CONNECT_TIMEOUT_S,
-        },
+        kwargs=dict(CONNECTION_KWARGS),
         open=False,
     )
     pool.open(wait=False)

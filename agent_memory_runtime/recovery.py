@@ -18,13 +18,12 @@ from typing import Any
 
 import psycopg
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from agent_memory_runtime import journal, metrics
 from agent_memory_runtime.deadlines import _Watchdog
 from agent_memory_runtime.failures import PROBE_CONNECT_TIMEOUT_S, PROBE_LOG_EVERY_S, DeadlineExceeded, _describe
-from agent_memory_runtime.pool import CONNECT_TIMEOUT_S
+from agent_memory_runtime.pool import CONNECTION_KWARGS
 from agent_memory_runtime.thread_fates import ThreadFates, op_thread
 
 log = logging.getLogger("agent_memory_runtime.dual_saver")
@@ -170,9 +169,7 @@ class Recovery:
         kind, payload, op_id = op_parts(op)
         thread_id = op_thread(kind, payload)
         with (
-            psycopg.connect(
-                self._resync_dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S
-            ) as conn,
+            psycopg.connect(self._resync_dsn, **CONNECTION_KWARGS) as conn,
             self._watchdog.watching(conn),
             conn.transaction(),
         ):
@@ -243,13 +240,7 @@ class Recovery:
         def run() -> None:
             nonlocal skipped
             with (
-                psycopg.connect(
-                    self._resync_dsn,
-                    autocommit=True,
-                    prepare_threshold=0,
-                    row_factory=dict_row,
-                    connect_timeout=CONNECT_TIMEOUT_S,
-                ) as conn,
+                psycopg.connect(self._resync_dsn, **CONNECTION_KWARGS) as conn,
                 self._watchdog.watching(conn),
                 conn.transaction(),
             ):

@@ -21,12 +21,12 @@ import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from agent_memory_runtime.deadlines import _DeadlineAsyncPostgresSaver, _DeadlinePostgresSaver, _Watchdog
 from agent_memory_runtime.failures import _describe
-from agent_memory_runtime.pool import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, make_pool
+from agent_memory_runtime.pool import CONNECTION_KWARGS, POOL_TIMEOUT_S, make_pool
 
 log = logging.getLogger("agent_memory_runtime.dual_saver")
 
@@ -145,12 +145,7 @@ class WrappedSavers:
                     timeout=POOL_TIMEOUT_S,
                     name=f"dual-saver-async-{self._replica_id}",
                     open=False,
-                    kwargs={
-                        "autocommit": True,
-                        "prepare_threshold": 0,
-                        "row_factory": dict_row,
-                        "connect_timeout": CONNECT_TIMEOUT_S,
-                    },
+                    kwargs=dict(CONNECTION_KWARGS),
                 )
                 pools.async_pools[key] = pool_entry = (loop, generation, pool)
                 opening = True

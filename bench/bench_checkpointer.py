@@ -35,14 +35,14 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from agent_memory_runtime.dual_saver import DualCheckpointSaver
+from agent_memory_runtime.pool import CONNECTION_KWARGS
 from agent_memory_runtime.serde import make_serializer
 from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
-from core.db import CONNECT_TIMEOUT_S, POOL_TIMEOUT_S, embedded_dsn, make_pool
+from core.db import POOL_TIMEOUT_S, embedded_dsn, make_pool
 from core.migrate import migrate
 from core.operations.outage import EmbeddedServerControl
 
@@ -189,12 +189,7 @@ def throughput(dsn: str, ops: int, rounds: int, sample) -> list[dict]:
                 max_size=8,
                 timeout=POOL_TIMEOUT_S,
                 open=False,
-                kwargs={
-                    "autocommit": True,
-                    "prepare_threshold": 0,
-                    "row_factory": dict_row,
-                    "connect_timeout": CONNECT_TIMEOUT_S,
-                },
+                kwargs=dict(CONNECTION_KWARGS),
             )
             await apool.open(wait=True)
             astock = AsyncPostgresSaver(apool, serde=serde)

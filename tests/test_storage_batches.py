@@ -28,18 +28,7 @@ from core.storage import storage
 OLD_LIVE_THREAD_STORAGE = views.LIVE_THREAD_STORAGE
 OLD_COVERAGE_SQL = subj.COVERAGE_SQL
 
-COLUMNS = [
-    "thread_id",
-    "cliente_id",
-    "checkpoints",
-    "checkpoint_bytes",
-    "blobs",
-    "blob_bytes",
-    "writes",
-    "write_bytes",
-    "total_bytes",
-    "last_ts",
-]
+COLUMNS = [c for c in views.LARGEST_COLUMNS if c != "computed_at"]  # what a refresh computes
 KEYS = subj.Attribution().metadata_keys
 CONFIGS = [
     subj.Attribution(),
