@@ -13,6 +13,7 @@ import streamlit as st
 
 from core import roles
 from core.history import formats, tool_calls, views
+from core.ids import InvalidIdentifier, ThreadId
 from core.privacy import subjects as subj
 from core.storage import storage
 from ui import charts, fmt
@@ -329,7 +330,7 @@ def _how(row) -> str:
     return t(f"ckpt_value_{row.source}")
 
 
-def checkpoint_values(thread_id: str, checkpoint_id: str, ns: str) -> None:
+def checkpoint_values(thread_id: ThreadId, checkpoint_id: str, ns: str) -> None:
     st.markdown(f"**{t('ckpt_values')}**")
     values = read(views.checkpoint_values, thread_id, checkpoint_id, ns)
     shown = values.assign(source=[_how(row) for row in values.itertuples()])
@@ -341,7 +342,7 @@ def checkpoint_values(thread_id: str, checkpoint_id: str, ns: str) -> None:
     )
 
 
-def delta_channels(thread_id: str) -> None:
+def delta_channels(thread_id: ThreadId) -> None:
     channels = read(views.delta_channels, thread_id)
     if channels.empty:
         return
@@ -354,7 +355,7 @@ def delta_channels(thread_id: str) -> None:
     )
 
 
-def step_writes(thread_id: str, timeline: pd.DataFrame) -> None:
+def step_writes(thread_id: ThreadId, timeline: pd.DataFrame) -> None:
     st.subheader(t("ckpt_step_writes"))
     st.caption(t("ckpt_step_writes_caption"))
     labels = {row.checkpoint_id: _label(row) for row in timeline.itertuples()}
@@ -397,10 +398,15 @@ def step_writes(thread_id: str, timeline: pd.DataFrame) -> None:
 
 def thread_view() -> None:
     search()
-    thread_id = st.text_input(t("ckpt_thread_id"), key=THREAD_KEY)
-    if not thread_id:
+    typed = st.text_input(t("ckpt_thread_id"), key=THREAD_KEY)
+    if not typed:
         st.query_params.pop("thread", None)
         st.info(t("ckpt_type_thread"))
+        return
+    try:
+        thread_id = ThreadId.parse(typed)
+    except InvalidIdentifier as exc:
+        st.error(t("ckpt_thread_invalid", error=md(exc)))
         return
     st.query_params["thread"] = thread_id
     found = read(views.find_thread, thread_id)

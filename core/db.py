@@ -128,6 +128,15 @@ def reset_pool(
     pool.close(timeout=0)
 
 
+def close_pools() -> None:
+    """Close and forget every pool of this process (before the server they connect to stops)."""
+    with _lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.close(timeout=0)
+
+
 @dataclass(frozen=True)
 class Probe:
     ok: bool

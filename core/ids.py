@@ -58,4 +58,42 @@ class CustomerId(str):
         return raw if isinstance(raw, CustomerId) else cls(raw)
 
 
-__all__ = ["MAX_LABEL_LENGTH", "CustomerId", "InvalidIdentifier", "validate_label"]
+# Thread ids are the agents' own (LangGraph takes any text: uuids, `conv-<uuid>`, `cliente:C1:...`); the bound only
+# keeps a pasted page of text out of the queries.
+MAX_THREAD_ID_LENGTH = 1000
+
+
+class ThreadId(str):
+    """A thread id that can name a stored thread: text, not blank, no NUL (PostgreSQL text cannot hold it), at most
+    MAX_THREAD_ID_LENGTH characters. `.`, `%`, `_`, quotes and spaces inside are fine: queries bind it as a parameter.
+
+    Parsed where it enters (the Checkpoints page's box and link, a CLI); the history reads take a ThreadId and do not
+    check it again."""
+
+    __slots__ = ()
+
+    def __new__(cls, raw: object) -> Self:
+        if not isinstance(raw, str):
+            raise InvalidIdentifier(f"thread id must be text, got {type(raw).__name__}")
+        if not raw.strip():
+            raise InvalidIdentifier("thread id is empty")
+        if "\x00" in raw:
+            raise InvalidIdentifier("thread id contains a NUL character")
+        if len(raw) > MAX_THREAD_ID_LENGTH:
+            raise InvalidIdentifier(f"thread id is {len(raw)} characters long (at most {MAX_THREAD_ID_LENGTH})")
+        return super().__new__(cls, raw)
+
+    @classmethod
+    def parse(cls, raw: object) -> ThreadId:
+        """`raw` as a ThreadId; raises InvalidIdentifier naming what is wrong with it."""
+        return raw if isinstance(raw, ThreadId) else cls(raw)
+
+
+__all__ = [
+    "MAX_LABEL_LENGTH",
+    "MAX_THREAD_ID_LENGTH",
+    "CustomerId",
+    "InvalidIdentifier",
+    "ThreadId",
+    "validate_label",
+]

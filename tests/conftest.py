@@ -122,6 +122,13 @@ def pg_dsn():
         conn.execute("SELECT pg_reload_conf()")
         assert conn.execute("SHOW max_connections").fetchone() == ("300",)
     yield uri
+    # what the session's pages and agents left open goes first, while the server still answers: the views they
+    # recorded are written and the pools do not retry a server that is gone (seconds and an error each)
+    from core.db import close_pools
+    from core.privacy import data_views
+
+    data_views.close_all()
+    close_pools()
     stop_server(server)
     shutil.rmtree(data_dir, ignore_errors=True)
 

@@ -17,6 +17,7 @@ from core.agents.retail import ContextoCliente, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
 from core.db import Database
 from core.history import views
+from core.ids import InvalidIdentifier, ThreadId
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.storage import storage as ckpt_storage
@@ -37,12 +38,18 @@ BAD_INPUT = [
     '"',
     "C%",
     "C_",
-    "x" * 10_000,
+    "x" * 1_000,
     WEIRD_THREAD[:-1] + "_",
     PLAIN_THREAD.upper(),
     " " + PLAIN_THREAD,
-    "a\x00b",
 ]
+# Thread ids that cannot name a stored thread: refused where they enter (ThreadId), each with what is wrong.
+REFUSED_THREAD_IDS = {
+    "": "thread id is empty",
+    "   ": "thread id is empty",
+    "a\x00b": "thread id contains a NUL character",
+    "x" * 10_000: "thread id is 10000 characters long",
+}
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +82,19 @@ def open_page(dsn: str, app_env, query: dict | None = None, **env) -> AppTest:
 
 @pytest.mark.parametrize("text", BAD_INPUT)
 def test_bad_input_finds_nothing(agents_db, text):
-    assert views.find_thread(agents_db, text).empty
+    thread = ThreadId.parse(text)
+    assert views.find_thread(agents_db, thread).empty
     assert views.threads_of_customer(agents_db, text).empty
-    assert views.thread_timeline(agents_db, text).empty
-    assert views.step_writes(agents_db, text).empty
-    assert views.thread_storage(agents_db, text)["checkpoints"] == 0
+    assert views.thread_timeline(agents_db, thread).empty
+    assert views.step_writes(agents_db, thread).empty
+    assert views.thread_storage(agents_db, thread)["checkpoints"] == 0
+
+
+@pytest.mark.parametrize("text", list(REFUSED_THREAD_IDS), ids=["empty", "blank", "nul", "huge"])
+def test_a_thread_id_that_can_name_no_thread_is_refused_saying_why(agents_db, text):
+    with pytest.raises(InvalidIdentifier, match=REFUSED_THREAD_IDS[text]):
+        ThreadId.parse(text)
+    assert views.threads_of_customer(agents_db, text).empty
 
 
 def test_ids_with_wildcards_and_quotes_find_exactly_that_thread(agents_db):
@@ -255,7 +270,7 @@ def test_recent_activity_on_the_article_agents_database(article_agents_db, app_e
         db.close()
 
 
-@pytest.mark.parametrize("text", BAD_INPUT[:-1])  # NUL cannot be typed into a URL or a text box
+@pytest.mark.parametrize("text", BAD_INPUT)
 def test_page_bad_input_shows_nothing(agents_db, app_env, text):
     at = open_page(agents_db.dsn, app_env)
     at.text_input(key="checkpoints.thread").input(text).run()
@@ -266,6 +281,15 @@ def test_page_bad_input_shows_nothing(agents_db, app_env, text):
     at.text_input(key="checkpoints.customer").input(text).run()
     assert not at.exception
     assert any("Ninguna fuente atribuye hilos a" in i.value for i in at.info)
+
+
+@pytest.mark.parametrize("text", ["   ", "x" * 10_000], ids=["blank", "huge"])  # NUL cannot be typed or linked
+def test_page_refuses_a_thread_id_that_can_name_no_thread(agents_db, app_env, text):
+    at = open_page(agents_db.dsn, app_env, {"thread": text})  # a link (?thread=), as the box is filled from it
+    assert not at.exception
+    (error,) = at.error
+    assert error.value.startswith("Ese id de hilo no se puede buscar (") and REFUSED_THREAD_IDS[text] in error.value
+    assert not at.metric and not at.get("plotly_chart")
 
 
 def test_storage_view_equals_sql(agents_db, app_env):

@@ -9,6 +9,7 @@ import streamlit as st
 
 from core.history import views
 from core.history.message_diff import MessageDiff
+from core.ids import ThreadId
 from ui import fmt
 from ui.common import read
 from ui.i18n import t
@@ -69,7 +70,7 @@ def message_changes(channel: str, found: MessageDiff, key: str) -> None:
     )
 
 
-def diff_view(thread_id: str, timeline: pd.DataFrame, label) -> None:
+def diff_view(thread_id: ThreadId, timeline: pd.DataFrame, label) -> None:
     """Two checkpoints of the thread (`timeline`'s, named by `label(row)`), the older and newer last ones first."""
     st.subheader(t("ckpt_diff"))
     if len(timeline) < 2:

@@ -16,6 +16,7 @@ import pandas as pd
 from core.capture.follower import apply_pending
 from core.db import Database, one
 from core.history import delta, formats, message_diff
+from core.ids import ThreadId
 
 RECENT_WINDOW = 5000  # newest checkpoints scanned (the change follower's ts index) to list recently active threads
 
@@ -188,7 +189,8 @@ LARGEST_COLUMNS = [
 
 
 def _usable(text: Any) -> bool:
-    """False for input that can match no id (empty, not text, NUL which PostgreSQL text cannot hold)."""
+    """False for a checkpoint or customer id that can match nothing (empty, not text, NUL which PostgreSQL text cannot
+    hold). Thread ids are parsed where they enter instead (core.ids.ThreadId)."""
     return isinstance(text, str) and text != "" and "\x00" not in text
 
 
@@ -199,9 +201,9 @@ def _summary(db: Database, threads: list[str], limit: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=THREAD_COLUMNS)
 
 
-def find_thread(db: Database, thread_id: str) -> pd.DataFrame:
+def find_thread(db: Database, thread_id: ThreadId) -> pd.DataFrame:
     """The thread whose id is exactly `thread_id` (0 or 1 row of THREAD_COLUMNS)."""
-    return _summary(db, [thread_id] if _usable(thread_id) else [], 1)
+    return _summary(db, [thread_id], 1)
 
 
 def threads_of_customer(db: Database, cliente_id: str, limit: int = 200, config: Any = None) -> pd.DataFrame:
@@ -230,12 +232,10 @@ def recent_threads(db: Database, limit: int = 50) -> pd.DataFrame:
     return _summary(db, threads, limit)
 
 
-def thread_timeline(db: Database, thread_id: str) -> pd.DataFrame:
+def thread_timeline(db: Database, thread_id: ThreadId) -> pd.DataFrame:
     """Every checkpoint of a thread in time order: step, source, channels it updated, the writes
     pending on it (count, bytes, tools named), how many of them cannot be decoded, the types the
     serializer would refuse in its writes (`refused_writes`) and in its channel values (`refused_value`)."""
-    if not _usable(thread_id):
-        return pd.DataFrame(columns=TIMELINE_COLUMNS)
     df = pd.DataFrame(db.fetch(SELECT_TIMELINE, {"thread_id": thread_id}), columns=TIMELINE_COLUMNS)
     df["updated_channels"] = df["updated_channels"].map(lambda v: ", ".join(v) if isinstance(v, list) else "")
     return df
@@ -245,13 +245,11 @@ def _json_text(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def step_writes(db: Database, thread_id: str, checkpoint_id: str | None = None) -> pd.DataFrame:
+def step_writes(db: Database, thread_id: ThreadId, checkpoint_id: str | None = None) -> pd.DataFrame:
     """A thread's pending writes (all, or those made from one checkpoint), decoded: message kind,
     tool name, tool calls and content for chat messages; `payload` and `tool_calls` as JSON text;
     `undecodable` holds the reason when a blob cannot be decoded (the other rows are unaffected);
     `refused_type` the first type the serializer allowlist refuses (the agents cannot load it)."""
-    if not _usable(thread_id):
-        return pd.DataFrame(columns=WRITES_COLUMNS)
     rows = db.fetch(SELECT_WRITES, {"thread_id": thread_id, "checkpoint_id": checkpoint_id})
     if any(formats.is_encrypted(r["blob_type"]) for r in rows):
         rows = _decrypted(db, thread_id, rows)
@@ -292,12 +290,12 @@ def _decrypted(db: Database, thread_id: str, rows: list[dict]) -> list[dict]:
 
 
 def checkpoint_diff(
-    db: Database, thread_id: str, old_checkpoint_id: str, new_checkpoint_id: str, checkpoint_ns: str = ""
+    db: Database, thread_id: ThreadId, old_checkpoint_id: str, new_checkpoint_id: str, checkpoint_ns: str = ""
 ) -> pd.DataFrame:
     """Channel by channel, the values of two checkpoints of one thread (changed ones first).
     Values are JSON text; empty when either checkpoint does not exist in that thread. A DeltaChannel's value
     is the one langgraph reads there (core.history.delta), or its last snapshot plus the writes since."""
-    if not all(_usable(x) for x in (thread_id, old_checkpoint_id, new_checkpoint_id)):
+    if not all(_usable(x) for x in (old_checkpoint_id, new_checkpoint_id)):
         return pd.DataFrame(columns=DIFF_COLUMNS)
     params = {"thread_id": thread_id, "ns": checkpoint_ns, "old": old_checkpoint_id, "new": new_checkpoint_id}
     df = pd.DataFrame(db.fetch(SELECT_DIFF, params), columns=DIFF_COLUMNS)
@@ -350,12 +348,12 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(ns)s AND checkpoint_id = %
 VALUES_COLUMNS = ["channel", "version", "source", "reducer", "snapshot_step", "writes_since", "value"]
 
 
-def checkpoint_values(db: Database, thread_id: str, checkpoint_id: str, checkpoint_ns: str = "") -> pd.DataFrame:
+def checkpoint_values(db: Database, thread_id: ThreadId, checkpoint_id: str, checkpoint_ns: str = "") -> pd.DataFrame:
     """Every channel's value at one checkpoint, as JSON text, by name. `source`: `stored` (the checkpoint holds
     it), and for a DeltaChannel `snapshot`, `rebuilt` (by `reducer`, from the last snapshot and the writes
     since) or `unrebuilt` (no known reducer: `value` holds the snapshot at `snapshot_step` and the
     `writes_since` writes, decoded). Empty when the checkpoint is not in that thread."""
-    if not all(_usable(x) for x in (thread_id, checkpoint_id)) or not isinstance(checkpoint_ns, str):
+    if not _usable(checkpoint_id) or not isinstance(checkpoint_ns, str):
         return pd.DataFrame(columns=VALUES_COLUMNS)
     row = db.fetch_one(SELECT_VALUES, {"thread_id": thread_id, "ns": checkpoint_ns, "checkpoint_id": checkpoint_id})
     if row is None:
@@ -387,21 +385,19 @@ def checkpoint_values(db: Database, thread_id: str, checkpoint_id: str, checkpoi
 DELTA_COLUMNS = ["channel", "reducer", "snapshots_checked", "contradicted"]
 
 
-def delta_channels(db: Database, thread_id: str) -> pd.DataFrame:
+def delta_channels(db: Database, thread_id: ThreadId) -> pd.DataFrame:
     """The thread's DeltaChannels and how their values are read: `reducer` (`messages`, `concat`, or None when
     unknown), the snapshots of the thread it reproduced, and the checkpoint whose snapshot contradicted the
     reducer the payloads looked like (`contradicted`). Empty for a thread without DeltaChannels."""
-    if not _usable(thread_id):
-        return pd.DataFrame(columns=DELTA_COLUMNS)
     channels = delta.thread_values(db, thread_id).channels.values()
     return pd.DataFrame(
         [[c.channel, c.reducer, c.snapshots_checked, c.contradicted] for c in channels], columns=DELTA_COLUMNS
     )
 
 
-def thread_storage(db: Database, thread_id: str) -> dict[str, int]:
+def thread_storage(db: Database, thread_id: ThreadId) -> dict[str, int]:
     """Rows and bytes of one thread in each checkpoint table (bytes: stored payload sizes)."""
-    row = one(db.fetch_one(SELECT_THREAD_STORAGE, {"thread_id": thread_id if _usable(thread_id) else ""}))
+    row = one(db.fetch_one(SELECT_THREAD_STORAGE, {"thread_id": thread_id}))
     return {k: int(row[k]) for k in STORAGE_COLUMNS}
 
 

@@ -407,7 +407,10 @@ class ViewQueue:
                 self._flushing = False
 
     def close(self, wait_s: float = EXIT_WAIT_S) -> None:
-        """At exit: write what waits (for up to `wait_s`), then count what is left as lost and say so."""
+        """At exit: write what waits (for up to `wait_s`), then count what is left as lost and say so. Once: the exit
+        hook of a queue closed before (data_views.close_all) does nothing."""
+        if self.closed:
+            return
         self.flush(wait_s)
         with self._cond:
             self.closed = True
@@ -459,6 +462,14 @@ def queue_for(db: Database, **options) -> ViewQueue:
             queue = _queues[db.dsn] = ViewQueue(db, **options)
             atexit.register(queue.close)
         return queue
+
+
+def close_all() -> None:
+    """Close every queue of this process now (what the exit hook does for each), e.g. before its server stops."""
+    with _queues_lock:
+        queues = list(_queues.values())
+    for queue in queues:
+        queue.close()
 
 
 def record(db: Database, views: Iterable[View]) -> int:
