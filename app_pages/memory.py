@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core import roles
+from core.ids import NamespaceSearch
 from core.memory import reads, semantic
 from core.memory.customer_stores import ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
@@ -239,17 +240,19 @@ query = st.text_input(t("drill_input"), key=NS_KEY, placeholder=t("drill_placeho
 if query:
     st.query_params["ns"] = query
     try:
-        found = read(reads.find_namespaces, query, scope=scope)
-        suggestions = read(reads.suggest_namespaces, query, scope=scope)
+        search = NamespaceSearch.parse(query)
     except InvalidIdentifier as exc:
         st.error(md(exc))
         found = None
+    else:
+        found = read(reads.find_namespaces, search, scope=scope)
+        suggestions = read(reads.suggest_namespaces, search, scope=scope)
     if found is not None and found.empty and scope is not None:
         # not one of the manager's customers (or no such holder): refused, never shown, and the refusal logged
         st.error(
             t("scope_refused", target=md_code(query), stores=", ".join(map(md, scope.stores))), icon=":material/block:"
         )
-        views_log.record(roles.MANAGER, "refused", [(query, reads.refused_customer(query))], purpose or None)
+        views_log.record(roles.MANAGER, "refused", [(query, reads.refused_customer(search))], purpose or None)
     elif found is not None and found.empty:
         st.info(t("drill_none", q=md(query)))
     if found is not None and not suggestions.empty and suggestions["prefix"].tolist() != found["prefix"].tolist():

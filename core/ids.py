@@ -89,11 +89,40 @@ class ThreadId(str):
         return raw if isinstance(raw, ThreadId) else cls(raw)
 
 
+MAX_SEARCH_LENGTH = 400
+
+
+class NamespaceSearch(str):
+    """What a reader typed to find a namespace, stripped: a full prefix (`clientes.C9`) or an id under any root
+    (`C9`). Not blank, no NUL, at most MAX_SEARCH_LENGTH characters; `%`, `_` and quotes are literal characters.
+
+    The Memory page parses it once for its three reads (exact match, suggestions, the refusal it logs); a plain
+    `str` given to those reads (a bench, a test) is parsed there."""
+
+    __slots__ = ()
+
+    def __new__(cls, raw: object) -> Self:
+        if not isinstance(raw, str) or not raw.strip():
+            raise InvalidIdentifier("type a namespace (e.g. clientes.C9) or an id (e.g. C9)")
+        if "\x00" in raw:
+            raise InvalidIdentifier("the search contains a NUL character")
+        if len(raw) > MAX_SEARCH_LENGTH:
+            raise InvalidIdentifier(f"the search is {len(raw)} characters long (at most {MAX_SEARCH_LENGTH})")
+        return super().__new__(cls, raw.strip())
+
+    @classmethod
+    def parse(cls, raw: object) -> NamespaceSearch:
+        """`raw` as a NamespaceSearch (as it is when it already is one); raises InvalidIdentifier saying why not."""
+        return raw if isinstance(raw, NamespaceSearch) else cls(raw)
+
+
 __all__ = [
     "MAX_LABEL_LENGTH",
+    "MAX_SEARCH_LENGTH",
     "MAX_THREAD_ID_LENGTH",
     "CustomerId",
     "InvalidIdentifier",
+    "NamespaceSearch",
     "ThreadId",
     "validate_label",
 ]

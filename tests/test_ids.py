@@ -182,3 +182,43 @@ def test_hostile_ids_are_refused_at_every_public_door_and_change_nothing(db):
                 call()
             assert str(info.value) == str(rule.value), (door, bad)
     assert table_counts(db) == before
+
+
+# --- thread ids and namespace searches: parsed where they enter, as they are when already parsed --------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("", "thread id is empty"),
+        ("  ", "thread id is empty"),
+        ("a\x00b", "thread id contains a NUL character"),
+        ("x" * (ids.MAX_THREAD_ID_LENGTH + 1), "thread id is 1001 characters long"),
+        (None, "thread id must be text"),
+    ],
+    ids=["empty", "blank", "nul", "huge", "none"],
+)
+def test_a_thread_id_that_can_name_no_thread_is_refused_saying_why(bad, why):
+    with pytest.raises(InvalidIdentifier, match=why):
+        ids.ThreadId.parse(bad)
+
+
+@pytest.mark.parametrize("good", ["conv-1b2c", "cliente.C9.2", "50%_a'b\"", " padded ", "x" * 1000], ids=repr)
+def test_a_thread_id_keeps_every_character_and_is_parsed_once(good):
+    thread = ids.ThreadId.parse(good)
+    assert thread == good and ids.ThreadId.parse(thread) is thread
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [("", "type a namespace"), ("   ", "type a namespace"), ("C\x009", "NUL"), ("x" * 401, "401 characters long")],
+    ids=["empty", "blank", "nul", "huge"],
+)
+def test_a_namespace_search_that_can_find_nothing_is_refused_saying_why(bad, why):
+    with pytest.raises(InvalidIdentifier, match=why):
+        ids.NamespaceSearch.parse(bad)
+
+
+def test_a_namespace_search_is_stripped_once_and_keeps_wildcards_literal():
+    search = ids.NamespaceSearch.parse("  clientes.C_9%  ")
+    assert search == "clientes.C_9%" and ids.NamespaceSearch.parse(search) is search

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from core.db import Database, one
+from core.ids import NamespaceSearch
 from core.memory import customer_stores
 from core.memory.customer_stores import MINE, MINE_PREFIXES, MINE_PREFIXES_LARGE, PREFIX_IN_SCOPE, ROOT, Scope
-from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS, InvalidIdentifier
-
-MAX_SEARCH_LENGTH = 400
+from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
 
 # Totals per root come from `core_root_counts` (core/sql/046_root_counts.sql), documents per namespace from
 # `core_prefix_counts` (007), both kept exact by triggers. Expired documents: the days before today from
@@ -228,16 +227,6 @@ def oversized_customers(db: Database, limit: int = 200, scope: Scope | None = No
     return pd.DataFrame(rows, columns=["cliente_id", "prefix", "documents", "keys", "last_write"])
 
 
-def _valid_search(text: str) -> str:
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidIdentifier("type a namespace (e.g. clientes.C9) or an id (e.g. C9)")
-    if "\x00" in text:
-        raise InvalidIdentifier("the search contains a NUL character")
-    if len(text) > MAX_SEARCH_LENGTH:
-        raise InvalidIdentifier(f"the search is {len(text)} characters long (at most {MAX_SEARCH_LENGTH})")
-    return text.strip()
-
-
 def _candidates(text: str) -> list[str]:
     """The namespaces `text` may name: itself when it holds a dot, else the id under each root."""
     return [text] if "." in text else [f"{root}.{text}" for root in ROOTS]
@@ -250,7 +239,7 @@ def find_namespaces(db: Database, text: str, scope: Scope | None = None) -> pd.D
     Raises InvalidIdentifier for empty, NUL-bearing or oversized input. `%`, `_` and quotes
     are literal characters here.
     """
-    candidates = _candidates(_valid_search(text))
+    candidates = _candidates(NamespaceSearch.parse(text))
     if scope is not None:
         rows = db.fetch(SELECT_SCOPED_NAMESPACE_EXACT, {**scope.params(), "candidates": candidates})
         return pd.DataFrame(rows, columns=["prefix", "documents"])
@@ -259,7 +248,7 @@ def find_namespaces(db: Database, text: str, scope: Scope | None = None) -> pd.D
 
 def refused_customer(text: str) -> str | None:
     """The customer id a search names (`C9`, `clientes.C9`, `clientes.C9.x`), None when it names no customer."""
-    text = _valid_search(text)
+    text = NamespaceSearch.parse(text)
     if "." not in text:
         return text
     root, _, rest = text.partition(".")
@@ -271,7 +260,7 @@ def refused_customer(text: str) -> str | None:
 def suggest_namespaces(db: Database, text: str, limit: int = 10, scope: Scope | None = None) -> pd.DataFrame:
     """Up to `limit` namespaces whose full name, or id under a root, starts with `text` (`%`, `_`, `\\` literal),
     in name order; with a `scope`, only the scope's customers (`text` an id, or `clientes.` and the start of one)."""
-    text = _valid_search(text)
+    text = NamespaceSearch.parse(text)
     if scope is not None:
         low = text if "." not in text else text.removeprefix(f"{ROOT}.") if text.startswith(f"{ROOT}.") else None
         if not low or "." in low:
