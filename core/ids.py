@@ -14,7 +14,13 @@ MAX_LABEL_LENGTH = 200
 
 
 class InvalidIdentifier(ValueError):
-    """An id or namespace label that cannot be stored or looked up safely."""
+    """An id or namespace label that cannot be stored or looked up safely. `reason` names the rule it broke
+    (`not_text`, `empty`, `whitespace`, `too_long`, `nul`, `dot`) and `detail` its figures (`length`, `limit`), so a
+    page can say it in its reader's language (ui.errors.invalid_id); the message is for logs and CLIs."""
+
+    def __init__(self, message: str, reason: str = "invalid", **detail: int) -> None:
+        super().__init__(message)
+        self.reason, self.detail = reason, detail
 
 
 def validate_label(label: Any, what: str = "id") -> str:
@@ -25,17 +31,22 @@ def validate_label(label: Any, what: str = "id") -> str:
     every query binds them as parameters and escapes them in LIKE patterns.
     """
     if not isinstance(label, str):
-        raise InvalidIdentifier(f"{what} must be text, got {type(label).__name__}")
+        raise InvalidIdentifier(f"{what} must be text, got {type(label).__name__}", "not_text")
     if not label.strip():
-        raise InvalidIdentifier(f"{what} is empty")
+        raise InvalidIdentifier(f"{what} is empty", "empty")
     if label != label.strip():
-        raise InvalidIdentifier(f"{what} has leading or trailing whitespace: {label[:40]!r}")
+        raise InvalidIdentifier(f"{what} has leading or trailing whitespace: {label[:40]!r}", "whitespace")
     if len(label) > MAX_LABEL_LENGTH:
-        raise InvalidIdentifier(f"{what} is {len(label)} characters long (at most {MAX_LABEL_LENGTH})")
+        raise InvalidIdentifier(
+            f"{what} is {len(label)} characters long (at most {MAX_LABEL_LENGTH})",
+            "too_long",
+            length=len(label),
+            limit=MAX_LABEL_LENGTH,
+        )
     if "\x00" in label:
-        raise InvalidIdentifier(f"{what} contains a NUL character")
+        raise InvalidIdentifier(f"{what} contains a NUL character", "nul")
     if "." in label:
-        raise InvalidIdentifier(f"{what} contains '.', the namespace separator: {label[:40]!r}")
+        raise InvalidIdentifier(f"{what} contains '.', the namespace separator: {label[:40]!r}", "dot")
     return label
 
 
@@ -74,13 +85,18 @@ class ThreadId(str):
 
     def __new__(cls, raw: object) -> Self:
         if not isinstance(raw, str):
-            raise InvalidIdentifier(f"thread id must be text, got {type(raw).__name__}")
+            raise InvalidIdentifier(f"thread id must be text, got {type(raw).__name__}", "not_text")
         if not raw.strip():
-            raise InvalidIdentifier("thread id is empty")
+            raise InvalidIdentifier("thread id is empty", "empty")
         if "\x00" in raw:
-            raise InvalidIdentifier("thread id contains a NUL character")
+            raise InvalidIdentifier("thread id contains a NUL character", "nul")
         if len(raw) > MAX_THREAD_ID_LENGTH:
-            raise InvalidIdentifier(f"thread id is {len(raw)} characters long (at most {MAX_THREAD_ID_LENGTH})")
+            raise InvalidIdentifier(
+                f"thread id is {len(raw)} characters long (at most {MAX_THREAD_ID_LENGTH})",
+                "too_long",
+                length=len(raw),
+                limit=MAX_THREAD_ID_LENGTH,
+            )
         return super().__new__(cls, raw)
 
     @classmethod
@@ -103,11 +119,16 @@ class NamespaceSearch(str):
 
     def __new__(cls, raw: object) -> Self:
         if not isinstance(raw, str) or not raw.strip():
-            raise InvalidIdentifier("type a namespace (e.g. clientes.C9) or an id (e.g. C9)")
+            raise InvalidIdentifier("type a namespace (e.g. clientes.C9) or an id (e.g. C9)", "empty")
         if "\x00" in raw:
-            raise InvalidIdentifier("the search contains a NUL character")
+            raise InvalidIdentifier("the search contains a NUL character", "nul")
         if len(raw) > MAX_SEARCH_LENGTH:
-            raise InvalidIdentifier(f"the search is {len(raw)} characters long (at most {MAX_SEARCH_LENGTH})")
+            raise InvalidIdentifier(
+                f"the search is {len(raw)} characters long (at most {MAX_SEARCH_LENGTH})",
+                "too_long",
+                length=len(raw),
+                limit=MAX_SEARCH_LENGTH,
+            )
         return super().__new__(cls, raw.strip())
 
     @classmethod

@@ -84,7 +84,10 @@ def test_empty_customer_and_bad_id(shop, app_env):
     assert "No hay ningún dato sobre C404" in texts(at)
     at.text_input(key="access.customer").input("C.9").run()
     assert not at.exception, at.exception
-    assert "customer id contains '.', the namespace separator: 'C.9'" in shown(texts(at))
+    assert (
+        "Ese valor no se puede usar: contiene «.», el separador de los espacios de nombres. No se ha consultado ni "
+        "cambiado nada." in shown(texts(at))
+    )
     assert len(at.get("download_button")) == 0
 
 

@@ -222,3 +222,31 @@ def test_a_namespace_search_that_can_find_nothing_is_refused_saying_why(bad, why
 def test_a_namespace_search_is_stripped_once_and_keeps_wildcards_literal():
     search = ids.NamespaceSearch.parse("  clientes.C_9%  ")
     assert search == "clientes.C_9%" and ids.NamespaceSearch.parse(search) is search
+
+
+REFUSALS = [
+    lambda: validate_label(9, "customer id"),
+    lambda: validate_label(" ", "customer id"),
+    lambda: validate_label(" C9", "customer id"),
+    lambda: validate_label("x" * 201, "customer id"),
+    lambda: validate_label("C\x009", "customer id"),
+    lambda: validate_label("C.9", "customer id"),
+    lambda: ids.ThreadId.parse("x" * 1001),
+    lambda: ids.NamespaceSearch.parse(""),
+]
+
+
+def test_every_refusal_names_its_rule_and_each_language_says_it():
+    """A page shows why an id was refused in its reader's language (ui.errors.invalid_id): every rule has a text in
+    both catalogues, with its figures."""
+    from ui.i18n import CATALOGUES
+
+    reasons = set()
+    for refuse in REFUSALS:
+        with pytest.raises(InvalidIdentifier) as info:
+            refuse()
+        reasons.add(info.value.reason)
+        for catalogue in CATALOGUES.values():
+            text = catalogue[f"invalid_id_{info.value.reason}"]
+            assert text.format(**info.value.detail) and all("{" + k + "}" in text for k in info.value.detail)
+    assert reasons == {"not_text", "empty", "whitespace", "too_long", "nul", "dot"}

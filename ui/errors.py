@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from core.ids import InvalidIdentifier
+from ui import fmt
 from ui.i18n import t
 
 log = logging.getLogger(__name__)
@@ -29,3 +31,8 @@ def shown_as_message(run: Callable[[], None], page: str) -> None:
         error_id = uuid.uuid4().hex[:12]
         log.exception("page %s failed: error id %s", page, error_id)
         st.error(t("page_failed", id=error_id), icon=":material/error:")
+
+
+def invalid_id(exc: InvalidIdentifier) -> str:
+    """Why an id or a search was refused, in the page's language (`is empty`, `contains a NUL character`, ...)."""
+    return t(f"invalid_id_{exc.reason}", **{name: fmt.number(value) for name, value in exc.detail.items()})
