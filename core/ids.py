@@ -69,72 +69,65 @@ class CustomerId(str):
         return raw if isinstance(raw, CustomerId) else cls(raw)
 
 
+class _NamingText(str):
+    """Text that can name a stored row: text, not blank, no NUL (PostgreSQL text cannot hold it), at most LIMIT
+    characters. `.`, `%`, `_` and quotes are literal characters: queries bind it as a parameter."""
+
+    __slots__ = ()
+    WHAT = "text"  # how InvalidIdentifier's message names it
+    EMPTY = "text is empty"
+    LIMIT = 1000
+    STRIP = False  # kept as typed (an id), or stripped (a search)
+
+    def __new__(cls, raw: object) -> Self:
+        if not isinstance(raw, str):
+            raise InvalidIdentifier(f"{cls.WHAT} must be text, got {type(raw).__name__}", "not_text")
+        if not raw.strip():
+            raise InvalidIdentifier(cls.EMPTY, "empty")
+        if "\x00" in raw:
+            raise InvalidIdentifier(f"{cls.WHAT} contains a NUL character", "nul")
+        if len(raw) > cls.LIMIT:
+            raise InvalidIdentifier(
+                f"{cls.WHAT} is {len(raw)} characters long (at most {cls.LIMIT})",
+                "too_long",
+                length=len(raw),
+                limit=cls.LIMIT,
+            )
+        return super().__new__(cls, raw.strip() if cls.STRIP else raw)
+
+    @classmethod
+    def parse(cls, raw: object) -> Self:
+        """`raw` parsed (as it is when it already is one); raises InvalidIdentifier saying what is wrong with it."""
+        return raw if isinstance(raw, cls) else cls(raw)
+
+
 # Thread ids are the agents' own (LangGraph takes any text: uuids, `conv-<uuid>`, `cliente:C1:...`); the bound only
 # keeps a pasted page of text out of the queries.
 MAX_THREAD_ID_LENGTH = 1000
+MAX_SEARCH_LENGTH = 400
 
 
-class ThreadId(str):
-    """A thread id that can name a stored thread: text, not blank, no NUL (PostgreSQL text cannot hold it), at most
-    MAX_THREAD_ID_LENGTH characters. `.`, `%`, `_`, quotes and spaces inside are fine: queries bind it as a parameter.
-
+class ThreadId(_NamingText):
+    """A thread id that can name a stored thread, kept as typed (spaces inside or around are the agents' business).
     Parsed where it enters (the Checkpoints page's box and link, a CLI); the history reads take a ThreadId and do not
     check it again."""
 
     __slots__ = ()
-
-    def __new__(cls, raw: object) -> Self:
-        if not isinstance(raw, str):
-            raise InvalidIdentifier(f"thread id must be text, got {type(raw).__name__}", "not_text")
-        if not raw.strip():
-            raise InvalidIdentifier("thread id is empty", "empty")
-        if "\x00" in raw:
-            raise InvalidIdentifier("thread id contains a NUL character", "nul")
-        if len(raw) > MAX_THREAD_ID_LENGTH:
-            raise InvalidIdentifier(
-                f"thread id is {len(raw)} characters long (at most {MAX_THREAD_ID_LENGTH})",
-                "too_long",
-                length=len(raw),
-                limit=MAX_THREAD_ID_LENGTH,
-            )
-        return super().__new__(cls, raw)
-
-    @classmethod
-    def parse(cls, raw: object) -> ThreadId:
-        """`raw` as a ThreadId; raises InvalidIdentifier naming what is wrong with it."""
-        return raw if isinstance(raw, ThreadId) else cls(raw)
+    WHAT, EMPTY, LIMIT = "thread id", "thread id is empty", MAX_THREAD_ID_LENGTH
 
 
-MAX_SEARCH_LENGTH = 400
-
-
-class NamespaceSearch(str):
+class NamespaceSearch(_NamingText):
     """What a reader typed to find a namespace, stripped: a full prefix (`clientes.C9`) or an id under any root
-    (`C9`). Not blank, no NUL, at most MAX_SEARCH_LENGTH characters; `%`, `_` and quotes are literal characters.
-
-    The Memory page parses it once for its three reads (exact match, suggestions, the refusal it logs); a plain
-    `str` given to those reads (a bench, a test) is parsed there."""
+    (`C9`). The Memory page parses it once for its three reads (exact match, suggestions, the refusal it logs); a
+    plain `str` given to those reads (a bench, a test) is parsed there."""
 
     __slots__ = ()
-
-    def __new__(cls, raw: object) -> Self:
-        if not isinstance(raw, str) or not raw.strip():
-            raise InvalidIdentifier("type a namespace (e.g. clientes.C9) or an id (e.g. C9)", "empty")
-        if "\x00" in raw:
-            raise InvalidIdentifier("the search contains a NUL character", "nul")
-        if len(raw) > MAX_SEARCH_LENGTH:
-            raise InvalidIdentifier(
-                f"the search is {len(raw)} characters long (at most {MAX_SEARCH_LENGTH})",
-                "too_long",
-                length=len(raw),
-                limit=MAX_SEARCH_LENGTH,
-            )
-        return super().__new__(cls, raw.strip())
-
-    @classmethod
-    def parse(cls, raw: object) -> NamespaceSearch:
-        """`raw` as a NamespaceSearch (as it is when it already is one); raises InvalidIdentifier saying why not."""
-        return raw if isinstance(raw, NamespaceSearch) else cls(raw)
+    WHAT, EMPTY, LIMIT, STRIP = (
+        "the search",
+        "type a namespace (e.g. clientes.C9) or an id (e.g. C9)",
+        MAX_SEARCH_LENGTH,
+        True,
+    )
 
 
 __all__ = [

