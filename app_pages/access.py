@@ -20,7 +20,7 @@ from core.memory.store import InvalidIdentifier
 from core.privacy import access, access_notice, data_views
 from ui import data_views as views_log
 from ui.common import call_expensive, call_now, get_db, require_role
-from ui.errors import invalid_id
+from ui.errors import refused_message
 from ui.fmt import moment
 from ui.i18n import LANGUAGES, lang, t
 from ui.safe import md, md_code
@@ -55,7 +55,7 @@ def read_summary(customer_id: str) -> Summary | None:
     try:
         report = call_expensive(access.gather, customer_id)
     except InvalidIdentifier as exc:
-        st.error(t("invalid_id_refused", error=invalid_id(exc)))
+        st.error(refused_message(customer_id, exc))
         return None
     return Summary(
         report.customer_id,

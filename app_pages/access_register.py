@@ -10,7 +10,7 @@ from core.memory.store import InvalidIdentifier
 from core.privacy import access, data_views
 from ui import fmt
 from ui.common import call_now, require_role, settings
-from ui.errors import invalid_id
+from ui.errors import refused_message
 from ui.i18n import t
 from ui.registers import verify_button
 from ui.safe import md, md_code
@@ -87,7 +87,7 @@ with views_tab:
     try:
         seen = call_now(data_views.customer_views, customer) if customer else call_now(data_views.views)
     except InvalidIdentifier as exc:
-        st.error(t("invalid_id_refused", error=invalid_id(exc)))
+        st.error(refused_message(customer, exc))
         st.stop()
     if seen.empty:
         st.info(t("views_none_of", id=md(customer)) if customer else t("views_none"))

@@ -21,7 +21,7 @@ from ui import data_views as views_log
 from ui.attribution import page_coverage
 from ui.checkpoint_diff import diff_view, kind_label
 from ui.common import demo_seeding, read, require_role, settings, shared_figure
-from ui.errors import invalid_id
+from ui.errors import refused_message
 from ui.i18n import lang, t
 from ui.safe import md, md_code, plot_frame
 from ui.storage_view import storage_detail_view, table_totals
@@ -407,7 +407,7 @@ def thread_view() -> None:
     try:
         thread_id = ThreadId.parse(typed)
     except InvalidIdentifier as exc:
-        st.error(t("ckpt_thread_invalid", error=invalid_id(exc)))
+        st.error(refused_message(typed, exc, "ckpt_thread_invalid"))
         return
     st.query_params["thread"] = thread_id
     found = read(views.find_thread, thread_id)

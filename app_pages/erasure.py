@@ -15,7 +15,7 @@ from core.privacy import subjects as subj
 from ui import fmt
 from ui.attribution import decisions_of, page_coverage, show_residue, show_sources
 from ui.common import call_expensive, call_now, forget_all, require_role, settings
-from ui.errors import invalid_id
+from ui.errors import refused_message
 from ui.i18n import t
 from ui.safe import md, md_code
 from ui.tables import table
@@ -202,7 +202,7 @@ if st.button(t("erasure_preview"), key="erasure.preview", icon=":material/previe
         keep_preview(customer_id)
     except InvalidIdentifier as exc:
         st.session_state.pop(PREVIEW_KEY, None)
-        st.error(t("invalid_id_refused", error=invalid_id(exc)))
+        st.error(refused_message(customer_id, exc))
 
 stored = st.session_state.get(PREVIEW_KEY)
 preview, read_at = stored if stored else (None, None)

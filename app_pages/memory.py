@@ -26,7 +26,7 @@ from ui.common import (
     settings,
     shared_figure,
 )
-from ui.errors import invalid_id
+from ui.errors import refused_message
 from ui.i18n import lang, t
 from ui.safe import md, md_code, plot_frame
 from ui.scope import manager_scope, scoped_label
@@ -243,7 +243,7 @@ if query:
     try:
         search = NamespaceSearch.parse(query)
     except InvalidIdentifier as exc:
-        st.error(t("invalid_id_refused", error=invalid_id(exc)))
+        st.error(refused_message(query, exc))
         found = None
     else:
         found = read(reads.find_namespaces, search, scope=scope)

@@ -85,7 +85,7 @@ def test_empty_customer_and_bad_id(shop, app_env):
     at.text_input(key="access.customer").input("C.9").run()
     assert not at.exception, at.exception
     assert (
-        "Ese valor no se puede usar: contiene «.», el separador de los espacios de nombres. No se ha consultado ni "
+        "`C.9` no se puede usar: contiene «.», el separador de los espacios de nombres. No se ha consultado ni "
         "cambiado nada." in shown(texts(at))
     )
     assert len(at.get("download_button")) == 0

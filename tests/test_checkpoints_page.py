@@ -21,7 +21,7 @@ from core.ids import InvalidIdentifier, ThreadId
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.storage import storage as ckpt_storage
-from ui.safe import md
+from ui.safe import md, md_code
 
 APP = "../dashboard.py"
 PAGE = "app_pages/checkpoints.py"
@@ -288,7 +288,8 @@ def test_page_refuses_a_thread_id_that_can_name_no_thread(agents_db, app_env, te
     at = open_page(agents_db.dsn, app_env, {"thread": text})  # a link (?thread=), as the box is filled from it
     assert not at.exception
     why = "está en blanco" if not text.strip() else "tiene 10.000 caracteres (como máximo 1.000)"
-    assert [e.value for e in at.error] == [f"Ese id de hilo no se puede buscar: {why}. No se ha consultado nada."]
+    shown = md_code(text if len(text) <= 60 else text[:60] + "…")  # the start of what was typed, inert
+    assert [e.value for e in at.error] == [f"No se puede buscar el hilo {shown}: {why}. No se ha consultado nada."]
     assert not at.metric and not at.get("plotly_chart")
 
 

@@ -207,7 +207,7 @@ def test_invalid_id_in_the_page_gets_a_clear_error(shop, app_env):
     at.button(key="erasure.preview").click().run()
     assert not at.exception, at.exception
     assert (
-        "Ese valor no se puede usar: contiene «.», el separador de los espacios de nombres. No se ha consultado ni "
+        "`C.9` no se puede usar: contiene «.», el separador de los espacios de nombres. No se ha consultado ni "
         "cambiado nada." in shown(texts(at))
     )
     assert not [b for b in at.button if b.key == "erasure.start"]

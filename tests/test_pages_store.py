@@ -10,6 +10,7 @@ from apptools import as_int, frame, metric, plain
 from streamlit.testing.v1 import AppTest
 
 from core.memory.store import MAX_DOCS_PER_CUSTOMER
+from ui.safe import md_code
 
 APP = "../dashboard.py"
 
@@ -95,7 +96,8 @@ def test_namespace_search_metacharacters_find_nothing(at, demo_db, text):
 def test_namespace_search_bad_input_is_a_clear_message(at, text, why):
     at.text_input(key="memory.ns").input(text).run()
     assert not at.exception
-    assert [e.value for e in at.error] == [f"Ese valor no se puede usar: {why}. No se ha consultado ni cambiado nada."]
+    shown = md_code(text if len(text) <= 60 else text[:60] + "…")  # the start of what was typed, inert
+    assert [e.value for e in at.error] == [f"{shown} no se puede usar: {why}. No se ha consultado ni cambiado nada."]
 
 
 # The Preferences page's ground truth, decoded live from the canonical checkpoint views (never from

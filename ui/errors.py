@@ -14,6 +14,7 @@ import streamlit as st
 from core.ids import InvalidIdentifier
 from ui import fmt
 from ui.i18n import t
+from ui.safe import md_code
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,16 @@ def shown_as_message(run: Callable[[], None], page: str) -> None:
         error_id = uuid.uuid4().hex[:12]
         log.exception("page %s failed: error id %s", page, error_id)
         st.error(t("page_failed", id=error_id), icon=":material/error:")
+
+
+def refused_message(raw: str, exc: InvalidIdentifier, key: str = "invalid_id_refused") -> str:
+    """A page's message for an id or a search it refused: what was typed (its start, as inert code) and why, in the
+    reader's language."""
+    shown = raw if len(raw) <= SHOWN_CHARS else raw[:SHOWN_CHARS] + "…"
+    return t(key, value=md_code(shown), error=invalid_id(exc))
+
+
+SHOWN_CHARS = 60
 
 
 def invalid_id(exc: InvalidIdentifier) -> str:
