@@ -34,14 +34,14 @@ def shown_as_message(run: Callable[[], None], page: str) -> None:
         st.error(t("page_failed", id=error_id), icon=":material/error:")
 
 
+SHOWN_CHARS = 60  # how much of a refused value a message repeats
+
+
 def refused_message(raw: str, exc: InvalidIdentifier, key: str = "invalid_id_refused") -> str:
     """A page's message for an id or a search it refused: what was typed (its start, as inert code) and why, in the
     reader's language."""
     shown = raw if len(raw) <= SHOWN_CHARS else raw[:SHOWN_CHARS] + "…"
     return t(key, value=md_code(shown), error=invalid_id(exc))
-
-
-SHOWN_CHARS = 60
 
 
 def invalid_id(exc: InvalidIdentifier) -> str:

@@ -286,8 +286,6 @@ class Follower:
         self.on_slot_created: list = []  # test hook: callables run between the slot's creation and the recount
         self._created_at: int | None = None  # WAL position of the slot this process created, until caught up
         self._last_snapshot = 0.0
-        # pg_log_standby_snapshot: superuser, or EXECUTE granted (capture-grants.sql)
-        self._may_log_snapshot = dsn not in _SNAPSHOT_REFUSED
         if slot is None:
             with psycopg.connect(dsn) as conn:
                 slot = slot_name_for(conn.info.dbname)
@@ -461,13 +459,18 @@ class Follower:
     def _advance(self, conn: psycopg.Connection, lsn: int) -> None:
         conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, lsn_text(lsn)))
 
+    @property
+    def _may_log_snapshot(self) -> bool:
+        """pg_log_standby_snapshot needs a superuser or EXECUTE granted (capture-grants.sql); refused once, never
+        tried again in this process for that database."""
+        return self.dsn not in _SNAPSHOT_REFUSED
+
     def _log_snapshot(self, conn: psycopg.Connection) -> None:
         """A running-transactions record now, so that the next reads of the slot start from here (SNAPSHOT_S)."""
         try:
             conn.execute("SELECT pg_log_standby_snapshot()")
         except psycopg.errors.InsufficientPrivilege:
-            self._may_log_snapshot = False  # every read then decodes up to 15 s of WAL again: correct, slower
-            _SNAPSHOT_REFUSED.add(self.dsn)
+            _SNAPSHOT_REFUSED.add(self.dsn)  # every read then decodes up to 15 s of WAL again: correct, slower
             log.warning(
                 "change follower: pg_log_standby_snapshot() not permitted to this role (GRANT EXECUTE, "
                 "deploy/capture-grants.sql); each read of the slot decodes up to 15 s of WAL again"
