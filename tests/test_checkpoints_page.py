@@ -270,6 +270,23 @@ def test_recent_activity_on_the_article_agents_database(article_agents_db, app_e
         db.close()
 
 
+def test_a_thread_of_the_article_agents_opens_from_its_link(article_agents_db, app_env):
+    """A `conv-<uuid>` thread the memory article's agents wrote (stock saver, no metadata of ours), opened from
+    `?thread=` (parsed as a ThreadId): its checkpoints and writes equal SQL's."""
+    thread = article_agents_db.conversations[0].thread_id
+    db = Database(article_agents_db.dsn)
+    try:
+        at = open_page(article_agents_db.dsn, app_env, {"thread": thread})
+        q = db.fetch_one
+        n_ckpt = q("SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (thread,))["n"]
+        n_writes = q("SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = %s", (thread,))["n"]
+        assert n_ckpt > 0 and not at.error
+        assert as_int(metric(at, "Checkpoints")) == n_ckpt
+        assert as_int(metric(at, "Escrituras")) == n_writes
+    finally:
+        db.close()
+
+
 @pytest.mark.parametrize("text", BAD_INPUT)
 def test_page_bad_input_shows_nothing(agents_db, app_env, text):
     at = open_page(agents_db.dsn, app_env)
