@@ -1,14 +1,14 @@
 """What does the change follower cost the database server's CPU (issue 37)? The agents' write-rate ratios of
 bench/bench_capture.py move by +-5 % from run to run on this 2-core machine; this measures the follower's share
-directly: the CPU time (utime + stime from /proc) of the PostgreSQL backend that decodes for the follower, per
-1,000 agent writes (and against the CPU of the writer's own backend, the agents' side), while `--writes` stock
-`PostgresStore.put`s are made at `--rate` per second (numbered documents,
-fixed count: the same work every run). Two follower configurations, each on a fresh database of one embedded
-PostgreSQL 18 (`wal_level = logical`), the follower a thread polling every 0.5 s (IDLE_SLEEP_S) like the dashboard's:
+directly: the CPU time (utime + stime from /proc) of the PostgreSQL backend that decodes and applies for the
+follower, per 1,000 agent writes (and against the CPU of the writer's own backend, the agents' side), while
+`--writes` stock `PostgresStore.put`s are made at `--rate` per second (numbered documents, fixed count: the same
+work every run). Two follower configurations, each on a fresh database of one embedded PostgreSQL 18
+(`wal_level = logical`), the follower a thread polling every 0.5 s (IDLE_SLEEP_S) like the dashboard's:
 
-- **baseline**: the follower without its running-transactions records (each read of the slot decodes from the
-  slot's restart_lsn, moved by the bgwriter's record every 15 s);
-- **snapshot**: the follower as shipped, writing one after each batch it applied (SNAPSHOT_S).
+- **baseline: row by row**, the follower before its upserts were set-based: each batch's rows written with
+  `executemany` of one-row upserts (the statements of main before this change, rebuilt below from today's);
+- **set-based**: the follower as shipped, one statement per aggregate per batch (arrays, `unnest`).
 
     python -m bench.bench_follower_cpu --writes 6000 --rate 300
 """
@@ -19,6 +19,7 @@ import argparse
 import os
 import threading
 import time
+from typing import Any
 
 import psycopg
 
@@ -38,12 +39,47 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 
 
-def run(base: str, name: str, snapshots: bool, writes: int, rate: float) -> dict[str, float]:
+# The one-row forms of today's set-based upserts: same conflict clauses, one VALUES row per execution.
+ROW_BY_ROW = {
+    sql: sql.split("\nSELECT", 1)[0] + f" VALUES ({values})\nON CONFLICT" + sql.split("ON CONFLICT", 1)[1]
+    for sql, values in (
+        (fmod.UPSERT_PREFIX, "%s, %s, %s::timestamptz"),
+        (fmod.UPSERT_ROOT, "%s, 0, %s, %s, %s"),
+        (fmod.UPSERT_EXPIRY, "%s::date, %s, %s"),
+        (fmod.UPSERT_HOLDERS, "%s, %s, %s"),
+        (fmod.UPSERT_SHADOW, "%s, %s, %s::date, %s::bigint[], %s"),
+    )
+}
+
+
+class _RowByRowCursor:
+    def __init__(self, cursor: psycopg.Cursor) -> None:
+        self._cursor = cursor
+
+    def execute(self, sql: Any, params: Any = None) -> psycopg.Cursor:
+        if sql in ROW_BY_ROW:  # columns back to rows
+            self._cursor.executemany(ROW_BY_ROW[sql], list(zip(*params, strict=True)))
+            return self._cursor
+        return self._cursor.execute(sql, params)
+
+
+class RowByRow(fmod.Follower):
+    """The baseline: the follower's batches applied with one-row upserts."""
+
+    @staticmethod
+    def _apply(conn: psycopg.Connection, d: fmod.Deltas) -> None:
+        class Conn:
+            def cursor(self) -> _RowByRowCursor:
+                return _RowByRowCursor(conn.cursor())
+
+        fmod.Follower._apply(Conn(), d)  # type: ignore[arg-type]
+
+
+def run(base: str, name: str, follower_class: type[fmod.Follower], writes: int, rate: float) -> dict[str, float]:
     dsn = fresh_database(base, name)
     migrate(dsn, DIMS)
     fmod.catch_up(dsn)  # slot and recount before the measured writes
-    follower = fmod.Follower(dsn)
-    follower._may_log_snapshot = snapshots
+    follower = follower_class(dsn)
     stop = threading.Event()
     thread = threading.Thread(target=follower.run, kwargs={"stop": stop}, daemon=True)
     thread.start()
@@ -84,15 +120,16 @@ def main() -> None:
     args = parser.parse_args()
     _data, base = logical_server(None, "bench-follower-cpu-")
     results = {}
-    for label, snapshots in (("baseline", False), ("snapshot", True)):
-        results[label] = run(base, f"cpu_{label}", snapshots, args.writes, args.rate)
+    for label, follower_class in (("row by row", RowByRow), ("set-based", fmod.Follower)):
+        results[label] = run(base, f"cpu_{label.replace(' ', '_')}", follower_class, args.writes, args.rate)
         r = results[label]
         print(
             f"{label}: {args.writes:,} writes in {r['seconds']:.1f} s, follower backend CPU {r['cpu']:.2f} s "
             f"({r['cpu'] / args.writes * 1000:.3f} s per 1,000 writes); the writer's own backend {r['writer']:.2f} s",
             flush=True,
         )
-    ratio = results["snapshot"]["cpu"] / results["baseline"]["cpu"] if results["baseline"]["cpu"] else float("nan")
+    base_cpu = results["row by row"]["cpu"]
+    ratio = results["set-based"]["cpu"] / base_cpu if base_cpu else float("nan")
     print(
         "\n| follower | its backend CPU (s) | per 1,000 writes (s) | vs baseline | writer's backend CPU (s) "
         "| follower / writer |"
@@ -101,7 +138,7 @@ def main() -> None:
     for label, r in results.items():
         print(
             f"| {label} | {r['cpu']:.2f} | {r['cpu'] / args.writes * 1000:.3f} "
-            f"| {'1.00' if label == 'baseline' else f'{ratio:.2f}'} | {r['writer']:.2f} "
+            f"| {'1.00' if label == 'row by row' else f'{ratio:.2f}'} | {r['writer']:.2f} "
             f"| {r['cpu'] / r['writer']:.2f} |"
         )
 

@@ -169,26 +169,34 @@ SELECT u.v, ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(u.v::jso
        {HILO_OF.format(value="u.v::jsonb")} AS hilo
 FROM unnest(%s::text[]) AS u(v)"""
 SELECT_PREFIX_DOCUMENTS = "SELECT prefix, documents FROM core_prefix_counts WHERE prefix = ANY(%s)"
+# Each upsert below writes a whole batch in one statement (arrays, one row per element): row by row (executemany),
+# applying was half of the follower's server CPU (bench/bench_follower_cpu.py).
 UPSERT_PREFIX = """
-INSERT INTO core_prefix_counts AS c (prefix, documents, last_write) VALUES (%s, %s, %s::timestamptz)
+INSERT INTO core_prefix_counts AS c (prefix, documents, last_write)
+SELECT * FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[])
 ON CONFLICT (prefix) DO UPDATE SET documents = EXCLUDED.documents,
     last_write = GREATEST(c.last_write, EXCLUDED.last_write)"""
 DELETE_PREFIX = "DELETE FROM core_prefix_counts WHERE prefix = ANY(%s)"
 UPSERT_ROOT = """
-INSERT INTO core_root_counts AS r (root, shard, documents, namespaces, vectors) VALUES (%s, 0, %s, %s, %s)
+INSERT INTO core_root_counts AS r (root, shard, documents, namespaces, vectors)
+SELECT root, 0, d, n, v FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[]) AS u(root, d, n, v)
 ON CONFLICT (root, shard) DO UPDATE SET documents = r.documents + EXCLUDED.documents,
     namespaces = r.namespaces + EXCLUDED.namespaces, vectors = r.vectors + EXCLUDED.vectors"""
 UPSERT_EXPIRY = """
-INSERT INTO core_expiry_days AS d (day, root, documents) VALUES (%s::date, %s, %s)
+INSERT INTO core_expiry_days AS d (day, root, documents)
+SELECT * FROM unnest(%s::date[], %s::text[], %s::bigint[])
 ON CONFLICT (day, root) DO UPDATE SET documents = d.documents + EXCLUDED.documents"""
 UPSERT_HOLDERS = """
-INSERT INTO core_value_holders AS h (value_hash, cliente_id, documents) VALUES (%s, %s, %s)
+INSERT INTO core_value_holders AS h (value_hash, cliente_id, documents)
+SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[])
 ON CONFLICT (value_hash, cliente_id) DO UPDATE SET documents = h.documents + EXCLUDED.documents"""
 DROP_EMPTY_HOLDERS = """
 DELETE FROM core_value_holders h USING unnest(%s::bigint[], %s::text[]) AS z(value_hash, cliente_id)
 WHERE h.value_hash = z.value_hash AND h.cliente_id = z.cliente_id AND h.documents <= 0"""
 UPSERT_SHADOW = """
-INSERT INTO core_store_shadow (prefix, key, expires_day, value_hashes, hilo) VALUES (%s, %s, %s::date, %s, %s)
+INSERT INTO core_store_shadow (prefix, key, expires_day, value_hashes, hilo)
+SELECT p, k, d, h::bigint[], l
+FROM unnest(%s::text[], %s::text[], %s::date[], %s::text[], %s::text[]) AS u(p, k, d, h, l)
 ON CONFLICT (prefix, key) DO UPDATE SET expires_day = EXCLUDED.expires_day, value_hashes = EXCLUDED.value_hashes,
     hilo = EXCLUDED.hilo"""
 DELETE_SHADOW = """
@@ -517,27 +525,29 @@ class Follower:
         for root, n in d.vectors.items():
             roots.setdefault(root, [0, 0, 0])[2] += n
         if upserts:
-            cur.executemany(UPSERT_PREFIX, upserts)
+            cur.execute(UPSERT_PREFIX, _transpose(upserts))
         if gone:
             cur.execute(DELETE_PREFIX, (gone,))
         rows = [(root, *v) for root, v in sorted(roots.items()) if any(v)]
         if rows:
-            cur.executemany(UPSERT_ROOT, rows)
+            cur.execute(UPSERT_ROOT, _transpose(rows))
         expiry = [(day, root, n) for (day, root), n in sorted(d.expiry.items()) if n]
         if expiry:
-            cur.executemany(UPSERT_EXPIRY, expiry)
+            cur.execute(UPSERT_EXPIRY, _transpose(expiry))
         holders = [(h, c, n) for (h, c), n in sorted(d.holders.items()) if n]
         if holders:
-            cur.executemany(UPSERT_HOLDERS, holders)
+            cur.execute(UPSERT_HOLDERS, _transpose(holders))
             low = [(h, c) for h, c, n in holders if n < 0]
             if low:
                 cur.execute(DROP_EMPTY_HOLDERS, ([h for h, _ in low], [c for _, c in low]))
         keep = [
-            (p, k, c.expires_day, list(c.value_hashes) or None, c.hilo) for (p, k), c in d.shadow.items() if not c.empty
+            (p, k, c.expires_day, _bigint_array(c.value_hashes), c.hilo)
+            for (p, k), c in sorted(d.shadow.items())
+            if not c.empty
         ]
         drop = [(p, k) for (p, k), c in d.shadow.items() if c.empty]
         if keep:
-            cur.executemany(UPSERT_SHADOW, keep)
+            cur.execute(UPSERT_SHADOW, _transpose(keep))
         if drop:
             cur.execute(DELETE_SHADOW, ([p for p, _ in drop], [k for _, k in drop]))
         if d.threads:
@@ -592,6 +602,16 @@ class Follower:
             except psycopg.Error as exc:  # database gone or restarted: connect again
                 log.warning("change follower: %s; retrying", exc)
                 stop.wait(2)
+
+
+def _transpose(rows: list[tuple]) -> list[list]:
+    """Rows (at least one) as column lists: the arrays of one set-based upsert."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+def _bigint_array(hashes: tuple[int, ...]) -> str | None:
+    """A bigint[] literal (arrays of differing lengths cannot be one 2-D parameter); None for no hashes."""
+    return "{" + ",".join(map(str, hashes)) + "}" if hashes else None
 
 
 def _columns(keys: list[changes.CheckpointKey]) -> tuple[list[str], list[str], list[str]]:
