@@ -139,7 +139,9 @@ def _ctx(dsn: str) -> tuple[psycopg.Connection, dict]:
     return conn, {"store": _store(conn), "graph": graph, "saver": saver}
 
 
-def run_mode(base: str, data: Path, mode: str, ops: int, rounds: int, idle_sleep: float) -> dict[str, float]:
+def run_mode(
+    base: str, data: Path, mode: str, ops: int, rounds: int, idle_sleep: float, workloads: list[str]
+) -> dict[str, float]:
     stock = _database(base, f"bench_stock_{mode}", dashboard=False)
     ours = _database(base, f"bench_dashboard_{mode}", dashboard=True)
     proc = None
@@ -155,7 +157,8 @@ def run_mode(base: str, data: Path, mode: str, ops: int, rounds: int, idle_sleep
     c_stock, ctx_stock = _ctx(stock)
     c_ours, ctx_ours = _ctx(ours)
     try:
-        for name, (fn, share) in WORKLOADS.items():
+        for name in workloads:
+            fn, share = WORKLOADS[name]
             n = max(10, int(ops * share))
             _round(ctx_stock, fn, -1, n), _round(ctx_ours, fn, -1, n)  # warm-up
             ratios = []
@@ -192,16 +195,20 @@ def main() -> None:
     parser.add_argument("--mode", choices=["strict", "follower", "both"], default="both")
     parser.add_argument("--idle-sleep", type=float, default=0.5)
     parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument(
+        "--workload", action="append", choices=list(WORKLOADS), help="only these (repeatable; default: all five)"
+    )
     args = parser.parse_args()
+    workloads = args.workload or list(WORKLOADS)
     data, base = logical_server(args.data, "bench-capture-")
     with psycopg.connect(base, autocommit=True) as conn:  # the session test server's settings: no fsync wait
         conn.execute("ALTER SYSTEM SET synchronous_commit = off")
         conn.execute("SELECT pg_reload_conf()")
     modes = ["strict", "follower"] if args.mode == "both" else [args.mode]
-    results = {m: run_mode(base, data, m, args.ops, args.rounds, args.idle_sleep) for m in modes}
+    results = {m: run_mode(base, data, m, args.ops, args.rounds, args.idle_sleep, workloads) for m in modes}
     print("\n| stock workload | " + " | ".join(modes) + " |")
     print("|---|" + "---:|" * len(modes))
-    for name in WORKLOADS:
+    for name in workloads:
         print(f"| {name} | " + " | ".join(f"{results[m][name]:.3f}" for m in modes) + " |")
 
 

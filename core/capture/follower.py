@@ -156,7 +156,7 @@ SELECT_POSITION = """
 SELECT lsn::text, recount_snapshot::text AS snapshot, recount_lsn::text FROM core_capture_position
 WHERE slot_name = %s"""
 PEEK = """
-SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,
+SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,
     'proto_version', '1', 'publication_names', %s)"""
 # A customer's document's back-link to the conversation that wrote it (the memory article's tool writes `hilo`).
 HILO_OF = "CASE WHEN jsonb_typeof({value} -> 'hilo') = 'string' THEN {value} ->> 'hilo' END"
@@ -419,7 +419,7 @@ class Follower:
         drained = len(rows) < self.batch_changes
         if drained:
             self._created_at = None  # caught up once after its creation: a later loss is the ordinary kind
-        txns = changes.decode_batch((lsn_int(lsn), bytes(data)) for lsn, data in rows)
+        txns = changes.decode_batch(rows)
         reached = max([applied] + [t.end_lsn for t in txns])
         todo = [
             t
