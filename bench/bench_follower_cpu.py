@@ -2,15 +2,21 @@
 bench/bench_capture.py move by +-5 % from run to run on this 2-core machine; this measures the follower's share
 directly: the CPU time (utime + stime from /proc) of the PostgreSQL backend that decodes and applies for the
 follower, per 1,000 agent writes (and against the CPU of the writer's own backend, the agents' side), while
-`--writes` stock `PostgresStore.put`s are made at `--rate` per second (numbered documents, fixed count: the same
-work every run). Two follower configurations, each on a fresh database of one embedded PostgreSQL 18
-(`wal_level = logical`), the follower a thread polling every 0.5 s (IDLE_SLEEP_S) like the dashboard's:
+`--writes` stock `PostgresStore.put`s are made at `--rate` per second (0: as fast as one connection goes; numbered
+documents, fixed count: the same work every run; `--vectors`: with the seed's vector index, whose HNSW pages make
+most of the WAL the follower reads past). Two follower configurations, each on a fresh database of one embedded
+PostgreSQL 18 (`wal_level = logical`), the follower a thread polling every 0.5 s (IDLE_SLEEP_S) like the dashboard's:
 
-- **baseline: row by row**, the follower before its upserts were set-based: each batch's rows written with
-  `executemany` of one-row upserts (the statements of main before this change, rebuilt below from today's);
-- **set-based**: the follower as shipped, one statement per aggregate per batch (arrays, `unnest`).
+- **baseline: main at 49cf832**, each batch's rows written with `executemany` of one-row upserts (the statements
+  of then, rebuilt below from today's);
+- **shipped**: one statement per aggregate per batch (arrays, `unnest`).
+
+Both write a running-transactions record after each batch they applied (SNAPSHOT_S). Writing it just before a read
+that starts behind instead, so that the next read would not decode the batch before again, was measured and
+dropped: 0.47 s both ways at 300 puts/s, 0.20 and 0.22 s at full rate with vectors.
 
     python -m bench.bench_follower_cpu --writes 6000 --rate 300
+    python -m bench.bench_follower_cpu --writes 4000 --rate 0 --vectors
 """
 
 from __future__ import annotations
@@ -63,8 +69,8 @@ class _RowByRowCursor:
         return self._cursor.execute(sql, params)
 
 
-class RowByRow(fmod.Follower):
-    """The baseline: the follower's batches applied with one-row upserts."""
+class Baseline(fmod.Follower):
+    """Main at 49cf832: the follower's batches applied with one-row upserts."""
 
     @staticmethod
     def _apply(conn: psycopg.Connection, d: fmod.Deltas) -> None:
@@ -75,7 +81,12 @@ class RowByRow(fmod.Follower):
         fmod.Follower._apply(Conn(), d)  # type: ignore[arg-type]
 
 
-def run(base: str, name: str, follower_class: type[fmod.Follower], writes: int, rate: float) -> dict[str, float]:
+CONFIGURATIONS: dict[str, type[fmod.Follower]] = {"baseline (49cf832)": Baseline, "shipped": fmod.Follower}
+
+
+def run(
+    base: str, name: str, follower_class: type[fmod.Follower], writes: int, rate: float, vectors: bool
+) -> dict[str, float]:
     dsn = fresh_database(base, name)
     migrate(dsn, DIMS)
     fmod.catch_up(dsn)  # slot and recount before the measured writes
@@ -99,8 +110,9 @@ def run(base: str, name: str, follower_class: type[fmod.Follower], writes: int, 
             writer_start = cpu_seconds(writer_pid)
             t0 = time.monotonic()
             for i in range(writes):
-                store.put(("clientes", f"C{i % 500}"), f"nota-{i}", {"texto": f"nota {i}", "i": i}, index=False)
-                delay = t0 + (i + 1) / rate - time.monotonic()
+                value = {"texto": f"recoger en tienda T00{i % 9}, nota {i}", "i": i}
+                store.put(("clientes", f"C{i % 500}"), f"nota-{i}", value, index=None if vectors else False)
+                delay = t0 + (i + 1) / rate - time.monotonic() if rate else 0
                 if delay > 0:
                     time.sleep(delay)
             seconds = time.monotonic() - t0
@@ -116,20 +128,20 @@ def run(base: str, name: str, follower_class: type[fmod.Follower], writes: int, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--writes", type=int, default=6000)
-    parser.add_argument("--rate", type=float, default=300.0)
+    parser.add_argument("--rate", type=float, default=300.0, help="writes per second; 0: as fast as they go")
+    parser.add_argument("--vectors", action="store_true", help="puts with the seed's vector index")
     args = parser.parse_args()
     _data, base = logical_server(None, "bench-follower-cpu-")
     results = {}
-    for label, follower_class in (("row by row", RowByRow), ("set-based", fmod.Follower)):
-        results[label] = run(base, f"cpu_{label.replace(' ', '_')}", follower_class, args.writes, args.rate)
+    for i, (label, follower_class) in enumerate(CONFIGURATIONS.items()):
+        results[label] = run(base, f"cpu_{i}", follower_class, args.writes, args.rate, args.vectors)
         r = results[label]
         print(
             f"{label}: {args.writes:,} writes in {r['seconds']:.1f} s, follower backend CPU {r['cpu']:.2f} s "
             f"({r['cpu'] / args.writes * 1000:.3f} s per 1,000 writes); the writer's own backend {r['writer']:.2f} s",
             flush=True,
         )
-    base_cpu = results["row by row"]["cpu"]
-    ratio = results["set-based"]["cpu"] / base_cpu if base_cpu else float("nan")
+    base_cpu = results["baseline (49cf832)"]["cpu"]
     print(
         "\n| follower | its backend CPU (s) | per 1,000 writes (s) | vs baseline | writer's backend CPU (s) "
         "| follower / writer |"
@@ -138,7 +150,7 @@ def main() -> None:
     for label, r in results.items():
         print(
             f"| {label} | {r['cpu']:.2f} | {r['cpu'] / args.writes * 1000:.3f} "
-            f"| {'1.00' if label == 'row by row' else f'{ratio:.2f}'} | {r['writer']:.2f} "
+            f"| {r['cpu'] / base_cpu:.2f} | {r['writer']:.2f} "
             f"| {r['cpu'] / r['writer']:.2f} |"
         )
 

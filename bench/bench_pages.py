@@ -1,6 +1,7 @@
 """Page queries and full page renders at production size, against their naive baselines.
 
     python -m bench.bench_pages --sizes 100000 1000000
+    python -m bench.bench_pages --sizes 10000000 --max-slot-wal-keep-size 16GB
 
 For each size: a fresh database on an embedded PostgreSQL (folder --data, default .data/bench),
 migrations, bulk data from bench/generate_store.py, then for each store page's core function the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import time
 from datetime import date, timedelta
@@ -100,8 +102,14 @@ def page_render_ms(
     return statistics.median(times)
 
 
-def run(sizes: list[int], data: Path) -> list[tuple]:
+def run(sizes: list[int], data: Path, slot_keep: str | None = None) -> list[tuple]:
     base = embedded_dsn(data)
+    if slot_keep:  # the follower's recount at creation writes ~4x the store's size of WAL, which the slot keeps
+        if not re.fullmatch(r"\d+(kB|MB|GB|TB)?", slot_keep):
+            raise SystemExit(f"--max-slot-wal-keep-size {slot_keep!r}: a size such as 16GB")
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"ALTER SYSTEM SET max_slot_wal_keep_size = '{slot_keep}'")
+            conn.execute("SELECT pg_reload_conf()")
     today = date.today()
     month = (today - timedelta(days=29), today)
     rows = []
@@ -145,9 +153,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--data", type=Path, default=Path(".data/bench"))
+    parser.add_argument(
+        "--max-slot-wal-keep-size",
+        help="set on the bench's server before the follower's recount (10M documents: 16GB; docs/operator.md)",
+    )
     args = parser.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
-    rows = run(args.sizes, args.data)
+    rows = run(args.sizes, args.data, args.max_slot_wal_keep_size)
     print("\n| documents | figure | ms (median) | baseline | baseline ms | speed-up |")
     print("|---:|---|---:|---|---:|---:|")
     for size, label, ms, base_label, base_ms in rows:

@@ -556,13 +556,13 @@ class Follower:
             cur.execute("TRUNCATE core_checkpoint_shadow")
         written = sorted((k, m) for k, m in d.checkpoints.items() if m)
         if written:
-            cur.execute(UPSERT_CHECKPOINTS, (*_columns([k for k, _ in written]), [m for _, m in written]))
+            cur.execute(UPSERT_CHECKPOINTS, _transpose([(*k, m) for k, m in written]))
         unchanged = sorted(k for k, m in d.checkpoints.items() if m == changes.UNCHANGED_METADATA)
         if unchanged:
-            cur.execute(REREAD_CHECKPOINTS, _columns(unchanged))
+            cur.execute(REREAD_CHECKPOINTS, _transpose(unchanged))
         deleted = sorted(k for k, m in d.checkpoints.items() if m is None)
         if deleted:
-            cur.execute(DELETE_CHECKPOINTS, _columns(deleted))
+            cur.execute(DELETE_CHECKPOINTS, _transpose(deleted))
 
     # --- running -------------------------------------------------------------------------------------------
     def drain(self, conn: psycopg.Connection, target: int = 0) -> int:
@@ -605,17 +605,13 @@ class Follower:
 
 
 def _transpose(rows: list[tuple]) -> list[list]:
-    """Rows (at least one) as column lists: the arrays of one set-based upsert."""
+    """Rows (at least one) as column lists: the arrays of one set-based statement."""
     return [list(column) for column in zip(*rows, strict=True)]
 
 
 def _bigint_array(hashes: tuple[int, ...]) -> str | None:
     """A bigint[] literal (arrays of differing lengths cannot be one 2-D parameter); None for no hashes."""
     return "{" + ",".join(map(str, hashes)) + "}" if hashes else None
-
-
-def _columns(keys: list[changes.CheckpointKey]) -> tuple[list[str], list[str], list[str]]:
-    return [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
 
 
 def try_lock(conn: psycopg.Connection) -> bool:
