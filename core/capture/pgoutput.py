@@ -77,6 +77,7 @@ Message = Begin | Commit | Relation | Insert | Update | Delete | Truncate | Othe
 
 _STRUCTS = {fmt: struct.Struct("!" + fmt) for fmt in "bhiIq"}  # compiled once: decoding is the follower's Python CPU
 _INT16, _INT32 = _STRUCTS["h"], _STRUCTS["i"]
+_NULL, _TOASTED, _TEXT, _BINARY = b"nutb"  # a tuple column's kind byte, as an int
 
 
 class _Reader:
@@ -109,15 +110,15 @@ class _Reader:
         for _ in range(count):
             kind = data[pos]
             pos += 1
-            if kind == 0x6E:  # 'n'
+            if kind == _NULL:
                 values.append(None)
-            elif kind == 0x75:  # 'u'
+            elif kind == _TOASTED:
                 values.append(UNCHANGED)
-            elif kind in (0x74, 0x62):  # 't', 'b'
+            elif kind in (_TEXT, _BINARY):
                 (n,) = _INT32.unpack_from(data, pos)
                 raw = data[pos + 4 : pos + 4 + n]
                 pos += 4 + n
-                values.append(raw.decode() if kind == 0x74 else raw)
+                values.append(raw.decode() if kind == _TEXT else raw)
             else:
                 raise ValueError(f"unknown tuple column kind {chr(kind)!r}")
         self.pos = pos
