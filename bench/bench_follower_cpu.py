@@ -7,9 +7,10 @@ documents, fixed count: the same work every run; `--vectors`: with the seed's ve
 most of the WAL the follower reads past). Two follower configurations, each on a fresh database of one embedded
 PostgreSQL 18 (`wal_level = logical`), the follower a thread polling every 0.5 s (IDLE_SLEEP_S) like the dashboard's:
 
-- **baseline: main at 49cf832**, each batch's rows written with `executemany` of one-row upserts (the statements
-  of then, rebuilt below from today's);
-- **shipped**: one statement per aggregate per batch (arrays, `unnest`).
+- **baseline: main at 49cf832**, the shadow row of every document a batch touches read first, and each batch's
+  rows written with `executemany` of one-row upserts (the statements of then, rebuilt below from today's);
+- **shipped**: no shadow row read for a document the batch first inserts, and one statement per aggregate per batch
+  (arrays, `unnest`).
 
 Both write a running-transactions record after each batch they applied (SNAPSHOT_S). Writing it just before a read
 that starts behind instead, so that the next read would not decode the batch before again, was measured and
@@ -30,6 +31,7 @@ from typing import Any
 import psycopg
 
 from bench.bench_capture import fresh_database, logical_server
+from core.capture import changes
 from core.capture import follower as fmod
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
@@ -69,8 +71,22 @@ class _RowByRowCursor:
         return self._cursor.execute(sql, params)
 
 
+def _every_store_key(txns: list[changes.Transaction]) -> set[tuple[str, str]]:
+    """Main at 49cf832's changes.store_keys: the shadow row of every document the batch touches is read."""
+    return {(e.prefix, e.key) for t in txns for e in t.events if isinstance(e, changes.Put | changes.Gone)}
+
+
 class Baseline(fmod.Follower):
-    """Main at 49cf832: the follower's batches applied with one-row upserts."""
+    """Main at 49cf832: every touched document's shadow row read, the batches applied with one-row upserts."""
+
+    @staticmethod
+    def _fold(conn: psycopg.Connection, txns: list[changes.Transaction]) -> fmod.Deltas:
+        shipped = changes.store_keys
+        changes.store_keys = _every_store_key  # type: ignore[assignment]
+        try:
+            return fmod.Follower._fold(conn, txns)
+        finally:
+            changes.store_keys = shipped
 
     @staticmethod
     def _apply(conn: psycopg.Connection, d: fmod.Deltas) -> None:

@@ -60,3 +60,14 @@ def test_truncate_and_unknown():
     assert pgoutput.decode(b"Yabc") == pgoutput.Other("Y", b"abc")
     with pytest.raises(ValueError):
         pgoutput.decode(b"I\x00\x00\x00\x01X")
+
+
+def test_the_fold_reads_the_shadow_only_of_documents_that_existed_before_the_batch():
+    """store_keys: the documents whose core_store_shadow row the follower reads before folding a batch. One the batch
+    first INSERTs had no row then (its INSERT succeeded), so it is not read; one it first overwrites or deletes is."""
+    from core.capture import changes
+
+    txns = changes.decode_batch(ROWS)  # put k1, overwrite k1, put k2, delete k1, TRUNCATE, put k3
+    assert changes.store_keys(txns) == set()  # each document's first event here is its INSERT
+    assert changes.store_keys(txns[1:]) == {("a.b", "k1")}  # from the overwrite on: k1 existed before
+    assert changes.store_keys(txns[3:]) == {("a.b", "k1")}  # from the delete on

@@ -236,7 +236,15 @@ UNCHANGED_METADATA = ""  # a checkpoint rewritten with its TOASTed metadata unch
 
 
 def store_keys(txns: Iterable[Transaction]) -> set[tuple[str, str]]:
-    return {(e.prefix, e.key) for t in txns for e in t.events if isinstance(e, Put | Gone)}
+    """The documents whose contribution before the batch the fold needs (their core_store_shadow rows): every one
+    the batch touches, except those it first INSERTs (no such row existed then, so neither did its shadow row). The
+    agents mostly write new documents: the follower then reads no shadow row for them."""
+    first: dict[tuple[str, str], bool] = {}  # document -> its first event in the batch is an INSERT
+    for t in txns:
+        for e in t.events:
+            if isinstance(e, Put | Gone):
+                first.setdefault((e.prefix, e.key), isinstance(e, Put) and e.inserted)
+    return {k for k, inserted in first.items() if not inserted}
 
 
 def new_values(txns: Iterable[Transaction]) -> set[str]:
