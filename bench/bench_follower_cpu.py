@@ -26,9 +26,11 @@ import argparse
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import psycopg
+from langgraph.store.postgres import PostgresStore
 
 from bench.bench_capture import fresh_database, logical_server
 from core.capture import changes
@@ -100,6 +102,24 @@ class Baseline(fmod.Follower):
 CONFIGURATIONS: dict[str, type[fmod.Follower]] = {"baseline (49cf832)": Baseline, "shipped": fmod.Follower}
 
 
+def paced_puts(
+    store: PostgresStore,
+    writes: int,
+    rate: float,
+    value: Callable[[int], dict],
+    *,
+    index: Literal[False] | None = False,
+) -> float:
+    """`writes` stock puts of numbered customer documents, `rate` a second (0: as fast as they go): seconds taken."""
+    t0 = time.monotonic()
+    for i in range(writes):
+        store.put(("clientes", f"C{i % 500}"), f"nota-{i}", value(i), index=index)
+        delay = t0 + (i + 1) / rate - time.monotonic() if rate else 0
+        if delay > 0:
+            time.sleep(delay)
+    return time.monotonic() - t0
+
+
 def run(
     base: str, name: str, follower_class: type[fmod.Follower], writes: int, rate: float, vectors: bool
 ) -> dict[str, float]:
@@ -124,14 +144,13 @@ def run(
             store = build_store(w, OfflineHashEmbeddings(DIMS), DIMS)
             writer_pid = w.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
             writer_start = cpu_seconds(writer_pid)
-            t0 = time.monotonic()
-            for i in range(writes):
-                value = {"texto": f"recoger en tienda T00{i % 9}, nota {i}", "i": i}
-                store.put(("clientes", f"C{i % 500}"), f"nota-{i}", value, index=None if vectors else False)
-                delay = t0 + (i + 1) / rate - time.monotonic() if rate else 0
-                if delay > 0:
-                    time.sleep(delay)
-            seconds = time.monotonic() - t0
+            seconds = paced_puts(
+                store,
+                writes,
+                rate,
+                lambda i: {"texto": f"recoger en tienda T00{i % 9}, nota {i}", "i": i},
+                index=None if vectors else False,
+            )
             writer = cpu_seconds(writer_pid) - writer_start
         fmod.catch_up(dsn, timeout=120)
         used = cpu_seconds(pid) - start_cpu

@@ -31,7 +31,7 @@ import psycopg
 from psycopg import pq
 
 from bench.bench_capture import fresh_database, logical_server
-from bench.bench_follower_cpu import cpu_seconds
+from bench.bench_follower_cpu import cpu_seconds, paced_puts
 from core.capture import follower as fmod
 from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
@@ -86,7 +86,7 @@ def run(base: str, name: str, reader, writes: int, rate: float) -> dict[str, flo
     migrate(dsn, DIMS)
     fmod.catch_up(dsn)  # the slot, recounted: what the follower would read from
     slot = fmod.slot_name_for(name)
-    stop, pids = threading.Event(), []
+    stop, pids = threading.Event(), list[int]()
     thread = threading.Thread(target=reader, args=(dsn, slot, stop, pids), daemon=True)
     thread.start()
     while not pids:
@@ -96,14 +96,7 @@ def run(base: str, name: str, reader, writes: int, rate: float) -> dict[str, flo
         store = build_store(w, OfflineHashEmbeddings(DIMS), DIMS)
         writer_pid = w.info.backend_pid
         writer_start = cpu_seconds(writer_pid)
-        t0 = time.monotonic()
-        for i in range(writes):
-            store.put(("clientes", f"C{i % 500}"), f"nota-{i}", {"texto": f"nota {i}", "i": i}, index=False)
-            if rate:
-                delay = t0 + (i + 1) / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-        seconds = time.monotonic() - t0
+        seconds = paced_puts(store, writes, rate, lambda i: {"texto": f"nota {i}", "i": i})
         writer = cpu_seconds(writer_pid) - writer_start
     time.sleep(2 * PERIOD_S)  # the last reads
     reader_cpu = cpu_seconds(pids[0]) - reader_start
@@ -123,7 +116,7 @@ def main() -> None:
         label: run(base, f"read_{label}", reader, args.writes, args.rate)
         for label, reader in (("polling", poll), ("walsender", stream))
     }
-    base_cpu = results["polling"]["reader"]
+    base_cpu = results["polling"]["reader"] or float("nan")  # a tiny run may measure 0 ticks
     print(f"\n{args.writes:,} stock puts, " + (f"{args.rate:,.0f} a second" if args.rate else "as fast as they go"))
     print("| reading | reader's server CPU (s) | vs polling | writer's backend CPU (s) | writes/s |")
     print("|---|---:|---:|---:|---:|")
