@@ -643,9 +643,9 @@ def catch_up(dsn: str, timeout: float = 30.0, *, follower: Follower | None = Non
     """Make the aggregates include every change committed before this call: drain the slot here when no
     follower runs (creating it and recounting on first use), else wait for the running follower. Raises
     CaptureTimeout after `timeout` seconds, CaptureNotAllowed when logical decoding is not possible."""
-    follower = follower or Follower(dsn)
     deadline = time.monotonic() + timeout
     with connect(dsn) as conn:
+        follower = follower or Follower(dsn, slot=slot_name_for(conn.info.dbname))  # no connection of its own
         target = flush_target(conn)
         while True:
             if try_lock(conn):
