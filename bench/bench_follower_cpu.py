@@ -82,13 +82,10 @@ class Baseline(fmod.Follower):
     """Main at 49cf832: every touched document's shadow row read, the batches applied with one-row upserts."""
 
     @staticmethod
-    def _fold(conn: psycopg.Connection, txns: list[changes.Transaction]) -> fmod.Deltas:
-        shipped = changes.store_keys
-        changes.store_keys = _every_store_key  # type: ignore[assignment]
-        try:
-            return fmod.Follower._fold(conn, txns)
-        finally:
-            changes.store_keys = shipped
+    def _fold(
+        conn: psycopg.Connection, txns: list[changes.Transaction], shadow_keys: Callable = _every_store_key
+    ) -> fmod.Deltas:
+        return fmod.Follower._fold(conn, txns, shadow_keys)
 
     @staticmethod
     def _apply(conn: psycopg.Connection, d: fmod.Deltas) -> None:

@@ -86,7 +86,8 @@ def run(base: str, name: str, reader, writes: int, rate: float) -> dict[str, flo
     migrate(dsn, DIMS)
     fmod.catch_up(dsn)  # the slot, recounted: what the follower would read from
     slot = fmod.slot_name_for(name)
-    stop, pids = threading.Event(), list[int]()
+    stop = threading.Event()
+    pids: list[int] = []
     thread = threading.Thread(target=reader, args=(dsn, slot, stop, pids), daemon=True)
     thread.start()
     while not pids:

@@ -23,6 +23,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -489,8 +490,11 @@ class Follower:
             )
 
     @staticmethod
-    def _fold(conn: psycopg.Connection, txns: list[changes.Transaction]) -> Deltas:
-        keys = sorted(changes.store_keys(txns))
+    def _fold(
+        conn: psycopg.Connection, txns: list[changes.Transaction], shadow_keys: Callable = changes.store_keys
+    ) -> Deltas:
+        """The batch's deltas; `shadow_keys` names the documents whose core_store_shadow rows are read first."""
+        keys = sorted(shadow_keys(txns))
         shadow: dict[tuple[str, str], Contribution] = {}
         if keys:
             for prefix, key, day, hashes, hilo in conn.execute(
