@@ -26,6 +26,10 @@ DEFAULT_STORE_CLAIM = "stores"
 DEFAULT_CUSTOMER_STORE_KEYS = ("tienda",)
 CLAIM_SHAPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,99}$")
 
+# The least cosine similarity the search by meaning shows: the demo's hash embedding gives 0 to a document that
+# shares no word with the question and 0.35 to one sharing one word of a four-word question; hosted models give
+# unrelated short texts about 0.1-0.2.
+DEFAULT_SEMANTIC_MIN_SIMILARITY = 0.3
 # Offline embedding dimension for the embedded demo (see core.embeddings).
 DEFAULT_DIMS = 64
 
@@ -67,6 +71,9 @@ class Settings:
     embeddings_model: str = "text-embedding-3-small"
     embeddings_api_key: str | None = None
     embeddings_dims: int = DEFAULT_DIMS
+    # The Memory page's search by meaning shows only documents at least this similar to the question (cosine
+    # similarity, -1..1; SEMANTIC_MIN_SIMILARITY): below it a document shares nothing with the question worth showing.
+    semantic_min_similarity: float = DEFAULT_SEMANTIC_MIN_SIMILARITY
     auto_migrate: bool = True
     seed_demo: bool = True
     # e-mail (lower case) -> its `[roles]` entry as configured: a list of roles, or a table {roles, stores}
@@ -143,6 +150,16 @@ def _int(name: str, raw: Any, minimum: int) -> int:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from None
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _similarity(name: str, raw: Any) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number from -1 to 1, got {raw!r}") from None
+    if not -1.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a number from -1 to 1, got {raw!r}")
     return value
 
 
@@ -275,6 +292,10 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
         embeddings_model=setting("EMBEDDINGS_MODEL", secrets, "text-embedding-3-small"),
         embeddings_api_key=setting("EMBEDDINGS_API_KEY", secrets),
         embeddings_dims=dims,
+        semantic_min_similarity=_similarity(
+            "SEMANTIC_MIN_SIMILARITY",
+            setting("SEMANTIC_MIN_SIMILARITY", secrets, DEFAULT_SEMANTIC_MIN_SIMILARITY),
+        ),
         # Production runs migrations in a Job; the embedded default migrates itself.
         auto_migrate=_flag(setting("AUTO_MIGRATE", secrets, "1" if dsn is None else "0")),
         seed_demo=_flag(setting("SEED_DEMO", secrets, "1" if dsn is None else "0")),
