@@ -59,6 +59,7 @@ from core.privacy.evidence import (
     run_evidence_conn,
     with_earlier_terms,
 )
+from core.privacy.proof import Proof, prove, record_proof
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,7 @@ class ErasureResult:
     exclusions: list[dict] = field(default_factory=list)  # residue threads left by the DPO, with the reason
     residue: list[dict] = field(default_factory=list)  # every residue thread and what was decided
     sources: dict[str, list[str]] = field(default_factory=dict)  # thread_id -> sources that attributed it
+    proof: Proof | None = None  # the independent re-read (core/privacy/proof.py); None: not reached (not complete)
 
     @property
     def complete(self) -> bool:
@@ -344,6 +346,11 @@ def erase(
                         deleted[table] = max(0, before[table] - after.get(table, 0))
                 remaining = {t: n for t, n in after.items() if n}
                 status, report = _outcome(passes, remaining, undecided, exclusions)
+                proof = None
+                if status == "complete":  # the claim needs its own proof (core/privacy/proof.py)
+                    proof = prove(conn, terms, refs, left)
+                    if not proof.clean:
+                        status, report = "incomplete", "; ".join(p for p in (proof.describe(), report) if p)
             except BaseException as exc:
                 # Streamlit's rerun/stop are BaseExceptions raised from `notify`: the row must not stay `running`
                 _record_stop(
@@ -367,6 +374,8 @@ def erase(
                 ).fetchone()
             )
             conn.execute(physical.SET_ERASED_LSN, {"id": request_id})
+            if proof is not None:
+                record_proof(conn, request_id, proof)
             notify(Progress("done", passes, sum(deleted.values()), after))
         finally:
             try:
@@ -396,6 +405,7 @@ def erase(
         exclusions=exclusions,
         residue=residue_rows,
         sources=sources,
+        proof=proof,
     )
 
 
