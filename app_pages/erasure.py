@@ -110,6 +110,14 @@ def show_result(result: erasure.ErasureResult) -> None:
             took=took,
         )
     )
+    if result.proof is not None:  # the independent re-read behind "complete" (core.privacy.proof)
+        st.caption(
+            t(
+                "erasure_proof_clean" if result.proof.clean else "erasure_proof_found",
+                tables=fmt.number(len(result.proof.tables)),
+                took=fmt.duration(result.proof.ran_ms / 1000),
+            )
+        )
     if result.complete:  # SQL zero is not zero bytes (core.privacy.physical): said here, settled by the sweep
         st.info(t("erasure_not_physical_yet"), icon=":material/hard_drive:")
 

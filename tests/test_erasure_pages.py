@@ -116,6 +116,8 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     ), results
     assert any(re.search(r"\d+ pasadas? · [\d,]+ s hasta cero$", c.value) for c in at.caption)
     assert "Borrado completo" in texts(at)
+    # the independent re-read behind "complete" (issue 51 item 2), with how many tables it read whole
+    assert any(re.match(r"Relectura independiente: \d+ tablas leídas enteras .*ninguno", c.value) for c in at.caption)
     for sql in code:  # every query shown still returns 0 when run exactly as shown, but the residue's, whose terms
         if ":residue_terms" in sql:  # are named by reference (issue 25): a re-check proves it through the hashes
             assert "Gran Vía" not in sql
