@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from core import roles
-from core.privacy import erasure, erasure_register, follow_up, physical
+from core.privacy import came_back, erasure, erasure_register, follow_up, physical
 from ui import fmt
 from ui.common import call_now, forget_all, require_role
 from ui.i18n import t
@@ -158,6 +158,21 @@ if row["resumable"]:
         st.rerun()
 if row["outcome"] == erasure_register.DATA_BACK:
     st.warning(t("erasure_again_help", rid=request_id), icon=":material/restore_page:")
+    back = call_now(came_back.came_back, request_id)  # what exists again, read now: which thread, when, which agent
+    st.markdown(fmt.count("erasure_came_back_what", len(back)))
+    table(
+        back.assign(
+            kind=back["kind"].map(lambda k: t(f"erasure_came_back_{k}")), agent=back["agent"].fillna(t("unknown_agent"))
+        ),
+        key="erasure_register.came_back",
+        config={
+            "kind": t("erasure_came_back_col_kind"),
+            "where": t("erasure_came_back_col_where"),
+            "first_write": t("erasure_came_back_col_first"),
+            "last_write": t("erasure_came_back_col_last"),
+            "agent": t("erasure_came_back_col_agent"),
+        },
+    )
     if st.button(
         t("erasure_again_button"), key="erasure_register.erase_again", type="primary", icon=":material/delete_forever:"
     ):

@@ -181,6 +181,17 @@ def test_a_request_whose_data_came_back_is_shown_first_as_such_and_erased_again(
     assert f"1 solicitud con datos reaparecidos (al principio de la tabla): #{first.request_id}" in texts(at)
     assert at.selectbox(key="erasure_register.request").value == first.request_id  # picked first
     assert not [b for b in at.button if b.key == "erasure_register.resume"]
+    # what came back, named (issue 51 item 4): the recreated thread and the document, when, and by which agent
+    back = frame(at, "kind", "where", "first_write", "last_write", "agent")
+    rows = {(k, w): a for k, w, a in zip(back["kind"], back["where"], back["agent"], strict=True)}
+    assert rows == {
+        ("hilo borrado, recreado", "cliente-C9-1"): "atencion-cliente",
+        ("documento", "clientes.C9/pref-idioma"): "atencion-cliente",
+    }, rows
+    erased_at = first.finished_at
+    assert all(
+        back["last_write"] >= erased_at
+    ) and "Lo que existe de nuevo, leído ahora: 2 hilos o documentos." in texts(at)
 
     at.button(key="erasure_register.erase_again").click().run()
     assert not at.exception, at.exception
