@@ -20,6 +20,7 @@ startup = database_startup()
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from core.config import production_refusal
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import SchemaMismatch, ShallowCheckpointSchema
 from ui import fmt, navigation, replica, scope
@@ -46,6 +47,12 @@ if "lang" not in st.session_state:
 # the widget's return value, not st.session_state.lang: Streamlit can drop a widget's key from the
 # session state when a rerun interrupts the run that created it (seen once in a browser test)
 st.query_params["lang"] = st.sidebar.selectbox(t("language"), list(LANGUAGES), format_func=LANGUAGES.get, key="lang")
+
+refusal = production_refusal()
+if refusal is not None:  # production without a required setting: no page is served (issue 54 #9)
+    st.title(t("startup_refused_title"))
+    st.error(t("startup_refused", setting=refusal.setting), icon=":material/block:")
+    st.stop()
 
 try:
     db = bootstrap()

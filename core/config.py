@@ -229,6 +229,41 @@ TERM_HASH_KEY_FILE = "term_hash.key"
 TERM_HASH_KEY_BYTES = 32
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a production process must not start: the setting, and one line saying what is wrong with it."""
+
+    setting: str
+    line: str
+
+
+def production_refusal(secrets: Mapping[str, Any] | None = None) -> Refusal | None:
+    """Why this process, configured for production (PG_AGENTES set), must refuse to start; None when it may start.
+    The embedded demo (no PG_AGENTES) needs no configuration and is never refused. Read afresh at each call (the
+    environment and secrets as they are now), never from term_hash_key()'s cache: the dashboard asks on each run,
+    the sweep job and the start-up probe (`python -m core.preflight`) before they touch anything."""
+    secrets = _read_secrets_file() if secrets is None else secrets
+    if setting("PG_AGENTES", secrets) is None:
+        return None
+    raw = setting("TERM_HASH_KEY", secrets)
+    if raw is None:
+        return Refusal(
+            "TERM_HASH_KEY",
+            "TERM_HASH_KEY is not set: with PG_AGENTES (production) start-up is refused; set it to 64 hex characters "
+            "shared by the dashboard and the sweep job (docs/operator.md, TERM_HASH_KEY)",
+        )
+    try:
+        size = len(bytes.fromhex(str(raw).strip()))
+    except ValueError:
+        size = 0
+    if not 16 <= size <= 64:
+        return Refusal(
+            "TERM_HASH_KEY",
+            "TERM_HASH_KEY must be 32 to 128 hexadecimal characters (16 to 64 bytes): start-up is refused",
+        )
+    return None
+
+
 @functools.cache
 def term_hash_key() -> bytes:
     """The secret every stored hash of a customer's value is keyed with (issue 43): the token index's token hashes,

@@ -11,7 +11,14 @@ per kind (`failure_counts`, and the Prometheus counter agent_memory_dashboard_db
   shared pool is rebuilt, since its reconnect backoff lags the server's return;
 - busy: every connection of the pool stayed in use for the pool's wait while the server answers (DatabaseBusy): the
   pool is kept (closing it would fail every other session's reads), the caller retries later;
-- slow: a statement ran past its statement timeout (DatabaseSlow): the server answers, the query was slow.
+- slow: a statement ran past its statement timeout (DatabaseSlow): the server answers, the query was slow;
+- conflict: the server rolled the transaction back because it conflicted with another one (SQLSTATE class 40:
+  deadlock 40P01, serialization failure 40001; DatabaseConflict): nothing of it was kept, it can be run again;
+- ended: the server ended this one session while it still answers a direct probe (an administrator's
+  pg_terminate_backend 57P01, idle_session_timeout 57P05, idle_in_transaction_session_timeout 25P03, ...;
+  DatabaseSessionEnded): the pool replaces the connection, the next access works;
+- error: any other error the server answered with, under its SQLSTATE (disk full, out of memory, ...;
+  DatabaseError). Only failures without an answer (refused, timed out, lost) are "down".
 """
 
 from __future__ import annotations
@@ -41,11 +48,28 @@ PROBE_REUSE_S = 2.0  # a direct probe answers every failed access of the process
 CONNECTION_ERRORS = (psycopg.OperationalError, PoolTimeout)
 # A refused connection that is still an answer: the server is up, at its connection limit.
 ANSWERING_STATES = frozenset({"53300"})  # too_many_connections
-FAILURE_KINDS = ("down", "busy", "slow")
+# A session the server ended while it keeps answering others (with a probe that answers: not "down").
+SESSION_ENDED_STATES = frozenset(
+    {
+        "57P01",  # admin_shutdown: pg_terminate_backend (a whole server's shutdown fails the probe: down)
+        "57P02",  # crash_shutdown
+        "57P04",  # database_dropped
+        "57P05",  # idle_session_timeout
+        "25P03",  # idle_in_transaction_session_timeout
+        "25P04",  # transaction_timeout
+    }
+)
+# Errors without a server's own answer about this access: a connection that failed or was lost, a server starting
+# or stopping (the probe decides whether it answers).
+NO_ANSWER_CLASSES = ("08",)
+NO_ANSWER_STATES = frozenset({"57P03"})  # cannot_connect_now
+FAILURE_KINDS = ("down", "busy", "slow", "conflict", "ended", "error")
 FAILURES = Counter(
     "agent_memory_dashboard_db_failures",
     "Database accesses of this process that failed, by kind: down (no answer: refused, timed out, lost, probe failed), "
-    "busy (every pooled connection in use for the pool's wait while the server answers), slow (statement timeout).",
+    "busy (every pooled connection in use for the pool's wait while the server answers), slow (statement timeout), "
+    "conflict (transaction rolled back: deadlock, serialization failure), ended (the server ended this session while "
+    "answering: pg_terminate_backend, idle session timeouts), error (another error the server answered with).",
     ["kind"],
 )
 for _kind in FAILURE_KINDS:  # each kind exported from zero
@@ -67,6 +91,27 @@ class DatabaseBusy(DatabaseUnavailable):
 
 class DatabaseSlow(DatabaseUnavailable):
     """A statement ran past its statement timeout (QueryCanceled): the server answers, the query was slow."""
+
+
+class DatabaseConflict(DatabaseUnavailable):
+    """The server rolled the transaction back because it conflicted with another (SQLSTATE class 40: deadlock,
+    serialization failure): the server answers, nothing of the transaction was kept, it can be run again."""
+
+
+class DatabaseSessionEnded(DatabaseUnavailable):
+    """The server ended this session (pg_terminate_backend, an idle session timeout) and still answers a direct
+    probe: not an outage; the pool replaces the connection, the next access works."""
+
+
+class DatabaseError(DatabaseUnavailable):
+    """Another error the server answered with (e.g. disk full, out of memory), named by its SQLSTATE: the server
+    answers, it is not "not reachable"."""
+
+
+def _answered(exc: psycopg.Error) -> str:
+    """The server's own words for `exc`: its first line and SQLSTATE."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{first} (SQLSTATE {exc.sqlstate})"
 
 
 def embedded_dsn(data_dir: Path, database: str | None = None) -> str:
@@ -218,7 +263,9 @@ class Database:
     @contextmanager
     def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection[DictRow]]:
         """A pooled connection; a failure becomes DatabaseBusy (the pool's wait ran out while the server answers a
-        direct probe), DatabaseSlow (a statement timeout) or DatabaseUnavailable (down: no answer).
+        direct probe), DatabaseSlow (a statement timeout), DatabaseConflict (class 40: deadlock, serialization),
+        DatabaseSessionEnded (the server ended this session and answers), DatabaseError (another error the server
+        answered with) or DatabaseUnavailable (down: no answer).
 
         The shared pool is rebuilt only when the server did not answer (its reconnect backoff would otherwise keep
         failing for tens of seconds after the server is back), or when it holds no connection at all (nothing in use
@@ -237,12 +284,41 @@ class Database:
             raise _failed(
                 "down", DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {exc}")
             ) from exc
-        except psycopg.OperationalError as exc:  # refused, timed out or lost: down unless the server answers now
-            if not shared_probe(dsn).answers:
+        except (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout) as exc:
+            raise self._failure(dsn, pool, exc) from exc
+
+    @staticmethod
+    def _failure(
+        dsn: str, pool: ConnectionPool[psycopg.Connection[DictRow]], exc: psycopg.Error
+    ) -> DatabaseUnavailable:
+        """What an error of the connection or of the server means: down only when the server gave no answer of its
+        own (refused, timed out, lost, starting or stopping) and a direct probe gets none either."""
+        state = exc.sqlstate
+        if state is not None and state.startswith("40"):  # class 40 (psycopg's classes do not share a base)
+            return _failed(
+                "conflict",
+                DatabaseConflict(
+                    f"PostgreSQL {describe_dsn(dsn)} rolled the transaction back, in conflict with another one: "
+                    f"{_answered(exc)}; nothing of it was kept, it can be run again"
+                ),
+            )
+        no_answer = state is None or state.startswith(NO_ANSWER_CLASSES) or state in NO_ANSWER_STATES
+        if no_answer or state in SESSION_ENDED_STATES:
+            if not shared_probe(dsn).answers:  # a server stopping ends every session with 57P01: down
                 reset_pool(dsn, only=pool)
-            raise _failed(
-                "down", DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {exc}")
-            ) from exc
+                return _failed("down", DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {exc}"))
+            if no_answer:  # lost, though the server answers now (e.g. it restarted)
+                return _failed("down", DatabaseUnavailable(f"PostgreSQL {describe_dsn(dsn)} is not reachable: {exc}"))
+            return _failed(
+                "ended",
+                DatabaseSessionEnded(
+                    f"PostgreSQL {describe_dsn(dsn)} ended this session: {_answered(exc)}; the server answers, "
+                    "the next access uses a new connection"
+                ),
+            )
+        return _failed(
+            "error", DatabaseError(f"PostgreSQL {describe_dsn(dsn)} answered with an error: {_answered(exc)}")
+        )
 
     @staticmethod
     def _pool_wait_ran_out(

@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 
-from core.config import load_settings
+from core.config import load_settings, production_refusal
 from core.db import Database
 from core.operations.sweep import (
     DEFAULT_RETENTION_DAYS,
@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         help=f"only threads of this namespace root: clientes, proveedores, empleados (${POLICY_ENV['root']})",
     )
     args = parser.parse_args(argv)
+    refusal = production_refusal()
+    if refusal is not None:  # before anything is read or deleted: the erasure re-check would fail after the pruning
+        print(refusal.line, file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         days = default_retention_days() if args.retention_days is None else args.retention_days
