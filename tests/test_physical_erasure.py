@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import secrets
 from datetime import timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -98,9 +99,10 @@ def terms_of(db: Database, customer: str) -> dict[str, str]:
 
 
 def plain_scan(db: Database, terms: dict[str, str], threads: list[str]) -> physical.FileScan:
-    """The same scan the register's is, with the values in clear (labels: the register's references)."""
-    values = terms | {f"thread{i}": t for i, t in enumerate(sorted(threads), start=1)}
-    return physical.scan_files(db, values)
+    """The same scan the register's is, with the values in clear (labels: the register's references): the same
+    tables, and in the registers (KEPT_TABLES) the id (t1) and the thread ids not counted."""
+    labels = {f"thread{i}": t for i, t in enumerate(sorted(threads), start=1)}
+    return physical.scan_files(db, terms | labels, kept={"t1", *labels})
 
 
 def parts(scan: physical.FileScan) -> dict[str, dict[str, list[str]]]:
@@ -259,8 +261,10 @@ def test_each_step_as_measured_in_the_files_and_the_register_says_exactly_that(d
     assert doc["steps"]["tables"]["store"]["report"]["dead_not_removable"] == 0
     assert PHONE not in json.dumps(doc) and ADDRESS not in json.dumps(doc, ensure_ascii=False)
 
-    # an operator's rewrite window (ACCESS EXCLUSIVE: the agents' outage), then the next sweep measures it
-    for table in physical.AGENT_TABLES:
+    # an operator's rewrite window (ACCESS EXCLUSIVE: the agents' outage) of every table the sweep scans (the agents'
+    # and ours: the change follower's shadows held the values too), then the next sweep measures it
+    assert set(physical.AGENT_TABLES) <= set(row["steps"]["tables"])
+    for table in row["steps"]["tables"]:
         sql(db.dsn, f"VACUUM (FULL) {table}")
     assert sweep.run_sweep(db, trigger="manual").status == "ok"
     rewritten = plain_scan(db, terms, threads)
@@ -409,7 +413,10 @@ def test_the_register_page_says_what_is_not_yet_physically_gone_and_when(db, app
     assert "Aún no se sabe cuándo sale del WAL" in text and "7 days (BACKUP_RETENTION_DAYS)" in text
     assert PHONE not in text and ADDRESS not in text
     steps = next(df.value for df in at.dataframe if "vacuum_done" in df.value.columns)
-    assert set(steps["table_name"]) == set(physical.AGENT_TABLES) and steps["vacuum_done"].all()
+    with db.connection() as conn:
+        scanned = physical.scanned_tables(conn)
+    assert set(physical.AGENT_TABLES) <= set(scanned) and "core_tool_calls" in scanned
+    assert set(steps["table_name"]) == set(scanned) and steps["vacuum_done"].all()
     assert (steps["found"] != "").any()
 
 
@@ -434,3 +441,103 @@ def test_a_missing_file_or_a_rewrite_during_the_scan_is_unknown_never_gone(db, m
     monkeypatch.setattr(physical, "_segments", rewrite_while_reading)
     rewritten = physical.scan_files(db, {"v": PHONE})
     assert rewritten.status == "unknown" and "rewritten during the scan" in (rewritten.reason or "")
+
+
+# Every relation of this database's schema (tables, materialized views, their indexes) with their TOAST tables and
+# TOAST indexes, each with the table it belongs to: the test's own list, from the catalog, independent of physical's.
+SELECT_OUR_FILES = """
+WITH ours AS (
+    SELECT oid, reltoastrelid FROM pg_class
+    WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'm')
+)
+SELECT oid::regclass::text AS table, oid::regclass::text AS relation, pg_relation_filepath(oid) AS path FROM ours
+UNION ALL
+SELECT oid::regclass::text, reltoastrelid::regclass::text, pg_relation_filepath(reltoastrelid)
+FROM ours WHERE reltoastrelid <> 0
+UNION ALL
+SELECT o.oid::regclass::text, i.indexrelid::regclass::text, pg_relation_filepath(i.indexrelid)
+FROM ours o JOIN pg_index i ON i.indrelid = o.oid OR (o.reltoastrelid <> 0 AND i.indrelid = o.reltoastrelid)"""
+
+
+def files_holding(db: Database, value: str, skip: frozenset[str] = frozenset()) -> dict[str, list[str]]:
+    """{table: [relations]} of every table of the schema (but `skip`) whose files (heap, TOAST, indexes, every
+    segment) hold `value`'s UTF-8 bytes, read here as plain bytes (no physical.scan_files, no needles): what
+    "overwritten" must agree with."""
+    data_dir = Path(sql(db.dsn, "SHOW data_directory")[0]["data_directory"])
+    raw = value.encode("utf-8")
+    out: dict[str, list[str]] = {}
+    rows = sql(db.dsn, SELECT_OUR_FILES)
+    assert {"core_tool_calls", *physical.AGENT_TABLES} <= {r["table"] for r in rows}
+    for r in rows:
+        if r["table"] in skip:
+            continue
+        main = data_dir / r["path"]
+        for f in [main, *sorted(main.parent.glob(main.name + ".[0-9]*"))]:
+            if f.exists() and raw in f.read_bytes():
+                out.setdefault(r["table"], []).append(r["relation"])
+    return out
+
+
+def values_in_files(db: Database, customer: str, threads: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Where the files hold the customer's phone, address, namespace prefix or thread ids (the last two but in the
+    registers, which keep them by design: evidence.PROTECTED_TABLES)."""
+    found = {v: files_holding(db, v) for v in (PHONE, ADDRESS)}
+    for v in (f"{evidence.ROOT}.{customer}", *threads):
+        found[v] = files_holding(db, v, skip=evidence.PROTECTED_TABLES)
+    return {v: where for v, where in found.items() if where}
+
+
+def test_overwritten_only_once_no_file_of_any_table_erase_deleted_from_holds_the_value(db, monkeypatch):
+    """Issue 51 item 2: erase() deletes the customer's rows from our own tables too (core_tool_calls.args holds
+    recordar_preferencia's `valor`, the phone), so "overwritten" must cover their files, not only the agents' five:
+    the register says overwritten only when the files, read here byte for byte, no longer hold the values."""
+    monkeypatch.setenv("BACKUP_RETENTION_DAYS", "7")
+    write_customer(db, "OTRO1")
+    write_customer(db, CUSTOMER)
+    write_customer(db, "OTRO2")
+    threads = [f"cliente-{CUSTOMER}-1"]
+    assert sweep.run_sweep(db, trigger="manual").status == "ok"  # extracts the tool calls into core_tool_calls
+    held = sql(
+        db.dsn,
+        "SELECT count(*) AS n FROM core_tool_calls WHERE tool = 'recordar_preferencia' AND args::text LIKE %s",
+        (f"%{PHONE}%",),
+    )
+    assert held[0]["n"] > 0, "the agent's recordar_preferencia call with the phone was not extracted"
+    checkpoint(db)
+    assert "core_tool_calls" in values_in_files(db, CUSTOMER, threads)[PHONE]
+    result = erasure.erase(db, CUSTOMER, operator="dpo@example.com")
+    assert result.status == "complete", result.report
+    assert result.deleted.get("core_tool_calls"), result.deleted
+    # an operator's rewrite window for the agents' five tables: what the register took for "overwritten"
+    for table in physical.AGENT_TABLES:
+        sql(db.dsn, f"VACUUM (FULL) {table}")
+    assert sweep.run_sweep(db, trigger="manual").status == "ok"
+    checkpoint(db)
+    row = registered(db, result.request_id)
+    still = values_in_files(db, CUSTOMER, threads)
+    if row["files_status"] == physical.OVERWRITTEN:
+        assert still == {}, f"the register says overwritten, the files hold {still}"
+    else:
+        assert still, f"nothing in the files, yet not overwritten: {row['files_note']}"
+        assert row["files_status"] == physical.IN_FREE_SPACE, row["files_note"]
+        assert row["t_files_overwritten"] is None and row["t_wal_backup_horizon"] is None
+        for table in {t for where in still.values() for t in where}:
+            assert f"{table}: " in row["files_note"], (table, row["files_note"])
+    # settle vacuumed and read every table erase() deleted from, ours included
+    for table in ("core_tool_calls", *physical.AGENT_TABLES, *result.deleted):
+        if table in physical.AGENT_TABLES or sql(db.dsn, "SELECT to_regclass(%s) AS t", (table,))[0]["t"]:
+            assert row["steps"]["tables"][table]["done"] is True, table
+            assert row["files"]["tables"][table]["files"] > 0, table
+    assert row["files"]["not_read"] == []
+    assert_wal_horizon_is_the_servers(db, row, retention=7)
+
+    # the rewrite window for every table the register names (ours too), then the next sweep measures it
+    for table in row["steps"]["tables"]:
+        sql(db.dsn, f"VACUUM (FULL) {table}")
+    assert sweep.run_sweep(db, trigger="manual").status == "ok"
+    checkpoint(db)
+    row = registered(db, result.request_id)
+    assert values_in_files(db, CUSTOMER, threads) == {}
+    assert row["files_status"] == physical.OVERWRITTEN, row["files_note"]
+    assert row["t_files_overwritten"] is not None
+    assert_wal_horizon_is_the_servers(db, row, retention=7)

@@ -96,6 +96,7 @@ from psycopg.types.json import Jsonb
 from agent_memory_runtime import clock
 from core.config import load_settings, term_hash_key
 from core.db import Database, one
+from core.privacy import evidence
 from core.privacy import residue as res
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,30 @@ OVERWRITTEN = "overwritten"
 IN_FREE_SPACE = "in free space until reused or rewritten"
 NOT_MEASURED = "not measured"
 
+# The tables the sweep vacuums and scans (`scanned_tables`). A fixed list missed our own: erase() deletes from
+# core_tool_calls (whose `args` hold recordar_preferencia's `valor`), the change follower's shadows, ... and their
+# files kept the values while the register said "overwritten" (issue 51 item 2). Two rules, united, so that no table
+# we or the agents write a customer's value into is left out:
+# - every table erase() deletes from or rewrites (`erased_tables`: the agents' five, evidence.FIXED_QUERIES, and our
+#   own, evidence.own_targets, which erase() itself calls): adding a table to the erasure adds it to the scan, in
+#   whatever schema the agents' tables resolve to;
+# - every ordinary table and materialized view of the schema, whatever its columns: a value can also sit where
+#   erase() cannot delete it (a free-text column with no customer column, an old version of a row erase() redacted
+#   by UPDATE, a copy made by a materialized view). No filter on column types: text, json and bytea are not the only
+#   ones holding a value's bytes (tsvector, arrays, composite and domain types do too), and reading a table of numbers
+#   costs only its size.
+# Their TOAST tables and indexes come with each (SELECT_RELATIONS).
+SELECT_SCHEMA_TABLES = """
+SELECT c.oid::regclass::text AS table FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm')
+UNION
+SELECT to_regclass(n)::text FROM unnest(%(named)s::text[]) AS n WHERE to_regclass(n) IS NOT NULL"""
+SELECT_REGCLASS_NAMES = """
+SELECT n AS name, to_regclass(n)::text AS table FROM unnest(%(named)s::text[]) WITH ORDINALITY AS x(n, i) ORDER BY i"""
+# The proofs erase() keeps (evidence.PROTECTED_TABLES: the registers, the tombstones, the log of views) name the
+# customer by design: their namespace prefix and thread ids in clear. There the scan looks for the values only; the id
+# and the thread ids found there are not counted (`kept`), and the register says so.
+KEPT_TABLES = evidence.PROTECTED_TABLES
 # The files of a table: its heap, its TOAST table, the TOAST table's index, its own indexes.
 SELECT_RELATIONS = """
 WITH t AS (SELECT oid, reltoastrelid FROM pg_class WHERE oid = to_regclass(%(table)s))
@@ -278,7 +303,7 @@ class RelationScan:
     """One relation's files (or the WAL segments) as read: `found` the labels of the values they hold; `files` the
     paths (relative to the data directory) read, `found_in` those holding a value."""
 
-    table: str  # an agent table, or "pg_wal"
+    table: str  # a scanned table (scanned_tables), or "pg_wal"
     part: str  # table / toast / index / wal
     relation: str
     files: tuple[str, ...]
@@ -299,13 +324,15 @@ class FileScan:
     wal: RelationScan | None = None
     wal_reason: str | None = None  # why pg_wal was not read, when measured tables but not the WAL
     unlocatable: tuple[str, ...] = ()  # labels of values that cannot be looked for (see KeyedNeedles)
+    tables: tuple[str, ...] = ()  # the tables whose files were (to be) read
+    kept: tuple[str, ...] = ()  # labels not counted in KEPT_TABLES, which hold them by design
 
     @property
     def measured(self) -> bool:
         return self.status == "measured"
 
     def by_table(self) -> dict[str, dict[str, Any]]:
-        """Per agent table: `found` (True, False, or None when not measured), the files read, what was found where."""
+        """Per table: `found` (True, False, or None when not measured), the files read, what was found where."""
         out: dict[str, dict[str, Any]] = {}
         for r in self.relations:
             row = out.setdefault(r.table, {"found": False, "files": [], "values": [], "parts": {}})
@@ -316,7 +343,8 @@ class FileScan:
             row["found"] = row["found"] or bool(r.found)
         if not self.measured:
             out = {
-                t: {"found": None, "files": [], "values": [], "parts": {}, "reason": self.reason} for t in AGENT_TABLES
+                t: {"found": None, "files": [], "values": [], "parts": {}, "reason": self.reason}
+                for t in self.tables or AGENT_TABLES
             }
         return out
 
@@ -376,39 +404,74 @@ def _data_directory(conn: psycopg.Connection[DictRow]) -> tuple[Path | None, str
     return data_dir, None
 
 
+def erased_tables(conn: psycopg.Connection[DictRow]) -> list[str]:
+    """The tables erase() deletes from or rewrites rows of: the agents' five (its evidence queries) and our own, by
+    the same `evidence.own_targets` erase() runs (a JSON-array or redaction target names its table)."""
+    names = list(evidence.FIXED_QUERIES)
+    for target in evidence.own_targets(conn):
+        table = target.name.split(".", 1)[0]
+        if table not in names:
+            names.append(table)
+    # as regclass text, the form scanned_tables gives (a missing table keeps its name: never read, never "clean")
+    rows = conn.execute(SELECT_REGCLASS_NAMES, {"named": names}).fetchall()
+    return [r["table"] or r["name"] for r in rows]
+
+
+def scanned_tables(conn: psycopg.Connection[DictRow]) -> list[str]:
+    """What the sweep vacuums and scans (see SELECT_SCHEMA_TABLES): erase()'s tables and every table and materialized
+    view of the schema, as regclass text (a valid name in SQL); the agents' five first, then by name."""
+    erased = erased_tables(conn)
+    found = {r["table"] for r in conn.execute(SELECT_SCHEMA_TABLES, {"named": erased}).fetchall()}
+    first = [t for t in AGENT_TABLES if t in found]
+    return first + sorted(found - set(first))
+
+
 def scan_files(
     db: Database,
     values: Needles | Mapping[str, str] | Sequence[str],
-    tables: Sequence[str] = AGENT_TABLES,
+    tables: Sequence[str] | None = None,
     wal_max_bytes: int = WAL_MAX_BYTES,
+    kept: Iterable[str] = (),
 ) -> FileScan:
-    """Read the files of `tables` (heap, TOAST, indexes, every segment) and the WAL segments as bytes and say which
-    `values` each holds. Measured only when the data directory is readable here and is the server's own; otherwise
-    status `unknown` with the reason, and nothing is claimed. Call after a CHECKPOINT to see what the files hold
-    rather than an older state (shared buffers are written to the files at checkpoints)."""
+    """Read the files of `tables` (default: `scanned_tables`; heap, TOAST, indexes, every segment) and the WAL
+    segments as bytes and say which `values` each holds; in KEPT_TABLES the labels in `kept` (the customer's id and
+    thread ids, which the registers keep by design) are not counted. Measured only when the data directory is
+    readable here and is the server's own; otherwise status `unknown` with the reason, and nothing is claimed. A table
+    created during the scan (default tables) was not read: `unknown` too. Call after a CHECKPOINT to see what the files
+    hold rather than an older state (shared buffers are written to the files at checkpoints)."""
     needles: Needles = (
         PlainValues(values) if isinstance(values, (Mapping, list, tuple)) else values  # type: ignore[assignment]
     )
     unlocatable = tuple(getattr(needles, "unlocatable", ()))
     for part in getattr(needles, "parts", ()):
         unlocatable += tuple(getattr(part, "unlocatable", ()))
+    kept = tuple(sorted(set(kept)))
+    derived = tables is None
     with db.connection() as conn:
+        tables = tuple(scanned_tables(conn) if tables is None else tables)
         data_dir, reason = _data_directory(conn)
         now = clock.now()
         if data_dir is None:
-            return FileScan("unknown", reason, None, now, unlocatable=unlocatable)
+            return FileScan("unknown", reason, None, now, unlocatable=unlocatable, tables=tables, kept=kept)
         rels = [
             (t, r["part"], r["relation"], r["path"])
             for t in tables
             for r in conn.execute(SELECT_RELATIONS, {"table": t}).fetchall()
         ]
-    scan = FileScan("measured", None, str(data_dir), now, unlocatable=unlocatable)
+    scan = FileScan("measured", None, str(data_dir), now, unlocatable=unlocatable, tables=tables, kept=kept)
+
+    def unknown(why: str) -> FileScan:
+        return FileScan("unknown", why, str(data_dir), now, unlocatable=unlocatable, tables=tables, kept=kept)
+
     try:
         for table, part, relation, rel_path in rels:
-            files = _segments(data_dir / rel_path)
+            files = _segments(data_dir / rel_path) if rel_path else []
             if not files:  # never "not found" for a file that was not there to read
                 raise FileNotFoundError(f"{relation}'s file {rel_path} is missing")
-            scan.relations.append(_scan_relation(data_dir, table, part, relation, files, needles))
+            found = _scan_relation(data_dir, table, part, relation, files, needles)
+            if table in KEPT_TABLES and kept:
+                found = _without(found, kept)
+            scan.relations.append(found)
         wal_dir = data_dir / "pg_wal"
         segments = sorted(p for p in wal_dir.iterdir() if WAL_NAME.match(p.name))
         size = sum(p.stat().st_size for p in segments)
@@ -417,14 +480,23 @@ def scan_files(
         else:
             scan.wal_reason = f"pg_wal holds {size >> 20} MB, more than the {wal_max_bytes >> 20} MB a scan reads"
     except OSError as exc:  # a file unlinked under the scan (a rewrite, a recycled segment) or unreadable
-        return FileScan("unknown", f"a file could not be read: {exc}", str(data_dir), now, unlocatable=unlocatable)
+        return unknown(f"a file could not be read: {exc}")
     with db.connection() as conn:  # a table rewritten during the scan (VACUUM FULL, CLUSTER): its files were others
         after = [(t, r["path"]) for t in tables for r in conn.execute(SELECT_RELATIONS, {"table": t}).fetchall()]
+        new = sorted(set(scanned_tables(conn)) - set(tables)) if derived else []
     if after != [(t, p) for t, _, _, p in rels]:
-        return FileScan(
-            "unknown", "a table was rewritten during the scan: read again", str(data_dir), now, unlocatable=unlocatable
-        )
+        return unknown("a table was rewritten during the scan: read again")
+    if new:
+        return unknown(f"table(s) created during the scan, not read: {', '.join(new)}")
     return scan
+
+
+def _without(scan: RelationScan, kept: Iterable[str]) -> RelationScan:
+    """A KEPT_TABLES relation's scan without the labels it holds by design."""
+    found = tuple(v for v in scan.found if v not in set(kept))
+    return RelationScan(
+        scan.table, scan.part, scan.relation, scan.files, scan.bytes_read, found, scan.found_in if found else ()
+    )
 
 
 def _scan_relation(
@@ -552,7 +624,7 @@ def _vacuum(conn: psycopg.Connection[DictRow], table: str, notices: list[tuple[s
     entry: dict[str, Any] = {"step": VACUUM.format(table=table), "started_at": clock.now()}
     del notices[:]
     try:
-        conn.execute(VACUUM.format(table=table))  # the name is one of AGENT_TABLES, never input
+        conn.execute(VACUUM.format(table=table))  # a regclass name from the catalog (scanned_tables), never input
         skipped = [m for severity, m in notices if severity == "WARNING" and "skipping" in m]
         entry |= {"done": not skipped} | ({"error": "; ".join(skipped)} if skipped else {})
         entry["report"] = vacuum_report([m for severity, m in notices if severity == "INFO"])
@@ -563,13 +635,14 @@ def _vacuum(conn: psycopg.Connection[DictRow], table: str, notices: list[tuple[s
     return entry
 
 
-def after_erasure_steps(db: Database, tables: Sequence[str] = AGENT_TABLES) -> Steps:
-    """Plain VACUUM (INDEX_CLEANUP ON, TRUNCATE false: no exclusive lock) of each agent table, its TOAST table
-    with it, then CHECKPOINT so that the files hold what VACUUM left; each with its time, or its error (not
-    permitted to this role, ...). Run by the sweep job, never by a page: it reads and writes every page of the
-    tables."""
+def after_erasure_steps(db: Database, tables: Sequence[str] | None = None) -> Steps:
+    """Plain VACUUM (INDEX_CLEANUP ON, TRUNCATE false: no exclusive lock) of each table (default: `scanned_tables`,
+    the agents' and ours), its TOAST table with it, then CHECKPOINT so that the files hold what VACUUM left; each with
+    its time, or its error (not permitted to this role, ...). Run by the sweep job, never by a page: it reads and
+    writes every page of the tables."""
     steps = Steps(clock.now(), backup_retention_days=load_settings().backup_retention_days)
     with db.connection() as conn:  # autocommit: VACUUM cannot run in a transaction block
+        tables = scanned_tables(conn) if tables is None else tables
         notices: list[tuple[str, str]] = []
 
         def on_notice(diag: psycopg.errors.Diagnostic) -> None:
@@ -601,7 +674,7 @@ def after_erasure_steps(db: Database, tables: Sequence[str] = AGENT_TABLES) -> S
 # (retried by every sweep until overwritten, at most MAX_ATTEMPTS times). A request "not measured" is not retried:
 # what stopped the scan (no access to the files) does not change from one sweep to the next.
 SELECT_UNSETTLED = """
-SELECT r.id, r.finished_at, r.term_salt, r.thread_ids, r.last_recheck_clean, n.needles,
+SELECT r.id, r.finished_at, r.term_salt, r.thread_ids, r.namespace_prefix, r.last_recheck_clean, n.needles,
        n.erased_lsn::text AS erased_lsn
 FROM core_erasure_register r LEFT JOIN core_erasure_physical p ON p.request_id = r.id
 LEFT JOIN core_erasure_needles n ON n.request_id = r.id
@@ -650,13 +723,14 @@ class SettleSummary(list):
         return "physical erasure: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(counts.items()))
 
 
-def _request_files(scan: FileScan, prefix: str) -> dict[str, Any]:
-    """The scan as one request sees it: its references (prefix stripped) per table and part, and in pg_wal."""
+def _request_files(scan: FileScan, prefix: str, erased: Sequence[str]) -> dict[str, Any]:
+    """The scan as one request sees it: its references (prefix stripped) per table and part, and in pg_wal; the
+    tables erase() deletes from (`erased`) that no file was read of; what KEPT_TABLES were not searched for."""
 
     def mine(found: Iterable[str]) -> list[str]:
         return sorted({v[len(prefix) :] for v in found if v.startswith(prefix)})
 
-    tables: dict[str, dict[str, Any]] = {}
+    tables: dict[str, dict[str, Any]] = {t: {"found": False, "parts": {}, "files": 0, "bytes": 0} for t in scan.tables}
     for r in scan.relations:
         row = tables.setdefault(r.table, {"found": False, "parts": {}, "files": 0, "bytes": 0})
         refs = mine(r.found)
@@ -678,16 +752,21 @@ def _request_files(scan: FileScan, prefix: str) -> dict[str, Any]:
             "found_in": list(scan.wal.found_in) if scan.wal and mine(scan.wal.found) else [],
         },
         "unlocatable": mine(scan.unlocatable),
+        "erased_tables": list(erased),
+        "not_read": [t for t in erased if not tables.get(t, {}).get("files")] if scan.measured else [],
+        "kept": {"tables": sorted(set(scan.tables) & KEPT_TABLES), "refs": mine(scan.kept)},
     }
 
 
 def _files_verdict(
     scan: FileScan, files: dict[str, Any], located: int, steps: Steps
 ) -> tuple[str, str | None, datetime | None]:
-    """(status, note, t_files_overwritten): overwritten only when measured after a CHECKPOINT with every term
-    locatable and none found in any table file."""
+    """(status, note, t_files_overwritten): overwritten only when measured after a CHECKPOINT, with every table
+    erase() deletes from read (heap, TOAST, indexes), every term locatable and none found in any table file."""
     if not scan.measured:
         return NOT_MEASURED, f"files not measured: {scan.reason}", None
+    if files["not_read"]:
+        return NOT_MEASURED, f"no file read of table(s) erase() deletes from: {', '.join(files['not_read'])}", None
     if not steps.checkpoint.get("done"):
         return NOT_MEASURED, f"no CHECKPOINT ({steps.checkpoint.get('error')}): the files may lag shared buffers", None
     found = {t: row["parts"] for t, row in files["tables"].items() if row["found"]}
@@ -748,17 +827,25 @@ def settle(db: Database) -> SettleSummary:
         return summary
     groups = []
     plain = []
+    kept: list[str] = []
     located: dict[int, int] = {}
     for r in rows:
-        needles = r["needles"]
+        needles, label = r["needles"], f"r{r['id']}:"
         located[r["id"]] = -1 if needles is None else sum(1 for n in needles if n.get("head") is not None)
-        groups.append((f"r{r['id']}:", r["term_salt"] or "00", needles or ()))
+        groups.append((label, r["term_salt"] or "00", needles or ()))
         # the thread ids: in the register in clear anyway (a re-check looks for them); in the checkpoint tables' keys
-        plain.append(PlainValues({f"thread{i}": t for i, t in enumerate(r["thread_ids"] or (), 1)}, f"r{r['id']}:"))
+        threads = {f"thread{i}": t for i, t in enumerate(r["thread_ids"] or (), 1)}
+        plain.append(PlainValues(threads, label))
+        # what the registers keep by design (KEPT_TABLES): the thread ids, and the id's needle (its namespace prefix,
+        # the register's namespace_prefix: known by its digest)
+        prefix = _needle_digest(bytes.fromhex(r["term_salt"] or "00"), r["namespace_prefix"].encode("utf-8"))
+        kept += [label + t for t in threads] + [label + n["ref"] for n in needles or () if n.get("digest") == prefix]
+    with db.connection() as conn:
+        erased = erased_tables(conn)  # erase()'s own list: the scan below must have read every one of them
     steps = after_erasure_steps(db)
-    scan = scan_files(db, AllOf([KeyedNeedles(groups), *plain]))
+    scan = scan_files(db, AllOf([KeyedNeedles(groups), *plain]), kept=kept)
     for r in rows:
-        files = _request_files(scan, f"r{r['id']}:")
+        files = _request_files(scan, f"r{r['id']}:", erased)
         status, note, t_files = _files_verdict(scan, files, located[r["id"]], steps)
         if status == IN_FREE_SPACE and r["last_recheck_clean"] is False:
             note = "the data came back by SQL (the last re-check found it): the bytes found may be live rows; " + (
