@@ -283,8 +283,9 @@ def runs_figure(per_run: pd.DataFrame, language: str, tz: str) -> go.Figure:
         root=per_run["root"].map(root_label),
         run=[f"#{i} · {fmt.short(at)}" for i, at in zip(per_run["run_id"], per_run["started_at"], strict=True)],
     )
+    frame = plot_frame(per_run.sort_values(["started_at", "run_id"], kind="stable"))
     fig = px.bar(
-        plot_frame(per_run),
+        frame,
         x="run",
         y="documents",
         color="root",
@@ -292,7 +293,9 @@ def runs_figure(per_run: pd.DataFrame, language: str, tz: str) -> go.Figure:
         color_discrete_map=root_colors(),
         labels={"run": t("sweeps_run_start", tz=tz), "documents": t("sweeps_documents"), "root": ""},
     )
-    fig.update_xaxes(type="category")
+    # the runs in the order they ran, stated: plotly's own order is each root's trace after the other, so a run
+    # deleting only from a later root was drawn after every run of the first (issue 54 #3)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=list(dict.fromkeys(frame["run"])))
     fig.update_layout(height=340, margin=dict(t=10, b=10), barmode="stack")
     return charts.finish(fig)
 

@@ -320,3 +320,48 @@ def test_sweeps_page_on_article_agents_equals_sql(article_agents, app_env):
         assert shown == sql_deleted and "unknown" not in shown
     finally:
         db.close()
+
+
+def category_order(spec: dict, axis: str = "xaxis") -> list[str]:
+    """The categories of a category axis in the order plotly.js draws them: the layout's array when it gives one
+    (categoryorder 'array'), else in order of first appearance, trace after trace (plotly's default 'trace')."""
+    layout = spec["layout"].get(axis, {})
+    if layout.get("categoryorder") == "array":
+        return list(layout["categoryarray"])
+    seen: list[str] = []
+    for trace in spec["data"]:
+        seen += [x for x in decode(trace["x"]) if x not in seen]
+    return seen
+
+
+@pytest.mark.parametrize("language", ["es", "en"])
+def test_the_runs_chart_draws_runs_in_the_order_they_ran(create_database, app_env, language):
+    """Issue 54 #3: with ten runs and more, the chart's runs are in run order (#9 before #10, today's manual sweep
+    last), whatever roots each run deleted from; before, runs whose only root was not the first came after all the
+    others. Twelve real sweeps of documents that really expired."""
+    from core.db import Database
+    from core.operations.sweep import run_sweep
+
+    db = Database(create_database())
+    store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
+    # runs 1-9 delete nothing (one row of 0 in the first root), 10 and 12 only from proveedores, 11 from clientes
+    expiring = {10: ("proveedores", "P1"), 11: ("clientes", "C1"), 12: ("proveedores", "P2")}
+    for n in range(1, 13):
+        if n in expiring:
+            put_memory(store, expiring[n], f"aviso-{n}", {"texto": f"aviso {n}"}, valid_for_minutes=0.005)
+            time.sleep(0.4)
+        assert run_sweep(db, trigger="manual" if n == 12 else "scheduled").status == "ok"
+    ran = [r["id"] for r in db.fetch("SELECT id FROM core_sweep_log WHERE NOT dry_run ORDER BY started_at, id")]
+    assert len(ran) == 12
+
+    at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
+    if language == "en":
+        at.query_params["lang"] = "en"
+        at.session_state["lang"] = "en"
+        at.run()
+    assert not at.exception
+    spec = figure(at, "sweeps.runs_chart")
+    assert spec["layout"]["xaxis"]["title"]["text"].startswith("Barrido (n.º" if language == "es" else "Sweep (no.")
+    drawn = category_order(spec)
+    assert [label.split(" ")[0] for label in drawn] == [f"#{i}" for i in ran], drawn
+    assert {x for trace in spec["data"] for x in decode(trace["x"])} <= set(drawn)
