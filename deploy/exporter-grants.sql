@@ -17,6 +17,7 @@
 --                           threads by status, LLM tokens and cost per agent and model
 --   core_data_view_gaps     views of customer data the dashboards could not record (migration 087)
 --   core_capture_position   the change follower's lag (with pg_replication_slots, pg_locks)
+--   core_capture_dead_letters  rows the follower could not apply, open until a recount
 --   checkpoint_migrations   with the three checkpoint tables: the storage-format fingerprint
 --                           (core.history.formats), in the background like the coverage
 DO $$
@@ -40,6 +41,8 @@ GRANT SELECT ON core_thread_summary, core_usage_days TO agent_memory_exporter;
 GRANT SELECT ON core_data_view_gaps TO agent_memory_exporter;
 -- The change follower's position: its lag (migration 140; the slot and the lock are read from pg_catalog views).
 GRANT SELECT ON core_capture_position TO agent_memory_exporter;
+-- The rows the follower could not apply, open until a recount (migration 100).
+GRANT SELECT ON core_capture_dead_letters TO agent_memory_exporter;
 
 -- Our functions are not executable by PUBLIC (migration 050); the coverage reads the SQL decoder through our
 -- views. Definer functions are triggers only and stay out. Re-run this file after a migration adds functions.

@@ -43,6 +43,8 @@ class Put:
     expires_day: str | None
     value: str | None
     inserted: bool  # an INSERT (one more document), else an overwrite or a TTL refresh
+    # an UPDATE that changed the document's key: the key it had (its value, when not sent, is the value it had there)
+    moved_from: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,21 +90,53 @@ class CheckpointGone:
 Event = Put | Gone | Vector | Truncated | Thread | Checkpoint | CheckpointGone
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    """A change the follower could not decode or apply: skipped, recorded (core_capture_dead_letters), and the
+    aggregates it touches named unknown until a recount."""
+
+    lsn: int
+    xid: int
+    table: str
+    key: str
+    error: str
+    unknown: tuple[str, ...]
+
+
 @dataclass
 class Transaction:
     xid: int
     commit_lsn: int
     end_lsn: int = 0
     events: list[Event] = field(default_factory=list)
+    # per event: the position and table of the message it came from (one message may give two events)
+    origins: list[tuple[int, str]] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)  # messages that could not be decoded
 
 
 def _day(expires_at: object) -> str | None:
-    """The UTC day of a timestamptz's text (the follower's session runs with TimeZone UTC, DateStyle ISO)."""
-    return expires_at[:10] if isinstance(expires_at, str) else None
+    """The UTC day of a timestamptz's text (the follower's session runs with TimeZone UTC, DateStyle ISO):
+    '2026-12-01 10:00:00+00' -> '2026-12-01', '11026-12-01 ...' -> '11026-12-01', '0044-03-15 ... BC' ->
+    '0044-03-15 BC', 'infinity' as it is (all valid `date` input)."""
+    if not isinstance(expires_at, str):
+        return None
+    day = expires_at.split(" ", 1)[0]
+    return day + " BC" if expires_at.endswith(" BC") else day
 
 
 def _col(rel: pgoutput.Relation, tup: tuple[object, ...], name: str) -> object:
     return tup[rel.columns.index(name)] if name in rel.columns else None
+
+
+def _key_col(rel: pgoutput.Relation, msg: pgoutput.Insert | pgoutput.Update, name: str) -> str:
+    """A key column of the new tuple; when it is stored out of line and unchanged it is not sent there, and PostgreSQL
+    sends the old key instead (replica identity with external values)."""
+    value = _col(rel, msg.new, name)
+    if value is pgoutput.UNCHANGED and isinstance(msg, pgoutput.Update) and msg.old is not None:
+        value = _col(rel, msg.old, name)
+    if not isinstance(value, str):
+        raise ValueError(f"{rel.name}.{name} not sent in the new row")
+    return value
 
 
 def _events(msg: pgoutput.Message, relations: dict[int, pgoutput.Relation]) -> list[Event]:
@@ -119,8 +153,8 @@ def _events(msg: pgoutput.Message, relations: dict[int, pgoutput.Relation]) -> l
             new = msg.new
             value = _col(rel, new, "value")
             put = Put(
-                str(_col(rel, new, "prefix")),
-                str(_col(rel, new, "key")),
+                _key_col(rel, msg, "prefix"),
+                _key_col(rel, msg, "key"),
                 v if isinstance(v := _col(rel, new, "updated_at"), str) else None,
                 _day(_col(rel, new, "expires_at")),
                 value if isinstance(value, str) else None,
@@ -129,7 +163,9 @@ def _events(msg: pgoutput.Message, relations: dict[int, pgoutput.Relation]) -> l
             if isinstance(msg, pgoutput.Update) and msg.old is not None:  # the key itself changed
                 old = Gone(str(_col(rel, msg.old, "prefix")), str(_col(rel, msg.old, "key")))
                 if (old.prefix, old.key) != (put.prefix, put.key):
-                    return [old, Put(put.prefix, put.key, put.updated_at, put.expires_day, put.value, True)]
+                    moved = (old.prefix, old.key)
+                    # the new key first: its value, when not sent, is the one the old key held before the Gone
+                    return [Put(put.prefix, put.key, put.updated_at, put.expires_day, put.value, True, moved), old]
             return [put]
         if isinstance(msg, pgoutput.Delete):
             return [Gone(str(_col(rel, msg.old, "prefix")), str(_col(rel, msg.old, "key")))]
@@ -169,6 +205,19 @@ def decode_batch(rows: Iterable[tuple[int, bytes]]) -> list[Transaction]:
     txns: list[Transaction] = []
     current: Transaction | None = None
     for lsn, data in rows:
+        if current is not None and bytes(data[:1]) in (b"I", b"U", b"D"):
+            try:
+                row = pgoutput.decode(data)
+                events = _events(row, relations)
+            except Exception as exc:  # a row that cannot be decoded: a dead letter, never a stop
+                table = _table_of(data, relations)
+                current.dead.append(
+                    DeadLetter(lsn, current.xid, table, "?", f"{type(exc).__name__}: {exc}", table_unknown(table))
+                )
+                continue
+            current.events.extend(events)
+            current.origins.extend([(lsn, _table_of(data, relations))] * len(events))
+            continue
         msg = pgoutput.decode(data)
         if isinstance(msg, pgoutput.Relation):
             relations[msg.oid] = msg
@@ -180,9 +229,71 @@ def decode_batch(rows: Iterable[tuple[int, bytes]]) -> list[Transaction]:
             current.end_lsn = lsn
             txns.append(current)
             current = None
-        elif current is not None:
-            current.events.extend(_events(msg, relations))
+        elif current is not None:  # a TRUNCATE
+            events = _events(msg, relations)
+            current.events.extend(events)
+            current.origins.extend([(lsn, "truncate")] * len(events))
     return txns
+
+
+def _table_of(data: bytes, relations: dict[int, pgoutput.Relation]) -> str:
+    """The table a row message names (its relation oid follows the kind byte), as far as it can be read."""
+    if len(data) >= 5:
+        rel = relations.get(int.from_bytes(bytes(data[1:5]), "big"))
+        if rel is not None:
+            return rel.name
+    return "?"
+
+
+# --- what a change touches (a dead letter's aggregates, unknown until a recount) -------------------------------
+
+PREFIX_DOCUMENTS = "documents per prefix"
+ROOT_FIGURES = "documents, namespaces and vectors per root"
+EXPIRY_DAYS = "documents per expiry day"
+HOLDERS = "value holders and hilo links of customer"
+CHECKPOINT_SUBJECTS = "checkpoint subjects and token index of thread"
+
+
+def table_unknown(table: str) -> tuple[str, ...]:
+    """What a change of `table` may touch when its row could not even be read."""
+    if table in ("store", "store_vectors"):
+        return (f"{PREFIX_DOCUMENTS}: *", f"{ROOT_FIGURES}: *", f"{EXPIRY_DAYS}: *", f"{HOLDERS}: *")
+    return (f"{CHECKPOINT_SUBJECTS}: *",)
+
+
+def event_key(e: Event) -> str:
+    """The row an event is about, as the dead-letter table names it."""
+    if isinstance(e, Put | Gone):
+        return f"{e.prefix} / {e.key}"
+    if isinstance(e, Checkpoint | CheckpointGone):
+        return " / ".join(e.key)
+    if isinstance(e, Vector):
+        return e.prefix
+    if isinstance(e, Thread):
+        return e.thread_id
+    return "TRUNCATE"
+
+
+def touched(events: Iterable[Event]) -> tuple[str, ...]:
+    """The aggregates these events change, each with the prefix, root, customer or thread it is about."""
+    out: list[str] = []
+    for e in events:
+        if isinstance(e, Put | Gone | Vector):
+            root = root_of(e.prefix)
+            out += [f"{PREFIX_DOCUMENTS}: {e.prefix}", f"{ROOT_FIGURES}: {root}"]
+            if not isinstance(e, Vector):
+                out.append(f"{EXPIRY_DAYS}: {root}")
+                if e.prefix.startswith(CUSTOMERS):
+                    out.append(f"{HOLDERS}: {customer_of(e.prefix)}")
+            if isinstance(e, Put) and e.moved_from is not None:
+                out += touched([Gone(*e.moved_from)])
+        elif isinstance(e, Checkpoint | CheckpointGone):
+            out.append(f"{CHECKPOINT_SUBJECTS}: {e.key[0]}")
+        elif isinstance(e, Thread):
+            out.append(f"{CHECKPOINT_SUBJECTS}: {e.thread_id}")
+        elif isinstance(e, Truncated):
+            out += table_unknown("store")
+    return tuple(dict.fromkeys(out))
 
 
 # --- the fold -------------------------------------------------------------------------------------------------
@@ -257,13 +368,30 @@ def new_values(txns: Iterable[Transaction]) -> set[str]:
     }
 
 
+def reread_keys(txns: Iterable[Transaction]) -> set[tuple[str, str]]:
+    """Documents moved into a customer's namespace from another with their value unchanged (not sent): their old
+    contribution has no hashes (only customers' documents have them), so the follower reads the value from the row."""
+    return {
+        (e.prefix, e.key)
+        for t in txns
+        for e in t.events
+        if isinstance(e, Put)
+        and e.value is None
+        and e.moved_from is not None
+        and e.prefix.startswith(CUSTOMERS)
+        and not e.moved_from[0].startswith(CUSTOMERS)
+    }
+
+
 def fold(
     txns: Iterable[Transaction],
     shadow: dict[tuple[str, str], Contribution],
     derive: Callable[[str], Derived],
+    reread: dict[tuple[str, str], Derived] | None = None,
 ) -> Deltas:
     """Replay `txns` in order over `shadow` (the touched documents' contributions before the batch; a document
-    missing from it contributes nothing) and return the deltas and the touched documents' final contributions."""
+    missing from it contributes nothing) and return the deltas and the touched documents' final contributions.
+    `reread`: what the rows of `reread_keys(txns)` give now (a row missing is settled by its later changes)."""
     d = Deltas()
     state: dict[tuple[str, str], Contribution] = {}
 
@@ -299,8 +427,15 @@ def fold(
                 old = before(k)
                 if e.value is not None:
                     got = derive(e.value) if e.prefix.startswith(CUSTOMERS) else NO_VALUE
-                else:  # value unchanged (a TTL refresh of a TOASTed document)
+                elif not e.prefix.startswith(CUSTOMERS):
+                    got = NO_VALUE
+                elif e.moved_from is None:  # value unchanged (a TTL refresh of a TOASTed document)
                     got = Derived(old.value_hashes, old.hilo)
+                elif e.moved_from[0].startswith(CUSTOMERS):  # key changed, value unchanged: what it held there
+                    was = before(e.moved_from)
+                    got = Derived(was.value_hashes, was.hilo)
+                else:  # from another namespace, which keeps no hashes: the value as the row holds it
+                    got = (reread or {}).get(k, NO_VALUE)
                 new = Contribution(e.expires_day, got.hashes, got.hilo)
                 add(e.prefix, old, -1)
                 add(e.prefix, new, 1)

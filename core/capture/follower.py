@@ -12,6 +12,11 @@ that point; the snapshot is stored, and a decoded transaction visible in it (it 
 creation and the snapshot: the recount saw it) is skipped. Nothing is counted twice or missed, with no lock on the
 agents' tables.
 
+Never stopped by one bad row (issue 51): a batch that fails on a row's data is applied again change by change,
+each in a savepoint; a change that fails is a dead letter (core_capture_dead_letters, migration 100: its position,
+table, key, error and the aggregates it touches, unknown until a recount), everything else is applied. A recount
+(`request_recount`, done by the follower itself) clears them.
+
 One applier per database: a session advisory lock (FOLLOWER_LOCK). `catch_up()` drains the slot up to the WAL
 written before it was called: itself when no follower runs, else by waiting for the running one.
 """
@@ -47,6 +52,7 @@ HEARTBEAT_S = 1.0  # when idle, `caught_up_at` is written at most this often (th
 # restart_lsn to the end went from 1,442 KB to 149 KB median, and the follower's backend CPU by a fifth
 # (bench/bench_follower_cpu.py).
 SNAPSHOT_S = 1.0
+PUBLICATION_CHECK_S = 5.0  # a running follower checks the publication this often (setup checks it each time)
 _SNAPSHOT_REFUSED: set[str] = set()  # DSNs whose role may not (said once a process, not at every page's catch-up)
 
 
@@ -154,8 +160,18 @@ class BatchResult:
 # --- SQL ------------------------------------------------------------------------------------------------------
 
 SELECT_POSITION = """
-SELECT lsn::text, recount_snapshot::text AS snapshot, recount_lsn::text FROM core_capture_position
-WHERE slot_name = %s"""
+SELECT lsn::text, recount_snapshot::text AS snapshot, recount_lsn::text,
+       EXISTS (SELECT 1 FROM core_capture_recount_requests r WHERE r.slot_name = p.slot_name) AS recount_requested
+FROM core_capture_position p WHERE slot_name = %s"""
+RECORD_DEAD_LETTER = """
+INSERT INTO core_capture_dead_letters (slot_name, lsn, xid, table_name, row_key, error, unknown)
+VALUES (%s, %s::pg_lsn, %s, %s, %s, %s, %s)"""
+RESOLVE_DEAD_LETTERS = "UPDATE core_capture_dead_letters SET recounted_at = now() WHERE recounted_at IS NULL"
+REQUEST_RECOUNT = """
+INSERT INTO core_capture_recount_requests (slot_name) VALUES (%s)
+ON CONFLICT (slot_name) DO UPDATE SET requested_at = now()"""
+DROP_RECOUNT_REQUEST = "DELETE FROM core_capture_recount_requests WHERE slot_name = %s"
+
 PEEK = """
 SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,
     'proto_version', '1', 'publication_names', %s)"""
@@ -169,6 +185,11 @@ SELECT_DERIVED = f"""
 SELECT u.v, ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(u.v::jsonb) AS l) AS hashes,
        {HILO_OF.format(value="u.v::jsonb")} AS hilo
 FROM unnest(%s::text[]) AS u(v)"""
+# A moved document's value as its row holds it now (changes.reread_keys).
+SELECT_REREAD = f"""
+SELECT s.prefix, s.key, ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(s.value) AS l),
+       {HILO_OF.format(value="s.value")}
+FROM store s JOIN unnest(%s::text[], %s::text[]) AS k(prefix, key) USING (prefix, key)"""
 SELECT_PREFIX_DOCUMENTS = "SELECT prefix, documents FROM core_prefix_counts WHERE prefix = ANY(%s)"
 # Each upsert below writes a whole batch in one statement (arrays, one row per element): row by row (executemany),
 # applying was half of the follower's server CPU (bench/bench_follower_cpu.py).
@@ -299,6 +320,7 @@ class Follower:
         self.on_slot_created: list = []  # test hook: callables run between the slot's creation and the recount
         self._created_at: int | None = None  # WAL position of the slot this process created, until caught up
         self._last_snapshot = 0.0
+        self._publication_checked = 0.0
         if slot is None:
             with psycopg.connect(dsn) as conn:
                 slot = slot_name_for(conn.info.dbname)
@@ -322,12 +344,7 @@ class Follower:
                 f"publication {PUBLICATION} is missing: run the migrations (python -m core.migrate) as the owner "
                 "of the agents' tables"
             )
-        altered = publication_differences(conn)
-        if altered:  # a table or column taken out would be missed silently, an action left out the same
-            raise CaptureNotAllowed(
-                f"publication {PUBLICATION} was altered ({'; '.join(altered)}): recreate it as "
-                "core/sql/140_capture_store.sql does, then restart the follower (it recounts)"
-            )
+        self._check_publication(conn)
         slot = conn.execute(
             "SELECT database = current_database(), plugin, wal_status FROM pg_replication_slots WHERE slot_name = %s",
             (self.slot,),
@@ -364,6 +381,19 @@ class Follower:
             raise self._lost_in_recount(conn)
         return True
 
+    def _check_publication(self, conn: psycopg.Connection) -> None:
+        """A table or column taken out, a row filter or an action left out would be missed silently: refuse, and
+        forget the position, so that once the publication is as the migrations made it the follower recreates its
+        slot and recounts (what the slot did not carry meanwhile is then counted)."""
+        self._publication_checked = time.monotonic()
+        altered = publication_differences(conn)
+        if altered:
+            conn.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (self.slot,))
+            raise CaptureNotAllowed(
+                f"publication {PUBLICATION} was altered ({'; '.join(altered)}): recreate it as "
+                "core/sql/140_capture_store.sql and 144 do, then restart the follower (it recounts)"
+            )
+
     def _slot_lost(self, conn: psycopg.Connection) -> bool:
         row = conn.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)).fetchone()
         return row is not None and row[0] == "lost"
@@ -396,6 +426,8 @@ class Follower:
             snapshot, snapshot_lsn, slot_lsn = row
             for sql in RECOUNT:
                 conn.execute(sql)
+            conn.execute(RESOLVE_DEAD_LETTERS)
+            conn.execute(DROP_RECOUNT_REQUEST, (self.slot,))
             conn.execute(SAVE_RECOUNT, (self.slot, slot_lsn, snapshot, snapshot_lsn, slot_lsn))
         log.info(
             "change follower: slot %s created, aggregates recounted in %.1f s", self.slot, time.monotonic() - start
@@ -406,7 +438,12 @@ class Follower:
         if conn is None:
             with connect(self.dsn) as own:
                 return self.run_once(own)
+        if time.monotonic() - self._publication_checked >= PUBLICATION_CHECK_S:  # altered while it runs
+            self._check_publication(conn)
         row = conn.execute(SELECT_POSITION, (self.slot,)).fetchone()
+        if row and row[3]:  # an operator asked for a recount (request_recount)
+            self._requested_recount(conn)
+            row = conn.execute(SELECT_POSITION, (self.slot,)).fetchone()
         applied = lsn_int(row[0]) if row else 0
         recounted = Snapshot.parse(row[1]) if row and row[1] else None
         recount_lsn = lsn_int(row[2]) if row and row[2] else 0
@@ -445,11 +482,22 @@ class Follower:
             if moved_to > applied:
                 self._advance(conn, moved_to)
             return BatchResult(0, 0, moved_to, drained, caught_up, flushed_at)
-        deltas = self._fold(conn, todo)
-        with conn.transaction():
-            self._apply(conn, deltas)
-            _pause("mid_batch")
-            self._save_position(conn, moved_to, caught_up, flushed_at if caught_up is not None else None)
+        dead = [letter for t in todo for letter in t.dead]  # rows that could not be decoded
+        try:
+            deltas = self._fold(conn, todo)
+            with conn.transaction():
+                self._apply(conn, deltas)
+                _pause("mid_batch")
+                self._record(conn, dead)
+                self._save_position(conn, moved_to, caught_up, flushed_at if caught_up is not None else None)
+        except Exception as exc:
+            if not row_error(conn, exc):
+                raise
+            log.warning("change follower: a batch failed on a row (%s): applying it change by change", exc)
+            with conn.transaction():
+                dead += self._apply_each(conn, todo)
+                self._record(conn, dead)
+                self._save_position(conn, moved_to, caught_up, flushed_at if caught_up is not None else None)
         self._last_heartbeat = now
         _pause("after_apply")
         self._advance(conn, moved_to)
@@ -457,6 +505,44 @@ class Follower:
             self._log_snapshot(conn)
             self._last_snapshot = now
         return BatchResult(len(todo), sum(len(t.events) for t in todo), moved_to, drained, caught_up, flushed_at)
+
+    def _apply_each(self, conn: psycopg.Connection, txns: list[changes.Transaction]) -> list[changes.DeadLetter]:
+        """Inside the batch's transaction: each message's changes in a savepoint of their own, in commit order; those
+        that fail on their data are returned as dead letters, the rest applied."""
+        dead: list[changes.DeadLetter] = []
+        for t in txns:
+            groups: dict[tuple[int, str], list[changes.Event]] = {}
+            for origin, event in zip(t.origins, t.events, strict=True):
+                groups.setdefault(origin, []).append(event)
+            for (lsn, table), events in groups.items():
+                one = changes.Transaction(t.xid, t.commit_lsn, t.end_lsn, events)
+                try:
+                    with conn.transaction():  # a savepoint
+                        self._apply(conn, self._fold(conn, [one]))
+                except Exception as exc:
+                    if not row_error(conn, exc):
+                        raise
+                    key = " | ".join(dict.fromkeys(changes.event_key(e) for e in events))
+                    dead.append(changes.DeadLetter(lsn, t.xid, table, key, _error_text(exc), changes.touched(events)))
+        return dead
+
+    def _record(self, conn: psycopg.Connection, dead: list[changes.DeadLetter]) -> None:
+        for d in dead:
+            conn.execute(
+                RECORD_DEAD_LETTER, (self.slot, lsn_text(d.lsn), d.xid, d.table, d.key, d.error, list(d.unknown))
+            )
+            log.error("change follower: dead letter at %s (%s %s): %s", lsn_text(d.lsn), d.table, d.key, d.error)
+
+    def _requested_recount(self, conn: psycopg.Connection) -> None:
+        """Recount as asked; a recount that fails on the rows' data (a bad row still in the tables) is logged and the
+        request dropped: the follower goes on, its dead letters stay open."""
+        try:
+            self._recount(conn)
+        except Exception as exc:
+            if not row_error(conn, exc):
+                raise
+            log.error("change follower: the requested recount failed, dead letters stay open: %s", exc)
+            conn.execute(DROP_RECOUNT_REQUEST, (self.slot,))
 
     def _save_position(self, conn: psycopg.Connection, lsn: int, caught_up: int | None, at: str | None) -> None:
         conn.execute(
@@ -507,7 +593,14 @@ class Follower:
             derived = {
                 v: changes.Derived(tuple(h), hilo) for v, h, hilo in conn.execute(SELECT_DERIVED, (values,)).fetchall()
             }
-        return changes.fold(txns, shadow, derived.__getitem__)
+        moved = sorted(changes.reread_keys(txns))
+        reread: dict[tuple[str, str], changes.Derived] = {}
+        if moved:
+            for prefix, key, hashes, hilo in conn.execute(
+                SELECT_REREAD, ([k[0] for k in moved], [k[1] for k in moved])
+            ).fetchall():
+                reread[(prefix, key)] = changes.Derived(tuple(hashes), hilo)
+        return changes.fold(txns, shadow, derived.__getitem__, reread)
 
     @staticmethod
     def _apply(conn: psycopg.Connection, d: Deltas) -> None:
@@ -612,6 +705,31 @@ class Follower:
                 stop.wait(2)
 
 
+def row_error(conn: psycopg.Connection, exc: BaseException) -> bool:
+    """Whether `exc` is about a row's data (a dead letter) rather than the database or our code (a stop and retry):
+    a data exception, an integrity violation, a limit exceeded (an index entry too large, stack depth), or a row
+    Python could not read; never on a broken connection, a cancelled statement or an error of our SQL."""
+    if conn.closed or conn.broken:
+        return False
+    if isinstance(exc, psycopg.Error):
+        return isinstance(exc, psycopg.DataError | psycopg.IntegrityError) or (exc.sqlstate or "").startswith("54")
+    return isinstance(exc, ValueError | TypeError | KeyError | IndexError)
+
+
+def _error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, psycopg.Error) and exc.diag.message_detail:
+        text += f" ({exc.diag.message_detail})"
+    return text[:2000]
+
+
+def request_recount(dsn: str) -> None:
+    """Ask this database's follower to recount its aggregates from the tables (it does so at its next read, under its
+    own lock; a catch_up does it when no follower runs). Clears the dead letters when the recount succeeds."""
+    with connect(dsn, application_name="core_capture_request") as conn:
+        conn.execute(REQUEST_RECOUNT, (slot_name_for(conn.info.dbname),))
+
+
 def _transpose(rows: list[tuple]) -> list[list]:
     """Rows (at least one) as column lists: the arrays of one set-based statement."""
     return [list(column) for column in zip(*rows, strict=True)]
@@ -709,15 +827,16 @@ PUBLISHED = {
 
 
 SELECT_PUBLISHED = """
-SELECT tablename, attnames FROM pg_publication_tables WHERE pubname = %s AND schemaname = current_schema()"""
+SELECT tablename, attnames, rowfilter FROM pg_publication_tables WHERE pubname = %s AND schemaname = current_schema()"""
 
 
 def publication_differences(conn: psycopg.Connection) -> list[str]:
     """How the publication differs from PUBLISHED (empty: it is as the migrations made it)."""
-    found: dict[str, set[str]] = {
-        table: set(columns) for table, columns in conn.execute(SELECT_PUBLISHED, (PUBLICATION,)).fetchall()
-    }
+    rows = conn.execute(SELECT_PUBLISHED, (PUBLICATION,)).fetchall()
+    found: dict[str, set[str]] = {table: set(columns) for table, columns, _ in rows}
     out = [f"{t} not published" for t in sorted(PUBLISHED.keys() - found.keys())]
+    # a row filter hides every row it rejects from the slot: the follower would miss them and call itself caught up
+    out += [f"{t} filtered by WHERE {where}" for t, _, where in sorted(rows) if where is not None]
     out += [f"{t} published too" for t in sorted(found.keys() - PUBLISHED.keys())]
     out += [
         f"{t} columns {sorted(found[t])}, not {sorted(PUBLISHED[t])}"
@@ -787,9 +906,18 @@ def main() -> None:
     parser.add_argument(
         "--uninstall", action="store_true", help="remove this database's slot and the publication, then exit"
     )
+    parser.add_argument(
+        "--recount",
+        action="store_true",
+        help="ask the follower to recount its aggregates from the tables (clears its dead letters), then exit",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     dsn = args.dsn or resolve_dsn(load_settings())
+    if args.recount:
+        request_recount(dsn)
+        print("recount requested: the follower recounts at its next read (with no follower running, at the next sync)")
+        return
     if args.uninstall:
         try:
             uninstall(dsn)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
+import pandas as pd
 import psycopg
 from psycopg.rows import DictRow
 
@@ -38,7 +39,8 @@ SELECT s.slot_name IS NOT NULL AS slot,
        p.caught_up_at,
        pg_wal_lsn_diff(pg_current_wal_lsn(), p.caught_up_lsn)::bigint AS lag_bytes,
        extract(epoch FROM now() - p.caught_up_at)::float8 AS lag_seconds,
-       p.recounted_at
+       p.recounted_at,
+       (SELECT count(*) FROM core_capture_dead_letters WHERE recounted_at IS NULL) AS dead_letters
 FROM n JOIN pg_database d ON d.datname = current_database()
 LEFT JOIN pg_replication_slots s ON s.slot_name = n.slot AND s.database = d.datname
 LEFT JOIN core_capture_position p ON p.slot_name = n.slot"""
@@ -58,6 +60,7 @@ class CaptureStatus:
     lag_bytes: int | None
     lag_seconds: float | None
     recounted_at: datetime | None
+    dead_letters: int = 0  # rows the follower could not apply since the last recount: their aggregates unknown
 
     @property
     def known(self) -> bool:
@@ -82,7 +85,21 @@ def read_status(conn: psycopg.Connection[DictRow]) -> CaptureStatus:
         lag_bytes=max(0, row["lag_bytes"]) if row["lag_bytes"] is not None else None,
         lag_seconds=max(0.0, row["lag_seconds"]) if row["lag_seconds"] is not None else None,
         recounted_at=row["recounted_at"],
+        dead_letters=int(row["dead_letters"] or 0),
     )
+
+
+# The follower's dead letters not cleared by a recount yet (migration 100), newest first.
+SELECT_DEAD_LETTERS = """
+SELECT recorded_at, lsn::text AS lsn, table_name, row_key, error, array_to_string(unknown, '; ') AS unknown, xid
+FROM core_capture_dead_letters WHERE recounted_at IS NULL ORDER BY recorded_at DESC, id DESC LIMIT %(limit)s"""
+
+
+def open_dead_letters(db: Database, limit: int = 200) -> pd.DataFrame:
+    """The changes the follower could not apply since its last recount (their aggregates are unknown), newest
+    first: when, the slot position, table, row, error and the aggregates it touches."""
+    columns = ["recorded_at", "lsn", "table_name", "row_key", "error", "unknown", "xid"]
+    return pd.DataFrame(db.fetch(SELECT_DEAD_LETTERS, {"limit": limit}), columns=columns)
 
 
 def sync(db: Database, timeout: float = SYNC_TIMEOUT_S) -> bool:

@@ -28,8 +28,8 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "documents per expiry day and root",
-        "SELECT day, root, documents FROM core_expiry_days WHERE documents <> 0",
-        """SELECT (expires_at AT TIME ZONE 'UTC')::date, split_part(prefix, '.', 1), count(*) FROM store
+        "SELECT day::text, root, documents FROM core_expiry_days WHERE documents <> 0",  # text: years 11026, BC
+        """SELECT (expires_at AT TIME ZONE 'UTC')::date::text, split_part(prefix, '.', 1), count(*) FROM store
            WHERE expires_at IS NOT NULL GROUP BY 1, 2""",
     ),
     (
