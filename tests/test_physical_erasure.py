@@ -541,3 +541,24 @@ def test_overwritten_only_once_no_file_of_any_table_erase_deleted_from_holds_the
     assert row["files_status"] == physical.OVERWRITTEN, row["files_note"]
     assert row["t_files_overwritten"] is not None
     assert_wal_horizon_is_the_servers(db, row, retention=7)
+
+
+def test_a_table_erase_deleted_from_and_not_read_withholds_overwritten(db, monkeypatch):
+    """Where the scan cannot cover a table erase() deletes from (here: the old fixed list of the agents' five), the
+    register withholds "overwritten" and names the tables not read, even with the five rewritten and clean."""
+    write_customer(db, CUSTOMER)
+    assert sweep.run_sweep(db, trigger="manual").status == "ok"  # core_tool_calls holds the phone
+    result = erasure.erase(db, CUSTOMER, operator="dpo@example.com")
+    assert result.status == "complete", result.report
+    for table in physical.AGENT_TABLES:
+        sql(db.dsn, f"VACUUM (FULL) {table}")
+    monkeypatch.setattr(physical, "scanned_tables", lambda conn: list(physical.AGENT_TABLES))
+    (settled,) = physical.settle(db)
+    row = registered(db, result.request_id)
+    assert row["files"]["status"] == "measured" and register_parts(row) == {}, row["files"]
+    assert settled.files_status == row["files_status"] == physical.NOT_MEASURED
+    assert row["t_files_overwritten"] is None and row["t_wal_backup_horizon"] is None
+    assert "core_tool_calls" in row["files"]["not_read"]
+    assert (
+        "no file read of table(s) erase() deletes from" in row["files_note"] and "core_tool_calls" in row["files_note"]
+    )

@@ -54,22 +54,27 @@ What each step does, as measured:
   archive keeps it for its retention; base backups copy the data files, free space included.
 
 What this module does with that:
-- `scan_files(db, values)` reads the files of the five tables (heap, TOAST, indexes, every segment `.1`, `.2`...) and
-  pg_wal as bytes, only when the server's data directory is readable by this process and is the server's own (its
-  pg_control holds the server's system identifier); otherwise every table is "unknown" with the reason: a managed or
-  remote server is never reported as overwritten.
-- `after_erasure_steps(db)` (the sweep job, never a page): plain VACUUM of each table, then CHECKPOINT, each with its
-  time or its error (VACUUM needs the owner or MAINTAIN, and a role without it gets a warning, not an error: recorded
-  as not done; CHECKPOINT needs pg_checkpoint), PostgreSQL's dead tuples and last vacuum after it
+- `scan_files(db, values)` reads the files of every table `scanned_tables` names (heap, TOAST, indexes, every segment
+  `.1`, `.2`...) and pg_wal as bytes: the agents' five, every table of ours `erase()` deletes from (it deletes the
+  customer's rows of core_tool_calls, whose `args` hold recordar_preferencia's values, of the change follower's
+  shadows...; a fixed list of the five let "overwritten" be claimed while their files held the values, issue 51) and
+  every other table of the schema; only when the server's data directory is readable by this process and is the
+  server's own (its pg_control holds the server's system identifier); otherwise every table is "unknown" with the
+  reason: a managed or remote server is never reported as overwritten.
+- `after_erasure_steps(db)` (the sweep job, never a page): plain VACUUM of each of those tables, then CHECKPOINT, each
+  with its time or its error (VACUUM needs the owner or MAINTAIN, and a role without it gets a warning, not an error:
+  recorded as not done; CHECKPOINT needs pg_checkpoint), PostgreSQL's dead tuples and last vacuum after it
   (pg_stat_user_tables), and the WAL settings, position, oldest segment and slots.
 - `settle(db)`: the sweep's step after the re-check. The sweep runs later, in another process, and the register keeps
   no value (issue 43), so `erase()` keeps, while it holds the values, keyed needles (`needles_for`: per term, its byte
   length, a 16-bit head of its first bytes and a salted digest, both keyed with TERM_HASH_KEY; the id is looked for as
   its namespace prefix) and the WAL position at its end. The sweep finds them in raw bytes (no token boundaries: jsonb
   packs strings end to end), records per table and part which term references were found, and sets
-  `t_files_overwritten` only when the files were measured after a CHECKPOINT and no term was found in any table file;
-  a term still found leaves it NULL with 'in free space until reused or rewritten' (retried by the next sweeps); a
-  term too short to look for, or a request erased before the needles existed, gives 'not measured'.
+  `t_files_overwritten` only when the files were measured after a CHECKPOINT, every table erase() deletes from was
+  read, and no term was found in any table file (in the registers, KEPT_TABLES, which keep the customer's id and
+  thread ids by design, only the values count); a term still found leaves it NULL with 'in free space until reused or
+  rewritten' (retried by the next sweeps); a term too short to look for, a request erased before the needles existed,
+  or a table erase() deletes from whose files were not read, gives 'not measured'.
 - `t_wal_backup_horizon`: base backups copy the free space, so the values can enter a new backup until the files are
   overwritten: the horizon is `t_files_overwritten + BACKUP_RETENTION_DAYS` once both are known and no slot holds WAL
   from before the erasure's end; otherwise NULL with the reason. Whether pg_wal still holds them is recorded as
