@@ -276,10 +276,12 @@ def term_hash_key() -> bytes:
     re-checks must share it. Without PG_AGENTES (the embedded demo) a key is generated once into the data folder
     (`term_hash.key`, mode 0600). Production without a key is refused: an unkeyed hash would be guessable.
 
-    Rotation: the token index is rebuilt under the new key by the sweep (its rows are listed again when the key
-    fingerprint changes), but the register's hashes of earlier requests were made with the old key and cannot be
-    re-keyed (the values are gone): a re-check of those requests needs the old key. Do not rotate unless every
-    earlier request has been re-erased or its re-check is no longer needed.
+    Rotation: each row of the token index keeps the fingerprint of the key its hashes were made with
+    (core.privacy.tokens.term_key_fingerprint); a row made under another key is read on its bytes by
+    the residue scan, like a thread not indexed yet, and listed again by the next sweep, which re-indexes it under
+    the new key. The register's hashes of earlier requests were made with the old key and cannot be re-keyed (the
+    values are gone): a re-check of those requests needs the old key. Do not rotate unless every earlier request
+    has been re-erased or its re-check is no longer needed.
     """
     secrets = _read_secrets_file()
     raw = setting("TERM_HASH_KEY", secrets)

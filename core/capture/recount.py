@@ -16,13 +16,32 @@ from core.capture.follower import FOLLOWER_LOCK, RECOUNT, connect, slot_name_for
 
 log = logging.getLogger(__name__)
 
+# The signature of what a thread holds, per thread: a sum of hashes of its checkpoints' and pending writes' keys. The
+# token indexer stores it with the thread's tokens (core_thread_tokens.rows_sig, read before the rows it indexes);
+# `{where}` restricts the threads (empty: all of them).
+ROWS_SIGNATURE = """
+SELECT thread_id, sum(h) AS sig FROM (
+    SELECT thread_id, hashtextextended(checkpoint_ns || '/' || checkpoint_id, 0) AS h FROM checkpoints {where}
+    UNION ALL
+    SELECT thread_id, hashtextextended(checkpoint_ns || '/' || checkpoint_id || '/' || task_id || '/' || idx, 1)
+    FROM checkpoint_writes {where}
+) r GROUP BY thread_id"""
 # RECOUNT marks every thread dirty for the token index (right once, when a slot starts); a sweep's recount marks the
 # threads checkpointed since the previous one (an hour of margin for the agents' clocks), and every thread the first
-# time.
+# time; and then every thread whose checkpoints or pending writes are not those the indexer read (RELIST_CHANGED):
+# a thread written late with old times (the dual saver's replay of its buffer or journal keeps the checkpoints'
+# original `ts`, possibly days later) is listed too, and so is a thread no indexer ever read.
 DIRTY_SINCE = """
 INSERT INTO core_token_dirty (thread_id)
 SELECT DISTINCT thread_id FROM checkpoints
 WHERE %(since)s::timestamptz IS NULL OR (checkpoint ->> 'ts')::timestamptz > %(since)s::timestamptz - interval '1 hour'
+ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL"""
+RELIST_CHANGED = f"""
+INSERT INTO core_token_dirty (thread_id)
+SELECT s.thread_id FROM ({ROWS_SIGNATURE.format(where="")}) s
+LEFT JOIN core_thread_tokens t ON t.thread_id = s.thread_id
+WHERE t.rows_sig IS DISTINCT FROM s.sig
+ORDER BY 1
 ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL"""
 SAVE = """
 INSERT INTO core_capture_position AS p (slot_name, lsn, recounted_at, caught_up_lsn, caught_up_at)
@@ -59,6 +78,7 @@ def recount_without_slot(dsn: str) -> Recount:
                     if "core_token_dirty" not in sql:
                         conn.execute(sql)
                 conn.execute(DIRTY_SINCE, {"since": since[0] if since else None})
+                conn.execute(RELIST_CHANGED)
                 conn.execute(SAVE, {"slot": slot})
             took = time.monotonic() - start
             log.info("aggregates recounted from the tables in %.1f s (no slot follows this database)", took)

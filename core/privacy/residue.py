@@ -172,6 +172,9 @@ class Residue:
     raw_threads: list[str] = field(default_factory=list)  # threads a distinctive term's raw bytes were found in
     # unattributed threads holding encrypted rows no configured key opens: the scan could not read them
     not_scanned: list[str] = field(default_factory=list)
+    # threads the token index holds under another term hash key (TERM_HASH_KEY rotated, the sweep has not re-indexed
+    # them yet): the scan read them on their bytes, as threads not indexed yet (token_index.Candidates.stale)
+    index_stale: int = 0
 
     @property
     def proposed(self) -> list[str]:
@@ -312,7 +315,17 @@ def residue_conn(
     terms = [Term(t.term, t.kind, t.customers, counts[t.term] if t.common else confirmed.get(t.term, 0)) for t in terms]
     common_threads = sorted({th for t in terms if t.common for th in raw_threads.get(t.term, ())})
     raw_distinctive = sorted({th for t in terms if not t.common for th in raw_threads.get(t.term, ())})
-    return Residue(customer_id, terms, matches, len(pairs), ran, common_threads, raw_distinctive, not_scanned)
+    return Residue(
+        customer_id,
+        terms,
+        matches,
+        len(pairs),
+        ran,
+        common_threads,
+        raw_distinctive,
+        not_scanned,
+        narrowed.stale_count,
+    )
 
 
 def residue_scan(

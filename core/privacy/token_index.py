@@ -18,6 +18,14 @@ give away what the encryption hides to whoever reads the index. A lookup asks fo
 rows no configured key opens are counted (`encrypted_unread`) and the key set it was read with is kept (`key_set`,
 a fingerprint): the residue scan reads such threads, and those indexed under another key set, and names what no
 key opens as not scanned; the sweep lists them again for indexing only when the configured keys change.
+
+Every token hash is keyed with TERM_HASH_KEY (core.privacy.tokens.token_hash). Each row keeps the fingerprint of
+the key it was hashed with (`term_key`, tokens.term_key_fingerprint, never the key): after a rotation a row made
+under the old key answers no lookup made with the new one, so the residue scan reads those threads on their bytes,
+as threads not indexed yet (or every thread, past DIRTY_SCAN_MAX of them), and the sweep lists them again and
+re-indexes them under the running key. Each row also keeps a signature of the thread's checkpoint and write keys as
+the indexer read them (`rows_sig`): where no change follower runs, the sweep's recount lists every thread whose rows
+differ from it (core.capture.recount), whatever times its checkpoints carry.
 """
 
 from __future__ import annotations
@@ -30,10 +38,11 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import DictRow
 
+from core.capture.recount import ROWS_SIGNATURE
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.history import formats
-from core.privacy.tokens import payload_tokens, term_tokens, token_hash, tokens_of_json_text
+from core.privacy.tokens import payload_tokens, term_key_fingerprint, term_tokens, token_hash, tokens_of_json_text
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +69,24 @@ SELECT_INLINE = """
 SELECT thread_id, (checkpoint -> 'channel_values')::text AS text FROM checkpoints
 WHERE thread_id = ANY(%(threads)s) AND checkpoint -> 'channel_values' <> '{}'::jsonb"""
 SELECT_DECODED = "SELECT core_checkpoint_payload(%(type)s, %(blob)s)::text AS text"
+SELECT_ROWS_SIGNATURES = ROWS_SIGNATURE.format(where="WHERE thread_id = ANY(%(threads)s)")
 UPSERT_TOKENS = """
-INSERT INTO core_thread_tokens (thread_id, tokens, encrypted_unread, key_set)
-SELECT t.thread_id, string_to_array(t.tokens, ',')::integer[], t.unread, t.key_set
-FROM unnest(%(threads)s::text[], %(tokens)s::text[], %(unread)s::integer[], %(key_sets)s::text[])
-     AS t(thread_id, tokens, unread, key_set)
+INSERT INTO core_thread_tokens (thread_id, tokens, encrypted_unread, key_set, term_key, rows_sig)
+SELECT t.thread_id, string_to_array(t.tokens, ',')::integer[], t.unread, t.key_set, %(term_key)s, t.sig
+FROM unnest(%(threads)s::text[], %(tokens)s::text[], %(unread)s::integer[], %(key_sets)s::text[], %(sigs)s::numeric[])
+     AS t(thread_id, tokens, unread, key_set, sig)
 ON CONFLICT (thread_id) DO UPDATE SET tokens = EXCLUDED.tokens, encrypted_unread = EXCLUDED.encrypted_unread,
-                                      key_set = EXCLUDED.key_set, indexed_at = now()"""
+                                      key_set = EXCLUDED.key_set, term_key = EXCLUDED.term_key,
+                                      rows_sig = EXCLUDED.rows_sig, indexed_at = now()"""
+# Rows hashed under another term key than the running one (NULL: indexed before their key was recorded): they answer
+# no lookup made now. Written as ranges so that the term_key index serves it (`<>` would not).
+STALE = "(term_key IS NULL OR term_key < %(term_key)s OR term_key > %(term_key)s)"
+SELECT_STALE = f"SELECT thread_id FROM core_thread_tokens WHERE {STALE} LIMIT %(cap)s"
+COUNT_STALE = f"SELECT count(*) AS n FROM core_thread_tokens WHERE {STALE}"
+RELIST_STALE = f"""
+INSERT INTO core_token_dirty (thread_id)
+SELECT thread_id FROM core_thread_tokens WHERE {STALE}
+ON CONFLICT (thread_id) DO NOTHING"""
 # Threads the index cannot answer for under the configured key set: encrypted rows no key opened when they were
 # indexed, or encrypted rows indexed under another key set (their token hashes are keyed with it).
 UNANSWERED = "(encrypted_unread > 0 OR key_set IS NOT NULL) AND key_set IS DISTINCT FROM %(key_set)s"
@@ -154,6 +174,9 @@ def index_claimed(
     decryptor = decryptor if decryptor is not None else formats.decryptor()
     unread: dict[str, int] = {}
     sealed: dict[str, set[str]] = {}
+    # what the threads hold, read before their rows: a row written in between makes the signature differ later
+    # (the thread is listed again), never the reverse
+    sigs = {r["thread_id"]: r["sig"] for r in conn.execute(SELECT_ROWS_SIGNATURES, {"threads": claimed})}
     found = _thread_tokens(conn, claimed, result, decryptor, unread, sealed)
     present = sorted(found)
 
@@ -169,6 +192,8 @@ def index_claimed(
                 "tokens": [hashes(th) for th in present],
                 "unread": [unread.get(th, 0) for th in present],
                 "key_sets": [decryptor.key_set if th in unread or th in sealed else None for th in present],
+                "sigs": [sigs.get(th) for th in present],
+                "term_key": term_key_fingerprint(),
             },
         )
 
@@ -233,10 +258,14 @@ def pending(db: Database, cap: int = 100_000) -> int:
 
 
 def sweep_step(db: Database, decryptor: formats.Decryptor | None = None) -> IndexResult:
-    """The sweep job's step: drop the tokens of deleted threads, list again the threads whose encrypted rows no
-    key opened when the configured keys have changed since, then index every pending thread."""
+    """The sweep job's step: drop the tokens of deleted threads, list again the threads indexed under another term
+    hash key (TERM_HASH_KEY rotated) and those whose encrypted rows no key opened when the configured keys have
+    changed since, then index every pending thread."""
     decryptor = decryptor if decryptor is not None else formats.decryptor()
     db.execute(PRUNE_ORPHANS)
+    relisted = db.execute(RELIST_STALE, {"term_key": term_key_fingerprint()})
+    if relisted:
+        log.warning("token index: %d threads indexed under another term hash key, listed for re-indexing", relisted)
     if decryptor:
         db.execute(RELIST_UNANSWERED, {"key_set": decryptor.key_set})
     return index_pending(db, decryptor=decryptor)
@@ -248,20 +277,26 @@ class Candidates:
 
     threads: frozenset[str] | None
     hits: int = 0  # threads the index gave
-    unindexed: frozenset[str] = frozenset()  # threads written since they were last indexed
+    # threads written since they were last indexed, and those indexed under another term hash key (`stale`): the
+    # index cannot answer for them, the scan reads them
+    unindexed: frozenset[str] = frozenset()
     why_full: str = ""  # why every thread is read, when it is
     # indexed threads with encrypted rows the index cannot answer for (no configured key opened them, or indexed
     # under another key set): in `threads`
     encrypted_unread: frozenset[str] = frozenset()
     hit_threads: frozenset[str] = frozenset()  # the `hits` threads
+    stale: frozenset[str] = frozenset()  # indexed under another term hash key (TERM_HASH_KEY rotated): in `unindexed`
+    stale_count: int = 0  # how many threads of the index are so (also when every thread is read)
 
     def describe(self) -> str:
         if self.threads is None:
             return f"every thread ({self.why_full})"
         text = (
             f"{len(self.threads)} threads: {self.hits} from the token index (core_thread_tokens), "
-            f"{len(self.unindexed)} not indexed yet (core_token_dirty)"
+            f"{len(self.unindexed - self.stale)} not indexed yet (core_token_dirty)"
         )
+        if self.stale:
+            text += f"; {stale_reason(self.stale_count)}: read on their bytes"
         if self.encrypted_unread:
             text += (
                 f"; {len(self.encrypted_unread)} threads hold encrypted rows the index could not read (no "
@@ -269,6 +304,11 @@ class Candidates:
                 f"not scanned"
             )
         return text
+
+
+def stale_reason(n: int) -> str:
+    """Why `n` threads are read whatever the index says (after a TERM_HASH_KEY rotation)."""
+    return f"token index built under another term key; re-indexing {n:,} threads"
 
 
 def term_hashes(term: str) -> list[int]:
@@ -346,17 +386,25 @@ def candidates_of(
     unindexed = [r["thread_id"] for r in conn.execute(SELECT_PENDING, {"cap": DIRTY_SCAN_MAX + 1})]
     if len(unindexed) > DIRTY_SCAN_MAX:
         return Candidates(None, why_full=f"more than {DIRTY_SCAN_MAX:,} threads wait for the token indexer")
+    # rows hashed under another term key answer no lookup made now: read like threads not indexed yet
+    term_key = {"term_key": term_key_fingerprint()}
+    stale = {r["thread_id"] for r in conn.execute(SELECT_STALE, term_key | {"cap": DIRTY_SCAN_MAX + 1})}
+    if len(stale | set(unindexed)) > DIRTY_SCAN_MAX:
+        n = one(conn.execute(COUNT_STALE, term_key).fetchone())["n"]
+        return Candidates(None, why_full=stale_reason(n), stale_count=n)
     found = [key for key in keys.values() if key is not None]  # all of them: none is missing
     lookups = found + sealed_keys(found, decryptor)
     hits = {r["thread_id"] for r in conn.execute(SELECT_HITS, {"keys": lookups})} if keys else set()
     unread = {r["thread_id"] for r in conn.execute(SELECT_UNANSWERED, {"key_set": decryptor.key_set})}
     return Candidates(
-        frozenset(hits | set(unindexed) | unread),
+        frozenset(hits | set(unindexed) | stale | unread),
         len(hits),
-        frozenset(unindexed),
+        frozenset(set(unindexed) | stale),
         "",
         frozenset(unread),
         frozenset(hits),
+        frozenset(stale),
+        len(stale),
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import re
 from decimal import Decimal
 from typing import Any
@@ -34,6 +35,15 @@ def token_hash(token: str) -> int:
     configured secret (core.config.term_hash_key): without it, a stored hash confirms no guessed value (issue 43)."""
     digest = hashlib.blake2b(token.encode("utf-8"), key=term_hash_key(), digest_size=4).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+TERM_KEY_FINGERPRINT_LABEL = b"agent-memory token index term key fingerprint v1"
+
+
+def term_key_fingerprint() -> str:
+    """A fingerprint of the configured secret (an HMAC of a constant under it, 16 hex characters), never the key: the
+    token index keeps it with each row, so that rows hashed under another key are known as such after a rotation."""
+    return hmac.new(term_hash_key(), TERM_KEY_FINGERPRINT_LABEL, hashlib.sha256).hexdigest()[:16]
 
 
 def tokens_of_text(text: str, into: set[str]) -> None:
