@@ -21,7 +21,7 @@ from psycopg_pool import PoolTimeout
 from agent_memory_runtime import failures
 from agent_memory_runtime.guard import Risk
 from core import roles
-from core.capture.status import CaptureStatus, capture_status
+from core.capture.status import CaptureStatus, capture_status, open_dead_letters
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, failure_counts
 from core.history import replica_health, replica_view
 from ui import capture, charts, fmt
@@ -342,6 +342,7 @@ class Sample:
     error: str | None
     kind: str | None = None  # why there is no reading: down (no answer), busy or slow (the probe answered)
     capture: CaptureStatus | None = None  # the change follower and its slot (None: not read now, unknown)
+    capture_dead: pd.DataFrame | None = None  # the rows it could not apply (None: not read now, unknown)
 
 
 def _sample(db: Database) -> Sample:
@@ -361,9 +362,10 @@ def _sample(db: Database) -> Sample:
         return Sample(probe, None, str(exc).strip() or type(exc).__name__, "down")
     try:  # the follower's slot: shown as unknown when it cannot be read now, never as the last one read
         slot: CaptureStatus | None = _reader().submit(capture_status, db).result(timeout=READ_DEADLINE_S)
+        dead: pd.DataFrame | None = _reader().submit(open_dead_letters, db).result(timeout=READ_DEADLINE_S)
     except Exception:  # noqa: BLE001  (any failure of this read is "unknown" on the page, the reading stays)
-        slot = None
-    return Sample(probe, reading, None, capture=slot)
+        slot, dead = None, None
+    return Sample(probe, reading, None, capture=slot, capture_dead=dead)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -407,6 +409,10 @@ def live() -> None:
             st.error(said, icon=":material/cloud_off:")
     st.caption(t("degr_failures", **failure_counts()))
     capture.slot_panel(None if shared.unknown else shared.value.capture)
+    if shared.unknown:
+        capture.dead_letters_panel(None, None)
+    else:
+        capture.dead_letters_panel(shared.value.capture, shared.value.capture_dead)
     try:
         endpoints = replica_view.read_endpoints(replica_view.configured_endpoints(secrets()))
     except replica_view.BadEndpoints as exc:

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from core.capture.status import CaptureStatus, capture_status
 from ui import fmt
 from ui.common import call_or_unknown
 from ui.i18n import t
-from ui.tables import human_bytes
+from ui.tables import human_bytes, table
 
 STALE_S = 5.0  # beyond this lag the figures are said to be "as of" a time, not current
 
@@ -34,7 +35,27 @@ def freshness_note() -> CaptureStatus | None:
         )
     else:
         st.caption(t("capture_lag", seconds=fmt.number(s.lag_seconds or 0.0, 1), bytes=fmt.number(s.lag_bytes or 0)))
+    if s.dead_letters:  # rows it could not apply: the figures they touch are unknown until a recount
+        st.warning(t("capture_dead_letters_note", n=fmt.number(s.dead_letters)), icon=":material/report:")
     return s
+
+
+def dead_letters_panel(s: CaptureStatus | None, letters: pd.DataFrame | None) -> None:
+    """Degradation: the rows the follower could not apply (issue 51), each with its position, table, row, error and
+    the figures it leaves unknown until a recount; "unknown" when they were not read now."""
+    st.subheader(t("capture_dead_letters_title"))
+    st.caption(t("capture_dead_letters_caption"))
+    if s is None or letters is None:
+        st.info(t("capture_unknown"))
+    elif letters.empty:
+        st.success(t("capture_dead_letters_none"), icon=":material/check_circle:")
+    else:
+        st.error(t("capture_dead_letters_open", n=fmt.number(s.dead_letters)), icon=":material/report:")
+        table(
+            letters,
+            key="degradation.capture_dead_letters",
+            columns=["recorded_at", "table_name", "row_key", "unknown", "error", "lsn", "xid"],
+        )
 
 
 def slot_panel(s: CaptureStatus | None) -> None:

@@ -115,7 +115,8 @@ def usage_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, .
 
 
 def capture_metrics(conn: psycopg.Connection[DictRow]) -> list[Metric]:
-    """The change follower (core/capture): running, its lag, the WAL its slot keeps and how much more it may keep."""
+    """The change follower (core/capture): running, its lag, the WAL its slot keeps and how much more it may keep, and
+    its open dead letters."""
     s = read_status(conn)
     lost = float(s.wal_status == "lost")
     values: list[tuple[str, str, float | int | None]] = [
@@ -125,6 +126,11 @@ def capture_metrics(conn: psycopg.Connection[DictRow]) -> list[Metric]:
         ("capture_lag_bytes", "WAL bytes written since the follower had applied every change.", s.lag_bytes),
         ("capture_retained_wal_bytes", "WAL bytes the follower's slot keeps from being recycled.", s.retained_bytes),
         ("capture_safe_wal_bytes", "WAL bytes left before max_slot_wal_keep_size invalidates it.", s.safe_wal_size),
+        (
+            "capture_dead_letters",
+            "Rows the follower could not apply since its last recount (their aggregates are unknown).",
+            s.dead_letters,
+        ),
     ]
     out: list[Metric] = []
     for name, text, value in values:
