@@ -180,8 +180,9 @@ else:
 # Below, customers' documents themselves: each look is logged (who looked at a customer's data), with the purpose
 # when the configuration asks for one.
 purpose = views_log.purpose_input()
+least = fmt.number(settings().semantic_min_similarity)  # the least similarity shown (SEMANTIC_MIN_SIMILARITY)
 st.subheader(t("sem_title"))
-st.caption(t("sem_caption"))
+st.caption(t("sem_caption", min=least))
 with st.form("memory.semantic_form", border=False):
     q_col, root_col, k_col = st.columns([4, 1.2, 0.8])
     sem_query = q_col.text_input(
@@ -212,7 +213,10 @@ with st.form("memory.semantic_form", border=False):
 if SEMANTIC_KEY in st.session_state:
     sem_root, hits = st.session_state[SEMANTIC_KEY]
     if hits.empty:
-        st.info(t("sem_none") if totals.vectors else t("sem_no_vectors"), icon=":material/info:")
+        # nothing at least that similar (a document that shares nothing with the question is no result); no row is
+        # shown, so nobody is logged as viewed
+        nothing = t("sem_nothing_close", min=least, emb=md(embeddings_in_words()))
+        st.info(nothing if totals.vectors else t("sem_no_vectors"), icon=":material/info:")
     elif views_log.allowed(purpose):
         views_log.record(roles.MANAGER, "search", [(p, customer_of(p)) for p in hits["prefix"]], purpose)
         table(
@@ -228,7 +232,7 @@ if SEMANTIC_KEY in st.session_state:
                 "expires_at": t("mem_expires"),
             },
         )
-        st.caption(t("sem_explained", emb=md(embeddings_in_words())))
+        st.caption(t("sem_explained", min=least, emb=md(embeddings_in_words())))
 
 
 def _take_suggestion() -> None:

@@ -12,12 +12,17 @@ from embedding_server import embeddings_endpoint
 from streamlit.testing.v1 import AppTest
 from test_tables import display_texts
 
+from core.config import DEFAULT_SEMANTIC_MIN_SIMILARITY
 from core.memory.semantic import search
 from core.memory.store import POLICIES
+from core.privacy import data_views
 
 APP = "../dashboard.py"
 QUESTION = "¿qué clientes prefieren WhatsApp?"
 SNAPSHOT = "SELECT prefix, key, expires_at FROM store ORDER BY prefix, key"
+NOT_CLOSE = "prefiere recoger el pedido en tienda"  # shares no word with any document of the demo
+LAST_VIEW = "SELECT coalesce(max(id), 0) AS id FROM core_data_views"
+SEARCH_VIEWS = "SELECT target FROM core_data_views WHERE id > %s AND kind = 'search' ORDER BY target"
 
 
 def page(app_env, dsn: str, **env) -> AppTest:
@@ -68,6 +73,37 @@ def test_whatsapp_customers_with_scores_and_links_to_their_memory(demo_db, app_e
     at.session_state["memory.ns"] = expected["prefix"].iloc[0]
     at.run()
     assert not at.exception and "WhatsApp" in frame(at, "key", "valor")["valor"].tolist()
+
+
+@pytest.mark.parametrize(
+    "lang, nothing, least, shown_only",
+    [
+        ("es", "Nada lo bastante parecido", "similitud mínima de 0,3", "similitud de 0,3 o más"),
+        ("en", "Nothing close enough", "least similarity of 0.3", "similarity of 0.3 or more"),
+    ],
+)
+def test_nothing_close_enough_is_said_and_no_customer_is_logged_as_viewed(
+    demo_db, app_env, lang, nothing, least, shown_only
+):
+    """Issue 54 finding 2: a question that shares nothing with any document shows no rows at similarity 0 and
+    logs nobody as viewed by a search; a question that matches shows and logs only the rows above the least
+    similarity, which the page states."""
+    app_env(demo_db.dsn)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["lang"] = lang
+    at.run()
+    assert not at.exception
+    before = demo_db.fetch_one(LAST_VIEW)["id"]
+    ask(at, NOT_CLOSE)
+    assert not hits_shown(at)
+    assert any(nothing in i.value and least in i.value for i in at.info), [i.value for i in at.info]
+    ask(at, QUESTION, k=50)
+    hits = frame(at, "holder", "similarity")
+    assert len(hits) and (hits["similarity"] >= DEFAULT_SEMANTIC_MIN_SIMILARITY).all()
+    assert any(shown_only in c.value for c in at.caption)  # the threshold, stated where the results are
+    assert data_views.flush(demo_db, 10)
+    shown = sorted(parse_qs(urlsplit(u).query)["ns"][0] for u in hits["holder"])
+    assert [r["target"] for r in demo_db.fetch(SEARCH_VIEWS, (before,))] == shown  # only what was shown
 
 
 @pytest.mark.parametrize("query, message", [("   ", "type what to look for"), ("whats\x00app", "NUL character")])

@@ -51,6 +51,7 @@ FROM (
         LIMIT %(scan)s) nearest
     ORDER BY prefix, key, distance) v
 JOIN store s ON s.prefix = v.prefix AND s.key = v.key
+WHERE v.distance <= %(max_distance)s
 ORDER BY v.distance, v.prefix, v.key
 LIMIT %(k)s"""
 # A store manager's search (issue 39): exact nearest neighbours among the vectors of the customers of their stores
@@ -65,7 +66,7 @@ SELECT v.prefix, v.key, split_part(v.prefix, '.', 2) AS holder,
        coalesce(s.value ->> 'tipo', CASE WHEN v.key LIKE 'pref-%%' THEN substr(v.key, 6) END) AS tipo,
        coalesce(s.value ->> 'valor', s.value ->> 'texto', s.value::text) AS valor,
        s.value ->> 'texto' AS texto, s.expires_at, v.distance
-FROM (SELECT * FROM nearest ORDER BY distance, prefix, key) v
+FROM (SELECT * FROM nearest WHERE distance <= %(max_distance)s ORDER BY distance, prefix, key) v
 -- each candidate's document by the store's primary key, nearest first until k are found (LIMIT 1, at most one anyway,
 -- keeps the planner from turning this into a hash join that reads all of `store`: 0.39 s at 1M documents)
 CROSS JOIN LATERAL (
@@ -131,9 +132,11 @@ def search(
     db: Database, settings: Settings, query: object, root: object, k: object, scope: Scope | None = None
 ) -> pd.DataFrame:
     """The `k` documents under `root` nearest to `query` by meaning, nearest first, with `similarity` = 1 - cosine
-    distance (1 same direction, 0 nothing in common, negative opposite); with a `scope`, among the documents of the
-    scope's customers only (`root` must be `clientes`). Read-only: no TTL moves. Raises SearchInputError for bad
-    input, EmbeddingUnavailable when the query cannot be embedded as the store's vectors were; nothing is read then."""
+    distance (1 same direction, 0 nothing in common, negative opposite), only those at least
+    `settings.semantic_min_similarity` similar (a document that shares nothing with the query is no result: issue 54);
+    with a `scope`, among the documents of the scope's customers only (`root` must be `clientes`). Read-only: no TTL
+    moves. Raises SearchInputError for bad input, EmbeddingUnavailable when the query cannot be embedded as the
+    store's vectors were; nothing is read then."""
     request = validate(query, root, k)
     if scope is not None and request.root != ROOT:
         raise SearchInputError(f"a store manager searches the customers of their stores: the root must be {ROOT!r}")
@@ -150,6 +153,8 @@ def search(
         "pattern": request.root + ".%",
         "k": request.k,
         "scan": request.k * 4,
+        # similarity = 1 - distance, so "at least this similar" is "at most this far" (the index's own measure)
+        "max_distance": 1.0 - settings.semantic_min_similarity,
     }
     scoped = None
     if scope is not None:
