@@ -166,6 +166,46 @@ def test_dpo_erases_a_customer_end_to_end(shop, app_env):
     assert bool(frame(at, "customer_id", "same_day")["came_back"].iloc[0])
 
 
+@pytest.mark.parametrize(
+    "lang, no_overwrite, outcomes, unknown",
+    [
+        (
+            "es",
+            "El VACUUM del barrido no los borra",
+            ("siguen en el espacio libre", "ya se sobrescribieron"),
+            "si no, que no se sabe",
+        ),
+        (
+            "en",
+            "The sweep's VACUUM does not remove them",
+            ("still in free space", "already overwritten"),
+            "otherwise, that it is unknown",
+        ),
+    ],
+)
+def test_after_an_erasure_the_page_promises_only_what_the_register_can_prove(
+    shop, app_env, lang, no_overwrite, outcomes, unknown
+):
+    """Issue 54 finding 6: the sweep's plain VACUUM frees the erased rows' space, it overwrites nothing (the register
+    then says "still in the tables' free space" and, without BACKUP_RETENTION_DAYS, "unknown" for WAL and backups):
+    the page right after the erasure says what the register will be able to say, no more."""
+    app_env(shop.dsn)
+    at = AppTest.from_file("../dashboard.py", default_timeout=TIMEOUT)
+    at.query_params["lang"] = lang
+    at.run()
+    at.switch_page("app_pages/erasure.py").run()
+    at.text_input(key="erasure.customer").input("C9").run()
+    at.button(key="erasure.preview").click().run()
+    at.button(key="erasure.start").click().run()
+    at.text_input(key="erasure.confirm_id").input("C9").run()
+    at.button(key="erasure.confirm").click().run()
+    assert not at.exception, at.exception
+    (physical,) = [i.value for i in at.info if "SQL" in i.value and "VACUUM" in i.value]
+    assert no_overwrite in physical and all(o in physical for o in outcomes), physical
+    assert "BACKUP_RETENTION_DAYS" in physical and unknown in physical, physical
+    assert not re.search(r"VACUUM[^.:;]*(sobrescrib|overwrite)", physical), physical  # no promise the sweep cannot keep
+
+
 def test_a_request_whose_data_came_back_is_shown_first_as_such_and_erased_again(shop, app_env):
     """Issue 25, point 5: not "complete", at the top, with an "erase again" action that runs a new, linked request."""
     first = erasure.erase(shop, "C9", operator="dpo@example.com")
