@@ -60,6 +60,13 @@ def test_data_back_is_first_and_erased_again_in_the_browser(page, server, came_b
     expect(grid.get_by_text("datos reaparecidos", exact=True)).to_have_count(1)
     expect(grid.get_by_text("completa", exact=True)).to_have_count(1)
     expect(page.get_by_text(f"La última re-comprobación de la solicitud n.º {db.first} encontró datos")).to_be_visible()
+    # what came back, named (issue 51 item 4): the recreated thread, when and by which agent
+    expect(
+        page.get_by_text(re.compile(r"^Lo que existe de nuevo, leído ahora: \d+ hilos? o documentos?\.$"))
+    ).to_be_visible()
+    back = page.get_by_test_id("stDataFrame").nth(1)
+    expect(back.get_by_text("hilo borrado, recreado", exact=True)).to_have_count(1)
+    expect(back.get_by_text("cliente-C9-1", exact=True)).to_have_count(1)
     page.wait_for_timeout(500)
     screenshot("erasure_register_data_back")  # the row on top is the one that came back (order: AppTest)
 

@@ -96,7 +96,7 @@ def _automaton(terms: Iterable[str]) -> ahocorasick.Automaton | None:
     return automaton
 
 
-def _stream(conn: psycopg.Connection[DictRow], name: str, query: sql.Composable | str) -> Iterable[DictRow]:
+def _stream(conn: psycopg.Connection[DictRow], name: str, query: sql.Composed | str) -> Iterable[DictRow]:
     with conn.cursor(name=name) as cur:
         cur.itersize = FETCH_ROWS
         cur.execute(query)
