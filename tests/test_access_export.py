@@ -5,12 +5,21 @@ is registered."""
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import UTC, datetime, timedelta
+from typing import get_args
 
 import pytest
 from babel.dates import format_datetime
+from conftest import DIMS
+from langgraph.checkpoint.postgres import PostgresSaver
 
-from core.memory.store import POLICIES
+from agent_memory_runtime import clock
+from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
+from core.memory.embeddings import OfflineHashEmbeddings
+from core.memory.store import POLICIES, TipoPreferencia, build_store
 from core.privacy import access, access_notice, access_render, data_views
 from tests.test_access import BIG, populated  # noqa: F401  (the module's fixture)
 
@@ -212,3 +221,43 @@ def test_without_configuration_the_defaults_say_they_are_examples(populated, mon
     info = access_notice.notice(populated, "es")
     assert not info.configured and "configure CONTROLLER_NAME" in info.texts["controller_name"]
     assert access_render.LANGS == tuple(access_notice.PERIODS)
+
+
+@pytest.mark.parametrize("lang", ["es", "en"])
+def test_the_arguments_and_values_the_agents_wrote_read_as_written(populated, lang):  # noqa: F811
+    """Issue 54 finding 8: the agents wrote `tipo="recogida"` in Spanish; the English export must not rewrite it as
+    `tipo = pickup` (the preference's heading says in words what it holds; the values stay as written)."""
+    html = html_of(populated, lang)
+    written = re.findall(r"recordar_preferencia \(tipo = ([^,]+),", html)
+    assert written and set(written) <= set(get_args(TipoPreferencia)), written
+    values = re.findall(r"<dt>(?:Tipo|Kind)</dt><dd class='value'>([^<]*)</dd>", html)
+    assert values and set(values) <= set(get_args(TipoPreferencia)), values
+
+
+@pytest.mark.parametrize(
+    "lang, note",
+    [
+        ("es", "Este sistema es una demostración que reproduce días pasados"),
+        ("en", "This system is a demonstration that replays past days"),
+    ],
+)
+def test_a_preference_dated_by_two_clocks_is_explained_in_the_export(db, lang, note):
+    """Issue 54 finding 7: a conversation of the demo's replayed day writes a preference; the store dates it on the
+    database's clock, the conversation and our memory-write log on the replayed day. The export says why, next to
+    the documents, in plain words; a customer whose conversations ran on the real clock reads no such note."""
+    store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
+    agent = build_agent("atencion-cliente", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(db.pool))
+    replayed = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1, hours=12)
+    with clock.simulated(replayed):
+        run_turn(agent, ContextoCliente("C7"), "cliente-C7-1", "Prefiero recoger mis pedidos en la tienda Sierpes.")
+    run_turn(agent, ContextoCliente("C8"), "cliente-C8-1", "Prefiero recoger mis pedidos en la tienda Sierpes.")
+    report = access.gather(db, "C7")
+    (document,) = report.documents
+    (logged,) = report.logs["memory_writes"]
+    assert document["created_at"] - logged["written_at"] > timedelta(days=1)  # two clocks for one preference
+    html = access.export(db, "C7", fmt="html", lang=lang, operator="local").data.decode()
+    documents = html.split("<h2>")[2]  # the cover, then the documents' section
+    assert note in documents, documents[:400]
+    assert json.loads(access.export(db, "C7", fmt="json", lang=lang, operator="local").data)["cover"]["clock_note"]
+    other = access.export(db, "C8", fmt="html", lang=lang, operator="local").data.decode()
+    assert note not in other

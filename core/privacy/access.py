@@ -63,7 +63,8 @@ WHERE w.thread_id = ANY(%(threads)s)
 ORDER BY w.thread_id, 8 NULLS LAST, w.checkpoint_id, w.task_path, w.task_id, w.idx"""
 SELECT_THREADS_SUMMARY = f"""
 SELECT thread_id, count(*) AS checkpoints, min({CHECKPOINT_TIME.format(c="c")}) AS first_ts,
-       max({CHECKPOINT_TIME.format(c="c")}) AS last_ts
+       max({CHECKPOINT_TIME.format(c="c")}) AS last_ts,
+       bool_or(core_try_timestamptz(c.metadata ->> 'core_replayed_at') IS NOT NULL) AS replayed
 FROM checkpoints c WHERE thread_id = ANY(%(threads)s) GROUP BY thread_id"""
 
 SELECT_MEMORY_WRITES = r"""
@@ -321,6 +322,9 @@ def gather(db: Database, customer_id: str) -> AccessReport:
         unattributed_threads=attribution.unattributed_threads,
         residue=attribution.residue,
         formats=_formats(db, threads),
+        # the demo replays past days: its conversations and our logs are dated on the replayed day, the store's own
+        # created/updated on the database's clock (the export says so next to the documents)
+        replayed_clock=any(bool(s.get("replayed")) for s in summaries.values()),
     )
 
 

@@ -47,6 +47,8 @@ def export_document(report: AccessReport, *, requested_by: str, lang: str = "es"
             "sources_searched": report.sources,
             "counts": report.counts,
             "nothing_found": report.empty,
+            # why a preference's created/updated may differ from its conversation's date (the demo's replayed days)
+            "clock_note": STRINGS[lang]["replayed_clock"] if report.replayed_clock else None,
             "storage_formats": report.formats,
             "coverage": {
                 "unattributed_threads": report.unattributed_threads,
@@ -148,6 +150,12 @@ STRINGS = {
         "result_of": "Resultado de {name}",
         "no_result": "(sin contenido)",
         "clock": "Todas las horas de este documento están en la zona horaria {tz}.",
+        "replayed_clock": (
+            "Las fechas «creado» y «actualizado» de cada preferencia son las del reloj de la base de datos al "
+            "guardarla. Este sistema es una demostración que reproduce días pasados: sus conversaciones y nuestros "
+            "registros llevan la fecha del día reproducido, así que una preferencia guardada en una conversación "
+            "puede figurar aquí con una fecha distinta de la de esa conversación. Es la misma preferencia."
+        ),
         "preference": "Preferencia de {tipo}",
         "access_request": "su solicitud de acceso",
         "export_n": "la exportación n.º {n} de sus datos",
@@ -223,6 +231,12 @@ STRINGS = {
         "result_of": "Result of {name}",
         "no_result": "(no content)",
         "clock": "Every time in this document is in the {tz} time zone.",
+        "replayed_clock": (
+            'The "created" and "updated" dates of each preference are the database\'s clock when it was saved. '
+            "This system is a demonstration that replays past days: your conversations and our logs carry the "
+            "replayed day's date, so a preference saved in a conversation may show here a date different from that "
+            "conversation's. It is the same preference."
+        ),
         "preference": "{tipo} preference",
         "access_request": "your access request",
         "export_n": "export no. {n} of your data",
@@ -548,6 +562,18 @@ class _Writer:
     def number(self, value: float) -> str:
         return format_decimal(value, locale=self.lang)
 
+    def written(self, value: Any) -> str:
+        """A value the agents wrote (a tool call's argument, a document's field) as they wrote it: text never
+        translated (`tipo = contacto` in every language), numbers, dates and empties as `text` writes them."""
+        if isinstance(value, str):
+            return value or "—"
+        if isinstance(value, dict):
+            shown = {k: v for k, v in value.items() if v not in (None, "", 0, [], {})}
+            return "; ".join(f"{k}: {self.written(v)}" for k, v in shown.items()) or "—"
+        if isinstance(value, list):
+            return ", ".join(self.written(v) for v in value) or "—"
+        return self.text(value)
+
     def text(self, value: Any) -> str:
         """Any value as words: booleans, numbers, dates, and dicts/lists as "label: value" lines."""
         if value is None or value == "":
@@ -625,7 +651,7 @@ def _content(content: Any) -> str:
 
 
 def _tool_call(call: dict, w: _Writer) -> str:
-    shown = args_in_words(call, w.text)
+    shown = args_in_words(call, w.written)  # the arguments as the agent wrote them, in any language
     return f"{call.get('name') or '?'}" + (f" ({shown})" if shown else "")
 
 
@@ -691,6 +717,8 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
     p.append(f"<h2>{s['documents']} ({w.number(len(doc['store_documents']))})</h2>")
     if not doc["store_documents"]:
         p.append(f"<p>{s['none_documents']}</p>")
+    elif cover["clock_note"]:  # two clocks: said in plain words where the dates are read
+        p.append(f"<p class='muted clock-note'>{_e(cover['clock_note'])}</p>")
     for d in doc["store_documents"]:
         flag = f" <span class='marker'>{s['expired']}</span>" if d["expired"] else ""
         value = d["value"] if isinstance(d["value"], dict) else {"valor": d["value"]}
@@ -698,7 +726,8 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
         p.append(
             f"<h3>{f'<code>{_e(place)}</code> / ' if place else ''}{w.document(d['key'])}{flag}</h3><dl>"
             + "".join(
-                f"<dt>{_e(w.label(k))}</dt><dd class='value'>{_e(w.conversation(v) if k == 'hilo' else w.text(v))}</dd>"
+                f"<dt>{_e(w.label(k))}</dt>"
+                f"<dd class='value'>{_e(w.conversation(v) if k == 'hilo' else w.written(v))}</dd>"
                 for k, v in value.items()
             )
             + "</dl>"

@@ -28,6 +28,9 @@ class AccessReport:
     unattributed_threads: int
     residue: list[dict]
     formats: dict[str, Any] | None = None  # the storage formats of the customer's threads (core.history.formats)
+    # some of the customer's conversations ran on the demo's replayed clock (checkpoint metadata `core_replayed_at`):
+    # they and our logs are dated on the replayed day, the store's created/updated on the database's real clock
+    replayed_clock: bool = False
     # every key of `counts`, in its order (the logs' names are core.privacy.access.gather's)
     COUNT_KEYS: ClassVar[tuple[str, ...]] = (
         "documents",
