@@ -66,7 +66,9 @@ def test_every_metric_matches_the_rows(db):
         s = samples_of(database_metrics(conn))
     # and says how far it is: caught up just now, nothing running in this test
     assert s[("agent_memory_capture_running", ())] == 0 and s[("agent_memory_capture_slot_lost", ())] == 0
-    assert s[("agent_memory_capture_dead_letters", ())] == 0  # every row applied (tests/test_browser_capture_dead_letters.py: one)
+    assert (
+        s[("agent_memory_capture_dead_letters", ())] == 0
+    )  # every row applied (one: test_browser_capture_dead_letters)
     assert (
         0 <= s[("agent_memory_capture_lag_seconds", ())] < 60
         and s[("agent_memory_capture_retained_wal_bytes", ())] >= 0
