@@ -5,15 +5,16 @@ that thread. Real embedded PostgreSQL, checkpoints written by the real agents.""
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qs, urlsplit
 
 import pandas as pd
 import pytest
-from apptools import as_int, decode, frame, metric
+from apptools import as_int, decode, frame, metric, plain
 from conftest import DIMS
 from langgraph.checkpoint.postgres import PostgresSaver
 from streamlit.testing.v1 import AppTest
 
-from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.agents.retail import ContextoCliente, ContextoProveedor, build_agent, run_turn
 from core.agents.scripted_model import ScriptedChatModel
 from core.db import Database
 from core.history import views
@@ -254,6 +255,21 @@ def test_recent_activity_lists_threads_newest_first(agents_db, app_env):
     found = frame(at, "thread_id", "last_ts")
     sql = agents_db.fetch("SELECT thread_id FROM checkpoints GROUP BY thread_id ORDER BY max(checkpoint->>'ts') DESC")
     assert found["thread_id"].tolist() == [r["thread_id"] for r in sql]
+
+
+def test_a_thread_of_no_customer_has_no_customer_link(db, app_env):
+    """Issue 54 finding 8: a supplier's thread (`compras-P001-...`, no customer) read "nan" as a customer link
+    (`?cliente=nan`) in the recent activity; it has no customer, so no link: the grid's empty "—"."""
+    agent = build_agent("compras", ScriptedChatModel(), store=None, checkpointer=PostgresSaver(db.pool))
+    run_turn(agent, ContextoProveedor("P001"), "compras-P001-caida-1", "Aviso: el WhatsApp de pedidos está caído.")
+    customers = build_agent("atencion-cliente", ScriptedChatModel(), store=None, checkpointer=PostgresSaver(db.pool))
+    run_turn(customers, ContextoCliente("C5"), "cliente-C5-1", "Hola, quería saber el estado de mi pedido.")
+    at = open_page(db.dsn, app_env)
+    grid = next(d.value for d in at.dataframe if {"thread_id", "cliente_id"} <= set(d.value.columns))
+    links = dict(zip(plain(grid["thread_id"]), grid["cliente_id"], strict=True))
+    assert set(links) == {"compras-P001-caida-1", "cliente-C5-1"}
+    assert parse_qs(urlsplit(links["cliente-C5-1"]).query)["cliente"] == ["C5"]
+    assert pd.isna(links["compras-P001-caida-1"]), links  # not "/checkpoints?cliente=nan", not a link at all
 
 
 def test_recent_activity_on_the_article_agents_database(article_agents_db, app_env):

@@ -221,8 +221,11 @@ def _prepared(
             column_config[col] = st.column_config.LinkColumn(label, display_text=r"thread=([^&]*)")
         elif col in CUSTOMER_COLUMNS and page_role in CUSTOMER_LINKS and page_role in viewer:
             page, param, before = CUSTOMER_LINKS[page_role]
+            # a row of no customer (a supplier's thread: NaN, None or "") has no link, the grid's empty "—"
             out[col] = s.map(
-                lambda v, page=page, param=param, before=before: _link(page, param, before + str(v) if v else v)
+                lambda v, page=page, param=param, before=before: (
+                    None if _is_empty(v) or v == "" else _link(page, param, before + str(v))
+                )
             )
             shown_text = rf"{param}={re.escape(quote(before, safe=''))}([^&]*)"
             column_config[col] = st.column_config.LinkColumn(label, display_text=shown_text)
