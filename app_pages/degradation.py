@@ -124,7 +124,12 @@ def tiles(reading: Reading, states: pd.DataFrame, probe: Probe | None) -> None:
     count = states["state"].value_counts()
     n = fmt.number
     c = st.columns(5)
-    c[0].metric(t("degr_replicas"), n(int((states["state"] != "stopped").sum())))
+    stopped = int((states["state"] == "stopped").sum())  # listed below, said so, not counted as active
+    c[0].metric(
+        t("degr_replicas"),
+        n(len(states) - stopped),
+        help=t("degr_replicas_help", total=n(len(states)), stopped=n(stopped)),
+    )
     c[1].metric(t("degr_degraded"), n(int(count.get("degraded", 0))))
     c[2].metric(t("degr_silent"), n(int(count.get("silent", 0))))
     c[4].metric(t("degr_unknown"), n(int(count.get("unknown", 0))))

@@ -39,7 +39,7 @@ def test_empty_health_tables(create_database, app_env):
     at.run()
     at.switch_page(PAGE).run()
     assert not at.exception
-    assert metric(at, "Réplicas") == "0" and metric(at, "Episodios") == "0"
+    assert metric(at, "Réplicas activas") == "0" and metric(at, "Episodios") == "0"
     assert any("Ninguna réplica ha publicado" in i.value for i in at.info)
     assert any("Ningún episodio" in i.value for i in at.info)
     assert metric(at, "Sonda del panel").endswith("ms")
@@ -66,7 +66,7 @@ def test_replica_through_a_real_outage(outage_server, app_env, monkeypatch):
         at.switch_page(PAGE).run()
         assert not at.exception
         summary = replica_health.summary(db)
-        assert metric(at, "Réplicas") == str(summary["replicas"]) == "1"
+        assert metric(at, "Réplicas activas") == str(summary["replicas"]) == "1"
         assert metric(at, "Degradadas") == "0" and metric(at, "Episodios") == "0"
         replicas = frame(at, "replica_id", "state", "buffered_writes", "heartbeat_age_s")
         assert replicas["replica_id"].tolist() == ["replica-a"] and replicas["state"].tolist() == ["ok"]
@@ -93,7 +93,7 @@ def test_replica_through_a_real_outage(outage_server, app_env, monkeypatch):
                 "La base de datos no responde" in e and read_at.removeprefix("Leído a las ") in e for e in errors
             ), errors
             # still readable: the last good reading, and the dashboard's own probe says no answer
-            assert metric(at, "Réplicas") == "1" and metric(at, "Sonda del panel") == "sin respuesta"
+            assert metric(at, "Réplicas activas") == "1" and metric(at, "Sonda del panel") == "sin respuesta"
             assert frame(at, "replica_id", "state")["replica_id"].tolist() == ["replica-a"]
             # Honest: the tables cannot be read, so the replica is unknown (or silent once its heartbeat
             # is overdue), with the age of the reading; never ok, and no green all-clear.
@@ -206,6 +206,41 @@ def test_a_replica_degraded_now_next_to_a_recorded_episode(db, app_env):
     assert episodes["reason_raw"].tolist() == [
         "OperationalError: consuming input failed: server closed the connection unexpectedly"
     ]
+
+
+@pytest.mark.parametrize(
+    "lang, active, stopped_label, defined",
+    [
+        ("es", "Réplicas activas", "parada", "**parada** (cerró su checkpointer"),
+        ("en", "Active replicas", "stopped", "**stopped** (it closed its checkpointer"),
+    ],
+)
+def test_a_stopped_replica_is_listed_defined_and_not_counted_as_active(
+    db, app_env, lang, active, stopped_label, defined
+):
+    """Issue 54 finding 8: the tile read "Réplicas 1" over a table of two (`demo-replica-1 ok`, `demo-seed parada`)
+    and "parada" was defined nowhere. The tile names what it counts (active), its help the table's total and the
+    stopped ones, and the caption defines the stopped state. Two real dual savers; one closed (its last heartbeat)."""
+    running = DualCheckpointSaver(db.dsn, heartbeat_interval=0.5, replica_id="demo-replica-1")
+    closed = DualCheckpointSaver(db.dsn, heartbeat_interval=0.5, replica_id="demo-seed")
+    try:
+        wait_until(lambda: len(replica_health.replicas(db)) == 2)
+        closed.close()
+        wait_until(lambda: set(replica_health.replicas(db)["reported_state"]) == {"healthy", "stopped"})
+        app_env(db.dsn)
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.query_params["lang"] = lang
+        at.run()
+        at.switch_page(PAGE).run()
+        assert not at.exception
+        tile = next(m for m in at.metric if m.label == active)
+        assert tile.value == "1" and "2" in tile.help and "1" in tile.help, tile.help
+        shown = frame(at, "replica_id", "state").set_index("replica_id")["state"].to_dict()
+        assert shown == {"demo-replica-1": "ok", "demo-seed": stopped_label}
+        assert any(defined in c.value for c in at.caption), [c.value for c in at.caption]
+    finally:
+        closed.close()
+        running.close()
 
 
 def test_a_degradation_reason_is_named_by_its_kind():
