@@ -30,7 +30,8 @@ ID_KEY = "access.customer"
 SUMMARY_KEY = "access.summary"
 FORMAT_KEY = "access.format"
 LANG_KEY = "access.lang"
-EXPORT_WAIT_S = 30.0  # how long the download click's rerun waits for the export's register row
+EXPORTS_SEEN_KEY = "access.exports_seen"  # per customer: the newest register row this session has shown
+EXPORT_POLL_S = 2.0  # how often the list of exports looks for the one a download just registered
 
 user = require_role(roles.DPO)
 operator = user.email or "local"
@@ -149,22 +150,10 @@ def make_export(
     return done.data
 
 
-def await_export(cid: str, last_id: int) -> None:
-    """The click's rerun starts while the browser's download request still generates and registers the file: wait
-    (up to EXPORT_WAIT_S) for its register row, then read the counts again, so the list and the counts show it."""
-    deadline = time.monotonic() + EXPORT_WAIT_S
-    while time.monotonic() < deadline and _last_export_id(cid) <= last_id:
-        time.sleep(0.2)
-    st.session_state.pop(SUMMARY_KEY, None)
-
-
-def _last_export_id(cid: str) -> int:
-    latest = call_now(access.register, 1, cid)
-    return 0 if latest.empty else int(latest["id"].iloc[0])
-
-
-exports = call_now(access.register, 20, summary.customer_id)
 safe_id = re.sub(r"[^A-Za-z0-9_-]", "_", summary.customer_id)
+# The click does not rerun the page (on_click="ignore"): a rerun racing the browser's request for the file dropped
+# the callable the button named, and a second export after a format change did nothing (issue 54 #1). The list
+# below sees the new export's register row and then reads the page again (counts included).
 st.download_button(
     t("access_download"),
     data=make_export,
@@ -174,12 +163,24 @@ st.download_button(
     type="primary",
     icon=":material/download:",
     help=t("access_download_help"),
-    on_click=await_export,
-    args=(summary.customer_id, 0 if exports.empty else int(exports["id"].iloc[0])),
+    on_click="ignore",
 )
 
-if not exports.empty:
-    st.subheader(t("access_exports_of", id=md(summary.customer_id)))
+
+@st.fragment(run_every=EXPORT_POLL_S)
+def export_list(cid: str) -> None:
+    """The customer's registered exports; a new one (an export just downloaded) reads the whole page again, so the
+    counts show it too. A fragment's run keeps the download button's file: the button stays usable meanwhile."""
+    exports = call_now(access.register, 20, cid)
+    newest = 0 if exports.empty else int(exports["id"].iloc[0])
+    known = st.session_state.setdefault(EXPORTS_SEEN_KEY, {}).setdefault(cid, newest)
+    if newest > known:
+        st.session_state[EXPORTS_SEEN_KEY][cid] = newest
+        st.session_state.pop(SUMMARY_KEY, None)
+        st.rerun(scope="app")
+    if exports.empty:
+        return
+    st.subheader(t("access_exports_of", id=md(cid)))
     table(
         exports,
         key="access.exports",
@@ -194,4 +195,7 @@ if not exports.empty:
             "sha256": "sha256",
         },
     )
+
+
+export_list(summary.customer_id)
 st.page_link("app_pages/access_register.py", label=t("access_to_register"), icon=":material/receipt_long:")

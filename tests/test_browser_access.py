@@ -123,3 +123,44 @@ def test_a_manager_opening_either_url_is_refused_with_the_role_named(page, serve
     expect(nav.get_by_text("Memoria", exact=True)).to_be_visible()
     expect(nav.get_by_text("Acceso", exact=True)).to_have_count(0)
     expect(nav.get_by_text("Protección de datos")).to_have_count(0)
+
+
+def test_a_dpo_exports_html_then_json_then_html_again(page, server_for, access_demo, screenshot):
+    """Issue 54 #1: a second export after changing the format did nothing (no file, no message, no register row;
+    the server logged `Deferred file ... not found`). Each of three exports in a row, the format changed between
+    them, downloads its own document and registers it."""
+    db, cid = access_demo, access_demo.customer
+    url = server_for("dpo")
+    before = db.fetch_one("SELECT coalesce(max(id), 0) AS id FROM core_access_register")["id"]
+    page.goto(f"{url}/access?cliente={cid}")
+    expect(page.get_by_role("heading", name="Derecho de acceso")).to_be_visible(timeout=30_000)
+    expect(page.get_by_test_id("stDataFrame").first).to_be_visible(timeout=30_000)
+    export_button = page.get_by_test_id("stDownloadButton").get_by_role("button", name="Exportar y descargar")
+    labels = {"html": "Documento legible (HTML, imprimible a PDF)", "json": "JSON (legible por máquina)"}
+    downloads: list[tuple[str, bytes]] = []
+    for n, fmt in enumerate(("html", "json", "html"), start=1):
+        page.get_by_test_id("stRadio").get_by_text(labels[fmt], exact=True).click()
+        expect(page.get_by_test_id("stRadio").get_by_role("radio", name=labels[fmt])).to_be_checked()
+        expect(export_button).to_be_enabled(timeout=30_000)
+        # no wait for the page: a DPO clicks as soon as the format is chosen
+        with page.expect_download(timeout=60_000) as info:
+            export_button.click()
+        download = info.value
+        data = open(download.path(), "rb").read()
+        assert download.suggested_filename.endswith(f".{fmt}"), download.suggested_filename
+        if fmt == "json":
+            assert json.loads(data)["cover"]["customer_id"] == cid
+        else:
+            text = data.decode("utf-8")
+            assert text.lstrip().lower().startswith("<!doctype html") and cid in text
+        downloads.append((fmt, data))
+        screenshot(f"access_export_{n}_{fmt}")
+    rows = db.fetch("SELECT format, sha256, customer_id FROM core_access_register WHERE id > %s ORDER BY id", (before,))
+    assert [(r["format"], r["customer_id"]) for r in rows] == [("html", cid), ("json", cid), ("html", cid)]
+    assert [r["sha256"] for r in rows] == [hashlib.sha256(d).hexdigest() for _, d in downloads]
+    # the page's list of exports shows the three (it reads the register again once a download registered)
+    grid = page.get_by_test_id("stDataFrame")
+    for _, data in downloads:
+        expect(grid.get_by_text(hashlib.sha256(data).hexdigest()[:16])).to_have_count(1, timeout=30_000)
+    page.wait_for_timeout(500)  # let the table settle for the screenshot
+    screenshot("access_export_three_listed")
