@@ -429,7 +429,7 @@ def live() -> None:
         reading.replicas if reading else None, fresh=fresh, read_at=reading.at if reading else None, endpoints=endpoints
     )
     if reading is None:  # never read the tables: the endpoints alone
-        reading = Reading(time.time(), {}, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+        reading = Reading(time.time(), {}, *(pd.DataFrame() for _ in range(6)))
     tiles(reading, states, probe)
     replicas_table(reading, states, fresh)
     episodes_timeline(reading)

@@ -58,7 +58,7 @@ def test_a_dead_letter_on_the_degradation_page_and_in_metrics(page, dead_letter_
     grid = page.get_by_test_id("stDataFrame").filter(has_text="clientes.D1 / veneno")
     expect(grid).to_have_count(1)
     expect(
-        grid.get_by_text("documents per prefix: clientes.D1", exact=False)
+        grid.get_by_text("documentos por prefijo: clientes.D1", exact=False)
     ).to_be_attached()  # unknown until a recount
     with psycopg.connect(dsn) as conn:  # the error the page's row holds (off to the right of the grid's view)
         (error,) = conn.execute("SELECT error FROM core_capture_dead_letters").fetchone()

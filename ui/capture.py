@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from core.capture import changes
 from core.capture.status import CaptureStatus, capture_status
 from ui import fmt
 from ui.common import call_or_unknown
@@ -40,6 +41,28 @@ def freshness_note() -> CaptureStatus | None:
     return s
 
 
+# The follower names the figures a dead letter leaves unknown in its own words (core.capture.changes); shown translated.
+FIGURES = {
+    changes.PREFIX_DOCUMENTS: "capture_figure_prefix_documents",
+    changes.ROOT_FIGURES: "capture_figure_root",
+    changes.EXPIRY_DAYS: "capture_figure_expiry_days",
+    changes.HOLDERS: "capture_figure_holders",
+    changes.CHECKPOINT_SUBJECTS: "capture_figure_checkpoint_subjects",
+}
+
+
+def _figures(text: str | None) -> str | None:
+    """'documents per prefix: clientes.D1; ...' in the UI's language ('*': every one)."""
+    if not text:
+        return text
+    out = []
+    for part in text.split("; "):
+        label, _, subject = part.partition(": ")
+        name = t(FIGURES[label]) if label in FIGURES else label
+        out.append(f"{name}: {t('capture_figure_all') if subject == '*' else subject}")
+    return "; ".join(out)
+
+
 def dead_letters_panel(s: CaptureStatus | None, letters: pd.DataFrame | None) -> None:
     """Degradation: the rows the follower could not apply (issue 51), each with its position, table, row, error and
     the figures it leaves unknown until a recount; "unknown" when they were not read now."""
@@ -52,7 +75,7 @@ def dead_letters_panel(s: CaptureStatus | None, letters: pd.DataFrame | None) ->
     else:
         st.error(t("capture_dead_letters_open", n=fmt.number(s.dead_letters)), icon=":material/report:")
         table(
-            letters,
+            letters.assign(unknown=letters["unknown"].map(_figures)),
             key="degradation.capture_dead_letters",
             columns=["recorded_at", "table_name", "row_key", "unknown", "error", "lsn", "xid"],
         )
