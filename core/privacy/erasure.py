@@ -351,7 +351,7 @@ def erase(
                     note = f"{stale_reason(residue.index_stale)}: the residue scan read those threads on their bytes"
                     report = f"{report}; {note}" if report else note
                 proof = None
-                if False:  # the claim needs its own proof (core/privacy/proof.py)
+                if status == "complete":  # the claim needs its own proof (core/privacy/proof.py)
                     proof = prove(conn, terms, refs, left)
                     if not proof.clean:
                         status, report = "incomplete", "; ".join(p for p in (proof.describe(), report) if p)
