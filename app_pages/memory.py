@@ -13,6 +13,7 @@ from core.ids import NamespaceSearch
 from core.memory import reads, semantic
 from core.memory.customer_stores import ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
+from core.privacy import erasure_register
 from core.privacy.data_views import customer_of
 from ui import capture, charts, fmt
 from ui import data_views as views_log
@@ -252,7 +253,16 @@ if query:
     else:
         found = read(reads.find_namespaces, search, scope=scope)
         suggestions = read(reads.suggest_namespaces, search, scope=scope)
-    if found is not None and found.empty and scope is not None:
+    # an id the register says was erased: said so (when, which request), never "no such namespace"; nothing of the
+    # customer is shown, so no view (nor refusal) is logged naming them again
+    erased_id = reads.refused_customer(search) if found is not None and found.empty else None
+    gone = read(erasure_register.erased, erased_id) if erased_id else None
+    if gone is not None:
+        st.info(
+            t("drill_erased", id=md(erased_id), at=fmt.moment(gone.erased_at), rid=gone.request_id),
+            icon=":material/delete_forever:",
+        )
+    elif found is not None and found.empty and scope is not None:
         # not one of the manager's customers (or no such holder): refused, never shown, and the refusal logged
         st.error(
             t("scope_refused", target=md_code(query), stores=", ".join(map(md, scope.stores))), icon=":material/block:"

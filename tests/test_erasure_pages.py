@@ -206,6 +206,33 @@ def test_after_an_erasure_the_page_promises_only_what_the_register_can_prove(
     assert not re.search(r"VACUUM[^.:;]*(sobrescrib|overwrite)", physical), physical  # no promise the sweep cannot keep
 
 
+@pytest.mark.parametrize(
+    "lang, erased, none",
+    [("es", "fue borrado el", "Ningún namespace se llama"), ("en", "was erased on", "No namespace is named")],
+)
+def test_a_manager_looking_for_an_erased_customer_reads_that_it_was_erased(shop, app_env, lang, erased, none):
+    """Issue 54 finding 8: after an erasure the Memory page said only "no namespace is named exactly C9". It says the
+    id was erased, when and by which request (the register's number), and nothing of who asked."""
+    result = erasure.erase(shop, "C9", operator="dpo@example.com")
+    assert result.complete
+    app_env(shop.dsn, LOCAL_ROLES="manager")
+    at = AppTest.from_file("../dashboard.py", default_timeout=TIMEOUT)
+    at.query_params["lang"] = lang
+    at.query_params["ns"] = "C9"
+    at.run()
+    assert not at.exception, at.exception
+    said = [i.value for i in at.info]
+    (note,) = [v for v in said if erased in v]
+    number = f"n.º {result.request_id}" if lang == "es" else f"no. {result.request_id}"
+    assert "C9" in note and number in note and str(result.finished_at.year) in note, note
+    assert not any(none in v for v in said) and "dpo@example.com" not in texts(at) + "\n".join(said)
+    at.query_params["ns"] = "C90"  # a customer never erased: found as before
+    at.session_state["memory.ns"] = "C90"
+    at.run()
+    c90 = shop.fetch_one("SELECT count(*) AS n FROM store WHERE prefix = 'clientes.C90'")["n"]
+    assert not any(erased in i.value for i in at.info) and len(frame(at, "key", "valor")) == c90 > 0
+
+
 def test_a_request_whose_data_came_back_is_shown_first_as_such_and_erased_again(shop, app_env):
     """Issue 25, point 5: not "complete", at the top, with an "erase again" action that runs a new, linked request."""
     first = erasure.erase(shop, "C9", operator="dpo@example.com")

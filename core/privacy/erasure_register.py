@@ -250,12 +250,37 @@ def evidence_json(db: Database, request_id: int) -> str:
     return json.dumps(evidence_document(db, request_id), ensure_ascii=False, indent=2)
 
 
+# What a store manager may read of the register (issue 54): that an id was erased, when, and the request's number;
+# never who asked, the counts or the evidence (the DPO's register page has those).
+SELECT_ERASED = """
+SELECT id AS request_id, finished_at AS erased_at FROM core_erasure_register
+WHERE customer_id = %(customer_id)s AND status = 'complete' AND finished_at IS NOT NULL
+ORDER BY finished_at DESC, id DESC LIMIT 1"""
+
+
+@dataclass(frozen=True)
+class Erased:
+    """The latest complete erasure of a customer id, as a manager may read it."""
+
+    request_id: int
+    erased_at: datetime
+
+
+def erased(db: Database, customer_id: str) -> Erased | None:
+    """The latest complete erasure of `customer_id` (its request number and when it finished), None when it was
+    never erased. Only those two: who asked and what was deleted stay the DPO's."""
+    row = db.fetch_one(SELECT_ERASED, {"customer_id": CustomerId.parse(customer_id)})
+    return None if row is None else Erased(int(row["request_id"]), row["erased_at"])
+
+
 __all__ = [
     "DATA_BACK",
     "DATA_BACK_OPEN",
     "ERASED_AGAIN",
+    "Erased",
     "RecheckResult",
     "RecheckSummary",
+    "erased",
     "evidence_document",
     "evidence_json",
     "recheck",
