@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from core import roles
+from core.operations.sweep import RECHECK_TRIGGERS
 from core.privacy import came_back, erasure, erasure_register, follow_up, physical
 from ui import fmt
 from ui.common import call_now, forget_all, require_role
@@ -17,7 +18,8 @@ from ui.tables import table
 PICK_KEY = "erasure_register.request"
 NOTICE_KEY = "erasure_register.notice"
 NEXT_PICK_KEY = "erasure_register.next_pick"
-TRIGGERS = ("manual", "sweep")  # what starts a re-check (core.privacy.erasure_register): the button, the sweep job
+# what starts a re-check (core.privacy.erasure_register): the button, a sweep (core.operations.sweep.recheck_trigger)
+TRIGGERS = ("manual", *RECHECK_TRIGGERS)
 QUERY = "solicitud"  # ?solicitud=<request id> opens the page on that request (the Erasure page links to it)
 
 user = require_role(roles.DPO)

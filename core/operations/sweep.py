@@ -318,11 +318,25 @@ def _retention(
     return threads, deleted
 
 
-def recheck_erasures(db: Database) -> str:
-    """The erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`) as its summary text."""
+def recheck_trigger(trigger: str, dry_run: bool) -> str:
+    """What the erasure register records as the trigger of a re-check this run makes: `sweep` for a scheduled run
+    (the periodic sweep, as every sweep was recorded before), else `sweep_<trigger>`; `_dry_run` appended for a dry
+    run (issue 54 #4: a manual sweep or a dry run is not the periodic sweep). Named in both languages by the
+    Erasure register page (erasure_trigger_<value>)."""
+    name = "sweep" if trigger == "scheduled" else f"sweep_{trigger}"
+    return f"sweep_{trigger}_dry_run" if dry_run else name
+
+
+# Every re-check trigger a sweep records (recheck_trigger), for the pages that name them.
+RECHECK_TRIGGERS = tuple(recheck_trigger(t, dry) for t in TRIGGERS for dry in (False, True))
+
+
+def recheck_erasures(db: Database, trigger: str = "sweep") -> str:
+    """The erasure register's re-check (`core.privacy.erasure_register.recheck_all(db)`) as its summary text,
+    recorded with `trigger` (recheck_trigger)."""
     from core.privacy import erasure_register  # imported when used: the register's module is the larger one
 
-    return str(erasure_register.recheck_all(db))
+    return str(erasure_register.recheck_all(db, trigger=trigger))
 
 
 def settle_physical(db: Database) -> str:
@@ -469,7 +483,7 @@ def run_sweep(
                     log.exception("sweep: data views retention failed")
                     errors.append(f"data views retention: {exc}")
             try:
-                result.erasure_recheck = recheck_erasures(db)
+                result.erasure_recheck = recheck_erasures(db, recheck_trigger(trigger, dry_run))
                 step("erasure", 0.95, result.erasure_recheck or "")
             except Exception as exc:
                 log.exception("sweep: erasure re-check failed")
