@@ -106,6 +106,52 @@ def _run(params: dict, dry_run: bool) -> sweep.SweepResult:
     return _follow(job, dry_run)
 
 
+STATUSES = ("dry_run", "error", "locked", "ok", "running", "stopped")  # sweeps_status_<status>
+PHYSICAL_WORDS = {  # core.privacy.physical's files statuses, as the step's detail names them
+    "overwritten": "sweeps_physical_overwritten",
+    "in free space until reused or rewritten": "sweeps_physical_free",
+    "not measured": "sweeps_physical_not_measured",
+}
+
+
+def _requests(numbers: str) -> str:
+    """ "#1, #3" (request numbers as the job's texts write them) as the language's list of numbers."""
+    return ", ".join(md(n.strip().lstrip("#")) for n in numbers.split(","))
+
+
+def _step_detail(stage: str, detail: str) -> str:
+    """A step's detail in the page's language: the job's English texts (the re-check's and the physical erasure's
+    summaries, the lock's run, a status) read back through core.operations.sweep_reads (issue 54 #5)."""
+    if stage == "erasure":
+        n, clean, back = sweep_reads.recheck_parts(detail)
+        if n is not None:
+            parts = [fmt.count("sweeps_recheck_requests", n), fmt.count("sweeps_recheck_clean", clean)]
+            if back:
+                parts.append(fmt.count("sweeps_recheck_back", n - clean, requests=_requests(back)))
+            return ", ".join(parts)
+    elif stage == "physical":
+        settled = sweep_reads.physical_parts(detail)
+        if settled == {}:
+            return t("sweeps_physical_nothing")
+        if settled is not None:
+            return "; ".join(
+                f"{t(PHYSICAL_WORDS[k]) if k in PHYSICAL_WORDS else md(k)}: {_requests(', '.join(v))}"
+                for k, v in settled.items()
+            )
+    elif stage == "locked":
+        run = sweep_reads.locked_run(detail)
+        if run is not None:
+            return fmt.number(run)
+    elif stage == "done" and detail in STATUSES:
+        return t(f"sweeps_status_{detail}")
+    return md(detail)
+
+
+def step_text(stage: str, detail: str) -> str:
+    """What the page says of one step of a run (core.operations.sweep's on_step), in its language."""
+    return t(f"sweeps_step_{stage}", detail=_step_detail(stage, detail))
+
+
 def _follow(job: sweep.SweepJob, dry_run: bool) -> sweep.SweepResult:
     """Show `job`'s steps until it ends; its result."""
     with st.status(t("sweeps_previewing" if dry_run else "sweeps_running"), expanded=not dry_run) as status:
@@ -120,7 +166,7 @@ def _follow(job: sweep.SweepJob, dry_run: bool) -> sweep.SweepResult:
             shown += len(steps)
             for stage, fraction, detail in steps:
                 bar.progress(min(max(fraction, 0.0), 1.0))
-                st.write(t(f"sweeps_step_{stage}", detail=md(detail)))
+                st.write(step_text(stage, detail))
             if ended:
                 break
         st.session_state.pop(JOB_KEY, None)  # seen to its end here
@@ -167,7 +213,7 @@ def _left_run() -> None:
         def follow() -> None:
             if job.done.is_set():
                 st.rerun(scope="app")
-            step = t(f"sweeps_step_{job.steps[-1][0]}", detail=md(job.steps[-1][2])) if job.steps else "…"
+            step = step_text(job.steps[-1][0], job.steps[-1][2]) if job.steps else "…"
             st.info(t("sweeps_still_running", step=step), icon=":material/hourglass_top:")
 
         follow()

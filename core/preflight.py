@@ -8,6 +8,7 @@ startupProbe: a replica without TERM_HASH_KEY never becomes ready and the probe'
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from core.config import production_refusal
@@ -15,7 +16,11 @@ from core.config import production_refusal
 REFUSED_EXIT = 2
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        prog="python -m core.preflight",
+        description="Exit 0 when this process may start; else one line naming the missing setting, exit 2.",
+    ).parse_args(argv)
     refusal = production_refusal()
     if refusal is None:
         return 0

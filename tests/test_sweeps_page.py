@@ -365,3 +365,45 @@ def test_the_runs_chart_draws_runs_in_the_order_they_ran(create_database, app_en
     drawn = category_order(spec)
     assert [label.split(" ")[0] for label in drawn] == [f"#{i}" for i in ran], drawn
     assert {x for trace in spec["data"] for x in decode(trace["x"])} <= set(drawn)
+
+
+@pytest.mark.parametrize(
+    ("language", "said", "english"),
+    [
+        (
+            "es",
+            ["Cerrojo obtenido (barrido n.º {run})", "Registro de supresiones re-comprobado: 1 solicitud, 1 limpia"],
+            ("re-checked", "erasure request", "physical erasure", "run "),
+        ),
+        (
+            "en",
+            ["Lock taken (sweep no. {run})", "Erasure register re-checked: 1 request, 1 clean"],
+            ("re-checked 1 erasure", "re-check re-checked", "physical erasure:", "(run "),
+        ),
+    ],
+)
+def test_a_sweeps_steps_are_said_in_the_pages_language(create_database, app_env, language, said, english):
+    """Issue 54 #5: the steps a sweep shows as it runs were the job's English texts inside the Spanish page ("Revisión
+    del registro de supresiones re-checked 1 erasure request(s): 1 clean", "Cerrojo obtenido (run 10)"), and the
+    English page said "re-check re-checked". A real erasure, then a dry run from the dialog, read in each language."""
+    from core.db import Database
+    from core.privacy import erasure
+    from tests.test_erasure import write_docs
+
+    db = Database(create_database())
+    write_docs(build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS), "C9", 3)
+    erasure.erase(db, "C9", operator="dpo@example.com")
+    at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
+    if language == "en":
+        at.query_params["lang"] = "en"
+        at.session_state["lang"] = "en"
+        at.run()
+    at.button(key="sweeps.now").click().run()
+    at.button(key="sweeps.preview").click().run()
+    assert not at.exception
+    (run,) = [r["id"] for r in db.fetch("SELECT id FROM core_sweep_log WHERE dry_run")]
+    steps = [m.value for m in at.markdown]
+    for text in said:
+        assert text.format(run=run) in steps, steps
+    leaked = [s for s in steps if any(e in s for e in english)]
+    assert not leaked, leaked

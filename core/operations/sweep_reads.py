@@ -113,11 +113,44 @@ TEXT_COLUMNS = ["status", "trigger", "keep_latest", "host", "operator", "erasure
 RECHECK_COLUMNS = ["rechecked", "recheck_clean", "recheck_data_back"]
 
 
-def _recheck(text: str | None) -> tuple:
+def recheck_parts(text: str | None) -> tuple:
+    """The erasure re-check's summary (RECHECK_TEXT) as (re-checked, clean, request numbers with data back: "#i, #j"
+    or ""); (None, None, None) for any other text. Pages say it in their language from these."""
     match = RECHECK_TEXT.fullmatch(text or "")
     if match is None:
         return None, None, None
     return int(match[1]), int(match[2]), match[3] or ""
+
+
+# A run's "locked" step detail (core.operations.sweep.run_sweep): "run <id>".
+LOCKED_TEXT = re.compile(r"run (\d+)")
+# The physical erasure step's detail (core.privacy.physical.Settled.__str__): "physical erasure: nothing to settle",
+# or "physical erasure: <files status>: #i, #j; <files status>: #k".
+PHYSICAL_TEXT = re.compile(r"physical erasure: (.*)")
+PHYSICAL_NOTHING = "nothing to settle"
+
+
+def locked_run(detail: str | None) -> int | None:
+    """The run id in a "locked" step's detail; None for any other text."""
+    match = LOCKED_TEXT.fullmatch(detail or "")
+    return None if match is None else int(match[1])
+
+
+def physical_parts(text: str | None) -> dict[str, list[str]] | None:
+    """The physical erasure step's summary as {files status: ["#i", ...]} ({} when there was nothing to settle);
+    None for any other text."""
+    match = PHYSICAL_TEXT.fullmatch(text or "")
+    if match is None:
+        return None
+    if match[1] == PHYSICAL_NOTHING:
+        return {}
+    parts: dict[str, list[str]] = {}
+    for part in match[1].split("; "):
+        status, sep, requests = part.rpartition(": ")
+        if not sep or not status:
+            return None
+        parts[status] = requests.split(", ")
+    return parts
 
 
 def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
@@ -131,7 +164,7 @@ def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
     # of an older release) stays the database's None for every reader
     for column in TEXT_COLUMNS:
         df[column] = pd.Series([r[column] for r in rows], index=df.index, dtype="object")
-    parsed = [_recheck(r["erasure_recheck"]) for r in rows]
+    parsed = [recheck_parts(r["erasure_recheck"]) for r in rows]
     for i, column in enumerate(RECHECK_COLUMNS):
         df[column] = pd.Series([p[i] for p in parsed], index=df.index, dtype="object")
     df["erasure_recheck"] = [
