@@ -8,7 +8,7 @@ GRANT SELECT ON store, store_vectors, checkpoints, checkpoint_blobs, checkpoint_
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_prefix_counts, core_root_counts, core_expiry_days,
     core_value_holders, core_store_shadow, core_checkpoint_shadow, core_token_dirty, core_capture_position
     TO agent_memory_capture;
--- The rows it cannot apply and the recounts asked of it (migration 100).
+-- The rows it cannot apply and the recounts asked of it (migration 152).
 GRANT SELECT, INSERT, UPDATE ON core_capture_dead_letters TO agent_memory_capture;
 GRANT SELECT, DELETE ON core_capture_recount_requests TO agent_memory_capture;
 GRANT EXECUTE ON FUNCTION core_string_leaves(jsonb), core_value_holders_of(text, jsonb), core_metadata_subjects(jsonb)

@@ -41,7 +41,7 @@ GRANT SELECT ON core_thread_summary, core_usage_days TO agent_memory_exporter;
 GRANT SELECT ON core_data_view_gaps TO agent_memory_exporter;
 -- The change follower's position: its lag (migration 140; the slot and the lock are read from pg_catalog views).
 GRANT SELECT ON core_capture_position TO agent_memory_exporter;
--- The rows the follower could not apply, open until a recount (migration 100).
+-- The rows the follower could not apply, open until a recount (migration 152).
 GRANT SELECT ON core_capture_dead_letters TO agent_memory_exporter;
 
 -- Our functions are not executable by PUBLIC (migration 050); the coverage reads the SQL decoder through our

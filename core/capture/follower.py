@@ -13,7 +13,7 @@ creation and the snapshot: the recount saw it) is skipped. Nothing is counted tw
 agents' tables.
 
 Never stopped by one bad row (issue 51): a batch that fails on a row's data is applied again change by change,
-each in a savepoint; a change that fails is a dead letter (core_capture_dead_letters, migration 100: its position,
+each in a savepoint; a change that fails is a dead letter (core_capture_dead_letters, migration 152: its position,
 table, key, error and the aggregates it touches, unknown until a recount), everything else is applied. A recount
 (`request_recount`, done by the follower itself) clears them.
 

@@ -89,7 +89,7 @@ def read_status(conn: psycopg.Connection[DictRow]) -> CaptureStatus:
     )
 
 
-# The follower's dead letters not cleared by a recount yet (migration 100), newest first.
+# The follower's dead letters not cleared by a recount yet (migration 152), newest first.
 SELECT_DEAD_LETTERS = """
 SELECT recorded_at, lsn::text AS lsn, table_name, row_key, error, array_to_string(unknown, '; ') AS unknown, xid
 FROM core_capture_dead_letters WHERE recounted_at IS NULL ORDER BY recorded_at DESC, id DESC LIMIT %(limit)s"""
