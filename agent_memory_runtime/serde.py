@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import ormsgpack
 from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -46,18 +47,53 @@ ALLOWED_MSGPACK_MODULES: tuple[tuple[str, str], ...] = (
     ("langchain_core.messages.modifier", "RemoveMessage"),
     ("langgraph.types", "Send"),
     ("agent_memory_runtime.guard", "Risk"),
-    # The same enum under the names older payloads carry: before the agents' library (core.checkpoints.guard) and
-    # before core/ was split (core.guard). The dashboard keeps both modules; an agent without it refuses them.
-    ("core.checkpoints.guard", "Risk"),
-    ("core.guard", "Risk"),
 )
+
+# Types our older payloads name by a path that no longer exists: (old module, name) -> the module it is in now,
+# which must be allowlisted with the same name. The enum was `core.checkpoints.guard.Risk` before the agents'
+# library and `core.guard.Risk` before core/ was split. A payload is rewritten to the current name before
+# langgraph's ext hook sees it (the hook checks the allowlist, then imports): nothing is imported under an old name.
+RENAMED_MSGPACK_TYPES: dict[tuple[str, str], str] = {
+    ("core.checkpoints.guard", "Risk"): "agent_memory_runtime.guard",
+    ("core.guard", "Risk"): "agent_memory_runtime.guard",
+}
+_OLD_MODULES = tuple({module.encode() for module, _ in RENAMED_MSGPACK_TYPES})
+_NAMED_EXTS = frozenset(range(6))  # ext 0-2, 4, 5 constructors, 3 a method: payload [module, name, ...]
+_MSGPACK_EXTS = frozenset(range(8))  # langgraph's ext codes; 6 (numpy) and 7 (delta) carry msgpack without a name
+
+
+def _renamed_ext(code: int, data: bytes) -> ormsgpack.Ext:
+    """One ext with every (old module, name) inside it, at any depth, renamed; the rest kept as it was."""
+    if code not in _MSGPACK_EXTS:
+        return ormsgpack.Ext(code, data)
+    inner = ormsgpack.unpackb(data, ext_hook=_renamed_ext, option=ormsgpack.OPT_NON_STR_KEYS)
+    if code in _NAMED_EXTS and isinstance(inner, list) and len(inner) >= 2:
+        module, name = inner[0], inner[1]
+        if isinstance(module, str) and isinstance(name, str) and (module, name) in RENAMED_MSGPACK_TYPES:
+            inner[0] = RENAMED_MSGPACK_TYPES[(module, name)]
+    return ormsgpack.Ext(code, ormsgpack.packb(inner, option=ormsgpack.OPT_NON_STR_KEYS))
+
+
+def rename_old_types(data: bytes) -> bytes:
+    """A msgpack payload with the old type names of `RENAMED_MSGPACK_TYPES` replaced by the current ones. Decodes
+    only to plain values and ext envelopes (imports and calls nothing), and only when an old module's name occurs
+    in the bytes at all; a payload it cannot parse is returned as it was, for langgraph to load or reject."""
+    if not any(old in data for old in _OLD_MODULES):
+        return data
+    try:
+        value = ormsgpack.unpackb(data, ext_hook=_renamed_ext, option=ormsgpack.OPT_NON_STR_KEYS)
+        return ormsgpack.packb(value, option=ormsgpack.OPT_NON_STR_KEYS)
+    except (ormsgpack.MsgpackDecodeError, ormsgpack.MsgpackEncodeError, TypeError, ValueError):
+        return data
 
 
 def allowlist_rows() -> list[tuple[str, str, str, str]]:
     """Everything this serializer loads, as (module, name, method, source) rows: our pairs, langgraph's
-    SAFE_MSGPACK_TYPES (constructors, method '') and SAFE_MSGPACK_METHODS. The one source of
+    SAFE_MSGPACK_TYPES (constructors, method '') and SAFE_MSGPACK_METHODS, and our types' old names (source
+    'renamed': they load as the current type). The one source of
     `core_serde_allowlist`, which the SQL decoder reads to mark refused payloads (migration 021)."""
     rows = {(m, n, "", "core") for m, n in ALLOWED_MSGPACK_MODULES}
+    rows |= {(m, n, "", "renamed") for m, n in RENAMED_MSGPACK_TYPES}
     rows |= {(m, n, "", "langgraph") for m, n in lg_msgpack.SAFE_MSGPACK_TYPES if (m, n) not in ALLOWED_MSGPACK_MODULES}
     rows |= {(m, n, meth, "langgraph") for m, n, meth in lg_msgpack.SAFE_MSGPACK_METHODS}
     return sorted(rows)
@@ -68,6 +104,7 @@ def is_loadable(module: str, name: str, method: str | None = None) -> bool:
     method as safe, any other constructor if it is in the allowlist."""
     if method is not None:
         return (module, name, method) in lg_msgpack.SAFE_MSGPACK_METHODS
+    module = RENAMED_MSGPACK_TYPES.get((module, name), module)
     return (module, name) in lg_msgpack.SAFE_MSGPACK_TYPES or (module, name) in ALLOWED_MSGPACK_MODULES
 
 
@@ -167,13 +204,15 @@ class AllowlistSerializer(JsonPlusSerializer):
 
     def is_allowed(self, module: str, name: str) -> bool:
         allowed = self._allowed_msgpack_modules
-        key = (module, name)
+        key = (RENAMED_MSGPACK_TYPES.get((module, name), module), name)
         return key in lg_msgpack.SAFE_MSGPACK_TYPES or (isinstance(allowed, set) and key in allowed)
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         type_ = data[0]
         if type_ == "pickle":
             self._refuse(SerdeRefusal(module="", name="pickle", kind="pickle"))
+        if type_ == "msgpack":
+            data = (type_, rename_old_types(data[1]))
         token = _blocked.set([])
         try:
             value = super().loads_typed(data)

@@ -47,7 +47,14 @@ def test_allowlist_table_is_the_serializers(db):
     assert rows == set(serde.allowlist_rows())  # fails the moment the two diverge
     assert {(m, n) for m, n, meth, _ in rows if not meth} == set(serde.ALLOWED_MSGPACK_MODULES) | set(
         lg_msgpack.SAFE_MSGPACK_TYPES
-    )
+    ) | set(serde.RENAMED_MSGPACK_TYPES)
+    # an old type name is in the table (the SQL decoder does not mark it refused) as what the serializer loads
+    assert {(m, n) for m, n, _, source in rows if source == "renamed"} == set(serde.RENAMED_MSGPACK_TYPES)
+    for module, name in serde.RENAMED_MSGPACK_TYPES:
+        old_name = ormsgpack.packb(ormsgpack.Ext(0, ormsgpack.packb([module, name, "HIGH"])))
+        decoded = db.fetch_one("SELECT core_msgpack_to_json_text(%s) AS j", (old_name,))["j"]
+        assert f'"{module}.{name}"' in decoded and "refused" not in decoded, decoded
+    assert "refused" in db.fetch_one("SELECT core_msgpack_to_json_text(%s) AS j", (EVIL,))["j"]
     assert {(m, n, meth) for m, n, meth, _ in rows if meth} == set(lg_msgpack.SAFE_MSGPACK_METHODS)
     the_serializer = make_serializer()
     assert all(the_serializer.is_allowed(m, n) for m, n, meth, _ in rows if not meth)

@@ -4,6 +4,8 @@ without importing or calling anything (a sentinel file would show it ran)."""
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import json
 import sys
 
@@ -94,19 +96,57 @@ def test_real_agent_checkpoints_need_only_allowlisted_types(db, pool):
     assert REFUSALS.total == refusals_before
 
 
+@contextlib.contextmanager
+def _class_under(cls: type, module: str):
+    """The class as an older checkout named it: langgraph's encoder writes `type(obj).__module__`."""
+    current = cls.__module__
+    cls.__module__ = module
+    try:
+        yield
+    finally:
+        cls.__module__ = current
+
+
 @pytest.mark.parametrize("old_module", ["core.guard", "core.checkpoints.guard"])
-def test_payload_naming_the_guards_old_path_still_loads(old_module):
+def test_payload_written_under_the_guards_old_name_loads_as_the_enum(old_module):
     # Checkpoints written before core/ was split name the enum `core.guard.Risk`, those written before the agents'
-    # library `core.checkpoints.guard.Risk`: still allowed, and it is the same enum (no second class to compare with).
-    import ormsgpack
-    from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_SINGLE_ARG
+    # library `core.checkpoints.guard.Risk` (a denied tool call leaves it in its ToolMessage artifact). Written here
+    # by langgraph's own encoder under that name; no module of that name exists any more, and none is imported.
+    from langchain_core.messages import ToolMessage
 
     from agent_memory_runtime.guard import Risk
 
-    old = ormsgpack.packb(
-        ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb((old_module, "Risk", Risk.HIGH.value)))
-    )
-    assert make_serializer().loads_typed(("msgpack", old)) is Risk.HIGH
+    denied = ToolMessage(content="denied", tool_call_id="call-1", artifact={"risk": Risk.HIGH})
+    with _class_under(Risk, old_module):
+        payload = JsonPlusSerializer().dumps_typed({"messages": [denied], "risk": Risk.CRITICAL})
+    assert payload[0] == "msgpack" and payload[1].count(old_module.encode() + b"\xa4Risk") == 2
+    assert b"agent_memory_runtime.guard" not in payload[1]
+    loaded = make_serializer().loads_typed(payload)
+    assert loaded["risk"] is Risk.CRITICAL
+    assert loaded["messages"][0].artifact == {"risk": Risk.HIGH} and loaded["messages"][0].artifact["risk"] is Risk.HIGH
+    assert loaded["messages"][0].content == "denied"
+    assert old_module not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [("core.guard", "FailClosedGuard"), ("core.checkpoints.guard", "Denial"), ("core.guardx", "Risk")],
+)
+def test_payload_beside_the_old_names_is_still_refused(module, name):
+    # Only the (old module, name) pairs of the alias table resolve: another name under an old module, or the
+    # enum under a module that never held it, is refused as any payload outside the allowlist is.
+    from agent_memory_runtime.guard import Risk
+
+    class Foreign(enum.StrEnum):
+        HIGH = "HIGH"
+
+    cls = Risk if name == "Risk" else Foreign
+    Foreign.__name__ = name
+    with _class_under(cls, module):
+        payload = JsonPlusSerializer().dumps_typed({"risk": cls.HIGH})
+    with pytest.raises(SerializationRefused, match=f"{module}.{name}"):
+        make_serializer().loads_typed(payload)
+    assert module not in sys.modules
 
 
 def test_allowlist_entries_are_data_constructors_only():
