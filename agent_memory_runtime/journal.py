@@ -49,11 +49,11 @@ JOURNAL_DIR_ENV = "DUAL_SAVER_JOURNAL_DIR"
 _DATETIME_EXT = 1
 _MARK = b"\xc0"  # the start of a frame, and nowhere else in the file
 _ESCAPE = b"\xdb"
-_MAGIC = b"DSJ\x00"
+MAGIC = b"DSJ\x00"
 # 1: a big-endian length, then the msgpack (no magic, no checksum); 2: header and body, without mark or escaping
 _VERSION = 3
 _UNMARKED_VERSION = 2
-_HEADER = struct.Struct(">4sBII")  # magic, version, length, CRC-32 of the body
+HEADER = struct.Struct(">4sBII")  # magic, version, length, CRC-32 of the body
 _LEGACY_HEADER = struct.Struct(">I")
 
 
@@ -75,7 +75,7 @@ def default_journal_dir() -> Path:
     return Path(os.environ.get("AGENT_MEMORY_DATA") or Path.cwd() / ".data") / "dual_saver_journal"
 
 
-def _default(obj: Any) -> Any:
+def pack_default(obj: Any) -> Any:
     if isinstance(obj, datetime):
         return ormsgpack.Ext(_DATETIME_EXT, obj.isoformat().encode())
     raise TypeError(f"not journaled: {type(obj).__name__}")
@@ -89,7 +89,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 def pack(value: Any) -> bytes:
     """`value` (a record, or a buffered operation) as the journal encodes it."""
-    return ormsgpack.packb(value, default=_default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
+    return ormsgpack.packb(value, default=pack_default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
 
 
 def _unpack(body: bytes) -> dict[str, Any] | None:
@@ -102,16 +102,16 @@ def _unpack(body: bytes) -> dict[str, Any] | None:
 
 def _record(raw: bytes, pos: int, version: int) -> tuple[dict[str, Any] | None, int]:
     """The record of a header and body at `raw[pos:]` (`version`), if whole and intact, and its end."""
-    if len(raw) - pos < _HEADER.size:
+    if len(raw) - pos < HEADER.size:
         return None, 0
-    magic, found, size, crc = _HEADER.unpack_from(raw, pos)
-    body = raw[pos + _HEADER.size : pos + _HEADER.size + size]
-    if magic != _MAGIC or found != version or len(body) != size or zlib.crc32(body) != crc:
+    magic, found, size, crc = HEADER.unpack_from(raw, pos)
+    body = raw[pos + HEADER.size : pos + HEADER.size + size]
+    if magic != MAGIC or found != version or len(body) != size or zlib.crc32(body) != crc:
         return None, 0
-    return _unpack(body), pos + _HEADER.size + size
+    return _unpack(body), pos + HEADER.size + size
 
 
-def _read_framed(raw: bytes) -> tuple[list[dict[str, Any]], int]:
+def read_framed(raw: bytes) -> tuple[list[dict[str, Any]], int]:
     """The records of a framed journal (version 3, or 2 before it) and how many bytes were skipped (torn or
     damaged)."""
     records, pos, skipped = [], 0, 0
@@ -129,7 +129,7 @@ def _read_framed(raw: bytes) -> tuple[list[dict[str, Any]], int]:
             continue
         record, end = _record(raw, pos, _UNMARKED_VERSION)
         if record is None:  # version 2: resynchronise at the next frame of either version
-            following = raw.find(_MAGIC, pos + 1)
+            following = raw.find(MAGIC, pos + 1)
             if following < 0:
                 following = len(raw)
             elif raw[following - 1 : following] == _MARK and following - 1 > pos:
@@ -218,7 +218,7 @@ class Journal:
         processes' records stay. No record left: the journal goes."""
         with self._locked():
             try:
-                kept, _ = _read_framed(self.path.read_bytes())
+                kept, _ = read_framed(self.path.read_bytes())
             except FileNotFoundError:
                 kept = []
             kept = [r for r in kept if r.get("writer") != self._writer]
@@ -231,7 +231,7 @@ class Journal:
     @staticmethod
     def _frame(record: dict[str, Any]) -> bytes:
         data = pack(record)
-        return _MARK + _escape(_HEADER.pack(_MAGIC, _VERSION, len(data), zlib.crc32(data)) + data)
+        return _MARK + _escape(HEADER.pack(MAGIC, _VERSION, len(data), zlib.crc32(data)) + data)
 
     def read(self) -> list[dict[str, Any]]:
         """Every readable record of the journal set aside for replay, oldest first; [] when there is none."""
@@ -240,8 +240,8 @@ class Journal:
                 raw = self.aside.read_bytes()
             except FileNotFoundError:
                 return []
-            framed = raw.startswith(_MARK) or raw.startswith(_MAGIC)
-            records, skipped = (_read_framed if framed else _read_legacy)(raw)
+            framed = raw.startswith(_MARK) or raw.startswith(MAGIC)
+            records, skipped = (read_framed if framed else _read_legacy)(raw)
             if skipped:
                 damaged = self.path.with_name(f"{self.path.name}.damaged-{datetime.now():%Y%m%dT%H%M%S}-{os.getpid()}")
                 os.replace(self.aside, damaged)

@@ -107,7 +107,7 @@ def write_templates(db: Database, turns: dict[str, tuple[str, list[str]]] | None
     run_turn(compras, ContextoProveedor("P001"), "tpl-d", "aviso retraso: Los vaqueros llegan con retraso")
 
 
-def _unique(blob: bytes | None, k: int) -> bytes | None:
+def unique_blob(blob: bytes | None, k: int) -> bytes | None:
     """Each copy gets its own message ids (same length, so the msgpack stays valid): real threads
     never share ids, and identical blobs would let the planner's Memoize skip decodes."""
     if not blob:
@@ -116,7 +116,7 @@ def _unique(blob: bytes | None, k: int) -> bytes | None:
     return UUID.sub(lambda m: prefix + m.group(0)[8:], blob)
 
 
-def _copy(conn: psycopg.Connection, table: str, cols: list[str], rows) -> None:
+def copy_table(conn: psycopg.Connection, table: str, cols: list[str], rows) -> None:
     with conn.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
         for row in rows:
             copy.write_row(row)
@@ -183,7 +183,7 @@ def replicate(
             for k, name, rows in copies():
                 tid = thread_id(k, name)
                 for r in rows["b"]:
-                    yield (tid, *[r[c] for c in BLOB_COLS[1:-1]], _unique(r["blob"], k))
+                    yield (tid, *[r[c] for c in BLOB_COLS[1:-1]], unique_blob(r["blob"], k))
 
         def write_rows():
             n = 0
@@ -193,15 +193,15 @@ def replicate(
                     if n >= target_writes:
                         return
                     n += 1
-                    yield (tid, *[r[c] for c in WRITE_COLS[1:-1]], _unique(r["blob"], k))
+                    yield (tid, *[r[c] for c in WRITE_COLS[1:-1]], unique_blob(r["blob"], k))
 
         started = time.perf_counter()
         conn.execute("DELETE FROM checkpoint_writes")  # the templates themselves are replaced by copy 0
         conn.execute("DELETE FROM checkpoint_blobs")
         conn.execute("DELETE FROM checkpoints")
-        _copy(conn, "checkpoints", CHECKPOINT_COLS, checkpoint_rows())
-        _copy(conn, "checkpoint_blobs", BLOB_COLS, blob_rows())
-        _copy(conn, "checkpoint_writes", WRITE_COLS, write_rows())
+        copy_table(conn, "checkpoints", CHECKPOINT_COLS, checkpoint_rows())
+        copy_table(conn, "checkpoint_blobs", BLOB_COLS, blob_rows())
+        copy_table(conn, "checkpoint_writes", WRITE_COLS, write_rows())
         conn.execute("ANALYZE checkpoints")
         conn.execute("ANALYZE checkpoint_blobs")
         conn.execute("ANALYZE checkpoint_writes")

@@ -84,7 +84,7 @@ def main() -> None:
     customer = "C4242"
     queries = {
         "checkpoints (threads, metadata keys)": (
-            evidence._checkpoints_zero_sql(Attribution().metadata_keys),
+            evidence.checkpoints_zero_sql(Attribution().metadata_keys),
             {"threads": [f"cliente-{customer}-1"], "cliente_id": customer},
         ),
         "store_vectors (namespace and below)": (

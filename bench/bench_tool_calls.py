@@ -35,7 +35,16 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_decoder import BLOB_COLS, CHECKPOINT_COLS, DIMS, WRITE_COLS, _copy, _unique, replicate, write_templates  # noqa: E402
+from bench.bench_decoder import (  # noqa: E402
+    BLOB_COLS,
+    CHECKPOINT_COLS,
+    DIMS,
+    WRITE_COLS,
+    copy_table,
+    replicate,
+    unique_blob,
+    write_templates,
+)
 from core.db import Database, embedded_dsn  # noqa: E402
 from core.history import tool_calls  # noqa: E402
 from core.memory import preferences  # noqa: E402
@@ -122,7 +131,7 @@ def append(dsn: str, writes: int, start: int) -> int:
         def blobs():
             for k, name in plan:
                 for r in tpl[name]["b"]:
-                    yield (f"new-{k}-{name}", *[r[c] for c in BLOB_COLS[1:-1]], _unique(r["blob"], k))
+                    yield (f"new-{k}-{name}", *[r[c] for c in BLOB_COLS[1:-1]], unique_blob(r["blob"], k))
 
         def wr():
             n = 0
@@ -131,11 +140,11 @@ def append(dsn: str, writes: int, start: int) -> int:
                     if n >= writes:
                         return
                     n += 1
-                    yield (f"new-{k}-{name}", *[r[c] for c in WRITE_COLS[1:-1]], _unique(r["blob"], k))
+                    yield (f"new-{k}-{name}", *[r[c] for c in WRITE_COLS[1:-1]], unique_blob(r["blob"], k))
 
-        _copy(conn, "checkpoints", CHECKPOINT_COLS, ckpts())
-        _copy(conn, "checkpoint_blobs", BLOB_COLS, blobs())
-        _copy(conn, "checkpoint_writes", WRITE_COLS, wr())
+        copy_table(conn, "checkpoints", CHECKPOINT_COLS, ckpts())
+        copy_table(conn, "checkpoint_blobs", BLOB_COLS, blobs())
+        copy_table(conn, "checkpoint_writes", WRITE_COLS, wr())
         conn.execute("ANALYZE checkpoints")
         conn.execute("ANALYZE checkpoint_writes")
     return writes

@@ -21,11 +21,11 @@ AES_KEY = "clave-de-16-byte"  # 16 bytes, as LANGGRAPH_AES_KEY is read
 OLD_AES_KEY = "clave-antigua-de-24-byte"
 
 
-def _conn(dsn: str) -> psycopg.Connection:
+def conn_for(dsn: str) -> psycopg.Connection:
     return psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
 
 
-def _concat(state: list, writes: list) -> list:
+def concat_reducer(state: list, writes: list) -> list:
     out = list(state)
     for w in writes:
         out.extend(w if isinstance(w, list) else [w])
@@ -33,7 +33,7 @@ def _concat(state: list, writes: list) -> list:
 
 
 class DeltaState(TypedDict):
-    items: Annotated[list, DeltaChannel(_concat, snapshot_frequency=3)]
+    items: Annotated[list, DeltaChannel(concat_reducer, snapshot_frequency=3)]
     messages: Annotated[list, DeltaChannel(_messages_delta_reducer, snapshot_frequency=3)]
 
 
@@ -52,7 +52,7 @@ def delta_thread(dsn: str, thread_id: str, turns: int = 5) -> dict:
     graph.add_node("answer", _answer)
     graph.add_edge(START, "answer")
     graph.add_edge("answer", END)
-    with _conn(dsn) as conn:
+    with conn_for(dsn) as conn:
         app = graph.compile(checkpointer=PostgresSaver(conn))
         config = {"configurable": {"thread_id": thread_id}}
         for i in range(turns):
@@ -67,20 +67,20 @@ def delta_state_at(dsn: str, thread_id: str, checkpoint_id: str) -> dict:
     graph.add_node("answer", _answer)
     graph.add_edge(START, "answer")
     graph.add_edge("answer", END)
-    with _conn(dsn) as conn:
+    with conn_for(dsn) as conn:
         app = graph.compile(checkpointer=PostgresSaver(conn))
         values = app.get_state({"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id}}).values
     return {"items": values.get("items", []), "messages": [(m.id, m.content) for m in values.get("messages", [])]}
 
 
-def _merge(state: dict, writes: list) -> dict:
+def merge_reducer(state: dict, writes: list) -> dict:
     out = dict(state)
     for w in writes:
         out.update(w)
     return out
 
 
-def _unique(state: list, writes: list) -> list:
+def unique_reducer(state: list, writes: list) -> list:
     """List-shaped like concatenation, but drops repeats: a dashboard must not take it for concatenation."""
     out = list(state)
     for w in writes:
@@ -89,8 +89,8 @@ def _unique(state: list, writes: list) -> list:
 
 
 class OtherDeltaState(TypedDict):
-    counts: Annotated[dict, DeltaChannel(_merge, dict, snapshot_frequency=3)]
-    tags: Annotated[list, DeltaChannel(_unique, snapshot_frequency=3)]
+    counts: Annotated[dict, DeltaChannel(merge_reducer, dict, snapshot_frequency=3)]
+    tags: Annotated[list, DeltaChannel(unique_reducer, snapshot_frequency=3)]
 
 
 def _count(state: OtherDeltaState) -> dict:
@@ -108,14 +108,14 @@ def _other_graph() -> StateGraph:
 
 def delta_other_thread(dsn: str, thread_id: str, turns: int = 4) -> None:
     """A DeltaChannel graph whose reducers a dashboard cannot know: a dict merge, and a list without repeats."""
-    with _conn(dsn) as conn:
+    with conn_for(dsn) as conn:
         app = _other_graph().compile(checkpointer=PostgresSaver(conn))
         for i in range(turns):
             app.invoke({"counts": {f"in{i}": i}, "tags": ["C77"]}, {"configurable": {"thread_id": thread_id}})
 
 
 def delta_other_state_at(dsn: str, thread_id: str, checkpoint_id: str) -> dict:
-    with _conn(dsn) as conn:
+    with conn_for(dsn) as conn:
         app = _other_graph().compile(checkpointer=PostgresSaver(conn))
         return app.get_state({"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id}}).values
 
@@ -132,7 +132,7 @@ def encrypted_agent(dsn: str, thread_id: str, text: str, key: str = AES_KEY) -> 
     graph.add_edge(START, "reply")
     graph.add_edge("reply", END)
     serde = EncryptedSerializer.from_pycryptodome_aes(key=key.encode())
-    with _conn(dsn) as conn:
+    with conn_for(dsn) as conn:
         app = graph.compile(checkpointer=PostgresSaver(conn, serde=serde))
         app.invoke({"messages": [HumanMessage(content=text)]}, {"configurable": {"thread_id": thread_id}})
 
@@ -147,7 +147,7 @@ class Unmsgpackable:
 def pickle_thread(dsn: str, thread_id: str) -> None:
     """A checkpoint whose channel value and one pending write were pickled by JsonPlusSerializer's fallback."""
     serde = JsonPlusSerializer(pickle_fallback=True)
-    with _conn(dsn) as conn:
+    with conn_for(dsn) as conn:
         saver = PostgresSaver(conn, serde=serde)
         config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
         checkpoint = empty_checkpoint()
@@ -161,7 +161,7 @@ def shallow_database(dsn: str, thread_id: str) -> None:
     """ShallowPostgresSaver's schema (deprecated, still shipped) with one checkpoint."""
     from langgraph.checkpoint.postgres.shallow import ShallowPostgresSaver
 
-    with _conn(dsn) as conn, warnings.catch_warnings():
+    with conn_for(dsn) as conn, warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         saver = ShallowPostgresSaver(conn)
         saver.setup()
@@ -179,7 +179,7 @@ def older_checkpoints_thread(dsn: str, thread_id: str) -> dict:
     from langgraph.checkpoint.serde.types import TASKS
     from langgraph.types import Send
 
-    with _conn(dsn) as conn:
+    with conn_for(dsn) as conn:
         saver = PostgresSaver(conn)
         config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
         first = saver.put(config, empty_checkpoint(), {"source": "loop", "step": 1}, {})
@@ -202,7 +202,7 @@ class JsonSerializer(JsonPlusSerializer):
 def json_thread(dsn: str, thread_id: str) -> object:
     """A pending write stored as a `json` row (a HumanMessage in langchain's lc format) through PostgresSaver;
     returns what langgraph's own reader gives back for it."""
-    with _conn(dsn) as conn:
+    with conn_for(dsn) as conn:
         saver = PostgresSaver(conn, serde=JsonSerializer())
         config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
         saved = PostgresSaver(conn).put(config, empty_checkpoint(), {"source": "loop", "step": 1}, {})

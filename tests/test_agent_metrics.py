@@ -212,7 +212,7 @@ def test_replica_endpoints_report_degraded_during_hang_and_stop_and_zero_after_r
         for worker in workers:
             worker.join(10)
         for saver in savers:
-            metrics._COLLECTOR.remove(saver)
+            metrics.unregister(saver)
             saver.close()
 
 

@@ -216,6 +216,23 @@ def test_no_module_uses_another_modules_private_names(modules):
     assert not found, found
 
 
+@pytest.fixture(scope="module")
+def scripts() -> dict[str, Module]:
+    """The benchmarks (`bench.x`) and the tests' modules (imported by their file name: tests/ is on the path)."""
+    out = {module_name(p): Module(module_name(p), p, ast.parse(p.read_text())) for p in (ROOT / "bench").glob("*.py")}
+    out |= {p.stem: Module(p.stem, p, ast.parse(p.read_text())) for p in (ROOT / "tests").glob("*.py")}
+    return out
+
+
+def test_benches_and_tests_use_no_other_modules_private_names(modules, scripts):
+    """The same rule for bench/ and tests/: neither another bench's or test module's underscore names nor those of
+    the app and the agents' library (the owner makes what they share public; a test checks public behaviour)."""
+    everything = {**modules, **scripts}
+    assert {"bench.bench_production", "conftest", "test_sweep"} <= set(scripts)
+    found = [use for name, mod in scripts.items() for use in private_uses(name, mod.tree, everything)]
+    assert not found, found
+
+
 def test_the_private_name_check_finds_both_forms():
     mods = {n: Module(n, Path(f"{n}.py"), ast.parse("")) for n in ("core.a", "core.pkg", "core.pkg.b")}
     tree = ast.parse(

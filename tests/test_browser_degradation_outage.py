@@ -75,7 +75,7 @@ def test_full_outage_no_all_clear_replicas_degraded_or_unknown(page, browser_out
     finally:
         if proc is not None:
             stop_streamlit(proc)
-        metrics._COLLECTOR.remove(with_endpoint)
+        metrics.unregister(with_endpoint)
         with_endpoint.close()
         tables_only.close()
         db.close()

@@ -44,7 +44,7 @@ def test_sre_prunes_after_seeing_the_dry_run_in_the_browser(page, create_databas
     import time
 
     from conftest import off_loop, start_streamlit, stop_streamlit
-    from test_sweep import _converse
+    from test_sweep import converse
 
     from core.db import Database
     from core.memory.embeddings import OfflineHashEmbeddings
@@ -52,7 +52,7 @@ def test_sre_prunes_after_seeing_the_dry_run_in_the_browser(page, create_databas
 
     db = Database(create_database())
     store = build_store(db.pool, OfflineHashEmbeddings(64), 64)
-    off_loop(_converse, db, store)
+    off_loop(converse, db, store)
     put_memory(store, ("proveedores", "P1"), "aviso-flash", {"texto": "flash"}, valid_for_minutes=0.005)
     time.sleep(0.4)
     before = db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"]

@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from format_agents import _merge, _unique, delta_other_state_at, delta_other_thread, delta_state_at, delta_thread
+from format_agents import (
+    delta_other_state_at,
+    delta_other_thread,
+    delta_state_at,
+    delta_thread,
+    merge_reducer,
+    unique_reducer,
+)
 
 from core.history import delta, views
 
@@ -96,7 +103,7 @@ def test_an_unknown_reducer_shows_the_snapshot_and_the_writes_since(delta_db):
     for checkpoint_id in _checkpoints(delta_db, "delta-x"):
         expected = delta_other_state_at(delta_db.dsn, "delta-x", checkpoint_id)
         got = _values(delta_db, "delta-x", checkpoint_id)
-        for channel, reducer, empty in (("counts", _merge, {}), ("tags", _unique, [])):
+        for channel, reducer, empty in (("counts", merge_reducer, {}), ("tags", unique_reducer, [])):
             if channel not in got:
                 continue
             row = got[channel]

@@ -8,7 +8,7 @@ from typing import Annotated, TypedDict
 
 import psycopg
 import pytest
-from format_agents import _concat, _conn, delta_other_thread
+from format_agents import concat_reducer, conn_for, delta_other_thread
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -26,7 +26,7 @@ def _graph(frequency: int) -> StateGraph:
     State = TypedDict(  # noqa: UP013
         "State",
         {
-            "items": Annotated[list, DeltaChannel(_concat, snapshot_frequency=frequency)],
+            "items": Annotated[list, DeltaChannel(concat_reducer, snapshot_frequency=frequency)],
             "messages": Annotated[list, DeltaChannel(_messages_delta_reducer, snapshot_frequency=frequency)],
         },
     )
@@ -48,7 +48,7 @@ def _graph(frequency: int) -> StateGraph:
 def _history(dsn: str, thread_id: str, frequency: int) -> dict[str, dict]:
     """Write TURNS turns, then langgraph's own state at every checkpoint: {checkpoint_id: values}."""
     config = {"configurable": {"thread_id": thread_id}}
-    with _conn(dsn) as conn:
+    with conn_for(dsn) as conn:
         app = _graph(frequency).compile(checkpointer=PostgresSaver(conn))
         for i in range(TURNS):
             app.invoke({"items": [f"in-{i}"], "messages": [HumanMessage(content=f"hola {i}", id=f"h-{i}")]}, config)
@@ -138,7 +138,7 @@ def test_a_thread_without_delta_channels_reads_as_before(create_database):
     graph.add_node("reply", lambda s: {"messages": [AIMessage(content="hola")]})
     graph.add_edge(START, "reply")
     graph.add_edge("reply", END)
-    with _conn(dsn) as conn:
+    with conn_for(dsn) as conn:
         graph.compile(checkpointer=PostgresSaver(conn)).invoke(
             {"messages": [HumanMessage(content="buenas")]}, {"configurable": {"thread_id": "plain-1"}}
         )

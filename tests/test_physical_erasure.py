@@ -424,8 +424,8 @@ def test_a_missing_file_or_a_rewrite_during_the_scan_is_unknown_never_gone(db, m
     write_customer(db, CUSTOMER)
     checkpoint(db)
     assert physical.scan_files(db, {"v": PHONE}).measured
-    real = physical._segments
-    monkeypatch.setattr(physical, "_segments", lambda path: [])  # a relation's file not there to read
+    real = physical.relation_segments
+    monkeypatch.setattr(physical, "relation_segments", lambda path: [])  # a relation's file not there to read
     missing = physical.scan_files(db, {"v": PHONE})
     assert missing.status == "unknown" and "missing" in (missing.reason or "")
     assert all(v["found"] is None for v in missing.by_table().values())
@@ -438,7 +438,7 @@ def test_a_missing_file_or_a_rewrite_during_the_scan_is_unknown_never_gone(db, m
             rewrites.append(path)
         return real(path)
 
-    monkeypatch.setattr(physical, "_segments", rewrite_while_reading)
+    monkeypatch.setattr(physical, "relation_segments", rewrite_while_reading)
     rewritten = physical.scan_files(db, {"v": PHONE})
     assert rewritten.status == "unknown" and "rewritten during the scan" in (rewritten.reason or "")
 

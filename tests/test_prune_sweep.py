@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
-from test_sweep import DIMS, _converse
+from test_sweep import DIMS, converse
 
 from core.db import Database
 from core.memory.embeddings import OfflineHashEmbeddings
@@ -27,7 +27,7 @@ COUNTS = (
 @pytest.fixture
 def sweeper(db, monkeypatch):
     """The agents' conversations written, and the job's environment pointing at `db` as agent_memory_sweeper."""
-    _converse(db, build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS))
+    converse(db, build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS))
     with psycopg.connect(db.dsn, autocommit=True) as owner:
         owner.execute((DEPLOY / "sweeper-grants.sql").read_text())
     monkeypatch.setenv("PG_AGENTES", psycopg.conninfo.make_conninfo(db.dsn, user="agent_memory_sweeper"))

@@ -182,7 +182,7 @@ def test_a_journal_of_the_earlier_format_is_replayed(dsn, control, tmp_path):
 
     journal_dir = tmp_path / "journal"
     framed = journal_after_kill(dsn, control, journal_dir, "legacy", "legacy-a")
-    records, skipped = journal_mod._read_framed(framed)
+    records, skipped = journal_mod.read_framed(framed)
     assert records and not skipped
     old = {
         "replica_id": "legacy",
@@ -193,7 +193,7 @@ def test_a_journal_of_the_earlier_format_is_replayed(dsn, control, tmp_path):
         "episodes": [],
         "denials": [],
     }
-    body = ormsgpack.packb(old, default=journal_mod._default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
+    body = ormsgpack.packb(old, default=journal_mod.pack_default, option=ormsgpack.OPT_PASSTHROUGH_DATETIME)
     Journal(journal_dir, "legacy", dsn).path.write_bytes(struct.pack(">I", len(body)) + body)
     with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="legacy", journal_dir=journal_dir):
         assert head(dsn, "legacy-a") == ["x", "node"]

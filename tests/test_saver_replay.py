@@ -298,13 +298,13 @@ def test_a_journal_of_the_previous_format_is_replayed(dsn, control, tmp_path):
     with DualCheckpointSaver(dsn, replica_id="v2-writer", journal_dir=tmp_path / "other") as saver:
         turn(graph(saver), "v2-old", "o1")
     journal_dir = tmp_path / "journal"
-    records, skipped = journal_mod._read_framed(journal_after_kill(dsn, control, journal_dir, "v2", "v2-a"))
+    records, skipped = journal_mod.read_framed(journal_after_kill(dsn, control, journal_dir, "v2", "v2-a"))
     assert records and not skipped
     records[-1]["ops"].append(["delete_thread", "v2-old"])
     old = b""
     for record in records:
         body = journal_mod.pack({**record, "ops": [op[:2] for op in record["ops"]]})
-        old += journal_mod._HEADER.pack(journal_mod._MAGIC, 2, len(body), zlib.crc32(body)) + body
+        old += journal_mod.HEADER.pack(journal_mod.MAGIC, 2, len(body), zlib.crc32(body)) + body
     Journal(journal_dir, "v2", dsn).path.write_bytes(old)
     with DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="v2", journal_dir=journal_dir):
         assert head(dsn, "v2-a") == ["x", "node"]
@@ -323,11 +323,11 @@ def test_a_journal_of_both_formats_reads_each_record():
 
     def v2(record: dict) -> bytes:
         body = journal_mod.pack(record)
-        return journal_mod._HEADER.pack(journal_mod._MAGIC, 2, len(body), zlib.crc32(body)) + body
+        return journal_mod.HEADER.pack(journal_mod.MAGIC, 2, len(body), zlib.crc32(body)) + body
 
     both = v2(records[0]) + v2(records[1]) + Journal._frame(records[0]) + Journal._frame(records[1])
-    assert journal_mod._read_framed(both) == (records * 2, 0)
-    torn, skipped = journal_mod._read_framed(v2(records[0])[:-3] + Journal._frame(records[1]))
+    assert journal_mod.read_framed(both) == (records * 2, 0)
+    torn, skipped = journal_mod.read_framed(v2(records[0])[:-3] + Journal._frame(records[1]))
     assert torn == [records[1]] and skipped == len(v2(records[0])) - 3
 
 

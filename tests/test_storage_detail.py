@@ -11,7 +11,7 @@ import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 from prune_graphs import delta_graph
-from test_sweep import DIMS, _converse
+from test_sweep import DIMS, converse
 
 from core.history import tool_calls
 from core.memory.embeddings import OfflineHashEmbeddings
@@ -44,7 +44,7 @@ def write(db) -> None:
         {"history": [], "latest": "", "n": 0}, {"configurable": {"thread_id": "lineal"}}
     )
     delta_graph(saver).invoke({"items": ["a"], "n": 0}, {"configurable": {"thread_id": "delta"}})
-    _converse(db, build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS))
+    converse(db, build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS))
     # An orphan blob (no checkpoint references its version) and a write whose checkpoint is gone.
     db.execute(
         "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) "

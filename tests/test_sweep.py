@@ -208,7 +208,7 @@ def test_cli_reports_already_running_and_exits_0_while_another_holds_the_lock(db
     assert [r["status"] for r in log_rows(db)] == ["locked", "ok"]
 
 
-def _converse(db: Database, store) -> None:
+def converse(db: Database, store) -> None:
     saver = PostgresSaver(db.pool)
     model = ScriptedChatModel()
     cliente = build_agent("atencion-cliente", model, store=store, checkpointer=saver)
@@ -245,7 +245,7 @@ def _age(db: Database, thread_id: str, days: int, *, only_older_than_newest: boo
 
 
 def test_retention_dry_run_lists_exactly_the_old_threads_and_the_run_deletes_only_them(db, store):
-    _converse(db, store)
+    converse(db, store)
     _age(db, "cliente-C1-1", 120)
     _age(db, "compras-P1-retraso", 45)
     _age(db, "cliente-C2-1", 20)  # younger than the retention
@@ -383,7 +383,7 @@ def test_the_job_runs_as_the_least_privileged_role_of_the_readme(db, store):
         owner.execute(grants)
     put_memory(store, ("proveedores", "P9"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
     put_memory(store, ("clientes", "C9"), "pref-idioma", {"texto": "idioma: catalán"})
-    _converse(db, store)
+    converse(db, store)
     _age(db, "personal-E1", 100)
     time.sleep(0.4)
     sweeper = Database(psycopg.conninfo.make_conninfo(db.dsn, user="agent_memory_sweeper"))

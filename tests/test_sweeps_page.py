@@ -233,13 +233,13 @@ def test_the_page_renders_while_a_sweep_is_running(db, app_env):
 
 
 def test_sre_prunes_history_from_the_dialog_and_downloads_the_threads(create_database, app_env):
-    from test_sweep import _converse
+    from test_sweep import converse
 
     from core.db import Database
 
     db = Database(create_database())
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
-    _converse(db, store)
+    converse(db, store)
     before = db.fetch_one("SELECT count(*) AS n FROM checkpoints")["n"]
 
     at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")

@@ -189,7 +189,7 @@ def test_residue_through_the_index_equals_a_scan_of_every_row(article_agents_db,
                 shares = ti.token_shares(conn)
                 assert shares and max(shares.values()) > ti.COMMON_TOKEN_SHARE
                 terms = [t.term for c in CUSTOMERS for t in res.customer_terms(conn, c)]
-                shorter = [t for t in terms if len(ti._keys([t], shares)[t]) < len(ti._keys([t])[t])]
+                shorter = [t for t in terms if len(ti.lookup_keys([t], shares)[t]) < len(ti.lookup_keys([t])[t])]
                 assert shorter  # some lookups really changed
             else:
                 assert not ti.token_shares(conn)

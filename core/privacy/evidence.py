@@ -277,7 +277,7 @@ def own_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
     return targets
 
 
-def _checkpoints_zero_sql(keys: Iterable[str]) -> str:
+def checkpoints_zero_sql(keys: Iterable[str]) -> str:
     """The checkpoints evidence query with the configured metadata keys (or threads only, if none)."""
     # Live, not core_checkpoint_shadow: the DPO's proof reads the agents' table itself (a sequential scan since
     # migration 144 took our indexes off it; BENCHMARKS.md "Change capture").
@@ -304,9 +304,7 @@ def run_evidence_conn(
     scan's threads when a scan of the same terms has just run). The residue's terms are never in its text: they
     are named by reference (our records must not keep what they record the removal of)."""
     params = evidence_params(customer_id, thread_ids)
-    queries = (
-        dict(FIXED_QUERIES) | {"checkpoints": _checkpoints_zero_sql(keys)} | {t.name: t.count_sql for t in targets}
-    )
+    queries = dict(FIXED_QUERIES) | {"checkpoints": checkpoints_zero_sql(keys)} | {t.name: t.count_sql for t in targets}
     binder = psycopg.ClientCursor(conn)
     literal = {table: binder.mogrify(query, params).strip() for table, query in queries.items()}
     cursors = {}

@@ -363,7 +363,7 @@ class FileScan:
         return json.loads(json.dumps(asdict(self), default=str))
 
 
-def _segments(path: Path) -> list[Path]:
+def relation_segments(path: Path) -> list[Path]:
     """A relation's main fork and its segments `.1`, `.2`, ... (1 GB each)."""
     files: list[Path] = []
     n = 0
@@ -470,7 +470,7 @@ def scan_files(
 
     try:
         for table, part, relation, rel_path in rels:
-            files = _segments(data_dir / rel_path) if rel_path else []
+            files = relation_segments(data_dir / rel_path) if rel_path else []
             if not files:  # never "not found" for a file that was not there to read
                 raise FileNotFoundError(f"{relation}'s file {rel_path} is missing")
             found = _scan_relation(data_dir, table, part, relation, files, needles)

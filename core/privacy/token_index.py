@@ -332,7 +332,7 @@ def lookup_key(hashes: Sequence[int], shares: Mapping[int, float] | None = None)
     return ",".join(map(str, hashes))
 
 
-def _keys(terms: Iterable[str], shares: dict[int, float] | None = None) -> dict[str, str]:
+def lookup_keys(terms: Iterable[str], shares: dict[int, float] | None = None) -> dict[str, str]:
     """Each term's lookup key (a term without a token has none)."""
     keys = {term: lookup_key(term_hashes(term), shares) for term in set(terms)}
     return {term: key for term, key in keys.items() if key is not None}
@@ -439,7 +439,7 @@ def count_hits(
 ) -> dict[str, int]:
     """How many indexed threads (but `exclude`) hold every token of each term, in plaintext rows or in encrypted
     rows read with the configured keys (a term without a token: 0)."""
-    keys = _keys(terms)
+    keys = lookup_keys(terms)
     if not keys:
         return {}
     decryptor = decryptor if decryptor is not None else formats.decryptor()
