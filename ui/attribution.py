@@ -43,7 +43,7 @@ def page_coverage(attribution: subj.Attribution) -> None:
     def computing() -> None:
         ready = st.session_state.get(COVERAGE_KEY)
         if ready is None:
-            now = call_or_unknown(subj.stored_coverage, attribution)
+            now = call_or_unknown(subj.stored_coverage, attribution, wait=False)  # one row read; the tick is the wait
             if isinstance(now, subj.Coverage):
                 ready = st.session_state[COVERAGE_KEY] = now  # later ticks until the next page run read nothing
         if ready is not None:

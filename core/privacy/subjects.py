@@ -465,15 +465,21 @@ class _CoverageFlight:
 COVERAGE_FLIGHT = _CoverageFlight()
 
 
-def stored_coverage(db: Database, config: Attribution | None = None) -> Coverage | CoverageComputing:
+def stored_coverage(
+    db: Database, config: Attribution | None = None, *, wait: bool = True
+) -> Coverage | CoverageComputing:
     """The pages' coverage: as of the last computation stored for this configuration (by a sweep, or by the one
-    background computation this joins or starts when there is none yet, waited for COVERAGE_WAIT_S: past that,
-    CoverageComputing). Never a count per session. Call it on the primary (the computation stores its result)."""
+    background computation this joins or starts when there is none yet, waited for until COVERAGE_WAIT_S after it
+    started: past that, CoverageComputing at once). Never a count per session. Call it on the primary (the
+    computation stores its result). `wait=False`: no wait (a page polling for the result)."""
     config = config or Attribution.from_settings()
     row = db.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)}, read_only=False)
     if row is None:
         flight = COVERAGE_FLIGHT.join(db, config)
-        if not flight.done.wait(COVERAGE_WAIT_S):
+        # a computation that has run COVERAGE_WAIT_S is a long one: a session joining it later is told so at once,
+        # not held (at 1M checkpoints every Erasure page run waited 2 s, and its poll as long again: issue 54 #10)
+        left = COVERAGE_WAIT_S - (time.time() - flight.since) if wait else 0.0
+        if not flight.done.wait(max(0.0, left)):
             return CoverageComputing(flight.since)
         if flight.error is not None:
             raise DatabaseUnavailable(f"the attribution coverage could not be computed: {flight.error}")
