@@ -14,71 +14,27 @@ takes seconds."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
+from bench import st_server
+from bench.st_server import CHROMIUM_ARGS, ROOT, free_port, wait_health  # noqa: F401  (ROOT: importers' name)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# CHROMIUM_ARGS, free_port and wait_health are bench/st_server.py's (named here too for the benches importing them)
+FRESH_CLONE_DROPS = ("PG_AGENTES", "SEED_DEMO", "AUTO_MIGRATE", "DEMO_REPLICAS")
 
 
 def launch(data_dir: Path, port: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("PG_AGENTES", "SEED_DEMO", "AUTO_MIGRATE", "DEMO_REPLICAS")}
-    env.update({"AGENT_MEMORY_DATA": str(data_dir), **(extra_env or {})})
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "dashboard.py",
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    """The dashboard as a fresh clone starts it: the default embedded mode in `data_dir`, not waited for."""
+    proc, _ = st_server.launch(
+        {"AGENT_MEMORY_DATA": str(data_dir), **(extra_env or {})}, port=port, drop=FRESH_CLONE_DROPS
     )
-
-
-def wait_health(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("streamlit did not start")
+    return proc
 
 
 def one_run(browser, seed: bool = True) -> tuple[float, float, float, dict[str, float]]:
@@ -88,7 +44,7 @@ def one_run(browser, seed: bool = True) -> tuple[float, float, float, dict[str, 
     started = time.monotonic()
     proc = launch(data_dir, port, None if seed else {"SEED_DEMO": "0", "DEMO_REPLICAS": "0"})
     try:
-        wait_health(url)
+        wait_health(url, proc)
         up = time.monotonic() - started
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(url)
@@ -111,8 +67,7 @@ def one_run(browser, seed: bool = True) -> tuple[float, float, float, dict[str, 
         page.close()
         return up, first, filled, seeding
     finally:
-        proc.terminate()
-        proc.wait(30)
+        st_server.stop_dashboard(proc)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
@@ -125,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     firsts, filled_all = [], []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=st_server.CHROMIUM, args=CHROMIUM_ARGS)
         for n in range(args.runs):
             up, first, filled, seeding = one_run(browser, seed=not args.no_seed)
             firsts.append(first)

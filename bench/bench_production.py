@@ -21,6 +21,8 @@ the erasure and the sweep delete data:
   real customer agent) on top of their generated documents and threads (bench/bench_erasure.py);
 - the Degradation page's tables: 3 replicas, 200 episodes with a denial each, 100 refusals, written
   with core.replica_health's own writers.
+The server's max_slot_wal_keep_size is raised, and the output says so, to what the change follower's recount on the
+template needs (4x the tables it recounts: the embedded server's 1GB lost the slot at 1M documents; BENCHMARKS.md).
 
 Measured, in this order, each with its baseline when there is one (same database, same run):
 every page's core reads (median of --runs warm calls; a call over 10 s is timed once) and its full
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -56,6 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent_memory_runtime import replica_health as replica_writes  # noqa: E402
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
+from core.capture.follower import PUBLISHED  # noqa: E402
 from core.db import Database, DatabaseUnavailable, embedded_dsn, reset_pool  # noqa: E402
 from core.history import (  # noqa: E402
     replica_health,  # noqa: E402
@@ -265,7 +269,18 @@ def _prepare_template(base: str, template: str, info: dict, log: Callable[[str],
     migrate(dsn_for(base, template), DIMS)
     t = time.perf_counter()
     template_db = Database(dsn_for(base, template))
-    extracted = tool_calls.extract(template_db)
+    wal_before = template_db.fetch_one("SELECT pg_current_wal_lsn()::text AS lsn")["lsn"]
+    extracted = tool_calls.extract(template_db)  # creates the follower's slot (and recounts) if there is none
+    slot = template_db.fetch_one(
+        "SELECT wal_status, pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)::bigint AS wal FROM "
+        "pg_replication_slots WHERE database = current_database()",
+        (wal_before,),
+    )
+    if slot:
+        info["slot_after_extraction"] = {"wal_status": slot["wal_status"], "wal_mb": round(slot["wal"] / 2**20, 1)}
+        log(f"the follower's slot after the first extraction: {info['slot_after_extraction']}")
+        if slot["wal_status"] == "lost":
+            raise SystemExit(f"the follower's slot was lost during its recount: {info}")
     if extracted.writes:
         info["template_tool_call_extraction"] = {
             "s": round(time.perf_counter() - t, 1),
@@ -293,6 +308,46 @@ def _prepare_template(base: str, template: str, info: dict, log: Callable[[str],
     reset_pool(dsn_for(base, template))
     info["template_bytes"] = database_bytes(base, template)
     log(f"template {template}: {info['template_bytes'] / 1e9:.2f} GB")
+
+
+# The change follower's recount, when its slot is created on the template (the tool-call extraction of
+# _prepare_template starts it), writes WAL that the slot keeps until the follower has drained past it: ~3.8 times
+# the store's size on a store alone (BENCHMARKS.md, "What the follower's recount writes to WAL"), more here, where
+# the checkpoints are recounted too (44 MB at 20k documents / 20k writes: 7.3x the store, 0.8x the five tables the
+# follower reads). The embedded server's max_slot_wal_keep_size (1GB, core/capture/server.py) lost the slot at 1M
+# documents: until the bench builds on a database server of its own, it gives its own server RECOUNT_WAL_FACTOR
+# times those tables' size, and says so.
+RECOUNT_WAL_FACTOR = 4.0
+FOLLOWED_BYTES = "SELECT sum(pg_total_relation_size(t))::bigint FROM unnest(%s::text[]) t"
+WAL_KEEP = "SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'"  # MB, -1: no limit
+
+
+def slot_wal_keep_mb(followed_bytes: int, current_mb: int) -> int:
+    """The max_slot_wal_keep_size (MB) a recount over tables of `followed_bytes` needs: RECOUNT_WAL_FACTOR times
+    their size, never below the server's current setting (-1, no limit, stays)."""
+    if current_mb < 0:
+        return current_mb
+    return max(current_mb, math.ceil(followed_bytes * RECOUNT_WAL_FACTOR / 2**20))
+
+
+def size_slot_for_recount(base: str, dsn: str, info: dict, log: Callable[[str], None]) -> None:
+    """Raise this server's max_slot_wal_keep_size to what the recount over the database at `dsn` needs; say so."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        followed = int(conn.execute(FOLLOWED_BYTES, (sorted(PUBLISHED),)).fetchone()[0])
+        current = int(conn.execute(WAL_KEEP).fetchone()[0])
+    needed = slot_wal_keep_mb(followed, current)
+    info["max_slot_wal_keep_size_mb"] = needed
+    what = (
+        f"{RECOUNT_WAL_FACTOR:g}x the {followed / 2**20:,.0f} MB of the tables the change follower recounts "
+        "(its slot keeps the WAL the recount writes)"
+    )
+    if needed == current:
+        log(f"max_slot_wal_keep_size {current:,} MB: enough, {what}")
+        return
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"ALTER SYSTEM SET max_slot_wal_keep_size = '{needed}MB'")
+        conn.execute("SELECT pg_reload_conf()")
+    log(f"max_slot_wal_keep_size raised from {current:,} MB to {needed:,} MB on this benchmark's own server: {what}")
 
 
 def database(
@@ -331,6 +386,9 @@ def database(
     # over time; a run then measures the incremental step on its copy (bench/bench_tool_calls.py
     # measures a full extraction against the live decode).
     # The same for the residue scan's token index (migration 042 lists every thread of an older template).
+    # core/capture/server.py sets the embedded server's 1GB again at every start: sized on every call, before the
+    # template's or the copy's first extraction creates a slot there and recounts
+    size_slot_for_recount(base, dsn_for(base, template), info, log)
     if touch_template or built:
         _prepare_template(base, template, info, log)
     if build_only:
@@ -1039,17 +1097,31 @@ def growth(figures: list[Figure], other: Path) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+DATABASE_SIZES = ("docs", "customers", "threads", "writes", "erasure_docs")  # what names a template
+
+
+def add_database_arguments(parser: argparse.ArgumentParser) -> None:
+    """The production-sized database's options, for every benchmark measuring on it (its sizes, --data, --smoke)."""
     parser.add_argument("--docs", type=int, default=1_000_000)
     parser.add_argument("--customers", type=int, default=250_000)
     parser.add_argument("--threads", type=int, default=100_000)
     parser.add_argument("--writes", type=int, default=1_000_000)
     parser.add_argument("--erasure-docs", type=int, default=2_500, help="documents of each large customer")
-    parser.add_argument("--runs", type=int, default=5, help="warm calls per query (median)")
-    parser.add_argument("--renders", type=int, default=3, help="AppTest runs per page (median)")
     parser.add_argument("--data", type=Path, default=Path(".data/bench_production"))
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run each: seconds")
+
+
+def database_sizes(args: argparse.Namespace) -> dict[str, int]:
+    """The sizes of `database()` from the options of `add_database_arguments` (SMOKE's with --smoke)."""
+    source = SMOKE if args.smoke else vars(args)
+    return {name: source[name] for name in DATABASE_SIZES}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_database_arguments(parser)
+    parser.add_argument("--runs", type=int, default=5, help="warm calls per query (median)")
+    parser.add_argument("--renders", type=int, default=3, help="AppTest runs per page (median)")
     parser.add_argument("--rebuild", action="store_true", help="build the database again even if it exists")
     parser.add_argument("--json", type=Path, help="also write the figures and row counts here")
     parser.add_argument("--build-only", action="store_true", help="build the template (if missing) and stop")
@@ -1071,18 +1143,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--compare", type=Path, help="the --json of a run at another size: print how each figure grew")
     args = parser.parse_args(argv)
-    sizes = (
-        dict(SMOKE)
+    sizes = database_sizes(args) | (
+        {"runs": SMOKE["runs"], "renders": SMOKE["renders"]}
         if args.smoke
-        else {
-            "docs": args.docs,
-            "customers": args.customers,
-            "threads": args.threads,
-            "writes": args.writes,
-            "erasure_docs": args.erasure_docs,
-            "runs": args.runs,
-            "renders": args.renders,
-        }
+        else {"runs": args.runs, "renders": args.renders}
     )
     args.data.mkdir(parents=True, exist_ok=True)
     base = embedded_dsn(args.data)
@@ -1091,13 +1155,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.build_only:
         _, info = database(
             base,
-            sizes["docs"],
-            sizes["customers"],
-            sizes["threads"],
-            sizes["writes"],
-            sizes["erasure_docs"],
-            lambda s: print(s, flush=True),
-            args.rebuild,
+            **database_sizes(args),
+            log=lambda s: print(s, flush=True),
+            rebuild=args.rebuild,
             build_only=True,
         )
         print(json.dumps(info, default=str))

@@ -40,7 +40,7 @@ from core.memory import customer_stores, preferences, reads, semantic  # noqa: E
 from core.memory.customer_stores import StoreSources  # noqa: E402
 
 TARGET_MS = 300.0
-SMOKE = {"docs": 2000, "customers": 500, "threads": 200, "writes": 2000, "erasure_docs": 60, "runs": 1}
+SMOKE = {**{name: bp.SMOKE[name] for name in bp.DATABASE_SIZES}, "runs": 1}
 QUERY = "SELECT cliente_id, tienda FROM app_clientes"
 # The application's own table: each customer in one store by a hash of its id, 1 in 100 in a second one.
 APP_TABLE = (
@@ -71,16 +71,7 @@ def median_ms(fn: Callable[[], Any], runs: int) -> float:
 
 
 def run(base: str, sizes: dict[str, int], stores: int, log: Callable[[str], None]) -> tuple[list[tuple], dict]:
-    dsn, info = bp.database(
-        base,
-        sizes["docs"],
-        sizes["customers"],
-        sizes["threads"],
-        sizes["writes"],
-        sizes["erasure_docs"],
-        log,
-        touch_template=False,
-    )
+    dsn, info = bp.database(base, **{n: sizes[n] for n in bp.DATABASE_SIZES}, log=log, touch_template=False)
     db = Database(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in APP_TABLE:
@@ -172,28 +163,11 @@ def table(figures: list[tuple], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--docs", type=int, default=1_000_000)
-    parser.add_argument("--customers", type=int, default=250_000)
-    parser.add_argument("--threads", type=int, default=100_000)
-    parser.add_argument("--writes", type=int, default=1_000_000)
-    parser.add_argument("--erasure-docs", type=int, default=2_500)
+    bp.add_database_arguments(parser)  # bench_production's database: its sizes, --data, --smoke
     parser.add_argument("--stores", type=int, default=100)
     parser.add_argument("--runs", type=int, default=5, help="warm calls per read (median)")
-    parser.add_argument("--data", type=Path, default=Path(".data/bench_production"))
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run each: seconds")
     args = parser.parse_args(argv)
-    sizes = (
-        dict(SMOKE)
-        if args.smoke
-        else {
-            "docs": args.docs,
-            "customers": args.customers,
-            "threads": args.threads,
-            "writes": args.writes,
-            "erasure_docs": args.erasure_docs,
-            "runs": args.runs,
-        }
-    )
+    sizes = bp.database_sizes(args) | {"runs": SMOKE["runs"] if args.smoke else args.runs}
     args.data.mkdir(parents=True, exist_ok=True)
     base = embedded_dsn(args.data)
     print(f"embedded PostgreSQL in {args.data}; load {os.getloadavg()}", flush=True)

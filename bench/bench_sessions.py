@@ -31,15 +31,14 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import psycopg
 
+from bench import st_server
 from bench.st_client import StreamlitSession
 from core.config import term_hash_key
 
@@ -83,18 +82,8 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_dashboard(dsn: str, dims: int, extra_env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    port = free_port()
     env = {
-        **os.environ,
         "PG_AGENTES": dsn,
         "EMBEDDINGS_DIMS": str(dims),
         # the key the template's hashes were made with (bench_production runs embedded: the data folder's key)
@@ -104,39 +93,7 @@ def start_dashboard(dsn: str, dims: int, extra_env: dict[str, str]) -> tuple[sub
         "DEMO_REPLICAS": "0",
         **extra_env,
     }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "dashboard.py",
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--server.fileWatcherType",
-            "none",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=tempfile.TemporaryFile(),
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                return proc, url
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the dashboard did not start") from None
-            time.sleep(0.2)
+    return st_server.start_dashboard(env)
 
 
 def postgres_cpu_s(dsn: str) -> float:
@@ -284,12 +241,7 @@ def run_level(
         if spy:
             spy.wait(60)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:  # a loaded machine: the level's figures stand, the process goes
-            proc.kill()
-            proc.wait()
+        st_server.stop_dashboard(proc)  # a loaded machine: killed after 30 s, the level's figures stand
     return level
 
 

@@ -28,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.bench_first_page import CHROMIUM_ARGS, ROOT, free_port, launch, wait_health
+from bench.bench_first_page import launch
+from bench.st_server import CHROMIUM_ARGS, ROOT, free_port, wait_health
 
 # (sidebar label, path, the page's title: drawn by its own run, so the previous page's metrics are not mistaken for it)
 PAGES = (

@@ -9,12 +9,9 @@ import contextlib
 import functools
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -33,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 # The secret stored hashes of customer values are keyed with (core.config.term_hash_key), shared by every process
 # a test starts (the dashboard, the sweep job, demo agents) as a deployment shares it.
 os.environ.setdefault("TERM_HASH_KEY", uuid.uuid4().hex + uuid.uuid4().hex)
+from bench.st_server import free_port, start_dashboard  # noqa: E402, F401  (free_port: the tests' import of it)
 from core.capture.follower import drop_slot  # noqa: E402
 from core.config import Settings  # noqa: E402
 from core.db import Database  # noqa: E402
@@ -330,65 +328,14 @@ def grant_our_functions(dsn: str, role: str) -> None:
             owner.execute(f"GRANT EXECUTE ON FUNCTION {fn} TO {role}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_streamlit(
     env_extra: dict[str, str], args: tuple[str, ...] = (), script: str = "dashboard.py", port: int | None = None
 ) -> tuple[subprocess.Popen, str]:
     """A dashboard process (or another `script` of the repository) on a free loopback port (or `port`, e.g. one an
-    OIDC redirect URI in its secrets already names); `args` go to `streamlit run` (e.g. --secrets.files)."""
-    port = port or free_port()
-    env = {
-        **os.environ,
-        "EMBEDDINGS_DIMS": str(DIMS),
-        "AUTO_MIGRATE": "0",
-        "SEED_DEMO": "0",
-        "DEMO_REPLICAS": "0",
-        **env_extra,
-    }
-    # Output to a file, not a pipe nobody reads: a server logging a lot (an outage) would block on a full
-    # pipe, stop answering and not exit on SIGTERM.
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            script,
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--server.fileWatcherType",
-            "none",
-            "--browser.gatherUsageStats",
-            "false",
-            *args,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    proc.log = log  # read by stop_streamlit when the server does not exit
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                return proc, url
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    log.seek(0)
-    raise RuntimeError(f"streamlit did not start: {log.read().decode()[-2000:]}")
+    OIDC redirect URI in its secrets already names), on this session's settings (no migration, seed or demo replicas
+    unless `env_extra` says so); `args` go to `streamlit run` (e.g. --secrets.files). bench/st_server.py starts it."""
+    env = {"EMBEDDINGS_DIMS": str(DIMS), "AUTO_MIGRATE": "0", "SEED_DEMO": "0", "DEMO_REPLICAS": "0", **env_extra}
+    return start_dashboard(env, port=port, args=args, script=script, timeout=30)
 
 
 # Kubernetes' default terminationGracePeriodSeconds: how long the dashboard has to exit after SIGTERM

@@ -135,3 +135,14 @@ def test_generated_expiries_stay_out_of_the_run(create_database):
         assert moved == in_window
         assert conn.execute(f"SELECT count(*) FROM store WHERE {window}").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM store WHERE expires_at < now()").fetchone()[0] == expired
+
+
+def test_the_benchmark_gives_its_server_the_wal_its_followers_recount_needs():
+    """Issue 55 #4: at 1M documents the follower's slot was lost during its recount (its WAL past the embedded server's
+    1GB max_slot_wal_keep_size). The bench sizes the setting from the tables the follower recounts, never lowers it,
+    and leaves "no limit" as it is."""
+    gb = 2**30
+    assert bp.slot_wal_keep_mb(2 * gb, 1024) == 8 * 1024  # 1M documents' tables: 4x, past the default
+    assert bp.slot_wal_keep_mb(54 * 2**20, 1024) == 1024  # 20k documents: the default holds
+    assert bp.slot_wal_keep_mb(54 * 2**20, 16) == 216
+    assert bp.slot_wal_keep_mb(10 * gb, -1) == -1

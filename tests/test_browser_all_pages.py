@@ -13,24 +13,22 @@ browser's time zone, named. Screenshots of each step and page are saved for a pe
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import psycopg
 import pytest
 from apptools import foreign_words
 from babel.numbers import format_decimal
-from conftest import ARTIFACTS, ROOT, free_port
+from conftest import ARTIFACTS, free_port
 from playwright.sync_api import expect
 from test_i18n import FOREIGN
 
+from bench.bench_first_page import launch
+from bench.st_server import stop_dashboard, wait_health, walk_pages
 from core.history import thread_search as ts
 from ui.i18n import CATALOGUES
 
@@ -99,43 +97,14 @@ def _shot(page, name: str) -> None:
 def test_first_minutes_then_every_page_in_both_languages(browser):
     # a private folder, not pytest's tmp_path: pytest prunes old basetemp folders of other runs
     tmp_path = Path(tempfile.mkdtemp(prefix="first-page-"))
-    env = {k: v for k, v in os.environ.items() if k not in ("PG_AGENTES", "AUTO_MIGRATE", "DEMO_REPLICAS")}
-    env.update({"AGENT_MEMORY_DATA": str(tmp_path), "SEED_DEMO": "1", "DEMO_REPLICAS": "0"})
     port = free_port()
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "dashboard.py",
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = launch(tmp_path, port, {"SEED_DEMO": "1", "DEMO_REPLICAS": "0"})  # a fresh clone's `streamlit run`
     url = f"http://127.0.0.1:{port}"
     context = browser.new_context(viewport={"width": 1280, "height": 1400}, locale="es-ES", timezone_id=TIMEZONE)
     page = context.new_page()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "streamlit did not start"
-                time.sleep(0.2)
+        wait_health(url, proc)
         page.goto(url)
         main, sidebar = page.get_by_test_id("stMain"), page.get_by_test_id("stSidebar")
         expect(page.get_by_role("heading", name="Memoria entre conversaciones")).to_be_visible(timeout=120_000)
@@ -221,10 +190,9 @@ def test_first_minutes_then_every_page_in_both_languages(browser):
         found = []
         for lang in ("es", "en"):
             runs: dict[str, set[int]] = {}
-            for name, (path, es_title, en_title) in PAGES.items():
-                target = f"{url}/{path.format(thread=thread, customer=customer)}"
-                page.goto(target + ("&" if "?" in target else "?") + f"lang={lang}")
-                expect(page.get_by_test_id("stHeading").first).to_be_visible(timeout=30_000)
+            paths = {name: path.format(thread=thread, customer=customer) for name, (path, _, _) in PAGES.items()}
+            for name in walk_pages(page, url, paths, lang):
+                _, es_title, en_title = PAGES[name]
                 title = es_title if lang == "es" else en_title
                 if title:
                     expect(page.get_by_role("heading", name=title)).to_be_visible(timeout=30_000)
@@ -262,6 +230,5 @@ def test_first_minutes_then_every_page_in_both_languages(browser):
         assert found == [], "\n".join(map(str, found))
     finally:
         context.close()
-        proc.terminate()
-        proc.wait(30)
+        stop_dashboard(proc)
         shutil.rmtree(tmp_path, ignore_errors=True)

@@ -6,18 +6,14 @@ DPO's e-mail as the operator."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from core.db import reset_pool
-from tests.conftest import DIMS, ROOT, free_port
+from tests.conftest import free_port, start_streamlit, stop_streamlit
 from tests.test_browser_erasure import button
 from tests.test_browser_erasure import erasure_demo as _erasure_demo
 
@@ -73,50 +69,9 @@ server_metadata_url = "{idp}/.well-known/openid-configuration"
 "{MANAGER}" = ["manager"]
 "{DPO}" = ["dpo"]
 """)
-    env = {
-        **__import__("os").environ,
-        "PG_AGENTES": erasure_demo.dsn,
-        "EMBEDDINGS_DIMS": str(DIMS),
-        "AUTO_MIGRATE": "0",
-        "SEED_DEMO": "0",
-        "DEMO_REPLICAS": "0",
-    }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "dashboard.py",
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--server.fileWatcherType",
-            "none",
-            "--browser.gatherUsageStats",
-            "false",
-            "--secrets.files",
-            str(secrets),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=(log := tempfile.TemporaryFile()),
-        stderr=subprocess.STDOUT,
-    )  # never a full pipe
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                break
-        except OSError:
-            assert time.monotonic() < deadline and proc.poll() is None, log.seek(0) or log.read().decode()[-2000:]
-            time.sleep(0.2)
+    proc, url = start_streamlit({"PG_AGENTES": erasure_demo.dsn}, args=("--secrets.files", str(secrets)), port=port)
     yield url
-    proc.terminate()
-    proc.wait(10)
+    stop_streamlit(proc)
 
 
 def sign_in(page, url: str, email: str) -> None:
