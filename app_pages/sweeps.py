@@ -59,13 +59,12 @@ for col, row in zip(cols, expired.itertuples(), strict=False):  # the last colum
 last = read(sweep_reads.last_sweep)  # a dry run is not a sweep
 cols[-1].metric(
     # the run named by its id, as the pages that show its figures name it (ui.fmt.sweep_run)
-    t("sweeps_last_run", tz=fmt.viewer_timezone())
-    if last is None
-    else t("sweeps_last_run_id", id=last["id"], tz=fmt.viewer_timezone()),
+    t("sweeps_last_run") if last is None else t("sweeps_last_run_id", id=last["id"]),
     t("sweeps_never") if last is None else fmt.short(last["started_at"]),
     None if last is None else md(f"{t('sweeps_status_' + last['status'])} · {trigger_label(last['trigger'])}"),
     delta_color="off",
     delta_arrow="off",
+    help=t("sweeps_last_run_help", tz=fmt.viewer_timezone()),  # the zone in the help: the label is read whole
 )
 
 

@@ -117,7 +117,7 @@ def test_one_last_sweep_on_every_page(demo_db, app_env):
         return at
 
     sweeps = page("app_pages/sweeps.py")
-    assert metric(sweeps, f"Último barrido, n.º {last['id']} (UTC)")
+    assert metric(sweeps, f"Último barrido, n.º {last['id']}")
     storage = page("app_pages/checkpoints.py", view="storage")
     captions = [c.value for c in storage.caption]
     assert f"Filas exactas según {named} (las cuenta cada barrido)." in captions

@@ -179,8 +179,11 @@ def test_a_dry_run_is_never_the_last_sweep_and_the_log_lists_what_each_run_delet
 
     at = open_page(db.dsn, app_env, LOCAL_ROLES="sre")
     assert not at.exception
-    # in the viewer's zone (UTC without a browser), named in the label, the date as Spanish writes it
-    shown = metric(at, f"Último barrido, n.º {real.run_id} (UTC)")
+    # in the viewer's zone (UTC without a browser), named in the help (the label read whole: issue 54 #8), the date
+    # as Spanish writes it
+    shown = metric(at, f"Último barrido, n.º {real.run_id}")
+    tile = next(m for m in at.metric if m.label == f"Último barrido, n.º {real.run_id}")
+    assert tile.help == "Cuándo empezó, en la zona horaria UTC."
     assert shown == (
         format_skeleton("MMMd", real.started_at, tzinfo=UTC, locale="es")
         + format_datetime(real.started_at, " H:mm", tzinfo=UTC, locale="es")

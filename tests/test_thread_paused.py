@@ -298,10 +298,15 @@ def test_the_page_names_the_pause_and_its_node(written, app_env):
     running = shown[shown["thread_id"] == "antes-de-revisar"].iloc[0]
     assert running["status"] == "En curso (últimos 15 min)" and running["next_nodes"] == "revisar"
     # the five statuses side by side, adding up to every thread
+    # (short labels, read whole side by side; each status's full name in the help: issue 54 #8)
     counts = {m.label: m.value for m in at.metric}
     assert counts["Todos los hilos"] == str(len(threads))
-    assert counts["Terminado"] == "1" and counts["En curso (últimos 15 min)"] == "3"
-    assert counts["En pausa antes de un nodo"] == "0" and counts["Interrumpido (espera respuesta)"] == "1"
+    assert counts["Terminado"] == "1" and counts["En curso"] == "3"
+    assert counts["En pausa"] == "0" and counts["Interrumpido"] == "1"
+    helps = {m.label: m.help for m in at.metric}
+    assert (
+        helps["En curso"] == "En curso (últimos 15 min)" and helps["Interrumpido"] == "Interrumpido (espera respuesta)"
+    )
     english = tomllib.loads((Path(__file__).parent.parent / "ui/locales/en.toml").read_text())
     assert english["search_status_paused"] == "Paused before a node" and english["col_next_nodes"] == "Next node"
     assert (

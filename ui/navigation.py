@@ -13,6 +13,7 @@ page is Erasure (checked with streamlit 1.67).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import streamlit as st
 
@@ -20,6 +21,7 @@ from core import roles
 from ui.i18n import t
 
 HOME = "app_pages/home.py"
+NOT_FOUND = "app_pages/not_found.py"
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,21 @@ def spec_for(url_path: str) -> PageSpec | None:
     return next((p for pages in SECTIONS.values() for p in pages if p.url_path == url_path), None)
 
 
+def unknown_path(url: str | None, base_url_path: str | None) -> str | None:
+    """The path a browser asked for that names no page (`/erasure_register`), read from the URL Streamlit gives the
+    default page (st.context.url) without the server's base path; None at the app's root or with no URL (a test).
+    Streamlit serves the default page for a URL it does not know: home must say so, not forward to a page."""
+    if not url:
+        return None
+    path = urlsplit(url).path.strip("/")
+    base = (base_url_path or "").strip("/")
+    if base and (path == base or path.startswith(base + "/")):
+        path = path[len(base) :].strip("/")
+    if not path or spec_for(path) is not None:
+        return None
+    return "/" + path
+
+
 def first_page(user_roles: tuple[str, ...]) -> PageSpec | None:
     """The page a user with these roles lands on (the first of their roles, in menu order)."""
     return next((p for pages in SECTIONS.values() for p in pages if p.role in user_roles), None)
@@ -95,6 +112,13 @@ def build(user_roles: tuple[str, ...]):
     sections: dict[str, list] = {
         "": [st.Page(HOME, title=t("app_title"), icon=":material/home:", default=True, visibility="hidden")]
     }
+    # A URL that names no page: registered for this run as a hidden page of its own that says so in the page's
+    # language. Otherwise Streamlit shows its own "Page not found" dialog, in English, over the default page.
+    missing = unknown_path(st.context.url, st.get_option("server.baseUrlPath"))
+    if missing is not None and "/" not in missing.strip("/"):
+        sections[""].append(
+            st.Page(NOT_FOUND, title=t("not_found_title"), url_path=missing.strip("/"), visibility="hidden")
+        )
     for section, pages in SECTIONS.items():
         sections[t(section)] = [
             st.Page(

@@ -141,7 +141,8 @@ def _status_counts(counts: ts.StatusCounts) -> None:
     st.caption(t("search_counts", total=fmt.number(counts.total)))
     c = st.columns(len(ts.STATES) + 1)
     for col, status in zip(c, ts.STATES, strict=False):
-        col.metric(t(f"search_status_{status}"), fmt.number(counts.counts[status]))
+        # a short label (six side by side are not cut), the status's full name in its help
+        col.metric(t(f"search_count_{status}"), fmt.number(counts.counts[status]), help=t(f"search_status_{status}"))
     c[-1].metric(t("search_counts_total"), fmt.number(counts.total))
 
 
