@@ -251,6 +251,22 @@ def own_embedded_server(tmp_path_factory, name: str):
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def replica_wal_server(tmp_path_factory):
+    """A server of its own, restarted with `wal_level = replica` (the embedded default is `logical`): no slot can
+    follow its databases, the recount mode. Yields (base DSN, control)."""
+    import psycopg
+
+    servers = own_embedded_server(tmp_path_factory, "wal-replica")
+    base, control = next(servers)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET wal_level = 'replica'")
+    control.stop()
+    control.start()
+    yield base, control
+    next(servers, None)  # its teardown
+
+
 # Fixtures that make a test slow: the demo seed (it hangs the server for its outage), a streaming standby,
 # real agents writing a fresh database for one test.
 SLOW_FIXTURES = {"demo_db", "replica_pair", "article_agents"}

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 from capture_writes import store_writes
-from conftest import DIMS, dsn_for, own_embedded_server
+from conftest import DIMS, dsn_for
 from streamlit.testing.v1 import AppTest
 
 from core.capture.follower import CaptureNotAllowed, catch_up, drop_slot
@@ -21,19 +21,6 @@ from core.migrate import migrate
 from core.operations.sweep import run_sweep
 
 APP = "../dashboard.py"
-
-
-@pytest.fixture(scope="module")
-def replica_wal_server(tmp_path_factory):
-    """A server of its own, restarted with `wal_level = replica` (the embedded default is `logical`)."""
-    servers = own_embedded_server(tmp_path_factory, "wal-replica")
-    base, control = next(servers)
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute("ALTER SYSTEM SET wal_level = 'replica'")
-    control.stop()
-    control.start()
-    yield base, control
-    next(servers, None)  # its teardown
 
 
 @pytest.mark.slow  # a server of its own

@@ -352,7 +352,7 @@ def erase(
                     report = f"{report}; {note}" if report else note
                 proof = None
                 if status == "complete":  # the claim needs its own proof (core/privacy/proof.py)
-                    proof = prove(conn, terms, refs, left)
+                    proof = prove(conn, terms, refs, left, carried=(carried, earlier.salt))
                     if not proof.clean:
                         status, report = "incomplete", "; ".join(p for p in (proof.describe(), report) if p)
             except BaseException as exc:

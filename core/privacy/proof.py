@@ -32,7 +32,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core.history import formats
-from core.privacy import raw_scan
+from core.privacy import raw_scan, term_hashes
 from core.privacy.residue import SELECT_DECODED_THREAD, Term, json_text, token_regex
 
 # Our tables and the columns that can hold a value as text (bytea read as raw bytes).
@@ -114,14 +114,18 @@ def prove(
     refs: dict[str, str],
     left: Iterable[str],
     decryptor: formats.Decryptor | None = None,
+    carried: tuple[list[term_hashes.HashedTerm], str] = ([], ""),
 ) -> Proof:
     """Look for the customer's distinctive `terms` (named in the result by `refs[term]`) in every table, outside the
-    threads `left`. Reads everything; shares no index or aggregate with the erasure."""
+    threads `left`, and for the values earlier requests erased (`carried`: known by their keyed hashes only, with the
+    customer's salt) in every document of the store. Reads everything; shares no index or aggregate with the
+    erasure."""
     started = time.monotonic()
     left = set(left)
     distinctive = [t for t in terms if not t.common]
+    earlier = [t for t in carried[0] if not t.common]
     proof = Proof()
-    if not distinctive:
+    if not distinctive and not earlier:
         return proof
     by_term = {t.term: t for t in distinctive}
     decryptor = decryptor or formats.decryptor()
@@ -145,17 +149,21 @@ def prove(
     # id is not looked for: another root's subject may carry the same id (supplier C2, customer C2), and our
     # operational records (tombstones, denials) name ids by design; the id is the residue scan's in the threads.
     values = _automaton(t.term for t in distinctive if t.kind != "id")
-    if values is None:
-        proof.ran_ms = round((time.monotonic() - started) * 1000)
-        return proof
+    matcher = term_hashes.Matcher(earlier, carried[1]) if earlier else None
     with conn.transaction():
         proof.tables.append("store")
         for row in _stream(conn, "proof_store", SELECT_STORE_ROWS):
-            text = bytes(row["data"]).decode("latin-1")
-            for term in sorted({term for _, term in values.iter(text)}):
-                if _confirmed([bytes(row["data"]).decode("utf-8")], term):
-                    where = f"{row['prefix']}/{row['key']}"
+            text = bytes(row["data"]).decode("utf-8")
+            where = f"{row['prefix']}/{row['key']}"
+            as_bytes = bytes(row["data"]).decode("latin-1")
+            for term in sorted({term for _, term in values.iter(as_bytes)} if values else ()):
+                if _confirmed([text], term):
                     proof.found.append({"table": "store", "where": where, "term": refs[term]})
+            for ref in sorted(matcher.found(text) if matcher else ()):
+                proof.found.append({"table": "store", "where": where, "term": ref})
+        if values is None:
+            proof.ran_ms = round((time.monotonic() - started) * 1000)
+            return proof
         # 3. our tables: every text-like column, the registers included (they keep the id, never a value)
         for own in conn.execute(SELECT_OWN_TEXT_COLUMNS).fetchall():
             table = own["table_name"]
