@@ -12,7 +12,9 @@ embedded server is started first by a browser context opening the shell, then:
 - **first**: a new browser context opens the page by its address (the app's JavaScript loaded again, a new session,
   the page's reads not cached in the process);
 - **warm**: the same context opens the same address again (the browser's cache and the process's cached reads kept);
-- **shell warm**: the same context opens `/access` again (no customer).
+- **shell warm**: the same context opens `/access` again (no customer);
+- **in app**: from there, the page's entry in the sidebar (Streamlit switches pages in the same session, no reload:
+  how a person goes from page to page), for the pages whose address names nothing else.
 
 A page is loaded when its own title is drawn (the checkpoint views also their section's heading) and its script run
 has ended: Streamlit's running status widget gone, 100 ms after the title (the widget appears within a run's first
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -68,6 +71,15 @@ PAGES = {
     "access-register": ("access-register", "Registro de accesos", None),
 }
 TARGETS = {"first": 4.0, "warm": 2.0}
+# the pages whose address names nothing but the page: reached from the sidebar as well (in the app, no reload)
+SIDEBAR = {
+    "memory": "Memoria",
+    "preferences": "Preferencias",
+    "sweeps": "Barridos",
+    "degradation": "Degradación",
+    "erasure-register": "Registro de borrados",
+    "access-register": "Registro de accesos",
+}
 
 
 def launch(code: Path, data_dir: Path, port: int) -> subprocess.Popen:
@@ -235,6 +247,11 @@ def one_page(browser, code: Path, seeded: Path, name: str, names: dict[str, str]
             for what, a, b in zip(("dashboard", "postgres", "browser"), after, before, strict=True):
                 times[f"{kind} {what} cpu"] = a - b
         times["shell warm"] = visit(page, url, SHELL, names)
+        if name in SIDEBAR:  # from the shell, the page's entry in the sidebar: Streamlit switches pages in the session
+            started = time.monotonic()
+            page.get_by_test_id("stSidebarNav").get_by_text(SIDEBAR[name], exact=True).click()
+            page.wait_for_url(re.compile(rf"/{PAGES[name][0]}(\?|$)"), wait_until="commit")
+            times["in-app"] = loaded(page, started, *PAGES[name][1:])
         context.close()
         return times
     finally:
@@ -307,7 +324,8 @@ def main() -> None:
                         f"round {n + 1} {name}: first {r['first']:.2f} s (dashboard {r['first dashboard cpu']:.2f} s "
                         f"CPU, PostgreSQL {r['first postgres cpu']:.2f} s), warm {r['warm']:.2f} s, shell first "
                         f"{r['shell first']:.2f} s, shell warm {r['shell warm']:.2f} s; script run (server) first "
-                        f"{r['server first']:.2f} s, again {r['server warm']:.2f} s; load {loads[-1]:.1f}",
+                        f"{r['server first']:.2f} s, again {r['server warm']:.2f} s; in app "
+                        f"{r.get('in-app', float('nan')):.2f} s; load {loads[-1]:.1f}",
                         flush=True,
                     )
             browser.close()
@@ -326,17 +344,19 @@ def main() -> None:
         )
         print(
             "| page | first median (s) | first p95 (s) | first / shell | warm median (s) | warm p95 (s) | warm / shell "
-            "| script run first / again (s) | first CPU s: dashboard / PostgreSQL / browser "
+            "| in app median (s) | script run first / again (s) | first CPU s: dashboard / PostgreSQL / browser "
             "| warm CPU s: dashboard / PostgreSQL / browser |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---|---|---|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
         for name, rs in results.items():
             first = [r["first"] for r in rs]
             warm = [r["warm"] for r in rs]
             m = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+            in_app = f"{m['in-app']:.2f}" if "in-app" in m else "—"
             print(
                 f"| {name} | {m['first']:.2f} | {p95(first):.2f} | {m['first'] / shell_first:.1f} | {m['warm']:.2f} | "
-                f"{p95(warm):.2f} | {m['warm'] / shell_warm:.1f} | {m['server first']:.2f} / {m['server warm']:.2f} | "
+                f"{p95(warm):.2f} | {m['warm'] / shell_warm:.1f} | {in_app} | "
+                f"{m['server first']:.2f} / {m['server warm']:.2f} | "
                 + " | ".join(
                     " / ".join(f"{m[f'{kind} {what} cpu']:.2f}" for what in ("dashboard", "postgres", "browser"))
                     for kind in ("first", "warm")
