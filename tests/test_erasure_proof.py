@@ -5,12 +5,15 @@ register names where (by reference, never the value). On databases written by th
 
 from __future__ import annotations
 
+import uuid
+
 from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
 from core.db import Database, reset_pool
 from core.privacy import erasure, evidence
 from core.privacy import subjects as subj
+from tests.test_token_index_rotation import term_key
 
 DEFAULT = subj.Attribution()
 
@@ -82,5 +85,38 @@ def test_a_thread_the_dpo_left_with_a_reason_is_not_a_finding(article_agents):
         result = erasure.erase(db, "C9", operator="dpo@example.com", config=DEFAULT, decisions=decisions)
         assert result.status == "complete", result.report
         assert result.proof is not None and result.proof.clean  # the thread left with a reason is not a finding
+    finally:
+        reset_pool(db.dsn)
+
+
+def test_a_value_an_earlier_request_erased_found_again_by_its_hashes(article_agents):
+    """The second erasure of a customer knows the first one's values only by the register's keyed hashes: the re-read
+    still finds one that reappeared in a supplier notice."""
+    foreign = article_agents()
+    email = foreign.declared("C9")["contacto"]
+    db = Database(foreign.dsn)
+    try:
+        assert _erase_all_proposed(db, "C9").status == "complete"
+        _supplier_notice(foreign.dsn, email)  # the value comes back, in another namespace
+        again = _erase_all_proposed(db, "C9")
+        assert again.status == "incomplete" and "store proveedores.P001/aviso-1" in again.report, again.report
+        assert email not in again.report
+    finally:
+        reset_pool(db.dsn)
+
+
+def test_values_erased_under_a_rotated_term_key_withhold_complete(article_agents):
+    """Red before: after a TERM_HASH_KEY rotation the register's hashes of what an earlier request erased match
+    nothing; erasing the customer again said `complete` while the value was back in a supplier notice."""
+    foreign = article_agents()
+    email = foreign.declared("C9")["contacto"]
+    db = Database(foreign.dsn)
+    try:
+        assert _erase_all_proposed(db, "C9").status == "complete"
+        _supplier_notice(foreign.dsn, email)
+        with term_key(uuid.uuid4().hex + uuid.uuid4().hex):
+            again = _erase_all_proposed(db, "C9")
+        assert again.status == "incomplete", again.report
+        assert "hashed under another TERM_HASH_KEY" in again.report and email not in again.report
     finally:
         reset_pool(db.dsn)

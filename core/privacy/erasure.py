@@ -350,6 +350,21 @@ def erase(
                 if residue.index_stale:  # the register says why the token index was not trusted for some threads
                     note = f"{stale_reason(residue.index_stale)}: the residue scan read those threads on their bytes"
                     report = f"{report}; {note}" if report else note
+                unrecognisable = [h.ref for h in carried if h.foreign and not h.common]
+                if status == "complete" and unrecognisable:  # what earlier requests erased cannot be looked for
+                    status, report = (
+                        "incomplete",
+                        "; ".join(
+                            p
+                            for p in (
+                                f"{len(unrecognisable)} value(s) erased by earlier requests ({', '.join(unrecognisable)}) "
+                                "were hashed under another TERM_HASH_KEY (rotated since): no search now recognises them, "
+                                "so their absence cannot be shown",
+                                report,
+                            )
+                            if p
+                        ),
+                    )
                 proof = None
                 if status == "complete":  # the claim needs its own proof (core/privacy/proof.py)
                     proof = prove(conn, terms, refs, left, carried=(carried, earlier.salt))

@@ -75,6 +75,14 @@ class HashedTerm:
     tokens: tuple[int, ...]
     first: int | None
     trail: bool
+    # the fingerprint of the TERM_HASH_KEY its hashes were made with (tokens.term_key_fingerprint); None: a term
+    # hashed before fingerprints were kept, taken to be under the running key
+    key: str | None = None
+
+    @property
+    def foreign(self) -> bool:
+        """Hashed under another TERM_HASH_KEY than the running one: no hash made now can recognise it."""
+        return self.key is not None and self.key != tokens.term_key_fingerprint()
 
     def to_json(self) -> dict:
         return {
@@ -88,7 +96,7 @@ class HashedTerm:
             "tokens": list(self.tokens),
             "first": self.first,
             "trail": self.trail,
-        }
+        } | ({"key": self.key} if self.key is not None else {})
 
     @classmethod
     def from_json(cls, d: Mapping) -> HashedTerm:
@@ -106,6 +114,7 @@ class HashedTerm:
             tuple(d["tokens"]),
             d.get("first"),
             bool(d["trail"]),
+            d.get("key"),
         )
 
 
@@ -123,6 +132,7 @@ def hash_term(term: res.Term, ref: str, salt: str) -> HashedTerm:
         tuple(token_index.term_hashes(term.term)),
         tokens.token_hash(head.group()) if head else None,
         bool(res.TOKEN_CHAR.match(term.term[-1:])),
+        tokens.term_key_fingerprint(),
     )
 
 
