@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 # The secret stored hashes of customer values are keyed with (core.config.term_hash_key), shared by every process
 # a test starts (the dashboard, the sweep job, demo agents) as a deployment shares it.
 os.environ.setdefault("TERM_HASH_KEY", uuid.uuid4().hex + uuid.uuid4().hex)
-from bench.st_server import free_port, start_dashboard  # noqa: E402, F401  (free_port: the tests' import of it)
+from bench.st_server import CHROMIUM, CHROMIUM_ARGS, free_port, start_dashboard  # noqa: E402, F401  (free_port: the tests' import of it)
 from core.capture.follower import drop_slot  # noqa: E402
 from core.config import Settings  # noqa: E402
 from core.db import Database  # noqa: E402
@@ -397,18 +397,7 @@ def _generous_expect_timeout():
 
 @pytest.fixture(scope="session")
 def browser_type_launch_args():
-    return {
-        "executable_path": "/usr/bin/chromium",
-        "args": [
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-quic",
-        ],
-    }
+    return {"executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
 
 
 @pytest.fixture(scope="session")
