@@ -5,7 +5,8 @@ The demo is seeded once by `python -m core.demo` into a new data folder (the REA
 agents, tools, sweeps and erasures), or `--data DIR` reuses one seeded before (never written: each server runs on a
 copy). Per round and per page, a new `streamlit run dashboard.py` on a fresh copy of it (embedded
 PostgreSQL, SEED_DEMO=0, no live replica, every cache empty), whose
-embedded server is started first by a browser context opening the shell, then:
+embedded server is started first by a browser context opening the shell until the sidebar says the database is
+ready (until then every page is its shell: its title and a note), then:
 
 - **shell first** (the baseline): a new browser context (nothing cached in it) opens `/access` with no customer named,
   the app's cheapest page (dashboard.py's whole run, the sidebar, a title and an input): the app's own cost;
@@ -71,6 +72,7 @@ PAGES = {
     "access-register": ("access-register", "Registro de accesos", None),
 }
 TARGETS = {"first": 4.0, "warm": 2.0}
+READY = "accesible ("  # the sidebar's database status once it is ready (db_ok)
 # the pages whose address names nothing but the page: reached from the sidebar as well (in the app, no reload)
 SIDEBAR = {
     "memory": "Memoria",
@@ -179,11 +181,17 @@ async def _server_runs(
 ) -> tuple[float, ...]:
     """Seconds of the page's script runs as the server times them (bench/st_client.py: from the request to
     `script_finished`, no browser): the shell once (the database started), then the page first and again."""
+    import asyncio
+
     from bench.st_client import StreamlitSession
 
     path, query = (spec[0].format(**names).split("?", 1) + [""])[:2]
     async with StreamlitSession(url, timeout=120) as start:
-        await start.run(SHELL[0])
+        deadline = time.monotonic() + 120
+        while not (await start.run(SHELL[0])).says(READY):  # the shell while the database starts: not the page
+            if time.monotonic() > deadline:
+                raise RuntimeError("the database did not start")
+            await asyncio.sleep(0.5)
     lock = computing(data_dir) if busy else None
     try:
         async with StreamlitSession(url, timeout=120) as session:
@@ -232,7 +240,10 @@ def one_page(browser, code: Path, seeded: Path, name: str, names: dict[str, str]
         dashboard = psutil.Process(proc.pid)
         viewport = {"width": 1280, "height": 1000}
         start = browser.new_context(viewport=viewport)  # the embedded server's start: not timed
-        visit(start.new_page(), url, SHELL, names)
+        opening = start.new_page()
+        visit(opening, url, SHELL, names)
+        # the shell is drawn while the database starts (dashboard.py): wait for the sidebar's "accesible"
+        opening.get_by_test_id("stSidebar").get_by_text(READY).first.wait_for(timeout=120_000)
         start.close()
         lock = computing(data_dir) if busy else None
         shell = browser.new_context(viewport=viewport)
