@@ -18,10 +18,11 @@ ready (until then every page is its shell: its title and a note), then:
   how a person goes from page to page), for the pages whose address names nothing else.
 
 A page is loaded when its own title is drawn (the checkpoint views also their section's heading) and its script run
-has ended: Streamlit's running status widget gone, 100 ms after the title (the widget appears within a run's first
-frames). The time is from the navigation's start. Beside each first load, the CPU seconds the dashboard process and
-the PostgreSQL server spent on it (psutil, the server's processes summed). Nothing depends on the minute it runs but
-the seed's own dates (a month back from the seeding day).
+has ended: the app's `data-test-script-state` is no longer "running" (or "rerunRequested"); a page still running after
+30 s is counted as never loaded (inf: a fragment that keeps running). The time is from the navigation's start. Beside
+each load, the CPU seconds the dashboard process, the PostgreSQL server and the browser spent on it (psutil), and in a
+second new process the page's script runs as the server times them (first and again, one session, no browser).
+Nothing depends on the minute it runs but the seed's own dates (a month back from the seeding day).
 
 `--code DIR` runs the dashboard of another checkout (e.g. a `git worktree` of an earlier commit: the baseline of a
 change, on the same data in the same sitting). `--computing` measures the pages as a new install shows them before its
@@ -47,9 +48,10 @@ from pathlib import Path
 
 import psutil
 import psycopg
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from bench.bench_first_page import CHROMIUM_ARGS, ROOT, free_port, wait_health
-from bench.bench_store_pages import RUNNING, seed
+from bench.bench_store_pages import seed
 
 SHELL = ("access", "Derecho de acceso: todo lo que los agentes guardan de un cliente", None)  # no customer named
 # name -> (address, the page's title, a heading its content draws or None); {thread} and {customer} from the demo
@@ -72,6 +74,12 @@ PAGES = {
     "access-register": ("access-register", "Registro de accesos", None),
 }
 TARGETS = {"first": 4.0, "warm": 2.0}
+# the app's script state (streamlit 1.67: an attribute of stApp; the stStatusWidget test id is gone)
+IDLE = (
+    "() => !['running', 'rerunRequested']"
+    ".includes(document.querySelector('[data-testid=stApp]')?.dataset.testScriptState)"
+)
+IDLE_TIMEOUT_MS = 30_000
 READY = "accesible ("  # the sidebar's database status once it is ready (db_ok)
 # the pages whose address names nothing but the page: reached from the sidebar as well (in the app, no reload)
 SIDEBAR = {
@@ -207,15 +215,19 @@ async def _server_runs(
 
 
 def loaded(page, started: float, title: str | None, heading: str | None) -> float:
-    """Seconds from `started` until the page titled `title` drew its title (and `heading`) and ended its run."""
+    """Seconds from `started` until the page titled `title` drew its title (and `heading`) and its script run ended
+    (the app's `data-test-script-state` no longer "running"); inf if it did not end within IDLE_TIMEOUT_MS (a page
+    whose fragment keeps running)."""
     if title is not None:
         page.get_by_test_id("stHeading").filter(has_text=title).first.wait_for(timeout=120_000)
     else:
         page.get_by_test_id("stHeading").first.wait_for(timeout=120_000)
     if heading is not None:
         page.get_by_test_id("stHeading").filter(has_text=heading).first.wait_for(timeout=120_000)
-    page.wait_for_timeout(100)
-    page.wait_for_function(f"() => !document.querySelector('{RUNNING}')", timeout=120_000, polling=50)
+    try:
+        page.wait_for_function(IDLE, timeout=IDLE_TIMEOUT_MS, polling=50)
+    except PlaywrightTimeout:
+        return float("inf")
     return time.monotonic() - started
 
 
