@@ -218,7 +218,7 @@ def test_first_minutes_then_every_page_in_both_languages(browser):
                     runs[name] = {int(n) for n in re.findall(r"(?:el barrido n\.º|sweep #)\s*(\d+)", own)}
                 elif name == "checkpoints-search":  # five statuses, one per thread: they add up to every thread
                     metrics = {k: _number(v) for k, v in _metrics(page).items()}
-                    statuses = {s: metrics[CATALOGUES[lang][f"search_status_{s}"]] for s in ts.STATES}
+                    statuses = {s: metrics[CATALOGUES[lang][f"search_count_{s}"]] for s in ts.STATES}
                     assert sum(statuses.values()) == metrics[CATALOGUES[lang]["search_counts_total"]] > 0, metrics
                     # the demo's threads to practise on: the SRE's one-click searches find something
                     assert min(statuses[s] for s in ("paused", "interrupted", "error")) >= 1, statuses

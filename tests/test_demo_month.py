@@ -71,7 +71,7 @@ def test_erasures_weeks_apart_and_a_customer_whose_data_came_back(demo_db):
     assert bool(back["came_back"]) and back["rechecks_dirty"] > 0
     checks = erasure_register.rechecks(demo_db, int(back["id"])).sort_values("checked_at")
     # clean at the sweeps before the customer's return, dirty at every sweep after it
-    assert list(checks["trigger"].unique()) == ["sweep"]
+    assert list(checks["trigger"].unique()) == ["sweep_demo"]  # the demo month's sweeps, named as such (issue 54 #4)
     clean = list(checks["clean"])
     assert clean[0] and not clean[-1] and clean == sorted(clean, reverse=True)
     returned = demo_db.fetch_one(
