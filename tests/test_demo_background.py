@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from conftest import settings_for
@@ -57,7 +58,7 @@ def test_progress_counts_every_customer_conversation(db):
     assert list(progress.counted) == list(SEED_STEPS[:-1]) and progress.step == SEED_STEPS[-1]
     assert progress.counted["suppliers"] == summary.suppliers
     assert progress.counted["employees"] == summary.employees
-    assert progress.counted["customers"] == summary.conversations - summary.suppliers - summary.employees > 8
+    assert progress.counted["customers"] == summary.customer_conversations > 8
 
 
 def test_every_page_says_the_demo_is_seeding_and_shows_what_arrived(db, app_env):
@@ -117,3 +118,45 @@ def seeding_pages_show_what_arrived(db) -> None:
     assert progress.state == "done"
     at = page("app_pages/memory.py")
     assert banner(at) == "" and as_int(metric(at, "Documentos guardados")) > 0
+
+
+@pytest.mark.parametrize("lang", ["es", "en"])
+def test_the_sidebar_says_the_pages_count_of_conversations_and_the_seeds_whole_time(db, app_env, lang):
+    """Issue 54 (finding 8): the sidebar's "seeded in N s: ... M conversations" is the Preferences page's count of
+    conversations (threads with a human message) and the seed's whole time, from the dashboard starting it (the
+    agents' imports included) to its end (the aggregates' catch-up included)."""
+    from datetime import date, timedelta
+
+    from apptools import as_int, metric, wait_until
+    from streamlit.testing.v1 import AppTest
+
+    from core.demo.progress import start_background_seed
+    from core.memory import preferences
+    from ui.i18n import CATALOGUES
+
+    app_env(db.dsn, SEED_DEMO="1", LOCAL_ROLES="manager,sre,dpo")
+    before = time.time()
+    progress = start_background_seed(db, settings_for(db.dsn), customers=8, days=3)
+    after_start = time.time()
+    wait_until(lambda: progress.finished, timeout=300)
+    seen_finished = time.time()
+    assert progress.state == "done", progress.error
+    summary = progress.summary
+    # the whole time: from the call that started it to its end, nothing before or after left out
+    assert before <= progress.started_at <= after_start and progress.finished_at <= seen_finished
+    assert summary.seconds == pytest.approx(progress.finished_at - progress.started_at, abs=1e-6)
+
+    today = date.today()
+    assert summary.conversations == preferences.conversations(db, today - timedelta(days=29), today)
+
+    at = AppTest.from_file("../dashboard.py", default_timeout=120)
+    at.query_params["lang"] = lang
+    at.run()
+    at.switch_page("app_pages/preferences.py").run()
+    assert not at.exception
+    done = CATALOGUES[lang]["seed_done"].format(
+        s=summary.seconds, turns=summary.turns, conversations=summary.conversations
+    )
+    assert done in [c.value for c in at.sidebar.caption]
+    label = CATALOGUES[lang]["conversations"]
+    assert as_int(metric(at, label)) == summary.conversations

@@ -35,6 +35,7 @@ def start_background_seed(db: Any, settings: Any, *, replicas: int = 0, **kwargs
         if progress.started:
             return progress
         progress.started = True
+        progress.started_at = time.time()  # the seed's time counts from here: the agents' imports below included
 
     def run() -> None:
         from core.demo.seed import ensure_demo, start_replicas  # the agents' imports take seconds

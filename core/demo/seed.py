@@ -15,7 +15,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from agent_memory_runtime import clock
@@ -28,7 +28,9 @@ from core.config import Settings, load_settings
 from core.db import Database, one
 from core.demo.operations import COMEBACK_TEXT, MonthPlan, leave_expired_notices, month_of_operations
 from core.demo.seed_progress import IS_EMPTY, SeedProgress
+from core.history.tool_calls import extract as extract_tool_calls
 from core.memory.embeddings import make_embeddings
+from core.memory.preferences import conversations
 from core.memory.store import build_store, put_memory
 from core.operations.outage import demo_outage
 
@@ -91,14 +93,15 @@ class DemoSummary:
     customers: int = 0
     suppliers: int = 0
     employees: int = 0
-    conversations: int = 0
+    conversations: int = 0  # the pages' count: threads with a human message (core.memory.preferences.conversations)
+    customer_conversations: int = 0  # the customers' conversations planned by the seed (its progress counts them)
     turns: int = 0
     legacy_customers: list[str] = field(default_factory=list)
     expiring_notices: int = 0
     month: Any = None  # core.demo.operations.MonthReport
     practice: dict[str, str] = field(default_factory=dict)  # thread id -> what it is (practice_threads)
     outages: list = field(default_factory=list)  # core.operations.outage.OutageReport per episode
-    seconds: float = 0.0
+    seconds: float = 0.0  # the seed's whole time (SeedProgress.started_at to finished_at), said in the sidebar
 
 
 def _agents(db: Database, settings: Settings, replica_id: str = "demo-seed", saver_clock: ManualClock | None = None):
@@ -126,7 +129,6 @@ def seed(
 ) -> DemoSummary:
     """Replay `days` days of agent conversations into `db` (which must be migrated); `progress`
     (optional) is updated step by step."""
-    started = time.monotonic()
     progress = progress or SeedProgress()
     rng = random.Random(seed)
     now = now or datetime.now(UTC)
@@ -199,7 +201,7 @@ def seed(
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         summary.turns += sum(pool.map(converse, plan))
-    summary.conversations = len(plan) + len(suppliers) + len(employees)
+    summary.customer_conversations = len(plan)
 
     # A pre-schema agent version wrote free keys for a few customers: the >4 documents alarm.
     progress.at("legacy")
@@ -238,8 +240,6 @@ def seed(
     progress.at("outage", 0, len(month.outages))
     summary.outages = demo_outage(db, settings, agents, episodes=month.outages, saver_clock=saver_clock) or []
     progress.done = len(summary.outages)
-
-    summary.seconds = time.monotonic() - started
     return summary
 
 
@@ -417,7 +417,8 @@ def ensure_demo(
     """Seed once: only when the database is empty, under an advisory lock (a second process
     waits for the first, then finds data and skips). Returns None if skipped."""
     progress = progress or SeedProgress()
-    progress.started_at = time.time()
+    if progress.started_at is None:  # the background seed started counting before the agents' imports
+        progress.started_at = time.time()
     with db.connection() as conn:
         if not one(conn.execute(TRY_LOCK, (SEED_LOCK_ID,)).fetchone())["locked"]:
             progress.state = "waiting"
@@ -429,12 +430,19 @@ def ensure_demo(
             progress.state = "seeding"
             summary = seed(db, settings, progress=progress, **kwargs)
             catch_up(db.dsn)  # the pages' aggregates include everything the seed wrote
+            extract_tool_calls(db)  # and the thread-days the pages count conversations by (the watermark to the end)
+            # the pages' count of conversations (threads with a human message, every day the seed wrote), not the
+            # seed's plan: suppliers' notices, practice threads, come-backs and outages are conversations too
+            summary.conversations = conversations(db, date.min, datetime.now(UTC).date() + timedelta(days=1))
+            progress.finished_at = time.time()
+            summary.seconds = progress.finished_at - progress.started_at  # from the start the dashboard saw
             progress.summary = summary
             log.info("demo data seeded: %s", summary)
             progress.state = "done"
             return summary
         finally:
-            progress.finished_at = time.time()
+            if progress.finished_at is None:
+                progress.finished_at = time.time()
             conn.execute(UNLOCK, (SEED_LOCK_ID,))
 
 

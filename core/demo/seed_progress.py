@@ -27,8 +27,8 @@ class SeedProgress:
     total: int = 0
     error: str | None = None
     summary: Any = None  # core.demo.seed.DemoSummary once done
-    started_at: float | None = None
-    finished_at: float | None = None
+    started_at: float | None = None  # wall clock when the dashboard started it (or ensure_demo was called)
+    finished_at: float | None = None  # wall clock at its end, set before the state says done
 
     @property
     def running(self) -> bool:
