@@ -62,9 +62,9 @@ def test_the_html_reads_as_a_document_for_the_customer(populated, lang):  # noqa
     assert not re.search(r":\d{2}\.\d{3,6}", html), "fractions of a second"
     assert '"args"' not in html and "{&quot;" not in html and '{"' not in text, "JSON in the document"
     assert (
-        "Usa la herramienta: <code>recordar_preferencia ("
+        "El asistente guardó su preferencia: <code>tipo = "
         if lang == "es"
-        else "Uses the tool: <code>recordar_preferencia ("
+        else "The assistant saved your preference: <code>tipo = "
     ) in html
     prepared = re.search(r"<dt>(?:Preparado por|Prepared by)</dt><dd>([^<]*)</dd>", html)[1]
     assert "local" not in prepared and (
@@ -96,8 +96,9 @@ def test_the_html_has_no_internal_key_no_empty_section_and_one_language(populate
         assert key not in html, key
     assert ("su solicitud de acceso" if lang == "es" else "your access request") in html
     assert ("la exportación n.º 1 de sus datos" if lang == "es" else "export no. 1 of your data") in html
-    conversation = re.search(r"Conversa(?:ción|tion) (\d+) <span class='muted'>\(<code>cliente-C9-1</code>", html)
-    assert conversation and f"<td>{'Conversación' if lang == 'es' else 'Conversation'} {conversation[1]}</td>" in html
+    n = 1 + [t["thread_id"] for t in access.gather(populated, BIG).threads].index(f"cliente-{BIG}-1")
+    conversation = f"{'Conversación' if lang == 'es' else 'Conversation'} {n}"
+    assert f"<h3 id='conversation-{n}'>{conversation}</h3>" in html and f"<td>{conversation}</td>" in html
     clock = "Todas las horas de este documento están en la zona horaria" if lang == "es" else "Every time in this"
     assert html.count(clock) == 1
     assert ("<dt>Tipo</dt>" if lang == "es" else "<dt>Kind</dt>") in html and "<dt>tipo</dt>" not in html
@@ -120,10 +121,7 @@ def test_a_thread_is_dated_once_by_the_clock_of_its_messages(populated):  # noqa
     for n, thread in enumerate(report.threads, start=1):
         first = format_datetime(thread["first_ts"], "d MMM y, HH:mm", tzinfo=zone, locale="es")
         last = format_datetime(thread["last_ts"], "d MMM y, HH:mm", tzinfo=zone, locale="es")
-        assert (
-            f"Conversación {n} <span class='muted'>(<code>{thread['thread_id']}</code>)</span></h3><p class='muted'>"
-            f"del {first} al {last} ·" in html
-        )
+        assert f"Conversación {n}</h3><p class='muted'>del {first} al {last}</p>" in html
         log = next(r for r in report.logs["conversations"] if r["thread_id"] == thread["thread_id"])
         assert f"<tr><td>Conversación {n}</td><td>{log['agent']}</td><td>{log['turns']}</td></tr>" in html
 
@@ -228,7 +226,7 @@ def test_the_arguments_and_values_the_agents_wrote_read_as_written(populated, la
     """Issue 54 finding 8: the agents wrote `tipo="recogida"` in Spanish; the English export must not rewrite it as
     `tipo = pickup` (the preference's heading says in words what it holds; the values stay as written)."""
     html = html_of(populated, lang)
-    written = re.findall(r"recordar_preferencia \(tipo = ([^,]+),", html)
+    written = re.findall(r"(?:guardó su preferencia|saved your preference): <code>tipo = ([^,]+),", html)
     assert written and set(written) <= set(get_args(TipoPreferencia)), written
     values = re.findall(r"<dt>(?:Tipo|Kind)</dt><dd class='value'>([^<]*)</dd>", html)
     assert values and set(values) <= set(get_args(TipoPreferencia)), values
@@ -261,3 +259,26 @@ def test_a_preference_dated_by_two_clocks_is_explained_in_the_export(db, lang, n
     assert json.loads(access.export(db, "C7", fmt="json", lang=lang, operator="local").data)["cover"]["clock_note"]
     other = access.export(db, "C8", fmt="html", lang=lang, operator="local").data.decode()
     assert note not in other
+
+
+@pytest.mark.parametrize(
+    "lang, saved", [("es", "El asistente guardó su preferencia"), ("en", "The assistant saved your preference")]
+)
+def test_the_customer_reads_what_the_assistant_did_not_its_internals(populated, lang, saved):  # noqa: F811
+    """Issue 54 finding 8: the customer reads "the assistant saved your preference", never a tool's name, a thread id
+    or a count of saved states; the JSON keeps them for the DPO (machine-readable)."""
+    html = html_of(populated, lang)
+    text = body(html)
+    for name in ("recordar_preferencia", "avisos_proveedor", "proponer_entrega"):
+        assert not re.search(rf"\b{name}\b", text), name
+    # `preferencias` is also a word: as a tool's name it is called or answers
+    assert not re.search(r"<code>preferencias\b|(?:de|of) preferencias\b", html)
+    assert saved in html
+    report = access.gather(populated, BIG)
+    for thread in report.threads:
+        assert thread["thread_id"] not in text, thread["thread_id"]
+    assert "estados guardados" not in text and "saved states" not in text
+    document = json.loads(access.export(populated, BIG, fmt="json", lang=lang, operator="local").data)
+    assert {t["thread_id"] for t in document["threads"]} == {t["thread_id"] for t in report.threads}
+    calls = [c["name"] for t in document["threads"] for m in t["messages"] for c in m.get("tool_calls") or []]
+    assert "recordar_preferencia" in calls

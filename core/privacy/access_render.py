@@ -141,13 +141,11 @@ STRINGS = {
         "expires": "caduca",
         "never": "no caduca",
         "from_to": "del {first} al {last}",
-        "checkpoints": "{n} estados guardados",
         "you": "Usted",
         "assistant": "Asistente",
-        "tool": "Herramienta",
         "system": "Sistema",
-        "calls": "Usa la herramienta",
-        "result_of": "Resultado de {name}",
+        "calls": "El asistente {did}",
+        "result_of": "Resultado: el asistente {did}",
         "no_result": "(sin contenido)",
         "clock": "Todas las horas de este documento están en la zona horaria {tz}.",
         "replayed_clock": (
@@ -222,13 +220,11 @@ STRINGS = {
         "expires": "expires",
         "never": "does not expire",
         "from_to": "from {first} to {last}",
-        "checkpoints": "{n} saved states",
         "you": "You",
         "assistant": "Assistant",
-        "tool": "Tool",
         "system": "System",
-        "calls": "Uses the tool",
-        "result_of": "Result of {name}",
+        "calls": "The assistant {did}",
+        "result_of": "Result: the assistant {did}",
         "no_result": "(no content)",
         "clock": "Every time in this document is in the {tz} time zone.",
         "replayed_clock": (
@@ -500,6 +496,25 @@ LABELS = {
     },
 }
 
+# What each of the agents' tools did, in the customer's words (the export's HTML; the JSON keeps the tool's name):
+# "the assistant saved your preference", never `recordar_preferencia`. A tool not listed: an internal function.
+TOOL_WORDS = {
+    "es": {
+        "recordar_preferencia": "guardó su preferencia",
+        "preferencias": "consultó sus preferencias guardadas",
+        "avisos_proveedor": "consultó los avisos de los proveedores",
+        "proponer_entrega": "le propuso cómo recibir su pedido",
+        "": "usó una función interna",
+    },
+    "en": {
+        "recordar_preferencia": "saved your preference",
+        "preferencias": "looked up your saved preferences",
+        "avisos_proveedor": "looked up the suppliers' notices",
+        "proponer_entrega": "proposed how to receive your order",
+        "": "used an internal function",
+    },
+}
+
 # The columns a person reads, per log and register (the JSON export keeps every column).
 COLUMNS = {
     "memory_writes": ("written_at", "key", "thread_id", "agent"),
@@ -660,9 +675,17 @@ def _content(content: Any) -> str:
     return "" if content is None else json.dumps(content, ensure_ascii=False)
 
 
-def _tool_call(call: dict, w: _Writer) -> str:
-    shown = args_in_words(call, w.written)  # the arguments as the agent wrote them, in any language
-    return f"{call.get('name') or '?'}" + (f" ({shown})" if shown else "")
+def _did(tool: Any, lang: str) -> str:
+    """What a tool did, in the customer's words (TOOL_WORDS)."""
+    words = TOOL_WORDS[lang]
+    return words.get(tool if isinstance(tool, str) else "", words[""])
+
+
+def _tool_call(call: dict, s: dict, w: _Writer) -> str:
+    """A tool call in the customer's words, its arguments as the agent wrote them (in any language), in code."""
+    shown = args_in_words(call, w.written)
+    said = _e(s["calls"].format(did=_did(call.get("name"), w.lang)))
+    return said + (f": <code>{_e(shown)}</code>" if shown else "")
 
 
 def _message(m: dict, s: dict, w: _Writer) -> str:
@@ -671,7 +694,7 @@ def _message(m: dict, s: dict, w: _Writer) -> str:
     if m["kind"] == "undecodable":
         return f"<div class='msg marker'>{_e(s['undecodable'].format(reason=m['reason']))}</div>"
     who = {"human": s["you"], "ai": s["assistant"], "system": s["system"]}.get(
-        m["kind"], s["result_of"].format(name=m.get("tool_name") or s["tool"]) if m["kind"] == "tool" else m["kind"]
+        m["kind"], s["result_of"].format(did=_did(m.get("tool_name"), w.lang)) if m["kind"] == "tool" else m["kind"]
     )
     parts = [f"<b>{_e(who)}</b> <span class='muted'>{_e(w.moment(m['ts']))}</span>"]
     text = _content(m.get("content"))
@@ -680,7 +703,7 @@ def _message(m: dict, s: dict, w: _Writer) -> str:
     elif m["kind"] == "tool":  # a tool that returned nothing: said, never an empty box
         parts.append(f"<div class='muted'>{_e(s['no_result'])}</div>")
     for call in m.get("tool_calls") or []:
-        parts.append(f"<div class='muted'>{_e(s['calls'])}: <code>{_e(_tool_call(call, w))}</code></div>")
+        parts.append(f"<div class='muted'>{_tool_call(call, s, w)}</div>")
     if m.get("refused_type"):
         parts.append(f"<p class='marker'>{_e(s['refused'].format(types=m['refused_type']))}</p>")
     return f"<div class='msg {_e(m['kind'])}'>" + "".join(parts) + "</div>"
@@ -750,14 +773,13 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
     if not doc["threads"]:
         p.append(f"<p>{s['none_threads']}</p>")
     for thread in doc["threads"]:
-        # dated by its checkpoints, the clock of its messages (a log's clock may differ: the demo replays its days)
+        # dated by its checkpoints, the clock of its messages (a log's clock may differ: the demo replays its days);
+        # named by its number and dates, never its thread id or its count of checkpoints (both stay in the JSON)
         first, last = w.moment(thread["first_ts"]), w.moment(thread["last_ts"])
         p.append(
             f"<h3 id='conversation-{numbers[thread['thread_id']]}'>"
-            f"{_e(s['thread'].format(n=numbers[thread['thread_id']]))} "
-            f"<span class='muted'>(<code>{_e(thread['thread_id'])}</code>)</span></h3>"
-            f"<p class='muted'>{_e(s['from_to'].format(first=first, last=last))} · "
-            f"{_e(s['checkpoints'].format(n=w.number(thread['checkpoints'])))}</p>"
+            f"{_e(s['thread'].format(n=numbers[thread['thread_id']]))}</h3>"
+            f"<p class='muted'>{_e(s['from_to'].format(first=first, last=last))}</p>"
         )
         p.extend(_message(m, s, w) for m in thread["messages"])
     p.append(f"<h2>{s['logs']}</h2>")
