@@ -72,7 +72,7 @@ def test_an_html_export_is_listed_and_counted_by_its_click_and_reads_as_a_docume
     ):  # a section's heading carries its count
         expect(page.get_by_text(heading, exact=True).first).to_be_visible()
     text = page.inner_text("body")
-    assert "Agencia Española de Protección de Datos" in text and "Usa la herramienta: recordar_preferencia (" in text
+    assert "Agencia Española de Protección de Datos" in text and "El asistente guardó su preferencia: tipo = " in text
     assert not re.search(r"\d{4}-\d{2}-\d{2}T\d{2}:", text) and "memory_writes" not in text.split("Anexo técnico")[0]
     screenshot("dpo_access_export_document")
 
