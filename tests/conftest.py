@@ -305,16 +305,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _slow(item):
             item.add_marker(pytest.mark.slow)
-    weight: dict[str, int] = {}
+
+    def browser(item) -> bool:
+        return item.get_closest_marker("browser") is not None
+
+    weight: dict[str, int] = {}  # a module's browser tests (a few modules hold one beside other tests)
     for item in items:
-        if item.get_closest_marker("browser") is not None:
-            weight[item.module.__name__] = weight.get(item.module.__name__, 0) + BROWSER_WEIGHT.get(
-                item.module.__name__.rsplit(".", 1)[-1], 1
-            )
-    items.sort(key=lambda item: (item.module.__name__ in weight, -weight.get(item.module.__name__, 0)))
+        if browser(item):
+            name = item.module.__name__
+            weight[name] = weight.get(name, 0) + BROWSER_WEIGHT.get(name.rsplit(".", 1)[-1], 1)
+    items.sort(key=lambda item: (browser(item), -weight.get(item.module.__name__, 0) if browser(item) else 0))
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+            name = item.module.__name__
+            item.add_marker(pytest.mark.xdist_group(f"browser:{name}" if browser(item) else name))
 
 
 def login_role(dsn: str, prefix: str, tables: str) -> str:
