@@ -352,19 +352,12 @@ def erase(
                     report = f"{report}; {note}" if report else note
                 unrecognisable = [h.ref for h in carried if h.foreign and not h.common]
                 if status == "complete" and unrecognisable:  # what earlier requests erased cannot be looked for
-                    status, report = (
-                        "incomplete",
-                        "; ".join(
-                            p
-                            for p in (
-                                f"{len(unrecognisable)} value(s) erased by earlier requests ({', '.join(unrecognisable)}) "
-                                "were hashed under another TERM_HASH_KEY (rotated since): no search now recognises them, "
-                                "so their absence cannot be shown",
-                                report,
-                            )
-                            if p
-                        ),
+                    note = (
+                        f"{len(unrecognisable)} value(s) erased by earlier requests ({', '.join(unrecognisable)}) were "
+                        "hashed under another TERM_HASH_KEY (rotated since): no search now recognises them, so their "
+                        "absence cannot be shown"
                     )
+                    status, report = "incomplete", f"{note}; {report}" if report else note
                 proof = None
                 if status == "complete":  # the claim needs its own proof (core/privacy/proof.py)
                     proof = prove(conn, terms, refs, left, carried=(carried, earlier.salt))
