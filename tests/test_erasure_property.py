@@ -71,6 +71,8 @@ class History:
         # values written by the article's agents: their threads carry no link to the customer (no metadata, no
         # back-link), so once the customer's document is overwritten such a value is known to nobody (see `known`)
         self.article_values: dict[str, set[str]] = {c: set() for c in CUSTOMERS}
+        # what earlier complete requests of each customer erased: a later request's settle speaks for its own values
+        self.erased: dict[str, set[str]] = {c: set() for c in CUSTOMERS}
         self.erased_threads: dict[str, list[str]] = {}
         self.log: list[str] = []
         self.store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
@@ -105,7 +107,7 @@ class History:
     def retail_turn(self, customer: str) -> None:
         """Our retail agent: the customer states a phone number (kept in the thread and the tool's arguments)."""
         phone = f"6{self.rng.randrange(10**7, 10**8)}"
-        self.declared[customer].add(phone)
+        self.declared[customer].add(f"teléfono {phone}")  # the value as the tool stores it (a document's value)
         run_turn(
             self.agent,
             ContextoCliente(customer),
@@ -170,8 +172,8 @@ class History:
             return
         thread = self.rng.choice(threads)
         phone = f"6{self.rng.randrange(10**7, 10**8)}"
-        self.declared[customer].add(phone)
-        run_turn(self.agent, ContextoCliente(customer), thread, f"Mi nuevo teléfono es {phone}.")
+        self.declared[customer].add(f"teléfono {phone}")
+        run_turn(self.agent, ContextoCliente(customer), thread, f"Contactadme siempre por teléfono {phone}.")
 
     def known(self, customer: str) -> tuple[set[str], set[str]]:
         """(the customer's declared values the database can tie to them now, those it cannot). A value the article's
@@ -253,11 +255,15 @@ def run_history(db: Database, seed: int, steps: int) -> int:
             return 0  # a withheld claim is allowed; the property is about what `complete` claims
         assert result.proof is not None and result.proof.clean, where
         assert h.rows_holding(known) == [], where
+        # the register's physical claim is per request: "overwritten" speaks for what this request erased (an
+        # earlier request's values were already gone by SQL; that request's own row says where their bytes are)
+        own = known - h.erased[customer]
+        h.erased[customer] |= known
         physical.settle(db)
         row = physical.record(db, result.request_id)
         if row is not None and row["files_status"] == physical.OVERWRITTEN:
             _sql(db.dsn, "CHECKPOINT")
-            assert h.files_holding(known) == [], where
+            assert h.files_holding(own) == [], where
         return 1
 
     for _ in range(steps):
