@@ -222,7 +222,8 @@ def test_a_customer_of_two_stores_is_seen_from_both(demo_mapped):
 
 def test_scoped_search_by_meaning_ranks_only_the_stores_customers(demo_mapped, plan):
     db, _ = demo_mapped
-    settings = settings_for(db.dsn)
+    # every document in scope, however far (no least similarity): the scoping and the ranking themselves
+    settings = settings_for(db.dsn, semantic_min_similarity=-1.0)
     scope = scoped(db, "T002")
     mine = {f"clientes.{c}" for c in customers_of(db, "T002")}
     hits = semantic.search(db, settings, "prefiero WhatsApp", "clientes", 50, scope=scope)
