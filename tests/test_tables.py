@@ -38,13 +38,20 @@ def shown_columns(df) -> list[tuple[str, str]]:
 
 
 def bad_cells(df) -> list[str]:
-    """Cells the grid shows as "None" (or NaN): a missing value, but for a missing number or instant in a grid whose
-    placeholder (what it draws for those) is "—"."""
+    """Cells the grid shows as "None" (or NaN): a missing value, but for a missing number, instant or link in a grid
+    whose placeholder (what it draws for those) is "—" (a LinkColumn's missing cell is drawn as the placeholder, no
+    link: a row of no customer)."""
     frame = df.value
     placeholder = df.proto.placeholder == "—"
+    config = json.loads(df.proto.columns or "{}")
     found = []
     for col in frame.columns:
-        typed = pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_datetime64_any_dtype(frame[col])
+        kind = (config.get(f"column:{col}", config.get(col, {})).get("type_config") or {}).get("type")
+        typed = (
+            pd.api.types.is_numeric_dtype(frame[col])
+            or pd.api.types.is_datetime64_any_dtype(frame[col])
+            or kind == "link"
+        )
         for value in frame[col]:
             missing = value is None or (not isinstance(value, (list, dict, str)) and value != value)
             if (missing and not (placeholder and typed)) or value == "None":
