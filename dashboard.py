@@ -23,14 +23,12 @@ from psycopg_pool import PoolTimeout
 from core.config import production_refusal
 from core.db import DatabaseUnavailable, describe_dsn
 from core.migrate import SchemaMismatch, ShallowCheckpointSchema
-from ui import fmt, navigation, replica, scope
+from ui import db_status, navigation, replica, scope
 from ui.common import (
-    PROBE_INTERVAL_S,
     SEED_FRESH_S,
     DatabaseStarting,
     bootstrap,
     current_user,
-    database_probe,
     demo_seeding,
     forget_all,
     local_mode_refusal,
@@ -40,7 +38,6 @@ from ui.common import (
 )
 from ui.errors import shown_as_message
 from ui.i18n import LANGUAGES, t
-from ui.safe import md
 
 if "lang" not in st.session_state:
     st.session_state.lang = st.query_params.get("lang", "es") if st.query_params.get("lang") in LANGUAGES else "es"
@@ -108,23 +105,10 @@ with st.sidebar:
             ":orange[●] " + t("startup_status", step=t(f"startup_{startup.state}"), s=time.time() - startup.started_at)
         )
 
-    @st.fragment(run_every=PROBE_INTERVAL_S)
-    def database_status() -> None:
-        shared = database_probe()  # one probe per process per interval, for every session
-        probe = shared.value
-        st.caption(f"**{t('db')}:** {t('embedded') if db.embedded else db.target}")
-        if probe is None:
-            st.caption(":grey[●] " + t("db_unknown", error=md(shared.error)))
-        elif probe.ok:
-            st.caption(":green[●] " + t("db_ok", ms=probe.latency_ms, version=probe.server_version))
-        else:
-            st.caption(":red[●] " + t("db_down", error=probe.error))
-        st.caption(t("db_checked", at=fmt.clock(shared.at)))
-
     if db is None:
         database_starting()
     else:
-        database_status()
+        db_status.sidebar_status()  # the shared probe; drawn again if the page's read answers after it failed
         st.fragment(run_every=15)(replica.sidebar_status)()
 
     progress = seed_progress() if db is not None else None

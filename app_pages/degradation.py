@@ -25,7 +25,7 @@ from core.capture.status import CaptureStatus, capture_status, open_dead_letters
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, failure_counts
 from core.history import replica_health, replica_view
 from ui import capture, charts, fmt
-from ui.common import get_db, require_role, secrets, shared_figure
+from ui.common import database_answered, get_db, require_role, secrets, shared_figure
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
 from ui.shared import SharedReading
@@ -395,6 +395,7 @@ def live() -> None:
     fresh = reading is not None
     if fresh:
         last_good[db.dsn] = reading
+        database_answered(reading.at)  # the sidebar must not say "not reachable" from an older probe
         st.caption(t("degr_read_at", at=fmt.clock(reading.at)))
     else:
         reading = last_good.get(db.dsn)

@@ -15,6 +15,7 @@ import psycopg
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 from streamlit.runtime.context import StreamlitHeaders
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from core import roles
 from core.admission import Admission
@@ -163,8 +164,50 @@ def _probe_reading(dsn: str) -> SharedReading[Probe]:
 
 def database_probe() -> Shared[Probe]:
     """The database's probe (a direct connection, not the pool), shared by every session of the process: taken
-    at most once per PROBE_INTERVAL_S; unknown (never the previous "ok") when it cannot be taken now."""
-    return _probe_reading(get_db().dsn).get()
+    at most once per PROBE_INTERVAL_S; unknown (never the previous "ok") when it cannot be taken now. A failed probe
+    that a page's read answered after (`database_answered`) is outdated: taken again, once (no load otherwise)."""
+    dsn = get_db().dsn
+    reading = _probe_reading(dsn)
+    shared = reading.get()
+    answered = _answered().get(dsn, 0.0)
+    if (shared.value is None or not shared.value.ok) and answered > shared.at:
+        shared = reading.get(newer_than=answered)
+    return shared
+
+
+@st.cache_resource(show_spinner=False)
+def _answered() -> dict[str, float]:
+    return {}  # dsn -> wall clock when the database last answered a page's read (any session of the process)
+
+
+def _note_answer(dsn: str, at: float | None = None) -> None:
+    answered = _answered()
+    answered[dsn] = max(answered.get(dsn, 0.0), time.time() if at is None else at)
+
+
+# Session state: what the sidebar's database status shows, {"ok": bool, "at": the probe's time, "redraw": callable}
+# (ui.db_status draws it before the page; a page's answered read after a failed probe draws it again).
+STATUS_SHOWN = "db_status.shown"
+
+
+def database_answered(at: float | None = None) -> None:
+    """A page's own read was answered by the database at `at` (wall clock; now by default): the sidebar's status,
+    if it shows a failed probe older than that, probes again and is drawn again (`read`, `call_now` and
+    `call_or_unknown` say so themselves; a page reading by other means calls this)."""
+    _note_answer(get_db().dsn, at)
+    _follow_answer()
+
+
+def _follow_answer() -> None:
+    """Draw the sidebar's status again when it shows a failed probe older than the last answered read. Only in a
+    full run: a rerun of a page's fragment cannot draw in the sidebar (its own fragment follows, ui.db_status)."""
+    shown = st.session_state.get(STATUS_SHOWN)
+    if shown is None or shown["ok"] or _answered().get(get_db().dsn, 0.0) <= shown["at"]:
+        return
+    ctx = get_script_run_ctx()
+    if ctx is None or ctx.fragment_ids_this_run:
+        return
+    shown["redraw"]()
 
 
 def read_router() -> ReadRouter:
@@ -177,7 +220,9 @@ def _cached(fn_name: str, module: str, dsn: str, args: tuple, kwargs: tuple, sou
     import importlib
 
     fn = getattr(importlib.import_module(module), fn_name)
-    return fn(read_router().database(source), *args, **dict(kwargs))
+    result = fn(read_router().database(source), *args, **dict(kwargs))
+    _note_answer(dsn)  # the database answered (drawn in the sidebar by `read`, outside this cache)
+    return result
 
 
 def shared_figure(build: Callable[..., Any]) -> Callable[..., Any]:
@@ -231,7 +276,9 @@ def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a core read function `fn(db, ...)` through the cache, on the read replica when one is
     configured (on the primary while it does not answer; ui.replica shows which)."""
     key = _key(fn, args, kwargs)
-    return _or_stop(lambda: read_router().run(lambda _db, source: _cached(*key, source)))
+    result = _or_stop(lambda: read_router().run(lambda _db, source: _cached(*key, source)))
+    _follow_answer()
+    return result
 
 
 def _or_unknown(call: Callable[[], Any]) -> Any:
@@ -250,13 +297,20 @@ def call_or_unknown(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Like `call_now` (the primary, uncached), for a part of a page the rest does not need: a failed call is said
     on the page (its figures are unknown, or the database busy) and gives None, instead of stopping the page (e.g.
     the Erasure page's coverage must not keep the DPO from a customer's preview)."""
-    return _or_unknown(lambda: fn(get_db(), *args, **kwargs))
+    return _or_unknown(lambda: _answered_call(fn, args, kwargs))
+
+
+def _answered_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """`fn(db, ...)` on the primary; its answer outdates a failed probe older than it (`database_answered`)."""
+    result = fn(get_db(), *args, **kwargs)
+    database_answered()
+    return result
 
 
 def call_now(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a core function `fn(db, ...)` on the primary, uncached (e.g. the DPO must see the
     database as it is now, and the register what was just recorded)."""
-    return _or_stop(lambda: fn(get_db(), *args, **kwargs))
+    return _or_stop(lambda: _answered_call(fn, args, kwargs))
 
 
 # What is expensive by nature (the erasure preview's residue scan, the access export, the semantic search): this many

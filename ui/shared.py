@@ -42,11 +42,14 @@ class SharedReading(Generic[T]):
         self._last: Shared[T] | None = None
         self._last_at = 0.0  # self._clock() when the read of self._last began
 
-    def get(self) -> Shared[T]:
+    def get(self, *, newer_than: float | None = None) -> Shared[T]:
+        """The shared reading; `newer_than` (a wall clock): a reading from before it is read again now (e.g. a
+        failed probe that a page's read answered after), whatever its interval says."""
         if not self._lock.acquire(timeout=self.wait_s):
             return Shared(None, time.time(), f"no answer in {self.wait_s:g} s")
         try:
-            if self._last is not None and self._clock() - self._last_at < self.interval:
+            outdated = newer_than is not None and self._last is not None and self._last.at < newer_than
+            if self._last is not None and not outdated and self._clock() - self._last_at < self.interval:
                 return self._last
             started = self._clock()  # the reading's age counts from before it was taken
             try:
