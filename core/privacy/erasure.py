@@ -256,7 +256,9 @@ def erase(
             targets = own_targets(conn)
             # read before anything is deleted: the `hilo` links and the document values live in the store
             subjects = subj.resolve_conn(conn, customer_id, config)
-            terms = res.customer_terms(conn, customer_id)
+            # their documents' values, and what they stated in their own conversations' tool calls (a value a later
+            # write overwrote is in no document any more, and may still be held elsewhere)
+            terms = res.customer_terms(conn, customer_id, res.stated_values(conn, subjects.threads))
             residue = res.residue_conn(conn, customer_id, subjects.threads, terms, count_common=False)
             # plus what earlier requests erased, known by its hashes: looked for, and carried on
             residue, earlier, hashed, carried = with_earlier_terms(conn, residue, subjects.threads)

@@ -226,6 +226,28 @@ def json_text(term: str) -> str:
     return json.dumps(term, ensure_ascii=False)[1:-1]
 
 
+# The string arguments of the tool calls the agents made in the customer's own (attributed) threads, where they
+# write memory: a value a later write overwrote is no longer in any document, yet a conversation elsewhere (another
+# agent's thread, a supplier notice) may still hold it; read from the decoded checkpoints, not from our extraction.
+SELECT_STATED_VALUES = r"""
+SELECT DISTINCT a.value #>> '{}' AS term
+FROM core_checkpoint_messages_view m
+CROSS JOIN LATERAL jsonb_array_elements(m.tool_calls) AS c(call)
+CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(c.call -> 'args') = 'object' THEN c.call -> 'args'
+                                   ELSE '{}'::jsonb END) AS a(key, value)
+WHERE m.thread_id = ANY(%(threads)s) AND m.kind = 'ai' AND jsonb_typeof(m.tool_calls) = 'array'
+  AND NOT (a.key = ANY(%(skip)s)) AND jsonb_typeof(a.value) = 'string'"""
+
+
+def stated_values(conn: psycopg.Connection[DictRow], threads: Iterable[str]) -> set[str]:
+    """The string arguments of every tool call in `threads` (the customer's attributed conversations), but the
+    closed-schema keys (NON_TERM_KEYS): what the customer stated there, overwritten since or not."""
+    threads = sorted(set(threads))
+    if not threads:
+        return set()
+    return {r["term"] for r in conn.execute(SELECT_STATED_VALUES, {"threads": threads, "skip": list(NON_TERM_KEYS)})}
+
+
 def customer_terms(
     conn: psycopg.Connection[DictRow], customer_id: CustomerId, extra_values: Iterable[str] = ()
 ) -> list[Term]:
