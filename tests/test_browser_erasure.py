@@ -109,18 +109,20 @@ def test_dpo_erases_a_demo_customer_in_the_browser(page, server, erasure_demo, s
 
 def test_a_manager_opening_the_erasure_url_is_refused(page, erasure_demo, screenshot):
     """A manager's navigation has no erasure page, so its URL falls back to the default page; the
-    page's own role check (tested directly in test_erasure_pages) refuses it server-side too."""
+    page's own role check (tested directly in test_erasure_pages) refuses it server-side too. A URL that names no
+    page (`/erasure_register`, the page is `/erasure-register`) says 'Página no encontrada' (test_browser_daily_use)."""
     requests = erasure_demo.fetch_one("SELECT count(*) AS n FROM core_erasure_register")["n"]
     proc, url = start_streamlit({"PG_AGENTES": erasure_demo.dsn, "LOCAL_ROLES": "manager"})
     try:
         for path in ("erasure", "erasure_register", "erasure-register"):
             page.goto(f"{url}/{path}")
             page.wait_for_load_state("networkidle")
-            expect(
-                page.get_by_text("Esta página requiere el rol «dpo».").or_(
-                    page.get_by_text("Memoria entre conversaciones")
-                )
-            ).to_be_visible(timeout=30_000)
+            shown = page.get_by_text("Esta página requiere el rol «dpo».").or_(
+                page.get_by_role("heading", name="Memoria entre conversaciones")
+            )
+            if path == "erasure_register":  # no page at this URL, for anyone
+                shown = page.get_by_role("heading", name="Página no encontrada")
+            expect(shown).to_be_visible(timeout=30_000)
             expect(page.get_by_text("Borrar todo lo que los agentes recuerdan de un cliente")).to_have_count(0)
             expect(page.get_by_text("Registro de borrados", exact=True)).to_have_count(0)
             expect(page.get_by_label("Id del cliente (p. ej. C9)")).to_have_count(0)

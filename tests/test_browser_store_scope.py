@@ -58,7 +58,11 @@ server_metadata_url = "{idp}/.well-known/openid-configuration"
 "{T002}" = {{roles = ["manager"], stores = ["T002"]}}
 "{NONE}" = ["manager"]
 """)
-    proc, url = start_streamlit({"PG_AGENTES": demo_db.dsn}, ("--secrets.files", str(secrets)), port=port)
+    # the search by meaning finds every document in scope, however far (no least similarity): its results' scope is
+    # checked, not SEMANTIC_MIN_SIMILARITY (tests/test_semantic_search.py)
+    proc, url = start_streamlit(
+        {"PG_AGENTES": demo_db.dsn, "SEMANTIC_MIN_SIMILARITY": "-1"}, ("--secrets.files", str(secrets)), port=port
+    )
     yield url
     stop_streamlit(proc)
 
