@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import uuid
 
+from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
+from core.agents.retail import ContextoCliente, build_agent, run_turn
+from core.agents.scripted_model import ScriptedChatModel
 from core.db import Database, reset_pool
 from core.privacy import erasure, evidence
 from core.privacy import subjects as subj
+from tests.test_erasure import make_store
 from tests.test_token_index_rotation import term_key
 
 DEFAULT = subj.Attribution()
@@ -118,5 +122,24 @@ def test_values_erased_under_a_rotated_term_key_withhold_complete(article_agents
             again = _erase_all_proposed(db, "C9")
         assert again.status == "incomplete", again.report
         assert "hashed under another TERM_HASH_KEY" in again.report and email not in again.report
+    finally:
+        reset_pool(db.dsn)
+
+
+def test_a_value_the_customer_stated_then_overwrote_is_looked_for_too(create_database):
+    """Red before: the customer's contact phone, overwritten by a later conversation, is in no document any more; a
+    supplier notice still quoting it was not found and the erasure said `complete`. The value is read from the tool
+    call of the customer's own (attributed) conversation."""
+    db = Database(create_database())
+    try:
+        agent = build_agent(
+            "atencion-cliente", ScriptedChatModel(), store=make_store(db), checkpointer=PostgresSaver(db.pool)
+        )
+        run_turn(agent, ContextoCliente("C7"), "cliente-C7-1", "Contactadme siempre por teléfono 611222333.")
+        run_turn(agent, ContextoCliente("C7"), "cliente-C7-2", "Contactadme siempre por teléfono 699888777.")
+        _supplier_notice(db.dsn, "teléfono 611222333")
+        result = erasure.erase(db, "C7", operator="dpo@example.com", config=DEFAULT)
+        assert result.status == "incomplete" and "store proveedores.P001/aviso-1" in result.report, result.report
+        assert "611222333" not in result.report
     finally:
         reset_pool(db.dsn)
