@@ -80,6 +80,21 @@ def test_c10_sees_nothing_from_another_thread_and_agent(agents, db):
     assert "preferencias" not in hello["messages"][-1].content
 
 
+def test_a_notice_several_suppliers_published_is_told_once(agents, db):
+    """Issue 54 finding 8: four suppliers published the same notice; the customer was told it four times (the tool
+    listed one line per supplier's document) and read it four times in their access export. Each notice once."""
+    text = "Rotura de stock de zapatillas deportivas hasta nuevo aviso"
+    late = "Las zapatillas deportivas llegan tarde"
+    for n in range(1, 5):
+        run_turn(agents["compras"], ContextoProveedor(f"P{n}"), f"t-p{n}", f"aviso rotura_stock: {text}")
+    run_turn(agents["compras"], ContextoProveedor("P5"), "t-p5", f"aviso retraso: {late}")
+    question = "¿Hay avisos sobre zapatillas deportivas?"
+    result = run_turn(agents["atencion-cliente"], ContextoCliente("C9"), "t-q", question)
+    told = next(m.content for m in result["messages"] if isinstance(m, ToolMessage) and m.name == "avisos_proveedor")
+    assert told.count(text) == 1, told
+    assert late in told  # a different notice is still told
+
+
 def test_tools_without_store_return_empty():
     agent = build_agent("atencion-cliente", ScriptedChatModel(), store=None)
     for text in (

@@ -114,7 +114,9 @@ def avisos_proveedor(consulta: str, runtime: ToolRuntime[ContextoCliente]) -> st
     if runtime.store is None:
         return ""
     hits = search_memory(runtime.store, ("proveedores",), query=consulta, limit=5)
-    return "\n".join(f"- {h.value.get('texto', '')}" for h in hits if (h.score or 0) > AVISO_MIN_SCORE)
+    texts = [h.value.get("texto", "") for h in hits if (h.score or 0) > AVISO_MIN_SCORE]
+    # the same notice from several suppliers (one document each) is told once, best match first
+    return "\n".join(f"- {text}" for text in dict.fromkeys(texts))
 
 
 DEFAULT_PROPOSAL = {"tienda": "Gran Vía", "canal": "correo electrónico", "franja": "de mañana"}
