@@ -236,12 +236,14 @@ CROSS JOIN LATERAL jsonb_array_elements(m.tool_calls) AS c(call)
 CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(c.call -> 'args') = 'object' THEN c.call -> 'args'
                                    ELSE '{}'::jsonb END) AS a(key, value)
 WHERE m.thread_id = ANY(%(threads)s) AND m.kind = 'ai' AND jsonb_typeof(m.tool_calls) = 'array'
-  AND NOT (a.key = ANY(%(skip)s)) AND jsonb_typeof(a.value) = 'string'"""
+  AND NOT (a.key = ANY(%(skip)s)) AND jsonb_typeof(a.value) = 'string' AND a.value #>> '{}' ~ '[0-9@]'"""
 
 
 def stated_values(conn: psycopg.Connection[DictRow], threads: Iterable[str]) -> set[str]:
-    """The string arguments of every tool call in `threads` (the customer's attributed conversations), but the
-    closed-schema keys (NON_TERM_KEYS): what the customer stated there, overwritten since or not."""
+    """The string arguments of every tool call in `threads` (the customer's attributed conversations) that hold a
+    digit or an `@` (a phone, an e-mail, a street number), but the closed-schema keys (NON_TERM_KEYS): what the
+    customer stated there, overwritten since or not. Words alone are left out: a value no document holds any more is
+    counted as held by this customer only, and a word ("catalán") would then propose every conversation that uses it."""
     threads = sorted(set(threads))
     if not threads:
         return set()
@@ -284,7 +286,7 @@ def residue_conn(
     Python with `decryptor` (default: the configured keys); a thread with rows no key opens is `not_scanned`."""
     attributed = set(attributed)
     decryptor = decryptor or formats.decryptor()
-    terms = terms if terms is not None else customer_terms(conn, customer_id)
+    terms = terms if terms is not None else customer_terms(conn, customer_id, stated_values(conn, attributed))
     by_term = {t.term: t for t in terms}
     pairs, ran, narrowed = scan(
         conn, by_term, attributed, narrow_by=[t.term for t in terms if not t.common], decryptor=decryptor
