@@ -279,46 +279,24 @@ def _slow(item) -> bool:
     return "app_env" in item.fixturenames and item.get_closest_marker("page_smoke") is None
 
 
-# Browser modules whose tests take much longer than a page walk (seconds per test, measured with --durations on
-# 2 cores): queued first among the browser units so that the two workers finish together.
-BROWSER_WEIGHT = {
-    "test_browser_all_pages": 20,
-    "test_browser_concurrent_sessions": 15,
-    "test_browser_sticky_proxy": 10,
-    "test_browser_oidc": 10,
-    "test_browser_degradation_outage": 10,
-    "test_browser_replica": 8,
-}
-
-
 def pytest_collection_modifyitems(config, items):
     """Browser tests, the tests using SLOW_FIXTURES and the page flows are slow (`_slow`). Browser tests
     last: pytest-playwright's sync API leaves an event loop running in the main thread, after which
     `asyncio.run` (the async checkpointer tests) refuses to start.
 
     With pytest-xdist (scripts/test.sh: `-n 2 --dist loadgroup --no-loadscope-reorder`) each module is one unit
-    of work, so its module fixtures are set up once; the browser modules are units too, queued after every other
-    unit, longest first. A worker takes a browser unit only once no other unit is queued, so it never runs an async
-    test after a browser test; both workers then run browser modules side by side (a page mostly waits on its
-    server: two chromiums fit on 2 cores). One browser unit for all of them, run by one worker, kept the other core
-    idle for the last ~9 minutes of the suite (issue 55)."""
+    of work, so its module fixtures are set up once, and every browser test is in one last unit: one worker runs
+    them one after another once no other unit is left for it, while the other worker finishes the rest. Two browser
+    units side by side (tried for issue 55) put two chromiums and two dashboards on the 2 cores, and a test that
+    clicks while its page reruns (test_browser_access's three exports) then lost the race."""
     for item in items:
         if _slow(item):
             item.add_marker(pytest.mark.slow)
-
-    def browser(item) -> bool:
-        return item.get_closest_marker("browser") is not None
-
-    weight: dict[str, int] = {}  # a module's browser tests (a few modules hold one beside other tests)
-    for item in items:
-        if browser(item):
-            name = item.module.__name__
-            weight[name] = weight.get(name, 0) + BROWSER_WEIGHT.get(name.rsplit(".", 1)[-1], 1)
-    items.sort(key=lambda item: (browser(item), -weight.get(item.module.__name__, 0) if browser(item) else 0))
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
-            name = item.module.__name__
-            item.add_marker(pytest.mark.xdist_group(f"browser:{name}" if browser(item) else name))
+            browser = item.get_closest_marker("browser") is not None
+            item.add_marker(pytest.mark.xdist_group("browser" if browser else item.module.__name__))
 
 
 def login_role(dsn: str, prefix: str, tables: str) -> str:
