@@ -4,6 +4,7 @@ reads the log by customer on Registro de accesos and verifies its chain; the art
 
 from __future__ import annotations
 
+import json
 import time
 
 import psycopg
@@ -78,7 +79,11 @@ def test_memory_checkpoints_and_access_each_log_one_view(shop, app_env):
     ]
     assert report.counts["data_views"] == 3
     html = access.export(shop, "C9", fmt="html", lang="es", operator="dpo@example.com").data.decode()
-    assert "Consultas de sus datos por nuestro personal (3)" in html and thread in html
+    # the customer reads the conversation viewed in their words (issue 54 #8b), the JSON keeps its thread id
+    assert "Consultas de sus datos por nuestro personal (3)" in html and "Conversación 1" in html
+    assert thread not in html
+    data = json.loads(access.export(shop, "C9", fmt="json", lang="es", operator="dpo@example.com").data)
+    assert thread in json.dumps(data)
     assert "data_views (3)" not in html and "personal de la empresa (modo local, sin identificar)" in html
 
 
