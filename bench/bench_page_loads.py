@@ -40,7 +40,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +49,7 @@ import psutil
 import psycopg
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from bench import st_server
 from bench.bench_first_page import CHROMIUM_ARGS, ROOT, free_port, wait_health
 from bench.bench_store_pages import seed
 
@@ -94,32 +94,9 @@ SIDEBAR = {
 
 def launch(code: Path, data_dir: Path, port: int) -> subprocess.Popen:
     """`streamlit run dashboard.py` of the checkout `code` in `data_dir` (embedded mode, no seed, no replica)."""
-    drop = ("PG_AGENTES", "SEED_DEMO", "AUTO_MIGRATE", "DEMO_REPLICAS", "PYTHONPATH")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update({"AGENT_MEMORY_DATA": str(data_dir), "SEED_DEMO": "0", "DEMO_REPLICAS": "0"})
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "dashboard.py",
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--server.fileWatcherType",
-            "none",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
-        cwd=code,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    env = {"AGENT_MEMORY_DATA": str(data_dir), "SEED_DEMO": "0", "DEMO_REPLICAS": "0"}
+    drop = ("PG_AGENTES", "AUTO_MIGRATE", "PYTHONPATH")
+    return st_server.launch(env, port=port, drop=drop, cwd=code)[0]
 
 
 def computing(data_dir: Path) -> psycopg.Connection:

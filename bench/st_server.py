@@ -44,10 +44,11 @@ def launch(
     args: Iterable[str] = (),
     script: str = "dashboard.py",
     drop: Iterable[str] = (),
+    cwd: Path = ROOT,
 ) -> tuple[subprocess.Popen, str]:
     """`streamlit run script` on a loopback port (a free one unless `port`), not waited for; returns the process
     and its URL. Its environment is this process's without the variables in `drop`, plus `env`; `args` go to
-    `streamlit run` (e.g. --secrets.files)."""
+    `streamlit run` (e.g. --secrets.files); `cwd`: the checkout it runs (another one for a baseline)."""
     port = port or free_port()
     environment = {k: v for k, v in os.environ.items() if k not in set(drop)} | dict(env or {})
     log = tempfile.TemporaryFile()
@@ -70,7 +71,7 @@ def launch(
             "false",
             *args,
         ],
-        cwd=ROOT,
+        cwd=cwd,
         env=environment,
         stdout=log,
         stderr=subprocess.STDOUT,
