@@ -197,11 +197,16 @@ def _by_value(db: Database, refs: list[Reference]) -> list[str]:
     return sorted(holders or ())
 
 
-def _place(db: Database, thread_id: str, refs: list[Reference], subject: dict[str, str], subject_source: str | None):
+Placed = tuple[str | None, str | None, list[str]]
+
+
+def _place(
+    db: Database, thread_id: str, refs: list[Reference], subject: dict[str, str], subject_source: str | None
+) -> list[Placed]:
     """For each reference: (prefix or None, found_by, candidates)."""
     hilo = {(r["prefix"], r["key"]) for r in db.fetch(SELECT_BY_HILO, {"thread_id": thread_id})}
     by_position: dict[int, list[str]] = {}
-    out = []
+    out: list[Placed] = []
     for ref in refs:
         if ref.root in subject:
             out.append((f"{ref.root}.{subject[ref.root]}", subject_source, []))
