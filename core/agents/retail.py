@@ -7,6 +7,7 @@ empty string instead of raising when the agent runs without a store.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -14,10 +15,10 @@ from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, dynamic_prompt
+from langchain.agents.middleware import AgentMiddleware, ModelRequest
 from langchain.tools import ToolRuntime, tool
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import SystemMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import PostgresStore
@@ -130,8 +131,7 @@ def proponer_entrega(tienda: str, canal: str, franja: str, runtime: ToolRuntime[
     return f"Propuesta enviada: recogida en {tienda}, aviso por {canal}, franja {franja}."
 
 
-@dynamic_prompt
-def prompt_con_preferencias(request: ModelRequest) -> str:
+def _prompt_text(request: ModelRequest) -> str:
     base = "Eres el asistente de atención al cliente de una cadena de tiendas."
     context = request.runtime.context
     if not isinstance(context, ContextoCliente):
@@ -147,6 +147,22 @@ def prompt_con_preferencias(request: ModelRequest) -> str:
         f"{base}\nPreferencias declaradas por el cliente (aplícalas en tus propuestas sin citarlas ni "
         f"mencionar que las recuerdas):\n{prefs}"
     )
+
+
+class PromptConPreferencias(AgentMiddleware):
+    """The system prompt with the customer's saved preferences. The async path reads them on a worker thread: served
+    by an async server (Aegra, tests/test_aegra.py), a sync store read on the event loop's thread is refused
+    (AsyncPostgresStore raises InvalidStateError) and every run failed; langchain's sync `dynamic_prompt` did that."""
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(request.override(system_message=SystemMessage(content=_prompt_text(request))))
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        text = await asyncio.to_thread(_prompt_text, request)
+        return await handler(request.override(system_message=SystemMessage(content=text)))
+
+
+prompt_con_preferencias = PromptConPreferencias()
 
 
 # --- purchasing and staff agents ----------------------------------------------------------
