@@ -115,6 +115,12 @@ class Settings:
     # How long base backups and archived WAL are kept (BACKUP_RETENTION_DAYS, days): the latest an erased value can
     # be in a backup once the files no longer hold it (core.privacy.physical). None: not configured, said "unknown".
     backup_retention_days: int | None = None
+    # The Memory page's flags (core.memory.flags): a customer's document expiring within FLAG_EXPIRING_DAYS days while
+    # the customer had a conversation in the last FLAG_USED_DAYS days; a document written more than
+    # FLAG_FLAPPING_WRITES times in the last 7 days.
+    flag_expiring_days: int = 30
+    flag_used_days: int = 30
+    flag_flapping_writes: int = 3
 
     @property
     def embedded(self) -> bool:
@@ -356,6 +362,9 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
             if setting("BACKUP_RETENTION_DAYS", secrets) is None
             else _int("BACKUP_RETENTION_DAYS", setting("BACKUP_RETENTION_DAYS", secrets), minimum=0)
         ),
+        flag_expiring_days=_int("FLAG_EXPIRING_DAYS", setting("FLAG_EXPIRING_DAYS", secrets, 30), minimum=1),
+        flag_used_days=_int("FLAG_USED_DAYS", setting("FLAG_USED_DAYS", secrets, 30), minimum=1),
+        flag_flapping_writes=_int("FLAG_FLAPPING_WRITES", setting("FLAG_FLAPPING_WRITES", secrets, 3), minimum=1),
         demo_replicas=_int("DEMO_REPLICAS", setting("DEMO_REPLICAS", secrets, 1 if dsn is None else 0), minimum=0),
         capture_follower=_flag(setting("CAPTURE_FOLLOWER", secrets, "1" if dsn is None else "0")),
     )

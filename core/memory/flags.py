@@ -1,0 +1,245 @@
+"""Customers' memories that need a person's look (issue 56, item 3), read-only, with a count per store.
+
+Four flags, each computed from what the database holds (nothing is written, the agents' data never changes):
+- `expiring`: a document that expires within `expiring_days` while its customer had a conversation in the last
+  `used_days` days (the agents read the customer's preferences at every turn). The customer's latest conversation is
+  the latest of: their threads' latest human message (core_thread_last, by checkpoint metadata), our conversation log
+  (core_conversations) and the thread the document's `hilo` back-link names;
+- `flapping`: a document written more than `flapping_writes` times in the last 7 days: the writing tools' calls
+  (core_tool_calls, attributed to the customer by checkpoint metadata, our conversation log or a document's `hilo`)
+  or our write log (core_memory_writes), whichever counts more (they see the same writes of our agents); calls of
+  conversations no source attributes are counted apart (`unattributed_writes`), never guessed;
+- `contradiction`: two documents of one customer (its namespace and those nested under it) of the same kind of
+  preference (`tipo`, else the `pref-{tipo}` key) holding different values, both visible to the agent;
+- `provenance_gone`: a document whose writing conversation (its `hilo`, else the last thread our log names) is no
+  longer in the checkpoints (erased, deleted by retention or by the agents), or whose writing step was pruned (the
+  thread remains, but no checkpoint holding a call that wrote the document does).
+Documents past their expiry are hidden from the agent and only wait for the sweep: the flags look at visible ones.
+
+A store manager's flags are those of their stores' customers (core.memory.customer_stores.MINE), counted per store of
+theirs; the unscoped read counts every store and the customers of none (`tienda` '').
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pandas as pd
+
+from core.config import Settings, load_settings
+from core.db import Database, one
+from core.memory.customer_stores import MINE_PREFIXES, Scope
+from core.memory.history import WRITING_TOOLS
+
+FLAGS = ("expiring", "flapping", "contradiction", "provenance_gone")
+FLAPPING_WINDOW = timedelta(days=7)
+ROWS_PER_FLAG = 200  # flagged documents listed per flag (every one is counted)
+NO_STORE = ""  # the `tienda` of customers no source puts in a store
+
+
+class FlagSettingError(ValueError):
+    """A flag threshold is unusable (says which and why)."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    expiring_days: int = 30
+    used_days: int = 30
+    flapping_writes: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("expiring_days", "used_days", "flapping_writes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise FlagSettingError(f"{name} must be a whole number >= 1, got {value!r}")
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> Thresholds:
+        s = settings or load_settings()
+        return cls(s.flag_expiring_days, s.flag_used_days, s.flag_flapping_writes)
+
+
+(_TOOL_NAME, _TOOL) = next((n, t) for n, t in WRITING_TOOLS.items() if t.root == "clientes")
+assert _TOOL.key_format.endswith("{}") and _TOOL.key_format.count("{}") == 1
+# The document a writing call wrote, in SQL (`pref-` || tipo).
+CALL_KEY = "%(key_prefix)s || (t.args ->> %(key_arg)s)"
+
+DOCS_ALL = r"""
+docs AS MATERIALIZED (
+    SELECT s.prefix, s.key, split_part(s.prefix, '.', 2) AS cliente_id, {columns}
+    FROM store s
+    WHERE s.prefix LIKE 'clientes.%%' AND (s.expires_at IS NULL OR s.expires_at > now())
+)"""
+DOCS_SCOPED = (
+    MINE_PREFIXES
+    + r""",
+docs AS MATERIALIZED (
+    SELECT s.prefix, s.key, p.cliente_id, {columns}
+    FROM mine_prefixes p JOIN store s ON s.prefix = p.prefix
+    WHERE s.expires_at IS NULL OR s.expires_at > now()
+)"""
+)
+DOC_COLUMNS = """coalesce(s.value ->> 'tipo', CASE WHEN s.key LIKE 'pref-%%' THEN substr(s.key, 6) END) AS tipo,
+           coalesce(s.value ->> 'valor', s.value ->> 'texto', s.value::text) AS valor,
+           CASE WHEN jsonb_typeof(s.value -> 'hilo') = 'string' THEN s.value ->> 'hilo' END AS hilo, s.expires_at"""
+# The writes of the window by prefix, limited to the scope's customers when scoped.
+IN_SCOPE = {"all": "", "scoped": "AND split_part({col}, '.', 2) IN (SELECT cliente_id FROM mine)"}
+
+FLAGGED = """,
+expiring AS (
+    SELECT 'expiring'::text AS flag, d.cliente_id, d.prefix, d.key, d.tipo, d.valor AS value, d.expires_at,
+           u.last_used, NULL::bigint AS writes, NULL::text AS thread_id, NULL::text AS detail, NULL::text[] AS others
+    FROM docs d
+    CROSS JOIN LATERAL (SELECT greatest(
+        (SELECT max(l.last_human_at) FROM core_thread_last l WHERE l.cliente_id = d.cliente_id),
+        (SELECT max(c.last_turn_at) FROM core_conversations c
+         WHERE c.subject_root = 'clientes' AND c.subject_id = d.cliente_id),
+        (SELECT l.last_human_at FROM core_thread_last l WHERE l.thread_id = d.hilo)) AS last_used) u
+    WHERE d.expires_at <= now() + make_interval(days => %(expiring_days)s)
+      AND u.last_used >= now() - make_interval(days => %(used_days)s)
+), calls AS MATERIALIZED (
+    -- the writing tool's calls of the window, each attributed to a customer where a source says whose it is
+    SELECT coalesce(t.cliente_id, cv.subject_id,
+                    (SELECT h.cliente_id FROM docs h WHERE h.hilo = t.thread_id ORDER BY h.cliente_id LIMIT 1))
+               AS cliente_id,
+           """
+FLAGGED_2 = """ AS key
+    FROM core_tool_calls t
+    LEFT JOIN core_conversations cv ON cv.thread_id = t.thread_id AND cv.subject_root = 'clientes'
+    WHERE t.tool = %(tool)s AND t.ts >= now() - %(window)s::interval AND t.args ->> %(key_arg)s IS NOT NULL
+), window_writes AS (
+    SELECT 'clientes.' || c.cliente_id AS prefix, c.key, count(*) AS n FROM calls c
+    WHERE c.cliente_id IS NOT NULL {scope_calls} GROUP BY 1, 2
+    UNION ALL
+    SELECT w.prefix, w.key, count(*) FROM core_memory_writes w
+    WHERE w.written_at >= now() - %(window)s::interval AND w.prefix LIKE 'clientes.%%' {scope_log} GROUP BY 1, 2
+), flapping AS (
+    SELECT 'flapping'::text, split_part(x.prefix, '.', 2), x.prefix, x.key, d.tipo, d.valor, d.expires_at,
+           NULL::timestamptz, x.n, NULL::text, NULL::text, NULL::text[]
+    FROM (SELECT prefix, key, max(n) AS n FROM window_writes GROUP BY 1, 2) x
+    LEFT JOIN docs d ON d.prefix = x.prefix AND d.key = x.key
+    WHERE x.n > %(flapping_writes)s
+), contradiction AS (
+    SELECT 'contradiction'::text, d.cliente_id, 'clientes.' || d.cliente_id, min(d.key), d.tipo, NULL::text,
+           min(d.expires_at), NULL::timestamptz, count(*), NULL::text, NULL::text,
+           array_agg(d.prefix || ' / ' || d.key || ': ' || d.valor ORDER BY d.prefix, d.key)
+    FROM docs d WHERE d.tipo IS NOT NULL
+    GROUP BY d.cliente_id, d.tipo HAVING count(DISTINCT d.valor) > 1
+), writers AS (
+    SELECT d.*, coalesce(d.hilo, (SELECT w.thread_id FROM core_memory_writes w
+                                  WHERE w.prefix = d.prefix AND w.key = d.key AND w.thread_id IS NOT NULL
+                                  ORDER BY w.written_at DESC, w.id DESC LIMIT 1)) AS writer
+    FROM docs d
+), provenance AS (
+    SELECT w.*, CASE
+        WHEN NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = w.writer) THEN 'thread_gone'
+        WHEN EXISTS (SELECT 1 FROM core_tool_calls t WHERE t.thread_id = w.writer AND t.tool = %(tool)s
+                     AND """
+FLAGGED_3 = """ = w.key)
+         AND NOT EXISTS (SELECT 1 FROM core_tool_calls t JOIN checkpoints c
+                         ON c.thread_id = t.thread_id AND c.checkpoint_ns = t.checkpoint_ns
+                        AND c.checkpoint_id = t.checkpoint_id
+                         WHERE t.thread_id = w.writer AND t.tool = %(tool)s AND """
+FLAGGED_4 = """ = w.key)
+        THEN 'step_pruned' END AS gone
+    FROM writers w WHERE w.writer IS NOT NULL
+), provenance_gone AS (
+    SELECT 'provenance_gone'::text, p.cliente_id, p.prefix, p.key, p.tipo, p.valor, p.expires_at, NULL::timestamptz,
+           NULL::bigint, p.writer, p.gone, NULL::text[]
+    FROM provenance p WHERE p.gone IS NOT NULL
+), flagged AS MATERIALIZED (
+    SELECT * FROM expiring UNION ALL SELECT * FROM flapping UNION ALL SELECT * FROM contradiction
+    UNION ALL SELECT * FROM provenance_gone
+), stores AS (
+    SELECT DISTINCT m.cliente_id, m.tienda FROM core_customer_stores m
+    WHERE m.effective AND m.cliente_id IN (SELECT cliente_id FROM flagged) {scope_stores}
+), counted AS (
+    SELECT f.flag, coalesce(s.tienda, '') AS tienda, count(*) AS documents, count(DISTINCT f.cliente_id) AS customers
+    FROM flagged f {store_join} stores s ON s.cliente_id = f.cliente_id
+    GROUP BY 1, 2
+), listed AS (
+    SELECT f.*, row_number() OVER (PARTITION BY f.flag ORDER BY f.cliente_id, f.prefix, f.key, f.tipo) AS rn
+    FROM flagged f
+)
+SELECT (SELECT coalesce(jsonb_agg(c ORDER BY c.flag, c.tienda), '[]') FROM counted c) AS counts,
+       (SELECT coalesce(jsonb_agg(l ORDER BY l.flag, l.rn), '[]') FROM listed l WHERE l.rn <= %(rows)s) AS rows,
+       (SELECT count(*) FROM calls WHERE cliente_id IS NULL) AS unattributed_writes,
+       now() AS read_at"""
+
+
+def _statement(scoped: bool) -> str:
+    kind = "scoped" if scoped else "all"
+    docs = (DOCS_SCOPED if scoped else DOCS_ALL).format(columns=DOC_COLUMNS)
+    body = (FLAGGED + CALL_KEY + FLAGGED_2 + CALL_KEY + FLAGGED_3 + CALL_KEY + FLAGGED_4).format(
+        scope_calls=IN_SCOPE[kind].format(col="'clientes.' || c.cliente_id"),
+        scope_log=IN_SCOPE[kind].format(col="w.prefix"),
+        # a manager counts their stores only; the unscoped read names customers of no store too
+        scope_stores="AND m.tienda = ANY(%(stores)s::text[])" if scoped else "",
+        store_join="JOIN" if scoped else "LEFT JOIN",
+    )
+    return "WITH " + docs + body
+
+
+STATEMENTS = {False: _statement(False), True: _statement(True)}
+COUNT_COLUMNS = ["flag", "tienda", "documents", "customers"]
+ROW_COLUMNS = [
+    "flag",
+    "cliente_id",
+    "prefix",
+    "key",
+    "tipo",
+    "value",
+    "expires_at",
+    "last_used",
+    "writes",
+    "thread_id",
+    "detail",
+    "others",
+]
+
+
+@dataclass(frozen=True)
+class MemoryFlags:
+    """`counts`: flagged documents (and customers) per flag and store; `rows`: up to ROWS_PER_FLAG flagged documents
+    per flag; `unattributed_writes`: writing calls of the last 7 days no source attributes to a customer (not counted
+    by `flapping`)."""
+
+    thresholds: Thresholds
+    counts: pd.DataFrame
+    rows: pd.DataFrame
+    unattributed_writes: int
+    read_at: Any
+
+    def total(self, flag: str) -> int:
+        return int(self.counts.loc[self.counts["flag"] == flag, "documents"].sum())
+
+    def count(self, flag: str, tienda: str) -> int:
+        found = self.counts[(self.counts["flag"] == flag) & (self.counts["tienda"] == tienda)]
+        return int(found["documents"].sum())
+
+
+def memory_flags(
+    db: Database, thresholds: Thresholds | None = None, scope: Scope | None = None, rows: int = ROWS_PER_FLAG
+) -> MemoryFlags:
+    """The four flags (module docstring) of every customer, or (`scope`) of a store manager's stores' customers."""
+    thresholds = thresholds or Thresholds.from_settings()
+    params: dict[str, Any] = {
+        "expiring_days": thresholds.expiring_days,
+        "used_days": thresholds.used_days,
+        "flapping_writes": thresholds.flapping_writes,
+        "window": FLAPPING_WINDOW,
+        "tool": _TOOL_NAME,
+        "key_arg": _TOOL.key_arg,
+        "key_prefix": _TOOL.key_format.removesuffix("{}"),
+        "rows": rows,
+    }
+    if scope is not None:
+        params |= scope.params()
+    found = one(db.fetch_one(STATEMENTS[scope is not None], params))
+    counts = pd.DataFrame(found["counts"], columns=COUNT_COLUMNS)
+    listed = pd.DataFrame(found["rows"], columns=ROW_COLUMNS)
+    for column in ("expires_at", "last_used"):
+        listed[column] = pd.to_datetime(listed[column], utc=True, format="ISO8601")
+    return MemoryFlags(thresholds, counts, listed, int(found["unattributed_writes"]), found["read_at"])
