@@ -18,6 +18,7 @@ from core.privacy import subjects as subj
 from core.storage import storage
 from ui import charts, fmt
 from ui import data_views as views_log
+from ui.answer_context import ANSWER_PARAM, thread_answers
 from ui.attribution import page_coverage
 from ui.checkpoint_diff import diff_view, kind_label
 from ui.common import demo_seeding, read, require_role, settings, shared_figure
@@ -53,6 +54,7 @@ def _open_thread(table_key: str, frame: pd.DataFrame) -> None:
     if rows:
         st.session_state[THREAD_KEY] = frame.iloc[rows[0]]["thread_id"]
         st.session_state[VIEW_KEY] = "thread"
+        st.query_params.pop(ANSWER_PARAM, None)  # another thread: its own answers
 
 
 st.title(t("ckpt_title"))
@@ -459,6 +461,7 @@ def thread_view() -> None:
             ),
             icon=":material/block:",
         )
+    thread_answers(thread_id, "checkpoints.ctx")  # issue 56: what the agent had in hand at each answer
     timeline_chart(timeline)
     table(
         timeline.assign(source=timeline["source"].map(source_label)),

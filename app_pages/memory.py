@@ -17,6 +17,7 @@ from core.privacy import erasure_register
 from core.privacy.data_views import customer_of
 from ui import capture, charts, fmt
 from ui import data_views as views_log
+from ui.answer_context import document_answers
 from ui.common import (
     call_expensive,
     demo_seeding,
@@ -319,5 +320,7 @@ if query:
                 "key": t("mem_key"),
             },
         )
+        document_answers(prefix, items["key"].tolist(), scope, "memory.ctx")  # issue 56: the answers that used one
 elif "ns" in st.query_params:
     del st.query_params["ns"]
+    st.query_params.pop("key", None)

@@ -68,6 +68,7 @@ class Link(NamedTuple):
     param: str
     source: str | None = None
     strip: str = ""
+    also: tuple[tuple[str, str], ...] = ()  # more (param, source column) pairs, after `param`
 
 
 def human_bytes(n: float) -> str:
@@ -132,10 +133,11 @@ def _looks_like_days(series: pd.Series) -> bool:
     return not values.empty and all(isinstance(v, date) and not isinstance(v, datetime) for v in values.head(50))
 
 
-def _link(page: str, param: str, value: Any) -> str:
+def _link(page: str, param: str, value: Any, also: tuple[tuple[str, Any], ...] = ()) -> str:
     if _is_empty(value) or value == "":
         return EMPTY
-    return f"/{page}?{param}={quote(str(value), safe='')}&lang={lang()}"
+    more = "".join(f"&{p}={quote(str(v), safe='')}" for p, v in also if not _is_empty(v))
+    return f"/{page}?{param}={quote(str(value), safe='')}{more}&lang={lang()}"
 
 
 def _viewer_roles() -> tuple[str, ...]:
@@ -213,7 +215,10 @@ def _prepared(
         s = out[col]
         link = links.get(col)
         if link:
-            out[col] = df[link.source or col].map(lambda v, ln=link: _link(ln.page, ln.param, v))
+            out[col] = [
+                _link(link.page, link.param, v, tuple((p, df[c].iloc[i]) for p, c in link.also))
+                for i, v in enumerate(df[link.source or col])
+            ]
             shown_text = rf"{re.escape(link.param)}={re.escape(quote(link.strip, safe=''))}([^&]*)"
             column_config[col] = st.column_config.LinkColumn(label, display_text=shown_text)
         elif col in THREAD_COLUMNS and roles.SRE in viewer:

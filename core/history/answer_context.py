@@ -10,7 +10,8 @@ is not checkpointed: nobody can say from the database what it held, and the page
 A document's namespace id is never in a message. It is, in this order: the checkpoint metadata's customer
 (`cliente_id`), our conversation log (core_conversations), the document's own `hilo` back-link to this thread (the
 change follower keeps it in core_store_shadow), else, for a read that shows values, the one customer whose documents
-hold every value that result shows (core_value_holders); otherwise not known, with the candidates.
+hold every value that result shows which any document still holds (core_value_holders); otherwise not known, with
+the candidates.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from core.capture.follower import apply_pending
 from core.db import Database
 from core.history import memory_refs, views
 from core.history.memory_refs import Reference
-from core.ids import ThreadId
+from core.ids import InvalidIdentifier, ThreadId
+from core.memory import history
 from core.memory.customer_stores import MINE, ROOT, Scope
 
 MESSAGES = "messages"  # create_agent's (and any add_messages graph's) conversation channel
@@ -43,6 +45,7 @@ DOCUMENT_COLUMNS = [
     "candidates",
     "value_then",
     "then_how",
+    "then_written_at",
     "value_now",
     "updated_at",
     "expires_at",
@@ -187,13 +190,15 @@ def _subject(db: Database, thread_id: str, cliente_id: Any) -> tuple[dict[str, s
 
 
 def _by_value(db: Database, refs: list[Reference]) -> list[str]:
-    """The customers whose documents hold every value these references show (sorted)."""
+    """The customers whose documents hold every value these references show that any document still holds (a value
+    overwritten since is no evidence either way), sorted."""
     holders: set[str] | None = None
     for ref in refs:
         if ref.value is None:
             continue
         found = {r["cliente_id"] for r in db.fetch(SELECT_HOLDERS, {"value": ref.value})}
-        holders = found if holders is None else holders & found
+        if found:
+            holders = found if holders is None else holders & found
     return sorted(holders or ())
 
 
@@ -229,12 +234,31 @@ def _place(
 
 
 def _value_then(
-    db: Database, ref: Reference, prefix: str, now: dict | None, checkpoint_ts: Any, at: Any
-) -> tuple[str | None, str]:
-    """The document's value when the answer was made and how that is known: `unchanged` (its current version was
-    written before that step), `write` (the last write the tool calls tell, at or before it), else `unknown`."""
+    db: Database,
+    ref: Reference,
+    prefix: str,
+    now: dict | None,
+    checkpoint_ts: Any,
+    at: Any,
+    histories: dict[str, history.CustomerHistory | None],
+) -> tuple[str | None, str, Any]:
+    """The document's value when the answer was made, how that is known and when it was written: `result` (the tool's
+    result shows the value it read), `history` (a customer's document: the latest known write at or before it,
+    core.memory.history.value_at), `unchanged` (its current version was written before that step), `write` (the last
+    write the tool calls tell, at or before it), else `unknown`."""
+    if ref.via == "result" and ref.value is not None:
+        return ref.value, "result", None
+    if prefix.startswith(ROOT + ".") and at is not None:
+        customer = prefix.split(".")[1]
+        try:
+            if customer not in histories:
+                histories[customer] = history.customer_history(db, customer)
+            then = history.value_at(db, prefix, ref.key, at, history=histories[customer])
+        except InvalidIdentifier:  # an id the agents wrote that no parsed id can be: its history is not read
+            return None, "unknown", None
+        return (then.value, "history", then.written_at) if then.known else (None, "unknown", None)
     if now is not None and checkpoint_ts is not None and now["updated_at"] <= checkpoint_ts:
-        return document_value(now["value"]), "unchanged"
+        return document_value(now["value"]), "unchanged", now["updated_at"]
     writers = memory_refs.WRITERS.items()
     writer = next((w for w in writers if w[1][0] == ref.root and ref.key.startswith(w[1][1][:-2])), None)
     if writer is not None and at is not None:
@@ -255,8 +279,8 @@ def _value_then(
             },
         )
         if row is not None and row["value"] is not None:
-            return row["value"], "write"
-    return None, "unknown"
+            return row["value"], "write", row["ts"]
+    return None, "unknown", None
 
 
 def _documents(db: Database, thread_id: str, messages: list[dict], cp: dict, cliente_id: Any) -> pd.DataFrame:
@@ -269,14 +293,15 @@ def _documents(db: Database, thread_id: str, messages: list[dict], cp: dict, cli
     rows = db.fetch(SELECT_DOCUMENTS, {"prefixes": [p for p, _ in pairs], "keys": [k for _, k in pairs]})
     now = {(r["prefix"], r["key"]): r for r in rows}
     at = cp["replayed_at"] or cp["ts"]
+    histories: dict[str, history.CustomerHistory | None] = {}
     out = []
     for ref, (prefix, found_by, candidates) in zip(refs, placed, strict=True):
         doc = now.get((prefix, ref.key)) if prefix else None
         if prefix:
-            then, how = _value_then(db, ref, prefix, doc, cp["ts"], at)
+            then, how, written_at = _value_then(db, ref, prefix, doc, cp["ts"], at, histories)
             state = "absent" if doc is None else "expired" if doc["expired"] else "present"
         else:
-            then, how, state = None, "unknown", "unknown"
+            then, how, written_at, state = None, "unknown", None, "unknown"
         out.append(
             {
                 "prefix": prefix,
@@ -290,6 +315,7 @@ def _documents(db: Database, thread_id: str, messages: list[dict], cp: dict, cli
                 "candidates": ", ".join(candidates) or None,
                 "value_then": then,
                 "then_how": how,
+                "then_written_at": written_at,
                 "value_now": document_value(doc["value"]) if doc else None,
                 "updated_at": doc["updated_at"] if doc else None,
                 "expires_at": doc["expires_at"] if doc else None,
