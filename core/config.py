@@ -64,6 +64,12 @@ class Settings:
 
     dsn: str | None = None
     replica_dsn: str | None = None
+    # The dashboard's own database (PG_DASHBOARD): where the change follower keeps what it decodes (issue 52). Unset:
+    # the agents' database itself.
+    dashboard_dsn: str | None = None
+    # A physical standby of the agents' primary (PostgreSQL 16+) where the change follower decodes their WAL
+    # (PG_AGENTES_STANDBY). Unset: it decodes on the primary.
+    standby_dsn: str | None = None
     # Pages say "as of <time>" when the read replica's data is older than this (seconds).
     replica_max_lag_s: float = 30.0
     data_dir: Path = ROOT / ".data"
@@ -329,6 +335,8 @@ def load_settings(secrets: Mapping[str, Any] | None = None) -> Settings:
     return Settings(
         dsn=dsn,
         replica_dsn=setting("PG_AGENTES_REPLICA", secrets),
+        dashboard_dsn=setting("PG_DASHBOARD", secrets),
+        standby_dsn=setting("PG_AGENTES_STANDBY", secrets),
         replica_max_lag_s=_int("REPLICA_MAX_LAG_S", setting("REPLICA_MAX_LAG_S", secrets, 30), minimum=0),
         data_dir=Path(setting("AGENT_MEMORY_DATA", secrets, ROOT / ".data")),
         embeddings_base_url=setting("EMBEDDINGS_BASE_URL", secrets),

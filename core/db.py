@@ -136,7 +136,66 @@ def embedded_dsn(data_dir: Path, database: str | None = None) -> str:
 
 
 def resolve_dsn(settings: Settings) -> str:
-    return settings.dsn or embedded_dsn(settings.data_dir)
+    """The agents' primary's DSN; also registers where the dashboard keeps what it writes (PG_DASHBOARD) and where
+    the change follower decodes (PG_AGENTES_STANDBY) for it."""
+    dsn = settings.dsn or embedded_dsn(settings.data_dir)
+    if settings.dashboard_dsn:
+        use_dashboard_database(dsn, settings.dashboard_dsn)
+    if settings.standby_dsn:
+        decode_on(dsn, settings.standby_dsn)
+    return dsn
+
+
+# --- where the dashboard writes, where the follower decodes (issue 52) ------------------------------------------
+# What the change follower keeps (core/sql/dashboard/) lives in a database of the dashboard's own, and the follower
+# decodes the agents' WAL on their standby where there is one: both per agents' database, keyed by its DSN. Unset,
+# the dashboard's database is the agents' own and the follower decodes on their primary: the layout before issue 52,
+# kept until every table of ours has moved (docs/own-database-plan.md).
+_dashboard_dsns: dict[tuple[str, str, str], str] = {}
+_decode_dsns: dict[tuple[str, str, str], str] = {}
+
+
+def server_key(dsn: str) -> tuple[str, str, str]:
+    """(host, port, database) of a DSN (URI or key=value), whatever else it says (user, password, options)."""
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    return (str(info.get("host") or ""), str(info.get("port") or "5432"), str(info.get("dbname") or ""))
+
+
+def connection_key(conn: psycopg.Connection[Any]) -> tuple[str, str, str]:
+    """server_key of an open connection."""
+    return (conn.info.host, str(conn.info.port), conn.info.dbname)
+
+
+def use_dashboard_database(agents_dsn: str, dashboard_dsn: str) -> None:
+    """Keep what the dashboard writes for the agents' database `agents_dsn` in `dashboard_dsn` (PG_DASHBOARD)."""
+    with _lock:
+        _dashboard_dsns[server_key(agents_dsn)] = dashboard_dsn
+
+
+def dashboard_dsn_for(agents_dsn: str) -> str:
+    """The database where the dashboard keeps what it writes for `agents_dsn` (the agents' own when none is set)."""
+    return _dashboard_dsns.get(server_key(agents_dsn), agents_dsn)
+
+
+def dashboard_dsn_of(conn: psycopg.Connection[Any]) -> str | None:
+    """dashboard_dsn_for the database `conn` is connected to; None when that is the agents' own."""
+    return _dashboard_dsns.get(connection_key(conn))
+
+
+def decode_on(agents_dsn: str, standby_dsn: str) -> None:
+    """Decode the agents' WAL on their physical standby `standby_dsn` (PostgreSQL 16+; PG_AGENTES_STANDBY)."""
+    with _lock:
+        _decode_dsns[server_key(agents_dsn)] = standby_dsn
+
+
+def decode_dsn_for(agents_dsn: str) -> str:
+    """Where the change follower reads the slot for `agents_dsn`: their standby when set, else the primary."""
+    return _decode_dsns.get(server_key(agents_dsn), agents_dsn)
+
+
+def decode_dsn_of(conn: psycopg.Connection[Any]) -> str | None:
+    """decode_dsn_for the database `conn` is connected to; None when the slot is read there."""
+    return _decode_dsns.get(connection_key(conn))
 
 
 def describe_dsn(dsn: str) -> str:
@@ -251,6 +310,12 @@ class Database:
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
         return cls(resolve_dsn(settings), settings.replica_dsn, embedded=settings.embedded)
+
+    @property
+    def ours(self) -> Database:
+        """The dashboard's own database for these agents (issue 52): where the change follower's state is kept."""
+        ours = dashboard_dsn_for(self.dsn)
+        return self if ours == self.dsn else Database(ours, embedded=self.embedded)
 
     @property
     def target(self) -> str:

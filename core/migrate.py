@@ -24,14 +24,17 @@ from functools import cached_property
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import DictRow, dict_row
 
 from core.config import load_settings
-from core.db import CONNECT_TIMEOUT_S, one, resolve_dsn
+from core.db import CONNECT_TIMEOUT_S, dashboard_dsn_for, one, resolve_dsn
 
 log = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).parent / "sql"
+# The dashboard's own database's migrations (issue 52): applied where PG_DASHBOARD points, when it is not the agents'.
+DASHBOARD_SQL_DIR = SQL_DIR / "dashboard"
 # In SQL_DIR: every text each migration file had in this repository's history before checksums were kept.
 HISTORY_NAME = "HISTORY.sha256"
 # Arbitrary constant shared by every migrating process ("core.migrate").
@@ -201,6 +204,11 @@ def check_schema(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> None:
         check_dims(conn, dims)
         check_not_shallow(conn)
         check_applied(conn, migration_files(sql_dir), pending_ok=False, sql_dir=sql_dir)
+    ours = dashboard_dsn_for(dsn)
+    if ours != dsn and sql_dir == SQL_DIR:
+        with psycopg.connect(ours, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+            files = migration_files(DASHBOARD_SQL_DIR)
+            check_applied(conn, files, pending_ok=False, sql_dir=DASHBOARD_SQL_DIR)
 
 
 def stored_dims(conn: psycopg.Connection[DictRow]) -> int | None:
@@ -256,24 +264,67 @@ def migrate(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> list[str]:
             # setup() only needs the dims; the embedding function is never called here.
             build_store(conn, embeddings=OfflineHashEmbeddings(dims), dims=dims).setup()
             PostgresSaver(conn).setup()
-            with conn.transaction():
-                conn.execute(CREATE_VERSION_TABLE)
-                conn.execute(ADD_CHECKSUM_COLUMNS)
-                for m in legacy:
-                    conn.execute(BACKFILL_CHECKSUM, (m.sha256, m.version))
-            done = {r["row"]["version"] for r in conn.execute(SELECT_APPLIED).fetchall()}
-            for m in files:
-                if m.version in done:
-                    continue
-                with conn.transaction():
-                    conn.execute(m.path.read_text())
-                    conn.execute(INSERT_APPLIED, (m.version, m.name, m.sha256))
-                applied_now.append(m.label)
-                log.info("applied migration %s", m.label)
+            applied_now += _apply(conn, files, legacy)
             sync_serde_allowlist(conn)
             repair_register(conn)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
+    ours = dashboard_dsn_for(dsn)
+    if ours != dsn:
+        applied_now += migrate_dashboard(ours)
+    return applied_now
+
+
+def migrate_dashboard(dsn: str, sql_dir: Path = DASHBOARD_SQL_DIR) -> list[str]:
+    """Apply the dashboard database's own migrations (core/sql/dashboard/, issue 52) to `dsn`, creating the database
+    first when it is missing and this role may; return the names applied now (labelled `dashboard/NNN_name`)."""
+    _create_database(dsn)
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        _wait_for_lock(conn)
+        try:
+            files = migration_files(sql_dir)
+            legacy = check_applied(conn, files, pending_ok=True, sql_dir=sql_dir)
+            return [f"dashboard/{label}" for label in _apply(conn, files, legacy)]
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
+
+
+def _create_database(dsn: str) -> None:
+    """CREATE DATABASE for `dsn` when it does not exist (connected to the server's `postgres` database)."""
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    name = str(info.get("dbname") or "")
+    try:
+        psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S).close()
+        return
+    except psycopg.OperationalError as exc:
+        if "does not exist" not in str(exc) or not name:
+            raise
+    maintenance = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
+    with psycopg.connect(maintenance, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.DuplicateDatabase:
+            pass  # another process created it meanwhile
+        log.info("created the dashboard's database %s", name)
+
+
+def _apply(conn: psycopg.Connection[DictRow], files: list[Migration], legacy: list[Migration]) -> list[str]:
+    """Record the legacy rows' checksums, then apply each file not applied yet in its own transaction."""
+    applied_now = []
+    with conn.transaction():
+        conn.execute(CREATE_VERSION_TABLE)
+        conn.execute(ADD_CHECKSUM_COLUMNS)
+        for m in legacy:
+            conn.execute(BACKFILL_CHECKSUM, (m.sha256, m.version))
+    done = {r["row"]["version"] for r in conn.execute(SELECT_APPLIED).fetchall()}
+    for m in files:
+        if m.version in done:
+            continue
+        with conn.transaction():
+            conn.execute(m.path.read_text())
+            conn.execute(INSERT_APPLIED, (m.version, m.name, m.sha256))
+        applied_now.append(m.label)
+        log.info("applied migration %s", m.label)
     return applied_now
 
 

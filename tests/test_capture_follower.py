@@ -21,9 +21,9 @@ from core.capture.follower import (
     CaptureNotAllowed,
     Follower,
     catch_up,
-    connect,
     drop_slot,
     flush_target,
+    open_links,
 )
 from core.capture.verify import differences
 
@@ -383,8 +383,8 @@ def test_the_deployments_role_follows_and_marks_where_reads_start(create_databas
     with psycopg.connect(dsn, autocommit=True) as owner:
         before = owner.execute("SELECT restart_lsn FROM pg_replication_slots WHERE database = %s", (dbname(dsn),))
         restart_before = before.fetchone()[0]
-        with connect(role_dsn) as conn:
-            follower.drain(conn, flush_target(conn))  # everything written so far, as catch_up does
+        with open_links(role_dsn) as links:
+            follower.drain(links, flush_target(links.primary))  # everything written so far, as catch_up does
         assert follower._may_log_snapshot  # the grant is there: no warning, a record written
         assert differences(dsn) == {}
         follower_lsn = owner.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
@@ -398,8 +398,8 @@ def test_the_deployments_role_follows_and_marks_where_reads_start(create_databas
     follower = Follower(no_snapshot)
     follower.setup()
     store_writes(dsn, 10)
-    with caplog.at_level("WARNING", logger="core.capture.follower"), connect(no_snapshot) as conn:
-        follower.drain(conn, flush_target(conn))
+    with caplog.at_level("WARNING", logger="core.capture.follower"), open_links(no_snapshot) as links:
+        follower.drain(links, flush_target(links.primary))
     assert not follower._may_log_snapshot and differences(dsn) == {}
     assert not Follower(no_snapshot)._may_log_snapshot  # said once a process: a page's catch-up does not try again
     assert [r.message for r in caplog.records if "pg_log_standby_snapshot" in r.message][:1] == [

@@ -341,6 +341,8 @@ class Deltas:
     # final state of each touched checkpoint: its metadata text, UNCHANGED_METADATA (read it from the row), or
     # None (deleted)
     checkpoints: dict[CheckpointKey, str | None] = field(default_factory=dict)
+    # each checkpoint written, as its row holds it now where the slot is read: (metadata text, ts) (the follower)
+    checkpoint_rows: dict[CheckpointKey, tuple[str | None, str | None]] = field(default_factory=dict)
 
 
 UNCHANGED_METADATA = ""  # a checkpoint rewritten with its TOASTed metadata unchanged (never valid JSON text)

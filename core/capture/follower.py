@@ -23,18 +23,21 @@ written before it was called: itself when no follower runs, else by waiting for 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
 
 from core.capture import changes
 from core.capture.changes import Contribution, Deltas
+from core.db import dashboard_dsn_for, decode_dsn_for
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +95,9 @@ def other_consumer(conn: psycopg.Connection, slot: str) -> str | None:
     return f"pid {pid}, application {app or '?'!r}, role {user or '?'}, client {client or 'local'}"
 
 
-def _slot_taken(conn: psycopg.Connection, slot: str, who: str | None) -> SlotTaken:
+def _slot_taken(links: Links, slot: str, who: str | None) -> SlotTaken:
     """Forget the position (setup then recreates the slot and recounts, once it is free) and say who took it."""
-    conn.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (slot,))
+    links.ours.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (slot,))
     return SlotTaken(
         f"replication slot {slot} is read by another consumer ({who or 'gone since'}): the changes it confirms never "
         "reach the dashboard's figures; stop it (or give it a slot of its own). The follower then recreates its slot "
@@ -185,10 +188,9 @@ SELECT_DERIVED = f"""
 SELECT u.v, ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(u.v::jsonb) AS l) AS hashes,
        {HILO_OF.format(value="u.v::jsonb")} AS hilo
 FROM unnest(%s::text[]) AS u(v)"""
-# A moved document's value as its row holds it now (changes.reread_keys).
-SELECT_REREAD = f"""
-SELECT s.prefix, s.key, ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(s.value) AS l),
-       {HILO_OF.format(value="s.value")}
+# A moved document's value as its row holds it now (changes.reread_keys), read where the slot is read.
+SELECT_REREAD = """
+SELECT s.prefix, s.key, s.value::text
 FROM store s JOIN unnest(%s::text[], %s::text[]) AS k(prefix, key) USING (prefix, key)"""
 SELECT_PREFIX_DOCUMENTS = "SELECT prefix, documents FROM core_prefix_counts WHERE prefix = ANY(%s)"
 # Each upsert below writes a whole batch in one statement (arrays, one row per element): row by row (executemany),
@@ -226,19 +228,21 @@ DELETE FROM core_store_shadow s USING unnest(%s::text[], %s::text[]) AS k(prefix
 WHERE s.prefix = k.prefix AND s.key = k.key"""
 # Each checkpoint's key, the subjects its metadata names (core_metadata_subjects, migration 144) and its `ts`, by key.
 # `ts` is inside the checkpoint payload, which the publication leaves out: read from the row by its primary key as it
-# is now (a later change of the row is later in the stream; a row deleted since is deleted by a later batch).
+# is now where the slot is read (a later change of the row is later in the stream; a row deleted since is deleted by
+# a later batch), then written in ours with the metadata the stream carried.
+SELECT_CHECKPOINT_TS = """
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.checkpoint ->> 'ts'
+FROM checkpoints c JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(t, ns, id)
+    ON c.thread_id = k.t AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id"""
+# A checkpoint rewritten with its TOASTed metadata unchanged (not in the stream): both read from the row.
+SELECT_CHECKPOINT_ROWS = """
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.metadata::text, c.checkpoint ->> 'ts'
+FROM checkpoints c JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(t, ns, id)
+    ON c.thread_id = k.t AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id"""
 UPSERT_CHECKPOINTS = """
 INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects, ts)
-SELECT k.t, k.ns, k.id, core_metadata_subjects(k.m::jsonb), c.checkpoint ->> 'ts'
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(t, ns, id, m)
-LEFT JOIN checkpoints c ON c.thread_id = k.t AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET subjects = EXCLUDED.subjects, ts = EXCLUDED.ts"""
-# A checkpoint rewritten with its TOASTed metadata unchanged (not in the stream): both read from the row.
-REREAD_CHECKPOINTS = """
-INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects, ts)
-SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, core_metadata_subjects(c.metadata), c.checkpoint ->> 'ts'
-FROM checkpoints c JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(t, ns, id)
-    ON c.thread_id = k.t AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
+SELECT k.t, k.ns, k.id, core_metadata_subjects(k.m::jsonb), k.ts
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) AS k(t, ns, id, m, ts)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET subjects = EXCLUDED.subjects, ts = EXCLUDED.ts"""
 DELETE_CHECKPOINTS = """
 DELETE FROM core_checkpoint_shadow s USING unnest(%s::text[], %s::text[], %s::text[]) AS k(t, ns, id)
@@ -258,28 +262,49 @@ ON CONFLICT (slot_name) DO UPDATE SET lsn = EXCLUDED.lsn, applied_at = now(),
     recount_snapshot = CASE WHEN EXCLUDED.lsn >= p.recount_lsn THEN NULL ELSE p.recount_snapshot END,
     recount_lsn = CASE WHEN EXCLUDED.lsn >= p.recount_lsn THEN NULL ELSE p.recount_lsn END"""
 
-# The recount, in one REPEATABLE READ transaction whose first statement takes the snapshot. Each INSERT is in its
-# table's primary-key order: in random order, at 10M documents, every checkpoint made the next insert into each index
-# page write that whole page to the WAL again, and the recount wrote over 50 GB of WAL (the slot keeps all of it).
+# The recount (issue 52): the agents' rows are read where the slot is read, in one REPEATABLE READ transaction whose
+# first statement takes the snapshot, and streamed (COPY) into temporary tables of our database, where every
+# aggregate is computed: the agents' server only reads, and the slot keeps only the agents' own WAL meanwhile.
+RECOUNT_SOURCES = (
+    (
+        "core_recount_store (prefix text, key text, value jsonb, updated_at timestamptz, expires_at timestamptz)",
+        "SELECT prefix, key, CASE WHEN prefix LIKE 'clientes.%' THEN value END, updated_at, expires_at FROM store",
+    ),
+    (
+        "core_recount_vectors (root text, vectors bigint)",
+        "SELECT split_part(prefix, '.', 1), count(*) FROM store_vectors GROUP BY 1",
+    ),
+    (
+        "core_recount_checkpoints (thread_id text, checkpoint_ns text, checkpoint_id text, metadata jsonb, ts text)",
+        "SELECT thread_id, checkpoint_ns, checkpoint_id, metadata, checkpoint ->> 'ts' FROM checkpoints",
+    ),
+    (
+        "core_recount_threads (thread_id text)",
+        "SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM checkpoint_blobs "
+        "UNION SELECT thread_id FROM checkpoint_writes",
+    ),
+)
+# Each INSERT is in its table's primary-key order: in random order, at 10M documents, every checkpoint made the next
+# insert into each index page write that whole page to the WAL again.
 RECOUNT = (
     "TRUNCATE core_prefix_counts, core_expiry_days, core_value_holders, core_store_shadow, core_root_counts",
     """INSERT INTO core_prefix_counts (prefix, documents, last_write)
-       SELECT prefix, count(*), max(updated_at) FROM store GROUP BY prefix ORDER BY prefix""",
+       SELECT prefix, count(*), max(updated_at) FROM core_recount_store GROUP BY prefix ORDER BY prefix""",
     """INSERT INTO core_root_counts (root, shard, documents, namespaces, vectors)
        SELECT root, 0, sum(documents), sum(namespaces), sum(vectors) FROM (
            SELECT root, documents, 1 AS namespaces, 0 AS vectors FROM core_prefix_counts
-           UNION ALL SELECT split_part(prefix, '.', 1), 0, 0, 1 FROM store_vectors) x
+           UNION ALL SELECT root, 0, 0, vectors FROM core_recount_vectors) x
        GROUP BY root""",
     """INSERT INTO core_expiry_days (day, root, documents)
        SELECT (expires_at AT TIME ZONE 'UTC')::date, split_part(prefix, '.', 1), count(*)
-       FROM store WHERE expires_at IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2""",
+       FROM core_recount_store WHERE expires_at IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2""",
     f"""INSERT INTO core_store_shadow (prefix, key, expires_day, value_hashes, hilo)
        SELECT prefix, key, expires_day, nullif(hashes, '{{}}'), hilo FROM (
            SELECT prefix, key, (expires_at AT TIME ZONE 'UTC')::date AS expires_day,
                   CASE WHEN prefix LIKE 'clientes.%%'
                        THEN ARRAY(SELECT hashtextextended(l, 0) FROM core_string_leaves(value) AS l) END AS hashes,
                   CASE WHEN prefix LIKE 'clientes.%%' THEN {HILO_OF.format(value="value")} END AS hilo
-           FROM store) s
+           FROM core_recount_store) s
        WHERE expires_day IS NOT NULL OR hashes <> '{{}}' OR hilo IS NOT NULL
        ORDER BY prefix, key""",
     """INSERT INTO core_value_holders (value_hash, cliente_id, documents)
@@ -287,14 +312,38 @@ RECOUNT = (
        GROUP BY 1, 2 ORDER BY 1, 2""",
     "TRUNCATE core_checkpoint_shadow",
     """INSERT INTO core_checkpoint_shadow (thread_id, checkpoint_ns, checkpoint_id, subjects, ts)
-       SELECT thread_id, checkpoint_ns, checkpoint_id, core_metadata_subjects(metadata), checkpoint ->> 'ts'
-       FROM checkpoints ORDER BY 1, 2, 3""",
-    """INSERT INTO core_token_dirty (thread_id)
-       SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM checkpoint_blobs
-       UNION SELECT thread_id FROM checkpoint_writes
-       ORDER BY 1
-       ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL""",
+       SELECT thread_id, checkpoint_ns, checkpoint_id, core_metadata_subjects(metadata), ts
+       FROM core_recount_checkpoints ORDER BY 1, 2, 3""",
 )
+MARK_ALL_THREADS = """
+INSERT INTO core_token_dirty (thread_id) SELECT thread_id FROM core_recount_threads ORDER BY 1
+ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL"""
+
+
+def copy_sources(src: psycopg.Connection, ours: psycopg.Connection) -> None:
+    """Copy RECOUNT_SOURCES as `src` sees them into temporary tables of `ours`, dropped when its transaction ends."""
+    for table, query in RECOUNT_SOURCES:
+        ours.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP")
+        name = table.split(" ", 1)[0]
+        with (
+            src.cursor().copy(f"COPY ({query}) TO STDOUT") as out,
+            ours.cursor().copy(f"COPY {name} FROM STDIN") as into,
+        ):
+            for block in out:
+                into.write(block)
+
+
+def stream_recount(src: psycopg.Connection, ours: psycopg.Connection, *, mark_all: bool = True) -> None:
+    """Inside a REPEATABLE READ transaction on `src` and a transaction on `ours`: copy what the aggregates are
+    counted from into temporary tables of ours (dropped at commit) and recount every aggregate there; `mark_all`:
+    mark every thread dirty for the token index too."""
+    copy_sources(src, ours)
+    for statement in RECOUNT:
+        ours.execute(statement)
+    if mark_all:
+        ours.execute(MARK_ALL_THREADS)
+
+
 SAVE_RECOUNT = """
 INSERT INTO core_capture_position AS p (slot_name, lsn, recount_snapshot, recount_lsn, recounted_at,
                                         caught_up_lsn, caught_up_at)
@@ -312,9 +361,34 @@ def connect(dsn: str, **kwargs: object) -> psycopg.Connection:
     return conn
 
 
+@dataclass
+class Links:
+    """The follower's connections (issue 52). `src` reads the slot and the agents' rows: their primary, or their
+    physical standby (PG_AGENTES_STANDBY); `ours` keeps the follower's state: the dashboard's database (PG_DASHBOARD;
+    a connection of its own even where that is the agents' database); `primary` is the agents' primary (`src` itself
+    unless `src` is a standby), where only a running-transactions record is ever asked for."""
+
+    src: psycopg.Connection
+    ours: psycopg.Connection
+    primary: psycopg.Connection
+    standby: bool = False
+
+
+@contextmanager
+def open_links(dsn: str, *, application_name: str = "core_capture") -> Iterator[Links]:
+    """The connections the follower of the agents' database `dsn` works with, closed on exit."""
+    source = decode_dsn_for(dsn)
+    with contextlib.ExitStack() as stack:
+        src = stack.enter_context(connect(source, application_name=application_name))
+        row = src.execute("SELECT pg_is_in_recovery()").fetchone()
+        primary = src if source == dsn else stack.enter_context(connect(dsn, application_name=application_name))
+        ours = stack.enter_context(connect(dashboard_dsn_for(dsn), application_name=application_name))
+        yield Links(src, ours, primary, bool(row and row[0]))
+
+
 class Follower:
     def __init__(self, dsn: str, *, slot: str | None = None, batch_changes: int = 20_000) -> None:
-        self.dsn = dsn
+        self.dsn = dsn  # the agents' primary: where the slot and the dashboard's database are looked up
         self.batch_changes = batch_changes
         self._last_heartbeat = 0.0
         self.on_slot_created: list = []  # test hook: callables run between the slot's creation and the recount
@@ -327,25 +401,26 @@ class Follower:
         self.slot = slot
 
     # --- setup -----------------------------------------------------------------------------------------
-    def setup(self, conn: psycopg.Connection | None = None) -> bool:
+    def setup(self, links: Links | None = None) -> bool:
         """Check the publication, create the slot if missing and recount from the tables at its start.
         Returns True when it created the slot. Raises CaptureNotAllowed naming what is missing."""
-        if conn is None:
-            with connect(self.dsn) as own:
+        if links is None:
+            with open_links(self.dsn) as own:
                 return self.setup(own)
-        level = conn.execute("SHOW wal_level").fetchone()
+        src = links.src
+        level = src.execute("SHOW wal_level").fetchone()
         if level is None or level[0] != "logical":
             raise CaptureNotAllowed(
                 f"wal_level is {level[0] if level else '?'}: the change follower needs wal_level = logical "
                 "(a server restart; see docs/operator.md)"
             )
-        if not conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (PUBLICATION,)).fetchone():
+        if not src.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (PUBLICATION,)).fetchone():
             raise CaptureNotAllowed(
                 f"publication {PUBLICATION} is missing: run the migrations (python -m core.migrate) as the owner "
                 "of the agents' tables"
             )
-        self._check_publication(conn)
-        slot = conn.execute(
+        self._check_publication(links)
+        slot = src.execute(
             "SELECT database = current_database(), plugin, wal_status FROM pg_replication_slots WHERE slot_name = %s",
             (self.slot,),
         ).fetchone()
@@ -355,51 +430,78 @@ class Follower:
                 "another slot"
             )
         if slot is not None and slot[2] != "lost":
-            has_position = conn.execute(
+            has_position = links.ours.execute(
                 "SELECT 1 FROM core_capture_position WHERE slot_name = %s", (self.slot,)
             ).fetchone()
             if has_position:
                 return False
         if slot is not None and slot[2] == "lost" and self._created_at is not None:
-            raise self._lost_in_recount(conn)  # this process made it and never caught up: it would be lost again
+            raise self._lost_in_recount(links)  # this process made it and never caught up: it would be lost again
         if slot is not None:  # lost (max_slot_wal_keep_size), taken, or made by someone else: start again
             try:
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+                src.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
             except psycopg.errors.ObjectInUse as exc:
-                raise _slot_taken(conn, self.slot, other_consumer(conn, self.slot)) from exc
+                raise _slot_taken(links, self.slot, other_consumer(src, self.slot)) from exc
+        created = self._create_slot(links)
+        self._created_at = lsn_int(created)
+        for hook in self.on_slot_created:
+            hook()
+        self._recount(links)
+        if self._slot_lost(src):  # the agents' WAL meanwhile went past the limit
+            raise self._lost_in_recount(links)
+        return True
+
+    def _create_slot(self, links: Links) -> str:
+        """Create the slot where `src` is. On a standby the creation waits for a running-transactions record from the
+        primary: the follower asks the primary for one each second meanwhile (pg_log_standby_snapshot, granted in
+        deploy/capture-grants.sql; without that right the bgwriter's, every 15 s, ends the wait)."""
+        done = threading.Event()
+        nudge = None
+        if links.standby:
+            nudge = threading.Thread(target=self._nudge, args=(done,), name="capture-slot-nudge", daemon=True)
+            nudge.start()
         try:
-            created = conn.execute(
+            row = links.src.execute(
                 "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,)
             ).fetchone()
         except psycopg.errors.InsufficientPrivilege as exc:
             raise CaptureNotAllowed(f"creating the slot needs the REPLICATION attribute (or superuser): {exc}") from exc
-        self._created_at = lsn_int(created[0]) if created else None
-        for hook in self.on_slot_created:
-            hook()
-        self._recount(conn)
-        if self._slot_lost(conn):  # the recount's own WAL (and the agents' meanwhile) went past the limit
-            raise self._lost_in_recount(conn)
-        return True
+        finally:
+            done.set()
+            if nudge is not None:
+                nudge.join(5)
+        assert row is not None
+        return str(row[0])
 
-    def _check_publication(self, conn: psycopg.Connection) -> None:
+    def _nudge(self, done: threading.Event) -> None:
+        """Until `done`: a running-transactions record on the primary each second (a connection of its own: the
+        follower's primary connection may be the one waiting)."""
+        try:
+            with connect(self.dsn, application_name="core_capture_nudge") as conn:
+                while not done.wait(1.0):
+                    conn.execute("SELECT pg_log_standby_snapshot()")
+        except psycopg.Error as exc:
+            log.warning("change follower: cannot ask the primary for a running-transactions record (%s)", exc)
+
+    def _check_publication(self, links: Links) -> None:
         """A table or column taken out, a row filter or an action left out would be missed silently: refuse, and
         forget the position, so that once the publication is as the migrations made it the follower recreates its
         slot and recounts (what the slot did not carry meanwhile is then counted)."""
         self._publication_checked = time.monotonic()
-        altered = publication_differences(conn)
+        altered = publication_differences(links.src)
         if altered:
-            conn.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (self.slot,))
+            links.ours.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (self.slot,))
             raise CaptureNotAllowed(
                 f"publication {PUBLICATION} was altered ({'; '.join(altered)}): recreate it as "
                 "core/sql/140_capture_store.sql and 144 do, then restart the follower (it recounts)"
             )
 
-    def _slot_lost(self, conn: psycopg.Connection) -> bool:
-        row = conn.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)).fetchone()
+    def _slot_lost(self, src: psycopg.Connection) -> bool:
+        row = src.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)).fetchone()
         return row is not None and row[0] == "lost"
 
-    def _lost_in_recount(self, conn: psycopg.Connection) -> SlotLostInRecount:
-        row = conn.execute(
+    def _lost_in_recount(self, links: Links) -> SlotLostInRecount:
+        row = links.primary.execute(
             "SELECT pg_current_wal_insert_lsn()::text, current_setting('max_slot_wal_keep_size')"
         ).fetchone()
         assert row is not None
@@ -407,56 +509,56 @@ class Follower:
         return SlotLostInRecount(
             f"replication slot {self.slot} was invalidated (max_slot_wal_keep_size = {row[1]}) before the follower "
             f"caught up after creating it: {written / 1e6:,.0f} MB of WAL were written since its creation (the "
-            "recount of the aggregates and the agents' writes meanwhile), more than the slot may keep. Raise "
-            'max_slot_wal_keep_size above that (docs/operator.md, "Sizing the slot") and restart the follower: '
-            "it recounts once more"
+            "agents' writes meanwhile), more than the slot may keep. Raise max_slot_wal_keep_size above that "
+            '(docs/operator.md, "Sizing the slot") and restart the follower: it recounts once more'
         )
 
-    def _recount(self, conn: psycopg.Connection) -> None:
-        """Rebuild every aggregate from the tables in a snapshot taken after the slot's consistent point."""
+    def _recount(self, links: Links) -> None:
+        """Rebuild every aggregate from the tables in a snapshot taken after the slot's consistent point: read where
+        the slot is, written in ours (stream_recount)."""
         start = time.monotonic()
-        with conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            row = conn.execute(
-                "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text, "
+        with links.src.transaction(), links.ours.transaction():
+            links.src.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            row = links.src.execute(
+                f"SELECT pg_current_snapshot()::text, {wal_now(links.standby, inserted=True)}, "
                 "(SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s)",
                 (self.slot,),
             ).fetchone()
             assert row is not None and row[2] is not None
             snapshot, snapshot_lsn, slot_lsn = row
-            for sql in RECOUNT:
-                conn.execute(sql)
-            conn.execute(RESOLVE_DEAD_LETTERS)
-            conn.execute(DROP_RECOUNT_REQUEST, (self.slot,))
-            conn.execute(SAVE_RECOUNT, (self.slot, slot_lsn, snapshot, snapshot_lsn, slot_lsn))
+            stream_recount(links.src, links.ours)
+            links.ours.execute(RESOLVE_DEAD_LETTERS)
+            links.ours.execute(DROP_RECOUNT_REQUEST, (self.slot,))
+            links.ours.execute(SAVE_RECOUNT, (self.slot, slot_lsn, snapshot, snapshot_lsn, slot_lsn))
         log.info(
             "change follower: slot %s created, aggregates recounted in %.1f s", self.slot, time.monotonic() - start
         )
 
     # --- one batch ---------------------------------------------------------------------------------------
-    def run_once(self, conn: psycopg.Connection | None = None) -> BatchResult:
-        if conn is None:
-            with connect(self.dsn) as own:
+    def run_once(self, links: Links | None = None) -> BatchResult:
+        if links is None:
+            with open_links(self.dsn) as own:
                 return self.run_once(own)
+        src, ours = links.src, links.ours
         if time.monotonic() - self._publication_checked >= PUBLICATION_CHECK_S:  # altered while it runs
-            self._check_publication(conn)
-        row = conn.execute(SELECT_POSITION, (self.slot,)).fetchone()
+            self._check_publication(links)
+        row = ours.execute(SELECT_POSITION, (self.slot,)).fetchone()
         if row and row[3]:  # an operator asked for a recount (request_recount)
-            self._requested_recount(conn)
-            row = conn.execute(SELECT_POSITION, (self.slot,)).fetchone()
+            self._requested_recount(links)
+            row = ours.execute(SELECT_POSITION, (self.slot,)).fetchone()
         applied = lsn_int(row[0]) if row else 0
         recounted = Snapshot.parse(row[1]) if row and row[1] else None
         recount_lsn = lsn_int(row[2]) if row and row[2] else 0
-        flushed_row = conn.execute("SELECT pg_current_wal_flush_lsn()::text, now()::text").fetchone()
+        flushed_row = src.execute(f"SELECT {wal_now(links.standby)}, now()::text").fetchone()
         assert flushed_row is not None
         flushed, flushed_at = lsn_int(flushed_row[0]), flushed_row[1]
         try:
-            rows = conn.execute(PEEK, (self.slot, self.batch_changes, PUBLICATION)).fetchall()
+            rows = src.execute(PEEK, (self.slot, self.batch_changes, PUBLICATION)).fetchall()
         except psycopg.errors.ObjectInUse as exc:
-            raise _slot_taken(conn, self.slot, other_consumer(conn, self.slot)) from exc
+            raise _slot_taken(links, self.slot, other_consumer(src, self.slot)) from exc
         except psycopg.errors.ObjectNotInPrerequisiteState as exc:  # invalidated: "can no longer access ..."
-            if self._created_at is not None and self._slot_lost(conn):
-                raise self._lost_in_recount(conn) from exc
+            if self._created_at is not None and self._slot_lost(src):
+                raise self._lost_in_recount(links) from exc
             raise  # lost later (the follower was down): the next setup() recreates it and recounts
         drained = len(rows) < self.batch_changes
         if drained:
@@ -477,36 +579,36 @@ class Follower:
             # how far everything is applied (the pages' lag). Skipped transactions need no saved position: the
             # slot, advanced past them, never decodes them again.
             if caught_up is not None and now - self._last_heartbeat >= HEARTBEAT_S:
-                self._save_position(conn, moved_to, caught_up, flushed_at)
+                self._save_position(ours, moved_to, caught_up, flushed_at)
                 self._last_heartbeat = now
             if moved_to > applied:
-                self._advance(conn, moved_to)
+                self._advance(src, moved_to)
             return BatchResult(0, 0, moved_to, drained, caught_up, flushed_at)
         dead = [letter for t in todo for letter in t.dead]  # rows that could not be decoded
         try:
-            deltas = self._fold(conn, todo)
-            with conn.transaction():
-                self._apply(conn, deltas)
+            deltas = self._fold(links, todo)
+            with ours.transaction():
+                self._apply(ours, deltas)
                 _pause("mid_batch")
-                self._record(conn, dead)
-                self._save_position(conn, moved_to, caught_up, flushed_at if caught_up is not None else None)
+                self._record(ours, dead)
+                self._save_position(ours, moved_to, caught_up, flushed_at if caught_up is not None else None)
         except Exception as exc:
-            if not row_error(conn, exc):
+            if not row_error(ours, exc):
                 raise
             log.warning("change follower: a batch failed on a row (%s): applying it change by change", exc)
-            with conn.transaction():
-                dead += self._apply_each(conn, todo)
-                self._record(conn, dead)
-                self._save_position(conn, moved_to, caught_up, flushed_at if caught_up is not None else None)
+            with ours.transaction():
+                dead += self._apply_each(links, todo)
+                self._record(ours, dead)
+                self._save_position(ours, moved_to, caught_up, flushed_at if caught_up is not None else None)
         self._last_heartbeat = now
         _pause("after_apply")
-        self._advance(conn, moved_to)
+        self._advance(src, moved_to)
         if self._may_log_snapshot and now - self._last_snapshot >= SNAPSHOT_S:
-            self._log_snapshot(conn)
+            self._log_snapshot(links.primary)
             self._last_snapshot = now
         return BatchResult(len(todo), sum(len(t.events) for t in todo), moved_to, drained, caught_up, flushed_at)
 
-    def _apply_each(self, conn: psycopg.Connection, txns: list[changes.Transaction]) -> list[changes.DeadLetter]:
+    def _apply_each(self, links: Links, txns: list[changes.Transaction]) -> list[changes.DeadLetter]:
         """Inside the batch's transaction: each message's changes in a savepoint of their own, in commit order; those
         that fail on their data are returned as dead letters, the rest applied."""
         dead: list[changes.DeadLetter] = []
@@ -517,35 +619,35 @@ class Follower:
             for (lsn, table), events in groups.items():
                 one = changes.Transaction(t.xid, t.commit_lsn, t.end_lsn, events)
                 try:
-                    with conn.transaction():  # a savepoint
-                        self._apply(conn, self._fold(conn, [one]))
+                    with links.ours.transaction():  # a savepoint
+                        self._apply(links.ours, self._fold(links, [one]))
                 except Exception as exc:
-                    if not row_error(conn, exc):
+                    if not row_error(links.ours, exc):
                         raise
                     key = " | ".join(dict.fromkeys(changes.event_key(e) for e in events))
                     dead.append(changes.DeadLetter(lsn, t.xid, table, key, _error_text(exc), changes.touched(events)))
         return dead
 
-    def _record(self, conn: psycopg.Connection, dead: list[changes.DeadLetter]) -> None:
+    def _record(self, ours: psycopg.Connection, dead: list[changes.DeadLetter]) -> None:
         for d in dead:
-            conn.execute(
+            ours.execute(
                 RECORD_DEAD_LETTER, (self.slot, lsn_text(d.lsn), d.xid, d.table, d.key, d.error, list(d.unknown))
             )
             log.error("change follower: dead letter at %s (%s %s): %s", lsn_text(d.lsn), d.table, d.key, d.error)
 
-    def _requested_recount(self, conn: psycopg.Connection) -> None:
+    def _requested_recount(self, links: Links) -> None:
         """Recount as asked; a recount that fails on the rows' data (a bad row still in the tables) is logged and the
         request dropped: the follower goes on, its dead letters stay open."""
         try:
-            self._recount(conn)
+            self._recount(links)
         except Exception as exc:
-            if not row_error(conn, exc):
+            if not row_error(links.ours, exc):
                 raise
             log.error("change follower: the requested recount failed, dead letters stay open: %s", exc)
-            conn.execute(DROP_RECOUNT_REQUEST, (self.slot,))
+            links.ours.execute(DROP_RECOUNT_REQUEST, (self.slot,))
 
-    def _save_position(self, conn: psycopg.Connection, lsn: int, caught_up: int | None, at: str | None) -> None:
-        conn.execute(
+    def _save_position(self, ours: psycopg.Connection, lsn: int, caught_up: int | None, at: str | None) -> None:
+        ours.execute(
             SAVE_POSITION,
             {
                 "slot": self.slot,
@@ -555,8 +657,8 @@ class Follower:
             },
         )
 
-    def _advance(self, conn: psycopg.Connection, lsn: int) -> None:
-        conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, lsn_text(lsn)))
+    def _advance(self, src: psycopg.Connection, lsn: int) -> None:
+        src.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, lsn_text(lsn)))
 
     @property
     def _may_log_snapshot(self) -> bool:
@@ -564,10 +666,10 @@ class Follower:
         tried again in this process for that database."""
         return self.dsn not in _SNAPSHOT_REFUSED
 
-    def _log_snapshot(self, conn: psycopg.Connection) -> None:
+    def _log_snapshot(self, primary: psycopg.Connection) -> None:
         """A running-transactions record now, so that the next reads of the slot start from here (SNAPSHOT_S)."""
         try:
-            conn.execute("SELECT pg_log_standby_snapshot()")
+            primary.execute("SELECT pg_log_standby_snapshot()")
         except psycopg.errors.InsufficientPrivilege:
             _SNAPSHOT_REFUSED.add(self.dsn)  # every read then decodes up to 15 s of WAL again: correct, slower
             log.warning(
@@ -576,35 +678,53 @@ class Follower:
             )
 
     @staticmethod
-    def _fold(
-        conn: psycopg.Connection, txns: list[changes.Transaction], shadow_keys: Callable = changes.store_keys
-    ) -> Deltas:
-        """The batch's deltas; `shadow_keys` names the documents whose core_store_shadow rows are read first."""
+    def _fold(links: Links, txns: list[changes.Transaction], shadow_keys: Callable = changes.store_keys) -> Deltas:
+        """The batch's deltas; `shadow_keys` names the documents whose core_store_shadow rows are read first. The
+        documents' hashes are computed in ours; only rows the stream did not carry are read where the slot is."""
+        ours = links.ours
         keys = sorted(shadow_keys(txns))
         shadow: dict[tuple[str, str], Contribution] = {}
         if keys:
-            for prefix, key, day, hashes, hilo in conn.execute(
+            for prefix, key, day, hashes, hilo in ours.execute(
                 SELECT_SHADOW, ([k[0] for k in keys], [k[1] for k in keys])
             ).fetchall():
                 shadow[(prefix, key)] = Contribution(day, tuple(hashes or ()), hilo)
-        values = sorted(changes.new_values(txns))
+        moved = sorted(changes.reread_keys(txns))
+        moved_values: dict[tuple[str, str], str] = {}
+        if moved:
+            for prefix, key, value in links.src.execute(
+                SELECT_REREAD, ([k[0] for k in moved], [k[1] for k in moved])
+            ).fetchall():
+                moved_values[(prefix, key)] = value
+        values = sorted(changes.new_values(txns) | set(moved_values.values()))
         derived: dict[str, changes.Derived] = {}
         if values:
             derived = {
-                v: changes.Derived(tuple(h), hilo) for v, h, hilo in conn.execute(SELECT_DERIVED, (values,)).fetchall()
+                v: changes.Derived(tuple(h), hilo) for v, h, hilo in ours.execute(SELECT_DERIVED, (values,)).fetchall()
             }
-        moved = sorted(changes.reread_keys(txns))
-        reread: dict[tuple[str, str], changes.Derived] = {}
-        if moved:
-            for prefix, key, hashes, hilo in conn.execute(
-                SELECT_REREAD, ([k[0] for k in moved], [k[1] for k in moved])
-            ).fetchall():
-                reread[(prefix, key)] = changes.Derived(tuple(hashes), hilo)
-        return changes.fold(txns, shadow, derived.__getitem__, reread)
+        reread = {k: derived[v] for k, v in moved_values.items()}
+        deltas = changes.fold(txns, shadow, derived.__getitem__, reread)
+        Follower._read_checkpoints(links.src, deltas)
+        return deltas
 
     @staticmethod
-    def _apply(conn: psycopg.Connection, d: Deltas) -> None:
-        cur = conn.cursor()
+    def _read_checkpoints(src: psycopg.Connection, d: Deltas) -> None:
+        """Fill `d.checkpoint_rows` (key -> (metadata text, ts)) from the rows where the slot is read: the `ts` of
+        every checkpoint written, and the metadata too where the stream left it out (UNCHANGED_METADATA)."""
+        written = sorted(k for k, m in d.checkpoints.items() if m)
+        unchanged = sorted(k for k, m in d.checkpoints.items() if m == changes.UNCHANGED_METADATA)
+        rows: dict[changes.CheckpointKey, tuple[str | None, str | None]] = {}
+        if written:
+            ts = {(t, ns, i): v for t, ns, i, v in src.execute(SELECT_CHECKPOINT_TS, _transpose(written)).fetchall()}
+            rows.update({k: (d.checkpoints[k], ts.get(k)) for k in written})
+        if unchanged:
+            for t, ns, i, m, v in src.execute(SELECT_CHECKPOINT_ROWS, _transpose(unchanged)).fetchall():
+                rows[(t, ns, i)] = (m, v)
+        d.checkpoint_rows = rows
+
+    @staticmethod
+    def _apply(ours: psycopg.Connection, d: Deltas) -> None:
+        cur = ours.cursor()
         if d.truncated_store:
             cur.execute(TRUNCATE_STORE_AGGREGATES)
         if d.truncated_vectors:
@@ -655,44 +775,42 @@ class Follower:
             cur.execute(MARK_THREADS, (sorted(d.threads),))
         if d.truncated_checkpoints:
             cur.execute("TRUNCATE core_checkpoint_shadow")
-        written = sorted((k, m) for k, m in d.checkpoints.items() if m)
-        if written:
-            cur.execute(UPSERT_CHECKPOINTS, _transpose([(*k, m) for k, m in written]))
-        unchanged = sorted(k for k, m in d.checkpoints.items() if m == changes.UNCHANGED_METADATA)
-        if unchanged:
-            cur.execute(REREAD_CHECKPOINTS, _transpose(unchanged))
+        # a checkpoint whose row is gone by now (deleted later in the stream) is kept with no ts until that batch
+        present = sorted((k, m, ts) for k, (m, ts) in d.checkpoint_rows.items() if m)
+        if present:
+            cur.execute(UPSERT_CHECKPOINTS, _transpose([(*k, m, ts) for k, m, ts in present]))
         deleted = sorted(k for k, m in d.checkpoints.items() if m is None)
         if deleted:
             cur.execute(DELETE_CHECKPOINTS, _transpose(deleted))
 
     # --- running -------------------------------------------------------------------------------------------
-    def drain(self, conn: psycopg.Connection, target: int = 0) -> int:
+    def drain(self, links: Links, target: int = 0) -> int:
         """Apply batches until a read finds nothing more and everything before `target` is applied; the position
         is then saved (what other processes' catch_up waits for). Returns the transactions applied."""
         total = 0
         while True:
-            result = self.run_once(conn)
+            result = self.run_once(links)
             total += result.transactions
             if result.drained and (result.caught_up or 0) >= target:
-                self._save_position(conn, result.caught_up or 0, result.caught_up, result.caught_up_at)
+                self._save_position(links.ours, result.caught_up or 0, result.caught_up, result.caught_up_at)
                 return total
             if result.drained:
                 time.sleep(0.01)  # the target is written but not flushed yet (synchronous_commit = off)
 
     def run(self, *, stop: threading.Event | None = None, idle_sleep: float = IDLE_SLEEP_S) -> None:
-        """Follow until `stop` is set: one connection for the follower's life, holding FOLLOWER_LOCK (another
-        follower of this database waits for it)."""
+        """Follow until `stop` is set: its connections for the follower's life, holding FOLLOWER_LOCK in ours
+        (another follower of this database waits for it)."""
         stop = stop or threading.Event()
         while not stop.is_set():
             try:
-                with connect(self.dsn) as conn:
-                    while not stop.is_set() and not try_lock(conn):
+                with open_links(self.dsn) as links:
+                    while not stop.is_set() and not try_lock(links.ours):
                         stop.wait(5)
                     if stop.is_set():
                         return
-                    self.setup(conn)
+                    self.setup(links)
                     while not stop.is_set():
-                        if not self.run_once(conn).drained:
+                        if not self.run_once(links).drained:
                             continue
                         stop.wait(idle_sleep)
             except CaptureNotAllowed:
@@ -703,6 +821,14 @@ class Follower:
             except psycopg.Error as exc:  # database gone or restarted: connect again
                 log.warning("change follower: %s; retrying", exc)
                 stop.wait(2)
+
+
+def wal_now(standby: bool, *, inserted: bool = False) -> str:
+    """Where the WAL ends now as the slot's reader sees it: the primary's flushed WAL (`inserted`: inserted, every
+    commit a snapshot there sees is before it, synchronous_commit off included), or what a standby replayed."""
+    if standby:
+        return "pg_last_wal_replay_lsn()::text"
+    return "pg_current_wal_insert_lsn()::text" if inserted else "pg_current_wal_flush_lsn()::text"
 
 
 def row_error(conn: psycopg.Connection, exc: BaseException) -> bool:
@@ -727,7 +853,9 @@ def request_recount(dsn: str) -> None:
     """Ask this database's follower to recount its aggregates from the tables (it does so at its next read, under its
     own lock; a catch_up does it when no follower runs). Clears the dead letters when the recount succeeds."""
     with connect(dsn, application_name="core_capture_request") as conn:
-        conn.execute(REQUEST_RECOUNT, (slot_name_for(conn.info.dbname),))
+        slot = slot_name_for(conn.info.dbname)
+    with connect(dashboard_dsn_for(dsn), application_name="core_capture_request") as ours:
+        ours.execute(REQUEST_RECOUNT, (slot,))
 
 
 def _transpose(rows: list[tuple]) -> list[list]:
@@ -766,20 +894,20 @@ def catch_up(dsn: str, timeout: float = 30.0, *, follower: Follower | None = Non
     follower runs (creating it and recounting on first use), else wait for the running follower. Raises
     CaptureTimeout after `timeout` seconds, CaptureNotAllowed when logical decoding is not possible."""
     deadline = time.monotonic() + timeout
-    with connect(dsn) as conn:
-        follower = follower or Follower(dsn, slot=slot_name_for(conn.info.dbname))  # no connection of its own
-        target = flush_target(conn)
+    with open_links(dsn) as links:
+        follower = follower or Follower(dsn, slot=slot_name_for(links.primary.info.dbname))
+        target = flush_target(links.primary)
         while True:
-            if try_lock(conn):
+            if try_lock(links.ours):
                 try:
-                    follower.setup(conn)
-                    follower.drain(conn, target)
+                    follower.setup(links)
+                    follower.drain(links, target)
                     return
                 finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
-            if caught_up_lsn(conn, follower.slot) >= target:
+                    links.ours.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
+            if caught_up_lsn(links.ours, follower.slot) >= target:
                 return
-            who = other_consumer(conn, follower.slot)
+            who = other_consumer(links.src, follower.slot)
             if who is not None:  # the running follower cannot read the slot either
                 raise SlotTaken(f"replication slot {follower.slot} is read by another consumer ({who})")
             if time.monotonic() > deadline:
@@ -791,26 +919,26 @@ def catch_up(dsn: str, timeout: float = 30.0, *, follower: Follower | None = Non
 
 def apply_pending(dsn: str, max_batches: int = 1) -> bool:
     """What a reader of the follower's tables calls when it must not wait: when no follower runs here (its lock is
-    free), apply up to `max_batches` batches of what the slot holds on this connection, and return True; when one
-    runs, return False at once (the reader is as of it, a fraction of a second). Also False, logged, where nothing
-    can be applied from here: a standby, no logical decoding (as of the sweep's last recount), a role without
-    REPLICATION, a slot another consumer reads."""
+    free), apply up to `max_batches` batches of what the slot holds, and return True; when one runs, return False at
+    once (the reader is as of it, a fraction of a second). Also False, logged, where nothing can be applied from
+    here: `dsn` a standby, no logical decoding (as of the sweep's last recount), a role without REPLICATION, a slot
+    another consumer reads."""
     try:
-        with connect(dsn) as conn:
-            standby = conn.execute("SELECT pg_is_in_recovery()").fetchone()
-            if (standby and standby[0]) or not try_lock(conn):
+        with open_links(dsn) as links:
+            standby = links.primary.execute("SELECT pg_is_in_recovery()").fetchone()
+            if (standby and standby[0]) or not try_lock(links.ours):
                 return False
             try:
-                follower = Follower(dsn, slot=slot_name_for(conn.info.dbname))
-                follower.setup(conn)
-                target = flush_target(conn)  # what was committed before this call, flushed (synchronous_commit off)
+                follower = Follower(dsn, slot=slot_name_for(links.primary.info.dbname))
+                follower.setup(links)
+                target = flush_target(links.primary)  # committed before this call, flushed (synchronous_commit off)
                 for _ in range(max_batches):
-                    result = follower.run_once(conn)
+                    result = follower.run_once(links)
                     if result.drained and (result.caught_up or 0) >= target:
                         break
                 return True
             finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
+                links.ours.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
     except (CaptureNotAllowed, SlotTaken, psycopg.Error) as exc:
         log.info("changes not applied by this reader: %s", exc)
         return False
@@ -857,36 +985,38 @@ class UninstallRefused(RuntimeError):
 
 
 def uninstall(dsn: str) -> None:
-    """Remove what capture installed in the agents' database: this database's slot (it would keep WAL forever) and
+    """Remove what capture installed for the agents' database: this database's slot (it would keep WAL forever) and
     the publication. Refused, removing nothing, while a follower runs (stop it first) or without the rights to drop
     the publication (run it as the owner of the agents' tables, like the migrations)."""
-    with connect(dsn, application_name="core_capture_uninstall") as conn:
-        if not try_lock(conn):
+    with open_links(dsn, application_name="core_capture_uninstall") as links:
+        if not try_lock(links.ours):
             raise UninstallRefused("a change follower runs on this database: stop it first (its Deployment or thread)")
         try:
-            owner = conn.execute(
+            owner = links.primary.execute(
                 "SELECT pg_has_role(current_user, pubowner, 'USAGE') FROM pg_publication WHERE pubname = %s",
                 (PUBLICATION,),
             ).fetchone()
             if owner is not None and not owner[0]:
                 raise UninstallRefused(
-                    f"{conn.info.user} does not own publication {PUBLICATION}: run the uninstall as the owner of the "
-                    "agents' tables (the role that runs the migrations)"
+                    f"{links.primary.info.user} does not own publication {PUBLICATION}: run the uninstall as the "
+                    "owner of the agents' tables (the role that runs the migrations)"
                 )
-            conn.execute(f"DROP PUBLICATION IF EXISTS {PUBLICATION}")
-            drop_slot(dsn, conn)
+            links.primary.execute(f"DROP PUBLICATION IF EXISTS {PUBLICATION}")
+            drop_slot(dsn, links)
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
+            links.ours.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
 
 
-def drop_slot(dsn: str, conn: psycopg.Connection | None = None) -> None:
+def drop_slot(dsn: str, links: Links | None = None) -> None:
     """Remove this database's slot and the follower's position (the uninstall, a test's teardown)."""
-    if conn is None:
-        with connect(dsn) as own:
+    if links is None:
+        with open_links(dsn) as own:
             return drop_slot(dsn, own)
-    slot = Follower(dsn).slot
-    conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (slot,))
-    conn.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (slot,))
+    slot = slot_name_for(links.primary.info.dbname)
+    links.src.execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+    )
+    links.ours.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (slot,))
     return None
 
 

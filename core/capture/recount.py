@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from core.capture.follower import FOLLOWER_LOCK, RECOUNT, connect, slot_name_for, try_lock
+from core.capture.follower import FOLLOWER_LOCK, open_links, slot_name_for, stream_recount, try_lock, wal_now
 
 log = logging.getLogger(__name__)
 
@@ -28,24 +29,22 @@ SELECT thread_id, sum(h) AS sig FROM (
 ) r GROUP BY thread_id"""
 # RECOUNT marks every thread dirty for the token index (right once, when a slot starts); a sweep's recount marks the
 # threads checkpointed since the previous one (an hour of margin for the agents' clocks), and every thread the first
-# time; and then every thread whose checkpoints or pending writes are not those the indexer read (RELIST_CHANGED):
+# time; and then every thread whose checkpoints or pending writes are not those the indexer read (its signatures,
+# compared in Python):
 # a thread written late with old times (the dual saver's replay of its buffer or journal keeps the checkpoints'
 # original `ts`, possibly days later) is listed too, and so is a thread no indexer ever read.
-DIRTY_SINCE = """
-INSERT INTO core_token_dirty (thread_id)
+THREADS_SINCE = """
 SELECT DISTINCT thread_id FROM checkpoints
-WHERE %(since)s::timestamptz IS NULL OR (checkpoint ->> 'ts')::timestamptz > %(since)s::timestamptz - interval '1 hour'
-ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL"""
-RELIST_CHANGED = f"""
-INSERT INTO core_token_dirty (thread_id)
-SELECT s.thread_id FROM ({ROWS_SIGNATURE.format(where="")}) s
-LEFT JOIN core_thread_tokens t ON t.thread_id = s.thread_id
-WHERE t.rows_sig IS DISTINCT FROM s.sig
-ORDER BY 1
+WHERE %(since)s::timestamptz IS NULL
+   OR (checkpoint ->> 'ts')::timestamptz > %(since)s::timestamptz - interval '1 hour'"""
+# The token index's signatures (core_thread_tokens, still in the agents' database until the token index moves).
+SELECT_INDEXED_SIGNATURES = "SELECT thread_id, rows_sig FROM core_thread_tokens"
+MARK_DIRTY = """
+INSERT INTO core_token_dirty (thread_id) SELECT unnest(%s::text[]) ORDER BY 1
 ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL"""
 SAVE = """
 INSERT INTO core_capture_position AS p (slot_name, lsn, recounted_at, caught_up_lsn, caught_up_at)
-VALUES (%(slot)s, pg_current_wal_lsn(), now(), pg_current_wal_lsn(), now())
+VALUES (%(slot)s, %(lsn)s::pg_lsn, now(), %(lsn)s::pg_lsn, now())
 ON CONFLICT (slot_name) DO UPDATE SET lsn = EXCLUDED.lsn, applied_at = now(), recount_snapshot = NULL,
     recount_lsn = NULL, recounted_at = now(), caught_up_lsn = EXCLUDED.caught_up_lsn, caught_up_at = now()"""
 
@@ -58,30 +57,34 @@ class Recount:
 
 
 def recount_without_slot(dsn: str) -> Recount:
-    """Recount every aggregate from the tables in one REPEATABLE READ snapshot, unless a slot follows `dsn`."""
-    with connect(dsn, application_name="core_capture_recount") as conn:
-        row = conn.execute("SELECT current_database()").fetchone()
-        assert row is not None
-        slot = slot_name_for(row[0])
-        if not try_lock(conn):
+    """Recount every aggregate from the tables in one REPEATABLE READ snapshot, unless a slot follows `dsn`: read
+    where the slot would be read (the agents' standby when configured), written in the dashboard's database."""
+    with open_links(dsn, application_name="core_capture_recount") as links:
+        src, ours = links.src, links.ours
+        slot = slot_name_for(links.primary.info.dbname)
+        if not try_lock(ours):
             return Recount(False, "a change follower runs: it keeps the aggregates")
         try:
-            if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone():
+            if src.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone():
                 return Recount(False, f"slot {slot} follows this database: its follower keeps the aggregates")
             start = time.monotonic()
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                since = conn.execute(
+            indexed: dict[str, Any] = dict(links.primary.execute(SELECT_INDEXED_SIGNATURES).fetchall())
+            with src.transaction(), ours.transaction():
+                src.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                lsn = src.execute(f"SELECT {wal_now(links.standby)}").fetchone()
+                since = ours.execute(
                     "SELECT recounted_at FROM core_capture_position WHERE slot_name = %s", (slot,)
                 ).fetchone()
-                for sql in RECOUNT:
-                    if "core_token_dirty" not in sql:
-                        conn.execute(sql)
-                conn.execute(DIRTY_SINCE, {"since": since[0] if since else None})
-                conn.execute(RELIST_CHANGED)
-                conn.execute(SAVE, {"slot": slot})
+                stream_recount(src, ours, mark_all=False)
+                dirty = {r[0] for r in src.execute(THREADS_SINCE, {"since": since[0] if since else None})}
+                # every thread whose checkpoints or pending writes are not those the indexer read
+                for thread, sig in src.execute(ROWS_SIGNATURE.format(where="")).fetchall():
+                    if indexed.get(thread) != sig:
+                        dirty.add(thread)
+                ours.execute(MARK_DIRTY, (sorted(dirty),))
+                ours.execute(SAVE, {"slot": slot, "lsn": lsn[0] if lsn else None})
             took = time.monotonic() - start
             log.info("aggregates recounted from the tables in %.1f s (no slot follows this database)", took)
             return Recount(True, f"recounted in {took:.1f} s", took)
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))
+            ours.execute("SELECT pg_advisory_unlock(%s)", (FOLLOWER_LOCK,))

@@ -8,6 +8,7 @@ evidence) call `sync` first: it waits until everything written before it is appl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -15,35 +16,35 @@ from datetime import datetime
 
 import pandas as pd
 import psycopg
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, dict_row
 
-from core.capture.follower import FOLLOWER_LOCK, CaptureNotAllowed, CaptureTimeout, catch_up
+from core.capture.follower import FOLLOWER_LOCK, CaptureNotAllowed, CaptureTimeout, catch_up, lsn_int
 from core.capture.recount import recount_without_slot
-from core.db import Database, one
+from core.db import Database, dashboard_dsn_of, decode_dsn_of, one
 
 log = logging.getLogger(__name__)
 
 SYNC_TIMEOUT_S = 30.0
-# `running`: some session holds the follower's advisory lock in this database (a follower thread or process, or a
-# catch_up in progress). Lag: WAL written since everything applied, and the time since then.
-# The slot's name as core.capture.follower.slot_name_for gives it.
-SELECT_STATUS = """
+# Read where the slot is (the agents' primary, or their standby; issue 52): the slot and the WAL it keeps. The slot's
+# name as core.capture.follower.slot_name_for gives it. `wal_now`: where the WAL ends as the slot's reader sees it.
+SELECT_SLOT = """
 WITH n AS (
     SELECT left('core_capture_' || regexp_replace(lower(current_database()), '[^a-z0-9_]', '_', 'g'), 63) AS slot)
-SELECT s.slot_name IS NOT NULL AS slot,
-       s.wal_status,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint AS retained_bytes,
-       s.safe_wal_size,
-       EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.database = d.oid AND l.granted
-               AND l.classid = %(hi)s::bigint::oid AND l.objid = %(lo)s::bigint::oid AND l.objsubid = 1) AS running,
-       p.caught_up_at,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), p.caught_up_lsn)::bigint AS lag_bytes,
-       extract(epoch FROM now() - p.caught_up_at)::float8 AS lag_seconds,
+SELECT n.slot AS slot_name, s.slot_name IS NOT NULL AS slot, s.wal_status,
+       pg_wal_lsn_diff(w.lsn, s.restart_lsn)::bigint AS retained_bytes, s.safe_wal_size, w.lsn::text AS wal_now
+FROM n CROSS JOIN LATERAL (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                                       ELSE pg_current_wal_lsn() END AS lsn) w
+LEFT JOIN pg_replication_slots s ON s.slot_name = n.slot AND s.database = current_database()"""
+# Read in ours: `running` (some session holds the follower's advisory lock there: a follower thread or process, or a
+# catch_up in progress), how far everything is applied, and the open dead letters.
+SELECT_FOLLOWING = """
+SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+               WHERE d.datname = current_database() AND l.locktype = 'advisory' AND l.granted
+                 AND l.classid = %(hi)s::bigint::oid AND l.objid = %(lo)s::bigint::oid AND l.objsubid = 1) AS running,
+       p.caught_up_at, p.caught_up_lsn::text, extract(epoch FROM now() - p.caught_up_at)::float8 AS lag_seconds,
        p.recounted_at,
        (SELECT count(*) FROM core_capture_dead_letters WHERE recounted_at IS NULL) AS dead_letters
-FROM n JOIN pg_database d ON d.datname = current_database()
-LEFT JOIN pg_replication_slots s ON s.slot_name = n.slot AND s.database = d.datname
-LEFT JOIN core_capture_position p ON p.slot_name = n.slot"""
+FROM (SELECT 1) one LEFT JOIN core_capture_position p ON p.slot_name = %(slot)s"""
 LOCK_KEY = {"hi": FOLLOWER_LOCK >> 32, "lo": FOLLOWER_LOCK & 0xFFFFFFFF}
 
 
@@ -74,15 +75,23 @@ def capture_status(db: Database) -> CaptureStatus:
 
 
 def read_status(conn: psycopg.Connection[DictRow]) -> CaptureStatus:
-    row = one(conn.execute(SELECT_STATUS, LOCK_KEY).fetchone())
+    """The status of the follower of the agents' database `conn` is connected to: the slot read where it is decoded,
+    the rest in the dashboard's database (each on a connection of its own when it is not this one)."""
+    with contextlib.ExitStack() as stack:
+        source, ours = decode_dsn_of(conn), dashboard_dsn_of(conn)
+        src = stack.enter_context(psycopg.connect(source, row_factory=dict_row)) if source else conn
+        slot = one(src.execute(SELECT_SLOT).fetchone())
+        mine = stack.enter_context(psycopg.connect(ours, row_factory=dict_row)) if ours else conn
+        row = one(mine.execute(SELECT_FOLLOWING, {**LOCK_KEY, "slot": slot["slot_name"]}).fetchone())
+    lag_bytes = lsn_int(slot["wal_now"]) - lsn_int(row["caught_up_lsn"]) if row["caught_up_lsn"] else None
     return CaptureStatus(
         running=bool(row["running"]),
-        slot=bool(row["slot"]),
-        wal_status=row["wal_status"],
-        retained_bytes=row["retained_bytes"],
-        safe_wal_size=row["safe_wal_size"],
+        slot=bool(slot["slot"]),
+        wal_status=slot["wal_status"],
+        retained_bytes=slot["retained_bytes"],
+        safe_wal_size=slot["safe_wal_size"],
         caught_up_at=row["caught_up_at"],
-        lag_bytes=max(0, row["lag_bytes"]) if row["lag_bytes"] is not None else None,
+        lag_bytes=max(0, lag_bytes) if lag_bytes is not None else None,
         lag_seconds=max(0.0, row["lag_seconds"]) if row["lag_seconds"] is not None else None,
         recounted_at=row["recounted_at"],
         dead_letters=int(row["dead_letters"] or 0),
@@ -99,7 +108,7 @@ def open_dead_letters(db: Database, limit: int = 200) -> pd.DataFrame:
     """The changes the follower could not apply since its last recount (their aggregates are unknown), newest
     first: when, the slot position, table, row, error and the aggregates it touches."""
     columns = ["recorded_at", "lsn", "table_name", "row_key", "error", "unknown", "xid"]
-    return pd.DataFrame(db.fetch(SELECT_DEAD_LETTERS, {"limit": limit}), columns=columns)
+    return pd.DataFrame(db.ours.fetch(SELECT_DEAD_LETTERS, {"limit": limit}), columns=columns)
 
 
 def sync(db: Database, timeout: float = SYNC_TIMEOUT_S) -> bool:

@@ -1,6 +1,8 @@
 """Compare what the change follower keeps with a full recount from the agents' tables (tests, the bench, and an
-operator's `python -m core.capture.verify DSN`). Reads only; exact only when nobody writes meanwhile and the
-follower has caught up (core.capture.follower.catch_up)."""
+operator's `python -m core.capture.verify DSN`). Exact only when nobody writes meanwhile and the follower has caught
+up (core.capture.follower.catch_up). The agents' rows are read on their primary in one snapshot and copied into
+temporary tables of the dashboard's database (core.capture.follower.RECOUNT_SOURCES), where each recount below is
+computed with SQL of its own, independent of the follower's: nothing is written to either database."""
 
 from __future__ import annotations
 
@@ -9,12 +11,15 @@ from typing import Any
 
 import psycopg
 
+from core.capture.follower import copy_sources
+from core.db import dashboard_dsn_for
+
 # (name, what the follower keeps, the same from the tables); rows compared as sets.
 CHECKS: tuple[tuple[str, str, str], ...] = (
     (
         "documents per prefix",
         "SELECT prefix, documents FROM core_prefix_counts",
-        "SELECT prefix, count(*) FROM store GROUP BY prefix",
+        "SELECT prefix, count(*) FROM core_recount_store GROUP BY prefix",
     ),
     (
         "documents, namespaces and vectors per root",
@@ -22,37 +27,38 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
            HAVING sum(documents) <> 0 OR sum(namespaces) <> 0 OR sum(vectors) <> 0""",
         """SELECT root, sum(documents), sum(namespaces), sum(vectors) FROM (
                SELECT split_part(prefix, '.', 1) AS root, count(*) AS documents, 1 AS namespaces, 0 AS vectors
-               FROM store GROUP BY prefix
-               UNION ALL SELECT split_part(prefix, '.', 1), 0, 0, count(*) FROM store_vectors GROUP BY 1) x
+               FROM core_recount_store GROUP BY prefix
+               UNION ALL SELECT root, 0, 0, vectors FROM core_recount_vectors) x
            GROUP BY root""",
     ),
     (
         "documents per expiry day and root",
         "SELECT day::text, root, documents FROM core_expiry_days WHERE documents <> 0",  # text: years 11026, BC
-        """SELECT (expires_at AT TIME ZONE 'UTC')::date::text, split_part(prefix, '.', 1), count(*) FROM store
-           WHERE expires_at IS NOT NULL GROUP BY 1, 2""",
+        """SELECT (expires_at AT TIME ZONE 'UTC')::date::text, split_part(prefix, '.', 1), count(*)
+           FROM core_recount_store WHERE expires_at IS NOT NULL GROUP BY 1, 2""",
     ),
     (
         "documents per value hash and customer",
         "SELECT value_hash, cliente_id, documents FROM core_value_holders",
-        """SELECT v.value_hash, v.cliente_id, count(*) FROM store s
+        """SELECT v.value_hash, v.cliente_id, count(*) FROM core_recount_store s
            CROSS JOIN LATERAL core_value_holders_of(s.prefix, s.value) v GROUP BY 1, 2""",
     ),
     (
         "the customers' documents' hilo back-links",
         "SELECT prefix, key, hilo FROM core_store_shadow WHERE hilo IS NOT NULL",
-        """SELECT prefix, key, value ->> 'hilo' FROM store
+        """SELECT prefix, key, value ->> 'hilo' FROM core_recount_store
            WHERE prefix LIKE 'clientes.%' AND jsonb_typeof(value -> 'hilo') = 'string'""",
     ),
     (
         "each checkpoint's key, the subjects its metadata names and its ts",
         "SELECT thread_id, checkpoint_ns, checkpoint_id, subjects::text, ts FROM core_checkpoint_shadow",
-        """SELECT thread_id, checkpoint_ns, checkpoint_id, core_metadata_subjects(metadata)::text, checkpoint ->> 'ts'
-           FROM checkpoints""",
+        """SELECT thread_id, checkpoint_ns, checkpoint_id, core_metadata_subjects(metadata)::text, ts
+           FROM core_recount_checkpoints""",
     ),
     (
         "last write per prefix (never older than the newest document)",
-        "SELECT 0 FROM core_prefix_counts c JOIN store s USING (prefix) WHERE s.updated_at > c.last_write LIMIT 1",
+        """SELECT 0 FROM core_prefix_counts c JOIN core_recount_store s USING (prefix)
+           WHERE s.updated_at > c.last_write LIMIT 1""",
         "SELECT 0 WHERE false",
     ),
 )
@@ -61,13 +67,15 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
 def differences(dsn: str) -> dict[str, dict[str, list[Any]]]:
     """Aggregate name -> {"kept_only": rows, "recount_only": rows}; empty when everything equals the recount."""
     out: dict[str, dict[str, list[Any]]] = {}
-    with psycopg.connect(dsn) as conn, conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    with psycopg.connect(dsn) as src, psycopg.connect(dashboard_dsn_for(dsn)) as ours:
+        src.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        copy_sources(src, ours)
         for name, kept_sql, recount_sql in CHECKS:
-            kept = {tuple(r) for r in conn.execute(kept_sql).fetchall()}
-            recount = {tuple(r) for r in conn.execute(recount_sql).fetchall()}
+            kept = {tuple(r) for r in ours.execute(kept_sql).fetchall()}
+            recount = {tuple(r) for r in ours.execute(recount_sql).fetchall()}
             if kept != recount:
                 out[name] = {"kept_only": sorted(kept - recount)[:20], "recount_only": sorted(recount - kept)[:20]}
+        ours.rollback()
     return out
 
 
