@@ -281,16 +281,11 @@ def _settle(writes: list[HistoryWrite], docs: dict[tuple[str, str], DocumentStat
             continue
         seen = by_doc.setdefault(ident, [])
         last = seen[-1] if seen else None
-        newer = last is not None and last.written_at is not None and doc.updated_at is not None
-        # the store's value came from the last known write when it reads the same (a write whose value is not known
-        # is taken as the one that gave it when nothing says otherwise)
-        if (
-            last is not None
-            and (last.value == doc.value or last.value is None)
-            and (
-                not newer or last.written_at <= doc.updated_at  # type: ignore[operator]
-            )
-        ):
+        # the store's value came from the last known write when it reads the same; a logged write whose value is
+        # not known is taken as the one that gave it (a write between them would have been logged too)
+        if last is not None and (last.value == doc.value or last.value is None):
+            if last.value is None:  # the logged write whose value the store holds now
+                seen[-1] = replace(last, value=doc.value)
             continue
         seen.append(
             HistoryWrite(
