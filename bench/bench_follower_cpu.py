@@ -83,9 +83,9 @@ class Baseline(fmod.Follower):
 
     @staticmethod
     def _fold(
-        conn: psycopg.Connection, txns: list[changes.Transaction], shadow_keys: Callable = _every_store_key
+        links: fmod.Links, txns: list[changes.Transaction], shadow_keys: Callable = _every_store_key
     ) -> fmod.Deltas:
-        return fmod.Follower._fold(conn, txns, shadow_keys)
+        return fmod.Follower._fold(links, txns, shadow_keys)
 
     @staticmethod
     def _apply(conn: psycopg.Connection, d: fmod.Deltas) -> None:

@@ -26,20 +26,21 @@ def measure(dsn: str, size: int) -> dict[str, float]:
     migrate(dsn, DIMS)
     generate(dsn, size, size // 4, dims=DIMS)
     f = follower.Follower(dsn)
-    with follower.connect(dsn) as conn:
+    with follower.open_links(dsn) as links:
+        conn = links.primary
         conn.execute("CHECKPOINT")
         store = conn.execute("SELECT pg_total_relation_size('store')").fetchone()[0]
         start = follower.lsn_int(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
         t = time.monotonic()
-        f.setup(conn)
+        f.setup(links)
         seconds = time.monotonic() - t
         wal = follower.lsn_int(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]) - start
-        ours = conn.execute(
+        ours = links.ours.execute(
             "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c WHERE c.relkind = 'r' AND c.relname IN "
             "('core_prefix_counts', 'core_root_counts', 'core_expiry_days', 'core_store_shadow', "
             "'core_value_holders', 'core_checkpoint_shadow', 'core_token_dirty')"
         ).fetchone()[0]
-        follower.drop_slot(dsn, conn)
+        follower.drop_slot(dsn, links)
     return {"store": store, "wal": wal, "ours": float(ours), "seconds": seconds}
 
 
