@@ -255,6 +255,14 @@ def production_refusal(secrets: Mapping[str, Any] | None = None) -> Refusal | No
     environment and secrets as they are now), never from term_hash_key()'s cache: the dashboard asks on each run,
     the sweep job and the start-up probe (`python -m core.preflight`) before they touch anything."""
     secrets = _read_secrets_file() if secrets is None else secrets
+    dashboard = setting("PG_DASHBOARD", secrets)
+    if dashboard is not None and dashboard != setting("PG_AGENTES", secrets):
+        return Refusal(
+            "PG_DASHBOARD",
+            "PG_DASHBOARD is set: in this release only the change follower and the migrations use the dashboard's own "
+            "database, the pages still read the agents' (issue 52, docs/own-database-plan.md); start-up is refused "
+            "rather than showing figures nobody keeps: unset PG_DASHBOARD",
+        )
     if setting("PG_AGENTES", secrets) is None:
         return None
     raw = setting("TERM_HASH_KEY", secrets)

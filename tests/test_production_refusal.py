@@ -34,7 +34,7 @@ def environment(tmp_path: Path, **env: str) -> dict[str, str]:
     base = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("PG_AGENTES", "TERM_HASH_KEY", "AGENT_MEMORY_DATA", "PG_AGENTES_REPLICA")
+        if k not in ("PG_AGENTES", "TERM_HASH_KEY", "AGENT_MEMORY_DATA", "PG_AGENTES_REPLICA", "PG_DASHBOARD")
     }
     return base | {"AGENT_MEMORY_DATA": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)} | env
 
@@ -55,6 +55,10 @@ def test_the_start_up_probe_refuses_production_without_the_key_in_one_line(db, t
     malformed = run(PG_AGENTES=db.dsn, TERM_HASH_KEY="not hex")
     assert malformed.returncode != 0 and "TERM_HASH_KEY must be" in malformed.stderr, malformed
     assert run(PG_AGENTES=db.dsn, TERM_HASH_KEY="ab" * 32).returncode == 0
+    # the dashboard's own database holds only the follower's state so far: pages would read empty figures (issue 52)
+    ours = run(PG_AGENTES=db.dsn, TERM_HASH_KEY="ab" * 32, PG_DASHBOARD=db.dsn + "_dashboard")
+    assert ours.returncode != 0 and ours.stderr.strip().startswith("PG_DASHBOARD is set"), ours
+    assert run(PG_AGENTES=db.dsn, TERM_HASH_KEY="ab" * 32, PG_DASHBOARD=db.dsn).returncode == 0  # the same database
     # the embedded demo (no PG_AGENTES) needs no configuration at all, and the probe writes nothing
     embedded = run()
     assert embedded.returncode == 0 and not embedded.stderr.strip(), embedded
