@@ -15,7 +15,7 @@ from core.memory.customer_stores import ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, POLICIES, InvalidIdentifier
 from core.privacy import erasure_register
 from core.privacy.data_views import customer_of
-from ui import capture, charts, fmt
+from ui import capture, charts, fmt, memory_history
 from ui import data_views as views_log
 from ui.answer_context import document_answers
 from ui.common import (
@@ -178,6 +178,7 @@ else:
         config={"documents": t("mem_documents"), "keys": t("mem_keys"), "last_write": t("mem_last_write")},
     )
 
+memory_history.flags_section(scope)  # issue 56: memories that need a person's look, counted per store
 
 # Below, customers' documents themselves: each look is logged (who looked at a customer's data), with the purpose
 # when the configuration asks for one.
@@ -320,6 +321,8 @@ if query:
                 "key": t("mem_key"),
             },
         )
+        if prefix.split(".")[0] == ROOT:  # issue 56: every write of each of the customer's documents
+            memory_history.history_section(".".join(prefix.split(".")[:2]), scope)
         document_answers(prefix, items["key"].tolist(), scope, "memory.ctx")  # issue 56: the answers that used one
 elif "ns" in st.query_params:
     del st.query_params["ns"]
