@@ -16,7 +16,7 @@ from core.history import formats, tool_calls, views
 from core.ids import InvalidIdentifier, ThreadId
 from core.privacy import subjects as subj
 from core.storage import storage
-from ui import charts, fmt
+from ui import agent_server, charts, fmt
 from ui import data_views as views_log
 from ui.answer_context import ANSWER_PARAM, thread_answers
 from ui.attribution import page_coverage
@@ -35,7 +35,7 @@ VIEW_KEY = "checkpoints.view"
 LARGEST_N = 20
 MESSAGES_SHOWN = 60
 SOURCE_COLORS = {"input": "#1f77b4", "loop": "#2ca02c", "update": "#ff7f0e", "fork": "#9467bd"}
-VIEWS = ["thread", "search", "cost", "storage"]
+VIEWS = ["thread", "search", "cost", "storage", "server"]
 BYTE_PARTS = ["checkpoint_bytes", "blob_bytes", "write_bytes"]
 KIND_AVATAR = {"human": "user", "ai": "assistant", "tool": ":material/build:", "system": ":material/settings:"}
 
@@ -494,5 +494,7 @@ elif view == "search":
     search_view()
 elif view == "cost":
     cost_view()
+elif view == "server":  # an Agent Protocol server's threads and runs (issue 53)
+    agent_server.server_view()
 else:
     thread_view()

@@ -24,7 +24,7 @@ from core import roles
 from core.capture.status import CaptureStatus, capture_status, open_dead_letters
 from core.db import CONNECT_TIMEOUT_S, Database, DatabaseBusy, DatabaseSlow, DatabaseUnavailable, Probe, failure_counts
 from core.history import replica_health, replica_view
-from ui import capture, charts, fmt
+from ui import agent_server, capture, charts, fmt
 from ui.common import database_answered, get_db, require_role, secrets, shared_figure
 from ui.i18n import lang, t
 from ui.safe import md, plot_frame
@@ -437,4 +437,5 @@ def live() -> None:
     events(reading)
 
 
+agent_server.server_line()  # the agent server this database serves (issue 53); nothing while it is down
 live()

@@ -123,12 +123,13 @@ def show_result(result: erasure.ErasureResult) -> None:
 
     st.subheader(t("erasure_evidence_title"))
     st.caption(t("erasure_evidence_caption"))
-    for ev in result.store_evidence:
+    shown = result.store_evidence + result.server_evidence  # the seed's two, and an Agent Protocol server's tables
+    for ev in shown:
         st.code(ev.sql, language="sql", wrap_lines=True)
         st.markdown(t("erasure_result_line", n=fmt.number(ev.result), at=fmt.moment(ev.at)))
     with st.expander(t("erasure_other_evidence")):
         for ev in result.evidence:
-            if ev.table not in evidence.STORE_TABLES:
+            if ev not in shown:
                 st.code(ev.sql, language="sql", wrap_lines=True)
                 st.markdown(t("erasure_result_line", n=fmt.number(ev.result), at=fmt.moment(ev.at)))
 

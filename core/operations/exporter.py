@@ -9,7 +9,8 @@ Cheap at 1M documents / 100k threads (see BENCHMARKS.md): the counts come from t
 (heartbeats, sweep log, erasure register, core_prefix_counts kept by the change follower) and the expired
 count is a range scan of the store's own partial index on `expires_at` (expired rows only). No
 query touches the checkpoint tables at scrape time; threads by status and LLM tokens/cost come from the tables the
-extraction keeps (core_thread_summary, core_usage_days). The attribution coverage
+extraction keeps (core_thread_summary, core_usage_days); an Agent Protocol server's runs by status and those stuck
+(core.agent_server.aegra) from its own `runs` table, on its status index. The attribution coverage
 (`core.privacy.subjects.coverage`, which reads the three checkpoint tables) is too costly for a scrape:
 it is computed in a background thread at most every COVERAGE_EVERY_S and exposed with the time it was
 computed (`agent_memory_attribution_computed_timestamp_seconds`); so is the checkpoint storage-format fingerprint
@@ -37,6 +38,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from psycopg.rows import DictRow, dict_row
 
+from core.agent_server import aegra
 from core.capture.status import read_status
 from core.config import ModelPrice
 from core.db import one
@@ -141,9 +143,39 @@ def capture_metrics(conn: psycopg.Connection[DictRow]) -> list[Metric]:
     return out
 
 
-def database_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, ...] = ()) -> list[Metric]:
+def agent_server_metrics(conn: psycopg.Connection[DictRow], stuck_s: float | None = None) -> list[Metric]:
+    """An Agent Protocol server's runs (core.agent_server.aegra), where the database holds its tables: runs by status,
+    and runs pending/running with no update for more than `stuck_s` seconds (AGENT_SERVER_STUCK_RUN_S): a server
+    process killed mid-run leaves its run so for ever. Nothing where there is no such server."""
+    server = aegra.detect_conn(conn)
+    if server is None:
+        return []
+    stuck_s = aegra.stuck_threshold_s() if stuck_s is None else stuck_s
+    counts = aegra.run_counts_conn(conn, stuck_s)
+    labels = ["server", "status"]
+    runs = _gauge("agent_server_runs", "Runs the agent server's own tables hold, by status.", labels)
+    stuck = _gauge(
+        "agent_server_stuck_runs",
+        "Runs pending or running with no update for longer than the threshold (agent_server_stuck_threshold_seconds).",
+        labels,
+    )
+    name = server.name.lower()
+    for status in sorted(set(counts) | set(aegra.ACTIVE_STATUSES)):
+        total, late = counts.get(status, (0, 0))
+        runs.add_metric([name, status], float(total))
+        if status in aegra.ACTIVE_STATUSES:
+            stuck.add_metric([name, status], float(late))
+    threshold = _gauge("agent_server_stuck_threshold_seconds", "A run idle this long is counted as stuck.", ["server"])
+    threshold.add_metric([name], float(stuck_s))
+    return [runs, stuck, threshold]
+
+
+def database_metrics(
+    conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, ...] = (), stuck_s: float | None = None
+) -> list[Metric]:
     """Every database-side metric, read on `conn` (read-only)."""
     out: list[Metric] = usage_metrics(conn, prices)
+    out += agent_server_metrics(conn, stuck_s)
     replicas = conn.execute(SELECT_REPLICAS).fetchall()
     by_state = _gauge(
         "replicas", "Agent replicas by state from their heartbeats (silent: heartbeat overdue).", ["state"]

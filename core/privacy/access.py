@@ -26,10 +26,12 @@ from typing import Any
 import pandas as pd
 from psycopg.types.json import Jsonb
 
+from core.agent_server import aegra
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.history import formats
 from core.ids import CustomerId
+from core.memory.history import customer_history_conn, export_rows
 from core.privacy import access_notice, data_views, subjects
 from core.privacy import residue as res
 from core.privacy.access_render import FORMATS, LANGS, render
@@ -147,6 +149,9 @@ class Attribution:
     errors: dict[str, str]
     unattributed_threads: int
     residue: list[dict]  # [{thread_id, term, kind}]: unattributed threads holding the id or a distinctive value
+    # every attributed thread, held by the checkpoint tables or not (an agent server's row of a thread whose first
+    # run failed before any checkpoint holds the customer's words)
+    attributed: tuple[str, ...] = ()
 
 
 def _attribute(db: Database, customer_id: CustomerId) -> Attribution:
@@ -165,6 +170,7 @@ def _attribute(db: Database, customer_id: CustomerId) -> Attribution:
         dict(found.errors),
         cover.unattributed_threads,
         proposed,
+        tuple(found.thread_ids),
     )
 
 
@@ -261,6 +267,8 @@ def gather(db: Database, customer_id: str) -> AccessReport:
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             documents = conn.execute(SELECT_DOCUMENTS, params).fetchall()
+            # what we hold and how it changed: every write of each document (core.memory.history), same snapshot
+            memory_history = export_rows(customer_history_conn(conn, customer_id, threads=threads))
             summaries = {r["thread_id"]: r for r in conn.execute(SELECT_THREADS_SUMMARY, params).fetchall()}
             writes: dict[str, list[dict]] = {}
             opened = formats.decrypted_writes(conn, formats.decryptor(), threads)
@@ -276,6 +284,9 @@ def gather(db: Database, customer_id: str) -> AccessReport:
                 # who looked at the customer's data on this dashboard (art. 15: the recipients of the data)
                 "data_views": conn.execute(data_views.SELECT_FOR_EXPORT, params).fetchall(),
             }
+            server = aegra.detect_conn(conn)
+            if server is not None:  # what the customer sent through an Agent Protocol server, as its runs keep it
+                logs["agent_server_runs"] = aegra.runs_for_export(conn, attribution.attributed)
             erasures = conn.execute(SELECT_ERASURES, params).fetchall()
             rechecks = conn.execute(SELECT_RECHECKS, params).fetchall()
             exports = conn.execute(SELECT_ACCESS_EXPORTS, params).fetchall()
@@ -303,6 +314,7 @@ def gather(db: Database, customer_id: str) -> AccessReport:
         namespace_prefix=params["prefix"],
         generated_at=generated_at,
         documents=[dict(d) for d in documents],
+        memory_history=memory_history,
         threads=thread_rows,
         logs={k: [dict(r) for r in v] for k, v in logs.items()},
         erasures=[dict(r) for r in erasures],

@@ -256,6 +256,8 @@ LABELS = {
         "episode_denials": "Acciones denegadas durante una avería",
         "serde_refusals": "Contenidos rechazados al guardar",
         "dead_letters": "Operaciones de una conversación que no se pudieron guardar tras una avería",
+        "agent_server_runs": "Lo que envió a través del servidor de agentes",
+        "said": "Lo que escribió",
         "created_at": "Fecha",
         "put": "guardar un paso de la conversación",
         "put_writes": "guardar lo escrito en un paso",
@@ -382,6 +384,8 @@ LABELS = {
         "episode_denials": "Actions refused during an outage",
         "serde_refusals": "Contents refused when saved",
         "dead_letters": "Operations on a conversation that could not be saved after an outage",
+        "agent_server_runs": "What you sent through the agent server",
+        "said": "What you wrote",
         "created_at": "Date",
         "put": "save a step of the conversation",
         "put_writes": "save what a step wrote",
@@ -523,6 +527,7 @@ COLUMNS = {
     "episode_denials": ("degraded_from", "degraded_to", "denial"),
     "serde_refusals": ("refused_at", "type_name", "kind", "thread_id"),
     "dead_letters": ("created_at", "kind", "thread", "size_bytes"),  # the technical error stays in the JSON
+    "agent_server_runs": ("created_at", "thread", "said"),  # the run's status, input and output stay in the JSON
     "erasures": ("requested_at", "finished_at", "status", "operator", "deleted"),
     "rechecks": ("checked_at", "trigger", "clean", "counts"),
     "exports": ("exported_at", "operator", "format", "lang", "size_bytes", "sha256"),
@@ -787,7 +792,8 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
     if not logged:
         p.append(f"<p>{s['none_logs']}</p>")
     for name, rows in logged.items():
-        if name in ("conversations", "dead_letters"):  # named as the conversations above, which date them
+        # named as the conversations above, which date them
+        if name in ("conversations", "dead_letters", "agent_server_runs"):
             rows = [{**r, "thread": r["thread_id"]} for r in rows]
         p.append(f"<h3>{_e(w.label(name))} ({w.number(len(rows))})</h3>" + _table(rows, COLUMNS[name], w))
     erasures = doc["erasure_register"]

@@ -44,6 +44,7 @@ class AccessReport:
         "episode_denials",
         "serde_refusals",
         "dead_letters",
+        "agent_server_runs",
         "data_views",
         "erasure_requests",
         "erasure_rechecks",

@@ -11,7 +11,11 @@ What is deleted, in each pass, until a pass ends with every evidence query at ze
    in the register and the evidence (status `complete` with exclusions). One nobody decided on makes the
    request `incomplete`. Every erased thread gets a row in `core_thread_tombstones` first, so a degraded
    replica does not bring it back;
-3. our own tables that name the customer: every `core_*` table with a `prefix`, `thread_id`,
+3. on a deployment served by Aegra (core/agent_server/aegra.py, detected by its migrations' tables), its own rows
+   about the customer's threads (run events, runs with their input, config, context, output and error, thread
+   rows), and runs naming the customer in their context or config on any thread; their zero-count queries are
+   shown beside the store's two;
+4. our own tables that name the customer: every `core_*` table with a `prefix`, `thread_id`,
    `subject_root`+`subject_id` or `cliente_id` column (the memory-write log, conversations, guard
    denials once that table exists, ...), except the erasure register itself.
    The log of who looked at the customer's data stays (a proof), with the purposes typed for those views
@@ -51,6 +55,7 @@ from core.privacy.decisions import NOT_SCANNED, decide, validate_decisions
 from core.privacy.evidence import (
     DERIVED_TABLES,
     ROOT,
+    SERVER_TABLE_PREFIX,
     STORE_TABLES,
     EvidenceQuery,
     OwnTarget,
@@ -127,6 +132,11 @@ class ErasureResult:
     def store_evidence(self) -> list[EvidenceQuery]:
         """The two store queries (store, store_vectors) the DPO shows verbatim."""
         return [e for e in self.evidence if e.table in STORE_TABLES]
+
+    @property
+    def server_evidence(self) -> list[EvidenceQuery]:
+        """The zero-count queries over an Agent Protocol server's own tables (none where there is no such server)."""
+        return [e for e in self.evidence if e.table.startswith(SERVER_TABLE_PREFIX)]
 
 
 @dataclass(frozen=True)

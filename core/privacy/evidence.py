@@ -16,6 +16,7 @@ from psycopg import sql
 from psycopg.rows import DictRow
 
 from agent_memory_runtime import clock
+from core.agent_server import aegra
 from core.agents.retail import METADATA_KEY
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
@@ -101,6 +102,8 @@ ERASED_KIND = "erased"  # a residue match of a value an earlier request erased (
 CHECKPOINT_BLOBS_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_blobs WHERE thread_id = ANY(%(threads)s)"
 CHECKPOINT_WRITES_ZERO_SQL = "SELECT count(*) AS n FROM checkpoint_writes WHERE thread_id = ANY(%(threads)s)"
 STORE_TABLES = ("store", "store_vectors")  # the two queries the DPO shows verbatim
+# ... and, on a deployment served by Aegra, the queries over its own tables (server_targets), shown beside them
+SERVER_TABLE_PREFIX = aegra.NAME.lower() + "."
 FIXED_QUERIES: dict[str, str] = {
     "store": STORE_ZERO_SQL,
     "store_vectors": VECTORS_ZERO_SQL,
@@ -268,6 +271,7 @@ def own_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
     targets += [_json_array_target(*found) for found in json_found]
     if "core_data_views" in columns_of:
         targets.append(OwnTarget(VIEW_PURPOSES, VIEW_PURPOSES_COUNT_SQL, VIEW_PURPOSES_REDACT_SQL))
+    targets += server_targets(conn)
     names = {t.name for t in targets}
     for optional in OPTIONAL_TABLES:  # present but not understood must be said, not skipped silently
         if optional not in names and one(conn.execute(SELECT_REGCLASS, (optional,)).fetchone())["present"]:
@@ -275,6 +279,26 @@ def own_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
                 "%s exists but has no column erasure knows (prefix, thread_id, subject_id, customer_id)", optional
             )
     return targets
+
+
+def server_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
+    """The rows of an Agent Protocol server's own tables about the customer (core.agent_server.aegra), when this
+    database holds them: a run's events, its runs (input, config, context, output, error), its thread rows, emptied in
+    that order by the erasure. Named `aegra.<table>` in the evidence and the counts."""
+    server = aegra.detect_conn(conn)
+    if server is None:
+        return []
+    out = []
+    for table, condition in aegra.erasure_conditions(server, CLIENTE_KEY):
+        fmt = {"t": sql.Identifier(table), "cond": sql.SQL(condition)}
+        out.append(
+            OwnTarget(
+                SERVER_TABLE_PREFIX + table,
+                sql.SQL("SELECT count(*) AS n FROM {t} WHERE {cond}").format(**fmt).as_string(),
+                sql.SQL("DELETE FROM {t} WHERE {cond}").format(**fmt).as_string(),
+            )
+        )
+    return out
 
 
 def checkpoints_zero_sql(keys: Iterable[str]) -> str:
@@ -408,6 +432,7 @@ __all__ = [
     "Preview",
     "ROOT",
     "VIEW_PURPOSES",
+    "SERVER_TABLE_PREFIX",
     "STORE_TABLES",
     "escape_like",
     "evidence_params",

@@ -36,6 +36,7 @@ from psycopg import sql as pgsql
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
+from core.agent_server import aegra
 from core.config import DEFAULT_SUBJECT_METADATA_KEYS, DEFAULT_SUBJECT_THREAD_PATTERNS, Settings, load_settings
 from core.db import Database, DatabaseUnavailable, one
 from core.ids import CustomerId, InvalidIdentifier
@@ -170,6 +171,10 @@ def resolve_conn(conn: psycopg.Connection[DictRow], customer_id: CustomerId, con
     subjects.add("store:hilo", (r["thread_id"] for r in conn.execute(SELECT_BY_HILO, params)))
     subjects.add("conversations", (r["thread_id"] for r in conn.execute(SELECT_BY_CONVERSATIONS, params)))
     subjects.add("register", (r["thread_id"] for r in conn.execute(SELECT_BY_REGISTER, params)))
+    server = aegra.detect_conn(conn)
+    if server is not None:  # an Agent Protocol server's own rows: thread metadata, run context and config
+        for key in config.metadata_keys:
+            subjects.add(f"aegra:{key}", aegra.threads_by_key(conn, server, key, customer_id))
     if config.thread_query:
         try:
             subjects.add("query", _run_query(conn, config.thread_query, customer_id))
