@@ -311,13 +311,23 @@ def _settle(writes: list[HistoryWrite], docs: dict[tuple[str, str], DocumentStat
     return out
 
 
-def _history_conn(
-    conn: psycopg.Connection[DictRow], customer_id: CustomerId, config: subjects.Attribution
+def customer_history_conn(
+    conn: psycopg.Connection[DictRow],
+    customer_id: CustomerId,
+    config: subjects.Attribution | None = None,
+    *,
+    threads: Iterable[str] | None = None,
 ) -> CustomerHistory:
+    """`customer_history` on an open connection (in the caller's snapshot), unscoped. `threads`: the customer's
+    conversations when the caller resolved them already (the access export); else the resolver finds them."""
     params = subjects.subject_params(customer_id)
-    resolved = subjects.resolve_conn(conn, customer_id, config)
+    if threads is None:
+        resolved = subjects.resolve_conn(conn, customer_id, config or subjects.Attribution.from_settings())
+        found, errors = resolved.thread_ids, dict(resolved.errors)
+    else:
+        found, errors = sorted(threads), {}
     now = conn.execute(SELECT_NOW).fetchone()["now"]  # type: ignore[index]
-    history = CustomerHistory(customer_id, now, threads=resolved.thread_ids, errors=dict(resolved.errors))
+    history = CustomerHistory(customer_id, now, threads=found, errors=errors)
     for row in conn.execute(SELECT_STORE, params).fetchall():
         state = EXPIRED if row["expired"] else HELD
         history.documents[(row["prefix"], row["key"])] = DocumentState(
@@ -334,7 +344,7 @@ def _history_conn(
         SELECT_CALLS,
         {
             "tools": [n for n, t in WRITING_TOOLS.items() if t.root == ROOT],
-            "threads": resolved.thread_ids,
+            "threads": found,
             "id": customer_id,
         },
     ).fetchall()
@@ -364,7 +374,7 @@ def customer_history(
             mine = conn.execute(SELECT_IN_SCOPE, {**scope.params(), "prefix": f"{ROOT}.{customer_id}"}).fetchone()
             if not mine or not mine["mine"]:
                 return None
-        return _history_conn(conn, customer_id, config)
+        return customer_history_conn(conn, customer_id, config)
 
 
 # --- a document's value at a time ---------------------------------------------------------------------------------
@@ -424,3 +434,29 @@ def value_at(db: Database, prefix: str, key: str, at: datetime, *, history: Cust
             expires_at_now=expires,
         )
     return ValueAt(prefix, key, at, True, w.value, w.written_at, w.thread_id, w.source, expires_at_now=expires)
+
+
+def export_rows(found: CustomerHistory) -> list[dict[str, Any]]:
+    """The history as the access export keeps it: one row per write, documents in key order, writes oldest first,
+    with the document's state now (JSON-ready values: None where not known)."""
+    rows = []
+    for (prefix, key), doc in sorted(found.documents.items()):
+        for w in found.of(prefix, key):
+            rows.append(
+                {
+                    "prefix": prefix,
+                    "key": key,
+                    "written_at": w.written_at,
+                    "value": w.value,
+                    "thread_id": w.thread_id,
+                    "agent": w.agent,
+                    "tool": w.tool,
+                    "source": w.source,
+                    "superseded": w.superseded,
+                    "current": w.current,
+                    "state": doc.state,
+                    "expires_at": doc.expires_at,
+                    "visible_to_agent": doc.visible_to_agent,
+                }
+            )
+    return rows

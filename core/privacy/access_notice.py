@@ -43,6 +43,7 @@ TEXT_KEYS = (
     "complaint",
     "logs_retention",
     "registers_retention",
+    "history_purpose",
 )
 
 # The checkpoint retention the last sweep that deleted threads applied (the job runs with its own environment).

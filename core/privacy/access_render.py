@@ -65,6 +65,7 @@ def export_document(report: AccessReport, *, requested_by: str, lang: str = "es"
             "retention": [{"data": kind, "period": period} for kind, period in notice.retention],
         },
         "store_documents": report.documents,
+        "memory_history": report.memory_history,
         "threads": report.threads,
         "logs": report.logs,
         "erasure_register": {"requests": report.erasures, "rechecks": report.erasure_rechecks},
@@ -117,6 +118,16 @@ STRINGS = {
             "hasta que el DPO decida (se listan con el término encontrado)."
         ),
         "documents": "Sus preferencias guardadas (memoria de los asistentes)",
+        "history": "Lo que guardamos y cómo cambió",
+        "history_current": "valor actual",
+        "history_gone": "ya no está en la memoria",
+        "history_expired": "caducado: el asistente ya no lo usa (se borrará en el próximo barrido)",
+        "history_held": "el asistente lo usa",
+        "history_none": "No consta ninguna escritura de sus preferencias.",
+        "history_store": "valor que guarda la memoria, con la fecha de su última escritura (no consta en qué conversación)",
+        "history_superseded": "sustituido",
+        "history_thread_gone": "en una conversación que ya no guardamos",
+        "history_value_unknown": "valor que no consta",
         "threads": "Sus conversaciones",
         "logs": "Nuestros registros sobre usted",
         "erasures": "Sus solicitudes de borrado",
@@ -196,6 +207,16 @@ STRINGS = {
         "residue": "{n} unattributed threads hold the customer's id or values of their own documents; they are not "
         "included until the DPO decides (listed with the term found).",
         "documents": "Your saved preferences (the assistants' memory)",
+        "history": "What we hold and how it changed",
+        "history_current": "current value",
+        "history_gone": "no longer in the memory",
+        "history_expired": "expired: the assistant no longer uses it (deleted by the next sweep)",
+        "history_held": "the assistant uses it",
+        "history_none": "No write of your preferences is recorded.",
+        "history_store": "the value the memory holds, dated by its last write (in which conversation is not known)",
+        "history_superseded": "superseded",
+        "history_thread_gone": "in a conversation we no longer keep",
+        "history_value_unknown": "value not known",
         "threads": "Your conversations",
         "logs": "Our logs about you",
         "erasures": "Your erasure requests",
@@ -714,6 +735,40 @@ def _message(m: dict, s: dict, w: _Writer) -> str:
     return f"<div class='msg {_e(m['kind'])}'>" + "".join(parts) + "</div>"
 
 
+def _history_write(row: dict, s: dict, w: _Writer) -> str:
+    """One write of a document in the customer's words: its value (struck through once superseded), when, in which
+    conversation (its number in this export), never a tool's name or a thread id."""
+    value = _e(w.written(row["value"])) if row["value"] is not None else _e(s["history_value_unknown"])
+    shown = f"<del>{value}</del>" if row["superseded"] else f"<strong>{value}</strong>"
+    if row["source"] == "store":
+        where = s["history_store"]
+    elif row["thread_id"] in w.conversations:
+        where = w.conversation(row["thread_id"])
+    else:
+        where = s["history_thread_gone"]
+    state = s["history_current"] if row["current"] else s["history_superseded"] if row["superseded"] else ""
+    parts = [_e(w.moment(row["written_at"])), _e(where)] + ([_e(state)] if state else [])
+    return f"<dt>{' · '.join(parts)}</dt><dd class='value'>{shown}</dd>"
+
+
+def _memory_history(rows: list[dict], prefix: str, s: dict, w: _Writer, purpose: str) -> list[str]:
+    """The section "what we hold and how it changed": each document with every write, its state now."""
+    out = [f"<h2>{s['history']}</h2><p>{_e(purpose)}</p>"]
+    if not rows:
+        return [*out, f"<p>{s['history_none']}</p>"]
+    documents: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        documents.setdefault((row["prefix"], row["key"]), []).append(row)
+    for (doc_prefix, key), writes in documents.items():
+        place = doc_prefix[len(prefix) + 1 :].replace(".", " / ")
+        state = s[f"history_{writes[-1]['state']}"]
+        out.append(
+            f"<h3>{f'<code>{_e(place)}</code> / ' if place else ''}{w.document(key)}</h3>"
+            f"<p class='muted'>{_e(state)}</p><dl>" + "".join(_history_write(r, s, w) for r in writes) + "</dl>"
+        )
+    return out
+
+
 def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", notice: Notice) -> bytes:
     """A document to hand to the customer (prints to PDF from the browser): the art. 15 information, then the data,
     in `lang`, dates in the notice's time zone; the same data as the JSON, without internal keys."""
@@ -774,6 +829,7 @@ def export_html(report: AccessReport, *, requested_by: str, lang: str = "es", no
             + (f"{s['expires']} {_e(w.moment(d['expires_at']))}" if d["expires_at"] else s["never"])
             + "</p>"
         )
+    p.extend(_memory_history(doc["memory_history"], report.namespace_prefix, s, w, info["history_purpose"]))
     p.append(f"<h2>{s['threads']} ({w.number(len(doc['threads']))})</h2>")
     if not doc["threads"]:
         p.append(f"<p>{s['none_threads']}</p>")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -31,6 +31,9 @@ class AccessReport:
     # some of the customer's conversations ran on the demo's replayed clock (checkpoint metadata `core_replayed_at`):
     # they and our logs are dated on the replayed day, the store's created/updated on the database's real clock
     replayed_clock: bool = False
+    # every write of each document, superseded ones too (core.memory.history.export_rows): what we hold and how it
+    # changed
+    memory_history: list[dict] = field(default_factory=list)
     # every key of `counts`, in its order (the logs' names are core.privacy.access.gather's)
     COUNT_KEYS: ClassVar[tuple[str, ...]] = (
         "documents",
