@@ -76,8 +76,8 @@ def _documents(docs: pd.DataFrame, key: str) -> None:
     table(
         shown,
         key=key,
-        columns=["prefix", "key", "tool", "access", "via", "position", "seen", "value_then", "then_how"]
-        + ["then_written_at", "value_now", "now_state", "updated_at", "expires_at", "found_by", "candidates"],
+        columns=["prefix", "key", "value_then", "value_now", "then_how", "now_state", "seen", "access", "tool"]
+        + ["via", "position", "then_written_at", "updated_at", "expires_at", "found_by", "candidates"],
         links={"prefix": Link("memory", "ns", source="prefix", also=(("key", "key"),))},
         config={
             "prefix": t("ctx_col_document"),
