@@ -121,10 +121,12 @@ def show_result(result: erasure.ErasureResult) -> None:
     if result.complete:  # SQL zero is not zero bytes (core.privacy.physical): said here, settled by the sweep
         st.info(t("erasure_not_physical_yet"), icon=":material/hard_drive:")
 
-    st.subheader(t("erasure_evidence_title"))
-    st.caption(t("erasure_evidence_caption"))
     shown = result.store_evidence + result.server_evidence  # the seed's two, and an Agent Protocol server's tables
+    st.subheader(t("erasure_evidence_title_server" if result.server_evidence else "erasure_evidence_title"))
+    st.caption(t("erasure_evidence_caption"))
     for ev in shown:
+        if ev is (result.server_evidence or [None])[0]:
+            st.caption(t("erasure_evidence_server_caption", name="Aegra"))
         st.code(ev.sql, language="sql", wrap_lines=True)
         st.markdown(t("erasure_result_line", n=fmt.number(ev.result), at=fmt.moment(ev.at)))
     with st.expander(t("erasure_other_evidence")):

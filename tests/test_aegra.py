@@ -242,7 +242,7 @@ def test_the_checkpoints_page_shows_the_server_threads_and_flags_the_stuck_run(a
     at.radio(key="checkpoints.view").set_value("server").run()
     assert not at.exception
     text = " ".join(e.value for e in at.error)
-    assert "1 ejecuciones llevan más de" in text
+    assert "1 ejecuciones llevan más de 2 s" in text
     stuck = frame(at, "run_id", "idle_s")
     assert plain(stuck["run_id"]) == aegra.runs["c10_colgado"]
     threads = frame(at, "server_status", "agreement")

@@ -9,6 +9,7 @@ import streamlit as st
 
 from core.agent_server import aegra
 from core.db import DatabaseUnavailable
+from ui import fmt
 from ui.common import CACHE_TTL, get_db, read, secrets
 from ui.i18n import t
 from ui.safe import md, md_code
@@ -25,6 +26,21 @@ STATUS_COLOURS = {
     "success": "#d4edda",
     "timeout": "#f8d7da",
 }
+# what the SRE looks at first: the server's status, whether it agrees with the checkpoints, the runs
+THREAD_COLUMNS = [
+    "thread_id",
+    "server_status",
+    "agreement",
+    "stuck_runs",
+    "last_run_status",
+    "runs",
+    "checkpoints",
+    "assistant",
+    "updated_at",
+    "created_at",
+    "graph_id",
+    "user_id",
+]
 AGREEMENT_COLOURS = {"both": "#d4edda", "server_only": "#f8d7da", "checkpoints_only": "#f8d7da"}
 
 
@@ -71,15 +87,18 @@ def server_view() -> None:
         return
     stuck = read(aegra.stuck_runs, stuck_s=stuck_s)
     if stuck.empty:
-        st.success(t("agent_server_no_stuck", minutes=f"{stuck_s / 60:g}"), icon=":material/check_circle:")
+        st.success(t("agent_server_no_stuck", threshold=fmt.duration(stuck_s)), icon=":material/check_circle:")
     else:
         st.error(
-            t("agent_server_stuck", n=len(stuck), minutes=f"{stuck_s / 60:g}"), icon=":material/running_with_errors:"
+            t("agent_server_stuck", n=len(stuck), threshold=fmt.duration(stuck_s)),
+            icon=":material/running_with_errors:",
         )
-        table(stuck, f"{PREFIX}.stuck", colours={"status": STATUS_COLOURS})
+        table(stuck.assign(idle_s=stuck["idle_s"].round()), f"{PREFIX}.stuck", colours={"status": STATUS_COLOURS})
     cols = st.columns([3, 2, 2, 1])
     search = cols[0].text_input(t("agent_server_search"), key=f"{PREFIX}.search", max_chars=aegra.MAX_SEARCH)
-    statuses = cols[1].multiselect(t("agent_server_status"), THREAD_STATUSES, key=f"{PREFIX}.statuses")
+    statuses = cols[1].multiselect(
+        t("agent_server_status"), THREAD_STATUSES, key=f"{PREFIX}.statuses", placeholder=t("agent_server_status_any")
+    )
     agreement = cols[2].selectbox(
         t("agent_server_agreement"),
         ("", *aegra.AGREEMENTS),
@@ -106,6 +125,7 @@ def server_view() -> None:
     table(
         threads.assign(agreement=threads["agreement"].map(lambda a: t(f"agent_server_agreement_{a}"))),
         f"{PREFIX}.threads",
+        columns=THREAD_COLUMNS,
         colours={
             "server_status": STATUS_COLOURS,
             "last_run_status": STATUS_COLOURS,
