@@ -62,14 +62,15 @@ FROM core_checkpoint_messages_view m
 WHERE m.thread_id = %(thread_id)s AND m.channel = 'messages' AND m.kind = 'ai'
 ORDER BY m.step, m.ts NULLS LAST, m.checkpoint_id, m.task_id, m.idx, m.position"""
 
-# The checkpoint an answer's task ran from: its time (and the demo's replayed one), step, subject.
-SELECT_CHECKPOINT = """
-SELECT v.ts, v.step, v.cliente_id, v.agente,
+# The checkpoint an answer's task ran from: its time (and the demo's replayed one), step, subject. The same
+# expressions as core_checkpoints_view's columns, on the table itself: that view decodes every channel of the row.
+SELECT_CHECKPOINT = r"""
+SELECT core_try_timestamptz(c.checkpoint ->> 'ts') AS ts,
+       CASE WHEN c.metadata ->> 'step' ~ '^-?\d{1,9}$' THEN (c.metadata ->> 'step')::integer END AS step,
+       c.metadata ->> 'cliente_id' AS cliente_id, c.metadata ->> 'agente' AS agente,
        core_try_timestamptz(c.metadata ->> 'core_replayed_at') AS replayed_at
-FROM core_checkpoints_view v
-JOIN checkpoints c ON c.thread_id = v.thread_id AND c.checkpoint_ns = v.checkpoint_ns
-                  AND c.checkpoint_id = v.checkpoint_id
-WHERE v.thread_id = %(thread_id)s AND v.checkpoint_ns = %(ns)s AND v.checkpoint_id = %(checkpoint_id)s"""
+FROM checkpoints c
+WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(ns)s AND c.checkpoint_id = %(checkpoint_id)s"""
 
 SELECT_NORMALIZED = "SELECT core_checkpoint_messages(%(value)s::jsonb) AS messages"
 
@@ -209,13 +210,16 @@ def _place(
     db: Database, thread_id: str, refs: list[Reference], subject: dict[str, str], subject_source: str | None
 ) -> list[Placed]:
     """For each reference: (prefix or None, found_by, candidates)."""
-    hilo = {(r["prefix"], r["key"]) for r in db.fetch(SELECT_BY_HILO, {"thread_id": thread_id})}
+    hilo: set[tuple[str, str]] | None = None
     by_position: dict[int, list[str]] = {}
     out: list[Placed] = []
     for ref in refs:
         if ref.root in subject:
             out.append((f"{ref.root}.{subject[ref.root]}", subject_source, []))
             continue
+        if hilo is None:  # read only when a message's subject is not recorded: the follower's, brought up to date
+            apply_pending(db.dsn)
+            hilo = {(r["prefix"], r["key"]) for r in db.fetch(SELECT_BY_HILO, {"thread_id": thread_id})}
         linked = sorted(p for p, k in hilo if k == ref.key and p.startswith(ref.root + "."))
         if len(linked) == 1:
             out.append((linked[0], "hilo", []))
@@ -335,7 +339,6 @@ def context_at(db: Database, thread_id: ThreadId, checkpoint_id: str, checkpoint
     cp = db.fetch_one(SELECT_CHECKPOINT, key)
     if cp is None:
         return None
-    apply_pending(db.dsn)  # the hilo links and value holders are the change follower's
     values = views.checkpoint_values(db, thread_id, checkpoint_id, checkpoint_ns)
     row = values[values["channel"] == MESSAGES]
     messages: list[dict[str, Any]] = []
