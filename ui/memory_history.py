@@ -66,7 +66,12 @@ def history_section(prefix: str, scope: Scope | None) -> None:
         return
     ordered = sorted(found.documents.items(), key=lambda item: (-len(found.of(*item[0])), item[0]))
     for (doc_prefix, key), doc in ordered[:SHOWN_DOCUMENTS]:
-        expiry = t("hist_expires", at=fmt.moment(doc.expires_at)) if doc.expires_at is not None else ""
+        expired = doc.state == history.EXPIRED
+        expiry = (
+            t("hist_expired_at" if expired else "hist_expires", at=fmt.moment(doc.expires_at))
+            if doc.expires_at is not None
+            else ""
+        )
         name = md_code(key) if doc_prefix == prefix else f"{md_code(doc_prefix)} / {md_code(key)}"
         st.markdown(f"**{name}** · {_state(doc)}" + (f" · {expiry}" if expiry else ""))
         st.markdown("\n".join(_write_line(w) for w in found.of(doc_prefix, key)))
