@@ -124,8 +124,9 @@ def show_result(result: erasure.ErasureResult) -> None:
     shown = result.store_evidence + result.server_evidence  # the seed's two, and an Agent Protocol server's tables
     st.subheader(t("erasure_evidence_title_server" if result.server_evidence else "erasure_evidence_title"))
     st.caption(t("erasure_evidence_caption"))
+    first_server = result.server_evidence[0] if result.server_evidence else None
     for ev in shown:
-        if ev is (result.server_evidence or [None])[0]:
+        if ev is first_server:
             st.caption(t("erasure_evidence_server_caption", name="Aegra"))
         st.code(ev.sql, language="sql", wrap_lines=True)
         st.markdown(t("erasure_result_line", n=fmt.number(ev.result), at=fmt.moment(ev.at)))
