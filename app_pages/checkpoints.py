@@ -411,6 +411,8 @@ def thread_view() -> None:
     except InvalidIdentifier as exc:
         st.error(refused_message(typed, exc, "ckpt_thread_invalid"))
         return
+    if st.query_params.get("thread", thread_id) != thread_id:  # another thread typed: the answer was the other's
+        st.query_params.pop(ANSWER_PARAM, None)
     st.query_params["thread"] = thread_id
     found = read(views.find_thread, thread_id)
     if found.empty:

@@ -148,3 +148,18 @@ def test_memory_document_of_another_store_shows_no_answer(retail_db, app_env):
     at = manager(retail_db.dsn, app_env, ["T002"], {"ns": "clientes.C401", "key": "pref-contacto"})
     assert "no es un cliente de sus tiendas" in texts(at)
     assert not links(at, "answer")
+
+
+def test_another_thread_typed_drops_the_answer_of_the_first(article_agents_db, app_env):
+    db = Database(article_agents_db.dsn)
+    try:
+        first, other = article_agents_db.threads_of("C9", "read")[0], article_agents_db.threads_of("C19", "read")[0]
+        answer = answer_context.answers(db, ThreadId.parse(first)).iloc[-1]["checkpoint_id"]
+    finally:
+        db.close()
+    at = open_checkpoints(article_agents_db.dsn, app_env, {"thread": first, "answer": answer})
+    assert at.query_params["answer"] == answer
+    at.text_input(key="checkpoints.thread").input(other).run()
+    assert not at.exception
+    assert at.query_params["thread"] == other and "answer" not in at.query_params
+    assert "No hay ninguna respuesta escrita desde el checkpoint" not in texts(at)
