@@ -17,10 +17,10 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v faketime >/dev/null 2>&
     podman runc debootstrap >/dev/null
 fi
 
-# Two pytest-xdist workers by default (PYTEST_WORKERS=N to change; 0: one process), each with its own embedded
-# PostgreSQL. Units of work and their order: conftest.py pytest_collection_modifyitems: a module is a unit, and every
-# browser test is in one last unit that one worker runs alone at the end (one chromium at a time). On this 2-core
-# machine, fresh clone: 16 min 49 s of pytest with two workers (2026-12-05), against 24 min 42 s in one process.
-# --durations=30: the slowest tests at the end of every run, so CI logs show where the time goes.
-# pytest exits 5 when no test ran: that is a failure here, like any other non-zero code.
-exec python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder --durations=30 "$@"
+# Three pytest-xdist workers by default (PYTEST_WORKERS=N to change; 0: one process), each with its own embedded
+# PostgreSQL: most of the slow tier waits (on a dashboard, a browser, a timeout, an outage), at 10-60 % of a core per
+# worker, so a third worker keeps the 2 cores busy. Units of work and their order: tests/_scheduling.py (a module is a
+# unit when its tests share a module fixture, else each test is one; longest first; Playwright per browser module).
+# --durations=30 and --unit-times=40: the slowest tests and the modules' wall and CPU at the end of every run, so CI
+# logs show where the time goes. pytest exits 5 when no test ran: that is a failure here, like any other non-zero code.
+exec python -m pytest -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=30 --unit-times=40 "$@"

@@ -36,6 +36,9 @@ from core.config import Settings  # noqa: E402
 from core.db import Database  # noqa: E402
 from core.migrate import migrate  # noqa: E402
 
+# Units of work and their order, Playwright started per browser module, the per-module wall/CPU table.
+pytest_plugins = ["_scheduling"]
+
 DIMS = 64
 ARTIFACTS = ROOT / "test-artifacts"
 
@@ -280,23 +283,11 @@ def _slow(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Browser tests, the tests using SLOW_FIXTURES and the page flows are slow (`_slow`). Browser tests
-    last: pytest-playwright's sync API leaves an event loop running in the main thread, after which
-    `asyncio.run` (the async checkpointer tests) refuses to start.
-
-    With pytest-xdist (scripts/test.sh: `-n 2 --dist loadgroup --no-loadscope-reorder`) each module is one unit
-    of work, so its module fixtures are set up once, and every browser test is in one last unit: one worker runs
-    them one after another once no other unit is left for it, while the other worker finishes the rest. Two browser
-    units side by side (tried for issue 55) put two chromiums and two dashboards on the 2 cores, and a test that
-    clicks while its page reruns (test_browser_access's three exports) then lost the race."""
+    """Browser tests, the tests using SLOW_FIXTURES and the page flows are slow (`_slow`). Units of work and their
+    order (pytest-xdist, scripts/test.sh): tests/_scheduling.py."""
     for item in items:
         if _slow(item):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            browser = item.get_closest_marker("browser") is not None
-            item.add_marker(pytest.mark.xdist_group("browser" if browser else item.module.__name__))
 
 
 def login_role(dsn: str, prefix: str, tables: str) -> str:
