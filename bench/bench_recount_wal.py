@@ -7,6 +7,11 @@ recount) timed, with the WAL it wrote, against the store's size
 numbered documents, fixed seed, a CHECKPOINT before the recount (full-page images counted the same each run).
 
     python -m bench.bench_recount_wal --sizes 200000 1000000
+
+Issue 52: each size is measured twice, the baseline first: our tables in the agents' database (the layout before,
+still the default), then the dashboard's own database on the same server (PG_DASHBOARD; its follower tables
+UNLOGGED, core/sql/dashboard/001). The WAL is the server's, all databases' (what the agents' slot keeps), from
+pg_current_wal_insert_lsn(); "own / before" is the ratio of the two.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import time
 from bench.bench_capture import fresh_database, logical_server
 from bench.generate_store import generate
 from core.capture import follower
+from core.db import use_dashboard_database
 from core.migrate import migrate
 
 DIMS = 64
@@ -28,6 +34,9 @@ def measure(dsn: str, size: int) -> dict[str, float]:
     f = follower.Follower(dsn)
     with follower.open_links(dsn) as links:
         conn = links.primary
+        # a settled database (hint bits set: PostgreSQL 18's data checksums log the first reader's), then a CHECKPOINT:
+        # full-page images counted the same way each run
+        conn.execute("VACUUM (FREEZE) store, store_vectors, checkpoints, checkpoint_blobs, checkpoint_writes")
         conn.execute("CHECKPOINT")
         store = conn.execute("SELECT pg_total_relation_size('store')").fetchone()[0]
         start = follower.lsn_int(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
@@ -49,16 +58,22 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[200_000, 1_000_000])
     args = parser.parse_args()
     _data, base = logical_server(None, "bench-recount-wal-")
-    print("| documents | store (MB) | recount WAL (MB) | WAL / store | our tables after (MB) | recount (s) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| documents | our tables in | store (MB) | recount WAL (MB) | WAL / store | own / before "
+        "| our tables (MB) | recount (s) |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
     for size in args.sizes:
-        dsn = fresh_database(base, f"recount_{size}")
-        m = measure(dsn, size)
-        print(
-            f"| {size:,} | {m['store'] / 1e6:,.1f} | {m['wal'] / 1e6:,.1f} | {m['wal'] / m['store']:.2f} "
-            f"| {m['ours'] / 1e6:,.1f} | {m['seconds']:.1f} |",
-            flush=True,
-        )
+        before = measure(fresh_database(base, f"recount_{size}"), size)
+        agents = fresh_database(base, f"recount_own_{size}")
+        use_dashboard_database(agents, fresh_database(base, f"recount_own_{size}_dashboard"))
+        own = measure(agents, size)
+        for label, m in (("the agents' database", before), ("our own database (same server)", own)):
+            print(
+                f"| {size:,} | {label} | {m['store'] / 1e6:,.1f} | {m['wal'] / 1e6:,.2f} | {m['wal'] / m['store']:.3f} "
+                f"| {m['wal'] / before['wal']:.3f} | {m['ours'] / 1e6:,.1f} | {m['seconds']:.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

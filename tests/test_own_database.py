@@ -87,6 +87,16 @@ def test_the_follower_keeps_its_state_in_the_dashboards_database_and_writes_noth
         ), kept
         status = capture_status(Database(agents))
         assert status.slot and status.caught_up_at is not None and status.dead_letters == 0
+        with psycopg.connect(ours) as conn:  # the recount's staging copy of the agents' rows is gone
+            staged = conn.execute(
+                "SELECT (SELECT count(*) FROM core_recount_store) + (SELECT count(*) FROM core_recount_checkpoints)"
+                " + (SELECT count(*) FROM core_recount_threads) + (SELECT count(*) FROM core_recount_vectors)"
+            ).fetchone()
+            unlogged = conn.execute(
+                "SELECT count(*) FROM pg_class WHERE relname = ANY(%s) AND relpersistence = 'u'",
+                (list(FOLLOWER_TABLES),),
+            ).fetchone()
+        assert staged == (0,) and unlogged == (len(FOLLOWER_TABLES),)
     finally:
         drop_slot(agents)
 

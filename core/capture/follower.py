@@ -37,7 +37,7 @@ import psycopg
 
 from core.capture import changes
 from core.capture.changes import Contribution, Deltas
-from core.db import dashboard_dsn_for, decode_dsn_for
+from core.db import connection_key, dashboard_dsn_for, decode_dsn_for
 
 log = logging.getLogger(__name__)
 
@@ -320,11 +320,13 @@ INSERT INTO core_token_dirty (thread_id) SELECT thread_id FROM core_recount_thre
 ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL"""
 
 
-def copy_sources(src: psycopg.Connection, ours: psycopg.Connection) -> None:
-    """Copy RECOUNT_SOURCES as `src` sees them into temporary tables of `ours`, dropped when its transaction ends."""
+def copy_sources(src: psycopg.Connection, ours: psycopg.Connection, *, staging: bool = False) -> None:
+    """Copy RECOUNT_SOURCES as `src` sees them into `ours`: its UNLOGGED staging tables (`staging`: the dashboard's own
+    database, core/sql/dashboard/001; nothing written to the WAL), else temporary tables dropped when its transaction
+    ends."""
     for table, query in RECOUNT_SOURCES:
-        ours.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP")
         name = table.split(" ", 1)[0]
+        ours.execute(f"TRUNCATE {name}" if staging else f"CREATE TEMP TABLE {table} ON COMMIT DROP")
         with (
             src.cursor().copy(f"COPY ({query}) TO STDOUT") as out,
             ours.cursor().copy(f"COPY {name} FROM STDIN") as into,
@@ -335,13 +337,17 @@ def copy_sources(src: psycopg.Connection, ours: psycopg.Connection) -> None:
 
 def stream_recount(src: psycopg.Connection, ours: psycopg.Connection, *, mark_all: bool = True) -> None:
     """Inside a REPEATABLE READ transaction on `src` and a transaction on `ours`: copy what the aggregates are
-    counted from into temporary tables of ours (dropped at commit) and recount every aggregate there; `mark_all`:
-    mark every thread dirty for the token index too."""
-    copy_sources(src, ours)
+    counted from into `ours` (copy_sources: its staging tables when it is the dashboard's own database, emptied again
+    before the commit, so that no copy of a customer's values outlives the recount) and recount every aggregate
+    there; `mark_all`: mark every thread dirty for the token index too."""
+    staging = connection_key(ours) != connection_key(src)
+    copy_sources(src, ours, staging=staging)
     for statement in RECOUNT:
         ours.execute(statement)
     if mark_all:
         ours.execute(MARK_ALL_THREADS)
+    if staging:
+        ours.execute("TRUNCATE " + ", ".join(table.split(" ", 1)[0] for table, _ in RECOUNT_SOURCES))
 
 
 SAVE_RECOUNT = """

@@ -3,6 +3,12 @@
 -- store's and checkpoints' shadows, the counts per prefix, root and expiry day, the value holders and the token
 -- index's dirty marks. Same tables as the agents'-side migrations 007-152 left them (pg_dump of a migrated database),
 -- and the three pure functions the follower computes with.
+--
+-- UNLOGGED: everything here is recounted from the agents' tables when it is missing, so none of it is written to the
+-- WAL. The dashboard's database may then share the agents' server (the embedded default) without the follower adding
+-- a byte to the WAL their slot must keep, their standbys receive and their archive stores: its recount, its batches
+-- and its heartbeat write none. After a crash of that server PostgreSQL empties these tables; the follower then finds
+-- no position, drops its slot, creates a new one and recounts (its pages say "as of" until then).
 
 CREATE FUNCTION core_string_leaves(value jsonb) RETURNS SETOF text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -25,7 +31,7 @@ CREATE FUNCTION core_value_holders_of(prefix text, value jsonb, OUT value_hash b
     WHERE prefix LIKE 'clientes.%'
 $$;
 
-CREATE TABLE core_capture_dead_letters (
+CREATE UNLOGGED TABLE core_capture_dead_letters (
     id bigint NOT NULL,
     slot_name text NOT NULL,
     lsn pg_lsn NOT NULL,
@@ -46,7 +52,7 @@ ALTER TABLE core_capture_dead_letters ALTER COLUMN id ADD GENERATED ALWAYS AS ID
     CACHE 1
 );
 
-CREATE TABLE core_capture_position (
+CREATE UNLOGGED TABLE core_capture_position (
     slot_name text NOT NULL,
     lsn pg_lsn NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -57,12 +63,12 @@ CREATE TABLE core_capture_position (
     recounted_at timestamp with time zone
 );
 
-CREATE TABLE core_capture_recount_requests (
+CREATE UNLOGGED TABLE core_capture_recount_requests (
     slot_name text NOT NULL,
     requested_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE core_checkpoint_shadow (
+CREATE UNLOGGED TABLE core_checkpoint_shadow (
     thread_id text NOT NULL,
     checkpoint_ns text NOT NULL,
     checkpoint_id text NOT NULL,
@@ -70,20 +76,20 @@ CREATE TABLE core_checkpoint_shadow (
     ts text
 );
 
-CREATE TABLE core_expiry_days (
+CREATE UNLOGGED TABLE core_expiry_days (
     day date NOT NULL,
     root text NOT NULL,
     documents bigint NOT NULL
 );
 
-CREATE TABLE core_prefix_counts (
+CREATE UNLOGGED TABLE core_prefix_counts (
     prefix text NOT NULL,
     root text GENERATED ALWAYS AS (split_part(prefix, '.'::text, 1)) STORED,
     documents bigint NOT NULL,
     last_write timestamp with time zone
 );
 
-CREATE TABLE core_root_counts (
+CREATE UNLOGGED TABLE core_root_counts (
     root text NOT NULL,
     shard smallint NOT NULL,
     documents bigint DEFAULT 0 NOT NULL,
@@ -91,7 +97,7 @@ CREATE TABLE core_root_counts (
     vectors bigint DEFAULT 0 NOT NULL
 );
 
-CREATE TABLE core_store_shadow (
+CREATE UNLOGGED TABLE core_store_shadow (
     prefix text NOT NULL,
     key text NOT NULL,
     expires_day date,
@@ -99,12 +105,12 @@ CREATE TABLE core_store_shadow (
     hilo text
 );
 
-CREATE TABLE core_token_dirty (
+CREATE UNLOGGED TABLE core_token_dirty (
     thread_id text NOT NULL,
     claimed_at timestamp with time zone
 );
 
-CREATE TABLE core_value_holders (
+CREATE UNLOGGED TABLE core_value_holders (
     value_hash bigint NOT NULL,
     cliente_id text NOT NULL,
     documents integer NOT NULL
@@ -138,3 +144,12 @@ CREATE INDEX core_prefix_counts_prefix_pattern_idx ON core_prefix_counts USING b
 CREATE INDEX core_prefix_counts_root_documents_idx ON core_prefix_counts USING btree (root, documents DESC, prefix);
 CREATE INDEX core_store_shadow_hilo_idx ON core_store_shadow USING btree (hilo) WHERE (hilo IS NOT NULL);
 CREATE INDEX core_value_holders_cliente_idx ON core_value_holders USING btree (cliente_id);
+
+-- The recount's staging tables (core.capture.follower.copy_sources): the agents' rows it counts from, copied in one
+-- snapshot, emptied again before the recount commits.
+CREATE UNLOGGED TABLE core_recount_store (
+    prefix text, key text, value jsonb, updated_at timestamp with time zone, expires_at timestamp with time zone);
+CREATE UNLOGGED TABLE core_recount_vectors (root text, vectors bigint);
+CREATE UNLOGGED TABLE core_recount_checkpoints (
+    thread_id text, checkpoint_ns text, checkpoint_id text, metadata jsonb, ts text);
+CREATE UNLOGGED TABLE core_recount_threads (thread_id text);
