@@ -21,6 +21,6 @@ fi
 # PostgreSQL: most of the slow tier waits (on a dashboard, a browser, a timeout, an outage), at 10-60 % of a core per
 # worker, so a third worker keeps the 2 cores busy. Units of work and their order: tests/_scheduling.py (a module is a
 # unit when its tests share a module fixture, else each test is one; longest first; Playwright per browser module).
-# --durations=30 and --unit-times=40: the slowest tests and the modules' wall and CPU at the end of every run, so CI
+# --durations=30 and --unit-times=50: the slowest tests and the modules' wall and CPU at the end of every run, so CI
 # logs show where the time goes. pytest exits 5 when no test ran: that is a failure here, like any other non-zero code.
-exec python -m pytest -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=30 --unit-times=40 "$@"
+exec python -m pytest -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=30 --unit-times=50 "$@"

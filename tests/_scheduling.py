@@ -308,7 +308,11 @@ def _module_of(unit: str) -> str:
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("unit times")
     group.addoption("--unit-times", type=int, default=0, help="print the N longest modules, wall and CPU (-1: all)")
-    group.addoption("--durations-file", default=None, help="write every test's seconds (>= 0.5 s) as JSON")
+    group.addoption(
+        "--durations-file",
+        default=os.environ.get("PYTEST_DURATIONS_FILE"),
+        help="write every test's seconds (>= 0.5 s) as JSON, e.g. tests/test_durations.json (or PYTEST_DURATIONS_FILE)",
+    )
 
 
 def pytest_configure(config) -> None:
