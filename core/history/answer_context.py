@@ -87,7 +87,10 @@ SELECT_CONVERSATION = "SELECT subject_root, subject_id FROM core_conversations W
 SELECT_BY_HILO = "SELECT prefix, key FROM core_store_shadow WHERE hilo = %(thread_id)s"
 
 # The customers whose documents hold a string value (one hash lookup, core_value_holders' primary key).
-SELECT_HOLDERS = "SELECT cliente_id FROM core_value_holders WHERE value_hash = hashtextextended(%(value)s, 0)"
+# A value more customers hold than MAX_HOLDERS tells nobody apart: it is left out of the intersection.
+MAX_HOLDERS = 1000
+SELECT_HOLDERS = """
+SELECT cliente_id FROM core_value_holders WHERE value_hash = hashtextextended(%(value)s, 0) LIMIT %(limit)s"""
 
 # Documents by primary key, as they are now (no TTL refresh: a read of ours is not the agent's).
 SELECT_DOCUMENTS = """
@@ -192,13 +195,13 @@ def _subject(db: Database, thread_id: str, cliente_id: Any) -> tuple[dict[str, s
 
 def _by_value(db: Database, refs: list[Reference]) -> list[str]:
     """The customers whose documents hold every value these references show that any document still holds (a value
-    overwritten since is no evidence either way), sorted."""
+    overwritten since, or one more than MAX_HOLDERS customers hold, is no evidence either way), sorted."""
     holders: set[str] | None = None
     for ref in refs:
         if ref.value is None:
             continue
-        found = {r["cliente_id"] for r in db.fetch(SELECT_HOLDERS, {"value": ref.value})}
-        if found:
+        found = {r["cliente_id"] for r in db.fetch(SELECT_HOLDERS, {"value": ref.value, "limit": MAX_HOLDERS + 1})}
+        if found and len(found) <= MAX_HOLDERS:
             holders = found if holders is None else holders & found
     return sorted(holders or ())
 
