@@ -25,7 +25,7 @@ def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_promtool_checks_the_plain_rules():
     run = promtool("check", "rules", str(RULES))
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "SUCCESS: 18 rules found" in run.stdout
+    assert "SUCCESS: 19 rules found" in run.stdout
 
 
 def test_promtool_unit_tests_pass():
@@ -63,6 +63,34 @@ def test_the_unit_tests_fail_when_follower_down_ignores_whether_a_slot_exists(tm
     run = promtool("test", "rules", UNIT.name, cwd=tmp_path)
     assert run.returncode != 0
     assert "AgentMemoryCaptureFollowerDown" in run.stdout + run.stderr
+
+
+def _test_with(tmp_path, alert: str, change) -> subprocess.CompletedProcess:
+    """promtool's unit tests against a copy of the rules where `change(rule)` altered the rule named `alert`."""
+    rules = yaml.safe_load(RULES.read_text())
+    found = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == alert]
+    assert len(found) == 1, alert
+    change(found[0])
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / RULES.name).write_text(yaml.safe_dump(rules, sort_keys=False))
+    shutil.copy(UNIT, tmp_path / UNIT.name)
+    return promtool("test", "rules", UNIT.name, cwd=tmp_path)
+
+
+def test_the_stuck_run_tests_fail_when_the_rule_pages_on_a_blip_or_on_busy_runs(tmp_path):
+    """Red checks of AgentServerRunsStuck: without `for: 5m` a run counted stuck for two scrapes pages; on the runs
+    gauge instead of the stuck one a busy server pages; never firing misses the killed worker's run."""
+    blip = _test_with(tmp_path / "blip", "AgentServerRunsStuck", lambda r: r.pop("for"))
+    assert blip.returncode != 0 and "AgentServerRunsStuck" in blip.stdout + blip.stderr
+    assert "AgentServerRunsStuck, time: 11m" in blip.stdout + blip.stderr
+    busy = _test_with(
+        tmp_path / "busy",
+        "AgentServerRunsStuck",
+        lambda r: r.update(expr="max by (server, status) (agent_memory_agent_server_runs) > 0"),
+    )
+    assert busy.returncode != 0 and "AgentServerRunsStuck, time: 20m" in busy.stdout + busy.stderr
+    never = _test_with(tmp_path / "never", "AgentServerRunsStuck", lambda r: r.update(expr=r["expr"] + " > 1"))
+    assert never.returncode != 0 and "AgentServerRunsStuck, time: 16m" in never.stdout + never.stderr
 
 
 def test_prometheusrule_is_generated_from_the_plain_file(tmp_path):
