@@ -30,7 +30,8 @@ import pandas as pd
 
 from core.config import Settings, load_settings
 from core.db import Database, one
-from core.memory.customer_stores import MINE_PREFIXES, Scope
+from core.memory import customer_stores
+from core.memory.customer_stores import MINE_PREFIXES, MINE_PREFIXES_LARGE, Scope
 from core.memory.history import WRITING_TOOLS
 
 FLAGS = ("expiring", "flapping", "contradiction", "provenance_gone")
@@ -72,49 +73,71 @@ docs AS MATERIALIZED (
     FROM store s
     WHERE s.prefix LIKE 'clientes.%%' AND (s.expires_at IS NULL OR s.expires_at > now())
 )"""
-DOCS_SCOPED = (
-    MINE_PREFIXES
-    + r""",
+DOCS_SCOPED = r""",
 docs AS MATERIALIZED (
     SELECT s.prefix, s.key, p.cliente_id, {columns}
     FROM mine_prefixes p JOIN store s ON s.prefix = p.prefix
     WHERE s.expires_at IS NULL OR s.expires_at > now()
 )"""
-)
 DOC_COLUMNS = """coalesce(s.value ->> 'tipo', CASE WHEN s.key LIKE 'pref-%%' THEN substr(s.key, 6) END) AS tipo,
            coalesce(s.value ->> 'valor', s.value ->> 'texto', s.value::text) AS valor,
            CASE WHEN jsonb_typeof(s.value -> 'hilo') = 'string' THEN s.value ->> 'hilo' END AS hilo, s.expires_at"""
-# The writes of the window by prefix, limited to the scope's customers when scoped.
-IN_SCOPE = {"all": "", "scoped": "AND split_part({col}, '.', 2) IN (SELECT cliente_id FROM mine)"}
+# The writing calls of the window: every one, attributed where a source says whose it is (checkpoint metadata, our
+# conversation log, a document's `hilo`), or, for a scope, those of the scope's customers, each source by its index.
+WINDOW = "t.tool = %(tool)s AND t.ts >= now() - %(window)s::interval AND t.args ->> %(key_arg)s IS NOT NULL"
+CALLS = {
+    "all": f"""
+    SELECT coalesce(t.cliente_id, cv.subject_id, h.cliente_id) AS cliente_id, {CALL_KEY} AS key
+    FROM core_tool_calls t
+    LEFT JOIN core_conversations cv ON cv.thread_id = t.thread_id AND cv.subject_root = 'clientes'
+    LEFT JOIN hilos h ON h.thread_id = t.thread_id
+    WHERE {WINDOW}""",
+    # each of the scope's customers by the indexes on core_tool_calls (cliente_id) and core_conversations (subject)
+    "scoped": f"""
+    SELECT t.cliente_id, {CALL_KEY} AS key FROM mine m
+    CROSS JOIN LATERAL (SELECT * FROM core_tool_calls x WHERE x.cliente_id = m.cliente_id OFFSET 0) t
+    WHERE {WINDOW}
+    UNION ALL
+    SELECT cv.subject_id, {CALL_KEY} FROM mine m
+    CROSS JOIN LATERAL (SELECT * FROM core_conversations x
+                        WHERE x.subject_root = 'clientes' AND x.subject_id = m.cliente_id OFFSET 0) cv
+    JOIN core_tool_calls t ON t.thread_id = cv.thread_id AND t.cliente_id IS NULL AND {WINDOW}
+    UNION ALL
+    SELECT h.cliente_id, {CALL_KEY} FROM hilos h JOIN core_tool_calls t ON t.thread_id = h.thread_id
+    WHERE t.cliente_id IS NULL AND {WINDOW}
+      AND NOT EXISTS (SELECT 1 FROM core_conversations cv
+                      WHERE cv.thread_id = t.thread_id AND cv.subject_root = 'clientes')""",
+}
+# Our write log of the window, and each document's last logged writer, for the customers in question.
+LOG_FROM = {
+    "all": "core_memory_writes w WHERE w.prefix LIKE 'clientes.%%' AND",
+    # one index lookup per namespace (OFFSET 0: a hash join would read the whole log)
+    "scoped": "mine_prefixes p CROSS JOIN LATERAL (SELECT * FROM core_memory_writes x WHERE x.prefix = p.prefix "
+    "OFFSET 0) w WHERE",
+}
+UNATTRIBUTED = {"all": "(SELECT count(*) FROM calls WHERE cliente_id IS NULL)", "scoped": "NULL::bigint"}
 
 FLAGGED = """,
-expiring AS (
+soon AS MATERIALIZED (
+    SELECT * FROM docs WHERE expires_at <= now() + make_interval(days => %(expiring_days)s)
+), expiring AS (
     SELECT 'expiring'::text AS flag, d.cliente_id, d.prefix, d.key, d.tipo, d.valor AS value, d.expires_at,
            u.last_used, NULL::bigint AS writes, NULL::text AS thread_id, NULL::text AS detail, NULL::text[] AS others
-    FROM docs d
+    FROM soon d
     CROSS JOIN LATERAL (SELECT greatest(
         (SELECT max(l.last_human_at) FROM core_thread_last l WHERE l.cliente_id = d.cliente_id),
         (SELECT max(c.last_turn_at) FROM core_conversations c
          WHERE c.subject_root = 'clientes' AND c.subject_id = d.cliente_id),
-        (SELECT l.last_human_at FROM core_thread_last l WHERE l.thread_id = d.hilo)) AS last_used) u
-    WHERE d.expires_at <= now() + make_interval(days => %(expiring_days)s)
-      AND u.last_used >= now() - make_interval(days => %(used_days)s)
-), calls AS MATERIALIZED (
-    -- the writing tool's calls of the window, each attributed to a customer where a source says whose it is
-    SELECT coalesce(t.cliente_id, cv.subject_id,
-                    (SELECT h.cliente_id FROM docs h WHERE h.hilo = t.thread_id ORDER BY h.cliente_id LIMIT 1))
-               AS cliente_id,
-           """
-FLAGGED_2 = """ AS key
-    FROM core_tool_calls t
-    LEFT JOIN core_conversations cv ON cv.thread_id = t.thread_id AND cv.subject_root = 'clientes'
-    WHERE t.tool = %(tool)s AND t.ts >= now() - %(window)s::interval AND t.args ->> %(key_arg)s IS NOT NULL
+        (SELECT l.last_human_at FROM core_thread_last l WHERE l.thread_id = d.hilo)) AS last_used OFFSET 0) u
+    WHERE u.last_used >= now() - make_interval(days => %(used_days)s)
+), hilos AS MATERIALIZED (
+    SELECT DISTINCT ON (hilo) hilo AS thread_id, cliente_id FROM docs WHERE hilo IS NOT NULL ORDER BY hilo, cliente_id
+), calls AS MATERIALIZED ({calls}
 ), window_writes AS (
     SELECT 'clientes.' || c.cliente_id AS prefix, c.key, count(*) AS n FROM calls c
-    WHERE c.cliente_id IS NOT NULL {scope_calls} GROUP BY 1, 2
+    WHERE c.cliente_id IS NOT NULL GROUP BY 1, 2
     UNION ALL
-    SELECT w.prefix, w.key, count(*) FROM core_memory_writes w
-    WHERE w.written_at >= now() - %(window)s::interval AND w.prefix LIKE 'clientes.%%' {scope_log} GROUP BY 1, 2
+    SELECT w.prefix, w.key, count(*) FROM {log_from} w.written_at >= now() - %(window)s::interval GROUP BY 1, 2
 ), flapping AS (
     SELECT 'flapping'::text, split_part(x.prefix, '.', 2), x.prefix, x.key, d.tipo, d.valor, d.expires_at,
            NULL::timestamptz, x.n, NULL::text, NULL::text, NULL::text[]
@@ -127,28 +150,32 @@ FLAGGED_2 = """ AS key
            array_agg(d.prefix || ' / ' || d.key || ': ' || d.valor ORDER BY d.prefix, d.key)
     FROM docs d WHERE d.tipo IS NOT NULL
     GROUP BY d.cliente_id, d.tipo HAVING count(DISTINCT d.valor) > 1
-), writers AS (
-    SELECT d.*, coalesce(d.hilo, (SELECT w.thread_id FROM core_memory_writes w
-                                  WHERE w.prefix = d.prefix AND w.key = d.key AND w.thread_id IS NOT NULL
-                                  ORDER BY w.written_at DESC, w.id DESC LIMIT 1)) AS writer
-    FROM docs d
-), provenance AS (
-    SELECT w.*, CASE
-        WHEN NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = w.writer) THEN 'thread_gone'
-        WHEN EXISTS (SELECT 1 FROM core_tool_calls t WHERE t.thread_id = w.writer AND t.tool = %(tool)s
-                     AND """
-FLAGGED_3 = """ = w.key)
-         AND NOT EXISTS (SELECT 1 FROM core_tool_calls t JOIN checkpoints c
-                         ON c.thread_id = t.thread_id AND c.checkpoint_ns = t.checkpoint_ns
-                        AND c.checkpoint_id = t.checkpoint_id
-                         WHERE t.thread_id = w.writer AND t.tool = %(tool)s AND """
-FLAGGED_4 = """ = w.key)
-        THEN 'step_pruned' END AS gone
-    FROM writers w WHERE w.writer IS NOT NULL
+), last_log AS MATERIALIZED (
+    SELECT DISTINCT ON (w.prefix, w.key) w.prefix, w.key, w.thread_id FROM {log_from} w.thread_id IS NOT NULL
+    ORDER BY w.prefix, w.key, w.written_at DESC, w.id DESC
+), writers AS MATERIALIZED (
+    SELECT d.cliente_id, d.prefix, d.key, d.tipo, d.valor, d.expires_at, coalesce(d.hilo, l.thread_id) AS writer
+    FROM docs d LEFT JOIN last_log l ON l.prefix = d.prefix AND l.key = d.key
+), writer_threads AS MATERIALIZED (
+    SELECT x.writer, EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = x.writer) AS held
+    FROM (SELECT DISTINCT writer FROM writers WHERE writer IS NOT NULL) x
+), written_steps AS MATERIALIZED (
+    -- of a held writing thread, whether any checkpoint holding a call that wrote the document is still there
+    SELECT t.thread_id, """
+FLAGGED_2 = """ AS key,
+           bool_or(EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id
+                           AND c.checkpoint_ns = t.checkpoint_ns AND c.checkpoint_id = t.checkpoint_id)) AS held
+    FROM writer_threads wt JOIN core_tool_calls t ON t.thread_id = wt.writer
+    WHERE wt.held AND t.tool = %(tool)s AND t.args ->> %(key_arg)s IS NOT NULL
+    GROUP BY 1, 2
 ), provenance_gone AS (
-    SELECT 'provenance_gone'::text, p.cliente_id, p.prefix, p.key, p.tipo, p.valor, p.expires_at, NULL::timestamptz,
-           NULL::bigint, p.writer, p.gone, NULL::text[]
-    FROM provenance p WHERE p.gone IS NOT NULL
+    SELECT 'provenance_gone'::text, w.cliente_id, w.prefix, w.key, w.tipo, w.valor, w.expires_at, NULL::timestamptz,
+           NULL::bigint, w.writer, g.gone, NULL::text[]
+    FROM writers w JOIN writer_threads wt ON wt.writer = w.writer
+    LEFT JOIN written_steps s ON s.thread_id = w.writer AND s.key = w.key
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN NOT wt.held THEN 'thread_gone' WHEN NOT s.held THEN 'step_pruned' END AS gone) g
+    WHERE g.gone IS NOT NULL
 ), flagged AS MATERIALIZED (
     SELECT * FROM expiring UNION ALL SELECT * FROM flapping UNION ALL SELECT * FROM contradiction
     UNION ALL SELECT * FROM provenance_gone
@@ -165,16 +192,20 @@ FLAGGED_4 = """ = w.key)
 )
 SELECT (SELECT coalesce(jsonb_agg(c ORDER BY c.flag, c.tienda), '[]') FROM counted c) AS counts,
        (SELECT coalesce(jsonb_agg(l ORDER BY l.flag, l.rn), '[]') FROM listed l WHERE l.rn <= %(rows)s) AS rows,
-       (SELECT count(*) FROM calls WHERE cliente_id IS NULL) AS unattributed_writes,
+       {unattributed} AS unattributed_writes,
        now() AS read_at"""
 
 
-def _statement(scoped: bool) -> str:
+def _statement(scoped: bool, large: bool = False) -> str:
+    """The statement of every customer, or of a scope's (its namespaces by one lookup per customer, or, `large`, by
+    the hash join customer_stores makes for many customers)."""
     kind = "scoped" if scoped else "all"
-    docs = (DOCS_SCOPED if scoped else DOCS_ALL).format(columns=DOC_COLUMNS)
-    body = (FLAGGED + CALL_KEY + FLAGGED_2 + CALL_KEY + FLAGGED_3 + CALL_KEY + FLAGGED_4).format(
-        scope_calls=IN_SCOPE[kind].format(col="'clientes.' || c.cliente_id"),
-        scope_log=IN_SCOPE[kind].format(col="w.prefix"),
+    mine = (MINE_PREFIXES_LARGE if large else MINE_PREFIXES) if scoped else ""
+    docs = mine + (DOCS_SCOPED if scoped else DOCS_ALL).format(columns=DOC_COLUMNS)
+    body = (FLAGGED + CALL_KEY + FLAGGED_2).format(
+        calls=CALLS[kind],
+        log_from=LOG_FROM[kind],
+        unattributed=UNATTRIBUTED[kind],
         # a manager counts their stores only; the unscoped read names customers of no store too
         scope_stores="AND m.tienda = ANY(%(stores)s::text[])" if scoped else "",
         store_join="JOIN" if scoped else "LEFT JOIN",
@@ -182,7 +213,7 @@ def _statement(scoped: bool) -> str:
     return "WITH " + docs + body
 
 
-STATEMENTS = {False: _statement(False), True: _statement(True)}
+STATEMENTS = {"all": _statement(False), "scoped": _statement(True), "scoped_large": _statement(True, large=True)}
 COUNT_COLUMNS = ["flag", "tienda", "documents", "customers"]
 ROW_COLUMNS = [
     "flag",
@@ -204,12 +235,12 @@ ROW_COLUMNS = [
 class MemoryFlags:
     """`counts`: flagged documents (and customers) per flag and store; `rows`: up to ROWS_PER_FLAG flagged documents
     per flag; `unattributed_writes`: writing calls of the last 7 days no source attributes to a customer (not counted
-    by `flapping`)."""
+    by `flapping`; None in a store manager's read, which reads only their customers' calls)."""
 
     thresholds: Thresholds
     counts: pd.DataFrame
     rows: pd.DataFrame
-    unattributed_writes: int
+    unattributed_writes: int | None  # None: not counted (a store manager's read)
     read_at: Any
 
     def total(self, flag: str) -> int:
@@ -237,9 +268,13 @@ def memory_flags(
     }
     if scope is not None:
         params |= scope.params()
-    found = one(db.fetch_one(STATEMENTS[scope is not None], params))
+    kind = "all" if scope is None else "scoped_large" if customer_stores.large_scope(db, scope) else "scoped"
+    found = one(db.fetch_one(STATEMENTS[kind], params))
     counts = pd.DataFrame(found["counts"], columns=COUNT_COLUMNS)
     listed = pd.DataFrame(found["rows"], columns=ROW_COLUMNS)
     for column in ("expires_at", "last_used"):
         listed[column] = pd.to_datetime(listed[column], utc=True, format="ISO8601")
-    return MemoryFlags(thresholds, counts, listed, int(found["unattributed_writes"]), found["read_at"])
+    unattributed = found["unattributed_writes"]
+    return MemoryFlags(
+        thresholds, counts, listed, None if unattributed is None else int(unattributed), found["read_at"]
+    )
