@@ -69,7 +69,7 @@ def test_context_of_an_answer_in_two_clicks(page, article_url, article_agents_db
     expect(heading).to_be_visible(timeout=60_000)
     heading.scroll_into_view_if_needed()
     grid = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("Ya lo tengo en cuenta.")).first
-    expect(grid).to_be_visible()
+    expect(grid).to_be_visible(timeout=60_000)  # the page's later sections are still being drawn under load
     pick_row(page, grid, len(answers) - 1)  # click 2: the last answer
     expect(page.get_by_text(f"{words['step']} ·", exact=False).first).to_be_visible(timeout=30_000)
     screenshot(f"answer-context-picked-{lang}")
@@ -98,7 +98,7 @@ def test_a_document_lists_the_answers_that_used_it(page, article_url, article_ag
     expect(heading).to_be_visible(timeout=60_000)
     heading.scroll_into_view_if_needed()
     uses = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text(conv.thread_id)).last
-    expect(uses).to_be_visible()
+    expect(uses).to_be_visible(timeout=60_000)
     pick_row(page, uses, 0)
     expect(page.get_by_role("heading", name=words["title"])).to_have_count(0)  # the context, inline, has no heading
     chats = page.get_by_test_id("stChatMessage")
