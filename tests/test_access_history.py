@@ -31,6 +31,7 @@ def overwritten(create_database):
     db.close()
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_the_json_holds_every_write_as_the_database_does(overwritten):
     db = overwritten
     doc = json.loads(access.export(db, "H1", fmt="json", lang="es", operator="dpo@example.com").data)
@@ -49,6 +50,7 @@ def test_the_json_holds_every_write_as_the_database_does(overwritten):
     assert doc["information"]["history_purpose"].startswith(PURPOSE["es"])
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 @pytest.mark.parametrize("lang", ["es", "en"])
 def test_the_html_says_what_we_hold_and_how_it_changed_in_the_customers_words(overwritten, lang):
     html = access.export(overwritten, "H1", fmt="html", lang=lang, operator="dpo@example.com").data.decode()

@@ -59,6 +59,7 @@ def flagged(found: flags.MemoryFlags, flag: str) -> set[tuple[str, str]]:
     return set(zip(rows["cliente_id"], rows["key"], strict=True))
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_expiring_while_used_counts_the_documents_of_customers_who_talked_recently(db):
     shop = Shop(db)
     shop.say("A1", "cliente-A1-1", RECOGIDA.format("Sierpes"))
@@ -84,6 +85,7 @@ def test_expiring_while_used_counts_the_documents_of_customers_who_talked_recent
     assert other.counts.empty and other.rows.empty
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_flapping_counts_a_document_written_more_than_k_times_in_a_week(db):
     shop = Shop(db)
     for n, tienda in enumerate(["Sierpes", "Goya", "Sol", "Triana", "Nervión"]):
@@ -106,6 +108,7 @@ def test_flapping_counts_a_document_written_more_than_k_times_in_a_week(db):
     assert flags.memory_flags(db, flags.Thresholds(flapping_writes=3), scope=scope_of(db, "T009")).rows.empty
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_contradiction_counts_one_kind_of_preference_with_two_values(db):
     shop = Shop(db)
     shop.say("K1", "cliente-K1-1", RECOGIDA.format("Sierpes"))
@@ -150,6 +153,7 @@ def _age(db: Database, thread_id: str, days: int) -> None:
     )
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_provenance_gone_counts_documents_whose_writing_conversation_was_pruned_or_deleted(db):
     shop = Shop(db)
     shop.say("P1", "cliente-P1-1", RECOGIDA.format("Sierpes"))
@@ -176,6 +180,7 @@ def test_provenance_gone_counts_documents_whose_writing_conversation_was_pruned_
     assert flags.memory_flags(db, flags.Thresholds(), scope=scope_of(db, "T002")).rows.empty
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_flags_are_counted_per_store_and_a_customer_of_no_store_is_counted_apart(db):
     shop = Shop(db)
     shop.say("S1", "cliente-S1-1", RECOGIDA.format("Sierpes"), tienda="T001")
@@ -195,6 +200,7 @@ def test_flags_are_counted_per_store_and_a_customer_of_no_store_is_counted_apart
     assert set(only_t2.rows["cliente_id"]) == {"S2"}
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_flags_change_nothing(db):
     shop = Shop(db)
     shop.say("S1", "cliente-S1-1", RECOGIDA.format("Sierpes"))

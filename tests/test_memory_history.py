@@ -69,6 +69,7 @@ def test_the_look_alike_ids_never_share_a_history(article):
         assert not set(mine.threads) & set(history.customer_history(db, other).threads)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_an_overwrite_is_superseded_and_the_value_at_a_time_is_the_write_before_it(db):
     shop = Shop(db)
     shop.say("H1", "cliente-H1-1", RECOGIDA.format("Sierpes"))
@@ -97,6 +98,7 @@ def test_an_overwrite_is_superseded_and_the_value_at_a_time_is_the_write_before_
     assert history.value_at(db, "proveedores.P1", "aviso-retraso", between).reason == "not_a_customer"
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_expired_not_swept_is_hidden_from_the_agent_and_a_swept_one_is_gone(db):
     shop = Shop(db)
     shop.say("E1", "cliente-E1-1", RECOGIDA.format("Sierpes"))
@@ -135,6 +137,7 @@ def test_expired_not_swept_is_hidden_from_the_agent_and_a_swept_one_is_gone(db):
     assert write.superseded and not write.current
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_a_value_the_store_holds_that_no_known_write_gave_is_shown_as_the_stores(db):
     shop = Shop(db)
     shop.say("V1", "cliente-V1-1", RECOGIDA.format("Sierpes"))
@@ -151,6 +154,7 @@ def test_a_value_the_store_holds_that_no_known_write_gave_is_shown_as_the_stores
     ]
 
 
+@pytest.mark.slow  # the real retail agent writes a database for this test
 def test_a_manager_of_another_store_gets_no_history(db):
     shop = Shop(db)
     shop.say("M1", "cliente-M1-1", RECOGIDA.format("Sierpes"), tienda="T001")
