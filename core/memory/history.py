@@ -149,9 +149,19 @@ class CustomerHistory:
     writes: list[HistoryWrite] = field(default_factory=list)  # in time order within each document
     threads: list[str] = field(default_factory=list)  # the customer's conversations (the resolver's)
     errors: dict[str, str] = field(default_factory=dict)  # a resolver source that could not run
+    # `writes` indexed by document, for the list it was built from (a customer may hold thousands of documents)
+    _index: tuple[int, int, dict[tuple[str, str], list[HistoryWrite]]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def of(self, prefix: str, key: str) -> list[HistoryWrite]:
-        return [w for w in self.writes if w.prefix == prefix and w.key == key]
+        """The document's writes, oldest first."""
+        if self._index is None or self._index[:2] != (id(self.writes), len(self.writes)):
+            by_document: dict[tuple[str, str], list[HistoryWrite]] = {}
+            for w in self.writes:
+                by_document.setdefault((w.prefix, w.key), []).append(w)
+            self._index = (id(self.writes), len(self.writes), by_document)
+        return list(self._index[2].get((prefix, key), ()))
 
     def frame(self) -> pd.DataFrame:
         """One row per write, documents in key order, writes oldest first, with the document's state now."""
@@ -235,16 +245,15 @@ def _merge_log(writes: list[HistoryWrite], log_rows: Iterable[dict]) -> list[His
     a log row matching none is a write whose value is not known."""
     out = list(writes)
     matched: set[int] = set()
+    calls: dict[tuple, list[int]] = {}  # (prefix, key, thread) -> positions in `out`, in time order
+    for i, w in enumerate(out):
+        calls.setdefault((w.prefix, w.key, w.thread_id), []).append(i)
     for row in log_rows:
         best = None
-        for i, w in enumerate(out):
-            if (
-                i not in matched
-                and w.source == SOURCE_TOOL_CALL
-                and (w.prefix, w.key, w.thread_id) == (row["prefix"], row["key"], row["thread_id"])
-                and (w.written_at is None or w.written_at <= row["written_at"])
-            ):
-                best = i  # `out` is in time order: the last one found is the latest
+        for i in calls.get((row["prefix"], row["key"], row["thread_id"]), ()):
+            w = out[i]
+            if i not in matched and (w.written_at is None or w.written_at <= row["written_at"]):
+                best = i  # in time order: the last one found is the latest
         if best is not None:
             matched.add(best)
             out[best] = replace(out[best], confirmed_by_log=True)
