@@ -124,7 +124,9 @@ STRINGS = {
         "history_expired": "caducado: el asistente ya no lo usa (se borrará en el próximo barrido)",
         "history_held": "el asistente lo usa",
         "history_none": "No consta ninguna escritura de sus preferencias.",
-        "history_store": "valor que guarda la memoria, con la fecha de su última escritura (no consta en qué conversación)",
+        "history_store": (
+            "valor que guarda la memoria, con la fecha de su última escritura (no consta en qué conversación)"
+        ),
         "history_superseded": "sustituido",
         "history_thread_gone": "en una conversación que ya no guardamos",
         "history_value_unknown": "valor que no consta",
