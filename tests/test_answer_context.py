@@ -134,6 +134,7 @@ def test_article_write_answer_links_its_document_by_hilo(article_agents_db):
         db.close()
 
 
+@pytest.mark.slow  # the article's agents write a database for this test alone
 def test_article_value_then_and_now_differ_after_an_overwrite(article_agents):
     foreign = article_agents()
     later = Conversation(thread_id_for("C9/later"), "C9", "write", "contacto", "teléfono 600 111 222")
