@@ -113,6 +113,17 @@ def test_scope_benchmark_times_every_scoped_read(pg_dsn):
     assert len(scoped) == 2 * 16 + 3 and all(isinstance(f[2], float) and math.isfinite(f[2]) for f in scoped)
 
 
+def test_memory_history_benchmark_times_each_read_against_its_baseline(pg_dsn):
+    """Issue 56's benchmark (bench/bench_memory_history.py) on a copy of the smoke template: every history, value at a
+    time and flags read is timed with its baseline, the flags found in every scope."""
+    from bench import bench_memory_history
+
+    lines: list[str] = []
+    figures, info = bench_memory_history.run(pg_dsn, dict(bench_memory_history.SMOKE), 100, lines.append)
+    assert len(figures) == 10 and all(math.isfinite(ms) and math.isfinite(base) for _, ms, _, base in figures)
+    assert info["history C9 (2,500 documents)"]["documents"] > 0 and "flags every store" in info
+
+
 def test_generated_expiries_stay_out_of_the_run(create_database):
     """A 1M run crashed with `AssertionError: (195419, 195418, 195418)`: a document expired between
     the expired count and the sweep. Generated documents never expire within RUN_WINDOW of the build,
