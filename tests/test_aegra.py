@@ -9,7 +9,7 @@ import time
 import httpx
 import psycopg
 import pytest
-from aegra_deployment import C9_WORDS, AegraDeployment, deploy
+from aegra_deployment import C9_WORDS, AegraDeployment, deploy, message
 from aegra_server import AEGRA_VERSION
 from apptools import frame, plain
 from conftest import DIMS, free_port
@@ -220,6 +220,73 @@ def test_an_erasure_empties_aegra_tables_and_the_sdk_no_longer_serves_the_thread
         listed = {t["thread_id"] for t in client.threads.search(limit=100)}
         assert listed == set(c10)
         assert client.threads.get(c10[0])["thread_id"] == c10[0]  # C10 is still served
+    finally:
+        deployment.server.stop()
+
+
+def test_the_residue_reads_aegra_rows_nobody_attributed_and_events_are_counted_by_their_own_run_ids(
+    create_database, tmp_path_factory
+):
+    """What no attribution rule reaches, planted through the SDK: a thread whose metadata names C9 in free text, and a
+    run on a thread of C10's that fails before any checkpoint with C9's phone (a value of C9's documents) in its input.
+    The residue proposes both; erased, the SDK no longer serves them. A thread of C9's deleted through the SDK keeps
+    its run events (no foreign key): counted by the run ids captured before, and found by the proof's re-read, which
+    withholds `complete`."""
+    deployment = _deployment(create_database, tmp_path_factory)
+    try:
+        db, client = Database(deployment.dsn), deployment.client()
+        note = client.threads.create(metadata={"nota": "Llamada del cliente C9 por su pedido"})["thread_id"]
+        failed = client.threads.create()["thread_id"]
+        words = "Aviso de tienda: contactar por teléfono 600111222 por la devolución"
+        client.runs.wait(failed, "articulo", input=message(words), context={"cliente_id": "C10"})  # no tienda: fails
+        assert [r["status"] for r in client.runs.list(failed)] == ["error"]
+        preview = evidence.preview(db, "C9")
+        assert {note, failed} <= set(preview.residue_threads)
+        assert not {note, failed} & set(preview.thread_ids)  # no attribution source gave them
+        snippets = {m.thread_id: m.snippet for m in preview.residue.matches}
+        assert "600111222" in snippets[failed] and "C9" in snippets[note]
+        # C10's runs name its store, T002, in their context: a routing key (CUSTOMER_STORE_KEYS), never read as
+        # C9's value (C9's pickup preference is T002)
+        assert set(preview.residue_threads) == {note, failed}
+        decisions = {note: "erase", failed: "erase"}
+        # the residue's zero-count query reads the server's rows too: the two threads count until left (or erased)
+        with psycopg.connect(deployment.dsn, row_factory=dict_row) as conn:
+
+            def residue_count(left: list[str]) -> int:
+                found = evidence.run_evidence_conn(conn, [], "C9", [], residue_terms=preview.residue.terms, left=left)
+                return {e.table: e.result for e in found}["residue"]
+
+            assert residue_count([]) - residue_count([note, failed]) == 2
+        # C9's reviewed thread deleted through the server's API: its runs go (cascade), their events stay
+        revision = deployment.threads["c9_revision"]
+        server = aegra_tables.detect(db)
+        with psycopg.connect(deployment.dsn, row_factory=dict_row) as conn:
+            runs = aegra_tables.run_ids(conn, server, "cliente_id", evidence.evidence_params("C9", [revision]))
+        assert set(deployment.runs["c9_revision"]) <= runs  # and C9's other runs (their context names C9)
+        runs = set(deployment.runs["c9_revision"])
+        client.threads.delete(revision)
+        with psycopg.connect(deployment.dsn, row_factory=dict_row) as conn:
+            targets = [t for t in evidence.server_targets(conn) if t.name == "aegra.run_events"]
+
+            def events(**kw) -> int:
+                found = evidence.run_evidence_conn(conn, targets, "C9", [revision], **kw)
+                return {e.table: e.result for e in found}["aegra.run_events"]
+
+            left = conn.execute("SELECT count(*) AS n FROM run_events WHERE run_id = ANY(%s)", (sorted(runs),))
+            left_behind = left.fetchone()["n"]
+            assert left_behind > 0
+            # counted by the captured ids, beside the events of C9's other runs (still there, found through runs)
+            assert events(server_runs=runs) - events() == left_behind
+        result = erasure.erase(db, "C9", operator="dpo@example.com", decisions=decisions)
+        assert result.status == "incomplete"  # the orphaned events still hold C9's phone number
+        assert "aegra.run_events" in result.report and "(no thread)" in result.report
+        with psycopg.connect(deployment.dsn) as conn:
+            for thread_id in (note, failed):
+                assert conn.execute("SELECT count(*) FROM runs WHERE thread_id = %s", (thread_id,)).fetchone() == (0,)
+        for thread_id in (note, failed):
+            with pytest.raises(httpx.HTTPStatusError) as gone:
+                client.threads.get(thread_id)
+            assert gone.value.response.status_code == 404
     finally:
         deployment.server.stop()
 

@@ -141,10 +141,103 @@ def erasure_conditions(server: AgentServer, key: str) -> list[tuple[str, str]]:
     )
     out = []
     if server.has_run_events:
-        out.append(("run_events", f"run_id IN (SELECT run_id FROM runs WHERE {runs})"))
+        # run_events has no thread column and no foreign key (a run deleted, its events stay until Aegra's own hourly
+        # cleanup): counted by their own run_id against the run ids captured before any run was deleted
+        # (%(server_runs)s, `run_ids`), plus the runs still there; never only through `runs`, which reads 0 by
+        # construction once the runs are gone.
+        out.append(("run_events", f"run_id = ANY(%(server_runs)s) OR run_id IN (SELECT run_id FROM runs WHERE {runs})"))
     out.append(("runs", runs))
     out.append(("thread", f"thread_id = ANY(%(threads)s) OR metadata_json ->> {k} = %(cliente_id)s"))
     return out
+
+
+SELECT_RUN_IDS = "SELECT run_id FROM runs WHERE {runs}"
+
+
+def run_ids(conn: psycopg.Connection[DictRow], server: AgentServer, key: str, params: Mapping[str, Any]) -> set[str]:
+    """The ids of the runs an erasure with these evidence parameters (threads, cliente_id) deletes: captured before
+    they are deleted, so the run_events query can still count their events afterwards."""
+    runs = dict(erasure_conditions(server, key))["runs"]
+    return {r["run_id"] for r in conn.execute(SELECT_RUN_IDS.format(runs=runs), params).fetchall()}
+
+
+# --- the residue: the server's rows of threads nobody attributed, holding the customer's terms ----------------------
+
+# Every text the server keeps, per thread, as JSON text (the form the residue's patterns are written for): a thread's
+# metadata, each run's input, config, context, output and error, each run event's data (events joined to their run
+# for its thread; an event whose run is gone has no thread: `thread_id` NULL, `source` names the run). The routing
+# keys an application puts in a run's context and config ({skip}: the subject keys, which attribution reads, and the
+# store keys, CUSTOMER_STORE_KEYS, which name a store, not a customer) are left out: another customer's run served
+# by the same store would otherwise hold "T002" as if it were this customer's.
+SERVER_TEXTS = """
+SELECT thread_id, 'thread' AS source, metadata_json::text AS txt FROM thread
+UNION ALL
+SELECT thread_id, 'runs ' || run_id,
+       concat_ws(' ', input::text, {config}, {configurable}, {config_metadata}, {context}, output::text,
+                 to_jsonb(error_message)::text) FROM runs
+{events}"""
+SERVER_EVENTS = """UNION ALL
+SELECT r.thread_id, 'run_events ' || e.run_id, e.data::text FROM run_events e LEFT JOIN runs r ON r.run_id = e.run_id"""
+# The threads (but those in %(left)s) whose server rows hold a term as a whole token: the raw text first (strpos),
+# then the term's pattern (residue._bounded); one row per (thread, term) with a text that holds it.
+SERVER_RESIDUE = """
+WITH t AS MATERIALIZED (SELECT raw, rx FROM unnest(%(raws)s::text[], %(rxs)s::text[]) AS u(raw, rx)),
+x AS ({texts})
+SELECT DISTINCT ON (x.thread_id, t.raw) x.thread_id, t.raw AS term, x.txt FROM x JOIN t
+    ON strpos(x.txt, t.raw) > 0 AND x.txt ~ t.rx
+WHERE x.thread_id IS NOT NULL AND NOT (x.thread_id = ANY(%(left)s))
+ORDER BY x.thread_id, t.raw"""
+# The same, as the evidence counts it: how many such threads.
+SERVER_RESIDUE_THREADS = "SELECT DISTINCT thread_id FROM ({residue}) s"
+
+
+def routing_keys() -> list[str]:
+    """The keys left out of runs' context and config by the residue (SERVER_TEXTS): SUBJECT_METADATA_KEYS and
+    CUSTOMER_STORE_KEYS as configured."""
+    from core.config import load_settings
+
+    settings = load_settings()
+    return sorted({*settings.subject_metadata_keys, *settings.customer_store_keys})
+
+
+# a run's config but its configurable and metadata (read apart, without the routing keys)
+CONFIG_REST = (
+    "(CASE WHEN jsonb_typeof(config) = 'object' THEN config - 'configurable' - 'metadata' ELSE config END)::text"
+)
+
+
+def server_texts_sql(server: AgentServer, skip: Iterable[str] | None = None) -> str:
+    """SERVER_TEXTS over this server's columns, `skip` (default: routing_keys()) inlined as a literal."""
+    keys = sql.Literal(sorted(set(routing_keys() if skip is None else skip))).as_string()
+
+    def without_keys(value: str) -> str:  # an object loses the keys; anything else is read as it is
+        return f"(CASE WHEN jsonb_typeof({value}) = 'object' THEN {value} - {keys}::text[] ELSE {value} END)::text"
+
+    return SERVER_TEXTS.format(
+        config=CONFIG_REST,
+        configurable=without_keys("(config -> 'configurable')"),
+        config_metadata=without_keys("(config -> 'metadata')"),
+        context=without_keys("context") if server.has_context else "NULL",
+        events=SERVER_EVENTS if server.has_run_events else "",
+    )
+
+
+def residue_sql(server: AgentServer) -> str:
+    """SERVER_RESIDUE over this server's columns (parameters: raws, rxs, left)."""
+    return SERVER_RESIDUE.format(texts=server_texts_sql(server))
+
+
+def residue_threads_sql(server: AgentServer) -> str:
+    return SERVER_RESIDUE_THREADS.format(residue=residue_sql(server))
+
+
+def residue_rows(
+    conn: psycopg.Connection[DictRow], server: AgentServer, raws: list[str], rxs: list[str], left: Iterable[str]
+) -> list[DictRow]:
+    """(thread_id, term, txt) for each thread but `left` whose server rows hold a term (raws[i] matched by rxs[i])."""
+    if not raws:
+        return []
+    return conn.execute(residue_sql(server), {"raws": raws, "rxs": rxs, "left": sorted(set(left))}).fetchall()
 
 
 # --- the Checkpoints page: threads as the server sees them, their runs, runs nobody finishes ------------------------

@@ -14,7 +14,7 @@ What is deleted, in each pass, until a pass ends with every evidence query at ze
 3. on a deployment served by Aegra (core/agent_server/aegra.py, detected by its migrations' tables), its own rows
    about the customer's threads (run events, runs with their input, config, context, output and error, thread
    rows), and runs naming the customer in their context or config on any thread; their zero-count queries are
-   shown beside the store's two;
+   shown beside the store's two (run events counted by the run ids captured before the runs were deleted);
 4. our own tables that name the customer: every `core_*` table with a `prefix`, `thread_id`,
    `subject_root`+`subject_id` or `cliente_id` column (the memory-write log, conversations, guard
    denials once that table exists, ...), except the erasure register itself.
@@ -45,6 +45,7 @@ from psycopg.types.json import Jsonb
 
 from agent_memory_runtime import clock
 from core import read_replica
+from core.agent_server import aegra
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.ids import CustomerId
@@ -53,6 +54,7 @@ from core.privacy import residue as res
 from core.privacy import subjects as subj
 from core.privacy.decisions import NOT_SCANNED, decide, validate_decisions
 from core.privacy.evidence import (
+    CLIENTE_KEY,
     DERIVED_TABLES,
     ROOT,
     SERVER_TABLE_PREFIX,
@@ -193,10 +195,12 @@ def _erase_own(
     customer_id: CustomerId,
     thread_ids: Iterable[str],
     request_id: int,
+    server_runs: Iterable[str] = (),
 ) -> dict[str, int]:
     """Delete (or scrub from JSON arrays, or redact: the purposes typed when viewing the customer) what our tables
-    hold about the customer, for erasure request `request_id`; counts per target."""
-    params = evidence_params(customer_id, thread_ids) | {"request_id": request_id}
+    hold about the customer, for erasure request `request_id`; counts per target. `server_runs`: the agent server's
+    run ids captured before (their events are deleted by them)."""
+    params = evidence_params(customer_id, thread_ids, server_runs) | {"request_id": request_id}
     deleted: dict[str, int] = {}
     for target in targets:
         if target.erase_sql is None:
@@ -285,6 +289,13 @@ def erase(
             evidence_terms = [t for t in terms if not t.common]
             sources = {t: list(s) for t, s in subjects.threads.items()} | {t: ["residue"] for t in include}
             threads = set(subjects.threads) | include
+            server = aegra.detect_conn(conn)
+            server_runs: set[str] = set()  # the agent server's runs erased: their events are counted by these ids
+
+            def capture_runs() -> None:
+                if server is not None:
+                    params = evidence_params(customer_id, threads)
+                    server_runs.update(aegra.run_ids(conn, server, CLIENTE_KEY, params))
 
             def evidence_now(candidates: list[str] | None = None) -> list[EvidenceQuery]:
                 return run_evidence_conn(
@@ -297,8 +308,10 @@ def erase(
                     left,
                     candidates,
                     (carried, earlier.salt),
+                    server_runs,
                 )
 
+            capture_runs()
             # before: the residue scan above just read every unattributed row for the same terms (nothing is
             # deleted yet), so its raw matches plus the attributed threads are a superset of the candidates
             before = {e.table: e.result for e in evidence_now(sorted(set(residue.raw_threads) | set(subjects.threads)))}
@@ -339,11 +352,19 @@ def erase(
                     threads |= set(again)
                     # tombstones first: a replica that replays its buffer later must not bring them back
                     conn.execute(INSERT_TOMBSTONES, {"threads": sorted(threads), "id": request_id})
+                    capture_runs()  # this pass's threads' runs, before delete_thread and our deletes
                     _erase_threads(saver, sorted(threads))
                     notify(Progress("threads", passes, sum(deleted.values()), {"threads": len(threads)}))
                     _add(
                         deleted,
-                        _erase_own(conn, [t for t in targets if found.get(t.name)], customer_id, threads, request_id),
+                        _erase_own(
+                            conn,
+                            [t for t in targets if found.get(t.name)],
+                            customer_id,
+                            threads,
+                            request_id,
+                            server_runs,
+                        ),
                     )
                     notify(Progress("logs", passes, sum(deleted.values()), dict(deleted)))
                     capture_sync(db)  # the aggregates kept from the store (DERIVED_TABLES) see the deletes

@@ -186,7 +186,8 @@ def escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def evidence_params(customer_id: str, thread_ids: Iterable[str]) -> dict[str, Any]:
+def evidence_params(customer_id: str, thread_ids: Iterable[str], server_runs: Iterable[str] = ()) -> dict[str, Any]:
+    """`server_runs`: the agent server's run ids captured before the erasure deleted them (aegra.run_ids)."""
     prefix = f"{ROOT}.{customer_id}"
     return {
         "prefix": prefix,
@@ -194,6 +195,7 @@ def evidence_params(customer_id: str, thread_ids: Iterable[str]) -> dict[str, An
         "cliente_id": customer_id,
         "root": ROOT,
         "threads": sorted(set(thread_ids)),
+        "server_runs": sorted(set(server_runs)),
     }
 
 
@@ -320,14 +322,17 @@ def run_evidence_conn(
     left: Iterable[str] = (),
     residue_candidates: Iterable[str] | None = None,
     hashed: tuple[Iterable[term_hashes.HashedTerm], str] | None = None,
+    server_runs: Iterable[str] = (),
 ) -> list[EvidenceQuery]:
     """Every zero-count query, made literal (parameters bound by psycopg's client-side quoting) and
     sent in one pipeline: what is recorded is exactly the text that ran. With `residue_terms` and/or `hashed`
     (terms known by their keyed hashes only, with their salt), the residue too: the threads but `left` holding a
     term (the SQL decoder confirms the terms read now, term_hashes the hashed ones; `residue_candidates`: the raw
     scan's threads when a scan of the same terms has just run). The residue's terms are never in its text: they
-    are named by reference (our records must not keep what they record the removal of)."""
-    params = evidence_params(customer_id, thread_ids)
+    are named by reference (our records must not keep what they record the removal of). On a deployment served by
+    Aegra the residue reads its rows' text too (aegra.SERVER_RESIDUE), and `server_runs` are the run ids captured
+    before the erasure deleted them (their events are counted by them)."""
+    params = evidence_params(customer_id, thread_ids, server_runs)
     queries = dict(FIXED_QUERIES) | {"checkpoints": checkpoints_zero_sql(keys)} | {t.name: t.count_sql for t in targets}
     binder = psycopg.ClientCursor(conn)
     literal = {table: binder.mogrify(query, params).strip() for table, query in queries.items()}
@@ -346,6 +351,12 @@ def run_evidence_conn(
         if rparams["raws"]:
             found |= {r["thread_id"] for r in conn.execute(binder.mogrify(res.RESIDUE_THREADS_SQL, rparams))}
             texts.append(binder.mogrify(res.residue_threads_shown(len(rparams["raws"])), rparams).strip())
+        server = aegra.detect_conn(conn) if rparams["raws"] else None
+        if server is not None:  # the agent server's rows of threads not left: run inputs, outputs, metadata, events
+            sparams = {k: rparams[k] for k in ("raws", "rxs", "left")}
+            found |= {r["thread_id"] for r in conn.execute(binder.mogrify(aegra.residue_threads_sql(server), sparams))}
+            shown = res.residue_threads_shown(len(rparams["raws"]), aegra.residue_threads_sql(server))
+            texts.append(binder.mogrify(shown, sparams).strip())
         if hashed_terms:
             found |= set(term_hashes.find_threads(conn, hashed_terms, salt, left))
             texts.append(term_hashes.describe(conn, hashed_terms, left))

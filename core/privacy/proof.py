@@ -9,7 +9,9 @@ follower could not apply. This proof reads the tables themselves:
   every row (`raw_scan.candidates` with no narrowing), each hit confirmed by the SQL decoder as a whole token
   (`residue.token_regex`); encrypted rows opened with the configured keys, a thread no key opens named as unproven;
 - the store, every namespace: each document's value text;
-- our own tables (`core_*`), every text, JSON or bytea column, the registers included.
+- our own tables (`core_*`), every text, JSON or bytea column, the registers included;
+- an agent server's own tables where the database holds them (Aegra: thread metadata, runs' input, config, context,
+  output and error, run events, those whose run is gone included), every thread but those left: id and values.
 In the store and our tables only the values are looked for: the id names other roots' subjects too and our
 operational records (tombstones, denials) by design; in the threads the id is looked for as the residue scan does.
 The terms are the customer's id and their documents' distinctive values, read before anything was deleted. A value
@@ -31,6 +33,7 @@ from psycopg import sql
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
+from core.agent_server import aegra
 from core.history import formats
 from core.privacy import raw_scan, term_hashes
 from core.privacy.residue import SELECT_DECODED_THREAD, Term, json_text, token_regex
@@ -161,10 +164,24 @@ def prove(
                     proof.found.append({"table": "store", "where": where, "term": refs[term]})
             for ref in sorted(matcher.found(text) if matcher else ()):
                 proof.found.append({"table": "store", "where": where, "term": ref})
+        # 3. an agent server's rows (core.agent_server.aegra): the id too, as in the threads (its rows are threads')
+        server = aegra.detect_conn(conn)
+        everything = _automaton(by_term) if server is not None else None
+        if server is not None and everything is not None:
+            proof.tables += [f"{aegra.NAME.lower()}.{t}" for t in ("thread", "runs", "run_events")]
+            for row in _stream(conn, "proof_agent_server", aegra.server_texts_sql(server)):
+                if row["thread_id"] in left:
+                    continue
+                text = row["txt"] or ""
+                for term in sorted({term for _, term in everything.iter(text.encode("utf-8").decode("latin-1"))}):
+                    if _confirmed([text], term):
+                        where = f"thread {row['thread_id']}" if row["thread_id"] else "(no thread)"
+                        table = f"{aegra.NAME.lower()}.{row['source'].split(' ')[0]}"
+                        proof.found.append({"table": table, "where": f"{where}, {row['source']}", "term": refs[term]})
         if values is None:
             proof.ran_ms = round((time.monotonic() - started) * 1000)
             return proof
-        # 3. our tables: every text-like column, the registers included (they keep the id, never a value)
+        # 4. our tables: every text-like column, the registers included (they keep the id, never a value)
         for own in conn.execute(SELECT_OWN_TEXT_COLUMNS).fetchall():
             table = own["table_name"]
             proof.tables.append(table)

@@ -1,7 +1,9 @@
 """The residue scan of an erasure: threads no attribution source gave for a customer, which still hold the
 customer id (whole token) or the values of the customer's own store documents. A raw-bytes filter first,
 then the SQL decoder confirms and gives a snippet. A value other customers' documents also hold (a store
-id like `T002`) is *common*: listed, never proposed. The sources themselves are in `subjects`.
+id like `T002`) is *common*: listed, never proposed. The sources themselves are in `subjects`. On a deployment served
+by Aegra, its rows' text (thread metadata, run inputs, configs, contexts, outputs, errors, run events) is read too
+(core.agent_server.aegra.SERVER_RESIDUE).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow
 
+from core.agent_server import aegra
 from core.capture.status import sync as capture_sync
 from core.db import Database
 from core.history import formats
@@ -85,9 +88,10 @@ RESIDUE_TERMS_REF = (
 RESIDUE_PATTERNS_REF = ":residue_term_patterns /* each term as a whole token, escaped (residue.token_regex) */"
 
 
-def residue_threads_shown(n_terms: int) -> str:
-    """RESIDUE_THREADS_SQL with its terms replaced by references (to be bound with the other parameters)."""
-    return RESIDUE_THREADS_SQL.replace("%(raws)s::text[]", RESIDUE_TERMS_REF.format(n=n_terms)).replace(
+def residue_threads_shown(n_terms: int, query: str = RESIDUE_THREADS_SQL) -> str:
+    """`query` (RESIDUE_THREADS_SQL, or the agent server's) with its terms replaced by references (to be bound with
+    the other parameters)."""
+    return query.replace("%(raws)s::text[]", RESIDUE_TERMS_REF.format(n=n_terms)).replace(
         "%(rxs)s::text[]", RESIDUE_PATTERNS_REF
     )
 
@@ -322,6 +326,17 @@ def residue_conn(
             hit = next(((text, m) for text in texts if (m := rx.search(text))), None)
             if hit is not None and not any(m.thread_id == thread_id and m.term == t.term for m in matches):
                 matches.append(ResidueMatch(thread_id, t.term, t.kind, t.customers, False, _snippet(*hit)))
+    # an agent server's own rows (Aegra: thread metadata, run inputs, configs, contexts, outputs, errors, run events)
+    # of threads nobody attributed: a failed first run has no checkpoint at all, and its input the customer's words
+    server = aegra.detect_conn(conn)
+    if server is not None and distinctive_terms:
+        raws = [t.term for t in distinctive_terms]
+        rxs = [_bounded(t.term, _are_escape(json_text(t.term))) for t in distinctive_terms]
+        for row in aegra.residue_rows(conn, server, raws, rxs, attributed):
+            thread_id, t = row["thread_id"], by_term[row["term"]]
+            m = token_regex(t.term).search(row["txt"])
+            if m is not None and not any(x.thread_id == thread_id and x.term == t.term for x in matches):
+                matches.append(ResidueMatch(thread_id, t.term, t.kind, t.customers, False, _snippet(row["txt"], m)))
     confirmed: dict[str, int] = {}
     for match in matches:
         confirmed[match.term] = confirmed.get(match.term, 0) + 1
