@@ -67,7 +67,7 @@ def _database(base: str, name: str, *, dashboard: bool) -> str:
     dsn = fresh_database(base, name)
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        _store(conn).setup()
+        stock_store(conn).setup()
         PostgresSaver(conn).setup()
     if dashboard:
         migrate(dsn, DIMS)
@@ -75,7 +75,7 @@ def _database(base: str, name: str, *, dashboard: bool) -> str:
     return dsn
 
 
-def _store(conn: psycopg.Connection, *, vectors: bool = True) -> PostgresStore:
+def stock_store(conn: psycopg.Connection, *, vectors: bool = True) -> PostgresStore:
     """A stock PostgresStore; with the seed's vector index on `texto` (the dims of both databases alike)."""
     index = {"dims": DIMS, "embed": OfflineHashEmbeddings(DIMS), "fields": ["texto"]}
     return PostgresStore(conn, index=index if vectors else None)  # type: ignore[arg-type]
@@ -134,17 +134,17 @@ WORKLOADS: dict[str, tuple[Workload, float]] = {  # name -> (one operation, shar
 FRESH_STORE = {"store put with the seed's vector index"}
 
 
-def _round(ctx: dict, fn: Workload, r: int, ops: int) -> float:
+def timed_round(ctx: dict, fn: Workload, r: int, ops: int) -> float:
     start = time.perf_counter()
     for i in range(ops):
         fn(ctx, r, i)
     return ops / (time.perf_counter() - start)
 
 
-def _ctx(dsn: str) -> tuple[psycopg.Connection, dict]:
+def workload_context(dsn: str) -> tuple[psycopg.Connection, dict]:
     conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
     graph, saver = _graph(conn)
-    return conn, {"store": _store(conn), "graph": graph, "saver": saver}
+    return conn, {"store": stock_store(conn), "graph": graph, "saver": saver}
 
 
 def _pin_follower(dsn: str, proc: subprocess.Popen) -> None:
@@ -178,8 +178,8 @@ def run_mode(
             stderr=log,
         )
     medians: dict[str, float] = {}
-    c_stock, ctx_stock = _ctx(stock)
-    c_ours, ctx_ours = _ctx(ours)
+    c_stock, ctx_stock = workload_context(stock)
+    c_ours, ctx_ours = workload_context(ours)
     if pin:
         for pid in (0, c_stock.info.backend_pid, c_ours.info.backend_pid):
             os.sched_setaffinity(pid, {0})
@@ -189,7 +189,7 @@ def run_mode(
         for name in workloads:
             fn, share = WORKLOADS[name]
             n = max(10, int(ops * share))
-            _round(ctx_stock, fn, -1, n), _round(ctx_ours, fn, -1, n)  # warm-up
+            timed_round(ctx_stock, fn, -1, n), timed_round(ctx_ours, fn, -1, n)  # warm-up
             ratios = []
             for r in range(rounds):
                 order = [("stock", ctx_stock), ("dashboard", ctx_ours)]
@@ -198,7 +198,7 @@ def run_mode(
                 if name in FRESH_STORE:
                     for conn in (c_stock, c_ours):
                         conn.execute("TRUNCATE store, store_vectors")
-                got = {label: _round(ctx, fn, r, n) for label, ctx in order}
+                got = {label: timed_round(ctx, fn, r, n) for label, ctx in order}
                 ratios.append(got["dashboard"] / got["stock"])
             medians[name] = statistics.median(ratios)
             print(

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import os
 import re
 import shutil
@@ -70,7 +71,7 @@ import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 
-from bench.bench_capture import FRESH_STORE, WORKLOADS, _ctx, _round, _store
+from bench.bench_capture import FRESH_STORE, WORKLOADS, stock_store, timed_round, workload_context
 from core.capture.follower import caught_up_lsn, drop_slot, lsn_int, slot_name_for
 from core.capture.server import ensure_logical
 from core.capture.verify import differences
@@ -155,7 +156,7 @@ def stock_setup(dsn: str) -> None:
     """What the agents' own code creates: the extension, PostgresStore.setup() (seed's vector index), PostgresSaver."""
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        _store(conn).setup()
+        stock_store(conn).setup()
         PostgresSaver(conn).setup()
 
 
@@ -258,12 +259,12 @@ class Bench:
         n = max(10, int(a.ops * share))
         conns, ctxs = {}, {}
         for label, dsn in (("stock", self.stock_db), ("ours", self.agents_db)):
-            conns[label], ctxs[label] = _ctx(dsn)
+            conns[label], ctxs[label] = workload_context(dsn)
         try:
             for label in ("stock", "ours"):  # warm-up, not measured
                 if name in FRESH_STORE:
                     conns[label].execute("TRUNCATE store, store_vectors")
-                _round(ctxs[label], fn, -1, n)
+                timed_round(ctxs[label], fn, -1, n)
             ratios, windows = [], []
             for r in range(a.rounds):
                 if name in FRESH_STORE:  # each round's HNSW graph new in both (bench_capture.FRESH_STORE)
@@ -273,7 +274,7 @@ class Bench:
                 followers = follower_backends(self.agents)
                 before = self.snapshot()
                 order = ["stock", "ours"] if r % 2 == 0 else ["ours", "stock"]
-                rate = {label: _round(ctxs[label], fn, r, n) for label in order}
+                rate = {label: timed_round(ctxs[label], fn, r, n) for label in order}
                 self.wait_caught_up()
                 after = self.snapshot()
                 windows.append(self.window(before, after, followers))
@@ -292,10 +293,10 @@ class Bench:
             "throughput": statistics.median(ratios),
             "throughput_min": min(ratios),
             "throughput_max": max(ratios),
-            "cpu": cpu["ours"] / cpu["stock"],
-            "cpu_round_min": min(cpu_rounds),
-            "cpu_round_max": max(cpu_rounds),
-            "wal": wal["ours"] / wal["stock"],
+            "cpu": ratio(cpu["ours"], cpu["stock"]),
+            "cpu_round_min": min(cpu_rounds, default=math.nan),
+            "cpu_round_max": max(cpu_rounds, default=math.nan),
+            "wal": ratio(wal["ours"], wal["stock"]),
             "cpu_ms_stock": cpu["stock"] / ops * 1000,
             "cpu_ms_ours": cpu["ours"] / ops * 1000,
             "wal_b_stock": wal["stock"] / ops,
@@ -343,7 +344,7 @@ class Bench:
             for db in (dsn, server.dsn):
                 with psycopg.connect(db, autocommit=True) as conn:
                     conn.execute("VACUUM (ANALYZE)")
-        out = {"cpu": w.cpu["ours"] / w.cpu["stock"], "wal": w.wal["ours"] / w.wal["stock"]}
+        out = {"cpu": ratio(w.cpu["ours"], w.cpu["stock"]), "wal": ratio(w.wal["ours"], w.wal["stock"])}
         out |= {f"cpu_{k}": w.cpu[k] for k in w.cpu} | {f"wal_{k}": w.wal[k] for k in w.wal}
         print(
             f"[{self.args.decode}] VACUUM (ANALYZE) of the tables the workloads wrote: CPU {w.cpu['ours']:.2f} / "
@@ -425,6 +426,11 @@ class Bench:
         if getattr(self, "log", None) is not None:
             self.log.close()
         shutil.rmtree(self.folder, ignore_errors=True)  # the standbys' folders, the follower's log
+
+
+def ratio(ours: float, stock: float) -> float:
+    """ours / stock; NaN where stock measured nothing (a run too short for the CPU's 10 ms ticks)."""
+    return ours / stock if stock else math.nan
 
 
 def _tree_cpu(pm: psutil.Process) -> float:
