@@ -34,9 +34,11 @@ def measure(dsn: str, size: int) -> dict[str, float]:
     f = follower.Follower(dsn)
     with follower.open_links(dsn) as links:
         conn = links.primary
-        # a settled database (hint bits set: PostgreSQL 18's data checksums log the first reader's), then a CHECKPOINT:
-        # full-page images counted the same way each run
-        conn.execute("VACUUM (FREEZE) store, store_vectors, checkpoints, checkpoint_blobs, checkpoint_writes")
+        # a settled database, every table of it vacuumed (hint bits and visibility map set: PostgreSQL 18's data
+        # checksums log the first reader's hint bits, and an autovacuum of a freshly generated table during the
+        # recount would log its visibility map, 100 MB at 1M), then a CHECKPOINT: full-page images counted the same
+        # way each run
+        conn.execute("VACUUM (FREEZE)")
         conn.execute("CHECKPOINT")
         store = conn.execute("SELECT pg_total_relation_size('store')").fetchone()[0]
         start = follower.lsn_int(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
