@@ -22,6 +22,7 @@ from ui.tables import table
 
 ID_KEY = "erasure.customer"
 PREVIEW_KEY = "erasure.preview_result"
+ROW_PX = 35  # a dataframe row's height in pixels (the header's too)
 DIALOG_KEY = "erasure.dialog_open"
 PENDING_KEY = "erasure.pending"
 RESULT_KEY = "erasure.result"
@@ -223,8 +224,12 @@ if preview is not None and preview.customer_id == customer_id:
     st.caption(t("erasure_preview_at", at=read_at))
     left, right = st.columns(2)
     with left:
+        # the tables holding rows first: forty tables' zeros must not push the agent server's rows out of view
+        counts = sorted(preview.counts.items(), key=lambda item: item[1] == 0)
+        holding = sum(1 for _, n in counts if n)
         table(
-            pd.DataFrame({"table": list(preview.counts), "rows": list(preview.counts.values())}),
+            pd.DataFrame(counts, columns=["table", "rows"]),
+            height=ROW_PX * (min(max(holding, 10), 20) + 1) + 3,  # every table holding rows in view (up to 20)
             key="erasure.preview_counts",
             config={"table": t("erasure_table"), "rows": t("erasure_rows")},
         )

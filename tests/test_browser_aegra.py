@@ -86,6 +86,15 @@ def test_dpo_erasure_shows_aegra_tables_at_zero_and_the_sdk_forgets_the_threads(
     field.press("Enter")
     button(page, "Vista previa").click()
     expect(page.get_by_text("Qué se borraría de clientes.C9")).to_be_visible(timeout=30_000)
+    # the failed run's thread never had a checkpoint: said as kept by the server, counted and erased, never as a
+    # thread "erased or expired" that is "not counted"
+    expect(page.get_by_text(re.compile(r"^1 hilos no tienen checkpoints pero el servidor de agentes"))).to_be_visible()
+    expect(page.get_by_text(re.compile("ya no tienen checkpoints"))).to_have_count(0)
+    # the screenshot shows the counts (the agent server's among the first rows) and the threads, not placeholders
+    grids = page.get_by_test_id("stDataFrame")
+    for cell in ("aegra.runs", "aegra.thread", "clientes.C9", deployment.threads["c9_retail"]):
+        expect(grids.get_by_text(cell, exact=True)).to_have_count(1, timeout=30_000)
+    page.wait_for_timeout(800)
     screenshot("aegra_erasure_preview")
     button(page, "Borrar…").click()
     dialog = page.get_by_role("dialog")

@@ -101,8 +101,11 @@ def show_sources(subjects: subj.Subjects | None) -> None:
             hide_index=True,
             key="erasure.sources",
         )
-    if len(subjects.threads) > len(subjects.held):
-        st.caption(t("erasure_sources_gone", n=len(subjects.threads) - len(subjects.held)))
+    if subjects.server_only:  # never had a checkpoint, or lost it: the server's rows are counted and erased
+        st.caption(t("erasure_sources_server_only", n=len(subjects.server_only)))
+    gone = len(subjects.threads) - len(subjects.held) - len(subjects.server_only)
+    if gone:
+        st.caption(t("erasure_sources_gone", n=gone))
 
 
 def show_residue(residue: res.Residue | None) -> None:

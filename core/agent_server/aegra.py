@@ -126,6 +126,15 @@ def threads_by_key(conn: psycopg.Connection[DictRow], server: AgentServer, key: 
     return [r["thread_id"] for r in conn.execute(query, {"id": customer_id}).fetchall()]
 
 
+SELECT_SERVER_HELD = "SELECT thread_id FROM thread WHERE thread_id = ANY(%(threads)s)"
+
+
+def server_held(conn: psycopg.Connection[DictRow], threads: Iterable[str]) -> list[str]:
+    """Those of `threads` the server's `thread` table holds now (sorted)."""
+    rows = conn.execute(SELECT_SERVER_HELD, {"threads": sorted(set(threads))}).fetchall()
+    return sorted(r["thread_id"] for r in rows)
+
+
 # --- erasure targets: (name, condition) on the evidence parameters (threads, cliente_id) ---------------------------
 
 

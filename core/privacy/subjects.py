@@ -126,6 +126,9 @@ class Subjects:
     by_source: dict[str, list[str]] = field(default_factory=dict)  # source -> thread ids (also when empty)
     errors: dict[str, str] = field(default_factory=dict)  # source -> why it could not run
     held: list[str] = field(default_factory=list)  # the threads the checkpoint tables hold now (sorted)
+    # threads without a checkpoint that an agent server's own tables hold (a failed first run: its rows are counted
+    # and erased under the server's tables), sorted
+    server_only: list[str] = field(default_factory=list)
 
     @property
     def thread_ids(self) -> list[str]:
@@ -181,6 +184,8 @@ def resolve_conn(conn: psycopg.Connection[DictRow], customer_id: CustomerId, con
         except psycopg.Error as exc:  # said on the page and in the evidence, never hidden
             subjects.errors["query"] = f"{type(exc).__name__}: {str(exc).strip()}"
     subjects.held = sorted(r["thread_id"] for r in conn.execute(SELECT_HELD, {"threads": subjects.thread_ids}))
+    if server is not None:
+        subjects.server_only = aegra.server_held(conn, set(subjects.threads) - set(subjects.held))
     return subjects
 
 
