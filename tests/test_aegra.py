@@ -165,6 +165,9 @@ def test_the_stuck_threshold_setting(monkeypatch):
         monkeypatch.setenv("AGENT_SERVER_STUCK_RUN_S", bad)
         with pytest.raises(ValueError, match="AGENT_SERVER_STUCK_RUN_S"):
             aegra_tables.stuck_threshold_s()
+        # the exporter refuses to start with it, rather than failing every scrape
+        with pytest.raises(ValueError, match="AGENT_SERVER_STUCK_RUN_S"):
+            exporter.DatabaseCollector("postgresql:///unused")
 
 
 # --- access and erasure -----------------------------------------------------------------------------------------

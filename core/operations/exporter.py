@@ -370,6 +370,9 @@ class DatabaseCollector(Collector):
 
     def __init__(self, dsn: str, coverage_every_s: float = COVERAGE_EVERY_S, prices: tuple[ModelPrice, ...] = ()):
         self.dsn, self.prices = dsn, prices
+        # read once, here: a bad AGENT_SERVER_STUCK_RUN_S stops the exporter at its start, naming the setting, instead
+        # of failing every scrape
+        self.stuck_s = aegra.stuck_threshold_s()
         self._lock = threading.Lock()
         self.coverage = BackgroundCache(dsn, coverage_every_s, _coverage, _coverage_gauges, "attribution")
         self.formats = BackgroundCache(dsn, coverage_every_s, _formats, _formats_gauges, "checkpoint_formats")
@@ -386,7 +389,7 @@ class DatabaseCollector(Collector):
                     options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
                 ) as conn:
                     conn.read_only = True
-                    found = database_metrics(conn, self.prices)
+                    found = database_metrics(conn, self.prices, self.stuck_s)
                 up.add_metric([], 1)
                 found += self.coverage.metrics() + self.formats.metrics()
             except psycopg.Error as exc:
