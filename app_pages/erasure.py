@@ -224,12 +224,13 @@ if preview is not None and preview.customer_id == customer_id:
     st.caption(t("erasure_preview_at", at=read_at))
     left, right = st.columns(2)
     with left:
-        # the tables holding rows first: forty tables' zeros must not push the agent server's rows out of view
-        counts = sorted(preview.counts.items(), key=lambda item: item[1] == 0)
+        # the tables holding rows first, the agents' and their server's before ours: forty tables' zeros, or twenty
+        # of our summaries, must not push the agent server's rows out of view
+        counts = sorted(preview.counts.items(), key=lambda item: (item[1] == 0, item[0].startswith("core_")))
         holding = sum(1 for _, n in counts if n)
         table(
             pd.DataFrame(counts, columns=["table", "rows"]),
-            height=ROW_PX * (min(max(holding, 10), 20) + 1) + 3,  # every table holding rows in view (up to 20)
+            height=ROW_PX * (min(max(holding, 10), 60) + 1) + 3,  # every table holding rows in view
             key="erasure.preview_counts",
             config={"table": t("erasure_table"), "rows": t("erasure_rows")},
         )

@@ -13,7 +13,9 @@ import pytest
 from aegra_deployment import deploy
 from conftest import DIMS, free_port, start_streamlit, stop_streamlit
 from playwright.sync_api import expect
+from test_browser_all_pages import PAGES
 
+from bench.st_server import walk_pages
 from core.migrate import migrate
 
 pytestmark = pytest.mark.browser
@@ -74,6 +76,22 @@ def test_checkpoints_flags_the_run_a_killed_server_left_running(page, aegra_site
 
 def button(page, text: str):
     return page.get_by_test_id("stButton").filter(has_text=text).locator("button")
+
+
+def test_every_page_reads_a_database_served_by_aegra_in_both_languages(page, aegra_site, screenshot):
+    """Issue 53: every page of the dashboard on the database a real Aegra wrote (its tables beside the agents'), in
+    Spanish and English: no page fails, each shows its heading, and its screenshot is kept (looked at by a person).
+    Before the erasure below: C10's thread and C10 are shown, C9 is erased last."""
+    deployment, url = aegra_site
+    paths = {
+        name: path.format(thread=deployment.threads["c10_cancelado"], customer="C10")
+        for name, (path, _, _) in PAGES.items()
+    }
+    for lang in ("es", "en"):
+        for name in walk_pages(page, url, paths, lang, timeout_ms=60_000):
+            page.wait_for_load_state("networkidle")
+            expect(page.get_by_test_id("stException")).to_have_count(0)
+            screenshot(f"aegra_page-{name}-{lang}")
 
 
 def test_dpo_erasure_shows_aegra_tables_at_zero_and_the_sdk_forgets_the_threads(page, aegra_site, screenshot):
