@@ -74,11 +74,6 @@ PAGES = {
     "access-register": ("access-register", "Registro de accesos", None),
 }
 TARGETS = {"first": 4.0, "warm": 2.0}
-# the app's script state (streamlit 1.67: an attribute of stApp; the stStatusWidget test id is gone)
-IDLE = (
-    "() => !['running', 'rerunRequested']"
-    ".includes(document.querySelector('[data-testid=stApp]')?.dataset.testScriptState)"
-)
 IDLE_TIMEOUT_MS = 30_000
 READY = "accesible ("  # the sidebar's database status once it is ready (db_ok)
 # the pages whose address names nothing but the page: reached from the sidebar as well (in the app, no reload)
@@ -202,7 +197,7 @@ def loaded(page, started: float, title: str | None, heading: str | None) -> floa
     if heading is not None:
         page.get_by_test_id("stHeading").filter(has_text=heading).first.wait_for(timeout=120_000)
     try:
-        page.wait_for_function(IDLE, timeout=IDLE_TIMEOUT_MS, polling=50)
+        st_server.wait_idle(page, IDLE_TIMEOUT_MS)
     except PlaywrightTimeout:
         return float("inf")
     return time.monotonic() - started

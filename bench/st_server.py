@@ -131,6 +131,19 @@ def stop_dashboard(proc: subprocess.Popen, timeout: float = 30) -> None:
         proc.wait(10)
 
 
+# The app's script run is over (streamlit 1.67: its state is an attribute of stApp, the stStatusWidget test id is gone;
+# "rerunRequested" is set by the browser as soon as a widget changes).
+SCRIPT_IDLE = (
+    "() => !['running', 'rerunRequested']"
+    ".includes(document.querySelector('[data-testid=stApp]')?.dataset.testScriptState)"
+)
+
+
+def wait_idle(page: Any, timeout_ms: float = 60_000) -> None:
+    """Until the page's script run is over (SCRIPT_IDLE): a click then lands on what the run drew last."""
+    page.wait_for_function(SCRIPT_IDLE, timeout=timeout_ms, polling=50)
+
+
 def page_url(url: str, path: str, lang: str | None = None) -> str:
     """The URL of a page (`path` may hold its query), in `lang` when given."""
     target = f"{url}/{path}"

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from playwright.sync_api import expect
 
+from bench.st_server import wait_idle
 from core.db import Database, reset_pool
 from tests.conftest import settings_for, start_streamlit, stop_streamlit
 from tests.test_access import sql_counts
@@ -125,13 +126,6 @@ def test_a_manager_opening_either_url_is_refused_with_the_role_named(page, serve
     expect(nav.get_by_text("Protección de datos")).to_have_count(0)
 
 
-# The app's script has ended its run ("rerunRequested" is set by the browser as soon as a widget changes).
-IDLE = (
-    "() => !['running', 'rerunRequested']"
-    ".includes(document.querySelector('[data-testid=stApp]')?.dataset.testScriptState)"
-)
-
-
 def test_a_dpo_exports_html_then_json_then_html_again(page, server_for, access_demo, screenshot):
     """Issue 54 #1: a second export after changing the format did nothing (no file, no message, no register row;
     the server logged `Deferred file ... not found`). Each of three exports in a row, the format changed between
@@ -150,7 +144,7 @@ def test_a_dpo_exports_html_then_json_then_html_again(page, server_for, access_d
         expect(page.get_by_test_id("stRadio").get_by_role("radio", name=labels[fmt])).to_be_checked()
         # the page has taken the format chosen (its run ended: the button names the new format's file). A click
         # during that run can still reach the previous run's button under load: left open in issue 54.
-        page.wait_for_function(IDLE, timeout=60_000, polling=50)
+        wait_idle(page)
         expect(export_button).to_be_enabled(timeout=30_000)
         with page.expect_download(timeout=60_000) as info:
             export_button.click()
@@ -167,7 +161,7 @@ def test_a_dpo_exports_html_then_json_then_html_again(page, server_for, access_d
         expect(page.get_by_test_id("stDataFrame").get_by_text(hashlib.sha256(data).hexdigest()[:16])).to_have_count(
             1, timeout=30_000
         )
-        page.wait_for_function(IDLE, timeout=60_000, polling=50)
+        wait_idle(page)
         screenshot(f"access_export_{n}_{fmt}")
     rows = db.fetch("SELECT format, sha256, customer_id FROM core_access_register WHERE id > %s ORDER BY id", (before,))
     assert [(r["format"], r["customer_id"]) for r in rows] == [("html", cid), ("json", cid), ("html", cid)]

@@ -8,6 +8,7 @@ import pytest
 from conftest import start_streamlit, stop_streamlit
 from playwright.sync_api import expect
 
+from bench.st_server import wait_idle
 from core.db import Database
 from core.history import answer_context, tool_calls
 from core.ids import ThreadId
@@ -49,7 +50,7 @@ def article_url(article_agents_db):
 def pick_row(page, grid, row: int) -> None:
     """Tick the selection box of `row` (0: the first) in a grid (its row markers are the left column), once the
     page's run is over (a click while it runs can land on a grid drawn again)."""
-    expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=60_000)
+    wait_idle(page)
     grid.scroll_into_view_if_needed()
     box = grid.bounding_box()
     page.mouse.click(box["x"] + 18, box["y"] + 35 + 17 + 35 * row)

@@ -31,7 +31,8 @@ def test_memory_page_and_one_namespace(page, dashboard_url, demo_db, screenshot)
     cid = demo_db.summary.legacy_customers[0]
     page.goto(f"{dashboard_url}/memory?ns=clientes.{cid}")
     expect(page.get_by_text(f"clientes.{cid}: documentos")).to_be_visible(timeout=30_000)
-    items = page.get_by_test_id("stDataFrame").last
+    # the namespace's items (its "Se guarda (días)" column): the history and the flags follow it since issue 56
+    items = page.get_by_test_id("stDataFrame").filter(has_text="Se guarda (días)").first
     expect(items.get_by_text("nota-libre").first).to_be_attached()
     page.get_by_text(f"clientes.{cid}: documentos").scroll_into_view_if_needed()
     screenshot("memory-namespace")
