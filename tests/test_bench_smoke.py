@@ -14,6 +14,14 @@ from bench import bench_production as bp
 
 pytestmark = pytest.mark.slow  # a benchmark
 
+
+@pytest.fixture(scope="module", autouse=True)
+def one_unit():
+    """The module's tests share their worker's benchmark templates (bench_prod_*): one unit of work, in file order
+    (tests/_scheduling.py), so no test copies a template while another's sessions are still on it."""
+    return
+
+
 PAGES = ["Memoria", "Preferencias", "Barridos", "Checkpoints", "Degradación", "Borrado", "Registro de borrados"]
 RENDER = "page render (AppTest, empty data cache)"
 
