@@ -172,6 +172,12 @@ def use_dashboard_database(agents_dsn: str, dashboard_dsn: str) -> None:
         _dashboard_dsns[server_key(agents_dsn)] = dashboard_dsn
 
 
+def forget_dashboard_database(agents_dsn: str) -> None:
+    """Undo use_dashboard_database for `agents_dsn` (a test's database dropped, a setting changed)."""
+    with _lock:
+        _dashboard_dsns.pop(server_key(agents_dsn), None)
+
+
 def dashboard_dsn_for(agents_dsn: str) -> str:
     """The database where the dashboard keeps what it writes for `agents_dsn` (the agents' own when none is set)."""
     return _dashboard_dsns.get(server_key(agents_dsn), agents_dsn)

@@ -201,6 +201,27 @@ def db(create_database):
         drop_slot(database.dsn)  # a slot left behind keeps the session server's WAL
 
 
+@pytest.fixture
+def split_db(create_database, pg_dsn):
+    """Like `db`, with the dashboard's database apart (issue 52, PG_DASHBOARD): a migrated agents' database and a
+    second database on the same server, registered as its dashboard database and migrated from
+    core/sql/dashboard/. `split_db.ours` is a Database on the second one."""
+    from core.db import forget_dashboard_database, use_dashboard_database
+    from core.migrate import migrate_dashboard
+
+    agents = create_database(prefix="split")
+    ours = dsn_for(pg_dsn, psycopg.conninfo.conninfo_to_dict(agents)["dbname"] + "_dashboard")
+    use_dashboard_database(agents, ours)
+    migrate_dashboard(ours)
+    database = Database(agents)
+    yield database
+    database.ours.close()
+    database.close()
+    forget_dashboard_database(agents)
+    with contextlib.suppress(psycopg.Error):
+        drop_slot(agents)
+
+
 @pytest.fixture(scope="session")
 def demo_db(create_database) -> Database:
     """A migrated database with demo data seeded by the real agents (shared, read-only by convention)."""
