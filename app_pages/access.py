@@ -153,9 +153,11 @@ def make_export(
 safe_id = re.sub(r"[^A-Za-z0-9_-]", "_", summary.customer_id)
 # The click does not rerun the page (on_click="ignore"): a rerun racing the browser's request for the file dropped
 # the callable the button named, and a second export after a format change did nothing (issue 54 #1). The list
-# below sees the new export's register row and then reads the page again (counts included).
+# below sees the new export's register row and then reads the page again (counts included). The label names the
+# format and language of the file it makes: a click before a changed choice's run has drawn the new button gets
+# the file the button on screen named (Streamlit keeps the previous run's callable until the new one replaces it).
 st.download_button(
-    t("access_download"),
+    t("access_download", format=fmt.upper(), lang=LANGUAGES[doc_lang]),
     data=make_export,
     file_name=f"acceso-{safe_id}-{time.strftime('%Y%m%d')}.{fmt}",
     mime="application/json" if fmt == "json" else "text/html",

@@ -99,6 +99,24 @@ def test_english_labels(shop, app_env):
     assert set(frame(at, "Source", "Items").iloc[:, 0]) >= {"Memory documents", "Messages", "Conversations"}
 
 
+@pytest.mark.parametrize(
+    ("lang", "label"), [("es", "Exportar y descargar: JSON, Español"), ("en", "Export and download: JSON, English")]
+)
+def test_the_export_button_names_the_file_it_makes(shop, app_env, lang, label):
+    """Issue 54: a click on the export button right after changing the format reached the previous run's button and
+    downloaded the previous format. The button names the format and the document's language of its file, so what
+    it downloads is what it says at the moment of the click."""
+    app_env(shop.dsn)
+    at = dashboard("app_pages/access.py", lang=lang)
+    at.text_input(key="access.customer").input("C9").run()
+    assert [b.proto.label for b in at.get("download_button")] == [label]
+    if lang == "es":  # (AppTest maps a radio's value through its format_func in the test's thread, in Spanish)
+        at.radio(key="access.format").set_value("html")
+        at.selectbox(key="access.lang").set_value("en").run()
+        assert not at.exception, at.exception
+        assert [b.proto.label for b in at.get("download_button")] == ["Exportar y descargar: HTML, English"]
+
+
 def test_a_manager_is_refused_with_the_role_named(shop, app_env):
     app_env(shop.dsn, LOCAL_ROLES="manager")
     for page in ("app_pages/access.py", "app_pages/access_register.py", "app_pages/erasure.py"):

@@ -136,18 +136,20 @@ def test_a_dpo_exports_html_then_json_then_html_again(page, server_for, access_d
     page.goto(f"{url}/access?cliente={cid}")
     expect(page.get_by_role("heading", name="Derecho de acceso")).to_be_visible(timeout=30_000)
     expect(page.get_by_test_id("stDataFrame").first).to_be_visible(timeout=30_000)
-    export_button = page.get_by_test_id("stDownloadButton").get_by_role("button", name="Exportar y descargar")
     labels = {"html": "Documento legible (HTML, imprimible a PDF)", "json": "JSON (legible por máquina)"}
     downloads: list[tuple[str, bytes]] = []
     for n, fmt in enumerate(("html", "json", "html"), start=1):
         page.get_by_test_id("stRadio").get_by_text(labels[fmt], exact=True).click()
         expect(page.get_by_test_id("stRadio").get_by_role("radio", name=labels[fmt])).to_be_checked()
-        # the page has taken the format chosen (its run ended: the button names the new format's file). A click
-        # during that run can still reach the previous run's button under load: left open in issue 54.
-        wait_idle(page)
-        expect(export_button).to_be_enabled(timeout=30_000)
+        # the button names the file it makes (format and language): once it names the format chosen, the run that
+        # drew it has replaced the previous button and its file (a wait for "the run is idle" could end before the
+        # radio's run began: the JSON export then downloaded the HTML file, under load, 2026-12-07)
+        chosen = page.get_by_test_id("stDownloadButton").get_by_role(
+            "button", name=f"Exportar y descargar: {fmt.upper()}, Español", exact=True
+        )
+        expect(chosen).to_be_enabled(timeout=30_000)
         with page.expect_download(timeout=60_000) as info:
-            export_button.click()
+            chosen.click()
         download = info.value
         data = open(download.path(), "rb").read()
         assert download.suggested_filename.endswith(f".{fmt}"), download.suggested_filename
