@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from core.capture.follower import apply_pending
-from core.db import Database
+from core.db import Database, one
 from core.history import memory_refs, views
 from core.history.memory_refs import Reference
 from core.ids import InvalidIdentifier, ThreadId
@@ -99,6 +99,16 @@ SELECT s.prefix, s.key, s.value, s.updated_at, s.expires_at, (s.expires_at IS NO
 FROM unnest(%(prefixes)s::text[], %(keys)s::text[]) AS x(prefix, key)
 JOIN store s ON s.prefix = x.prefix AND s.key = x.key"""
 
+# Threads our write log names for a document (core_memory_writes: the agents' own), and those our conversation log
+# gives its subject: read where the logs are and passed as an array `%(logged)s` to the reads of the tool calls, kept in
+# the dashboard's own database (issue 52: no join across the two).
+SELECT_WRITE_LOG_THREADS = """
+SELECT DISTINCT thread_id FROM core_memory_writes
+WHERE prefix = %(prefix)s AND key = %(key)s AND thread_id IS NOT NULL"""
+SELECT_LOGGED_THREADS = """
+SELECT thread_id FROM core_conversations WHERE subject_root = %(root)s AND subject_id = %(subject)s
+UNION SELECT thread_id FROM core_memory_writes WHERE prefix = %(prefix)s AND key = %(key)s AND thread_id IS NOT NULL"""
+
 # The last write of a document at or before an instant that the tool calls tell (core_tool_calls, same clock as
 # `at`), by a thread attributed to the document: its customer's metadata, our write log, or its `hilo`.
 SELECT_LAST_WRITE = """
@@ -106,7 +116,7 @@ SELECT t.args ->> %(value_arg)s AS value, t.ts, t.thread_id
 FROM core_tool_calls t
 WHERE t.tool = %(tool)s AND t.args ->> %(key_arg)s = %(part)s AND t.ts <= %(at)s
   AND (t.cliente_id = %(subject)s AND %(root)s = 'clientes'
-       OR t.thread_id IN (SELECT w.thread_id FROM core_memory_writes w WHERE w.prefix = %(prefix)s AND w.key = %(key)s)
+       OR t.thread_id = ANY(%(logged)s::text[])
        OR t.thread_id IN (SELECT h.hilo FROM core_store_shadow h WHERE h.prefix = %(prefix)s AND h.key = %(key)s))
 ORDER BY t.ts DESC LIMIT 1"""
 
@@ -115,18 +125,15 @@ ORDER BY t.ts DESC LIMIT 1"""
 SELECT_USES = """
 WITH threads AS (
     SELECT thread_id FROM core_tool_calls WHERE cliente_id = %(subject)s AND %(root)s = 'clientes'
-    UNION SELECT thread_id FROM core_conversations WHERE subject_root = %(root)s AND subject_id = %(subject)s
-    UNION SELECT thread_id FROM core_memory_writes WHERE prefix = %(prefix)s AND key = %(key)s
+    UNION SELECT unnest(%(logged)s::text[])
     UNION SELECT hilo FROM core_store_shadow WHERE prefix = %(prefix)s AND key = %(key)s AND hilo IS NOT NULL
 )
 SELECT t.thread_id, max(t.ts) AS last_ts
 FROM threads JOIN core_tool_calls t ON t.thread_id = threads.thread_id
 WHERE t.tool = ANY(%(tools)s::text[]) AND t.thread_id IS NOT NULL
 GROUP BY t.thread_id ORDER BY last_ts DESC NULLS LAST, t.thread_id LIMIT %(limit)s"""
-SCOPED_USES = SELECT_USES.replace("WITH threads AS (", f"WITH mine AS ({MINE}), threads AS (", 1).replace(
-    "GROUP BY t.thread_id", "  AND %(subject)s IN (SELECT cliente_id FROM mine)\nGROUP BY t.thread_id", 1
-)
-assert SCOPED_USES != SELECT_USES, "the scoped uses query must add the scope"
+# Whether the document's customer is one of the scope's (read where the store mapping is kept).
+SELECT_SUBJECT_IN_SCOPE = f"SELECT %(subject)s IN ({MINE}) AS mine"
 
 SELECT_THREAD_MESSAGES = """
 SELECT m.checkpoint_ns, m.checkpoint_id, m.step, m.ts, m.kind, m.content, m.tool_calls, m.tool_name, m.tool_call_id
@@ -200,7 +207,8 @@ def _by_value(db: Database, refs: list[Reference]) -> list[str]:
     for ref in refs:
         if ref.value is None:
             continue
-        found = {r["cliente_id"] for r in db.fetch(SELECT_HOLDERS, {"value": ref.value, "limit": MAX_HOLDERS + 1})}
+        holding = db.ours.fetch(SELECT_HOLDERS, {"value": ref.value, "limit": MAX_HOLDERS + 1})
+        found = {r["cliente_id"] for r in holding}
         if found and len(found) <= MAX_HOLDERS:
             holders = found if holders is None else holders & found
     return sorted(holders or ())
@@ -222,7 +230,7 @@ def _place(
             continue
         if hilo is None:  # read only when a message's subject is not recorded: the follower's, brought up to date
             apply_pending(db.dsn)
-            hilo = {(r["prefix"], r["key"]) for r in db.fetch(SELECT_BY_HILO, {"thread_id": thread_id})}
+            hilo = {(r["prefix"], r["key"]) for r in db.ours.fetch(SELECT_BY_HILO, {"thread_id": thread_id})}
         linked = sorted(p for p, k in hilo if k == ref.key and p.startswith(ref.root + "."))
         if len(linked) == 1:
             out.append((linked[0], "hilo", []))
@@ -271,9 +279,11 @@ def _value_then(
     if writer is not None and at is not None:
         tool, (root, template, key_arg, value_arg) = writer
         part = ref.key.removeprefix(template[:-2])
-        row = db.fetch_one(
+        logged = [r["thread_id"] for r in db.fetch(SELECT_WRITE_LOG_THREADS, {"prefix": prefix, "key": ref.key})]
+        row = db.ours.fetch_one(
             SELECT_LAST_WRITE,
             {
+                "logged": logged,
                 "tool": tool,
                 "key_arg": key_arg,
                 "value_arg": value_arg,
@@ -405,9 +415,10 @@ def answers_using(db: Database, prefix: str, key: str, scope: Scope | None = Non
     if scope is not None:
         if root != ROOT:
             return pd.DataFrame(columns=USES_COLUMNS)
-        threads = db.fetch(SCOPED_USES, {**params, **scope.params()})
-    else:
-        threads = db.fetch(SELECT_USES, params)
+        if not one(db.fetch_one(SELECT_SUBJECT_IN_SCOPE, {"subject": subject, **scope.params()}))["mine"]:
+            return pd.DataFrame(columns=USES_COLUMNS)
+    params["logged"] = [r["thread_id"] for r in db.fetch(SELECT_LOGGED_THREADS, params)]
+    threads = db.ours.fetch(SELECT_USES, params)
     out = []
     for t in threads:
         rows = db.fetch(SELECT_THREAD_MESSAGES, {"thread_id": t["thread_id"]})

@@ -59,11 +59,13 @@ SELECT (SELECT count(*) FROM core_replica_heartbeat WHERE state <> 'stopped')   
        (SELECT count(*) FROM core_degradation_episodes WHERE degraded_from >= %(since)s)              AS episodes,
        (SELECT count(*) FROM core_guard_denials WHERE denied_at >= %(since)s)                        AS denials,
        (SELECT count(*) FROM core_serde_refusals WHERE refused_at >= %(since)s)                      AS refusals,
-       (SELECT count(*) FROM core_refused_payloads)                                                  AS refused_in_sql,
-       (SELECT updated_at FROM core_extract_watermark WHERE name = 'tool_calls')                     AS
-       refused_scanned_at,
        (SELECT max(degraded_to) FROM core_degradation_episodes)                                      AS
        last_episode_end"""
+# ... and what the extraction keeps, in the dashboard's own database (issue 52: a second query, not a join).
+SELECT_EXTRACTION_SUMMARY = """
+SELECT (SELECT count(*) FROM core_refused_payloads)                                                  AS refused_in_sql,
+       (SELECT updated_at FROM core_extract_watermark WHERE name = 'tool_calls')                     AS
+       refused_scanned_at"""
 
 # Payloads the SQL decoder marks refused (migration 021), as found by the incremental extraction
 # (core/history/tool_calls.py, run by the sweep job and the Preferences page): what is in the
@@ -100,7 +102,7 @@ def refusals(db: Database, since: datetime | None = None, limit: int = 500) -> p
 def refused_in_sql(db: Database, limit: int = 500) -> pd.DataFrame:
     """Checkpoint payloads in the database that the serializer would refuse, newest found first."""
     return pd.DataFrame(
-        db.fetch(SELECT_REFUSED_IN_SQL, {"limit": limit}),
+        db.ours.fetch(SELECT_REFUSED_IN_SQL, {"limit": limit}),
         columns=["found_at", "refused_type", "kind", "channel", "thread_id", "checkpoint_id"],
     )
 
@@ -114,5 +116,7 @@ def dead_letters(db: Database, limit: int = 500) -> pd.DataFrame:
 
 
 def summary(db: Database, since: datetime | None = None) -> dict[str, Any]:
-    """Counts for the page's tiles: replicas, degraded, silent, episodes, denials, refusals."""
-    return dict(db.fetch_one(SELECT_SUMMARY, {"since": since or EPOCH}) or {})
+    """Counts for the page's tiles: replicas, degraded, silent, episodes, denials, refusals (the agents' own tables),
+    refused payloads found by the extraction and when it last ran (ours)."""
+    found = dict(db.fetch_one(SELECT_SUMMARY, {"since": since or EPOCH}) or {})
+    return found | dict(db.ours.fetch_one(SELECT_EXTRACTION_SUMMARY) or {})

@@ -246,18 +246,18 @@ def search_threads(
     where, params = _where(q, now or datetime.now(UTC))
     direction = "DESC" if q.order == "desc" else "ASC"
     shown = ", ".join(SHOWN_STATUS if c == "status" else c for c in COLUMNS)
-    rows = db.fetch(
+    rows = db.ours.fetch(
         f"SELECT {shown} FROM core_thread_summary WHERE {where} "
         f"ORDER BY {q.sort} {direction}, thread_id {direction} LIMIT %(limit)s OFFSET %(offset)s",
         {**params, "limit": q.limit, "offset": q.offset},
     )
     total = one(
-        db.fetch_one(
+        db.ours.fetch_one(
             f"SELECT count(*) AS n FROM (SELECT 1 FROM core_thread_summary WHERE {where} LIMIT %(cap)s) m",
             {**params, "cap": count_cap + 1},
         )
     )["n"]
-    as_of = db.fetch_one(SELECT_AS_OF)
+    as_of = db.ours.fetch_one(SELECT_AS_OF)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["metadata"] = [json.dumps(m, ensure_ascii=False, sort_keys=True) for m in frame["metadata"]]
     frame["next_nodes"] = [", ".join(n) for n in frame["next_nodes"]]
@@ -276,14 +276,14 @@ class StatusCounts:
 
 def status_counts(db: Database, now: datetime | None = None) -> StatusCounts:
     """How many threads have each status (STATES) as of `now`, and how many threads the summary holds."""
-    row = one(db.fetch_one(COUNT_STATUSES, {"running_since": (now or datetime.now(UTC)) - RUNNING_WINDOW}))
-    as_of = db.fetch_one(SELECT_AS_OF)
+    row = one(db.ours.fetch_one(COUNT_STATUSES, {"running_since": (now or datetime.now(UTC)) - RUNNING_WINDOW}))
+    as_of = db.ours.fetch_one(SELECT_AS_OF)
     return StatusCounts({s: row[s] for s in STATES}, row["total"], as_of["updated_at"] if as_of else None)
 
 
 def agents(db: Database) -> list[str]:
     """The agents named in the summary (for a picker), sorted."""
-    return [r["agent"] for r in db.fetch(SELECT_AGENTS)]
+    return [r["agent"] for r in db.ours.fetch(SELECT_AGENTS)]
 
 
 def preset(name: str) -> ThreadQuery:

@@ -115,7 +115,7 @@ def thread_usage(db: Database, thread_id: str, prices: tuple[ModelPrice, ...]) -
     """One thread's usage per model (empty: its messages carry no usage metadata, or it was not extracted yet);
     `without_usage`: its AI messages without usage metadata (their tokens are not counted: the figures are partial)."""
     frame = pd.DataFrame(
-        db.fetch(SELECT_THREAD, {"thread_id": thread_id}), columns=["model", "agent", *TOKENS, "without_usage"]
+        db.ours.fetch(SELECT_THREAD, {"thread_id": thread_id}), columns=["model", "agent", *TOKENS, "without_usage"]
     )
     return priced(frame, prices)
 
@@ -126,7 +126,7 @@ def usage_by_thread(
     """The `limit` threads last active in [since, until] (UTC days) with tokens and cost; a thread without usage
     metadata is listed with note 'no_usage'; `without_usage`: its AI messages without usage metadata (partial)."""
     frame = pd.DataFrame(
-        db.fetch(SELECT_THREADS, {"since": since, "until": until + pd.Timedelta(days=1), "limit": limit}),
+        db.ours.fetch(SELECT_THREADS, {"since": since, "until": until + pd.Timedelta(days=1), "limit": limit}),
         columns=["thread_id", "agent", "updated_at", "without_usage", "model", *TOKENS],
     )
     return _rollup(frame, ["thread_id", "agent", "updated_at", "without_usage"], prices)
@@ -135,7 +135,7 @@ def usage_by_thread(
 def usage_by_day(db: Database, since: date, until: date, prices: tuple[ModelPrice, ...]) -> pd.DataFrame:
     """Per UTC day and agent (agent '' = none named): tokens and cost, days without usage left out."""
     frame = pd.DataFrame(
-        db.fetch(SELECT_DAYS, {"since": since, "until": until}), columns=["day", "agent", "model", *TOKENS]
+        db.ours.fetch(SELECT_DAYS, {"since": since, "until": until}), columns=["day", "agent", "model", *TOKENS]
     )
     return _rollup(frame.sort_values(["day", "agent"]), ["day", "agent"], prices)
 
@@ -143,7 +143,7 @@ def usage_by_day(db: Database, since: date, until: date, prices: tuple[ModelPric
 def usage_by_agent(db: Database, since: date, until: date, prices: tuple[ModelPrice, ...]) -> pd.DataFrame:
     """Per agent over [since, until]: tokens and cost."""
     frame = pd.DataFrame(
-        db.fetch(SELECT_DAYS, {"since": since, "until": until}), columns=["day", "agent", "model", *TOKENS]
+        db.ours.fetch(SELECT_DAYS, {"since": since, "until": until}), columns=["day", "agent", "model", *TOKENS]
     )
     return _rollup(
         frame.drop(columns="day").groupby(["agent", "model"], as_index=False).sum().sort_values("agent"),

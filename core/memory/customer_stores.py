@@ -424,6 +424,15 @@ def scope_customers(db: Database, scope: Scope) -> int:
     return int(one(db.fetch_one(SELECT_SCOPE_CUSTOMERS, scope.params()))["n"])
 
 
+SELECT_MINE = f"SELECT cliente_id FROM ({MINE}) m ORDER BY 1"
+
+
+def scope_customer_ids(db: Database, scope: Scope) -> list[str]:
+    """The customers of the scope's stores (none while the mapping is not usable), read where the mapping is kept: for
+    reads of tables kept in another database than the mapping (issue 52), passed to them as an array."""
+    return [r["cliente_id"] for r in db.fetch(SELECT_MINE, scope.params())]
+
+
 def large_scope(db: Database, scope: Scope) -> bool:
     """Whether the scope's reads take the plan made for many customers (LARGE_SCOPE)."""
     return scope_customers(db, scope) > LARGE_SCOPE

@@ -30,9 +30,9 @@ from typing import Any
 
 import pandas as pd
 import psycopg
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, dict_row
 
-from core.db import Database
+from core.db import Database, dashboard_dsn_of
 from core.ids import CustomerId, validate_label
 from core.memory.customer_stores import PREFIX_IN_SCOPE, Scope
 from core.privacy import subjects
@@ -77,6 +77,9 @@ FROM core_tool_calls t
 WHERE t.tool = ANY(%(tools)s) AND (t.thread_id = ANY(%(threads)s) OR t.cliente_id = %(id)s)
   AND (t.cliente_id IS NULL OR t.cliente_id = %(id)s)
 ORDER BY t.ts, t.thread_id, t.checkpoint_id, t.position, t.call_index"""
+# The same where the extraction's tables are in the dashboard's own database (issue 52): whether the step and the
+# thread are held, from the change follower's copy of the checkpoints' keys there (core_checkpoint_shadow).
+SELECT_CALLS_BY_SHADOW = SELECT_CALLS.replace("FROM checkpoints c", "FROM core_checkpoint_shadow c")
 # Our agents' log of the namespace's writes (and of namespaces nested under it).
 SELECT_LOG = r"""
 SELECT w.id, w.written_at, w.prefix, w.key, w.thread_id, w.agent,
@@ -349,14 +352,14 @@ def customer_history_conn(
             hilo=row["hilo"],
         )
     prefix = params["prefix"]
-    calls = conn.execute(
-        SELECT_CALLS,
-        {
-            "tools": [n for n, t in WRITING_TOOLS.items() if t.root == ROOT],
-            "threads": found,
-            "id": customer_id,
-        },
-    ).fetchall()
+    tools = [n for n, t in WRITING_TOOLS.items() if t.root == ROOT]
+    call_params = {"tools": tools, "threads": found, "id": customer_id}
+    ours = dashboard_dsn_of(conn)
+    if ours is None:
+        calls = conn.execute(SELECT_CALLS, call_params).fetchall()
+    else:
+        with psycopg.connect(ours, row_factory=dict_row) as mine:
+            calls = mine.execute(SELECT_CALLS_BY_SHADOW, call_params).fetchall()
     writes = [w for w in (_call_write(r, prefix) for r in calls) if w is not None]
     writes = _merge_log(writes, conn.execute(SELECT_LOG, params).fetchall())
     swept = {(r["prefix"], r["key"]): r["swept_at"] for r in conn.execute(SELECT_SWEPT, params).fetchall()}

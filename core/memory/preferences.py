@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from core.db import Database, one
-from core.memory.customer_stores import MINE, Scope
+from core.memory.customer_stores import Scope, scope_customer_ids
 
 # Everything below reads the tool calls extracted from checkpoint history (core_tool_calls and
 # core_thread_days, core/history/tool_calls.py) through their rollups (migration 047, kept exact by
@@ -99,8 +99,11 @@ WHERE tool = %(tool)s AND first_ts >= %(since)s::date::timestamp AT TIME ZONE 'U
 # --- a store manager's figures (issue 39): the conversations and calls of the customers of their stores only, in SQL.
 # A thread's customer is its `cliente_id` (the checkpoint metadata the extraction read); a thread with none is no
 # store's. The rollups above hold no customer, so these read the per-customer rows by their cliente_id indexes:
-# rows of the scope's customers, not of the chain.
-IN_MINE = f"cliente_id IN ({MINE})"
+# rows of the scope's customers, not of the chain. The scope's customers (customer_stores.MINE) are read where the
+# store mapping is kept and passed as an array `%(mine)s` (issue 52: the extraction's tables are in the dashboard's
+# own database; no join across the two).
+MINE_GIVEN = "SELECT unnest(%(mine)s::text[])"
+IN_MINE = f"cliente_id IN ({MINE_GIVEN})"
 PERIOD_TS = (
     "ts >= %(since)s::date::timestamp AT TIME ZONE 'UTC' AND ts < (%(until)s::date + 1)::timestamp AT TIME ZONE 'UTC'"
 )
@@ -148,8 +151,9 @@ ORDER BY p.first_write DESC, p.thread_id"""
 SELECT_SCOPED_WRITING_CONVERSATION_COUNT = f"SELECT count(*) AS n FROM ({SCOPED_WRITERS}) w"
 
 
-def _params(scope: Scope | None, **params: Any) -> dict[str, Any]:
-    return {**params, **(scope.params() if scope is not None else {})}
+def _params(db: Database, scope: Scope | None, **params: Any) -> dict[str, Any]:
+    """The parameters of a read, with the scope's customers (`mine`) when scoped."""
+    return {**params, **({"mine": scope_customer_ids(db, scope)} if scope is not None else {})}
 
 
 def preference_daily(db: Database, since: date, until: date, scope: Scope | None = None) -> pd.DataFrame:
@@ -157,7 +161,7 @@ def preference_daily(db: Database, since: date, until: date, scope: Scope | None
     a manager's stores with a `scope`)."""
     sql = SELECT_PREF_DAILY if scope is None else SELECT_SCOPED_PREF_DAILY
     df = pd.DataFrame(
-        db.fetch(sql, _params(scope, since=since, until=until, tool=PREF_TOOL)),
+        db.ours.fetch(sql, _params(db, scope, since=since, until=until, tool=PREF_TOOL)),
         columns=["day", "conversations", "writes"],
     )
     df["ratio"] = (df["writes"] / df["conversations"].where(df["conversations"] > 0)).astype(float)
@@ -167,20 +171,21 @@ def preference_daily(db: Database, since: date, until: date, scope: Scope | None
 def conversations(db: Database, since: date, until: date, scope: Scope | None = None) -> int:
     """Threads with a human message in [since, until] (UTC days)."""
     sql = SELECT_CONVERSATIONS if scope is None else SELECT_SCOPED_CONVERSATIONS
-    return one(db.fetch_one(sql, _params(scope, since=since, until=until)))["n"]
+    return one(db.ours.fetch_one(sql, _params(db, scope, since=since, until=until)))["n"]
 
 
 def clocks(db: Database, since: date, until: date, scope: Scope | None = None) -> dict[str, int]:
     """Preference calls in the period by the clock that dates them ('checkpoint' or 'replayed')."""
     sql = SELECT_CLOCKS if scope is None else SELECT_SCOPED_CLOCKS
-    rows = db.fetch(sql, _params(scope, since=since, until=until, tool=PREF_TOOL))
+    rows = db.ours.fetch(sql, _params(db, scope, since=since, until=until, tool=PREF_TOOL))
     return {r["clock"]: r["calls"] for r in rows}
 
 
 def preference_by_tipo(db: Database, since: date, until: date, scope: Scope | None = None) -> pd.DataFrame:
     sql = SELECT_PREF_BY_TIPO if scope is None else SELECT_SCOPED_PREF_BY_TIPO
     return pd.DataFrame(
-        db.fetch(sql, _params(scope, since=since, until=until, tool=PREF_TOOL)), columns=["tipo", "writes", "customers"]
+        db.ours.fetch(sql, _params(db, scope, since=since, until=until, tool=PREF_TOOL)),
+        columns=["tipo", "writes", "customers"],
     )
 
 
@@ -190,16 +195,16 @@ def writing_conversations(
     """Threads that called `recordar_preferencia` in the period (every call, also those later
     overwritten in the store), newest first."""
     sql = SELECT_WRITING_CONVERSATIONS if scope is None else SELECT_SCOPED_WRITING_CONVERSATIONS
-    params = _params(scope, since=since, until=until, limit=limit, offset=offset, tool=PREF_TOOL)
+    params = _params(db, scope, since=since, until=until, limit=limit, offset=offset, tool=PREF_TOOL)
     return pd.DataFrame(
-        db.fetch(sql, params), columns=["thread_id", "cliente_id", "first_write", "writes", "tipos", "agent"]
+        db.ours.fetch(sql, params), columns=["thread_id", "cliente_id", "first_write", "writes", "tipos", "agent"]
     )
 
 
 def writing_conversation_count(db: Database, since: date, until: date, scope: Scope | None = None) -> int:
     """How many threads `writing_conversations` pages through."""
     sql = SELECT_WRITING_CONVERSATION_COUNT if scope is None else SELECT_SCOPED_WRITING_CONVERSATION_COUNT
-    return one(db.fetch_one(sql, _params(scope, since=since, until=until, tool=PREF_TOOL)))["n"]
+    return one(db.ours.fetch_one(sql, _params(db, scope, since=since, until=until, tool=PREF_TOOL)))["n"]
 
 
 # --- preferences applied (from the extracted tool calls) -------------------------------------
@@ -211,7 +216,7 @@ RECENT_THREADS = """
     SELECT thread_id, cliente_id FROM core_thread_last ORDER BY last_human_at DESC, thread_id LIMIT %(threads)s"""
 # ... of the customers of a manager's stores (issue 39).
 RECENT_SCOPED_THREADS = f"""
-    SELECT thread_id, cliente_id FROM core_thread_last WHERE cliente_id IN ({MINE})
+    SELECT thread_id, cliente_id FROM core_thread_last WHERE cliente_id IN ({MINE_GIVEN})
     ORDER BY last_human_at DESC, thread_id LIMIT %(threads)s"""
 # The most recent conversations of a period (UTC days): threads with a human message in it, newest last message first.
 RECENT_THREADS_IN_PERIOD = """
@@ -220,7 +225,7 @@ RECENT_THREADS_IN_PERIOD = """
     GROUP BY thread_id ORDER BY max(last_human_at) DESC, thread_id LIMIT %(threads)s"""
 RECENT_SCOPED_THREADS_IN_PERIOD = f"""
     SELECT thread_id, max(cliente_id) AS cliente_id FROM core_thread_days
-    WHERE cliente_id IN ({MINE}) AND day BETWEEN %(since)s AND %(until)s
+    WHERE cliente_id IN ({MINE_GIVEN}) AND day BETWEEN %(since)s AND %(until)s
     GROUP BY thread_id ORDER BY max(last_human_at) DESC, thread_id LIMIT %(threads)s"""
 SELECT_PROPOSALS_AND_PREFERENCES = """
 WITH recent AS ({recent}
@@ -275,7 +280,7 @@ def preferences_applied(
     else:
         recent = RECENT_SCOPED_THREADS if since is None else RECENT_SCOPED_THREADS_IN_PERIOD
     sql = SELECT_PROPOSALS_AND_PREFERENCES.format(recent=recent, in_period="true" if since is None else IN_PERIOD)
-    rows = db.fetch(sql, _params(scope, threads=threads, since=since, until=until))
+    rows = db.ours.fetch(sql, _params(db, scope, threads=threads, since=since, until=until))
     in_force: dict[str, dict[str | None, Any]] = {}  # as the tool call wrote them
     out = []
     for r in rows:  # ordered by ts: the preferences seen so far are those in force

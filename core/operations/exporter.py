@@ -24,6 +24,7 @@ Its role only reads (deploy/exporter-grants.sql).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import threading
@@ -41,7 +42,7 @@ from psycopg.rows import DictRow, dict_row
 from core.agent_server import aegra
 from core.capture.status import read_status
 from core.config import ModelPrice
-from core.db import one
+from core.db import dashboard_dsn_of, one
 from core.history import usage
 from core.history.replica_health import SELECT_REPLICAS
 from core.memory.reads import SELECT_EXPIRED_BY_ROOT
@@ -81,6 +82,18 @@ SELECT_THREAD_STATUS = """
 SELECT status, count(*) AS n FROM core_thread_summary WHERE status <> 'idle' GROUP BY status"""
 
 
+def _connect_ours(dsn: str) -> psycopg.Connection[DictRow]:
+    """A read-only connection to the dashboard's database, under the scrape's timeouts."""
+    conn = psycopg.connect(
+        dsn,
+        connect_timeout=CONNECT_TIMEOUT_S,
+        row_factory=dict_row,
+        options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+    )
+    conn.read_only = True
+    return conn
+
+
 def usage_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, ...]) -> list[Metric]:
     """Threads by status (the thread search's summary) and LLM tokens and cost per agent and model, from the
     rollups the extraction keeps (small tables: days x agents x models). A model without a configured price has
@@ -92,10 +105,14 @@ def usage_metrics(conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, .
         "raised), as of the last extraction.",
         ["status"],
     )
-    found = {r["status"]: r["n"] for r in conn.execute(SELECT_THREAD_STATUS)}
+    with contextlib.ExitStack() as stack:  # the extraction's tables are in the dashboard's database (issue 52)
+        ours = dashboard_dsn_of(conn)
+        mine = stack.enter_context(_connect_ours(ours)) if ours else conn
+        found = {r["status"]: r["n"] for r in mine.execute(SELECT_THREAD_STATUS)}
+        usage_rows = mine.execute(usage.SELECT_TOTALS).fetchall()
     for status in ("interrupted", "paused", "error"):
         threads.add_metric([status], float(found.get(status, 0)))
-    totals = usage.priced_totals(conn.execute(usage.SELECT_TOTALS).fetchall(), prices)
+    totals = usage.priced_totals(usage_rows, prices)
     tokens = _gauge(
         "llm_tokens",
         "LLM tokens from the AI messages' usage_metadata (input includes cached).",

@@ -40,7 +40,7 @@ from psycopg import sql as pgsql
 from psycopg.rows import DictRow
 
 from core.db import Database
-from core.history.tool_calls import WATERMARK
+from core.history.tool_calls import Watermark, watermark_of
 from core.storage.prune_plan import TASKS, Checkpoint, ThreadPlan, plan_thread
 from core.storage.storage import key_ranges, thread_ranges
 
@@ -192,8 +192,8 @@ SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
        cut.id IS NULL OR c.checkpoint_id > cut.id AS after_cut,
        NOT %(assume_extracted)s
        AND coalesce((c.checkpoint ->> 'ts', c.thread_id, c.checkpoint_ns, c.checkpoint_id)
-                    > (SELECT ts, thread_id, checkpoint_ns, checkpoint_id FROM core_extract_watermark
-                       WHERE name = %(watermark)s), true) AS unextracted
+                    > (%(w_ts)s::text, %(w_thread_id)s::text, %(w_checkpoint_ns)s::text, %(w_checkpoint_id)s::text),
+                    true) AS unextracted
 FROM checkpoints c
 LEFT JOIN unnest(%(threads)s::text[], %(namespaces)s::text[], %(cuts)s::text[]) AS cut(thread_id, ns, id)
        ON cut.thread_id = c.thread_id AND cut.ns = c.checkpoint_ns
@@ -279,6 +279,13 @@ class ThreadPruned:
     bytes: int
 
 
+def _watermark_params(conn: psycopg.Connection[DictRow]) -> dict[str, str | None]:
+    """The extraction's watermark as SELECT_BATCH_CHECKPOINTS' parameters, read in the dashboard's database (issue 52:
+    a value passed, not a join); all NULL (everything unextracted) when the extraction never ran."""
+    mark = watermark_of(conn)
+    return {f"w_{name}": None if mark is None else value for name, value in (mark or Watermark()).params().items()}
+
+
 def plan_batch(
     conn: psycopg.Connection[DictRow], cut: Cut, batch: list[str], keep_latest: int, *, assume_extracted: bool = False
 ) -> list[ThreadPlan]:
@@ -296,7 +303,7 @@ def plan_batch(
         "namespaces": namespaces,
         "cuts": cuts,
         "assume_extracted": assume_extracted,
-        "watermark": WATERMARK,
+        **_watermark_params(conn),
     }
     rows: dict[str, list[Checkpoint]] = {}
     for r in conn.execute(SELECT_BATCH_CHECKPOINTS, params, prepare=False):
