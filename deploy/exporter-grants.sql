@@ -57,3 +57,7 @@ BEGIN
     END LOOP;
 END
 $$;
+-- With the dashboard's own database apart (PG_DASHBOARD, issue 52) the register's counts and the views log's gaps are
+-- read there: run these in that database too (until the grants are split per database), with CONNECT on it:
+--   GRANT USAGE ON SCHEMA public TO agent_memory_exporter;
+--   GRANT SELECT ON core_erasure_register_counts, core_data_view_gaps TO agent_memory_exporter;

@@ -115,7 +115,7 @@ def main() -> None:
             c.execute("CHECKPOINT")
         show("2. + CHECKPOINT", physical.scan_files(db, VALUES))
         row = one(
-            db.fetch_one(
+            db.ours.fetch_one(  # the register and the needles live in the dashboard's database (issue 52)
                 "SELECT n.needles, r.term_salt FROM core_erasure_needles n"
                 " JOIN core_erasure_register r ON r.id = n.request_id WHERE n.request_id = %s",
                 (result.request_id,),

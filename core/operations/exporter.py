@@ -47,6 +47,7 @@ from core.history import usage
 from core.history.replica_health import SELECT_REPLICAS
 from core.memory.reads import SELECT_EXPIRED_BY_ROOT
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
+from core.privacy import ours as ours_db
 from core.privacy.data_views import SELECT_GAPS
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,15 @@ def agent_server_metrics(conn: psycopg.Connection[DictRow], stuck_s: float | Non
     return [runs, stuck, threshold]
 
 
+def _register_figures(conn: psycopg.Connection[DictRow]) -> tuple[DictRow, DictRow]:
+    """The erasure register's counts and the views log's gaps, read where they live: our database (issue 52),
+    under the scrape's statement timeout."""
+    with ours_db.connect(conn) as mine:
+        if mine is not conn:
+            mine.execute("SELECT set_config('statement_timeout', %s, false)", (str(STATEMENT_TIMEOUT_MS),))
+        return one(mine.execute(SELECT_ERASURE).fetchone()), one(mine.execute(SELECT_GAPS).fetchone())
+
+
 def database_metrics(
     conn: psycopg.Connection[DictRow], prices: tuple[ModelPrice, ...] = (), stuck_s: float | None = None
 ) -> list[Metric]:
@@ -231,7 +241,7 @@ def database_metrics(
     ok_ts.add_metric([], float(sweeps["last_ok"] or 0))
     out += [last_ts, ok_ts]
 
-    erasure = one(conn.execute(SELECT_ERASURE).fetchone())
+    erasure, gaps = _register_figures(conn)
     inc = _gauge(
         "erasure_requests_incomplete", "Erasure requests incomplete or failed, or running for more than an hour."
     )
@@ -262,7 +272,6 @@ def database_metrics(
         "Dashboard processes killed (no clean exit) with views of customer data not yet written: an unknown number "
         "lost by each (core_data_view_gaps with no count, within the log's retention).",
     )
-    gaps = one(conn.execute(SELECT_GAPS).fetchone())
     unrecorded.add_metric([], float(gaps["views"]))
     killed.add_metric([], float(gaps["killed"]))
     out += [unrecorded, killed]

@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
+import psycopg
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from core.agent_server import aegra
@@ -33,6 +35,7 @@ from core.history import formats
 from core.ids import CustomerId
 from core.memory.history import customer_history_conn, export_rows
 from core.privacy import access_notice, data_views, subjects
+from core.privacy import ours as ours_db
 from core.privacy import residue as res
 from core.privacy.access_render import FORMATS, LANGS, render
 from core.privacy.access_report import AccessReport
@@ -255,12 +258,25 @@ def _params(customer_id: str, threads: list[str]) -> dict[str, Any]:
     }
 
 
+def _registers(
+    conn: psycopg.Connection[DictRow], params: dict[str, Any]
+) -> tuple[list[DictRow], list[DictRow], list[DictRow], list[DictRow]]:
+    """The customer's rows of our registers (where `conn` holds them): views, erasures, re-checks, exports."""
+    return (
+        conn.execute(data_views.SELECT_FOR_EXPORT, params).fetchall(),
+        conn.execute(SELECT_ERASURES, params).fetchall(),
+        conn.execute(SELECT_RECHECKS, params).fetchall(),
+        conn.execute(SELECT_ACCESS_EXPORTS, params).fetchall(),
+    )
+
+
 def gather(db: Database, customer_id: str) -> AccessReport:
     """Everything the agents and our logs hold about `customer_id`, read by SQL in one snapshot (REPEATABLE
     READ), changing nothing. Raises InvalidIdentifier (as erasure does) for an unusable id (parsed here unless it
     already is a CustomerId)."""
     customer_id = CustomerId.parse(customer_id)
-    with db.connection() as conn:
+    with db.connection() as conn, ours_db.connect(conn) as mine:
+        apart = ours_db.is_apart(conn, mine)
         attribution = _attribute(db, customer_id)
         threads = sorted(attribution.threads)
         params = _params(customer_id, threads)
@@ -282,15 +298,18 @@ def gather(db: Database, customer_id: str) -> AccessReport:
                 "serde_refusals": conn.execute(SELECT_SERDE_REFUSALS, params).fetchall(),
                 "dead_letters": conn.execute(SELECT_DEAD_LETTERS, params).fetchall(),
                 # who looked at the customer's data on this dashboard (art. 15: the recipients of the data)
-                "data_views": conn.execute(data_views.SELECT_FOR_EXPORT, params).fetchall(),
+                "data_views": [],
             }
             server = aegra.detect_conn(conn)
             if server is not None:  # what the customer sent through an Agent Protocol server, as its runs keep it
                 logs["agent_server_runs"] = aegra.runs_for_export(conn, attribution.attributed)
-            erasures = conn.execute(SELECT_ERASURES, params).fetchall()
-            rechecks = conn.execute(SELECT_RECHECKS, params).fetchall()
-            exports = conn.execute(SELECT_ACCESS_EXPORTS, params).fetchall()
+            if not apart:  # the registers in the same snapshot
+                logs["data_views"], erasures, rechecks, exports = _registers(conn, params)
             generated_at = one(conn.execute("SELECT now() AS now").fetchone())["now"]
+        if apart:  # in our database (issue 52): a snapshot of its own, read right after the agents'
+            with mine.transaction():
+                mine.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                logs["data_views"], erasures, rechecks, exports = _registers(mine, params)
     thread_rows = []
     for thread_id in threads:
         summary = summaries.get(thread_id) or {}
@@ -371,7 +390,7 @@ def record_export(
         raise ValueError("operator identity is required for the access register")
     digest = hashlib.sha256(data).hexdigest()
     row = one(
-        db.fetch_one(
+        db.ours.fetch_one(
             INSERT_EXPORT,
             (
                 report.customer_id,
@@ -415,7 +434,7 @@ def export(db: Database, customer_id: str, *, fmt: str, lang: str, operator: str
 
 def register(db: Database, limit: int = 500, customer_id: str | None = None) -> pd.DataFrame:
     """The latest `limit` exports (of one customer, or of all), newest first; `items` is the total exported."""
-    rows = db.fetch(SELECT_REGISTER, {"customer_id": customer_id, "limit": limit}, read_only=False)
+    rows = db.ours.fetch(SELECT_REGISTER, {"customer_id": customer_id, "limit": limit}, read_only=False)
     frame = pd.DataFrame(rows, columns=REGISTER_COLUMNS)
     frame["items"] = frame["counts"].map(
         lambda c: sum(v for k, v in c.items() if k != "expired_documents") if isinstance(c, dict) else None

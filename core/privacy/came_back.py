@@ -40,7 +40,7 @@ def came_back(db: Database, request_id: int, config: subj.Attribution | None = N
     exists again, a thread attributed to the customer since, a document), `where` (thread id, or prefix/key),
     `first_write`, `last_write`, `agent` (None: the agent wrote no name the database keeps). Raises ErasureError for
     an unknown request."""
-    row = db.fetch_one(SELECT_REQUEST, (request_id,))
+    row = db.ours.fetch_one(SELECT_REQUEST, (request_id,))
     if row is None:
         raise ErasureError(f"no erasure request {request_id}")
     customer_id = CustomerId.parse(row["customer_id"])

@@ -110,7 +110,7 @@ def verify(db: Database, chain: str) -> Verification:
     for an unknown chain."""
     if chain not in CHAINS:
         raise ValueError(f"unknown register chain {chain!r}; known: {', '.join(CHAINS)}")
-    with db.connection() as conn, conn.transaction():
+    with db.ours.connection() as conn, conn.transaction():  # the registers live in our database (issue 52)
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # links and rows of one instant
         links = conn.execute(SELECT_LINKS, {"chain": chain}).fetchall()
         cut = conn.execute(SELECT_CUT, {"chain": chain}).fetchone()

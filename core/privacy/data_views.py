@@ -207,7 +207,7 @@ def start_marker(db: Database, started_at: datetime) -> None:
     """Record the processes that are gone with their views (see the module's docstring) and write this process's
     marker, in one transaction under the writer's timeouts. Raises DataViewLogError when the database refuses."""
     try:
-        with db.connection() as conn, conn.transaction():
+        with db.ours.connection() as conn, conn.transaction():  # the log lives in our database (issue 52)
             conn.execute(LOG_TIMEOUTS)
             here = conn.execute(SELECT_MARKERS_HERE, {"host": HOST}).fetchall()
             gone = [m["process"] for m in here if not _alive(m["pid"])]
@@ -250,7 +250,7 @@ def log_views(
         "purpose": [v.purpose for v in batch],
     }
     try:
-        with db.connection() as conn, conn.transaction():
+        with db.ours.connection() as conn, conn.transaction():
             conn.execute(LOG_TIMEOUTS)
             if batch:
                 conn.execute(INSERT_VIEWS, params)
@@ -432,7 +432,7 @@ class ViewQueue:
         if lost or self._thread.is_alive():
             return  # the marker stays: the next start records the gap (the writer might write the marker again)
         try:
-            with self.db.connection() as conn, conn.transaction():
+            with self.db.ours.connection() as conn, conn.transaction():
                 conn.execute(LOG_TIMEOUTS)
                 conn.execute(DELETE_MARKER, {"process": PROCESS})
         except (psycopg.Error, DatabaseUnavailable) as exc:
@@ -512,7 +512,7 @@ class Unrecorded:
 
 def unrecorded(db: Database) -> Unrecorded:
     """What the DPO must know is missing from the log (see Unrecorded)."""
-    row = one(db.fetch_one(SELECT_GAPS))
+    row = one(db.ours.fetch_one(SELECT_GAPS))
     with _queues_lock:
         queue = _queues.get(db.dsn)
     waiting, oldest, lost, failing = queue.state() if queue is not None else (0, None, None, None)
@@ -523,7 +523,7 @@ def unrecorded(db: Database) -> Unrecorded:
         waiting,
         oldest,
         failing[1] if failing else None,
-        tuple(Crash(**c) for c in db.fetch(SELECT_CRASHES)),
+        tuple(Crash(**c) for c in db.ours.fetch(SELECT_CRASHES)),
     )
 
 
@@ -531,7 +531,7 @@ def views(
     db: Database, customer_id: str | None = None, thread_ids: Iterable[str] = (), limit: int = 1000
 ) -> pd.DataFrame:
     """The latest views (newest first), all or of one customer (theirs, and of `thread_ids`: their threads)."""
-    rows = db.fetch(SELECT_VIEWS, {"customer": customer_id, "threads": list(thread_ids), "limit": limit})
+    rows = db.ours.fetch(SELECT_VIEWS, {"customer": customer_id, "threads": list(thread_ids), "limit": limit})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -546,7 +546,7 @@ def sweep_step(db: Database, retention_days: int) -> int:
     """Delete the views older than `retention_days` (the chain's oldest links, with their rows) and record the cut,
     in one transaction under the chain's seal lock; returns how many rows went."""
     params: dict[str, Any] = {"chain": CHAIN, "days": int(retention_days)}
-    with db.connection() as conn, conn.transaction():
+    with db.ours.connection() as conn, conn.transaction():
         conn.execute(DELETE_OLD_GAPS, params)  # what was not recorded, as long as what was
         conn.execute(LOCK_CHAIN, params)
         cut = conn.execute(SELECT_CUT, params).fetchone()

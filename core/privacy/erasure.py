@@ -23,6 +23,15 @@ What is deleted, in each pass, until a pass ends with every evidence query at ze
 Writes that arrive meanwhile (a live agent) are caught by the next pass; after MAX_PASSES the
 request is recorded as incomplete with the counts still found.
 
+Across two databases (issue 52: the dashboard's own, PG_DASHBOARD, apart from the agents'), the order is the
+protocol, each statement committed on its own: (1) in ours, the customer's lock; ours unreachable, nothing starts;
+(2) in ours, the register row `running` and the file needles: the intent, committed; (3) on the agents' primary, the
+tombstones naming the request, then the store's deletes, `delete_thread`, the agents' own tables; in ours, our own
+targets; (4) the evidence: the seed's queries and the checkpoint tables' on the agents' primary, our targets in each
+database; (5) the agents' WAL position read on their primary, the register row finished and the proof written in
+ours. No row of the agents' is deleted without a committed `running` row naming the customer in ours; a crash
+between (2) and (5) leaves that row `running` with no lock held, which `stuck_requests` finds and `follow_up` resumes.
+
 The evidence queries are run as literal SQL (parameters bound client-side by psycopg) so the
 register keeps exactly the text that ran and its result (core/privacy/evidence.py). `recheck`
 (core/privacy/erasure_register.py) runs them again later.
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,9 +57,10 @@ from agent_memory_runtime import clock
 from core import read_replica
 from core.agent_server import aegra
 from core.capture.status import sync as capture_sync
-from core.db import Database, one
+from core.db import Database, describe_dsn, one
 from core.ids import CustomerId
 from core.privacy import data_views, physical, term_hashes
+from core.privacy import ours as ours_db
 from core.privacy import residue as res
 from core.privacy import subjects as subj
 from core.privacy.decisions import NOT_SCANNED, decide, validate_decisions
@@ -196,22 +207,25 @@ def _erase_own(
     thread_ids: Iterable[str],
     request_id: int,
     server_runs: Iterable[str] = (),
+    ours: psycopg.Connection[DictRow] | None = None,
 ) -> dict[str, int]:
     """Delete (or scrub from JSON arrays, or redact: the purposes typed when viewing the customer) what our tables
     hold about the customer, for erasure request `request_id`; counts per target. `server_runs`: the agent server's
-    run ids captured before (their events are deleted by them)."""
+    run ids captured before (their events are deleted by them). Each target runs where it lives: `ours` (our
+    database) or `conn` (the agents')."""
     params = evidence_params(customer_id, thread_ids, server_runs) | {"request_id": request_id}
     deleted: dict[str, int] = {}
     for target in targets:
         if target.erase_sql is None:
             continue
+        on = ours if target.ours and ours is not None else conn
         if target.erase_sql.startswith("DELETE"):
-            deleted[target.name] = conn.execute(target.erase_sql, params).rowcount
+            deleted[target.name] = on.execute(target.erase_sql, params).rowcount
             continue
-        with conn.transaction():  # an UPDATE's rowcount counts rows, not the elements it removes
-            n = one(conn.execute(target.count_sql, params).fetchone())["n"]
+        with on.transaction():  # an UPDATE's rowcount counts rows, not the elements it removes
+            n = one(on.execute(target.count_sql, params).fetchone())["n"]
             if n:
-                conn.execute(target.erase_sql, params)
+                on.execute(target.erase_sql, params)
         deleted[target.name] = int(n)
     return deleted
 
@@ -260,16 +274,20 @@ def erase(
     saver = PostgresSaver(db.pool)
 
     # One connection holds the lock and runs our own statements; the store and the checkpointer
-    # use the pool, exactly as the agents do.
-    with db.connection() as conn:
+    # use the pool, exactly as the agents do. `mine`: our database (the same connection unless PG_DASHBOARD is apart).
+    with db.connection() as conn, ExitStack() as stack:
+        try:
+            mine = stack.enter_context(ours_db.connect(conn))
+        except ours_db.OursUnreachable as exc:  # never delete without a record
+            raise ErasureError(f"erasure of {customer_id} not started, nothing deleted: {exc}") from exc
         # two DPOs erasing the same customer take turns; the second one then finds zero
-        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (ERASURE_LOCK_NS, customer_id))
+        mine.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (ERASURE_LOCK_NS, customer_id))
         request_id = None
         try:
             notify(Progress("counting", 0))
-            targets = own_targets(conn)
+            targets = own_targets(conn, mine)
             # read before anything is deleted: the `hilo` links and the document values live in the store
-            subjects = subj.resolve_conn(conn, customer_id, config)
+            subjects = subj.resolve_conn(conn, customer_id, config, ours=mine)
             # their documents' values, and what they stated in their own conversations' tool calls (a value a later
             # write overwrote is in no document any more, and may still be held elsewhere)
             terms = res.customer_terms(conn, customer_id, res.stated_values(conn, subjects.threads))
@@ -309,34 +327,42 @@ def erase(
                     candidates,
                     (carried, earlier.salt),
                     server_runs,
+                    ours=mine,
                 )
 
             capture_runs()
             # before: the residue scan above just read every unattributed row for the same terms (nothing is
             # deleted yet), so its raw matches plus the attributed threads are a superset of the candidates
             before = {e.table: e.result for e in evidence_now(sorted(set(residue.raw_threads) | set(subjects.threads)))}
-            row = one(
-                conn.execute(
-                    INSERT_REQUEST,
-                    {
-                        "customer_id": customer_id,
-                        "prefix": prefix,
-                        "operator": operator.strip(),
-                        "before": Jsonb(before),
-                        "threads": sorted(threads),
-                        "sources": Jsonb(sources),
-                        "residue": Jsonb(residue_rows),
-                        "terms": Jsonb([h.to_json() for h in hashed + carried]),
-                        "salt": earlier.salt,
-                        "exclusions": Jsonb(exclusions),
-                        "shift": shift,
-                    },
-                ).fetchone()
-            )
-            request_id, requested_at = row["id"], row["requested_at"]
             # what the sweep looks for in the files later (core.privacy.physical), keyed: never the values
             needles = physical.needles_for(prefix, [(refs[t.term], t) for t in evidence_terms], earlier.salt)
-            conn.execute(physical.INSERT_NEEDLES, {"id": request_id, "needles": Jsonb(needles)})
+            try:  # the intent, committed in ours before anything of the agents' is touched
+                with mine.transaction():
+                    row = one(
+                        mine.execute(
+                            INSERT_REQUEST,
+                            {
+                                "customer_id": customer_id,
+                                "prefix": prefix,
+                                "operator": operator.strip(),
+                                "before": Jsonb(before),
+                                "threads": sorted(threads),
+                                "sources": Jsonb(sources),
+                                "residue": Jsonb(residue_rows),
+                                "terms": Jsonb([h.to_json() for h in hashed + carried]),
+                                "salt": earlier.salt,
+                                "exclusions": Jsonb(exclusions),
+                                "shift": shift,
+                            },
+                        ).fetchone()
+                    )
+                    mine.execute(physical.INSERT_NEEDLES, {"id": row["id"], "needles": Jsonb(needles)})
+            except psycopg.Error as exc:
+                raise ErasureError(
+                    f"erasure of {customer_id} not started, nothing deleted: its register row could not be written "
+                    f"in {describe_dsn(mine.info.dsn)}: {type(exc).__name__}: {str(exc).strip()}"
+                ) from exc
+            request_id, requested_at = row["id"], row["requested_at"]
             deleted: dict[str, int] = {}
             evidence: list[EvidenceQuery] = []
             found = before  # what the latest count saw: our tables at 0 need no statement
@@ -364,6 +390,7 @@ def erase(
                             threads,
                             request_id,
                             server_runs,
+                            ours=mine,
                         ),
                     )
                     notify(Progress("logs", passes, sum(deleted.values()), dict(deleted)))
@@ -393,17 +420,20 @@ def erase(
                     status, report = "incomplete", f"{note}; {report}" if report else note
                 proof = None
                 if status == "complete":  # the claim needs its own proof (core/privacy/proof.py)
-                    proof = prove(conn, terms, refs, left, carried=(carried, earlier.salt))
+                    proof = prove(conn, terms, refs, left, carried=(carried, earlier.salt), ours=mine)
                     if not proof.clean:
                         status, report = "incomplete", "; ".join(p for p in (proof.describe(), report) if p)
             except BaseException as exc:
                 # Streamlit's rerun/stop are BaseExceptions raised from `notify`: the row must not stay `running`
                 _record_stop(
-                    db, conn, request_id, exc, passes, threads, deleted, evidence, targets, customer_id, config
+                    db, conn, mine, request_id, exc, passes, threads, deleted, evidence, targets, customer_id, config
                 )
                 raise
+            # the agents' WAL position after the deletes, read on their primary (what the sweep's physical step
+            # compares with the slots), written in ours with the finished row
+            erased_lsn = one(conn.execute(physical.SELECT_WAL_INSERT_LSN).fetchone())["lsn"]
             finished = one(
-                conn.execute(
+                mine.execute(
                     FINISH_REQUEST,
                     {
                         "id": request_id,
@@ -418,13 +448,13 @@ def erase(
                     },
                 ).fetchone()
             )
-            conn.execute(physical.SET_ERASED_LSN, {"id": request_id})
+            mine.execute(physical.SET_ERASED_LSN, {"id": request_id, "lsn": erased_lsn})
             if proof is not None:
-                record_proof(conn, request_id, proof)
+                record_proof(mine, request_id, proof)
             notify(Progress("done", passes, sum(deleted.values()), after))
         finally:
             try:
-                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (ERASURE_LOCK_NS, customer_id))
+                mine.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (ERASURE_LOCK_NS, customer_id))
             except psycopg.Error:  # a broken connection releases its session locks when it is closed
                 log.warning("could not release the erasure lock of request %s", request_id)
     if report:
@@ -478,6 +508,7 @@ def _outcome(
 def _record_stop(
     db: Database,
     conn: psycopg.Connection[DictRow],
+    mine: psycopg.Connection[DictRow],
     request_id: int,
     exc: BaseException,
     passes: int,
@@ -504,13 +535,13 @@ def _record_stop(
     for attempt in (conn, None):
         try:
             if attempt is None:
-                with db.connection() as fresh:
-                    _finish_stopped(fresh, params, targets, customer_id, threads, config)
+                with db.connection() as fresh, ours_db.connect(fresh) as fresh_ours:
+                    _finish_stopped(fresh, fresh_ours, params, targets, customer_id, threads, config)
             else:
-                _finish_stopped(attempt, params, targets, customer_id, threads, config)
+                _finish_stopped(attempt, mine, params, targets, customer_id, threads, config)
             log.error("erasure %s of %s %s after %s pass(es): %s", request_id, customer_id, status, passes, exc)
             return
-        except psycopg.Error as err:
+        except (psycopg.Error, ours_db.OursUnreachable) as err:
             log.warning(
                 "recording the %s erasure %s failed (%s), retrying on a fresh connection", status, request_id, err
             )
@@ -524,22 +555,27 @@ def _record_stop(
 
 def _finish_stopped(
     conn: psycopg.Connection[DictRow],
+    mine: psycopg.Connection[DictRow],
     params: dict,
     targets: list[OwnTarget],
     customer_id: CustomerId,
     threads: set[str],
     config: subj.Attribution,
 ) -> None:
-    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        conn.rollback()
-    after = {e.table: e.result for e in run_evidence_conn(conn, targets, customer_id, threads, config.metadata_keys)}
-    conn.execute(FINISH_REQUEST, params | {"after": Jsonb(after)})
+    for c in (conn, mine):
+        if c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            c.rollback()
+    after = {
+        e.table: e.result
+        for e in run_evidence_conn(conn, targets, customer_id, threads, config.metadata_keys, ours=mine)
+    }
+    mine.execute(FINISH_REQUEST, params | {"after": Jsonb(after)})
 
 
 def stuck_requests(db: Database) -> list[int]:
     """Requests still `running` whose erasure holds no lock: the process that ran them is gone."""
     stuck = []
-    with db.connection() as conn:
+    with db.ours.connection() as conn:  # the register and the erasure's lock live in our database
         for row in conn.execute(SELECT_RUNNING).fetchall():
             if one(conn.execute(TRY_LOCK, (ERASURE_LOCK_NS, row["customer_id"])).fetchone())["got"]:
                 conn.execute(UNLOCK, (ERASURE_LOCK_NS, row["customer_id"]))

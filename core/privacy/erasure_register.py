@@ -17,6 +17,7 @@ from core import read_replica
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.ids import CustomerId
+from core.privacy import ours as ours_db
 from core.privacy import subjects as subj
 from core.privacy import term_hashes
 from core.privacy.erasure import SELECT_REQUEST, ErasureError, stuck_requests
@@ -87,7 +88,7 @@ def recheck(
     plus the residue scan with the terms read before the erasure, threads the DPO left excepted) and record
     the result in `core_erasure_rechecks`. `clean` is False when data came back. Raises ErasureError
     for an unknown request."""
-    row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
+    row = db.ours.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
     if row is None:
         raise ErasureError(f"no erasure request {request_id}")
     customer_id = CustomerId.parse(row["customer_id"])  # the one check of the id read back from the register
@@ -98,30 +99,31 @@ def recheck(
         raise ErasureError(f"erasure request {request_id}: {exc}") from exc
     left = [e["thread_id"] for e in (row.get("exclusions") or [])]
     capture_sync(db)  # the token index's dirty threads the residue scan reads include every write until now
-    with db.connection() as conn:
+    with db.connection() as conn, ours_db.connect(conn) as mine:
         threads = set(row["thread_ids"] or ()) | set(find_threads_conn(conn, customer_id, config))
         # the residue through the terms' hashes: the register keeps no value
         evidence = run_evidence_conn(
             conn,
-            own_targets(conn),
+            own_targets(conn, mine),
             customer_id,
             threads,
             config.metadata_keys,
             left=left,
             hashed=(terms, row["term_salt"]),
+            ours=mine,
         )
     # on a replicated setup: the replica has replayed past the primary's WAL after this evidence
     evidence += [EvidenceQuery(*row) for row in read_replica.replay_evidence(db)]
     counts = {e.table: e.result for e in evidence}
     clean = all(n == 0 for n in counts.values())
     rec = one(
-        db.fetch_one(
+        db.ours.fetch_one(
             INSERT_RECHECK,
             (request_id, trigger, operator, clean, Jsonb(counts), Jsonb([asdict(e) for e in evidence]), clock.shift()),
             read_only=False,
         )
     )
-    db.execute(UPDATE_LAST_RECHECK, (rec["checked_at"], clean, request_id))
+    db.ours.execute(UPDATE_LAST_RECHECK, (rec["checked_at"], clean, request_id))
     if not clean:
         log.warning(
             "erasure %s of %s: data came back: %s", request_id, customer_id, {t: n for t, n in counts.items() if n}
@@ -143,7 +145,7 @@ class RecheckSummary(list):
 
 def recheck_all(db: Database, *, trigger: str = "sweep", operator: str | None = None) -> RecheckSummary:
     """Re-check the latest finished request of every erased customer (the sweep job calls this)."""
-    ids = [r["id"] for r in db.fetch(SELECT_RECHECKABLE, read_only=False)]
+    ids = [r["id"] for r in db.ours.fetch(SELECT_RECHECKABLE, read_only=False)]
     return RecheckSummary(recheck(db, request_id, trigger=trigger, operator=operator) for request_id in ids)
 
 
@@ -157,7 +159,7 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
     re-check found data: `data_back` while no later request followed it (DATA_BACK_OPEN; to erase again:
     `follow_up.erase_again`), then `data_back_erased_again`. Open `data_back` requests come first, then the rest
     newest first. Counts are totals over the tables."""
-    rows = db.fetch(SELECT_REGISTER, (limit,), read_only=False)
+    rows = db.ours.fetch(SELECT_REGISTER, (limit,), read_only=False)
     frame = pd.DataFrame(
         rows,
         columns=[
@@ -210,7 +212,7 @@ def register(db: Database, limit: int = 500) -> pd.DataFrame:
 
 def rechecks(db: Database, request_id: int) -> pd.DataFrame:
     """Every re-check of one request, newest first (counts and evidence as recorded)."""
-    rows = db.fetch(SELECT_RECHECKS, (request_id,), read_only=False)
+    rows = db.ours.fetch(SELECT_RECHECKS, (request_id,), read_only=False)
     return pd.DataFrame(
         rows, columns=["id", "request_id", "checked_at", "trigger", "operator", "clean", "counts", "evidence"]
     )
@@ -225,10 +227,10 @@ def _json_default(value: Any) -> Any:
 def evidence_document(db: Database, request_id: int) -> dict[str, Any]:
     """The request as recorded, with its re-checks and its physical record (core.privacy.physical): what the DPO
     downloads as evidence."""
-    row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
+    row = db.ours.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
     if row is None:
         raise ErasureError(f"no erasure request {request_id}")
-    checks = db.fetch(SELECT_RECHECKS, (request_id,), read_only=False)
+    checks = db.ours.fetch(SELECT_RECHECKS, (request_id,), read_only=False)
     from core.privacy import physical  # imported when used: numpy
 
     settled = physical.record(db, request_id)
@@ -269,7 +271,7 @@ class Erased:
 def erased(db: Database, customer_id: str) -> Erased | None:
     """The latest complete erasure of `customer_id` (its request number and when it finished), None when it was
     never erased. Only those two: who asked and what was deleted stay the DPO's."""
-    row = db.fetch_one(SELECT_ERASED, {"customer_id": CustomerId.parse(customer_id)})
+    row = db.ours.fetch_one(SELECT_ERASED, {"customer_id": CustomerId.parse(customer_id)})
     return None if row is None else Erased(int(row["request_id"]), row["erased_at"])
 
 

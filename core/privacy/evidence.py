@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from core.agents.retail import METADATA_KEY
 from core.capture.status import sync as capture_sync
 from core.db import Database, one
 from core.ids import CustomerId
+from core.privacy import ours as ours_db
 from core.privacy import residue as res
 from core.privacy import subjects as subj
 from core.privacy import term_hashes
@@ -129,6 +131,20 @@ JSON_ARRAY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ),
     ("core_sweep_log", "threads_sample", "elem #>> '{}' = ANY(%(threads)s)"),  # ["thread id", ...]
 )
+# Rows naming the customer in a key written as text: the change follower's dead letters (core/capture) name the rows
+# they could not apply in `row_key` ("prefix / key", "thread / ns / checkpoint", joined by " | ") and the aggregates
+# left unknown in `unknown` ("what: prefix, customer or thread"). Deleted with the customer's other rows.
+KEYED_TEXT_COLUMNS: dict[str, str] = {
+    "core_capture_dead_letters.row_key": (
+        "EXISTS (SELECT 1 FROM (SELECT split_part(k, ' / ', 1) FROM unnest(string_to_array(row_key, ' | ')) AS k "
+        "UNION ALL SELECT split_part(substr(u, strpos(u, ': ') + 2), ' / ', 1) FROM unnest(unknown) AS u) AS n(head) "
+        r"WHERE n.head = %(prefix)s OR n.head LIKE %(pattern)s ESCAPE '\' OR n.head = ANY(%(threads)s) "
+        "OR n.head = %(cliente_id)s)"
+    ),
+}
+# In the dashboard's own database apart (PG_DASHBOARD), a table of the same name in the agents' database is the copy
+# left there from before the move (issue 52): counted (and erased) under this prefix, so that "complete" means both.
+AGENTS_COPY = "agents:"
 SELECT_OWN_COLUMNS = r"""
 SELECT c.relname::text AS table_name, a.attname::text AS column_name, format_type(a.atttypid, a.atttypmod) AS type
 FROM pg_class c
@@ -212,6 +228,8 @@ class OwnTarget:
     count_sql: str
     # DELETE, or an UPDATE scrubbing or rewriting; None: derived from `store`, emptied by its triggers
     erase_sql: str | None
+    # where it runs: our database (True) or the agents' (False); the same one unless PG_DASHBOARD is set apart
+    ours: bool = True
 
 
 def _row_target(table: str, condition: str) -> OwnTarget:
@@ -236,17 +254,23 @@ def _json_array_target(table: str, column: str, condition: str) -> OwnTarget:
     return OwnTarget(f"{table}.{column}", count.format(**fmt).as_string(), erase.format(**fmt).as_string())
 
 
-def own_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
-    """Every place in our `core_*` tables that can name a customer (never the register itself):
-    rows found by their columns, and elements of the known JSON arrays."""
+def _table_targets(
+    conn: psycopg.Connection[DictRow], *, ours: bool, purposes: bool
+) -> tuple[list[OwnTarget], set[str]]:
+    """The targets of one database's `core_*` tables (every table but PROTECTED_TABLES), and every `core_*` table
+    name it has with a column erasure looks at; `purposes`: with the views log's typed purposes (where it lives)."""
     json_names = {f"{t}.{c}": (t, c, cond) for t, c, cond in JSON_ARRAY_COLUMNS}
+    special = list(json_names) + list(KEYED_TEXT_COLUMNS)
     columns_of: dict[str, set[str]] = {}
     json_found: list[tuple[str, str, str]] = []
-    rows = conn.execute(SELECT_OWN_COLUMNS, {"columns": list(CUSTOMER_COLUMNS), "json": list(json_names)}).fetchall()
+    keyed_found: list[str] = []
+    rows = conn.execute(SELECT_OWN_COLUMNS, {"columns": list(CUSTOMER_COLUMNS), "json": special}).fetchall()
     for row in rows:
         table, column = row["table_name"], row["column_name"]
         if f"{table}.{column}" in json_names and row["type"] == "jsonb":
             json_found.append(json_names[f"{table}.{column}"])
+        if f"{table}.{column}" in KEYED_TEXT_COLUMNS:
+            keyed_found.append(f"{table}.{column}")
         if column in CUSTOMER_COLUMNS:
             columns_of.setdefault(table, set()).add(column)
     targets: list[OwnTarget] = []
@@ -270,9 +294,32 @@ def own_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
             elif table in REWRITTEN_TABLES:
                 target = OwnTarget(table, target.count_sql, REWRITTEN_TABLES[table])
             targets.append(target)
+    targets += [_row_target(name.split(".", 1)[0], KEYED_TEXT_COLUMNS[name]) for name in keyed_found]
     targets += [_json_array_target(*found) for found in json_found]
-    if "core_data_views" in columns_of:
+    if purposes and "core_data_views" in columns_of:
         targets.append(OwnTarget(VIEW_PURPOSES, VIEW_PURPOSES_COUNT_SQL, VIEW_PURPOSES_REDACT_SQL))
+    tables = set(columns_of) | {name.split(".", 1)[0] for name in keyed_found}
+    return [OwnTarget(t.name, t.count_sql, t.erase_sql, ours) for t in targets], tables
+
+
+def own_targets(conn: psycopg.Connection[DictRow], ours: psycopg.Connection[DictRow] | None = None) -> list[OwnTarget]:
+    """Every place in our `core_*` tables that can name a customer (never the register itself): rows found by their
+    columns, and elements of the known JSON arrays; with the dashboard's database apart (PG_DASHBOARD: `ours`, or
+    reached from `conn`), found in both databases, each target naming where it runs (the agents' database's copy of a
+    table ours has too is named AGENTS_COPY + its name)."""
+    with nullcontext(ours) if ours is not None else ours_db.connect(conn) as mine:
+        if not ours_db.is_apart(conn, mine):
+            targets, _ = _table_targets(conn, ours=True, purposes=True)
+        else:
+            here, in_ours = _table_targets(mine, ours=True, purposes=True)
+            there, _ = _table_targets(conn, ours=False, purposes=False)
+            there = [
+                OwnTarget(AGENTS_COPY + t.name, t.count_sql, t.erase_sql, False)
+                if t.name.split(".", 1)[0] in in_ours
+                else t
+                for t in there
+            ]
+            targets = there + here
     targets += server_targets(conn)
     names = {t.name for t in targets}
     for optional in OPTIONAL_TABLES:  # present but not understood must be said, not skipped silently
@@ -298,6 +345,7 @@ def server_targets(conn: psycopg.Connection[DictRow]) -> list[OwnTarget]:
                 SERVER_TABLE_PREFIX + table,
                 sql.SQL("SELECT count(*) AS n FROM {t} WHERE {cond}").format(**fmt).as_string(),
                 sql.SQL("DELETE FROM {t} WHERE {cond}").format(**fmt).as_string(),
+                False,
             )
         )
     return out
@@ -323,6 +371,7 @@ def run_evidence_conn(
     residue_candidates: Iterable[str] | None = None,
     hashed: tuple[Iterable[term_hashes.HashedTerm], str] | None = None,
     server_runs: Iterable[str] = (),
+    ours: psycopg.Connection[DictRow] | None = None,
 ) -> list[EvidenceQuery]:
     """Every zero-count query, made literal (parameters bound by psycopg's client-side quoting) and
     sent in one pipeline: what is recorded is exactly the text that ran. With `residue_terms` and/or `hashed`
@@ -331,18 +380,29 @@ def run_evidence_conn(
     scan's threads when a scan of the same terms has just run). The residue's terms are never in its text: they
     are named by reference (our records must not keep what they record the removal of). On a deployment served by
     Aegra the residue reads its rows' text too (aegra.SERVER_RESIDUE), and `server_runs` are the run ids captured
-    before the erasure deleted them (their events are counted by them)."""
+    before the erasure deleted them (their events are counted by them). The seed's two queries and the checkpoint
+    tables' run on `conn` (the agents' primary: the proof reads their live tables), each of our targets where it lives
+    (`ours`, or our database reached from `conn`, with PG_DASHBOARD apart)."""
     params = evidence_params(customer_id, thread_ids, server_runs)
     queries = dict(FIXED_QUERIES) | {"checkpoints": checkpoints_zero_sql(keys)} | {t.name: t.count_sql for t in targets}
+    on_ours = {t.name for t in targets if t.ours}
     binder = psycopg.ClientCursor(conn)
-    literal = {table: binder.mogrify(query, params).strip() for table, query in queries.items()}
-    cursors = {}
-    with conn.pipeline():
-        for table, text in literal.items():
-            cursors[table] = conn.cursor()
-            cursors[table].execute(text)
-    at = now_iso()
-    out = [EvidenceQuery(table, literal[table], int(one(cur.fetchone())["n"]), at) for table, cur in cursors.items()]
+    with nullcontext(ours) if ours is not None or not on_ours else ours_db.connect(conn) as mine:
+        mine = mine or conn
+        where = {table: mine if table in on_ours else conn for table in queries}
+        literal = {
+            table: psycopg.ClientCursor(where[table]).mogrify(query, params).strip() for table, query in queries.items()
+        }
+        cursors = {}
+        for side in dict.fromkeys(where.values()):  # the agents' database first, then ours apart
+            with side.pipeline():
+                for table, text in literal.items():
+                    if where[table] is side:
+                        cursors[table] = side.cursor()
+                        cursors[table].execute(text)
+        at = now_iso()
+        counted = {table: int(one(cur.fetchone())["n"]) for table, cur in cursors.items()}
+    out = [EvidenceQuery(table, literal[table], counted[table], at) for table in literal]
     rparams = res.residue_count_params(conn, residue_terms or (), left, residue_candidates)
     hashed_terms, salt = ([t for t in hashed[0] if not t.common], hashed[1]) if hashed else ([], "")
     if rparams["raws"] or hashed_terms:

@@ -20,7 +20,7 @@ ORDER BY requested_at, id LIMIT 1"""
 
 
 def _request(db: Database, request_id: int) -> dict:
-    row = db.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
+    row = db.ours.fetch_one(SELECT_REQUEST, (request_id,), read_only=False)
     if row is None:
         raise ErasureError(f"no erasure request {request_id}")
     return row
@@ -49,7 +49,7 @@ def _follow_up(
         config=config,
         progress=progress,
     )
-    db.execute(MARK_RESUMED, (result.request_id, row["id"]))
+    db.ours.execute(MARK_RESUMED, (result.request_id, row["id"]))
     return result
 
 
@@ -87,7 +87,7 @@ def erase_again(
     Raises ErasureError if the request is unknown, not complete (see `resume`), its latest re-check found nothing, or
     a later request for the same customer exists (the one re-checks now hold true)."""
     row = _request(db, request_id)
-    later = db.fetch_one(SELECT_LATER, (row["customer_id"], row["requested_at"], request_id), read_only=False)
+    later = db.ours.fetch_one(SELECT_LATER, (row["customer_id"], row["requested_at"], request_id), read_only=False)
     if later is not None:
         raise ErasureError(f"request {request_id} was followed by request {later['id']} for the same customer")
     if row["status"] != "complete" or row["last_recheck_clean"] is not False:

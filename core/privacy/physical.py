@@ -102,6 +102,7 @@ from agent_memory_runtime import clock
 from core.config import load_settings, term_hash_key
 from core.db import Database, one
 from core.privacy import evidence
+from core.privacy import ours as ours_db
 from core.privacy import residue as res
 
 log = logging.getLogger(__name__)
@@ -409,23 +410,44 @@ def _data_directory(conn: psycopg.Connection[DictRow]) -> tuple[Path | None, str
     return data_dir, None
 
 
-def erased_tables(conn: psycopg.Connection[DictRow]) -> list[str]:
-    """The tables erase() deletes from or rewrites rows of: the agents' five (its evidence queries) and our own, by
-    the same `evidence.own_targets` erase() runs (a JSON-array or redaction target names its table)."""
-    names = list(evidence.FIXED_QUERIES)
-    for target in evidence.own_targets(conn):
-        table = target.name.split(".", 1)[0]
+def _erased_names(conn: psycopg.Connection[DictRow]) -> tuple[list[str], list[str]]:
+    """The tables erase() deletes from or rewrites rows of, by the same `evidence.own_targets` erase() runs (a
+    JSON-array or redaction target names its table): (in the agents' database: their five, the evidence queries', and
+    what of ours is there; in the dashboard's own database apart (PG_DASHBOARD): ours, else none)."""
+    agents, mine_names = list(evidence.FIXED_QUERIES), list[str]()
+    with ours_db.connect(conn) as mine:
+        apart = ours_db.is_apart(conn, mine)
+        targets = evidence.own_targets(conn, mine)
+    for target in targets:
+        table = target.name.removeprefix(evidence.AGENTS_COPY).split(".", 1)[0]
+        names = mine_names if apart and target.ours else agents
         if table not in names:
             names.append(table)
+    return agents, mine_names
+
+
+def _regclass_names(conn: psycopg.Connection[DictRow], names: list[str]) -> list[str]:
     # as regclass text, the form scanned_tables gives (a missing table keeps its name: never read, never "clean")
     rows = conn.execute(SELECT_REGCLASS_NAMES, {"named": names}).fetchall()
     return [r["table"] or r["name"] for r in rows]
 
 
-def scanned_tables(conn: psycopg.Connection[DictRow]) -> list[str]:
-    """What the sweep vacuums and scans (see SELECT_SCHEMA_TABLES): erase()'s tables and every table and materialized
-    view of the schema, as regclass text (a valid name in SQL); the agents' five first, then by name."""
-    erased = erased_tables(conn)
+def erased_tables(conn: psycopg.Connection[DictRow]) -> list[str]:
+    """The tables erase() deletes from or rewrites rows of in the agents' database `conn` (their five and, where the
+    dashboard's database is theirs, all of ours); ours apart: `erased_tables_ours`."""
+    return _regclass_names(conn, _erased_names(conn)[0])
+
+
+def erased_tables_ours(conn: psycopg.Connection[DictRow], ours: psycopg.Connection[DictRow]) -> list[str]:
+    """The tables erase() deletes from or rewrites rows of in our database `ours`, apart from the agents' `conn`."""
+    return _regclass_names(ours, _erased_names(conn)[1])
+
+
+def scanned_tables(conn: psycopg.Connection[DictRow], erased: list[str] | None = None) -> list[str]:
+    """What the sweep vacuums and scans (see SELECT_SCHEMA_TABLES): erase()'s tables (`erased`, default those of the
+    agents' database `conn`) and every table and materialized view of the schema, as regclass text (a valid name in
+    SQL); the agents' five first, then by name."""
+    erased = erased_tables(conn) if erased is None else erased
     found = {r["table"] for r in conn.execute(SELECT_SCHEMA_TABLES, {"named": erased}).fetchall()}
     first = [t for t in AGENT_TABLES if t in found]
     return first + sorted(found - set(first))
@@ -698,7 +720,10 @@ ON CONFLICT (request_id) DO UPDATE SET
     backup_retention_days = EXCLUDED.backup_retention_days, t_wal_backup_horizon = EXCLUDED.t_wal_backup_horizon,
     horizon_note = EXCLUDED.horizon_note, settled_at = EXCLUDED.settled_at,
     attempts = core_erasure_physical.attempts + 1"""
-SET_ERASED_LSN = "UPDATE core_erasure_needles SET erased_lsn = pg_current_wal_insert_lsn() WHERE request_id = %(id)s"
+# The agents' WAL position after an erasure's deletes, read on their primary and written in ours (issue 52: a value
+# computed on one side and passed to the other as a parameter).
+SELECT_WAL_INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text AS lsn"
+SET_ERASED_LSN = "UPDATE core_erasure_needles SET erased_lsn = %(lsn)s::pg_lsn WHERE request_id = %(id)s"
 INSERT_NEEDLES = "INSERT INTO core_erasure_needles (request_id, needles) VALUES (%(id)s, %(needles)s)"
 SELECT_PHYSICAL = "SELECT * FROM core_erasure_physical WHERE request_id = %s"
 
@@ -825,8 +850,11 @@ def _horizon(
 def settle(db: Database) -> SettleSummary:
     """The sweep's step after the erasure re-check: for each complete request not yet settled, the steps (once for
     all of them), a scan of the files for each request's terms by their keyed hashes, and its row in
-    core_erasure_physical. Nothing to settle: nothing runs (no VACUUM, no CHECKPOINT)."""
-    rows = db.fetch(SELECT_UNSETTLED, {"free": IN_FREE_SPACE, "max": MAX_ATTEMPTS}, read_only=False)
+    core_erasure_physical. Nothing to settle: nothing runs (no VACUUM, no CHECKPOINT). With the dashboard's database
+    apart (PG_DASHBOARD), its files are vacuumed and scanned too (our targets live there): a request is overwritten
+    only when both databases' files say so; the agents' copies of a table ours has too are named AGENTS_COPY + name."""
+    ours = db.ours
+    rows = ours.fetch(SELECT_UNSETTLED, {"free": IN_FREE_SPACE, "max": MAX_ATTEMPTS}, read_only=False)
     summary = SettleSummary()
     if not rows:
         return summary
@@ -845,13 +873,28 @@ def settle(db: Database) -> SettleSummary:
         # the register's namespace_prefix: known by its digest)
         prefix = _needle_digest(bytes.fromhex(r["term_salt"] or "00"), r["namespace_prefix"].encode("utf-8"))
         kept += [label + t for t in threads] + [label + n["ref"] for n in needles or () if n.get("digest") == prefix]
+    needles = AllOf([KeyedNeedles(groups), *plain])
     with db.connection() as conn:
         erased = erased_tables(conn)  # erase()'s own list: the scan below must have read every one of them
+        apart = ours is not db
+        mine_erased: list[str] = []
+        mine_tables: list[str] = []
+        if apart:
+            with ours.connection() as mine:
+                mine_erased = erased_tables_ours(conn, mine)
+                mine_tables = scanned_tables(mine, mine_erased)
     steps = after_erasure_steps(db)
-    scan = scan_files(db, AllOf([KeyedNeedles(groups), *plain]), kept=kept)
+    scan = scan_files(db, needles, kept=kept)
+    mine_steps = after_erasure_steps(ours, mine_tables) if apart else None
+    mine_scan = scan_files(ours, needles, mine_tables, kept=kept) if apart else None
     for r in rows:
         files = _request_files(scan, f"r{r['id']}:", erased)
         status, note, t_files = _files_verdict(scan, files, located[r["id"]], steps)
+        if mine_scan is not None and mine_steps is not None:
+            mine_files = _request_files(mine_scan, f"r{r['id']}:", mine_erased)
+            mine_verdict = _files_verdict(mine_scan, mine_files, located[r["id"]], mine_steps)
+            files = _both_files(files, mine_files, set(mine_scan.tables))
+            status, note, t_files = _both_verdicts((status, note, t_files), mine_verdict)
         if status == IN_FREE_SPACE and r["last_recheck_clean"] is False:
             note = "the data came back by SQL (the last re-check found it): the bytes found may be live rows; " + (
                 note or ""
@@ -859,12 +902,13 @@ def settle(db: Database) -> SettleSummary:
         held = slots_holding(steps.wal, r["erased_lsn"])
         wal = json.loads(json.dumps(steps.wal | {"erased_lsn": r["erased_lsn"], "slots_holding": held}, default=str))
         horizon, horizon_note = _horizon(status, t_files, steps.backup_retention_days, wal, held, files)
-        db.execute(
+        steps_json = steps.to_json() | ({"dashboard_database": mine_steps.to_json()} if mine_steps else {})
+        ours.execute(
             UPSERT_PHYSICAL,
             {
                 "id": r["id"],
                 "t_sql_zero": r["finished_at"],
-                "steps": Jsonb(steps.to_json()),
+                "steps": Jsonb(steps_json),
                 "files": Jsonb(files),
                 "status": status,
                 "note": note,
@@ -881,9 +925,40 @@ def settle(db: Database) -> SettleSummary:
     return summary
 
 
+def _both_files(agents: dict[str, Any], mine: dict[str, Any], mine_tables: set[str]) -> dict[str, Any]:
+    """One request's files in both databases: ours' tables by their names, the agents' copy of a table ours has too
+    as AGENTS_COPY + name; the dashboard's database's WAL (another server's, or the same pg_wal read again) apart."""
+
+    def named(table: str) -> str:
+        return evidence.AGENTS_COPY + table if table in mine_tables else table
+
+    out = dict(agents)
+    out["tables"] = {named(t): v for t, v in agents["tables"].items()} | mine["tables"]
+    out["erased_tables"] = [named(t) for t in agents["erased_tables"]] + mine["erased_tables"]
+    out["not_read"] = [named(t) for t in agents["not_read"]] + mine["not_read"]
+    out["kept"] = {
+        "tables": sorted({named(t) for t in agents["kept"]["tables"]} | set(mine["kept"]["tables"])),
+        "refs": sorted(set(agents["kept"]["refs"]) | set(mine["kept"]["refs"])),
+    }
+    out["dashboard_database"] = {k: mine[k] for k in ("status", "reason", "scanned_at", "wal")}
+    return out
+
+
+def _both_verdicts(
+    agents: tuple[str, str | None, datetime | None], mine: tuple[str, str | None, datetime | None]
+) -> tuple[str, str | None, datetime | None]:
+    """Overwritten only when both databases' files are; else the worse of the two, each note said with its side."""
+    rank = {OVERWRITTEN: 0, IN_FREE_SPACE: 1, NOT_MEASURED: 2}
+    if agents[0] == OVERWRITTEN and mine[0] == OVERWRITTEN:
+        return OVERWRITTEN, None, max(t for t in (agents[2], mine[2]) if t is not None)
+    status = max(agents[0], mine[0], key=lambda s: rank[s])
+    notes = [f"{side}: {v[1]}" for side, v in (("agents' database", agents), ("dashboard's database", mine)) if v[1]]
+    return status, "; ".join(notes) or None, None
+
+
 def record(db: Database, request_id: int) -> dict[str, Any] | None:
     """The request's physical record as stored (None: not settled by any sweep yet)."""
-    return db.fetch_one(SELECT_PHYSICAL, (request_id,), read_only=False)
+    return db.ours.fetch_one(SELECT_PHYSICAL, (request_id,), read_only=False)
 
 
 __all__ = [

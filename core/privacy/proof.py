@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import ahocorasick
@@ -35,7 +36,9 @@ from psycopg.types.json import Jsonb
 
 from core.agent_server import aegra
 from core.history import formats
+from core.privacy import ours as ours_db
 from core.privacy import raw_scan, term_hashes
+from core.privacy.evidence import AGENTS_COPY
 from core.privacy.residue import SELECT_DECODED_THREAD, Term, json_text, token_regex
 
 # Our tables and the columns that can hold a value as text (bytea read as raw bytes).
@@ -118,11 +121,13 @@ def prove(
     left: Iterable[str],
     decryptor: formats.Decryptor | None = None,
     carried: tuple[list[term_hashes.HashedTerm], str] = ([], ""),
+    ours: psycopg.Connection[DictRow] | None = None,
 ) -> Proof:
     """Look for the customer's distinctive `terms` (named in the result by `refs[term]`) in every table, outside the
     threads `left`, and for the values earlier requests erased (`carried`: known by their keyed hashes only, with the
     customer's salt) in every document of the store. Reads everything; shares no index or aggregate with the
-    erasure."""
+    erasure. Our tables are read in both databases where the dashboard's is apart (`ours`, or reached from `conn`;
+    the agents' database's copy of a table ours has too is named AGENTS_COPY + its name)."""
     started = time.monotonic()
     left = set(left)
     distinctive = [t for t in terms if not t.common]
@@ -181,10 +186,33 @@ def prove(
         if values is None:
             proof.ran_ms = round((time.monotonic() - started) * 1000)
             return proof
-        # 4. our tables: every text-like column, the registers included (they keep the id, never a value)
+    # 4. our tables: every text-like column, the registers included (they keep the id, never a value), in our database
+    # and, apart, in the agents' (their own logs, and what is left there of ours)
+    with nullcontext(ours) if ours is not None else ours_db.connect(conn) as mine:
+        apart = ours_db.is_apart(conn, mine)
+        ours_tables = _own_tables(mine, values, refs, proof, "") if apart else set()
+        _own_tables(conn, values, refs, proof, AGENTS_COPY, ours_tables)
+    proof.ran_ms = round((time.monotonic() - started) * 1000)
+    return proof
+
+
+def _own_tables(
+    conn: psycopg.Connection[DictRow],
+    values: ahocorasick.Automaton,
+    refs: dict[str, str],
+    proof: Proof,
+    copy_label: str,
+    copies: set[str] | None = None,
+) -> set[str]:
+    """Look for `values` in every text-like column of `conn`'s `core_*` tables (one transaction); a table in `copies`
+    is named `copy_label` + its name. Returns the tables read."""
+    read: set[str] = set()
+    with conn.transaction():
         for own in conn.execute(SELECT_OWN_TEXT_COLUMNS).fetchall():
             table = own["table_name"]
-            proof.tables.append(table)
+            name = copy_label + table if copies and table in copies else table
+            read.add(table)
+            proof.tables.append(name)
             # text and JSON as their UTF-8 text, bytea as its bytes
             cols = sql.SQL(", ").join(
                 sql.Identifier(c) if raw else sql.SQL("convert_to({}::text, 'UTF8')").format(sql.Identifier(c))
@@ -197,9 +225,8 @@ def prove(
                 for _, term in values.iter(data.decode("latin-1")):
                     if term not in seen and _confirmed([data.decode("utf-8", "replace")], term):
                         seen.add(term)
-                        proof.found.append({"table": table, "where": "rows", "term": refs[term]})
-    proof.ran_ms = round((time.monotonic() - started) * 1000)
-    return proof
+                        proof.found.append({"table": name, "where": "rows", "term": refs[term]})
+    return read
 
 
 def record_proof(conn: psycopg.Connection[DictRow], request_id: int, proof: Proof) -> None:

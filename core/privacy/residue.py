@@ -21,6 +21,7 @@ from core.capture.status import sync as capture_sync
 from core.db import Database
 from core.history import formats
 from core.ids import CustomerId
+from core.privacy import ours as ours_db
 from core.privacy import raw_scan, token_index
 from core.privacy.subjects import HILO_KEY, Attribution, Subjects, resolve_conn, subject_params
 
@@ -262,14 +263,11 @@ def customer_terms(
     found = {r["term"] for r in conn.execute(SELECT_DOCUMENT_VALUES, {**params, "skip": list(NON_TERM_KEYS)})}
     found |= set(extra_values)
     values = sorted(v for v in found if len(v.strip()) >= MIN_TERM_LENGTH and v != customer_id)
-    counts = (
-        {
-            r["term"]: int(r["customers"])
-            for r in conn.execute(SELECT_TERM_CUSTOMERS, {"terms": values, "cap": COUNT_CAP + 1})
-        }
-        if values
-        else {}
-    )
+    counts: dict[str, int] = {}
+    if values:  # the value holders are the change follower's, in our database (issue 52)
+        with ours_db.connect(conn) as mine:
+            rows = mine.execute(SELECT_TERM_CUSTOMERS, {"terms": values, "cap": COUNT_CAP + 1}).fetchall()
+        counts = {r["term"]: int(r["customers"]) for r in rows}
     terms = [Term(customer_id, "id", 1)]
     terms += [Term(v, "value", max(1, counts.get(v, 0))) for v in values]
     return terms

@@ -27,6 +27,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -40,6 +41,7 @@ from core.agent_server import aegra
 from core.config import DEFAULT_SUBJECT_METADATA_KEYS, DEFAULT_SUBJECT_THREAD_PATTERNS, Settings, load_settings
 from core.db import Database, DatabaseUnavailable, one
 from core.ids import CustomerId, InvalidIdentifier
+from core.privacy import ours as ours_db
 
 log = logging.getLogger(__name__)
 
@@ -161,19 +163,27 @@ def _run_query(conn: psycopg.Connection[DictRow], query: str, customer_id: str) 
     return out
 
 
-def resolve_conn(conn: psycopg.Connection[DictRow], customer_id: CustomerId, config: Attribution) -> Subjects:
-    """`resolve` on an open connection, for an id already parsed."""
+def resolve_conn(
+    conn: psycopg.Connection[DictRow],
+    customer_id: CustomerId,
+    config: Attribution,
+    ours: psycopg.Connection[DictRow] | None = None,
+) -> Subjects:
+    """`resolve` on an open connection to the agents' database, for an id already parsed; what the dashboard keeps
+    (the change follower's shadow, the register) is read in our database (`ours`, or reached from `conn`)."""
     params = subject_params(customer_id)
     subjects = Subjects(customer_id)
-    for key in config.metadata_keys:
-        query = pgsql.SQL(SELECT_BY_METADATA).format(key=pgsql.Literal(key))
-        subjects.add(f"metadata:{key}", (r["thread_id"] for r in conn.execute(query, {"id": customer_id})))
-    for pattern in config.thread_patterns:
-        query = pgsql.SQL(SELECT_BY_PATTERN).format(like=pgsql.Literal(like_for(pattern, customer_id)))
-        subjects.add(f"pattern:{pattern}", (r["thread_id"] for r in conn.execute(query)))  # no params: `%` is literal
+    with nullcontext(ours) if ours is not None else ours_db.connect(conn) as mine:
+        for key in config.metadata_keys:
+            query = pgsql.SQL(SELECT_BY_METADATA).format(key=pgsql.Literal(key))
+            subjects.add(f"metadata:{key}", (r["thread_id"] for r in mine.execute(query, {"id": customer_id})))
+        for pattern in config.thread_patterns:
+            query = pgsql.SQL(SELECT_BY_PATTERN).format(like=pgsql.Literal(like_for(pattern, customer_id)))
+            subjects.add(f"pattern:{pattern}", (r["thread_id"] for r in mine.execute(query)))  # `%` is literal
+        register = [r["thread_id"] for r in mine.execute(SELECT_BY_REGISTER, params)]
     subjects.add("store:hilo", (r["thread_id"] for r in conn.execute(SELECT_BY_HILO, params)))
     subjects.add("conversations", (r["thread_id"] for r in conn.execute(SELECT_BY_CONVERSATIONS, params)))
-    subjects.add("register", (r["thread_id"] for r in conn.execute(SELECT_BY_REGISTER, params)))
+    subjects.add("register", register)
     server = aegra.detect_conn(conn)
     if server is not None:  # an Agent Protocol server's own rows: thread metadata, run context and config
         for key in config.metadata_keys:
@@ -235,7 +245,7 @@ WITH c AS (
     SELECT DISTINCT hilo AS thread_id FROM core_store_shadow WHERE hilo IS NOT NULL
 ), own AS (
     SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes'
-    UNION SELECT unnest(thread_ids) FROM core_erasure_register
+    UNION SELECT unnest(%(erased)s::text[])
 """
     + COVERAGE_TOTALS
 )
@@ -257,9 +267,14 @@ WITH t AS (
     SELECT DISTINCT hilo AS thread_id FROM core_store_shadow WHERE hilo IS NOT NULL AND {hilo_range}
 ), own AS (
     SELECT thread_id FROM core_conversations WHERE subject_root = 'clientes' AND {range}
-    UNION SELECT x.thread_id FROM core_erasure_register, unnest(thread_ids) AS x(thread_id) WHERE {x_range}
+    UNION SELECT x.thread_id FROM unnest(%(erased)s::text[]) AS x(thread_id) WHERE {x_range}
 """
     + COVERAGE_TOTALS
+)
+# Every thread an erasure request named, read in our database (the register's, issue 52) and passed to both as an
+# array: the register and the checkpoint tables may be two databases.
+SELECT_ERASED_THREADS = (
+    "SELECT coalesce(array_agg(DISTINCT t), '{}') AS threads FROM core_erasure_register, unnest(thread_ids) AS t"
 )
 COVERAGE_BATCH_THREADS = 50_000  # core_thread_storage rows per batch
 LIVE_COVERAGE_TIMEOUT_MS = 5_000  # a page counting it live, before any sweep has (see _live_coverage)
@@ -307,10 +322,12 @@ def _live_coverage(db: Database, config: Attribution) -> Coverage:
     """The coverage counted now, for at most LIVE_COVERAGE_TIMEOUT_MS (47 s at 10M checkpoint writes, where it also
     needs gigabytes of temp space): past it, DatabaseUnavailable says the next sweep will compute it."""
     likes = [like_for(p, None) for p in config.thread_patterns]
+    erased = one(db.ours.fetch_one(SELECT_ERASED_THREADS))["threads"]
     with db.connection() as conn, conn.transaction():
         conn.execute(pgsql.SQL("SET LOCAL statement_timeout = {}").format(pgsql.Literal(LIVE_COVERAGE_TIMEOUT_MS)))
         try:
-            row = one(conn.execute(COVERAGE_SQL, {"keys": list(config.metadata_keys), "likes": likes}).fetchone())
+            params = {"keys": list(config.metadata_keys), "likes": likes, "erased": erased}
+            row = one(conn.execute(COVERAGE_SQL, params).fetchone())
         except psycopg.errors.QueryCanceled as exc:  # raised here: db.connection() would call it "not reachable"
             raise DatabaseUnavailable(
                 f"no sweep has computed the attribution coverage yet, and counting it now took more than "
@@ -341,7 +358,13 @@ def coverage_from_storage(
 
     if batch_threads < 1:
         raise ValueError(f"batch_threads must be >= 1, got {batch_threads}")
-    params = {"keys": list(config.metadata_keys), "likes": [like_for(p, None) for p in config.thread_patterns]}
+    with ours_db.connect(conn) as mine:
+        erased = one(mine.execute(SELECT_ERASED_THREADS).fetchone())["threads"]
+    params = {
+        "keys": list(config.metadata_keys),
+        "likes": [like_for(p, None) for p in config.thread_patterns],
+        "erased": erased,
+    }
     totals = {"threads": 0, "unattributed_threads": 0, "bytes": 0, "unattributed_bytes": 0}
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")

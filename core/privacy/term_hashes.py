@@ -33,6 +33,7 @@ from psycopg.rows import DictRow
 
 from core.config import term_hash_key
 from core.history import formats
+from core.privacy import ours as ours_db
 from core.privacy import residue as res
 from core.privacy import token_index, tokens
 
@@ -271,7 +272,9 @@ ORDER BY requested_at DESC, id DESC LIMIT 1"""
 
 
 def earlier(conn: psycopg.Connection[DictRow], customer_id: str) -> Earlier:
-    row = conn.execute(SELECT_EARLIER, (customer_id,)).fetchone()
+    """What earlier requests for the customer keep, read in the register (our database: reached from `conn`)."""
+    with ours_db.connect(conn) as mine:
+        row = mine.execute(SELECT_EARLIER, (customer_id,)).fetchone()
     if row is None:
         return Earlier(None, new_salt())
     return Earlier(row["id"], row["term_salt"], tuple(HashedTerm.from_json(t) for t in row["residue_terms"] or ()))
