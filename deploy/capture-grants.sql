@@ -5,6 +5,9 @@ CREATE ROLE agent_memory_capture LOGIN REPLICATION PASSWORD 'change-me';
 GRANT CONNECT ON DATABASE agentes TO agent_memory_capture;
 GRANT USAGE ON SCHEMA public TO agent_memory_capture;
 GRANT SELECT ON store, store_vectors, checkpoints, checkpoint_blobs, checkpoint_writes TO agent_memory_capture;
+-- The agents' own logs it mirrors into the dashboard's own database (migration 171): read for the recount's copy and
+-- for a row the stream sent without a column; never written.
+GRANT SELECT ON core_conversations, core_memory_writes TO agent_memory_capture;
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_prefix_counts, core_root_counts, core_expiry_days,
     core_value_holders, core_store_shadow, core_checkpoint_shadow, core_token_dirty, core_capture_position
     TO agent_memory_capture;

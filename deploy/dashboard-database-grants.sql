@@ -12,5 +12,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_prefix_counts, core_root_
     core_capture_dead_letters, core_capture_recount_requests, core_recount_store, core_recount_vectors,
     core_recount_checkpoints, core_recount_threads
     TO agent_memory_capture;
+-- Its mirrors of the agents' own logs (core/sql/dashboard/002).
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_conversations, core_memory_writes TO agent_memory_capture;
 GRANT EXECUTE ON FUNCTION core_string_leaves(jsonb), core_value_holders_of(text, jsonb), core_metadata_subjects(jsonb)
     TO agent_memory_capture;

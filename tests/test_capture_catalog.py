@@ -55,4 +55,15 @@ def test_the_publication_carries_no_payload_blob_or_embedding(db):
         "checkpoints": {"thread_id", "checkpoint_ns", "checkpoint_id", "metadata"},
         "checkpoint_blobs": {"thread_id", "checkpoint_ns", "channel", "version"},
         "checkpoint_writes": {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"},
+        # the agents' own logs (migration 171), mirrored in the dashboard's own database
+        "core_conversations": {
+            "thread_id",
+            "agent",
+            "subject_root",
+            "subject_id",
+            "started_at",
+            "last_turn_at",
+            "turns",
+        },
+        "core_memory_writes": {"id", "written_at", "prefix", "key", "thread_id", "agent"},
     }

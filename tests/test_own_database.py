@@ -21,7 +21,7 @@ from core.capture.server import ensure_logical
 from core.capture.status import capture_status
 from core.capture.verify import differences
 from core.db import Database, decode_on, use_dashboard_database
-from core.migrate import migrate, migrate_dashboard
+from core.migrate import DASHBOARD_SQL_DIR, migrate, migrate_dashboard, migration_files
 from core.operations.standby import EmbeddedStandby
 from tests.capture_writes import article_turns, graph_turns, our_agent_turns, store_writes
 from tests.conftest import DIMS, ROOT, dsn_for
@@ -73,7 +73,8 @@ def test_the_follower_keeps_its_state_in_the_dashboards_database_and_writes_noth
     agents = create_database(migrated=True, prefix="own")  # the agents-side migrations, as released
     ours = dsn_for(pg_dsn, dbname(agents) + "_dashboard")
     use_dashboard_database(agents, ours)
-    assert migrate(agents, DIMS) == ["dashboard/001_capture"]  # creates our database and migrates it
+    # creates our database and migrates it with every file of core/sql/dashboard/
+    assert migrate(agents, DIMS) == [f"dashboard/{m.label}" for m in migration_files(DASHBOARD_SQL_DIR)]
     assert written_there(agents) == {}
     try:
         writes(agents, 1)

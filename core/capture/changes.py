@@ -18,6 +18,16 @@ from core.capture import pgoutput
 
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 CUSTOMERS = "clientes."  # core_value_holders_of: customers' documents only
+# The agents' own logs (written by agent-side code, so they stay in the agents' database) that the follower mirrors
+# into the dashboard's own database (issue 52, A'): table -> (its columns as published, in this order; its primary
+# key's columns). Our statements joining them with our tables then read the mirror, in one database.
+MIRRORED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "core_conversations": (
+        ("thread_id", "agent", "subject_root", "subject_id", "started_at", "last_turn_at", "turns"),
+        ("thread_id",),
+    ),
+    "core_memory_writes": (("id", "written_at", "prefix", "key", "thread_id", "agent"), ("id",)),
+}
 
 
 def root_of(prefix: str) -> str:
@@ -64,6 +74,7 @@ class Truncated:
     store: bool
     vectors: bool
     checkpoints: bool = False
+    logs: tuple[str, ...] = ()  # mirrored logs truncated (MIRRORED)
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,27 @@ class CheckpointGone:
     key: CheckpointKey
 
 
-Event = Put | Gone | Vector | Truncated | Thread | Checkpoint | CheckpointGone
+LogKey = tuple[str, ...]  # a mirrored log row's primary key, as text
+LogValues = tuple[str | None, ...]  # its columns in MIRRORED's order, as text (None: NULL)
+
+
+@dataclass(frozen=True)
+class Logged:
+    """A row of a mirrored log as written (INSERT or UPDATE). `values` is None when a column was not sent (an unchanged
+    TOASTed value): the follower reads that row as it is now."""
+
+    table: str
+    key: LogKey
+    values: LogValues | None
+
+
+@dataclass(frozen=True)
+class LoggedGone:
+    table: str
+    key: LogKey
+
+
+Event = Put | Gone | Vector | Truncated | Thread | Checkpoint | CheckpointGone | Logged | LoggedGone
 
 
 @dataclass(frozen=True)
@@ -139,15 +170,19 @@ def _key_col(rel: pgoutput.Relation, msg: pgoutput.Insert | pgoutput.Update, nam
     return value
 
 
-def _events(msg: pgoutput.Message, relations: dict[int, pgoutput.Relation]) -> list[Event]:
+def message_events(msg: pgoutput.Message, relations: dict[int, pgoutput.Relation]) -> list[Event]:
+    """The events one decoded pgoutput message gives (none for a table or action the aggregates ignore)."""
     if isinstance(msg, pgoutput.Truncate):
         names = {relations[o].name for o in msg.oids if o in relations}
-        if names & {"store", "store_vectors", "checkpoints"}:
-            return [Truncated("store" in names, "store_vectors" in names, "checkpoints" in names)]
+        logs = tuple(sorted(names & MIRRORED.keys()))
+        if names & {"store", "store_vectors", "checkpoints"} or logs:
+            return [Truncated("store" in names, "store_vectors" in names, "checkpoints" in names, logs)]
         return []
     rel = relations.get(getattr(msg, "oid", -1))
     if rel is None:
         return []
+    if rel.name in MIRRORED:
+        return _logged(rel, msg)
     if rel.name == "store":
         if isinstance(msg, pgoutput.Insert | pgoutput.Update):
             new = msg.new
@@ -191,6 +226,24 @@ def _events(msg: pgoutput.Message, relations: dict[int, pgoutput.Relation]) -> l
     return []
 
 
+def _logged(rel: pgoutput.Relation, msg: pgoutput.Message) -> list[Event]:
+    """A mirrored log's change: the row written (and the key it left, when an UPDATE changed its key), or gone."""
+    columns, key_columns = MIRRORED[rel.name]
+    if isinstance(msg, pgoutput.Insert | pgoutput.Update):
+        values = [_col(rel, msg.new, c) for c in columns]
+        key = tuple(_key_col(rel, msg, c) for c in key_columns)
+        sent = not any(v is pgoutput.UNCHANGED for v in values)
+        row = Logged(rel.name, key, tuple(v if isinstance(v, str) else None for v in values) if sent else None)
+        if isinstance(msg, pgoutput.Update) and msg.old is not None:
+            old = tuple(str(_col(rel, msg.old, c)) for c in key_columns)
+            if old != key:
+                return [LoggedGone(rel.name, old), row]
+        return [row]
+    if isinstance(msg, pgoutput.Delete):
+        return [LoggedGone(rel.name, tuple(str(_col(rel, msg.old, c)) for c in key_columns))]
+    return []
+
+
 def _checkpoint_key(rel: pgoutput.Relation, tup: tuple[object, ...]) -> CheckpointKey:
     return (
         str(_col(rel, tup, "thread_id")),
@@ -208,7 +261,7 @@ def decode_batch(rows: Iterable[tuple[int, bytes]]) -> list[Transaction]:
         if current is not None and bytes(data[:1]) in (b"I", b"U", b"D"):
             try:
                 row = pgoutput.decode(data)
-                events = _events(row, relations)
+                events = message_events(row, relations)
             except Exception as exc:  # a row that cannot be decoded: a dead letter, never a stop
                 table = _table_of(data, relations)
                 current.dead.append(
@@ -230,7 +283,7 @@ def decode_batch(rows: Iterable[tuple[int, bytes]]) -> list[Transaction]:
             txns.append(current)
             current = None
         elif current is not None:  # a TRUNCATE
-            events = _events(msg, relations)
+            events = message_events(msg, relations)
             current.events.extend(events)
             current.origins.extend([(lsn, "truncate")] * len(events))
     return txns
@@ -252,10 +305,13 @@ ROOT_FIGURES = "documents, namespaces and vectors per root"
 EXPIRY_DAYS = "documents per expiry day"
 HOLDERS = "value holders and hilo links of customer"
 CHECKPOINT_SUBJECTS = "checkpoint subjects and token index of thread"
+MIRROR = "mirror of"  # "mirror of core_conversations: <key>"
 
 
 def table_unknown(table: str) -> tuple[str, ...]:
     """What a change of `table` may touch when its row could not even be read."""
+    if table in MIRRORED:
+        return (f"{MIRROR} {table}: *",)
     if table in ("store", "store_vectors"):
         return (f"{PREFIX_DOCUMENTS}: *", f"{ROOT_FIGURES}: *", f"{EXPIRY_DAYS}: *", f"{HOLDERS}: *")
     return (f"{CHECKPOINT_SUBJECTS}: *",)
@@ -271,6 +327,8 @@ def event_key(e: Event) -> str:
         return e.prefix
     if isinstance(e, Thread):
         return e.thread_id
+    if isinstance(e, Logged | LoggedGone):
+        return " / ".join(e.key)
     return "TRUNCATE"
 
 
@@ -291,8 +349,13 @@ def touched(events: Iterable[Event]) -> tuple[str, ...]:
             out.append(f"{CHECKPOINT_SUBJECTS}: {e.key[0]}")
         elif isinstance(e, Thread):
             out.append(f"{CHECKPOINT_SUBJECTS}: {e.thread_id}")
+        elif isinstance(e, Logged | LoggedGone):
+            out.append(f"{MIRROR} {e.table}: {' / '.join(e.key)}")
         elif isinstance(e, Truncated):
-            out += table_unknown("store")
+            if e.store or e.vectors or e.checkpoints:
+                out += table_unknown("store")
+            for table in e.logs:
+                out += table_unknown(table)
     return tuple(dict.fromkeys(out))
 
 
@@ -343,6 +406,11 @@ class Deltas:
     checkpoints: dict[CheckpointKey, str | None] = field(default_factory=dict)
     # each checkpoint written, as its row holds it now where the slot is read: (metadata text, ts) (the follower)
     checkpoint_rows: dict[CheckpointKey, tuple[str | None, str | None]] = field(default_factory=dict)
+    # the mirrored logs (MIRRORED): the tables truncated first, then per table each touched row's final state (its
+    # values, or None: deleted), and the rows to read as they are now where the slot is read (a column not sent)
+    logs_truncated: set[str] = field(default_factory=set)
+    logs: dict[str, dict[LogKey, LogValues | None]] = field(default_factory=dict)
+    log_rereads: dict[str, set[LogKey]] = field(default_factory=dict)
 
 
 UNCHANGED_METADATA = ""  # a checkpoint rewritten with its TOASTed metadata unchanged (never valid JSON text)
@@ -424,6 +492,10 @@ def fold(
                 if e.checkpoints:
                     d.truncated_checkpoints = True
                     d.checkpoints.clear()
+                for table in e.logs:
+                    d.logs_truncated.add(table)
+                    d.logs.pop(table, None)
+                    d.log_rereads.pop(table, None)
             elif isinstance(e, Put):
                 k = (e.prefix, e.key)
                 old = before(k)
@@ -462,5 +534,16 @@ def fold(
                     d.checkpoints[e.key] = UNCHANGED_METADATA
             elif isinstance(e, CheckpointGone):
                 d.checkpoints[e.key] = None
+            elif isinstance(e, Logged):
+                rereads = d.log_rereads.setdefault(e.table, set())
+                if e.values is None:
+                    d.logs.setdefault(e.table, {}).pop(e.key, None)
+                    rereads.add(e.key)
+                else:
+                    d.logs.setdefault(e.table, {})[e.key] = e.values
+                    rereads.discard(e.key)
+            elif isinstance(e, LoggedGone):
+                d.logs.setdefault(e.table, {})[e.key] = None
+                d.log_rereads.setdefault(e.table, set()).discard(e.key)
     d.shadow = state
     return d

@@ -37,7 +37,7 @@ import psycopg
 
 from core.capture import changes
 from core.capture.changes import Contribution, Deltas
-from core.db import connection_key, dashboard_dsn_for, decode_dsn_for
+from core.db import connection_key, dashboard_dsn_for, decode_dsn_for, server_key
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +247,35 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET subjects = E
 DELETE_CHECKPOINTS = """
 DELETE FROM core_checkpoint_shadow s USING unnest(%s::text[], %s::text[], %s::text[]) AS k(t, ns, id)
 WHERE s.thread_id = k.t AND s.checkpoint_ns = k.ns AND s.checkpoint_id = k.id"""
+# The agents' own logs mirrored in ours (changes.MIRRORED, issue 52 A'): each batch's final rows upserted or deleted by
+# key; a row the stream sent without a column (TOASTed, unchanged) read by key where the slot is read, as it is now.
+UPSERT_CONVERSATIONS = """
+INSERT INTO core_conversations (thread_id, agent, subject_root, subject_id, started_at, last_turn_at, turns)
+SELECT t, a, r, i, s::timestamptz, l::timestamptz, n::integer
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])
+    AS u(t, a, r, i, s, l, n)
+ON CONFLICT (thread_id) DO UPDATE SET agent = EXCLUDED.agent, subject_root = EXCLUDED.subject_root,
+    subject_id = EXCLUDED.subject_id, started_at = EXCLUDED.started_at, last_turn_at = EXCLUDED.last_turn_at,
+    turns = EXCLUDED.turns"""
+DELETE_CONVERSATIONS = "DELETE FROM core_conversations WHERE thread_id = ANY(%s::text[])"
+SELECT_CONVERSATION_ROWS = """
+SELECT thread_id, agent, subject_root, subject_id, started_at::text, last_turn_at::text, turns::text
+FROM core_conversations WHERE thread_id = ANY(%s::text[])"""
+UPSERT_MEMORY_WRITES = """
+INSERT INTO core_memory_writes (id, written_at, prefix, key, thread_id, agent)
+SELECT i::bigint, w::timestamptz, p, k, t, a
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) AS u(i, w, p, k, t, a)
+ON CONFLICT (id) DO UPDATE SET written_at = EXCLUDED.written_at, prefix = EXCLUDED.prefix, key = EXCLUDED.key,
+    thread_id = EXCLUDED.thread_id, agent = EXCLUDED.agent"""
+DELETE_MEMORY_WRITES = "DELETE FROM core_memory_writes WHERE id = ANY(%s::text[]::bigint[])"
+SELECT_MEMORY_WRITE_ROWS = """
+SELECT id::text, written_at::text, prefix, key, thread_id, agent FROM core_memory_writes
+WHERE id = ANY(%s::text[]::bigint[])"""
+# table -> (upsert, delete by key, read by key where the slot is read)
+MIRROR_SQL = {
+    "core_conversations": (UPSERT_CONVERSATIONS, DELETE_CONVERSATIONS, SELECT_CONVERSATION_ROWS),
+    "core_memory_writes": (UPSERT_MEMORY_WRITES, DELETE_MEMORY_WRITES, SELECT_MEMORY_WRITE_ROWS),
+}
 MARK_THREADS = """
 INSERT INTO core_token_dirty AS d (thread_id) SELECT unnest(%s::text[]) ORDER BY 1
 ON CONFLICT (thread_id) DO UPDATE SET claimed_at = NULL WHERE d.claimed_at IS NOT NULL"""
@@ -335,17 +364,37 @@ def copy_sources(src: psycopg.Connection, ours: psycopg.Connection, *, staging: 
                 into.write(block)
 
 
-def stream_recount(src: psycopg.Connection, ours: psycopg.Connection, *, mark_all: bool = True) -> None:
+def copy_mirrors(src: psycopg.Connection, ours: psycopg.Connection) -> None:
+    """Replace the mirrors of the agents' own logs in `ours` (the dashboard's own database) by their rows as `src`
+    sees them (COPY streamed, in key order)."""
+    for table, (columns, key) in changes.MIRRORED.items():
+        names = ", ".join(columns)
+        ours.execute(f"TRUNCATE {table}")
+        with (
+            src.cursor().copy(f"COPY (SELECT {names} FROM {table} ORDER BY {', '.join(key)}) TO STDOUT") as out,
+            ours.cursor().copy(f"COPY {table} ({names}) FROM STDIN") as into,
+        ):
+            for block in out:
+                into.write(block)
+
+
+def stream_recount(
+    src: psycopg.Connection, ours: psycopg.Connection, *, mark_all: bool = True, mirrors: bool = False
+) -> None:
     """Inside a REPEATABLE READ transaction on `src` and a transaction on `ours`: copy what the aggregates are
     counted from into `ours` (copy_sources: its staging tables when it is the dashboard's own database, emptied again
     before the commit, so that no copy of a customer's values outlives the recount) and recount every aggregate
-    there; `mark_all`: mark every thread dirty for the token index too."""
+    there; `mark_all`: mark every thread dirty for the token index too; `mirrors`: `ours` is the dashboard's own
+    database, whose mirrors of the agents' own logs are copied again (copy_mirrors; where ours is the agents'
+    database, those tables are the agents' own, never written here)."""
     staging = connection_key(ours) != connection_key(src)
     copy_sources(src, ours, staging=staging)
     for statement in RECOUNT:
         ours.execute(statement)
     if mark_all:
         ours.execute(MARK_ALL_THREADS)
+    if mirrors:
+        copy_mirrors(src, ours)
     if staging:
         ours.execute("TRUNCATE " + ", ".join(table.split(" ", 1)[0] for table, _ in RECOUNT_SOURCES))
 
@@ -372,12 +421,14 @@ class Links:
     """The follower's connections (issue 52). `src` reads the slot and the agents' rows: their primary, or their
     physical standby (PG_AGENTES_STANDBY); `ours` keeps the follower's state: the dashboard's database (PG_DASHBOARD;
     a connection of its own even where that is the agents' database); `primary` is the agents' primary (`src` itself
-    unless `src` is a standby), where only a running-transactions record is ever asked for."""
+    unless `src` is a standby), where only a running-transactions record is ever asked for. `apart`: ours is not the
+    agents' database (the follower then keeps the mirrors of their own logs, changes.MIRRORED)."""
 
     src: psycopg.Connection
     ours: psycopg.Connection
     primary: psycopg.Connection
     standby: bool = False
+    apart: bool = False
 
 
 @contextmanager
@@ -388,8 +439,9 @@ def open_links(dsn: str, *, application_name: str = "core_capture") -> Iterator[
         src = stack.enter_context(connect(source, application_name=application_name))
         row = src.execute("SELECT pg_is_in_recovery()").fetchone()
         primary = src if source == dsn else stack.enter_context(connect(dsn, application_name=application_name))
-        ours = stack.enter_context(connect(dashboard_dsn_for(dsn), application_name=application_name))
-        yield Links(src, ours, primary, bool(row and row[0]))
+        ours_dsn = dashboard_dsn_for(dsn)
+        ours = stack.enter_context(connect(ours_dsn, application_name=application_name))
+        yield Links(src, ours, primary, bool(row and row[0]), server_key(ours_dsn) != server_key(dsn))
 
 
 class Follower:
@@ -499,7 +551,7 @@ class Follower:
             links.ours.execute("DELETE FROM core_capture_position WHERE slot_name = %s", (self.slot,))
             raise CaptureNotAllowed(
                 f"publication {PUBLICATION} was altered ({'; '.join(altered)}): recreate it as "
-                "core/sql/140_capture_store.sql and 144 do, then restart the follower (it recounts)"
+                "core/sql/140_capture_store.sql, 144 and 171 do, then restart the follower (it recounts)"
             )
 
     def _slot_lost(self, src: psycopg.Connection) -> bool:
@@ -532,7 +584,7 @@ class Follower:
             ).fetchone()
             assert row is not None and row[2] is not None
             snapshot, snapshot_lsn, slot_lsn = row
-            stream_recount(links.src, links.ours)
+            stream_recount(links.src, links.ours, mirrors=links.apart)
             links.ours.execute(RESOLVE_DEAD_LETTERS)
             links.ours.execute(DROP_RECOUNT_REQUEST, (self.slot,))
             links.ours.execute(SAVE_RECOUNT, (self.slot, slot_lsn, snapshot, snapshot_lsn, slot_lsn))
@@ -711,7 +763,29 @@ class Follower:
         reread = {k: derived[v] for k, v in moved_values.items()}
         deltas = changes.fold(txns, shadow, derived.__getitem__, reread)
         Follower._read_checkpoints(links.src, deltas)
+        Follower._read_logs(links, deltas)
         return deltas
+
+    @staticmethod
+    def _read_logs(links: Links, d: Deltas) -> None:
+        """The mirrored logs' rows the stream sent without a column, read where the slot is read as they are now (a
+        later change is later in the stream; a row gone since is deleted by a later batch). Where ours is the agents'
+        database, the mirrors are the agents' tables themselves: nothing to keep (emptied)."""
+        if not links.apart:
+            d.logs_truncated.clear()
+            d.logs.clear()
+            d.log_rereads.clear()
+            return
+        for table, keys in d.log_rereads.items():
+            if not keys:
+                continue
+            reread = MIRROR_SQL[table][2]
+            width = len(changes.MIRRORED[table][1])
+            rows = links.src.execute(reread, ([k[0] for k in sorted(keys)],)).fetchall()
+            kept = d.logs.setdefault(table, {})
+            for row in rows:
+                kept[tuple(row[:width])] = tuple(row)
+        d.log_rereads.clear()
 
     @staticmethod
     def _read_checkpoints(src: psycopg.Connection, d: Deltas) -> None:
@@ -788,6 +862,16 @@ class Follower:
         deleted = sorted(k for k, m in d.checkpoints.items() if m is None)
         if deleted:
             cur.execute(DELETE_CHECKPOINTS, _transpose(deleted))
+        for table in sorted(d.logs_truncated):
+            cur.execute(f"TRUNCATE {table}")
+        for table, logged in sorted(d.logs.items()):
+            upsert, delete, _ = MIRROR_SQL[table]
+            gone = sorted(k[0] for k, v in logged.items() if v is None)
+            if gone:
+                cur.execute(delete, (gone,))
+            kept = [v for _, v in sorted(logged.items()) if v is not None]
+            if kept:
+                cur.execute(upsert, _transpose(kept))
 
     # --- running -------------------------------------------------------------------------------------------
     def drain(self, links: Links, target: int = 0) -> int:
@@ -950,13 +1034,15 @@ def apply_pending(dsn: str, max_batches: int = 1) -> bool:
         return False
 
 
-# What the publication of migrations 140 and 144 carries: these columns of these tables, every action.
+# What the publication of migrations 140, 144 and 171 carries: these columns of these tables, every action.
 PUBLISHED = {
     "store": {"prefix", "key", "value", "updated_at", "expires_at"},
     "store_vectors": {"prefix", "key", "field_name"},
     "checkpoints": {"thread_id", "checkpoint_ns", "checkpoint_id", "metadata"},
     "checkpoint_blobs": {"thread_id", "checkpoint_ns", "channel", "version"},
     "checkpoint_writes": {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"},
+    # the agents' own logs, mirrored in the dashboard's own database (migration 171)
+    **{table: set(columns) for table, (columns, _) in changes.MIRRORED.items()},
 }
 
 

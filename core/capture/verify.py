@@ -2,7 +2,8 @@
 operator's `python -m core.capture.verify DSN`). Exact only when nobody writes meanwhile and the follower has caught
 up (core.capture.follower.catch_up). The agents' rows are read on their primary in one snapshot and copied into
 temporary tables of the dashboard's database (core.capture.follower.RECOUNT_SOURCES), where each recount below is
-computed with SQL of its own, independent of the follower's: nothing is written to either database."""
+computed with SQL of its own, independent of the follower's: nothing is written to either database. Where ours is the
+dashboard's own database, its mirrors of the agents' own logs are compared with the agents' rows too."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 
 import psycopg
 
+from core.capture.changes import MIRROR, MIRRORED
 from core.capture.follower import copy_sources
-from core.db import dashboard_dsn_for
+from core.db import dashboard_dsn_for, server_key
 
 # (name, what the follower keeps, the same from the tables); rows compared as sets.
 CHECKS: tuple[tuple[str, str, str], ...] = (
@@ -64,15 +66,27 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# The mirrors of the agents' own logs (changes.MIRRORED; only where ours is the dashboard's own database): every
+# column, read in ours and, in the same snapshot as the checks above, in the agents' database; compared in Python.
+SELECT_MIRRORED = "SELECT {columns} FROM {table}"
+
+
 def differences(dsn: str) -> dict[str, dict[str, list[Any]]]:
-    """Aggregate name -> {"kept_only": rows, "recount_only": rows}; empty when everything equals the recount."""
+    """Aggregate name -> {"kept_only": rows, "recount_only": rows}; empty when everything equals the recount (and
+    each mirror of the agents' own logs equals their rows)."""
     out: dict[str, dict[str, list[Any]]] = {}
-    with psycopg.connect(dsn) as src, psycopg.connect(dashboard_dsn_for(dsn)) as ours:
+    ours_dsn = dashboard_dsn_for(dsn)
+    with psycopg.connect(dsn) as src, psycopg.connect(ours_dsn) as ours:
         src.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         copy_sources(src, ours)
-        for name, kept_sql, recount_sql in CHECKS:
-            kept = {tuple(r) for r in ours.execute(kept_sql).fetchall()}
-            recount = {tuple(r) for r in ours.execute(recount_sql).fetchall()}
+        found = [(name, ours, kept_sql, ours, recount_sql) for name, kept_sql, recount_sql in CHECKS]
+        if server_key(ours_dsn) != server_key(dsn):
+            for table, (columns, _) in MIRRORED.items():
+                query = SELECT_MIRRORED.format(columns=", ".join(columns), table=table)
+                found.append((f"{MIRROR} {table}", ours, query, src, query))
+        for name, kept_in, kept_sql, recount_in, recount_sql in found:
+            kept = {tuple(r) for r in kept_in.execute(kept_sql).fetchall()}
+            recount = {tuple(r) for r in recount_in.execute(recount_sql).fetchall()}
             if kept != recount:
                 out[name] = {"kept_only": sorted(kept - recount)[:20], "recount_only": sorted(recount - kept)[:20]}
         ours.rollback()
