@@ -461,3 +461,38 @@ def test_the_preferences_page_apart_shows_the_agents_rows(layouts, app_env):
     assert as_int(metric(at, "Escrituras de preferencias")) == live["writes"]
     assert written_there(split) == {}
     assert contents(ours)["core_tool_calls"]
+
+
+def page(dsn: str, app_env, path: str, query: dict[str, str] | None = None) -> AppTest:
+    app_env(dsn)
+    at = AppTest.from_file("../dashboard.py", default_timeout=60)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.run()
+    at.switch_page(path).run()
+    assert not at.exception
+    return at
+
+
+@pytest.mark.slow  # real agents write the database; page runs on two databases
+def test_the_checkpoints_and_degradation_pages_apart_show_what_one_database_shows(layouts, app_env):
+    from apptools import as_int, frame, metric
+
+    default, split, ours = layouts
+    shown = {}
+    for name, dsn in (("split", split), ("default", default)):
+        search = page(dsn, app_env, "app_pages/checkpoints.py", {"view": "search"})  # the page extracts first
+        cost = page(dsn, app_env, "app_pages/checkpoints.py", {"view": "cost"})
+        degradation = page(dsn, app_env, "app_pages/degradation.py")
+        shown[name] = (
+            as_int(metric(search, "Hilos encontrados")),
+            sorted(frame(search, "thread_id", "status")["thread_id"]),
+            frame(cost, "thread_id", "cost_usd").sort_values("thread_id").to_dict("records"),
+            metric(degradation, "Rechazables en SQL"),
+        )
+    assert shown["split"] == shown["default"]
+    assert shown["split"][0] > 0 and shown["split"][2]
+    with psycopg.connect(split) as conn:
+        threads = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints WHERE checkpoint_ns = ''").fetchone()
+    assert shown["split"][0] == threads[0]
+    assert written_there(split) == {}

@@ -25,6 +25,15 @@ The same pass keeps the thread search's summary (one row per thread, its latest 
 agent, metadata; migration 080) and the AI messages' token usage (`usage_metadata`, model from
 `response_metadata`) with its per-thread and per-day rollups (core/history/usage.py reads them).
 
+Where (issue 52): these tables live in the dashboard's own database (`db.ours`, core/sql/dashboard/010_extraction.sql;
+the agents' own where PG_DASHBOARD is not set). Apart, a batch is three steps: the next keys after the watermark from
+the shadow (ours), the decode over those keys on the agents' primary (the decoders and checkpoint tables are there;
+arrays in, one row of JSON per table out, no temporary table), and the inserts with the watermark's advance in one
+transaction of ours, which holds the watermark row from the first step: only that step writes, so a crash anywhere
+repeats the batch, and every insert is idempotent (the usage rollups count only the messages inserted now). The
+status re-check and the prune of deleted threads split the same way (RECHECK_STATUS's candidates from ours, their
+status on the agents' side; PRUNE_ORPHANS_BY_SHADOW reads the shadow, only once the follower has recounted it).
+
 Clock: a row's `ts` is the checkpoint's own `ts` (real time, written by the checkpointer). Only our
 demo, which replays past days, tags its runs with metadata `core_replayed_at` (core.agents.retail
 run_turn, inside agent_memory_runtime.clock.simulated); when present that time is used and `clock` says 'replayed'.
