@@ -37,7 +37,8 @@ THREADS_SINCE = """
 SELECT DISTINCT thread_id FROM checkpoints
 WHERE %(since)s::timestamptz IS NULL
    OR (checkpoint ->> 'ts')::timestamptz > %(since)s::timestamptz - interval '1 hour'"""
-# The token index's signatures (core_thread_tokens, still in the agents' database until the token index moves).
+# The token index's signatures (core_thread_tokens: in the dashboard's database, with the dirty marks; issue 52, B),
+# compared in Python with the agents' rows' signatures read in the recount's snapshot (2Q).
 SELECT_INDEXED_SIGNATURES = "SELECT thread_id, rows_sig FROM core_thread_tokens"
 MARK_DIRTY = """
 INSERT INTO core_token_dirty (thread_id) SELECT unnest(%s::text[]) ORDER BY 1
@@ -68,7 +69,7 @@ def recount_without_slot(dsn: str) -> Recount:
             if src.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone():
                 return Recount(False, f"slot {slot} follows this database: its follower keeps the aggregates")
             start = time.monotonic()
-            indexed: dict[str, Any] = dict(links.primary.execute(SELECT_INDEXED_SIGNATURES).fetchall())
+            indexed: dict[str, Any] = dict(ours.execute(SELECT_INDEXED_SIGNATURES).fetchall())
             with src.transaction(), ours.transaction():
                 src.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 lsn = src.execute(f"SELECT {wal_now(links.standby)}").fetchone()

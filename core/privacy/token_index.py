@@ -32,15 +32,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg.rows import DictRow
 
+from core.capture.follower import slot_name_for
 from core.capture.recount import ROWS_SIGNATURE
 from core.capture.status import sync as capture_sync
-from core.db import Database, one
+from core.db import Database, dashboard_dsn_of, decode_dsn_for, one
 from core.history import formats
 from core.privacy.tokens import payload_tokens, term_key_fingerprint, term_tokens, token_hash, tokens_of_json_text
 
@@ -50,6 +53,26 @@ BATCH_THREADS = 500  # threads indexed per transaction
 DIRTY_SCAN_MAX = 20_000  # beyond this many unindexed threads, a residue scan reads every row instead
 CLAIM_EXPIRES = "10 minutes"  # a claim older than this (an indexer that died) is taken again
 COMMON_TOKEN_SHARE = 0.01  # a token in more threads than this is not looked up when a term has rarer ones
+REPLAY_WAIT_S = 60.0  # how long the indexer waits for a standby to replay what the follower had applied
+
+
+# --- where each part lives (issue 52, B) ----------------------------------------------------------------
+# core_thread_tokens and core_token_dirty are in the dashboard's own database (`db.ours`; core/sql/dashboard/001 and
+# 003); the rows indexed are the agents', read where the change follower reads them (their standby when configured,
+# core.db.decode_dsn_for). With the default (no PG_DASHBOARD, no standby) all three are one database, and a batch is
+# read and written in one transaction as before.
+
+
+@contextmanager
+def _ours(conn: psycopg.Connection[DictRow]) -> Iterator[psycopg.Connection[DictRow]]:
+    """A connection to the dashboard's database of the agents' database `conn` is connected to: `conn` itself when
+    that is the agents' own (the default), else one from that database's pool."""
+    ours = dashboard_dsn_of(conn)
+    if ours is None:
+        yield conn
+        return
+    with Database(ours).connection() as mine:
+        yield mine
 
 
 # --- the index ---------------------------------------------------------------------------------------
@@ -104,6 +127,20 @@ SELECT_PENDING = "SELECT thread_id FROM core_token_dirty LIMIT %(cap)s"
 PRUNE_ORPHANS = """
 DELETE FROM core_thread_tokens t WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id)
   AND NOT EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = t.thread_id)"""
+# The same where the index is not in the agents' database: (1) ours, the indexed threads with no checkpoint in the
+# follower's shadow (M); (2) where the agents' rows are read, those of them still holding a checkpoint or a write
+# (2Q, an array); (3) ours, the rest deleted.
+SELECT_UNCHECKPOINTED = """
+SELECT thread_id FROM core_thread_tokens t
+WHERE NOT EXISTS (SELECT 1 FROM core_checkpoint_shadow c WHERE c.thread_id = t.thread_id)"""
+SELECT_HOLDING = """
+SELECT u.thread_id FROM unnest(%(threads)s::text[]) AS u(thread_id)
+WHERE EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = u.thread_id)
+   OR EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = u.thread_id)"""
+# What the follower had applied when threads were claimed (a standby read must have replayed at least that far).
+SELECT_APPLIED = "SELECT lsn::text AS lsn FROM core_capture_position WHERE slot_name = %(slot)s"
+SELECT_REPLAYED = """
+SELECT NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= %(lsn)s::pg_lsn AS replayed"""
 # Threads holding every token of one term (a GIN lookup per term; `keys` are comma-joined hashes).
 SELECT_HITS = """
 SELECT DISTINCT t.thread_id FROM unnest(%(keys)s::text[]) AS q(key)
@@ -163,21 +200,38 @@ def _thread_tokens(
     return found
 
 
-def index_claimed(
-    conn: psycopg.Connection[DictRow],
-    claimed: list[str],
-    result: IndexResult,
-    decryptor: formats.Decryptor | None = None,
-) -> None:
-    """Index `claimed` threads (in the caller's transaction, begun after the claim was committed; encrypted rows
-    read with `decryptor`, default the configured keys), then un-list those not written since their claim."""
-    decryptor = decryptor if decryptor is not None else formats.decryptor()
-    unread: dict[str, int] = {}
-    sealed: dict[str, set[str]] = {}
+@dataclass
+class _Read:
+    """What the indexer read of claimed threads on the agents' side, to be written in ours."""
+
+    found: dict[str, set[str]]
+    sigs: dict[str, object]
+    unread: dict[str, int] = field(default_factory=dict)
+    sealed: dict[str, set[str]] = field(default_factory=dict)
+
+
+def _read_claimed(
+    conn: psycopg.Connection[DictRow], claimed: list[str], result: IndexResult, decryptor: formats.Decryptor
+) -> _Read:
+    """Read `claimed` threads' signatures, then their rows' tokens (in the caller's transaction on the agents' side)."""
     # what the threads hold, read before their rows: a row written in between makes the signature differ later
     # (the thread is listed again), never the reverse
     sigs = {r["thread_id"]: r["sig"] for r in conn.execute(SELECT_ROWS_SIGNATURES, {"threads": claimed})}
-    found = _thread_tokens(conn, claimed, result, decryptor, unread, sealed)
+    read = _Read({}, sigs)
+    read.found = _thread_tokens(conn, claimed, result, decryptor, read.unread, read.sealed)
+    return read
+
+
+def _write_claimed(
+    conn: psycopg.Connection[DictRow],
+    claimed: list[str],
+    read: _Read,
+    result: IndexResult,
+    decryptor: formats.Decryptor,
+) -> None:
+    """Write what was read of `claimed` threads into the index (in the caller's transaction on ours), then un-list
+    those not written since their claim."""
+    found, sealed, unread, sigs = read.found, read.sealed, read.unread, read.sigs
     present = sorted(found)
 
     def hashes(thread: str) -> str:
@@ -204,6 +258,66 @@ def index_claimed(
     result.threads += len(claimed)
 
 
+def index_claimed(
+    conn: psycopg.Connection[DictRow],
+    claimed: list[str],
+    result: IndexResult,
+    decryptor: formats.Decryptor | None = None,
+) -> None:
+    """Index `claimed` threads (in the caller's transaction, begun after the claim was committed; encrypted rows
+    read with `decryptor`, default the configured keys), then un-list those not written since their claim. The rows
+    are read on `conn`; the index is written in its dashboard's database (`conn` itself by default)."""
+    decryptor = decryptor if decryptor is not None else formats.decryptor()
+    read = _read_claimed(conn, claimed, result, decryptor)
+    with _ours(conn) as ours:
+        if ours is conn:
+            _write_claimed(conn, claimed, read, result, decryptor)
+        else:
+            with ours.transaction():
+                _write_claimed(ours, claimed, read, result, decryptor)
+
+
+def _wait_replayed(src: psycopg.Connection[DictRow], lsn: str | None) -> None:
+    """On a standby, wait until it replayed `lsn` (what the follower had applied when the threads were claimed:
+    the plan's standby rule), else a thread marked since would be read as it was before the mark and un-listed."""
+    if lsn is None:
+        return
+    deadline = time.monotonic() + REPLAY_WAIT_S
+    while not one(src.execute(SELECT_REPLAYED, {"lsn": lsn}).fetchone())["replayed"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the agents' standby did not replay up to {lsn} within {REPLAY_WAIT_S:.0f} s")
+        time.sleep(0.05)
+
+
+def _index_batch(db: Database, limit: int, result: IndexResult, decryptor: formats.Decryptor) -> list[str]:
+    """Claim up to `limit` threads and index them; returns the threads claimed (none: nothing pending)."""
+    source = decode_dsn_for(db.dsn)
+    ours = db.ours
+    if ours is db and source == db.dsn:  # one database: claim, then read and write in one transaction
+        with db.connection() as conn:
+            with conn.transaction():
+                claimed = [r["thread_id"] for r in conn.execute(CLAIM, {"limit": limit})]
+            if claimed:
+                with conn.transaction():  # a snapshot taken after the claim was committed
+                    index_claimed(conn, claimed, result, decryptor)
+        return claimed
+    # apart (2Q): claim in ours (committed), read where the follower reads, write in ours
+    slot = slot_name_for(str(psycopg.conninfo.conninfo_to_dict(db.dsn).get("dbname") or ""))
+    with ours.connection() as mine:
+        with mine.transaction():
+            claimed = [r["thread_id"] for r in mine.execute(CLAIM, {"limit": limit})]
+            applied = mine.execute(SELECT_APPLIED, {"slot": slot}).fetchone()
+    if not claimed:
+        return claimed
+    with Database(source).connection() as src:
+        _wait_replayed(src, applied["lsn"] if applied else None)
+        with src.transaction():  # a snapshot taken after the claim was committed
+            read = _read_claimed(src, claimed, result, decryptor)
+    with ours.connection() as mine, mine.transaction():
+        _write_claimed(mine, claimed, read, result, decryptor)
+    return claimed
+
+
 def index_pending(
     db: Database,
     *,
@@ -220,20 +334,16 @@ def index_pending(
     capture_sync(db)  # every thread written until now is listed (the change follower lists them: core/capture)
     while max_threads is None or result.threads < max_threads:
         limit = batch if max_threads is None else min(batch, max_threads - result.threads)
-        with db.connection() as conn:
-            with conn.transaction():
-                claimed = [r["thread_id"] for r in conn.execute(CLAIM, {"limit": limit})]
-            if not claimed:
-                break
-            with conn.transaction():  # a snapshot taken after the claim was committed
-                index_claimed(conn, claimed, result, decryptor)
+        claimed = _index_batch(db, limit, result, decryptor)
+        if not claimed:
+            break
         result.batches += 1
         if on_batch:
             on_batch(result)
         if len(claimed) < limit:
             break
     result.pending = pending(db)
-    result.unread_threads = one(db.fetch_one(COUNT_UNREAD, read_only=False))["n"]
+    result.unread_threads = one(db.ours.fetch_one(COUNT_UNREAD, read_only=False))["n"]
     log.info(
         "token index: %d threads (%d payloads, %d through the SQL decoder, %d encrypted read with the keys) "
         "in %d batches, %d pending",
@@ -254,7 +364,20 @@ def index_pending(
 
 
 def pending(db: Database, cap: int = 100_000) -> int:
-    return one(db.fetch_one(COUNT_PENDING, {"cap": cap}, read_only=False))["n"]
+    return one(db.ours.fetch_one(COUNT_PENDING, {"cap": cap}, read_only=False))["n"]
+
+
+def prune_orphans(db: Database) -> int:
+    """Drop the tokens of threads that hold no checkpoint and no pending write any more; returns how many."""
+    ours, source = db.ours, decode_dsn_for(db.dsn)
+    if ours is db and source == db.dsn:
+        return db.execute(PRUNE_ORPHANS)
+    candidates = [r["thread_id"] for r in ours.fetch(SELECT_UNCHECKPOINTED, read_only=False)]
+    if not candidates:
+        return 0
+    holding = {r["thread_id"] for r in Database(source).fetch(SELECT_HOLDING, {"threads": candidates})}
+    gone = sorted(set(candidates) - holding)
+    return ours.execute(DELETE_TOKENS, {"threads": gone}) if gone else 0
 
 
 def sweep_step(db: Database, decryptor: formats.Decryptor | None = None) -> IndexResult:
@@ -262,12 +385,12 @@ def sweep_step(db: Database, decryptor: formats.Decryptor | None = None) -> Inde
     hash key (TERM_HASH_KEY rotated) and those whose encrypted rows no key opened when the configured keys have
     changed since, then index every pending thread."""
     decryptor = decryptor if decryptor is not None else formats.decryptor()
-    db.execute(PRUNE_ORPHANS)
-    relisted = db.execute(RELIST_STALE, {"term_key": term_key_fingerprint()})
+    prune_orphans(db)
+    relisted = db.ours.execute(RELIST_STALE, {"term_key": term_key_fingerprint()})
     if relisted:
         log.warning("token index: %d threads indexed under another term hash key, listed for re-indexing", relisted)
     if decryptor:
-        db.execute(RELIST_UNANSWERED, {"key_set": decryptor.key_set})
+        db.ours.execute(RELIST_UNANSWERED, {"key_set": decryptor.key_set})
     return index_pending(db, decryptor=decryptor)
 
 
@@ -346,8 +469,10 @@ WHERE attname = 'tokens' AND (quote_ident(schemaname) || '.' || quote_ident(tabl
 
 
 def token_shares(conn: psycopg.Connection[DictRow]) -> dict[int, float]:
-    """Token hash -> share of indexed threads holding it, for the most common tokens (ANALYZE's statistics)."""
-    row = conn.execute(SELECT_TOKEN_SHARES).fetchone()
+    """Token hash -> share of indexed threads holding it, for the most common tokens (ANALYZE's statistics; read in
+    the dashboard's database of the agents' database `conn` is connected to)."""
+    with _ours(conn) as ours:
+        row = ours.execute(SELECT_TOKEN_SHARES).fetchone()
     # most_common_elem_freqs ends with three more figures (min, max, null share): not tokens, left out
     return dict(zip(row["tokens"], row["shares"], strict=False)) if row and row["tokens"] else {}
 
@@ -376,7 +501,15 @@ def candidates_of(
     """`candidates` for terms known by their token hashes only (`term_hashes`; keyed by a term or a reference
     to it): the threads holding every token of one of them (in plaintext rows, or in encrypted rows read with the
     configured keys: `decryptor`, by default), plus the threads not indexed yet and those whose encrypted rows the
-    index cannot answer for."""
+    index cannot answer for. `conn` is on the agents' database; the index is read in its dashboard's database."""
+    with _ours(conn) as ours:
+        return _candidates_of(ours, hashes, decryptor)
+
+
+def _candidates_of(
+    conn: psycopg.Connection[DictRow], hashes: Mapping[str, Sequence[int]], decryptor: formats.Decryptor | None
+) -> Candidates:
+    """candidates_of, `conn` on the database holding the index."""
     decryptor = decryptor if decryptor is not None else formats.decryptor()
     shares = token_shares(conn)
     keys = {name: lookup_key(h, shares) for name, h in hashes.items()}
@@ -444,8 +577,9 @@ def count_hits(
         return {}
     decryptor = decryptor if decryptor is not None else formats.decryptor()
     sealed = [_sealed_key(k, decryptor) if decryptor else None for k in keys.values()]
-    rows = conn.execute(
-        COUNT_HITS,
-        {"terms": list(keys), "keys": list(keys.values()), "sealed": sealed, "exclude": sorted(set(exclude))},
-    )
+    with _ours(conn) as ours:
+        rows = ours.execute(
+            COUNT_HITS,
+            {"terms": list(keys), "keys": list(keys.values()), "sealed": sealed, "exclude": sorted(set(exclude))},
+        ).fetchall()
     return {r["term"]: int(r["n"]) for r in rows}
