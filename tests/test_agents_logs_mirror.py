@@ -105,3 +105,24 @@ def test_a_row_sent_without_a_column_is_read_from_its_row():
     d = changes.fold([t], {}, lambda v: changes.NO_VALUE)
     assert d.log_rereads == {"core_conversations": set()}
     assert d.logs["core_conversations"] == {("h1",): None, ("h2",): moved}
+
+
+@pytest.mark.slow  # real agents write the database
+def test_rows_read_again_by_key_are_applied_as_the_agents_rows_hold_them(split_db):
+    """Where the stream left a column out (an unchanged TOASTed value), the follower reads the row by its key where the
+    slot is read and applies it whole: here every row of both logs, read that way, gives the agents' rows again."""
+    agents, ours = split_db.dsn, split_db.ours.dsn
+    catch_up(agents)
+    our_agent_turns(agents, 4, 4)
+    catch_up(agents)
+    with psycopg.connect(ours, autocommit=True) as conn:
+        conn.execute("TRUNCATE core_conversations, core_memory_writes")
+    d = changes.Deltas()
+    with psycopg.connect(agents) as conn:
+        for table, (_, key) in changes.MIRRORED.items():
+            d.log_rereads[table] = {(str(r[0]),) for r in conn.execute(f"SELECT {key[0]} FROM {table}")}
+    with open_links(agents) as links, links.ours.transaction():
+        Follower._read_logs(links, d)
+        Follower._apply(links.ours, d)
+    for table in LOGS:
+        assert rows(ours, table) == rows(agents, table) and rows(ours, table), table
