@@ -329,6 +329,7 @@ def customer_history_conn(
     config: subjects.Attribution | None = None,
     *,
     threads: Iterable[str] | None = None,
+    ours: str | None = None,
 ) -> CustomerHistory:
     """`customer_history` on an open connection (in the caller's snapshot), unscoped. `threads`: the customer's
     conversations when the caller resolved them already (the access export); else the resolver finds them."""
@@ -354,7 +355,7 @@ def customer_history_conn(
     prefix = params["prefix"]
     tools = [n for n, t in WRITING_TOOLS.items() if t.root == ROOT]
     call_params = {"tools": tools, "threads": found, "id": customer_id}
-    ours = dashboard_dsn_of(conn)
+    ours = ours or dashboard_dsn_of(conn)  # the tool calls are kept in the dashboard's database (issue 52)
     if ours is None:
         calls = conn.execute(SELECT_CALLS, call_params).fetchall()
     else:
@@ -362,7 +363,12 @@ def customer_history_conn(
             calls = mine.execute(SELECT_CALLS_BY_SHADOW, call_params).fetchall()
     writes = [w for w in (_call_write(r, prefix) for r in calls) if w is not None]
     writes = _merge_log(writes, conn.execute(SELECT_LOG, params).fetchall())
-    swept = {(r["prefix"], r["key"]): r["swept_at"] for r in conn.execute(SELECT_SWEPT, params).fetchall()}
+    if ours is None:
+        swept_rows = conn.execute(SELECT_SWEPT, params).fetchall()
+    else:  # the sweep log is in the dashboard's database (issue 52)
+        with psycopg.connect(ours, row_factory=dict_row) as mine:
+            swept_rows = mine.execute(SELECT_SWEPT, params).fetchall()
+    swept = {(r["prefix"], r["key"]): r["swept_at"] for r in swept_rows}
     for w in writes:
         ident = (w.prefix, w.key)
         if ident not in history.documents:
@@ -386,7 +392,7 @@ def customer_history(
             mine = conn.execute(SELECT_IN_SCOPE, {**scope.params(), "prefix": f"{ROOT}.{customer_id}"}).fetchone()
             if not mine or not mine["mine"]:
                 return None
-        return customer_history_conn(conn, customer_id, config)
+        return customer_history_conn(conn, customer_id, config, ours=None if db.ours is db else db.ours.dsn)
 
 
 # --- a document's value at a time ---------------------------------------------------------------------------------
