@@ -264,6 +264,12 @@ def erase(
     if max_passes < 1:
         raise ValueError(f"max_passes must be at least 1, got {max_passes}")
     chosen = validate_decisions(decisions)
+    ours = db.ours
+    if ours is not db and not (answer := ours.probe()).ok:  # never delete without a record: nothing starts
+        raise ErasureError(
+            f"erasure of {customer_id} not started, nothing deleted: the dashboard's database {answer.target} "
+            f"(PG_DASHBOARD), where its register row is written first, is not reachable: {answer.error}"
+        )
     data_views.flush(db, VIEWS_FLUSH_S)  # this process's views of the customer, queued a moment ago, are redacted too
     capture_sync(db)  # the value holders and dirty threads the residue scan trusts include every write until now
     config = config or subj.Attribution.from_settings()

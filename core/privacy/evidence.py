@@ -255,10 +255,12 @@ def _json_array_target(table: str, column: str, condition: str) -> OwnTarget:
 
 
 def _table_targets(
-    conn: psycopg.Connection[DictRow], *, ours: bool, purposes: bool
+    conn: psycopg.Connection[DictRow], *, ours: bool, purposes: bool, copies: frozenset[str] = frozenset()
 ) -> tuple[list[OwnTarget], set[str]]:
     """The targets of one database's `core_*` tables (every table but PROTECTED_TABLES), and every `core_*` table
-    name it has with a column erasure looks at; `purposes`: with the views log's typed purposes (where it lives)."""
+    name it has with a column erasure looks at; `purposes`: with the views log's typed purposes (where it lives);
+    `copies`: tables kept in the other database now, whose copy here nothing maintains any more (a derived one's rows
+    are deleted like any other's: no follower empties them)."""
     json_names = {f"{t}.{c}": (t, c, cond) for t, c, cond in JSON_ARRAY_COLUMNS}
     special = list(json_names) + list(KEYED_TEXT_COLUMNS)
     columns_of: dict[str, set[str]] = {}
@@ -289,7 +291,7 @@ def _table_targets(
                 parts.append(f"{column}::text = %(cliente_id)s")
         if parts:
             target = _row_target(table, " OR ".join(parts))
-            if table in DERIVED_TABLES:
+            if table in DERIVED_TABLES and table not in copies:
                 target = OwnTarget(table, target.count_sql, None)
             elif table in REWRITTEN_TABLES:
                 target = OwnTarget(table, target.count_sql, REWRITTEN_TABLES[table])
@@ -312,7 +314,7 @@ def own_targets(conn: psycopg.Connection[DictRow], ours: psycopg.Connection[Dict
             targets, _ = _table_targets(conn, ours=True, purposes=True)
         else:
             here, in_ours = _table_targets(mine, ours=True, purposes=True)
-            there, _ = _table_targets(conn, ours=False, purposes=False)
+            there, _ = _table_targets(conn, ours=False, purposes=False, copies=frozenset(in_ours))
             there = [
                 OwnTarget(AGENTS_COPY + t.name, t.count_sql, t.erase_sql, False)
                 if t.name.split(".", 1)[0] in in_ours
