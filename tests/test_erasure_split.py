@@ -285,6 +285,42 @@ def test_a_dead_letter_naming_the_customer_is_counted_and_erased_on_both_layouts
         assert left == [], left
 
 
+def test_a_failure_midway_is_recorded_in_ours_and_resumed_and_data_back_is_erased_again(split_db):
+    """A failure after the first deletes (raised from the progress callback, as a page's rerun would) is recorded in
+    ours as `failed` with what remains counted on both databases; resumed, the new request completes and the old row
+    names it. A thread said again later: the re-check finds it (data back), erased again from ours' register."""
+    from core.privacy import follow_up
+
+    retail_turns(split_db.dsn)
+
+    def fail(p: erasure.Progress) -> None:
+        if p.step == "threads":
+            raise RuntimeError("the page was closed")
+
+    with pytest.raises(RuntimeError, match="the page was closed"):
+        erasure.erase(split_db, CUSTOMER, operator="dpo@example.com", progress=fail)
+    with psycopg.connect(split_db.ours.dsn) as conn:
+        status, after, report = conn.execute(
+            "SELECT status, counts_after, report FROM core_erasure_register"
+        ).fetchone()
+    assert status == "failed" and "the page was closed" in report
+    assert after["store"] == 0 and "core_store_shadow" in after and "agents:core_store_shadow" in after, after
+    failed_id = ours_count(split_db, "SELECT max(id) FROM core_erasure_register")
+    resumed = follow_up.resume(split_db, failed_id, operator="dpo@example.com")
+    assert resumed.status == "complete", resumed.report
+    assert ours_count(split_db, "SELECT resumed_by FROM core_erasure_register WHERE id = %s", (failed_id,)) == (
+        resumed.request_id
+    )
+    retail_turns(split_db.dsn, (("cliente-C1-7", CUSTOMER, "Hola"),))  # the customer comes back
+    back = erasure_register.recheck(split_db, resumed.request_id)
+    assert not back.clean and back.counts["checkpoints"] > 0
+    again = follow_up.erase_again(split_db, resumed.request_id, operator="dpo@example.com")
+    assert again.status == "complete", again.report
+    assert erasure_register.recheck(split_db, again.request_id).clean
+    assert chain.verify(split_db, "erasure").ok
+    assert written_there(split_db.dsn) == {}
+
+
 # --- the articles' agents ----------------------------------------------------------------------------------------
 
 
