@@ -37,7 +37,7 @@ import psycopg
 
 from core.capture import changes
 from core.capture.changes import Contribution, Deltas
-from core.db import connection_key, dashboard_dsn_for, decode_dsn_for, server_key
+from core.db import dashboard_dsn_for, decode_dsn_for, server_key
 
 log = logging.getLogger(__name__)
 
@@ -379,23 +379,22 @@ def copy_mirrors(src: psycopg.Connection, ours: psycopg.Connection) -> None:
 
 
 def stream_recount(
-    src: psycopg.Connection, ours: psycopg.Connection, *, mark_all: bool = True, mirrors: bool = False
+    src: psycopg.Connection, ours: psycopg.Connection, *, mark_all: bool = True, apart: bool = False
 ) -> None:
     """Inside a REPEATABLE READ transaction on `src` and a transaction on `ours`: copy what the aggregates are
-    counted from into `ours` (copy_sources: its staging tables when it is the dashboard's own database, emptied again
-    before the commit, so that no copy of a customer's values outlives the recount) and recount every aggregate
-    there; `mark_all`: mark every thread dirty for the token index too; `mirrors`: `ours` is the dashboard's own
-    database, whose mirrors of the agents' own logs are copied again (copy_mirrors; where ours is the agents'
-    database, those tables are the agents' own, never written here)."""
-    staging = connection_key(ours) != connection_key(src)
-    copy_sources(src, ours, staging=staging)
+    counted from into `ours` (copy_sources: its staging tables when it is the dashboard's own database, `apart`,
+    emptied again before the commit, so that no copy of a customer's values outlives the recount; else temporary
+    tables, also where `src` is the agents' standby and ours their primary) and recount every aggregate there;
+    `mark_all`: mark every thread dirty for the token index too. `apart`: the mirrors of the agents' own logs are
+    copied again too (copy_mirrors; where ours is the agents' database, those tables are the agents' own, never
+    written here)."""
+    copy_sources(src, ours, staging=apart)
     for statement in RECOUNT:
         ours.execute(statement)
     if mark_all:
         ours.execute(MARK_ALL_THREADS)
-    if mirrors:
+    if apart:
         copy_mirrors(src, ours)
-    if staging:
         ours.execute("TRUNCATE " + ", ".join(table.split(" ", 1)[0] for table, _ in RECOUNT_SOURCES))
 
 
@@ -584,7 +583,7 @@ class Follower:
             ).fetchone()
             assert row is not None and row[2] is not None
             snapshot, snapshot_lsn, slot_lsn = row
-            stream_recount(links.src, links.ours, mirrors=links.apart)
+            stream_recount(links.src, links.ours, apart=links.apart)
             links.ours.execute(RESOLVE_DEAD_LETTERS)
             links.ours.execute(DROP_RECOUNT_REQUEST, (self.slot,))
             links.ours.execute(SAVE_RECOUNT, (self.slot, slot_lsn, snapshot, snapshot_lsn, slot_lsn))

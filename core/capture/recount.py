@@ -76,7 +76,7 @@ def recount_without_slot(dsn: str) -> Recount:
                 since = ours.execute(
                     "SELECT recounted_at FROM core_capture_position WHERE slot_name = %s", (slot,)
                 ).fetchone()
-                stream_recount(src, ours, mark_all=False, mirrors=links.apart)
+                stream_recount(src, ours, mark_all=False, apart=links.apart)
                 dirty = {r[0] for r in src.execute(THREADS_SINCE, {"since": since[0] if since else None})}
                 # every thread whose checkpoints or pending writes are not those the indexer read
                 for thread, sig in src.execute(ROWS_SIGNATURE.format(where="")).fetchall():
