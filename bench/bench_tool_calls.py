@@ -3,6 +3,12 @@ against the live decode of the canonical view in the same run.
 
     python -m bench.bench_tool_calls --writes 1000000
     python -m bench.bench_tool_calls --writes 100000 --new 10000
+    python -m bench.bench_tool_calls --writes 100000 --new 10000 --split
+
+With --split the same steps run twice on the same rows in one run: first with the dashboard's tables in the agents'
+database (the default layout), then with them in a database of their own on the same server (issue 52: PG_DASHBOARD;
+the extraction then reads keys in ours, decodes on the agents' side and writes in ours), and the ratios apart/default
+are printed.
 
 A database on an embedded PostgreSQL (folder --data, default .data/bench_tool_calls), migrations, then
 real checkpoints: the retail agents (scripted model, real tools, `PostgresSaver` with the real
@@ -45,10 +51,11 @@ from bench.bench_decoder import (  # noqa: E402
     unique_blob,
     write_templates,
 )
-from core.db import Database, embedded_dsn  # noqa: E402
+from core.capture.follower import catch_up, drop_slot  # noqa: E402
+from core.db import Database, embedded_dsn, forget_dashboard_database, use_dashboard_database  # noqa: E402
 from core.history import tool_calls  # noqa: E402
 from core.memory import preferences  # noqa: E402
-from core.migrate import migrate  # noqa: E402
+from core.migrate import migrate, migrate_dashboard  # noqa: E402
 
 RETENTION = timedelta(days=90)
 LIVE_COUNT = """
@@ -56,11 +63,14 @@ SELECT count(*) AS n
 FROM core_checkpoint_messages_view m CROSS JOIN LATERAL jsonb_array_elements(m.tool_calls) AS call
 WHERE m.kind = 'ai' AND call ->> 'name' = 'recordar_preferencia'"""
 EXTRACTED_COUNT = "SELECT count(*) AS n FROM core_tool_calls WHERE tool = 'recordar_preferencia'"
-RESET = [
+RESET = [  # on the agents' database
     "DELETE FROM checkpoint_writes WHERE thread_id LIKE 'new-%'",  # a previous run's appended threads
     "DELETE FROM checkpoint_blobs WHERE thread_id LIKE 'new-%'",
     "DELETE FROM checkpoints WHERE thread_id LIKE 'new-%'",
-    "TRUNCATE core_tool_calls, core_thread_days, core_refused_payloads",
+]
+RESET_OURS = [  # where the extraction keeps its tables (the rollups are emptied by their TRUNCATE triggers)
+    "TRUNCATE core_tool_calls, core_thread_days, core_refused_payloads, core_thread_summary, core_message_usage, "
+    "core_message_no_usage, core_usage_threads, core_usage_days",
     "UPDATE core_extract_watermark SET ts = '', thread_id = '', checkpoint_ns = '', checkpoint_id = ''",
 ]
 
@@ -150,8 +160,10 @@ def append(dsn: str, writes: int, start: int) -> int:
     return writes
 
 
-def run(base: str, writes: int, new: int, log=print) -> list[tuple]:
+def run(base: str, writes: int, new: int, log=print, *, split: bool = False, rounds: int = 0) -> dict[str, list[tuple]]:
+    """The steps on the default layout, and with --split on a dashboard database of its own too: {layout: rows}."""
     dsn, fresh = database(base, writes)
+    forget_dashboard_database(dsn)
     migrate(dsn, DIMS)
     db = Database(dsn)
     if fresh:
@@ -163,19 +175,63 @@ def run(base: str, writes: int, new: int, log=print) -> list[tuple]:
         db.execute(sql)
     n = db.fetch_one("SELECT (SELECT count(*) FROM checkpoints) AS c, (SELECT count(*) FROM checkpoint_writes) AS w")
     log(f"rows: checkpoints {n['c']:,}, writes {n['w']:,}")
-    rows: list[tuple] = []
-
     live_s, live = timed(lambda: db.fetch_one(LIVE_COUNT)["n"])
-    rows.append(
-        (
-            "baseline: live decode of core_checkpoint_messages_view (count recordar_preferencia calls)",
-            live_s,
-            n["w"] / live_s,
-            f"{live:,} calls",
-        )
+    baseline = (
+        "baseline: live decode of core_checkpoint_messages_view (count recordar_preferencia calls)",
+        live_s,
+        n["w"] / live_s,
+        f"{live:,} calls",
     )
+    out = {"default": [baseline, *steps(db, n["w"], live, new, log)]}
+    if split:
+        ours = psycopg.conninfo.make_conninfo(
+            dsn, dbname=f"{psycopg.conninfo.conninfo_to_dict(dsn)['dbname']}_dashboard"
+        )
+        use_dashboard_database(dsn, ours)
+        migrate_dashboard(ours)
+        try:
+            out["split"] = [baseline, *steps(db, n["w"], live, new, log)]
+            rounds_done = []
+            for r in range(rounds):  # full extractions alternating between the layouts (load moves in between)
+                times = {}
+                for layout, target in (("default", None), ("split", ours)):
+                    if target is None:
+                        forget_dashboard_database(dsn)
+                    else:
+                        use_dashboard_database(dsn, target)
+                    times[layout] = full_extraction(db)
+                    drop_slot(dsn)
+                log(f"round {r + 1}: default {times['default']:.2f} s, apart {times['split']:.2f} s")
+                rounds_done.append(times)
+            out["rounds"] = [(t["default"], t["split"], t["split"] / t["default"], "") for t in rounds_done]
+        finally:
+            drop_slot(dsn)  # the next run's default layout recounts into the agents' database
+            db.ours.close()
+            forget_dashboard_database(dsn)
+    return out
+
+
+def full_extraction(db: Database) -> float:
+    """Seconds of one full extraction from an empty watermark on the layout `db.ours` says (the follower recounted)."""
+    for sql in RESET_OURS:
+        db.ours.execute(sql)
+    drop_slot(db.dsn)
+    catch_up(db.dsn, timeout=3600)
+    return timed(lambda: tool_calls.extract(db))[0]
+
+
+def steps(db: Database, writes: int, live: int, new: int, log=print) -> list[tuple]:
+    """Items 2-4 on the layout `db.ours` says, from an empty extraction and a change follower recounted afresh."""
+    ours = db.ours
+    for sql in RESET_OURS:
+        ours.execute(sql)
+    drop_slot(db.dsn)  # the follower's shadow, recounted where this layout keeps it
+    t = time.perf_counter()
+    catch_up(db.dsn, timeout=3600)
+    log(f"{'apart' if ours is not db else 'default'}: change follower recounted in {time.perf_counter() - t:.1f} s")
+    rows: list[tuple] = []
     full_s, full = timed(lambda: tool_calls.extract(db))
-    extracted = db.fetch_one(EXTRACTED_COUNT)["n"]
+    extracted = ours.fetch_one(EXTRACTED_COUNT)["n"]
     assert extracted == live, (extracted, live)
     rows.append(
         (
@@ -186,7 +242,7 @@ def run(base: str, writes: int, new: int, log=print) -> list[tuple]:
             f"{full.calls:,} calls, {full.thread_days:,} thread-days, {full.writes:,} writes decoded",
         )
     )
-    count_s, _ = timed(lambda: db.fetch_one(EXTRACTED_COUNT))
+    count_s, _ = timed(lambda: ours.fetch_one(EXTRACTED_COUNT))
     rows.append(("same count from core_tool_calls", count_s, None, f"{extracted:,} calls (= baseline)"))
     since, until = date.today() - timedelta(days=29), date.today()
 
@@ -200,7 +256,7 @@ def run(base: str, writes: int, new: int, log=print) -> list[tuple]:
     reads = [timed(page_reads)[0] for _ in range(5)]
     rows.append(("Preferences page reads on the extracted tables (median of 5)", statistics.median(reads), None, "-"))
 
-    append(dsn, new, start=10_000_000)
+    append(db.dsn, new, start=10_000_000)
     behind = tool_calls.checkpoints_behind(db)
     inc_s, inc = timed(lambda: tool_calls.extract(db))
     rows.append(
@@ -222,7 +278,9 @@ def run(base: str, writes: int, new: int, log=print) -> list[tuple]:
             f"{sw.writes:,} writes re-read, {sw.calls} new calls",
         )
     )
-    assert db.fetch_one(EXTRACTED_COUNT)["n"] == db.fetch_one(LIVE_COUNT)["n"]
+    assert ours.fetch_one(EXTRACTED_COUNT)["n"] == db.fetch_one(LIVE_COUNT)["n"]
+    for sql in RESET:  # the appended threads go: the next layout starts from the same rows
+        db.execute(sql)
     return rows
 
 
@@ -238,9 +296,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writes", type=int, default=1_000_000)
     parser.add_argument("--new", type=int, default=10_000, help="writes added before the incremental step")
     parser.add_argument("--data", type=Path, default=Path(".data/bench_tool_calls"))
+    parser.add_argument(
+        "--split", action="store_true", help="also with the dashboard's tables in a database of their own (issue 52)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=0, help="with --split: more full extractions, alternating the two layouts"
+    )
     args = parser.parse_args(argv)
-    rows = run(embedded_dsn(args.data), args.writes, args.new)
-    print(table(rows))
+    found = run(embedded_dsn(args.data), args.writes, args.new, split=args.split, rounds=args.rounds)
+    rounds = found.pop("rounds", [])
+    for layout, rows in found.items():
+        print(f"\n{layout} layout\n\n{table(rows)}", flush=True)
+    if rounds:
+        print("\n| round | full extraction, default (s) | apart (s) | apart / default |\n|---:|---:|---:|---:|")
+        for i, (one_db, apart, ratio, _) in enumerate(rounds, 1):
+            print(f"| {i} | {one_db:.2f} | {apart:.2f} | {ratio:.2f} |")
+        print(f"| median | | | {statistics.median(r[2] for r in rounds):.2f} |")
+    if "split" in found:
+        print("\n| step | apart / default (seconds) |\n|---|---:|")
+        for (name, apart, _, _), (_, one_db, _, _) in zip(found["split"], found["default"], strict=True):
+            print(f"| {name} | {apart / one_db:.2f} |" if one_db else f"| {name} | - |")
     return 0
 
 

@@ -496,3 +496,26 @@ def test_the_checkpoints_and_degradation_pages_apart_show_what_one_database_show
         threads = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints WHERE checkpoint_ns = ''").fetchone()
     assert shown["split"][0] == threads[0]
     assert written_there(split) == {}
+
+
+@pytest.mark.slow  # real agents write the database; an erasure on each layout
+def test_an_erasure_apart_removes_the_customers_rows_from_ours_and_the_rollups_follow(layouts):
+    """The erasure (cluster E, both databases) deletes the customer's extracted rows in ours; the rollups follow
+    through their triggers there, and ours ends as one database ends."""
+    from core.privacy import erasure
+
+    default, split, ours = layouts
+    extract_both(default, split)
+    results = {
+        name: erasure.erase(Database(dsn), "C1", operator="dpo@example.com")
+        for name, dsn in (("split", split), ("default", default))
+    }
+    assert results["split"].complete and results["default"].complete
+    assert results["split"].thread_ids == results["default"].thread_ids != []
+    kept = contents(ours)
+    assert kept == contents(default)
+    named = [row for t in C_TABLES for row in kept[t] if '"C1"' in row or "cliente-C1-" in row]
+    assert named == []
+    assert kept["core_tool_calls"]  # the other customers' rows stay
+    assert recount_differences(ours, pruned=True) == {}
+    assert written_there(split) == {}
