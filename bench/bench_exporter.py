@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from bench import bench_production  # noqa: E402
 from core.db import embedded_dsn  # noqa: E402
 from core.history.replica_health import SELECT_REPLICAS  # noqa: E402
+from core.memory.reads import SELECT_EXPIRED_TODAY  # noqa: E402
 from core.memory.store import MAX_DOCS_PER_CUSTOMER  # noqa: E402
 from core.operations import exporter  # noqa: E402
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         conn.read_only = True
         for name, sql, params in (
             ("replicas", SELECT_REPLICAS, None),
-            ("expired per root", exporter.SELECT_EXPIRED_BY_ROOT, None),
+            ("expired today per root (live)", SELECT_EXPIRED_TODAY, None),
             ("last sweeps", exporter.SELECT_LAST_SWEEPS, None),
             ("erasure", exporter.SELECT_ERASURE, None),
             ("over schema (core_prefix_counts)", exporter.SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)),

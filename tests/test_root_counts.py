@@ -49,9 +49,10 @@ def same_as_live(db) -> reads.MemoryTotals:
     catch_up(db.dsn)  # the change follower applies what was written (core/capture)
     with db.connection() as conn:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        kept_totals = conn.execute(reads.SELECT_TOTALS).fetchone()
+        expired = reads.expired_counts_conns(conn, conn)  # ours is the agents' database here: one snapshot
+        kept_totals = {**conn.execute(reads.SELECT_ROOT_TOTALS).fetchone(), "expired": sum(expired.values())}
         live_totals = conn.execute(LIVE_TOTALS).fetchone()
-        kept_roots = conn.execute(reads.SELECT_BY_ROOT).fetchall()
+        kept_roots = [{**r, "expired": expired.get(r["root"], 0)} for r in conn.execute(reads.SELECT_BY_ROOT)]
         live_roots = conn.execute(LIVE_BY_ROOT).fetchall()
         conn.execute("ROLLBACK")
     assert kept_totals == live_totals

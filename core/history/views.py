@@ -228,7 +228,8 @@ def recent_threads(db: Database, limit: int = 50) -> pd.DataFrame:
     """Threads with the newest checkpoints (among the newest RECENT_WINDOW checkpoints), as of the change follower
     (or current, when no follower runs: this read applies what the slot holds)."""
     apply_pending(db.dsn)
-    threads = [r["thread_id"] for r in db.fetch(SELECT_RECENT_THREADS, {"window": RECENT_WINDOW, "limit": limit})]
+    recent = db.ours.fetch(SELECT_RECENT_THREADS, {"window": RECENT_WINDOW, "limit": limit})  # the follower's, ours
+    threads = [r["thread_id"] for r in recent]
     return _summary(db, threads, limit)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
+import psycopg
+from psycopg.rows import DictRow
 
 from core.db import Database, one
 from core.ids import NamespaceSearch
@@ -16,48 +18,64 @@ from core.memory import customer_stores
 from core.memory.customer_stores import MINE, MINE_PREFIXES, MINE_PREFIXES_LARGE, PREFIX_IN_SCOPE, ROOT, Scope
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
 
-# Totals per root come from `core_root_counts` (core/sql/046_root_counts.sql), documents per namespace from
-# `core_prefix_counts` (007), both kept exact by triggers. Expired documents: the days before today from
-# `core_expiry_days` (040), today's slice counted live on the expires_at index; never a scan of every expired
-# row (1.95M of them took 0.3-0.5 s at 10M documents, BENCHMARKS.md). The exporter and the Sweeps page use it too.
-SELECT_EXPIRED_BY_ROOT = """
+# Totals per root come from `core_root_counts`, documents per namespace from `core_prefix_counts`, the expired
+# documents of the days before today from `core_expiry_days`: the change follower keeps all three in the dashboard's
+# own database (`db.ours`, core/sql/dashboard/001). Today's slice of expired documents is counted live in the agents'
+# `store` on its expires_at index; never a scan of every expired row (1.95M of them took 0.3-0.5 s at 10M documents,
+# BENCHMARKS.md). Two queries, never a join across the two databases (issue 52): the agents' clock says which day
+# "today" is, ours counts the days before it. The exporter and the Sweeps page use it too.
+SELECT_EXPIRED_TODAY = """
 WITH b AS (SELECT now() AS now, (now() AT TIME ZONE 'UTC')::date AS today)
-SELECT root, sum(expired)::bigint AS expired FROM (
-    SELECT d.root, d.documents AS expired FROM core_expiry_days d, b WHERE d.day < b.today
-    UNION ALL
-    SELECT split_part(s.prefix, '.', 1), count(*) FROM store s, b
-    WHERE s.expires_at >= b.today::timestamp AT TIME ZONE 'UTC' AND s.expires_at < b.now GROUP BY 1
-) x GROUP BY root HAVING sum(expired) <> 0"""
+SELECT b.today, coalesce((
+    SELECT jsonb_object_agg(root, n) FROM (
+        SELECT split_part(s.prefix, '.', 1) AS root, count(*) AS n FROM store s
+        WHERE s.expires_at >= b.today::timestamp AT TIME ZONE 'UTC' AND s.expires_at < b.now GROUP BY 1) x
+), '{}'::jsonb) AS by_root
+FROM b"""
+SELECT_EXPIRED_DAYS = """
+SELECT root, sum(documents)::bigint AS expired FROM core_expiry_days WHERE day < %(today)s GROUP BY root"""
 
-SELECT_TOTALS = f"""
-WITH r AS (SELECT sum(documents) AS documents, sum(namespaces) AS namespaces, sum(vectors) AS vectors
-           FROM core_root_counts)
-SELECT coalesce(r.documents, 0)::bigint AS documents,
-       (SELECT coalesce(sum(expired), 0)::bigint FROM ({SELECT_EXPIRED_BY_ROOT}) e) AS expired,
-       coalesce(r.vectors, 0)::bigint AS vectors, coalesce(r.namespaces, 0)::bigint AS namespaces,
-       (SELECT coalesce(sum(namespaces), 0)::bigint FROM core_root_counts WHERE root = 'clientes') AS customers
-FROM r"""
+SELECT_ROOT_TOTALS = """
+SELECT coalesce(sum(documents), 0)::bigint AS documents, coalesce(sum(vectors), 0)::bigint AS vectors,
+       coalesce(sum(namespaces), 0)::bigint AS namespaces,
+       coalesce(sum(namespaces) FILTER (WHERE root = 'clientes'), 0)::bigint AS customers
+FROM core_root_counts"""
 
-SELECT_BY_ROOT = f"""
-WITH docs AS (
-    SELECT root, sum(documents)::bigint AS documents, sum(namespaces)::bigint AS namespaces
-    FROM core_root_counts GROUP BY root HAVING sum(namespaces) > 0
-)
-SELECT d.root, d.documents, d.namespaces, coalesce(e.expired, 0) AS expired
-FROM docs d LEFT JOIN ({SELECT_EXPIRED_BY_ROOT}) e USING (root) ORDER BY d.documents DESC, d.root"""
+SELECT_BY_ROOT = """
+SELECT root, sum(documents)::bigint AS documents, sum(namespaces)::bigint AS namespaces
+FROM core_root_counts GROUP BY root HAVING sum(namespaces) > 0 ORDER BY 2 DESC, 1"""
 
 SELECT_TOP_PREFIXES = """
-SELECT c.prefix, c.root, c.documents,
-       (SELECT count(*) FROM store s WHERE s.prefix = c.prefix AND s.expires_at < now()) AS expired,
-       c.last_write
-FROM core_prefix_counts c ORDER BY c.documents DESC, c.prefix LIMIT %s"""
+SELECT prefix, root, documents, last_write FROM core_prefix_counts ORDER BY documents DESC, prefix LIMIT %s"""
+SELECT_EXPIRED_OF = """
+SELECT prefix, count(*) AS expired FROM store WHERE prefix = ANY(%s) AND expires_at < now() GROUP BY prefix"""
 
 SELECT_OVERSIZED = """
-SELECT split_part(c.prefix, '.', 2) AS cliente_id, c.prefix, c.documents,
-       (SELECT string_agg(s.key, ', ' ORDER BY s.key) FROM store s WHERE s.prefix = c.prefix) AS keys,
-       c.last_write
-FROM core_prefix_counts c
-WHERE c.root = 'clientes' AND c.documents > %s ORDER BY c.documents DESC, c.prefix LIMIT %s"""
+SELECT split_part(prefix, '.', 2) AS cliente_id, prefix, documents, last_write FROM core_prefix_counts
+WHERE root = 'clientes' AND documents > %s ORDER BY documents DESC, prefix LIMIT %s"""
+SELECT_KEYS_OF = """
+SELECT prefix, string_agg(key, ', ' ORDER BY key) AS keys FROM store WHERE prefix = ANY(%s) GROUP BY prefix"""
+
+
+def _expired(live: DictRow, days: list[DictRow]) -> dict[str, int]:
+    found = {root: int(n) for root, n in live["by_root"].items()}
+    for r in days:
+        found[r["root"]] = found.get(r["root"], 0) + int(r["expired"])
+    return {root: n for root, n in found.items() if n}
+
+
+def expired_counts_conns(agents: psycopg.Connection[DictRow], ours: psycopg.Connection[DictRow]) -> dict[str, int]:
+    """Documents expired now and not yet swept, per root (roots with none left out): the days before the agents'
+    today from ours, today's slice live from theirs."""
+    live = one(agents.execute(SELECT_EXPIRED_TODAY).fetchone())
+    return _expired(live, ours.execute(SELECT_EXPIRED_DAYS, {"today": live["today"]}).fetchall())
+
+
+def expired_counts(db: Database) -> dict[str, int]:
+    """expired_counts_conns through the dashboard's pools (one connection at a time)."""
+    live = one(db.fetch_one(SELECT_EXPIRED_TODAY))
+    return _expired(live, db.ours.fetch(SELECT_EXPIRED_DAYS, {"today": live["today"]}))
+
 
 # Exact matches only: `=` never interprets `%` or `_`.
 SELECT_NAMESPACE_EXACT = """
@@ -200,27 +218,35 @@ class MemoryTotals:
 def memory_totals(db: Database, scope: Scope | None = None) -> MemoryTotals:
     """The Memory page's totals: of every holder, or (`scope`) of the customers of a manager's stores."""
     if scope is None:
-        return MemoryTotals(**one(db.fetch_one(SELECT_TOTALS)))
+        kept = one(db.ours.fetch_one(SELECT_ROOT_TOTALS))
+        return MemoryTotals(**kept, expired=sum(expired_counts(db).values()))
     return MemoryTotals(**one(db.fetch_one(scoped_sql(db, "totals", scope), scope.params())))
 
 
 def documents_by_root(db: Database, scope: Scope | None = None) -> pd.DataFrame:
-    rows = db.fetch(SELECT_BY_ROOT) if scope is None else db.fetch(scoped_sql(db, "by_root", scope), scope.params())
-    return pd.DataFrame(rows, columns=["root", "documents", "namespaces", "expired"])
+    columns = ["root", "documents", "namespaces", "expired"]
+    if scope is not None:
+        return pd.DataFrame(db.fetch(scoped_sql(db, "by_root", scope), scope.params()), columns=columns)
+    rows = db.ours.fetch(SELECT_BY_ROOT)
+    expired = expired_counts(db)
+    return pd.DataFrame([{**r, "expired": expired.get(r["root"], 0)} for r in rows], columns=columns)
 
 
 def top_prefixes(db: Database, limit: int = 20, scope: Scope | None = None) -> pd.DataFrame:
-    if scope is None:
-        rows = db.fetch(SELECT_TOP_PREFIXES, (limit,))
-    else:
-        rows = db.fetch(scoped_sql(db, "top", scope), {**scope.params(), "limit": limit})
-    return pd.DataFrame(rows, columns=["prefix", "root", "documents", "expired", "last_write"])
+    columns = ["prefix", "root", "documents", "expired", "last_write"]
+    if scope is not None:
+        return pd.DataFrame(db.fetch(scoped_sql(db, "top", scope), {**scope.params(), "limit": limit}), columns=columns)
+    rows = db.ours.fetch(SELECT_TOP_PREFIXES, (limit,))
+    expired = {r["prefix"]: r["expired"] for r in db.fetch(SELECT_EXPIRED_OF, ([r["prefix"] for r in rows],))}
+    return pd.DataFrame([{**r, "expired": expired.get(r["prefix"], 0)} for r in rows], columns=columns)
 
 
 def oversized_customers(db: Database, limit: int = 200, scope: Scope | None = None) -> pd.DataFrame:
     """Customers whose namespace holds more documents than the closed schema allows."""
     if scope is None:
-        rows = db.fetch(SELECT_OVERSIZED, (MAX_DOCS_PER_CUSTOMER, limit))
+        rows = db.ours.fetch(SELECT_OVERSIZED, (MAX_DOCS_PER_CUSTOMER, limit))
+        keys = {r["prefix"]: r["keys"] for r in db.fetch(SELECT_KEYS_OF, ([r["prefix"] for r in rows],))}
+        rows = [{**r, "keys": keys.get(r["prefix"])} for r in rows]
     else:
         params = {**scope.params(), "max": MAX_DOCS_PER_CUSTOMER, "limit": limit}
         rows = db.fetch(scoped_sql(db, "oversized", scope), params)
@@ -269,7 +295,7 @@ def suggest_namespaces(db: Database, text: str, limit: int = 10, scope: Scope | 
         return pd.DataFrame(rows, columns=["prefix", "documents"])
     candidates = _candidates(text)
     starts = [c.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for c in candidates]
-    rows = db.fetch(SELECT_NAMESPACE_SUGGESTIONS, {"candidates": candidates, "starts": starts, "limit": limit})
+    rows = db.ours.fetch(SELECT_NAMESPACE_SUGGESTIONS, {"candidates": candidates, "starts": starts, "limit": limit})
     return pd.DataFrame(rows, columns=["prefix", "documents"])
 
 

@@ -45,7 +45,7 @@ from core.config import ModelPrice
 from core.db import dashboard_dsn_of, one
 from core.history import usage
 from core.history.replica_health import SELECT_REPLICAS
-from core.memory.reads import SELECT_EXPIRED_BY_ROOT
+from core.memory.reads import expired_counts_conns
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
 from core.privacy import ours as ours_db
 from core.privacy.data_views import SELECT_GAPS
@@ -221,7 +221,8 @@ def database_metrics(
     out += capture_metrics(conn)
 
     expired = _gauge("store_expired_documents", "Store documents past their TTL not yet swept, per root.", ["root"])
-    found = {r["root"]: r["expired"] for r in conn.execute(SELECT_EXPIRED_BY_ROOT)}
+    with ours_db.connect(conn) as mine:
+        found = expired_counts_conns(conn, mine)
     for root in sorted(set(ROOTS) | set(found)):
         expired.add_metric([root if root in ROOTS else "other"], float(found.get(root, 0)))
     out.append(expired)

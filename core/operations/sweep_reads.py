@@ -6,8 +6,8 @@ import re
 
 import pandas as pd
 
-from core.db import Database
-from core.memory.reads import SELECT_EXPIRED_BY_ROOT
+from core.db import Database, one
+from core.memory.reads import expired_counts
 from core.memory.store import POLICIES, ROOTS, TTL_CONFIG
 
 # In a dry run the counts are what a run would delete: `documents`, `vectors`, `threads` (retention) and the prune's.
@@ -55,23 +55,34 @@ ORDER BY l.started_at, l.id, root"""
 
 # Weeks start on Monday (UTC); the last bucket ends a few days past the 12 months so that rows
 # written a year ago today (clientes) are not cut off by the horizon. Documents expiring in the rest
-# of today are counted live (an index range on expires_at); the following days come from the per-day
-# summary core_expiry_days (core/sql/040_expiry_days.sql), not from ~80% of `store` (BENCHMARKS.md).
-SELECT_FORECAST = """
+# of today are counted live in the agents' `store` (an index range on expires_at; today is in the first week); the
+# following days come from the per-day summary core_expiry_days the change follower keeps in the dashboard's database,
+# not from ~80% of `store` (BENCHMARKS.md). Two queries (issue 52): the agents' clock and today's slice, then the
+# weeks in ours with those values as parameters.
+SELECT_FORECAST_TODAY = """
 WITH b AS (
     SELECT now() AS now, (now() AT TIME ZONE 'UTC')::date AS today,
            date_trunc('week', now() AT TIME ZONE 'UTC') AS first_week,
            date_trunc('week', (now() + make_interval(months => %(months)s)) AT TIME ZONE 'UTC')
                + interval '1 week' AS horizon
+)
+SELECT b.today, b.first_week, b.horizon,
+       coalesce(array_agg(x.root) FILTER (WHERE x.root IS NOT NULL), '{}') AS live_roots,
+       coalesce(array_agg(x.documents) FILTER (WHERE x.root IS NOT NULL), '{}') AS live_documents
+FROM b LEFT JOIN LATERAL (
+    SELECT split_part(s.prefix, '.', 1) AS root, count(*) AS documents FROM store s
+    WHERE s.expires_at >= b.now AND s.expires_at < (b.today + 1)::timestamp AT TIME ZONE 'UTC' GROUP BY 1
+) x ON true
+GROUP BY b.today, b.first_week, b.horizon"""
+SELECT_FORECAST = """
+WITH b AS (
+    SELECT %(today)s::date AS today, %(first_week)s::timestamp AS first_week, %(horizon)s::timestamp AS horizon
 ), weeks AS (
     SELECT generate_series(b.first_week, b.horizon - interval '1 week', interval '1 week') AS week FROM b
 ), expiring AS (
     SELECT week, root, sum(documents)::bigint AS documents FROM (
-        SELECT date_trunc('week', s.expires_at AT TIME ZONE 'UTC') AS week, split_part(s.prefix, '.', 1) AS root,
-               count(*) AS documents
-        FROM store s, b
-        WHERE s.expires_at >= b.now AND s.expires_at < (b.today + 1)::timestamp AT TIME ZONE 'UTC'
-        GROUP BY 1, 2
+        SELECT b.first_week AS week, l.root, l.documents
+        FROM b, unnest(%(live_roots)s::text[], %(live_documents)s::bigint[]) AS l(root, documents)
         UNION ALL
         SELECT date_trunc('week', d.day::timestamp), d.root, d.documents
         FROM core_expiry_days d, b
@@ -207,7 +218,7 @@ def deleted_per_run(db: Database, limit: int = 200) -> pd.DataFrame:
 
 def expired_by_root(db: Database) -> pd.DataFrame:
     """Documents expired now and not yet swept, per namespace root (every known root, zeros included)."""
-    found = {r["root"]: r["expired"] for r in db.fetch(SELECT_EXPIRED_BY_ROOT)}
+    found = expired_counts(db)
     roots = list(ROOTS) + sorted(set(found) - set(ROOTS))
     return pd.DataFrame({"root": roots, "expired": [int(found.get(r, 0)) for r in roots]})
 
@@ -215,7 +226,8 @@ def expired_by_root(db: Database) -> pd.DataFrame:
 def expiration_forecast(db: Database, months: int = 12) -> pd.DataFrame:
     """Documents that will expire per week and namespace root over the next `months` months,
     from `expires_at` as it is now (a read refreshing clientes/empleados moves them later)."""
-    rows = db.fetch(SELECT_FORECAST, {"months": months, "roots": list(ROOTS)})
+    today = one(db.fetch_one(SELECT_FORECAST_TODAY, {"months": months}))
+    rows = db.ours.fetch(SELECT_FORECAST, {**today, "roots": list(ROOTS)})
     df = pd.DataFrame(rows, columns=["week", "root", "documents"])
     df["documents"] = df["documents"].astype(int)
     return df
