@@ -405,4 +405,4 @@ def thread_storage(db: Database, thread_id: ThreadId) -> dict[str, int]:
 def largest_threads(db: Database, limit: int = 20) -> pd.DataFrame:
     """The threads that weigh most across checkpoints, blobs and writes, as of the last refresh
     (`computed_at`; the sweep job refreshes it)."""
-    return pd.DataFrame(db.fetch(SELECT_LARGEST_THREADS, {"limit": limit}), columns=LARGEST_COLUMNS)
+    return pd.DataFrame(db.ours.fetch(SELECT_LARGEST_THREADS, {"limit": limit}), columns=LARGEST_COLUMNS)  # issue 52

@@ -227,7 +227,10 @@ def database_metrics(
         expired.add_metric([root if root in ROOTS else "other"], float(found.get(root, 0)))
     out.append(expired)
 
-    sweeps = one(conn.execute(SELECT_LAST_SWEEPS).fetchone())
+    with ours_db.connect(conn) as mine:  # the sweep log is in our database (issue 52)
+        if mine is not conn:
+            mine.execute("SELECT set_config('statement_timeout', %s, false)", (str(STATEMENT_TIMEOUT_MS),))
+        sweeps = one(mine.execute(SELECT_LAST_SWEEPS).fetchone())
     last = sweeps["last_run"] or {}
     last_ts = _gauge(
         "sweep_last_run_timestamp_seconds",

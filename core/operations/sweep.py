@@ -53,6 +53,7 @@ from core.history import tool_calls
 from core.memory import customer_stores
 from core.memory.store import build_store
 from core.privacy import data_views, subjects, token_index
+from core.privacy import ours as ours_db
 from core.storage import prune as history
 from core.storage.storage import refresh_thread_storage
 
@@ -356,8 +357,8 @@ def _close_dead_runs(conn: psycopg.Connection[DictRow], by: str) -> list[int]:
 
 def close_dead_runs(db: Database) -> list[int]:
     """Close as 'stopped' (with the reason) every run still 'running' whose process is gone; returns their ids.
-    The Sweeps page calls it; a run calls it once it holds the lock."""
-    with db.connection() as conn:
+    The Sweeps page calls it; a run calls it once it holds the lock. The log and the lock are in our database."""
+    with db.ours.connection() as conn:
         return _close_dead_runs(conn, "the Sweeps page")
 
 
@@ -392,10 +393,13 @@ def run_sweep(
     host = socket.gethostname()
     shift = clock.shift()  # zero, except in the demo replaying a past day (agent_memory_runtime.clock)
     result = SweepResult(None, "running", trigger, dry_run, days, host)
-    with _connect(db.dsn) as conn:
-        if not one(conn.execute(TRY_LOCK, (SWEEP_LOCK_ID,)).fetchone())["locked"]:
+    # The lock and the log are in our database (issue 52: `mine`, the same connection where ours is the agents'); the
+    # agents' deletes commit on `conn` in their own transactions, then the run's rows are written in ours: a crash
+    # between leaves the run 'running', closed as 'stopped' by the next run (its counts were not recorded).
+    with _connect(db.dsn) as conn, ours_db.connect(conn) as mine:
+        if not one(mine.execute(TRY_LOCK, (SWEEP_LOCK_ID,)).fetchone())["locked"]:
             row = one(
-                conn.execute(INSERT_LOCKED_RUN, (trigger, operator, host, dry_run, days, shift, shift)).fetchone()
+                mine.execute(INSERT_LOCKED_RUN, (trigger, operator, host, dry_run, days, shift, shift)).fetchone()
             )
             result.run_id, result.started_at, result.status = row["id"], row["started_at"], "locked"
             result.finished_at, result.error = row["started_at"], "already running"
@@ -403,8 +407,8 @@ def run_sweep(
             step("done", 1.0, "locked")
             return result
         try:
-            _close_dead_runs(conn, f"the next run, on {host}")
-            row = one(conn.execute(INSERT_RUN, (trigger, operator, host, "running", dry_run, days, shift)).fetchone())
+            _close_dead_runs(mine, f"the next run, on {host}")
+            row = one(mine.execute(INSERT_RUN, (trigger, operator, host, "running", dry_run, days, shift)).fetchone())
             result.run_id, result.started_at = row["id"], row["started_at"]
             step("locked", 0.05, f"run {result.run_id}")
             errors: list[str] = []
@@ -414,7 +418,7 @@ def run_sweep(
                     _sweep_ttl(conn, dry_run)
                 )
                 if result.documents:
-                    conn.execute(INSERT_DOCUMENTS, (result.run_id, *map(list, zip(*result.documents, strict=True))))
+                    mine.execute(INSERT_DOCUMENTS, (result.run_id, *map(list, zip(*result.documents, strict=True))))
                 step("ttl", 0.5, f"{result.documents_deleted}")
             except Exception as exc:  # logged in the run's row; retention still runs
                 log.exception("sweep: TTL sweep failed")
@@ -499,7 +503,7 @@ def run_sweep(
             result.error = "; ".join(errors) or None
             result.status = "error" if errors else ("dry_run" if dry_run else "ok")
             result.finished_at = one(
-                conn.execute(
+                mine.execute(
                     FINISH_RUN,
                     {
                         "id": result.run_id,
@@ -520,7 +524,7 @@ def run_sweep(
                 ).fetchone()
             )["finished_at"]
         finally:
-            conn.execute(UNLOCK, (SWEEP_LOCK_ID,))
+            mine.execute(UNLOCK, (SWEEP_LOCK_ID,))
     log.info("sweep: %s", result.summary())
     step("done", 1.0, result.status)
     return result

@@ -168,7 +168,7 @@ def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
     """The newest `limit` runs of the sweep log, newest first (deleted_by_root as a dict); in a dry run
     (`status` 'dry_run') the counts are what the run would delete. The erasure re-check's summary is split into
     `rechecked`, `recheck_clean` and `recheck_data_back` (request numbers); `erasure_recheck` keeps any other text."""
-    rows = db.fetch(SELECT_RUNS, (limit,))
+    rows = db.ours.fetch(SELECT_RUNS, (limit,))
     df = pd.DataFrame(rows, columns=RUN_COLUMNS)
     df["seconds"] = df["seconds"].astype(float)
     # pandas reads a text column with a NULL as strings and NaN: a text missing from a row (a run in progress, a row
@@ -187,7 +187,7 @@ def sweep_runs(db: Database, limit: int = 200) -> pd.DataFrame:
 def last_sweep(db: Database) -> dict | None:
     """The last sweep (id, started_at, finished_at, status, trigger): the newest run that was not a dry run nor
     refused by the lock; None before the first. Every page that says "last sweep" reads it here."""
-    return db.fetch_one(SELECT_LAST_SWEEP)
+    return db.ours.fetch_one(SELECT_LAST_SWEEP)
 
 
 def run_details(db: Database, run_id: int) -> dict[str, pd.DataFrame]:
@@ -195,10 +195,11 @@ def run_details(db: Database, run_id: int) -> dict[str, pd.DataFrame]:
     DOCUMENTS_SAMPLE), `threads` (retention: the first THREADS_SAMPLE) and `pruned` (history pruning, per thread:
     checkpoints, writes, blobs, bytes)."""
     return {
-        "documents": pd.DataFrame(db.fetch(SELECT_RUN_DOCUMENTS, (run_id,)), columns=["prefix", "key"]),
-        "threads": pd.DataFrame(db.fetch(SELECT_RUN_THREADS, (run_id,)), columns=["thread_id"]),
+        "documents": pd.DataFrame(db.ours.fetch(SELECT_RUN_DOCUMENTS, (run_id,)), columns=["prefix", "key"]),
+        "threads": pd.DataFrame(db.ours.fetch(SELECT_RUN_THREADS, (run_id,)), columns=["thread_id"]),
         "pruned": pd.DataFrame(
-            db.fetch(SELECT_RUN_PRUNED, (run_id,)), columns=["thread_id", "checkpoints", "writes", "blobs", "bytes"]
+            db.ours.fetch(SELECT_RUN_PRUNED, (run_id,)),
+            columns=["thread_id", "checkpoints", "writes", "blobs", "bytes"],
         ),
     }
 
@@ -207,7 +208,7 @@ def deleted_per_run(db: Database, limit: int = 200) -> pd.DataFrame:
     """Documents deleted per real run and namespace root (run_id, started_at, trigger, root, documents, run label);
     a run that deleted nothing is there with 0."""
     df = pd.DataFrame(
-        db.fetch(SELECT_DELETED_BY_ROOT, {"limit": limit, "first_root": ROOTS[0]}),
+        db.ours.fetch(SELECT_DELETED_BY_ROOT, {"limit": limit, "first_root": ROOTS[0]}),
         columns=["run_id", "started_at", "trigger", "root", "documents"],
     )
     df["documents"] = df["documents"].astype(int)

@@ -151,7 +151,7 @@ def texts(lang: str, path: str | os.PathLike | None = None) -> tuple[dict[str, A
 
 def checkpoint_retention_days(db: Database) -> int:
     """The checkpoint retention in force: the last deleting sweep's, else the sweep job's default."""
-    row = db.fetch_one(SELECT_RETENTION)
+    row = db.ours.fetch_one(SELECT_RETENTION)  # the sweep log is in our database (issue 52)
     return int(row["retention_days"]) if row else default_retention_days()
 
 

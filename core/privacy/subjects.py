@@ -249,7 +249,21 @@ WITH c AS (
 """
     + COVERAGE_TOTALS
 )
-
+# The same where our database is apart (issue 52): the `hilo` links (core_store_shadow) and our logs (the mirror of
+# core_conversations) read in ours first (SELECT_LINKED_THREADS) and passed as arrays.
+COVERAGE_APART_SQL = (
+    COVERAGE_SQL[: COVERAGE_SQL.index("), hilo AS (")]
+    + """), hilo AS (
+    SELECT unnest(%(hilo)s::text[]) AS thread_id
+), own AS (
+    SELECT unnest(%(own)s::text[]) AS thread_id
+    UNION SELECT unnest(%(erased)s::text[])
+"""
+    + COVERAGE_TOTALS
+)
+SELECT_LINKED_THREADS = """
+SELECT (SELECT coalesce(array_agg(DISTINCT hilo), '{}') FROM core_store_shadow WHERE hilo IS NOT NULL) AS hilo,
+       (SELECT coalesce(array_agg(thread_id), '{}') FROM core_conversations WHERE subject_root = 'clientes') AS own"""
 
 # COVERAGE_SQL above reads the three checkpoint tables and hashes every thread (it filled the disk at 10M): the
 # pages' live fallback before any sweep. The sweep computes the same figures from core_thread_storage right after
@@ -322,12 +336,17 @@ def _live_coverage(db: Database, config: Attribution) -> Coverage:
     """The coverage counted now, for at most LIVE_COVERAGE_TIMEOUT_MS (47 s at 10M checkpoint writes, where it also
     needs gigabytes of temp space): past it, DatabaseUnavailable says the next sweep will compute it."""
     likes = [like_for(p, None) for p in config.thread_patterns]
-    erased = one(db.ours.fetch_one(SELECT_ERASED_THREADS))["threads"]
+    ours = db.ours
+    erased = one(ours.fetch_one(SELECT_ERASED_THREADS))["threads"]
+    params = {"keys": list(config.metadata_keys), "likes": likes, "erased": erased}
+    query = COVERAGE_SQL
+    if ours is not db:  # issue 52: the links and our logs read in ours, passed to the agents' side as arrays (2Q)
+        query = COVERAGE_APART_SQL
+        params.update(one(ours.fetch_one(SELECT_LINKED_THREADS, read_only=False)))
     with db.connection() as conn, conn.transaction():
         conn.execute(pgsql.SQL("SET LOCAL statement_timeout = {}").format(pgsql.Literal(LIVE_COVERAGE_TIMEOUT_MS)))
         try:
-            params = {"keys": list(config.metadata_keys), "likes": likes, "erased": erased}
-            row = one(conn.execute(COVERAGE_SQL, params).fetchone())
+            row = one(conn.execute(query, params).fetchone())
         except psycopg.errors.QueryCanceled as exc:  # raised here: db.connection() would call it "not reachable"
             raise DatabaseUnavailable(
                 f"no sweep has computed the attribution coverage yet, and counting it now took more than "
@@ -354,12 +373,20 @@ def coverage_from_storage(
 ) -> Coverage:
     """The coverage computed from core_thread_storage as it stands (see COVERAGE_BATCH_SQL), in batches of thread_id
     ranges, in one REPEATABLE READ transaction on `conn` (dict rows, autocommit)."""
-    from core.storage.storage import key_ranges, thread_ranges
-
     if batch_threads < 1:
         raise ValueError(f"batch_threads must be >= 1, got {batch_threads}")
+    # every table it reads is in our database (issue 52: core_thread_storage, core_store_shadow, the mirror of
+    # core_conversations, the register): one database, `conn` itself where ours is the agents'
     with ours_db.connect(conn) as mine:
         erased = one(mine.execute(SELECT_ERASED_THREADS).fetchone())["threads"]
+        return _coverage_from_storage(mine, config, batch_threads, erased)
+
+
+def _coverage_from_storage(
+    conn: psycopg.Connection[DictRow], config: Attribution, batch_threads: int, erased: list[str]
+) -> Coverage:
+    from core.storage.storage import key_ranges, thread_ranges
+
     params = {
         "keys": list(config.metadata_keys),
         "likes": [like_for(p, None) for p in config.thread_patterns],
@@ -399,7 +426,7 @@ def refresh_coverage(
     from core.storage import storage
 
     config = config or Attribution.from_settings()
-    kept = db.fetch_one(storage.SELECT_STORAGE_REFRESH, read_only=False) if storage_refreshed else None
+    kept = db.ours.fetch_one(storage.SELECT_STORAGE_REFRESH, read_only=False) if storage_refreshed else None
     if kept is None or not set(config.metadata_keys) <= set(kept["metadata_keys"]):
         storage.refresh_thread_storage(
             db,
@@ -410,7 +437,7 @@ def refresh_coverage(
     with db.connection() as conn:
         cov = coverage_from_storage(conn, config, batch_threads)
     kept = one(
-        db.fetch_one(
+        db.ours.fetch_one(
             UPSERT_SNAPSHOT,
             {
                 "config": _snapshot_key(config),
@@ -432,7 +459,7 @@ def coverage(db: Database, config: Attribution | None = None) -> Coverage:
     """How much checkpoint data no source (metadata keys, patterns, `hilo` links, our logs) attributes: as of the
     last sweep that computed it with this configuration (`as_of`), else computed now."""
     config = config or Attribution.from_settings()
-    row = db.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)})
+    row = db.ours.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)})
     if row is None:
         return _live_coverage(db, config)
     return _coverage_of(row, config, row["computed_at"])
@@ -480,7 +507,7 @@ class _CoverageFlight:
             with psycopg.connect(db.dsn, autocommit=True) as conn:
                 conn.execute("SELECT pg_advisory_lock(%s)", (COVERAGE_LOCK_ID,))  # after another replica's, if any
                 try:
-                    if db.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)}, read_only=False) is None:
+                    if db.ours.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)}, read_only=False) is None:
                         with self._lock:
                             self.computations += 1
                         refresh_coverage(db, config)
@@ -506,7 +533,7 @@ def stored_coverage(
     started: past that, CoverageComputing at once). Never a count per session. Call it on the primary (the
     computation stores its result). `wait=False`: no wait (a page polling for the result)."""
     config = config or Attribution.from_settings()
-    row = db.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)}, read_only=False)
+    row = db.ours.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)}, read_only=False)
     if row is None:
         flight = COVERAGE_FLIGHT.join(db, config)
         # a computation that has run COVERAGE_WAIT_S is a long one: a session joining it later is told so at once,
@@ -516,7 +543,7 @@ def stored_coverage(
             return CoverageComputing(flight.since)
         if flight.error is not None:
             raise DatabaseUnavailable(f"the attribution coverage could not be computed: {flight.error}")
-        row = db.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)}, read_only=False)
+        row = db.ours.fetch_one(SELECT_SNAPSHOT, {"config": _snapshot_key(config)}, read_only=False)
         if row is None:  # computed for another configuration meanwhile: the next read joins a new computation
             return CoverageComputing(flight.since)
     return _coverage_of(row, config, row["computed_at"])

@@ -41,6 +41,7 @@ from psycopg.rows import DictRow
 
 from core.db import Database
 from core.history.tool_calls import Watermark, watermark_of
+from core.privacy import ours as ours_db
 from core.storage.prune_plan import TASKS, Checkpoint, ThreadPlan, plan_thread
 from core.storage.storage import key_ranges, thread_ranges
 
@@ -264,6 +265,18 @@ WHERE b.thread_id = d.thread_id AND b.checkpoint_ns = d.checkpoint_ns AND b.chan
     + UNREFERENCED_BLOB
 )
 
+# Where our database is apart (issue 52, docs/own-database-plan.md "Prune, deferred blobs"), the purge is three steps:
+# the due keys read in ours (nothing deleted), the blobs deleted on the agents' side by DELETE_BLOBS (the same
+# UNREFERENCED_BLOB check), then those keys deleted in ours. A crash between repeats a delete that finds nothing.
+SELECT_DUE_BLOBS = """
+SELECT coalesce(array_agg(thread_id), '{}') AS threads, coalesce(array_agg(checkpoint_ns), '{}') AS namespaces,
+       coalesce(array_agg(channel), '{}') AS channels, coalesce(array_agg(version), '{}') AS versions
+FROM core_prune_pending_blobs WHERE pruned_at < now() - make_interval(mins => %(grace)s::int)"""
+DELETE_PENDING_KEYS = """
+DELETE FROM core_prune_pending_blobs p USING unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS d(thread_id, ns,
+channel, version)
+WHERE p.thread_id = d.thread_id AND p.checkpoint_ns = d.ns AND p.channel = d.channel AND p.version = d.version"""
+
 # Minutes a pruned checkpoint's blobs stay (longer than the longest agent run).
 BLOB_GRACE_MINUTES = 60
 
@@ -342,14 +355,25 @@ def _columns(rows: Iterable[tuple]) -> list[list]:
 
 
 def apply_plans(
-    conn: psycopg.Connection[DictRow], plans: list[ThreadPlan], blob_grace_minutes: int = 0
+    conn: psycopg.Connection[DictRow],
+    plans: list[ThreadPlan],
+    blob_grace_minutes: int = 0,
+    ours: psycopg.Connection[DictRow] | None = None,
 ) -> list[ThreadPruned]:
     """Delete what `plans` name (in the caller's transaction); returns what each thread really lost. With a
-    `blob_grace_minutes`, the freed blobs are only recorded (core_prune_pending_blobs) for purge_pending_blobs."""
+    `blob_grace_minutes`, the freed blobs are only recorded (core_prune_pending_blobs) for purge_pending_blobs.
+    `ours`: an autocommit connection to our database when it is apart (issue 52): the freed blobs' keys are written
+    and committed there first, then the agents' deletes run in the caller's transaction; a crash between leaves keys
+    whose blobs are still referenced, which the purge's UNREFERENCED_BLOB check keeps (and drops the keys)."""
     done = {p.thread_id: ThreadPruned(p.thread_id, 0, 0, 0, 0) for p in plans}
     checkpoint_keys = [(p.thread_id, ns, cid) for p in plans for ns, ids in p.delete.items() for cid in ids]
     if not checkpoint_keys:
         return []
+    blob_keys = [(p.thread_id, ns, c, v) for p in plans for ns, keys in p.blobs.items() for c, v in keys]
+    apart = ours is not None and ours is not conn
+    if apart and blob_keys and blob_grace_minutes > 0:
+        assert ours is not None
+        ours.execute(DEFER_BLOBS, _columns(blob_keys), prepare=False)  # committed before any delete
     for sql, attr in ((DELETE_WRITES, "writes"), (DELETE_CHECKPOINTS, "checkpoints")):
         for r in conn.execute(sql, _columns(checkpoint_keys), prepare=False):
             setattr(done[r["thread_id"]], attr, getattr(done[r["thread_id"]], attr) + 1)
@@ -357,9 +381,9 @@ def apply_plans(
     parents = [(p.thread_id, ns, cid, parent) for p in plans for ns, cid, parent in p.orphaned_parents]
     if parents:
         conn.execute(UNLINK_PARENTS, _columns(parents), prepare=False)
-    blob_keys = [(p.thread_id, ns, c, v) for p in plans for ns, keys in p.blobs.items() for c, v in keys]
     if blob_keys and blob_grace_minutes > 0:
-        conn.execute(DEFER_BLOBS, _columns(blob_keys), prepare=False)
+        if not apart:
+            conn.execute(DEFER_BLOBS, _columns(blob_keys), prepare=False)
     elif blob_keys:
         for r in conn.execute(DELETE_BLOBS, _columns(blob_keys), prepare=False):
             done[r["thread_id"]].blobs += 1
@@ -367,11 +391,26 @@ def apply_plans(
     return [d for d in done.values() if d.checkpoints or d.writes or d.blobs]
 
 
-def purge_pending_blobs(conn: psycopg.Connection[DictRow], grace_minutes: int) -> list[ThreadPruned]:
+def purge_pending_blobs(
+    conn: psycopg.Connection[DictRow], grace_minutes: int, ours: psycopg.Connection[DictRow] | None = None
+) -> list[ThreadPruned]:
     """Delete the pending blobs (core_prune_pending_blobs) recorded more than `grace_minutes` ago that no checkpoint
-    references now (in the caller's transaction, or its own with an autocommit `conn`)."""
+    references now (in the caller's transaction, or its own with an autocommit `conn`). `ours`: an autocommit
+    connection to our database when it is apart, with an autocommit `conn`: the due keys read there, the blobs
+    deleted and committed on `conn`, then the keys deleted in ours (SELECT_DUE_BLOBS)."""
     done: dict[str, ThreadPruned] = {}
-    for r in conn.execute(PURGE_PENDING_BLOBS, {"grace": grace_minutes}, prepare=False):
+    if ours is not None and ours is not conn:
+        due = ours.execute(SELECT_DUE_BLOBS, {"grace": grace_minutes}).fetchone()
+        assert due is not None
+        keys = [due["threads"], due["namespaces"], due["channels"], due["versions"]]
+        if not keys[0]:
+            return []
+        with conn.transaction():
+            deleted = conn.execute(DELETE_BLOBS, keys, prepare=False).fetchall()
+        ours.execute(DELETE_PENDING_KEYS, keys, prepare=False)
+    else:
+        deleted = conn.execute(PURGE_PENDING_BLOBS, {"grace": grace_minutes}, prepare=False).fetchall()
+    for r in deleted:
         t = done.setdefault(r["thread_id"], ThreadPruned(r["thread_id"], 0, 0, 0, 0))
         t.blobs += 1
         t.bytes += int(r["bytes"])
@@ -427,6 +466,19 @@ def prune_history(
     that loaded a pruned checkpoint may still reference them) and go in a later run's purge; 0 deletes them now."""
     if batch_threads < 1:
         raise PruneInputError(f"batch_threads must be >= 1, got {batch_threads}")
+    with ours_db.connect(conn) as ours:  # our database (issue 52): `conn` itself unless it is apart
+        return _prune_history(conn, ours, policy, dry_run, batch_threads, on_batch, blob_grace_minutes)
+
+
+def _prune_history(
+    conn: psycopg.Connection[DictRow],
+    ours: psycopg.Connection[DictRow],
+    policy: PrunePolicy,
+    dry_run: bool,
+    batch_threads: int,
+    on_batch: Callable[[int, int], None] | None,
+    blob_grace_minutes: int,
+) -> PruneResult:
     cut = take_cut(conn, policy)
     result = PruneResult(policy, dry_run, candidates=len(cut))
     threads = list(cut)
@@ -448,13 +500,16 @@ def prune_history(
                     if p.checkpoints
                 ]
             else:
-                result.threads += apply_plans(conn, plans, blob_grace_minutes)
+                result.threads += apply_plans(conn, plans, blob_grace_minutes, ours)
         result.batches += 1
         if on_batch is not None:
             on_batch(start + len(batch), len(threads))
     if not dry_run:
-        with conn.transaction():
-            purged = purge_pending_blobs(conn, blob_grace_minutes)
+        if ours is conn:
+            with conn.transaction():
+                purged = purge_pending_blobs(conn, blob_grace_minutes)
+        else:  # its own steps, each committed in turn (the protocol of purge_pending_blobs)
+            purged = purge_pending_blobs(conn, blob_grace_minutes, ours)
         by_thread = {t.thread_id: t for t in result.threads}
         for p in purged:
             if p.thread_id in by_thread:
@@ -502,9 +557,10 @@ def sweep_step(
 
 
 def record_prune(conn: psycopg.Connection[DictRow], run_id: int, result: PruneResult) -> None:
-    """The run's totals in its `core_sweep_log` row and every thread it pruned in `core_prune_threads`."""
-    with conn.transaction():
-        conn.execute(
+    """The run's totals in its `core_sweep_log` row and every thread it pruned in `core_prune_threads` (in our
+    database, issue 52)."""
+    with ours_db.connect(conn) as mine, mine.transaction():
+        mine.execute(
             RECORD_PRUNE,
             {
                 "run_id": run_id,
@@ -518,4 +574,4 @@ def record_prune(conn: psycopg.Connection[DictRow], run_id: int, result: PruneRe
         )
         if result.threads:
             columns = _columns((t.thread_id, t.checkpoints, t.writes, t.blobs, t.bytes) for t in result.threads)
-            conn.execute(INSERT_PRUNE_THREADS, [run_id, *columns], prepare=False)
+            mine.execute(INSERT_PRUNE_THREADS, [run_id, *columns], prepare=False)

@@ -20,7 +20,8 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.rows import DictRow
 
-from core.db import Database, one
+from core.db import Database, dashboard_dsn_of, one
+from core.privacy import ours as ours_db
 from core.storage import storage_detail
 
 # The refresh, in batches of thread_id key ranges (lo, hi] (issue 14): each of the three tables' primary keys
@@ -53,7 +54,8 @@ DELETE_STORAGE_RANGE = """
 WITH old AS (DELETE FROM core_thread_storage WHERE {range} RETURNING thread_id, fingerprint)
 SELECT coalesce(array_agg(thread_id), '{{}}') AS threads, coalesce(array_agg(fingerprint), '{{}}') AS fingerprints
 FROM old"""
-INSERT_STORAGE_BATCH = """
+# The batch's three per-table aggregates, then its rows (`BATCH_ROWS`: the columns of core_thread_storage, in order).
+BATCH_AGGREGATES = """
 WITH c AS (
     SELECT thread_id, count(*) AS checkpoints, sum(bytes) AS checkpoint_bytes, max(cliente_id) AS cliente_id,
            max(ts) AS last_ts, array_remove({keys}, NULL) AS metadata_keys, sum(fp) AS fp
@@ -72,11 +74,10 @@ WITH c AS (
     FROM (SELECT thread_id, octet_length(blob) AS bytes, {write_hash} AS fp FROM checkpoint_writes WHERE {range}
           OFFSET 0) x
     GROUP BY thread_id
-), old AS (
-    SELECT * FROM unnest({old_threads}::text[], {old_fingerprints}::numeric[]) AS o(thread_id, fingerprint)
-), ins AS (
-    INSERT INTO core_thread_storage (thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, writes,
-                                     write_bytes, total_bytes, last_ts, metadata_keys, known, fingerprint)
+)"""
+STORAGE_COLUMNS = """thread_id, cliente_id, checkpoints, checkpoint_bytes, blobs, blob_bytes, writes,
+                                     write_bytes, total_bytes, last_ts, metadata_keys, known, fingerprint"""
+BATCH_ROWS = """
     SELECT coalesce(c.thread_id, b.thread_id, w.thread_id), c.cliente_id,
            coalesce(c.checkpoints, 0), coalesce(c.checkpoint_bytes, 0),
            coalesce(b.blobs, 0), coalesce(b.blob_bytes, 0),
@@ -84,7 +85,11 @@ WITH c AS (
            coalesce(c.checkpoint_bytes, 0) + coalesce(b.blob_bytes, 0) + coalesce(w.write_bytes, 0),
            core_try_timestamptz(c.last_ts), coalesce(c.metadata_keys, '{{}}'), {known},
            coalesce(c.fp, 0) + coalesce(b.fp, 0) + coalesce(w.fp, 0)
-    FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)
+    FROM c FULL JOIN b USING (thread_id) FULL JOIN w USING (thread_id)"""
+OLD_ROWS = """old AS (
+    SELECT * FROM unnest({old_threads}::text[], {old_fingerprints}::numeric[]) AS o(thread_id, fingerprint)
+)"""
+INSERTED_TOTALS = """
     RETURNING thread_id, checkpoints, blobs, writes, total_bytes, known, fingerprint
 )
 SELECT count(*) AS threads, coalesce(sum(checkpoints), 0) AS checkpoints, coalesce(sum(blobs), 0) AS blobs,
@@ -93,6 +98,41 @@ SELECT count(*) AS threads, coalesce(sum(checkpoints), 0) AS checkpoints, coales
        coalesce(array_agg(ins.thread_id) FILTER (WHERE {full} OR old.fingerprint IS DISTINCT FROM ins.fingerprint),
                 '{{}}') AS changed
 FROM ins LEFT JOIN old USING (thread_id)"""
+INSERT_STORAGE_BATCH = (
+    BATCH_AGGREGATES
+    + ", "
+    + OLD_ROWS
+    + """, ins AS (
+    INSERT INTO core_thread_storage ("""
+    + STORAGE_COLUMNS
+    + ")"
+    + BATCH_ROWS
+    + INSERTED_TOTALS
+)
+# Where our database is apart (issue 52): the batch's rows computed on the agents' side in the refresh's READ ONLY
+# snapshot and returned as JSON (SELECT_STORAGE_ROWS), then the range's old rows replaced in ours by them
+# (DELETE_STORAGE_RANGE, INSERT_STORAGE_ROWS: the same totals and `changed` as INSERT_STORAGE_BATCH's).
+SELECT_STORAGE_ROWS = (
+    BATCH_AGGREGATES
+    + ", r ("
+    + STORAGE_COLUMNS
+    + ") AS ("
+    + BATCH_ROWS
+    + """
+)
+SELECT coalesce(json_agg(r), '[]')::text AS rows FROM r"""
+)
+INSERT_STORAGE_ROWS = (
+    "WITH "
+    + OLD_ROWS
+    + """, ins AS (
+    INSERT INTO core_thread_storage ("""
+    + STORAGE_COLUMNS
+    + ")\n    SELECT "
+    + STORAGE_COLUMNS
+    + "\n    FROM json_populate_recordset(NULL::core_thread_storage, %(rows)s::json)"
+    + INSERTED_TOTALS
+)
 
 UPSERT_STORAGE_REFRESH = """
 INSERT INTO core_thread_storage_refresh AS r (metadata_keys, threads, checkpoints, blobs, writes, batches, batch_rows,
@@ -126,6 +166,16 @@ FROM core_thread_storage_refresh r
 CROSS JOIN LATERAL (VALUES ('checkpoints', r.checkpoints), ('checkpoint_blobs', r.blobs),
                            ('checkpoint_writes', r.writes)) AS t(name, rows)
 ORDER BY array_position(ARRAY['checkpoints', 'checkpoint_blobs', 'checkpoint_writes'], t.name)"""
+# The same where our database is apart (issue 52): the kept rows in ours, the sizes now on the agents' side.
+SELECT_KEPT_TABLE_ROWS = f"""
+SELECT t.name AS table_name, t.rows, r.computed_at AS as_of, {storage_detail.SWEEP_RUN_COLUMNS}
+FROM core_thread_storage_refresh r
+CROSS JOIN LATERAL (VALUES ('checkpoints', r.checkpoints), ('checkpoint_blobs', r.blobs),
+                           ('checkpoint_writes', r.writes)) AS t(name, rows)
+ORDER BY array_position(ARRAY['checkpoints', 'checkpoint_blobs', 'checkpoint_writes'], t.name)"""
+SELECT_TABLE_SIZES = """
+SELECT t.name AS table_name, pg_total_relation_size(t.name::regclass) AS total_bytes, now() AS sized_at
+FROM unnest(ARRAY['checkpoints', 'checkpoint_blobs', 'checkpoint_writes']) AS t(name)"""
 TOTALS_COLUMNS = ["table_name", "rows", "total_bytes", "sized_at", "as_of", "sweep_run_id", "sweep_started_at"]
 SELECT_STORAGE_REFRESH = f"SELECT r.*, {storage_detail.SWEEP_RUN_COLUMNS} FROM core_thread_storage_refresh r"
 
@@ -211,6 +261,9 @@ def refresh_storage_conn(
     pages name as the figures' time."""
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    if dashboard_dsn_of(conn) is not None:
+        with ours_db.connect(conn) as mine:
+            return _refresh_apart(conn, mine, metadata_keys, batch_rows, on_batch, known_query, full, sweep_run)
     for sql in REFRESH_THREAD_STORAGE:
         conn.execute(sql)
     flags, keys = _key_flags(metadata_keys)
@@ -268,6 +321,99 @@ def refresh_storage_conn(
     )
 
 
+# Where our database is apart (issue 52): ours' transaction takes the refresh's lock first (one refresh at a time),
+# then the agents' side is read in one REPEATABLE READ READ ONLY snapshot for every batch (nothing written there).
+REFRESH_APART_OURS = REFRESH_THREAD_STORAGE[1:]
+REFRESH_APART_AGENTS = [
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY",
+    "SET LOCAL plan_cache_mode = force_custom_plan",
+]
+
+
+def _refresh_apart(
+    conn: psycopg.Connection[DictRow],
+    mine: psycopg.Connection[DictRow],
+    metadata_keys: tuple[str, ...],
+    batch_rows: int,
+    on_batch: Callable[[int, str | None], None] | None,
+    known_query: str | None,
+    full: bool,
+    sweep_run: int | None,
+) -> StorageRefresh:
+    """refresh_storage_conn where our database (`mine`, autocommit) is apart from the agents' (`conn`, inside the
+    caller's transaction): every batch's rows and detail computed on `conn` in one snapshot (SELECT_STORAGE_ROWS,
+    storage_detail.SELECT_*_ROWS) and written in one transaction of ours, committed here."""
+    flags, keys = _key_flags(metadata_keys)
+    totals = {"threads": 0, "checkpoints": 0, "blobs": 0, "writes": 0}
+    orphans = storage_detail.Orphans.configured(known_query)
+    batches = detailed = 0
+    with mine.transaction():
+        for sql in REFRESH_APART_OURS:
+            mine.execute(sql)
+        for sql in REFRESH_APART_AGENTS:  # after ours' lock: a refresh that waited reads a later snapshot
+            conn.execute(sql)
+        for lo, hi in thread_ranges(conn, SELECT_BATCH_END, batch_rows - 1):
+            thread_range = key_ranges(lo, hi)
+            known = orphans.known_column(conn, key_ranges(lo, hi, storage_detail.KNOWN_RANGE))
+            rows = one(
+                conn.execute(
+                    pgsql.SQL(SELECT_STORAGE_ROWS).format(
+                        flags=flags, keys=keys, range=thread_range, known=known, **storage_detail.HASHES
+                    ),
+                    prepare=False,
+                ).fetchone()
+            )["rows"]
+            old = one(
+                mine.execute(pgsql.SQL(DELETE_STORAGE_RANGE).format(range=thread_range), prepare=False).fetchone()
+            )
+            row = one(
+                mine.execute(
+                    pgsql.SQL(INSERT_STORAGE_ROWS).format(
+                        full=pgsql.Literal(full),
+                        old_threads=pgsql.Literal(old["threads"]),
+                        old_fingerprints=pgsql.Literal(old["fingerprints"]),
+                    ),
+                    {"rows": rows},
+                    prepare=False,
+                ).fetchone()
+            )
+            orphans.add_batch(row)
+            storage_detail.refresh_range(
+                conn,
+                thread_range,
+                key_ranges(lo, hi, "s.thread_id"),
+                row["changed"],
+                len(row["changed"]) == row["threads"],
+                ours=mine,
+            )
+            batches += 1
+            detailed += len(row["changed"])
+            for k in totals:
+                totals[k] += int(row[k])
+            if on_batch is not None:
+                on_batch(batches, hi)
+        mine.execute(
+            UPSERT_STORAGE_REFRESH,
+            {
+                "keys": list(metadata_keys),
+                **totals,
+                "batches": batches,
+                "batch_rows": batch_rows,
+                "sweep_run": sweep_run,
+            },
+        )
+        storage_detail.record_orphans(mine, orphans)
+    return StorageRefresh(
+        totals["threads"],
+        totals["checkpoints"],
+        totals["blobs"],
+        totals["writes"],
+        batches,
+        tuple(metadata_keys),
+        detailed,
+    )
+
+
 def refresh_thread_storage(
     db: Database,
     metadata_keys: tuple[str, ...] | None = None,
@@ -293,14 +439,20 @@ def refresh_thread_storage(
 def storage_refresh(db: Database) -> dict | None:
     """The last refresh (computed_at, metadata_keys, threads, rows per table, batches, seconds, the sweep run that
     made it: sweep_run_id, sweep_started_at), None before one."""
-    return db.fetch_one(SELECT_STORAGE_REFRESH)
+    return db.ours.fetch_one(SELECT_STORAGE_REFRESH)
 
 
 def table_totals(db: Database) -> pd.DataFrame:
     """Rows and on-disk size (with indexes and TOAST, read at `sized_at`: now) of each checkpoint table. The rows are
     exact as of the last storage refresh (`as_of`; `sweep_run_id`, `sweep_started_at`: the sweep run that made it);
     before any refresh they are counted now (`as_of` None)."""
-    kept = db.fetch(SELECT_KEPT_TABLE_TOTALS)
+    ours = db.ours
+    if ours is db:
+        kept = db.fetch(SELECT_KEPT_TABLE_TOTALS)
+    else:  # issue 52: the rows kept in ours, the sizes read now on the agents' side (2Q)
+        kept = ours.fetch(SELECT_KEPT_TABLE_ROWS)
+        sizes = {r["table_name"]: r for r in db.fetch(SELECT_TABLE_SIZES)}
+        kept = [{**r, **sizes[r["table_name"]]} for r in kept]
     if kept:
         return pd.DataFrame(kept, columns=TOTALS_COLUMNS)
     frame = pd.DataFrame(db.fetch(SELECT_TABLE_TOTALS), columns=TOTALS_COLUMNS[:-1])

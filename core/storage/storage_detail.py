@@ -89,16 +89,14 @@ WITH b AS MATERIALIZED (
 MIN_STEPS = 5  # fewer steps say nothing about a thread's growth
 # The growth of each thread, and its orphans: blobs whose (thread, namespace, channel, version) no checkpoint
 # references, writes whose checkpoint is not there (only threads that have any get a row).
-INSERT_GROWTH_AND_ORPHANS = (
-    STEPS
-    + f""", growth AS (
-    INSERT INTO core_thread_growth (thread_id, steps, bytes, first_step_bytes, last_step_bytes, slope, superlinear)
+GROWTH_ROWS = f"""
     SELECT thread_id, count(*), sum(bytes), (array_agg(bytes ORDER BY n))[1], (array_agg(bytes ORDER BY n DESC))[1],
            regr_slope(bytes, n),
            coalesce(count(*) >= {MIN_STEPS} AND regr_slope(bytes, n) * count(*) > avg(bytes), false)
     FROM (SELECT thread_id, n, checkpoint_bytes + blob_bytes + write_bytes AS bytes FROM steps) s
-    GROUP BY thread_id
-), orphan_blobs AS (
+    GROUP BY thread_id"""
+GROWTH_COLUMNS = "thread_id, steps, bytes, first_step_bytes, last_step_bytes, slope, superlinear"
+ORPHANS = """orphan_blobs AS (
     SELECT thread_id, count(*) AS blobs, sum(bytes) AS blob_bytes
     FROM b
     WHERE NOT EXISTS (SELECT 1 FROM changed r WHERE r.thread_id = b.thread_id AND r.checkpoint_ns = b.checkpoint_ns
@@ -107,14 +105,54 @@ INSERT_GROWTH_AND_ORPHANS = (
 ), orphan_writes AS (
     SELECT thread_id, count(*) AS writes, sum(coalesce(octet_length(cw.blob), 0)) AS write_bytes
     FROM checkpoint_writes cw
-    WHERE {{range}} AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = cw.thread_id
+    WHERE {range} AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = cw.thread_id
                                     AND c.checkpoint_ns = cw.checkpoint_ns AND c.checkpoint_id = cw.checkpoint_id)
     GROUP BY thread_id
-)
-INSERT INTO core_thread_orphans (thread_id, blobs, blob_bytes, writes, write_bytes)
+)"""
+ORPHAN_COLUMNS = "thread_id, blobs, blob_bytes, writes, write_bytes"
+ORPHAN_ROWS = """
 SELECT thread_id, coalesce(ob.blobs, 0), coalesce(ob.blob_bytes, 0), coalesce(ow.writes, 0), coalesce(ow.write_bytes, 0)
 FROM orphan_blobs ob FULL JOIN orphan_writes ow USING (thread_id)"""
+INSERT_GROWTH_AND_ORPHANS = (
+    STEPS
+    + """, growth AS (
+    INSERT INTO core_thread_growth ("""
+    + GROWTH_COLUMNS
+    + ")"
+    + GROWTH_ROWS
+    + "\n), "
+    + ORPHANS
+    + "\nINSERT INTO core_thread_orphans ("
+    + ORPHAN_COLUMNS
+    + ")"
+    + ORPHAN_ROWS
 )
+# Where our database is apart (issue 52): the same rows computed on the agents' side in the refresh's snapshot and
+# returned as JSON, then inserted in ours (json_populate_recordset over the table's own row type).
+SELECT_CHANNEL_ROWS = (
+    CHANNELS
+    + """
+SELECT coalesce(json_agg(both_), '[]')::text AS rows FROM both_"""
+)
+SELECT_GROWTH_AND_ORPHAN_ROWS = (
+    STEPS
+    + ", growth ("
+    + GROWTH_COLUMNS
+    + ") AS ("
+    + GROWTH_ROWS
+    + "\n), "
+    + ORPHANS
+    + ", orphans ("
+    + ORPHAN_COLUMNS
+    + ") AS ("
+    + ORPHAN_ROWS
+    + """
+)
+SELECT (SELECT coalesce(json_agg(growth), '[]') FROM growth)::text AS growth,
+       (SELECT coalesce(json_agg(orphans), '[]') FROM orphans)::text AS orphans"""
+)
+INSERT_ROWS = "INSERT INTO {table} ({columns}) SELECT {columns} FROM json_populate_recordset(NULL::{table}, %s::json)"
+CHANNEL_COLUMNS_SQL = "thread_id, channel, blobs, blob_bytes, writes, write_bytes"
 SELECT_STEPS = (
     STEPS
     + """
@@ -253,13 +291,16 @@ def refresh_range(
     summary_range: pgsql.Composable,
     changed: list[str],
     every: bool,
+    ours: psycopg.Connection[DictRow] | None = None,
 ) -> None:
     """The detail of one range of threads (`thread_range`: a condition on `thread_id`, `summary_range` the same on
     `s.thread_id`) whose summary rows were just replaced: that of the `changed` threads recomputed (`every`: they are
-    all the range's threads), that of threads no longer there deleted, the others' kept."""
+    all the range's threads), that of threads no longer there deleted, the others' kept. `ours`: our database's
+    connection when it is apart from `conn`'s (issue 52): the rows are read on `conn` and written there."""
+    mine = conn if ours is None else ours
     ids = pgsql.Literal(changed)
     for table in DETAIL_TABLES:
-        conn.execute(
+        mine.execute(
             pgsql.SQL(DELETE_DETAIL).format(
                 table=pgsql.Identifier(table), range=thread_range, summary_range=summary_range, changed=ids
             )
@@ -267,8 +308,20 @@ def refresh_range(
     if not changed:
         return
     threads = thread_range if every else pgsql.SQL(CHANGED).format(ids)
-    for sql in (INSERT_CHANNELS, INSERT_GROWTH_AND_ORPHANS):
-        conn.execute(pgsql.SQL(sql).format(range=threads), prepare=False)
+    if mine is conn:
+        for sql in (INSERT_CHANNELS, INSERT_GROWTH_AND_ORPHANS):
+            conn.execute(pgsql.SQL(sql).format(range=threads), prepare=False)
+        return
+    channels = conn.execute(pgsql.SQL(SELECT_CHANNEL_ROWS).format(range=threads), prepare=False).fetchone()
+    steps = conn.execute(pgsql.SQL(SELECT_GROWTH_AND_ORPHAN_ROWS).format(range=threads), prepare=False).fetchone()
+    assert channels is not None and steps is not None
+    for table, columns, rows in (
+        ("core_channel_storage", CHANNEL_COLUMNS_SQL, channels["rows"]),
+        ("core_thread_growth", GROWTH_COLUMNS, steps["growth"]),
+        ("core_thread_orphans", ORPHAN_COLUMNS, steps["orphans"]),
+    ):
+        query = pgsql.SQL(INSERT_ROWS).format(table=pgsql.Identifier(table), columns=pgsql.SQL(columns))
+        mine.execute(query, (rows,), prepare=False)
 
 
 def record_orphans(conn: psycopg.Connection[DictRow], orphans: Orphans) -> None:
@@ -337,7 +390,7 @@ def _ints(frame: pd.DataFrame, skip: tuple[str, ...] = ()) -> pd.DataFrame:
 
 def channel_totals(db: Database) -> pd.DataFrame:
     """Bytes per channel over every thread (blobs and writes), largest first, as of the last storage refresh."""
-    return _ints(pd.DataFrame(db.fetch(SELECT_CHANNEL_TOTALS), columns=CHANNEL_COLUMNS))
+    return _ints(pd.DataFrame(db.ours.fetch(SELECT_CHANNEL_TOTALS), columns=CHANNEL_COLUMNS))
 
 
 def thread_channels(db: Database, thread_id: str) -> pd.DataFrame:
@@ -365,7 +418,7 @@ def growing_threads(db: Database, limit: int = 20) -> pd.DataFrame:
     """Threads whose size grows faster than linearly with their steps, steepest first: steps, bytes, the bytes of
     their first and last step and the slope (bytes per step, per step), as of the last storage refresh."""
     frame = pd.DataFrame(
-        db.fetch(SELECT_GROWING, (limit,)),
+        db.ours.fetch(SELECT_GROWING, (limit,)),
         columns=["thread_id", "steps", "bytes", "first_step_bytes", "last_step_bytes", "slope"],
     )
     frame["slope"] = frame["slope"].astype(float)
@@ -374,21 +427,21 @@ def growing_threads(db: Database, limit: int = 20) -> pd.DataFrame:
 
 def orphans(db: Database) -> dict | None:
     """Orphan blobs and writes (counts, bytes) as of the last storage refresh (`as_of`); None before one."""
-    return db.fetch_one(SELECT_ORPHAN_TOTALS)
+    return db.ours.fetch_one(SELECT_ORPHAN_TOTALS)
 
 
 def unknown_threads(db: Database) -> dict | None:
     """The threads the application no longer knows (`threads`, their `bytes`) as of the last storage refresh
     (`as_of`): both None when no KNOWN_THREADS_QUERY was configured then, or when it failed (`error`); None before
     any refresh."""
-    return db.fetch_one(SELECT_UNKNOWN_TOTALS)
+    return db.ours.fetch_one(SELECT_UNKNOWN_TOTALS)
 
 
 def unknown_thread_list(db: Database, limit: int = 20) -> pd.DataFrame:
     """The largest of those threads (id, customer, checkpoints, bytes, last checkpoint), as of the last refresh."""
     return _ints(
         pd.DataFrame(
-            db.fetch(SELECT_UNKNOWN_THREADS, (limit,)),
+            db.ours.fetch(SELECT_UNKNOWN_THREADS, (limit,)),
             columns=["thread_id", "cliente_id", "checkpoints", "total_bytes", "last_ts"],
         )
     )

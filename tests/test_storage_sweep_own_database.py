@@ -1,0 +1,347 @@
+"""Issue 52, clusters D (storage) and F (the sweep's and the prune's logs): the sweep's storage refresh, its detail,
+the attribution coverage, the prune's pending blob keys and the sweep's own log live in the dashboard's own database.
+With it apart, the refresh reads the agents' tables in one READ ONLY snapshot and writes its rows in ours, the sweep
+takes its lock and writes its log in ours, the prune records the freed blobs' keys in ours before the agents' deletes,
+and the readers (Sweeps page, Storage view, coverage, exporter, access notice) read ours: the agents' database receives
+nothing of the two clusters, and every table of ours holds what one database holds for the same agents' rows. Writes
+come from the real tools: stock PostgresStore, a graph on PostgresSaver, our retail agent and the memory article's
+agents (tests/capture_writes.py); the sweep, prune and purge are the real code."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import uuid
+
+import pandas as pd
+import psycopg
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg.rows import dict_row
+from streamlit.testing.v1 import AppTest
+
+from core.capture.follower import catch_up, drop_slot
+from core.db import Database, forget_dashboard_database, use_dashboard_database
+from core.history import tool_calls, views
+from core.migrate import migrate_dashboard
+from core.operations import sweep, sweep_reads
+from core.operations.exporter import database_metrics
+from core.privacy import access_notice, subjects
+from core.storage import prune, storage, storage_detail
+from tests.capture_writes import article_turns, graph_turns, our_agent_turns, store_writes, vector_store
+from tests.conftest import dsn_for
+
+D_TABLES = (
+    "core_thread_storage",
+    "core_thread_storage_refresh",
+    "core_channel_storage",
+    "core_thread_growth",
+    "core_thread_orphans",
+    "core_coverage_snapshot",
+    "core_prune_pending_blobs",
+)
+F_TABLES = ("core_sweep_log", "core_sweep_documents", "core_prune_threads")
+TABLES = D_TABLES + F_TABLES
+# Times of the writes themselves (now() when the row was written, a run's duration), not of the data.
+VOLATILE = ("computed_at", "seconds", "pruned_at", "started_at", "finished_at")
+SELECT_TOUCHED = """
+SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS written, n_live_tup
+FROM pg_stat_user_tables WHERE relname = ANY(%s) ORDER BY relname"""
+COUNT_ROWS = """
+SELECT (SELECT count(*) FROM checkpoints) AS checkpoints, (SELECT count(*) FROM checkpoint_blobs) AS blobs,
+       (SELECT count(*) FROM checkpoint_writes) AS writes"""
+
+
+def dbname(dsn: str) -> str:
+    return str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+
+def written_there(dsn: str, tables: tuple[str, ...] = TABLES) -> dict[str, int]:
+    """Rows inserted, updated or deleted in `tables` of `dsn` since it was made, plus those held."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+    with psycopg.connect(dsn) as conn:  # a new session: the statistics as flushed
+        rows = conn.execute(SELECT_TOUCHED, (list(tables),)).fetchall()
+    assert len(rows) == len(tables), rows
+    return {name: written + live for name, written, live in rows if written + live}
+
+
+def contents(dsn: str, tables: tuple[str, ...] = TABLES) -> dict[str, list[str]]:
+    """Every row of `tables` in `dsn` (without the times of the writes themselves), sorted."""
+    drop = " - ".join(f"'{c}'" for c in VOLATILE)
+    with psycopg.connect(dsn) as conn:
+        return {
+            t: sorted(json.dumps(r[0], sort_keys=True) for r in conn.execute(f"SELECT to_jsonb(x) - {drop} FROM {t} x"))
+            for t in tables
+        }
+
+
+def counts(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        return dict(conn.execute(COUNT_ROWS).fetchone())
+
+
+def states(dsn: str) -> dict[str, list[str]]:
+    """Every thread's checkpoints as langgraph reads them back (ids, values loaded from their blobs, pending writes)."""
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
+        saver = PostgresSaver(conn)
+        threads = [r["thread_id"] for r in conn.execute("SELECT DISTINCT thread_id FROM checkpoints")]
+        return {
+            t: [
+                repr((c.config["configurable"], c.checkpoint["channel_values"], c.pending_writes))
+                for c in saver.list({"configurable": {"thread_id": t}})
+            ]
+            for t in sorted(threads)
+        }
+
+
+@pytest.fixture(scope="module")
+def written(create_database):
+    """A migrated agents' database written by the real agents, never read by a pool: the template of each test's
+    two copies. Some store documents expire at once (the sweep's TTL step deletes them)."""
+    dsn = create_database(prefix="dfwritten")
+    store_writes(dsn, 1, 60)
+    our_agent_turns(dsn, 2, 4)
+    graph_turns(dsn, 3, 8)
+    article_turns(dsn, 4, 3)
+    conn, store = vector_store(dsn)
+    with conn:
+        for i in range(3):
+            store.put(("clientes", f"C{i}", "prefs"), f"caduca-{i}", {"texto": "por la tarde"}, ttl=0.0001, index=False)
+    return dsn
+
+
+def copy_of(pg_dsn: str, source: str, prefix: str) -> str:
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{dbname(source)}"')
+    return dsn_for(pg_dsn, name)
+
+
+@pytest.fixture
+def layouts(written, pg_dsn):
+    """The same agents' rows twice: `default` (ours is the agents' database) and `split` with its own dashboard
+    database `ours`, migrated from core/sql/dashboard/. Yields (default, split, ours) DSNs."""
+    default = copy_of(pg_dsn, written, "dfdefault")
+    split = copy_of(pg_dsn, written, "dfsplit")
+    ours = dsn_for(pg_dsn, dbname(split) + "_dashboard")
+    use_dashboard_database(split, ours)
+    migrate_dashboard(ours)
+    yield default, split, ours
+    for dsn in (default, split, ours):
+        Database(dsn).close()
+    forget_dashboard_database(split)
+    for dsn in (default, split):
+        with contextlib.suppress(psycopg.Error):
+            drop_slot(dsn)
+
+
+def frames_equal(a: pd.DataFrame, b: pd.DataFrame, drop: tuple[str, ...] = ()) -> None:
+    a, b = a.drop(columns=list(drop)), b.drop(columns=list(drop))
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+
+
+def figures(cov: subjects.Coverage) -> tuple[int, int, int, int]:
+    return cov.threads, cov.unattributed_threads, cov.bytes, cov.unattributed_bytes
+
+
+def without(row: dict | None, *keys: str) -> dict:
+    assert row is not None
+    return {k: v for k, v in row.items() if k not in keys}
+
+
+def sweep_samples(dsn: str) -> list:
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        found = database_metrics(conn)
+    return sorted(
+        (m.name, tuple(s.labels.items()), s.value)
+        for m in found
+        if m.name.startswith("agent_memory_sweep_last")
+        for s in m.samples
+    )
+
+
+@pytest.mark.slow  # real agents write the database; a sweep on two layouts
+def test_apart_the_sweep_keeps_its_log_storage_and_coverage_in_ours_equal_to_one_database(layouts, app_env):
+    from apptools import frame, metric
+
+    default, split, ours = layouts
+    for dsn in (default, split):
+        catch_up(dsn)  # the change follower's shadow, where each layout keeps it
+    d, s = Database(default), Database(split)
+    # before any sweep, the coverage is counted live: apart, the links and our logs read in ours and passed (2Q)
+    assert figures(subjects.coverage(s)) == figures(subjects.coverage(d))
+    assert subjects.coverage(s).threads > 0
+
+    policy = prune.PrunePolicy(keep_latest=1)
+    runs = {name: sweep.run_sweep(db, trigger="manual", prune=policy) for name, db in (("s", s), ("d", d))}
+    for result in runs.values():
+        assert result.status == "ok", result.error
+    assert runs["s"].documents_deleted == runs["d"].documents_deleted > 0
+    assert runs["s"].prune is not None and runs["d"].prune is not None
+    assert runs["s"].prune.checkpoints == runs["d"].prune.checkpoints > 0
+    assert written_there(split) == {}  # not one row of the two clusters in the agents' database
+    kept = contents(ours)
+    assert kept == contents(default)
+    for table in TABLES:
+        assert kept[table], table  # every table of the two clusters holds rows: each was compared
+    assert counts(split) == counts(default)
+
+    # every reader of the two clusters gives what it gives on one database
+    times = ("started_at", "finished_at", "seconds")
+    frames_equal(sweep_reads.sweep_runs(s), sweep_reads.sweep_runs(d), times)
+    assert without(sweep_reads.last_sweep(s), *times) == without(sweep_reads.last_sweep(d), *times)
+    run = runs["s"].run_id
+    assert run == runs["d"].run_id
+    for part, frame_s in sweep_reads.run_details(s, run).items():
+        frames_equal(frame_s, sweep_reads.run_details(d, run)[part])
+    frames_equal(sweep_reads.deleted_per_run(s), sweep_reads.deleted_per_run(d), ("started_at", "run"))
+    sizes = ("total_bytes", "sized_at", "as_of", "sweep_started_at")
+    frames_equal(storage.table_totals(s), storage.table_totals(d), sizes)
+    assert storage.table_totals(s)["as_of"].notna().all()
+    refresh = ("computed_at", "seconds", "sweep_started_at")
+    assert without(storage.storage_refresh(s), *refresh) == without(storage.storage_refresh(d), *refresh)
+    frames_equal(storage_detail.channel_totals(s), storage_detail.channel_totals(d))
+    frames_equal(storage_detail.growing_threads(s), storage_detail.growing_threads(d))
+    assert without(storage_detail.orphans(s), "as_of", "sweep_started_at") == without(
+        storage_detail.orphans(d), "as_of", "sweep_started_at"
+    )
+    assert without(storage_detail.unknown_threads(s), "as_of", "sweep_started_at") == without(
+        storage_detail.unknown_threads(d), "as_of", "sweep_started_at"
+    )
+    frames_equal(views.largest_threads(s), views.largest_threads(d), ("computed_at",))
+    cov_s, cov_d = subjects.coverage(s), subjects.coverage(d)
+    assert figures(cov_s) == figures(cov_d) and cov_s.sweep_run_id == cov_d.sweep_run_id == run
+    assert access_notice.checkpoint_retention_days(s) == access_notice.checkpoint_retention_days(d)
+    for name, dsn in (("s", split), ("d", default)):  # the exporter's sweep metrics: each layout's own run
+        started = runs[name].started_at
+        assert started is not None
+        assert sweep_samples(dsn) == [
+            ("agent_memory_sweep_last_run_timestamp_seconds", (("status", "ok"),), started.timestamp()),
+            ("agent_memory_sweep_last_success_timestamp_seconds", (), started.timestamp()),
+        ]
+
+    # the pages: the Sweeps page's log and the Storage view's figures, as on one database
+    shown = {}
+    for name, dsn in (("split", split), ("default", default)):
+        app_env(dsn)  # the page's process knows our database by registration (PG_DASHBOARD is still refused)
+        at = AppTest.from_file("../dashboard.py", default_timeout=60)
+        at.run()
+        at.switch_page("app_pages/sweeps.py").run()
+        assert not at.exception
+        log = frame(at, "id", "trigger", "status", "host")
+        at = AppTest.from_file("../dashboard.py", default_timeout=60)
+        at.session_state["checkpoints.view"] = "storage"
+        at.run()
+        at.switch_page("app_pages/checkpoints.py").run()
+        assert not at.exception
+        shown[name] = (
+            log[["id", "trigger", "status", "documents", "threads"]].to_dict("records"),
+            frame(at, "channel", "blob_bytes", "write_bytes", "total_bytes").to_dict("records"),
+            metric(at, "Blobs huérfanos"),
+            metric(at, "Escrituras huérfanas"),
+        )
+    assert shown["split"] == shown["default"]
+    assert shown["split"][0] and shown["split"][1]
+    assert written_there(split) == {}
+
+
+@pytest.mark.slow  # a sweep held open in a thread
+def test_apart_two_sweeps_at_once_are_refused_and_the_running_one_is_never_closed_as_stopped(split_db):
+    entered, gate = threading.Event(), threading.Event()
+    first: dict[str, sweep.SweepResult] = {}
+
+    def hold(stage: str, fraction: float, detail: str) -> None:
+        if stage == "ttl":  # the first run holds the lock here until the test lets it go on
+            entered.set()
+            assert gate.wait(120)
+
+    def run() -> None:
+        first["result"] = sweep.run_sweep(split_db, trigger="manual", dry_run=True, on_step=hold)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    try:
+        assert entered.wait(120)
+        second = sweep.run_sweep(split_db, trigger="manual", dry_run=True)
+        assert second.status == "locked"
+        # the Sweeps page closes runs no process holds the lock of: the running one holds it, in ours
+        assert sweep.close_dead_runs(split_db) == []
+        statuses = dict(sweep_reads.sweep_runs(split_db)[["id", "status"]].itertuples(index=False))
+        assert statuses == {second.run_id: "locked", second.run_id - 1: "running"}
+    finally:
+        gate.set()
+        worker.join(120)
+    assert first["result"].status == "dry_run"
+    assert dict(sweep_reads.sweep_runs(split_db)[["id", "status"]].itertuples(index=False)) == {
+        second.run_id: "locked",
+        first["result"].run_id: "dry_run",
+    }
+    assert written_there(split_db.dsn) == {}
+
+
+@pytest.mark.slow  # real agents write the database; prunes on two layouts
+def test_apart_the_prune_records_blob_keys_in_ours_first_and_a_crash_between_steps_loses_nothing(layouts, monkeypatch):
+    """The plan's protocol (docs/own-database-plan.md, "Prune, deferred blobs"): the freed blobs' keys are committed
+    in ours, then the agents' delete transaction runs; the purge reads the due keys in ours, deletes the unreferenced
+    blobs on the agents' side, then the keys in ours. A crash between any two steps loses no checkpoint, write or
+    blob still referenced; the next purge finishes the work."""
+    default, split, ours = layouts
+    policy = prune.PrunePolicy(keep_latest=1)
+
+    def connect(dsn: str) -> psycopg.Connection:
+        return psycopg.connect(dsn, autocommit=True, row_factory=dict_row)
+
+    def pending(dsn: str) -> list[str]:
+        return contents(dsn, ("core_prune_pending_blobs",))["core_prune_pending_blobs"]
+
+    for dsn in (default, split):  # the prune keeps what the extraction has not read: it runs first, as in a sweep
+        catch_up(dsn)
+        tool_calls.extract(Database(dsn))
+    before, rows_before = states(split), counts(split)
+    assert states(default) == before
+
+    # 1. the process dies after the keys were committed in ours, in the agents' delete transaction
+    monkeypatch.setattr(prune, "DELETE_WRITES", "SELECT 1 / 0 FROM unnest(%s::text[], %s::text[], %s::text[])")
+    with connect(split) as conn, pytest.raises(psycopg.errors.DivisionByZero):
+        prune.prune_history(conn, policy, blob_grace_minutes=60)
+    monkeypatch.undo()
+    assert pending(ours)  # the intent, committed before any delete
+    assert counts(split) == rows_before and states(split) == before  # nothing deleted
+    # their blobs are all referenced still: the purge keeps every one and drops the keys
+    with connect(split) as conn, connect(ours) as mine:
+        assert prune.purge_pending_blobs(conn, 0, mine) == []
+    assert pending(ours) == [] and counts(split) == rows_before and states(split) == before
+
+    # 2. the prune, on both layouts: the same deletes, the same pending keys (ours' apart)
+    results = {}
+    for name, dsn in (("s", split), ("d", default)):
+        with connect(dsn) as conn:
+            results[name] = prune.prune_history(conn, policy, blob_grace_minutes=60)
+    assert results["s"].checkpoints == results["d"].checkpoints > 0
+    assert pending(ours) == pending(default) and pending(ours)
+    assert counts(split) == counts(default)
+    pruned = states(split)
+    assert pruned == states(default) and pruned != before
+
+    # 3. the purge dies after the agents' delete committed, before the keys are deleted in ours
+    monkeypatch.setattr(
+        prune, "DELETE_PENDING_KEYS", "SELECT 1 / 0 FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
+    )
+    with connect(split) as conn, connect(ours) as mine, pytest.raises(psycopg.errors.DivisionByZero):
+        prune.purge_pending_blobs(conn, 0, mine)
+    monkeypatch.undo()
+    assert pending(ours)  # the keys are still there
+    assert states(split) == pruned  # no blob a kept checkpoint references was deleted
+    with connect(default) as conn, conn.transaction():
+        purged = prune.purge_pending_blobs(conn, 0)
+    assert sum(t.blobs for t in purged) > 0
+    assert counts(split) == counts(default)  # the unreferenced blobs went, as on one database
+    # the next purge repeats a delete that finds nothing, then drops the keys
+    with connect(split) as conn, connect(ours) as mine:
+        assert prune.purge_pending_blobs(conn, 0, mine) == []
+    assert pending(ours) == [] == pending(default)
+    assert states(split) == pruned == states(default)
+    assert counts(split) == counts(default)
+    assert written_there(split) == {}
