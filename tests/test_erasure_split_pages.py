@@ -49,3 +49,27 @@ def test_the_erasure_and_register_pages_erase_and_recheck_in_our_database_apart(
     assert written_there(split_db.dsn) == {}
     with psycopg.connect(split_db.dsn) as conn:  # the agents' copy of the register: empty
         assert conn.execute("SELECT count(*) FROM core_erasure_register").fetchone()[0] == 0
+
+
+def test_the_access_pages_log_views_and_exports_in_our_database_apart(split_db, app_env):
+    """Memory and Access log their views in ours; the access export's register row is written there; the access
+    register page lists both from ours and verifies the two chains there."""
+    from apptools import frame
+
+    from core.privacy import access, data_views
+    from tests.test_access_pages import dashboard
+
+    retail_turns(split_db.dsn)
+    app_env(split_db.dsn)
+    dashboard("app_pages/memory.py", ns=f"clientes.{CUSTOMER}")
+    dashboard("app_pages/access.py", cliente=CUSTOMER)
+    assert data_views.flush(split_db)
+    assert ours_count(split_db, "SELECT count(*) FROM core_data_views WHERE customer_id = %s", (CUSTOMER,)) == 2
+    export = access.export(split_db, CUSTOMER, fmt="json", lang="es", operator="dpo@example.com")
+    assert ours_count(split_db, "SELECT count(*) FROM core_access_register") == 1
+    at = dashboard("app_pages/access_register.py")
+    assert sorted(frame(at, "viewer", "target")["target"]) == [f"art15:{CUSTOMER}", f"clientes.{CUSTOMER}"]
+    at.button(key="access_register.verify_views").click().run()
+    assert any("Cadena íntegra: 2 filas selladas" in s.value for s in at.success), texts(at)
+    assert export.register_id in frame(at, "operator", "sha256")["id"].tolist()
+    assert written_there(split_db.dsn) == {}
