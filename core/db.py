@@ -443,6 +443,12 @@ class _TimedDatabase(Database):
         super().__init__(db.dsn, db.read_dsn if db.read_dsn != db.dsn else None, embedded=db.embedded)
         self.timeout_ms = int(timeout_ms)
 
+    @property
+    def ours(self) -> Database:
+        """The dashboard's own database under the same statement timeout (itself where it is the agents')."""
+        ours = super().ours
+        return self if ours is self else _TimedDatabase(ours, self.timeout_ms)
+
     @contextmanager
     def connection(self, *, read_only: bool = False) -> Iterator[psycopg.Connection[DictRow]]:
         with super().connection(read_only=read_only) as conn:

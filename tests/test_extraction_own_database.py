@@ -519,3 +519,14 @@ def test_an_erasure_apart_removes_the_customers_rows_from_ours_and_the_rollups_f
     assert kept["core_tool_calls"]  # the other customers' rows stay
     assert recount_differences(ours, pruned=True) == {}
     assert written_there(split) == {}
+
+
+def test_a_pages_statement_timeout_holds_on_our_database_too(split_db, db):
+    """ui.common's expensive reads run under a statement timeout: the cluster's readers reach ours through `db.ours`,
+    which keeps it (and is the same database where ours is the agents')."""
+    timed = split_db.with_statement_timeout(1234)
+    with timed.ours.connection() as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone() == {"statement_timeout": "1234ms"}
+        assert conn.info.dbname.endswith("_dashboard")
+    same = db.with_statement_timeout(1234)
+    assert same.ours is same
