@@ -82,7 +82,7 @@ def test_the_sweeps_page_closes_a_run_whose_process_was_killed(db, app_env):
     at.switch_page("app_pages/sweeps.py").run()
     assert not at.exception, at.exception
     log = frame(at, "id", "status", "error")
-    assert log["status"].tolist() == ["Detenido (su proceso terminó antes)"]
+    assert log["status"].tolist() == ["Detenido (su proceso terminó antes: lo que borró no quedó registrado)"]
     assert "its process ended before the run did" in log["error"][0]
     assert db.fetch_one("SELECT status FROM core_sweep_log WHERE id = %s", (dead,))["status"] == "stopped"
 
