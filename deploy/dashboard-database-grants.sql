@@ -16,3 +16,25 @@ GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_prefix_counts, core_root_
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_conversations, core_memory_writes TO agent_memory_capture;
 GRANT EXECUTE ON FUNCTION core_string_leaves(jsonb), core_value_holders_of(text, jsonb), core_metadata_subjects(jsonb)
     TO agent_memory_capture;
+-- The extraction (core/history/tool_calls.py; core/sql/dashboard/010): the sweep job (and a page run by a role that
+-- may) extracts into these, prunes the rows of deleted threads and moves the watermark; the six rollups are kept by
+-- statement triggers with the privileges of the role that writes the base tables, whose functions it must execute.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agent_memory_sweeper') THEN  -- ours on a server of its own
+        CREATE ROLE agent_memory_sweeper LOGIN;
+    END IF;
+END
+$$;
+GRANT CONNECT ON DATABASE agent_memory_dashboard TO agent_memory_sweeper;
+GRANT USAGE ON SCHEMA public TO agent_memory_sweeper;
+GRANT SELECT, INSERT, UPDATE, DELETE ON core_tool_calls, core_thread_days, core_refused_payloads, core_thread_summary,
+    core_message_usage, core_usage_threads, core_usage_days, core_message_no_usage TO agent_memory_sweeper;
+GRANT SELECT, INSERT, UPDATE ON core_extract_watermark TO agent_memory_sweeper;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON core_tool_call_days, core_tool_call_subject_days,
+    core_tool_call_day_pairs, core_tool_call_thread_days, core_thread_last, core_thread_day_pairs TO agent_memory_sweeper;
+GRANT SELECT ON core_checkpoint_shadow, core_capture_position TO agent_memory_sweeper;
+GRANT EXECUTE ON FUNCTION core_tool_call_rollups_apply(core_tool_call_delta[]), core_tool_call_pairs_of(text[], text[],
+    text[]), core_thread_days_apply(text[], date[], text[], date[]), core_preference_rollups_lock(),
+    core_tool_calls_rollup(), core_tool_calls_rollup_truncate(), core_thread_days_rollup(),
+    core_thread_days_rollup_truncate() TO agent_memory_sweeper;

@@ -61,3 +61,4 @@ $$;
 -- read there: run these in that database too (until the grants are split per database), with CONNECT on it:
 --   GRANT USAGE ON SCHEMA public TO agent_memory_exporter;
 --   GRANT SELECT ON core_erasure_register_counts, core_data_view_gaps TO agent_memory_exporter;
+--   GRANT SELECT ON core_thread_summary, core_usage_days TO agent_memory_exporter;  -- the extraction's (010)

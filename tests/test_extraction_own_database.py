@@ -530,3 +530,37 @@ def test_a_pages_statement_timeout_holds_on_our_database_too(split_db, db):
         assert conn.info.dbname.endswith("_dashboard")
     same = db.with_statement_timeout(1234)
     assert same.ours is same
+
+
+@pytest.mark.slow  # real agents write the database; the deployment's roles
+def test_the_sweep_jobs_role_extracts_into_ours_with_the_deployments_grants(layouts):
+    """deploy/sweeper-grants.sql on the agents' database and deploy/dashboard-database-grants.sql on ours: the sweep
+    job's role reads the keys in ours, decodes on the agents' side and writes ours, rollups included."""
+    from tests.conftest import ROOT, grant_our_functions
+
+    default, split, ours = layouts
+    role = "agent_memory_sweeper"
+    with psycopg.connect(split, autocommit=True) as conn:
+        conn.execute((ROOT / "deploy" / "sweeper-grants.sql").read_text())
+    grant_our_functions(split, role)
+    follower = f"capture_{uuid.uuid4().hex[:8]}"  # the file's other role (deploy/capture-grants.sql creates it)
+    grants = (ROOT / "deploy" / "dashboard-database-grants.sql").read_text().replace("agent_memory_capture", follower)
+    with psycopg.connect(ours, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {follower} LOGIN")
+        conn.execute(grants.replace("DATABASE agent_memory_dashboard", f'DATABASE "{dbname(ours)}"'))
+    as_sweeper = {dsn: psycopg.conninfo.make_conninfo(dsn, user=role) for dsn in (split, ours)}
+    catch_up(split)  # the follower's own role keeps the shadow (the sweeper cannot read the slot)
+    use_dashboard_database(split, as_sweeper[ours])  # the sweep job's process: its own credentials for ours
+    sweeper = Database(as_sweeper[split])
+    try:
+        result = tool_calls.sweep_step(sweeper)
+    finally:
+        sweeper.close()
+        sweeper.ours.close()
+        use_dashboard_database(split, ours)
+    assert result.calls > 0 and result.error is None
+    catch_up(default)
+    tool_calls.sweep_step(Database(default))  # the same batches (which metadata a thread-day keeps follows them)
+    assert contents(ours) == contents(default)
+    assert recount_differences(ours) == {}
+    assert written_there(split) == {}
