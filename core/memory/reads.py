@@ -15,7 +15,7 @@ from psycopg.rows import DictRow
 from core.db import Database, one
 from core.ids import NamespaceSearch
 from core.memory import customer_stores
-from core.memory.customer_stores import MINE, MINE_PREFIXES, MINE_PREFIXES_LARGE, PREFIX_IN_SCOPE, ROOT, Scope
+from core.memory.customer_stores import MINE, MINE_PREFIXES, MINE_PREFIXES_LARGE, ROOT, Scope
 from core.memory.store import MAX_DOCS_PER_CUSTOMER, ROOTS
 
 # Totals per root come from `core_root_counts`, documents per namespace from `core_prefix_counts`, the expired
@@ -126,84 +126,51 @@ ITEM_COLUMNS = [
 ]
 
 
-# --- a store manager's reads (issue 39): only the customers of their stores (core.memory.customer_stores.MINE), in
-# SQL. Each reads the scope's namespaces from core_prefix_counts, and the agents' tables only by their own primary
-# keys (store (prefix, key), store_vectors (prefix, key, field_name)) per namespace of the scope, or, for a large scope
-# (customer_stores.LARGE_SCOPE), by hashed joins whose time does not grow with the scope.
-EXPIRED_OF = "(SELECT count(*) FROM store s WHERE s.prefix = p.prefix AND s.expires_at < now())"
-VECTORS_OF = "(SELECT count(*) FROM store_vectors v WHERE v.prefix = p.prefix)"
-EXPIRED_LARGE = "(SELECT count(*) FROM store s WHERE s.expires_at < now() AND s.prefix IN (SELECT prefix FROM p))"
-VECTORS_LARGE = "(SELECT count(*) FROM store_vectors v WHERE v.prefix IN (SELECT prefix FROM p))"
-TOTALS = """
-SELECT coalesce(sum(p.documents), 0)::bigint AS documents, {expired} AS expired, {vectors} AS vectors,
-       count(*) AS namespaces, count(DISTINCT p.cliente_id) AS customers
-FROM mine_prefixes p"""
-BY_ROOT = f"""
-SELECT '{ROOT}' AS root, sum(p.documents)::bigint AS documents, count(*) AS namespaces, {{expired}} AS expired
-FROM mine_prefixes p HAVING count(*) > 0"""
-SELECT_SCOPED_TOP_PREFIXES = f"""
-SELECT p.prefix, '{ROOT}' AS root, p.documents, {EXPIRED_OF} AS expired, p.last_write
-FROM (SELECT * FROM mine_prefixes ORDER BY documents DESC, prefix LIMIT %(limit)s) p
-ORDER BY p.documents DESC, p.prefix"""
-SELECT_SCOPED_OVERSIZED = """
-SELECT split_part(p.prefix, '.', 2) AS cliente_id, p.prefix, p.documents,
-       (SELECT string_agg(s.key, ', ' ORDER BY s.key) FROM store s WHERE s.prefix = p.prefix) AS keys, p.last_write
-FROM mine_prefixes p WHERE p.documents > %(max)s ORDER BY p.documents DESC, p.prefix LIMIT %(limit)s"""
-SCOPED_SQL = {  # read -> (the statement for a scope, the statement for a large scope)
-    "totals": (
-        "WITH "
-        + MINE_PREFIXES
-        + TOTALS.format(
-            expired=f"coalesce(sum({EXPIRED_OF}), 0)::bigint", vectors=f"coalesce(sum({VECTORS_OF}), 0)::bigint"
-        ),
-        "WITH "
-        + MINE_PREFIXES_LARGE
-        + ", p AS (SELECT * FROM mine_prefixes)"
-        + TOTALS.replace("FROM mine_prefixes p", "FROM p").format(expired=EXPIRED_LARGE, vectors=VECTORS_LARGE),
-    ),
-    "by_root": (
-        "WITH " + MINE_PREFIXES + BY_ROOT.format(expired=f"coalesce(sum({EXPIRED_OF}), 0)::bigint"),
-        "WITH "
-        + MINE_PREFIXES_LARGE
-        + ", p AS (SELECT * FROM mine_prefixes)"
-        + BY_ROOT.replace("FROM mine_prefixes p", "FROM p").format(expired=EXPIRED_LARGE),
-    ),
-    "top": (
-        "WITH " + MINE_PREFIXES + SELECT_SCOPED_TOP_PREFIXES,
-        "WITH " + MINE_PREFIXES_LARGE + SELECT_SCOPED_TOP_PREFIXES,
-    ),
-    "oversized": (
-        "WITH " + MINE_PREFIXES + SELECT_SCOPED_OVERSIZED,
-        "WITH " + MINE_PREFIXES_LARGE + SELECT_SCOPED_OVERSIZED,
-    ),
-}
-
-
-def scoped_sql(db: Database, read: str, scope: Scope) -> str:
-    """The statement of a scoped read for this scope's size."""
-    small, large = SCOPED_SQL[read]
-    return large if customer_stores.large_scope(db, scope) else small
-
-
-SELECT_SCOPED_NAMESPACE_EXACT = f"""
-SELECT prefix, count(*) AS documents FROM store
-WHERE prefix = ANY(%(candidates)s) AND split_part(prefix, '.', 1) = '{ROOT}' AND split_part(prefix, '.', 2) IN ({MINE})
-GROUP BY prefix ORDER BY prefix"""
-# Suggestions: the scope's customers whose id starts with the text typed (a range scan of the mapping's
-# (tienda, cliente_id) index per store), with documents.
-SELECT_SCOPED_SUGGESTIONS = f"""
-SELECT c.prefix, c.documents
-FROM ({MINE} AND m.cliente_id >= %(low)s AND m.cliente_id < %(low)s || chr(1114111)
-      AND left(m.cliente_id, length(%(low)s)) = %(low)s) mine
-JOIN core_prefix_counts c ON c.prefix = '{ROOT}.' || mine.cliente_id AND c.documents > 0
-ORDER BY c.prefix LIMIT %(limit)s"""
-SELECT_SCOPED_NAMESPACE_ITEMS = SELECT_NAMESPACE_ITEMS.replace(
-    "FROM (SELECT * FROM store WHERE prefix = %s ORDER BY key LIMIT %s OFFSET %s) s",
-    "FROM (SELECT * FROM store WHERE prefix = %(prefix)s AND "
-    + PREFIX_IN_SCOPE.strip()
-    + " ORDER BY key LIMIT %(limit)s OFFSET %(offset)s) s",
+# --- a store manager's reads (issue 39): only the customers of their stores (core.memory.customer_stores.MINE). Each
+# is up to three queries, never a join across databases (issue 52): the scope's customers where the mapping is kept
+# (`customer_stores.scope_customer_ids`), their namespaces in core_prefix_counts (ours), then the agents' tables only
+# for those namespaces, passed as an array (store (prefix, key) and store_vectors (prefix, key, field_name) by their
+# primary keys). Per-customer lookups of the namespaces for a scope, one hashed join for a large scope
+# (customer_stores.LARGE_SCOPE), whose time does not grow with the scope.
+MINE_IDS = "mine AS MATERIALIZED (SELECT DISTINCT unnest(%(ids)s::text[]) AS cliente_id)"
+SELECT_SCOPE_PREFIXES = tuple(
+    "WITH "
+    + cte.replace(f"mine AS MATERIALIZED ({MINE})", MINE_IDS)
+    + " SELECT prefix, documents, last_write, cliente_id FROM mine_prefixes ORDER BY documents DESC, prefix"
+    for cte in (MINE_PREFIXES, MINE_PREFIXES_LARGE)
 )
-assert SELECT_SCOPED_NAMESPACE_ITEMS != SELECT_NAMESPACE_ITEMS, "the scoped items query must add the scope"
+assert all(MINE_IDS in q for q in SELECT_SCOPE_PREFIXES), "the scope's customers must come as an array"
+SELECT_EXPIRED_AND_VECTORS = """
+SELECT (SELECT count(*) FROM store WHERE prefix = ANY(%(prefixes)s) AND expires_at < now()) AS expired,
+       (SELECT count(*) FROM store_vectors WHERE prefix = ANY(%(prefixes)s)) AS vectors"""
+SELECT_IN_SCOPE = f"SELECT cliente_id FROM ({MINE}) m WHERE cliente_id = ANY(%(ids)s)"
+# Suggestions: the scope's customers whose id starts with the text typed (a range scan of the mapping's
+# (tienda, cliente_id) index per store), a page at a time, then those of them with documents.
+SELECT_SCOPED_IDS_FROM = f"""
+SELECT cliente_id FROM ({MINE}) m
+WHERE cliente_id > %(after)s AND cliente_id < %(low)s || chr(1114111) AND left(cliente_id, length(%(low)s)) = %(low)s
+ORDER BY cliente_id LIMIT %(page)s"""
+SELECT_NAMESPACES_WITH_DOCUMENTS = """
+SELECT prefix, documents FROM core_prefix_counts WHERE prefix = ANY(%s) AND documents > 0 ORDER BY prefix LIMIT %s"""
+
+
+def scope_prefixes(db: Database, scope: Scope) -> list[DictRow]:
+    """The namespaces of the scope's customers that hold documents (`clientes.<id>` and those under it), most
+    documents first: prefix, documents, last_write, cliente_id."""
+    ids = customer_stores.scope_customer_ids(db, scope)
+    if not ids:
+        return []
+    small, large = SELECT_SCOPE_PREFIXES
+    return db.ours.fetch(large if len(ids) > customer_stores.LARGE_SCOPE else small, {"ids": ids})
+
+
+def customers_in_scope(db: Database, scope: Scope, ids: list[str]) -> set[str]:
+    """Those of `ids` that are customers of the scope's stores."""
+    return {r["cliente_id"] for r in db.fetch(SELECT_IN_SCOPE, {**scope.params(), "ids": ids})} if ids else set()
+
+
+def _expired_of(db: Database, prefixes: list[str]) -> dict[str, int]:
+    return {r["prefix"]: r["expired"] for r in db.fetch(SELECT_EXPIRED_OF, (prefixes,))} if prefixes else {}
 
 
 @dataclass(frozen=True)
@@ -220,13 +187,27 @@ def memory_totals(db: Database, scope: Scope | None = None) -> MemoryTotals:
     if scope is None:
         kept = one(db.ours.fetch_one(SELECT_ROOT_TOTALS))
         return MemoryTotals(**kept, expired=sum(expired_counts(db).values()))
-    return MemoryTotals(**one(db.fetch_one(scoped_sql(db, "totals", scope), scope.params())))
+    mine = scope_prefixes(db, scope)
+    prefixes = [r["prefix"] for r in mine]
+    live = one(db.fetch_one(SELECT_EXPIRED_AND_VECTORS, {"prefixes": prefixes}))
+    return MemoryTotals(
+        documents=sum(r["documents"] for r in mine),
+        expired=live["expired"],
+        vectors=live["vectors"],
+        namespaces=len(mine),
+        customers=len({r["cliente_id"] for r in mine}),
+    )
 
 
 def documents_by_root(db: Database, scope: Scope | None = None) -> pd.DataFrame:
     columns = ["root", "documents", "namespaces", "expired"]
     if scope is not None:
-        return pd.DataFrame(db.fetch(scoped_sql(db, "by_root", scope), scope.params()), columns=columns)
+        mine = scope_prefixes(db, scope)
+        if not mine:
+            return pd.DataFrame(columns=columns)
+        live = one(db.fetch_one(SELECT_EXPIRED_AND_VECTORS, {"prefixes": [r["prefix"] for r in mine]}))
+        row = {"root": ROOT, "documents": sum(r["documents"] for r in mine), "namespaces": len(mine)}
+        return pd.DataFrame([{**row, "expired": live["expired"]}], columns=columns)
     rows = db.ours.fetch(SELECT_BY_ROOT)
     expired = expired_counts(db)
     return pd.DataFrame([{**r, "expired": expired.get(r["root"], 0)} for r in rows], columns=columns)
@@ -234,10 +215,11 @@ def documents_by_root(db: Database, scope: Scope | None = None) -> pd.DataFrame:
 
 def top_prefixes(db: Database, limit: int = 20, scope: Scope | None = None) -> pd.DataFrame:
     columns = ["prefix", "root", "documents", "expired", "last_write"]
-    if scope is not None:
-        return pd.DataFrame(db.fetch(scoped_sql(db, "top", scope), {**scope.params(), "limit": limit}), columns=columns)
-    rows = db.ours.fetch(SELECT_TOP_PREFIXES, (limit,))
-    expired = {r["prefix"]: r["expired"] for r in db.fetch(SELECT_EXPIRED_OF, ([r["prefix"] for r in rows],))}
+    if scope is None:
+        rows = db.ours.fetch(SELECT_TOP_PREFIXES, (limit,))
+    else:
+        rows = [{**r, "root": ROOT} for r in scope_prefixes(db, scope)[:limit]]
+    expired = _expired_of(db, [r["prefix"] for r in rows])
     return pd.DataFrame([{**r, "expired": expired.get(r["prefix"], 0)} for r in rows], columns=columns)
 
 
@@ -245,11 +227,11 @@ def oversized_customers(db: Database, limit: int = 200, scope: Scope | None = No
     """Customers whose namespace holds more documents than the closed schema allows."""
     if scope is None:
         rows = db.ours.fetch(SELECT_OVERSIZED, (MAX_DOCS_PER_CUSTOMER, limit))
-        keys = {r["prefix"]: r["keys"] for r in db.fetch(SELECT_KEYS_OF, ([r["prefix"] for r in rows],))}
-        rows = [{**r, "keys": keys.get(r["prefix"])} for r in rows]
     else:
-        params = {**scope.params(), "max": MAX_DOCS_PER_CUSTOMER, "limit": limit}
-        rows = db.fetch(scoped_sql(db, "oversized", scope), params)
+        rows = [r for r in scope_prefixes(db, scope) if r["documents"] > MAX_DOCS_PER_CUSTOMER][:limit]
+        rows = [{**r, "cliente_id": r["prefix"].split(".")[1]} for r in rows]
+    keys = {r["prefix"]: r["keys"] for r in db.fetch(SELECT_KEYS_OF, ([r["prefix"] for r in rows],))} if rows else {}
+    rows = [{**r, "keys": keys.get(r["prefix"])} for r in rows]
     return pd.DataFrame(rows, columns=["cliente_id", "prefix", "documents", "keys", "last_write"])
 
 
@@ -267,8 +249,9 @@ def find_namespaces(db: Database, text: str, scope: Scope | None = None) -> pd.D
     """
     candidates = _candidates(NamespaceSearch.parse(text))
     if scope is not None:
-        rows = db.fetch(SELECT_SCOPED_NAMESPACE_EXACT, {**scope.params(), "candidates": candidates})
-        return pd.DataFrame(rows, columns=["prefix", "documents"])
+        ids = [c.split(".")[1] for c in candidates if c.split(".")[0] == ROOT and c.count(".") >= 1]
+        mine = customers_in_scope(db, scope, ids)
+        candidates = [c for c in candidates if c.split(".")[0] == ROOT and c.split(".")[1] in mine]
     return pd.DataFrame(db.fetch(SELECT_NAMESPACE_EXACT, (candidates,)), columns=["prefix", "documents"])
 
 
@@ -291,12 +274,28 @@ def suggest_namespaces(db: Database, text: str, limit: int = 10, scope: Scope | 
         low = text if "." not in text else text.removeprefix(f"{ROOT}.") if text.startswith(f"{ROOT}.") else None
         if not low or "." in low:
             return pd.DataFrame(columns=["prefix", "documents"])
-        rows = db.fetch(SELECT_SCOPED_SUGGESTIONS, {**scope.params(), "low": low, "limit": limit})
-        return pd.DataFrame(rows, columns=["prefix", "documents"])
+        return pd.DataFrame(_scoped_suggestions(db, scope, low, limit), columns=["prefix", "documents"])
     candidates = _candidates(text)
     starts = [c.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for c in candidates]
     rows = db.ours.fetch(SELECT_NAMESPACE_SUGGESTIONS, {"candidates": candidates, "starts": starts, "limit": limit})
     return pd.DataFrame(rows, columns=["prefix", "documents"])
+
+
+def _scoped_suggestions(db: Database, scope: Scope, low: str, limit: int) -> list[DictRow]:
+    """The scope's customers whose id starts with `low` and whose namespace holds documents, `limit` in id order: a
+    page of the scope's matching ids at a time from the mapping, those with documents among them from ours."""
+    found: list[DictRow] = []
+    after = ""
+    while len(found) < limit:
+        page = [
+            r["cliente_id"]
+            for r in db.fetch(SELECT_SCOPED_IDS_FROM, {**scope.params(), "low": low, "after": after, "page": limit * 4})
+        ]
+        if not page:
+            break
+        found += db.ours.fetch(SELECT_NAMESPACES_WITH_DOCUMENTS, ([f"{ROOT}.{i}" for i in page], limit - len(found)))
+        after = page[-1]
+    return found
 
 
 def namespace_items(
@@ -306,5 +305,7 @@ def namespace_items(
     nothing unless the namespace is one of the scope's customers'."""
     if scope is None:
         return pd.DataFrame(db.fetch(SELECT_NAMESPACE_ITEMS, (prefix, limit, offset)), columns=ITEM_COLUMNS)
-    params = {**scope.params(), "prefix": prefix, "limit": limit, "offset": offset}
-    return pd.DataFrame(db.fetch(SELECT_SCOPED_NAMESPACE_ITEMS, params), columns=ITEM_COLUMNS)
+    root, _, rest = prefix.partition(".")
+    if root != ROOT or not customers_in_scope(db, scope, [rest.split(".")[0]]):
+        return pd.DataFrame(columns=ITEM_COLUMNS)
+    return pd.DataFrame(db.fetch(SELECT_NAMESPACE_ITEMS, (prefix, limit, offset)), columns=ITEM_COLUMNS)

@@ -17,9 +17,9 @@ from langchain_core.embeddings import Embeddings
 
 from core.config import Settings
 from core.db import Database
-from core.memory import customer_stores
-from core.memory.customer_stores import MINE_PREFIXES, MINE_PREFIXES_LARGE, ROOT, Scope
+from core.memory.customer_stores import ROOT, Scope
 from core.memory.embeddings import make_embeddings
+from core.memory.reads import scope_prefixes
 from core.memory.store import ROOTS, InvalidIdentifier
 
 MAX_QUERY_LENGTH = 1000
@@ -57,10 +57,10 @@ LIMIT %(k)s"""
 # A store manager's search (issue 39): exact nearest neighbours among the vectors of the customers of their stores
 # (each namespace's vectors by store_vectors' primary key), never the whole index then a filter: an HNSW scan filtered
 # to one store in a hundred would stop before finding k of them.
-SCOPED_NEAREST = r""",
-nearest AS MATERIALIZED (
+SELECT_SCOPED_NEAREST = r"""
+WITH nearest AS MATERIALIZED (
     SELECT DISTINCT ON (sv.prefix, sv.key) sv.prefix, sv.key, sv.embedding <=> %(q)s::vector AS distance
-    FROM mine_prefixes p JOIN store_vectors sv ON sv.prefix = p.prefix
+    FROM unnest(%(prefixes)s::text[]) AS p(prefix) JOIN store_vectors sv ON sv.prefix = p.prefix
     ORDER BY sv.prefix, sv.key, sv.embedding <=> %(q)s::vector)
 SELECT v.prefix, v.key, split_part(v.prefix, '.', 2) AS holder,
        coalesce(s.value ->> 'tipo', CASE WHEN v.key LIKE 'pref-%%' THEN substr(v.key, 6) END) AS tipo,
@@ -74,8 +74,6 @@ CROSS JOIN LATERAL (
     WHERE st.prefix = v.prefix AND st.key = v.key AND (st.expires_at IS NULL OR st.expires_at > now()) LIMIT 1) s
 ORDER BY v.distance, v.prefix, v.key
 LIMIT %(k)s"""
-SELECT_SCOPED_NEAREST = "WITH " + MINE_PREFIXES + SCOPED_NEAREST
-SELECT_SCOPED_NEAREST_LARGE = "WITH " + MINE_PREFIXES_LARGE + SCOPED_NEAREST  # customer_stores.LARGE_SCOPE
 COLUMNS = ["prefix", "key", "holder", "tipo", "valor", "texto", "expires_at", "similarity"]
 
 
@@ -156,16 +154,15 @@ def search(
         # similarity = 1 - distance, so "at least this similar" is "at most this far" (the index's own measure)
         "max_distance": 1.0 - settings.semantic_min_similarity,
     }
-    scoped = None
-    if scope is not None:
-        scoped = SELECT_SCOPED_NEAREST_LARGE if customer_stores.large_scope(db, scope) else SELECT_SCOPED_NEAREST
+    # a manager's: the scope's namespaces first, from where they are kept (issue 52), then their vectors here
+    prefixes = None if scope is None else [r["prefix"] for r in scope_prefixes(db, scope)]
     with db.connection(read_only=True) as conn, conn.transaction():
         conn.execute("SET TRANSACTION READ ONLY")
-        if scope is None or scoped is None:
+        if prefixes is None:
             conn.execute(SET_SCAN, params)
             rows = conn.execute(SELECT_NEAREST, params).fetchall()
         else:
-            rows = conn.execute(scoped, {**params, **scope.params()}).fetchall()
+            rows = conn.execute(SELECT_SCOPED_NEAREST, {**params, "prefixes": prefixes}).fetchall()
     frame = pd.DataFrame(rows, columns=[*COLUMNS[:-1], "distance"])
     frame["similarity"] = (1.0 - frame["distance"].astype(float)).round(3)
     return frame[COLUMNS]
