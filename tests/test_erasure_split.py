@@ -19,7 +19,7 @@ from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
 from core.capture.follower import catch_up, drop_slot
-from core.db import Database, forget_dashboard_database, use_dashboard_database
+from core.db import Database, forget_dashboard_database, reset_pool, use_dashboard_database
 from core.migrate import migrate_dashboard
 from core.privacy import access, chain, data_views, erasure, erasure_register, evidence, physical
 from core.privacy.erasure import ERASURE_LOCK_NS, ErasureError
@@ -40,6 +40,9 @@ E_TABLES = (
     "core_erasure_physical",
     "core_erasure_needles",
 )
+OTHER_SESSIONS = """
+SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND backend_type = 'client backend'"""
 SELECT_TOUCHED = """
 SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS written, n_live_tup
 FROM pg_stat_user_tables WHERE relname = ANY(%s) ORDER BY relname"""
@@ -56,13 +59,19 @@ TURNS = (
 
 def written_there(dsn: str, tables: tuple[str, ...] = E_TABLES) -> dict[str, int]:
     """Rows inserted, updated or deleted in `tables` of `dsn` since the database was made, with the rows they hold
-    (statistics flushed first)."""
+    now. The statistics are flushed first: this process's pooled sessions on `dsn` are closed (a backend flushes its
+    counts when it exits, otherwise at most once a second) and awaited gone, then a new session forces its own."""
+    reset_pool(dsn)
+    deadline = time.monotonic() + 10
     with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline and conn.execute(OTHER_SESSIONS).fetchone()[0]:
+            time.sleep(0.1)
         conn.execute("SELECT pg_stat_force_next_flush()")
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(SELECT_TOUCHED, (list(tables),)).fetchall()
+        held = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}  # noqa: S608 - ours
     assert len(rows) == len(tables), rows
-    return {name: written + live for name, written, live in rows if written + live}
+    return {name: written + live + held[name] for name, written, live in rows if written + live + held[name]}
 
 
 def retail_turns(dsn: str, turns=TURNS) -> None:
@@ -318,6 +327,33 @@ def test_a_failure_midway_is_recorded_in_ours_and_resumed_and_data_back_is_erase
     assert again.status == "complete", again.report
     assert erasure_register.recheck(split_db, again.request_id).clean
     assert chain.verify(split_db, "erasure").ok
+    assert written_there(split_db.dsn) == {}
+
+
+def test_the_exporter_reads_the_registers_counts_and_the_views_gaps_in_ours(split_db):
+    """The exporter's erasure gauges (core_erasure_register_counts) and lost views (core_data_view_gaps) come from
+    ours: a failed erasure and views that did not fit the queue, counted by the real code paths."""
+    from psycopg.rows import dict_row
+
+    from core.operations.exporter import database_metrics
+
+    retail_turns(split_db.dsn)
+
+    def fail(p: erasure.Progress) -> None:
+        if p.step == "threads":
+            raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError):
+        erasure.erase(split_db, CUSTOMER, operator="dpo@example.com", progress=fail)
+    queue = data_views.ViewQueue(split_db, capacity=1)
+    view = data_views.View("dpo@example.com", "dpo", "namespace", "clientes.C1", "C1")
+    assert queue.put([view, view, view]) == 2  # two lost: recorded as a gap with the next write
+    assert queue.flush(10)
+    queue.close()
+    with psycopg.connect(split_db.dsn, row_factory=dict_row) as conn:
+        samples = {s.name: s.value for m in database_metrics(conn) for s in m.samples if not s.labels}
+    assert samples["agent_memory_erasure_requests_incomplete"] == 1
+    assert samples["agent_memory_data_views_unrecorded"] == 2
     assert written_there(split_db.dsn) == {}
 
 
