@@ -10,14 +10,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pandas as pd
+import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from core.capture.follower import catch_up
 from core.history import views
 from core.memory import reads
 from core.memory.store import MAX_DOCS_PER_CUSTOMER
-from core.operations import sweep_reads
-from tests.capture_writes import article_turns, graph_turns, our_agent_turns, store_writes
+from core.operations import exporter, sweep_reads
+from tests.capture_writes import article_turns, graph_turns, our_agent_turns, store_writes, vector_store
 from tests.test_own_database import FOLLOWER_TABLES, written_there
 from tests.test_root_counts import LIVE_BY_ROOT, LIVE_TOTALS
 
@@ -40,6 +42,10 @@ def test_every_read_of_the_follower_counts_equals_the_live_counts_with_our_datab
     graph_turns(db.dsn, 7, 6)
     our_agent_turns(db.dsn, 7, 2)
     article_turns(db.dsn, 7, 2)
+    conn, store = vector_store(db.dsn)  # one customer over the closed schema, through the stock store
+    with conn:
+        for i in range(MAX_DOCS_PER_CUSTOMER + 2):
+            store.put(("clientes", "C99"), f"nota-{i}", {"texto": f"nota {i}"}, index=False)
     # expiries on past days, earlier today, later today and coming days (the clock cannot be moved), as written
     # by the agents' store: test_root_counts does the same
     db.execute(SPREAD, {"now": datetime.now(UTC)})
@@ -60,16 +66,19 @@ def test_every_read_of_the_follower_counts_equals_the_live_counts_with_our_datab
     assert len(top) == 5
     for row in top.itertuples():
         assert row.documents == db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix = %s", (row.prefix,))["n"]
-        assert row.expired == db.fetch_one(
-            "SELECT count(*) AS n FROM store WHERE prefix = %s AND expires_at < now()", (row.prefix,)
-        )["n"]
+        assert (
+            row.expired
+            == db.fetch_one("SELECT count(*) AS n FROM store WHERE prefix = %s AND expires_at < now()", (row.prefix,))[
+                "n"
+            ]
+        )
     over = reads.oversized_customers(db)
     live_over = db.fetch(
         "SELECT prefix, string_agg(key, ', ' ORDER BY key) AS keys FROM store WHERE prefix LIKE 'clientes.%%'"
         " GROUP BY prefix HAVING count(*) > %s ORDER BY count(*) DESC, prefix",
         (MAX_DOCS_PER_CUSTOMER,),
     )
-    assert list(over["prefix"]) == [r["prefix"] for r in live_over]
+    assert live_over and list(over["prefix"]) == [r["prefix"] for r in live_over]
     assert list(over["keys"]) == [r["keys"] for r in live_over]
     some = top["prefix"].iloc[0]
     assert some in set(reads.suggest_namespaces(db, some[:-1])["prefix"])
@@ -78,6 +87,13 @@ def test_every_read_of_the_follower_counts_equals_the_live_counts_with_our_datab
     assert {r: int(n) for r, n in forecast.items() if n} == {
         r["root"]: r["documents"] for r in db.fetch(LIVE_FORECAST_TOTAL)
     }
+
+    with psycopg.connect(db.dsn, row_factory=dict_row) as conn:  # the exporter's gauges read the same two ways
+        gauges = {m.name: m for m in exporter.database_metrics(conn)}
+    shown = {s.labels["root"]: s.value for s in gauges[exporter.PREFIX + "store_expired_documents"].samples if s.value}
+    assert shown == {r["root"]: r["expired"] for r in db.fetch(LIVE_BY_ROOT) if r["expired"]}
+    over = gauges[exporter.PREFIX + "customers_over_schema"].samples[0].value
+    assert over == len(live_over)
 
     recent = views.recent_threads(db, limit=5)
     assert list(recent["thread_id"]) == [r["thread_id"] for r in db.fetch(LIVE_RECENT, (5,))]

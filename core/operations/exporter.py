@@ -262,7 +262,9 @@ def database_metrics(
         "customers_over_schema",
         f"Customers with more than {MAX_DOCS_PER_CUSTOMER} documents (the closed preference schema was opened).",
     )
-    over.add_metric([], float(one(conn.execute(SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone())["customers"]))
+    with ours_db.connect(conn) as mine:  # core_prefix_counts: the change follower's, in our database (issue 52)
+        over_schema = one(mine.execute(SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone())["customers"]
+    over.add_metric([], float(over_schema))
     out.append(over)
 
     unrecorded = _gauge(
