@@ -38,3 +38,15 @@ GRANT EXECUTE ON FUNCTION core_tool_call_rollups_apply(core_tool_call_delta[]), 
     text[]), core_thread_days_apply(text[], date[], text[], date[]), core_preference_rollups_lock(),
     core_tool_calls_rollup(), core_tool_calls_rollup_truncate(), core_thread_days_rollup(),
     core_thread_days_rollup_truncate() TO agent_memory_sweeper;
+-- The sweep's own log, its storage figures and the prune's pending blob keys (core/sql/dashboard/020, clusters D and
+-- F): the run's row and its details, the storage refresh (DELETE also allows the refresh's LOCK TABLE ... IN EXCLUSIVE
+-- MODE), the attribution coverage, which reads the follower's `hilo` links, the mirror of core_conversations and the
+-- threads the erasure register names.
+GRANT SELECT, INSERT, UPDATE ON core_sweep_log TO agent_memory_sweeper;
+GRANT USAGE ON SEQUENCE core_sweep_log_id_seq TO agent_memory_sweeper;
+GRANT SELECT, INSERT ON core_sweep_documents, core_prune_threads TO agent_memory_sweeper;
+GRANT SELECT, INSERT, DELETE ON core_prune_pending_blobs TO agent_memory_sweeper;
+GRANT SELECT, INSERT, DELETE ON core_thread_storage, core_channel_storage, core_thread_growth, core_thread_orphans
+    TO agent_memory_sweeper;
+GRANT SELECT, INSERT, UPDATE ON core_thread_storage_refresh, core_coverage_snapshot TO agent_memory_sweeper;
+GRANT SELECT ON core_store_shadow, core_conversations, core_erasure_register TO agent_memory_sweeper;

@@ -62,3 +62,4 @@ $$;
 --   GRANT USAGE ON SCHEMA public TO agent_memory_exporter;
 --   GRANT SELECT ON core_erasure_register_counts, core_data_view_gaps TO agent_memory_exporter;
 --   GRANT SELECT ON core_thread_summary, core_usage_days TO agent_memory_exporter;  -- the extraction's (010)
+--   GRANT SELECT ON core_sweep_log TO agent_memory_exporter;  -- the sweep's log (020)

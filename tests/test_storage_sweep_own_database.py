@@ -402,3 +402,49 @@ def test_the_upgrade_in_place_moves_the_sweep_log_and_storage_with_their_ids_and
         forget_dashboard_database(agents)
         with contextlib.suppress(psycopg.Error):
             drop_slot(agents)
+
+
+MY_STEPS = ("ttl sweep", "retention", "prune", "thread storage", "attribution coverage")
+
+
+@pytest.mark.slow  # real agents write the database; the deployment's roles
+def test_the_sweep_jobs_role_logs_refreshes_and_prunes_into_ours_with_the_deployments_grants(layouts):
+    """deploy/sweeper-grants.sql on the agents' database and deploy/dashboard-database-grants.sql on ours: the sweep
+    job's role takes its lock and writes its log in ours, prunes on the agents' side with the blob keys in ours, and
+    refreshes the storage figures and the coverage in ours: the same rows as one database's sweep."""
+    from tests.conftest import ROOT, grant_our_functions
+
+    default, split, ours = layouts
+    role = "agent_memory_sweeper"
+    with psycopg.connect(split, autocommit=True) as conn:
+        conn.execute((ROOT / "deploy" / "sweeper-grants.sql").read_text())
+    grant_our_functions(split, role)
+    follower = f"capture_{uuid.uuid4().hex[:8]}"  # the file's other role (deploy/capture-grants.sql creates it)
+    grants = (ROOT / "deploy" / "dashboard-database-grants.sql").read_text().replace("agent_memory_capture", follower)
+    with psycopg.connect(ours, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {follower} LOGIN")
+        conn.execute(grants.replace("DATABASE agent_memory_dashboard", f'DATABASE "{dbname(ours)}"'))
+    as_sweeper = {dsn: psycopg.conninfo.make_conninfo(dsn, user=role) for dsn in (split, ours)}
+    for dsn in (split, default):
+        catch_up(dsn)  # the follower's own role keeps the shadow (the sweeper cannot read the slot)
+    policy = prune.PrunePolicy(keep_latest=1)
+    use_dashboard_database(split, as_sweeper[ours])  # the sweep job's process: its own credentials for ours
+    sweeper = Database(as_sweeper[split])
+    try:
+        result = sweep.run_sweep(sweeper, trigger="scheduled", prune=policy)
+    finally:
+        sweeper.close()
+        sweeper.ours.close()
+        use_dashboard_database(split, ours)
+    failed = [e.split(":")[0] for e in (result.error or "").split("; ") if e]
+    assert not set(failed) & set(MY_STEPS), result.error
+    assert result.prune is not None and result.prune.checkpoints > 0 and result.documents_deleted > 0
+    one_db = sweep.run_sweep(Database(default), trigger="scheduled", prune=policy)
+    assert one_db.status == "ok", one_db.error
+    assert written_there(split) == {}
+    kept, theirs = contents(ours, D_TABLES + F_TABLES[1:]), contents(default, D_TABLES + F_TABLES[1:])
+    assert kept == theirs and all(kept.values())
+    with psycopg.connect(ours, row_factory=dict_row) as conn:
+        (run,) = conn.execute("SELECT id, status, documents_deleted, prune_checkpoints FROM core_sweep_log").fetchall()
+    assert run["id"] == result.run_id and run["documents_deleted"] == one_db.documents_deleted
+    assert run["prune_checkpoints"] == one_db.prune.checkpoints  # type: ignore[union-attr]
