@@ -33,6 +33,7 @@ from core.db import Database, one
 from core.memory import customer_stores
 from core.memory.customer_stores import MINE_PREFIXES, MINE_PREFIXES_LARGE, Scope
 from core.memory.history import WRITING_TOOLS
+from core.memory.reads import scope_prefixes
 
 FLAGS = ("expiring", "flapping", "contradiction", "provenance_gone")
 FLAPPING_WINDOW = timedelta(days=7)
@@ -214,6 +215,74 @@ def _statement(scoped: bool, large: bool = False) -> str:
 
 
 STATEMENTS = {"all": _statement(False), "scoped": _statement(True), "scoped_large": _statement(True, large=True)}
+
+# --- the dashboard's database apart (issue 52): the tool calls, their rollups, the mirrors of our logs and the shadow
+# of the checkpoints' keys are in ours, the documents in the agents' `store`, the customers' stores where the mapping
+# is kept. The visible documents in question (every customer's, or the scope's namespaces') and the mapping's rows are
+# streamed into temporary tables of ours (never one in the agents' database), and the same statement runs there, the
+# checkpoints' keys read from the follower's shadow (the same keys, kept exactly).
+DOCS_OF = {
+    "all": f"SELECT s.prefix, s.key, split_part(s.prefix, '.', 2) AS cliente_id, {DOC_COLUMNS} FROM store s"
+    " WHERE s.prefix LIKE 'clientes.%' AND (s.expires_at IS NULL OR s.expires_at > now())",
+    "scoped": f"SELECT s.prefix, s.key, split_part(s.prefix, '.', 2) AS cliente_id, {DOC_COLUMNS}"
+    " FROM unnest({prefixes}::text[]) AS p(prefix) JOIN store s ON s.prefix = p.prefix"
+    " WHERE s.expires_at IS NULL OR s.expires_at > now()",
+}
+MAPPING_OF = {
+    "all": "SELECT DISTINCT cliente_id, tienda, true AS effective FROM core_customer_stores WHERE effective",
+    "scoped": "SELECT DISTINCT cliente_id, tienda, true AS effective FROM core_customer_stores"
+    " WHERE effective AND tienda = ANY({stores}::text[])",
+}
+CREATE_TEMPS = (
+    "CREATE TEMP TABLE flag_docs (prefix text, key text, cliente_id text, tipo text, valor text, hilo text,"
+    " expires_at timestamptz) ON COMMIT DROP",
+    "CREATE TEMP TABLE flag_stores (cliente_id text, tienda text, effective boolean) ON COMMIT DROP",
+)
+SCOPE_IN_OURS = (
+    "mine AS MATERIALIZED (SELECT DISTINCT unnest(%(ids)s::text[]) AS cliente_id), "
+    "mine_prefixes AS MATERIALIZED (SELECT DISTINCT unnest(%(prefixes)s::text[]) AS prefix)"
+)
+
+
+def _statement_apart(scoped: bool) -> str:
+    body = _statement(scoped).removeprefix("WITH ")
+    docs = (MINE_PREFIXES + DOCS_SCOPED.format(columns=DOC_COLUMNS)) if scoped else DOCS_ALL.format(columns=DOC_COLUMNS)
+    assert body.startswith(docs), "the documents' CTE must come first"
+    head = (SCOPE_IN_OURS + ", " if scoped else "") + "docs AS MATERIALIZED (SELECT * FROM flag_docs)"
+    apart = "WITH " + head + body[len(docs) :]
+    apart = apart.replace("FROM checkpoints c", "FROM core_checkpoint_shadow c")
+    apart = apart.replace("FROM core_customer_stores m", "FROM flag_stores m")
+    assert "store s" not in apart and "checkpoints c " not in apart and "core_customer_stores" not in apart
+    return apart
+
+
+STATEMENTS_APART = {"all": _statement_apart(False), "scoped": _statement_apart(True)}
+
+
+def _apart(db: Database, params: dict[str, Any], scope: Scope | None) -> Any:
+    """memory_flags' figures with the dashboard's database apart: the documents and the mapping streamed into ours,
+    the statement run there."""
+    from psycopg import sql
+
+    kind = "all" if scope is None else "scoped"
+    if scope is not None:
+        mine = scope_prefixes(db, scope)
+        params |= {"ids": sorted({r["cliente_id"] for r in mine}), "prefixes": [r["prefix"] for r in mine]}
+    docs = sql.SQL(DOCS_OF[kind]).format(prefixes=sql.Literal(params.get("prefixes", [])))
+    mapping = sql.SQL(MAPPING_OF[kind]).format(stores=sql.Literal(params.get("stores", [])))
+    with db.ours.connection() as ours, ours.transaction(), db.connection(read_only=True) as agents:
+        for statement in CREATE_TEMPS:
+            ours.execute(statement)
+        for source, target in ((docs, "flag_docs"), (mapping, "flag_stores")):
+            out = sql.SQL("COPY ({}) TO STDOUT (FORMAT binary)").format(source)
+            into = sql.SQL("COPY {} FROM STDIN (FORMAT binary)").format(sql.Identifier(target))
+            with agents.cursor().copy(out) as reader, ours.cursor().copy(into) as writer:
+                for chunk in reader:
+                    writer.write(chunk)
+        ours.execute("ANALYZE flag_docs")
+        return one(ours.execute(STATEMENTS_APART[kind], params).fetchone())
+
+
 COUNT_COLUMNS = ["flag", "tienda", "documents", "customers"]
 ROW_COLUMNS = [
     "flag",
@@ -268,8 +337,11 @@ def memory_flags(
     }
     if scope is not None:
         params |= scope.params()
-    kind = "all" if scope is None else "scoped_large" if customer_stores.large_scope(db, scope) else "scoped"
-    found = one(db.fetch_one(STATEMENTS[kind], params))
+    if db.ours is not db:
+        found = _apart(db, params, scope)
+    else:
+        kind = "all" if scope is None else "scoped_large" if customer_stores.large_scope(db, scope) else "scoped"
+        found = one(db.fetch_one(STATEMENTS[kind], params))
     counts = pd.DataFrame(found["counts"], columns=COUNT_COLUMNS)
     listed = pd.DataFrame(found["rows"], columns=ROW_COLUMNS)
     for column in ("expires_at", "last_used"):
