@@ -448,3 +448,40 @@ def test_the_sweep_jobs_role_logs_refreshes_and_prunes_into_ours_with_the_deploy
         (run,) = conn.execute("SELECT id, status, documents_deleted, prune_checkpoints FROM core_sweep_log").fetchall()
     assert run["id"] == result.run_id and run["documents_deleted"] == one_db.documents_deleted
     assert run["prune_checkpoints"] == one_db.prune.checkpoints  # type: ignore[union-attr]
+
+
+@pytest.mark.slow  # real agents write the database; a sweep and an erasure on two layouts
+def test_an_erasure_apart_clears_the_customers_rows_of_the_two_clusters_in_ours_as_on_one_database(layouts):
+    """After a sweep (storage figures per thread, the pruned threads, the sweep log's thread sample), the erasure finds
+    the customer's rows of the two clusters in ours (evidence.own_targets on both databases) and leaves none, with
+    the same counts as on one database."""
+    from core.privacy import erasure
+
+    default, split, ours = layouts
+    customer = "C1"  # our retail agent's customer (tests/capture_writes.py our_agent_turns)
+    with psycopg.connect(split) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE metadata ->> 'cliente_id' = %s", (customer,)
+        ).fetchone()[0]
+    results = {}
+    for name, dsn in (("s", split), ("d", default)):
+        catch_up(dsn)
+        db = Database(dsn)
+        assert sweep.run_sweep(db, trigger="manual", prune=prune.PrunePolicy(keep_latest=1)).status == "ok"
+        results[name] = erasure.erase(db, customer, operator="dpo@example.com")
+    kept, one_db = results["s"], results["d"]
+    # the same outcome on both (other customers' threads that mention the same store wait for a decision: the
+    # scripted texts are shared; the customer's own threads are erased)
+    assert (kept.status, kept.report) == (one_db.status, one_db.report)
+    named = [t for t in TABLES if one_db.counts_before.get(t)]
+    assert "core_thread_storage" in named, sorted(
+        one_db.counts_before
+    )  # the figures of the customer's threads, kept per thread
+    for table in named:
+        assert kept.counts_before[table] == one_db.counts_before[table], table
+        assert kept.counts_before.get(f"agents:{table}", 0) == 0, table  # found in ours, nothing left in theirs
+        assert kept.counts_after[table] == 0, table
+    assert written_there(split) == {}
+    with psycopg.connect(ours) as conn:
+        left = conn.execute("SELECT count(*) FROM core_thread_storage WHERE cliente_id = %s", (customer,)).fetchone()
+    assert left == (0,)
