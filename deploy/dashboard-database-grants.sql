@@ -50,3 +50,9 @@ GRANT SELECT, INSERT, DELETE ON core_thread_storage, core_channel_storage, core_
     TO agent_memory_sweeper;
 GRANT SELECT, INSERT, UPDATE ON core_thread_storage_refresh, core_coverage_snapshot TO agent_memory_sweeper;
 GRANT SELECT ON core_store_shadow, core_conversations, core_erasure_register TO agent_memory_sweeper;
+-- Which store each customer belongs to (core/memory/customer_stores.py; core/sql/dashboard/011): the sweep job
+-- refreshes the mapping here from what it reads on the agents' side (the metadata source's `hilo` and conversation
+-- lookups in the shadow and the mirror of the conversation log, here too).
+GRANT SELECT, INSERT, UPDATE, DELETE ON core_customer_stores, core_customer_store_sources TO agent_memory_sweeper;
+GRANT SELECT, INSERT, UPDATE ON core_customer_store_refresh TO agent_memory_sweeper;
+GRANT SELECT ON core_store_shadow, core_conversations, core_prefix_counts TO agent_memory_sweeper;

@@ -115,13 +115,13 @@ def dbname(dsn: str) -> str:
     return str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
 
 
-def written_there(dsn: str) -> dict[str, int]:
+def written_there(dsn: str, tables: tuple[str, ...] = C_TABLES) -> dict[str, int]:
     """Rows inserted, updated or deleted in the cluster's tables of `dsn` since it was made, plus those it holds."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_force_next_flush()")
     with psycopg.connect(dsn) as conn:  # a new session: the statistics as flushed
-        rows = conn.execute(SELECT_TOUCHED, (list(C_TABLES),)).fetchall()
-    assert len(rows) == len(C_TABLES), rows
+        rows = conn.execute(SELECT_TOUCHED, (list(tables),)).fetchall()
+    assert len(rows) == len(tables), rows
     return {name: written + live for name, written, live in rows if written + live}
 
 
@@ -564,3 +564,46 @@ def test_the_sweep_jobs_role_extracts_into_ours_with_the_deployments_grants(layo
     assert contents(ours) == contents(default)
     assert recount_differences(ours) == {}
     assert written_there(split) == {}
+
+
+# Cluster G (core/sql/dashboard/011): the store mapping.
+G_TABLES = ("core_customer_stores", "core_customer_store_sources", "core_customer_store_refresh")
+SELECT_MAPPING = "SELECT source, cliente_id, tienda, rank, effective FROM core_customer_stores ORDER BY 1, 2, 3"
+
+
+@pytest.mark.slow  # real agents write the database
+def test_the_store_mapping_apart_is_refreshed_in_ours_from_the_agents_rows(layouts):
+    """customer_stores.refresh with our database apart: each source read on the agents' side (checkpoint metadata, the
+    customers' documents), the mapping, its sources' status and its totals written in ours, equal to one database's;
+    the agents' database receives nothing of it, and a manager's scope is read there."""
+    default, split, ours = layouts
+    extract_both(default, split)  # the refresh's totals count the customers the extraction read too
+    results, mappings = {}, {}
+    for name, dsn in (("split", split), ("default", default)):
+        results[name] = customer_stores.refresh(Database(dsn), settings_for(dsn))
+        with psycopg.connect(ours if name == "split" else dsn) as conn:
+            mappings[name] = conn.execute(SELECT_MAPPING).fetchall()
+    split_result, default_result = results["split"], results["default"]
+    assert not split_result.errors
+    assert (split_result.customers, split_result.with_store, split_result.without_store) == (
+        default_result.customers,
+        default_result.with_store,
+        default_result.without_store,
+    )
+    assert [(s.source, s.customers, s.pairs, s.error) for s in split_result.sources] == [
+        (s.source, s.customers, s.pairs, s.error) for s in default_result.sources
+    ]
+    assert mappings["split"] == mappings["default"]
+    assert set(STORES.items()) <= {(c, t) for _, c, t, _, effective in mappings["split"] if effective}
+    assert written_there(split, G_TABLES) == {}
+    names = StoreSources.from_settings(settings_for(split)).names()
+    status = customer_stores.mapping_status(Database(split), names)
+    assert status.refreshed_at is not None and status.usable and status.customers == split_result.customers
+    scope = StoreSources.from_settings(settings_for(split)).scope(["T001"])
+    of_t001 = sorted({c for _, c, t, _, effective in mappings["default"] if effective and t == "T001"})
+    assert {"C1", "C2"} <= set(of_t001) and "C3" not in of_t001
+    assert customer_stores.scope_customer_ids(Database(split), scope) == of_t001
+    assert customer_stores.scope_customers(Database(split), scope) == len(of_t001)
+    found = memory_history.customer_history(Database(split), "C3", scope=scope)
+    assert found is None  # another store's customer
+    assert memory_history.customer_history(Database(split), "C1", scope=scope) is not None

@@ -415,7 +415,7 @@ def answers_using(db: Database, prefix: str, key: str, scope: Scope | None = Non
     if scope is not None:
         if root != ROOT:
             return pd.DataFrame(columns=USES_COLUMNS)
-        if not one(db.fetch_one(SELECT_SUBJECT_IN_SCOPE, {"subject": subject, **scope.params()}))["mine"]:
+        if not one(db.ours.fetch_one(SELECT_SUBJECT_IN_SCOPE, {"subject": subject, **scope.params()}))["mine"]:
             return pd.DataFrame(columns=USES_COLUMNS)
     params["logged"] = [r["thread_id"] for r in db.fetch(SELECT_LOGGED_THREADS, params)]
     threads = db.ours.fetch(SELECT_USES, params)

@@ -23,6 +23,7 @@ are not the ones configured now.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -121,6 +122,29 @@ SELECT v.subject_id, t.tienda FROM t
 JOIN core_conversations v ON v.thread_id = t.thread_id AND v.subject_root = 'clientes'
 WHERE t.cliente_id IS NULL"""
 )
+# The same apart (issue 52: the mapping, the shadow and the mirror of our conversation log are in the dashboard's own
+# database): the (thread, store, customer from metadata) triples read from `checkpoints` on the agents' side ...
+SELECT_METADATA_TRIPLES = (
+    """
+SELECT DISTINCT c.thread_id, st.tienda, coalesce({customer}) AS cliente_id FROM checkpoints c"""
+    + STORE_VALUES.format(obj="c.metadata", key="{key}")
+    + """
+WHERE c.metadata ? {key} AND st.tienda IS NOT NULL AND st.tienda <> ''"""
+)
+# ... and the pairs made from them in ours, as SELECT_BY_METADATA makes them.
+METADATA_PAIRS_GIVEN = """
+WITH t AS MATERIALIZED (
+    SELECT * FROM unnest(%(t_threads)s::text[], %(t_tiendas)s::text[], %(t_clientes)s::text[])
+        AS t(thread_id, tienda, cliente_id)
+)
+SELECT cliente_id, tienda FROM t WHERE cliente_id IS NOT NULL AND cliente_id <> ''
+UNION
+SELECT split_part(s.prefix, '.', 2), t.tienda FROM t JOIN core_store_shadow s ON s.hilo = t.thread_id
+WHERE t.cliente_id IS NULL
+UNION
+SELECT v.subject_id, t.tienda FROM t
+JOIN core_conversations v ON v.thread_id = t.thread_id AND v.subject_root = 'clientes'
+WHERE t.cliente_id IS NULL"""
 # Source `document:<key>`: the customer's own documents.
 SELECT_BY_DOCUMENT = (
     """
@@ -287,6 +311,28 @@ def source_pairs_sql(source: str, sources: StoreSources) -> pgsql.Composable:
     return pgsql.SQL(SELECT_BY_DOCUMENT).format(key=key)
 
 
+def source_pairs_apart(
+    agents: psycopg.Connection[DictRow], source: str, sources: StoreSources
+) -> tuple[pgsql.Composable, dict[str, Any]]:
+    """A metadata or document source's pairs for a mapping kept in another database than the agents' rows (issue 52):
+    read on the agents' side (`agents`), given to REPLACE_SOURCE as arrays (the SELECT and its parameters)."""
+    key = pgsql.Literal(source.split(":", 1)[1])
+    if source.startswith(METADATA_PREFIX):
+        customer = pgsql.SQL(", ").join(
+            pgsql.SQL("c.metadata ->> {}").format(pgsql.Literal(k)) for k in sources.customer_keys
+        )
+        triples = pgsql.SQL(SELECT_METADATA_TRIPLES).format(key=key, customer=customer or pgsql.SQL("NULL::text"))
+        rows = agents.execute(triples, prepare=False).fetchall()
+        params = {
+            "t_threads": [r["thread_id"] for r in rows],
+            "t_tiendas": [r["tienda"] for r in rows],
+            "t_clientes": [r["cliente_id"] for r in rows],
+        }
+        return pgsql.SQL(METADATA_PAIRS_GIVEN), params
+    rows = agents.execute(pgsql.SQL(SELECT_BY_DOCUMENT).format(key=key), prepare=False).fetchall()
+    return pgsql.SQL(QUERY_PAIRS), {"clientes": [r["cliente_id"] for r in rows], "tiendas": [r["tienda"] for r in rows]}
+
+
 def replace_source(
     conn: psycopg.Connection[DictRow],
     source: str,
@@ -329,7 +375,11 @@ def refresh(db: Database, settings: Settings | None = None, *, trigger: str = "m
             except (psycopg.Error, StoreSourceConfigError) as exc:  # that source's error, shown on the pages
                 query_error = _error(exc)
         query_ms = int((time.perf_counter() - t) * 1000)
-    with db.connection() as conn, conn.transaction():
+    ours = db.ours  # where the mapping is kept (issue 52): the agents' database unless PG_DASHBOARD is apart
+    with contextlib.ExitStack() as stack:
+        conn = stack.enter_context(ours.connection())
+        agents = conn if ours is db else stack.enter_context(db.connection())
+        stack.enter_context(conn.transaction())
         conn.execute(REFRESH_LOCK)  # one refresh at a time
         for rank, source in enumerate(sources.ordered()):
             t = time.perf_counter()
@@ -343,7 +393,11 @@ def refresh(db: Database, settings: Settings | None = None, *, trigger: str = "m
             else:
                 try:
                     with conn.transaction():  # a savepoint: a failing source leaves the others' work
-                        counts = replace_source(conn, source, rank, source_pairs_sql(source, sources))
+                        if agents is conn:
+                            counts = replace_source(conn, source, rank, source_pairs_sql(source, sources))
+                        else:  # the source read on the agents' side, its pairs written in ours
+                            pairs, given = source_pairs_apart(agents, source, sources)
+                            counts = replace_source(conn, source, rank, pairs, given)
                 except psycopg.Error as exc:
                     error = _error(exc)
                 ms = int((time.perf_counter() - t) * 1000)
@@ -404,7 +458,7 @@ class MappingStatus:
 
 def mapping_status(db: Database, configured: tuple[str, ...]) -> MappingStatus:
     """The last refresh and its sources (`configured`: StoreSources.names() now)."""
-    with db.connection(read_only=True) as conn:
+    with db.ours.connection(read_only=True) as conn:
         refresh_row = conn.execute(SELECT_REFRESH).fetchone()
         sources = tuple(SourceStatus(**r) for r in conn.execute(SELECT_SOURCES).fetchall())
     if refresh_row is None:
@@ -421,16 +475,16 @@ def mapping_status(db: Database, configured: tuple[str, ...]) -> MappingStatus:
 
 def scope_customers(db: Database, scope: Scope) -> int:
     """How many customers the mapping puts in the scope's stores (0 while it is not usable)."""
-    return int(one(db.fetch_one(SELECT_SCOPE_CUSTOMERS, scope.params()))["n"])
+    return int(one(db.ours.fetch_one(SELECT_SCOPE_CUSTOMERS, scope.params()))["n"])
 
 
 SELECT_MINE = f"SELECT cliente_id FROM ({MINE}) m ORDER BY 1"
 
 
 def scope_customer_ids(db: Database, scope: Scope) -> list[str]:
-    """The customers of the scope's stores (none while the mapping is not usable), read where the mapping is kept: for
-    reads of tables kept in another database than the mapping (issue 52), passed to them as an array."""
-    return [r["cliente_id"] for r in db.fetch(SELECT_MINE, scope.params())]
+    """The customers of the scope's stores (none while the mapping is not usable), read where the mapping is kept (the
+    dashboard's own database, issue 52): for reads of the agents' tables, passed to them as an array."""
+    return [r["cliente_id"] for r in db.ours.fetch(SELECT_MINE, scope.params())]
 
 
 def large_scope(db: Database, scope: Scope) -> bool:

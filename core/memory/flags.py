@@ -217,9 +217,9 @@ def _statement(scoped: bool, large: bool = False) -> str:
 STATEMENTS = {"all": _statement(False), "scoped": _statement(True), "scoped_large": _statement(True, large=True)}
 
 # --- the dashboard's database apart (issue 52): the tool calls, their rollups, the mirrors of our logs and the shadow
-# of the checkpoints' keys are in ours, the documents in the agents' `store`, the customers' stores where the mapping
-# is kept. The visible documents in question (every customer's, or the scope's namespaces') and the mapping's rows are
-# streamed into temporary tables of ours (never one in the agents' database), and the same statement runs there, the
+# of the checkpoints' keys are in ours, the documents in the agents' `store`, the customers' stores in ours too. The
+# visible documents in question (every customer's, or the scope's namespaces') are streamed, and the mapping's rows
+# copied, into temporary tables of ours (never one in the agents' database), and the same statement runs there, the
 # checkpoints' keys read from the follower's shadow (the same keys, kept exactly).
 DOCS_OF = {
     "all": f"SELECT s.prefix, s.key, split_part(s.prefix, '.', 2) AS cliente_id, {DOC_COLUMNS} FROM store s"
@@ -273,12 +273,11 @@ def _apart(db: Database, params: dict[str, Any], scope: Scope | None) -> Any:
     with db.ours.connection() as ours, ours.transaction(), db.connection(read_only=True) as agents:
         for statement in CREATE_TEMPS:
             ours.execute(statement)
-        for source, target in ((docs, "flag_docs"), (mapping, "flag_stores")):
-            out = sql.SQL("COPY ({}) TO STDOUT (FORMAT binary)").format(source)
-            into = sql.SQL("COPY {} FROM STDIN (FORMAT binary)").format(sql.Identifier(target))
-            with agents.cursor().copy(out) as reader, ours.cursor().copy(into) as writer:
-                for chunk in reader:
-                    writer.write(chunk)
+        out = sql.SQL("COPY ({}) TO STDOUT (FORMAT binary)").format(docs)
+        with agents.cursor().copy(out) as reader, ours.cursor().copy("COPY flag_docs FROM STDIN (FORMAT binary)") as w:
+            for chunk in reader:
+                w.write(chunk)
+        ours.execute(sql.SQL("INSERT INTO flag_stores {}").format(mapping))  # the mapping is ours (cluster G)
         ours.execute("ANALYZE flag_docs")
         return one(ours.execute(STATEMENTS_APART[kind], params).fetchone())
 

@@ -387,11 +387,11 @@ def customer_history(
     unless the customer is one of the scope's stores'. Raises InvalidIdentifier for a bad id."""
     customer_id = CustomerId.parse(customer_id)
     config = config or subjects.Attribution.from_settings()
+    if scope is not None:  # the mapping is kept in the dashboard's database (issue 52)
+        mine = db.ours.fetch_one(SELECT_IN_SCOPE, {**scope.params(), "prefix": f"{ROOT}.{customer_id}"})
+        if not mine or not mine["mine"]:
+            return None
     with db.connection(read_only=True) as conn:
-        if scope is not None:
-            mine = conn.execute(SELECT_IN_SCOPE, {**scope.params(), "prefix": f"{ROOT}.{customer_id}"}).fetchone()
-            if not mine or not mine["mine"]:
-                return None
         return customer_history_conn(conn, customer_id, config, ours=None if db.ours is db else db.ours.dsn)
 
 

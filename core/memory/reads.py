@@ -166,7 +166,7 @@ def scope_prefixes(db: Database, scope: Scope) -> list[DictRow]:
 
 def customers_in_scope(db: Database, scope: Scope, ids: list[str]) -> set[str]:
     """Those of `ids` that are customers of the scope's stores."""
-    return {r["cliente_id"] for r in db.fetch(SELECT_IN_SCOPE, {**scope.params(), "ids": ids})} if ids else set()
+    return {r["cliente_id"] for r in db.ours.fetch(SELECT_IN_SCOPE, {**scope.params(), "ids": ids})} if ids else set()
 
 
 def _expired_of(db: Database, prefixes: list[str]) -> dict[str, int]:
@@ -289,7 +289,9 @@ def _scoped_suggestions(db: Database, scope: Scope, low: str, limit: int) -> lis
     while len(found) < limit:
         page = [
             r["cliente_id"]
-            for r in db.fetch(SELECT_SCOPED_IDS_FROM, {**scope.params(), "low": low, "after": after, "page": limit * 4})
+            for r in db.ours.fetch(  # the mapping is kept in the dashboard's database (issue 52)
+                SELECT_SCOPED_IDS_FROM, {**scope.params(), "low": low, "after": after, "page": limit * 4}
+            )
         ]
         if not page:
             break
