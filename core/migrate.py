@@ -95,6 +95,10 @@ class EmbeddingDimsMismatch(SchemaMismatch):
     """The configured embedding dims differ from the existing `store_vectors` column."""
 
 
+class NotMoved(SchemaMismatch):
+    """PG_DASHBOARD is set but the dashboard's tables are still in the agents' database (no upgrade in place yet)."""
+
+
 class MigrationMismatch(SchemaMismatch):
     """The applied migrations differ from core/sql's files (each problem names its file)."""
 
@@ -199,7 +203,8 @@ def check_applied(
 def check_schema(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> None:
     """What a start without AUTO_MIGRATE checks, reading only: the embedding dims, ShallowPostgresSaver's schema
     (named, rather than as migrations never applied) and that every migration is applied with the text of its
-    file. Raises EmbeddingDimsMismatch, ShallowCheckpointSchema or MigrationMismatch."""
+    file; with the dashboard's database apart, its migrations too and that nothing of ours is left in the agents'.
+    Raises EmbeddingDimsMismatch, ShallowCheckpointSchema, MigrationMismatch or NotMoved."""
     with psycopg.connect(dsn, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:
         check_dims(conn, dims)
         check_not_shallow(conn)
@@ -209,6 +214,16 @@ def check_schema(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> None:
         with psycopg.connect(ours, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:
             files = migration_files(DASHBOARD_SQL_DIR)
             check_applied(conn, files, pending_ok=False, sql_dir=DASHBOARD_SQL_DIR)
+        from core.own_database import plan  # (it imports this module)
+
+        left = [m.table for m in plan(dsn, ours).tables]
+        if left:
+            raise NotMoved(
+                f"the agents' database still holds {len(left)} of the dashboard's tables ({', '.join(left[:3])}...):"
+                " with PG_DASHBOARD set they are read from the dashboard's database, where they would be missing."
+                " Stop the dashboard's processes and run the upgrade in place: `python -m core.own_database"
+                " --dry-run`, then without --dry-run"
+            )
 
 
 def stored_dims(conn: psycopg.Connection[DictRow]) -> int | None:

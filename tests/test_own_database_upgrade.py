@@ -16,6 +16,7 @@ from core.capture.follower import FOLLOWER_LOCK, drop_slot
 from core.capture.verify import differences
 from core.config import Settings
 from core.db import Database, forget_dashboard_database, use_dashboard_database
+from core.migrate import NotMoved, check_schema, migrate_dashboard
 from core.own_database import AGENTS_OWN, MoveRefused, declared, move, plan
 from core.privacy import chain
 from tests.conftest import DIMS, dsn_for
@@ -74,6 +75,9 @@ def test_the_move_refuses_while_a_follower_runs_and_where_ours_holds_other_rows(
     before = tables_of(agents)
     use_dashboard_database(agents, ours)
     try:
+        migrate_dashboard(ours)
+        with pytest.raises(NotMoved, match="python -m core.own_database"):  # a start without the move is refused
+            check_schema(agents, DIMS)
         with psycopg.connect(agents, autocommit=True) as holder:  # a follower of the old layout still running
             holder.execute("SELECT pg_advisory_lock(%s)", (FOLLOWER_LOCK,))
             with pytest.raises(MoveRefused, match="stop the dashboard's processes"):
@@ -134,6 +138,7 @@ def test_a_dry_run_lists_what_moves_and_changes_nothing_then_the_move_keeps_ever
                 result = chain.verify(db, name)
                 assert result.ok, result
         assert plan(agents).tables == []  # run again: nothing left to move
+        check_schema(agents, DIMS)  # a start without AUTO_MIGRATE finds both databases as this code expects
         assert move(agents, log=lambda _: None).tables == []
         db.ours.close()
     finally:
