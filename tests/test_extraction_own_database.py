@@ -173,12 +173,38 @@ def store_turns(dsn: str, seed: int, turns: int) -> None:
             run_turn(agent, context, f"cliente-{customer}-{rng.randrange(2)}", text)
 
 
+def store_tagged_without_customer(dsn: str) -> None:
+    """A stock graph's run whose metadata names only a store (T009), and the document whose `hilo` back-link names
+    that thread (customer H1, written by the stock store): the metadata source finds the customer by the link."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from tests.capture_writes import vector_store
+
+    def reply(state: MessagesState):
+        return {"messages": [("ai", "vale")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("reply", reply)
+    graph.add_edge(START, "reply")
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
+        compiled = graph.compile(checkpointer=PostgresSaver(conn))
+        compiled.invoke(
+            {"messages": [("user", "hola")]}, {"configurable": {"thread_id": "hilo-1"}, "metadata": {"tienda": "T009"}}
+        )
+    conn, store = vector_store(dsn)
+    with conn:
+        store.put(
+            ("clientes", "H1"), "pref-recogida", {"tipo": "recogida", "valor": "Sol", "hilo": "hilo-1"}, index=False
+        )
+
+
 @pytest.fixture(scope="module")
 def written(create_database):
     """A migrated agents' database written by the real agents, never read by a pool: the template of each test's
     two copies (CREATE DATABASE ... TEMPLATE needs it without sessions)."""
     dsn = create_database(prefix="cwritten")
     store_turns(dsn, 1, 16)
+    store_tagged_without_customer(dsn)
     graph_turns(dsn, 2, 4)
     article_turns(dsn, 3, 3)
     return dsn
@@ -594,7 +620,8 @@ def test_the_store_mapping_apart_is_refreshed_in_ours_from_the_agents_rows(layou
         (s.source, s.customers, s.pairs, s.error) for s in default_result.sources
     ]
     assert mappings["split"] == mappings["default"]
-    assert set(STORES.items()) <= {(c, t) for _, c, t, _, effective in mappings["split"] if effective}
+    effective = {(c, t) for _, c, t, _, is_effective in mappings["split"] if is_effective}
+    assert set(STORES.items()) | {("H1", "T009")} <= effective  # H1: by the `hilo` of its document, in ours
     assert written_there(split, G_TABLES) == {}
     names = StoreSources.from_settings(settings_for(split)).names()
     status = customer_stores.mapping_status(Database(split), names)
