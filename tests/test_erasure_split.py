@@ -400,4 +400,6 @@ def test_the_articles_agents_erased_apart_with_views_exports_and_the_physical_re
         assert {"store", "checkpoint_writes", "core_store_shadow", "core_erasure_register"} <= set(tables)
         assert "agents:core_erasure_register" in tables  # the agents' copy, read as the agents' files
         assert "dashboard_database" in record["steps"]
+        assert record["files"]["status"] == record["files"]["dashboard_database"]["status"] == "measured", record
+        assert record["files"]["not_read"] == [], record["files"]["not_read"]
         assert written_there(db.dsn) == {}
