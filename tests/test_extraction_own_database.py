@@ -591,14 +591,19 @@ def test_the_sweep_jobs_role_extracts_into_ours_with_the_deployments_grants(layo
     sweeper = Database(as_sweeper[split])
     try:
         result = tool_calls.sweep_step(sweeper)
+        mapped = customer_stores.refresh(sweeper, settings_for(split), trigger="sweep")  # the sweep's other step here
     finally:
         sweeper.close()
         sweeper.ours.close()
         use_dashboard_database(split, ours)
     assert result.calls > 0 and result.error is None
+    assert not mapped.errors and mapped.with_store > 0
     catch_up(default)
     tool_calls.sweep_step(Database(default))  # the same batches (which metadata a thread-day keeps follows them)
     assert contents(ours) == contents(default)
+    assert customer_stores.refresh(Database(default), settings_for(default)).customers == mapped.customers
+    with psycopg.connect(ours) as mine, psycopg.connect(default) as one_db:
+        assert mine.execute(SELECT_MAPPING).fetchall() == one_db.execute(SELECT_MAPPING).fetchall()
     assert recount_differences(ours) == {}
     assert written_there(split) == {}
 
