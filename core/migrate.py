@@ -214,13 +214,13 @@ def check_schema(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> None:
         with psycopg.connect(ours, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:
             files = migration_files(DASHBOARD_SQL_DIR)
             check_applied(conn, files, pending_ok=False, sql_dir=DASHBOARD_SQL_DIR)
-        from core.own_database import plan  # (it imports this module)
+        from core.own_database import left_with_rows  # (it imports this module)
 
-        left = [m.table for m in plan(dsn, ours).tables]
+        left = left_with_rows(dsn)
         if left:
             raise NotMoved(
-                f"the agents' database still holds {len(left)} of the dashboard's tables ({', '.join(left[:3])}...):"
-                " with PG_DASHBOARD set they are read from the dashboard's database, where they would be missing."
+                f"the agents' database still holds rows in {len(left)} of the dashboard's tables ({', '.join(left[:3])}"
+                "...): with PG_DASHBOARD set they are read from the dashboard's database, where they would be missing."
                 " Stop the dashboard's processes and run the upgrade in place: `python -m core.own_database"
                 " --dry-run`, then without --dry-run"
             )

@@ -33,7 +33,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import DictRow, dict_row
 
-from core.db import CONNECT_TIMEOUT_S, Database, dashboard_dsn_for, describe_dsn, resolve_dsn
+from core.db import CONNECT_TIMEOUT_S, Database, dashboard_dsn_for, describe_dsn, one, resolve_dsn
 from core.migrate import DASHBOARD_SQL_DIR, migrate_dashboard
 
 # Written by the agents' side (their library, their tools, the erasure's tombstones): they stay where they are
@@ -55,6 +55,8 @@ AGENTS_OWN = frozenset(
 )
 # Functions both sides have: the agents' database keeps its own (the canonical views' decoders use it).
 SHARED_FUNCTIONS = frozenset({"core_try_timestamptz"})
+# Tables of ours the agents'-side history fills itself (the extraction's initial watermark): rows there tell nothing.
+MIGRATION_ROWS = frozenset({"core_extract_watermark"})
 RECOUNTED_FILE = "001_capture.sql"  # the change follower's state: rebuilt by its recount, never copied
 LOCK_TIMEOUT = "10s"
 
@@ -173,6 +175,25 @@ def plan(agents_dsn: str, ours_dsn: str | None = None) -> MovePlan:
         result.views = [r["name"] for r in conn.execute(SELECT_VIEWS, (sorted(found["view"]),)).fetchall()]
         result.types = [r["name"] for r in conn.execute(SELECT_TYPES, (sorted(found["type"]),)).fetchall()]
     return result
+
+
+def left_with_rows(agents_dsn: str) -> list[str]:
+    """The tables of ours (core/sql/dashboard/ declares them) still in the agents' database and holding rows: what a
+    start with the dashboard's database apart would not see (empty ones, left by the agents'-side history of a new
+    install, hide nothing; nor does the one row the history itself writes, MIGRATION_ROWS). One `EXISTS` per table,
+    no count."""
+    names = sorted(set(declared()["table"]) - AGENTS_OWN - MIGRATION_ROWS)
+    with _connect(agents_dsn) as conn:
+        present = [r["name"] for r in conn.execute(SELECT_TABLES, (names,)).fetchall()]
+        return [
+            name
+            for name in sorted(present)
+            if one(
+                conn.execute(
+                    sql.SQL("SELECT EXISTS (SELECT 1 FROM {}) AS held").format(sql.Identifier(name))
+                ).fetchone()
+            )["held"]
+        ]
 
 
 def _refuse_while_running(conns: Iterable[psycopg.Connection[DictRow]]) -> None:
@@ -344,4 +365,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["AGENTS_OWN", "MovePlan", "MoveRefused", "TableMove", "declared", "main", "move", "plan"]
+__all__ = ["AGENTS_OWN", "MovePlan", "MoveRefused", "TableMove", "declared", "left_with_rows", "main", "move", "plan"]
