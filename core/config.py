@@ -64,8 +64,8 @@ class Settings:
 
     dsn: str | None = None
     replica_dsn: str | None = None
-    # The dashboard's own database (PG_DASHBOARD): where the change follower keeps what it decodes (issue 52). Unset:
-    # the agents' database itself.
+    # The dashboard's own database (PG_DASHBOARD): everything the dashboard writes (issue 52). Unset: with PG_AGENTES,
+    # the agents' database itself (the layout before); embedded, a second database on the embedded server.
     dashboard_dsn: str | None = None
     # A physical standby of the agents' primary (PostgreSQL 16+) where the change follower decodes their WAL
     # (PG_AGENTES_STANDBY). Unset: it decodes on the primary.
@@ -255,14 +255,6 @@ def production_refusal(secrets: Mapping[str, Any] | None = None) -> Refusal | No
     environment and secrets as they are now), never from term_hash_key()'s cache: the dashboard asks on each run,
     the sweep job and the start-up probe (`python -m core.preflight`) before they touch anything."""
     secrets = _read_secrets_file() if secrets is None else secrets
-    dashboard = setting("PG_DASHBOARD", secrets)
-    if dashboard is not None and dashboard != setting("PG_AGENTES", secrets):
-        return Refusal(
-            "PG_DASHBOARD",
-            "PG_DASHBOARD is set: in this release only the change follower and the migrations use the dashboard's own "
-            "database, the pages still read the agents' (issue 52, docs/own-database-plan.md); start-up is refused "
-            "rather than showing figures nobody keeps: unset PG_DASHBOARD",
-        )
     if setting("PG_AGENTES", secrets) is None:
         return None
     raw = setting("TERM_HASH_KEY", secrets)

@@ -135,12 +135,20 @@ def embedded_dsn(data_dir: Path, database: str | None = None) -> str:
     return server.get_uri(database)
 
 
+# The dashboard's own database on the embedded server (issue 52): beside the agents' (`postgres`), created by
+# core.migrate.migrate_dashboard on first use.
+EMBEDDED_DASHBOARD_DATABASE = "agent_memory_dashboard"
+
+
 def resolve_dsn(settings: Settings) -> str:
     """The agents' primary's DSN; also registers where the dashboard keeps what it writes (PG_DASHBOARD) and where
     the change follower decodes (PG_AGENTES_STANDBY) for it."""
     dsn = settings.dsn or embedded_dsn(settings.data_dir)
-    if settings.dashboard_dsn:
-        use_dashboard_database(dsn, settings.dashboard_dsn)
+    ours = settings.dashboard_dsn
+    if ours is None and settings.dsn is None:  # the embedded default: a second database on the same server
+        ours = embedded_dsn(settings.data_dir, EMBEDDED_DASHBOARD_DATABASE)
+    if ours:
+        use_dashboard_database(dsn, ours)
     if settings.standby_dsn:
         decode_on(dsn, settings.standby_dsn)
     return dsn

@@ -38,6 +38,11 @@ def open_database(settings: Settings, on_step: Callable[[str], None] = lambda st
     on_step("migrating")
     if settings.auto_migrate:
         migrate(db.dsn, settings.embeddings_dims)
+        if db.ours is not db:  # what an earlier release (or the agents' history) left of ours moves to our database
+            from core.own_database import move, plan
+
+            if plan(db.dsn).tables:
+                move(db.dsn, log=log.info)
     else:
         check_schema(db.dsn, settings.embeddings_dims)
     if settings.capture_follower:

@@ -29,7 +29,9 @@ from test_i18n import FOREIGN
 
 from bench.bench_first_page import launch
 from bench.st_server import stop_dashboard, wait_health, walk_pages
+from core.db import EMBEDDED_DASHBOARD_DATABASE
 from core.history import thread_search as ts
+from core.own_database import AGENTS_OWN, declared
 from ui.i18n import CATALOGUES
 
 pytestmark = pytest.mark.browser
@@ -150,17 +152,25 @@ def test_first_minutes_then_every_page_in_both_languages(browser):
         expect(sidebar.get_by_text("Sembrados en")).to_be_visible(timeout=600_000)
         seeded_s = time.monotonic() - started
         dsn = _dashboard_server_dsn(tmp_path)
+        # the embedded default keeps what the dashboard writes in a database of its own beside the agents' (issue 52)
+        ours = psycopg.conninfo.make_conninfo(dsn, dbname=EMBEDDED_DASHBOARD_DATABASE)
+        with psycopg.connect(ours) as mine:
+            demo_sweeps = mine.execute("SELECT count(*) FROM core_sweep_log WHERE trigger = 'demo'").fetchone()[0]
+            erasures = mine.execute("SELECT count(*) FROM core_erasure_register").fetchone()[0]
+            last = mine.execute(
+                "SELECT id FROM core_sweep_log WHERE NOT dry_run AND status = 'ok' ORDER BY started_at DESC LIMIT 1"
+            ).fetchone()[0]
         with psycopg.connect(dsn) as conn:
             documents = conn.execute("SELECT count(*) FROM store").fetchone()[0]
-            demo_sweeps = conn.execute("SELECT count(*) FROM core_sweep_log WHERE trigger = 'demo'").fetchone()[0]
-            erasures = conn.execute("SELECT count(*) FROM core_erasure_register").fetchone()[0]
+            left = conn.execute(  # nothing of the dashboard's own in the agents' database: only theirs
+                "SELECT array_agg(relname ORDER BY relname) FROM pg_class WHERE relkind = 'r' AND relname = ANY(%s)",
+                (sorted(set(declared()["table"]) - AGENTS_OWN),),
+            ).fetchone()[0]
+            assert left is None, left
             episode_rows = conn.execute(
                 "SELECT replica_id, degraded_from, degraded_to, reason "
                 "FROM core_degradation_episodes ORDER BY degraded_from"
             ).fetchall()
-            last = conn.execute(
-                "SELECT id FROM core_sweep_log WHERE NOT dry_run AND status = 'ok' ORDER BY started_at DESC LIMIT 1"
-            ).fetchone()[0]
             thread = conn.execute(
                 "SELECT thread_id FROM core_memory_writes WHERE thread_id LIKE 'cliente-%%' ORDER BY id LIMIT 1"
             ).fetchone()[0]
