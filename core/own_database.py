@@ -55,8 +55,9 @@ AGENTS_OWN = frozenset(
 )
 # Functions both sides have: the agents' database keeps its own (the canonical views' decoders use it).
 SHARED_FUNCTIONS = frozenset({"core_try_timestamptz"})
-# Tables of ours the agents'-side history fills itself (the extraction's initial watermark): rows there tell nothing.
-MIGRATION_ROWS = frozenset({"core_extract_watermark"})
+# Rows the migrations themselves write (the extraction's initial watermark, nothing extracted yet): a copy holding only
+# such rows holds nothing to keep.
+PLACEHOLDER_ROWS = {"core_extract_watermark": "ts = '' AND thread_id = ''"}
 RECOUNTED_FILE = "001_capture.sql"  # the change follower's state: rebuilt by its recount, never copied
 LOCK_TIMEOUT = "10s"
 
@@ -177,23 +178,23 @@ def plan(agents_dsn: str, ours_dsn: str | None = None) -> MovePlan:
     return result
 
 
+def _holds(conn: psycopg.Connection[DictRow], table: str) -> bool:
+    """Whether `table` holds a row worth keeping (any row but the migrations' own placeholders, PLACEHOLDER_ROWS)."""
+    placeholder = sql.SQL(PLACEHOLDER_ROWS.get(table, "false"))
+    query = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE NOT ({})) AS held").format(
+        sql.Identifier(table), placeholder
+    )
+    return bool(one(conn.execute(query).fetchone())["held"])
+
+
 def left_with_rows(agents_dsn: str) -> list[str]:
     """The tables of ours (core/sql/dashboard/ declares them) still in the agents' database and holding rows: what a
     start with the dashboard's database apart would not see (empty ones, left by the agents'-side history of a new
-    install, hide nothing; nor does the one row the history itself writes, MIGRATION_ROWS). One `EXISTS` per table,
-    no count."""
-    names = sorted(set(declared()["table"]) - AGENTS_OWN - MIGRATION_ROWS)
+    install, hide nothing; nor do the migrations' own placeholder rows). One `EXISTS` per table, no count."""
+    names = sorted(set(declared()["table"]) - AGENTS_OWN)
     with _connect(agents_dsn) as conn:
         present = [r["name"] for r in conn.execute(SELECT_TABLES, (names,)).fetchall()]
-        return [
-            name
-            for name in sorted(present)
-            if one(
-                conn.execute(
-                    sql.SQL("SELECT EXISTS (SELECT 1 FROM {}) AS held").format(sql.Identifier(name))
-                ).fetchone()
-            )["held"]
-        ]
+        return [name for name in sorted(present) if _holds(conn, name)]
 
 
 def _refuse_while_running(conns: Iterable[psycopg.Connection[DictRow]]) -> None:
@@ -282,10 +283,12 @@ def move(agents_dsn: str, ours_dsn: str | None = None, *, log: Callable[[str], N
                 columns = [c for c in _columns(src, table) if c in set(_columns(dst, table))]
                 theirs = _signature(src, table, columns)
                 mine = _signature(dst, table, columns)
-                if mine == theirs:
-                    log(f"{table}: already in the dashboard's database ({theirs[0]} rows)")
+                if mine == theirs or not _holds(src, table):  # theirs has nothing to lose (a new install's copy)
+                    log(f"{table}: nothing to copy ({mine[0]} rows in the dashboard's database)")
                     continue
-                if mine[0]:
+                if mine[0] and not _holds(dst, table):  # ours holds only the migrations' placeholders: replaced
+                    dst.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(table)))
+                elif mine[0]:
                     raise MoveRefused(
                         f"{table} holds other rows in the dashboard's database ({mine[0]} there, {theirs[0]} in the"
                         " agents'): nothing was dropped; compare the two and empty ours' copy to move again"
@@ -328,7 +331,7 @@ def _verify_chains(agents_dsn: str, src: psycopg.Connection[DictRow], copied: li
             result = chain.verify(db, name)
             head = src.execute(SELECT_HEAD, (name,)).fetchone()
             theirs = head["row_hash"] if head else ""
-            if not result.ok or (result.links and result.head_hash != theirs):
+            if not result.ok or (theirs and result.head_hash != theirs):  # theirs empty: ours is its own chain
                 why = result.detail or f"its head {result.head_hash[:16]} is not the agents' {theirs[:16]}"
                 raise MoveRefused(
                     f"register chain {name!r} does not verify in the dashboard's database ({why}): nothing was dropped"

@@ -198,3 +198,24 @@ def plan_moved(agents: str, ours: str) -> bool:
         return plan(agents).tables == []
     finally:
         forget_dashboard_database(agents)
+
+
+def test_a_new_install_written_apart_before_the_move_keeps_its_rows(split_db):
+    """`python -m core.demo` then the dashboard (the benchmarks' flow): the agents'-side history left our tables empty
+    in the agents' database while the demo wrote ours apart. The move (the dashboard's start) drops the empty copies
+    and keeps every row of ours, its register chain included, instead of refusing ours as "other rows"."""
+    from core.operations import sweep
+    from core.privacy import erasure
+    from tests.capture_writes import our_agent_turns
+
+    our_agent_turns(split_db.dsn, 5, 4)
+    assert sweep.run_sweep(split_db, trigger="manual").status == "ok"
+    customer = split_db.fetch_one("SELECT subject_id AS c FROM core_conversations ORDER BY 1 LIMIT 1")["c"]
+    assert erasure.erase(split_db, customer, operator="dpo@example.com").status == "complete"
+    before = tables_of(split_db.ours.dsn)
+    assert before["core_sweep_log"] and before["core_erasure_register"] and before["core_tool_calls"]
+    move(split_db.dsn, log=lambda _: None)
+    assert plan(split_db.dsn).tables == []
+    assert not set(tables_of(split_db.dsn)) - AGENTS_OWN  # only the agents' own tables left there
+    assert tables_of(split_db.ours.dsn) == before
+    assert chain.verify(split_db, "erasure").ok
