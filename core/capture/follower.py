@@ -110,6 +110,13 @@ def slot_name_for(dbname: str) -> str:
     return ("core_capture_" + re.sub(r"[^a-z0-9_]", "_", dbname.lower()))[:63]
 
 
+def one_row(cur: psycopg.Cursor) -> tuple:
+    """The one row a statement returns."""
+    row = cur.fetchone()
+    assert row is not None
+    return tuple(row)
+
+
 def lsn_int(text: str) -> int:
     hi, lo = text.split("/")
     return (int(hi, 16) << 32) | int(lo, 16)
@@ -175,9 +182,14 @@ INSERT INTO core_capture_recount_requests (slot_name) VALUES (%s)
 ON CONFLICT (slot_name) DO UPDATE SET requested_at = now()"""
 DROP_RECOUNT_REQUEST = "DELETE FROM core_capture_recount_requests WHERE slot_name = %s"
 
-PEEK = """
-SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,
+# The batch is consumed as it is read (decoded once: a peek, then pg_replication_slot_advance, decoded it twice, a
+# fifth of the agents' primary's CPU under load when decoding there, issue 52). The slot then confirms it before our
+# transaction commits: every read starts by comparing the slot's confirmed position with the one saved with the last
+# batch, and a slot ahead of it (a stop or an error between a read and its commit) is recounted from the tables.
+GET = """
+SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_get_binary_changes(%s, NULL, %s,
     'proto_version', '1', 'publication_names', %s)"""
+SELECT_CONFIRMED = "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s"
 # A customer's document's back-link to the conversation that wrote it (the memory article's tool writes `hilo`).
 HILO_OF = "CASE WHEN jsonb_typeof({value} -> 'hilo') = 'string' THEN {value} ->> 'hilo' END"
 SELECT_SHADOW = """
@@ -603,14 +615,25 @@ class Follower:
         if row and row[3]:  # an operator asked for a recount (request_recount)
             self._requested_recount(links)
             row = ours.execute(SELECT_POSITION, (self.slot,)).fetchone()
+        flushed_row = src.execute(f"SELECT {wal_now(links.standby)}, now()::text, ({SELECT_CONFIRMED})", (self.slot,))
+        flushed, flushed_at, confirmed = one_row(flushed_row)
+        if row and confirmed and lsn_int(confirmed) > lsn_int(row[0]):
+            # consumed by a read whose batch never committed here (the process stopped, or an error, in between)
+            log.warning(
+                "change follower: slot %s confirmed %s, only %s applied: recounting from the tables",
+                self.slot,
+                confirmed,
+                row[0],
+            )
+            self._recount(links)
+            row = ours.execute(SELECT_POSITION, (self.slot,)).fetchone()
         applied = lsn_int(row[0]) if row else 0
         recounted = Snapshot.parse(row[1]) if row and row[1] else None
         recount_lsn = lsn_int(row[2]) if row and row[2] else 0
-        flushed_row = src.execute(f"SELECT {wal_now(links.standby)}, now()::text").fetchone()
-        assert flushed_row is not None
-        flushed, flushed_at = lsn_int(flushed_row[0]), flushed_row[1]
+        flushed = lsn_int(flushed)
         try:
-            rows = src.execute(PEEK, (self.slot, self.batch_changes, PUBLICATION)).fetchall()
+            rows = src.execute(GET, (self.slot, self.batch_changes, PUBLICATION)).fetchall()
+            consumed = lsn_int(one_row(src.execute(SELECT_CONFIRMED, (self.slot,)))[0])
         except psycopg.errors.ObjectInUse as exc:
             raise _slot_taken(links, self.slot, other_consumer(src, self.slot)) from exc
         except psycopg.errors.ObjectNotInPrerequisiteState as exc:  # invalidated: "can no longer access ..."
@@ -629,17 +652,18 @@ class Follower:
             and not (recounted is not None and t.commit_lsn < recount_lsn and recounted.visible(t.xid))
         ]
         caught_up = max(reached, flushed) if drained else None
-        moved_to = caught_up if caught_up is not None else reached
+        # everything the read consumed is applied once this batch commits (the slot reads to the WAL's end, past
+        # the flushed position taken before it, so `consumed` is never behind `caught_up`)
+        moved_to = max(caught_up if caught_up is not None else reached, consumed)
         now = time.monotonic()
         if not todo:
-            # Nothing to apply: move the slot on (the WAL it holds is freed) and, at most every HEARTBEAT_S, say
-            # how far everything is applied (the pages' lag). Skipped transactions need no saved position: the
-            # slot, advanced past them, never decodes them again.
-            if caught_up is not None and now - self._last_heartbeat >= HEARTBEAT_S:
-                self._save_position(ours, moved_to, caught_up, flushed_at)
-                self._last_heartbeat = now
-            if moved_to > applied:
-                self._advance(src, moved_to)
+            # Nothing to apply: what was consumed is saved as applied (a stop now recounts nothing), and, at most every
+            # HEARTBEAT_S, how far everything is applied (the pages' lag).
+            heartbeat = caught_up is not None and now - self._last_heartbeat >= HEARTBEAT_S
+            if moved_to > applied or heartbeat:
+                self._save_position(ours, moved_to, caught_up if heartbeat else None, flushed_at if heartbeat else None)
+                if heartbeat:
+                    self._last_heartbeat = now
             return BatchResult(0, 0, moved_to, drained, caught_up, flushed_at)
         dead = [letter for t in todo for letter in t.dead]  # rows that could not be decoded
         try:
@@ -659,7 +683,6 @@ class Follower:
                 self._save_position(ours, moved_to, caught_up, flushed_at if caught_up is not None else None)
         self._last_heartbeat = now
         _pause("after_apply")
-        self._advance(src, moved_to)
         if self._may_log_snapshot and now - self._last_snapshot >= SNAPSHOT_S:
             self._log_snapshot(links.primary)
             self._last_snapshot = now
@@ -713,9 +736,6 @@ class Follower:
                 "caught_up_at": at,
             },
         )
-
-    def _advance(self, src: psycopg.Connection, lsn: int) -> None:
-        src.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, lsn_text(lsn)))
 
     @property
     def _may_log_snapshot(self) -> bool:
