@@ -187,8 +187,12 @@ DROP_RECOUNT_REQUEST = "DELETE FROM core_capture_recount_requests WHERE slot_nam
 # transaction commits: every read starts by comparing the slot's confirmed position with the one saved with the last
 # batch, and a slot ahead of it (a stop or an error between a read and its commit) is recounted from the tables.
 GET = """
-SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_get_binary_changes(%s, NULL, %s,
-    'proto_version', '1', 'publication_names', %s)"""
+WITH batch AS MATERIALIZED (
+    SELECT (lsn - '0/0'::pg_lsn)::int8 AS lsn, data FROM pg_logical_slot_get_binary_changes(%(slot)s, NULL, %(n)s,
+        'proto_version', '1', 'publication_names', %(publication)s))
+SELECT lsn, data FROM batch
+UNION ALL  -- then, in the same round trip, where the read left the slot (the last row, no data)
+SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::int8, NULL FROM pg_replication_slots WHERE slot_name = %(slot)s"""
 SELECT_CONFIRMED = "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s"
 # A customer's document's back-link to the conversation that wrote it (the memory article's tool writes `hilo`).
 HILO_OF = "CASE WHEN jsonb_typeof({value} -> 'hilo') = 'string' THEN {value} ->> 'hilo' END"
@@ -632,8 +636,9 @@ class Follower:
         recount_lsn = lsn_int(row[2]) if row and row[2] else 0
         flushed = lsn_int(flushed)
         try:
-            rows = src.execute(GET, (self.slot, self.batch_changes, PUBLICATION)).fetchall()
-            consumed = lsn_int(one_row(src.execute(SELECT_CONFIRMED, (self.slot,)))[0])
+            rows = src.execute(GET, {"slot": self.slot, "n": self.batch_changes, "publication": PUBLICATION}).fetchall()
+            assert rows and rows[-1][1] is None, "the slot's confirmed position ends the read"
+            consumed = rows.pop()[0]
         except psycopg.errors.ObjectInUse as exc:
             raise _slot_taken(links, self.slot, other_consumer(src, self.slot)) from exc
         except psycopg.errors.ObjectNotInPrerequisiteState as exc:  # invalidated: "can no longer access ..."
