@@ -19,10 +19,11 @@ from langgraph.store.postgres import PostgresStore
 from psycopg_pool import ConnectionPool
 
 from core.capture.follower import catch_up, drop_slot
-from core.db import Database, forget_dashboard_database, reset_pool, use_dashboard_database
+from core.db import Database, forget_dashboard_database, use_dashboard_database
 from core.migrate import migrate_dashboard
 from core.privacy import access, chain, data_views, erasure, erasure_register, evidence, physical
 from core.privacy.erasure import ERASURE_LOCK_NS, ErasureError
+from tests import own_db
 from tests.conftest import DIMS, dsn_for
 
 # The cluster's tables (core/sql/dashboard/030_registers.sql).
@@ -40,12 +41,6 @@ E_TABLES = (
     "core_erasure_physical",
     "core_erasure_needles",
 )
-OTHER_SESSIONS = """
-SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
-  AND backend_type = 'client backend'"""
-SELECT_TOUCHED = """
-SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS written, n_live_tup
-FROM pg_stat_user_tables WHERE relname = ANY(%s) ORDER BY relname"""
 CUSTOMER = "C1"
 AGENTS = "agents:"  # evidence.AGENTS_COPY: how a table of ours is named in the agents' database, apart
 ARTICLE_CUSTOMER = "C9"
@@ -58,20 +53,7 @@ TURNS = (
 
 
 def written_there(dsn: str, tables: tuple[str, ...] = E_TABLES) -> dict[str, int]:
-    """Rows inserted, updated or deleted in `tables` of `dsn` since the database was made, with the rows they hold
-    now. The statistics are flushed first: this process's pooled sessions on `dsn` are closed (a backend flushes its
-    counts when it exits, otherwise at most once a second) and awaited gone, then a new session forces its own."""
-    reset_pool(dsn)
-    deadline = time.monotonic() + 10
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while time.monotonic() < deadline and conn.execute(OTHER_SESSIONS).fetchone()[0]:
-            time.sleep(0.1)
-        conn.execute("SELECT pg_stat_force_next_flush()")
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(SELECT_TOUCHED, (list(tables),)).fetchall()
-        held = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}  # noqa: S608 - ours
-    assert len(rows) == len(tables), rows
-    return {name: written + live + held[name] for name, written, live in rows if written + live + held[name]}
+    return own_db.written_there(dsn, tables)
 
 
 def retail_turns(dsn: str, turns=TURNS) -> None:

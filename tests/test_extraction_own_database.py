@@ -10,11 +10,9 @@ without counting anything twice."""
 from __future__ import annotations
 
 import contextlib
-import json
 import uuid
 from datetime import date, timedelta
 
-import pandas as pd
 import psycopg
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -31,6 +29,7 @@ from core.memory.customer_stores import StoreSources
 from core.migrate import migrate_dashboard
 from core.operations.exporter import usage_metrics
 from core.storage.prune import PrunePolicy, plan_batch, take_cut
+from tests import own_db
 from tests.capture_writes import article_turns, graph_turns
 from tests.conftest import DIMS, dsn_for, settings_for
 
@@ -57,9 +56,6 @@ ROLLUPS = (
 C_TABLES = BASE_TABLES + ROLLUPS
 # Times of the write itself, not of the data (now() when the row was written).
 VOLATILE = ("extracted_at", "found_at", "refreshed_at", "updated_at")
-SELECT_TOUCHED = """
-SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS written, n_live_tup
-FROM pg_stat_user_tables WHERE relname = ANY(%s) ORDER BY relname"""
 # Migration 047's backfill statements: each rollup as recomputed from its base table.
 RECOMPUTED = {
     "core_tool_call_days": """
@@ -116,23 +112,11 @@ def dbname(dsn: str) -> str:
 
 
 def written_there(dsn: str, tables: tuple[str, ...] = C_TABLES) -> dict[str, int]:
-    """Rows inserted, updated or deleted in the cluster's tables of `dsn` since it was made, plus those it holds."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_stat_force_next_flush()")
-    with psycopg.connect(dsn) as conn:  # a new session: the statistics as flushed
-        rows = conn.execute(SELECT_TOUCHED, (list(tables),)).fetchall()
-    assert len(rows) == len(tables), rows
-    return {name: written + live for name, written, live in rows if written + live}
+    return own_db.written_there(dsn, tables)
 
 
 def contents(dsn: str, tables: tuple[str, ...] = C_TABLES) -> dict[str, list[str]]:
-    """Every row of the cluster's tables in `dsn` (without the times of the writes themselves), sorted."""
-    drop = " - ".join(f"'{c}'" for c in VOLATILE)
-    with psycopg.connect(dsn) as conn:
-        return {
-            t: sorted(json.dumps(r[0], sort_keys=True) for r in conn.execute(f"SELECT to_jsonb(x) - {drop} FROM {t} x"))
-            for t in tables
-        }
+    return own_db.contents(dsn, tables, VOLATILE)
 
 
 def recount_differences(dsn: str, *, pruned: bool = False) -> dict[str, int]:
@@ -241,8 +225,7 @@ def extract_both(*dsns: str, **kwargs) -> None:
         tool_calls.extract(Database(dsn), batch=5, **kwargs)
 
 
-def frames_equal(a, b) -> None:
-    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+frames_equal = own_db.frames_equal
 
 
 @pytest.mark.slow  # real agents write the database; four databases

@@ -23,6 +23,7 @@ from core.capture.verify import differences
 from core.db import Database, decode_on, use_dashboard_database
 from core.migrate import DASHBOARD_SQL_DIR, migrate, migrate_dashboard, migration_files
 from core.operations.standby import EmbeddedStandby
+from tests import own_db
 from tests.capture_writes import article_turns, graph_turns, our_agent_turns, store_writes
 from tests.conftest import DIMS, ROOT, dsn_for
 
@@ -39,9 +40,6 @@ FOLLOWER_TABLES = (
     "core_value_holders",
     "core_token_dirty",
 )
-SELECT_TOUCHED = """
-SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS written, n_live_tup
-FROM pg_stat_user_tables WHERE relname = ANY(%s) ORDER BY relname"""
 
 
 def dbname(dsn: str) -> str:
@@ -49,14 +47,8 @@ def dbname(dsn: str) -> str:
 
 
 def written_there(dsn: str) -> dict[str, int]:
-    """Rows inserted, updated or deleted in the follower's tables of `dsn` since the database was made (the
-    statistics are flushed first), with the rows they hold."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_stat_force_next_flush()")
-    with psycopg.connect(dsn) as conn:  # a new session: the statistics as flushed
-        rows = conn.execute(SELECT_TOUCHED, (list(FOLLOWER_TABLES),)).fetchall()
-    assert len(rows) == len(FOLLOWER_TABLES), rows
-    return {name: written + live for name, written, live in rows if written + live}
+    """The follower's tables of `dsn`: rows written since the database was made, with those held (tests/own_db.py)."""
+    return own_db.written_there(dsn, FOLLOWER_TABLES)
 
 
 def writes(dsn: str, seed: int) -> None:

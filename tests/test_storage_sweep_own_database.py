@@ -10,11 +10,9 @@ agents (tests/capture_writes.py); the sweep, prune and purge are the real code."
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import uuid
 
-import pandas as pd
 import psycopg
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -29,6 +27,7 @@ from core.operations import sweep, sweep_reads
 from core.operations.exporter import database_metrics
 from core.privacy import access_notice, subjects
 from core.storage import prune, storage, storage_detail
+from tests import own_db
 from tests.capture_writes import article_turns, graph_turns, our_agent_turns, store_writes, vector_store
 from tests.conftest import dsn_for
 
@@ -45,9 +44,6 @@ F_TABLES = ("core_sweep_log", "core_sweep_documents", "core_prune_threads")
 TABLES = D_TABLES + F_TABLES
 # Times of the writes themselves (now() when the row was written, a run's duration), not of the data.
 VOLATILE = ("computed_at", "seconds", "pruned_at", "started_at", "finished_at")
-SELECT_TOUCHED = """
-SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS written, n_live_tup
-FROM pg_stat_user_tables WHERE relname = ANY(%s) ORDER BY relname"""
 COUNT_ROWS = """
 SELECT (SELECT count(*) FROM checkpoints) AS checkpoints, (SELECT count(*) FROM checkpoint_blobs) AS blobs,
        (SELECT count(*) FROM checkpoint_writes) AS writes"""
@@ -58,23 +54,11 @@ def dbname(dsn: str) -> str:
 
 
 def written_there(dsn: str, tables: tuple[str, ...] = TABLES) -> dict[str, int]:
-    """Rows inserted, updated or deleted in `tables` of `dsn` since it was made, plus those held."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_stat_force_next_flush()")
-    with psycopg.connect(dsn) as conn:  # a new session: the statistics as flushed
-        rows = conn.execute(SELECT_TOUCHED, (list(tables),)).fetchall()
-    assert len(rows) == len(tables), rows
-    return {name: written + live for name, written, live in rows if written + live}
+    return own_db.written_there(dsn, tables)
 
 
 def contents(dsn: str, tables: tuple[str, ...] = TABLES) -> dict[str, list[str]]:
-    """Every row of `tables` in `dsn` (without the times of the writes themselves), sorted."""
-    drop = " - ".join(f"'{c}'" for c in VOLATILE)
-    with psycopg.connect(dsn) as conn:
-        return {
-            t: sorted(json.dumps(r[0], sort_keys=True) for r in conn.execute(f"SELECT to_jsonb(x) - {drop} FROM {t} x"))
-            for t in tables
-        }
+    return own_db.contents(dsn, tables, VOLATILE)
 
 
 def counts(dsn: str) -> dict[str, int]:
@@ -137,9 +121,7 @@ def layouts(written, pg_dsn):
             drop_slot(dsn)
 
 
-def frames_equal(a: pd.DataFrame, b: pd.DataFrame, drop: tuple[str, ...] = ()) -> None:
-    a, b = a.drop(columns=list(drop)), b.drop(columns=list(drop))
-    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+frames_equal = own_db.frames_equal
 
 
 def figures(cov: subjects.Coverage) -> tuple[int, int, int, int]:
