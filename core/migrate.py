@@ -200,6 +200,66 @@ def check_applied(
     return legacy
 
 
+# --- what the dashboard's own database holds (issue 52): read by the start check below and by the upgrade in place
+# (core/own_database.py)
+# Written by the agents' side (their library, their tools, the erasure's tombstones): they stay where they are
+# (docs/own-database-plan.md, section 1).
+AGENTS_OWN = frozenset(
+    {
+        "core_memory_writes",
+        "core_conversations",
+        "core_replica_heartbeat",
+        "core_degradation_episodes",
+        "core_guard_denials",
+        "core_serde_refusals",
+        "core_checkpoint_dead_letters",
+        "core_replayed_operations",
+        "core_thread_tombstones",
+        "core_serde_allowlist",
+        "core_schema_migrations",
+    }
+)
+# Rows the migrations themselves write (the extraction's initial watermark, nothing extracted yet): a copy holding only
+# such rows holds nothing to keep.
+PLACEHOLDER_ROWS = {"core_extract_watermark": "ts = '' AND thread_id = ''"}
+CREATE_RE = re.compile(
+    r"^CREATE\s+(?:OR\s+REPLACE\s+)?(?P<kind>UNLOGGED\s+TABLE|TABLE|FUNCTION|VIEW|TYPE)\s+(?:public\.)?(?P<name>\w+)",
+    re.IGNORECASE | re.MULTILINE,
+)
+SELECT_PRESENT = """
+SELECT c.relname AS name FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND c.relname = ANY(%s)"""
+
+
+def declared(sql_dir: Path = DASHBOARD_SQL_DIR) -> dict[str, dict[str, str]]:
+    """Kind ("table", "function", "view", "type") -> {name: file} of everything core/sql/dashboard/ creates."""
+    out: dict[str, dict[str, str]] = {"table": {}, "function": {}, "view": {}, "type": {}}
+    for path in sorted(sql_dir.glob("*.sql")):
+        for m in CREATE_RE.finditer(path.read_text()):
+            kind = m["kind"].split()[-1].lower()
+            out[kind].setdefault(m["name"], path.name)
+    return out
+
+
+def holds(conn: psycopg.Connection[DictRow], table: str) -> bool:
+    """Whether `table` holds a row worth keeping (any row but the migrations' own placeholders, PLACEHOLDER_ROWS)."""
+    placeholder = sql.SQL(PLACEHOLDER_ROWS.get(table, "false"))
+    query = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE NOT ({})) AS held").format(
+        sql.Identifier(table), placeholder
+    )
+    return bool(one(conn.execute(query).fetchone())["held"])
+
+
+def left_with_rows(agents_dsn: str) -> list[str]:
+    """The tables of ours (core/sql/dashboard/ declares them) still in the agents' database and holding rows: what a
+    start with the dashboard's database apart would not see (empty ones, left by the agents'-side history of a new
+    install, hide nothing; nor do the migrations' own placeholder rows). One `EXISTS` per table, no count."""
+    names = sorted(set(declared()["table"]) - AGENTS_OWN)
+    with psycopg.connect(agents_dsn, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+        present = [r["name"] for r in conn.execute(SELECT_PRESENT, (names,)).fetchall()]
+        return [name for name in sorted(present) if holds(conn, name)]
+
+
 def check_schema(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> None:
     """What a start without AUTO_MIGRATE checks, reading only: the embedding dims, ShallowPostgresSaver's schema
     (named, rather than as migrations never applied) and that every migration is applied with the text of its
@@ -214,8 +274,6 @@ def check_schema(dsn: str, dims: int, sql_dir: Path = SQL_DIR) -> None:
         with psycopg.connect(ours, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S) as conn:
             files = migration_files(DASHBOARD_SQL_DIR)
             check_applied(conn, files, pending_ok=False, sql_dir=DASHBOARD_SQL_DIR)
-        from core.own_database import left_with_rows  # (it imports this module)
-
         left = left_with_rows(dsn)
         if left:
             raise NotMoved(

@@ -23,48 +23,22 @@ again, one that holds other rows stops the move (nothing dropped) and names the 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import DictRow, dict_row
 
-from core.db import CONNECT_TIMEOUT_S, Database, dashboard_dsn_for, describe_dsn, one, resolve_dsn
-from core.migrate import DASHBOARD_SQL_DIR, migrate_dashboard
+from core.db import CONNECT_TIMEOUT_S, Database, dashboard_dsn_for, describe_dsn, resolve_dsn
+from core.migrate import AGENTS_OWN, declared, holds, left_with_rows, migrate_dashboard
 
-# Written by the agents' side (their library, their tools, the erasure's tombstones): they stay where they are
-# (docs/own-database-plan.md, section 1).
-AGENTS_OWN = frozenset(
-    {
-        "core_memory_writes",
-        "core_conversations",
-        "core_replica_heartbeat",
-        "core_degradation_episodes",
-        "core_guard_denials",
-        "core_serde_refusals",
-        "core_checkpoint_dead_letters",
-        "core_replayed_operations",
-        "core_thread_tombstones",
-        "core_serde_allowlist",
-        "core_schema_migrations",
-    }
-)
 # Functions both sides have: the agents' database keeps its own (the canonical views' decoders use it).
 SHARED_FUNCTIONS = frozenset({"core_try_timestamptz"})
-# Rows the migrations themselves write (the extraction's initial watermark, nothing extracted yet): a copy holding only
-# such rows holds nothing to keep.
-PLACEHOLDER_ROWS = {"core_extract_watermark": "ts = '' AND thread_id = ''"}
 RECOUNTED_FILE = "001_capture.sql"  # the change follower's state: rebuilt by its recount, never copied
 LOCK_TIMEOUT = "10s"
 
-CREATE_RE = re.compile(
-    r"^CREATE\s+(?:OR\s+REPLACE\s+)?(?P<kind>UNLOGGED\s+TABLE|TABLE|FUNCTION|VIEW|TYPE)\s+(?:public\.)?(?P<name>\w+)",
-    re.IGNORECASE | re.MULTILINE,
-)
 SELECT_TABLES = """
 SELECT c.relname AS name, c.reltuples::bigint AS estimate, pg_total_relation_size(c.oid) AS bytes
 FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
@@ -132,16 +106,6 @@ class MovePlan:
         return out
 
 
-def declared(sql_dir: Path = DASHBOARD_SQL_DIR) -> dict[str, dict[str, str]]:
-    """Kind ("table", "function", "view", "type") -> {name: file} of everything core/sql/dashboard/ creates."""
-    out: dict[str, dict[str, str]] = {"table": {}, "function": {}, "view": {}, "type": {}}
-    for path in sorted(sql_dir.glob("*.sql")):
-        for m in CREATE_RE.finditer(path.read_text()):
-            kind = m["kind"].split()[-1].lower()
-            out[kind].setdefault(m["name"], path.name)
-    return out
-
-
 def _connect(dsn: str, *, autocommit: bool = True) -> psycopg.Connection[DictRow]:
     conn = psycopg.connect(dsn, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S, autocommit=autocommit)
     conn.execute("SET TimeZone = 'UTC'")  # rows hashed as text read alike on both sides
@@ -176,25 +140,6 @@ def plan(agents_dsn: str, ours_dsn: str | None = None) -> MovePlan:
         result.views = [r["name"] for r in conn.execute(SELECT_VIEWS, (sorted(found["view"]),)).fetchall()]
         result.types = [r["name"] for r in conn.execute(SELECT_TYPES, (sorted(found["type"]),)).fetchall()]
     return result
-
-
-def _holds(conn: psycopg.Connection[DictRow], table: str) -> bool:
-    """Whether `table` holds a row worth keeping (any row but the migrations' own placeholders, PLACEHOLDER_ROWS)."""
-    placeholder = sql.SQL(PLACEHOLDER_ROWS.get(table, "false"))
-    query = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE NOT ({})) AS held").format(
-        sql.Identifier(table), placeholder
-    )
-    return bool(one(conn.execute(query).fetchone())["held"])
-
-
-def left_with_rows(agents_dsn: str) -> list[str]:
-    """The tables of ours (core/sql/dashboard/ declares them) still in the agents' database and holding rows: what a
-    start with the dashboard's database apart would not see (empty ones, left by the agents'-side history of a new
-    install, hide nothing; nor do the migrations' own placeholder rows). One `EXISTS` per table, no count."""
-    names = sorted(set(declared()["table"]) - AGENTS_OWN)
-    with _connect(agents_dsn) as conn:
-        present = [r["name"] for r in conn.execute(SELECT_TABLES, (names,)).fetchall()]
-        return [name for name in sorted(present) if _holds(conn, name)]
 
 
 def _refuse_while_running(conns: Iterable[psycopg.Connection[DictRow]]) -> None:
@@ -283,10 +228,10 @@ def move(agents_dsn: str, ours_dsn: str | None = None, *, log: Callable[[str], N
                 columns = [c for c in _columns(src, table) if c in set(_columns(dst, table))]
                 theirs = _signature(src, table, columns)
                 mine = _signature(dst, table, columns)
-                if mine == theirs or not _holds(src, table):  # theirs has nothing to lose (a new install's copy)
+                if mine == theirs or not holds(src, table):  # theirs has nothing to lose (a new install's copy)
                     log(f"{table}: nothing to copy ({mine[0]} rows in the dashboard's database)")
                     continue
-                if mine[0] and not _holds(dst, table):  # ours holds only the migrations' placeholders: replaced
+                if mine[0] and not holds(dst, table):  # ours holds only the migrations' placeholders: replaced
                     dst.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(table)))
                 elif mine[0]:
                     raise MoveRefused(

@@ -11,7 +11,7 @@ import pandas as pd
 import psycopg
 
 from core.db import reset_pool
-from core.own_database import PLACEHOLDER_ROWS
+from core.migrate import PLACEHOLDER_ROWS
 
 SELECT_TOUCHED = """
 SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS written, n_live_tup

@@ -170,6 +170,10 @@ def test_every_page_works_on_the_moved_database_and_reads_ours(released, pg_dsn,
 
     agents = released
     ours = dsn_for(pg_dsn, str(psycopg.conninfo.conninfo_to_dict(agents)["dbname"]) + "_ours")
+    if not plan_moved(agents, ours):  # run alone: the move the test above makes
+        use_dashboard_database(agents, ours)
+        move(agents, log=lambda _: None)
+        forget_dashboard_database(agents)
     assert plan_moved(agents, ours)
     app_env(agents, LOCAL_ROLES="manager,sre,dpo", PG_DASHBOARD=ours)
     try:
