@@ -3,15 +3,19 @@ and frames compared. One copy for every cluster's tests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import pandas as pd
 import psycopg
 
-from core.db import reset_pool
-from core.migrate import PLACEHOLDER_ROWS
+from core.capture.follower import drop_slot
+from core.db import Database, forget_dashboard_database, reset_pool, use_dashboard_database
+from core.migrate import PLACEHOLDER_ROWS, migrate_dashboard
 
 SELECT_TOUCHED = """
 SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS written, n_live_tup
@@ -56,3 +60,35 @@ def contents(dsn: str, tables: Iterable[str], volatile: Iterable[str] = ()) -> d
 def frames_equal(a: pd.DataFrame, b: pd.DataFrame, drop: tuple[str, ...] = ()) -> None:
     a, b = a.drop(columns=list(drop)), b.drop(columns=list(drop))
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+
+
+def dbname(dsn: str) -> str:
+    return str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+
+def copy_of(pg_dsn: str, source: str, prefix: str) -> str:
+    """A new database on `pg_dsn`'s server made from `source` as a template."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{dbname(source)}"')
+    return psycopg.conninfo.make_conninfo(pg_dsn, dbname=name)
+
+
+@contextmanager
+def two_layouts(pg_dsn: str, written: str, tag: str) -> Iterator[tuple[str, str, str]]:
+    """The same agents' rows twice: `default` (ours is the agents' database) and `split` with its own dashboard
+    database `ours`, migrated from core/sql/dashboard/. Yields (default, split, ours) DSNs."""
+    default = copy_of(pg_dsn, written, f"{tag}default")
+    split = copy_of(pg_dsn, written, f"{tag}split")
+    ours = psycopg.conninfo.make_conninfo(pg_dsn, dbname=dbname(split) + "_dashboard")
+    use_dashboard_database(split, ours)
+    migrate_dashboard(ours)
+    try:
+        yield default, split, ours
+    finally:
+        for dsn in (default, split, ours):
+            Database(dsn).close()
+        forget_dashboard_database(split)
+        for dsn in (default, split):
+            with contextlib.suppress(psycopg.Error):
+                drop_slot(dsn)

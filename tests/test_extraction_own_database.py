@@ -107,8 +107,7 @@ SENTENCES = (
 )
 
 
-def dbname(dsn: str) -> str:
-    return str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+dbname = own_db.dbname
 
 
 def written_there(dsn: str, tables: tuple[str, ...] = C_TABLES) -> dict[str, int]:
@@ -194,29 +193,11 @@ def written(create_database):
     return dsn
 
 
-def copy_of(pg_dsn: str, source: str, prefix: str) -> str:
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{dbname(source)}"')
-    return dsn_for(pg_dsn, name)
-
-
 @pytest.fixture
 def layouts(written, pg_dsn):
-    """The same agents' rows twice: `default` (ours is the agents' database) and `split` with its own dashboard
-    database `ours`, migrated from core/sql/dashboard/. Yields (default, split, ours) DSNs."""
-    default = copy_of(pg_dsn, written, "cdefault")
-    split = copy_of(pg_dsn, written, "csplit")
-    ours = dsn_for(pg_dsn, dbname(split) + "_dashboard")
-    use_dashboard_database(split, ours)
-    migrate_dashboard(ours)
-    yield default, split, ours
-    for dsn in (default, split, ours):
-        Database(dsn).close()
-    forget_dashboard_database(split)
-    for dsn in (default, split):
-        with contextlib.suppress(psycopg.Error):
-            drop_slot(dsn)
+    """See own_db.two_layouts."""
+    with own_db.two_layouts(pg_dsn, written, "c") as dsns:
+        yield dsns
 
 
 def extract_both(*dsns: str, **kwargs) -> None:
@@ -412,7 +393,7 @@ def test_a_store_managers_preference_figures_hold_their_stores_customers_only_ap
 @pytest.mark.slow  # the memory article's agents write a database of their own
 def test_the_articles_agents_database_apart_keeps_what_one_database_keeps(article_agents, pg_dsn):
     written_db = article_agents()
-    default = copy_of(pg_dsn, written_db.dsn, "cartdefault")
+    default = own_db.copy_of(pg_dsn, written_db.dsn, "cartdefault")
     split = written_db.dsn
     ours = dsn_for(pg_dsn, dbname(split) + "_dashboard")
     use_dashboard_database(split, ours)

@@ -22,7 +22,6 @@ from streamlit.testing.v1 import AppTest
 from core.capture.follower import catch_up, drop_slot
 from core.db import Database, forget_dashboard_database, use_dashboard_database
 from core.history import tool_calls, views
-from core.migrate import migrate_dashboard
 from core.operations import sweep, sweep_reads
 from core.operations.exporter import database_metrics
 from core.privacy import access_notice, subjects
@@ -49,8 +48,7 @@ SELECT (SELECT count(*) FROM checkpoints) AS checkpoints, (SELECT count(*) FROM 
        (SELECT count(*) FROM checkpoint_writes) AS writes"""
 
 
-def dbname(dsn: str) -> str:
-    return str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+dbname = own_db.dbname
 
 
 def written_there(dsn: str, tables: tuple[str, ...] = TABLES) -> dict[str, int]:
@@ -96,29 +94,11 @@ def written(create_database):
     return dsn
 
 
-def copy_of(pg_dsn: str, source: str, prefix: str) -> str:
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{dbname(source)}"')
-    return dsn_for(pg_dsn, name)
-
-
 @pytest.fixture
 def layouts(written, pg_dsn):
-    """The same agents' rows twice: `default` (ours is the agents' database) and `split` with its own dashboard
-    database `ours`, migrated from core/sql/dashboard/. Yields (default, split, ours) DSNs."""
-    default = copy_of(pg_dsn, written, "dfdefault")
-    split = copy_of(pg_dsn, written, "dfsplit")
-    ours = dsn_for(pg_dsn, dbname(split) + "_dashboard")
-    use_dashboard_database(split, ours)
-    migrate_dashboard(ours)
-    yield default, split, ours
-    for dsn in (default, split, ours):
-        Database(dsn).close()
-    forget_dashboard_database(split)
-    for dsn in (default, split):
-        with contextlib.suppress(psycopg.Error):
-            drop_slot(dsn)
+    """See own_db.two_layouts."""
+    with own_db.two_layouts(pg_dsn, written, "df") as dsns:
+        yield dsns
 
 
 frames_equal = own_db.frames_equal
@@ -339,7 +319,7 @@ def test_the_upgrade_in_place_moves_the_sweep_log_and_storage_with_their_ids_and
     run after the copied ones, in ours only."""
     from core.own_database import move
 
-    agents = copy_of(pg_dsn, written, "dfmoved")
+    agents = own_db.copy_of(pg_dsn, written, "dfmoved")
     ours = dsn_for(pg_dsn, dbname(agents) + "_dashboard")
     db = Database(agents)
     try:
