@@ -83,11 +83,12 @@ What this module does with that:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -204,15 +205,14 @@ class PlainValues:
         return {label for label, value in self.values.items() if value in data}
 
 
-WINDOW = 6  # bytes a needle's head covers: the shortest value looked for in the files
+WINDOW = 6  # bytes a needle's head covers: the shortest value looked for in the files (three pairs, _pair_terms)
 HEAD_BITS = 0xFFFF  # a head keeps 16 bits of a keyed hash: a prefilter, confirmed by the needle's digest
 PRIME = 2_147_483_647
 NEEDLE_PERSON = b"physical-file"
 
 
-def _coefficients() -> np.ndarray:
+def _coefficients(key: bytes) -> np.ndarray:
     """The head's polynomial coefficients, derived from TERM_HASH_KEY: without the key a head tells nothing."""
-    key = term_hash_key()
     return np.array(
         [
             int.from_bytes(hashlib.blake2b(bytes([j]), key=key, person=b"physical-coef", digest_size=4).digest())
@@ -223,16 +223,43 @@ def _coefficients() -> np.ndarray:
     )
 
 
-def _heads(data: bytes) -> np.ndarray:
-    """The keyed head of every WINDOW-byte window of `data` (vectorised: a 4 MB chunk in ~0.1 s)."""
-    arr = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
-    n = len(arr) - WINDOW + 1
+@functools.lru_cache(maxsize=4)
+def _pair_terms(key: bytes) -> tuple[np.ndarray, ...]:
+    """The head's polynomial read two bytes at a time: for each pair of coefficients (a, b) and each 16-bit little-
+    endian pair of bytes (lo, hi), (a * lo + b * hi) mod PRIME. A head is then three lookups and a sum."""
+    coefficients = _coefficients(key)
+    pairs = np.arange(1 << 16, dtype=np.int64)
+    low, high = pairs & 0xFF, pairs >> 8
+    return tuple((coefficients[j] * low + coefficients[j + 1] * high) % PRIME for j in range(0, WINDOW, 2))
+
+
+HEADS_AT_ONCE = 1 << 16  # windows whose heads are computed together: small enough for the CPU's caches (measured
+# 2026-12-07: 0.06 s per 4 MB, 3x faster than 4 MB at once with six multiplications and a modulo per byte)
+
+
+def _head_chunks(data: bytes) -> Iterator[tuple[int, np.ndarray]]:
+    """(offset, heads) for the keyed head of every WINDOW-byte window of `data`, HEADS_AT_ONCE windows at a time:
+    sum over j of coefficient[j] * data[i + j], mod PRIME, its low 16 bits."""
+    n = len(data) - WINDOW + 1
     if n <= 0:
-        return np.zeros(0, dtype=np.int64)
-    acc = np.zeros(n, dtype=np.int64)
-    for j, a in enumerate(_coefficients()):
-        acc += arr[j : j + n] * a
-    return (acc % PRIME) & HEAD_BITS
+        return
+    first, second, third = _pair_terms(term_hash_key())
+    raw = np.frombuffer(data, dtype=np.uint8)
+    pairs = raw[:-1].astype(np.uint16) | (raw[1:].astype(np.uint16) << 8)  # pairs[i] = data[i] + data[i + 1] << 8
+    for start in range(0, n, HEADS_AT_ONCE):
+        stop = min(n, start + HEADS_AT_ONCE)
+        acc = first[pairs[start:stop]]
+        acc += second[pairs[start + 2 : stop + 2]]
+        acc += third[pairs[start + 4 : stop + 4]]
+        acc -= PRIME * (acc >= PRIME)  # three terms under PRIME each: two subtractions at most
+        acc -= PRIME * (acc >= PRIME)
+        yield start, acc & HEAD_BITS
+
+
+def _heads(data: bytes) -> np.ndarray:
+    """The keyed head of every WINDOW-byte window of `data`."""
+    chunks = [heads for _, heads in _head_chunks(data)]
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
 
 
 def _needle_digest(salt: bytes, raw: bytes) -> str:
@@ -275,18 +302,20 @@ class KeyedNeedles:
                 else:
                     entry = (label + n["ref"], bytes.fromhex(salt), int(n["bytes"]), n["digest"])
                     self.by_head.setdefault(int(n["head"]), []).append(entry)
-        self.heads = np.array(sorted(self.by_head), dtype=np.int64)
+        self.wanted = np.zeros(HEAD_BITS + 1, dtype=bool)  # one flag per head value: a lookup, not a search
+        self.wanted[list(self.by_head)] = True
         self.span = max((e[2] for es in self.by_head.values() for e in es), default=1)
 
     def found(self, data: bytes) -> set[str]:
         out: set[str] = set()
-        if not len(self.heads):
+        if not self.by_head:
             return out
-        heads = _heads(data)
-        for pos in np.nonzero(np.isin(heads, self.heads))[0]:
-            for label, salt, size, digest in self.by_head[int(heads[pos])]:
-                if label not in out and _needle_digest(salt, data[pos : pos + size]) == digest:
-                    out.add(label)
+        for start, heads in _head_chunks(data):
+            for at in np.nonzero(self.wanted[heads])[0]:
+                pos = start + int(at)
+                for label, salt, size, digest in self.by_head[int(heads[at])]:
+                    if label not in out and _needle_digest(salt, data[pos : pos + size]) == digest:
+                        out.add(label)
         return out
 
 
