@@ -405,7 +405,7 @@ def relation_segments(path: Path) -> list[Path]:
         n += 1
 
 
-def _scan_file(path: Path, needles: Needles) -> tuple[int, set[str]]:
+def scan_file(path: Path, needles: Needles) -> tuple[int, set[str]]:
     found: set[str] = set()
     size = 0
     overlap = max(needles.span - 1, 0)
@@ -562,7 +562,7 @@ def _scan_relation(
     found_in: list[str] = []
     size = 0
     for f in files:
-        n, hit = _scan_file(f, needles)
+        n, hit = scan_file(f, needles)
         size += n
         if hit:
             found |= hit
