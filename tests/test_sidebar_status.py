@@ -37,6 +37,10 @@ def answers(dsn: str) -> bool:
         return False
 
 
+def sleep_until(due: float) -> None:
+    time.sleep(max(0.0, due - time.monotonic()))
+
+
 def db_status(at: AppTest) -> list[str]:
     return [c.value for c in at.sidebar.caption if c.value.startswith(":")]
 
@@ -57,18 +61,24 @@ def test_the_sidebar_follows_a_page_that_read_the_database_after_its_probe(outag
     at.query_params["lang"] = lang
     at.run()
     at.switch_page(PAGE).run()
+    # The shared probe was taken (its interval counts from before it) within the runs above: due again after this
+    # (the same clock as ui.shared.SharedReading's). The server's stop is part of the wait.
+    probe_due = time.monotonic() + PROBE_INTERVAL_S + 0.2
     assert not at.exception
     assert any(ok in s for s in db_status(at)), db_status(at)
 
     control.stop()
     try:
-        time.sleep(PROBE_INTERVAL_S + 0.5)  # the shared probe is due again: taken while the server is down
+        sleep_until(probe_due)  # the shared probe is due again: taken while the server is down
         at.run()
+        # past the page's own shared sample taken during this run (app_pages/degradation.py SHARE_S); the restart
+        # below is part of the wait
+        sample_due = time.monotonic() + 2.1
         assert any(down in s for s in db_status(at)), db_status(at)
     finally:
         control.start()
     wait_until(lambda: answers(dsn), timeout=30)
-    time.sleep(2.1)  # past the page's own shared sample taken during the outage (app_pages/degradation.py SHARE_S)
+    sleep_until(sample_due)
     at.run()  # seconds later, within the failed probe's interval: the page reads the database again
     assert not at.exception
     assert not at.error, [e.value for e in at.error]
