@@ -24,16 +24,23 @@ pytestmark = pytest.mark.slow  # outage drills and agent processes
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A real agent: one turn per line of stdin ("<thread> <text>"), answered with "<text> degraded|healthy".
+# A real agent: one turn per line of stdin ("<thread> <text>"), answered with "<text> degraded|healthy"; a line
+# "state" is answered with its saver's state alone. Its close() tries a last resync for 1 s (the saver's
+# close_resync_timeout; 5 s by default) before it journals what PostgreSQL lacks: the same path, a shorter wait.
 AGENT = """
 import sys
 sys.path.insert(0, "tests")
 from agent_memory_runtime.dual_saver import DualCheckpointSaver
-from test_saver_findings import graph, turn
-saver = DualCheckpointSaver(sys.argv[1], heartbeat_interval=0.3, probe_interval=0.2, replica_id=sys.argv[2])
+from turns_graph import graph, turn
+saver = DualCheckpointSaver(
+    sys.argv[1], heartbeat_interval=0.3, probe_interval=0.2, close_resync_timeout=1.0, replica_id=sys.argv[2]
+)
 app = graph(saver)
 print("ready", flush=True)
 for line in sys.stdin:
+    if line.strip() == "state":
+        print("degraded" if saver.degraded else "healthy", flush=True)
+        continue
     thread, text = line.split()
     turn(app, thread, text)
     print(text, "degraded" if saver.degraded else "healthy", flush=True)
@@ -78,6 +85,11 @@ class Agent:
 
     def turn(self, thread: str, text: str) -> str:
         self.proc.stdin.write(f"{thread} {text}\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def state(self) -> str:
+        self.proc.stdin.write("state\n")
         self.proc.stdin.flush()
         return self.proc.stdout.readline().strip()
 
@@ -215,6 +227,8 @@ def test_two_processes_with_one_journal_keep_each_others_records(dsn, control, t
         finally:
             control.start()
         assert wait_until(lambda: head(dsn, "shared-a") == ["a1", "node"], 30)
+        # the replay's commit shows before the saver says healthy: wait for that too (a turn in between is buffered)
+        assert wait_until(lambda: first.state() == "healthy", 30)
         assert first.turn("shared-a", "a2") == "a2 healthy"  # the first one resynced, its log is empty
         first.kill(signal.SIGKILL)
         assert head(dsn, "shared-b") is None

@@ -1,21 +1,19 @@
 """Issue 16's findings on the dual saver, each reproduced on a real embedded server of its own.
 
-A plain `StateGraph` with an `operator.add` list channel, as a new user would write it: every turn
-appends its input and the node's mark, so the head checkpoint of a thread lists every turn in order
-and a lost turn shows at once.
+A plain `StateGraph` with an `operator.add` list channel, as a new user would write it (tests/turns_graph.py): every
+turn appends its input and the node's mark, so the head checkpoint of a thread lists every turn in order and a lost
+turn shows at once.
 """
 
 from __future__ import annotations
 
-import operator
 import uuid
-from typing import Annotated, TypedDict
 
 import psycopg
 import pytest
 from conftest import own_embedded_server
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import END, START, StateGraph
+from turns_graph import graph, turn
 
 from agent_memory_runtime.dual_saver import DualCheckpointSaver
 from agent_memory_runtime.serde import make_serializer
@@ -25,22 +23,6 @@ from core.migrate import migrate
 pytestmark = pytest.mark.slow  # outage drills on a server of its own
 
 DIMS = 64
-
-
-class Turns(TypedDict):
-    log: Annotated[list, operator.add]
-
-
-def graph(saver):
-    builder = StateGraph(Turns)
-    builder.add_node("node", lambda state: {"log": ["node"]})
-    builder.add_edge(START, "node")
-    builder.add_edge("node", END)
-    return builder.compile(checkpointer=saver)
-
-
-def turn(app, thread: str, text: str) -> list:
-    return app.invoke({"log": [text]}, {"configurable": {"thread_id": thread}})["log"]
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +166,9 @@ def denial(thread: str) -> dict:
 
 def test_closed_mid_outage_then_restarted_keeps_every_turn(dsn, control, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("DUAL_SAVER_JOURNAL_DIR", str(tmp_path / "journal"))
-    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.3, replica_id="f2-rolling")
+    # close() below tries a last resync while the server is down for close_resync_timeout (1 s, not the default
+    # 5 s: the same attempts, fewer of them), then journals
+    saver = DualCheckpointSaver(dsn, heartbeat_interval=0.3, close_resync_timeout=1.0, replica_id="f2-rolling")
     app = graph(saver)
     assert turn(app, "f2", "t1") == ["t1", "node"]
     control.stop()

@@ -34,7 +34,7 @@ logging.basicConfig(format="%(levelname)s %(name)s %(message)s")
 sys.path.insert(0, "tests")
 from agent_memory_runtime.dual_saver import DualCheckpointSaver
 from agent_memory_runtime.journal import Journal
-from test_saver_findings import graph, turn
+from turns_graph import graph, turn
 dsn, replica_id, crash_at = sys.argv[1:4]
 if crash_at != "-":
     setattr(Journal, crash_at, lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL))
