@@ -324,6 +324,8 @@ def test_a_slot_taken_by_another_consumer_is_named_then_recreated_and_recounted(
             "publication_names=core_capture",
             "-F",
             "1",
+            "-s",  # its status (what it confirmed) every second, not every 10 s: the wait below is for that
+            "1",
         ],
         stderr=open(tmp_path / "recvlogical.log", "w"),
     )
