@@ -6,29 +6,45 @@ from __future__ import annotations
 
 import pytest
 
+from core.capture.follower import drop_slot
 from core.db import Database, reset_pool
 from core.privacy import access, chain, erasure, erasure_register
+from tests.own_db import copy_of
 from tests.test_erasure import agents_for, converse, make_store, write_docs
 
 
-@pytest.fixture
-def registers(create_database):
-    """Two erased customers (one re-checked twice) and three access exports."""
-    db = Database(create_database())
+@pytest.fixture(scope="module")
+def built(create_database, pg_dsn):
+    """Two erased customers (one re-checked twice) and three access exports, written once through the real code;
+    each test gets a copy (`registers`) to tamper with."""
+    db = Database(create_database(prefix="registers"))
     store = make_store(db)
     agent = agents_for(db, store)
     for customer in ("C1", "C2", "C3"):
         write_docs(store, customer, 3, nested=1)
         converse(agent, customer)
-    db.erased = [erasure.erase(db, c, operator="dpo@example.com").request_id for c in ("C1", "C2")]
-    erasure_register.recheck(db, db.erased[0], operator="dpo@example.com")
+    erased = [erasure.erase(db, c, operator="dpo@example.com").request_id for c in ("C1", "C2")]
+    erasure_register.recheck(db, erased[0], operator="dpo@example.com")
     erasure_register.recheck_all(db)
-    db.exports = [
+    exports = [
         access.export(db, "C3", fmt=f, lang="es", operator="dpo@example.com").register_id
         for f in ("json", "html", "json")
     ]
+    db.close()
+    reset_pool(db.dsn)  # no session left on it: it is the copies' template
+    yield db.dsn, erased, exports
+    drop_slot(db.dsn)
+
+
+@pytest.fixture
+def registers(built, pg_dsn):
+    """A copy of `built` (CREATE DATABASE ... TEMPLATE), with its erased request ids and export register ids."""
+    source, erased, exports = built
+    db = Database(copy_of(pg_dsn, source, "registers"))
+    db.erased, db.exports = erased, exports
     yield db
     reset_pool(db.dsn)
+    drop_slot(db.dsn)
 
 
 def links(db, name):
