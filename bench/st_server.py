@@ -144,6 +144,35 @@ def wait_idle(page: Any, timeout_ms: float = 60_000) -> None:
     page.wait_for_function(SCRIPT_IDLE, timeout=timeout_ms, polling=50)
 
 
+# Everything the last run sent is drawn: the run is over (SCRIPT_IDLE), no element still shows its loading skeleton
+# (streamlit loads the dataframe and plotly components' code on first use and draws a skeleton until then), every
+# plotly chart has drawn its SVG and every dataframe its grid (glide's table of the cells in view, beside its canvas),
+# but those hidden (a collapsed expander's, another tab's), drawn only when shown.
+UNPAINTED = """() => {
+    const state = document.querySelector('[data-testid=stApp]')?.dataset.testScriptState;
+    const missing = (selector, part) => [...document.querySelectorAll(selector)].filter(
+        (e) => e.checkVisibility() && !e.querySelector(part)  // a collapsed expander's or other tab's: not drawn
+    );
+    return {
+        run: ['running', 'rerunRequested'].includes(state) ? state : null,
+        skeletons: document.querySelectorAll('[data-testid=stSkeleton]').length,
+        charts: missing('[data-testid=stPlotlyChart]', '.main-svg').length,
+        grids: missing('[data-testid=stDataFrame]', 'table').length,
+    };
+}"""
+PAINTED = f"() => {{ const u = ({UNPAINTED})(); return !u.run && !u.skeletons && !u.charts && !u.grids; }}"
+
+
+def wait_painted(page: Any, timeout_ms: float = 60_000) -> None:
+    """Until what the page's last run sent is drawn (PAINTED): charts and grids included, which streamlit draws
+    after the run is over (measured: a page's three charts 3 s after it). A check that something is absent, or a
+    screenshot, then sees the whole page; instead of a fixed wait, too short under load and too long idle."""
+    try:
+        page.wait_for_function(PAINTED, timeout=timeout_ms, polling=50)
+    except Exception as exc:  # Playwright's TimeoutError: say what was not drawn, on which page
+        raise AssertionError(f"{page.url} not drawn in {timeout_ms / 1000:g} s: {page.evaluate(UNPAINTED)}") from exc
+
+
 def page_url(url: str, path: str, lang: str | None = None) -> str:
     """The URL of a page (`path` may hold its query), in `lang` when given."""
     target = f"{url}/{path}"

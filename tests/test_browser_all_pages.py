@@ -28,7 +28,7 @@ from playwright.sync_api import expect
 from test_i18n import FOREIGN
 
 from bench.bench_first_page import launch
-from bench.st_server import stop_dashboard, wait_health, walk_pages
+from bench.st_server import stop_dashboard, wait_health, wait_painted, walk_pages
 from core.db import EMBEDDED_DASHBOARD_DATABASE
 from core.history import thread_search as ts
 from core.own_database import AGENTS_OWN, declared
@@ -197,48 +197,53 @@ def test_first_minutes_then_every_page_in_both_languages(browser):
             "after `streamlit run`"
         )
 
-        found = []
-        for lang in ("es", "en"):
-            runs: dict[str, set[int]] = {}
-            paths = {name: path.format(thread=thread, customer=customer) for name, (path, _, _) in PAGES.items()}
-            for name in walk_pages(page, url, paths, lang):
-                _, es_title, en_title = PAGES[name]
-                title = es_title if lang == "es" else en_title
-                if title:
-                    expect(page.get_by_role("heading", name=title)).to_be_visible(timeout=30_000)
-                # generous: on a loaded machine the sidebar's widgets may paint seconds after the page's heading
-                expect(sidebar.get_by_text("Idioma" if lang == "es" else "Language").first).to_be_visible(
-                    timeout=30_000
-                )
-                if name == "erasure":  # the DPO's preview: the staff note the demo wrote is proposed as residue
-                    page.get_by_role("button", name=CATALOGUES[lang]["erasure_preview"]).click()
-                    expect(page.get_by_text("personal-E003-nota").first).to_be_visible(timeout=60_000)
-                page.wait_for_load_state("networkidle")
-                page.wait_for_timeout(1500)  # charts and grids paint (the checks above waited on conditions)
-                expect(page.get_by_test_id("stException")).to_have_count(0)
-                for raw in ("thread_id", "cliente_id", "customer_id", "replica_id", "last_write"):
-                    expect(page.get_by_test_id("stDataFrame").get_by_text(raw, exact=True)).to_have_count(0)
-                own = page.evaluate(OWN_TEXT)
-                found += [(name, lang, word, text) for word, text in foreign_words([own], FOREIGN[lang])]
-                _shot(page, f"page-{name}-{lang}")
-                if name == "sweeps":  # the run each page names as its figures' last sweep
-                    label = next(k for k in _metrics(page) if k.startswith(("Último", "Last")))
-                    runs[name] = {_number(label.split("(")[0])}
-                elif name in ("checkpoints-storage", "erasure"):
-                    runs[name] = {int(n) for n in re.findall(r"(?:el barrido n\.º|sweep #)\s*(\d+)", own)}
-                elif name == "checkpoints-search":  # five statuses, one per thread: they add up to every thread
-                    metrics = {k: _number(v) for k, v in _metrics(page).items()}
-                    statuses = {s: metrics[CATALOGUES[lang][f"search_count_{s}"]] for s in ts.STATES}
-                    assert sum(statuses.values()) == metrics[CATALOGUES[lang]["search_counts_total"]] > 0, metrics
-                    # the demo's threads to practise on: the SRE's one-click searches find something
-                    assert min(statuses[s] for s in ("paused", "interrupted", "error")) >= 1, statuses
-                elif name in ("checkpoints", "degradation"):  # charts and tables in the browser's zone, named
-                    expect(page.locator(".js-plotly-plot").get_by_text(f"({TIMEZONE})").first).to_be_attached()
-            # one last sweep: the run Barridos names is the one Almacenamiento and Borrado name
-            assert runs["sweeps"] == runs["checkpoints-storage"] == {last}, runs
-            assert runs["erasure"] <= {last}, runs  # Borrado names it when its coverage notice shows
-        assert found == [], "\n".join(map(str, found))
+        _every_page_in_both_languages(page, url, thread, customer, last)
     finally:
         context.close()
         stop_dashboard(proc)
         shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _every_page_in_both_languages(page, url: str, thread: str, customer: str, last: int) -> None:
+    """Every page of PAGES, es then en, checked as the module's docstring says; `thread` and `customer` fill the
+    pages' queries, `last` is the last sweep's id."""
+    sidebar = page.get_by_test_id("stSidebar")
+    found = []
+    for lang in ("es", "en"):
+        runs: dict[str, set[int]] = {}
+        paths = {name: path.format(thread=thread, customer=customer) for name, (path, _, _) in PAGES.items()}
+        for name in walk_pages(page, url, paths, lang):
+            _, es_title, en_title = PAGES[name]
+            title = es_title if lang == "es" else en_title
+            if title:
+                expect(page.get_by_role("heading", name=title)).to_be_visible(timeout=30_000)
+            # generous: on a loaded machine the sidebar's widgets may paint seconds after the page's heading
+            expect(sidebar.get_by_text("Idioma" if lang == "es" else "Language").first).to_be_visible(timeout=30_000)
+            if name == "erasure":  # the DPO's preview: the staff note the demo wrote is proposed as residue
+                page.get_by_role("button", name=CATALOGUES[lang]["erasure_preview"]).click()
+                expect(page.get_by_text("personal-E003-nota").first).to_be_visible(timeout=60_000)
+            page.wait_for_load_state("networkidle")
+            wait_painted(page)  # charts and grids drawn (the checks above waited on conditions, those below look)
+            expect(page.get_by_test_id("stException")).to_have_count(0)
+            for raw in ("thread_id", "cliente_id", "customer_id", "replica_id", "last_write"):
+                expect(page.get_by_test_id("stDataFrame").get_by_text(raw, exact=True)).to_have_count(0)
+            own = page.evaluate(OWN_TEXT)
+            found += [(name, lang, word, text) for word, text in foreign_words([own], FOREIGN[lang])]
+            _shot(page, f"page-{name}-{lang}")
+            if name == "sweeps":  # the run each page names as its figures' last sweep
+                label = next(k for k in _metrics(page) if k.startswith(("Último", "Last")))
+                runs[name] = {_number(label.split("(")[0])}
+            elif name in ("checkpoints-storage", "erasure"):
+                runs[name] = {int(n) for n in re.findall(r"(?:el barrido n\.º|sweep #)\s*(\d+)", own)}
+            elif name == "checkpoints-search":  # five statuses, one per thread: they add up to every thread
+                metrics = {k: _number(v) for k, v in _metrics(page).items()}
+                statuses = {s: metrics[CATALOGUES[lang][f"search_count_{s}"]] for s in ts.STATES}
+                assert sum(statuses.values()) == metrics[CATALOGUES[lang]["search_counts_total"]] > 0, metrics
+                # the demo's threads to practise on: the SRE's one-click searches find something
+                assert min(statuses[s] for s in ("paused", "interrupted", "error")) >= 1, statuses
+            elif name in ("checkpoints", "degradation"):  # charts and tables in the browser's zone, named
+                expect(page.locator(".js-plotly-plot").get_by_text(f"({TIMEZONE})").first).to_be_attached()
+        # one last sweep: the run Barridos names is the one Almacenamiento and Borrado name
+        assert runs["sweeps"] == runs["checkpoints-storage"] == {last}, runs
+        assert runs["erasure"] <= {last}, runs  # Borrado names it when its coverage notice shows
+    assert found == [], "\n".join(map(str, found))
