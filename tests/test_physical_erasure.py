@@ -459,32 +459,30 @@ SELECT o.oid::regclass::text, i.indexrelid::regclass::text, pg_relation_filepath
 FROM ours o JOIN pg_index i ON i.indrelid = o.oid OR (o.reltoastrelid <> 0 AND i.indrelid = o.reltoastrelid)"""
 
 
-def files_holding(db: Database, value: str, skip: frozenset[str] = frozenset()) -> dict[str, list[str]]:
-    """{table: [relations]} of every table of the schema (but `skip`) whose files (heap, TOAST, indexes, every
-    segment) hold `value`'s UTF-8 bytes, read here as plain bytes (no physical.scan_files, no needles): what
-    "overwritten" must agree with."""
+def files_holding(db: Database, skips: dict[str, frozenset[str]]) -> dict[str, dict[str, list[str]]]:
+    """For each value of `skips`: {table: [relations]} of every table of the schema (but the value's skipped ones)
+    whose files (heap, TOAST, indexes, every segment) hold its UTF-8 bytes, read here as plain bytes, each file once
+    (no physical.scan_files, no needles): what "overwritten" must agree with."""
     data_dir = Path(sql(db.dsn, "SHOW data_directory")[0]["data_directory"])
-    raw = value.encode("utf-8")
-    out: dict[str, list[str]] = {}
+    out: dict[str, dict[str, list[str]]] = {v: {} for v in skips}
     rows = sql(db.dsn, SELECT_OUR_FILES)
     assert {"core_tool_calls", *physical.AGENT_TABLES} <= {r["table"] for r in rows}
     for r in rows:
-        if r["table"] in skip:
-            continue
         main = data_dir / r["path"]
         for f in [main, *sorted(main.parent.glob(main.name + ".[0-9]*"))]:
-            if f.exists() and raw in f.read_bytes():
-                out.setdefault(r["table"], []).append(r["relation"])
+            data = f.read_bytes() if f.exists() else b""
+            for value, skip in skips.items():
+                if r["table"] not in skip and value.encode("utf-8") in data:
+                    out[value].setdefault(r["table"], []).append(r["relation"])
     return out
 
 
 def values_in_files(db: Database, customer: str, threads: list[str]) -> dict[str, dict[str, list[str]]]:
     """Where the files hold the customer's phone, address, namespace prefix or thread ids (the last two but in the
     registers, which keep them by design: evidence.PROTECTED_TABLES)."""
-    found = {v: files_holding(db, v) for v in (PHONE, ADDRESS)}
-    for v in (f"{evidence.ROOT}.{customer}", *threads):
-        found[v] = files_holding(db, v, skip=evidence.PROTECTED_TABLES)
-    return {v: where for v, where in found.items() if where}
+    skips = {PHONE: frozenset(), ADDRESS: frozenset()}
+    skips |= {v: evidence.PROTECTED_TABLES for v in (f"{evidence.ROOT}.{customer}", *threads)}
+    return {v: where for v, where in files_holding(db, skips).items() if where}
 
 
 def test_overwritten_only_once_no_file_of_any_table_erase_deleted_from_holds_the_value(db, monkeypatch):
