@@ -11,11 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pandas as pd
 import psycopg
 import pytest
+from foreign_agents import CUSTOMERS, Conversation, run_conversations, thread_id_for, write_article_agents
 
 from core.capture.follower import drop_slot
 from core.config import Settings
 from core.db import Database, forget_dashboard_database, use_dashboard_database
-from core.memory import flags
+from core.history import tool_calls
+from core.memory import customer_stores, flags
 from core.memory.customer_stores import StoreSources
 from core.memory.store import put_memory
 from core.own_database import move
@@ -60,7 +62,12 @@ def test_every_flag_reads_the_same_with_our_database_apart(create_database, pg_d
     assert all(whole.total(f) > 0 for f in flags.FLAGS), whole.counts
     assert sum(scoped.total(f) for f in flags.FLAGS) > 0, scoped.counts
     db.close()
+    same_apart(agents, pg_dsn, whole, scoped, scope)
 
+
+def same_apart(agents: str, pg_dsn: str, whole: flags.MemoryFlags, scoped: flags.MemoryFlags | None, scope) -> None:
+    """Move what the dashboard keeps to a database of its own (the upgrade in place), then read every flag again:
+    the same as `whole` (and `scoped` for `scope`), and nothing written in the agents' database by the read."""
     ours = dsn_for(pg_dsn, str(psycopg.conninfo.conninfo_to_dict(agents)["dbname"]) + "_ours")
     use_dashboard_database(agents, ours)
     try:
@@ -71,7 +78,8 @@ def test_every_flag_reads_the_same_with_our_database_apart(create_database, pg_d
             conn.execute("SELECT pg_stat_force_next_flush()")
             before = conn.execute("SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables").fetchone()
         same(flags.memory_flags(apart, THRESHOLDS), whole)
-        same(flags.memory_flags(apart, THRESHOLDS, scope=scope), scoped)
+        if scoped is not None:
+            same(flags.memory_flags(apart, THRESHOLDS, scope=scope), scoped)
         with psycopg.connect(agents, autocommit=True) as conn:
             conn.execute("SELECT pg_stat_force_next_flush()")
             after = conn.execute("SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables").fetchone()
@@ -81,3 +89,23 @@ def test_every_flag_reads_the_same_with_our_database_apart(create_database, pg_d
     finally:
         drop_slot(agents)
         forget_dashboard_database(agents)
+
+
+def test_every_flag_reads_the_same_apart_on_a_database_the_articles_agents_wrote(create_database, pg_dsn):
+    """The same on agents we did not write: the memory article's agents (stock PostgresStore and PostgresSaver, the
+    customer id only in the runtime context), one of whose customers declares a pickup store three times: its
+    documents are flagged expiring (the article's TTL), the writes unattributed (no thread names the customer)."""
+    agents = create_database(prefix="flagsart")
+    write_article_agents(agents)
+    tiendas = ("Sierpes", "Goya", "Sol")
+    run_conversations(
+        agents,
+        [Conversation(thread_id_for(f"flap-{t}"), CUSTOMERS[0], "write", "recogida", f"tienda {t}") for t in tiendas],
+    )
+    db = Database(agents)
+    tool_calls.extract(db)  # what the sweep job does before the page reads
+    assert not customer_stores.refresh(db, settings_for(agents)).errors
+    whole = flags.memory_flags(db, THRESHOLDS)
+    assert whole.total("expiring") > 0 and whole.unattributed_writes > 0, whole
+    db.close()
+    same_apart(agents, pg_dsn, whole, None, None)
