@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from conftest import DIMS, ROOT
+from conftest import DIMS, ROOT, dsn_for
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from schema_catalog import differences, schema_catalog
@@ -146,14 +146,34 @@ def fresh_catalog(create_database):
     return schema_catalog(create_database(prefix="fresh"))
 
 
+@pytest.fixture(scope="module")
+def old_templates(create_database, tmp_path_factory):
+    """`old_templates(commit) -> name` of a database migrated by that commit's own code, once per module: 7 of the 20
+    tests migrate a commit another test has migrated (the waves' data tests, the earlier 003 and 036)."""
+    folder = tmp_path_factory.mktemp("old-code")
+    made: dict[str, str] = {}
+
+    def _template(commit: str) -> str:
+        if commit not in made:
+            dsn = create_database(migrated=False, prefix="oldtemplate")
+            run_old(commit, folder, OLD_RUNNER, dsn, str(DIMS))
+            made[commit] = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+        return made[commit]
+
+    return _template
+
+
 @pytest.fixture
-def migrated_as_of(create_database, tmp_path):
-    """`migrated_as_of(commit) -> dsn`: a new database migrated by that commit's own code."""
+def migrated_as_of(pg_dsn, old_templates):
+    """`migrated_as_of(commit) -> dsn`: a new database migrated by that commit's own code (a copy of the one it
+    migrated: CREATE DATABASE ... TEMPLATE copies it file by file, as the same code would write it again)."""
 
     def _migrate(commit: str) -> str:
-        dsn = create_database(migrated=False, prefix="old")
-        run_old(commit, tmp_path, OLD_RUNNER, dsn, str(DIMS))
-        return dsn
+        template = old_templates(commit)
+        name = f"old_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        return dsn_for(pg_dsn, name)
 
     return _migrate
 
