@@ -1,5 +1,6 @@
 """Issue 52 item 6: the upgrade in place. A database the current release wrote (the demo, seeded by the real agents,
-sweeps, erasures and access exports: its registers and their hash chains included) moves what the dashboard keeps
+sweeps, erasures and access exports: its registers and their hash chains included; and a database the articles'
+agents wrote, swept, erased from and exported by the release) moves what the dashboard keeps
 into the dashboard's own database: a dry run lists it and changes nothing; the move copies and verifies, recounts the
 follower's state, verifies every register chain in ours, and only then drops the old tables; nothing of ours is left
 in the agents' database but what core/sql/dashboard/ does not declare yet; running it again moves nothing."""
@@ -18,7 +19,7 @@ from core.config import Settings
 from core.db import Database, forget_dashboard_database, use_dashboard_database
 from core.migrate import NotMoved, check_schema, migrate_dashboard
 from core.own_database import AGENTS_OWN, MoveRefused, declared, move, plan
-from core.privacy import chain
+from core.privacy import chain, data_views
 from tests.conftest import DIMS, dsn_for
 
 pytestmark = pytest.mark.slow  # the demo seeded by the real agents
@@ -60,6 +61,34 @@ def released(create_database):
         "SELECT subject_id AS c FROM core_conversations WHERE subject_root = 'clientes' GROUP BY 1 ORDER BY 1 LIMIT 1"
     )
     access.export(database, customer["c"], fmt="json", lang="es", operator="dpo@example.com")  # the access register
+    database.close()
+    yield dsn
+    with contextlib.suppress(psycopg.Error):
+        drop_slot(dsn)
+
+
+@pytest.fixture(scope="module")
+def released_by_articles(create_database):
+    """A database the memory article's agents wrote (stock store and saver, agents we did not write), on which the
+    current release ran as it does in production, default layout: a sweep, an erasure, an access export."""
+    from foreign_agents import CUSTOMERS, write_article_agents
+
+    from core.operations.sweep import run_sweep
+    from core.privacy import access, erasure, evidence
+    from core.privacy import subjects as subj
+
+    dsn = create_database(prefix="relarticles")
+    write_article_agents(dsn)
+    database = Database(dsn)
+    assert run_sweep(database, trigger="manual").status == "ok"
+    # the article's threads name no customer: the DPO decides on those the residue scan found holding their values
+    preview = evidence.preview(database, CUSTOMERS[0], subj.Attribution())
+    decisions = {t: "erase" for t in preview.residue_threads}
+    erased = erasure.erase(
+        database, CUSTOMERS[0], operator="dpo@example.com", config=subj.Attribution(), decisions=decisions
+    )
+    assert erased.status == "complete", erased
+    access.export(database, CUSTOMERS[1], fmt="json", lang="es", operator="dpo@example.com")
     database.close()
     yield dsn
     with contextlib.suppress(psycopg.Error):
@@ -154,21 +183,22 @@ PAGES = [
     ("app_pages/checkpoints.py", {"view": "cost"}),
     ("app_pages/checkpoints.py", {"view": "storage"}),
     ("app_pages/degradation.py", {}),
-    ("app_pages/erasure.py", {"cliente": "C3"}),
+    ("app_pages/erasure.py", {"cliente": "{customer}"}),
     ("app_pages/erasure_register.py", {}),
-    ("app_pages/access.py", {"cliente": "C3"}),
+    ("app_pages/access.py", {"cliente": "{customer}"}),
     ("app_pages/access_register.py", {}),
 ]
 
 
-def test_every_page_works_on_the_moved_database_and_reads_ours(released, pg_dsn, app_env):
-    """After the move above (this module's tests run in file order): the dashboard started with PG_DASHBOARD opens
-    every page without an error, and the Memory page's figures and the registers it lists are those of the data the
-    release wrote."""
+@pytest.mark.parametrize(("written", "customer"), [("released", "C3"), ("released_by_articles", "C19")])
+def test_every_page_works_on_the_moved_database_and_reads_ours(written, customer, request, pg_dsn, app_env):
+    """After the move above (this module's tests run in file order; the articles' agents' database is moved here):
+    the dashboard started with PG_DASHBOARD opens every page without an error, and the Memory page's figures and the
+    registers it lists are those of the data the release wrote."""
     from apptools import as_int, metric
     from streamlit.testing.v1 import AppTest
 
-    agents = released
+    agents = request.getfixturevalue(written)
     ours = dsn_for(pg_dsn, str(psycopg.conninfo.conninfo_to_dict(agents)["dbname"]) + "_ours")
     if not plan_moved(agents, ours):  # run alone: the move the test above makes
         use_dashboard_database(agents, ours)
@@ -180,7 +210,7 @@ def test_every_page_works_on_the_moved_database_and_reads_ours(released, pg_dsn,
         for path, query in PAGES:
             at = AppTest.from_file("../dashboard.py", default_timeout=120)
             for k, v in query.items():
-                at.query_params[k] = v
+                at.query_params[k] = v.format(customer=customer)
             at.run()
             at.switch_page(path).run()
             assert not at.exception, (path, at.exception)
@@ -191,7 +221,13 @@ def test_every_page_works_on_the_moved_database_and_reads_ours(released, pg_dsn,
                 assert documents and as_int(metric(at, "Documentos guardados")) == documents[0] > 0
             if path == "app_pages/erasure_register.py":  # the demo's erasures, read from the copied register
                 assert len(at.dataframe[0].value) == tables_of(ours)["core_erasure_register"] > 0
+        # the customer's data the pages showed is in the views log, in ours (written before the test forgets it)
+        assert data_views.flush(Database(agents))
+        with psycopg.connect(ours) as conn:
+            viewed = conn.execute("SELECT count(*) FROM core_data_views WHERE customer_id = %s", (customer,)).fetchone()
+        assert viewed and viewed[0] > 0
     finally:
+        data_views.queue_for(Database(agents)).close()  # its writer's marker removed from ours, not the agents'
         forget_dashboard_database(agents)
 
 
