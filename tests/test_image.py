@@ -8,7 +8,7 @@ Two slow tests run the image's commands with deploy/'s own environment against a
   and the image's CMD until its HEALTHCHECK says healthy. It is skipped, saying why, where podman, runc or root
   are missing (CI installs neither); where they are, a failed build fails it.
 - everywhere: what the Dockerfile builds, built the way it builds it (its own RUN commands: a virtualenv from
-  requirements.txt; its COPY lines filtered by .dockerignore; its ENV) into a folder standing for the image's
+  requirements.txt; its COPY lines filtered by .dockerignore; its ENV, its ARG for the RUN steps) into a folder standing for the image's
   root, then every command deploy/ gives the image (migrations Job, dashboard, exporter, sweep CronJob), and the
   Dockerfile's HEALTHCHECK and CMD."""
 
@@ -18,6 +18,7 @@ import asyncio
 import fnmatch
 import json
 import os
+import posixpath
 import re
 import shlex
 import shutil
@@ -153,6 +154,7 @@ class ImageRoot:
     def __init__(self, path: Path):
         self.path = path
         self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        self.build_args: dict[str, str] = {}  # a stage's ARG defaults: the RUN steps' environment, not the image's
         self.workdir = "/"
         shims = path / "usr-local-bin"  # the base image's `python` is the interpreter the tests run on
         shims.mkdir(parents=True)
@@ -163,11 +165,12 @@ class ImageRoot:
         return re.sub(r"(?<![\w.])(/opt/|/app\b|/tmp/requirements\.txt)", lambda m: f"{self.path}{m.group(1)}", text)
 
     def apply(self, instruction: str, args: str) -> None:
-        if instruction == "ENV":
+        if instruction in ("ENV", "ARG"):
             for key, value in (kv.split("=", 1) for kv in shlex.split(args)):
                 if key == "PIP_NO_CACHE_DIR":  # reruns of this test reuse pip's cache; the download is the same
                     continue
-                self.env[key] = self.map(value).replace("$PATH", self.env.get("PATH", ""))
+                value = self.map(value).replace("$PATH", self.env.get("PATH", ""))
+                (self.env if instruction == "ENV" else self.build_args)[key] = value
         elif instruction == "WORKDIR":
             self.workdir = args
             Path(self.map(args)).mkdir(parents=True, exist_ok=True)
@@ -181,7 +184,7 @@ class ImageRoot:
                 return
             done = subprocess.run(
                 ["bash", "-ec", self.map(args)],
-                env=self.env,
+                env={**self.build_args, **self.env},
                 cwd=self.map(self.workdir),
                 capture_output=True,
                 text=True,
@@ -405,6 +408,22 @@ def why_no_real_image() -> str | None:
     return None
 
 
+def copied_into(stage: Stage, folder: str) -> set[str]:
+    """The names the stage's COPY lines (from the build context) put directly in `folder`."""
+    names, workdir = set(), "/"
+    for instruction, args in stage.steps:
+        if instruction == "WORKDIR":
+            workdir = args
+        elif instruction == "COPY" and "--from=" not in args:
+            *sources, dest = [a for a in shlex.split(args) if not a.startswith("--")]
+            target = posixpath.normpath(dest if dest.startswith("/") else f"{workdir}/{dest}")
+            if target == folder:
+                names |= {posixpath.basename(source) for source in sources}
+            elif target.startswith(folder.rstrip("/") + "/"):
+                names.add(target[len(folder.rstrip("/")) + 1 :].split("/")[0])
+    return names
+
+
 def podman(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([*PODMAN, *args], capture_output=True, text=True, timeout=timeout)
 
@@ -443,11 +462,7 @@ def test_the_real_image_builds_and_runs_what_deploy_runs(create_database, tmp_pa
     # its contents: the user, /app holds only what the Dockerfile copies, no test tools, the base's own CA bundle
     # (the build mounted this machine's over it)
     workdir = FINAL.all("WORKDIR")[-1]
-    copied = {
-        shlex.split(args)[-1].removeprefix("./").split("/")[0] or shlex.split(args)[0]
-        for args in FINAL.all("COPY")
-        if "--from=" not in args
-    }
+    copied = copied_into(FINAL, workdir)
     probe = podman(
         "run",
         "--rm",
@@ -456,16 +471,18 @@ def test_the_real_image_builds_and_runs_what_deploy_runs(create_database, tmp_pa
         "sh",
         "-c",
         f"id -u; id -g; ls -A {workdir} | sort | tr '\\n' ' '; echo; ls -A {workdir}/.streamlit; "
-        "sha256sum /etc/ssl/certs/ca-certificates.crt; python -c 'import pytest' 2>&1 | tail -1",
+        "sha256sum /etc/ssl/certs/ca-certificates.crt; python -c 'import pytest' 2>&1 | tail -1; "
+        "echo \"$(ls -A /opt | tr '\\n' ' ')| $(ls -A /tmp | tr '\\n' ' ')\"",
     )
     assert probe.returncode == 0, probe.stderr
-    uid, gid, listing, streamlit_dir, bundle, no_pytest = probe.stdout.splitlines()
+    uid, gid, listing, streamlit_dir, bundle, no_pytest, build_left = probe.stdout.splitlines()
     base_bundle = podman("run", "--rm", *ULIMITS, OFFLINE_BASE, "sha256sum", "/etc/ssl/certs/ca-certificates.crt")
     assert (uid, gid) == ("10001", "10001"), probe.stdout
     assert set(listing.split()) == copied | {"__pycache__"}, listing  # + dashboard.py's bytecode (compileall)
     assert not {"tests", "bench", ".data", "deploy", "scripts", ".git"} & copied, copied
     assert streamlit_dir == "config.toml" and bundle == base_bundle.stdout.strip(), (probe.stdout, base_bundle)
     assert "No module named 'pytest'" in no_pytest, no_pytest
+    assert build_left == "venv | ", build_left  # the virtualenv only: its sources and requirements list went
 
     # a real database, its socket handed to the containers (the embedded server listens on no TCP port)
     dsn = create_database(migrated=False, prefix="realimage")
