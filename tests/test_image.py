@@ -8,9 +8,9 @@ Two slow tests run the image's commands with deploy/'s own environment against a
   and the image's CMD until its HEALTHCHECK says healthy. It is skipped, saying why, where podman, runc or root
   are missing (CI installs neither); where they are, a failed build fails it.
 - everywhere: what the Dockerfile builds, built the way it builds it (its own RUN commands: a virtualenv from
-  requirements.txt; its COPY lines filtered by .dockerignore; its ENV, its ARG for the RUN steps) into a folder standing for the image's
-  root, then every command deploy/ gives the image (migrations Job, dashboard, exporter, sweep CronJob), and the
-  Dockerfile's HEALTHCHECK and CMD."""
+  requirements.txt; its COPY lines filtered by .dockerignore; its ENV, its ARG for the RUN steps) into a folder
+  standing for the image's root, then every command deploy/ gives the image (migrations Job, dashboard, exporter,
+  sweep CronJob), and the Dockerfile's HEALTHCHECK and CMD."""
 
 from __future__ import annotations
 
