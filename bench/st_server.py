@@ -147,7 +147,8 @@ def wait_idle(page: Any, timeout_ms: float = 60_000) -> None:
 # Everything the last run sent is drawn: the run is over (SCRIPT_IDLE), no element still shows its loading skeleton
 # (streamlit loads the dataframe and plotly components' code on first use and draws a skeleton until then), every
 # plotly chart has drawn its SVG and every dataframe its grid (glide's table of the cells in view, beside its canvas),
-# but those hidden (a collapsed expander's, another tab's), drawn only when shown.
+# but those hidden (a collapsed expander's, another tab's), drawn only when shown; and no font is still loading (a
+# text's width, and what a screenshot shows, depend on it).
 UNPAINTED = """() => {
     const state = document.querySelector('[data-testid=stApp]')?.dataset.testScriptState;
     const missing = (selector, part) => [...document.querySelectorAll(selector)].filter(
@@ -158,9 +159,10 @@ UNPAINTED = """() => {
         skeletons: document.querySelectorAll('[data-testid=stSkeleton]').length,
         charts: missing('[data-testid=stPlotlyChart]', '.main-svg').length,
         grids: missing('[data-testid=stDataFrame]', 'table').length,
+        fonts: document.fonts.status === 'loaded' ? null : document.fonts.status,
     };
 }"""
-PAINTED = f"() => {{ const u = ({UNPAINTED})(); return !u.run && !u.skeletons && !u.charts && !u.grids; }}"
+PAINTED = f"() => {{ const u = ({UNPAINTED})(); return !u.run && !u.skeletons && !u.charts && !u.grids && !u.fonts; }}"
 
 
 def wait_painted(page: Any, timeout_ms: float = 60_000) -> None:

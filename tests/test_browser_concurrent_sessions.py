@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from bench.bench_sessions import PAGES, Level, drive
-from bench.st_server import wait_idle
+from bench.st_server import wait_painted
 from tests.conftest import start_streamlit, stop_streamlit
 
 pytestmark = pytest.mark.browser
@@ -49,8 +49,7 @@ def test_twenty_five_people_at_once_every_page_renders(page, server, screenshot)
             page.goto(f"{server}/{path}")
             main = page.get_by_test_id("stMain")
             expect(main.locator("h1").first).to_be_visible(timeout=60_000)
-            wait_idle(page)  # the run is over
-            page.wait_for_timeout(500)  # and painted
+            wait_painted(page)  # the run is over and painted
             expect(page.get_by_test_id("stException")).to_have_count(0)
             expect(page.get_by_test_id("stAlertContentError")).to_have_count(0)
             assert not OUTAGE.search(main.inner_text()), (path, main.inner_text()[:2000])

@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from bench.st_server import wait_painted
+
 pytestmark = pytest.mark.browser
 
 
@@ -43,7 +45,7 @@ def test_a_mistyped_page_url_says_not_found(page, dashboard_url, screenshot, lan
 def test_metric_labels_are_read_whole(page, dashboard_url, screenshot, lang, path, ready):
     page.goto(f"{dashboard_url}/{path}{'&' if '?' in path else '?'}lang={lang}")
     expect(page.get_by_test_id(ready).first).to_be_visible(timeout=180_000)
-    page.wait_for_timeout(1500)  # every metric of the page drawn
+    wait_painted(page)  # every metric of the page drawn (the run is over), in its font
     assert page.get_by_test_id("stMetric").count() >= 4
     screenshot(f"daily-use-labels-{path.split('?')[0]}-{lang}")
     assert page.evaluate(CUT_LABELS) == []

@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 from playwright.sync_api import expect
 
-from bench.st_server import wait_idle
+from bench.st_server import wait_painted
 from core.db import reset_pool
 from tests.conftest import off_loop, start_streamlit, stop_streamlit
 from tests.hostile_data import ID, LINKS, LITERAL, write_hostile
@@ -56,8 +56,7 @@ def visit(page, server: str, path: str, marker: str, **params: str) -> None:
 
 def inert(page, *literals: str) -> None:
     """No image, no link off this server, no exception; each of `literals` shown as text by a Markdown element."""
-    wait_idle(page)  # the script run is over: every element is sent
-    page.wait_for_timeout(300)  # and painted
+    wait_painted(page)  # the script run is over (every element is sent) and its grids and charts are drawn
     expect(page.get_by_test_id("stException")).to_have_count(0)
     for text in literals:
         expect(page.get_by_test_id("stMarkdownContainer").filter(has_text=text).first).to_be_visible()
