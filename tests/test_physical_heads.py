@@ -77,3 +77,11 @@ def test_random_bytes_hold_no_value(fixed_key, tmp_path):
         physical.READ_CHUNK + EDGE,
         set(),
     )
+
+
+def test_the_scan_benchmark_finds_what_the_released_scan_finds(capsys):
+    """bench/bench_physical_scan.py, tiny: the scan and its baseline (the previous release's) find the same values."""
+    from bench import bench_physical_scan
+
+    bench_physical_scan.main(["--mb", "1", "--runs", "1"])
+    assert "ratio (baseline / now)" in capsys.readouterr().out

@@ -262,7 +262,7 @@ def _heads(data: bytes) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
 
 
-def _needle_digest(salt: bytes, raw: bytes) -> str:
+def needle_digest(salt: bytes, raw: bytes) -> str:
     return hashlib.blake2b(raw, key=term_hash_key(), salt=salt, person=NEEDLE_PERSON, digest_size=16).hexdigest()
 
 
@@ -281,7 +281,7 @@ def needles_for(prefix: str, terms: Iterable[tuple[str, res.Term]], salt: str) -
             out.append({"ref": ref, "bytes": len(raw), "head": None, "digest": None})
             continue
         out.append(
-            {"ref": ref, "bytes": len(raw), "head": int(_heads(raw[:WINDOW])[0]), "digest": _needle_digest(key, raw)}
+            {"ref": ref, "bytes": len(raw), "head": int(_heads(raw[:WINDOW])[0]), "digest": needle_digest(key, raw)}
         )
     return out
 
@@ -314,7 +314,7 @@ class KeyedNeedles:
             for at in np.nonzero(self.wanted[heads])[0]:
                 pos = start + int(at)
                 for label, salt, size, digest in self.by_head[int(heads[at])]:
-                    if label not in out and _needle_digest(salt, data[pos : pos + size]) == digest:
+                    if label not in out and needle_digest(salt, data[pos : pos + size]) == digest:
                         out.add(label)
         return out
 
@@ -900,7 +900,7 @@ def settle(db: Database) -> SettleSummary:
         plain.append(PlainValues(threads, label))
         # what the registers keep by design (KEPT_TABLES): the thread ids, and the id's needle (its namespace prefix,
         # the register's namespace_prefix: known by its digest)
-        prefix = _needle_digest(bytes.fromhex(r["term_salt"] or "00"), r["namespace_prefix"].encode("utf-8"))
+        prefix = needle_digest(bytes.fromhex(r["term_salt"] or "00"), r["namespace_prefix"].encode("utf-8"))
         kept += [label + t for t in threads] + [label + n["ref"] for n in needles or () if n.get("digest") == prefix]
     needles = AllOf([KeyedNeedles(groups), *plain])
     with db.connection() as conn:
