@@ -17,12 +17,12 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v faketime >/dev/null 2>&
     podman runc debootstrap >/dev/null
 fi
 
-# Two pytest-xdist workers by default (PYTEST_WORKERS=N to change; 0: one process), each with its own embedded
-# PostgreSQL. Most of the slow tier waits (on a dashboard, a browser, a timeout, an outage), at 10-60 % of a core per
-# worker, but three workers on 2 cores made timing-bound tests fail (an outage drill's health check, the access page's
-# quick export clicks: 2026-12-07, two fresh-clone runs, 23 min 40 s and 25 min 44 s): two until those are made
-# independent of the load. Units of work and their order: tests/_scheduling.py (a module is a
-# unit when its tests share a module fixture, else each test is one; longest first; Playwright per browser module).
+# Three pytest-xdist workers by default (PYTEST_WORKERS=N to change; 0: one process), each with its own embedded
+# PostgreSQL: most of the slow tier waits (on a dashboard, a browser, a timeout, an outage), so two workers left a
+# third of the 2 cores idle (24 min, 132 % of CPU). Three made timing-bound tests fail until those waited on events
+# rather than fixed times (2026-12-07); from a fresh clone of 3617289: 1,241 passed, 19 min 3 s, 144 %. Units of work
+# and their order: tests/_scheduling.py (a module is a unit when its tests share a module fixture, else each test is
+# one; longest first; Playwright per browser module).
 # --durations=30 and --unit-times=50: the slowest tests and the modules' wall and CPU at the end of every run, so CI
 # logs show where the time goes. pytest exits 5 when no test ran: that is a failure here, like any other non-zero code.
-exec python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder --durations=30 --unit-times=50 "$@"
+exec python -m pytest -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=30 --unit-times=50 "$@"
