@@ -40,7 +40,7 @@ from core.memory.store import build_store
 from core.migrate import migrate
 from core.privacy import erasure, evidence, physical
 from core.privacy import subjects as subj
-from tests.conftest import DIMS
+from tests.conftest import DIMS, database_factory, own_embedded_server
 
 CUSTOMERS = ("C1", "C2", "C3", "C%4", "C_5")
 OPERATIONS = (
@@ -285,6 +285,27 @@ def _term_key_restored():
     if before is not None:
         os.environ["TERM_HASH_KEY"] = before
     term_hash_key.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def pg_dsn(tmp_path_factory):
+    """A server of this module's own, its pg_wal kept small (min_wal_size 32 MB, max_wal_size 64 MB): every settle step
+    scans all of pg_wal, which on the session's server held whatever other modules had written on that worker (up to
+    256 MB read per scan, past it the WAL "not measured": the same history then cost 15 s alone and 88 s in the suite,
+    and what was scanned depended on the schedule). The scans read every segment either way."""
+    servers = own_embedded_server(tmp_path_factory, "erasure-property")
+    base, _control = next(servers)
+    with psycopg.connect(base, autocommit=True) as conn:
+        for setting, value in (("fsync", "off"), ("min_wal_size", "32MB"), ("max_wal_size", "64MB")):
+            conn.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
+        conn.execute("SELECT pg_reload_conf()")
+    yield base
+    next(servers, None)
+
+
+@pytest.fixture(scope="module")
+def create_database(pg_dsn):
+    return database_factory(pg_dsn)
 
 
 @pytest.fixture
