@@ -104,12 +104,14 @@ def month_of_operations(
     the longest silent customers, an hour after their last turn at the earliest; the return comes two
     hours after that erasure at the earliest (always before today, whatever hour the seed runs at)."""
     report = MonthReport(plan)
-    # customers whose erasure needs no residue decision (a DPO's judgement the demo does not fake)
-    candidates = [
-        c
-        for c in demo_candidates(db, exclude=exclude, limit=4 * len(plan.erasures))
-        if not one(preview(db, c[0]).residue).proposed
-    ][: len(plan.erasures)]
+    # customers whose erasure needs no residue decision (a DPO's judgement the demo does not fake): the first ones in
+    # the candidates' order, each previewed (0.1-0.2 s of CPU; it changes no data) until enough are found
+    candidates: list[tuple[str, datetime]] = []
+    for c in demo_candidates(db, exclude=exclude, limit=4 * len(plan.erasures)):
+        if len(candidates) == len(plan.erasures):
+            break
+        if not one(preview(db, c[0]).residue).proposed:
+            candidates.append(c)
     erasures = [  # fewer candidates than planned erasures: fewer erasures
         (max(at, last + timedelta(hours=1)), "erasure", cid)
         for at, (cid, last) in zip(plan.erasures, candidates, strict=False)
