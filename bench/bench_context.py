@@ -72,7 +72,7 @@ def median_ms(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
 
 
 def sample(db: Database, tool: str) -> tuple[ThreadId, str, Any]:
-    row = db.fetch_one(SELECT_SAMPLE, {"tool": tool})
+    row = db.ours.fetch_one(SELECT_SAMPLE, {"tool": tool})  # the extracted calls: ours
     if row is None:
         raise SystemExit(f"no extracted `{tool}` call on a customer's bench thread: the template has none")
     thread = ThreadId.parse(row["thread_id"])

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bench_production  # noqa: E402
-from core.db import embedded_dsn  # noqa: E402
+from core.db import dashboard_dsn_for, embedded_dsn  # noqa: E402
 from core.history.replica_health import SELECT_REPLICAS  # noqa: E402
 from core.memory.reads import SELECT_EXPIRED_TODAY  # noqa: E402
 from core.memory.store import MAX_DOCS_PER_CUSTOMER  # noqa: E402
@@ -74,10 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"embedded PostgreSQL in {args.data}; load {os.getloadavg()}", flush=True)
     dsn, info = bench_production.database(base, log=lambda s: print(s, flush=True), rebuild=args.smoke, **sizes)
     bench_production.seed_health(dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        psycopg.connect(dashboard_dsn_for(dsn), autocommit=True) as ours,  # the dashboard's own tables
+    ):
         conn.execute("VACUUM ANALYZE core_replica_heartbeat")
         rows = {
-            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            t: (ours if t.startswith("core_") else conn).execute(f"SELECT count(*) FROM {t}").fetchone()[0]
             for t in ("store", "core_prefix_counts", "checkpoints", "checkpoint_writes", "core_sweep_log")
         }
         rows["threads"] = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints").fetchone()[0]
@@ -98,20 +101,25 @@ def main(argv: list[str] | None = None) -> int:
     assert "agent_memory_db_up 1.0" in text, text[-500:]
     scrape = median_ms(lambda: generate_latest(registry), args.runs)
     per_query = {}
-    with psycopg.connect(dsn, row_factory=dict_row) as conn:
-        conn.read_only = True
-        for name, sql, params in (
-            ("replicas", SELECT_REPLICAS, None),
-            ("expired today per root (live)", SELECT_EXPIRED_TODAY, None),
-            ("last sweeps", exporter.SELECT_LAST_SWEEPS, None),
-            ("erasure", exporter.SELECT_ERASURE, None),
-            ("over schema (core_prefix_counts)", exporter.SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)),
-            ("BASELINE over schema (GROUP BY store)", BASELINE_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)),
+    with (
+        psycopg.connect(dsn, row_factory=dict_row) as agents,
+        psycopg.connect(dashboard_dsn_for(dsn), row_factory=dict_row) as ours,  # the sweeps, erasures, counts
+    ):
+        agents.read_only = ours.read_only = True
+        for name, conn, sql, params in (
+            ("replicas", agents, SELECT_REPLICAS, None),
+            ("expired today per root (live)", agents, SELECT_EXPIRED_TODAY, None),
+            ("last sweeps", ours, exporter.SELECT_LAST_SWEEPS, None),
+            ("erasure", ours, exporter.SELECT_ERASURE, None),
+            ("over schema (core_prefix_counts)", ours, exporter.SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)),
+            ("BASELINE over schema (GROUP BY store)", agents, BASELINE_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)),
         ):
-            per_query[name] = median_ms(lambda sql=sql, params=params: conn.execute(sql, params).fetchall(), args.runs)
+            per_query[name] = median_ms(
+                lambda conn=conn, sql=sql, params=params: conn.execute(sql, params).fetchall(), args.runs
+            )
             conn.rollback()
-        over = conn.execute(exporter.SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]
-        over_baseline = conn.execute(BASELINE_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]
+        over = ours.execute(exporter.SELECT_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]
+        over_baseline = agents.execute(BASELINE_OVER_SCHEMA, (MAX_DOCS_PER_CUSTOMER,)).fetchone()["customers"]
     assert over == over_baseline, (over, over_baseline)
     baseline = (
         scrape - per_query["over schema (core_prefix_counts)"] + per_query["BASELINE over schema (GROUP BY store)"]

@@ -26,8 +26,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psycopg
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -51,20 +49,18 @@ GROUP BY cliente_id ORDER BY count(*) DESC, cliente_id LIMIT 1"""
 def run(base: str, sizes: dict[str, int], stores: int, log: Callable[[str], None]) -> tuple[list[tuple], dict]:
     dsn, info = bp.database(base, **{n: sizes[n] for n in bp.DATABASE_SIZES}, log=log, touch_template=False)
     db = Database(dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in bench_scope.APP_TABLE:
-            conn.execute(statement, {"stores": stores} if "%(stores)s" in statement else None)
+    bench_scope.write_app_table(db, stores)
     settings = Settings(dsn=dsn, embeddings_dims=bp.DIMS, customer_store_query=bench_scope.QUERY)
     refreshed = customer_stores.refresh(db, settings, trigger="manual")
     assert not refreshed.errors, refreshed.errors
     sources = StoreSources.from_settings(settings)
     one_store = sources.scope(("T042",))
     ten = sources.scope(tuple(f"T{n:03d}" for n in range(1, 11)))
-    mine = db.fetch_one(
+    mine = db.ours.fetch_one(  # the mapping, the counts and the tool calls are the dashboard's
         "SELECT m.cliente_id FROM core_customer_stores m JOIN core_prefix_counts c ON c.prefix = 'clientes.' || "
         "m.cliente_id WHERE m.effective AND m.tienda = 'T042' ORDER BY c.documents DESC, 1 LIMIT 1"
     )
-    writer = db.fetch_one(SELECT_WRITER)
+    writer = db.ours.fetch_one(SELECT_WRITER)
     customers = {
         "T042's largest": mine["cliente_id"] if mine else "C1",
         "C9 (2,500 documents)": "C9",

@@ -23,7 +23,7 @@ import psycopg
 
 from bench.generate_store import generate
 from core.capture.follower import catch_up, drop_slot
-from core.db import Database, embedded_dsn
+from core.db import Database, dashboard_dsn_for, embedded_dsn
 from core.memory import preferences, reads
 from core.migrate import migrate
 
@@ -80,6 +80,11 @@ def page_render_ms(
     from streamlit.testing.v1 import AppTest
 
     os.environ.update({"PG_AGENTES": dsn, "EMBEDDINGS_DIMS": str(DIMS), "AUTO_MIGRATE": "0", "SEED_DEMO": "0"})
+    ours = dashboard_dsn_for(dsn)  # the dashboard's own database, where the bench keeps one (PG_DASHBOARD)
+    if ours != dsn:
+        os.environ["PG_DASHBOARD"] = ours
+    else:
+        os.environ.pop("PG_DASHBOARD", None)
     st.cache_resource.clear()
     at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "dashboard.py"), default_timeout=timeout)
     for key, value in (query_params or {}).items():

@@ -21,8 +21,11 @@ the erasure and the sweep delete data:
   real customer agent) on top of their generated documents and threads (bench/bench_erasure.py);
 - the Degradation page's tables: 3 replicas, 200 episodes with a denial each, 100 refusals, written
   with core.replica_health's own writers.
-The server's max_slot_wal_keep_size is raised, and the output says so, to what the change follower's recount on the
-template needs (4x the tables it recounts: the embedded server's 1GB lost the slot at 1M documents; BENCHMARKS.md).
+Each database of the bench has the dashboard's own database beside it on the same server (`<name>_ours`, issue 52's
+PG_DASHBOARD, as the embedded default keeps `agent_memory_dashboard` beside `postgres`): the follower's recount and the
+extraction write there, never in the agents' database. The server's settings stay as `core.db.embedded_dsn` makes them
+(max_slot_wal_keep_size 1GB): the template's slot is checked after its first extraction and after its token index,
+and the build stops if it was lost.
 
 Measured, in this order, each with its baseline when there is one (same database, same run):
 every page's core reads (median of --runs warm calls; a call over 10 s is timed once) and its full
@@ -39,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -59,8 +61,9 @@ sys.path.insert(0, str(ROOT))
 
 from agent_memory_runtime import replica_health as replica_writes  # noqa: E402
 from bench import bench_decoder, bench_erasure, bench_pages, bench_sweep, generate_store  # noqa: E402
-from core.capture.follower import PUBLISHED  # noqa: E402
-from core.db import Database, DatabaseUnavailable, embedded_dsn, reset_pool  # noqa: E402
+from core.capture import follower  # noqa: E402
+from core.capture.background import start_follower, stop_follower  # noqa: E402
+from core.db import Database, DatabaseUnavailable, embedded_dsn, reset_pool, use_dashboard_database  # noqa: E402
 from core.history import (  # noqa: E402
     replica_health,  # noqa: E402
     tool_calls,
@@ -266,88 +269,99 @@ def database_bytes(base: str, name: str) -> int:
 
 def _prepare_template(base: str, template: str, info: dict, log: Callable[[str], None]) -> None:
     """Migrations added since the template was built, its tool calls extracted and its token index built."""
-    migrate(dsn_for(base, template), DIMS)
-    t = time.perf_counter()
+    migrate(apart(base, template), DIMS)
     template_db = Database(dsn_for(base, template))
     wal_before = template_db.fetch_one("SELECT pg_current_wal_lsn()::text AS lsn")["lsn"]
-    extracted = tool_calls.extract(template_db)  # creates the follower's slot (and recounts) if there is none
-    slot = template_db.fetch_one(
-        "SELECT wal_status, pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)::bigint AS wal FROM "
-        "pg_replication_slots WHERE database = current_database()",
-        (wal_before,),
-    )
-    if slot:
-        info["slot_after_extraction"] = {"wal_status": slot["wal_status"], "wal_mb": round(slot["wal"] / 2**20, 1)}
-        log(f"the follower's slot after the first extraction: {info['slot_after_extraction']}")
-        if slot["wal_status"] == "lost":
-            raise SystemExit(f"the follower's slot was lost during its recount: {info}")
-    if extracted.writes:
-        info["template_tool_call_extraction"] = {
-            "s": round(time.perf_counter() - t, 1),
-            "writes": extracted.writes,
-            "calls": extracted.calls,
-        }
-        log(f"tool calls extracted on the template: {info['template_tool_call_extraction']}")
-    t = time.perf_counter()
-    indexed = token_index.index_pending(
-        template_db,
-        batch=2000,
-        on_batch=lambda r: (
-            r.batches % 50 == 0 and log(f"  token index: {r.threads:,} threads, {r.payloads:,} payloads")
-        ),
-    )
-    if indexed.threads:
-        info["template_token_index"] = {
-            "s": round(time.perf_counter() - t, 1),
-            "threads": indexed.threads,
-            "payloads": indexed.payloads,
-            "decoded_in_sql": indexed.decoded_in_sql,
-        }
-        log(f"token index built on the template: {info['template_token_index']}")
+
+    def check_slot(step: str) -> None:
+        """The follower's slot after `step`: the server's WAL since the step began, and what the slot keeps."""
+        slot = template_db.fetch_one(
+            "SELECT wal_status, pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)::bigint AS wal, "
+            "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint AS kept, "
+            "current_setting('max_slot_wal_keep_size') AS limit FROM pg_replication_slots "
+            "WHERE database = current_database()",
+            (wal_before,),
+        )
+        if slot:
+            info[f"slot_after_{step}"] = {
+                "wal_status": slot["wal_status"],
+                "wal_mb": round(slot["wal"] / 2**20, 1),
+                "kept_mb": round((slot["kept"] or 0) / 2**20, 1),
+                "max_slot_wal_keep_size": slot["limit"],
+            }
+            log(f"the follower's slot after the {step.replace('_', ' ')}: {info[f'slot_after_{step}']}")
+            if slot["wal_status"] == "lost":
+                raise SystemExit(f"the follower's slot was lost during the {step.replace('_', ' ')}: {info}")
+
+    # The change follower as the dashboard runs it: its slot made and the aggregates recounted first, then following
+    # in the background while the extraction and the token index write to our database (on the same server here, so
+    # the slot keeps that WAL too until the follower reads past it).
+    t_recount = time.perf_counter()
+    follower.catch_up(template_db.dsn, timeout=RENDER_TIMEOUT_S)
+    info["template_follower_setup_s"] = round(time.perf_counter() - t_recount, 1)
+    check_slot("recount")
+    start_follower(template_db.dsn)
+    try:
+        t = time.perf_counter()
+        extracted = tool_calls.extract(template_db)
+        check_slot("first_extraction")
+        if extracted.writes:
+            info["template_tool_call_extraction"] = {
+                "s": round(time.perf_counter() - t, 1),
+                "writes": extracted.writes,
+                "calls": extracted.calls,
+            }
+            log(f"tool calls extracted on the template: {info['template_tool_call_extraction']}")
+        t = time.perf_counter()
+        indexed = token_index.index_pending(
+            template_db,
+            batch=2000,
+            on_batch=lambda r: (
+                r.batches % 50 == 0 and log(f"  token index: {r.threads:,} threads, {r.payloads:,} payloads")
+            ),
+        )
+        if indexed.threads:
+            info["template_token_index"] = {
+                "s": round(time.perf_counter() - t, 1),
+                "threads": indexed.threads,
+                "payloads": indexed.payloads,
+                "decoded_in_sql": indexed.decoded_in_sql,
+            }
+            log(f"token index built on the template: {info['template_token_index']}")
+        check_slot("token_index")
+    finally:
+        stop_follower(template_db.dsn)
     template_db.close()
     reset_pool(dsn_for(base, template))
+    reset_pool(dsn_for(base, ours_name(template)))
     info["template_bytes"] = database_bytes(base, template)
     log(f"template {template}: {info['template_bytes'] / 1e9:.2f} GB")
 
 
-# The change follower's recount, when its slot is created on the template (the tool-call extraction of
-# _prepare_template starts it), writes WAL that the slot keeps until the follower has drained past it: ~3.8 times
-# the store's size on a store alone (BENCHMARKS.md, "What the follower's recount writes to WAL"), more here, where
-# the checkpoints are recounted too (44 MB at 20k documents / 20k writes: 7.3x the store, 0.8x the five tables the
-# follower reads). The embedded server's max_slot_wal_keep_size (1GB, core/capture/server.py) lost the slot at 1M
-# documents: until the bench builds on a database server of its own, it gives its own server RECOUNT_WAL_FACTOR
-# times those tables' size, and says so.
-RECOUNT_WAL_FACTOR = 4.0
-FOLLOWED_BYTES = "SELECT sum(pg_total_relation_size(t))::bigint FROM unnest(%s::text[]) t"
-WAL_KEEP = "SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'"  # MB, -1: no limit
+# The dashboard's own database beside each of the bench's (issue 52): `<name>_ours` on the same server.
+OURS_SUFFIX = "_ours"
 
 
-def slot_wal_keep_mb(followed_bytes: int, current_mb: int) -> int:
-    """The max_slot_wal_keep_size (MB) a recount over tables of `followed_bytes` needs: RECOUNT_WAL_FACTOR times
-    their size, never below the server's current setting (-1, no limit, stays)."""
-    if current_mb < 0:
-        return current_mb
-    return max(current_mb, math.ceil(followed_bytes * RECOUNT_WAL_FACTOR / 2**20))
+def ours_name(name: str) -> str:
+    return name + OURS_SUFFIX
 
 
-def size_slot_for_recount(base: str, dsn: str, info: dict, log: Callable[[str], None]) -> None:
-    """Raise this server's max_slot_wal_keep_size to what the recount over the database at `dsn` needs; say so."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        followed = int(conn.execute(FOLLOWED_BYTES, (sorted(PUBLISHED),)).fetchone()[0])
-        current = int(conn.execute(WAL_KEEP).fetchone()[0])
-    needed = slot_wal_keep_mb(followed, current)
-    info["max_slot_wal_keep_size_mb"] = needed
-    what = (
-        f"{RECOUNT_WAL_FACTOR:g}x the {followed / 2**20:,.0f} MB of the tables the change follower recounts "
-        "(its slot keeps the WAL the recount writes)"
-    )
-    if needed == current:
-        log(f"max_slot_wal_keep_size {current:,} MB: enough, {what}")
-        return
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"ALTER SYSTEM SET max_slot_wal_keep_size = '{needed}MB'")
-        conn.execute("SELECT pg_reload_conf()")
-    log(f"max_slot_wal_keep_size raised from {current:,} MB to {needed:,} MB on this benchmark's own server: {what}")
+def apart(base: str, name: str) -> str:
+    """The DSN of the bench's database `name`, with what the dashboard writes for it kept in `ours_name(name)` beside
+    it (created and migrated by core.migrate.migrate on first use)."""
+    dsn = dsn_for(base, name)
+    use_dashboard_database(dsn, dsn_for(base, ours_name(name)))
+    return dsn
+
+
+TERMINATE_ON = (
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname IN ('%s', '%s') AND pid <> pg_backend_pid()"
+)
+
+
+def drop_pair(base: str, name: str) -> None:
+    for each in (name, ours_name(name)):
+        _sql(base, f'DROP DATABASE IF EXISTS "{each}" WITH (FORCE)')
 
 
 def database(
@@ -370,25 +384,28 @@ def database(
     template = f"bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}"
     building = f"{template}_building"
     info: dict[str, Any] = {"template": template}
+    if not rebuild and _exists(base, template) and not _exists(base, ours_name(template)):
+        log(f"{template} was built before the dashboard's database was apart (issue 52): built again")
+        rebuild = True
     if rebuild:
-        _sql(base, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+        drop_pair(base, template)
     built = not _exists(base, template)
     if built:
         log(f"building {template} ...")
-        _sql(base, f'DROP DATABASE IF EXISTS "{building}" WITH (FORCE)')
+        drop_pair(base, building)
         _sql(base, f'CREATE DATABASE "{building}"')
-        migrate(dsn_for(base, building), DIMS)
+        migrate(apart(base, building), DIMS)
         info.update(build(dsn_for(base, building), docs, customers, threads, writes, erasure_docs, log))
-        reset_pool(dsn_for(base, building))
-        _sql(base, f'ALTER DATABASE "{building}" RENAME TO "{template}"')
+        for name in (building, ours_name(building)):
+            reset_pool(dsn_for(base, name))
+        for name, final in ((building, template), (ours_name(building), ours_name(template))):
+            _sql(base, f'ALTER DATABASE "{name}" RENAME TO "{final}"')
     # The Preferences page reads the tool calls the sweep job extracts from the checkpoints
     # (incrementally, from a watermark): done once on the template, as production would have done it
     # over time; a run then measures the incremental step on its copy (bench/bench_tool_calls.py
     # measures a full extraction against the live decode).
     # The same for the residue scan's token index (migration 042 lists every thread of an older template).
-    # core/capture/server.py sets the embedded server's 1GB again at every start: sized on every call, before the
-    # template's or the copy's first extraction creates a slot there and recounts
-    size_slot_for_recount(base, dsn_for(base, template), info, log)
+    apart(base, template)
     if touch_template or built:
         _prepare_template(base, template, info, log)
     if build_only:
@@ -399,9 +416,13 @@ def database(
         else f"{template}_run" + (f"_{os.environ['BENCH_RUN_NAME']}" if os.environ.get("BENCH_RUN_NAME") else "")
     )
     if not in_place:
-        _sql(base, f'DROP DATABASE IF EXISTS "{work}" WITH (FORCE)')
+        drop_pair(base, work)
         t = time.perf_counter()
-        _sql(base, f'CREATE DATABASE "{work}" TEMPLATE "{template}" STRATEGY FILE_COPY')
+        # what a run in place left connected to the template (the dashboard's data-views writer in ours) is ended:
+        # a template is copied only with no other session on it
+        _sql(base, TERMINATE_ON % (template, ours_name(template)))
+        for name, source in ((work, template), (ours_name(work), ours_name(template))):
+            _sql(base, f'CREATE DATABASE "{name}" TEMPLATE "{source}" STRATEGY FILE_COPY')
         info["copy_s"] = round(time.perf_counter() - t, 1)
     # a query that would fill the disk fails instead (a failed baseline is reported); reset on a template
     _sql(
@@ -410,7 +431,7 @@ def database(
         if temp_file_limit
         else f'ALTER DATABASE "{work}" RESET temp_file_limit',
     )
-    dsn = dsn_for(base, work)
+    dsn = apart(base, work)
     migrate(dsn, DIMS)  # migrations added since the template was built (no-op otherwise)
     with psycopg.connect(dsn, autocommit=True) as conn:
         # a template built earlier has expiries that now fall inside this run: move them past it, so
@@ -516,17 +537,17 @@ def measure_thread_search(
     from core.history import usage
     from core.operations.exporter import usage_metrics
 
-    n = db.fetch_one(
+    n = db.ours.fetch_one(  # the summary is the dashboard's (its own database)
         "SELECT count(*) AS n, count(*) FILTER (WHERE status <> 'idle') AS flagged FROM core_thread_summary"
     )
     info[f"thread_summary_{label}"] = n
     log(f"thread summary ({label}): {n['n']:,} threads, {n['flagged']:,} interrupted, paused or errored")
     page = f"Buscar hilos ({label})"
-    customer = db.fetch_one(
+    customer = db.ours.fetch_one(
         "SELECT metadata ->> 'cliente_id' AS c FROM core_thread_summary "
         "WHERE metadata ? 'cliente_id' ORDER BY thread_id LIMIT 1"
     )
-    agent = db.fetch_one("SELECT agent FROM core_thread_summary WHERE agent IS NOT NULL LIMIT 1")
+    agent = db.ours.fetch_one("SELECT agent FROM core_thread_summary WHERE agent IS NOT NULL LIMIT 1")
     searches = {
         "stuck on an interrupt (preset)": ts.preset("stuck"),
         "errored in the last hour (preset)": ts.preset("failed"),
@@ -584,11 +605,11 @@ def thread_search_section(db: Database, query: Callable[..., Any], log: Callable
         "usages": done.usages,
     }
     log(f"thread summary backfill (full re-extraction): {info['thread_summary_backfill']}")
-    with psycopg.connect(db.dsn, autocommit=True) as conn:
+    with psycopg.connect(db.ours.dsn, autocommit=True) as conn:
         conn.execute(MARK_STATUSES)
         conn.execute("VACUUM ANALYZE core_thread_summary")
     measure_thread_search(db, query, log, info, "1M")
-    with psycopg.connect(db.dsn, autocommit=True) as conn:
+    with psycopg.connect(db.ours.dsn, autocommit=True) as conn:
         t = time.perf_counter()
         conn.execute(SYNTHETIC_10X)
         conn.execute("VACUUM ANALYZE core_thread_summary")
@@ -729,7 +750,7 @@ def run(
         "writing_conversation_count(30 days)",
         lambda: preferences.writing_conversation_count(db, *month),
     )
-    recent_threads = [r["thread_id"] for r in db.fetch(preferences.RECENT_THREADS, {"threads": 500})]
+    recent_threads = [r["thread_id"] for r in db.ours.fetch(preferences.RECENT_THREADS, {"threads": 500})]
     applied = preferences.preferences_applied(db, 500)
     info["preferences_applied"] = {
         "threads": len(recent_threads),
@@ -903,6 +924,7 @@ def run(
     }
     if in_place:
         _erase_and_restore(db, figures, info, erasure_docs, log)
+        db.ours.close()
         db.close()
         return figures, info
     seed_once_ms, seed_once_n = timed_ms(lambda: bench_erasure.seed_loop(db, SEED_LOOP_CUSTOMER))
@@ -1024,6 +1046,7 @@ def run(
         )
     log("Buscar hilos")  # last: its synthetic 10x summary must not reach the other sections
     thread_search_section(db, query, log, info)
+    db.ours.close()
     db.close()
     return figures, info
 

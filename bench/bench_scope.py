@@ -43,14 +43,15 @@ TARGET_MS = 300.0
 SMOKE = {**{name: bp.SMOKE[name] for name in bp.DATABASE_SIZES}, "runs": 1}
 QUERY = "SELECT cliente_id, tienda FROM app_clientes"
 # The application's own table: each customer in one store by a hash of its id, 1 in 100 in a second one.
+# Its customers: those the dashboard counts, read in the dashboard's own database (CUSTOMERS), passed as an array.
+CUSTOMERS = """
+SELECT split_part(prefix, '.', 2) AS cliente_id FROM core_prefix_counts WHERE root = 'clientes'
+UNION SELECT cliente_id FROM core_thread_last WHERE cliente_id IS NOT NULL"""
 APP_TABLE = (
     "DROP TABLE IF EXISTS app_clientes",
     "CREATE TABLE app_clientes (cliente_id text NOT NULL, tienda text NOT NULL, PRIMARY KEY (cliente_id, tienda))",
     """
-WITH c AS (
-    SELECT split_part(prefix, '.', 2) AS cliente_id FROM core_prefix_counts WHERE root = 'clientes'
-    UNION SELECT cliente_id FROM core_thread_last WHERE cliente_id IS NOT NULL
-)
+WITH c AS (SELECT unnest(%(customers)s::text[]) AS cliente_id)
 INSERT INTO app_clientes
 SELECT cliente_id, 'T' || lpad((abs(hashtext(cliente_id)) %% %(stores)s + 1)::text, 3, '0') FROM c
 UNION
@@ -58,6 +59,14 @@ SELECT cliente_id, 'T' || lpad(((abs(hashtext(cliente_id)) + 1) %% %(stores)s + 
 WHERE abs(hashtext(cliente_id || '#')) %% 100 = 0""",
     "ANALYZE app_clientes",
 )
+
+
+def write_app_table(db: Database, stores: int) -> None:
+    """The application's table in the agents' database, for the customers the dashboard counts in its own."""
+    customers = [r["cliente_id"] for r in db.ours.fetch(CUSTOMERS)]
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        for statement in APP_TABLE:
+            conn.execute(statement, {"stores": stores, "customers": customers} if "%(" in statement else None)
 
 
 def median_ms(fn: Callable[[], Any], runs: int) -> float:
@@ -73,9 +82,7 @@ def median_ms(fn: Callable[[], Any], runs: int) -> float:
 def run(base: str, sizes: dict[str, int], stores: int, log: Callable[[str], None]) -> tuple[list[tuple], dict]:
     dsn, info = bp.database(base, **{n: sizes[n] for n in bp.DATABASE_SIZES}, log=log, touch_template=False)
     db = Database(dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in APP_TABLE:
-            conn.execute(statement, {"stores": stores} if "%(stores)s" in statement else None)
+    write_app_table(db, stores)
     settings = Settings(dsn=dsn, embeddings_dims=bp.DIMS, customer_store_query=QUERY)
     t = time.perf_counter()
     refreshed = customer_stores.refresh(db, settings, trigger="manual")
@@ -96,12 +103,12 @@ def run(base: str, sizes: dict[str, int], stores: int, log: Callable[[str], None
     ten = sources.scope(tuple(f"T{n:03d}" for n in range(1, 11)))
     info["customers_one_store"] = customer_stores.scope_customers(db, one)
     info["customers_ten_stores"] = customer_stores.scope_customers(db, ten)
-    mine = db.fetch_one(
+    mine = db.ours.fetch_one(  # the mapping and the counts are the dashboard's
         "SELECT m.cliente_id FROM core_customer_stores m JOIN core_prefix_counts c ON c.prefix = 'clientes.' || "
         "m.cliente_id WHERE m.effective AND m.tienda = 'T042' ORDER BY c.documents DESC, 1 LIMIT 1"
     )
     cid = mine["cliente_id"] if mine else "C1"
-    other = db.fetch_one(
+    other = db.ours.fetch_one(
         "SELECT cliente_id FROM core_customer_stores WHERE effective AND tienda = 'T043' AND cliente_id NOT IN "
         "(SELECT cliente_id FROM core_customer_stores WHERE effective AND tienda = 'T042') ORDER BY 1 LIMIT 1"
     )

@@ -156,12 +156,27 @@ def test_generated_expiries_stay_out_of_the_run(create_database):
         assert conn.execute("SELECT count(*) FROM store WHERE expires_at < now()").fetchone()[0] == expired
 
 
-def test_the_benchmark_gives_its_server_the_wal_its_followers_recount_needs():
-    """Issue 55 #4: at 1M documents the follower's slot was lost during its recount (its WAL past the embedded server's
-    1GB max_slot_wal_keep_size). The bench sizes the setting from the tables the follower recounts, never lowers it,
-    and leaves "no limit" as it is."""
-    gb = 2**30
-    assert bp.slot_wal_keep_mb(2 * gb, 1024) == 8 * 1024  # 1M documents' tables: 4x, past the default
-    assert bp.slot_wal_keep_mb(54 * 2**20, 1024) == 1024  # 20k documents: the default holds
-    assert bp.slot_wal_keep_mb(54 * 2**20, 16) == 216
-    assert bp.slot_wal_keep_mb(10 * gb, -1) == -1
+def test_the_benchmark_keeps_the_dashboards_tables_apart_and_the_servers_slot_setting(pg_dsn):
+    """Issues 55 #4 and 52 #4: at 1M documents the follower's slot was lost during its recount while the dashboard's
+    tables were in the agents' database (the recount's WAL past the embedded server's 1GB max_slot_wal_keep_size), and
+    the bench raised the setting. It now keeps them in a database of their own beside each of its databases, as the
+    embedded default does, and leaves the server's setting as it is: on the smoke template (built here if the tests
+    above did not), nothing of ours holds a row in the agents' database, ours holds the follower's position and the
+    extracted tool calls, and the template's slot was kept with the session server's setting untouched."""
+    from core.migrate import left_with_rows
+
+    sizes = {name: bp.SMOKE[name] for name in bp.DATABASE_SIZES}
+    template = "bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}".format(**sizes)
+    bp.database(pg_dsn, **sizes, log=lambda _s: None, build_only=True)
+    agents = bp.dsn_for(pg_dsn, template)
+    assert left_with_rows(agents) == []
+    with psycopg.connect(bp.dsn_for(pg_dsn, bp.ours_name(template))) as conn:
+        slot = f"core_capture_{template}"
+        assert (
+            conn.execute("SELECT count(*) FROM core_capture_position WHERE slot_name = %s", (slot,)).fetchone()[0] == 1
+        )
+        assert conn.execute("SELECT count(*) FROM core_tool_calls").fetchone()[0] > 0
+    with psycopg.connect(agents) as conn:
+        kept = conn.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+        assert kept is not None and kept[0] != "lost"
+        assert conn.execute("SHOW max_slot_wal_keep_size").fetchone()[0] == "128MB"  # tests/conftest.py's, as set
