@@ -89,7 +89,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -600,7 +600,9 @@ class Steps:
     backup_retention_days: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self), default=str))
+        # its fields as they are: asdict() would deep-copy every table's report first, to the same JSON (no dataclass
+        # inside), and that copy cost more than the JSON itself
+        return json.loads(json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, default=str))
 
 
 # VERBOSE: VACUUM's own report of what it removed and what it could not (a snapshot still needing the rows). It is
@@ -927,6 +929,9 @@ def settle(db: Database) -> SettleSummary:
     scan = scan_files(db, needles, kept=kept)
     mine_steps = after_erasure_steps(ours, mine_tables) if apart else None
     mine_scan = scan_files(ours, needles, mine_tables, kept=kept) if apart else None
+    # one report for every request settled here (each row stores the same): serialized once, not per request (a
+    # backlog of requests retried in free space made it most of a sweep's CPU after the scan)
+    steps_json = steps.to_json() | ({"dashboard_database": mine_steps.to_json()} if mine_steps else {})
     for r in rows:
         files = _request_files(scan, f"r{r['id']}:", erased)
         status, note, t_files = _files_verdict(scan, files, located[r["id"]], steps)
@@ -942,7 +947,6 @@ def settle(db: Database) -> SettleSummary:
         held = slots_holding(steps.wal, r["erased_lsn"])
         wal = json.loads(json.dumps(steps.wal | {"erased_lsn": r["erased_lsn"], "slots_holding": held}, default=str))
         horizon, horizon_note = _horizon(status, t_files, steps.backup_retention_days, wal, held, files)
-        steps_json = steps.to_json() | ({"dashboard_database": mine_steps.to_json()} if mine_steps else {})
         ours.execute(
             UPSERT_PHYSICAL,
             {
