@@ -15,7 +15,10 @@ Two slow tests run the image's commands with deploy/'s own environment against a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import fnmatch
+import hashlib
 import json
 import os
 import posixpath
@@ -147,24 +150,67 @@ def test_every_workload_in_deploy_runs_this_one_image():
 
 ROOT_PATHS = ("/opt/", "/app", "/tmp/requirements.txt")
 
+# The virtualenv the Dockerfile's RUN makes, kept between runs as a build keeps that RUN's layer: under a key of all
+# that goes into it, as a layer's cache key is made (the interpreter standing for the base image, every instruction
+# before it and the RUN itself, the content of every file COPY put in before it), so a change to requirements.txt,
+# agent_memory_runtime/, the Dockerfile or the Python builds it again, from scratch; the app's files (COPY after it)
+# and their compileall are done every run. Installing it was 48 of the module's ~80 s of CPU (19 of them pip
+# compiling the packages' bytecode). IMAGE_VENV_CACHE=0 builds it in the test's folder every run, as before;
+# IMAGE_VENV_DIR moves the cache (default ~/.cache/agent-memory, beside tests/aegra_server.py's virtualenv).
+VENV_RUN = re.compile(r"\bpython -m venv (/opt/[\w./-]+)")
+VENV_CACHE_DAYS = 3  # another key's virtualenv unused this long is removed when a new one is built
+
+
+def venv_cache() -> Path | None:
+    if os.environ.get("IMAGE_VENV_CACHE") == "0":
+        return None
+    return Path(os.environ.get("IMAGE_VENV_DIR", Path.home() / ".cache" / "agent-memory"))
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another pytest process building the same folder waits for it
+        yield
+
+
+def root_listing(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
 
 class ImageRoot:
-    """A folder standing for the image's filesystem: container paths in commands are mapped into it."""
+    """A folder standing for the image's filesystem: container paths in commands are mapped into it (the cached
+    virtualenv's path to its folder in `cache`, see VENV_RUN)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, cache: Path | None = None):
         self.path = path
+        self.cache = cache
         self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
         self.build_args: dict[str, str] = {}  # a stage's ARG defaults: the RUN steps' environment, not the image's
         self.workdir = "/"
-        shims = path / "usr-local-bin"  # the base image's `python` is the interpreter the tests run on
-        shims.mkdir(parents=True)
-        (shims / "python").symlink_to(Path(sys.executable).resolve())
+        self.moved: dict[str, Path] = {}  # container path -> folder outside the root (the cached virtualenv)
+        python = Path(sys.executable).resolve()
+        self.layer = hashlib.sha256(f"{sys.version}\n{python}\n".encode())  # the cache key so far
+        # the base image's `python` is the interpreter the tests run on; a cached virtualenv points at it, so its
+        # shim is kept with the cache
+        shims = path / "usr-local-bin" if cache is None else cache / f"image-base-{self.layer.hexdigest()[:12]}"
+        with locked(shims.with_suffix(".lock")) if cache else contextlib.nullcontext():
+            shims.mkdir(parents=True, exist_ok=True)
+            if not (shims / "python").is_symlink():
+                (shims / "python").symlink_to(python)
         self.env["PATH"] = f"{shims}:{self.env['PATH']}"
 
     def map(self, text: str) -> str:
-        return re.sub(r"(?<![\w.])(/opt/|/app\b|/tmp/requirements\.txt)", lambda m: f"{self.path}{m.group(1)}", text)
+        moved = "".join(f"{re.escape(k)}\\b|" for k in self.moved)
+        return re.sub(
+            rf"(?<![\w.])({moved}/opt/|/app\b|/tmp/requirements\.txt)",
+            lambda m: str(self.moved[m.group(1)]) if m.group(1) in self.moved else f"{self.path}{m.group(1)}",
+            text,
+        )
 
     def apply(self, instruction: str, args: str) -> None:
+        self.layer.update(f"{instruction} {args}\n".encode())
         if instruction in ("ENV", "ARG"):
             for key, value in (kv.split("=", 1) for kv in shlex.split(args)):
                 if key == "PIP_NO_CACHE_DIR":  # reruns of this test reuse pip's cache; the download is the same
@@ -178,19 +224,52 @@ class ImageRoot:
             *sources, dest = [a for a in shlex.split(args) if not a.startswith("--")]
             target = Path(self.map(dest if dest.startswith("/") else f"{self.workdir.rstrip('/')}/{dest}"))
             for source in sources:
-                copy_context(ROOT / source, target if not dest.endswith("/") else target / Path(source).name, source)
+                for copied in copy_context(
+                    ROOT / source, target if not dest.endswith("/") else target / Path(source).name, source
+                ):
+                    self.layer.update(f"{copied.relative_to(ROOT).as_posix()}\n".encode() + copied.read_bytes())
         elif instruction == "RUN":
             if re.match(r"(groupadd|useradd)\b", args):  # users of the image's /etc: the base image's business
                 return
-            done = subprocess.run(
-                ["bash", "-ec", self.map(args)],
-                env={**self.build_args, **self.env},
-                cwd=self.map(self.workdir),
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-            assert done.returncode == 0, f"RUN {args}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            venv = VENV_RUN.search(args)
+            if venv and self.cache is not None:
+                self.cached_run(args, venv.group(1))
+            else:
+                self.run(args)
+
+    def run(self, args: str) -> None:
+        done = subprocess.run(
+            ["bash", "-ec", self.map(args)],
+            env={**self.build_args, **self.env},
+            cwd=self.map(self.workdir),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, f"RUN {args}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+    def cached_run(self, args: str, venv: str) -> None:
+        """The RUN that makes the virtualenv `venv`, its result kept under the key of all before it (VENV_RUN): built
+        once in the cache (its scripts name the path they were installed at), then what the RUN left in the rest of
+        the root (its listing, kept with it) replayed: what it removed is removed."""
+        assert self.cache is not None
+        folder = self.cache / f"image-venv-{self.layer.hexdigest()[:16]}"
+        self.moved[venv] = folder
+        listing = folder / ".root-listing.json"
+        with locked(folder.with_suffix(".lock")):
+            if listing.exists() and set(json.loads(listing.read_text())) <= set(root_listing(self.path)):
+                for leftover in sorted(set(root_listing(self.path)) - set(json.loads(listing.read_text())))[::-1]:
+                    path = self.path / leftover
+                    path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+                os.utime(folder)  # in use: not removed as stale
+                return
+            shutil.rmtree(folder, ignore_errors=True)  # an interrupted build, or a listing this root cannot reach
+            self.run(args)
+            listing.write_text(json.dumps(root_listing(self.path)))  # written last: the folder is complete
+        for old in self.cache.glob("image-venv-*"):
+            if old.is_dir() and old != folder and time.time() - old.stat().st_mtime > VENV_CACHE_DAYS * 86400:
+                with locked(old.with_suffix(".lock")):
+                    shutil.rmtree(old, ignore_errors=True)
 
 
 def dockerignored(relative: str) -> bool:
@@ -206,23 +285,27 @@ def dockerignored(relative: str) -> bool:
     return False
 
 
-def copy_context(source: Path, target: Path, relative: str) -> None:
+def copy_context(source: Path, target: Path, relative: str) -> list[Path]:
+    """COPY `relative` (the build context's `source`) to `target`; returns the context's files it copied."""
     assert not dockerignored(relative), f"COPY {relative}: excluded from the build context by .dockerignore"
     if source.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
-        return
+        return [source]
+    copied = []
     for path in sorted(source.rglob("*")):
         rel = path.relative_to(ROOT).as_posix()
         if path.is_file() and not dockerignored(rel):
             destination = target / path.relative_to(source)
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, destination)
+            copied.append(path)
+    return copied
 
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory) -> ImageRoot:
-    root = ImageRoot(tmp_path_factory.mktemp("image-root"))
+    root = ImageRoot(tmp_path_factory.mktemp("image-root"), venv_cache())
     for stage in STAGES:
         for instruction, args in stage.steps:
             root.apply(instruction, args)
