@@ -15,7 +15,8 @@ import psycopg
 
 from core.capture.follower import drop_slot
 from core.db import Database, forget_dashboard_database, reset_pool, use_dashboard_database
-from core.migrate import PLACEHOLDER_ROWS, migrate_dashboard
+from core.migrate import PLACEHOLDER_ROWS
+from tests.conftest import migrated_dashboard
 
 SELECT_TOUCHED = """
 SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS written, n_live_tup
@@ -82,7 +83,7 @@ def two_layouts(pg_dsn: str, written: str, tag: str) -> Iterator[tuple[str, str,
     split = copy_of(pg_dsn, written, f"{tag}split")
     ours = psycopg.conninfo.make_conninfo(pg_dsn, dbname=dbname(split) + "_dashboard")
     use_dashboard_database(split, ours)
-    migrate_dashboard(ours)
+    migrated_dashboard(ours)
     try:
         yield default, split, ours
     finally:

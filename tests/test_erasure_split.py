@@ -20,11 +20,10 @@ from psycopg_pool import ConnectionPool
 
 from core.capture.follower import catch_up, drop_slot
 from core.db import Database, forget_dashboard_database, use_dashboard_database
-from core.migrate import migrate_dashboard
 from core.privacy import access, chain, data_views, erasure, erasure_register, evidence, physical
 from core.privacy.erasure import ERASURE_LOCK_NS, ErasureError
 from tests import own_db
-from tests.conftest import DIMS, dsn_for
+from tests.conftest import DIMS, dsn_for, migrated_dashboard
 
 # The cluster's tables (core/sql/dashboard/030_registers.sql).
 E_TABLES = (
@@ -96,10 +95,11 @@ def ours_count(db: Database, sql: str, params=()) -> int:
 
 @contextlib.contextmanager
 def apart(agents_dsn: str, pg_dsn: str):
-    """The agents' database `agents_dsn` with the dashboard's database apart, created and migrated."""
+    """The agents' database `agents_dsn` with the dashboard's database apart, created and migrated (a copy of one
+    migrated once: conftest.migrated_dashboard)."""
     ours = dsn_for(pg_dsn, str(psycopg.conninfo.conninfo_to_dict(agents_dsn)["dbname"]) + "_dashboard")
     use_dashboard_database(agents_dsn, ours)
-    migrate_dashboard(ours)
+    migrated_dashboard(ours)
     db = Database(agents_dsn)
     try:
         yield db
