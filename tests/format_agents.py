@@ -122,6 +122,13 @@ def delta_other_state_at(dsn: str, thread_id: str, checkpoint_id: str) -> dict:
 
 def encrypted_agent(dsn: str, thread_id: str, text: str, key: str = AES_KEY) -> None:
     """A chat agent (a StateGraph with add_messages) whose saver encrypts with EncryptedSerializer."""
+    encrypted_agents(dsn, [(thread_id, text)], key)
+
+
+def encrypted_agents(dsn: str, turns: list[tuple[str, str]], key: str = AES_KEY) -> None:
+    """encrypted_agent's agent, compiled once on one connection, run once for each (thread id, text) of `turns`: the
+    same rows as a call of encrypted_agent per thread, without a graph and a connection each (160 threads: 70 -> 30 ms
+    a thread)."""
     from langgraph.graph import MessagesState
 
     def reply(state: MessagesState) -> dict:
@@ -134,7 +141,8 @@ def encrypted_agent(dsn: str, thread_id: str, text: str, key: str = AES_KEY) -> 
     serde = EncryptedSerializer.from_pycryptodome_aes(key=key.encode())
     with conn_for(dsn) as conn:
         app = graph.compile(checkpointer=PostgresSaver(conn, serde=serde))
-        app.invoke({"messages": [HumanMessage(content=text)]}, {"configurable": {"thread_id": thread_id}})
+        for thread_id, text in turns:
+            app.invoke({"messages": [HumanMessage(content=text)]}, {"configurable": {"thread_id": thread_id}})
 
 
 class Unmsgpackable:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from format_agents import OLD_AES_KEY, encrypted_agent
+from format_agents import OLD_AES_KEY, encrypted_agents
 from psycopg.pq import Trace
 
 from core.db import Database, reset_pool
@@ -32,8 +32,9 @@ def db(create_database, monkeypatch):
 
 
 def _encrypted_threads(db: Database, start: int, stop: int) -> None:
-    for n in range(start, stop):  # none holds the customer; no key the dashboard has opens them
-        encrypted_agent(db.dsn, f"cifrado-{n}", f"consulta {n} sobre una devolución", key=OLD_AES_KEY)
+    # none holds the customer; no key the dashboard has opens them
+    turns = [(f"cifrado-{n}", f"consulta {n} sobre una devolución") for n in range(start, stop)]
+    encrypted_agents(db.dsn, turns, key=OLD_AES_KEY)
     swept = run_sweep(db, trigger="manual")
     assert swept.status == "ok", swept.error
     assert f"{stop} threads with encrypted rows not readable" in swept.summary()
