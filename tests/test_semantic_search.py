@@ -20,6 +20,9 @@ QUESTION = "¿qué clientes prefieren WhatsApp?"
 SNAPSHOT = "SELECT prefix, key, expires_at, updated_at, ttl_minutes FROM store ORDER BY prefix, key"
 
 
+EXPIRED = "SELECT coalesce(bool_and(expires_at <= now()), false) AS gone FROM store WHERE prefix = 'clientes.C_4'"
+
+
 def written(db: Database) -> PostgresStore:
     """Four customers' documents (one expired) and a supplier's notice, through the agents' own tools."""
     store = build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
@@ -43,10 +46,14 @@ def written(db: Database) -> PostgresStore:
         ("clientes", "C_4"),
         "pref-contacto",
         {"tipo": "contacto", "valor": "WhatsApp", "texto": "contacto: WhatsApp"},
-        valid_for_minutes=0.005,
+        valid_for_minutes=0.001,
     )
     put_memory(store, ("proveedores", "P1"), "aviso", {"texto": "WhatsApp de pedidos caído"})
-    time.sleep(0.5)  # C_4's document has expired (not swept)
+    # C_4's document has expired (not swept), on the database's clock the search reads: waited for, not a fixed 0.5 s
+    deadline = time.monotonic() + 10
+    while not db.fetch_one(EXPIRED)["gone"]:
+        assert time.monotonic() < deadline, "C_4's document did not expire"
+        time.sleep(0.01)
     return store
 
 
