@@ -25,6 +25,21 @@ DIMS = 64
 FLASH = 0.005  # minutes (0.3 s): the shortest validity a document can be given through the API
 
 
+FLASH_LEFT = (
+    "SELECT NOT EXISTS (SELECT 1 FROM store WHERE expires_at > now() AND expires_at < now() + interval '1 minute')"
+    " AS gone"
+)
+
+
+def wait_expired(db: Database) -> None:
+    """Until every document written with a validity of FLASH has expired on the database's clock (the one the sweep
+    reads), polled: a fixed 0.4-0.5 s before."""
+    deadline = time.monotonic() + 10
+    while not db.fetch_one(FLASH_LEFT)["gone"]:
+        assert time.monotonic() < deadline, "a FLASH document did not expire"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def store(db):
     return build_store(db.pool, OfflineHashEmbeddings(DIMS), DIMS)
@@ -83,7 +98,7 @@ def test_sweep_deletes_exactly_the_expired_rows_and_their_vectors(db, store):
     put_memory(store, ("clientes", "C1"), "pref-contacto", {"tipo": "contacto", "texto": "contacto: SMS"})
     put_memory(store, ("clientes", "C2"), "pref-idioma", {"tipo": "idioma", "texto": "idioma: euskera"})
     put_memory(store, ("empleados", "E1"), "ajuste-turno", {"ajuste": "turno", "texto": "turno: tarde"})
-    time.sleep(0.5)
+    wait_expired(db)
 
     expired = {
         ("proveedores.P1", "aviso-retraso"),
@@ -120,7 +135,7 @@ def test_sweep_deletes_exactly_the_expired_rows_and_their_vectors(db, store):
 def test_dry_run_counts_the_expired_rows_and_deletes_nothing(db, store):
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
     put_memory(store, ("empleados", "E1"), "ajuste-idioma", {"texto": "idioma: es"})
-    time.sleep(0.5)
+    wait_expired(db)
     before_rows, before_vectors = rows(db), vectors(db)
     result = sweep.run_sweep(db, trigger="manual", dry_run=True)
     assert result.status == "dry_run"
@@ -159,7 +174,7 @@ def test_rows_refreshed_on_read_survive_the_sweep(db, store):
 
 def test_two_sweeps_started_together_exactly_one_works(db, store):
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
-    time.sleep(0.5)
+    wait_expired(db)
     barrier = threading.Barrier(2)
     first_finished = threading.Event()
     results: list[sweep.SweepResult] = []
@@ -280,7 +295,7 @@ def test_retention_dry_run_lists_exactly_the_old_threads_and_the_run_deletes_onl
 @pytest.mark.parametrize("days", [-1, 0, "-5", "abc", 2.5, True])
 def test_bad_retention_days_is_a_clear_error_and_changes_nothing(db, store, days):
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
-    time.sleep(0.4)
+    wait_expired(db)
     before = rows(db)
     with pytest.raises(sweep.SweepInputError, match="retention days"):
         sweep.run_sweep(db, trigger="manual", retention_days=days)
@@ -290,7 +305,7 @@ def test_bad_retention_days_is_a_clear_error_and_changes_nothing(db, store, days
 def test_bad_input_on_the_command_line_exits_2_and_changes_nothing(db, store, monkeypatch, capsys):
     monkeypatch.setenv("PG_AGENTES", db.dsn)
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
-    time.sleep(0.4)
+    wait_expired(db)
     before = rows(db)
     for argv in (["--retention-days", "-3"], ["--trigger", "nightly"]):
         with pytest.raises(SystemExit) as exc:
@@ -313,7 +328,7 @@ def test_the_old_command_fails_and_names_the_new_one(db, store, monkeypatch):
     loudly, not exit 0 having swept nothing."""
     monkeypatch.setenv("PG_AGENTES", db.dsn)
     put_memory(store, ("proveedores", "P1"), "aviso-retraso", {"texto": "retraso"}, valid_for_minutes=FLASH)
-    time.sleep(0.4)
+    wait_expired(db)
     before = rows(db)
     run = subprocess.run(
         [sys.executable, "-m", "core.operations.sweep"], cwd=ROOT, capture_output=True, text=True, timeout=120
@@ -327,7 +342,7 @@ def test_page_reads_match_sql(db, store):
     put_memory(store, ("clientes", "C1"), "pref-idioma", {"texto": "idioma: catalán"})
     put_memory(store, ("empleados", "E1"), "ajuste-turno", {"texto": "turno: tarde"})
     put_memory(store, ("proveedores", "P2"), "aviso-promocion", {"texto": "promo"})
-    time.sleep(0.4)
+    wait_expired(db)
     catch_up(db.dsn)  # the change follower has applied the writes (the forecast reads its core_expiry_days)
     assert sweep_reads.expired_by_root(db).set_index("root")["expired"].to_dict() == {
         "clientes": 0,
@@ -385,7 +400,7 @@ def test_the_job_runs_as_the_least_privileged_role_of_the_readme(db, store):
     put_memory(store, ("clientes", "C9"), "pref-idioma", {"texto": "idioma: catalán"})
     converse(db, store)
     _age(db, "personal-E1", 100)
-    time.sleep(0.4)
+    wait_expired(db)
     sweeper = Database(psycopg.conninfo.make_conninfo(db.dsn, user="agent_memory_sweeper"))
     assert sweeper.fetch_one("SELECT current_user AS u")["u"] == "agent_memory_sweeper"
 
