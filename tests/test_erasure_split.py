@@ -239,7 +239,13 @@ def test_two_erasures_of_one_customer_take_turns_on_the_lock_in_ours(split_db):
             with psycopg.connect(split_db.dsn) as conn:
                 held["agents"] = conn.execute(locks, (ERASURE_LOCK_NS,)).fetchone()[0]
             waiter.start()
-            time.sleep(1.5)  # the second one reaches the lock meanwhile
+            # the second one reaches the lock meanwhile: until it waits on it in ours (up to 10 s; a fixed 1.5 s before)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with psycopg.connect(split_db.ours.dsn) as conn:
+                    if conn.execute(locks + " AND NOT granted", (ERASURE_LOCK_NS,)).fetchone()[0]:
+                        break
+                time.sleep(0.02)
             held["running"] = ours_count(split_db, "SELECT count(*) FROM core_erasure_register")
 
     first = erasure.erase(split_db, CUSTOMER, operator="dpo@example.com", progress=progress)
