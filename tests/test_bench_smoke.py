@@ -30,8 +30,9 @@ def test_production_benchmark_smoke(pg_dsn, monkeypatch):
     import streamlit as st
 
     # the renders set these in os.environ; recording them here restores (or removes) them afterwards
-    for key in ("PG_AGENTES", "EMBEDDINGS_DIMS", "AUTO_MIGRATE", "SEED_DEMO"):
+    for key in ("PG_AGENTES", "EMBEDDINGS_DIMS", "AUTO_MIGRATE", "SEED_DEMO", "PG_DASHBOARD"):
         monkeypatch.setenv(key, "")
+    monkeypatch.delenv("PG_DASHBOARD")  # unset during the run as before it (set above only to be removed afterwards)
     lines: list[str] = []
     try:
         figures, info = bp.run(pg_dsn, rebuild=True, log=lines.append, **bp.SMOKE)
@@ -79,8 +80,9 @@ def test_production_benchmark_in_place_keeps_the_template_as_built(pg_dsn, monke
     the erased customer written again by the builder's code, no run copy made."""
     import streamlit as st
 
-    for key in ("PG_AGENTES", "EMBEDDINGS_DIMS", "AUTO_MIGRATE", "SEED_DEMO"):
+    for key in ("PG_AGENTES", "EMBEDDINGS_DIMS", "AUTO_MIGRATE", "SEED_DEMO", "PG_DASHBOARD"):
         monkeypatch.setenv(key, "")
+    monkeypatch.delenv("PG_DASHBOARD")  # unset during the run as before it (set above only to be removed afterwards)
     sizes = {k: v for k, v in bp.SMOKE.items()}
     template = "bench_prod_{docs}_{customers}_{threads}_{writes}_{erasure_docs}".format(**sizes)
     try:
