@@ -56,6 +56,7 @@ PAGES = [
     "access-register",
 ]
 DEGRADATION = "degradation"
+LATE_S = 120  # how long past --duration a session waits for its fragment's reruns (run_level's min_reruns)
 
 
 @dataclass
@@ -113,11 +114,18 @@ def postgres_cpu_s(dsn: str) -> float:
 
 
 async def person(
-    url: str, level: Level, stop_at: float, rng: random.Random, think: tuple[float, float], refreshing: bool
+    url: str,
+    level: Level,
+    stop_at: float,
+    rng: random.Random,
+    think: tuple[float, float],
+    refreshing: bool,
+    min_reruns: int = 0,
 ) -> None:
-    """One person: a page, a think time, another page... (`refreshing`: the Degradation page, and stays). Between
-    pages, as the browser does, each fragment of the open page with a run_every (the sidebar's status, the
-    Degradation page's live part) is rerun at its interval."""
+    """One person: a page, a think time, another page... (`refreshing`: the Degradation page, and stays, past
+    `stop_at` until its most frequent fragment reran `min_reruns` times, at most LATE_S more). Between pages, as
+    the browser does, each fragment of the open page with a run_every (the sidebar's status, the Degradation
+    page's live part) is rerun at its interval."""
     ok = ("FINISHED_SUCCESSFULLY", "FINISHED_FRAGMENT_RUN_SUCCESSFULLY")
 
     def failed(what: str, run) -> bool:
@@ -133,10 +141,16 @@ async def person(
             visits = 0
             fragments: dict[str, float] = {}  # fragment id -> interval s, of the open page
             due: dict[str, float] = {}
+            reruns: dict[str, int] = {}  # fragment id -> reruns
+
+            def enough() -> bool:
+                fastest = min(fragments, key=fragments.__getitem__, default=None)
+                return not refreshing or fastest is None or reruns.get(fastest, 0) >= min_reruns
+
             while True:
                 fragment = min(due, key=due.get, default=None)
                 at = min(next_page, due[fragment] if fragment else float("inf"))
-                if at >= stop_at:
+                if at >= stop_at and (enough() or at >= stop_at + LATE_S):
                     return
                 await asyncio.sleep(max(0.0, at - time.monotonic()))
                 if at == next_page:
@@ -162,20 +176,28 @@ async def person(
                     if failed("fragment", run):
                         return
                     level.fragment_s.setdefault(f"every {fragments[fragment]:g} s", []).append(run.seconds)
+                    reruns[fragment] = reruns.get(fragment, 0) + 1
                     due[fragment] = time.monotonic() + fragments[fragment]
     except Exception as exc:  # a dropped websocket, a timeout: counted, the level goes on
         level.failures.append(f"{type(exc).__name__}: {exc}")
 
 
 async def drive(
-    url: str, level: Level, duration: float, ramp: float, think: tuple[float, float], refresh_every: int, seed: int
+    url: str,
+    level: Level,
+    duration: float,
+    ramp: float,
+    think: tuple[float, float],
+    refresh_every: int,
+    seed: int,
+    min_reruns: int = 0,
 ) -> None:
     stop_at = time.monotonic() + ramp + duration
     tasks = []
     for i in range(level.sessions):
         rng = random.Random(seed * 1000 + i)
         refreshing = refresh_every > 0 and i % refresh_every == refresh_every - 1
-        tasks.append(asyncio.create_task(person(url, level, stop_at, rng, think, refreshing)))
+        tasks.append(asyncio.create_task(person(url, level, stop_at, rng, think, refreshing, min_reruns)))
         await asyncio.sleep(ramp / level.sessions)
     await asyncio.gather(*tasks)
 
@@ -192,9 +214,11 @@ def run_level(
     seed: int,
     extra_env: dict[str, str],
     profile: Path | None = None,
+    min_reruns: int = 0,
 ) -> Level:
     """One level; with `profile`, py-spy samples the dashboard over the steady part into that file (collapsed
-    stacks), summarised by `where_the_time_goes`."""
+    stacks), summarised by `where_the_time_goes`. `min_reruns`: the sessions on the Degradation page stay past
+    `duration` until their fragments reran that many times (a loaded machine slows the pages, not the count)."""
     level = Level(sessions)
     proc, url = start_dashboard(dsn, dims, extra_env)
     spy = None
@@ -230,7 +254,7 @@ def run_level(
 
         async def main() -> None:
             sampler = asyncio.create_task(sample_memory())
-            await drive(url, level, duration, ramp, think, refresh_every, seed)
+            await drive(url, level, duration, ramp, think, refresh_every, seed, min_reruns)
             sampler.cancel()
 
         asyncio.run(main())

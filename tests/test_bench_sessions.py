@@ -11,7 +11,16 @@ from tests.conftest import DIMS
 
 def test_sessions_open_every_page_and_refresh_the_degradation_page(demo_db):
     level = bench_sessions.run_level(
-        demo_db.dsn, DIMS, 3, duration=20, ramp=1, think=(0.5, 1.0), refresh_every=3, seed=1, extra_env={}
+        demo_db.dsn,
+        DIMS,
+        3,
+        duration=20,
+        ramp=1,
+        think=(0.5, 1.0),
+        refresh_every=3,
+        seed=1,
+        extra_env={},
+        min_reruns=2,  # the Degradation session stays until its fragment reran twice, however slow the pages
     )
     assert level.failures == []
     assert set(bench_sessions.PAGES) <= set(level.page_s), sorted(level.page_s)  # the two browsing sessions

@@ -13,9 +13,11 @@ import threading
 import time
 
 import psycopg
+import psycopg.rows
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.postgres import PostgresStore
+from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from core.capture.follower import catch_up, drop_slot
@@ -255,6 +257,49 @@ def test_two_erasures_of_one_customer_take_turns_on_the_lock_in_ours(split_db):
     assert first.status == later.status == "complete", (first.report, later.report)
     assert later.requested_at >= first.finished_at
     assert later.counts_before["store"] == 0 and later.counts_before["checkpoints"] == 0
+
+
+def test_the_evidence_holds_no_table_while_it_waits_for_one_the_recount_truncates(split_db):
+    """The follower's recount truncates our tables in one transaction, in its own order. The evidence's counts wait
+    for a table it holds, holding none of those counted before (each count its own transaction): the recount goes on,
+    no deadlock (a CI run's erasure failed on one, its pipeline being a single implicit transaction)."""
+    retail_turns(split_db.dsn)
+    with split_db.connection() as conn, psycopg.connect(split_db.ours.dsn, autocommit=True) as mine:
+        mine.row_factory = psycopg.rows.dict_row
+        targets = evidence.own_targets(conn, mine)
+        ours_tables = sorted({t.name.split(".")[0] for t in targets if t.ours} - {"core_prefix_counts"})
+        waiting = "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted"
+        out: dict[str, object] = {}
+
+        def count() -> None:
+            try:
+                out["evidence"] = evidence.run_evidence_conn(conn, targets, CUSTOMER, [], ours=mine)
+            except psycopg.Error as exc:
+                out["evidence"] = exc
+
+        with psycopg.connect(split_db.ours.dsn) as recount:
+            recount.execute("SET lock_timeout = '60s'")  # a hang bound only: the deadlock is found after 1 s
+            recount.execute("LOCK TABLE core_prefix_counts IN ACCESS EXCLUSIVE MODE")
+            counter = threading.Thread(target=count)
+            counter.start()
+            with psycopg.connect(split_db.ours.dsn, autocommit=True) as watch:
+                deadline = time.monotonic() + 60
+                while not watch.execute(waiting, (mine.info.backend_pid,)).fetchone()[0]:
+                    assert time.monotonic() < deadline and counter.is_alive(), out
+                    time.sleep(0.01)
+            try:  # the recount's next tables: every other one the evidence counts
+                recount.execute(
+                    sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+                        sql.SQL(", ").join(map(sql.Identifier, ours_tables))
+                    )
+                )
+            except psycopg.Error as exc:
+                out["recount"] = exc
+        counter.join(120)
+    assert len(ours_tables) >= 3, ours_tables
+    assert "recount" not in out, out["recount"]
+    assert isinstance(out["evidence"], list), out["evidence"]
+    assert {e.table for e in out["evidence"]} >= {"store", "core_prefix_counts", *(t.name for t in targets)}
 
 
 def test_a_dead_letter_naming_the_customer_is_counted_and_erased_on_both_layouts(split_db, db):

@@ -397,11 +397,15 @@ def run_evidence_conn(
         }
         cursors = {}
         for side in dict.fromkeys(where.values()):  # the agents' database first, then ours apart
-            with side.pipeline():
+            with side.pipeline() as pipeline:
                 for table, text in literal.items():
                     if where[table] is side:
                         cursors[table] = side.cursor()
                         cursors[table].execute(text)
+                        # each count its own transaction: the statements up to a Sync are one implicit transaction,
+                        # which would hold the tables already counted while it waits for the next one (the
+                        # follower's recount truncates ours in its own order: a deadlock, once in a CI run)
+                        pipeline.sync()
         at = now_iso()
         counted = {table: int(one(cur.fetchone())["n"]) for table, cur in cursors.items()}
     out = [EvidenceQuery(table, literal[table], counted[table], at) for table in literal]
