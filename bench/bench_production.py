@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -267,9 +268,23 @@ def database_bytes(base: str, name: str) -> int:
         return int(conn.execute("SELECT pg_database_size(%s)", (name,)).fetchone()[0])
 
 
-def _prepare_template(base: str, template: str, info: dict, log: Callable[[str], None]) -> None:
-    """Migrations added since the template was built, its tool calls extracted and its token index built."""
+def _prepare_template(
+    base: str, template: str, info: dict, log: Callable[[str], None], agents_rate: float = 0.0
+) -> None:
+    """Migrations added since the template was built, its tool calls extracted and its token index built. With
+    `agents_rate`, agents write that many store documents a second meanwhile (bench/agents_writing.py: the install
+    while they work; their documents deleted at the end)."""
     migrate(apart(base, template), DIMS)
+    writing = (
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.agents_writing", dsn_for(base, template), "--rate", str(agents_rate)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if agents_rate
+        else None
+    )
     template_db = Database(dsn_for(base, template))
     wal_before = template_db.fetch_one("SELECT pg_current_wal_lsn()::text AS lsn")["lsn"]
 
@@ -329,7 +344,17 @@ def _prepare_template(base: str, template: str, info: dict, log: Callable[[str],
             }
             log(f"token index built on the template: {info['template_token_index']}")
         check_slot("token_index")
+        if writing:
+            writing.terminate()
+            out, _ = writing.communicate(timeout=600)
+            if writing.returncode:
+                raise SystemExit(f"the agents' writes failed (exit {writing.returncode}): {out}")
+            info["agents_writing"] = json.loads(out.strip().splitlines()[-1])
+            log(f"the agents wrote meanwhile: {info['agents_writing']}")
+            check_slot("agents_writing")
     finally:
+        if writing and writing.poll() is None:
+            writing.kill()
         stop_follower(template_db.dsn)
     template_db.close()
     reset_pool(dsn_for(base, template))
@@ -377,6 +402,7 @@ def database(
     temp_file_limit: str | None = None,
     in_place: bool = False,
     touch_template: bool = True,
+    agents_rate: float = 0.0,
 ) -> tuple[str, dict]:
     """A fresh copy of the production-sized database (built first if its template does not exist,
     or if `rebuild`); with `in_place`, the template itself (for a disk without room for a copy). Without
@@ -407,7 +433,7 @@ def database(
     # The same for the residue scan's token index (migration 042 lists every thread of an older template).
     apart(base, template)
     if touch_template or built:
-        _prepare_template(base, template, info, log)
+        _prepare_template(base, template, info, log, agents_rate)
     if build_only:
         return "", info
     work = (
@@ -1149,6 +1175,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures and row counts here")
     parser.add_argument("--build-only", action="store_true", help="build the template (if missing) and stop")
     parser.add_argument(
+        "--agents-write",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="with --build-only: agents put RATE store documents a second while the dashboard installs (the recount, "
+        "the extraction, the token index), deleted at the end (bench/agents_writing.py)",
+    )
+    parser.add_argument(
         "--temp-file-limit",
         help="PostgreSQL temp_file_limit of the run copy (e.g. 4GB): a query that would fill the disk fails instead",
     )
@@ -1182,6 +1216,7 @@ def main(argv: list[str] | None = None) -> int:
             log=lambda s: print(s, flush=True),
             rebuild=args.rebuild,
             build_only=True,
+            agents_rate=args.agents_write,
         )
         print(json.dumps(info, default=str))
         return 0
