@@ -403,6 +403,7 @@ def database(
     in_place: bool = False,
     touch_template: bool = True,
     agents_rate: float = 0.0,
+    reinstall: bool = False,
 ) -> tuple[str, dict]:
     """A fresh copy of the production-sized database (built first if its template does not exist,
     or if `rebuild`); with `in_place`, the template itself (for a disk without room for a copy). Without
@@ -432,6 +433,10 @@ def database(
     # measures a full extraction against the live decode).
     # The same for the residue scan's token index (migration 042 lists every thread of an older template).
     apart(base, template)
+    if reinstall and not built:  # installed anew on the agents' data as built: no slot, no database of ours
+        follower.drop_slot(dsn_for(base, template))
+        reset_pool(dsn_for(base, ours_name(template)))
+        _sql(base, f'DROP DATABASE "{ours_name(template)}" WITH (FORCE)')
     if touch_template or built:
         _prepare_template(base, template, info, log, agents_rate)
     if build_only:
@@ -1183,6 +1188,12 @@ def main(argv: list[str] | None = None) -> int:
         "the extraction, the token index), deleted at the end (bench/agents_writing.py)",
     )
     parser.add_argument(
+        "--reinstall",
+        action="store_true",
+        help="with --build-only: on a template already built, drop the follower's slot and the dashboard's database, "
+        "then install again (recount, extraction, token index): the install measured without building the data again",
+    )
+    parser.add_argument(
         "--temp-file-limit",
         help="PostgreSQL temp_file_limit of the run copy (e.g. 4GB): a query that would fill the disk fails instead",
     )
@@ -1217,6 +1228,7 @@ def main(argv: list[str] | None = None) -> int:
             rebuild=args.rebuild,
             build_only=True,
             agents_rate=args.agents_write,
+            reinstall=args.reinstall,
         )
         print(json.dumps(info, default=str))
         return 0
