@@ -96,14 +96,14 @@ def _shot(page, name: str) -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_first_minutes_then_every_page_in_both_languages(browser):
+def test_first_minutes_then_every_page_in_both_languages(browser, browser_context_args):
     # a private folder, not pytest's tmp_path: pytest prunes old basetemp folders of other runs
     tmp_path = Path(tempfile.mkdtemp(prefix="first-page-"))
     port = free_port()
     started = time.monotonic()
     proc = launch(tmp_path, port, {"SEED_DEMO": "1", "DEMO_REPLICAS": "0"})  # a fresh clone's `streamlit run`
     url = f"http://127.0.0.1:{port}"
-    context = browser.new_context(viewport={"width": 1280, "height": 1400}, locale="es-ES", timezone_id=TIMEZONE)
+    context = browser.new_context(**{**browser_context_args, "timezone_id": TIMEZONE})
     page = context.new_page()
     try:
         wait_health(url, proc)

@@ -112,7 +112,7 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def test_two_managers_each_see_only_their_stores_customers(browser, scoped_server, demo_db):
+def test_two_managers_each_see_only_their_stores_customers(browser, browser_context_args, scoped_server, demo_db):
     db, url = demo_db, scoped_server
     mine = {"T001": customers(db, "T001"), "T002": customers(db, "T002")}
     both = sorted(set(with_documents(db, mine["T001"] & mine["T002"])))
@@ -123,7 +123,7 @@ def test_two_managers_each_see_only_their_stores_customers(browser, scoped_serve
     }
     for email, store in ((T001, "T001"), (T002, "T002")):
         other = "T002" if store == "T001" else "T001"
-        page = browser.new_page(viewport={"width": 1280, "height": 1400}, locale="es-ES")
+        page = browser.new_page(**browser_context_args)
         sign_in(page, url, email)
         expect(page.get_by_text(f"Clientes de sus tiendas: {store}")).to_be_visible(timeout=30_000)
         # totals: their stores' customers only, as SQL counts them
@@ -184,7 +184,7 @@ def test_two_managers_each_see_only_their_stores_customers(browser, scoped_serve
         shot(page, f"scope-preferences-{store}")
         page.close()
 
-    page = browser.new_page(viewport={"width": 1280, "height": 1400}, locale="es-ES")
+    page = browser.new_page(**browser_context_args)
     sign_in(page, url, NONE)
     expect(page.get_by_text("tiene el rol de responsable de tienda pero ninguna tienda")).to_be_visible(timeout=30_000)
     expect(page.get_by_test_id("stMetric")).to_have_count(0)
