@@ -176,6 +176,11 @@ def pg_dsn():
     )
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET fsync = off")
+        # pg_wal bounded: each erasure's settle (core.privacy.physical) scans all of it, and a demo seed settles five
+        # times; at the defaults (max_wal_size 1GB, checkpoints every 5 min) it held whatever the worker's modules had
+        # written since, and the seeds of the modules seeding their own demo here took 2-3x longer in full runs
+        conn.execute("ALTER SYSTEM SET min_wal_size = '32MB'")
+        conn.execute("ALTER SYSTEM SET max_wal_size = '64MB'")
         # synchronous_commit stays on (PostgreSQL's default): off, a commit returns before its WAL is written, and the
         # change follower (which decodes up to the WAL written) missed a test's last writes under load, now and then
         # (test_recheck_queries: 40 threads left marked for the re-check to index). Without fsync it costs a write().
