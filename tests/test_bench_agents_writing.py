@@ -22,7 +22,7 @@ def test_the_agents_write_then_leave_nothing(db):
         text=True,
     )
     try:
-        # until it has written more than one round of its fixed keys' first customers (a few hundred puts)
+        # until 150 of its documents are in the table (under a second at 200 a second, once it has started)
         wait_until(
             lambda: (
                 db.fetch_one(
