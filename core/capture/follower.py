@@ -636,9 +636,16 @@ class Follower:
         recount_lsn = lsn_int(row[2]) if row and row[2] else 0
         flushed = lsn_int(flushed)
         try:
-            rows = src.execute(GET, {"slot": self.slot, "n": self.batch_changes, "publication": PUBLICATION}).fetchall()
-            assert rows and rows[-1][1] is None, "the slot's confirmed position ends the read"
-            consumed = rows.pop()[0]
+            if confirmed and flushed <= lsn_int(confirmed):
+                # nothing written since the slot's last read (a read confirms up to the WAL's end): no decoding, whose
+                # start alone (the slot, its snapshot, pgoutput) was most of an idle follower's CPU on their server
+                rows, consumed = [], lsn_int(confirmed)
+            else:
+                rows = src.execute(
+                    GET, {"slot": self.slot, "n": self.batch_changes, "publication": PUBLICATION}
+                ).fetchall()
+                assert rows and rows[-1][1] is None, "the slot's confirmed position ends the read"
+                consumed = rows.pop()[0]
         except psycopg.errors.ObjectInUse as exc:
             raise _slot_taken(links, self.slot, other_consumer(src, self.slot)) from exc
         except psycopg.errors.ObjectNotInPrerequisiteState as exc:  # invalidated: "can no longer access ..."
