@@ -275,16 +275,6 @@ def _prepare_template(
     `agents_rate`, agents write that many store documents a second meanwhile (bench/agents_writing.py: the install
     while they work; their documents deleted at the end)."""
     migrate(apart(base, template), DIMS)
-    writing = (
-        subprocess.Popen(
-            [sys.executable, "-m", "bench.agents_writing", dsn_for(base, template), "--rate", str(agents_rate)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        if agents_rate
-        else None
-    )
     template_db = Database(dsn_for(base, template))
     wal_before = template_db.fetch_one("SELECT pg_current_wal_lsn()::text AS lsn")["lsn"]
 
@@ -311,12 +301,22 @@ def _prepare_template(
     # The change follower as the dashboard runs it: its slot made and the aggregates recounted first, then following
     # in the background while the extraction and the token index write to our database (on the same server here, so
     # the slot keeps that WAL too until the follower reads past it).
-    t_recount = time.perf_counter()
-    follower.catch_up(template_db.dsn, timeout=RENDER_TIMEOUT_S)
-    info["template_follower_setup_s"] = round(time.perf_counter() - t_recount, 1)
-    check_slot("recount")
-    start_follower(template_db.dsn)
-    try:
+    writing = (
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.agents_writing", dsn_for(base, template), "--rate", str(agents_rate)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if agents_rate
+        else None
+    )
+    try:  # the agents' writes stopped whatever fails (a recount, a lost slot)
+        t_recount = time.perf_counter()
+        follower.catch_up(template_db.dsn, timeout=RENDER_TIMEOUT_S)
+        info["template_follower_setup_s"] = round(time.perf_counter() - t_recount, 1)
+        check_slot("recount")
+        start_follower(template_db.dsn)
         t = time.perf_counter()
         extracted = tool_calls.extract(template_db)
         check_slot("first_extraction")
