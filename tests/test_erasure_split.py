@@ -13,11 +13,11 @@ import threading
 import time
 
 import psycopg
-import psycopg.rows
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.store.postgres import PostgresStore
 from psycopg import sql
+from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from core.capture.follower import catch_up, drop_slot
@@ -64,7 +64,7 @@ def retail_turns(dsn: str, turns=TURNS) -> None:
     from core.memory.embeddings import OfflineHashEmbeddings
     from core.memory.store import build_store
 
-    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": psycopg.rows.dict_row}
+    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
     with ConnectionPool(dsn, min_size=1, max_size=4, kwargs=kwargs) as pool:
         store = build_store(pool, OfflineHashEmbeddings(DIMS), DIMS)
         agent = build_agent("atencion-cliente", ScriptedChatModel(), store=store, checkpointer=PostgresSaver(pool))
@@ -264,8 +264,8 @@ def test_the_evidence_holds_no_table_while_it_waits_for_one_the_recount_truncate
     for a table it holds, holding none of those counted before (each count its own transaction): the recount goes on,
     no deadlock (a CI run's erasure failed on one, its pipeline being a single implicit transaction)."""
     retail_turns(split_db.dsn)
-    with split_db.connection() as conn, psycopg.connect(split_db.ours.dsn, autocommit=True) as mine:
-        mine.row_factory = psycopg.rows.dict_row
+    ours_dsn = split_db.ours.dsn
+    with split_db.connection() as conn, psycopg.connect(ours_dsn, autocommit=True, row_factory=dict_row) as mine:
         targets = evidence.own_targets(conn, mine)
         ours_tables = sorted({t.name.split(".")[0] for t in targets if t.ours} - {"core_prefix_counts"})
         waiting = "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted"
@@ -366,8 +366,6 @@ def test_a_failure_midway_is_recorded_in_ours_and_resumed_and_data_back_is_erase
 def test_the_exporter_reads_the_registers_counts_and_the_views_gaps_in_ours(split_db):
     """The exporter's erasure gauges (core_erasure_register_counts) and lost views (core_data_view_gaps) come from
     ours: a failed erasure and views that did not fit the queue, counted by the real code paths."""
-    from psycopg.rows import dict_row
-
     from core.operations.exporter import database_metrics
 
     retail_turns(split_db.dsn)
