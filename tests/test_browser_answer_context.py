@@ -8,7 +8,7 @@ import pytest
 from conftest import start_streamlit, stop_streamlit
 from playwright.sync_api import expect
 
-from bench.st_server import wait_idle
+from bench.st_server import wait_painted
 from core.db import Database
 from core.history import answer_context, tool_calls
 from core.ids import ThreadId
@@ -49,11 +49,21 @@ def article_url(article_agents_db):
 
 def pick_row(page, grid, row: int) -> None:
     """Tick the selection box of `row` (0: the first) in a grid (its row markers are the left column), once the
-    page's run is over (a click while it runs can land on a grid drawn again)."""
-    wait_idle(page)
-    grid.scroll_into_view_if_needed()
-    box = grid.bounding_box()
-    page.mouse.click(box["x"] + 18, box["y"] + 35 + 17 + 35 * row)
+    page's run is over and drawn (a click while it runs can land on a grid drawn again), with the grid in the middle of
+    the viewport and no longer moving: the click goes to coordinates (glide draws its cells on a canvas), so a grid
+    at the viewport's edge, or one that a section drawn late above it pushes down, would take the click elsewhere."""
+    wait_painted(page)
+    grid.evaluate("e => e.scrollIntoView({block: 'center'})")
+    box, before = grid.bounding_box(), None
+    for _ in range(50):  # at most 5 s for the layout to settle
+        if box == before:
+            break
+        page.wait_for_timeout(100)
+        before, box = box, grid.bounding_box()
+    assert box == before, f"the grid kept moving: {before} -> {box}"
+    y = box["y"] + 35 + 17 + 35 * row
+    assert 0 < y < page.viewport_size["height"], f"row {row} at y={y} is outside the viewport"
+    page.mouse.click(box["x"] + 18, y)
 
 
 @pytest.mark.parametrize("lang", ["es", "en"])
