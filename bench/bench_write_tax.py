@@ -354,6 +354,44 @@ class Bench:
         )
         return out
 
+    def poll_control(self, seconds: float) -> dict[str, float]:
+        """The control for the idle window: the stock server, nobody writing, polled by a client of nobody's with the
+        follower's idle query every `--idle-sleep` seconds. What one poll costs a server, waking its backend after a
+        sleep, depends on the machine: the follower's idle cost is compared with this, measured in the same run."""
+        assert self.stock.meter is not None
+        query = "SELECT pg_current_wal_flush_lsn()::text, now()::text, (SELECT count(*) FROM pg_replication_slots)"
+        with psycopg.connect(self.stock_db, autocommit=True) as poller:
+            backend = psutil.Process(poller.info.backend_pid)
+            t = backend.cpu_times()
+            b0, (c0, _), polls = t.user + t.system, self.stock.cpu(), 0
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                poller.execute(query).fetchall()
+                polls += 1
+                time.sleep(self.args.idle_sleep)
+            t = backend.cpu_times()
+            b1, (c1, _) = t.user + t.system, self.stock.cpu()
+        back_to_back = self._back_to_back(query)
+        print(
+            f"[{self.args.decode}] control, idle {seconds:.0f} s: the stock server polled every "
+            f"{self.args.idle_sleep:g} s ({polls} polls) by a client of nobody's: {c1 - c0:.2f} s of CPU "
+            f"({(c1 - c0) / seconds:.2%} of a core), its backend {1000 * (b1 - b0) / polls:.1f} ms a poll; the same "
+            f"query back to back: {back_to_back:.2f} ms a poll",
+            flush=True,
+        )
+        return {"control_cpu": c1 - c0, "control_core": (c1 - c0) / seconds, "control_polls": polls}
+
+    def _back_to_back(self, query: str, n: int = 500) -> float:
+        """Milliseconds of backend CPU per execution of `query` run `n` times without a pause."""
+        with psycopg.connect(self.stock_db, autocommit=True) as conn:
+            backend = psutil.Process(conn.info.backend_pid)
+            conn.execute(query).fetchall()
+            t0 = backend.cpu_times()
+            for _ in range(n):
+                conn.execute(query).fetchall()
+            t1 = backend.cpu_times()
+        return 1000 * ((t1.user + t1.system) - (t0.user + t0.system)) / n
+
     def idle(self) -> dict[str, float]:
         seconds = self.args.idle
         self.checkpoint()
@@ -393,6 +431,7 @@ class Bench:
             f"follower's process {out['follower_process']:.2f} s, our database's server {out['ours_server']:.2f} s",
             flush=True,
         )
+        out |= self.poll_control(seconds)
         if end_lsn > start_lsn:
             print(waldump(self.agents.pgdata / "pg_wal", start_lsn, end_lsn, "the agents' server"))
         if w.wal["stock"]:
@@ -457,6 +496,7 @@ def waldump(pgdata: Path, start: int, end: int, label: str) -> str:
 
 
 # rmgr: Heap        len (rec/tot):     54/    54, tx:        758, lsn: 0/01A0C2B8, prev 0/01A0C280, desc: INSERT ...
+WALDUMP_REL = re.compile(r"rel \d+/\d+/\d+(?: fork \w+)?")
 WALDUMP_LINE = re.compile(r"rmgr: (?P<rmgr>\S+)\s+len \(rec/tot\):\s*\d+/\s*(?P<total>\d+),.*?desc: (?P<desc>\S+)")
 
 
@@ -476,6 +516,8 @@ def wal_records(pgdata: Path, start: int, end: int) -> tuple[collections.Counter
         if m is None:
             continue
         kind = f"{m['rmgr']} {m['desc']}" + (" +FPW" if "FPW" in line else "")  # with a full page image
+        if m["desc"].startswith("FPI") and (rel := WALDUMP_REL.search(line)):  # whose page: relfilenode, fork
+            kind += f" ({rel[0]})"
         kinds[kind] += 1
         sizes[kind] += int(m["total"])
     return kinds, sizes, run.stderr.strip()[:300] if run.returncode and not kinds else ""
@@ -558,7 +600,8 @@ def main() -> None:
             f"\nIdle {idle['seconds']:.0f} s: the agents' server {idle['cpu_ours']:.2f} s of CPU, stock "
             f"{idle['cpu_stock']:.2f} s: extra {idle['extra_core']:.2%} of a core (target < "
             f"{IDLE_CPU_TARGET:.1%}); WAL {idle['wal_ours_min'] / 1024:,.1f} KB a minute, stock "
-            f"{idle['wal_stock_min'] / 1024:,.1f} KB (target < {IDLE_WAL_TARGET // 1024} KB)"
+            f"{idle['wal_stock_min'] / 1024:,.1f} KB (target < {IDLE_WAL_TARGET // 1024} KB); control: the stock "
+            f"server polled every {args.idle_sleep:g} s by a client of nobody's, {idle['control_core']:.2%} of a core"
         )
 
 

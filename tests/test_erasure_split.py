@@ -434,3 +434,27 @@ def test_the_articles_agents_erased_apart_with_views_exports_and_the_physical_re
         assert record["files"]["status"] == record["files"]["dashboard_database"]["status"] == "measured", record
         assert record["files"]["not_read"] == [], record["files"]["not_read"]
         assert written_there(db.dsn) == {}
+
+
+def test_a_document_linking_a_thread_id_too_long_for_a_btree_key_does_not_stop_the_erasure(db):
+    """A customer's document whose `hilo` (any text the agent wrote) is longer than a btree key admits: its thread
+    cannot be tombstoned, and no checkpoint table can hold that thread either (shown with the agents' own saver). The
+    erasure completes, says so, and tombstones the customer's other threads."""
+    from tests.test_capture_dead_letters import noise
+
+    long_thread = noise(3_000, 3)
+    catch_up(db.dsn)
+    with PostgresStore.from_conn_string(db.dsn) as store:
+        store.put(("clientes", "D1"), "antes", {"texto": "antes", "hilo": "cliente-D1-1"})
+        store.put(("clientes", "D1"), "largo", {"texto": "no cabe", "hilo": long_thread})
+    with PostgresSaver.from_conn_string(db.dsn) as saver, pytest.raises(psycopg.errors.ProgramLimitExceeded):
+        config = {"configurable": {"thread_id": long_thread, "checkpoint_ns": ""}}
+        saver.put(config, {"v": 1, "id": "1", "ts": "2026-12-07T00:00:00+00:00", "channel_values": {}}, {}, {})
+    catch_up(db.dsn)
+    result = erasure.erase(db, "D1", operator="dpo@example.com")
+    assert result.status == "complete", result.report
+    assert "1 thread id(s) named by the customer's documents are longer than a btree key admits" in result.report
+    assert result.counts_after["store"] == 0
+    with psycopg.connect(db.dsn) as conn:
+        tombstoned = [r[0] for r in conn.execute("SELECT thread_id FROM core_thread_tombstones").fetchall()]
+    assert tombstoned == ["cliente-D1-1"], tombstoned

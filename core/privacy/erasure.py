@@ -110,6 +110,25 @@ UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(%s))"
 SELECT_REQUEST = "SELECT * FROM core_erasure_register WHERE id = %s"
 
 
+def _tombstone(conn: psycopg.Connection[DictRow], threads: list[str], request_id: int) -> set[str]:
+    """Tombstone `threads`; returns those whose id is too long for a btree key (a document's `hilo` can be any
+    text): none of the agents' checkpoint tables can hold such a thread, so nothing can replay it, and the erasure
+    goes on rather than failing on one value. Tried in one statement, then one id at a time when it is refused."""
+    try:
+        with conn.transaction():
+            conn.execute(INSERT_TOMBSTONES, {"threads": threads, "id": request_id})
+        return set()
+    except psycopg.errors.ProgramLimitExceeded:
+        refused = set()
+        for thread in threads:
+            try:
+                with conn.transaction():
+                    conn.execute(INSERT_TOMBSTONES, {"threads": [thread], "id": request_id})
+            except psycopg.errors.ProgramLimitExceeded:
+                refused.add(thread)
+        return refused
+
+
 class ErasureError(RuntimeError):
     """The erasure could not run (e.g. the register row is missing); nothing is hidden."""
 
@@ -373,6 +392,7 @@ def erase(
             evidence: list[EvidenceQuery] = []
             found = before  # what the latest count saw: our tables at 0 need no statement
             passes = 0
+            unkeyable: set[str] = set()
             try:
                 for passes in range(1, max_passes + 1):
                     n = _erase_store(conn, store, customer_id, page_size)
@@ -383,7 +403,7 @@ def erase(
                         sources[t] = list(again[t])
                     threads |= set(again)
                     # tombstones first: a replica that replays its buffer later must not bring them back
-                    conn.execute(INSERT_TOMBSTONES, {"threads": sorted(threads), "id": request_id})
+                    unkeyable |= _tombstone(conn, sorted(threads), request_id)
                     capture_runs()  # this pass's threads' runs, before delete_thread and our deletes
                     _erase_threads(saver, sorted(threads))
                     notify(Progress("threads", passes, sum(deleted.values()), {"threads": len(threads)}))
@@ -415,6 +435,13 @@ def erase(
                 status, report = _outcome(passes, remaining, undecided, exclusions)
                 if residue.index_stale:  # the register says why the token index was not trusted for some threads
                     note = f"{stale_reason(residue.index_stale)}: the residue scan read those threads on their bytes"
+                    report = f"{report}; {note}" if report else note
+                if unkeyable:
+                    note = (
+                        f"{len(unkeyable)} thread id(s) named by the customer's documents are longer than a btree key "
+                        "admits: no tombstone for them, and no checkpoint can have them (their primary keys start "
+                        "with the thread id)"
+                    )
                     report = f"{report}; {note}" if report else note
                 unrecognisable = [h.ref for h in carried if h.foreign and not h.common]
                 if status == "complete" and unrecognisable:  # what earlier requests erased cannot be looked for
