@@ -402,8 +402,9 @@ def erase(
                     for t in set(again) - threads:
                         sources[t] = list(again[t])
                     threads |= set(again)
-                    # tombstones first: a replica that replays its buffer later must not bring them back
-                    unkeyable |= _tombstone(conn, sorted(threads), request_id)
+                    # tombstones first: a replica that replays its buffer later must not bring them back (the ids an
+                    # earlier pass found too long for a key are not tried again)
+                    unkeyable |= _tombstone(conn, sorted(threads - unkeyable), request_id)
                     capture_runs()  # this pass's threads' runs, before delete_thread and our deletes
                     _erase_threads(saver, sorted(threads))
                     notify(Progress("threads", passes, sum(deleted.values()), {"threads": len(threads)}))
