@@ -25,9 +25,9 @@ pytestmark = pytest.mark.slow  # outage drills and replica processes
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A real replica: one command per line of stdin, "turn <thread> <text>" or "delete <thread>", answered with
-# "<command> degraded|healthy". argv[3] names a Journal method at which the process SIGKILLs itself (or "-"):
-# the crash lands exactly there.
+# A real replica: one command per line of stdin, "turn <thread> <text>", "delete <thread>" or "status -" (does
+# nothing), answered with "<command> degraded|healthy". argv[3] names a Journal method at which the process
+# SIGKILLs itself (or "-"): the crash lands exactly there.
 REPLICA = """
 import logging, os, signal, sys
 logging.basicConfig(format="%(levelname)s %(name)s %(message)s")
@@ -43,7 +43,9 @@ app = graph(saver)
 print("ready", flush=True)
 for line in sys.stdin:
     command, thread, *text = line.split()
-    if command == "delete":
+    if command == "status":
+        pass
+    elif command == "delete":
         saver.delete_thread(thread)
     else:
         turn(app, thread, text[0])
@@ -137,7 +139,10 @@ def test_a_replayed_delete_keeps_the_turn_another_replica_wrote_after_it(dsn, co
         finally:
             control.start()
         assert head(dsn, "D") == ["d1", "node"] and head(dsn, "E") == ["e1", "node"]  # A wrote nothing yet
-        assert wait_until(lambda: b.send("turn D b1") == "turn healthy", 30)
+        # B's monitor sees PostgreSQL back on its own; a turn sent while B is still degraded would run without D's
+        # history (the fallback's), so B's health is waited for with a command that changes nothing, then one turn
+        assert wait_until(lambda: b.send("status -") == "status healthy", 30)
+        assert b.send("turn D b1") == "turn healthy"
         assert head(dsn, "D") == ["d1", "node", "b1", "node"]
         again = Replica(dsn, "replica-a", journal_dir)
         try:
